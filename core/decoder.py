@@ -1,0 +1,406 @@
+"""The speculative decoder: a generator that yields one frozen Round per round.
+
+One round = draft (proposer) -> verify (one target forward over the pending context plus
+the draft) -> accept/repair/bonus -> crop both caches to the accepted prefix.
+
+Target-cache contract: after every round the target cache holds the committed context
+minus its last token(s), which stay pending and are fed first in the next verify
+forward. The next forward therefore starts from the same logical prefix as a full
+recompute, which the tests check at every round.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Generator, Sequence
+
+import numpy as np
+import torch
+
+from .kv import CachedLM, Stopwatch, model_vocab_size
+from .proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
+from .records import (
+    CacheState,
+    DraftNode,
+    EmittedToken,
+    GenerationResult,
+    Round,
+    RoundTimings,
+    RunConfig,
+    RunSummary,
+)
+from .sampling import SamplingConfig, check_finite, process_logits, sample_from
+
+log = logging.getLogger(__name__)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def normalize_prompt(prompt_ids: Sequence[int] | torch.Tensor, vocab_size: int) -> list[int]:
+    """Validate a prompt (list of ints or LongTensor of shape (n,) or (1, n))."""
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+            raise ValueError(f"prompt_ids must hold integer token ids, got dtype {prompt_ids.dtype}")
+        if prompt_ids.ndim == 2 and prompt_ids.shape[0] == 1:
+            prompt_ids = prompt_ids[0]
+        if prompt_ids.ndim != 1:
+            raise ValueError(f"prompt_ids must have shape (n,) or (1, n), got {tuple(prompt_ids.shape)}")
+        ids = [int(t) for t in prompt_ids.tolist()]
+    else:
+        ids = list(prompt_ids)
+        for pos, t in enumerate(ids):
+            if not _is_int(t):
+                raise ValueError(f"prompt_ids[{pos}] = {t!r} is not an integer token id")
+        ids = [int(t) for t in ids]
+    if not ids:
+        raise ValueError("the prompt is empty: speculative decoding needs at least one token")
+    for pos, t in enumerate(ids):
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"prompt_ids[{pos}] = {t} is outside the vocabulary [0, {vocab_size})")
+    return ids
+
+
+@dataclass
+class _Verdict:
+    """Outcome of verifying one chain draft against the target's distributions."""
+
+    statuses: list[str]
+    draws: list[float | None]
+    emitted: list[EmittedToken]
+    rejected_node: int | None = None
+    residual: np.ndarray | None = None
+    residual_mass: float | None = None
+    eos: bool = False
+    bonus_withheld: bool = False
+
+
+class SpeculativeDecoder:
+    """Exact speculative decoding of `target` with draft tokens from `proposer`.
+
+    Greedy (temperature 0) output equals plain greedy decoding of the target; sampled
+    output follows exactly the target's distribution after the sampling transforms.
+    """
+
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        proposer: Proposer,
+        k: int = 4,
+        sampling: SamplingConfig | None = None,
+        eos_token_id: int | None = None,
+        seed: int = 0,
+        use_cache: bool = True,
+        target_name: str = "",
+    ):
+        if not _is_int(k) or k < 1:
+            raise ValueError(f"k (draft length) must be an integer >= 1, got {k!r}")
+        if not _is_int(seed):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        self.sampling = sampling if sampling is not None else SamplingConfig()
+        if not isinstance(self.sampling, SamplingConfig):
+            raise ValueError("sampling must be a SamplingConfig")
+        self.target = target
+        self.target_lm = CachedLM(target, use_cache=use_cache)
+        self.vocab_size = self.target_lm.vocab_size
+        if eos_token_id is not None and (not _is_int(eos_token_id) or not 0 <= eos_token_id < self.vocab_size):
+            raise ValueError(f"eos_token_id must be None or a token id in [0, {self.vocab_size}), got {eos_token_id!r}")
+        self.proposer = proposer
+        self._check_proposer(proposer)
+        if isinstance(proposer, DraftModelProposer) and not use_cache:
+            proposer.use_cache(False)
+        self.k = int(k)
+        self.eos_token_id = None if eos_token_id is None else int(eos_token_id)
+        self.seed = int(seed)
+        self.use_cache = use_cache
+        self.target_name = target_name or getattr(target.config, "_name_or_path", "") or type(target).__name__
+        self.fault: str | None = None  # set by specscope.core.faults for deliberate bugs
+        self.stopwatch = Stopwatch(self.target_lm.device)
+
+    def _check_proposer(self, proposer: Proposer) -> None:
+        if isinstance(proposer, DraftModelProposer):
+            draft_vocab = proposer.vocab_size
+            if draft_vocab != self.vocab_size:
+                raise ValueError(
+                    f"target and draft vocabularies differ: the target's logits have {self.vocab_size} "
+                    f"entries, the draft's {draft_vocab}; they must share one tokenizer"
+                )
+        elif isinstance(proposer, PromptLookupProposer):
+            if proposer.vocab_size is None:
+                proposer.vocab_size = self.vocab_size
+            elif proposer.vocab_size != self.vocab_size:
+                raise ValueError(
+                    f"prompt lookup was built for a vocabulary of {proposer.vocab_size}, the target has {self.vocab_size}"
+                )
+
+    # ------------------------------------------------------------------ public API
+
+    def run_config(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, run_id: str | None = None) -> RunConfig:
+        ids = normalize_prompt(prompt_ids, self.vocab_size)
+        if not _is_int(max_new_tokens) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        param = next(self.target.parameters())
+        return RunConfig(
+            run_id=run_id or uuid.uuid4().hex,
+            prompt_ids=tuple(ids),
+            max_new_tokens=int(max_new_tokens),
+            k=self.k,
+            sampling=self.sampling,
+            seed=self.seed,
+            eos_token_id=self.eos_token_id,
+            proposer=self.proposer.name,
+            proposer_params=dict(self.proposer.params()),
+            target_name=self.target_name,
+            draft_name=getattr(self.proposer, "label", None),
+            device=str(param.device),
+            dtype=str(param.dtype).removeprefix("torch."),
+            vocab_size=self.vocab_size,
+            use_cache=self.use_cache,
+            fault=self.fault,
+        )
+
+    def rounds(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int = 32,
+        run_id: str | None = None,
+        config: RunConfig | None = None,
+    ) -> Generator[Round, None, GenerationResult]:
+        """Yield one Round per speculative round; return the GenerationResult.
+
+        Closing the generator cancels the run after the round in progress.
+        """
+        config = config or self.run_config(prompt_ids, max_new_tokens, run_id)
+        context = list(config.prompt_ids)
+        budget = config.max_new_tokens
+        rng = np.random.default_rng(self.seed)
+        self.target_lm.reset()
+        self.proposer.reset()
+        new_tokens: list[int] = []
+        rounds: list[Round] = []
+        stop_reason = "budget"
+        started = time.perf_counter()
+        try:
+            while len(new_tokens) < budget:
+                rnd = self._round(config.run_id, len(rounds), context, len(new_tokens), budget, rng)
+                rounds.append(rnd)
+                new_tokens.extend(rnd.tokens)
+                context.extend(rnd.tokens)
+                yield rnd
+                if rnd.eos:
+                    stop_reason = "eos"
+                    break
+        except GeneratorExit:
+            stop_reason = "cancelled"
+            raise
+        finally:
+            if stop_reason == "cancelled":
+                log.info("run %s cancelled after %d rounds", config.run_id, len(rounds))
+        return GenerationResult(
+            config=config,
+            new_tokens=new_tokens,
+            rounds=rounds,
+            stop_reason=stop_reason,
+            wall_s=time.perf_counter() - started,
+        )
+
+    def generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int = 32, run_id: str | None = None) -> GenerationResult:
+        gen = self.rounds(prompt_ids, max_new_tokens, run_id)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return stop.value
+
+    # ------------------------------------------------------------------ one round
+
+    def _round(self, run_id: str, index: int, context: list[int], emitted_before: int, budget: int, rng: np.random.Generator) -> Round:
+        clock = self.stopwatch
+        remaining = budget - emitted_before
+        k = min(self.k, remaining)
+        prefix_len = len(context)
+        target_before = self.target_lm.processed
+
+        t0 = clock.now()
+        draft = self._draft(context, k, rng)
+        t1 = clock.now()
+        logits = self._verify_forward(context, draft)  # (n + 1, V) float32, on the CPU
+        target_peak = self.target_lm.processed
+        t2 = clock.now()
+
+        p_rows = process_logits(logits, self.sampling)
+        argmax = logits.argmax(axis=-1)
+        verdict = self._decide(draft, p_rows, argmax, remaining, rng)
+        n_accepted = verdict.statuses.count("accepted")
+        committed = prefix_len + n_accepted  # context positions whose cache entries stay valid
+        self._crop_target(committed)
+        draft_after = self.proposer.observe(committed)
+        nodes = self._nodes(draft, p_rows, argmax, verdict)
+        emitted_tokens = [e.token for e in verdict.emitted]
+        final_context = context + emitted_tokens
+        target_after = self.target_lm.processed
+        t3 = clock.now()
+
+        all_accepted = verdict.rejected_node is None and not verdict.eos
+        draft_cache = None
+        if draft.cache_before is not None and draft_after is not None:
+            draft_cache = CacheState(
+                before=draft.cache_before,
+                peak=draft.cache_peak if draft.cache_peak is not None else draft.cache_before,
+                after=draft_after,
+                pending=tuple(final_context[draft_after:]),
+            )
+        return Round(
+            run_id=run_id,
+            index=index,
+            prefix_len=prefix_len,
+            emitted_before=emitted_before,
+            remaining_budget=remaining,
+            k=k,
+            greedy=self.sampling.greedy,
+            nodes=nodes,
+            bonus_p=p_rows[len(draft.tokens)] if all_accepted else None,
+            rejected_node=verdict.rejected_node,
+            residual=verdict.residual,
+            residual_mass=verdict.residual_mass,
+            emitted=tuple(verdict.emitted),
+            eos=verdict.eos,
+            budget_stop=emitted_before + len(verdict.emitted) >= budget,
+            bonus_withheld=verdict.bonus_withheld,
+            target_cache=CacheState(
+                before=target_before,
+                peak=target_peak,
+                after=target_after,
+                pending=tuple(final_context[target_after:]),
+            ),
+            draft_cache=draft_cache,
+            timings=RoundTimings(draft_s=t1 - t0, verify_s=t2 - t1, bookkeeping_s=t3 - t2),
+            draft_forwards=draft.forwards,
+            target_forwards=1,
+        )
+
+    # The steps below are separate methods so that each can be read (and, for the fault
+    # zoo, replaced) on its own.
+
+    def _draft(self, context: list[int], k: int, rng: np.random.Generator) -> Draft:
+        draft = self.proposer.propose(context, k, self.sampling, rng)
+        if not draft.is_chain:
+            raise NotImplementedError("tree drafts need tree attention in the verifier; only chains are verified")
+        if len(draft.tokens) > k:
+            raise ValueError(f"proposer {self.proposer.name!r} returned {len(draft.tokens)} tokens for k={k}")
+        for t in draft.tokens:
+            if not 0 <= t < self.vocab_size:
+                raise ValueError(f"proposer {self.proposer.name!r} proposed token {t} outside the vocabulary")
+        return draft
+
+    def _verify_forward(self, context: list[int], draft: Draft) -> np.ndarray:
+        """One target forward over pending context + draft; logits for the n + 1 positions."""
+        sequence = context + list(draft.tokens)
+        logits = self.target_lm.forward(sequence, keep=len(draft.tokens) + 1)
+        logits = logits.cpu().numpy()  # the round's single device -> host transfer
+        check_finite(logits, "the target model")
+        return logits
+
+    def _crop_target(self, committed: int) -> None:
+        self.target_lm.crop(committed)
+
+    def _residual(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
+        positive = np.maximum(p - q, 0.0)
+        mass = float(positive.sum())
+        if not mass > 0.0:
+            raise ArithmeticError(
+                "a draft token was rejected although max(p - q, 0) has zero mass: p and q are "
+                "numerically inconsistent"
+            )
+        return positive / mass, mass
+
+    def _decide(self, draft: Draft, p_rows: np.ndarray, argmax: np.ndarray, remaining: int, rng: np.random.Generator) -> _Verdict:
+        n = len(draft.tokens)
+        verdict = _Verdict(statuses=["unvisited"] * n, draws=[None] * n, emitted=[])
+        greedy = self.sampling.greedy
+        for i, token in enumerate(draft.tokens):
+            if greedy:
+                accepted = token == int(argmax[i])
+            else:
+                p, q = p_rows[i], draft.q[i]
+                u = float(rng.random())
+                verdict.draws[i] = u
+                accepted = u < min(1.0, p[token] / q[token])
+            if accepted:
+                verdict.statuses[i] = "accepted"
+                verdict.emitted.append(EmittedToken(token, "accepted", i))
+                if token == self.eos_token_id:
+                    verdict.eos = True
+                    return verdict
+                continue
+            verdict.statuses[i] = "rejected"
+            verdict.rejected_node = i
+            if greedy:
+                repair, draw = int(argmax[i]), None
+            else:
+                verdict.residual, verdict.residual_mass = self._residual(p_rows[i], draft.q[i])
+                draw = float(rng.random())
+                repair = sample_from(verdict.residual, draw)
+            verdict.emitted.append(EmittedToken(repair, "repaired", i, draw))
+            verdict.eos = repair == self.eos_token_id
+            return verdict
+        # Every draft token accepted: one more token from the target's last conditional.
+        if len(verdict.emitted) >= remaining:
+            verdict.bonus_withheld = True
+            return verdict
+        if greedy:
+            bonus, draw = int(argmax[n]), None
+        else:
+            draw = float(rng.random())
+            bonus = sample_from(p_rows[n], draw)
+        verdict.emitted.append(EmittedToken(bonus, "bonus", None, draw))
+        verdict.eos = bonus == self.eos_token_id
+        return verdict
+
+    def _nodes(self, draft: Draft, p_rows: np.ndarray, argmax: np.ndarray, verdict: _Verdict) -> tuple[DraftNode, ...]:
+        nodes = []
+        for i, token in enumerate(draft.tokens):
+            p = p_rows[i]
+            q = draft.q[i] if draft.q is not None else None
+            q_token = float(q[token]) if q is not None else None
+            nodes.append(
+                DraftNode(
+                    index=i,
+                    token=token,
+                    parent=draft.parents[i],
+                    depth=i + 1,
+                    p=p,
+                    q=q,
+                    status=verdict.statuses[i],
+                    u=verdict.draws[i],
+                    p_token=float(p[token]),
+                    q_token=q_token,
+                    ratio=(float(p[token]) / q_token) if q_token else None,
+                    overlap=float(np.minimum(p, q).sum()) if q is not None else None,
+                    target_argmax=int(argmax[i]),
+                )
+            )
+        return tuple(nodes)
+
+
+def summarize(result: GenerationResult) -> dict:
+    """The JSON-friendly run summary printed by `specscope run --json`."""
+    s: RunSummary = result.summary
+    return {
+        "run_id": result.config.run_id,
+        "new_tokens": result.new_tokens,
+        "rounds": s.rounds,
+        "mean_accepted_length": s.mean_accepted_length,
+        "acceptance_rate": s.acceptance_rate,
+        "target_forward_passes": s.target_forward_passes,
+        "draft_forward_passes": s.draft_forward_passes,
+        "wall_s": result.wall_s,
+        "draft_s": s.draft_s,
+        "verify_s": s.verify_s,
+        "bookkeeping_s": s.bookkeeping_s,
+        "stop_reason": result.stop_reason,
+    }

@@ -1,0 +1,88 @@
+"""A causal LM together with its KV cache and the bookkeeping of what the cache holds.
+
+`processed` is the number of leading context tokens whose keys/values are in the cache; the
+rest of the context is pending and is fed on the next forward. Lengths are always read
+from the cache object, never tracked on the side, so a crop that went wrong shows up.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+
+def model_vocab_size(model: torch.nn.Module) -> int:
+    """Width of the model's logits (may exceed the tokenizer's length when padded)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and hasattr(head, "weight"):
+        return int(head.weight.shape[0])
+    return int(model.config.get_text_config().vocab_size)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+class Stopwatch:
+    """perf_counter timing that waits for queued CUDA work, so GPU time lands where it ran."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+
+class CachedLM:
+    """Runs a transformers causal LM incrementally over a growing (and shrinking) context."""
+
+    def __init__(self, model: torch.nn.Module, use_cache: bool = True):
+        self.model = model
+        self.use_cache = use_cache
+        self.device = model_device(model)
+        self.vocab_size = model_vocab_size(model)
+        self.cache: DynamicCache | None = None
+        self.forwards = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config) if self.use_cache else None
+        self.forwards = 0
+
+    @property
+    def processed(self) -> int:
+        """Tokens held by the cache object (0 when running without a cache)."""
+        return self.cache.get_seq_length() if self.cache is not None else 0
+
+    @torch.inference_mode()
+    def forward(self, context: Sequence[int], keep: int) -> torch.Tensor:
+        """Process the pending part of `context`; return logits of its last `keep` positions.
+
+        Returns a (keep, V) float32 tensor on the model's device.
+        """
+        start = self.processed
+        if start >= len(context):
+            raise RuntimeError(
+                f"cache holds {start} tokens but the context has only {len(context)}: nothing to process"
+            )
+        pending = len(context) - start
+        if keep > pending:
+            raise RuntimeError(f"asked for {keep} logits but only {pending} positions are pending")
+        ids = torch.tensor([list(context[start:])], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep)
+        self.forwards += 1
+        return out.logits[0, -keep:].float()
+
+    def crop(self, length: int) -> None:
+        """Drop cached positions beyond `length` (keeps what is already shorter)."""
+        if self.cache is None:
+            return
+        excess = self.processed - length
+        if excess > 0:
+            self.cache.crop(-excess)

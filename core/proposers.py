@@ -1,0 +1,181 @@
+"""Proposers: where draft tokens come from.
+
+The interface has two methods, as in transformers' candidate generators:
+`propose(context, k, ...)` returns a Draft (a tree; chains are the degenerate case), and
+`observe(committed_len)` tells the proposer how much of the context it saw is still valid
+after verification, so it can crop whatever state it keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from .kv import CachedLM
+from .sampling import SamplingConfig, process_logits, sample_from
+
+
+@dataclass(frozen=True, eq=False)
+class Draft:
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]  # parent node index, -1 = the committed prefix
+    q: np.ndarray | None  # (n, V) float64 proposal distributions; None when greedy
+    forwards: int = 0  # draft model forward passes spent
+    cache_before: int | None = None
+    cache_peak: int | None = None
+    sample_draws: tuple[float, ...] = field(default=())  # uniforms used to sample each token
+
+    def __post_init__(self) -> None:
+        if len(self.parents) != len(self.tokens):
+            raise ValueError("a draft needs one parent per token")
+        if self.q is not None and self.q.shape[0] != len(self.tokens):
+            raise ValueError("a draft needs one q row per token")
+
+    @property
+    def is_chain(self) -> bool:
+        return all(parent == i - 1 for i, parent in enumerate(self.parents))
+
+
+class Proposer(Protocol):
+    name: str
+
+    def reset(self) -> None: ...
+
+    def propose(
+        self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
+    ) -> Draft: ...
+
+    def observe(self, committed_len: int) -> int | None:
+        """Crop state to the first committed_len context tokens; return the cache length."""
+        ...
+
+    def params(self) -> dict[str, Any]: ...
+
+    @property
+    def cache_length(self) -> int | None: ...
+
+
+def chain_parents(n: int) -> tuple[int, ...]:
+    return tuple(range(-1, n - 1))
+
+
+class DraftModelProposer:
+    """A small causal LM drafting k tokens autoregressively with its own KV cache."""
+
+    name = "draft"
+
+    def __init__(self, draft_model: torch.nn.Module, label: str | None = None):
+        self.model = draft_model
+        self.label = label or getattr(draft_model.config, "_name_or_path", "") or type(draft_model).__name__
+        self.lm = CachedLM(draft_model)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm.vocab_size
+
+    def use_cache(self, enabled: bool) -> None:
+        self.lm = CachedLM(self.model, use_cache=enabled)
+
+    def reset(self) -> None:
+        self.lm.reset()
+
+    @property
+    def cache_length(self) -> int | None:
+        return self.lm.processed
+
+    def params(self) -> dict[str, Any]:
+        return {"draft": self.label}
+
+    def propose(
+        self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
+    ) -> Draft:
+        before = self.lm.processed
+        seq = list(context)
+        tokens: list[int] = []
+        qs: list[np.ndarray] = []
+        draws: list[float] = []
+        for _ in range(k):
+            logits = self.lm.forward(seq, keep=1)[0]
+            if sampling.greedy:
+                if not bool(torch.isfinite(logits).all()):
+                    raise ValueError("the draft model produced non-finite logits; refusing to propose")
+                token = int(torch.argmax(logits))
+            else:
+                q = process_logits(logits.cpu().numpy(), sampling)
+                u = float(rng.random())
+                token = sample_from(q, u)
+                qs.append(q)
+                draws.append(u)
+            tokens.append(token)
+            seq.append(token)
+        return Draft(
+            tokens=tuple(tokens),
+            parents=chain_parents(len(tokens)),
+            q=np.stack(qs) if qs else None,
+            forwards=k,
+            cache_before=before,
+            cache_peak=self.lm.processed,
+            sample_draws=tuple(draws),
+        )
+
+    def observe(self, committed_len: int) -> int | None:
+        self.lm.crop(committed_len)
+        return self.lm.processed
+
+
+class PromptLookupProposer:
+    """Prompt lookup: copy what followed the most recent earlier occurrence of the context's
+    longest matching suffix n-gram. A point-mass proposal (q = one-hot)."""
+
+    name = "lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, vocab_size: int | None = None):
+        if isinstance(max_ngram, bool) or not isinstance(max_ngram, int) or max_ngram < 1:
+            raise ValueError(f"max_ngram must be an integer >= 1, got {max_ngram!r}")
+        if isinstance(min_ngram, bool) or not isinstance(min_ngram, int) or not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"min_ngram must be an integer in [1, max_ngram={max_ngram}], got {min_ngram!r}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.vocab_size = vocab_size  # set by the decoder when left None
+
+    def reset(self) -> None:
+        pass
+
+    @property
+    def cache_length(self) -> int | None:
+        return None
+
+    def params(self) -> dict[str, Any]:
+        return {"max_ngram": self.max_ngram, "min_ngram": self.min_ngram}
+
+    def lookup(self, context: Sequence[int], k: int) -> list[int]:
+        """Tokens following the most recent earlier match of the longest suffix n-gram."""
+        tokens = list(context)
+        n_tokens = len(tokens)
+        for n in range(min(self.max_ngram, n_tokens - 1), self.min_ngram - 1, -1):
+            suffix = tokens[n_tokens - n :]
+            # A match must end before the suffix itself so at least one token follows it.
+            for start in range(n_tokens - n - 1, -1, -1):
+                if tokens[start : start + n] == suffix:
+                    follow = tokens[start + n : start + n + k]
+                    if follow:
+                        return follow
+        return []
+
+    def propose(
+        self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
+    ) -> Draft:
+        tokens = self.lookup(context, k)
+        q = None
+        if not sampling.greedy and tokens:
+            if not self.vocab_size:
+                raise ValueError("PromptLookupProposer needs the vocabulary size to build its q")
+            q = np.zeros((len(tokens), self.vocab_size))
+            q[np.arange(len(tokens)), tokens] = 1.0
+        return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=q)
+
+    def observe(self, committed_len: int) -> int | None:
+        return None

@@ -1,0 +1,207 @@
+"""The round record: one frozen value per speculative round, and the run it belongs to.
+
+Everything a person (or the checker) needs to judge a round without the models is here:
+the draft tree with q, the target's p at every node, each decision with its uniform draw,
+the residual at the first rejection, what was emitted and why it stopped, and the cache
+lengths as read from the cache objects themselves.
+
+Distributions are full-vocabulary float64 numpy arrays in memory; the storage layer decides
+what to persist. Scalars that depend on the full vectors (p(x), q(x), ratio, sum min(p, q),
+residual mass) are computed here once, so they stay exact after a lossy save.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+import numpy as np
+
+from .sampling import SamplingConfig
+
+TokenKind = Literal["accepted", "repaired", "bonus"]
+NodeStatus = Literal["accepted", "rejected", "unvisited"]
+StopReason = Literal["eos", "budget", "cancelled", "running"]
+
+TOKEN_KINDS: tuple[str, ...] = ("accepted", "repaired", "bonus")
+NODE_STATUSES: tuple[str, ...] = ("accepted", "rejected", "unvisited")
+
+
+@dataclass(frozen=True, eq=False)
+class DraftNode:
+    """One proposed token. A chain draft is the tree whose node i has parent i - 1."""
+
+    index: int
+    token: int
+    parent: int  # index of the parent node; -1 = hangs off the committed prefix
+    depth: int  # 1 for a child of the prefix
+    p: np.ndarray  # target distribution at this node's position (after transforms)
+    q: np.ndarray | None  # proposal distribution the token was drawn from; None in greedy mode
+    status: NodeStatus
+    u: float | None  # uniform draw of the acceptance test; None when greedy or unvisited
+    p_token: float  # p(token)
+    q_token: float | None  # q(token); 1.0 for a point-mass proposal
+    ratio: float | None  # p(token) / q(token)
+    overlap: float | None  # sum_x min(p(x), q(x)): this position's acceptance probability
+    target_argmax: int  # argmax of the target logits at this position
+
+
+@dataclass(frozen=True)
+class EmittedToken:
+    token: int
+    kind: TokenKind
+    node: int | None  # accepted: its node; repaired: the rejected node it replaces; bonus: None
+    draw: float | None = None  # uniform behind a sampled repair/bonus (inverse-CDF draw)
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """Lengths read from a KV cache object around one round."""
+
+    before: int  # at the start of the round
+    peak: int  # after this round's forward passes, before cropping
+    after: int  # after cropping to the accepted prefix
+    pending: tuple[int, ...]  # committed tokens not yet processed into this cache
+
+    @property
+    def cropped(self) -> int:
+        return self.peak - self.after
+
+
+@dataclass(frozen=True)
+class RoundTimings:
+    draft_s: float
+    verify_s: float
+    bookkeeping_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.draft_s + self.verify_s + self.bookkeeping_s
+
+
+@dataclass(frozen=True, eq=False)
+class Round:
+    run_id: str
+    index: int
+    prefix_len: int  # prompt + emitted tokens before the round
+    emitted_before: int  # new tokens emitted by earlier rounds
+    remaining_budget: int  # max_new_tokens - emitted_before
+    k: int  # draft budget of this round after capping to the remaining budget
+    greedy: bool
+    nodes: tuple[DraftNode, ...]
+    bonus_p: np.ndarray | None  # target distribution after the last accepted node (all accepted)
+    rejected_node: int | None
+    residual: np.ndarray | None  # normalised max(p - q, 0) at the first rejection (stochastic)
+    residual_mass: float | None  # sum_x max(p(x) - q(x), 0) before normalising
+    emitted: tuple[EmittedToken, ...]
+    eos: bool  # an emitted token was EOS: the run ends here
+    budget_stop: bool  # the run reached max_new_tokens in this round
+    bonus_withheld: bool  # all drafts accepted but no budget was left for the bonus
+    target_cache: CacheState
+    draft_cache: CacheState | None  # None for proposers without a cache (prompt lookup)
+    timings: RoundTimings
+    draft_forwards: int
+    target_forwards: int
+
+    @property
+    def tokens(self) -> list[int]:
+        return [e.token for e in self.emitted]
+
+    @property
+    def drafted(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def accepted(self) -> int:
+        return sum(1 for n in self.nodes if n.status == "accepted")
+
+    @property
+    def accepted_length(self) -> int:
+        """Accepted draft tokens + 1 (the repair or bonus), as vLLM/EAGLE/Spec-Bench count it."""
+        return self.accepted + 1
+
+    @property
+    def repair(self) -> EmittedToken | None:
+        return next((e for e in self.emitted if e.kind == "repaired"), None)
+
+    @property
+    def bonus(self) -> EmittedToken | None:
+        return next((e for e in self.emitted if e.kind == "bonus"), None)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything needed to reproduce a run (with the same models)."""
+
+    run_id: str
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    k: int
+    sampling: SamplingConfig
+    seed: int
+    eos_token_id: int | None
+    proposer: str
+    proposer_params: Mapping[str, Any] = field(default_factory=dict)
+    target_name: str = ""
+    draft_name: str | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    vocab_size: int = 0
+    use_cache: bool = True
+    fault: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Aggregates over rounds, the numbers the CLI, GUI and benchmarks report."""
+
+    new_tokens: int
+    rounds: int
+    drafted: int
+    accepted: int
+    mean_accepted_length: float
+    acceptance_rate: float
+    target_forward_passes: int
+    draft_forward_passes: int
+    draft_s: float
+    verify_s: float
+    bookkeeping_s: float
+
+    @classmethod
+    def of(cls, rounds: list[Round] | tuple[Round, ...]) -> "RunSummary":
+        drafted = sum(r.drafted for r in rounds)
+        accepted = sum(r.accepted for r in rounds)
+        return cls(
+            new_tokens=sum(len(r.emitted) for r in rounds),
+            rounds=len(rounds),
+            drafted=drafted,
+            accepted=accepted,
+            mean_accepted_length=(sum(r.accepted_length for r in rounds) / len(rounds)) if rounds else 0.0,
+            acceptance_rate=(accepted / drafted) if drafted else 0.0,
+            target_forward_passes=sum(r.target_forwards for r in rounds),
+            draft_forward_passes=sum(r.draft_forwards for r in rounds),
+            draft_s=sum(r.timings.draft_s for r in rounds),
+            verify_s=sum(r.timings.verify_s for r in rounds),
+            bookkeeping_s=sum(r.timings.bookkeeping_s for r in rounds),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class GenerationResult:
+    config: RunConfig
+    new_tokens: list[int]
+    rounds: list[Round]
+    stop_reason: StopReason
+    wall_s: float
+
+    @property
+    def summary(self) -> RunSummary:
+        return RunSummary.of(self.rounds)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return self.summary.mean_accepted_length
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.summary.acceptance_rate
