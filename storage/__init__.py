@@ -1,0 +1,56 @@
+"""specscope.storage: the trace store (SQLAlchemy 2.0 + the core's record types; no Qt).
+
+    store = TraceStore()                       # default: <user data dir>/specscope/traces.sqlite
+    result = record(store, decoder, prompt_ids, 64)
+    store.list_runs(); store.round_summaries(run_id); store.load_round(run_id, 3)
+    export_run(store, run_id, "run.jsonl"); import_run(other_store, "run.jsonl")
+"""
+
+from .codec import DEFAULT_TOP_N, FULL_VECTORS_AUTO_MAX_VOCAB, PartialDistribution, is_partial, round_is_partial
+from .errors import (
+    CorruptStoreError,
+    NotATraceStoreError,
+    RunExistsError,
+    RunNotFoundError,
+    SchemaVersionError,
+    TraceFormatError,
+    TraceStoreError,
+    WriterError,
+)
+from .info import ModelInfo, RoundSummary, RunInfo, library_versions
+from .jsonl import FORMAT_NAME, FORMAT_VERSION, export_run, import_run, read_trace
+from .migrations import CURRENT_VERSION as SCHEMA_VERSION
+from .paths import default_db_location, user_data_dir
+from .store import TraceStore
+from .writer import TraceWriter, record
+
+__all__ = [
+    "DEFAULT_TOP_N",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "FULL_VECTORS_AUTO_MAX_VOCAB",
+    "SCHEMA_VERSION",
+    "CorruptStoreError",
+    "ModelInfo",
+    "NotATraceStoreError",
+    "PartialDistribution",
+    "RoundSummary",
+    "RunExistsError",
+    "RunInfo",
+    "RunNotFoundError",
+    "SchemaVersionError",
+    "TraceFormatError",
+    "TraceStore",
+    "TraceStoreError",
+    "TraceWriter",
+    "WriterError",
+    "default_db_location",
+    "export_run",
+    "import_run",
+    "is_partial",
+    "library_versions",
+    "read_trace",
+    "record",
+    "round_is_partial",
+    "user_data_dir",
+]

@@ -1,0 +1,307 @@
+"""Round records <-> table rows, and the distribution blobs.
+
+Distribution blobs (little-endian, self-describing by their first byte):
+
+  top-N   b"T" + int32[n] ids + float64[n] probabilities
+          the n most probable tokens with p > 0 (n <= top_n), by descending probability,
+          ties by ascending id; probabilities are the exact float64 values
+  full    b"F" + dtype code (b"4" float32 | b"8" float64) + zlib(vector in that dtype)
+
+Loading a round without full vectors rebuilds full-vocabulary arrays from the top-N: the
+top-N entries (and the proposed token's p_token/q_token, which are always stored) hold
+their exact values and every other entry is 0. Such arrays are `PartialDistribution`
+instances (a numpy subclass) whose `.partial` is True; `.known_ids` are the ids with a known
+value and `.missing_mass` = 1 - sum(known values). Arrays rebuilt from full vectors are
+plain ndarrays (`is_partial()` is False); with float32 storage their top-N and
+proposed-token entries are restored to the exact float64 values.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings
+
+DEFAULT_TOP_N = 20
+FULL_VECTORS_AUTO_MAX_VOCAB = 8192
+FULL_DTYPES = {"float32": b"4", "float64": b"8"}
+_DTYPE_OF_CODE = {b"4": np.dtype("<f4"), b"8": np.dtype("<f8")}
+ZLIB_LEVEL = 6
+
+
+# ---------------------------------------------------------------------------- arrays
+
+
+class PartialDistribution(np.ndarray):
+    """A full-vocabulary array of which only `known_ids` hold real values (others are 0)."""
+
+    partial = True
+
+    def __new__(cls, values: np.ndarray, known_ids: np.ndarray):
+        obj = np.asarray(values, dtype=np.float64).view(cls)
+        obj.known_ids = np.asarray(known_ids, dtype=np.int64)
+        return obj
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.known_ids = getattr(obj, "known_ids", np.zeros(0, dtype=np.int64))
+
+    @property
+    def missing_mass(self) -> float:
+        """Probability mass not accounted for by the known entries (>= 0)."""
+        return max(0.0, 1.0 - float(np.asarray(self).sum()))
+
+    def __reduce__(self):  # pickle as (values, known_ids)
+        return (PartialDistribution, (np.asarray(self), self.known_ids))
+
+
+def is_partial(array: np.ndarray | None) -> bool:
+    """True for a distribution rebuilt from its top-N only."""
+    return bool(getattr(array, "partial", False))
+
+
+def round_is_partial(rnd: Round) -> bool:
+    """True when any distribution of the round was rebuilt from top-N only."""
+    arrays = [rnd.bonus_p, rnd.residual] + [a for n in rnd.nodes for a in (n.p, n.q)]
+    return any(is_partial(a) for a in arrays)
+
+
+# ---------------------------------------------------------------------------- blobs
+
+
+def top_entries(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ids and probabilities of the n most probable positive entries (desc prob, asc id)."""
+    dist = np.asarray(dist, dtype=np.float64)
+    positive = np.flatnonzero(dist > 0)
+    if positive.size > n:
+        # a partition narrows the candidates; ties at the boundary are then settled by id
+        kth = np.partition(dist[positive], positive.size - n)[positive.size - n]
+        positive = positive[dist[positive] >= kth]
+    values = dist[positive]
+    order = np.lexsort((positive, -values))[:n]
+    return positive[order].astype(np.int64), values[order]
+
+
+def encode_top_arrays(ids: np.ndarray, probs: np.ndarray) -> bytes:
+    return b"T" + np.asarray(ids, dtype="<i4").tobytes() + np.asarray(probs, dtype="<f8").tobytes()
+
+
+def encode_top(dist: np.ndarray, n: int) -> bytes:
+    return encode_top_arrays(*top_entries(dist, n))
+
+
+def decode_top(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
+    if not blob or blob[:1] != b"T" or (len(blob) - 1) % 12:
+        raise ValueError("not a top-N distribution blob")
+    n = (len(blob) - 1) // 12
+    ids = np.frombuffer(blob, dtype="<i4", count=n, offset=1).astype(np.int64)
+    probs = np.frombuffer(blob, dtype="<f8", count=n, offset=1 + 4 * n).astype(np.float64)
+    return ids, probs
+
+
+def encode_full_raw(raw: bytes, dtype: str) -> bytes:
+    return b"F" + FULL_DTYPES[dtype] + zlib.compress(raw, ZLIB_LEVEL)
+
+
+def encode_full(dist: np.ndarray, dtype: str = "float32") -> bytes:
+    code = FULL_DTYPES[dtype]
+    return encode_full_raw(np.asarray(dist).astype(_DTYPE_OF_CODE[code]).tobytes(), dtype)
+
+
+def full_raw(blob: bytes) -> tuple[str, bytes]:
+    """(dtype name, raw little-endian bytes) of a full-vector blob."""
+    if len(blob) < 2 or blob[:1] != b"F" or blob[1:2] not in _DTYPE_OF_CODE:
+        raise ValueError("not a full-vector distribution blob")
+    dtype = "float32" if blob[1:2] == b"4" else "float64"
+    return dtype, zlib.decompress(blob[2:])
+
+
+def decode_full(blob: bytes) -> np.ndarray:
+    dtype, raw = full_raw(blob)
+    return np.frombuffer(raw, dtype=_DTYPE_OF_CODE[FULL_DTYPES[dtype]]).astype(np.float64)
+
+
+def rebuild(top: bytes, full: bytes | None, vocab_size: int, exact: Mapping[int, float] | None = None) -> np.ndarray:
+    """The in-memory distribution from its blobs (see the module docstring)."""
+    ids, probs = decode_top(top)
+    if full is not None:
+        out = decode_full(full)
+        out[ids] = probs
+        for i, v in (exact or {}).items():
+            out[i] = v
+        return out
+    out = np.zeros(vocab_size, dtype=np.float64)
+    out[ids] = probs
+    known = set(ids.tolist())
+    for i, v in (exact or {}).items():
+        out[i] = v
+        known.add(i)
+    return PartialDistribution(out, np.array(sorted(known), dtype=np.int64))
+
+
+# ---------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class VectorPolicy:
+    """What the store keeps of each distribution."""
+
+    top_n: int = DEFAULT_TOP_N
+    full: bool = False
+    full_dtype: str = "float32"
+
+    @classmethod
+    def for_vocab(cls, vocab_size: int, top_n: int = DEFAULT_TOP_N, full: bool | None = None, full_dtype: str = "float32") -> "VectorPolicy":
+        if full is None:
+            full = 0 < vocab_size <= FULL_VECTORS_AUTO_MAX_VOCAB
+        if full_dtype not in FULL_DTYPES:
+            raise ValueError(f"full_dtype must be one of {sorted(FULL_DTYPES)}, got {full_dtype!r}")
+        if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+            raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
+        return cls(top_n=top_n, full=bool(full), full_dtype=full_dtype)
+
+    def top(self, dist: np.ndarray | None) -> bytes | None:
+        return None if dist is None else encode_top(dist, self.top_n)
+
+    def fullblob(self, dist: np.ndarray | None) -> bytes | None:
+        return None if dist is None or not self.full else encode_full(dist, self.full_dtype)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def round_to_rows(rnd: Round, policy: VectorPolicy, run_id: str | None = None) -> tuple[dict, list[dict]]:
+    """One Round -> (rounds row, draft_nodes rows), keyed by column name."""
+    run_id = run_id or rnd.run_id
+    tc, dc, t = rnd.target_cache, rnd.draft_cache, rnd.timings
+    row = {
+        "run_id": run_id,
+        "round_index": int(rnd.index),
+        "prefix_len": int(rnd.prefix_len),
+        "emitted_before": int(rnd.emitted_before),
+        "remaining_budget": int(rnd.remaining_budget),
+        "k": int(rnd.k),
+        "greedy": bool(rnd.greedy),
+        "n_drafted": len(rnd.nodes),
+        "n_accepted": sum(1 for n in rnd.nodes if n.status == "accepted"),
+        "draft_tokens": [int(n.token) for n in rnd.nodes],
+        "emitted": [[int(e.token), e.kind, _opt_int(e.node), _opt_float(e.draw)] for e in rnd.emitted],
+        "eos": bool(rnd.eos),
+        "budget_stop": bool(rnd.budget_stop),
+        "bonus_withheld": bool(rnd.bonus_withheld),
+        "rejected_node": _opt_int(rnd.rejected_node),
+        "residual_mass": _opt_float(rnd.residual_mass),
+        "residual_top": policy.top(rnd.residual),
+        "residual_full": policy.fullblob(rnd.residual),
+        "bonus_top": policy.top(rnd.bonus_p),
+        "bonus_full": policy.fullblob(rnd.bonus_p),
+        "tc_before": int(tc.before),
+        "tc_peak": int(tc.peak),
+        "tc_after": int(tc.after),
+        "tc_pending": [int(x) for x in tc.pending],
+        "dc_before": None if dc is None else int(dc.before),
+        "dc_peak": None if dc is None else int(dc.peak),
+        "dc_after": None if dc is None else int(dc.after),
+        "dc_pending": None if dc is None else [int(x) for x in dc.pending],
+        "draft_s": float(t.draft_s),
+        "verify_s": float(t.verify_s),
+        "bookkeeping_s": float(t.bookkeeping_s),
+        "draft_forwards": int(rnd.draft_forwards),
+        "target_forwards": int(rnd.target_forwards),
+    }
+    nodes = [
+        {
+            "run_id": run_id,
+            "round_index": int(rnd.index),
+            "node_index": int(n.index),
+            "token": int(n.token),
+            "parent": int(n.parent),
+            "depth": int(n.depth),
+            "status": n.status,
+            "u": _opt_float(n.u),
+            "p_token": float(n.p_token),
+            "q_token": _opt_float(n.q_token),
+            "ratio": _opt_float(n.ratio),
+            "overlap": _opt_float(n.overlap),
+            "target_argmax": int(n.target_argmax),
+            "p_top": policy.top(n.p),
+            "q_top": policy.top(n.q),
+            "p_full": policy.fullblob(n.p),
+            "q_full": policy.fullblob(n.q),
+        }
+        for n in rnd.nodes
+    ]
+    return row, nodes
+
+
+def _cache(before: Any, peak: Any, after: Any, pending: Any) -> CacheState | None:
+    if before is None:
+        return None
+    return CacheState(before=int(before), peak=int(peak), after=int(after), pending=tuple(int(x) for x in pending or ()))
+
+
+def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]], vocab_size: int, full: bool = True) -> Round:
+    """Rebuild a core Round. With full=False (or no stored full vectors) the distributions
+    are PartialDistribution arrays built from the top-N."""
+
+    def dist(top: bytes | None, fullblob: bytes | None, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
+        if top is None:
+            return None
+        return rebuild(top, fullblob if full else None, vocab_size, exact)
+
+    nodes = []
+    for n in sorted(node_rows, key=lambda r: r["node_index"]):
+        token = int(n["token"])
+        q_token = n["q_token"]
+        nodes.append(
+            DraftNode(
+                index=int(n["node_index"]),
+                token=token,
+                parent=int(n["parent"]),
+                depth=int(n["depth"]),
+                p=dist(n["p_top"], n.get("p_full"), {token: n["p_token"]}),
+                q=dist(n["q_top"], n.get("q_full"), None if q_token is None else {token: q_token}),
+                status=n["status"],
+                u=n["u"],
+                p_token=n["p_token"],
+                q_token=q_token,
+                ratio=n["ratio"],
+                overlap=n["overlap"],
+                target_argmax=int(n["target_argmax"]),
+            )
+        )
+    return Round(
+        run_id=row["run_id"],
+        index=int(row["round_index"]),
+        prefix_len=int(row["prefix_len"]),
+        emitted_before=int(row["emitted_before"]),
+        remaining_budget=int(row["remaining_budget"]),
+        k=int(row["k"]),
+        greedy=bool(row["greedy"]),
+        nodes=tuple(nodes),
+        bonus_p=dist(row["bonus_top"], row.get("bonus_full")),
+        rejected_node=row["rejected_node"],
+        residual=dist(row["residual_top"], row.get("residual_full")),
+        residual_mass=row["residual_mass"],
+        emitted=emitted_tokens(row["emitted"]),
+        eos=bool(row["eos"]),
+        budget_stop=bool(row["budget_stop"]),
+        bonus_withheld=bool(row["bonus_withheld"]),
+        target_cache=_cache(row["tc_before"], row["tc_peak"], row["tc_after"], row["tc_pending"]),
+        draft_cache=_cache(row["dc_before"], row["dc_peak"], row["dc_after"], row["dc_pending"]),
+        timings=RoundTimings(draft_s=row["draft_s"], verify_s=row["verify_s"], bookkeeping_s=row["bookkeeping_s"]),
+        draft_forwards=int(row["draft_forwards"]),
+        target_forwards=int(row["target_forwards"]),
+    )
+
+
+def emitted_tokens(items: Iterable[Sequence[Any]]) -> tuple[EmittedToken, ...]:
+    return tuple(EmittedToken(token=int(t), kind=kind, node=node, draw=draw) for t, kind, node, draw in items)

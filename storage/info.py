@@ -1,0 +1,119 @@
+"""Plain values the read API hands out: a run's header and a per-round timeline summary."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Mapping
+
+from specscope.core.records import CacheState, EmittedToken, RoundTimings, RunConfig
+
+_LIBRARIES = ("specscope", "torch", "transformers", "numpy", "sqlalchemy")
+
+
+def library_versions(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Versions of Python and the libraries that shape a run (read from package metadata)."""
+    versions = {"python": platform.python_version()}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    versions["platform"] = sys.platform
+    versions.update(extra or {})
+    return versions
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Model identities. Names default to the RunConfig's; hashes are whatever the caller
+    computed (e.g. sha256 of the weights file), stored as given."""
+
+    target_name: str | None = None
+    target_hash: str | None = None
+    draft_name: str | None = None
+    draft_hash: str | None = None
+    tokenizer_name: str | None = None
+    tokenizer_hash: str | None = None
+
+    @classmethod
+    def coerce(cls, value: "ModelInfo | Mapping[str, Any] | None") -> "ModelInfo":
+        if value is None:
+            return cls()
+        if isinstance(value, ModelInfo):
+            return value
+        unknown = set(value) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown model_info keys: {sorted(unknown)}")
+        return cls(**{k: (None if v is None else str(v)) for k, v in value.items()})
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    status: str  # running | completed | interrupted | failed
+    stop_reason: str | None  # eos | budget | cancelled (from the GenerationResult)
+    error: str | None
+    started_at: float  # UTC unix seconds
+    ended_at: float | None
+    heartbeat_at: float | None
+    writer_host: str | None
+    writer_pid: int | None
+    config: RunConfig
+    prompt_text: str | None
+    models: ModelInfo
+    library_versions: dict[str, Any]
+    extra: dict[str, Any]
+    top_n: int
+    full_vectors: bool
+    full_dtype: str
+    n_rounds: int
+    drafted: int
+    accepted: int
+    new_tokens: tuple[int, ...]
+    wall_s: float | None
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return (self.accepted + self.n_rounds) / self.n_rounds if self.n_rounds else 0.0
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """A round without its distributions: what a timeline needs (read from one table)."""
+
+    run_id: str
+    index: int
+    prefix_len: int
+    emitted_before: int
+    remaining_budget: int
+    k: int
+    greedy: bool
+    drafted: int
+    accepted: int
+    draft_tokens: tuple[int, ...]
+    emitted: tuple[EmittedToken, ...]
+    rejected_node: int | None
+    residual_mass: float | None
+    eos: bool
+    budget_stop: bool
+    bonus_withheld: bool
+    target_cache: CacheState
+    draft_cache: CacheState | None
+    timings: RoundTimings
+    draft_forwards: int
+    target_forwards: int
+
+    @property
+    def tokens(self) -> list[int]:
+        return [e.token for e in self.emitted]
+
+    @property
+    def accepted_length(self) -> int:
+        return self.accepted + 1

@@ -1,0 +1,83 @@
+"""Schema versions and ordered migrations.
+
+A new store is created from the current models (schema.py) and stamped with
+CURRENT_VERSION. An existing store at version v gets every migration with version > v,
+in order, each in the same transaction as its schema_version row. To change the schema:
+edit schema.py, append a Migration that brings version CURRENT_VERSION to the new shape
+(ALTER TABLE ... through the connection), and add a test that opens a store of the old
+version.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from sqlalchemy import Connection, insert, inspect, select, func
+
+from .errors import NotATraceStoreError, SchemaVersionError
+from .schema import Base, SchemaVersion
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+def _baseline(conn: Connection) -> None:  # version 1 is the baseline created from the models
+    Base.metadata.create_all(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema: runs, rounds, draft_nodes", _baseline),
+)
+CURRENT_VERSION = MIGRATIONS[-1].version
+TABLES = frozenset(Base.metadata.tables)
+
+
+def stored_version(conn: Connection) -> int | None:
+    """The schema version of the database; None for an empty database (no tables)."""
+    tables = set(inspect(conn).get_table_names())
+    if not tables:
+        return None
+    if "schema_version" not in tables:
+        shown = ", ".join(sorted(tables)[:8])
+        raise NotATraceStoreError(f"the database holds tables ({shown}) but is not a specscope trace store (no schema_version table)")
+    version = conn.execute(select(func.max(SchemaVersion.version))).scalar()
+    if version is None:
+        raise SchemaVersionError("the schema_version table is empty: unknown schema")
+    return int(version)
+
+
+def check_version(version: int | None, migrations: Sequence[Migration] = MIGRATIONS) -> None:
+    current = migrations[-1].version
+    if version is not None and version > current:
+        raise SchemaVersionError(
+            f"the store has schema version {version}, newer than this specscope understands ({current}); "
+            f"upgrade specscope to open it"
+        )
+    if version is not None and version < 1:
+        raise SchemaVersionError(f"unknown schema version {version}")
+
+
+def ensure_schema(conn: Connection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Create or upgrade the schema inside the caller's transaction; return the version."""
+    versions = [m.version for m in migrations]
+    assert versions == sorted(set(versions)), "migrations must have strictly increasing versions"
+    version = stored_version(conn)
+    check_version(version, migrations)
+    now = time.time()
+    if version is None:
+        Base.metadata.create_all(conn)
+        current = migrations[-1]
+        conn.execute(insert(SchemaVersion).values(version=current.version, description=f"created: {current.description}", applied_at=now))
+        return current.version
+    for m in migrations:
+        if m.version > version:
+            m.apply(conn)
+            conn.execute(insert(SchemaVersion).values(version=m.version, description=m.description, applied_at=now))
+            version = m.version
+    return version

@@ -1,0 +1,195 @@
+"""SQLAlchemy 2.0 models of the trace store (dialect-neutral: SQLite by default, any URL works).
+
+Tables
+  schema_version  one row per applied migration (the highest version is the schema's)
+  runs            one row per run: full RunConfig, model identities, library versions,
+                  status and liveness (writer host/pid/heartbeat), aggregates
+  rounds          one row per Round; everything but the per-node data; timeline columns
+                  (n_drafted, n_accepted, draft_tokens, emitted) so a timeline never reads
+                  the distributions
+  draft_nodes     one row per DraftNode, with p/q as top-N blobs and optional full blobs
+
+Times are UTC unix seconds (float). Distribution blobs are described in storage/codec.py
+and docs/trace-format.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Double,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+RUN_STATUSES = ("running", "completed", "interrupted", "failed")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {
+        float: Double(),
+        dict[str, Any]: JSON(none_as_null=True),
+        list[Any]: JSON(none_as_null=True),
+        bytes: LargeBinary(),
+    }
+
+
+class SchemaVersion(Base):
+    __tablename__ = "schema_version"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    description: Mapped[str] = mapped_column(String(200))
+    applied_at: Mapped[float]
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    stop_reason: Mapped[Optional[str]] = mapped_column(String(16))
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    started_at: Mapped[float]
+    ended_at: Mapped[Optional[float]]
+    # liveness of the writer: a 'running' run whose writer is gone is marked interrupted
+    heartbeat_at: Mapped[Optional[float]]
+    writer_host: Mapped[Optional[str]] = mapped_column(String(255))
+    writer_pid: Mapped[Optional[int]] = mapped_column(Integer)
+
+    prompt_ids: Mapped[list[Any]]
+    prompt_text: Mapped[Optional[str]] = mapped_column(Text)
+    # RunConfig
+    max_new_tokens: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    temperature: Mapped[float]
+    top_k: Mapped[int] = mapped_column(Integer)
+    top_p: Mapped[float]
+    seed: Mapped[int] = mapped_column(BigInteger)
+    eos_token_id: Mapped[Optional[int]] = mapped_column(Integer)
+    proposer: Mapped[str] = mapped_column(String(64))
+    proposer_params: Mapped[dict[str, Any]]
+    device: Mapped[str] = mapped_column(String(64))
+    dtype: Mapped[str] = mapped_column(String(32))
+    vocab_size: Mapped[int] = mapped_column(Integer)
+    use_cache: Mapped[bool] = mapped_column(Boolean)
+    fault: Mapped[Optional[str]] = mapped_column(String(64))
+    # model identities (names from the RunConfig; hashes passed in by the caller)
+    target_name: Mapped[str] = mapped_column(String(512))
+    target_hash: Mapped[Optional[str]] = mapped_column(String(128))
+    draft_name: Mapped[Optional[str]] = mapped_column(String(512))
+    draft_hash: Mapped[Optional[str]] = mapped_column(String(128))
+    tokenizer_name: Mapped[Optional[str]] = mapped_column(String(512))
+    tokenizer_hash: Mapped[Optional[str]] = mapped_column(String(128))
+    library_versions: Mapped[dict[str, Any]]
+    extra: Mapped[dict[str, Any]]
+    # what the storage layer persisted
+    top_n: Mapped[int] = mapped_column(Integer)
+    full_vectors: Mapped[bool] = mapped_column(Boolean)
+    full_dtype: Mapped[str] = mapped_column(String(16))
+    # aggregates, kept current by the writer at every flush
+    n_rounds: Mapped[int] = mapped_column(Integer, default=0)
+    drafted: Mapped[int] = mapped_column(Integer, default=0)
+    accepted: Mapped[int] = mapped_column(Integer, default=0)
+    new_tokens: Mapped[list[Any]]
+    wall_s: Mapped[Optional[float]]
+
+    rounds: Mapped[list["RoundRow"]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True, order_by="RoundRow.round_index"
+    )
+
+    __table_args__ = (
+        Index("ix_runs_status", "status"),
+        Index("ix_runs_started_at", "started_at"),
+    )
+
+
+class RoundRow(Base):
+    __tablename__ = "rounds"
+
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    round_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    prefix_len: Mapped[int] = mapped_column(Integer)
+    emitted_before: Mapped[int] = mapped_column(Integer)
+    remaining_budget: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    greedy: Mapped[bool] = mapped_column(Boolean)
+    # timeline columns (denormalised from nodes / emitted)
+    n_drafted: Mapped[int] = mapped_column(Integer)
+    n_accepted: Mapped[int] = mapped_column(Integer)
+    draft_tokens: Mapped[list[Any]]
+    emitted: Mapped[list[Any]]  # [[token, kind, node|null, draw|null], ...]
+    eos: Mapped[bool] = mapped_column(Boolean)
+    budget_stop: Mapped[bool] = mapped_column(Boolean)
+    bonus_withheld: Mapped[bool] = mapped_column(Boolean)
+    rejected_node: Mapped[Optional[int]] = mapped_column(Integer)
+    residual_mass: Mapped[Optional[float]]
+    residual_top: Mapped[Optional[bytes]]
+    residual_full: Mapped[Optional[bytes]]
+    bonus_top: Mapped[Optional[bytes]]
+    bonus_full: Mapped[Optional[bytes]]
+    # cache bookkeeping
+    tc_before: Mapped[int] = mapped_column(Integer)
+    tc_peak: Mapped[int] = mapped_column(Integer)
+    tc_after: Mapped[int] = mapped_column(Integer)
+    tc_pending: Mapped[list[Any]]
+    dc_before: Mapped[Optional[int]] = mapped_column(Integer)
+    dc_peak: Mapped[Optional[int]] = mapped_column(Integer)
+    dc_after: Mapped[Optional[int]] = mapped_column(Integer)
+    dc_pending: Mapped[Optional[list[Any]]]
+    # timings and forward counts
+    draft_s: Mapped[float]
+    verify_s: Mapped[float]
+    bookkeeping_s: Mapped[float]
+    draft_forwards: Mapped[int] = mapped_column(Integer)
+    target_forwards: Mapped[int] = mapped_column(Integer)
+
+    run: Mapped[RunRow] = relationship(back_populates="rounds")
+
+    __table_args__ = (Index("ix_rounds_run_eos", "run_id", "eos"),)
+
+
+class NodeRow(Base):
+    __tablename__ = "draft_nodes"
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    round_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    node_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    token: Mapped[int] = mapped_column(Integer)
+    parent: Mapped[int] = mapped_column(Integer)
+    depth: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    u: Mapped[Optional[float]]
+    p_token: Mapped[float]
+    q_token: Mapped[Optional[float]]
+    ratio: Mapped[Optional[float]]
+    overlap: Mapped[Optional[float]]
+    target_argmax: Mapped[int] = mapped_column(Integer)
+    p_top: Mapped[bytes]
+    q_top: Mapped[Optional[bytes]]
+    p_full: Mapped[Optional[bytes]]
+    q_full: Mapped[Optional[bytes]]
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["run_id", "round_index"],
+            ["rounds.run_id", "rounds.round_index"],
+            ondelete="CASCADE",
+            name="fk_draft_nodes_round",
+        ),
+        Index("ix_draft_nodes_status", "run_id", "status"),
+    )
+
+
+runs_table = RunRow.__table__
+rounds_table = RoundRow.__table__
+nodes_table = NodeRow.__table__
