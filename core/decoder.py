@@ -33,6 +33,7 @@ from .records import (
     RunSummary,
 )
 from .sampling import SamplingConfig, check_finite, process_logits, sample_from
+from .verify import acceptance_probability, residual_distribution
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +140,16 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ public API
 
-    def run_config(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, run_id: str | None = None) -> RunConfig:
+    def run_config(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int,
+        run_id: str | None = None,
+        seed: int | None = None,
+    ) -> RunConfig:
         ids = normalize_prompt(prompt_ids, self.vocab_size)
+        if seed is not None and not _is_int(seed):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
         if not _is_int(max_new_tokens) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         param = next(self.target.parameters())
@@ -150,7 +159,7 @@ class SpeculativeDecoder:
             max_new_tokens=int(max_new_tokens),
             k=self.k,
             sampling=self.sampling,
-            seed=self.seed,
+            seed=self.seed if seed is None else int(seed),
             eos_token_id=self.eos_token_id,
             proposer=self.proposer.name,
             proposer_params=dict(self.proposer.params()),
@@ -168,16 +177,19 @@ class SpeculativeDecoder:
         prompt_ids: Sequence[int] | torch.Tensor,
         max_new_tokens: int = 32,
         run_id: str | None = None,
+        seed: int | None = None,
         config: RunConfig | None = None,
     ) -> Generator[Round, None, GenerationResult]:
         """Yield one Round per speculative round; return the GenerationResult.
 
-        Closing the generator cancels the run after the round in progress.
+        `seed` overrides the decoder's seed for this run; `config` (from run_config())
+        replaces prompt, budget, run id and seed. Closing the generator cancels the run
+        after the round in progress.
         """
-        config = config or self.run_config(prompt_ids, max_new_tokens, run_id)
+        config = config or self.run_config(prompt_ids, max_new_tokens, run_id, seed)
         context = list(config.prompt_ids)
         budget = config.max_new_tokens
-        rng = np.random.default_rng(self.seed)
+        rng = np.random.default_rng(config.seed)
         self.target_lm.reset()
         self.proposer.reset()
         new_tokens: list[int] = []
@@ -208,8 +220,14 @@ class SpeculativeDecoder:
             wall_s=time.perf_counter() - started,
         )
 
-    def generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int = 32, run_id: str | None = None) -> GenerationResult:
-        gen = self.rounds(prompt_ids, max_new_tokens, run_id)
+    def generate(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int = 32,
+        run_id: str | None = None,
+        seed: int | None = None,
+    ) -> GenerationResult:
+        gen = self.rounds(prompt_ids, max_new_tokens, run_id, seed)
         while True:
             try:
                 next(gen)
@@ -309,14 +327,8 @@ class SpeculativeDecoder:
         self.target_lm.crop(committed)
 
     def _residual(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
-        positive = np.maximum(p - q, 0.0)
-        mass = float(positive.sum())
-        if not mass > 0.0:
-            raise ArithmeticError(
-                "a draft token was rejected although max(p - q, 0) has zero mass: p and q are "
-                "numerically inconsistent"
-            )
-        return positive / mass, mass
+        residual, mass = residual_distribution(p, q)
+        return residual, float(mass)
 
     def _decide(self, draft: Draft, p_rows: np.ndarray, argmax: np.ndarray, remaining: int, rng: np.random.Generator) -> _Verdict:
         n = len(draft.tokens)
@@ -329,7 +341,7 @@ class SpeculativeDecoder:
                 p, q = p_rows[i], draft.q[i]
                 u = float(rng.random())
                 verdict.draws[i] = u
-                accepted = u < min(1.0, p[token] / q[token])
+                accepted = u < acceptance_probability(float(p[token]), float(q[token]))
             if accepted:
                 verdict.statuses[i] = "accepted"
                 verdict.emitted.append(EmittedToken(token, "accepted", i))
