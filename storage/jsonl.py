@@ -653,7 +653,7 @@ def import_run(store: TraceStore, source: str | os.PathLike | IO[str], *, run_id
     run = read_trace(source, run_id)
     rid = run.row["run_id"]
     with translate_errors(f"importing run {rid}"):
-        with store.engine.begin() as conn:
+        with store.transaction() as conn:
             if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == rid)).first():
                 raise RunExistsError(f"a run with id {rid} is already in the store; import it under another id (--run-id)")
             conn.execute(insert(runs_table).values(**run.row))

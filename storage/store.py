@@ -24,7 +24,7 @@ from specscope.core.sampling import SamplingConfig
 from .codec import emitted_tokens, rows_to_round, _cache
 from .errors import CorruptStoreError, NotATraceStoreError, RunNotFoundError, TraceStoreError
 from .info import ModelInfo, RoundSummary, RunInfo
-from .migrations import MIGRATIONS, Migration, check_version, ensure_schema
+from .migrations import MIGRATIONS, Migration, check_version, ensure_schema, stored_version
 from .paths import default_db_location
 from .schema import nodes_table, rounds_table, runs_table
 from specscope.core.records import RoundTimings
@@ -126,6 +126,9 @@ def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # pysqlite's own transaction handling would not BEGIN before DDL or SELECT; take it over
+    # (the SQLAlchemy recipe) so migrations are atomic and reads see one snapshot.
+    dbapi_connection.isolation_level = None
     cur = dbapi_connection.cursor()
     try:
         cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -136,6 +139,13 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cur.close()
 
 
+def _sqlite_begin(conn: Any) -> None:
+    # Writers take the write lock up front (waiting out busy_timeout) instead of failing
+    # when a read transaction cannot be upgraded.
+    immediate = conn.get_execution_options().get("sqlite_immediate", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
 def make_engine(url: str, echo: bool = False) -> Engine:
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
@@ -144,6 +154,7 @@ def make_engine(url: str, echo: bool = False) -> Engine:
             kwargs["poolclass"] = StaticPool
         engine = create_engine(url, echo=echo, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, echo=echo, pool_pre_ping=True)
 
@@ -225,8 +236,14 @@ class TraceStore:
         self.engine = make_engine(self.url, echo=echo)
         try:
             with translate_errors(f"opening {where}"):
-                with self.engine.begin() as conn:
-                    self.schema_version = ensure_schema(conn, _migrations)
+                with self.engine.connect() as conn:  # a read first: opening an up-to-date store writes nothing
+                    version = stored_version(conn)
+                check_version(version, _migrations)
+                if version == _migrations[-1].version:
+                    self.schema_version = version
+                else:
+                    with self.transaction() as conn:
+                        self.schema_version = ensure_schema(conn, _migrations)
             self.recovered: list[str] = self.recover_interrupted() if recover else []
         except BaseException:
             self.engine.dispose()
@@ -246,27 +263,37 @@ class TraceStore:
     def __repr__(self) -> str:
         return f"TraceStore({self._where!r})"
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite): commit on success, else roll back."""
+        with self.engine.connect() as conn:
+            conn.execution_options(sqlite_immediate=True)
+            with conn.begin():
+                yield conn
+
     # ------------------------------------------------------------------ maintenance
 
     def recover_interrupted(self, now: float | None = None) -> list[str]:
         """Mark 'running' runs whose writer is gone as interrupted; return their ids."""
         now = time.time() if now is None else now
         marked = []
+        query = select(runs_table.c.run_id, runs_table.c.writer_host, runs_table.c.writer_pid,
+                       runs_table.c.heartbeat_at, runs_table.c.started_at).where(runs_table.c.status == "running")
         with translate_errors(f"recovering runs in {self._where}"):
-            with self.engine.begin() as conn:
-                rows = conn.execute(
-                    select(runs_table.c.run_id, runs_table.c.writer_host, runs_table.c.writer_pid,
-                           runs_table.c.heartbeat_at, runs_table.c.started_at).where(runs_table.c.status == "running")
-                ).all()
-                for r in rows:
-                    if not writer_is_dead(r.run_id, r.writer_host, r.writer_pid, r.heartbeat_at, r.started_at, now, self.stale_after_s):
-                        continue
+            with self.engine.connect() as conn:
+                rows = conn.execute(query).all()
+            dead = [r for r in rows if writer_is_dead(r.run_id, r.writer_host, r.writer_pid, r.heartbeat_at,
+                                                        r.started_at, now, self.stale_after_s)]
+            if not dead:
+                return []
+            with self.transaction() as conn:
+                for r in dead:
                     last = r.heartbeat_at if r.heartbeat_at is not None else r.started_at
-                    res = conn.execute(
+                    beat = runs_table.c.heartbeat_at
+                    res = conn.execute(  # only if the writer has not beaten since we looked
                         update(runs_table)
                         .where(runs_table.c.run_id == r.run_id, runs_table.c.status == "running",
-                               runs_table.c.heartbeat_at.is_(r.heartbeat_at) if r.heartbeat_at is None
-                               else runs_table.c.heartbeat_at == r.heartbeat_at)
+                               beat.is_(None) if r.heartbeat_at is None else beat == r.heartbeat_at)
                         .values(status="interrupted", ended_at=last,
                                 error=f"the writer (pid {r.writer_pid} on {r.writer_host}) stopped without finishing; "
                                       f"marked interrupted when the store was opened")
@@ -288,7 +315,7 @@ class TraceStore:
     def delete_run(self, run_id: str) -> None:
         run_id = self.resolve_run_id(run_id)
         with translate_errors(f"deleting run {run_id}"):
-            with self.engine.begin() as conn:
+            with self.transaction() as conn:
                 conn.execute(delete(nodes_table).where(nodes_table.c.run_id == run_id))
                 conn.execute(delete(rounds_table).where(rounds_table.c.run_id == run_id))
                 conn.execute(delete(runs_table).where(runs_table.c.run_id == run_id))

@@ -140,7 +140,7 @@ class TraceWriter:
             writer_pid=os.getpid(),
         )
         with translate_errors(f"starting run {self.run_id}"):
-            with store.engine.begin() as conn:
+            with store.transaction() as conn:
                 if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == self.run_id)).first():
                     raise RunExistsError(f"a run with id {self.run_id} is already stored")
                 conn.execute(insert(runs_table).values(**row))
@@ -293,7 +293,7 @@ class TraceWriter:
             self._error = exc
             log.exception("trace writer of run %s failed", self.run_id)
             try:
-                with self.store.engine.begin() as conn:
+                with self.store.transaction() as conn:
                     conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id).values(
                         status="failed", error=f"trace writer failed: {type(exc).__name__}: {exc}",
                         ended_at=time.time(), heartbeat_at=time.time()))
@@ -324,7 +324,7 @@ class TraceWriter:
             values["ended_at"] = now
             values.setdefault("wall_s", now - self.started_at)
         with translate_errors(f"writing run {self.run_id}"):
-            with self.store.engine.begin() as conn:
+            with self.store.transaction() as conn:
                 if rounds:
                     conn.execute(insert(rounds_table), rounds)
                 if nodes:

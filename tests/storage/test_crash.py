@@ -1,0 +1,62 @@
+"""kill -9 of a recording process: at most the last flush interval is lost, the file is
+intact, and the next open marks the run interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from specscope.storage import TraceStore
+
+FLUSH = 0.25
+SLACK = 0.35  # scheduling slack on a loaded CI machine (the commit itself takes time)
+
+
+def test_kill_9_loses_at_most_the_last_flush_interval(tmp_path):
+    path = tmp_path / "crash.sqlite"
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "crash_child.py"), str(path), str(FLUSH)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = child.stdout.readline().split()
+        assert first and first[0] == "ready", child.stderr.read()
+        run_id = first[1]
+        written: dict[int, float] = {}
+        while len(written) < 200:
+            line = child.stdout.readline()
+            assert line, child.stderr.read()
+            i, t = line.split()
+            written[int(i)] = float(t)
+        # a reader in another process sees the run while it is written
+        with TraceStore(path) as reader:
+            assert reader.get_run(run_id).status == "running"
+            assert reader.recovered == []
+        killed_at = time.monotonic()
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    # rounds whose write() returned more than one flush interval (+ slack) before the kill
+    must_have = [i for i, t in written.items() if t < killed_at - FLUSH - SLACK]
+    assert must_have, "the child wrote too slowly for the test to mean anything"
+
+    with TraceStore(path) as store:
+        assert store.integrity_check() == ["ok"]
+        assert store.recovered == [run_id]
+        info = store.get_run(run_id)
+        assert info.status == "interrupted" and info.ended_at is not None
+        stored = store.count_rounds(run_id)
+        assert stored >= max(must_have) + 1, f"lost rounds before the last flush interval: stored {stored}, needed {max(must_have) + 1}"
+        assert info.n_rounds == stored  # aggregates committed with the rounds
+        rounds = store.load_rounds(run_id)  # every stored round complete, with its nodes
+        assert [r.index for r in rounds] == list(range(stored))
+        assert all(len(r.nodes) == 4 for r in rounds)
+        assert len(info.new_tokens) == sum(len(r.emitted) for r in rounds)
+    with TraceStore(path) as again:  # recovery happens once
+        assert again.recovered == []

@@ -1,0 +1,255 @@
+"""Opening stores: pragmas, schema versions and migrations, refusals that change nothing,
+recovery of runs whose writer died."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from sqlalchemy import Column, Integer, text, update
+
+from specscope.storage import (
+    SCHEMA_VERSION,
+    CorruptStoreError,
+    NotATraceStoreError,
+    SchemaVersionError,
+    TraceStore,
+    TraceStoreError,
+    TraceWriter,
+    default_db_location,
+    user_data_dir,
+)
+from specscope.storage.migrations import MIGRATIONS, Migration
+from specscope.storage.schema import runs_table
+
+from .helpers import synthetic_config, synthetic_rounds
+
+
+def digest(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_pragmas_on_every_connection(store):
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 1000
+
+
+def test_schema_version_and_named_indexes(store):
+    with store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT version, description FROM schema_version")).all()
+        names = {r[0] for r in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'"))}
+    assert [r[0] for r in rows] == [SCHEMA_VERSION]
+    assert {"ix_runs_status", "ix_runs_started_at", "ix_draft_nodes_status", "ix_rounds_run_eos"} <= names
+    assert store.integrity_check() == ["ok"]
+
+
+def test_foreign_keys_cascade(store):
+    config = synthetic_config()
+    with TraceWriter(store, config) as w:
+        for r in synthetic_rounds(config, 3):
+            w.write(r)
+    store.delete_run(config.run_id)
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM draft_nodes")).scalar() == 0
+        with pytest.raises(Exception):
+            conn.execute(text("INSERT INTO rounds (run_id) VALUES ('nope')"))
+
+
+def test_default_location_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("SPECSCOPE_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    if sys.platform.startswith("linux"):
+        assert user_data_dir() == tmp_path / "xdg" / "specscope"
+        assert default_db_location() == str(tmp_path / "xdg" / "specscope" / "traces.sqlite")
+        with TraceStore() as s:  # created with its folder
+            assert s.path == str(tmp_path / "xdg" / "specscope" / "traces.sqlite")
+        assert os.path.exists(tmp_path / "xdg" / "specscope" / "traces.sqlite")
+    monkeypatch.setenv("SPECSCOPE_DB", str(tmp_path / "other.sqlite"))
+    assert default_db_location() == str(tmp_path / "other.sqlite")
+
+
+def test_any_sqlalchemy_url_works():
+    config = synthetic_config()
+    with TraceStore("sqlite://") as s:  # in-memory, shared by the writer thread
+        with TraceWriter(s, config) as w:
+            for r in synthetic_rounds(config, 4):
+                w.write(r)
+        assert s.count_rounds(config.run_id) == 4
+        assert s.integrity_check() == ["ok"]
+
+
+def test_non_sqlite_file_is_refused_unchanged(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    path.write_bytes(b"these are my notes, not a database\n" * 100)
+    before = digest(path)
+    with pytest.raises(NotATraceStoreError, match="not an SQLite database"):
+        TraceStore(path)
+    assert digest(path) == before
+    assert sorted(os.listdir(tmp_path)) == ["notes.sqlite"]
+
+
+def test_foreign_sqlite_database_is_refused_unchanged(tmp_path):
+    path = tmp_path / "other.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE people (name TEXT)")
+    con.commit()
+    con.close()
+    before = digest(path)
+    with pytest.raises(NotATraceStoreError, match="not a specscope trace store"):
+        TraceStore(path)
+    assert digest(path) == before
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # no WAL switch
+    con.close()
+
+
+def _bump_version(path, version: int) -> None:
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO schema_version VALUES (?, 'from the future', 0)", (version,))
+    con.commit()
+    con.close()
+
+
+def test_newer_schema_is_refused_unchanged(tmp_path):
+    path = tmp_path / "t.sqlite"
+    TraceStore(path).close()
+    _bump_version(path, SCHEMA_VERSION + 1)
+    before = digest(path)
+    with pytest.raises(SchemaVersionError, match="newer than this specscope"):
+        TraceStore(path)
+    assert digest(path) == before
+
+
+def test_empty_version_table_is_unknown_schema(tmp_path):
+    path = tmp_path / "t.sqlite"
+    TraceStore(path).close()
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM schema_version")
+    con.commit()
+    con.close()
+    with pytest.raises(SchemaVersionError, match="unknown schema"):
+        TraceStore(path)
+
+
+def test_corrupt_database_is_refused_unchanged(tmp_path):
+    path = tmp_path / "t.sqlite"
+    with TraceStore(path) as s:
+        config = synthetic_config()
+        with TraceWriter(s, config) as w:
+            for r in synthetic_rounds(config, 5):
+                w.write(r)
+        with s.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xa5" * (4096 - 100)  # clobber the schema page after the header
+    path.write_bytes(bytes(data))
+    before = digest(path)
+    with pytest.raises(CorruptStoreError, match="corrupt"):
+        TraceStore(path)
+    assert digest(path) == before
+
+
+def test_migrations_run_in_order_and_are_recorded(tmp_path):
+    path = tmp_path / "t.sqlite"
+    TraceStore(path).close()
+    applied = []
+
+    def v2(conn):
+        applied.append(2)
+        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN note TEXT")
+
+    def v3(conn):
+        applied.append(3)
+        conn.exec_driver_sql("UPDATE runs SET note = 'v3'")
+
+    migrations = MIGRATIONS + (Migration(2, "runs.note", v2), Migration(3, "fill notes", v3))
+    with TraceStore(path, _migrations=migrations) as s:
+        assert s.schema_version == 3
+        with s.engine.connect() as conn:
+            versions = [r[0] for r in conn.execute(text("SELECT version FROM schema_version ORDER BY version"))]
+    assert applied == [2, 3] and versions == [1, 2, 3]
+    with TraceStore(path, _migrations=migrations):
+        pass
+    assert applied == [2, 3]  # nothing re-applied
+    with pytest.raises(SchemaVersionError):  # and the old code refuses the upgraded file
+        TraceStore(path)
+
+
+def test_failed_migration_rolls_back(tmp_path):
+    path = tmp_path / "t.sqlite"
+    TraceStore(path).close()
+
+    def bad(conn):
+        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN note TEXT")
+        raise RuntimeError("migration bug")
+
+    with pytest.raises(RuntimeError):
+        TraceStore(path, _migrations=MIGRATIONS + (Migration(2, "bad", bad),))
+    with TraceStore(path) as s:
+        assert s.schema_version == 1
+        with s.engine.connect() as conn:
+            cols = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(runs)")]
+    assert "note" not in cols
+
+
+# ---------------------------------------------------------------------------- recovery
+
+
+def _running_run(store, host: str, pid: int | None, heartbeat: float | None) -> str:
+    config = synthetic_config()
+    w = TraceWriter(store, config)
+    w.write(synthetic_rounds(config, 1)[0])
+    w.finish()
+    with store.engine.begin() as conn:
+        conn.execute(update(runs_table).where(runs_table.c.run_id == config.run_id).values(
+            status="running", ended_at=None, writer_host=host, writer_pid=pid, heartbeat_at=heartbeat))
+    return config.run_id
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_dead_writer_is_marked_interrupted_on_open(tmp_path):
+    path = tmp_path / "t.sqlite"
+    host = socket.gethostname()
+    now = time.time()
+    with TraceStore(path) as s:
+        dead = _running_run(s, host, _dead_pid(), now)
+        alive = _running_run(s, host, os.getppid(), now)  # a live process with a fresh heartbeat
+        reused = _running_run(s, host, os.getppid(), now - 3600)  # live pid but stale: pid reused / hung
+        remote_fresh = _running_run(s, "some-other-host", 1234, now)
+        remote_stale = _running_run(s, "some-other-host", 1234, now - 3600)
+        mine = _running_run(s, host, os.getpid(), now)  # this process has no writer for it
+    with TraceStore(path) as s:
+        assert set(s.recovered) == {dead, reused, remote_stale, mine}
+        status = {r.run_id: r.status for r in s.list_runs()}
+        info = s.get_run(dead)
+    assert status[alive] == "running" and status[remote_fresh] == "running"
+    assert status[dead] == status[reused] == status[remote_stale] == status[mine] == "interrupted"
+    assert info.ended_at == pytest.approx(now) and "stopped without finishing" in info.error
+
+
+def test_live_writer_in_this_process_is_left_alone(store):
+    config = synthetic_config()
+    with TraceWriter(store, config):
+        with TraceStore(store.path) as other:
+            assert other.recovered == []
+            assert other.get_run(config.run_id).status == "running"
+
+
+def test_missing_store_without_create(tmp_path):
+    with pytest.raises(TraceStoreError, match="no trace store"):
+        TraceStore(tmp_path / "missing.sqlite", create=False)
+    assert not (tmp_path / "missing.sqlite").exists()
