@@ -120,6 +120,7 @@ class SpeculativeDecoder:
         self.use_cache = use_cache
         self.target_name = target_name or getattr(target.config, "_name_or_path", "") or type(target).__name__
         self.fault: str | None = None  # set by specscope.core.faults for deliberate bugs
+        self.round_index = 0  # index of the round in progress
         self.stopwatch = Stopwatch(self.target_lm.device)
 
     def _check_proposer(self, proposer: Proposer) -> None:
@@ -238,6 +239,7 @@ class SpeculativeDecoder:
 
     def _round(self, run_id: str, index: int, context: list[int], emitted_before: int, budget: int, rng: np.random.Generator) -> Round:
         clock = self.stopwatch
+        self.round_index = index
         remaining = budget - emitted_before
         k = min(self.k, remaining)
         prefix_len = len(context)

@@ -60,7 +60,6 @@ class CachedLM:
         """Tokens held by the cache object (0 when running without a cache)."""
         return self.cache.get_seq_length() if self.cache is not None else 0
 
-    @torch.inference_mode()
     def forward(self, context: Sequence[int], keep: int) -> torch.Tensor:
         """Process the pending part of `context`; return logits of its last `keep` positions.
 
@@ -71,10 +70,14 @@ class CachedLM:
             raise RuntimeError(
                 f"cache holds {start} tokens but the context has only {len(context)}: nothing to process"
             )
-        pending = len(context) - start
-        if keep > pending:
-            raise RuntimeError(f"asked for {keep} logits but only {pending} positions are pending")
-        ids = torch.tensor([list(context[start:])], dtype=torch.long, device=self.device)
+        return self.feed(context[start:], keep)
+
+    @torch.inference_mode()
+    def feed(self, tokens: Sequence[int], keep: int) -> torch.Tensor:
+        """Append `tokens` after whatever the cache holds; logits of the last `keep` of them."""
+        if keep > len(tokens):
+            raise RuntimeError(f"asked for {keep} logits but only {len(tokens)} positions are pending")
+        ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep)
         self.forwards += 1
         return out.logits[0, -keep:].float()

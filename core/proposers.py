@@ -93,24 +93,19 @@ class DraftModelProposer:
         self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
     ) -> Draft:
         before = self.lm.processed
-        seq = list(context)
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         draws: list[float] = []
+        feed = self._pending(context)
         for _ in range(k):
-            logits = self.lm.forward(seq, keep=1)[0]
-            if sampling.greedy:
-                if not bool(torch.isfinite(logits).all()):
-                    raise ValueError("the draft model produced non-finite logits; refusing to propose")
-                token = int(torch.argmax(logits))
-            else:
-                q = process_logits(logits.cpu().numpy(), sampling)
-                u = float(rng.random())
-                token = sample_from(q, u)
+            logits = self.lm.feed(feed, keep=1)[0]
+            token, q, u = self._sample_step(logits, sampling, rng)
+            if q is not None:
                 qs.append(q)
                 draws.append(u)
             tokens.append(token)
-            seq.append(token)
+            # With a cache only the new token is fed; without one, the whole sequence again.
+            feed = [token] if self.lm.use_cache else feed + [token]
         return Draft(
             tokens=tuple(tokens),
             parents=chain_parents(len(tokens)),
@@ -120,6 +115,27 @@ class DraftModelProposer:
             cache_peak=self.lm.processed,
             sample_draws=tuple(draws),
         )
+
+    def _pending(self, context: Sequence[int]) -> list[int]:
+        """Context tokens the draft cache has not processed yet (always at least one)."""
+        if not self.lm.use_cache:
+            return list(context)
+        start = self.lm.processed
+        if start >= len(context):
+            raise RuntimeError(f"draft cache holds {start} tokens but the context has only {len(context)}")
+        return list(context[start:])
+
+    def _sample_step(
+        self, logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator
+    ) -> tuple[int, np.ndarray | None, float | None]:
+        """One draft token from one row of logits: (token, q it was drawn from, uniform)."""
+        if sampling.greedy:
+            if not bool(torch.isfinite(logits).all()):
+                raise ValueError("the draft model produced non-finite logits; refusing to propose")
+            return int(torch.argmax(logits)), None, None
+        q = process_logits(logits.cpu().numpy(), sampling)
+        u = float(rng.random())
+        return sample_from(q, u), q, u
 
     def observe(self, committed_len: int) -> int | None:
         self.lm.crop(committed_len)

@@ -1,0 +1,414 @@
+"""The trace checker: proves each round of a run right, or says where and why it is wrong.
+
+It reads only the records (RunConfig + Rounds), so it works on traces from any decoder that
+writes the specscope format. Distributions rebuilt from a top-N save carry a `partial`
+attribute and a `known_ids` array; rules that need a full vector skip them, and rules
+that need one entry use it only when that entry is known.
+
+`recompute_findings` is the optional deep replay: with the target model at hand it
+recomputes p for every round by a full forward over the recorded prefix, which catches
+stale-cache bugs whose traces look self-consistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .records import Round, RunConfig
+from .sampling import process_logits
+
+RULES: dict[str, str] = {
+    "prefix-continuity": "each round starts from the previous round's prefix plus its emitted tokens",
+    "budget": "the output never exceeds max_new_tokens; k is capped to the remaining budget",
+    "eos": "EOS ends the output at once: nothing after it, no round after it",
+    "round-structure": "accepted tokens follow one root path of the draft; one repair at the first rejection; a bonus only if all were accepted",
+    "acceptance-draw": "a stochastic decision is accepted iff u < min(1, p(x)/q(x))",
+    "residual": "the repair is drawn from normalise(max(p - q, 0))",
+    "greedy": "greedy: accept iff the proposal is argmax p; repair and bonus are argmax p",
+    "sampler": "recorded p and q are distributions consistent with the run's sampler",
+    "target-cache": "the target cache holds exactly the accepted prefix (plus the recorded pending tokens)",
+    "draft-cache": "the draft cache keeps nothing of a rejected suffix",
+    "recompute": "recorded p equals a full recompute of the target over the recorded prefix",
+}
+
+DEFAULT_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Finding:
+    run_id: str
+    round: int
+    position: int | None  # output position (index among the new tokens), when one token is concerned
+    rule: str
+    message: str
+    node: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        where = f"round {self.round}"
+        if self.position is not None:
+            where += f", position {self.position}"
+        if self.node is not None:
+            where += f", node {self.node}"
+        return f"[{self.rule}] {where}: {self.message}"
+
+
+def _known(dist: np.ndarray | None, token: int) -> bool:
+    """Whether dist[token] is a real value (always, unless rebuilt from a top-N save)."""
+    if dist is None:
+        return False
+    if getattr(dist, "partial", False):
+        return bool(np.isin(token, getattr(dist, "known_ids", np.zeros(0))))
+    return True
+
+
+def _full(dist: np.ndarray | None) -> bool:
+    return dist is not None and not getattr(dist, "partial", False)
+
+
+class _RoundChecker:
+    def __init__(self, config: RunConfig, rnd: Round, out_start: int, tol: float, sink: list[Finding]):
+        self.config, self.rnd, self.out_start, self.tol, self.sink = config, rnd, out_start, tol, sink
+
+    def add(self, rule: str, message: str, position: int | None = None, node: int | None = None) -> None:
+        self.sink.append(Finding(self.config.run_id, self.rnd.index, position, rule, message, node))
+
+    def position_of(self, emitted_index: int) -> int:
+        return self.out_start + emitted_index
+
+    # ---------------------------------------------------------------- structure
+
+    def structure(self) -> None:
+        rnd = self.rnd
+        nodes = rnd.nodes
+        path: list[int] = []
+        for n in nodes:
+            if n.parent >= n.index or n.parent < -1:
+                self.add("round-structure", f"node {n.index} has parent {n.parent}, which does not precede it", node=n.index)
+            if n.status == "accepted":
+                parent_ok = n.parent == -1 or (n.parent < len(nodes) and nodes[n.parent].status == "accepted")
+                if not parent_ok:
+                    self.add("round-structure", f"node {n.index} was accepted although its parent {n.parent} was not", node=n.index)
+                path.append(n.index)
+        depths = [nodes[i].depth for i in path]
+        if len(set(depths)) != len(depths):
+            self.add("round-structure", "accepted nodes do not form one root path (two accepted at the same depth)")
+        rejected = [n.index for n in nodes if n.status == "rejected"]
+        if rnd.rejected_node is not None and rnd.rejected_node not in rejected:
+            self.add("round-structure", f"round names node {rnd.rejected_node} as rejected but its status is not 'rejected'")
+        for i, n in enumerate(nodes):  # chains: accepted* rejected? unvisited*
+            if n.parent == i - 1 and i > 0 and n.status != "unvisited" and nodes[i - 1].status != "accepted":
+                self.add("round-structure", f"node {i} was visited after node {i - 1} was {nodes[i - 1].status}", node=i)
+
+        kinds = [e.kind for e in rnd.emitted]
+        accepted_emitted = [e for e in rnd.emitted if e.kind == "accepted"]
+        n_acc = len(accepted_emitted)
+        if kinds[:n_acc] != ["accepted"] * n_acc:
+            self.add("round-structure", f"emitted kinds out of order: {kinds}")
+        for j, e in enumerate(accepted_emitted):
+            if j >= len(path):
+                self.add("round-structure", "an accepted token was emitted with no accepted draft node behind it", self.position_of(j))
+                break
+            node = nodes[path[j]]
+            if e.node != node.index or e.token != node.token:
+                self.add(
+                    "round-structure",
+                    f"accepted token {e.token} does not match the proposed token {node.token} of node {node.index}",
+                    self.position_of(j),
+                    node.index,
+                )
+        if n_acc < len(path):
+            self.add("round-structure", f"{len(path)} nodes accepted but only {n_acc} accepted tokens emitted")
+        tail = rnd.emitted[n_acc:]
+        if len(tail) > 1:
+            self.add("round-structure", f"{len(tail)} tokens follow the accepted ones; at most one repair or bonus may", self.position_of(n_acc + 1))
+        repairs = [e for e in rnd.emitted if e.kind == "repaired"]
+        bonuses = [e for e in rnd.emitted if e.kind == "bonus"]
+        if rejected and not repairs and not self._eos_before_rejection():
+            self.add("round-structure", f"node {rejected[0]} was rejected but no repair token was emitted", node=rejected[0])
+        if repairs:
+            if not rejected:
+                self.add("round-structure", "a repair token was emitted although no draft token was rejected", self.position_of(kinds.index("repaired")))
+            elif repairs[0].node != rejected[0]:
+                self.add("round-structure", f"the repair names node {repairs[0].node}, but the first rejection is node {rejected[0]}")
+        if bonuses:
+            pos = self.position_of(kinds.index("bonus"))
+            if rejected:
+                self.add("round-structure", "a bonus token was emitted after a rejection", pos)
+            elif any(n.status == "unvisited" for n in nodes) and not self._is_tree():
+                self.add("round-structure", "a bonus token was emitted although some drafts were never verified", pos)
+
+    def _eos_before_rejection(self) -> bool:
+        eos = self.config.eos_token_id
+        return eos is not None and any(e.token == eos for e in self.rnd.emitted)
+
+    def _is_tree(self) -> bool:
+        return any(n.parent != n.index - 1 for n in self.rnd.nodes)
+
+    # ---------------------------------------------------------------- decisions
+
+    def decisions(self) -> None:
+        rnd = self.rnd
+        greedy = self.config.sampling.greedy
+        for n in rnd.nodes:
+            if n.status == "unvisited":
+                continue
+            if _known(n.p, n.token) and abs(float(n.p[n.token]) - n.p_token) > self.tol:
+                self.add("acceptance-draw", f"recorded p(x)={n.p_token:.6g} differs from the p vector ({float(n.p[n.token]):.6g})", node=n.index)
+            if greedy:
+                accepted = n.token == n.target_argmax
+                if accepted != (n.status == "accepted"):
+                    verb = "accepted" if n.status == "accepted" else "rejected"
+                    self.add("greedy", f"proposal {n.token} was {verb} but the target argmax is {n.target_argmax}", node=n.index)
+                if _full(n.p) and int(np.argmax(n.p)) != n.target_argmax and n.p[int(np.argmax(n.p))] > n.p[n.target_argmax] + self.tol:
+                    self.add("greedy", f"recorded argmax {n.target_argmax} is not the argmax of p ({int(np.argmax(n.p))})", node=n.index)
+                continue
+            if n.u is None or n.q_token is None:
+                self.add("acceptance-draw", "a visited stochastic decision has no recorded draw u or q(x)", node=n.index)
+                continue
+            if n.q_token <= 0:
+                self.add("sampler", f"proposal {n.token} has q(x)=0: it cannot have been drawn from q", node=n.index)
+                continue
+            if _known(n.q, n.token) and abs(float(n.q[n.token]) - n.q_token) > self.tol:
+                self.add("acceptance-draw", f"recorded q(x)={n.q_token:.6g} differs from the q vector ({float(n.q[n.token]):.6g})", node=n.index)
+            threshold = min(1.0, n.p_token / n.q_token)
+            accepted = n.u < threshold
+            if accepted != (n.status == "accepted"):
+                verb = "accepted" if n.status == "accepted" else "rejected"
+                self.add("acceptance-draw", f"proposal {n.token} was {verb} with u={n.u:.6g} against min(1, p/q)={threshold:.6g}", node=n.index)
+
+    def repair_and_bonus(self) -> None:
+        rnd = self.rnd
+        greedy = self.config.sampling.greedy
+        for j, e in enumerate(rnd.emitted):
+            pos = self.position_of(j)
+            if e.kind == "repaired" and e.node is not None and 0 <= e.node < len(rnd.nodes):
+                node = rnd.nodes[e.node]
+                if greedy:
+                    if e.token != node.target_argmax:
+                        self.add("greedy", f"repair {e.token} is not the target argmax {node.target_argmax}", pos, node.index)
+                    continue
+                self._residual(node, e.token, pos)
+            elif e.kind == "bonus":
+                if greedy and rnd.bonus_p is not None:
+                    best = int(np.argmax(rnd.bonus_p))
+                    if e.token != best and rnd.bonus_p[best] > rnd.bonus_p[e.token] + self.tol:
+                        self.add("greedy", f"bonus {e.token} is not the argmax {best} of the target's last conditional", pos)
+                elif not greedy and rnd.bonus_p is not None and _known(rnd.bonus_p, e.token) and rnd.bonus_p[e.token] <= 0:
+                    self.add("sampler", f"bonus {e.token} has probability 0 under the target", pos)
+
+    def _residual(self, node, token: int, pos: int) -> None:
+        rnd = self.rnd
+        p, q = node.p, node.q
+        if q is None:
+            self.add("residual", "a stochastic rejection has no recorded q", pos, node.index)
+            return
+        if _known(p, token) and _known(q, token):
+            gap = float(p[token]) - float(q[token])
+            if gap <= 0:
+                self.add(
+                    "residual",
+                    f"repair {token} has p-q={gap:.3g} <= 0: it cannot come from the residual max(p-q, 0)",
+                    pos,
+                    node.index,
+                )
+                return
+        if rnd.residual is not None and _known(rnd.residual, token) and rnd.residual[token] <= 0:
+            self.add("residual", f"repair {token} has zero mass in the recorded residual", pos, node.index)
+        if _full(p) and _full(q):
+            positive = np.maximum(p - q, 0.0)
+            mass = float(positive.sum())
+            if rnd.residual_mass is not None and abs(rnd.residual_mass - mass) > self.tol:
+                self.add("residual", f"recorded residual mass {rnd.residual_mass:.6g} differs from sum max(p-q, 0) = {mass:.6g}", pos, node.index)
+            if _full(rnd.residual) and mass > 0:
+                diff = float(np.abs(rnd.residual - positive / mass).max())
+                if diff > self.tol:
+                    self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) (max diff {diff:.3g})", pos, node.index)
+
+    # ---------------------------------------------------------------- sampler
+
+    def sampler(self) -> None:
+        cfg = self.config.sampling
+        for n in self.rnd.nodes:
+            if cfg.greedy:
+                if n.q is not None:
+                    self.add("sampler", "a greedy run recorded a proposal distribution q", node=n.index)
+                continue
+            for name, dist in (("q", n.q), ("p", n.p)):
+                if _full(dist):
+                    self._distribution(name, dist, n.index)
+
+    def _distribution(self, name: str, dist: np.ndarray, node: int) -> None:
+        cfg = self.config.sampling
+        if (dist < 0).any() or abs(float(dist.sum()) - 1.0) > 1e-6:
+            self.add("sampler", f"{name} is not a probability distribution (sum {float(dist.sum()):.6g})", node=node)
+            return
+        support = int((dist > 0).sum())
+        vocab = dist.shape[-1]
+        if cfg.top_k and support > cfg.top_k:
+            ranked = np.sort(dist)[::-1]
+            if ranked[cfg.top_k] < ranked[cfg.top_k - 1]:  # beyond ties at the threshold
+                self.add("sampler", f"{name} has {support} tokens with mass but top-k is {cfg.top_k}", node=node)
+        if cfg.top_p < 1.0 and (not cfg.top_k or cfg.top_k >= vocab) and support == vocab:
+            # A full support can only survive top-p if dropping the least likely token
+            # would leave less than top_p of the mass.
+            if float(dist.min()) <= 1.0 - cfg.top_p:
+                self.add(
+                    "sampler",
+                    f"{name} keeps all {vocab} tokens under top-p={cfg.top_p:g}, though a smaller set reaches the mass",
+                    node=node,
+                )
+
+    # ---------------------------------------------------------------- budget, EOS
+
+    def budget(self, emitted_total_after: int) -> None:
+        rnd, cfg = self.rnd, self.config
+        if rnd.k > rnd.remaining_budget:
+            self.add("budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}")
+        if len(rnd.emitted) > rnd.remaining_budget:
+            self.add(
+                "budget",
+                f"{len(rnd.emitted)} tokens emitted with only {rnd.remaining_budget} left of max_new_tokens={cfg.max_new_tokens}",
+                self.position_of(rnd.remaining_budget),
+            )
+        if rnd.budget_stop != (emitted_total_after >= cfg.max_new_tokens):
+            self.add("budget", f"budget_stop flag is {rnd.budget_stop} after {emitted_total_after} of {cfg.max_new_tokens} tokens")
+
+    def eos(self, is_last_round: bool) -> None:
+        rnd, eos = self.rnd, self.config.eos_token_id
+        if eos is None:
+            if rnd.eos:
+                self.add("eos", "the round is flagged EOS but the run has no EOS token")
+            return
+        tokens = rnd.tokens
+        if eos in tokens:
+            at = tokens.index(eos)
+            if at < len(tokens) - 1:
+                self.add("eos", f"{len(tokens) - 1 - at} token(s) emitted after EOS", self.position_of(at + 1))
+            if not rnd.eos:
+                self.add("eos", "EOS was emitted but the round is not flagged as the end", self.position_of(at))
+            if not is_last_round:
+                self.add("eos", "the run went on after EOS", self.position_of(at))
+        elif rnd.eos:
+            self.add("eos", "the round is flagged EOS but emitted no EOS token")
+
+    # ---------------------------------------------------------------- caches
+
+    def caches(self, previous: Round | None) -> None:
+        rnd = self.rnd
+        committed = rnd.prefix_len + rnd.accepted
+        final_len = rnd.prefix_len + len(rnd.emitted)
+        tc = rnd.target_cache
+        if previous is not None and tc.before != previous.target_cache.after:
+            self.add("target-cache", f"target cache starts at {tc.before}, the previous round left {previous.target_cache.after}")
+        if tc.after > committed:
+            self.add(
+                "target-cache",
+                f"target cache holds {tc.after} positions but only {committed} are accepted: "
+                f"{tc.after - committed} entr{'y' if tc.after - committed == 1 else 'ies'} of the rejected suffix survived",
+            )
+        elif tc.after < committed and tc.peak >= committed:
+            self.add("target-cache", f"target cache was cropped to {tc.after}, below the accepted prefix {committed}")
+        if tc.after + len(tc.pending) != final_len and tc.after <= final_len:
+            self.add("target-cache", f"cache length {tc.after} + pending {len(tc.pending)} != committed length {final_len}")
+        dc = rnd.draft_cache
+        if dc is None:
+            return
+        if previous is not None and previous.draft_cache is not None and dc.before != previous.draft_cache.after:
+            self.add("draft-cache", f"draft cache starts at {dc.before}, the previous round left {previous.draft_cache.after}")
+        if dc.after > committed:
+            self.add(
+                "draft-cache",
+                f"draft cache holds {dc.after} positions but only {committed} are accepted: the rejected suffix was not cropped",
+            )
+
+
+def check_run(
+    config: RunConfig,
+    rounds: Sequence[Round] | Iterable[Round],
+    tol: float = DEFAULT_TOL,
+    check_caches: bool | None = None,
+) -> list[Finding]:
+    """Every violation of RULES in the run, in round order."""
+    findings: list[Finding] = []
+    prompt_len = len(config.prompt_ids)
+    rounds = list(rounds)
+    emitted = 0
+    previous: Round | None = None
+    caches = config.use_cache if check_caches is None else check_caches
+    for i, rnd in enumerate(rounds):
+        c = _RoundChecker(config, rnd, emitted, tol, findings)
+        if rnd.index != i:
+            c.add("prefix-continuity", f"round index {rnd.index} where {i} was expected")
+        if rnd.emitted_before != emitted or rnd.prefix_len != prompt_len + emitted:
+            c.add(
+                "prefix-continuity",
+                f"round starts from a prefix of {rnd.prefix_len} tokens ({rnd.emitted_before} emitted before), "
+                f"but the prompt plus earlier rounds make {prompt_len + emitted} ({emitted} emitted)",
+            )
+        if rnd.remaining_budget != config.max_new_tokens - emitted:
+            c.add("budget", f"remaining budget {rnd.remaining_budget} where {config.max_new_tokens - emitted} was left")
+        c.structure()
+        c.decisions()
+        c.repair_and_bonus()
+        c.sampler()
+        c.budget(emitted + len(rnd.emitted))
+        c.eos(is_last_round=i == len(rounds) - 1)
+        if caches:
+            c.caches(previous)
+        emitted += len(rnd.emitted)
+        previous = rnd
+    return findings
+
+
+def first_bad_round(findings: Sequence[Finding]) -> int | None:
+    return min((f.round for f in findings), default=None)
+
+
+def recompute_findings(config: RunConfig, rounds: Sequence[Round], target, tol: float = 1e-4) -> list[Finding]:
+    """Deep replay: recompute p for every node with a full target forward over the recorded
+    prefix (no cache) and report the rounds whose recorded p differs beyond `tol`."""
+    import torch
+
+    findings: list[Finding] = []
+    context = list(config.prompt_ids)
+    device = next(target.parameters()).device
+    for rnd in rounds:
+        sequence = context + [n.token for n in rnd.nodes if n.parent == n.index - 1]
+        keep = len(sequence) - len(context) + 1
+        with torch.inference_mode():
+            logits = target(torch.tensor([sequence], device=device)).logits[0, -keep:].float().cpu().numpy()
+        fresh = process_logits(logits, config.sampling)
+        worst, where = 0.0, None
+        for n in rnd.nodes:
+            if n.status == "unvisited":
+                continue
+            recorded = n.p
+            ids = getattr(recorded, "known_ids", None) if getattr(recorded, "partial", False) else None
+            diff = np.abs(recorded - fresh[n.index]) if ids is None else np.abs(recorded[ids] - fresh[n.index][ids])
+            if diff.size and float(diff.max()) > worst:
+                worst, where = float(diff.max()), n.index
+        if rnd.bonus_p is not None and rnd.nodes is not None:
+            last = len(sequence) - len(context)
+            ids = getattr(rnd.bonus_p, "known_ids", None) if getattr(rnd.bonus_p, "partial", False) else None
+            diff = np.abs(rnd.bonus_p - fresh[last]) if ids is None else np.abs(rnd.bonus_p[ids] - fresh[last][ids])
+            if diff.size and float(diff.max()) > worst:
+                worst, where = float(diff.max()), None
+        if worst > tol:
+            findings.append(
+                Finding(
+                    config.run_id,
+                    rnd.index,
+                    rnd.emitted_before,
+                    "recompute",
+                    f"recorded p differs from a full recompute of the target by {worst:.3g} (> {tol:g}): stale cache state?",
+                    where,
+                )
+            )
+        context += rnd.tokens
+    return findings
