@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 import sys
 from dataclasses import dataclass
@@ -15,6 +16,13 @@ _LIBRARIES = ("specscope", "torch", "transformers", "numpy", "sqlalchemy")
 
 def library_versions(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Versions of Python and the libraries that shape a run (read from package metadata)."""
+    versions = dict(_installed_versions())
+    versions.update(extra or {})
+    return versions
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_versions() -> tuple[tuple[str, str], ...]:
     versions = {"python": platform.python_version()}
     for name in _LIBRARIES:
         try:
@@ -22,8 +30,7 @@ def library_versions(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     versions["platform"] = sys.platform
-    versions.update(extra or {})
-    return versions
+    return tuple(versions.items())
 
 
 @dataclass(frozen=True)

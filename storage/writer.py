@@ -100,7 +100,6 @@ class TraceWriter:
         full_vectors: bool | None = None,
         full_dtype: str = "float32",
         flush_interval: float = FLUSH_INTERVAL_S,
-        max_batch: int = 512,
         library_versions: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ):
@@ -111,8 +110,8 @@ class TraceWriter:
         self.run_id = config.run_id
         self.policy = VectorPolicy.for_vocab(config.vocab_size, top_n, full_vectors, full_dtype)
         self.flush_interval = float(flush_interval)
-        self.max_batch = int(max_batch)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._wake = threading.Event()
         self._next_index = 0
         self._finished = False
         self._error: BaseException | None = None
@@ -171,6 +170,7 @@ class TraceWriter:
             return
         marker = _Flush()
         self._queue.put(marker)
+        self._wake.set()
         while not marker.done.wait(0.05):
             if not self._thread.is_alive():
                 break
@@ -196,6 +196,7 @@ class TraceWriter:
         if result is not None:
             values["wall_s"] = float(result.wall_s)
         self._queue.put(_Finish(values))
+        self._wake.set()
         self._thread.join()
         with _live_lock:
             _live.discard(self)
@@ -250,45 +251,44 @@ class TraceWriter:
     # ------------------------------------------------------------------ the thread
 
     def _loop(self) -> None:
-        rounds: list[dict] = []
-        nodes: list[dict] = []
-        tokens: list[int] = []
-        drafted = accepted = 0
-        deadline: float | None = None
-        last_beat = time.monotonic()
+        # Sleep until woken (flush/finish) or until the flush interval has passed, then take
+        # everything queued at once: one wake-up and one transaction per interval, so the
+        # thread competes with the decoder for the GIL and the cores as little as possible.
+        last_commit = time.monotonic()
+        markers: list[_Flush] = []
         try:
             while True:
-                now = time.monotonic()
-                wait = (deadline - now) if deadline is not None else (last_beat + HEARTBEAT_S - now)
-                try:
-                    item = self._queue.get(timeout=max(0.0, wait))
-                except queue.Empty:
-                    item = None
-                if isinstance(item, Round):
-                    row, node_rows = round_to_rows(item, self.policy, self.run_id)
-                    rounds.append(row)
-                    nodes.extend(node_rows)
-                    tokens.extend(e.token for e in item.emitted)
-                    drafted += row["n_drafted"]
-                    accepted += row["n_accepted"]
-                    if deadline is None:
-                        deadline = time.monotonic() + self.flush_interval
-                    if len(rounds) < self.max_batch:
-                        if time.monotonic() < deadline:
-                            continue
-                elif isinstance(item, _Flush):
-                    pass
-                elif isinstance(item, _Finish):
-                    self._commit(rounds, nodes, tokens, drafted, accepted, item.values)
+                self._wake.wait(timeout=self.flush_interval)
+                self._wake.clear()
+                rounds: list[dict] = []
+                nodes: list[dict] = []
+                tokens: list[int] = []
+                drafted = accepted = 0
+                markers: list[_Flush] = []
+                final: _Finish | None = None
+                while final is None:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(item, Round):
+                        row, node_rows = round_to_rows(item, self.policy, self.run_id)
+                        rounds.append(row)
+                        nodes.extend(node_rows)
+                        tokens.extend(e.token for e in item.emitted)
+                        drafted += row["n_drafted"]
+                        accepted += row["n_accepted"]
+                    elif isinstance(item, _Flush):
+                        markers.append(item)
+                    elif isinstance(item, _Finish):
+                        final = item
+                if rounds or markers or final is not None or time.monotonic() - last_commit >= HEARTBEAT_S:
+                    self._commit(rounds, nodes, tokens, drafted, accepted, final.values if final else None)
+                    last_commit = time.monotonic()
+                for marker in markers:
+                    marker.done.set()
+                if final is not None:
                     return
-                elif item is None and deadline is None and time.monotonic() - last_beat < HEARTBEAT_S:
-                    continue
-                self._commit(rounds, nodes, tokens, drafted, accepted, None)
-                rounds, nodes, tokens, drafted, accepted = [], [], [], 0, 0
-                deadline = None
-                last_beat = time.monotonic()
-                if isinstance(item, _Flush):
-                    item.done.set()
         except BaseException as exc:  # keep the error for the producer; mark the run failed
             self._error = exc
             log.exception("trace writer of run %s failed", self.run_id)
@@ -307,6 +307,8 @@ class TraceWriter:
                     break
                 if isinstance(item, _Flush):
                     item.done.set()
+            for marker in markers:
+                marker.done.set()
 
     def _commit(self, rounds: list[dict], nodes: list[dict], tokens: list[int], drafted: int, accepted: int,
                 final: dict[str, Any] | None) -> None:

@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""Benchmark the trace store: writer throughput, bytes per round, recording overhead.
+
+    python scripts/bench_storage.py                       # tiny random Llama pair, vocab 64
+    python scripts/bench_storage.py --vocab 8192          # tiny models with a bigger vocabulary
+    python scripts/bench_storage.py --target PATH --draft PATH [--device cuda]
+
+Numbers:
+  rounds/s      rounds per second through TraceWriter (write() of every round until finish()
+                returns: encoding, compression and SQLite commits), top-N only and with full
+                vectors
+  bytes/round   growth of the SQLite file per round (after a WAL checkpoint), and the
+                distribution-blob bytes per round (sum of length() over the blob columns)
+  overhead      median wall time of record() (decode + store, until the last commit)
+                over median wall time of plain generate(), same decoder and prompt,
+                alternated to share the machine's noise
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
+from specscope.storage import TraceStore, TraceWriter, record
+
+
+def tiny(seed: int, layers: int, vocab: int) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def load(path: str, device: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+
+
+def file_size(store: TraceStore) -> int:
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    return os.path.getsize(store.path)
+
+
+def blob_bytes(store: TraceStore, run_id: str) -> int:
+    with store.engine.connect() as conn:
+        a = conn.exec_driver_sql(
+            "SELECT coalesce(sum(length(residual_top)), 0) + coalesce(sum(length(residual_full)), 0) + "
+            "coalesce(sum(length(bonus_top)), 0) + coalesce(sum(length(bonus_full)), 0) FROM rounds WHERE run_id = ?",
+            (run_id,)).scalar()
+        b = conn.exec_driver_sql(
+            "SELECT coalesce(sum(length(p_top)), 0) + coalesce(sum(length(q_top)), 0) + "
+            "coalesce(sum(length(p_full)), 0) + coalesce(sum(length(q_full)), 0) FROM draft_nodes WHERE run_id = ?",
+            (run_id,)).scalar()
+    return int(a + b)
+
+
+def writer_bench(rounds, config, full: bool, n: int, workdir: str, top_n: int) -> dict:
+    """Push n rounds (the decoded ones, re-indexed) through a TraceWriter into a fresh file."""
+    path = os.path.join(workdir, f"writer-{'full' if full else 'top'}.sqlite")
+    batch = []
+    emitted = 0
+    for i in range(n):
+        r = rounds[i % len(rounds)]
+        batch.append(dataclasses.replace(r, index=i, emitted_before=emitted))
+        emitted += len(r.emitted)
+    with TraceStore(path) as store:
+        cfg = dataclasses.replace(config, run_id=f"bench-{'full' if full else 'top'}")
+        batch = [dataclasses.replace(r, run_id=cfg.run_id) for r in batch]
+        writer = TraceWriter(store, cfg, full_vectors=full, top_n=top_n)
+        empty = file_size(store)
+        t0 = time.perf_counter()
+        for r in batch:
+            writer.write(r)
+        enqueue_s = time.perf_counter() - t0
+        writer.finish("completed")
+        total_s = time.perf_counter() - t0
+        size = file_size(store)
+        blobs = blob_bytes(store, cfg.run_id)
+    return {
+        "rounds": n,
+        "rounds_per_s": n / total_s,
+        "write_call_us": enqueue_s / n * 1e6,
+        "file_bytes_per_round": (size - empty) / n,
+        "blob_bytes_per_round": blobs / n,
+        "flushes": writer.flushes,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", help="path of the target model (transformers format); default: a tiny random Llama")
+    ap.add_argument("--draft", help="path of the draft model; default: a tiny random Llama")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--vocab", type=int, default=64, help="vocabulary of the tiny random models")
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=7, help="runs of each kind for the overhead medians")
+    ap.add_argument("--writer-rounds", type=int, default=2000)
+    ap.add_argument("--top-n", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    args = ap.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target = load(args.target, args.device) if args.target else tiny(0, 2, args.vocab)
+    draft = load(args.draft, args.device) if args.draft else tiny(1, 1, args.vocab)
+    decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=args.k,
+                                 sampling=SamplingConfig(temperature=args.temperature), seed=0)
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, decoder.vocab_size, args.prompt_len).tolist()
+    workdir = tempfile.mkdtemp(prefix="specscope-bench-")
+
+    # recording overhead, alternating untraced and traced runs
+    decoder.generate(prompt, args.max_new_tokens)  # warm-up
+    untraced, traced = [], []
+    with TraceStore(os.path.join(workdir, "overhead.sqlite")) as store:
+        record(store, decoder, prompt, args.max_new_tokens)  # warm-up
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            result = decoder.generate(prompt, args.max_new_tokens)
+            untraced.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            record(store, decoder, prompt, args.max_new_tokens)
+            traced.append(time.perf_counter() - t0)
+    u, t = statistics.median(untraced), statistics.median(traced)
+
+    out = {
+        "models": {"target": args.target or f"tiny-llama-2L-vocab{args.vocab}",
+                   "draft": args.draft or f"tiny-llama-1L-vocab{args.vocab}", "vocab": decoder.vocab_size},
+        "k": args.k, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+        "rounds_per_run": len(result.rounds), "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "overhead": {"untraced_s": u, "traced_s": t, "overhead_pct": 100 * (t - u) / u,
+                     "untraced_all_s": untraced, "traced_all_s": traced},
+        "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n),
+        "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n),
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    m = out["models"]
+    print(f"models: {m['target']} / {m['draft']} (vocab {m['vocab']}), k={args.k}, T={args.temperature}, "
+          f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, torch threads {out['torch_threads']}, cpus {out['cpus']}")
+    o = out["overhead"]
+    print(f"overhead: untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored {o['traced_s'] * 1e3:.1f} ms "
+          f"(medians of {args.repeats}) -> {o['overhead_pct']:+.1f}%")
+    for name in ("writer_top_n_only", "writer_full_vectors"):
+        w = out[name]
+        print(f"{name}: {w['rounds_per_s']:.0f} rounds/s ({w['rounds']} rounds, {w['flushes']} commits), "
+              f"write() {w['write_call_us']:.1f} us, {w['file_bytes_per_round']:.0f} file bytes/round, "
+              f"{w['blob_bytes_per_round']:.0f} blob bytes/round")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
