@@ -1,0 +1,96 @@
+"""Human-readable descriptions of tokens, nodes and decisions (pure; used by tooltips,
+the inspector header and the draft tree)."""
+
+from __future__ import annotations
+
+from html import escape
+
+from specscope.core.records import DraftNode, Round
+
+from . import theme
+from .runmodel import Cell, TokenText, dense, visible_text
+
+
+def fmt(x: float | None, digits: int = 4) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.{digits}g}"
+
+
+def tok(token: int, token_text: TokenText) -> str:
+    return f"“{escape(visible_text(token_text(token)))}” (id {token})"
+
+
+def node_decision(n: DraftNode, greedy: bool) -> str:
+    if n.status == "unvisited":
+        return "not visited: discarded after an earlier rejection"
+    if greedy:
+        verdict = "accepted" if n.status == "accepted" else "rejected"
+        return f"greedy: proposed {'=' if n.status == 'accepted' else '≠'} target argmax {n.target_argmax} → {verdict}"
+    accept_p = min(1.0, n.ratio) if n.ratio is not None else None
+    rel = "<" if n.status == "accepted" else "≥"
+    return f"u = {fmt(n.u)} {rel} min(1, p/q) = {fmt(accept_p)} → {n.status}"
+
+
+def describe_node(r: Round, n: DraftNode, token_text: TokenText) -> str:
+    lines = [
+        f"<b>round {r.index}</b> · draft position {n.index + 1} (depth {n.depth})",
+        f"draft token {tok(n.token, token_text)}",
+        f"p(x) = {fmt(n.p_token)} · q(x) = {fmt(n.q_token)} · ratio p/q = {fmt(n.ratio)}",
+    ]
+    if n.overlap is not None:
+        lines.append(f"Σ min(p, q) = {fmt(n.overlap)} (acceptance probability here)")
+    lines.append(f"target argmax = {n.target_argmax}")
+    lines.append(node_decision(n, r.greedy))
+    return "<br>".join(lines)
+
+
+def describe_cell(r: Round | None, c: Cell, token_text: TokenText) -> str:
+    if c.kind == theme.PROMPT or r is None:
+        return f"prompt token {tok(c.token, token_text)}"
+    head = f"<b>round {r.index}</b> · {theme.KIND_NAMES[c.kind]}"
+    if c.out_pos >= 0:
+        head += f" · output position {c.out_pos}"
+    lines = [head, f"token {tok(c.token, token_text)}"]
+    if c.kind in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED) and 0 <= c.pos < len(r.nodes):
+        n = r.nodes[c.pos]
+        lines.append(f"p(x) = {fmt(n.p_token)} · q(x) = {fmt(n.q_token)} · ratio = {fmt(n.ratio)} · u = {fmt(n.u)}")
+        lines.append(node_decision(n, r.greedy))
+    elif c.kind == theme.REPAIRED and 0 <= c.pos < len(r.nodes):
+        n = r.nodes[c.pos]
+        lines.append(f"replaces rejected draft {tok(n.token, token_text)}")
+        lines.append(f"rejected: p(x) = {fmt(n.p_token)} · q(x) = {fmt(n.q_token)} · ratio = {fmt(n.ratio)} · u = {fmt(n.u)}")
+        if r.greedy:
+            lines.append("greedy repair: the target argmax")
+        else:
+            p = dense(n.p)
+            resid = dense(r.residual)
+            lines.append(f"residual mass r = Σ max(p − q, 0) = {fmt(r.residual_mass)}")
+            if resid is not None and c.token < len(resid):
+                lines.append(f"residual(x) = {fmt(float(resid[c.token]))} · p(x) = {fmt(float(p[c.token]) if p is not None else None)}")
+            rep = r.repair
+            if rep is not None and rep.draw is not None:
+                lines.append(f"drawn from the residual with u = {fmt(rep.draw)}")
+    elif c.kind == theme.BONUS:
+        lines.append(f"all {len(r.nodes)} draft tokens accepted: bonus from the target's next p")
+        p = dense(r.bonus_p)
+        if p is not None and c.token < len(p):
+            lines.append(f"p(x) = {fmt(float(p[c.token]))}")
+        b = r.bonus
+        if b is not None and b.draw is not None:
+            lines.append(f"drawn with u = {fmt(b.draw)}")
+    if c.eos:
+        lines.append(f"<span style='color:{theme.EOS_COLOR.name()}'><b>EOS</b>: the run ends here</span>")
+    return "<br>".join(lines)
+
+
+def describe_round(r: Round) -> str:
+    parts = [f"round {r.index}", f"prefix {r.prefix_len}", f"k = {r.k}",
+             f"accepted {r.accepted}/{r.drafted}", f"accepted length {r.accepted_length}"]
+    if r.eos:
+        parts.append("EOS")
+    if r.budget_stop:
+        parts.append("budget reached")
+    if r.bonus_withheld:
+        parts.append("bonus withheld (no budget)")
+    return " · ".join(parts)

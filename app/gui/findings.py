@@ -1,0 +1,95 @@
+"""The findings panel: the trace checker's findings, each clickable to its round.
+
+Takes any iterable of findings with `round`, `position`, `rule` and `message` (attributes,
+or dict keys; `severity` optional), so the checker can be plugged in without adapters:
+
+    window.set_findings(check(rounds))          # or findings_widget.set_findings(...)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+
+
+@dataclass(frozen=True)
+class Finding:
+    round: int
+    position: int | None
+    rule: str
+    message: str
+    severity: str = "error"
+
+
+def as_finding(obj: Any) -> Finding:
+    def get(name: str, default=None):
+        if isinstance(obj, dict):
+            return obj.get(name, default)
+        return getattr(obj, name, default)
+
+    rnd = get("round", get("round_index", -1))
+    pos = get("position", get("pos"))
+    return Finding(
+        round=int(rnd) if rnd is not None else -1,
+        position=None if pos is None else int(pos),
+        rule=str(get("rule", "")),
+        message=str(get("message", "")),
+        severity=str(get("severity", "error")),
+    )
+
+
+class FindingsWidget(QWidget):
+    """A table of findings; activating a row emits findingActivated(round, position)."""
+
+    findingActivated = Signal(int, int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.status = QLabel("No checker results yet.")
+        self.table = QTableWidget(0, 4)
+        self.table.setHorizontalHeaderLabels(["round", "position", "rule", "message"])
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.status)
+        layout.addWidget(self.table, 1)
+        self.findings: list[Finding] = []
+        self.table.cellClicked.connect(self._activate)
+        self.table.cellActivated.connect(self._activate)
+
+    def set_findings(self, findings: Iterable[Any] | None, checked: bool = True) -> None:
+        self.findings = [as_finding(f) for f in (findings or [])]
+        self.table.setRowCount(len(self.findings))
+        for row, f in enumerate(self.findings):
+            values = [str(f.round), "" if f.position is None else str(f.position), f.rule, f.message]
+            for col, v in enumerate(values):
+                item = QTableWidgetItem(v)
+                item.setToolTip(f.message)
+                if f.severity == "error":
+                    item.setForeground(QColor("#a0001e"))
+                elif f.severity == "warning":
+                    item.setForeground(QColor("#8a5a00"))
+                self.table.setItem(row, col, item)
+        if not checked:
+            self.status.setText("No checker results yet.")
+        elif self.findings:
+            self.status.setText(f"<b style='color:#a0001e'>{len(self.findings)} finding(s)</b> — click one to jump to its round")
+        else:
+            self.status.setText("<span style='color:#007a4d'>✔ no findings: every round passed the checks</span>")
+
+    def _activate(self, row: int, col: int) -> None:
+        if 0 <= row < len(self.findings):
+            f = self.findings[row]
+            self.findingActivated.emit(f.round, -1 if f.position is None else f.position)

@@ -1,0 +1,318 @@
+"""The round inspector: what happened at the selected position of the selected round.
+
+- p (target) and q (draft) over the top tokens side by side, with min(p, q) outlined;
+- the residual max(p - q, 0) (normalised) and its mass r at a rejection, the repair marked;
+- the acceptance test: min(1, p/q) of the proposed token against the uniform draw u;
+- KV-cache lengths before/after the round for target and draft, cropped entries and the
+  pending tokens drawn as bars, so a rollback is visible.
+
+pyqtgraph items are created once and updated with setOpts/setData.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from specscope.core.records import Round
+
+from . import theme
+from .describe import fmt, node_decision, tok
+from .runmodel import RunModel, dense, top_tokens, visible_text
+
+TOP_N = 10
+MAX_LABEL = 7
+
+
+def _short(text: str) -> str:
+    text = visible_text(text)
+    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
+
+
+class RoundInspectorWidget(QWidget):
+    """Shows the RunModel's selected (round, position)."""
+
+    def __init__(self, model: RunModel, parent=None):
+        super().__init__(parent)
+        self.model = model
+        self.header = QLabel("Select a token in the timeline or a node in the draft tree.")
+        self.header.setTextFormat(Qt.TextFormat.RichText)
+        self.header.setWordWrap(True)
+        self.header.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        self.header.setObjectName("inspectorHeader")
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground("w")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.header)
+        layout.addWidget(self.graphics, 1)
+        self._build_plots()
+        self.shown: tuple[int, int] = (-1, -1)
+        self.values: dict[str, object] = {}  # what is displayed, for tests and export
+        model.selectionChanged.connect(self.show_position)
+        model.reset.connect(self.clear)
+
+    # ------------------------------------------------------------------ plots
+
+    def _build_plots(self) -> None:
+        g = self.graphics
+        top = g.addLayout(row=0, col=0)
+        right = top.addLayout(row=0, col=1)
+        bottom = g.addLayout(row=1, col=0)
+        sq = "&#9632;"
+        self.pq_plot = top.addPlot(row=0, col=0)
+        self.pq_plot.setTitle(
+            f"<span style='color:{theme.P_COLOR}'>{sq} p</span> &nbsp;"
+            f"<span style='color:{theme.Q_COLOR}'>{sq} q</span> &nbsp;"
+            f"<span style='color:{theme.MIN_COLOR}'>&#9633; min(p,q)</span> &nbsp;"
+            f"&#9660; proposed &nbsp;<span style='color:{theme.KIND_EDGE[theme.REPAIRED].name()}'>&#9733; emitted</span>",
+            size="9pt")
+        self.pq_plot.getAxis("left").enableAutoSIPrefix(False)
+        self.pq_plot.setLabel("left", "probability")
+        self.p_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=theme.P_COLOR, pen=None)
+        self.q_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=theme.Q_COLOR, pen=None)
+        self.min_bars = pg.BarGraphItem(x=[], height=[], width=0.86, brush=None, pen=pg.mkPen(theme.MIN_COLOR, width=2))
+        self.marker = pg.ScatterPlotItem(size=12, symbol="t", brush="#333333", pen=None)
+        self.emit_marker = pg.ScatterPlotItem(size=13, symbol="star", brush=theme.KIND_EDGE[theme.REPAIRED].name(),
+                                              pen=None)
+        for item in (self.p_bars, self.q_bars, self.min_bars, self.marker, self.emit_marker):
+            self.pq_plot.addItem(item)
+        self.pq_plot.setMouseEnabled(x=False, y=False)
+        self.pq_plot.hideButtons()
+
+        self.res_plot = right.addPlot(row=0, col=0)
+        self.res_plot.getAxis("left").enableAutoSIPrefix(False)
+        self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+        self.res_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=theme.RESIDUAL_COLOR, pen=None)
+        self.res_plot.addItem(self.res_bars)
+        self.res_text = pg.TextItem("", color="#555555", anchor=(0.5, 0.5))
+        self.res_plot.addItem(self.res_text)
+        self.res_plot.setMouseEnabled(x=False, y=False)
+        self.res_plot.hideButtons()
+        top.layout.setColumnStretchFactor(0, 3)
+        top.layout.setColumnStretchFactor(1, 2)
+
+        self.ratio_plot = right.addPlot(row=1, col=0)
+        self.ratio_plot.setTitle(f"acceptance test: u vs <span style='color:{theme.ACCEPT_RATE}'>min(1, p/q)</span>",
+                                 size="9pt")
+        self.accept_bar = pg.BarGraphItem(x0=[0], x1=[0], y=[0], height=0.5, brush=theme.ACCEPT_RATE, pen=None)
+        self.reject_bar = pg.BarGraphItem(x0=[0], x1=[1], y=[0], height=0.5, brush="#f3d3d3", pen=None)
+        self.ratio_plot.addItem(self.reject_bar)
+        self.ratio_plot.addItem(self.accept_bar)
+        self.u_line = pg.InfiniteLine(pos=0, angle=90, pen=pg.mkPen("#222222", width=2.5),
+                                      label="u", labelOpts={"position": 0.92, "color": "#222222"})
+        self.ratio_plot.addItem(self.u_line)
+        self.ratio_plot.setXRange(0, 1, padding=0.02)
+        self.ratio_plot.setYRange(-0.5, 0.95, padding=0)
+        self.ratio_plot.getAxis("left").setTicks([[(0, "accept")]])
+        self.ratio_plot.setMouseEnabled(x=False, y=False)
+        self.ratio_plot.hideButtons()
+
+        self.cache_plot = bottom.addPlot(row=0, col=0)
+        self.cache_plot.setTitle(
+            f"KV cache: <span style='color:{theme.CACHE_KEPT}'>{sq} kept</span> "
+            f"<span style='color:{theme.CACHE_NEW}'>{sq} written</span> "
+            f"<span style='color:{theme.CACHE_CROPPED}'>{sq} cropped</span> "
+            f"<span style='color:#b8a800'>{sq} pending</span>", size="9pt")
+        self.cache_kept = pg.BarGraphItem(x0=[], x1=[], y=[], height=0.6, brush=theme.CACHE_KEPT, pen=None)
+        self.cache_new = pg.BarGraphItem(x0=[], x1=[], y=[], height=0.6, brush=theme.CACHE_NEW, pen=None)
+        self.cache_cropped = pg.BarGraphItem(x0=[], x1=[], y=[], height=0.6, brush=theme.CACHE_CROPPED, pen=None)
+        self.cache_pending = pg.BarGraphItem(x0=[], x1=[], y=[], height=0.22, brush=theme.CACHE_PENDING,
+                                             pen=pg.mkPen("#8a7f00"))
+        for item in (self.cache_kept, self.cache_new, self.cache_cropped, self.cache_pending):
+            self.cache_plot.addItem(item)
+        self.cache_plot.getAxis("left").setTicks([[(3, "target before"), (2, "target after"),
+                                                   (1, "draft before"), (0, "draft after")]])
+        self.cache_plot.setLabel("bottom", "tokens in the cache")
+        self.cache_plot.setMouseEnabled(x=False, y=False)
+        self.cache_plot.hideButtons()
+        right.layout.setRowStretchFactor(0, 3)
+        right.layout.setRowStretchFactor(1, 2)
+        g.ci.layout.setRowStretchFactor(0, 3)
+        g.ci.layout.setRowStretchFactor(1, 2)
+        self.ratio_title = "acceptance test: u vs min(1, p/q)"
+
+    # ------------------------------------------------------------------ update
+
+    def clear(self) -> None:
+        self.shown = (-1, -1)
+        self.values = {}
+        self.header.setText("Select a token in the timeline or a node in the draft tree.")
+        for bars in (self.p_bars, self.q_bars, self.min_bars, self.res_bars):
+            bars.setOpts(x=[], height=[])
+        self.marker.setData([], [])
+        self.emit_marker.setData([], [])
+        for bars in (self.cache_kept, self.cache_new, self.cache_cropped, self.cache_pending):
+            bars.setOpts(x0=[], x1=[], y=[])
+        self.res_text.setText("")
+        self._ratio_title("acceptance test: u vs min(1, p/q)")
+        self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
+
+    def show_position(self, round_index: int, pos: int) -> None:
+        if not 0 <= round_index < len(self.model.rounds):
+            self.clear()
+            return
+        r = self.model.full_round(round_index)
+        self.shown = (round_index, pos)
+        self._show(r, pos)
+
+    def _show(self, r: Round, pos: int) -> None:
+        tt = self.model.token_text
+        is_bonus_pos = pos >= len(r.nodes)
+        node = None if is_bonus_pos else r.nodes[pos]
+        if node is not None:
+            p, q = dense(node.p), dense(node.q)
+            proposed = node.token
+        else:
+            p, q = dense(r.bonus_p), None
+            proposed = None
+        emitted_here = None
+        emitted_kind = None
+        for e in r.emitted:
+            if (e.kind in ("accepted", "repaired") and e.node == pos) or (e.kind == "bonus" and is_bonus_pos):
+                emitted_here, emitted_kind = e.token, e.kind
+        # ---- header
+        head = [f"<b>round {r.index}</b> · position {pos + 1}"
+                f"{' (bonus)' if is_bonus_pos else ''} of {len(r.nodes)} drafted · prefix {r.prefix_len}"
+                f" · accepted length {r.accepted_length}"]
+        if node is not None:
+            head.append(f"draft {tok(node.token, tt)}: p = {fmt(node.p_token)}, q = {fmt(node.q_token)}, "
+                        f"p/q = {fmt(node.ratio)} — {node_decision(node, r.greedy)}")
+            if node.overlap is not None:
+                head.append(f"Σ min(p, q) = {fmt(node.overlap)}")
+        elif r.bonus is not None:
+            head.append(f"all drafts accepted: bonus {tok(r.bonus.token, tt)} sampled from p")
+        elif r.bonus_withheld:
+            head.append("all drafts accepted; the bonus was withheld (budget reached)")
+        else:
+            head.append("no bonus in this round (a draft was rejected)")
+        if emitted_here is not None and emitted_kind == "repaired":
+            head.append(f"repair {tok(emitted_here, tt)} drawn from the residual (r = {fmt(r.residual_mass)})"
+                        if not r.greedy else f"repair {tok(emitted_here, tt)} = target argmax")
+        self.header.setText("<br>".join(head))
+
+        # ---- p vs q
+        must = [t for t in (proposed, emitted_here) if t is not None]
+        ids = top_tokens([p, q], TOP_N, must) if p is not None else np.zeros(0, dtype=np.int64)
+        xs = np.arange(len(ids), dtype=float)
+        pv = p[ids] if p is not None and len(ids) else np.zeros(len(ids))
+        qv = q[ids] if q is not None and len(ids) else np.zeros(len(ids))
+        self.p_bars.setOpts(x=xs - 0.2, height=pv)
+        self.q_bars.setOpts(x=xs + 0.2, height=qv)
+        mins = np.minimum(pv, qv) if q is not None else np.zeros(len(ids))
+        self.min_bars.setOpts(x=xs, height=mins)
+        ticks = [(float(i), _short(tt(int(t)))) for i, t in enumerate(ids)]
+        self.pq_plot.getAxis("bottom").setTicks([ticks])
+        top = float(max(pv.max() if len(pv) else 0, qv.max() if len(qv) else 0, 0.05))
+        self.pq_plot.setYRange(0, top * 1.18, padding=0)
+        self.pq_plot.setXRange(-0.7, max(len(ids) - 0.3, 1), padding=0)
+        ids_list = [int(t) for t in ids]
+        if proposed is not None and proposed in ids_list:
+            j = ids_list.index(proposed)
+            self.marker.setData([j], [max(pv[j], qv[j]) + top * 0.08])
+        else:
+            self.marker.setData([], [])
+        if emitted_here is not None and emitted_kind != "accepted" and emitted_here in ids_list:
+            j = ids_list.index(emitted_here)
+            self.emit_marker.setData([j], [max(pv[j], qv[j]) + top * 0.08])
+        else:
+            self.emit_marker.setData([], [])
+
+        # ---- residual
+        resid = dense(r.residual) if (node is not None and r.rejected_node == pos) else None
+        if resid is not None:
+            rids = top_tokens([resid], TOP_N, [emitted_here] if emitted_here is not None else [])
+            rv = resid[rids]
+            brushes = [pg.mkBrush(theme.KIND_EDGE[theme.REPAIRED]) if int(t) == emitted_here
+                       else pg.mkBrush(theme.RESIDUAL_COLOR) for t in rids]
+            self.res_bars.setOpts(x=np.arange(len(rids), dtype=float), height=rv, brushes=brushes)
+            self.res_plot.getAxis("bottom").setTicks([[(float(i), _short(tt(int(t)))) for i, t in enumerate(rids)]])
+            self.res_plot.setTitle(f"residual max(p − q, 0) / r, r = {fmt(r.residual_mass)}", size="9pt")
+            self.res_plot.setYRange(0, float(max(rv.max(), 0.05)) * 1.1, padding=0)
+            self.res_plot.setXRange(-0.7, max(len(rids) - 0.3, 1), padding=0)
+            self.res_text.setText("")
+        else:
+            self.res_bars.setOpts(x=[], height=[], brushes=None)
+            self.res_plot.getAxis("bottom").setTicks([[]])
+            self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+            reason = ("greedy: the repair is the target argmax" if r.greedy and node is not None and node.status == "rejected"
+                      else "no rejection at this position: residual unused")
+            self.res_plot.setXRange(0, 1, padding=0)
+            self.res_plot.setYRange(0, 1, padding=0)
+            self.res_text.setText(reason)
+            self.res_text.setPos(0.5, 0.5)
+
+        # ---- acceptance test
+        if node is not None and node.u is not None and node.ratio is not None:
+            a = min(1.0, node.ratio)
+            self.accept_bar.setOpts(x0=[0], x1=[a], y=[0])
+            self.u_line.setValue(node.u)
+            self.u_line.show()
+            rel = "&lt;" if node.status == "accepted" else "≥"
+            self._ratio_title(f"u = {fmt(node.u, 3)} {rel} min(1, p/q = {fmt(node.ratio, 3)}) → <b>{node.status}</b>")
+        elif node is not None and r.greedy:
+            ok = node.status == "accepted"
+            self.accept_bar.setOpts(x0=[0], x1=[1.0 if ok else 0.0], y=[0])
+            self.u_line.hide()
+            self._ratio_title(f"greedy: draft {node.token} vs argmax {node.target_argmax} → <b>{node.status}</b>")
+        else:
+            self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
+            self.u_line.hide()
+            self._ratio_title("bonus position: no acceptance test" if node is None else "not visited: no test")
+
+        # ---- caches
+        self._show_caches(r)
+        self.values = {
+            "round": r.index,
+            "pos": pos,
+            "tokens": ids_list,
+            "p": [float(v) for v in pv],
+            "q": [float(v) for v in qv],
+            "min": [float(v) for v in mins],
+            "ratio": node.ratio if node is not None else None,
+            "u": node.u if node is not None else None,
+            "status": node.status if node is not None else "bonus",
+            "residual_mass": r.residual_mass if resid is not None else None,
+            "target_cache": (r.target_cache.before, r.target_cache.peak, r.target_cache.after,
+                             r.target_cache.pending),
+            "draft_cache": (None if r.draft_cache is None else
+                            (r.draft_cache.before, r.draft_cache.peak, r.draft_cache.after, r.draft_cache.pending)),
+            "header": self.header.text(),
+        }
+
+    def _ratio_title(self, text: str) -> None:
+        self.ratio_plot.setTitle(text, size="9pt")
+
+    def _show_caches(self, r: Round) -> None:
+        kept_x0, kept_x1, kept_y = [], [], []
+        new_x0, new_x1, new_y = [], [], []
+        crop_x0, crop_x1, crop_y = [], [], []
+        pend_x0, pend_x1, pend_y = [], [], []
+        ticks = []
+        peak_all = 1
+        for name, cache, y_before, y_after in (("target", r.target_cache, 3, 2), ("draft", r.draft_cache, 1, 0)):
+            if cache is None:
+                ticks += [(y_before, f"{name}: no cache"), (y_after, "")]
+                continue
+            peak_all = max(peak_all, cache.peak, cache.after + len(cache.pending))
+            kept_x0.append(0), kept_x1.append(cache.before), kept_y.append(y_before)
+            new_x0.append(cache.before), new_x1.append(cache.peak), new_y.append(y_before)
+            kept_x0.append(0), kept_x1.append(cache.after), kept_y.append(y_after)
+            if cache.peak > cache.after:
+                crop_x0.append(cache.after), crop_x1.append(cache.peak), crop_y.append(y_after)
+            if cache.pending:
+                pend_x0.append(cache.after), pend_x1.append(cache.after + len(cache.pending))
+                pend_y.append(y_after - 0.42)
+            pend = " ".join(_short(self.model.token_text(t)) for t in cache.pending[:3])
+            ticks.append((y_before, f"{name} before {cache.before}→{cache.peak}"))
+            ticks.append((y_after, f"after {cache.after} (−{cache.cropped}, pending {len(cache.pending)}"
+                                   + (f": {pend}" if pend else "") + ")"))
+        self.cache_kept.setOpts(x0=kept_x0, x1=kept_x1, y=kept_y)
+        self.cache_new.setOpts(x0=new_x0, x1=new_x1, y=new_y)
+        self.cache_cropped.setOpts(x0=crop_x0, x1=crop_x1, y=crop_y)
+        self.cache_pending.setOpts(x0=pend_x0, x1=pend_x1, y=pend_y)
+        self.cache_plot.getAxis("left").setTicks([ticks])
+        self.cache_plot.setXRange(0, peak_all * 1.04 + 1, padding=0)
+        self.cache_plot.setYRange(-0.8, 3.5, padding=0)

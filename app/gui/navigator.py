@@ -1,0 +1,86 @@
+"""Round navigation: first / previous / slider / next / last and play (for replay)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
+
+from .runmodel import RunModel
+
+
+class RoundNavigatorWidget(QWidget):
+    playToggled = Signal()
+
+    def __init__(self, model: RunModel, parent=None):
+        super().__init__(parent)
+        self.model = model
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 2, 4, 2)
+        style = self.style()
+
+        def button(icon, tip, slot):
+            b = QToolButton()
+            b.setIcon(style.standardIcon(icon))
+            b.setToolTip(tip)
+            b.setAutoRaise(True)
+            b.clicked.connect(slot)
+            layout.addWidget(b)
+            return b
+
+        self.first_button = button(QStyle.StandardPixmap.SP_MediaSkipBackward, "First round (Home)", self.first)
+        self.prev_button = button(QStyle.StandardPixmap.SP_MediaSeekBackward, "Previous round (Left)", self.prev)
+        self.play_button = button(QStyle.StandardPixmap.SP_MediaPlay, "Play the replay (Space)", self.playToggled.emit)
+        self.next_button = button(QStyle.StandardPixmap.SP_MediaSeekForward, "Next round (Right)", self.next)
+        self.last_button = button(QStyle.StandardPixmap.SP_MediaSkipForward, "Last round (End)", self.last)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(0, 0)
+        self.slider.setToolTip("Round")
+        self.slider.valueChanged.connect(self._slid)
+        layout.addWidget(self.slider, 1)
+        self.label = QLabel("no rounds")
+        self.label.setMinimumWidth(150)
+        layout.addWidget(self.label)
+        self._updating = False
+        model.reset.connect(self._sync)
+        model.appended.connect(self._sync)
+        model.selectionChanged.connect(self._sync)
+        self._sync()
+
+    def set_playing(self, playing: bool) -> None:
+        icon = QStyle.StandardPixmap.SP_MediaPause if playing else QStyle.StandardPixmap.SP_MediaPlay
+        self.play_button.setIcon(self.style().standardIcon(icon))
+
+    def _sync(self, *args) -> None:
+        n = len(self.model.rounds)
+        self._updating = True
+        self.slider.setRange(0, max(0, n - 1))
+        cur = self.model.selected[0]
+        if cur >= 0:
+            self.slider.setValue(cur)
+        self._updating = False
+        enabled = n > 0
+        for w in (self.first_button, self.prev_button, self.next_button, self.last_button, self.slider):
+            w.setEnabled(enabled)
+        if not n:
+            self.label.setText("no rounds")
+        else:
+            pos = self.model.selected[1]
+            self.label.setText(f"round {max(cur, 0)} / {n - 1}" + (f" · position {pos + 1}" if cur >= 0 else ""))
+
+    def _slid(self, value: int) -> None:
+        if not self._updating:
+            self.model.select(value)
+
+    def first(self) -> None:
+        self.model.select(0)
+
+    def last(self) -> None:
+        self.model.select(len(self.model.rounds) - 1)
+
+    def prev(self) -> None:
+        cur = self.model.selected[0]
+        self.model.select(max(0, cur - 1) if cur >= 0 else 0)
+
+    def next(self) -> None:
+        cur = self.model.selected[0]
+        self.model.select(cur + 1 if cur >= 0 else 0)

@@ -1,0 +1,190 @@
+"""Live plots of a run, redrawn from the RunModel's metric buffers at <= 30 Hz.
+
+Plot items are created once; `refresh()` only calls setData/setOpts on numpy views, and
+only when new rounds arrived since the last frame.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from . import theme
+from .metrics import ROLLING_WINDOW
+from .runmodel import RunModel
+
+FRAME_MS = 34  # <= 30 Hz
+
+
+def _style(plot: pg.PlotItem, title: str, left: str, bottom: str) -> None:
+    plot.setTitle(title, size="9pt")
+    plot.setLabel("left", left)
+    plot.setLabel("bottom", bottom)
+    plot.showGrid(x=True, y=True, alpha=0.15)
+
+
+class LivePlotsWidget(QWidget):
+    """Acceptance, accepted-length histogram, per-position acceptance, latency split,
+    tokens/s and the cost model's prediction next to the measurement."""
+
+    PLOTS = ("acceptance", "histogram", "positions", "latency", "throughput", "cost")
+
+    def __init__(self, model: RunModel, compact: bool = False, color: str | None = None, parent=None):
+        super().__init__(parent)
+        self.model = model
+        self.compact = compact
+        self.color = color
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground("w")
+        self.summary = QLabel("")
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.graphics, 1)
+        layout.addWidget(self.summary)
+        self.plots: dict[str, pg.PlotItem] = {}
+        self._build()
+        self._dirty = True
+        self.frames = 0  # redraws done (tests check the throttle)
+        self.timer = QTimer(self)
+        self.timer.setInterval(FRAME_MS)
+        self.timer.timeout.connect(self._tick)
+        self.timer.start()
+        model.reset.connect(self.mark_dirty)
+        model.appended.connect(self.mark_dirty)
+        model.finished.connect(self.mark_dirty)
+        model.selectionChanged.connect(self._on_selection)
+
+    def _build(self) -> None:
+        g = self.graphics
+        cols = 2 if self.compact else 3
+        names = self.PLOTS
+        for i, name in enumerate(names):
+            self.plots[name] = g.addPlot(row=i // cols, col=i % cols)
+        c = self.color
+        # acceptance per round + rolling mean
+        p = self.plots["acceptance"]
+        _style(p, "acceptance per round", "accepted / drafted", "round")
+        p.addLegend(offset=(5, 5), labelTextSize="7pt")
+        self.acc_scatter = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(c or theme.ACCEPT_RATE), pen=None,
+                                              name="per round")
+        self.acc_mean = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name=f"rolling mean ({ROLLING_WINDOW})")
+        p.addItem(self.acc_scatter)
+        p.addItem(self.acc_mean)
+        p.setYRange(0, 1.05, padding=0)
+        self.round_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.SELECT_COLOR, style=Qt.PenStyle.DashLine))
+        p.addItem(self.round_line)
+        # accepted length histogram
+        p = self.plots["histogram"]
+        _style(p, "accepted length", "rounds", "accepted + 1")
+        self.hist = pg.BarGraphItem(x=[], height=[], width=0.8, brush=c or theme.KIND_EDGE[theme.ACCEPTED].name())
+        p.addItem(self.hist)
+        # per-position acceptance
+        p = self.plots["positions"]
+        _style(p, "acceptance by position", "P(accept | reached)", "draft position")
+        self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=c or theme.P_COLOR)
+        p.addItem(self.pos_bars)
+        p.setYRange(0, 1.05, padding=0)
+        # latency split
+        p = self.plots["latency"]
+        _style(p, "latency per round", "ms", "round")
+        p.addLegend(offset=(5, 5), labelTextSize="7pt")
+        self.lat_total = pg.PlotDataItem(pen=pg.mkPen(theme.VERIFY_TIME, width=1), fillLevel=0,
+                                         brush=pg.mkBrush(theme.VERIFY_TIME + "90"), name="verify (on top)")
+        self.lat_draft = pg.PlotDataItem(pen=pg.mkPen(theme.DRAFT_TIME, width=1), fillLevel=0,
+                                         brush=pg.mkBrush(theme.DRAFT_TIME + "c0"), name="draft")
+        p.addItem(self.lat_total)
+        p.addItem(self.lat_draft)
+        # throughput
+        p = self.plots["throughput"]
+        _style(p, "throughput", "tokens / s", "round")
+        p.addLegend(offset=(5, 5), labelTextSize="7pt")
+        self.tps_round = pg.PlotDataItem(pen=None, symbol="o", symbolSize=4,
+                                         symbolBrush=pg.mkBrush(c or "#56b4e9"), symbolPen=None, name="per round")
+        self.tps_cum = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="cumulative")
+        p.addItem(self.tps_round)
+        p.addItem(self.tps_cum)
+        # cost model
+        p = self.plots["cost"]
+        _style(p, "cost model vs measured", "tokens / round", "round")
+        p.addLegend(offset=(5, 5), labelTextSize="7pt")
+        self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured (mean)")
+        self.cost_alpha = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED, width=2, style=Qt.PenStyle.DashLine),
+                                          name="predicted from α")
+        self.cost_pos = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED_2, width=2, style=Qt.PenStyle.DotLine),
+                                        name="predicted from per-position rates")
+        for item in (self.cost_meas, self.cost_alpha, self.cost_pos):
+            p.addItem(item)
+
+    # ------------------------------------------------------------------ refresh
+
+    def mark_dirty(self, *args) -> None:
+        self._dirty = True
+
+    def _on_selection(self, rnd: int, pos: int) -> None:
+        self.round_line.setValue(rnd)
+
+    def _tick(self) -> None:
+        if self._dirty and self.isVisible():
+            self.refresh()
+
+    def refresh(self) -> None:
+        self._dirty = False
+        self.frames += 1
+        m = self.model.metrics
+        x = m["round"]
+        self.acc_scatter.setData(x, np.nan_to_num(m["acceptance"], nan=0.0))
+        self.acc_mean.setData(x, m["rolling_acceptance"], connect="finite")
+        hist = m.length_hist
+        self.hist.setOpts(x=np.arange(len(hist), dtype=float), height=hist.astype(float))
+        if len(hist):
+            self.plots["histogram"].setXRange(0.4, max(len(hist) - 0.4, 2), padding=0)
+        rates = m.per_position()
+        self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.nan_to_num(rates))
+        self.lat_total.setData(x, (m["draft_s"] + m["verify_s"]) * 1e3)
+        self.lat_draft.setData(x, m["draft_s"] * 1e3)
+        self._robust_range("latency", (m["draft_s"] + m["verify_s"]) * 1e3)
+        self.tps_round.setData(x, m["tokens_per_s"], connect="finite")
+        self._robust_range("throughput", m["tokens_per_s"])
+        self.tps_cum.setData(x, m["cumulative_tokens_per_s"], connect="finite")
+        self.cost_meas.setData(x, m["measured_mean"], connect="finite")
+        self.cost_alpha.setData(x, m["pred_alpha"], connect="finite")
+        self.cost_pos.setData(x, m["pred_positions"], connect="finite")
+        self.summary.setText(self.summary_html())
+
+    def _robust_range(self, name: str, values: np.ndarray) -> None:
+        """Y range up to the 98th percentile, so a warm-up spike does not flatten the rest."""
+        finite = values[np.isfinite(values)]
+        plot = self.plots[name]
+        if len(finite) < 12:
+            plot.enableAutoRange(axis="y")
+            return
+        top = float(np.percentile(finite, 98)) * 1.25
+        if top > 0:
+            plot.setYRange(0, top, padding=0)
+
+    def summary_html(self) -> str:
+        m = self.model.metrics
+        if not len(m):
+            return "<i>no rounds yet</i>"
+        est = m.cost_estimate()
+        parts = [
+            f"<b>{len(m)}</b> rounds",
+            f"<b>{m.emitted_total}</b> tokens",
+            f"acceptance <b>{m.acceptance_rate:.3f}</b>",
+            f"mean accepted length <b>{m.mean_accepted_length:.2f}</b>",
+        ]
+        if m.time_total > 0:
+            parts.append(f"{m.emitted_total / m.time_total:.1f} tok/s")
+        if est is not None:
+            parts.append(
+                f"cost model (v = 1 verify, c = {est.c:.2f}, α = {est.alpha:.3f}, k = {est.k}): "
+                f"E = <span style='color:{theme.PREDICTED}'>{est.expected_alpha:.2f}</span> predicted vs "
+                f"<b>{est.measured:.2f}</b> measured; speedup "
+                f"<span style='color:{theme.PREDICTED}'>{est.speedup_predicted:.2f}×</span> predicted vs "
+                f"<b>{est.speedup_measured:.2f}×</b> measured"
+            )
+        return " · ".join(parts)

@@ -1,0 +1,324 @@
+"""The model the views share: one run's rounds, its timeline cells, metrics and selection.
+
+Pure data plus Qt signals (no widgets, no torch, no SQL), in the napari style: views take
+a RunModel and subscribe to `reset`, `appended`, `finished` and `selectionChanged`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+from specscope.core.records import Round, RunConfig
+
+from . import theme
+from .metrics import RunMetrics
+
+TokenText = Callable[[int], str]
+
+
+def default_token_text(token: int) -> str:
+    return str(token)
+
+
+def visible_text(text: str) -> str:
+    """Make whitespace and control characters visible in a token cell."""
+    if text == "":
+        return "∅"
+    out = text.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+    if out.startswith(" "):
+        out = "·" + out[1:]
+    return out
+
+
+# ---------------------------------------------------------------------- distributions
+
+
+def dense(dist: Any) -> np.ndarray | None:
+    """A distribution as a dense numpy vector (accepts arrays or sparse stand-ins with
+    `ids`/`probs` and `size` attributes, as a trace store may return them)."""
+    if dist is None:
+        return None
+    if isinstance(dist, np.ndarray):
+        return dist
+    ids = getattr(dist, "ids", None)
+    probs = getattr(dist, "probs", None)
+    if ids is not None and probs is not None:
+        size = int(getattr(dist, "size", 0) or (max(ids) + 1 if len(ids) else 0))
+        out = np.zeros(size)
+        out[np.asarray(ids, dtype=np.int64)] = probs
+        return out
+    return np.asarray(dist, dtype=np.float64)
+
+
+def top_tokens(dists: Sequence[np.ndarray | None], n: int, must: Iterable[int] = ()) -> np.ndarray:
+    """Token ids: the union of each distribution's top n, plus `must`, ordered by the first
+    distribution's probability (descending)."""
+    ids: set[int] = {int(t) for t in must if t is not None and t >= 0}
+    first = None
+    for d in dists:
+        if d is None:
+            continue
+        if first is None:
+            first = d
+        m = min(n, len(d))
+        if m:
+            part = np.argpartition(-d, m - 1)[:m]
+            ids.update(int(i) for i in part if d[i] > 0)
+    arr = np.array(sorted(ids), dtype=np.int64)
+    if first is not None and len(arr):
+        valid = arr[arr < len(first)]
+        order = np.argsort(-first[valid], kind="stable")
+        arr = np.concatenate([valid[order], arr[arr >= len(first)]])
+    return arr
+
+
+def slim(r: Round) -> Round:
+    """The round without its full-vocabulary distributions (the scalars stay exact)."""
+    nodes = tuple(replace(n, p=None, q=None) for n in r.nodes)
+    return replace(r, nodes=nodes, bonus_p=None, residual=None)
+
+
+def has_distributions(r: Round) -> bool:
+    return r.bonus_p is not None or any(n.p is not None for n in r.nodes)
+
+
+# ---------------------------------------------------------------------- timeline cells
+
+
+@dataclass(frozen=True)
+class Cell:
+    kind: int  # theme.PROMPT .. theme.UNVISITED
+    round: int  # -1 for the prompt
+    pos: int  # draft position (node index); len(nodes) = the bonus position; -1 prompt
+    token: int
+    out_pos: int  # index in the generated output; -1 for prompt and discarded drafts
+    eos: bool
+    text: str
+
+
+class Cells:
+    """Column arrays of the timeline's cells, grown round by round."""
+
+    def __init__(self) -> None:
+        self.kind: list[int] = []
+        self.round: list[int] = []
+        self.pos: list[int] = []
+        self.token: list[int] = []
+        self.out_pos: list[int] = []
+        self.eos: list[bool] = []
+        self.text: list[str] = []
+        self.round_first: list[int] = []  # first cell of each round
+        self.out_cell: list[int] = []  # cell index of each output position
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def cell(self, i: int) -> Cell:
+        return Cell(self.kind[i], self.round[i], self.pos[i], self.token[i], self.out_pos[i], self.eos[i], self.text[i])
+
+    def _add(self, kind: int, rnd: int, pos: int, token: int, out_pos: int, eos: bool, text: str) -> None:
+        self.kind.append(kind)
+        self.round.append(rnd)
+        self.pos.append(pos)
+        self.token.append(token)
+        self.out_pos.append(out_pos)
+        self.eos.append(eos)
+        self.text.append(text)
+        if out_pos >= 0:
+            self.out_cell.append(len(self.kind) - 1)
+
+    def add_prompt(self, ids: Sequence[int], token_text: TokenText) -> None:
+        for t in ids:
+            self._add(theme.PROMPT, -1, -1, int(t), -1, False, visible_text(token_text(int(t))))
+
+    def add_round(self, r: Round, token_text: TokenText, eos_id: int | None) -> None:
+        self.round_first.append(len(self.kind))
+        out = r.emitted_before
+        accepted_nodes = {e.node for e in r.emitted if e.kind == "accepted"}
+        # Accepted drafts in order, then the discarded drafts (struck through), then the
+        # repair or bonus: the round reads like an edit.
+        emitted = list(r.emitted)
+        for e in emitted:
+            if e.kind != "accepted":
+                continue
+            self._add(theme.ACCEPTED, r.index, e.node, e.token, out, eos_id is not None and e.token == eos_id,
+                      visible_text(token_text(e.token)))
+            out += 1
+        for n in r.nodes:
+            if n.index in accepted_nodes or n.status == "accepted":
+                continue
+            kind = theme.REJECTED if n.status == "rejected" else theme.UNVISITED
+            self._add(kind, r.index, n.index, n.token, -1, False, visible_text(token_text(n.token)))
+        for e in emitted:
+            if e.kind == "accepted":
+                continue
+            kind = theme.KIND_OF_EMITTED[e.kind]
+            pos = e.node if e.kind == "repaired" and e.node is not None else len(r.nodes)
+            self._add(kind, r.index, pos, e.token, out, eos_id is not None and e.token == eos_id,
+                      visible_text(token_text(e.token)))
+            out += 1
+
+
+# ---------------------------------------------------------------------- the model
+
+
+FULL_VOCAB_LIMIT = 4096  # keep every round's distributions up to this vocabulary size
+RECENT_FULL = 256  # otherwise keep the distributions of this many recent rounds
+
+
+class RunModel(QObject):
+    """One run (live or replayed): config, rounds, cells, metrics, selection, findings.
+
+    Rounds of big-vocabulary runs are kept slim (no distributions); `full_round(i)` gives
+    the distributions back from a small cache of recent rounds or from `loader` (set by
+    whoever knows where the trace is stored).
+    """
+
+    reset = Signal()
+    appended = Signal(int, int)  # first new round index, number of rounds
+    finished = Signal(str)  # stop reason
+    selectionChanged = Signal(int, int)  # round, position (-1, -1 = none)
+    findingsChanged = Signal()
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.token_text: TokenText = default_token_text
+        self.config: RunConfig | None = None
+        self.rounds: list[Round] = []
+        self.cells = Cells()
+        self.metrics = RunMetrics()
+        self.stop_reason: str | None = None
+        self.wall_s: float | None = None
+        self.source: str = ""  # "live", or the trace path being replayed
+        self.findings: list[Any] = []
+        self.selected: tuple[int, int] = (-1, -1)
+        self.label: str = ""
+        self.loader: Callable[[int], Round] | None = None
+        self._full: OrderedDict[int, Round] = OrderedDict()
+
+    # -------------------------------------------------------------- mutation
+
+    def begin(self, config: RunConfig | None, token_text: TokenText | None = None, source: str = "live",
+              label: str = "") -> None:
+        self.config = config
+        self.token_text = token_text or default_token_text
+        self.rounds = []
+        self.cells = Cells()
+        self.metrics = RunMetrics()
+        self.stop_reason = None
+        self.wall_s = None
+        self.source = source
+        self.label = label
+        self.findings = []
+        self.selected = (-1, -1)
+        self.loader = None
+        self._full = OrderedDict()
+        if config is not None:
+            self.cells.add_prompt(config.prompt_ids, self.token_text)
+        self.reset.emit()
+
+    def clear(self) -> None:
+        self.begin(None)
+
+    def extend(self, rounds: Iterable[Round]) -> None:
+        first = len(self.rounds)
+        eos = self.config.eos_token_id if self.config is not None else None
+        for r in rounds:
+            r = self._keep(r)
+            self.rounds.append(r)
+            self.cells.add_round(r, self.token_text, eos)
+            self.metrics.append(r)
+        count = len(self.rounds) - first
+        if count:
+            self.appended.emit(first, count)
+
+    def append(self, r: Round) -> None:
+        self.extend([r])
+
+    def _keep(self, r: Round) -> Round:
+        vocab = self.config.vocab_size if self.config is not None else 0
+        if not vocab and r.nodes and r.nodes[0].p is not None:
+            vocab = len(r.nodes[0].p)
+        if vocab <= FULL_VOCAB_LIMIT or not has_distributions(r):
+            return r
+        self._full[r.index] = r
+        while len(self._full) > RECENT_FULL:
+            self._full.popitem(last=False)
+        return slim(r)
+
+    def full_round(self, index: int) -> Round:
+        """Round `index` with its distributions when anything still has them."""
+        r = self.rounds[index]
+        if has_distributions(r) or not r.nodes and r.bonus is None:
+            return r
+        got = self._full.get(index)
+        if got is not None:
+            self._full.move_to_end(index)
+            return got
+        if self.loader is not None:
+            try:
+                got = self.loader(index)
+            except Exception:  # noqa: BLE001 - a failed read shows the slim round
+                return r
+            self._full[index] = got
+            while len(self._full) > RECENT_FULL:
+                self._full.popitem(last=False)
+            return got
+        return r
+
+    def finish(self, stop_reason: str, wall_s: float | None = None) -> None:
+        self.stop_reason = stop_reason
+        self.wall_s = wall_s
+        self.finished.emit(stop_reason)
+
+    def select(self, round_index: int, pos: int = -1) -> None:
+        if not self.rounds:
+            return
+        round_index = max(0, min(round_index, len(self.rounds) - 1))
+        r = self.rounds[round_index]
+        if pos < 0:
+            pos = default_position(r)
+        pos = max(0, min(pos, len(r.nodes)))
+        if (round_index, pos) != self.selected:
+            self.selected = (round_index, pos)
+            self.selectionChanged.emit(round_index, pos)
+
+    def set_findings(self, findings: Iterable[Any]) -> None:
+        self.findings = list(findings)
+        self.findingsChanged.emit()
+
+    # -------------------------------------------------------------- reading
+
+    @property
+    def output_tokens(self) -> list[int]:
+        return [t for r in self.rounds for t in r.tokens]
+
+    @property
+    def selected_round(self) -> Round | None:
+        i = self.selected[0]
+        return self.rounds[i] if 0 <= i < len(self.rounds) else None
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.config.eos_token_id if self.config is not None else None
+
+
+def default_position(r: Round) -> int:
+    """The most interesting position of a round: the rejection, else the bonus."""
+    if r.rejected_node is not None:
+        return r.rejected_node
+    return len(r.nodes)
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """First output position where the two token sequences differ (None if one is a prefix
+    of the other)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None

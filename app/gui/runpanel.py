@@ -1,0 +1,241 @@
+"""The run panel: prompt, proposer and sampler settings, with errors shown next to each
+field, and the Run / Pause / Step / Stop buttons."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .settings import FIELDS, PROPOSER_LABELS, PROPOSERS, RunSettings, Validation, validate
+from .worker import IDLE, LOADING, PAUSED, RUNNING
+
+ERROR_STYLE = "color:#b00020; font-size:9pt;"
+FIELD_HELP = {
+    "k": "draft tokens per round (1–64)",
+    "temperature": "0 = greedy",
+    "top_k": "0 = off",
+    "top_p": "1 = off",
+    "seed": "seeds every draw; stored with the run",
+    "max_new_tokens": "stop after this many new tokens",
+    "eos": "auto = tokenizer's EOS · none · or a token id",
+}
+
+
+class RunPanelWidget(QWidget):
+    runClicked = Signal()
+    pauseClicked = Signal()
+    stepClicked = Signal()
+    stopClicked = Signal()
+
+    def __init__(self, devices: tuple[str, ...] = ("cpu",), examples: list[tuple[str, str]] | None = None, parent=None):
+        super().__init__(parent)
+        self.devices = devices
+        self.vocab_size: int | None = None
+        self.examples = list(examples or [])
+        self.fields: dict[str, QWidget] = {}
+        self.errors: dict[str, QLabel] = {}
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(6, 6, 6, 6)
+
+        box = QGroupBox("Prompt")
+        bl = QVBoxLayout(box)
+        self.example = QComboBox()
+        self.example.addItem("— example prompts —", None)
+        for name, text in self.examples:
+            self.example.addItem(name, text)
+        self.example.activated.connect(self._pick_example)
+        bl.addWidget(self.example)
+        self.prompt = QPlainTextEdit()
+        self.prompt.setPlaceholderText("Type a prompt, or pick an example above")
+        self.prompt.setFixedHeight(84)
+        self.prompt.setTabChangesFocus(True)
+        bl.addWidget(self.prompt)
+        self.fields["prompt"] = self.prompt
+        bl.addWidget(self._error_label("prompt"))
+        outer.addWidget(box)
+
+        box = QGroupBox("Proposer and sampler")
+        grid = QGridLayout(box)
+        grid.setVerticalSpacing(1)
+        row = 0
+        self.proposer = QComboBox()
+        for key in PROPOSERS:
+            self.proposer.addItem(PROPOSER_LABELS[key], key)
+        self.proposer.currentIndexChanged.connect(self._proposer_changed)
+        self.fields["proposer"] = self.proposer
+        row = self._add_row(grid, row, "proposer", "Proposer", self.proposer)
+        ck = QWidget()
+        ckl = QHBoxLayout(ck)
+        ckl.setContentsMargins(0, 0, 0, 0)
+        self.checkpoint = QLineEdit()
+        self.checkpoint.setPlaceholderText("folder with config.json + weights")
+        self.browse = QPushButton("…")
+        self.browse.setFixedWidth(28)
+        self.browse.clicked.connect(self._browse)
+        ckl.addWidget(self.checkpoint, 1)
+        ckl.addWidget(self.browse)
+        self.fields["checkpoint"] = self.checkpoint
+        row = self._add_row(grid, row, "checkpoint", "Checkpoint", ck)
+        for key, label in (("k", "k (draft length)"), ("temperature", "Temperature"), ("top_k", "Top-k"),
+                           ("top_p", "Top-p"), ("seed", "Seed"), ("max_new_tokens", "Max new tokens"),
+                           ("eos", "EOS")):
+            edit = QLineEdit()
+            edit.setPlaceholderText(FIELD_HELP.get(key, ""))
+            edit.setToolTip(FIELD_HELP.get(key, ""))
+            self.fields[key] = edit
+            row = self._add_row(grid, row, key, label, edit)
+        self.device = QComboBox()
+        self.device.setEditable(True)
+        for d in devices:
+            self.device.addItem(d)
+        self.fields["device"] = self.device
+        row = self._add_row(grid, row, "device", "Device", self.device)
+        outer.addWidget(box)
+
+        buttons = QHBoxLayout()
+        style = self.style()
+        self.run_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPlay), "Run")
+        self.pause_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPause), "Pause")
+        self.step_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaSkipForward), "Step")
+        self.stop_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaStop), "Stop")
+        self.run_button.setToolTip("Run (Space)")
+        self.step_button.setToolTip("Step one round (Right)")
+        self.run_button.setDefault(True)
+        for b, sig in ((self.run_button, self.runClicked), (self.pause_button, self.pauseClicked),
+                       (self.step_button, self.stepClicked), (self.stop_button, self.stopClicked)):
+            b.clicked.connect(sig.emit)
+            buttons.addWidget(b)
+        outer.addLayout(buttons)
+        self.state_label = QLabel("")
+        self.state_label.setWordWrap(True)
+        outer.addWidget(self.state_label)
+        outer.addStretch(1)
+
+        self.set_texts(RunSettings().to_texts())
+        self.set_state(IDLE)
+        for key, w in self.fields.items():
+            sig = getattr(w, "textChanged", None) or getattr(w, "currentTextChanged", None)
+            if isinstance(w, QComboBox):
+                sig = w.currentTextChanged
+            sig.connect(self._live_validate)
+        self._proposer_changed()
+
+    # ------------------------------------------------------------------ building
+
+    def _error_label(self, key: str) -> QLabel:
+        label = QLabel("")
+        label.setStyleSheet(ERROR_STYLE)
+        label.setWordWrap(True)
+        label.setObjectName(f"error_{key}")
+        label.hide()
+        self.errors[key] = label
+        return label
+
+    def _add_row(self, grid: QGridLayout, row: int, key: str, text: str, widget: QWidget) -> int:
+        label = QLabel(text)
+        label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        grid.addWidget(label, row, 0)
+        grid.addWidget(widget, row, 1)
+        grid.addWidget(self._error_label(key), row + 1, 1)
+        return row + 2
+
+    # ------------------------------------------------------------------ values
+
+    def texts(self) -> dict[str, str]:
+        out = {}
+        for key, w in self.fields.items():
+            if isinstance(w, QPlainTextEdit):
+                out[key] = w.toPlainText()
+            elif isinstance(w, QComboBox):
+                out[key] = (w.currentData() or w.currentText()) if key == "proposer" else w.currentText()
+            else:
+                out[key] = w.text()
+        return out
+
+    def set_texts(self, texts: dict[str, str]) -> None:
+        for key, value in texts.items():
+            w = self.fields.get(key)
+            if w is None or value is None:
+                continue
+            value = str(value)
+            if isinstance(w, QPlainTextEdit):
+                w.setPlainText(value)
+            elif isinstance(w, QComboBox):
+                idx = w.findData(value) if key == "proposer" else w.findText(value)
+                if idx >= 0:
+                    w.setCurrentIndex(idx)
+                elif w.isEditable():
+                    w.setEditText(value)
+            else:
+                w.setText(value)
+
+    def set_field(self, key: str, value: str) -> None:
+        self.set_texts({key: value})
+
+    def validate(self) -> Validation:
+        result = validate(self.texts(), self.devices, self.vocab_size)
+        self.show_errors(result.errors)
+        return result
+
+    def show_errors(self, errors: dict[str, str]) -> None:
+        for key, label in self.errors.items():
+            msg = errors.get(key, "")
+            label.setText(msg)
+            label.setVisible(bool(msg))
+            w = self.fields.get(key)
+            if w is not None:
+                w.setStyleSheet("border: 1px solid #b00020;" if msg else "")
+
+    def _live_validate(self, *args) -> None:
+        # Only re-check fields already flagged, so typing does not shout at every keystroke.
+        if any(label.text() for label in self.errors.values()):
+            self.validate()
+
+    def _pick_example(self, index: int) -> None:
+        text = self.example.itemData(index)
+        if text:
+            self.prompt.setPlainText(text)
+
+    def _proposer_changed(self, *args) -> None:
+        is_ckpt = self.proposer.currentData() == "checkpoint"
+        self.checkpoint.setEnabled(is_ckpt)
+        self.browse.setEnabled(is_ckpt)
+
+    def _browse(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Choose a draft checkpoint folder")
+        if path:
+            self.checkpoint.setText(path)
+
+    # ------------------------------------------------------------------ state
+
+    def set_state(self, state: str, detail: str = "") -> None:
+        running = state == RUNNING
+        loading = state == LOADING
+        active = state in (RUNNING, PAUSED, LOADING)
+        self.run_button.setEnabled(not running and not loading)
+        self.run_button.setText("Resume" if state == PAUSED else "Run")
+        self.pause_button.setEnabled(running)
+        self.step_button.setEnabled(not running and not loading)
+        self.stop_button.setEnabled(active)
+        for key, w in self.fields.items():
+            w.setEnabled(not active)
+        self.example.setEnabled(not active)
+        if not active:
+            self._proposer_changed()
+        labels = {IDLE: "Ready.", LOADING: "Loading models…", PAUSED: "Paused — Step or Resume.",
+                  RUNNING: "Running…"}
+        self.state_label.setText(detail or labels.get(state, state))

@@ -1,0 +1,280 @@
+"""Where models come from and how a RunSettings becomes a running decoder (torch lives here,
+never in a widget). Runs in the worker thread.
+
+`ModelHub` loads the bundled target, drafts and tokenizer through
+`specscope.core.loading` when that module is available, and otherwise (or when asked)
+uses tiny random-initialised Llama models so the app always starts. `TinyModelHub` is the
+small, deterministic hub the tests use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core.records import RunConfig
+
+from .settings import RunSettings
+
+log = logging.getLogger(__name__)
+
+TokenText = Callable[[int], str]
+
+FALLBACK_PROMPTS = (
+    ("counting", "1 2 3 4 5 6 7 8 1 2 3 4 5"),
+    ("repetition", "7 7 9 7 7 9 7 7 9 7"),
+    ("short", "3 14 15 9 26"),
+)
+
+
+@dataclass
+class Prepared:
+    """A decoder ready to iterate, with what the views need to show it."""
+
+    decoder: Any  # SpeculativeDecoder
+    prompt_ids: list[int]
+    config: RunConfig
+    token_text: TokenText
+    label: str
+
+
+class CachedTokenText:
+    """token id -> text through a tokenizer, memoised (decode is slow per call)."""
+
+    def __init__(self, tokenizer: Any | None):
+        self.tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, token: int) -> str:
+        text = self._cache.get(token)
+        if text is None:
+            if self.tokenizer is None:
+                text = str(token)
+            else:
+                try:
+                    text = self.tokenizer.decode([int(token)])
+                except Exception:  # a bad id must not break a tooltip
+                    text = f"<{token}>"
+            with self._lock:
+                self._cache[token] = text
+        return text
+
+
+def available_devices() -> tuple[str, ...]:
+    import torch
+
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        devices.append("mps")
+    return tuple(devices)
+
+
+def tiny_llama(vocab_size: int = 64, hidden: int = 32, layers: int = 2, seed: int = 0, sharpen: float = 6.0):
+    """A small random Llama whose output head is scaled so the distributions are peaked."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpen)
+    return model
+
+
+def perturbed_copy(model, noise: float, seed: int):
+    """A draft that agrees with the target most of the time: the target plus noise."""
+    import copy
+
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * noise * (p.std() if p.numel() > 1 else 1.0))
+    return draft
+
+
+class ModelHub:
+    """Loads and caches models; `build(settings)` returns a Prepared decoder."""
+
+    def __init__(self, prefer_bundled: bool = True):
+        self.prefer_bundled = prefer_bundled
+        self._lock = threading.RLock()
+        self._models: dict[tuple, Any] = {}
+        self._tokenizer: Any | None = None
+        self._token_text: CachedTokenText | None = None
+        self._loading = self._find_loading() if prefer_bundled else None
+        self.fallback = self._loading is None
+        self.eos_default: int | None = None
+
+    # ------------------------------------------------------------------ discovery
+
+    @staticmethod
+    def _find_loading():
+        try:
+            return importlib.import_module("specscope.core.loading")
+        except ImportError:
+            return None
+
+    def description(self) -> str:
+        return "tiny random models (bundled models not installed)" if self.fallback else "bundled models"
+
+    def devices(self) -> tuple[str, ...]:
+        return available_devices()
+
+    def example_prompts(self) -> list[tuple[str, str]]:
+        """(name, text) pairs: the bundled examples, or the fallback ones."""
+        if self._loading is not None:
+            for fn in ("example_prompts", "load_prompts", "prompts"):
+                f = getattr(self._loading, fn, None)
+                if callable(f):
+                    try:
+                        got = f()
+                        items = list(got.items()) if isinstance(got, dict) else [
+                            (getattr(p, "name", str(i)), getattr(p, "text", str(p))) for i, p in enumerate(got)]
+                        if items:
+                            return [(str(n), str(t)) for n, t in items]
+                    except Exception as exc:  # noqa: BLE001 - a missing prompt file must not stop the app
+                        log.warning("could not read the example prompts: %s", exc)
+        return list(FALLBACK_PROMPTS)
+
+    # ------------------------------------------------------------------ models
+
+    def _bundled(self, name: str, device: str):
+        key = ("bundled", name, device)
+        with self._lock:
+            if key not in self._models:
+                loaded = self._loading.load_bundled(name=name, device=device)
+                self._models[key] = loaded
+            return self._models[key]
+
+    def _unpack(self, loaded) -> tuple[Any, Any | None]:
+        """(model, tokenizer) from whatever load_bundled returns."""
+        if isinstance(loaded, tuple):
+            model = loaded[0]
+            tok = loaded[1] if len(loaded) > 1 else None
+            return model, tok
+        for attr in ("model", "target"):
+            if hasattr(loaded, attr):
+                return getattr(loaded, attr), getattr(loaded, "tokenizer", None)
+        return loaded, None
+
+    def _tiny(self, role: str, device: str):
+        key = ("tiny", role, device)
+        with self._lock:
+            if key not in self._models:
+                target = self._models.get(("tiny", "target", device))
+                if target is None:
+                    target = tiny_llama(seed=0).to(device)
+                    self._models[("tiny", "target", device)] = target
+                if role == "draft-small":
+                    self._models[key] = perturbed_copy(target, 0.25, seed=1).to(device)
+                elif role == "draft-tiny":
+                    self._models[key] = perturbed_copy(target, 0.9, seed=2).to(device)
+            return self._models[key]
+
+    def target(self, device: str):
+        if self.fallback:
+            return self._tiny("target", device), None
+        return self._unpack(self._bundled("target", device))
+
+    def draft(self, name: str, device: str):
+        if self.fallback:
+            return self._tiny(name, device)
+        return self._unpack(self._bundled(name.removeprefix("draft-"), device))[0]
+
+    def checkpoint(self, path: str, device: str):
+        key = ("checkpoint", path, device)
+        with self._lock:
+            if key not in self._models:
+                from transformers import AutoModelForCausalLM
+
+                self._models[key] = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+            return self._models[key]
+
+    def token_text(self, tokenizer: Any | None) -> TokenText:
+        if self._token_text is None or self._token_text.tokenizer is not tokenizer:
+            self._token_text = CachedTokenText(tokenizer)
+        return self._token_text
+
+    # ------------------------------------------------------------------ prompts
+
+    def encode(self, text: str, tokenizer: Any | None, vocab_size: int) -> list[int]:
+        if tokenizer is not None:
+            ids = tokenizer.encode(text, add_special_tokens=False) if hasattr(tokenizer, "encode") else tokenizer(text)
+            return [int(t) for t in ids]
+        parts = text.split()
+        if parts and all(p.lstrip("-").isdigit() for p in parts):
+            return [int(p) for p in parts]
+        # no tokenizer: one token per character, folded into the vocabulary
+        return [ord(ch) % vocab_size for ch in text]
+
+    # ------------------------------------------------------------------ build
+
+    def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
+        device = settings.device
+        target, tokenizer = self.target(device)
+        if settings.proposer in ("draft-small", "draft-tiny"):
+            proposer = DraftModelProposer(self.draft(settings.proposer, device), label=settings.proposer)
+        elif settings.proposer == "lookup":
+            proposer = PromptLookupProposer()
+        elif settings.proposer == "checkpoint":
+            proposer = DraftModelProposer(self.checkpoint(settings.checkpoint, device), label=settings.checkpoint)
+        else:
+            raise ValueError(f"unknown proposer {settings.proposer!r}")
+        eos = None
+        if not settings.eos_disabled:
+            eos = settings.eos
+            if eos is None and tokenizer is not None:
+                eos = getattr(tokenizer, "eos_token_id", None)
+        sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+        decoder = SpeculativeDecoder(target, proposer, k=settings.k, sampling=sampling, eos_token_id=eos,
+                                     seed=settings.seed, target_name="tiny-target" if self.fallback else "")
+        ids = self.encode(settings.prompt, tokenizer, decoder.vocab_size)
+        config = decoder.run_config(ids, settings.max_new_tokens, run_id)
+        return Prepared(decoder, ids, config, self.token_text(tokenizer), settings.describe())
+
+    def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 6) -> float:
+        """Seconds per token of plain (non-speculative) cached decoding of the target."""
+        import torch
+        from transformers import DynamicCache
+
+        target, _ = self.target(settings.device)
+        device = next(target.parameters()).device
+        with torch.no_grad():
+            cache = DynamicCache()
+            ids = torch.tensor([prompt_ids], device=device)
+            out = target(input_ids=ids, past_key_values=cache, use_cache=True)
+            nxt = out.logits[:, -1:].argmax(-1)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                out = target(input_ids=nxt, past_key_values=cache, use_cache=True)
+                nxt = out.logits[:, -1:].argmax(-1)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            return (time.perf_counter() - t0) / steps
+
+
+class TinyModelHub(ModelHub):
+    """Always the tiny random models: fast and deterministic (tests, screenshots fallback)."""
+
+    def __init__(self):
+        super().__init__(prefer_bundled=False)
+
+
+def with_proposer(settings: RunSettings, proposer: str, k: int, checkpoint: str = "") -> RunSettings:
+    return replace(settings, proposer=proposer, k=k, checkpoint=checkpoint)

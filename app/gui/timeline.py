@@ -1,0 +1,353 @@
+"""The token timeline: every token of the run as a coloured cell, painted by hand.
+
+One custom-painted scroll area; only the cells in the visible rows are painted, and the
+layout is extended incrementally as rounds arrive, so runs of many thousands of tokens
+stay fluid. Two layouts:
+
+- flow (the main view): variable-width cells in reading order; each round shows its
+  accepted drafts, its discarded drafts struck through, then the repair or bonus;
+- aligned (compare mode): one fixed-width cell per output position, so position n sits at
+  the same place in two timelines of the same width; discarded drafts appear as a red
+  corner mark on the repair cell.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+from PySide6.QtCore import QPoint, QRect, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPainterPath, QPen, QPolygon
+from PySide6.QtWidgets import QAbstractScrollArea, QToolTip
+
+from . import theme
+from .describe import describe_cell
+from .runmodel import RunModel
+
+PAD_X = 4
+PAD_Y = 2
+GAP = 2
+ROUND_GAP = 7
+MARGIN = 6
+MAX_CELL_CHARS = 16
+ALIGNED_CHARS = 6
+
+
+class TokenTimelineWidget(QAbstractScrollArea):
+    """Paints the cells of a RunModel; click selects (round, position), hover explains."""
+
+    cellClicked = Signal(int, int)  # round, position
+
+    def __init__(self, model: RunModel, aligned: bool = False, parent=None):
+        super().__init__(parent)
+        self.model = model
+        self.aligned = aligned
+        self.setFont(theme.mono_font(10))
+        self.setMouseTracking(True)
+        self.viewport().setMouseTracking(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
+        self.setMinimumHeight(80)
+        self.follow = True  # keep the newest row in view while a run streams in
+        self.marker_pos: int | None = None  # output position to mark (first divergence)
+        self._hover = -1
+        self._width_cache: dict[str, int] = {}
+        self._reset_layout()
+        model.reset.connect(self._on_reset)
+        model.appended.connect(self._on_appended)
+        model.selectionChanged.connect(self._on_selection)
+
+    # ------------------------------------------------------------------ geometry
+
+    def _reset_layout(self) -> None:
+        self._laid = 0  # cells laid out so far (indices into model.cells)
+        self._idx: list[int] = []  # cell index of each laid-out slot
+        self._x: list[int] = []
+        self._w: list[int] = []
+        self._row: list[int] = []
+        self._row_start: list[int] = []  # first slot of each row
+        self._slot_of: dict[int, int] = {}  # cell index -> slot (aligned layout)
+        self._cursor_x = MARGIN
+        self._last_round = None
+        self._layout_width = self._available_width()
+
+    def _available_width(self) -> int:
+        return max(120, self.viewport().width() - 2 * MARGIN)
+
+    @property
+    def row_height(self) -> int:
+        return QFontMetrics(self.font()).height() + 2 * PAD_Y + 6
+
+    def _text_width(self, text: str) -> int:
+        w = self._width_cache.get(text)
+        if w is None:
+            fm = QFontMetrics(self.font())
+            shown = text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
+            w = fm.horizontalAdvance(shown) + 2 * PAD_X
+            w = max(w, fm.horizontalAdvance("00") + 2 * PAD_X)
+            self._width_cache[text] = w
+        return w
+
+    def _aligned_cell_width(self) -> int:
+        return QFontMetrics(self.font()).horizontalAdvance("0" * ALIGNED_CHARS) + 2 * PAD_X
+
+    def aligned_columns(self) -> int:
+        return max(1, self._available_width() // (self._aligned_cell_width() + GAP))
+
+    def _extend_layout(self) -> None:
+        cells = self.model.cells
+        n = len(cells)
+        width = self._layout_width
+        right = MARGIN + width
+        if self.aligned:
+            cw = self._aligned_cell_width()
+            cols = self.aligned_columns()
+            for i in range(self._laid, n):
+                p = cells.out_pos[i]
+                if p < 0:
+                    continue
+                row, col = divmod(p, cols)
+                while len(self._row_start) <= row:
+                    self._row_start.append(len(self._idx))
+                self._slot_of[i] = len(self._idx)
+                self._idx.append(i)
+                self._x.append(MARGIN + col * (cw + GAP))
+                self._w.append(cw)
+                self._row.append(row)
+            self._laid = n
+            return
+        for i in range(self._laid, n):
+            w = min(self._text_width(cells.text[i]), width)
+            rnd = cells.round[i]
+            new_round = self._last_round is not None and rnd != self._last_round
+            x = self._cursor_x + (ROUND_GAP if new_round else 0)
+            if not self._row_start or x + w > right:
+                self._row_start.append(len(self._idx))
+                x = MARGIN
+            self._idx.append(i)
+            self._x.append(x)
+            self._w.append(w)
+            self._row.append(len(self._row_start) - 1)
+            self._cursor_x = x + w + GAP
+            self._last_round = rnd
+        self._laid = n
+
+    def _update_scrollbar(self) -> None:
+        rows = len(self._row_start)
+        total = rows * self.row_height + 2 * MARGIN
+        bar = self.verticalScrollBar()
+        at_end = bar.value() >= bar.maximum() - 2
+        bar.setRange(0, max(0, total - self.viewport().height()))
+        bar.setPageStep(self.viewport().height())
+        bar.setSingleStep(self.row_height)
+        if self.follow and at_end:
+            bar.setValue(bar.maximum())
+
+    def relayout(self) -> None:
+        self._reset_layout()
+        self._extend_layout()
+        self._update_scrollbar()
+        self.viewport().update()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().resizeEvent(event)
+        if self._available_width() != self._layout_width:
+            self.relayout()
+        else:
+            self._update_scrollbar()
+
+    def sizeHint(self) -> QSize:
+        return QSize(700, 220)
+
+    # ------------------------------------------------------------------ model signals
+
+    def _on_reset(self) -> None:
+        self._hover = -1
+        self.marker_pos = None
+        self.relayout()
+        self.verticalScrollBar().setValue(0)
+
+    def _on_appended(self, first: int, count: int) -> None:
+        self._extend_layout()
+        self._update_scrollbar()
+        self.viewport().update()
+
+    def _on_selection(self, rnd: int, pos: int) -> None:
+        self.ensure_round_visible(rnd)
+        self.viewport().update()
+
+    def set_marker(self, out_pos: int | None) -> None:
+        self.marker_pos = out_pos
+        if out_pos is not None and 0 <= out_pos < len(self.model.cells.out_cell):
+            self.ensure_cell_visible(self.model.cells.out_cell[out_pos])
+        self.viewport().update()
+
+    # ------------------------------------------------------------------ lookup
+
+    def slot_of_cell(self, cell: int) -> int | None:
+        if self.aligned:
+            return self._slot_of.get(cell)
+        return cell if cell < len(self._idx) else None
+
+    def cell_rect(self, cell: int) -> QRect | None:
+        """Rectangle of a cell in viewport coordinates (None when not laid out)."""
+        slot = self.slot_of_cell(cell)
+        if slot is None:
+            return None
+        rh = self.row_height
+        y = MARGIN + self._row[slot] * rh - self.verticalScrollBar().value()
+        return QRect(self._x[slot], y, self._w[slot], rh - 6)
+
+    def ensure_cell_visible(self, cell: int) -> None:
+        slot = self.slot_of_cell(cell)
+        if slot is None:
+            return
+        rh = self.row_height
+        top = MARGIN + self._row[slot] * rh
+        bar = self.verticalScrollBar()
+        if top < bar.value() or top + rh > bar.value() + self.viewport().height():
+            bar.setValue(max(0, top - self.viewport().height() // 3))
+
+    def ensure_round_visible(self, rnd: int) -> None:
+        firsts = self.model.cells.round_first
+        if 0 <= rnd < len(firsts):
+            self.ensure_cell_visible(firsts[rnd])
+
+    def cell_at(self, point: QPoint) -> int:
+        """Cell index under a viewport point, or -1."""
+        rh = self.row_height
+        y = point.y() + self.verticalScrollBar().value() - MARGIN
+        if y < 0:
+            return -1
+        row = y // rh
+        if row >= len(self._row_start) or y - row * rh > rh - 6:
+            return -1
+        lo = self._row_start[row]
+        hi = self._row_start[row + 1] if row + 1 < len(self._row_start) else len(self._idx)
+        xs = self._x[lo:hi]
+        j = bisect.bisect_right(xs, point.x()) - 1
+        if j < 0:
+            return -1
+        slot = lo + j
+        if point.x() > self._x[slot] + self._w[slot]:
+            return -1
+        return self._idx[slot]
+
+    # ------------------------------------------------------------------ painting
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        painter = QPainter(self.viewport())
+        painter.fillRect(self.viewport().rect(), QColor("#ffffff"))
+        if not self._row_start:
+            painter.setPen(QColor("#888888"))
+            painter.drawText(self.viewport().rect(), Qt.AlignmentFlag.AlignCenter,
+                             "No tokens yet — press Run (or open a trace)")
+            painter.end()
+            return
+        cells = self.model.cells
+        rh = self.row_height
+        scroll = self.verticalScrollBar().value()
+        first_row = max(0, (scroll - MARGIN) // rh)
+        last_row = min(len(self._row_start) - 1, (scroll + self.viewport().height()) // rh + 1)
+        lo = self._row_start[first_row]
+        hi = self._row_start[last_row + 1] if last_row + 1 < len(self._row_start) else len(self._idx)
+        fm = QFontMetrics(self.font())
+        ascent = fm.ascent()
+        sel_round, sel_pos = self.model.selected
+        text_h = rh - 6
+        strike_pen = QPen(theme.KIND_EDGE[theme.REJECTED], 1.4)
+        round_pen = QPen(theme.ROUND_LINE, 1.5)
+        prev_round = cells.round[self._idx[lo - 1]] if lo > 0 else None
+        painter.setFont(self.font())
+        for slot in range(lo, hi):
+            i = self._idx[slot]
+            kind = cells.kind[i]
+            rnd = cells.round[i]
+            x = self._x[slot]
+            y = MARGIN + self._row[slot] * rh - scroll
+            w = self._w[slot]
+            rect = QRect(x, y, w, text_h)
+            # Round boundary: a vertical tick before the first cell of each round.
+            starts_round = rnd >= 0 and rnd != prev_round
+            if starts_round and (self.aligned or prev_round is not None):
+                painter.setPen(round_pen)
+                bx = x - (ROUND_GAP // 2 + 1 if not self.aligned else 1)
+                painter.drawLine(bx, y - 2, bx, y + text_h + 2)
+            prev_round = rnd
+            painter.fillRect(rect, theme.KIND_FILL[kind])
+            if rnd == sel_round and rnd >= 0:
+                painter.fillRect(QRect(x, y + text_h + 1, w, 3), theme.SELECT_COLOR)
+            edge = theme.KIND_EDGE[kind]
+            painter.setPen(QPen(edge, 1))
+            painter.drawRect(rect.adjusted(0, 0, -1, -1))
+            text = cells.text[i]
+            max_chars = ALIGNED_CHARS if self.aligned else MAX_CELL_CHARS
+            if len(text) > max_chars:
+                text = text[: max_chars - 1] + "…"
+            painter.setPen(theme.KIND_TEXT[kind])
+            painter.drawText(x + PAD_X, y + PAD_Y + ascent, text)
+            if kind in (theme.REJECTED, theme.UNVISITED):
+                painter.setPen(strike_pen if kind == theme.REJECTED else QPen(theme.KIND_EDGE[kind], 1.2))
+                my = y + text_h // 2
+                painter.drawLine(x + 2, my, x + w - 3, my)
+            if self.aligned and kind == theme.REPAIRED:
+                painter.setBrush(theme.KIND_EDGE[theme.REJECTED])
+                painter.setPen(Qt.PenStyle.NoPen)
+                painter.drawPolygon(QPolygon([QPoint(x + w - 7, y), QPoint(x + w, y), QPoint(x + w, y + 7)]))
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+            if cells.eos[i]:
+                painter.setPen(QPen(theme.EOS_COLOR, 2.5))
+                painter.drawRect(rect.adjusted(1, 1, -2, -2))
+                painter.fillRect(QRect(x + w - 5, y + text_h - 5, 5, 5), theme.EOS_COLOR)
+            if rnd == sel_round and cells.pos[i] == sel_pos and rnd >= 0 and kind != theme.UNVISITED:
+                painter.setPen(QPen(theme.SELECT_COLOR, 2))
+                painter.drawRect(rect.adjusted(-1, -1, 0, 0))
+            if self.marker_pos is not None and cells.out_pos[i] == self.marker_pos:
+                painter.setPen(QPen(theme.DIVERGENCE_COLOR, 3))
+                painter.drawRect(rect.adjusted(-2, -2, 1, 1))
+            if i == self._hover:
+                painter.setPen(QPen(QColor("#000000"), 1, Qt.PenStyle.DotLine))
+                painter.drawRect(rect.adjusted(-1, -1, 0, 0))
+        painter.end()
+
+    # ------------------------------------------------------------------ mouse
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt API)
+        i = self.cell_at(event.position().toPoint())
+        if i != self._hover:
+            self._hover = i
+            self.viewport().update()
+            if i >= 0:
+                QToolTip.showText(event.globalPosition().toPoint(), self.tooltip_for(i), self.viewport())
+            else:
+                QToolTip.hideText()
+        super().mouseMoveEvent(event)
+
+    def leaveEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        self._hover = -1
+        self.viewport().update()
+        super().leaveEvent(event)
+
+    def tooltip_for(self, cell: int) -> str:
+        c = self.model.cells.cell(cell)
+        r = self.model.rounds[c.round] if 0 <= c.round < len(self.model.rounds) else None
+        return describe_cell(r, c, self.model.token_text)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt API)
+        i = self.cell_at(event.position().toPoint())
+        if i >= 0 and event.button() == Qt.MouseButton.LeftButton:
+            self.click_cell(i)
+        super().mousePressEvent(event)
+
+    def click_cell(self, cell: int) -> None:
+        c = self.model.cells.cell(cell)
+        if c.round < 0:
+            return
+        self.follow = False
+        self.model.select(c.round, c.pos)
+        self.cellClicked.emit(c.round, c.pos)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().wheelEvent(event)
+        bar = self.verticalScrollBar()
+        self.follow = bar.value() >= bar.maximum() - 2

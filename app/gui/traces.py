@@ -1,0 +1,106 @@
+"""The app's side of the trace store (no widgets here): recording live runs and reading
+saved traces for replay. Everything storage-related in the GUI goes through this module."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Iterator
+
+from specscope.core.records import GenerationResult, Round, RunConfig
+
+from .runmodel import slim
+
+log = logging.getLogger(__name__)
+
+TRACE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+def storage_available() -> bool:
+    try:
+        import specscope.storage  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def default_trace_path() -> str:
+    from specscope.storage import default_db_location
+
+    return default_db_location()
+
+
+class Recorder:
+    """Adapts a storage TraceWriter to the worker's write(round) / finish(result, reason)."""
+
+    def __init__(self, store: Any, config: RunConfig, prompt_text: str | None = None, extra: dict | None = None):
+        from specscope.storage import TraceWriter
+
+        self.store = store
+        self.path = store.path or store.url
+        self.run_id = config.run_id
+        self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra)
+
+    def write(self, r: Round) -> None:
+        self.writer.write(r)
+
+    def finish(self, result: GenerationResult | None, reason: str) -> None:
+        if result is not None:
+            self.writer.finish(result)
+        elif reason == "cancelled":
+            self.writer.finish("interrupted")
+        elif reason == "error":
+            self.writer.finish("failed", error="the decoder raised an exception")
+        else:
+            self.writer.finish("completed")
+
+
+class TraceLibrary:
+    """One open trace store file: list runs, read rounds (top-N, slimmed) and single rounds."""
+
+    def __init__(self, path: str, create: bool = False):
+        from specscope.storage import TraceStore
+
+        self.path = path
+        self.store = TraceStore(path, create=create)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def runs(self) -> list[Any]:
+        return self.store.list_runs()
+
+    def run(self, run_id: str) -> Any:
+        return self.store.get_run(run_id)
+
+    def count(self, run_id: str) -> int:
+        return self.store.count_rounds(run_id)
+
+    def batches(self, run_id: str, batch_size: int = 256) -> Iterator[list[Round]]:
+        """Rounds in batches, slimmed at once so memory stays small for big vocabularies."""
+        start = 0
+        while True:
+            batch = self.store.load_rounds(run_id, start, start + batch_size, full=False)
+            if batch:
+                yield [slim(r) for r in batch]
+            if len(batch) < batch_size:
+                return
+            start += batch_size
+
+    def loader(self, run_id: str) -> Callable[[int], Round]:
+        return lambda index: self.store.load_round(run_id, index, full=True)
+
+    def rounds(self, run_id: str) -> list[Round]:
+        return [r for b in self.batches(run_id) for r in b]
+
+
+def describe_run(info: Any) -> str:
+    cfg = info.config
+    samp = cfg.sampling.describe() if hasattr(cfg.sampling, "describe") else str(cfg.sampling)
+    prop = cfg.draft_name or cfg.proposer
+    return (f"{info.run_id[:8]} · {info.status} · {prop} k={cfg.k} {samp} · {info.n_rounds} rounds, "
+            f"{len(info.new_tokens)} tokens")
+
+
+def looks_like_trace(path: str) -> bool:
+    return os.path.splitext(path)[1].lower() in TRACE_SUFFIXES

@@ -1,0 +1,238 @@
+"""The draft-tree view: the selected round's draft as a tree.
+
+The committed prefix is the root; each draft node hangs off its parent. The accepted path
+is drawn thick, the rejected node red, unvisited nodes greyed and dashed, the repair token
+as a sibling of the rejected node (same parent, same depth) and the bonus as the child of
+the last accepted node. Chain drafts are the tree of one branch; tree proposers reuse this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import (
+    QGraphicsItem,
+    QGraphicsPathItem,
+    QGraphicsScene,
+    QGraphicsSimpleTextItem,
+    QGraphicsView,
+    QLabel,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specscope.core.records import Round
+
+from . import theme
+from .describe import describe_node, fmt, tok
+from .runmodel import RunModel, dense, visible_text
+
+DX = 92
+DY = 44
+NODE_W = 78
+NODE_H = 30
+
+STATUS_KIND = {"accepted": theme.ACCEPTED, "rejected": theme.REJECTED, "unvisited": theme.UNVISITED}
+
+
+@dataclass
+class TreeNode:
+    key: str  # "root", "n<i>", "repair", "bonus"
+    label: str
+    kind: int
+    parent: str | None
+    depth: int
+    pos: int  # position to select on click (-1: none)
+    tooltip: str
+    y: float = 0.0
+
+
+def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
+    """The nodes to draw for one round, with their parents (pure, testable)."""
+    nodes = [TreeNode("root", prompt_tail, theme.PROMPT, None, 0, -1,
+                      f"committed prefix ({r.prefix_len} tokens), ends with “{prompt_tail}”")]
+    for n in r.nodes:
+        parent = "root" if n.parent < 0 else f"n{n.parent}"
+        nodes.append(TreeNode(f"n{n.index}", visible_text(token_text(n.token)), STATUS_KIND[n.status], parent,
+                              n.depth, n.index, describe_node(r, n, token_text)))
+    rep = r.repair
+    if rep is not None and rep.node is not None and rep.node < len(r.nodes):
+        rejected = r.nodes[rep.node]
+        parent = "root" if rejected.parent < 0 else f"n{rejected.parent}"
+        tip = (f"<b>repair</b> {tok(rep.token, token_text)} replaces {tok(rejected.token, token_text)}<br>"
+               + ("greedy: the target argmax" if r.greedy else
+                  f"drawn from max(p − q, 0)/r, r = {fmt(r.residual_mass)}, u = {fmt(rep.draw)}"))
+        nodes.append(TreeNode("repair", visible_text(token_text(rep.token)), theme.REPAIRED, parent,
+                              rejected.depth, rep.node, tip))
+    bonus = r.bonus
+    if bonus is not None:
+        accepted = [n for n in r.nodes if n.status == "accepted"]
+        last = max(accepted, key=lambda n: n.depth) if accepted else None
+        parent = f"n{last.index}" if last is not None else "root"
+        depth = (last.depth if last is not None else 0) + 1
+        p = dense(r.bonus_p)
+        p_txt = fmt(float(p[bonus.token])) if p is not None and bonus.token < len(p) else "—"
+        tip = (f"<b>bonus</b> {tok(bonus.token, token_text)}: every draft accepted, one more token from "
+               f"the target's p (p(x) = {p_txt}, u = {fmt(bonus.draw)})")
+        nodes.append(TreeNode("bonus", visible_text(token_text(bonus.token)), theme.BONUS, parent, depth,
+                              len(r.nodes), tip))
+    _layout(nodes)
+    return nodes
+
+
+def _layout(nodes: list[TreeNode]) -> None:
+    """y by depth-first leaf order; parents centred over their children."""
+    children: dict[str, list[TreeNode]] = {}
+    for n in nodes:
+        if n.parent is not None:
+            children.setdefault(n.parent, []).append(n)
+    # keep draft nodes first and the repair below its rejected sibling
+    order = {"repair": 1, "bonus": 0}
+    for kids in children.values():
+        kids.sort(key=lambda n: (order.get(n.key, 0), n.key))
+    next_leaf = [0.0]
+
+    def place(n: TreeNode) -> float:
+        kids = children.get(n.key, [])
+        if not kids:
+            n.y = next_leaf[0]
+            next_leaf[0] += 1
+            return n.y
+        ys = [place(k) for k in kids]
+        n.y = ys[0]  # the main branch stays on one line
+        return n.y
+
+    place(nodes[0])
+
+
+class _NodeItem(QGraphicsPathItem):
+    def __init__(self, node: TreeNode, selected: bool):
+        path = QPainterPath()
+        path.addRoundedRect(QRectF(-NODE_W / 2, -NODE_H / 2, NODE_W, NODE_H), 7, 7)
+        super().__init__(path)
+        self.node = node
+        fill = theme.KIND_FILL[node.kind]
+        edge = theme.KIND_EDGE[node.kind]
+        self.setBrush(QBrush(fill))
+        pen = QPen(theme.SELECT_COLOR if selected else edge, 3 if selected else 1.5)
+        if node.kind == theme.UNVISITED:
+            pen.setStyle(Qt.PenStyle.DashLine)
+        self.setPen(pen)
+        self.setToolTip(node.tooltip)
+        self.setAcceptHoverEvents(True)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        label = node.label if len(node.label) <= 9 else node.label[:8] + "…"
+        text = QGraphicsSimpleTextItem(label, self)
+        text.setFont(theme.mono_font(10))
+        text.setBrush(QBrush(theme.KIND_TEXT[node.kind]))
+        br = text.boundingRect()
+        text.setPos(-br.width() / 2, -br.height() / 2)
+        if node.kind in (theme.REJECTED, theme.UNVISITED):
+            strike = QGraphicsPathItem(self)
+            sp = QPainterPath()
+            sp.moveTo(-br.width() / 2 - 2, 0)
+            sp.lineTo(br.width() / 2 + 2, 0)
+            strike.setPath(sp)
+            strike.setPen(QPen(edge, 1.5))
+        tag = {theme.REPAIRED: "repair", theme.BONUS: "bonus", theme.REJECTED: "rejected"}.get(node.kind)
+        if tag:
+            t = QGraphicsSimpleTextItem(tag, self)
+            f = theme.mono_font(7)
+            t.setFont(f)
+            t.setBrush(QBrush(edge))
+            t.setPos(-NODE_W / 2 + 3, NODE_H / 2 - 1)
+
+
+class DraftTreeView(QWidget):
+    """The selected round's draft tree; clicking a node selects that position."""
+
+    nodeClicked = Signal(int, int)
+
+    def __init__(self, model: RunModel, parent=None):
+        super().__init__(parent)
+        self.model = model
+        self.title = QLabel("Draft tree")
+        self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.scene = QGraphicsScene(self)
+        self.view = QGraphicsView(self.scene)
+        self.view.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.view.setBackgroundBrush(QColor("#ffffff"))
+        self.view.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        self.view.mousePressEvent = self._view_press  # type: ignore[method-assign]
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.title)
+        layout.addWidget(self.view, 1)
+        self.nodes: list[TreeNode] = []
+        self.items: dict[str, _NodeItem] = {}
+        self.shown: tuple[int, int] = (-1, -1)
+        model.selectionChanged.connect(self.show_round)
+        model.reset.connect(self.clear)
+
+    def clear(self) -> None:
+        self.scene.clear()
+        self.nodes, self.items = [], {}
+        self.shown = (-1, -1)
+        self.title.setText("Draft tree")
+
+    def show_round(self, round_index: int, pos: int) -> None:
+        if not 0 <= round_index < len(self.model.rounds):
+            self.clear()
+            return
+        r = self.model.rounds[round_index]
+        self.shown = (round_index, pos)
+        tt = self.model.token_text
+        prefix_ids = list(self.model.config.prompt_ids) if self.model.config else []
+        out = self.model.output_tokens
+        prefix_ids.extend(out[: r.emitted_before])
+        tail = visible_text(tt(prefix_ids[-1])) if prefix_ids else "prefix"
+        self.nodes = build_tree(r, tt, tail)
+        self.scene.clear()
+        self.items = {}
+        by_key = {n.key: n for n in self.nodes}
+        accepted_keys = {f"n{n.index}" for n in r.nodes if n.status == "accepted"} | {"root", "bonus"}
+        for n in self.nodes:
+            if n.parent is None:
+                continue
+            par = by_key[n.parent]
+            path = QPainterPath(QPointF(par.depth * DX + NODE_W / 2, par.y * DY))
+            mid = (par.depth * DX + n.depth * DX) / 2
+            path.cubicTo(QPointF(mid, par.y * DY), QPointF(mid, n.y * DY), QPointF(n.depth * DX - NODE_W / 2, n.y * DY))
+            edge = QGraphicsPathItem(path)
+            on_path = n.key in accepted_keys or n.key == "repair"
+            color = theme.KIND_EDGE[n.kind] if on_path else QColor("#bbbbbb")
+            pen = QPen(color, 3 if on_path else 1.2)
+            if n.kind == theme.UNVISITED:
+                pen.setStyle(Qt.PenStyle.DashLine)
+            edge.setPen(pen)
+            edge.setZValue(-1)
+            self.scene.addItem(edge)
+        for n in self.nodes:
+            item = _NodeItem(n, selected=(n.pos == pos and n.key != "root"))
+            item.setPos(n.depth * DX, n.y * DY)
+            self.scene.addItem(item)
+            self.items[n.key] = item
+        legend = (f"<b>round {r.index}</b> draft tree · "
+                  f"{r.accepted}/{r.drafted} accepted · "
+                  + " ".join(f"<span style='color:{theme.KIND_EDGE[k].name()}'>■ {theme.KIND_NAMES[k]}</span>"
+                             for k in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED, theme.REPAIRED, theme.BONUS)))
+        self.title.setText(legend)
+        rect = self.scene.itemsBoundingRect().adjusted(-10, -10, 10, 10)
+        self.scene.setSceneRect(rect)
+
+    def _view_press(self, event) -> None:
+        item = self.view.itemAt(event.position().toPoint())
+        while item is not None and not isinstance(item, _NodeItem):
+            item = item.parentItem()
+        if isinstance(item, _NodeItem) and item.node.pos >= 0 and self.shown[0] >= 0:
+            self.click_node(item.node.key)
+        QGraphicsView.mousePressEvent(self.view, event)
+
+    def click_node(self, key: str) -> None:
+        node = next((n for n in self.nodes if n.key == key), None)
+        if node is None or node.pos < 0:
+            return
+        self.model.select(self.shown[0], node.pos)
+        self.nodeClicked.emit(self.shown[0], node.pos)

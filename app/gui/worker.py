@@ -1,0 +1,313 @@
+"""The decode worker: advances core generators one round at a time in a QThread.
+
+The worker owns no widgets; it emits Round records through queued signals. A run has one
+or two lanes (two in compare mode, advanced alternately round by round). Controls:
+
+- run: keep advancing until paused, stopped or finished;
+- step: advance exactly one round (per lane) and pause;
+- pause: stop advancing after the round in progress;
+- stop: close the generators at the next round boundary (the core's cancellation).
+
+pause/stop only set flags (thread-safe), so they take effect at the next round even while
+the worker is inside a round. Exceptions never escape: they become `failed(message)`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
+
+from .session import ModelHub, Prepared
+from .settings import RunSettings
+
+log = logging.getLogger(__name__)
+
+IDLE, LOADING, PAUSED, RUNNING, STOPPING = "idle", "loading", "paused", "running", "stopping"
+
+NO_RESULT = 0  # sent instead of None through object signals (PySide6 refcounts None badly)
+
+# recorder_factory(config) -> object with write(round) and finish(result_or_None, stop_reason)
+RecorderFactory = Callable[[Any], Any]
+
+
+@dataclass
+class _Lane:
+    prepared: Prepared
+    gen: Any
+    recorder: Any = None
+    done: bool = False
+    rounds: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+class DecodeWorker(QObject):
+    prepared = Signal(int, object, object, str)  # lane, RunConfig, token_text, label
+    baseline = Signal(float)  # seconds per token of plain decoding (compare mode)
+    roundReady = Signal(int, object)  # lane, Round
+    laneFinished = Signal(int, str, float, object)  # lane, stop reason, wall seconds, GenerationResult | None
+    finished = Signal()
+    failed = Signal(str, str)  # message, details
+    stateChanged = Signal(str)
+    recorded = Signal(int, str)  # lane, where the trace is being written
+
+    def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None):
+        super().__init__()
+        self.hub = hub
+        self.recorder_factory = recorder_factory
+        self.lanes: list[_Lane] = []
+        self.state = IDLE
+        self._want_running = False
+        self.session = 0  # id of the run being prepared/advanced
+        self.cancelled_upto = 0  # runs with session <= this are cancelled (written by the GUI)
+        self._step_budget = 0
+        self._scheduled = False
+
+    # ------------------------------------------------------------------ state
+
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            self.stateChanged.emit(state)
+
+    # called from the GUI thread: flags only
+    def request_pause(self) -> None:
+        self._want_running = False
+
+    def request_stop(self, session: int | None = None) -> None:
+        self._want_running = False
+        self.cancelled_upto = max(self.cancelled_upto, self.session if session is None else session)
+
+    def _cancelled(self) -> bool:
+        return self.cancelled_upto >= self.session
+
+    # ------------------------------------------------------------------ slots (worker thread)
+
+    @Slot(object, bool, int)
+    def prepare(self, settings_list: list[RunSettings], measure_baseline: bool = False, session: int = 0) -> None:
+        self._close_all("cancelled")
+        self.session = session
+        self._want_running = False
+        self._step_budget = 0
+        if self._cancelled():  # stopped before it started
+            self.state = IDLE
+            self.stateChanged.emit(IDLE)
+            self.finished.emit()
+            return
+        self._set_state(LOADING)
+        try:
+            lanes = []
+            for i, settings in enumerate(settings_list):
+                prep = self.hub.build(settings)
+                recorder = None
+                if self.recorder_factory is not None:
+                    try:
+                        recorder = self.recorder_factory(prep.config)
+                    except Exception as exc:  # noqa: BLE001 - recording must not stop a run
+                        log.exception("cannot record the run")
+                        self.failed.emit(f"The run is not being recorded: {_message(exc)}", traceback.format_exc())
+                gen = prep.decoder.rounds(prep.prompt_ids, config=prep.config)
+                lanes.append(_Lane(prep, gen, recorder))
+                self.prepared.emit(i, prep.config, prep.token_text, prep.label)
+                if recorder is not None:
+                    self.recorded.emit(i, str(getattr(recorder, "path", "")))
+            self.lanes = lanes
+            if measure_baseline and lanes:
+                self.baseline.emit(self.hub.measure_plain(settings_list[0], lanes[0].prepared.prompt_ids))
+        except Exception as exc:  # noqa: BLE001 - shown in a dialog, never a traceback
+            log.exception("cannot start the run")
+            self.lanes = []
+            self._set_state(IDLE)
+            self.failed.emit(_message(exc), traceback.format_exc())
+            return
+        self._set_state(PAUSED)
+
+    @Slot()
+    def run(self) -> None:
+        if not self.lanes:
+            return
+        self._want_running = True
+        self._set_state(RUNNING)
+        self._schedule()
+
+    @Slot()
+    def step(self) -> None:
+        if not self.lanes:
+            return
+        self._want_running = False
+        self._step_budget = 1
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            QTimer.singleShot(0, self._tick)
+
+    @Slot()
+    def _tick(self) -> None:
+        self._scheduled = False
+        if not self.lanes:
+            return
+        if self._cancelled():
+            self._close_all("cancelled")
+            return
+        if not (self._want_running or self._step_budget > 0):
+            if self.state == RUNNING:
+                self._set_state(PAUSED)
+            return
+        self._step_budget = max(0, self._step_budget - 1)
+        for i, lane in enumerate(self.lanes):
+            if lane.done:
+                continue
+            if self._cancelled():
+                break
+            self._advance(i, lane)
+        if all(l.done for l in self.lanes):
+            self._finish_all()
+            return
+        if self._cancelled():
+            self._close_all("cancelled")
+            return
+        if self._want_running:
+            self._schedule()
+        else:
+            self._set_state(PAUSED)
+
+    def _advance(self, i: int, lane: _Lane) -> None:
+        try:
+            rnd = next(lane.gen)
+        except StopIteration as stop:
+            result = stop.value
+            lane.done = True
+            self._finish_recorder(lane, result, result.stop_reason if result else "budget")
+            self.laneFinished.emit(i, result.stop_reason if result else "budget",
+                                   result.wall_s if result else time.perf_counter() - lane.started,
+                                   result if result is not None else NO_RESULT)
+            return
+        except Exception as exc:  # noqa: BLE001
+            log.exception("round failed")
+            lane.done = True
+            self._finish_recorder(lane, None, "error")
+            self.laneFinished.emit(i, "error", time.perf_counter() - lane.started, NO_RESULT)
+            self.failed.emit(f"Round {lane.rounds} failed — {_message(exc)}", traceback.format_exc())
+            return
+        lane.rounds += 1
+        if lane.recorder is not None:
+            try:
+                lane.recorder.write(rnd)
+            except Exception as exc:  # noqa: BLE001
+                log.exception("recording failed")
+                self.failed.emit(f"Recording stopped: {_message(exc)}", traceback.format_exc())
+                lane.recorder = None
+        self.roundReady.emit(i, rnd)
+
+    def _finish_recorder(self, lane: _Lane, result: Any, reason: str) -> None:
+        rec, lane.recorder = lane.recorder, None
+        if rec is None:
+            return
+        try:
+            rec.finish(result, reason)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("closing the trace failed")
+            self.failed.emit(f"Closing the trace failed: {_message(exc)}", traceback.format_exc())
+
+    def _finish_all(self) -> None:
+        self.lanes = []
+        self._want_running = False
+        self._set_state(IDLE)
+        self.finished.emit()
+
+    def _close_all(self, reason: str) -> None:
+        if not self.lanes:
+            return
+        for i, lane in enumerate(self.lanes):
+            if lane.done:
+                continue
+            lane.done = True
+            try:
+                lane.gen.close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing the generator failed")
+            self._finish_recorder(lane, None, reason)
+            self.laneFinished.emit(i, reason, time.perf_counter() - lane.started, NO_RESULT)
+        self._finish_all()
+
+    @Slot()
+    def shutdown(self) -> None:
+        self.cancelled_upto = max(self.cancelled_upto, self.session)
+        self._close_all("cancelled")
+
+
+class RunController(QObject):
+    """GUI-thread handle on a DecodeWorker living in its own QThread."""
+
+    _prepare = Signal(object, bool, int)
+    _run = Signal()
+    _step = Signal()
+    _shutdown = Signal()
+
+    def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None, parent=None):
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("specscope-decoder")
+        self.worker = DecodeWorker(hub, recorder_factory)
+        self.worker.moveToThread(self.thread)
+        self._prepare.connect(self.worker.prepare)
+        self._run.connect(self.worker.run)
+        self._step.connect(self.worker.step)
+        self._shutdown.connect(self.worker.shutdown)
+        self.worker.stateChanged.connect(self._on_state)
+        self.state = IDLE
+        self._session = 0
+        self._closed = False
+        self.thread.start()
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.close)
+
+    def _on_state(self, state: str) -> None:
+        self.state = state
+
+    @property
+    def busy(self) -> bool:
+        return self.state in (LOADING, RUNNING, PAUSED, STOPPING)
+
+    def start(self, settings_list: list[RunSettings], run: bool = True, measure_baseline: bool = False) -> None:
+        self.worker.request_stop(self._session)  # cancel whatever runs now
+        self._session += 1
+        self.state = LOADING
+        self._prepare.emit(list(settings_list), measure_baseline, self._session)
+        if run:
+            self._run.emit()
+
+    def run(self) -> None:
+        self._run.emit()
+
+    def step(self) -> None:
+        self._step.emit()
+
+    def pause(self) -> None:
+        self.worker.request_pause()
+
+    def stop(self) -> None:
+        self.worker.request_stop(self._session)
+        self._step.emit()  # wake the worker so it closes the generators at the boundary
+
+    def close(self, timeout_ms: int = 5000) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.worker.request_stop(self._session)
+        self._shutdown.emit()
+        self.thread.quit()
+        if not self.thread.wait(timeout_ms):
+            log.warning("the decoder thread did not stop within %d ms", timeout_ms)
