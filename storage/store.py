@@ -13,21 +13,20 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from sqlalchemy import Engine, create_engine, delete, event, func, select, text, update
+from sqlalchemy import Engine, create_engine, delete, event, func, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DatabaseError
 from sqlalchemy.pool import StaticPool
 
-from specscope.core.records import Round, RunConfig
+from specscope.core.records import Round, RoundTimings, RunConfig
 from specscope.core.sampling import SamplingConfig
 
-from .codec import emitted_tokens, rows_to_round, _cache
-from .errors import CorruptStoreError, NotATraceStoreError, RunNotFoundError, TraceStoreError
+from .codec import _cache, emitted_tokens, rows_to_round
+from .errors import CorruptStoreError, NotATraceStoreError, RunNotFoundError, SchemaVersionError, TraceStoreError
 from .info import ModelInfo, RoundSummary, RunInfo
 from .migrations import MIGRATIONS, Migration, check_version, ensure_schema, stored_version
 from .paths import default_db_location
 from .schema import nodes_table, rounds_table, runs_table
-from specscope.core.records import RoundTimings
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +112,6 @@ def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS
             raise NotATraceStoreError(f"{path} is an SQLite database but not a specscope trace store (tables: {shown})")
         version = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
         if version is None or not isinstance(version, int):
-            from .errors import SchemaVersionError
-
             raise SchemaVersionError(f"{path}: the schema_version table is empty or unreadable: unknown schema")
         check_version(version, migrations)
     except sqlite3.DatabaseError as exc:
@@ -123,6 +120,16 @@ def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS
         raise TraceStoreError(f"{path}: {exc}") from exc
     finally:
         con.close()
+
+
+def _sqlite_pragmas_readonly(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None
+    cur = dbapi_connection.cursor()
+    try:
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA query_only = ON")
+    finally:
+        cur.close()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -146,14 +153,17 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def make_engine(url: str, echo: bool = False) -> Engine:
+def make_engine(url: str, echo: bool = False, readonly_path: str | None = None) -> Engine:
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}}
-        if _sqlite_path(url) is None:  # in-memory: one shared connection for every thread
+        if readonly_path is not None:
+            kwargs["creator"] = lambda: sqlite3.connect(
+                f"file:{readonly_path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        elif _sqlite_path(url) is None:  # in-memory: one shared connection for every thread
             kwargs["poolclass"] = StaticPool
         engine = create_engine(url, echo=echo, **kwargs)
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_pragmas_readonly if readonly_path is not None else _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, echo=echo, pool_pre_ping=True)
@@ -210,7 +220,24 @@ class TraceStore:
     corrupt file raise a TraceStoreError subclass and change nothing), sets the SQLite
     pragmas on every connection, creates or migrates the schema, and marks 'running' runs
     whose writer died as interrupted (recover=True).
+
+    readonly=True opens an SQLite file with mode=ro (no pragmas that write, no recovery, no
+    migration): for shared or bundled stores. TraceStore.from_jsonl(path) is an in-memory
+    store holding one imported trace.
     """
+
+    @classmethod
+    def from_jsonl(cls, source: Any, run_id: str | None = None) -> "TraceStore":
+        """An in-memory store holding one imported JSONL trace (e.g. a bundled sample)."""
+        from .jsonl import import_run
+
+        store = cls("sqlite://")
+        try:
+            import_run(store, source, run_id=run_id)
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     def __init__(
         self,
@@ -218,6 +245,7 @@ class TraceStore:
         *,
         create: bool = True,
         recover: bool = True,
+        readonly: bool = False,
         stale_after_s: float = STALE_AFTER_S,
         echo: bool = False,
         _migrations: Sequence[Migration] = MIGRATIONS,
@@ -227,13 +255,16 @@ class TraceStore:
         self.stale_after_s = stale_after_s
         where = self.path or make_url(self.url).render_as_string(hide_password=True)
         self._where = where
+        self.readonly = readonly
+        if readonly and self.path is None:
+            raise TraceStoreError("readonly=True needs an SQLite file")
         if self.path is not None:
             if not Path(self.path).exists():
-                if not create:
+                if not create or readonly:
                     raise TraceStoreError(f"no trace store at {self.path}")
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             precheck_sqlite_file(self.path, _migrations)
-        self.engine = make_engine(self.url, echo=echo)
+        self.engine = make_engine(self.url, echo=echo, readonly_path=self.path if readonly else None)
         try:
             with translate_errors(f"opening {where}"):
                 with self.engine.connect() as conn:  # a read first: opening an up-to-date store writes nothing
@@ -241,10 +272,13 @@ class TraceStore:
                 check_version(version, _migrations)
                 if version == _migrations[-1].version:
                     self.schema_version = version
+                elif readonly:
+                    raise SchemaVersionError(
+                        f"{where} has schema version {version}; open it once read-write to migrate it to {_migrations[-1].version}")
                 else:
                     with self.transaction() as conn:
                         self.schema_version = ensure_schema(conn, _migrations)
-            self.recovered: list[str] = self.recover_interrupted() if recover else []
+            self.recovered: list[str] = self.recover_interrupted() if recover and not readonly else []
         except BaseException:
             self.engine.dispose()
             raise

@@ -31,7 +31,7 @@ from sqlalchemy import insert, select, update
 from specscope.core.records import GenerationResult, Round, RunConfig
 
 from .codec import VectorPolicy, round_to_rows
-from .errors import RunExistsError, TraceStoreError, WriterError
+from .errors import RunExistsError, WriterError
 from .info import ModelInfo, library_versions as collect_versions
 from .schema import nodes_table, rounds_table, runs_table
 from .store import HEARTBEAT_S, TraceStore, run_row, translate_errors

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from sqlalchemy import Column, Integer, text, update
+from sqlalchemy import text, update
 
 from specscope.storage import (
     SCHEMA_VERSION,
@@ -253,3 +253,24 @@ def test_missing_store_without_create(tmp_path):
     with pytest.raises(TraceStoreError, match="no trace store"):
         TraceStore(tmp_path / "missing.sqlite", create=False)
     assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_readonly_open_and_jsonl_in_memory(recorded, tmp_path):
+    path, results = recorded
+    rid = results["greedy"].config.run_id
+    before = digest(path)
+    with TraceStore(path, readonly=True) as s:
+        assert s.get_run(rid).n_rounds == len(results["greedy"].rounds)
+        assert s.load_round(rid, 0).index == 0
+        with pytest.raises(Exception):
+            with s.transaction() as conn:
+                conn.exec_driver_sql("DELETE FROM runs")
+    assert digest(path) == before
+    with pytest.raises(TraceStoreError):
+        TraceStore(tmp_path / "absent.sqlite", readonly=True)
+    from specscope.storage import export_run
+
+    with TraceStore(path) as s:
+        export_run(s, rid, tmp_path / "g.jsonl")
+    with TraceStore.from_jsonl(tmp_path / "g.jsonl") as mem:
+        assert [r.run_id for r in mem.list_runs()] == [rid]
