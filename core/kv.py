@@ -48,12 +48,15 @@ class CachedLM:
         self.device = model_device(model)
         self.vocab_size = model_vocab_size(model)
         self.cache: DynamicCache | None = None
+        self.stopwatch = Stopwatch(self.device)
         self.forwards = 0
+        self.forward_s = 0.0  # time spent inside model forwards since the last reset
         self.reset()
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config) if self.use_cache else None
         self.forwards = 0
+        self.forward_s = 0.0
 
     @property
     def processed(self) -> int:
@@ -78,9 +81,12 @@ class CachedLM:
         if keep > len(tokens):
             raise RuntimeError(f"asked for {keep} logits but only {len(tokens)} positions are pending")
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+        started = self.stopwatch.now()
         out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep)
+        logits = out.logits[0, -keep:].float()
+        self.forward_s += self.stopwatch.now() - started
         self.forwards += 1
-        return out.logits[0, -keep:].float()
+        return logits
 
     def crop(self, length: int) -> None:
         """Drop cached positions beyond `length` (keeps what is already shorter)."""

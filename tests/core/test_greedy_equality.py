@@ -76,3 +76,13 @@ def test_greedy_with_eos_equals_transformers_generate(models):
         out = dec.generate(prompt, max_new_tokens=20)
         assert out.new_tokens == expected
         assert out.new_tokens[-1] == eos and out.stop_reason == "eos"
+
+
+def test_plain_baseline_equals_transformers_generate(models):
+    from specscope.core.baseline import plain_generate
+
+    arch, target, _ = models
+    for prompt in prompts(64, 4, seed=5):
+        result = plain_generate(target, prompt, 20, SamplingConfig(temperature=0))
+        assert result.new_tokens == reference_greedy(target, prompt, 20)
+        assert result.forwards == 20

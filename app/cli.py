@@ -1,0 +1,392 @@
+"""The `specscope` command line.
+
+    specscope                      open the inspector with the bundled models
+    specscope open TRACE.sqlite    replay a saved trace in the inspector
+    specscope run [...]            decode headless, print text with round markers or JSON
+    specscope runs|show|export|import ...   the trace store (see app/cli_traces.py)
+
+Qt is imported only by the commands that open a window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, Sequence
+
+log = logging.getLogger("specscope")
+
+ANSI = {"accepted": "\033[32m", "repaired": "\033[31m", "bonus": "\033[34m", "eos": "\033[7m", "round": "\033[90m"}
+RESET = "\033[0m"
+PLAIN_MARKS = {"accepted": ("", ""), "repaired": ("[", "]"), "bonus": ("{", "}")}
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+# --------------------------------------------------------------------------- run
+
+
+def add_run_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="decode one prompt headless and print the text with round markers",
+        description=(
+            "Run speculative decoding on one prompt without a window. The text is printed with "
+            "round boundaries (|), repaired tokens in [brackets] and bonus tokens in {braces} "
+            "(colours instead when the output is a terminal). --json prints a summary instead."
+        ),
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text (tokenised with the target's tokenizer)")
+    src.add_argument("--prompt-file", help="read the prompt text from this file")
+    src.add_argument("--prompt-ids", help="comma-separated token ids instead of text")
+    p.add_argument("--proposer", choices=("draft", "lookup"), default="draft", help="where draft tokens come from (default: draft)")
+    p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off (default)")
+    p.add_argument("--max-new", type=int, default=64, help="token budget (default: 64)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the run's random stream (default: 0)")
+    p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
+    p.add_argument("--target", default=None, help="target checkpoint directory (default: the bundled target)")
+    p.add_argument("--draft", default=None, help="draft: 'small', 'tiny' (bundled) or a checkpoint directory")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)")
+    p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16", "float64"), help="model dtype (default: float32 on CPU)")
+    p.add_argument("--lookup-max-ngram", type=int, default=3, help="prompt lookup: longest suffix n-gram tried (default: 3)")
+    p.add_argument("--lookup-min-ngram", type=int, default=1, help="prompt lookup: shortest suffix n-gram accepted (default: 1)")
+    p.add_argument("--no-cache", action="store_true", help="recompute every forward from scratch (a reference run)")
+    p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
+    p.add_argument("--db", default=None, help="record the run in this trace store (SQLite path or SQLAlchemy URL)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of the text")
+    p.set_defaults(func=cmd_run)
+
+
+def _parse_eos(value: str, tokenizer: Any) -> int | None:
+    if value == "none":
+        return None
+    if value == "auto":
+        return getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    try:
+        return int(value)
+    except ValueError:
+        raise CliError(f"--eos-id must be an integer, 'auto' or 'none', got {value!r}") from None
+
+
+def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
+    if args.prompt_ids:
+        try:
+            return [int(t) for t in args.prompt_ids.replace(" ", "").split(",") if t]
+        except ValueError:
+            raise CliError("--prompt-ids must be comma-separated integers") from None
+    if args.prompt_file:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise CliError(f"cannot read --prompt-file: {exc}") from None
+    else:
+        text = args.prompt
+    if text is None:
+        text = _default_prompt()
+    if tokenizer is None:
+        raise CliError("this target has no tokenizer: pass --prompt-ids")
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _default_prompt() -> str:
+    try:
+        from specscope.core.loading import example_prompts
+
+        prompts = example_prompts()
+        if prompts:
+            return prompts[0].text
+    except ImportError:
+        pass
+    return "def fibonacci(n):\n"
+
+
+def _load(args: argparse.Namespace):
+    """(target, draft or None, tokenizer, target name, draft name)."""
+    from specscope.core import loading
+
+    device = loading.resolve_device(args.device)
+    need_draft = args.proposer == "draft"
+    pair = loading.load_models(
+        target=args.target,
+        draft=(args.draft or "small") if need_draft else None,
+        device=device,
+        dtype=args.dtype,
+    )
+    return pair
+
+
+def _make_decoder(args: argparse.Namespace, pair: Any):
+    from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
+
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    if args.proposer == "draft":
+        proposer = DraftModelProposer(pair.draft, label=pair.draft_name)
+    else:
+        proposer = PromptLookupProposer(max_ngram=args.lookup_max_ngram, min_ngram=args.lookup_min_ngram)
+    options = dict(
+        k=args.k,
+        sampling=sampling,
+        eos_token_id=_parse_eos(args.eos_id, pair.tokenizer),
+        seed=args.seed,
+        use_cache=not args.no_cache,
+        target_name=pair.target_name,
+    )
+    if args.fault:
+        from specscope.core.faults import faulty_decoder
+
+        return faulty_decoder(args.fault, pair.target, proposer, **options)
+    return SpeculativeDecoder(pair.target, proposer, **options)
+
+
+def _token_text(tokenizer: Any, token: int) -> str:
+    if tokenizer is None:
+        return f"<{token}>"
+    return tokenizer.decode([token])
+
+
+def _print_round(rnd: Any, tokenizer: Any, eos_id: int | None, color: bool) -> None:
+    out = []
+    for e in rnd.emitted:
+        text = _token_text(tokenizer, e.token)
+        if e.token == eos_id:
+            text = f"<eos:{e.token}>"
+        if color:
+            out.append(f"{ANSI[e.kind]}{text}{RESET}")
+        else:
+            left, right = PLAIN_MARKS[e.kind]
+            out.append(f"{left}{text}{right}")
+    sep = f"{ANSI['round']}|{RESET}" if color else "|"
+    sys.stdout.write("".join(out) + sep)
+    sys.stdout.flush()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from specscope.core import summarize
+
+    pair = _load(args)
+    decoder = _make_decoder(args, pair)
+    prompt = _prompt_ids(args, pair.tokenizer)
+    config = decoder.run_config(prompt, args.max_new)
+    color = sys.stdout.isatty() and not args.json
+    writer = None
+    if args.db:
+        from specscope.storage import TraceStore, TraceWriter
+
+        store = TraceStore(args.db)
+        writer = TraceWriter(store, config, model_info=pair.model_info())
+    if not args.json:
+        sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
+    gen = decoder.rounds(prompt, args.max_new, config=config)
+    result = None
+    try:
+        while True:
+            try:
+                rnd = next(gen)
+            except StopIteration as stop:
+                result = stop.value
+                break
+            if writer is not None:
+                writer.write(rnd)
+            if not args.json:
+                _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
+    except BaseException as exc:
+        if writer is not None:
+            writer.finish(exc)
+        raise
+    if writer is not None:
+        writer.finish(result)
+    summary = summarize(result)
+    summary["text"] = pair.tokenizer.decode(result.new_tokens) if pair.tokenizer is not None else None
+    if args.db:
+        summary["db"] = str(args.db)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        s = result.summary
+        print()
+        print(
+            f"-- run {result.config.run_id}: {s.new_tokens} tokens in {s.rounds} rounds, "
+            f"mean accepted length {s.mean_accepted_length:.2f}, acceptance rate {s.acceptance_rate:.2f}, "
+            f"{result.wall_s:.3f} s (draft {s.draft_s:.3f} s, verify {s.verify_s:.3f} s), stop: {result.stop_reason}",
+            file=sys.stderr,
+        )
+        if args.db:
+            print(f"-- recorded as run {result.config.run_id} in {args.db}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- check, diff, faults
+
+
+def add_check_parsers(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "check",
+        help="check the rounds of saved runs for rollback, EOS, budget and sampler bugs",
+        description="Check every round of a run from its trace alone; exit status 1 when a rule is violated.",
+    )
+    p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
+    p.add_argument("--run", default=None, help="run id (or unique prefix); default: every run in the store")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--tol", type=float, default=1e-6, help="tolerance for recorded scalars (default: 1e-6)")
+    p.add_argument("--recompute", action="store_true", help="also recompute p with the target model (deep replay)")
+    p.add_argument("--target", default=None, help="target checkpoint for --recompute (default: the run's bundled target)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.set_defaults(func=cmd_check)
+
+    p = subparsers.add_parser(
+        "diff",
+        help="compare two runs of the same prompt and report the first divergence",
+        description="Align two runs token by token; report the first divergence in tokens, in p and in cache lengths.",
+    )
+    p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--p-tol", type=float, default=1e-4, help="tolerance on p (default: 1e-4)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_diff)
+
+    p = subparsers.add_parser("faults", help="list the deliberate bugs `specscope run --fault` can inject")
+    p.set_defaults(func=cmd_faults)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from specscope.core.checker import check_run, recompute_findings
+    from specscope.storage import TraceStore
+
+    store = TraceStore(args.db)
+    run_ids = [store.resolve_run_id(args.run)] if args.run else [r.run_id for r in store.list_runs(newest_first=False)]
+    target_cache: dict[str, Any] = {}
+    report = []
+    total = 0
+    for run_id in run_ids:
+        config = store.run_config(run_id)
+        rounds = store.load_rounds(run_id, full=True)
+        findings = check_run(config, rounds, tol=args.tol)
+        if args.recompute:
+            target = _target_for_recompute(args, config, target_cache)
+            findings += recompute_findings(config, rounds, target)
+        total += len(findings)
+        report.append({"run_id": run_id, "rounds": len(rounds), "findings": [f.to_dict() for f in findings]})
+        if not args.json:
+            head = f"run {run_id}: {len(rounds)} rounds, "
+            if findings:
+                first = min(f.round for f in findings)
+                print(head + f"{len(findings)} finding(s), first bad round {first}")
+                for f in findings:
+                    print(f"  {f}")
+            else:
+                print(head + "no findings")
+    if args.json:
+        print(json.dumps({"runs": report, "findings": total}, indent=2))
+    return 1 if total else 0
+
+
+def _target_for_recompute(args: argparse.Namespace, config: Any, cache: dict[str, Any]) -> Any:
+    from specscope.core import loading
+
+    key = args.target or config.target_name
+    if key not in cache:
+        pair = loading.load_models(target=args.target or config.target_name, draft=None,
+                                   device=loading.resolve_device(args.device), dtype=None)
+        cache[key] = pair.target
+    return cache[key]
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from specscope.core.diff import diff_runs
+    from specscope.storage import TraceStore
+
+    store = TraceStore(args.db)
+    ids = [store.resolve_run_id(r) for r in (args.run_a, args.run_b)]
+    loaded = [(store.run_config(i), store.load_rounds(i, full=True)) for i in ids]
+    result = diff_runs(loaded[0][0], loaded[0][1], loaded[1][0], loaded[1][1], p_tol=args.p_tol)
+    if args.json:
+        print(json.dumps({
+            "run_a": result.run_a, "run_b": result.run_b, "identical": result.identical,
+            "compared_tokens": result.compared_tokens, "compared_cache_rounds": result.compared_cache_rounds,
+            "divergences": [d.__dict__ for d in result.divergences],
+        }, indent=2))
+    else:
+        print(f"A = {result.run_a}\nB = {result.run_b}")
+        print(f"compared {result.compared_tokens} tokens and {result.compared_cache_rounds} rounds of cache lengths")
+        if result.identical:
+            print("no divergence")
+        for d in result.divergences:
+            print(f"  first {d}")
+    return 0 if result.identical else 1
+
+
+def cmd_faults(args: argparse.Namespace) -> int:
+    from specscope.core.faults import FAULTS
+
+    width = max(len(n) for n in FAULTS)
+    for f in FAULTS.values():
+        print(f"{f.name:<{width}}  {f.summary}\n{'':<{width}}  fires when: {f.applies}")
+    return 0
+
+
+# --------------------------------------------------------------------------- GUI
+
+
+def cmd_open(args: argparse.Namespace) -> int:
+    from specscope.app.gui import launch
+
+    return launch(trace_path=args.trace)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specscope",
+        description="An inspector for speculative decoding. Without a command, opens the window.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("open", help="open a saved trace in the inspector")
+    p.add_argument("trace", help="an SQLite trace store")
+    p.set_defaults(func=cmd_open)
+    add_run_parser(sub)
+    add_check_parsers(sub)
+    from specscope.app import bench, cli_traces
+
+    bench.add_bench_parser(sub)
+
+    cli_traces.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        from specscope.app.gui import launch
+
+        return launch()
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"specscope: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # bad input caught by the core: one clear line, no traceback
+        print(f"specscope: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from specscope.storage import TraceStoreError
+
+        if isinstance(exc, TraceStoreError):
+            print(f"specscope: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
