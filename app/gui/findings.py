@@ -1,7 +1,8 @@
 """The findings panel: the trace checker's findings, each clickable to its round.
 
-Takes any iterable of findings with `round`, `position`, `rule` and `message` (attributes,
-or dict keys; `severity` optional), so the checker can be plugged in without adapters:
+Takes any iterable of findings with `round`, `position` (output position), `rule` and
+`message` (attributes or dict keys; `node` = draft node and `severity` optional), so the
+checker's Finding records plug in without adapters:
 
     window.set_findings(check(rounds))          # or findings_widget.set_findings(...)
 """
@@ -19,10 +20,11 @@ from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetIte
 @dataclass(frozen=True)
 class Finding:
     round: int
-    position: int | None
+    position: int | None  # output position (index among the new tokens)
     rule: str
     message: str
     severity: str = "error"
+    node: int | None = None  # draft node, when the finding concerns one
 
 
 def as_finding(obj: Any) -> Finding:
@@ -33,25 +35,27 @@ def as_finding(obj: Any) -> Finding:
 
     rnd = get("round", get("round_index", -1))
     pos = get("position", get("pos"))
+    node = get("node")
     return Finding(
         round=int(rnd) if rnd is not None else -1,
         position=None if pos is None else int(pos),
         rule=str(get("rule", "")),
         message=str(get("message", "")),
         severity=str(get("severity", "error")),
+        node=None if node is None else int(node),
     )
 
 
 class FindingsWidget(QWidget):
     """A table of findings; activating a row emits findingActivated(round, position)."""
 
-    findingActivated = Signal(int, int)
+    findingActivated = Signal(object)  # the Finding
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.status = QLabel("No checker results yet.")
-        self.table = QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["round", "position", "rule", "message"])
+        self.table = QTableWidget(0, 5)
+        self.table.setHorizontalHeaderLabels(["round", "position", "node", "rule", "message"])
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
@@ -60,6 +64,7 @@ class FindingsWidget(QWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
@@ -73,7 +78,8 @@ class FindingsWidget(QWidget):
         self.findings = [as_finding(f) for f in (findings or [])]
         self.table.setRowCount(len(self.findings))
         for row, f in enumerate(self.findings):
-            values = [str(f.round), "" if f.position is None else str(f.position), f.rule, f.message]
+            values = [str(f.round), "" if f.position is None else str(f.position),
+                      "" if f.node is None else str(f.node), f.rule, f.message]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
                 item.setToolTip(f.message)
@@ -89,7 +95,11 @@ class FindingsWidget(QWidget):
         else:
             self.status.setText("<span style='color:#007a4d'>✔ no findings: every round passed the checks</span>")
 
+    def set_error(self, message: str) -> None:
+        self.findings = []
+        self.table.setRowCount(0)
+        self.status.setText(f"<span style='color:#a0001e'>checker failed: {message}</span>")
+
     def _activate(self, row: int, col: int) -> None:
         if 0 <= row < len(self.findings):
-            f = self.findings[row]
-            self.findingActivated.emit(f.round, -1 if f.position is None else f.position)
+            self.findingActivated.emit(self.findings[row])

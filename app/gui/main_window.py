@@ -30,7 +30,7 @@ from .findings import FindingsWidget
 from .inspector import RoundInspectorWidget
 from .navigator import RoundNavigatorWidget
 from .plots import LivePlotsWidget
-from .runmodel import RunModel
+from .runmodel import RunModel, has_distributions
 from .runpanel import RunPanelWidget
 from .session import ModelHub
 from .settings import RunSettings
@@ -46,6 +46,15 @@ APPLICATION = "specscope"
 FOLLOW_MS = 100  # while running, select the newest round at most 10 times a second
 REPLAY_MS = 180
 REPLAY_BATCH = 256
+
+
+def default_checker():
+    """The core trace checker (check_run), or None where it is not installed."""
+    try:
+        from specscope.core.checker import check_run
+    except ImportError:
+        return None
+    return lambda config, rounds: check_run(config, rounds)
 
 
 def app_settings() -> QSettings:
@@ -105,7 +114,7 @@ class MainWindow(QMainWindow):
         self._shown_once = False
         self.follow_latest = True
         self._last_followed = -1
-        self.checker = None  # callable(rounds, config) -> findings; set when the checker lands
+        self.checker = default_checker()  # callable(config, rounds) -> findings
 
         self.model = RunModel(self)
         self.controller = RunController(self.hub, self._make_recorder if self.record else None, self)
@@ -150,7 +159,7 @@ class MainWindow(QMainWindow):
         self.run_panel.stepClicked.connect(self.step)
         self.run_panel.stopClicked.connect(self.stop)
         self.navigator.playToggled.connect(self.toggle_replay_play)
-        self.findings.findingActivated.connect(self.jump_to)
+        self.findings.findingActivated.connect(self.jump_to_finding)
         self.model.findingsChanged.connect(lambda: self.findings.set_findings(self.model.findings))
         self.compare.compareRequested.connect(self.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
@@ -448,13 +457,44 @@ class MainWindow(QMainWindow):
         """Show the checker's findings (objects/dicts with round, position, rule, message)."""
         self.model.set_findings(findings)
 
+    def rounds_for_checking(self) -> list:
+        """The run's rounds with whatever distributions are stored (the checker skips the
+        rules that need full vectors when only the top-N are known)."""
+        rounds = self.model.rounds
+        if self.mode == "replay" and self.library is not None and self.replay_run_id:
+            return list(self.library.store.iter_rounds(self.replay_run_id, full=True))
+        if not rounds or all(has_distributions(r) or not r.nodes for r in rounds):
+            return list(rounds)
+        if self._store is not None and self.model.config is not None:
+            try:
+                return list(self._store.iter_rounds(self.model.config.run_id, full=True))
+            except Exception:  # noqa: BLE001 - fall back to the slim rounds
+                log.exception("reading the recorded rounds failed")
+        return [self.model.full_round(i) for i in range(len(rounds))]
+
     def _run_checker(self) -> None:
-        if self.checker is None or not self.model.rounds:
+        if self.checker is None or not self.model.rounds or self.model.config is None:
             return
         try:
-            self.set_findings(self.checker(self.model.rounds, self.model.config))
+            found = self.checker(self.model.config, self.rounds_for_checking())
         except Exception as exc:  # noqa: BLE001
-            self.show_error(f"The trace checker failed: {exc}")
+            log.exception("the checker failed")
+            self.findings.set_error(str(exc))
+            return
+        self.set_findings(found)
+        if found:
+            self.findings_dock.raise_()
+            self.statusBar().showMessage(f"The checker found {len(found)} problem(s); see Findings.", 15000)
+
+    def jump_to_finding(self, f) -> None:
+        pos = -1
+        if f.node is not None:
+            pos = f.node
+        elif f.position is not None and 0 <= f.position < len(self.model.cells.out_cell):
+            cell = self.model.cells.cell(self.model.cells.out_cell[f.position])
+            if cell.round == f.round:
+                pos = cell.pos
+        self.jump_to(f.round, pos)
 
     def jump_to(self, rnd: int, pos: int) -> None:
         self.follow_latest = False

@@ -168,7 +168,14 @@ class Cells:
 
 
 FULL_VOCAB_LIMIT = 4096  # keep every round's distributions up to this vocabulary size
-RECENT_FULL = 256  # otherwise keep the distributions of this many recent rounds
+RECENT_FULL = 256  # otherwise keep the distributions of at most this many recent rounds
+RECENT_BYTES = 256 * 2**20  # ... and of no more than this many bytes of them
+
+
+def recent_capacity(vocab: int, k: int) -> int:
+    """How many full rounds the recent-round cache keeps for this vocabulary and k."""
+    per_round = max(1, vocab) * 8 * 2 * (max(1, k) + 2)
+    return max(4, min(RECENT_FULL, RECENT_BYTES // per_round))
 
 
 class RunModel(QObject):
@@ -247,7 +254,8 @@ class RunModel(QObject):
         if vocab <= FULL_VOCAB_LIMIT or not has_distributions(r):
             return r
         self._full[r.index] = r
-        while len(self._full) > RECENT_FULL:
+        cap = recent_capacity(vocab, r.k)
+        while len(self._full) > cap:
             self._full.popitem(last=False)
         return slim(r)
 
@@ -266,7 +274,8 @@ class RunModel(QObject):
             except Exception:  # noqa: BLE001 - a failed read shows the slim round
                 return r
             self._full[index] = got
-            while len(self._full) > RECENT_FULL:
+            vocab = self.config.vocab_size if self.config is not None else 0
+            while len(self._full) > recent_capacity(vocab, got.k):
                 self._full.popitem(last=False)
             return got
         return r

@@ -246,27 +246,35 @@ class ModelHub:
         config = decoder.run_config(ids, settings.max_new_tokens, run_id)
         return Prepared(decoder, ids, config, self.token_text(tokenizer), settings.describe())
 
-    def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 6) -> float:
-        """Seconds per token of plain (non-speculative) cached decoding of the target."""
+    def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> float:
+        """Seconds per token of plain (non-speculative) cached decoding of the target, with
+        the run's sampler (core.baseline.plain_generate where available)."""
+        target, _ = self.target(settings.device)
+        n = max(2, min(steps, settings.max_new_tokens))
+        try:
+            from specscope.core.baseline import plain_generate
+        except ImportError:
+            plain_generate = None
+        if plain_generate is not None:
+            sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+            plain_generate(target, prompt_ids, 2, sampling=sampling, seed=settings.seed)  # warm-up
+            res = plain_generate(target, prompt_ids, n, sampling=sampling, seed=settings.seed)
+            return res.wall_s / max(len(res.new_tokens), 1)
         import torch
         from transformers import DynamicCache
 
-        target, _ = self.target(settings.device)
         device = next(target.parameters()).device
         with torch.no_grad():
             cache = DynamicCache()
-            ids = torch.tensor([prompt_ids], device=device)
-            out = target(input_ids=ids, past_key_values=cache, use_cache=True)
+            out = target(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache, use_cache=True)
             nxt = out.logits[:, -1:].argmax(-1)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
             t0 = time.perf_counter()
-            for _ in range(steps):
+            for _ in range(n):
                 out = target(input_ids=nxt, past_key_values=cache, use_cache=True)
                 nxt = out.logits[:, -1:].argmax(-1)
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            return (time.perf_counter() - t0) / steps
+            return (time.perf_counter() - t0) / n
 
 
 class TinyModelHub(ModelHub):

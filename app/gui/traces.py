@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 from specscope.core.records import GenerationResult, Round, RunConfig
 
-from .runmodel import slim
+from .runmodel import FULL_VOCAB_LIMIT, slim
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +77,18 @@ class TraceLibrary:
         return self.store.count_rounds(run_id)
 
     def batches(self, run_id: str, batch_size: int = 256) -> Iterator[list[Round]]:
-        """Rounds in batches, slimmed at once so memory stays small for big vocabularies."""
+        """Rounds in batches (top-N distributions). Big-vocabulary rounds are slimmed at once
+        and read in smaller batches, so memory stays small; the inspector reloads one
+        round's distributions on demand (`loader`)."""
+        vocab = self.store.get_run(run_id).config.vocab_size or 0
+        big = vocab > FULL_VOCAB_LIMIT
+        if big:
+            batch_size = max(4, min(batch_size, (64 * 2**20) // (vocab * 8 * 12)))
         start = 0
         while True:
             batch = self.store.load_rounds(run_id, start, start + batch_size, full=False)
             if batch:
-                yield [slim(r) for r in batch]
+                yield [slim(r) for r in batch] if big else batch
             if len(batch) < batch_size:
                 return
             start += batch_size

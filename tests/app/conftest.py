@@ -1,0 +1,59 @@
+"""Fixtures for the GUI tests: real window, real (tiny) models, QSettings in a tmp dir."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings  # noqa: E402
+
+import specscope.app.gui  # noqa: E402,F401  (applies the PySide6 None-refcount guard first)
+from specscope.app.gui.session import TinyModelHub  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _settings_in_tmp(tmp_path, monkeypatch):
+    """QSettings and the default trace store never touch the user's home."""
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "qsettings"))
+    monkeypatch.setenv("SPECSCOPE_DB", str(tmp_path / "default-traces.sqlite"))
+
+
+@pytest.fixture(scope="session")
+def hub():
+    """Tiny random Llama target + two perturbed drafts, built once for the session."""
+    return TinyModelHub()
+
+
+@pytest.fixture
+def settings_file(tmp_path):
+    return QSettings(str(tmp_path / "specscope.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def make_window(qtbot, hub, settings_file, tmp_path):
+    from specscope.app.gui import create_app
+    from specscope.app.gui.main_window import MainWindow
+
+    create_app()
+    made = []
+
+    def make(record: bool = True, settings=None, store_path=None):
+        w = MainWindow(hub=hub, settings=settings or settings_file, record=record,
+                       store_path=store_path or str(tmp_path / "traces.sqlite"))
+        qtbot.addWidget(w)
+        w.resize(1400, 900)
+        w.show()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.close()
+
+
+@pytest.fixture
+def window(make_window):
+    return make_window()

@@ -1,0 +1,113 @@
+"""Recording while running, replaying saved traces, the checker's findings, export."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtCore import Qt
+
+from specscope.core import DraftModelProposer, SamplingConfig
+from specscope.core.faults import faulty_decoder
+from specscope.storage import TraceStore, TraceWriter
+
+from .helpers import configure, wait_idle
+
+
+def record_live(qtbot, window, **texts):
+    configure(window, **texts)
+    qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window)
+    return window.model.config.run_id, list(window.model.rounds)
+
+
+def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_path):
+    store_path = str(tmp_path / "live.sqlite")
+    w = make_window(store_path=store_path)
+    run_id, live_rounds = record_live(qtbot, w, temperature="1.0", proposer="draft-tiny", max_new_tokens="30")
+    assert w.recorded_path == store_path
+    assert w.findings.findings == [] and "no findings" in w.findings.status.text()
+    with TraceStore(store_path) as store:
+        info = store.get_run(run_id)
+        assert info.status == "completed" and info.n_rounds == len(live_rounds)
+
+    r = make_window(store_path=str(tmp_path / "other.sqlite"))
+    assert r.open_trace(store_path)
+    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    assert r.mode == "replay" and r.last_error is None
+    replayed = r.model.rounds
+    assert [x.tokens for x in replayed] == [x.tokens for x in live_rounds]
+    assert r.model.output_tokens == w.model.output_tokens
+    assert r.model.selected[0] == 0
+    # Slider, next/previous and the keyboard move through the rounds.
+    r.navigator.slider.setValue(5)
+    assert r.model.selected[0] == 5
+    r.activateWindow()
+    qtbot.keyClick(r.tabs, Qt.Key.Key_Right)
+    assert r.model.selected[0] == 6
+    qtbot.keyClick(r.tabs, Qt.Key.Key_Left)
+    qtbot.keyClick(r.tabs, Qt.Key.Key_Left)
+    assert r.model.selected[0] == 4
+    # The inspector shows the stored values (top-N distributions are loaded on demand).
+    rnd = next(x for x in live_rounds if x.rejected_node is not None)
+    r.model.select(rnd.index, rnd.rejected_node)
+    values = r.inspector.values
+    node = rnd.nodes[rnd.rejected_node]
+    assert values["ratio"] == pytest.approx(node.ratio)
+    assert values["u"] == pytest.approx(node.u)
+    j = values["tokens"].index(node.token)
+    assert values["p"][j] == pytest.approx(node.p_token, rel=1e-5)
+    # Space plays the replay.
+    r.model.select(0)
+    qtbot.keyClick(r.tabs, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: r.model.selected[0] >= 2, timeout=5000)
+    qtbot.keyClick(r.tabs, Qt.Key.Key_Space)
+    assert not r.replay_timer.isActive()
+    # Export the run as JSONL through the storage format.
+    out = tmp_path / "run.jsonl"
+    assert r.export_jsonl(str(out))
+    lines = out.read_text().splitlines()
+    assert json.loads(lines[0])  # a header line
+    assert len(lines) >= len(live_rounds)
+
+
+def test_faulty_trace_shows_findings_that_jump_to_their_round(qtbot, make_window, hub, tmp_path):
+    target, _ = hub.target("cpu")
+    draft = hub.draft("draft-small", "cpu")
+    path = tmp_path / "faulty.sqlite"
+    with TraceStore(path) as store:
+        for seed in range(6):
+            dec = faulty_decoder("resample-p", target, DraftModelProposer(draft), k=4,
+                                 sampling=SamplingConfig(temperature=1.0), seed=seed)
+            config = dec.run_config([1, 2, 3, 4, 5], 40)
+            with TraceWriter(store, config) as writer:
+                writer.record(dec.rounds([1, 2, 3, 4, 5], 40, config=config))
+            if dec.fault_rounds:
+                run_id = config.run_id
+                break
+        else:
+            pytest.skip("the fault never fired")
+    w = make_window()
+    assert w.open_trace(str(path), run_id=run_id)
+    qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
+    found = w.findings.findings
+    assert found, "the checker should flag the resampled repair"
+    assert all(f.rule for f in found)
+    target_round = found[0].round
+    w.model.select(0)
+    w.findings.table.cellClicked.emit(0, 0)
+    assert w.model.selected[0] == target_round
+
+
+def test_opening_bad_files_is_explained(qtbot, window, tmp_path):
+    assert not window.open_trace(str(tmp_path / "missing.sqlite"))
+    assert "No such trace" in window.last_error
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database" * 100)
+    assert not window.open_trace(str(junk))
+    assert "Cannot open" in window.last_error
+    empty = tmp_path / "empty.sqlite"
+    TraceStore(empty).close()
+    assert not window.open_trace(str(empty))
+    assert "no runs" in window.last_error
+    assert window.mode == "live"

@@ -1,0 +1,41 @@
+"""Run settings validation: every bad field gets its own message (no Qt needed)."""
+
+from specscope.app.gui.settings import RunSettings, validate
+
+
+def texts(**over):
+    base = RunSettings(prompt="hello").to_texts()
+    base.update(over)
+    return base
+
+
+def test_defaults_are_valid():
+    v = validate(texts())
+    assert v.ok, v.errors
+    assert v.settings.k == 4 and v.settings.greedy
+
+
+def test_each_bad_field_is_explained():
+    v = validate(texts(prompt="  ", k="zero", temperature="-1", top_k="-3", top_p="1.5", seed="x",
+                       max_new_tokens="0", eos="abc", device="tpu"))
+    assert not v.ok and v.settings is None
+    assert set(v.errors) == {"prompt", "k", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "eos", "device"}
+    assert "empty" in v.errors["prompt"]
+    assert "whole number" in v.errors["k"]
+    assert "(0, 1]" in v.errors["top_p"]
+    assert "not available" in v.errors["device"]
+
+
+def test_k_range_and_eos_forms():
+    assert "[1, 64]" in validate(texts(k="65")).errors["k"]
+    assert validate(texts(eos="none")).settings.eos_disabled
+    assert validate(texts(eos="auto")).settings.eos is None
+    assert validate(texts(eos="7")).settings.eos == 7
+    assert "EOS" in validate(texts(eos="99"), vocab_size=64).errors["eos"]
+
+
+def test_checkpoint_must_be_a_model_folder(tmp_path):
+    v = validate(texts(proposer="checkpoint", checkpoint=str(tmp_path / "nope")))
+    assert "no such folder" in v.errors["checkpoint"]
+    v = validate(texts(proposer="checkpoint", checkpoint=str(tmp_path)))
+    assert "config.json" in v.errors["checkpoint"]

@@ -1,0 +1,147 @@
+"""Drive the real window with the tiny models: run, step, stop, inspect, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QMessageBox
+
+from specscope.app.gui import theme
+from specscope.app.gui.worker import IDLE, PAUSED
+
+from .helpers import configure, wait_idle
+
+
+def test_run_fills_timeline_inspector_tree_and_plots(qtbot, window):
+    configure(window, temperature="1.0", proposer="draft-tiny", max_new_tokens="40", seed="5")
+    qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window)
+    model = window.model
+    assert model.stop_reason == "budget"
+    assert len(model.output_tokens) == 40
+    assert window.last_error is None
+    # The timeline laid out every cell and paints without error.
+    tl = window.timeline
+    assert tl._laid == len(model.cells)
+    tl.viewport().grab()
+    # Click the first rejected draft token in the timeline: inspector shows that round.
+    r = next(r for r in model.rounds if r.rejected_node is not None)
+    cell = next(i for i in range(len(model.cells))
+                if model.cells.round[i] == r.index and model.cells.kind[i] == theme.REJECTED)
+    tl.ensure_cell_visible(cell)
+    rect = tl.cell_rect(cell)
+    qtbot.mouseClick(tl.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert model.selected == (r.index, r.rejected_node)
+    values = window.inspector.values
+    node = r.nodes[r.rejected_node]
+    assert values["round"] == r.index and values["status"] == "rejected"
+    assert values["ratio"] == pytest.approx(node.ratio) and values["u"] == pytest.approx(node.u)
+    assert values["residual_mass"] == pytest.approx(r.residual_mass)
+    j = values["tokens"].index(node.token)
+    assert values["p"][j] == pytest.approx(node.p_token)
+    assert values["q"][j] == pytest.approx(node.q_token)
+    assert values["min"][j] == pytest.approx(min(node.p_token, node.q_token))
+    tc = r.target_cache
+    assert values["target_cache"] == (tc.before, tc.peak, tc.after, tc.pending)
+    assert "rejected" in values["header"]
+    # The tooltip explains the decision.
+    tip = tl.tooltip_for(cell)
+    assert "rejected" in tip and "u =" in tip
+    # Draft tree: the repair is a sibling of the rejected node, clicking a node selects it.
+    keys = {n.key: n for n in window.tree.nodes}
+    assert keys["repair"].parent == keys[f"n{r.rejected_node}"].parent
+    assert keys["repair"].depth == keys[f"n{r.rejected_node}"].depth
+    if r.rejected_node > 0:
+        window.tree.click_node("n0")
+        assert model.selected == (r.index, 0)
+        assert window.inspector.values["status"] == "accepted"
+    # Live plots hold one point per round.
+    window.plots.refresh()
+    assert len(window.plots.acc_scatter.data) == len(model.rounds)
+    assert "mean accepted length" in window.plots.summary.text()
+
+
+def test_step_pause_resume_and_stop(qtbot, window):
+    configure(window, max_new_tokens="400")
+    qtbot.mouseClick(window.run_panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 1 and window.state == PAUSED, timeout=20000)
+    qtbot.mouseClick(window.run_panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 2 and window.state == PAUSED, timeout=20000)
+    qtbot.wait(100)
+    assert len(window.model.rounds) == 2  # a step is exactly one round
+    assert window.run_panel.run_button.text() == "Resume"
+    # Resume, then stop: cancelled at a round boundary, before the budget.
+    qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(window.model.rounds) >= 4, timeout=20000)
+    qtbot.mouseClick(window.run_panel.stop_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window)
+    assert window.model.stop_reason == "cancelled"
+    assert len(window.model.output_tokens) < 400
+    assert [r.index for r in window.model.rounds] == list(range(len(window.model.rounds)))
+
+
+def test_bad_settings_are_explained_next_to_the_field(qtbot, window):
+    configure(window, k="0", top_p="2", prompt="")
+    qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.wait(50)
+    errors = window.run_panel.errors
+    assert errors["k"].isVisible() and "[1, 64]" in errors["k"].text()
+    assert errors["top_p"].isVisible() and "(0, 1]" in errors["top_p"].text()
+    assert errors["prompt"].isVisible()
+    assert not errors["seed"].isVisible()
+    assert window.state == IDLE and not window.model.rounds
+    # Fixing the field clears its message as you type.
+    window.run_panel.set_field("k", "3")
+    assert not errors["k"].isVisible()
+
+
+def test_worker_exceptions_become_a_dialog(qtbot, make_window, hub, monkeypatch):
+    window = make_window(record=False)
+    configure(window)
+
+    def broken(settings, run_id=None):
+        raise RuntimeError("the draft checkpoint is corrupt")
+
+    monkeypatch.setattr(hub, "build", broken)
+    qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible(), timeout=10000)
+    assert "corrupt" in window.error_box.text()
+    assert "Traceback" in window.error_box.detailedText()  # details are there, not in the face
+    assert window.state == IDLE
+    window.error_box.button(QMessageBox.StandardButton.Ok).click()
+
+
+def test_keyboard_space_runs_and_right_steps(qtbot, window):
+    configure(window, max_new_tokens="200")
+    window.activateWindow()
+    window.tabs.setFocus()
+    qtbot.keyClick(window.tabs, Qt.Key.Key_Right)
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 1 and window.state == PAUSED, timeout=20000)
+    qtbot.keyClick(window.tabs, Qt.Key.Key_Space)
+    wait_idle(qtbot, window)
+    assert window.model.stop_reason == "budget"
+    # Left/Right now walk the rounds of the finished run.
+    window.model.select(3)
+    qtbot.keyClick(window.tabs, Qt.Key.Key_Left)
+    assert window.model.selected[0] == 2
+    qtbot.keyClick(window.tabs, Qt.Key.Key_Right)
+    assert window.model.selected[0] == 3
+
+
+def test_space_in_the_prompt_types_a_space(qtbot, window):
+    configure(window, prompt="ab")
+    window.run_panel.prompt.setFocus()
+    qtbot.keyClick(window.run_panel.prompt, Qt.Key.Key_Space)
+    qtbot.wait(50)
+    assert window.state == IDLE
+    assert " " in window.run_panel.prompt.toPlainText()
+
+
+def test_settings_persist_between_sessions(qtbot, make_window, settings_file):
+    w1 = make_window(settings=settings_file)
+    configure(w1, k="6", temperature="0.7", prompt="9 9 9")
+    w1.close()
+    w2 = make_window(settings=settings_file)
+    texts = w2.run_panel.texts()
+    assert texts["k"] == "6" and texts["temperature"] == "0.7" and texts["prompt"] == "9 9 9"
