@@ -1,0 +1,97 @@
+"""Measure the checker against the fault zoo and print the detection table (markdown).
+
+For every fault and every sampler setting, runs the faulty decoder over several prompts
+and seeds, stores each run in an SQLite trace store, loads it back and checks it. A run in
+which the fault never fired is not counted as a faulty run (its trace is correct); clean
+runs of the same settings count the checker's false positives.
+
+    python scripts/fault_table.py                 # bundled target + draft-small
+    python scripts/fault_table.py --seeds 10 --max-new 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder, loading
+from specscope.core.checker import check_run, first_bad_round
+from specscope.core.faults import FAULTS, faulty_decoder
+from specscope.storage import TraceStore, TraceWriter
+
+SETTINGS = [
+    SamplingConfig(temperature=0),
+    SamplingConfig(temperature=1.0),
+    SamplingConfig(temperature=1.0, top_k=20),
+    SamplingConfig(temperature=0.8, top_p=0.9),
+]
+
+
+def stored_check(store, decoder, prompt, max_new, seed):
+    config = decoder.run_config(prompt, max_new, seed=seed)
+    with TraceWriter(store, config) as writer:
+        writer.record(decoder.rounds(prompt, max_new, config=config))
+    return check_run(store.run_config(config.run_id), store.load_rounds(config.run_id, full=True))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default=None)
+    ap.add_argument("--draft", default="small")
+    ap.add_argument("--seeds", type=int, default=6)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--max-new", type=int, default=40)
+    ap.add_argument("--k", type=int, default=4)
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    pair = loading.load_models(target=args.target, draft=args.draft, device=torch.device("cpu"))
+    tok = pair.tokenizer
+    prompts = [tok(p.text, add_special_tokens=False)["input_ids"] for p in loading.example_prompts()[: args.prompts]]
+    eos = tok.eos_token_id
+    started = time.time()
+    table: dict[str, Counter] = {}
+    with tempfile.TemporaryDirectory() as tmp, TraceStore(Path(tmp) / "faults.sqlite") as store:
+        clean = Counter()
+        for cfg in SETTINGS:
+            dec = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos)
+            for prompt in prompts:
+                for seed in range(args.seeds):
+                    findings = stored_check(store, dec, prompt, args.max_new, seed)
+                    clean["runs"] += 1
+                    clean["false_positive_runs"] += bool(findings)
+        for name in FAULTS:
+            c = table[name] = Counter()
+            for cfg in SETTINGS:
+                dec = faulty_decoder(name, pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos)
+                for prompt in prompts:
+                    for seed in range(args.seeds):
+                        findings = stored_check(store, dec, prompt, args.max_new, seed)
+                        c["runs"] += 1
+                        if not dec.fault_rounds:
+                            c["silent_flagged"] += bool(findings)
+                            continue
+                        c["fired"] += 1
+                        c["flagged"] += bool(findings)
+                        c["first_round_right"] += first_bad_round(findings) == dec.fault_rounds[0]
+                        c.update(f"rule:{f.rule}" for f in findings if f.round == dec.fault_rounds[0])
+            print(f"{name}: {dict(c)}", file=sys.stderr)
+    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k}` "
+          f"({len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
+          f"{time.time() - started:.0f} s)\n")
+    print("| fault | runs | fault fired | flagged | first bad round right | rules at that round |")
+    print("|---|---|---|---|---|---|")
+    for name, c in table.items():
+        rules = ", ".join(sorted(k[5:] for k in c if k.startswith("rule:")))
+        print(f"| {name} | {c['runs']} | {c['fired']} | {c['flagged']} | {c['first_round_right']} | {rules} |")
+    print(f"| (clean runs) | {clean['runs']} | - | {clean['false_positive_runs']} false positives | - | - |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
