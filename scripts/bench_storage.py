@@ -34,11 +34,11 @@ from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecode
 from specscope.storage import TraceStore, TraceWriter, record
 
 
-def tiny(seed: int, layers: int, vocab: int) -> torch.nn.Module:
+def tiny(seed: int, layers: int, vocab: int, hidden: int = 32) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                       bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return LlamaForCausalLM(cfg).eval()
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft", help="path of the draft model; default: a tiny random Llama")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--vocab", type=int, default=64, help="vocabulary of the tiny random models")
+    ap.add_argument("--hidden", type=int, default=32, help="hidden size of the random target (draft: a quarter, >= 32)")
+    ap.add_argument("--layers", type=int, default=2, help="layers of the random target (draft: 1)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-new-tokens", type=int, default=128)
@@ -114,14 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="runs of each kind for the overhead medians")
     ap.add_argument("--writer-rounds", type=int, default=2000)
     ap.add_argument("--top-n", type=int, default=20)
+    ap.add_argument("--full", choices=("auto", "on", "off"), default="auto",
+                    help="full vectors in the overhead runs (auto: when vocab <= 8192)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = ap.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    target = load(args.target, args.device) if args.target else tiny(0, 2, args.vocab)
-    draft = load(args.draft, args.device) if args.draft else tiny(1, 1, args.vocab)
+    target = load(args.target, args.device) if args.target else tiny(0, args.layers, args.vocab, args.hidden)
+    draft = load(args.draft, args.device) if args.draft else tiny(1, 1, args.vocab, max(32, args.hidden // 4))
     decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=args.k,
                                  sampling=SamplingConfig(temperature=args.temperature), seed=0)
     rng = np.random.default_rng(0)
@@ -131,23 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     # recording overhead, alternating untraced and traced runs
     decoder.generate(prompt, args.max_new_tokens)  # warm-up
     untraced, traced = [], []
+    full = {"auto": None, "on": True, "off": False}[args.full]
     with TraceStore(os.path.join(workdir, "overhead.sqlite")) as store:
-        record(store, decoder, prompt, args.max_new_tokens)  # warm-up
+        record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n)  # warm-up
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             result = decoder.generate(prompt, args.max_new_tokens)
             untraced.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            record(store, decoder, prompt, args.max_new_tokens)
+            record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n)
             traced.append(time.perf_counter() - t0)
     u, t = statistics.median(untraced), statistics.median(traced)
 
     out = {
-        "models": {"target": args.target or f"tiny-llama-2L-vocab{args.vocab}",
-                   "draft": args.draft or f"tiny-llama-1L-vocab{args.vocab}", "vocab": decoder.vocab_size},
+        "models": {"target": args.target or f"random-llama-{args.layers}L-h{args.hidden}-vocab{args.vocab}",
+                   "draft": args.draft or f"random-llama-1L-h{max(32, args.hidden // 4)}-vocab{args.vocab}",
+                   "vocab": decoder.vocab_size},
         "k": args.k, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
         "rounds_per_run": len(result.rounds), "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-        "overhead": {"untraced_s": u, "traced_s": t, "overhead_pct": 100 * (t - u) / u,
+        "overhead": {"full_vectors": args.full, "untraced_s": u, "traced_s": t, "overhead_pct": 100 * (t - u) / u,
                      "untraced_all_s": untraced, "traced_all_s": traced},
         "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n),
         "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n),
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"models: {m['target']} / {m['draft']} (vocab {m['vocab']}), k={args.k}, T={args.temperature}, "
           f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, torch threads {out['torch_threads']}, cpus {out['cpus']}")
     o = out["overhead"]
-    print(f"overhead: untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored {o['traced_s'] * 1e3:.1f} ms "
+    print(f"overhead (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored {o['traced_s'] * 1e3:.1f} ms "
           f"(medians of {args.repeats}) -> {o['overhead_pct']:+.1f}%")
     for name in ("writer_top_n_only", "writer_full_vectors"):
         w = out[name]
