@@ -1,0 +1,93 @@
+"""The headless CLI end to end on tiny local checkpoints: run, record, check, diff, faults."""
+
+import json
+
+import pytest
+
+from specscope.app.cli import main
+
+from ..core.tiny_models import noisy_copy, tiny_lm
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    target = tiny_lm("llama", seed=0, init_range=0.3)
+    target.save_pretrained(root / "target")
+    noisy_copy(target, 0.05).save_pretrained(root / "draft")
+    return root / "target", root / "draft"
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def base_args(checkpoints):
+    target, draft = checkpoints
+    return ["run", "--target", target, "--draft", draft, "--prompt-ids", "1,2,3,4,1,2", "--device", "cpu"]
+
+
+def test_run_json_summary(capsys, checkpoints):
+    code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "20", "--k", "3", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert len(summary["new_tokens"]) == 20
+    for key in ("rounds", "mean_accepted_length", "acceptance_rate", "target_forward_passes", "wall_s", "draft_s", "verify_s", "run_id"):
+        assert key in summary
+    assert summary["target_forward_passes"] == summary["rounds"]
+    assert 1.0 <= summary["mean_accepted_length"] <= 4.0
+
+
+def test_run_text_has_round_markers(capsys, checkpoints):
+    code, out, err = run_cli(capsys, *base_args(checkpoints), "--max-new", "12", "--k", "2")
+    assert code == 0
+    assert out.count("|") >= 4  # one marker per round, at most 3 tokens per round
+    assert "mean accepted length" in err
+
+
+def test_record_check_and_diff(capsys, checkpoints, tmp_path):
+    db = tmp_path / "t.sqlite"
+    code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "24", "--json", "--db", db)
+    cached = json.loads(out)["run_id"]
+    code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "24", "--json", "--db", db, "--no-cache")
+    reference = json.loads(out)["run_id"]
+    code, out, _ = run_cli(capsys, "check", db)
+    assert code == 0 and out.count("no findings") == 2
+    code, out, _ = run_cli(capsys, "check", db, "--run", cached, "--recompute", "--target", checkpoints[0], "--device", "cpu")
+    assert code == 0, out
+    code, out, _ = run_cli(capsys, "diff", db, cached, reference)
+    assert code == 0 and "no divergence" in out
+
+
+def test_fault_is_recorded_and_flagged(capsys, checkpoints, tmp_path):
+    db = tmp_path / "f.sqlite"
+    code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "30", "--json", "--db", db,
+                           "--fault", "stale-draft-cache", "--temperature", "1")
+    assert code == 0
+    code, out, _ = run_cli(capsys, "check", db, "--json")
+    assert code == 1
+    report = json.loads(out)
+    assert report["findings"] > 0
+    assert {f["rule"] for f in report["runs"][0]["findings"]} == {"draft-cache"}
+
+
+def test_bad_input_is_one_line_not_a_traceback(capsys, checkpoints):
+    code, _, err = run_cli(capsys, *base_args(checkpoints), "--k", "0")
+    assert code == 2 and "k (draft length)" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, *base_args(checkpoints)[:-4], "--prompt-ids", "1,99999", "--device", "cpu")
+    assert code == 2 and "outside the vocabulary" in err
+    code, _, err = run_cli(capsys, "run", "--target", "/nonexistent/model", "--prompt-ids", "1", "--proposer", "lookup")
+    assert code == 2 and "nonexistent" in err
+    code, _, err = run_cli(capsys, *base_args(checkpoints), "--fault", "no-such-bug")
+    assert code == 2 and "unknown fault" in err
+    code, _, err = run_cli(capsys, *base_args(checkpoints), "--top-p", "1.5")
+    assert code == 2 and "top_p" in err
+
+
+def test_faults_lists_the_zoo(capsys):
+    code, out, _ = run_cli(capsys, "faults")
+    assert code == 0
+    for name in ("eos-leak", "budget-overshoot", "resample-p", "raw-q", "stale-draft-cache", "target-crop-off-by-one"):
+        assert name in out
