@@ -566,11 +566,13 @@ class MainWindow(QMainWindow):
         return True
 
     def _token_text_for(self, info):
+        """Token text for a replayed run: the bundled tokenizer when the run used the bundled
+        target (or a target of the same vocabulary), else the ids."""
         try:
-            target, tokenizer = (None, None)
-            if not self.hub.fallback:
-                target, tokenizer = self.hub.target("cpu")
-            return self.hub.token_text(tokenizer)
+            tok = self.hub.tokenizer()
+            if tok is not None and info.config.vocab_size and len(tok) > info.config.vocab_size:
+                tok = None
+            return self.hub.token_text(tok)
         except Exception:  # noqa: BLE001 - fall back to ids
             return self.hub.token_text(None)
 
@@ -634,6 +636,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ compare
 
     def start_compare(self) -> None:
+        self.tabs.setCurrentWidget(self.compare)
         pair = self.compare.settings_pair(self.run_panel.texts(), self.hub.devices())
         if pair is None:
             base = self.run_panel.validate()

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
@@ -107,7 +108,12 @@ def perturbed_copy(model, noise: float, seed: int):
 
 
 class ModelHub:
-    """Loads and caches models; `build(settings)` returns a Prepared decoder."""
+    """Loads and caches models; `build(settings)` returns a Prepared decoder.
+
+    With the bundled models installed (specscope.core.loading.bundled_available()) the target,
+    drafts and tokenizer come from resources/models; otherwise tiny random Llamas stand in
+    (token text = the id) so the app still starts and shows speculative decoding.
+    """
 
     def __init__(self, prefer_bundled: bool = True):
         self.prefer_bundled = prefer_bundled
@@ -115,9 +121,14 @@ class ModelHub:
         self._models: dict[tuple, Any] = {}
         self._tokenizer: Any | None = None
         self._token_text: CachedTokenText | None = None
-        self._loading = self._find_loading() if prefer_bundled else None
-        self.fallback = self._loading is None
-        self.eos_default: int | None = None
+        self._loading = self._find_loading()
+        bundled = False
+        if prefer_bundled and self._loading is not None:
+            try:
+                bundled = bool(self._loading.bundled_available())
+            except Exception:  # noqa: BLE001
+                bundled = False
+        self.fallback = not bundled
 
     # ------------------------------------------------------------------ discovery
 
@@ -136,73 +147,69 @@ class ModelHub:
 
     def example_prompts(self) -> list[tuple[str, str]]:
         """(name, text) pairs: the bundled examples, or the fallback ones."""
-        if self._loading is not None:
-            for fn in ("example_prompts", "load_prompts", "prompts"):
-                f = getattr(self._loading, fn, None)
-                if callable(f):
-                    try:
-                        got = f()
-                        items = list(got.items()) if isinstance(got, dict) else [
-                            (getattr(p, "name", str(i)), getattr(p, "text", str(p))) for i, p in enumerate(got)]
-                        if items:
-                            return [(str(n), str(t)) for n, t in items]
-                    except Exception as exc:  # noqa: BLE001 - a missing prompt file must not stop the app
-                        log.warning("could not read the example prompts: %s", exc)
+        if self._loading is not None and not self.fallback:
+            try:
+                items = [(f"{p.name} ({p.kind})", p.text) for p in self._loading.example_prompts()]
+                if items:
+                    return items
+            except Exception as exc:  # noqa: BLE001 - a missing prompt file must not stop the app
+                log.warning("could not read the example prompts: %s", exc)
         return list(FALLBACK_PROMPTS)
 
     # ------------------------------------------------------------------ models
 
-    def _bundled(self, name: str, device: str):
-        key = ("bundled", name, device)
+    def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         with self._lock:
             if key not in self._models:
-                loaded = self._loading.load_bundled(name=name, device=device)
-                self._models[key] = loaded
+                self._models[key] = make()
             return self._models[key]
-
-    def _unpack(self, loaded) -> tuple[Any, Any | None]:
-        """(model, tokenizer) from whatever load_bundled returns."""
-        if isinstance(loaded, tuple):
-            model = loaded[0]
-            tok = loaded[1] if len(loaded) > 1 else None
-            return model, tok
-        for attr in ("model", "target"):
-            if hasattr(loaded, attr):
-                return getattr(loaded, attr), getattr(loaded, "tokenizer", None)
-        return loaded, None
 
     def _tiny(self, role: str, device: str):
-        key = ("tiny", role, device)
-        with self._lock:
-            if key not in self._models:
-                target = self._models.get(("tiny", "target", device))
-                if target is None:
-                    target = tiny_llama(seed=0).to(device)
-                    self._models[("tiny", "target", device)] = target
-                if role == "draft-small":
-                    self._models[key] = perturbed_copy(target, 0.25, seed=1).to(device)
-                elif role == "draft-tiny":
-                    self._models[key] = perturbed_copy(target, 0.9, seed=2).to(device)
-            return self._models[key]
+        def make():
+            target = self._cached(("tiny", "target", device), lambda: tiny_llama(seed=0).to(device))
+            if role == "target":
+                return target
+            noise = {"draft-small": 0.25, "draft-tiny": 0.9}[role]
+            return perturbed_copy(target, noise, seed=1 if role == "draft-small" else 2).to(device)
+
+        return self._cached(("tiny", role, device), make)
+
+    def tokenizer(self) -> Any | None:
+        if self.fallback:
+            return None
+        L = self._loading
+        return self._cached(("tokenizer",), lambda: L.load_tokenizer(L.bundled_path("target")))
 
     def target(self, device: str):
+        """(target model, tokenizer or None)."""
         if self.fallback:
             return self._tiny("target", device), None
-        return self._unpack(self._bundled("target", device))
+        L = self._loading
+        model = self._cached(("bundled", "target", device),
+                             lambda: L.load_model(L.bundled_path("target"), device, role="target"))
+        return model, self.tokenizer()
 
     def draft(self, name: str, device: str):
         if self.fallback:
             return self._tiny(name, device)
-        return self._unpack(self._bundled(name.removeprefix("draft-"), device))[0]
+        L = self._loading
+        return self._cached(("bundled", name, device),
+                            lambda: L.load_model(L.bundled_path(name), device, role="draft"))
 
     def checkpoint(self, path: str, device: str):
-        key = ("checkpoint", path, device)
-        with self._lock:
-            if key not in self._models:
+        def make():
+            if self._loading is None:
                 from transformers import AutoModelForCausalLM
 
-                self._models[key] = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
-            return self._models[key]
+                return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(device).eval()
+            L = self._loading
+            tok = self.tokenizer()
+            folder = Path(path)
+            if tok is not None and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+                L.check_tokenizers(tok, L.load_tokenizer(folder))
+            return L.load_model(folder, device, role="draft")
+
+        return self._cached(("checkpoint", path, device), make)
 
     def token_text(self, tokenizer: Any | None) -> TokenText:
         if self._token_text is None or self._token_text.tokenizer is not tokenizer:

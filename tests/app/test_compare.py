@@ -1,0 +1,63 @@
+"""Compare mode: two proposers on the same prompt, target and sampler, side by side."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from .helpers import configure
+
+
+def wait_compare(qtbot, window, timeout=40000):
+    session = window.compare_session
+    qtbot.waitUntil(lambda: all(r.stop_reason for r in session.results)
+                    and window.compare_controller.state == "idle", timeout=timeout)
+
+
+def test_greedy_compare_has_no_divergence_and_fills_the_table(qtbot, window):
+    configure(window, max_new_tokens="40", temperature="0")
+    window.compare.set_side(0, "draft-small", 2)
+    window.compare.set_side(1, "lookup", 6)
+    qtbot.mouseClick(window.compare.compare_button, Qt.MouseButton.LeftButton)
+    wait_compare(qtbot, window)
+    a, b = window.compare_session.models
+    assert a.output_tokens == b.output_tokens and len(a.output_tokens) == 40
+    assert window.compare_session.first_divergence is None
+    assert "no divergence" in window.compare.divergence.text()
+    table = window.compare.table
+    labels = [table.verticalHeaderItem(i).text() for i in range(table.rowCount())]
+    row = labels.index("mean accepted length")
+    assert float(table.item(row, 0).text()) == round(a.metrics.mean_accepted_length, 3)
+    speed = table.item(labels.index("speedup over plain decoding"), 0).text()
+    assert speed.endswith("×")
+    assert table.item(labels.index("proposer"), 1).text().startswith("prompt lookup")
+    assert a.config.k == 2 and b.config.k == 6
+    # Both timelines use the aligned layout: output position n sits at the same place.
+    ta, tb = window.compare.timelines
+    ta.viewport().grab(), tb.viewport().grab()
+    pos = 17
+    ra = ta.cell_rect(a.cells.out_cell[pos])
+    rb = tb.cell_rect(b.cells.out_cell[pos])
+    assert (ra.x(), ra.y()) == (rb.x(), rb.y())
+
+
+def test_sampled_compare_marks_the_first_divergence(qtbot, window):
+    configure(window, max_new_tokens="40", temperature="1.0", seed="1")
+    window.compare.set_side(0, "draft-small", 4)
+    window.compare.set_side(1, "draft-tiny", 4)
+    window.start_compare()
+    wait_compare(qtbot, window)
+    a, b = window.compare_session.models
+    div = window.compare_session.first_divergence
+    if a.output_tokens != b.output_tokens:
+        assert div is not None and a.output_tokens[:div] == b.output_tokens[:div]
+        assert "first divergence" in window.compare.divergence.text()
+        assert window.compare.timelines[0].marker_pos == div
+
+
+def test_compare_rejects_a_bad_k(qtbot, window):
+    configure(window)
+    window.compare.set_side(1, "lookup", "x")
+    window.start_compare()
+    assert window.compare.errors[1].isVisible() and "whole number" in window.compare.errors[1].text()
+    assert not window.compare.errors[0].isVisible()
+    assert window.compare_controller.state == "idle"
