@@ -7,7 +7,7 @@ import torch
 from specscope.app.bench import Bench, BenchError, Sample, format_table
 from specscope.core import SamplingConfig
 
-from ..core.tiny_models import noisy_copy, tiny_lm
+from ..tiny_models import noisy_copy, tiny_lm
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 
 from specscope.app.cli import main
 
-from ..core.tiny_models import noisy_copy, tiny_lm
+from ..tiny_models import noisy_copy, tiny_lm
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from transformers import DynamicCache
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 
-from .tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
+from ..tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
 
 class RecordingDecoder(SpeculativeDecoder):

@@ -10,7 +10,7 @@ from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingCon
 from specscope.core.checker import RULES, Finding, check_run, first_bad_round, recompute_findings
 from specscope.core.faults import FAULTS, faulty_decoder
 
-from .tiny_models import noisy_copy, tiny_lm
+from ..tiny_models import noisy_copy, tiny_lm
 
 SETTINGS = [
     SamplingConfig(temperature=0),

@@ -4,7 +4,7 @@ from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingCon
 from specscope.core.diff import diff_runs
 from specscope.core.faults import faulty_decoder
 
-from .tiny_models import noisy_copy, tiny_lm
+from ..tiny_models import noisy_copy, tiny_lm
 
 GREEDY = SamplingConfig(temperature=0)
 

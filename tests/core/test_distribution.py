@@ -19,7 +19,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 
-from .tiny_models import noisy_copy, tiny_lm
+from ..tiny_models import noisy_copy, tiny_lm
 
 ALPHA = 1e-3
 VOCAB = 5

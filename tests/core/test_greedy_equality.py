@@ -6,7 +6,7 @@ import torch
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 
-from .tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
+from ..tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
 GREEDY = SamplingConfig(temperature=0)
 

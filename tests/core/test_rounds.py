@@ -7,7 +7,7 @@ import torch
 from specscope.core import SamplingConfig, SpeculativeDecoder
 
 from .scripted import ScriptedProposer
-from .tiny_models import tiny_lm
+from ..tiny_models import tiny_lm
 
 V = 64
 PROMPT = [11, 22, 33, 44]

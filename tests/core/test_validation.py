@@ -5,7 +5,7 @@ import torch
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 
-from .tiny_models import tiny_lm
+from ..tiny_models import tiny_lm
 
 
 @pytest.fixture(scope="module")

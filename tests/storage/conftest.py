@@ -2,40 +2,25 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 from specscope.storage import TraceStore, record
+
+from ..tiny_models import noisy_copy, tiny_lm
 
 PROMPT = [5, 9, 14, 5, 9, 3, 7]
 
 
 def tiny_llama(seed: int, layers: int = 2, vocab: int = 64) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return LlamaForCausalLM(cfg).eval()
-
-
-def noisy_copy(model: torch.nn.Module, noise: float = 0.05, seed: int = 1) -> torch.nn.Module:
-    """A draft that mostly agrees with the target: its weights plus Gaussian noise."""
-    draft = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in draft.parameters():
-            param.add_(torch.randn(param.shape, generator=gen) * noise * param.std().clamp_min(1e-3))
-    return draft
+    return tiny_lm("llama", vocab=vocab, seed=seed, layers=layers, init_range=0.3)
 
 
 @pytest.fixture(scope="session")
 def models():
     target = tiny_llama(0, 2)
-    return target, noisy_copy(target)
+    return target, noisy_copy(target, 0.05)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from specscope.core.checker import check_run, first_bad_round
 from specscope.core.faults import FAULTS, faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
 
-from ..core.tiny_models import noisy_copy, tiny_lm
+from ..tiny_models import noisy_copy, tiny_lm
 
 SETTINGS = [SamplingConfig(temperature=0), SamplingConfig(temperature=1.0, top_k=8)]
 
