@@ -66,6 +66,7 @@ class FindingsWidget(QWidget):
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
+        self.table.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.status)
@@ -88,6 +89,7 @@ class FindingsWidget(QWidget):
                 elif f.severity == "warning":
                     item.setForeground(QColor("#8a5a00"))
                 self.table.setItem(row, col, item)
+        self.table.resizeRowsToContents()
         if not checked:
             self.status.setText("No checker results yet.")
         elif self.findings:

@@ -130,8 +130,8 @@ class RoundInspectorWidget(QWidget):
         self.cache_plot.hideButtons()
         right.layout.setRowStretchFactor(0, 3)
         right.layout.setRowStretchFactor(1, 2)
-        g.ci.layout.setRowStretchFactor(0, 3)
-        g.ci.layout.setRowStretchFactor(1, 2)
+        g.ci.layout.setRowStretchFactor(0, 5)
+        g.ci.layout.setRowStretchFactor(1, 4)
         self.ratio_title = "acceptance test: u vs min(1, p/q)"
 
     # ------------------------------------------------------------------ update
@@ -205,7 +205,7 @@ class RoundInspectorWidget(QWidget):
         self.min_bars.setOpts(x=xs, height=mins)
         ticks = [(float(i), _short(tt(int(t)))) for i, t in enumerate(ids)]
         self.pq_plot.getAxis("bottom").setTicks([ticks])
-        top = float(max(pv.max() if len(pv) else 0, qv.max() if len(qv) else 0, 0.05))
+        top = float(max(pv.max() if len(pv) else 0, qv.max() if len(qv) else 0, 1e-6))
         self.pq_plot.setYRange(0, top * 1.18, padding=0)
         self.pq_plot.setXRange(-0.7, max(len(ids) - 0.3, 1), padding=0)
         ids_list = [int(t) for t in ids]
@@ -230,7 +230,7 @@ class RoundInspectorWidget(QWidget):
             self.res_bars.setOpts(x=np.arange(len(rids), dtype=float), height=rv, brushes=brushes)
             self.res_plot.getAxis("bottom").setTicks([[(float(i), _short(tt(int(t)))) for i, t in enumerate(rids)]])
             self.res_plot.setTitle(f"residual max(p − q, 0) / r, r = {fmt(r.residual_mass)}", size="9pt")
-            self.res_plot.setYRange(0, float(max(rv.max(), 0.05)) * 1.1, padding=0)
+            self.res_plot.setYRange(0, float(max(rv.max(), 1e-6)) * 1.1, padding=0)
             self.res_plot.setXRange(-0.7, max(len(rids) - 0.3, 1), padding=0)
             self.res_text.setText("")
         else:
@@ -291,12 +291,14 @@ class RoundInspectorWidget(QWidget):
         crop_x0, crop_x1, crop_y = [], [], []
         pend_x0, pend_x1, pend_y = [], [], []
         ticks = []
-        peak_all = 1
+        lo, hi = None, 1
         for name, cache, y_before, y_after in (("target", r.target_cache, 3, 2), ("draft", r.draft_cache, 1, 0)):
             if cache is None:
                 ticks += [(y_before, f"{name}: no cache"), (y_after, "")]
                 continue
-            peak_all = max(peak_all, cache.peak, cache.after + len(cache.pending))
+            hi = max(hi, cache.peak, cache.after + len(cache.pending))
+            low = min(cache.before, cache.after)
+            lo = low if lo is None else min(lo, low)
             kept_x0.append(0), kept_x1.append(cache.before), kept_y.append(y_before)
             new_x0.append(cache.before), new_x1.append(cache.peak), new_y.append(y_before)
             kept_x0.append(0), kept_x1.append(cache.after), kept_y.append(y_after)
@@ -309,10 +311,13 @@ class RoundInspectorWidget(QWidget):
             ticks.append((y_before, f"{name} before {cache.before}→{cache.peak}"))
             ticks.append((y_after, f"after {cache.after} (−{cache.cropped}, pending {len(cache.pending)}"
                                    + (f": {pend}" if pend else "") + ")"))
+        # Zoom on the tail where this round wrote and cropped; the kept prefix runs off left.
+        span = max(hi - (lo or 0), 4)
+        x0 = max(0, (lo or 0) - max(6, span))
         self.cache_kept.setOpts(x0=kept_x0, x1=kept_x1, y=kept_y)
         self.cache_new.setOpts(x0=new_x0, x1=new_x1, y=new_y)
         self.cache_cropped.setOpts(x0=crop_x0, x1=crop_x1, y=crop_y)
         self.cache_pending.setOpts(x0=pend_x0, x1=pend_x1, y=pend_y)
         self.cache_plot.getAxis("left").setTicks([ticks])
-        self.cache_plot.setXRange(0, peak_all * 1.04 + 1, padding=0)
+        self.cache_plot.setXRange(x0, hi + max(1.0, 0.08 * (hi - x0)), padding=0)
         self.cache_plot.setYRange(-0.8, 3.5, padding=0)

@@ -79,8 +79,8 @@ class InspectPage(QWidget):
         self.inspector = RoundInspectorWidget(model)
         for i, w in enumerate((self.timeline, self.tree, self.inspector)):
             self.splitter.addWidget(w)
-            self.splitter.setStretchFactor(i, (3, 2, 5)[i])
-        self.splitter.setSizes([300, 170, 480])
+            self.splitter.setStretchFactor(i, (3, 1, 6)[i])
+        self.splitter.setSizes([270, 150, 540])
         layout.addWidget(self.splitter, 1)
 
 
@@ -172,6 +172,8 @@ class MainWindow(QMainWindow):
         self.replay_timer = QTimer(self)
         self.replay_timer.setInterval(REPLAY_MS)
         self.replay_timer.timeout.connect(self._replay_tick)
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self._plots_dock_was_visible = True
         self._build_menus()
         self._restore()
         self._on_state(IDLE)
@@ -307,6 +309,14 @@ class MainWindow(QMainWindow):
         box.setWindowModality(Qt.WindowModality.WindowModal)
         self.error_box = box
         box.open()
+
+    def _tab_changed(self, index: int) -> None:
+        """Compare mode has its own plots per column: the single-run plots dock steps aside."""
+        if self.tabs.widget(index) is self.compare:
+            self._plots_dock_was_visible = self.plots_dock.isVisible()
+            self.plots_dock.hide()
+        elif self._plots_dock_was_visible:
+            self.plots_dock.show()
 
     def _on_failed(self, message: str, details: str) -> None:
         self.show_error(message, details)

@@ -31,11 +31,13 @@ class LivePlotsWidget(QWidget):
 
     PLOTS = ("acceptance", "histogram", "positions", "latency", "throughput", "cost")
 
-    def __init__(self, model: RunModel, compact: bool = False, color: str | None = None, parent=None):
+    def __init__(self, model: RunModel, compact: bool = False, color: str | None = None,
+                 shown: tuple[str, ...] | None = None, show_summary: bool = True, parent=None):
         super().__init__(parent)
         self.model = model
         self.compact = compact
         self.color = color
+        self.shown = tuple(shown or self.PLOTS)
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground("w")
         self.summary = QLabel("")
@@ -45,6 +47,7 @@ class LivePlotsWidget(QWidget):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.graphics, 1)
         layout.addWidget(self.summary)
+        self.summary.setVisible(show_summary)
         self.plots: dict[str, pg.PlotItem] = {}
         self._build()
         self._dirty = True
@@ -61,9 +64,14 @@ class LivePlotsWidget(QWidget):
     def _build(self) -> None:
         g = self.graphics
         cols = 2 if self.compact else 3
-        names = self.PLOTS
-        for i, name in enumerate(names):
-            self.plots[name] = g.addPlot(row=i // cols, col=i % cols)
+        hidden = pg.GraphicsLayout()  # plots not shown still exist, so refresh() stays uniform
+        for i, name in enumerate(self.PLOTS):
+            if name in self.shown:
+                j = self.shown.index(name)
+                self.plots[name] = g.addPlot(row=j // cols, col=j % cols)
+            else:
+                self.plots[name] = hidden.addPlot(row=0, col=i)
+        self._hidden_layout = hidden
         c = self.color
         # acceptance per round + rolling mean
         p = self.plots["acceptance"]
@@ -136,14 +144,18 @@ class LivePlotsWidget(QWidget):
         self.frames += 1
         m = self.model.metrics
         x = m["round"]
-        self.acc_scatter.setData(x, np.nan_to_num(m["acceptance"], nan=0.0))
+        acc = m["acceptance"]
+        ok = np.isfinite(acc)  # rounds without a proposal have no acceptance rate
+        self.acc_scatter.setData(x[ok], acc[ok])
         self.acc_mean.setData(x, m["rolling_acceptance"], connect="finite")
         hist = m.length_hist
         self.hist.setOpts(x=np.arange(len(hist), dtype=float), height=hist.astype(float))
         if len(hist):
             self.plots["histogram"].setXRange(0.4, max(len(hist) - 0.4, 2), padding=0)
+            self.plots["histogram"].getAxis("bottom").setTicks([[(float(i), str(i)) for i in range(1, len(hist))]])
         rates = m.per_position()
         self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.nan_to_num(rates))
+        self.plots["positions"].getAxis("bottom").setTicks([[(float(i), str(i)) for i in range(1, len(rates) + 1)]])
         self.lat_total.setData(x, (m["draft_s"] + m["verify_s"]) * 1e3)
         self.lat_draft.setData(x, m["draft_s"] * 1e3)
         self._robust_range("latency", (m["draft_s"] + m["verify_s"]) * 1e3)

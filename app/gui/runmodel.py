@@ -25,14 +25,25 @@ def default_token_text(token: int) -> str:
     return str(token)
 
 
+_VISIBLE = {"\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
 def visible_text(text: str) -> str:
     """Make whitespace and control characters visible in a token cell."""
     if text == "":
         return "∅"
-    out = text.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
-    if out.startswith(" "):
-        out = "·" + out[1:]
-    return out
+    out = []
+    for ch in text:
+        if ch in _VISIBLE:
+            out.append(_VISIBLE[ch])
+        elif not ch.isprintable() and ch != " ":
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    joined = "".join(out)
+    if joined.startswith(" "):
+        joined = "·" + joined[1:]
+    return joined
 
 
 # ---------------------------------------------------------------------- distributions

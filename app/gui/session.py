@@ -44,8 +44,36 @@ class Prepared:
     label: str
 
 
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table used by byte-level BPE vocabularies."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+BYTE_DECODER = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def byte_level_text(piece: str) -> str | None:
+    """The text of a byte-level BPE piece; bytes that are not valid UTF-8 alone become \\xNN."""
+    if not piece or any(ch not in BYTE_DECODER for ch in piece):
+        return None
+    raw = bytes(BYTE_DECODER[ch] for ch in piece)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "".join(f"\\x{b:02x}" if b >= 0x80 else chr(b) for b in raw)
+
+
 class CachedTokenText:
-    """token id -> text through a tokenizer, memoised (decode is slow per call)."""
+    """token id -> text through a tokenizer, memoised (decode is slow per call). A token
+    that is only part of a UTF-8 character shows its bytes (\\xe2) instead of "\ufffd"."""
 
     def __init__(self, tokenizer: Any | None):
         self.tokenizer = tokenizer
@@ -60,6 +88,9 @@ class CachedTokenText:
             else:
                 try:
                     text = self.tokenizer.decode([int(token)])
+                    if "\ufffd" in text:
+                        piece = self.tokenizer.convert_ids_to_tokens(int(token))
+                        text = byte_level_text(piece) or text
                 except Exception:  # a bad id must not break a tooltip
                     text = f"<{token}>"
             with self._lock:

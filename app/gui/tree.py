@@ -221,6 +221,20 @@ class DraftTreeView(QWidget):
         self.title.setText(legend)
         rect = self.scene.itemsBoundingRect().adjusted(-10, -10, 10, 10)
         self.scene.setSceneRect(rect)
+        self._fit()
+
+    def _fit(self) -> None:
+        """1:1 when the tree fits, else scaled down to fit (never up)."""
+        self.view.resetTransform()
+        rect = self.scene.sceneRect()
+        vp = self.view.viewport().size()
+        if rect.width() > vp.width() or rect.height() > vp.height():
+            self.view.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().resizeEvent(event)
+        if self.nodes:
+            self._fit()
 
     def _view_press(self, event) -> None:
         item = self.view.itemAt(event.position().toPoint())

@@ -1,0 +1,144 @@
+#!/usr/bin/env python
+"""Render screenshots of the inspector's main views to PNG (offscreen, no display needed).
+
+    python scripts/render_screenshots.py                 # -> docs/screenshots/*.png
+    python scripts/render_screenshots.py --out /tmp/shots --tiny
+
+Uses the bundled models when they are installed (else tiny random models, or always with
+--tiny). Runs a sampled speculative decode, selects a round with a rejection, and saves the
+main window and each view; replays the recorded trace; runs compare mode; and opens a trace
+recorded with a deliberate bug so the Findings panel has something to show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def wait(predicate, timeout: float = 300.0) -> None:
+    from specscope.app.gui.main_window import flush_events
+
+    end = time.time() + timeout
+    while not predicate():
+        if time.time() > end:
+            raise TimeoutError("timed out waiting for the window")
+        flush_events(0.05)
+
+
+def settle(seconds: float = 0.4) -> None:
+    from specscope.app.gui.main_window import flush_events
+
+    flush_events(seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
+    parser.add_argument("--tiny", action="store_true", help="use tiny random models even if the bundled ones exist")
+    parser.add_argument("--size", default="1600x1000", help="window size WxH")
+    parser.add_argument("--tokens", type=int, default=160, help="max new tokens of the main run")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+
+    from PySide6.QtCore import QSettings
+
+    from specscope.app.gui import create_app
+    from specscope.app.gui.main_window import MainWindow
+    from specscope.app.gui.session import ModelHub, TinyModelHub
+
+    app = create_app(["render_screenshots"])  # noqa: F841 - keeps the QApplication alive
+    tmp = Path(tempfile.mkdtemp(prefix="specscope-shots-"))
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp))
+    hub = TinyModelHub() if args.tiny else ModelHub()
+    print(f"models: {hub.description()}")
+    store = tmp / "traces.sqlite"
+    settings = QSettings(str(tmp / "specscope.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(hub=hub, settings=settings, store_path=str(store))
+    w.resize(width, height)
+    w.show()
+    settle()
+
+    def save(widget, name: str) -> None:
+        path = out / f"{name}.png"
+        widget.grab().save(str(path))
+        print(f"wrote {path}")
+
+    # ---- a live sampled run
+    prompts = hub.example_prompts()
+    novel = next((t for n, t in prompts if "novel" in n), prompts[0][1])
+    w.run_panel.set_texts({"prompt": novel, "proposer": "draft-small", "k": "4", "temperature": "0.8",
+                           "top_k": "0", "top_p": "0.95", "seed": "7", "max_new_tokens": str(args.tokens),
+                           "eos": "auto", "device": "cpu"})
+    assert w.start_run(), w.last_error
+    wait(lambda: w.model.stop_reason is not None)
+    settle()
+    rounds = w.model.rounds
+    pick = next((r for r in rounds[len(rounds) // 3:] if r.rejected_node is not None and r.rejected_node > 0),
+                next((r for r in rounds if r.rejected_node is not None), rounds[-1]))
+    w.jump_to(pick.index, pick.rejected_node if pick.rejected_node is not None else -1)
+    settle(0.6)
+    save(w, "main-window")
+    save(w.timeline, "timeline")
+    save(w.inspector, "round-inspector")
+    save(w.tree, "draft-tree")
+    w.plots.refresh()
+    save(w.plots, "live-plots")
+
+    # ---- compare: draft model vs prompt lookup on a copy-heavy prompt, greedy
+    copy = next((t for n, t in prompts if "copy" in n), prompts[0][1])
+    w.run_panel.set_texts({"prompt": copy, "temperature": "0", "max_new_tokens": "96"})
+    w.compare.set_side(0, "draft-small", 4)
+    w.compare.set_side(1, "lookup", 6)
+    w.start_compare()
+    wait(lambda: all(r.stop_reason for r in w.compare_session.results) and w.compare_controller.state == "idle")
+    settle(0.6)
+    save(w, "compare")
+
+    # ---- a trace with a deliberate bug, replayed with the checker's findings
+    try:
+        from specscope.core import DraftModelProposer, SamplingConfig
+        from specscope.core.faults import faulty_decoder
+        from specscope.storage import TraceStore, TraceWriter
+
+        target, tokenizer = hub.target("cpu")
+        draft = hub.draft("draft-small", "cpu")
+        prompt_ids = hub.encode(novel, tokenizer, w.model.config.vocab_size)
+        faulty = tmp / "faulty.sqlite"
+        run_id = None
+        with TraceStore(faulty) as fstore:
+            for seed in range(8):
+                dec = faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft, label="draft-small"),
+                                     k=4, sampling=SamplingConfig(temperature=0.8), seed=seed)
+                config = dec.run_config(prompt_ids, 64)
+                with TraceWriter(fstore, config) as writer:
+                    writer.record(dec.rounds(prompt_ids, 64, config=config))
+                if dec.fault_rounds:
+                    run_id = config.run_id
+                    break
+        if run_id is not None and w.open_trace(str(faulty), run_id=run_id):
+            wait(lambda: w.replay_loaded)
+            settle(0.3)
+            if w.findings.findings:
+                w.findings.table.selectRow(0)
+                w.jump_to_finding(w.findings.findings[0])
+            settle(0.6)
+            save(w, "replay-findings")
+    except Exception as exc:  # noqa: BLE001 - the other screenshots are still useful
+        print(f"skipped the findings screenshot: {exc}", file=sys.stderr)
+
+    w.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
