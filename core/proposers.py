@@ -169,16 +169,16 @@ class PromptLookupProposer:
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         """Tokens following the most recent earlier match of the longest suffix n-gram."""
-        tokens = list(context)
+        tokens = np.asarray(context, dtype=np.int64)
         n_tokens = len(tokens)
         for n in range(min(self.max_ngram, n_tokens - 1), self.min_ngram - 1, -1):
-            suffix = tokens[n_tokens - n :]
-            # A match must end before the suffix itself so at least one token follows it.
-            for start in range(n_tokens - n - 1, -1, -1):
-                if tokens[start : start + n] == suffix:
-                    follow = tokens[start + n : start + n + k]
-                    if follow:
-                        return follow
+            # Candidate starts 0 .. n_tokens-n-1: a match must end before the suffix itself,
+            # so at least one token follows it. Compare all windows at once.
+            windows = np.lib.stride_tricks.sliding_window_view(tokens[: n_tokens - 1], n)
+            hits = np.flatnonzero((windows == tokens[n_tokens - n :]).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n
+                return tokens[start : start + k].tolist()
         return []
 
     def propose(
