@@ -58,7 +58,8 @@ def default_checker():
 
 
 def app_settings() -> QSettings:
-    return QSettings(ORGANIZATION, APPLICATION)
+    """The user's settings (honours QSettings.setDefaultFormat/setPath, as the tests use)."""
+    return QSettings(QSettings.defaultFormat(), QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
 
 
 class InspectPage(QWidget):
