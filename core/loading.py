@@ -497,7 +497,10 @@ class ExamplePrompt:
 
 
 def example_prompts(kind: str | None = None) -> list[ExamplePrompt]:
-    """The bundled example prompts (resources/prompts/index.json order), optionally one kind."""
+    """The bundled example prompts (resources/prompts/index.json order), optionally one kind.
+
+    Texts end without trailing whitespace (see the comment below); append nothing to them.
+    """
     folder = prompts_dir()
     index = folder / "index.json"
     if not index.is_file():
@@ -508,7 +511,11 @@ def example_prompts(kind: str | None = None) -> list[ExamplePrompt]:
         if kind is not None and e["kind"] != kind:
             continue
         path = folder / e["file"]
-        out.append(ExamplePrompt(e["name"], e["kind"], e.get("description", ""), path.read_text(encoding="utf-8"), path))
+        # Trailing whitespace is dropped: the byte-level BPE merges a newline with the next
+        # line's indentation, so a prompt ending in a bare newline would end at a token
+        # boundary the models rarely saw (they then start a new top-level block).
+        text = path.read_text(encoding="utf-8").rstrip()
+        out.append(ExamplePrompt(e["name"], e["kind"], e.get("description", ""), text, path))
     return out
 
 

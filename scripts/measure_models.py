@@ -77,7 +77,9 @@ def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed:
             if len(tokenizer(text + line, add_special_tokens=False)["input_ids"]) > length:
                 break
             text += line
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        # No trailing newline: the tokenizer merges a newline with the next indentation,
+        # so a prompt must not end at a bare newline (see core.loading.example_prompts).
+        ids = tokenizer(text.rstrip(), add_special_tokens=False)["input_ids"]
         if len(ids) >= length // 2:
             prompts.append((f"{name}:{start + 1}", ids))
         if i > 50 * n:

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import sysconfig
 import time
@@ -99,6 +100,9 @@ class TrainConfig:
     small: ModelSpec = ModelSpec(layers=2, hidden=256, heads=4, intermediate=768)
     tiny: ModelSpec = ModelSpec(layers=1, hidden=64, heads=2, intermediate=192)
     target_stage: StageConfig = StageConfig(steps=1000, lr=2e-3, warmup=60, batch=8, log_every=25, eval_every=250)
+    # A second target stage: fresh AdamW, weights rounded through bfloat16 first (so a run
+    # resumed from the saved stage-1 checkpoint is the same computation), a new cosine cycle.
+    target_stage2: StageConfig = StageConfig(steps=1800, lr=1e-3, warmup=50, batch=8, log_every=25, eval_every=300)
     small_stage: StageConfig = StageConfig(steps=500, lr=2e-3, warmup=30, batch=8, log_every=25, eval_every=250)
     tiny_stage: StageConfig = StageConfig(steps=250, lr=4e-3, warmup=20, batch=8, log_every=25, eval_every=125)
 
@@ -115,6 +119,7 @@ SMOKE = TrainConfig(
     small=ModelSpec(layers=1, hidden=32, heads=2, intermediate=64),
     tiny=ModelSpec(layers=1, hidden=16, heads=1, intermediate=32),
     target_stage=StageConfig(steps=6, lr=3e-3, warmup=2, batch=2, log_every=2, eval_every=3),
+    target_stage2=StageConfig(steps=3, lr=2e-3, warmup=1, batch=2, log_every=2, eval_every=3),
     small_stage=StageConfig(steps=4, lr=3e-3, warmup=1, batch=2, log_every=2, eval_every=2),
     tiny_stage=StageConfig(steps=3, lr=3e-3, warmup=1, batch=2, log_every=2, eval_every=3),
 )
@@ -410,6 +415,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--stdlib", type=Path, default=None, help="stdlib folder (default: this interpreter's)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reuse-target", action="store_true", help="load tokenizer + target from --out, train drafts only")
+    ap.add_argument("--target-stage1", type=Path, default=None,
+                    help="resume: load this stage-1 target checkpoint (tokenizer from --out) instead of training stage 1")
+    ap.add_argument("--keep-stage1", action="store_true", help="keep the stage-1 target checkpoint (out/target-stage1)")
     ap.add_argument("--no-data-md", action="store_true", help="do not write DATA.md next to --out")
     args = ap.parse_args(argv)
 
@@ -424,7 +432,8 @@ def main(argv: list[str] | None = None) -> dict:
     rng = np.random.default_rng(cfg.seed)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    log = Log(out / "train_log.txt", append=args.reuse_target)
+    resuming = args.reuse_target or args.target_stage1 is not None
+    log = Log(out / "train_log.txt", append=resuming)
     t_start = time.perf_counter()
     log(f"specscope training ({'smoke' if args.smoke else 'full'}): python {platform.python_version()}, torch {torch.__version__}, "
         f"threads {args.threads}, seed {cfg.seed}")
@@ -443,7 +452,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_texts = [read_text(root, train_files[i]) for i in order]
     held_texts = [read_text(root, f) for f in held_files]
 
-    if args.reuse_target:
+    if resuming:
         tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer", local_files_only=True)
     else:
         t0 = time.perf_counter()
@@ -462,14 +471,29 @@ def main(argv: list[str] | None = None) -> dict:
     if args.reuse_target:
         target = LlamaForCausalLM.from_pretrained(out / "target", dtype=torch.float32, local_files_only=True)
         metrics["target"] = evaluate(target, held)
-        earlier = [line for line in (out / "train_log.txt").read_text(encoding="utf-8").splitlines() if "target final: " in line]
-        if earlier:  # keep the training time of the run that trained the target
-            metrics["target"]["train_s"] = json.loads(earlier[-1].split("target final: ", 1)[1]).get("train_s")
+        lines = (out / "train_log.txt").read_text(encoding="utf-8").splitlines()
+        spent = 0.0
+        for marker in ("target final: ", "target stage 2 final: "):  # training time of the run(s) that made it
+            found = [line for line in lines if marker in line]
+            if found:
+                spent += json.loads(found[-1].split(marker, 1)[1]).get("train_s") or 0.0
+        metrics["target"]["train_s"] = spent or None
         log(f"target reused: {json.dumps(_round(metrics['target']))}")
     else:
-        torch.manual_seed(cfg.seed)
-        target = LlamaForCausalLM(cfg.target.config(vocab, eos, cfg.max_positions))
-        metrics["target"] = train_stage("target", target, cfg.target_stage, cfg, train_ids, held, log, rng)
+        if args.target_stage1 is not None:
+            target = LlamaForCausalLM.from_pretrained(args.target_stage1, dtype=torch.float32, local_files_only=True)
+            log(f"target stage 1 loaded from {args.target_stage1}: {json.dumps(_round(evaluate(target, held)))}")
+        else:
+            torch.manual_seed(cfg.seed)
+            target = LlamaForCausalLM(cfg.target.config(vocab, eos, cfg.max_positions))
+            metrics["target_stage1"] = train_stage("target", target, cfg.target_stage, cfg, train_ids, held, log, rng)
+            save_model(target, out / "target-stage1", "target-stage1")
+        if cfg.target_stage2.steps:
+            target = target.to(torch.bfloat16).to(torch.float32)  # the same start as a resumed run
+            metrics["target"] = train_stage("target stage 2", target, cfg.target_stage2, cfg, train_ids, held, log,
+                                            np.random.default_rng([cfg.seed, 3]))
+        else:
+            metrics["target"] = metrics["target_stage1"]
         save_model(target, out / "target", "target")
         tokenizer.save_pretrained(out / "target")
     for p in target.parameters():
@@ -497,7 +521,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer.save_pretrained(out / "draft-tiny")
 
     total = time.perf_counter() - t_start
-    weight_bytes = sum(p.stat().st_size for p in out.glob("*/model.safetensors"))
+    if not args.keep_stage1 and (out / "target-stage1").is_dir():
+        shutil.rmtree(out / "target-stage1")
+    weight_bytes = sum((out / name / "model.safetensors").stat().st_size for name in ("target", "draft-small", "draft-tiny"))
     log(f"done in {total / 60:.1f} min; weights {weight_bytes / 1e6:.2f} MB")
     summary = {
         "mode": "smoke" if args.smoke else "full",
