@@ -178,15 +178,20 @@ class Cells:
 # ---------------------------------------------------------------------- the model
 
 
-FULL_VOCAB_LIMIT = 4096  # keep every round's distributions up to this vocabulary size
-RECENT_FULL = 256  # otherwise keep the distributions of at most this many recent rounds
-RECENT_BYTES = 256 * 2**20  # ... and of no more than this many bytes of them
+FULL_VOCAB_LIMIT = 4096  # above this vocabulary size, rounds are kept slim from the start
+FULL_BYTES = 384 * 2**20  # below it, keep every round's distributions up to this many bytes
+RECENT_FULL = 256  # slim rounds: distributions of at most this many recent rounds ...
+RECENT_BYTES = 128 * 2**20  # ... and of no more than this many bytes of them
+
+
+def round_bytes(vocab: int, k: int) -> int:
+    """Rough size of one round's distributions (p and q per node, bonus, residual)."""
+    return max(1, vocab) * 8 * 2 * (max(1, k) + 2)
 
 
 def recent_capacity(vocab: int, k: int) -> int:
     """How many full rounds the recent-round cache keeps for this vocabulary and k."""
-    per_round = max(1, vocab) * 8 * 2 * (max(1, k) + 2)
-    return max(4, min(RECENT_FULL, RECENT_BYTES // per_round))
+    return max(4, min(RECENT_FULL, RECENT_BYTES // round_bytes(vocab, k)))
 
 
 class RunModel(QObject):
@@ -218,6 +223,7 @@ class RunModel(QObject):
         self.label: str = ""
         self.loader: Callable[[int], Round] | None = None
         self._full: OrderedDict[int, Round] = OrderedDict()
+        self._full_bytes = 0
 
     # -------------------------------------------------------------- mutation
 
@@ -236,6 +242,7 @@ class RunModel(QObject):
         self.selected = (-1, -1)
         self.loader = None
         self._full = OrderedDict()
+        self._full_bytes = 0
         if config is not None:
             self.cells.add_prompt(config.prompt_ids, self.token_text)
         self.reset.emit()
@@ -262,7 +269,10 @@ class RunModel(QObject):
         vocab = self.config.vocab_size if self.config is not None else 0
         if not vocab and r.nodes and r.nodes[0].p is not None:
             vocab = len(r.nodes[0].p)
-        if vocab <= FULL_VOCAB_LIMIT or not has_distributions(r):
+        if not has_distributions(r):
+            return r
+        if vocab <= FULL_VOCAB_LIMIT and self._full_bytes + round_bytes(vocab, r.k) <= FULL_BYTES:
+            self._full_bytes += round_bytes(vocab, r.k)
             return r
         self._full[r.index] = r
         cap = recent_capacity(vocab, r.k)

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("PySide6")
-pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings  # noqa: E402
-
-import specscope.app.gui  # noqa: E402,F401  (applies the PySide6 None-refcount guard first)
-from specscope.app.gui.session import TinyModelHub  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _settings_in_tmp(tmp_path, monkeypatch):
+@pytest.fixture
+def gui_env(tmp_path, monkeypatch):
     """QSettings and the default trace store never touch the user's home."""
+    pytest.importorskip("PySide6")
+    pytest.importorskip("pytestqt")
+    import specscope.app.gui  # noqa: F401  (applies the PySide6 None-refcount guard first)
+    from PySide6.QtCore import QSettings
+
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "qsettings"))
     monkeypatch.setenv("SPECSCOPE_DB", str(tmp_path / "default-traces.sqlite"))
@@ -24,11 +21,16 @@ def _settings_in_tmp(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def hub():
     """Tiny random Llama target + two perturbed drafts, built once for the session."""
+    pytest.importorskip("PySide6")
+    from specscope.app.gui.session import TinyModelHub
+
     return TinyModelHub()
 
 
 @pytest.fixture
-def settings_file(tmp_path):
+def settings_file(gui_env, tmp_path):
+    from PySide6.QtCore import QSettings
+
     return QSettings(str(tmp_path / "specscope.ini"), QSettings.Format.IniFormat)
 
 

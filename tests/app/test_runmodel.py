@@ -81,12 +81,13 @@ def test_slim_rounds_come_back_full(qapp, sampled_run, monkeypatch):
     prep, result = sampled_run
     import specscope.app.gui.runmodel as rm
 
-    monkeypatch.setattr(rm, "FULL_VOCAB_LIMIT", 8)  # force slimming at vocab 64
+    monkeypatch.setattr(rm, "FULL_BYTES", 0)  # force slimming at vocab 64
     monkeypatch.setattr(rm, "RECENT_FULL", 4)
     model = RunModel()
     model.begin(prep.config, prep.token_text)
     model.extend(result.rounds)
     assert not any(has_distributions(r) for r in model.rounds)
+    assert len(model._full) == 4  # only the most recent rounds keep their distributions
     assert has_distributions(model.full_round(len(result.rounds) - 1))  # recent: cached
     assert not has_distributions(model.full_round(0))  # old and no loader
     model.loader = lambda i: result.rounds[i]
