@@ -14,13 +14,12 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
-    QSizePolicy,
     QStyle,
     QVBoxLayout,
     QWidget,
 )
 
-from .settings import FIELDS, PROPOSER_LABELS, PROPOSERS, RunSettings, Validation, validate
+from .settings import PROPOSER_LABELS, PROPOSERS, RunSettings, Validation, validate
 from .worker import IDLE, LOADING, PAUSED, RUNNING
 
 ERROR_STYLE = "color:#b00020; font-size:9pt;"

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import bisect
 
-import numpy as np
-from PySide6.QtCore import QPoint, QRect, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPainterPath, QPen, QPolygon
+from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPen, QPolygon
 from PySide6.QtWidgets import QAbstractScrollArea, QToolTip
 
 from . import theme

@@ -178,6 +178,7 @@ class DecodeWorker(QObject):
             self._close_all("cancelled")
             return
         if self._want_running:
+            time.sleep(0)  # hand the GIL to the GUI thread between rounds (keeps painting smooth)
             self._schedule()
         else:
             self._set_state(PAUSED)
