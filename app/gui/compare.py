@@ -94,6 +94,9 @@ class CompareSession(QObject):
         self.models[lane].begin(config, token_text, source="compare", label=label)
 
     def _on_round(self, lane: int, rnd) -> None:
+        cfg = self.models[lane].config
+        if cfg is None or rnd.run_id != cfg.run_id:
+            return  # a round of a cancelled comparison
         self.models[lane].append(rnd)
         a, b = (m.output_tokens for m in self.models)
         div = first_divergence(a, b)

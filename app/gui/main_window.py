@@ -204,6 +204,8 @@ class MainWindow(QMainWindow):
         bar = self.menuBar()
         f = bar.addMenu("&File")
         self.open_action = self._action(f, "&Open trace…", self.open_trace_dialog, QKeySequence.StandardKey.Open)
+        self.open_last_action = self._action(f, "Open &last trace", self.open_last_trace, "Ctrl+Shift+O")
+        self.open_recorded_action = self._action(f, "Open the &recording store", self.open_recording_store)
         f.addSeparator()
         self._action(f, "Export current view as &PNG…", self.export_view_dialog, "Ctrl+E")
         self._action(f, "Export all views as PNG to a folder…", self.export_all_dialog)
@@ -412,6 +414,8 @@ class MainWindow(QMainWindow):
         self.controller.stop()
 
     def _on_prepared(self, lane: int, config, token_text, label: str) -> None:
+        if self.mode == "replay":  # a live run cancelled by opening a trace: not ours any more
+            return
         self.model.begin(config, token_text, source="live", label=label)
         if self._store is not None:
             lib_store = self._store
@@ -419,9 +423,13 @@ class MainWindow(QMainWindow):
             self.model.loader = lambda i: lib_store.load_round(run_id, i, full=True)
 
     def _on_round(self, lane: int, rnd) -> None:
+        if self.mode == "replay" or self.model.config is None or rnd.run_id != self.model.config.run_id:
+            return  # a round of a run that was cancelled after it left the worker
         self.model.append(rnd)
 
     def _on_lane_finished(self, lane: int, reason: str, wall: float, result) -> None:
+        if self.mode == "replay":
+            return
         self.model.finish(reason, wall)
         self._follow(force=True)
         self._run_checker()
@@ -521,6 +529,38 @@ class MainWindow(QMainWindow):
         if path:
             self.open_trace(path)
 
+    def open_last_trace(self) -> None:
+        if self.last_trace and os.path.exists(str(self.last_trace)):
+            self.open_trace(str(self.last_trace))
+        else:
+            self.show_error("No trace was opened before (or it has moved).")
+
+    def open_recording_store(self) -> None:
+        """The store live runs are recorded to: pick one of its runs to replay."""
+        from .traces import default_trace_path
+
+        path = self.store_path or default_trace_path()
+        if os.path.exists(path):
+            self.open_trace(path)
+        else:
+            self.show_error(f"No run has been recorded yet ({path} does not exist).")
+
+    def _show_trace_settings(self, info) -> None:
+        """Put the replayed run's settings in the run panel, so Run reproduces it."""
+        cfg = info.config
+        draft = (cfg.draft_name or "").removeprefix("specscope/")
+        proposer = "lookup" if cfg.proposer == "lookup" else (draft if draft in ("draft-small", "draft-tiny") else None)
+        texts = {"k": str(cfg.k), "temperature": f"{cfg.sampling.temperature:g}", "top_k": str(cfg.sampling.top_k),
+                 "top_p": f"{cfg.sampling.top_p:g}", "seed": str(cfg.seed), "max_new_tokens": str(cfg.max_new_tokens),
+                 "eos": "none" if cfg.eos_token_id is None else str(cfg.eos_token_id)}
+        if proposer:
+            texts["proposer"] = proposer
+        if info.prompt_text:
+            texts["prompt"] = info.prompt_text
+        self.run_panel.set_texts(texts)
+        self.run_panel.set_state(IDLE, f"Replaying run {info.run_id[:8]} ({info.status}); Run starts these "
+                                       "settings live." + ("" if proposer else f" Proposer: {cfg.draft_name or cfg.proposer}."))
+
     def open_trace(self, path: str, run_id: str | None = None) -> bool:
         """Open a trace store and replay one of its runs (asks which when there are several)."""
         if not storage_available():
@@ -567,6 +607,10 @@ class MainWindow(QMainWindow):
         self.model.begin(info.config, token_text, source=path, label=describe_run(info))
         self.model.loader = library.loader(info.run_id)
         self.findings.set_findings([], checked=False)
+        try:
+            self._show_trace_settings(info)
+        except Exception:  # noqa: BLE001 - only a convenience
+            log.exception("could not show the trace's settings")
         self._replay_batches = library.batches(info.run_id, REPLAY_BATCH)
         self.setWindowTitle(f"specscope — {os.path.basename(path)} · {describe_run(info)}")
         self.tabs.setCurrentWidget(self.page)

@@ -48,7 +48,7 @@ class Recorder:
         if result is not None:
             self.writer.finish(result)
         elif reason == "cancelled":
-            self.writer.finish("interrupted")
+            self.writer.finish(GeneratorExit())  # stored as interrupted, stop reason "cancelled"
         elif reason == "error":
             self.writer.finish("failed", error="the decoder raised an exception")
         else:

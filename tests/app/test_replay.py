@@ -39,6 +39,9 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
     assert [x.tokens for x in replayed] == [x.tokens for x in live_rounds]
     assert r.model.output_tokens == w.model.output_tokens
     assert r.model.selected[0] == 0
+    # The run panel shows the replayed run's settings.
+    texts = r.run_panel.texts()
+    assert texts["temperature"] == "1" and texts["proposer"] == "draft-tiny" and texts["max_new_tokens"] == "30"
     # Slider, next/previous and the keyboard move through the rounds.
     r.navigator.slider.setValue(5)
     assert r.model.selected[0] == 5
@@ -111,3 +114,23 @@ def test_opening_bad_files_is_explained(qtbot, window, tmp_path):
     assert not window.open_trace(str(empty))
     assert "no runs" in window.last_error
     assert window.mode == "live"
+
+
+def test_opening_a_trace_during_a_live_run_cancels_it(qtbot, make_window, tmp_path):
+    store = str(tmp_path / "first.sqlite")
+    w = make_window(store_path=store)
+    configure(w, max_new_tokens="12")
+    w.start_run()
+    wait_idle(qtbot, w)
+    first_id, tokens = w.model.config.run_id, w.model.output_tokens
+    configure(w, max_new_tokens="5000")
+    w.start_run()
+    qtbot.waitUntil(lambda: len(w.model.rounds) >= 2, timeout=20000)
+    assert w.open_trace(store, run_id=first_id)
+    qtbot.waitUntil(lambda: w.replay_loaded and w.controller.state == "idle", timeout=20000)
+    qtbot.wait(200)  # late signals of the cancelled run must not leak into the replay
+    assert w.mode == "replay" and w.model.config.run_id == first_id
+    assert w.model.output_tokens == tokens
+    with TraceStore(store) as s:
+        second = [r for r in s.list_runs() if r.run_id != first_id][0]
+        assert second.status == "interrupted" and second.stop_reason == "cancelled"
