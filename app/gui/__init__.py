@@ -42,6 +42,26 @@ def create_app(argv: Sequence[str] | None = None):
     return app
 
 
+def _install_excepthook(window) -> None:
+    """Uncaught exceptions in GUI callbacks become an error dialog, never a dead window."""
+    import traceback
+
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        if issubclass(exc_type, KeyboardInterrupt):
+            previous(exc_type, exc, tb)
+            return
+        details = "".join(traceback.format_exception(exc_type, exc, tb))
+        log.error("unexpected error\n%s", details)
+        try:
+            window.show_error(f"Unexpected error: {exc_type.__name__}: {exc}", details)
+        except Exception:  # noqa: BLE001 - the window may be gone
+            previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+
+
 def launch(trace_path: str | None = None, argv: Sequence[str] | None = None) -> int:
     """Open the main window (replaying `trace_path` when given); return the exit code."""
     app = create_app(argv)
@@ -49,6 +69,7 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None) -> 
 
     window = MainWindow()
     window.show()
+    _install_excepthook(window)
     if trace_path:
         from PySide6.QtCore import QTimer
 
