@@ -207,12 +207,9 @@ class SpeculativeDecoder:
                 if rnd.eos:
                     stop_reason = "eos"
                     break
-        except GeneratorExit:
-            stop_reason = "cancelled"
+        except GeneratorExit:  # the consumer closed the generator: a cancel
+            log.info("run %s cancelled after %d rounds", config.run_id, len(rounds))
             raise
-        finally:
-            if stop_reason == "cancelled":
-                log.info("run %s cancelled after %d rounds", config.run_id, len(rounds))
         return GenerationResult(
             config=config,
             new_tokens=new_tokens,
