@@ -154,6 +154,7 @@ class MainWindow(QMainWindow):
         w.failed.connect(self._on_failed)
         w.stateChanged.connect(self._on_state)
         w.recorded.connect(self._on_recorded)
+        w.preloaded.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         self.compare_session.failed.connect(self._on_failed)
         self.run_panel.runClicked.connect(self.run_or_resume)
         self.run_panel.pauseClicked.connect(self.pause)
@@ -178,6 +179,9 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._restore()
         self._on_state(IDLE)
+        device = self.run_panel.texts().get("device") or "cpu"
+        self.statusBar().showMessage(f"Loading {self.hub.description()}…", 10000)
+        self.controller.preload(device if device in self.hub.devices() else "cpu")
 
     # ------------------------------------------------------------------ building
 

@@ -59,6 +59,7 @@ class DecodeWorker(QObject):
     failed = Signal(str, str)  # message, details
     stateChanged = Signal(str)
     recorded = Signal(int, str)  # lane, where the trace is being written
+    preloaded = Signal(str)  # a status line once the default models are in memory
 
     def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None):
         super().__init__()
@@ -91,6 +92,18 @@ class DecodeWorker(QObject):
         return self.cancelled_upto >= self.session
 
     # ------------------------------------------------------------------ slots (worker thread)
+
+    @Slot(str)
+    def preload(self, device: str) -> None:
+        """Load the target and draft-small ahead of the first Run (errors surface at Run)."""
+        try:
+            self.hub.target(device)
+            self.hub.draft("draft-small", device)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("preloading the models failed: %s", exc)
+            self.preloaded.emit(f"Models not preloaded: {exc}")
+            return
+        self.preloaded.emit(f"Models ready ({self.hub.description()}).")
 
     @Slot(object, bool, int)
     def prepare(self, settings_list: list[RunSettings], measure_baseline: bool = False, session: int = 0) -> None:
@@ -255,6 +268,7 @@ class RunController(QObject):
     _run = Signal()
     _step = Signal()
     _shutdown = Signal()
+    _preload = Signal(str)
 
     def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None, parent=None):
         super().__init__(parent)
@@ -266,6 +280,7 @@ class RunController(QObject):
         self._run.connect(self.worker.run)
         self._step.connect(self.worker.step)
         self._shutdown.connect(self.worker.shutdown)
+        self._preload.connect(self.worker.preload)
         self.worker.stateChanged.connect(self._on_state)
         self.state = IDLE
         self._session = 0
@@ -289,6 +304,9 @@ class RunController(QObject):
         self._prepare.emit(list(settings_list), measure_baseline, self._session)
         if run:
             self._run.emit()
+
+    def preload(self, device: str = "cpu") -> None:
+        self._preload.emit(device)
 
     def run(self) -> None:
         self._run.emit()
