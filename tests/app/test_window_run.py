@@ -145,3 +145,16 @@ def test_settings_persist_between_sessions(qtbot, make_window, settings_file):
     w2 = make_window(settings=settings_file)
     texts = w2.run_panel.texts()
     assert texts["k"] == "6" and texts["temperature"] == "0.7" and texts["prompt"] == "9 9 9"
+
+
+def test_arrow_keys_in_a_field_edit_the_field(qtbot, window):
+    configure(window, k="12")
+    field = window.run_panel.fields["k"]
+    field.setFocus()
+    field.setCursorPosition(2)
+    qtbot.keyClick(field, Qt.Key.Key_Left)
+    qtbot.keyClick(field, Qt.Key.Key_Space)
+    qtbot.keyClick(field, Qt.Key.Key_Right)
+    qtbot.wait(50)
+    assert window.state == IDLE and not window.model.rounds
+    assert field.text() == "1 2" and field.cursorPosition() == 3
