@@ -205,7 +205,11 @@ class CompareWidget(QWidget):
         controls.addWidget(self.stop_button, 0, 9)
         controls.setColumnStretch(10, 1)
         outer.addLayout(controls)
-        self.note = QLabel("Prompt, target, sampler, seed and budget come from the run panel.")
+        self.note = QLabel("Prompt, target, sampler, seed and budget come from the run panel. Plots: "
+                           "acceptance (dots per round, line = rolling mean), accepted-length histogram, "
+                           "latency (draft below, verify on top), tokens per round (black measured, "
+                           "dashed predicted by the cost model).")
+        self.note.setWordWrap(True)
         self.note.setStyleSheet("color:#666666")
         outer.addWidget(self.note)
 
@@ -241,7 +245,8 @@ class CompareWidget(QWidget):
             bl.addWidget(tl, 1)
             col.addWidget(box)
             plots = LivePlotsWidget(session.models[side], compact=True, color=theme.SIDE_COLORS[side],
-                                    shown=("acceptance", "histogram", "latency", "cost"), show_summary=False)
+                                    shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
+                                    legends=False)
             col.addWidget(plots)
             col.setSizes([260, 340])
             self.columns.addWidget(col)

@@ -32,12 +32,13 @@ class LivePlotsWidget(QWidget):
     PLOTS = ("acceptance", "histogram", "positions", "latency", "throughput", "cost")
 
     def __init__(self, model: RunModel, compact: bool = False, color: str | None = None,
-                 shown: tuple[str, ...] | None = None, show_summary: bool = True, parent=None):
+                 shown: tuple[str, ...] | None = None, show_summary: bool = True, legends: bool = True, parent=None):
         super().__init__(parent)
         self.model = model
         self.compact = compact
         self.color = color
         self.shown = tuple(shown or self.PLOTS)
+        self.legends = legends
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground("w")
         self.summary = QLabel("")
@@ -76,7 +77,7 @@ class LivePlotsWidget(QWidget):
         # acceptance per round + rolling mean
         p = self.plots["acceptance"]
         _style(p, "acceptance per round", "accepted / drafted", "round")
-        p.addLegend(offset=(5, 5), labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 215), pen=pg.mkPen("#cccccc"))
+        self._legend(p)
         self.acc_scatter = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(c or theme.ACCEPT_RATE), pen=None,
                                               name="per round")
         self.acc_mean = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name=f"rolling mean ({ROLLING_WINDOW})")
@@ -99,7 +100,7 @@ class LivePlotsWidget(QWidget):
         # latency split
         p = self.plots["latency"]
         _style(p, "latency per round", "ms", "round")
-        p.addLegend(offset=(5, 5), labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 215), pen=pg.mkPen("#cccccc"))
+        self._legend(p)
         self.lat_total = pg.PlotDataItem(pen=pg.mkPen(theme.VERIFY_TIME, width=1), fillLevel=0,
                                          brush=pg.mkBrush(theme.VERIFY_TIME + "90"), name="verify (on top)")
         self.lat_draft = pg.PlotDataItem(pen=pg.mkPen(theme.DRAFT_TIME, width=1), fillLevel=0,
@@ -109,7 +110,7 @@ class LivePlotsWidget(QWidget):
         # throughput
         p = self.plots["throughput"]
         _style(p, "throughput", "tokens / s", "round")
-        p.addLegend(offset=(5, 5), labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 215), pen=pg.mkPen("#cccccc"))
+        self._legend(p)
         self.tps_round = pg.PlotDataItem(pen=None, symbol="o", symbolSize=4,
                                          symbolBrush=pg.mkBrush(c or "#56b4e9"), symbolPen=None, name="per round")
         self.tps_cum = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="cumulative")
@@ -118,7 +119,7 @@ class LivePlotsWidget(QWidget):
         # cost model
         p = self.plots["cost"]
         _style(p, "cost model vs measured", "tokens / round", "round")
-        p.addLegend(offset=(5, 5), labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 215), pen=pg.mkPen("#cccccc"))
+        self._legend(p)
         self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured (mean)")
         self.cost_alpha = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED, width=2, style=Qt.PenStyle.DashLine),
                                           name="predicted from α")
@@ -126,6 +127,11 @@ class LivePlotsWidget(QWidget):
                                         name="predicted from per-position rates")
         for item in (self.cost_meas, self.cost_alpha, self.cost_pos):
             p.addItem(item)
+
+    def _legend(self, plot: pg.PlotItem) -> None:
+        if self.legends:
+            plot.addLegend(offset=(5, 5), labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 215),
+                           pen=pg.mkPen("#cccccc"))
 
     # ------------------------------------------------------------------ refresh
 
