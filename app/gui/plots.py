@@ -77,7 +77,7 @@ class LivePlotsWidget(QWidget):
         # acceptance per round + rolling mean
         p = self.plots["acceptance"]
         _style(p, "acceptance per round", "accepted / drafted", "round")
-        self._legend(p)
+        self._legend(p, offset=(5, -5))
         self.acc_scatter = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(c or theme.ACCEPT_RATE), pen=None,
                                               name="per round")
         self.acc_mean = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name=f"rolling mean ({ROLLING_WINDOW})")
@@ -128,10 +128,10 @@ class LivePlotsWidget(QWidget):
         for item in (self.cost_meas, self.cost_alpha, self.cost_pos):
             p.addItem(item)
 
-    def _legend(self, plot: pg.PlotItem) -> None:
+    def _legend(self, plot: pg.PlotItem, offset: tuple[int, int] = (5, 5)) -> None:
         if self.legends:
-            plot.addLegend(offset=(5, 5), labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 215),
-                           pen=pg.mkPen("#cccccc"))
+            plot.addLegend(offset=offset, labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 160),
+                           pen=pg.mkPen("#dddddd"))
 
     # ------------------------------------------------------------------ refresh
 
