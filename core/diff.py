@@ -73,6 +73,12 @@ def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a) - np.asarray(b)).max())
 
 
+def _cache_mismatch(which: str, a, b) -> str | None:
+    if a is None or b is None or (a.before, a.after) == (b.before, b.after):
+        return None
+    return f"{which} cache {a.before}->{a.after} in A, {b.before}->{b.after} in B"
+
+
 def diff_runs(
     config_a: RunConfig,
     rounds_a: Sequence[Round],
@@ -109,28 +115,10 @@ def diff_runs(
             if a.tokens != b.tokens:
                 break
             cache_rounds += 1
-            if (a.target_cache.before, a.target_cache.after) != (b.target_cache.before, b.target_cache.after):
-                divergences.append(
-                    Divergence(
-                        "cache",
-                        a.emitted_before,
-                        a.index,
-                        b.index,
-                        f"target cache {a.target_cache.before}->{a.target_cache.after} in A, "
-                        f"{b.target_cache.before}->{b.target_cache.after} in B",
-                    )
-                )
-                break
-            da, db = a.draft_cache, b.draft_cache
-            if da is not None and db is not None and (da.before, da.after) != (db.before, db.after):
-                divergences.append(
-                    Divergence(
-                        "cache",
-                        a.emitted_before,
-                        a.index,
-                        b.index,
-                        f"draft cache {da.before}->{da.after} in A, {db.before}->{db.after} in B",
-                    )
-                )
+            mismatch = _cache_mismatch("target", a.target_cache, b.target_cache) or _cache_mismatch(
+                "draft", a.draft_cache, b.draft_cache
+            )
+            if mismatch:
+                divergences.append(Divergence("cache", a.emitted_before, a.index, b.index, mismatch))
                 break
     return RunDiff(config_a.run_id, config_b.run_id, compared, cache_rounds, tuple(divergences))
