@@ -474,6 +474,10 @@ def load_models(
         target_name=BUNDLED_PREFIX + "target" if bundled_target else None,
         draft_name=(BUNDLED_PREFIX + d_key) if bundled_draft else None,
     )
+    if bundled_target:
+        pair.target.config._name_or_path = pair.target_name
+    if bundled_draft and pair.draft is not None:
+        pair.draft.config._name_or_path = pair.draft_name
     return pair
 
 
