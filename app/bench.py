@@ -362,7 +362,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     modes = ["greedy", "sampled"] if args.mode == "both" else [args.mode]
     info = machine_info(device)
     results: dict[str, Any] = {"machine": info, "settings": settings, "command": "specscope " + " ".join(sys.argv[1:]), "modes": {}}
-    say = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
+    def say(msg: str) -> None:  # progress goes to stderr, also with --json
+        print(msg, file=sys.stderr, flush=True)
+
     for mode in modes:
         sampling = SamplingConfig(temperature=0.0) if mode == "greedy" else SamplingConfig(temperature=1.0)
         say(f"== {mode}: {len(prompt_ids)} prompts, k in {settings['ks']}, {settings['max_new']} tokens, {settings['reps']} repetitions")
