@@ -40,6 +40,18 @@ def stored_check(store, decoder, prompt, max_new, seed):
     return check_run(store.run_config(config.run_id), store.load_rounds(config.run_id, full=True))
 
 
+def pick_eos(spec: str, pair, prompts, max_new: int) -> int:
+    if spec == "tokenizer":
+        return pair.tokenizer.eos_token_id
+    if spec != "frequent":
+        return int(spec)
+    dec = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=4, sampling=SamplingConfig(temperature=1.0))
+    counts = Counter()
+    for seed, prompt in enumerate(prompts):
+        counts.update(dec.generate(prompt, max_new, seed=seed).new_tokens)
+    return counts.most_common(1)[0][0]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default=None)
@@ -48,12 +60,15 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=40)
     ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--eos", default="frequent",
+                    help="EOS id: 'tokenizer' (rarely emitted in short runs), 'frequent' (the token the target "
+                         "emits most on these prompts, so EOS lands inside rounds), or an integer")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     pair = loading.load_models(target=args.target, draft=args.draft, device=torch.device("cpu"))
     tok = pair.tokenizer
     prompts = [tok(p.text, add_special_tokens=False)["input_ids"] for p in loading.example_prompts()[: args.prompts]]
-    eos = tok.eos_token_id
+    eos = pick_eos(args.eos, pair, prompts, args.max_new)
     started = time.time()
     table: dict[str, Counter] = {}
     with tempfile.TemporaryDirectory() as tmp, TraceStore(Path(tmp) / "faults.sqlite") as store:
@@ -81,8 +96,9 @@ def main(argv=None) -> int:
                         c["first_round_right"] += first_bad_round(findings) == dec.fault_rounds[0]
                         c.update(f"rule:{f.rule}" for f in findings if f.round == dec.fault_rounds[0])
             print(f"{name}: {dict(c)}", file=sys.stderr)
-    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k}` "
-          f"({len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
+    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}` "
+          f"(EOS id {eos} = {tok.decode([eos])!r}; "
+          f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
           f"{time.time() - started:.0f} s)\n")
     print("| fault | runs | fault fired | flagged | first bad round right | rules at that round |")
     print("|---|---|---|---|---|---|")
