@@ -199,7 +199,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _print_round(rnd: Any, top: int, full: bool) -> None:
     print(f"round {rnd.index} of run {rnd.run_id}: prefix {rnd.prefix_len}, emitted before {rnd.emitted_before}, "
           f"budget left {rnd.remaining_budget}, k={rnd.k}, {'greedy' if rnd.greedy else 'sampled'}")
-    print(f"  distributions: {'full vectors' if full else f'top-N only (other entries unknown)'}")
+    print(f"  distributions: {'full vectors' if full else 'top-N only (other entries unknown)'}")
     print(f"  {'node':>4} {'parent':>6} {'token':>6} {'status':9} {'p(x)':>8} {'q(x)':>8} {'p/q':>8} {'u':>8} "
           f"{'sum min':>8} {'argmax':>6}")
     for n in rnd.nodes:

@@ -5,7 +5,6 @@ layout (one uniform per token), so greedy outputs must match the speculative dec
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Sequence
 

@@ -20,7 +20,7 @@ from typing import Generator, Sequence
 import numpy as np
 import torch
 
-from .kv import CachedLM, Stopwatch, model_vocab_size
+from .kv import CachedLM, Stopwatch
 from .proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
 from .records import (
     CacheState,

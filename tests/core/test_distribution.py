@@ -11,7 +11,6 @@ the residual.
 
 import itertools
 
-import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
