@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .partial import entry_known, is_full, max_abs_diff
 from .records import Round, RunConfig
 from .sampling import process_logits
 
@@ -56,19 +57,6 @@ class Finding:
         if self.node is not None:
             where += f", node {self.node}"
         return f"[{self.rule}] {where}: {self.message}"
-
-
-def _known(dist: np.ndarray | None, token: int) -> bool:
-    """Whether dist[token] is a real value (always, unless rebuilt from a top-N save)."""
-    if dist is None:
-        return False
-    if getattr(dist, "partial", False):
-        return bool(np.isin(token, getattr(dist, "known_ids", np.zeros(0))))
-    return True
-
-
-def _full(dist: np.ndarray | None) -> bool:
-    return dist is not None and not getattr(dist, "partial", False)
 
 
 class _RoundChecker:
@@ -158,14 +146,14 @@ class _RoundChecker:
         for n in rnd.nodes:
             if n.status == "unvisited":
                 continue
-            if _known(n.p, n.token) and abs(float(n.p[n.token]) - n.p_token) > self.tol:
+            if entry_known(n.p, n.token) and abs(float(n.p[n.token]) - n.p_token) > self.tol:
                 self.add("acceptance-draw", f"recorded p(x)={n.p_token:.6g} differs from the p vector ({float(n.p[n.token]):.6g})", node=n.index)
             if greedy:
                 accepted = n.token == n.target_argmax
                 if accepted != (n.status == "accepted"):
                     verb = "accepted" if n.status == "accepted" else "rejected"
                     self.add("greedy", f"proposal {n.token} was {verb} but the target argmax is {n.target_argmax}", node=n.index)
-                if _full(n.p) and int(np.argmax(n.p)) != n.target_argmax and n.p[int(np.argmax(n.p))] > n.p[n.target_argmax] + self.tol:
+                if is_full(n.p) and int(np.argmax(n.p)) != n.target_argmax and n.p[int(np.argmax(n.p))] > n.p[n.target_argmax] + self.tol:
                     self.add("greedy", f"recorded argmax {n.target_argmax} is not the argmax of p ({int(np.argmax(n.p))})", node=n.index)
                 continue
             if n.u is None or n.q_token is None:
@@ -174,7 +162,7 @@ class _RoundChecker:
             if n.q_token <= 0:
                 self.add("sampler", f"proposal {n.token} has q(x)=0: it cannot have been drawn from q", node=n.index)
                 continue
-            if _known(n.q, n.token) and abs(float(n.q[n.token]) - n.q_token) > self.tol:
+            if entry_known(n.q, n.token) and abs(float(n.q[n.token]) - n.q_token) > self.tol:
                 self.add("acceptance-draw", f"recorded q(x)={n.q_token:.6g} differs from the q vector ({float(n.q[n.token]):.6g})", node=n.index)
             threshold = min(1.0, n.p_token / n.q_token)
             accepted = n.u < threshold
@@ -199,7 +187,7 @@ class _RoundChecker:
                     best = int(np.argmax(rnd.bonus_p))
                     if e.token != best and rnd.bonus_p[best] > rnd.bonus_p[e.token] + self.tol:
                         self.add("greedy", f"bonus {e.token} is not the argmax {best} of the target's last conditional", pos)
-                elif not greedy and rnd.bonus_p is not None and _known(rnd.bonus_p, e.token) and rnd.bonus_p[e.token] <= 0:
+                elif not greedy and rnd.bonus_p is not None and entry_known(rnd.bonus_p, e.token) and rnd.bonus_p[e.token] <= 0:
                     self.add("sampler", f"bonus {e.token} has probability 0 under the target", pos)
 
     def _residual(self, node, token: int, pos: int) -> None:
@@ -208,7 +196,7 @@ class _RoundChecker:
         if q is None:
             self.add("residual", "a stochastic rejection has no recorded q", pos, node.index)
             return
-        if _known(p, token) and _known(q, token):
+        if entry_known(p, token) and entry_known(q, token):
             gap = float(p[token]) - float(q[token])
             if gap <= 0:
                 self.add(
@@ -218,14 +206,14 @@ class _RoundChecker:
                     node.index,
                 )
                 return
-        if rnd.residual is not None and _known(rnd.residual, token) and rnd.residual[token] <= 0:
+        if rnd.residual is not None and entry_known(rnd.residual, token) and rnd.residual[token] <= 0:
             self.add("residual", f"repair {token} has zero mass in the recorded residual", pos, node.index)
-        if _full(p) and _full(q):
+        if is_full(p) and is_full(q):
             positive = np.maximum(p - q, 0.0)
             mass = float(positive.sum())
             if rnd.residual_mass is not None and abs(rnd.residual_mass - mass) > self.tol:
                 self.add("residual", f"recorded residual mass {rnd.residual_mass:.6g} differs from sum max(p-q, 0) = {mass:.6g}", pos, node.index)
-            if _full(rnd.residual) and mass > 0:
+            if is_full(rnd.residual) and mass > 0:
                 diff = float(np.abs(rnd.residual - positive / mass).max())
                 if diff > self.tol:
                     self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) (max diff {diff:.3g})", pos, node.index)
@@ -240,7 +228,7 @@ class _RoundChecker:
                     self.add("sampler", "a greedy run recorded a proposal distribution q", node=n.index)
                 continue
             for name, dist in (("q", n.q), ("p", n.p)):
-                if _full(dist):
+                if is_full(dist):
                     self._distribution(name, dist, n.index)
 
     def _distribution(self, name: str, dist: np.ndarray, node: int) -> None:
@@ -386,19 +374,14 @@ def recompute_findings(config: RunConfig, rounds: Sequence[Round], target, tol: 
         fresh = process_logits(logits, config.sampling)
         worst, where = 0.0, None
         for n in rnd.nodes:
-            if n.status == "unvisited":
-                continue
-            recorded = n.p
-            ids = getattr(recorded, "known_ids", None) if getattr(recorded, "partial", False) else None
-            diff = np.abs(recorded - fresh[n.index]) if ids is None else np.abs(recorded[ids] - fresh[n.index][ids])
-            if diff.size and float(diff.max()) > worst:
-                worst, where = float(diff.max()), n.index
-        if rnd.bonus_p is not None and rnd.nodes is not None:
-            last = len(sequence) - len(context)
-            ids = getattr(rnd.bonus_p, "known_ids", None) if getattr(rnd.bonus_p, "partial", False) else None
-            diff = np.abs(rnd.bonus_p - fresh[last]) if ids is None else np.abs(rnd.bonus_p[ids] - fresh[last][ids])
-            if diff.size and float(diff.max()) > worst:
-                worst, where = float(diff.max()), None
+            if n.status != "unvisited":
+                d = max_abs_diff(n.p, fresh[n.index])
+                if d > worst:
+                    worst, where = d, n.index
+        if rnd.bonus_p is not None:
+            d = max_abs_diff(rnd.bonus_p, fresh[len(sequence) - len(context)])
+            if d > worst:
+                worst, where = d, None
         if worst > tol:
             findings.append(
                 Finding(

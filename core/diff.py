@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .partial import max_abs_diff
 from .records import Round, RunConfig
 
 
@@ -60,19 +61,6 @@ def token_distributions(rounds: Sequence[Round]) -> list[tuple[int, int, np.ndar
     return out
 
 
-def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
-    ids = None
-    for d in (a, b):
-        if getattr(d, "partial", False):
-            known = np.asarray(getattr(d, "known_ids"))
-            ids = known if ids is None else np.intersect1d(ids, known)
-    if ids is not None:
-        if ids.size == 0:
-            return 0.0
-        return float(np.abs(np.asarray(a)[ids] - np.asarray(b)[ids]).max())
-    return float(np.abs(np.asarray(a) - np.asarray(b)).max())
-
-
 def _cache_mismatch(which: str, a, b) -> str | None:
     if a is None or b is None or (a.before, a.after) == (b.before, b.after):
         return None
@@ -95,7 +83,7 @@ def diff_runs(
     for i in range(compared):
         (ra, xa, pa), (rb, xb, pb) = ta[i], tb[i]
         if not p_reported and pa is not None and pb is not None and pa.shape == pb.shape:
-            d = _max_diff(pa, pb)
+            d = max_abs_diff(pa, pb)
             if d > p_tol:
                 divergences.append(Divergence("p", i, ra, rb, f"target distributions differ by {d:.3g} (> {p_tol:g})"))
                 p_reported = True
