@@ -58,6 +58,7 @@ class Method:
     family: str  # plain | specscope | transformers | traced
     k: int | None
     run: Callable[[list[int]], Sample]
+    untraced: str | None = None  # for a traced method: the name of the same method untraced
     samples: list[list[Sample]] = field(default_factory=list)  # [rep][prompt]
 
 
@@ -97,7 +98,9 @@ class Bench:
         if include_traced and drafts:
             label, draft = next(iter(drafts.items()))
             k = self.ks[len(self.ks) // 2]
-            self.methods.append(Method(f"specscope draft-{label} k={k} traced+stored", "traced", k, self._traced(DraftModelProposer(draft, label=label), k)))
+            twin = f"specscope draft-{label} k={k}"
+            self.methods.append(Method(f"{twin} traced+stored", "traced", k,
+                                       self._traced(DraftModelProposer(draft, label=label), k), untraced=twin))
 
     # ------------------------------------------------------------------ runners
 
@@ -206,8 +209,7 @@ class Bench:
         plain = self.methods[0]
         plain_walls = [sum(s.wall_s for s in rep) for rep in plain.samples]
         plain_tok = sum(s.target_forward_s for rep in plain.samples for s in rep) / max(1, sum(s.target_forwards for rep in plain.samples for s in rep))
-        traced_base = next((m for m in self.methods if m.family == "specscope" and self.methods[-1].family == "traced"
-                            and m.name == self.methods[-1].name.replace(" traced+stored", "")), None)
+        by_name = {m.name: m for m in self.methods}
         rows = []
         for m in self.methods:
             walls = [sum(s.wall_s for s in rep) for rep in m.samples]
@@ -231,8 +233,8 @@ class Bench:
             rounds = [r for s in all_samples for r in s.rounds]
             if rounds:
                 row.update(self._spec_stats(m, rounds, all_samples, plain_tok))
-            if m.family == "traced" and traced_base is not None:
-                base = [sum(s.wall_s for s in rep) for rep in traced_base.samples]
+            if m.untraced in by_name:
+                base = [sum(s.wall_s for s in rep) for rep in by_name[m.untraced].samples]
                 overhead = [w / b - 1 for w, b in zip(walls, base)]
                 row.update(tracing_overhead_median=statistics.median(overhead), tracing_overhead_min=min(overhead),
                            tracing_overhead_max=max(overhead))
