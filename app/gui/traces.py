@@ -99,6 +99,17 @@ class TraceLibrary:
     def rounds(self, run_id: str) -> list[Round]:
         return [r for b in self.batches(run_id) for r in b]
 
+    def diff(self, run_a: str, run_b: str, p_tol: float = 1e-4) -> str:
+        """`specscope diff` of two stored runs, as the text the GUI shows."""
+        from specscope.core.diff import diff_runs
+
+        loaded = [(self.store.run_config(r), self.store.load_rounds(r, full=True)) for r in (run_a, run_b)]
+        result = diff_runs(loaded[0][0], loaded[0][1], loaded[1][0], loaded[1][1], p_tol=p_tol)
+        lines = [f"A = {result.run_a}", f"B = {result.run_b}",
+                 f"compared {result.compared_tokens} tokens and {result.compared_cache_rounds} rounds of cache lengths"]
+        lines += [f"first {d}" for d in result.divergences] or ["no divergence"]
+        return "\n".join(lines)
+
 
 def describe_run(info: Any) -> str:
     cfg = info.config
