@@ -7,8 +7,9 @@ from the cache object, never tracked on the side, so a crop that went wrong show
 
 from __future__ import annotations
 
+import inspect
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
@@ -51,6 +52,15 @@ class CachedLM:
         self.stopwatch = Stopwatch(self.device)
         self.forwards = 0
         self.forward_s = 0.0  # time spent inside model forwards since the last reset
+        # Explicit positions when the model takes them: the same values the model would
+        # derive from the cache length itself, sliced from one preallocated arange.
+        try:
+            takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            takes_positions = False
+        self._positions: torch.Tensor | None = None
+        if takes_positions and use_cache:
+            self._positions = torch.arange(256, dtype=torch.long, device=self.device)
         self.reset()
 
     def reset(self) -> None:
@@ -75,15 +85,36 @@ class CachedLM:
             )
         return self.feed(context[start:], keep)
 
+    def _position_ids(self, start: int, n: int) -> torch.Tensor:
+        """(1, n) positions start .. start + n - 1 (a view of a preallocated arange)."""
+        end = start + n
+        if self._positions is None or end > self._positions.numel():
+            size = max(end, 2 * self._positions.numel() if self._positions is not None else 256)
+            self._positions = torch.arange(size, dtype=torch.long, device=self.device)
+        return self._positions[start:end].unsqueeze(0)
+
     @torch.inference_mode()
-    def feed(self, tokens: Sequence[int], keep: int) -> torch.Tensor:
-        """Append `tokens` after whatever the cache holds; logits of the last `keep` of them."""
-        if keep > len(tokens):
-            raise RuntimeError(f"asked for {keep} logits but only {len(tokens)} positions are pending")
-        ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+    def feed(self, tokens: Sequence[int] | torch.Tensor, keep: int) -> torch.Tensor:
+        """Append `tokens` after whatever the cache holds; logits of the last `keep` of them.
+
+        `tokens` is a sequence of ids or a 1-D LongTensor already on the model's device (a
+        draft token fed back without a host round trip).
+        """
+        if isinstance(tokens, torch.Tensor):
+            ids = tokens.view(1, -1)
+        else:
+            ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+        n = ids.shape[1]
+        if keep > n:
+            raise RuntimeError(f"asked for {keep} logits but only {n} positions are pending")
+        kwargs = {}
+        if self._positions is not None and self.cache is not None:
+            kwargs["position_ids"] = self._position_ids(self.cache.get_seq_length(), n)
         started = self.stopwatch.now()
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep)
-        logits = out.logits[0, -keep:].float()
+        out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep, **kwargs)
+        logits = out.logits[0, -keep:]
+        if logits.dtype != torch.float32:
+            logits = logits.float()
         self.forward_s += self.stopwatch.now() - started
         self.forwards += 1
         return logits

@@ -8,8 +8,9 @@ after verification, so it can crop whatever state it keeps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -93,6 +94,16 @@ class DraftModelProposer:
         self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
     ) -> Draft:
         before = self.lm.processed
+        if sampling.greedy and self.lm.use_cache:
+            tokens = self._propose_greedy(self._pending(context), k)
+            return Draft(
+                tokens=tuple(tokens),
+                parents=chain_parents(len(tokens)),
+                q=None,
+                forwards=k,
+                cache_before=before,
+                cache_peak=self.lm.processed,
+            )
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         draws: list[float] = []
@@ -115,6 +126,27 @@ class DraftModelProposer:
             cache_peak=self.lm.processed,
             sample_draws=tuple(draws),
         )
+
+    @torch.inference_mode()
+    def _propose_greedy(self, feed: list[int], k: int) -> list[int]:
+        """k greedy draft tokens; the argmax stays on the device and is fed back as is.
+
+        Greedy needs no q and no host-side distribution: one argmax per step, then one
+        finite check over the k logit rows and one device -> host transfer of the k tokens
+        per round (instead of a check and an .item() sync per step).
+        """
+        rows: list[torch.Tensor] = []
+        picks: list[torch.Tensor] = []
+        fed: Sequence[int] | torch.Tensor = feed
+        for _ in range(k):
+            logits = self.lm.feed(fed, keep=1)[0]  # (V,)
+            token = torch.argmax(logits).view(1)  # (1,) on the device
+            rows.append(logits)
+            picks.append(token)
+            fed = token
+        if not bool(torch.isfinite(torch.stack(rows)).all()):
+            raise ValueError("the draft model produced non-finite logits; refusing to propose")
+        return torch.cat(picks).tolist()
 
     def _pending(self, context: Sequence[int]) -> list[int]:
         """Context tokens the draft cache has not processed yet (always at least one)."""
