@@ -249,7 +249,7 @@ class SpeculativeDecoder:
         target_peak = self.target_lm.processed
         t2 = clock.now()
 
-        p_rows = process_logits(logits, self.sampling)
+        p_rows = process_logits(logits, self.sampling, checked=True)  # _verify_forward checked them
         argmax = logits.argmax(axis=-1)
         verdict = self._decide(draft, p_rows, argmax, remaining, rng)
         n_accepted = verdict.statuses.count("accepted")

@@ -55,9 +55,10 @@ def check_finite(logits: np.ndarray, who: str) -> None:
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax in float64 (logits must be finite)."""
     z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+    e = z - z.max(axis=-1, keepdims=True)  # a new array: the in-place steps below are safe
+    np.exp(e, out=e)
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
 
 
 def _top_k_mask(scaled: np.ndarray, top_k: int) -> np.ndarray:
@@ -83,19 +84,24 @@ def _top_p_mask(probs: np.ndarray, top_p: float) -> np.ndarray:
     return mask
 
 
-def process_logits(logits: np.ndarray, config: SamplingConfig) -> np.ndarray:
+def process_logits(logits: np.ndarray, config: SamplingConfig, checked: bool = False) -> np.ndarray:
     """Logits (..., V) -> the sampling distribution (..., V) in float64.
 
     In greedy mode this is the plain softmax (temperature 1, no filters): the decision uses
     its argmax, and the distribution itself is kept only so people can see it.
+    `checked=True` skips the finite check for logits the caller has already checked.
     """
     logits = np.asarray(logits, dtype=np.float64)
-    check_finite(logits, "the model")
+    if not checked:
+        check_finite(logits, "the model")
     if config.greedy:
         return softmax(logits)
-    scaled = logits / config.temperature
-    if not np.isfinite(scaled).all():
-        raise ValueError(f"temperature {config.temperature:g} overflows the logits")
+    if config.temperature == 1:
+        scaled = logits  # x / 1.0 == x exactly; finite logits stay finite
+    else:
+        scaled = logits / config.temperature
+        if config.temperature < 1 and not np.isfinite(scaled).all():  # T >= 1 cannot overflow
+            raise ValueError(f"temperature {config.temperature:g} overflows the logits")
     if config.top_k:
         scaled = np.where(_top_k_mask(scaled, config.top_k), scaled, -np.inf)
     probs = softmax(scaled)
