@@ -10,9 +10,26 @@ must equal plain greedy decoding token for token, or the bench fails.
 
 Wall time is split into draft-model forwards, target forwards and orchestration
 (everything that is not a model forward: sampling, verification, cache crops, Python).
-The cost-model prediction E / (k c + v) uses the same run's numbers: per-position
-acceptance (survival form), c = draft forward / plain target forward per token, v =
-target verify forward / plain target forward per token.
+
+The cost-model prediction uses only the same run's measured quantities, in units of one
+plain target decoding step (the plain method's mean target forward):
+
+    predicted speedup = E / (n c + v)
+
+    E  expected tokens per round = 1 + sum_i S_i, S_i the fraction of all rounds whose first
+       i proposals were accepted (= the mean accepted length). Rounds that drafted fewer
+       than i tokens, e.g. prompt lookup finding no match and drafting nothing, count as
+       not surviving position i, so they are not left out of E.
+    n  mean drafted tokens per round (k for a draft model, less at the budget's end; for
+       prompt lookup the measured mean, no-match rounds included as 0).
+    c  the proposer's cost per drafted token: draft-model forward time for a proposer
+       that runs a model; for one that does not (prompt lookup) its whole propose call
+       (the n-gram search and building q), from the rounds' draft timings. n c is thus
+       the proposer's measured cost per round, also in rounds that drafted nothing.
+    v  target verify forward / plain target step.
+
+The remaining gap between predicted and measured speedup is orchestration (sampling,
+verification, crops, records) and the per-round cost a zero-length draft still pays.
 """
 
 from __future__ import annotations
@@ -30,10 +47,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-
-from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core import (
+    DraftModelProposer,
+    PromptLookupProposer,
+    SamplingConfig,
+    SpeculativeDecoder,
+)
 from specscope.core.baseline import plain_generate
-from specscope.core.cost import expected_tokens_from_survival, speedup
+from specscope.core.cost import expected_tokens_from_rounds, round_speedup
 from specscope.core.records import Round
 
 
@@ -252,18 +273,30 @@ class Bench:
                 if n.status != "unvisited" and n.depth <= k:
                     visited[n.depth - 1] += 1
                     passed[n.depth - 1] += n.status == "accepted"
+        # Conditional acceptance per position (over the rounds that reached it), for people;
+        # the prediction uses the survival over all rounds (see the module docstring).
         rates = [float(passed[i] / visited[i]) if visited[i] else 0.0 for i in range(k)]
-        expected = expected_tokens_from_survival(rates)
+        survival = [float(passed[i] / len(rounds)) for i in range(k)]
+        expected = expected_tokens_from_rounds([r.accepted for r in rounds])
         t_fwd = sum(s.target_forward_s for s in samples) / max(1, sum(s.target_forwards for s in samples))
         d_calls = sum(s.draft_forwards for s in samples)
-        d_fwd = sum(s.draft_forward_s for s in samples) / d_calls if d_calls else 0.0
-        c, v = d_fwd / plain_tok, t_fwd / plain_tok
+        if d_calls:  # a draft model: its forwards are the proposal cost
+            proposer_s = sum(s.draft_forward_s for s in samples)
+        else:  # no model (prompt lookup): the whole propose call is the proposal cost
+            proposer_s = sum(r.timings.draft_s for r in rounds)
+        mean_drafted = drafted / len(rounds)
+        c = (proposer_s / drafted) / plain_tok if drafted else 0.0
+        v = t_fwd / plain_tok
+        proposer_per_round = proposer_s / len(rounds) / plain_tok  # = n c (also when n = 0)
         return {
             "mean_accepted_length": sum(r.accepted_length for r in rounds) / len(rounds),
             "acceptance_rate": accepted / drafted if drafted else 0.0,
             "acceptance_by_position": rates,
-            "cost_c": c, "cost_v": v, "expected_tokens_per_round": expected,
-            "predicted_speedup": speedup(expected, k, c, v),
+            "survival_by_position": survival,
+            "mean_drafted_per_round": mean_drafted,
+            "cost_c": c, "cost_v": v, "proposer_cost_per_round": proposer_per_round,
+            "expected_tokens_per_round": expected,
+            "predicted_speedup": expected / (proposer_per_round + v) if not drafted else round_speedup(expected, mean_drafted, c, v),
         }
 
 

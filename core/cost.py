@@ -6,7 +6,7 @@ verification of the k drafted tokens costs v (v(k) in general, measured).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def _check_alpha(alpha: float) -> None:
@@ -48,6 +48,34 @@ def speedup(expected: float, k: int, c: float, v: float = 1.0) -> float:
     if c < 0 or v <= 0:
         raise ValueError(f"costs must satisfy c >= 0 and v > 0, got c={c!r}, v={v!r}")
     return expected / (k * c + v)
+
+
+def expected_tokens_from_rounds(accepted_per_round: Sequence[int]) -> float:
+    """E[tokens per round] = 1 + sum_i S_i, S_i = the fraction of ALL rounds whose first i
+    proposals were accepted (rounds that drafted fewer than i tokens count as not surviving).
+
+    With a fixed draft length this equals the survival form of the per-position rates; when
+    the draft length varies (prompt lookup finds no match and drafts nothing) it does not
+    overstate E the way rates measured only over drafted positions would.
+    """
+    if not accepted_per_round:
+        raise ValueError("no rounds to measure")
+    if any(a < 0 for a in accepted_per_round):
+        raise ValueError("accepted counts must be >= 0")
+    return 1.0 + sum(accepted_per_round) / len(accepted_per_round)
+
+
+def round_speedup(expected: float, drafted: float, c: float, v: float = 1.0) -> float:
+    """E / (n c + v) with n the mean drafted tokens per round, a measured (fractional) count.
+
+    For a fixed-length draft n = k and this is `speedup`. c is the proposer's cost per
+    drafted token, so n c is what proposing costs per round.
+    """
+    if drafted < 0:
+        raise ValueError(f"the mean drafted count must be >= 0, got {drafted!r}")
+    if c < 0 or v <= 0:
+        raise ValueError(f"costs must satisfy c >= 0 and v > 0, got c={c!r}, v={v!r}")
+    return expected / (drafted * c + v)
 
 
 def predicted_speedup(alpha: float, k: int, c: float, v: float = 1.0) -> float:

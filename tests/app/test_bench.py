@@ -3,7 +3,6 @@ identical, and a method that disagrees fails the bench."""
 
 import pytest
 import torch
-
 from specscope.app.bench import Bench, BenchError, Sample, format_table
 from specscope.core import SamplingConfig
 
@@ -58,3 +57,33 @@ def test_sampled_bench_skips_identity_and_transformers_lookup(models):
     bench.run()
     names = [r["method"] for r in bench.rows()]
     assert "transformers lookup k=2" not in names and "transformers assisted draft-near k=2" in names
+
+
+def test_lookup_prediction_uses_measured_drafted_count_and_search_time(models):
+    """Prompt lookup drafts nothing when it finds no match: the prediction must count those
+    rounds (in E and in n) and charge the n-gram search as the proposal cost c."""
+    target, drafts = models
+    prompts = [[5, 9, 13, 17, 21, 25], [1, 2, 3, 1, 2, 3, 1, 2]]  # the first has no repeat at all
+    bench = Bench(target, {"near": drafts["near"]}, prompts, ks=[3], max_new=12, reps=1,
+                  sampling=SamplingConfig(temperature=0), eos=None, device=torch.device("cpu"),
+                  include_transformers=False, include_traced=False)
+    bench.run()
+    rows = {r["method"]: r for r in bench.rows()}
+    lookup = rows["specscope lookup k=3"]
+    method = next(m for m in bench.methods if m.name == "specscope lookup k=3")
+    rounds = [r for rep in method.samples for s in rep for r in s.rounds]
+    drafted = [r.drafted for r in rounds]
+    assert 0 in drafted  # some rounds found no match
+    assert lookup["mean_drafted_per_round"] == pytest.approx(sum(drafted) / len(rounds))
+    assert lookup["mean_drafted_per_round"] < 3
+    assert lookup["expected_tokens_per_round"] == pytest.approx(1 + sum(r.accepted for r in rounds) / len(rounds))
+    assert lookup["expected_tokens_per_round"] == pytest.approx(lookup["mean_accepted_length"])
+    assert lookup["proposer_cost_per_round"] > 0  # the search costs time although no model runs
+    assert lookup["cost_c"] * lookup["mean_drafted_per_round"] == pytest.approx(lookup["proposer_cost_per_round"])
+    assert lookup["predicted_speedup"] == pytest.approx(
+        lookup["expected_tokens_per_round"] / (lookup["proposer_cost_per_round"] + lookup["cost_v"]))
+    # A draft model drafts k per round (budget permitting) and is charged its forwards.
+    draft = rows["specscope draft-near k=3"]
+    assert 2.5 < draft["mean_drafted_per_round"] <= 3
+    assert draft["predicted_speedup"] == pytest.approx(
+        draft["expected_tokens_per_round"] / (draft["mean_drafted_per_round"] * draft["cost_c"] + draft["cost_v"]))

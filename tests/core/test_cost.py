@@ -1,6 +1,11 @@
 import pytest
-
-from specscope.core import expected_tokens, expected_tokens_from_survival, predicted_speedup, speedup
+from specscope.core import (
+    expected_tokens,
+    expected_tokens_from_survival,
+    predicted_speedup,
+    speedup,
+)
+from specscope.core.cost import expected_tokens_from_rounds, round_speedup
 
 
 def test_constant_alpha_expected_tokens_matches_worked_numbers():
@@ -40,3 +45,27 @@ def test_speedup_rejects_bad_costs():
         speedup(3.0, 4, c=-1.0)
     with pytest.raises(ValueError):
         speedup(3.0, 4, c=0.1, v=0.0)
+
+
+def test_expected_tokens_from_rounds_counts_rounds_that_drafted_nothing():
+    # fixed length: equals the survival form of the per-position rates
+    accepted = [3, 1, 0, 3, 2]  # k = 3
+    rates = []
+    reached = len(accepted)
+    for i in range(1, 4):
+        passed = sum(a >= i for a in accepted)
+        rates.append(passed / reached)
+        reached = passed
+    assert expected_tokens_from_rounds(accepted) == pytest.approx(expected_tokens_from_survival(rates))
+    # two rounds with nothing drafted lower E below what the drafted rounds alone give
+    assert expected_tokens_from_rounds(accepted + [0, 0]) < expected_tokens_from_rounds(accepted)
+    with pytest.raises(ValueError):
+        expected_tokens_from_rounds([])
+
+
+def test_round_speedup_with_a_fractional_drafted_count():
+    assert round_speedup(3.0, 4, 0.1, 1.2) == pytest.approx(speedup(3.0, 4, 0.1, 1.2))
+    assert round_speedup(2.0, 1.5, 0.2, 1.0) == pytest.approx(2.0 / 1.3)
+    assert round_speedup(1.0, 0.0, 0.5, 1.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        round_speedup(1.0, -1.0, 0.1, 1.0)
