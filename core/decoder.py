@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Generator, Sequence
 
 import numpy as np
 import torch
