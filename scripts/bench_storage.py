@@ -69,7 +69,7 @@ def blob_bytes(store: TraceStore, run_id: str) -> int:
     return int(a + b)
 
 
-def writer_bench(rounds, config, full: bool, n: int, workdir: str, top_n: int) -> dict:
+def writer_bench(rounds, config, full: bool, n: int, workdir: str, top_n: int, mode: str = "auto") -> dict:
     """Push n rounds (the decoded ones, re-indexed) through a TraceWriter into a fresh file."""
     path = os.path.join(workdir, f"writer-{'full' if full else 'top'}.sqlite")
     batch = []
@@ -81,7 +81,7 @@ def writer_bench(rounds, config, full: bool, n: int, workdir: str, top_n: int) -
     with TraceStore(path) as store:
         cfg = dataclasses.replace(config, run_id=f"bench-{'full' if full else 'top'}")
         batch = [dataclasses.replace(r, run_id=cfg.run_id) for r in batch]
-        writer = TraceWriter(store, cfg, full_vectors=full, top_n=top_n)
+        writer = TraceWriter(store, cfg, full_vectors=full, top_n=top_n, mode=mode)
         empty = file_size(store)
         t0 = time.perf_counter()
         for r in batch:
@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", choices=("auto", "on", "off"), default="auto",
                     help="full vectors in the overhead runs (auto: when vocab <= 8192)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--writer", choices=("auto", "process", "thread"), default="auto",
+                    help="where the TraceWriter encodes and inserts (auto: the writer process)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = ap.parse_args(argv)
 
@@ -137,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     untraced, traced = [], []
     full = {"auto": None, "on": True, "off": False}[args.full]
     with TraceStore(os.path.join(workdir, "overhead.sqlite")) as store:
-        record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n)  # warm-up
+        record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n, mode=args.writer)  # warm-up
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             result = decoder.generate(prompt, args.max_new_tokens)
             untraced.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n)
+            record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n, mode=args.writer)
             traced.append(time.perf_counter() - t0)
     u, t = statistics.median(untraced), statistics.median(traced)
 
@@ -152,18 +154,18 @@ def main(argv: list[str] | None = None) -> int:
                    "draft": args.draft or f"random-llama-1L-h{max(32, args.hidden // 4)}-vocab{args.vocab}",
                    "vocab": decoder.vocab_size},
         "k": args.k, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-        "rounds_per_run": len(result.rounds), "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "writer": args.writer, "rounds_per_run": len(result.rounds), "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
         "overhead": {"full_vectors": args.full, "untraced_s": u, "traced_s": t, "overhead_pct": 100 * (t - u) / u,
                      "untraced_all_s": untraced, "traced_all_s": traced},
-        "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n),
-        "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n),
+        "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n, args.writer),
+        "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n, args.writer),
     }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     m = out["models"]
     print(f"models: {m['target']} / {m['draft']} (vocab {m['vocab']}), k={args.k}, T={args.temperature}, "
-          f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, torch threads {out['torch_threads']}, cpus {out['cpus']}")
+          f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, writer {args.writer}, torch threads {out['torch_threads']}, cpus {out['cpus']}")
     o = out["overhead"]
     print(f"overhead (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored {o['traced_s'] * 1e3:.1f} ms "
           f"(medians of {args.repeats}) -> {o['overhead_pct']:+.1f}%")

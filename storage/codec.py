@@ -31,6 +31,7 @@ DEFAULT_TOP_N = 20
 FULL_VECTORS_AUTO_MAX_VOCAB = 8192
 FULL_DTYPES = {"float32": b"4", "float64": b"8"}
 _DTYPE_OF_CODE = {b"4": np.dtype("<f4"), b"8": np.dtype("<f8")}
+ENCODE_CHUNK = 512  # distributions per vectorised encoding pass (bounds the temporary arrays)
 ZLIB_LEVEL = 1  # float vectors barely compress further at higher levels; level 1 is ~2x faster
 
 
@@ -75,26 +76,30 @@ def round_is_partial(rnd: Round) -> bool:
 
 def top_rows(dists: np.ndarray, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per row of an (m, V) array: ids and probabilities of the n most probable positive
-    entries, by descending probability, ties by ascending id (one vectorised pass)."""
+    entries, by descending probability, ties by ascending id (vectorised over the rows)."""
     dists = np.asarray(dists, dtype=np.float64)
     m, vocab = dists.shape
     if vocab > 2 * n:
-        cand = np.argpartition(-dists, n - 1, axis=1)[:, :n]
-        # ties at the boundary: keep every entry equal to the n-th value, then cut by id
-        kth = -np.partition(-dists, n - 1, axis=1)[:, n - 1 : n]
-        if (np.sum(dists >= kth, axis=1) > n).any():
-            cand = np.argsort(-dists, axis=1, kind="stable")[:, :n]
+        cand = np.argpartition(dists, vocab - n, axis=1)[:, vocab - n :]  # the n largest, unordered
+        vals = np.take_along_axis(dists, cand, axis=1)
+        # A tie at the boundary (another entry equal to the n-th value) makes the choice of
+        # ids arbitrary: those rows get the stable full sort. Ties at 0 do not matter, since
+        # zero entries are dropped anyway.
+        kth = vals.min(axis=1)
+        tied = (kth > 0) & ((dists >= kth[:, None]).sum(axis=1) > n)
+        for i in np.flatnonzero(tied):
+            cand[i] = np.argsort(-dists[i], kind="stable")[:n]
+            vals[i] = dists[i, cand[i]]
     else:
         cand = np.broadcast_to(np.arange(vocab), (m, vocab))
-    vals = np.take_along_axis(dists, cand, axis=1)
+        vals = dists
     order = np.lexsort((cand, -vals), axis=-1)[:, :n]
     ids = np.take_along_axis(cand, order, axis=1)
     vals = np.take_along_axis(vals, order, axis=1)
-    out = []
-    for i in range(m):
-        keep = vals[i] > 0
-        out.append((ids[i][keep].astype(np.int64), vals[i][keep]))
-    return out
+    positive = vals > 0
+    if positive.all():
+        return list(zip(ids.astype(np.int64), vals))
+    return [(ids[i][positive[i]].astype(np.int64), vals[i][positive[i]]) for i in range(m)]
 
 
 def top_entries(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -184,20 +189,22 @@ class VectorPolicy:
             raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
         return cls(top_n=top_n, full=bool(full), full_dtype=full_dtype)
 
-    def top(self, dist: np.ndarray | None) -> bytes | None:
-        return None if dist is None else encode_top(dist, self.top_n)
-
-    def tops(self, dists: list[np.ndarray | None]) -> list[bytes | None]:
-        """top() of several distributions at once (the non-None ones in one numpy pass)."""
-        present = [i for i, d in enumerate(dists) if d is not None]
-        out: list[bytes | None] = [None] * len(dists)
-        if present:
-            for i, (ids, probs) in zip(present, top_rows(np.stack([dists[i] for i in present]), self.top_n)):
-                out[i] = encode_top_arrays(ids, probs)
-        return out
-
-    def fullblob(self, dist: np.ndarray | None) -> bytes | None:
-        return None if dist is None or not self.full else encode_full(dist, self.full_dtype)
+    def encode(self, dists: Sequence[np.ndarray]) -> tuple[list[bytes], list[bytes | None]]:
+        """Top-N blobs and (when kept) full-vector blobs of many distributions of one
+        vocabulary, in vectorised passes of at most ENCODE_CHUNK rows."""
+        tops: list[bytes] = []
+        fulls: list[bytes | None] = []
+        for lo in range(0, len(dists), ENCODE_CHUNK):
+            stacked = np.stack([np.asarray(d, dtype=np.float64) for d in dists[lo : lo + ENCODE_CHUNK]])
+            tops.extend(encode_top_arrays(ids, probs) for ids, probs in top_rows(stacked, self.top_n))
+            if not self.full:
+                fulls.extend([None] * len(stacked))
+                continue
+            code = FULL_DTYPES[self.full_dtype]
+            values = stacked.astype(_DTYPE_OF_CODE[code], copy=False)
+            sparse = 2 * np.count_nonzero(stacked, axis=1) <= stacked.shape[1]
+            fulls.extend(b"F" + code + zlib.compress(values[i], ZLIB_LEVEL if sparse[i] else 0) for i in range(len(values)))
+        return tops, fulls
 
 
 def _opt_int(v: Any) -> int | None:
@@ -210,68 +217,94 @@ def _opt_float(v: Any) -> float | None:
 
 def round_to_rows(rnd: Round, policy: VectorPolicy, run_id: str | None = None) -> tuple[dict, list[dict]]:
     """One Round -> (rounds row, draft_nodes rows), keyed by column name."""
-    run_id = run_id or rnd.run_id
-    tc, dc, t = rnd.target_cache, rnd.draft_cache, rnd.timings
-    row = {
-        "run_id": run_id,
-        "round_index": int(rnd.index),
-        "prefix_len": int(rnd.prefix_len),
-        "emitted_before": int(rnd.emitted_before),
-        "remaining_budget": int(rnd.remaining_budget),
-        "k": int(rnd.k),
-        "greedy": bool(rnd.greedy),
-        "n_drafted": len(rnd.nodes),
-        "n_accepted": sum(1 for n in rnd.nodes if n.status == "accepted"),
-        "draft_tokens": [int(n.token) for n in rnd.nodes],
-        "emitted": [[int(e.token), e.kind, _opt_int(e.node), _opt_float(e.draw)] for e in rnd.emitted],
-        "eos": bool(rnd.eos),
-        "budget_stop": bool(rnd.budget_stop),
-        "bonus_withheld": bool(rnd.bonus_withheld),
-        "rejected_node": _opt_int(rnd.rejected_node),
-        "residual_mass": _opt_float(rnd.residual_mass),
-        "residual_top": policy.top(rnd.residual),
-        "residual_full": policy.fullblob(rnd.residual),
-        "bonus_top": policy.top(rnd.bonus_p),
-        "bonus_full": policy.fullblob(rnd.bonus_p),
-        "tc_before": int(tc.before),
-        "tc_peak": int(tc.peak),
-        "tc_after": int(tc.after),
-        "tc_pending": [int(x) for x in tc.pending],
-        "dc_before": None if dc is None else int(dc.before),
-        "dc_peak": None if dc is None else int(dc.peak),
-        "dc_after": None if dc is None else int(dc.after),
-        "dc_pending": None if dc is None else [int(x) for x in dc.pending],
-        "draft_s": float(t.draft_s),
-        "verify_s": float(t.verify_s),
-        "bookkeeping_s": float(t.bookkeeping_s),
-        "draft_forwards": int(rnd.draft_forwards),
-        "target_forwards": int(rnd.target_forwards),
-    }
-    p_tops = policy.tops([n.p for n in rnd.nodes])
-    q_tops = policy.tops([n.q for n in rnd.nodes])
-    nodes = [
-        {
-            "run_id": run_id,
-            "round_index": int(rnd.index),
-            "node_index": int(n.index),
-            "token": int(n.token),
-            "parent": int(n.parent),
-            "depth": int(n.depth),
-            "status": n.status,
-            "u": _opt_float(n.u),
-            "p_token": float(n.p_token),
-            "q_token": _opt_float(n.q_token),
-            "ratio": _opt_float(n.ratio),
-            "overlap": _opt_float(n.overlap),
-            "target_argmax": int(n.target_argmax),
-            "p_top": p_tops[i],
-            "q_top": q_tops[i],
-            "p_full": policy.fullblob(n.p),
-            "q_full": policy.fullblob(n.q),
-        }
-        for i, n in enumerate(rnd.nodes)
-    ]
-    return row, nodes
+    rows, nodes = rounds_to_rows([rnd], policy, run_id)
+    return rows[0], nodes
+
+
+def rounds_to_rows(rounds: Sequence[Round], policy: VectorPolicy, run_id: str | None = None) -> tuple[list[dict], list[dict]]:
+    """Rounds -> (rounds rows, draft_nodes rows), with the distributions of all of them
+    encoded together (the writer converts everything queued in a flush interval at once)."""
+    dists: list[np.ndarray] = []
+
+    def slot(dist: np.ndarray | None) -> int | None:
+        if dist is None:
+            return None
+        dists.append(dist)
+        return len(dists) - 1
+
+    slots = [(slot(r.residual), slot(r.bonus_p), [(slot(n.p), slot(n.q)) for n in r.nodes]) for r in rounds]
+    tops, fulls = policy.encode(dists)
+
+    def top(i: int | None) -> bytes | None:
+        return None if i is None else tops[i]
+
+    def full(i: int | None) -> bytes | None:
+        return None if i is None else fulls[i]
+
+    round_rows: list[dict] = []
+    node_rows: list[dict] = []
+    for rnd, (residual, bonus, node_slots) in zip(rounds, slots):
+        rid = run_id or rnd.run_id
+        tc, dc, t = rnd.target_cache, rnd.draft_cache, rnd.timings
+        index = int(rnd.index)
+        round_rows.append({
+            "run_id": rid,
+            "round_index": index,
+            "prefix_len": int(rnd.prefix_len),
+            "emitted_before": int(rnd.emitted_before),
+            "remaining_budget": int(rnd.remaining_budget),
+            "k": int(rnd.k),
+            "greedy": bool(rnd.greedy),
+            "n_drafted": len(rnd.nodes),
+            "n_accepted": sum(1 for n in rnd.nodes if n.status == "accepted"),
+            "draft_tokens": [int(n.token) for n in rnd.nodes],
+            "emitted": [[int(e.token), e.kind, _opt_int(e.node), _opt_float(e.draw)] for e in rnd.emitted],
+            "eos": bool(rnd.eos),
+            "budget_stop": bool(rnd.budget_stop),
+            "bonus_withheld": bool(rnd.bonus_withheld),
+            "rejected_node": _opt_int(rnd.rejected_node),
+            "residual_mass": _opt_float(rnd.residual_mass),
+            "residual_top": top(residual),
+            "residual_full": full(residual),
+            "bonus_top": top(bonus),
+            "bonus_full": full(bonus),
+            "tc_before": int(tc.before),
+            "tc_peak": int(tc.peak),
+            "tc_after": int(tc.after),
+            "tc_pending": [int(x) for x in tc.pending],
+            "dc_before": None if dc is None else int(dc.before),
+            "dc_peak": None if dc is None else int(dc.peak),
+            "dc_after": None if dc is None else int(dc.after),
+            "dc_pending": None if dc is None else [int(x) for x in dc.pending],
+            "draft_s": float(t.draft_s),
+            "verify_s": float(t.verify_s),
+            "bookkeeping_s": float(t.bookkeeping_s),
+            "draft_forwards": int(rnd.draft_forwards),
+            "target_forwards": int(rnd.target_forwards),
+        })
+        node_rows.extend(
+            {
+                "run_id": rid,
+                "round_index": index,
+                "node_index": int(n.index),
+                "token": int(n.token),
+                "parent": int(n.parent),
+                "depth": int(n.depth),
+                "status": n.status,
+                "u": _opt_float(n.u),
+                "p_token": float(n.p_token),
+                "q_token": _opt_float(n.q_token),
+                "ratio": _opt_float(n.ratio),
+                "overlap": _opt_float(n.overlap),
+                "target_argmax": int(n.target_argmax),
+                "p_top": tops[p],
+                "q_top": top(q),
+                "p_full": fulls[p],
+                "q_full": full(q),
+            }
+            for n, (p, q) in zip(rnd.nodes, node_slots)
+        )
+    return round_rows, node_rows
 
 
 def _cache(before: Any, peak: Any, after: Any, pending: Any) -> CacheState | None:

@@ -169,6 +169,15 @@ def make_engine(url: str, echo: bool = False, readonly_path: str | None = None) 
     return create_engine(url, echo=echo, pool_pre_ping=True)
 
 
+@contextlib.contextmanager
+def transaction(engine: Engine) -> Iterator[Any]:
+    """A write transaction on `engine` (BEGIN IMMEDIATE on SQLite): commit on success, else roll back."""
+    with engine.connect() as conn:
+        conn.execution_options(sqlite_immediate=True)
+        with conn.begin():
+            yield conn
+
+
 def _pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -297,13 +306,9 @@ class TraceStore:
     def __repr__(self) -> str:
         return f"TraceStore({self._where!r})"
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
         """A write transaction (BEGIN IMMEDIATE on SQLite): commit on success, else roll back."""
-        with self.engine.connect() as conn:
-            conn.execution_options(sqlite_immediate=True)
-            with conn.begin():
-                yield conn
+        return transaction(self.engine)
 
     # ------------------------------------------------------------------ maintenance
 

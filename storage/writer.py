@@ -1,4 +1,4 @@
-"""TraceWriter: records a run's rounds from a background thread, in batches.
+"""TraceWriter: records a run's rounds in batches, off the decoding thread.
 
     config = decoder.run_config(prompt_ids, max_new_tokens)
     with TraceWriter(store, config, model_info={"target_hash": "..."}) as writer:
@@ -6,16 +6,28 @@
         result = writer.record(gen)          # or: writer.write(rnd) per round, writer.finish(result)
 
 The run row is inserted (status 'running') before the constructor returns, so other readers
-see the run at once. write() only puts the round on a queue; the thread encodes it
-(top-N, compressed full vectors) and inserts every pending round in one transaction at
-least every flush_interval seconds, together with a heartbeat and the run's aggregates. A
-kill -9 therefore loses at most the rounds of the last flush interval, and the next
-TraceStore opened on the file marks the run interrupted (see store.writer_is_dead).
+see the run at once. write() only queues the round. Encoding (top-N, compressed full
+vectors) and inserting happen elsewhere, in one transaction per flush interval together
+with a heartbeat and the run's aggregates:
+
+  mode "process" (the default for SQLite files and database servers): in a writer process
+      shared by all writers of this process (storage.writer_process). The decoding process
+      only pickles each round, with its vectors out of band, so recording does not compete
+      with decoding for the GIL.
+  mode "thread": in a thread of this process (forced for in-memory SQLite, which another
+      process cannot open; also the fallback when the writer process cannot start).
+
+The environment variable SPECSCOPE_TRACE_WRITER=thread|process overrides the default.
+A kill -9 of the recording process loses at most the rounds of the last flush interval: in
+process mode the writer process stores what it received and marks the run interrupted; in
+thread mode (or when both die) the next TraceStore opened on the file marks it interrupted
+(see store.writer_is_dead).
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import queue
@@ -26,27 +38,33 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Generator, Mapping
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
+from sqlalchemy.engine import make_url
 
 from specscope.core.records import GenerationResult, Round, RunConfig
 
-from .codec import VectorPolicy, round_to_rows
+from .codec import VectorPolicy
 from .errors import RunExistsError, WriterError
 from .info import ModelInfo, library_versions as collect_versions
-from .schema import nodes_table, rounds_table, runs_table
+from .schema import runs_table
+from .sink import RunSink
 from .store import HEARTBEAT_S, TraceStore, run_row, translate_errors
+from .writer_process import close_writer_process, writer_process
 
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.25
+WRITER_MODES = ("auto", "process", "thread")
+MODE_ENV = "SPECSCOPE_TRACE_WRITER"
 _live_lock = threading.Lock()
 _live: "weakref.WeakSet[TraceWriter]" = weakref.WeakSet()
+_tokens = itertools.count(1)
 
 
 def live_writer_ids() -> frozenset[str]:
     """Run ids being written by TraceWriters of this process."""
     with _live_lock:
-        return frozenset(w.run_id for w in _live if w._thread.is_alive())
+        return frozenset(w.run_id for w in _live if w.alive)
 
 
 @atexit.register
@@ -58,6 +76,7 @@ def _finish_forgotten_writers() -> None:
             w.finish("interrupted", error="the process exited without finishing the run")
         except Exception:  # pragma: no cover - best effort at exit
             pass
+    close_writer_process()
 
 
 @dataclass
@@ -86,6 +105,18 @@ def _outcome(outcome: Any, error: str | None) -> tuple[str, str | None, str | No
     raise ValueError(f"finish() takes a GenerationResult, an exception or one of completed|interrupted|failed, got {outcome!r}")
 
 
+def choose_mode(store: TraceStore, mode: str = "auto") -> str:
+    """'process' or 'thread' for a writer on `store` (see the module docstring)."""
+    if mode not in WRITER_MODES:
+        raise ValueError(f"mode must be one of {', '.join(WRITER_MODES)}, got {mode!r}")
+    if mode == "auto":
+        mode = os.environ.get(MODE_ENV, "process").strip().lower() or "process"
+        if mode not in ("process", "thread"):
+            raise ValueError(f"{MODE_ENV} must be 'process' or 'thread', got {mode!r}")
+    shareable = store.path is not None or make_url(store.url).get_backend_name() != "sqlite"
+    return mode if shareable else "thread"
+
+
 class TraceWriter:
     """Writes one run. See the module docstring."""
 
@@ -102,6 +133,7 @@ class TraceWriter:
         flush_interval: float = FLUSH_INTERVAL_S,
         library_versions: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
+        mode: str = "auto",
     ):
         if not 0 < flush_interval <= 60:
             raise ValueError(f"flush_interval must be in (0, 60] seconds, got {flush_interval!r}")
@@ -110,17 +142,12 @@ class TraceWriter:
         self.run_id = config.run_id
         self.policy = VectorPolicy.for_vocab(config.vocab_size, top_n, full_vectors, full_dtype)
         self.flush_interval = float(flush_interval)
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._wake = threading.Event()
+        self.mode = choose_mode(store, mode)
         self._next_index = 0
         self._finished = False
         self._error: BaseException | None = None
         self._lock = threading.Lock()
-        # aggregates, owned by the thread
-        self.rounds_written = 0
-        self._drafted = 0
-        self._accepted = 0
-        self._tokens: list[int] = []
+        self.rounds_written = 0  # committed so far (as last reported by the thread or process)
         self.flushes = 0
 
         self.started_at = time.time()
@@ -143,10 +170,16 @@ class TraceWriter:
                 if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == self.run_id)).first():
                     raise RunExistsError(f"a run with id {self.run_id} is already stored")
                 conn.execute(insert(runs_table).values(**row))
-        self._thread = threading.Thread(target=self._loop, name=f"TraceWriter-{self.run_id[:8]}", daemon=True)
+        if self.mode == "process":
+            try:
+                self._start_process()
+            except WriterError as exc:
+                log.warning("%s; recording run %s from a thread instead", exc, self.run_id)
+                self.mode = "thread"
+        if self.mode == "thread":
+            self._start_thread()
         with _live_lock:
             _live.add(self)
-        self._thread.start()
 
     # ------------------------------------------------------------------ producer side
 
@@ -154,33 +187,36 @@ class TraceWriter:
         """Queue one round (never waits on the database)."""
         if self._finished:
             raise WriterError(f"run {self.run_id} is finished; no more rounds can be written")
-        if self._error is not None:
-            raise WriterError(f"the trace writer of run {self.run_id} failed: {self._error}") from self._error
+        self._raise_if_failed()
         if rnd.run_id != self.run_id:
             raise ValueError(f"round of run {rnd.run_id!r} given to the writer of run {self.run_id!r}")
         if rnd.index != self._next_index:
             raise ValueError(f"round {rnd.index} written out of order: expected round {self._next_index}")
         self._next_index += 1
-        self._queue.put(rnd)
+        if self.mode == "process":
+            self._service.send(("rounds", self.run_id, [rnd]))
+        else:
+            self._queue.put(rnd)
 
     def flush(self, timeout: float | None = 10.0) -> None:
         """Block until every round written so far is committed."""
-        if self._finished or not self._thread.is_alive():
+        if self._finished or not self.alive:
             self._raise_if_failed()
             return
         marker = _Flush()
-        self._queue.put(marker)
-        self._wake.set()
-        while not marker.done.wait(0.05):
-            if not self._thread.is_alive():
-                break
-            if timeout is not None:
-                timeout -= 0.05
-                if timeout <= 0:
-                    raise WriterError(f"the trace writer of run {self.run_id} did not flush in time")
+        if self.mode == "process":
+            token = next(_tokens)
+            self._flushes_waiting[token] = marker
+            self._service.send(("flush", self.run_id, token))
+        else:
+            self._queue.put(marker)
+            self._wake.set()
+        if not self._wait(marker.done, timeout):
+            raise WriterError(f"the trace writer of run {self.run_id} did not flush in time")
         self._raise_if_failed()
 
-    def finish(self, outcome: GenerationResult | BaseException | str | None = None, *, error: str | None = None) -> None:
+    def finish(self, outcome: GenerationResult | BaseException | str | None = None, *, error: str | None = None,
+               timeout: float | None = None) -> None:
         """Flush everything and close the run.
 
         outcome: a GenerationResult (status completed, or interrupted when cancelled), an
@@ -195,11 +231,22 @@ class TraceWriter:
         values: dict[str, Any] = {"status": status, "stop_reason": stop_reason, "error": error}
         if result is not None:
             values["wall_s"] = float(result.wall_s)
-        self._queue.put(_Finish(values))
-        self._wake.set()
-        self._thread.join()
-        with _live_lock:
-            _live.discard(self)
+        try:
+            if self.mode == "process":
+                try:
+                    self._service.send(("finish", self.run_id, values))
+                except WriterError as exc:  # the writer process has gone: _on_message("died") closed us
+                    self._fail(exc)
+                if not self._wait(self._closed, timeout):
+                    raise WriterError(f"the trace writer of run {self.run_id} did not finish in time")
+                self._service.unregister(self.run_id)
+            else:
+                self._queue.put(_Finish(values))
+                self._wake.set()
+                self._thread.join(timeout)
+        finally:
+            with _live_lock:
+                _live.discard(self)
         self._raise_if_failed()
 
     def record(self, rounds: Generator[Round, None, GenerationResult]) -> GenerationResult:
@@ -231,9 +278,31 @@ class TraceWriter:
     def error(self) -> BaseException | None:
         return self._error
 
+    @property
+    def alive(self) -> bool:
+        """Whether rounds written now will still be stored."""
+        if self.mode == "process":
+            return not self._closed.is_set() and self._service.alive
+        return self._thread.is_alive()
+
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             raise WriterError(f"the trace writer of run {self.run_id} failed: {self._error}") from self._error
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+
+    def _wait(self, event: threading.Event, timeout: float | None) -> bool:
+        """Wait for `event` while whoever must set it is alive."""
+        waited = 0.0
+        while not event.wait(0.05):
+            if not self.alive and not event.is_set():
+                return self._error is not None or event.is_set()
+            waited += 0.05
+            if timeout is not None and waited >= timeout:
+                return False
+        return True
 
     def __enter__(self) -> "TraceWriter":
         return self
@@ -248,23 +317,58 @@ class TraceWriter:
             else:
                 self.finish()
 
-    # ------------------------------------------------------------------ the thread
+    # ------------------------------------------------------------------ process mode
+
+    def _start_process(self) -> None:
+        self._flushes_waiting: dict[int, _Flush] = {}
+        self._closed = threading.Event()
+        self._service = writer_process()
+        self._service.register(self.run_id, self._on_message)
+        p = self.policy
+        self._service.send(("open", self.run_id, self.store.url, (p.top_n, p.full, p.full_dtype), self.started_at,
+                            self.flush_interval))
+
+    def _on_message(self, m: tuple) -> None:
+        """Called on the receiving thread with each answer of the writer process."""
+        kind = m[0]
+        if kind == "committed":
+            self.rounds_written, self.flushes = m[2], m[3]
+        elif kind == "flushed":
+            marker = self._flushes_waiting.pop(m[2], None)
+            if marker is not None:
+                marker.done.set()
+        elif kind == "error":
+            self._fail(WriterError(m[2]))
+        elif kind == "finished":
+            self._closed.set()
+        elif kind == "died":
+            self._fail(WriterError(f"the trace writer process stopped: {m[2]}"))
+            RunSink(self.store.engine, self.run_id, self.policy, self.started_at).mark(
+                "failed", f"trace writer process stopped: {m[2]}")
+            self._closed.set()
+        if kind in ("error", "died", "finished"):
+            for marker in list(self._flushes_waiting.values()):
+                marker.done.set()
+
+    # ------------------------------------------------------------------ thread mode
+
+    def _start_thread(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._sink = RunSink(self.store.engine, self.run_id, self.policy, self.started_at)
+        self._thread = threading.Thread(target=self._loop, name=f"TraceWriter-{self.run_id[:8]}", daemon=True)
+        self._thread.start()
 
     def _loop(self) -> None:
         # Sleep until woken (flush/finish) or until the flush interval has passed, then take
-        # everything queued at once: one wake-up and one transaction per interval, so the
-        # thread competes with the decoder for the GIL and the cores as little as possible.
-        last_commit = time.monotonic()
+        # everything queued at once: one wake-up and one transaction per interval.
         markers: list[_Flush] = []
         try:
             while True:
                 self._wake.wait(timeout=self.flush_interval)
                 self._wake.clear()
-                rounds: list[dict] = []
-                nodes: list[dict] = []
-                tokens: list[int] = []
-                drafted = accepted = 0
-                markers: list[_Flush] = []
+                batch: list[Round] = []
+                markers = []
                 final: _Finish | None = None
                 while final is None:
                     try:
@@ -272,19 +376,14 @@ class TraceWriter:
                     except queue.Empty:
                         break
                     if isinstance(item, Round):
-                        row, node_rows = round_to_rows(item, self.policy, self.run_id)
-                        rounds.append(row)
-                        nodes.extend(node_rows)
-                        tokens.extend(e.token for e in item.emitted)
-                        drafted += row["n_drafted"]
-                        accepted += row["n_accepted"]
+                        batch.append(item)
                     elif isinstance(item, _Flush):
                         markers.append(item)
                     elif isinstance(item, _Finish):
                         final = item
-                if rounds or markers or final is not None or time.monotonic() - last_commit >= HEARTBEAT_S:
-                    self._commit(rounds, nodes, tokens, drafted, accepted, final.values if final else None)
-                    last_commit = time.monotonic()
+                if batch or markers or final is not None or time.monotonic() - self._sink.last_commit >= HEARTBEAT_S:
+                    self._sink.commit(batch, final.values if final else None)
+                    self.rounds_written, self.flushes = self._sink.rounds_written, self._sink.flushes
                 for marker in markers:
                     marker.done.set()
                 if final is not None:
@@ -292,13 +391,7 @@ class TraceWriter:
         except BaseException as exc:  # keep the error for the producer; mark the run failed
             self._error = exc
             log.exception("trace writer of run %s failed", self.run_id)
-            try:
-                with self.store.transaction() as conn:
-                    conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id).values(
-                        status="failed", error=f"trace writer failed: {type(exc).__name__}: {exc}",
-                        ended_at=time.time(), heartbeat_at=time.time()))
-            except Exception:
-                pass
+            self._sink.mark("failed", f"trace writer failed: {type(exc).__name__}: {exc}")
             # release anyone waiting on a flush marker
             while True:
                 try:
@@ -309,33 +402,6 @@ class TraceWriter:
                     item.done.set()
             for marker in markers:
                 marker.done.set()
-
-    def _commit(self, rounds: list[dict], nodes: list[dict], tokens: list[int], drafted: int, accepted: int,
-                final: dict[str, Any] | None) -> None:
-        now = time.time()
-        self._tokens.extend(tokens)
-        values: dict[str, Any] = {
-            "heartbeat_at": now,
-            "n_rounds": self.rounds_written + len(rounds),
-            "drafted": self._drafted + drafted,
-            "accepted": self._accepted + accepted,
-            "new_tokens": list(self._tokens),
-        }
-        if final is not None:
-            values.update(final)
-            values["ended_at"] = now
-            values.setdefault("wall_s", now - self.started_at)
-        with translate_errors(f"writing run {self.run_id}"):
-            with self.store.transaction() as conn:
-                if rounds:
-                    conn.execute(insert(rounds_table), rounds)
-                if nodes:
-                    conn.execute(insert(nodes_table), nodes)
-                conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id).values(**values))
-        self.rounds_written += len(rounds)
-        self._drafted += drafted
-        self._accepted += accepted
-        self.flushes += 1
 
 
 def record(store: TraceStore, decoder: Any, prompt_ids: Any, max_new_tokens: int = 32, *, run_id: str | None = None,

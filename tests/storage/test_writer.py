@@ -21,8 +21,17 @@ from specscope.storage import (
     round_is_partial,
 )
 
+from specscope.storage.writer import MODE_ENV
+
 from .conftest import PROMPT
 from .helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
+
+
+@pytest.fixture(params=["process", "thread"])
+def writer_mode(request, monkeypatch):
+    """Runs a test with writers in a writer process and again with writer threads."""
+    monkeypatch.setenv(MODE_ENV, request.param)
+    return request.param
 
 
 def test_recorded_runs_load_back(recorded):
@@ -109,7 +118,7 @@ def test_lazy_ranges_and_summaries(recorded):
         assert store.resolve_run_id(rid[:10]) == rid
 
 
-def test_flushes_within_the_interval_and_reads_while_running(store):
+def test_flushes_within_the_interval_and_reads_while_running(store, writer_mode):
     config = synthetic_config()
     rounds = synthetic_rounds(config, 30)
     writer = TraceWriter(store, config, flush_interval=0.1)
@@ -137,7 +146,7 @@ def test_flushes_within_the_interval_and_reads_while_running(store):
     assert store.count_rounds(config.run_id) == 30
 
 
-def test_writer_rejects_misuse(store):
+def test_writer_rejects_misuse(store, writer_mode):
     config = synthetic_config()
     rounds = synthetic_rounds(config, 3)
     with TraceWriter(store, config) as writer:
@@ -154,7 +163,7 @@ def test_writer_rejects_misuse(store):
         TraceWriter(store, config)
 
 
-def test_exception_marks_failed_and_cancel_marks_interrupted(store, make_decoder):
+def test_exception_marks_failed_and_cancel_marks_interrupted(store, writer_mode, make_decoder):
     config = synthetic_config()
     with pytest.raises(RuntimeError):
         with TraceWriter(store, config) as writer:
@@ -175,9 +184,10 @@ def test_exception_marks_failed_and_cancel_marks_interrupted(store, make_decoder
     assert info.status == "interrupted" and info.n_rounds == 2
 
 
-def test_writer_thread_failure_surfaces(store):
+def test_writer_failure_surfaces(store, writer_mode):
     config = synthetic_config()
     writer = TraceWriter(store, config, flush_interval=0.05)
+    assert writer.mode == writer_mode
     with store.engine.begin() as conn:  # sabotage: the rounds table disappears
         conn.execute(text("ALTER TABLE draft_nodes RENAME TO draft_nodes_gone"))
     writer.write(synthetic_rounds(config, 1)[0])
@@ -190,7 +200,7 @@ def test_writer_thread_failure_surfaces(store):
     assert store.get_run(config.run_id).status == "failed"
 
 
-def test_heartbeat_while_idle(store):
+def test_heartbeat_while_idle(store, writer_mode):
     config = synthetic_config()
     with TraceWriter(store, config) as writer:
         first = store.get_run(config.run_id).heartbeat_at
@@ -199,7 +209,7 @@ def test_heartbeat_while_idle(store):
         assert writer.rounds_written == 0
 
 
-def test_full_vector_policy(store):
+def test_full_vector_policy(store, writer_mode):
     with TraceWriter(store, synthetic_config(vocab=9000)) as big, TraceWriter(store, synthetic_config(vocab=64)) as small:
         assert big.policy.full is False and small.policy.full is True
     assert store.get_run(big.run_id).full_vectors is False

@@ -1,0 +1,61 @@
+"""Frames on the pipes between a recording process and its writer process.
+
+A frame is a list of messages (tuples) pickled with protocol 5. Contiguous buffers (the
+rounds' numpy vectors) travel out of band, written straight from the arrays, so the
+recording process copies nothing while it holds the GIL:
+
+    header   ">II" pickle length, buffer count; then ">Q" per buffer length
+    body     the pickle, then each buffer's bytes
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import IO, Any
+
+_HEAD = struct.Struct(">II")
+
+
+def write_frame(stream: IO[bytes], messages: list[Any]) -> None:
+    buffers: list[memoryview] = []
+
+    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+        try:
+            buffers.append(buffer.raw())
+            return False
+        except BufferError:  # not contiguous: pickled in band instead
+            return True
+
+    data = pickle.dumps(messages, protocol=5, buffer_callback=out_of_band)
+    stream.write(_HEAD.pack(len(data), len(buffers)) + struct.pack(f">{len(buffers)}Q", *(b.nbytes for b in buffers)))
+    stream.write(data)
+    for b in buffers:
+        stream.write(b)
+    stream.flush()
+
+
+def read_frame(stream: IO[bytes]) -> list[Any] | None:
+    """The next frame's messages; None at end of stream."""
+    head = _read_exact(stream, _HEAD.size)
+    if head is None:
+        return None
+    size, count = _HEAD.unpack(head)
+    lengths = struct.unpack(f">{count}Q", _read_exact(stream, 8 * count, required=True)) if count else ()
+    data = _read_exact(stream, size, required=True)
+    buffers = [_read_exact(stream, n, required=True) for n in lengths]
+    return pickle.loads(data, buffers=buffers)
+
+
+def _read_exact(stream: IO[bytes], n: int, required: bool = False) -> bytearray | None:
+    out = bytearray(n)
+    view = memoryview(out)
+    got = 0
+    while got < n:
+        k = stream.readinto(view[got:])
+        if not k:
+            if got == 0 and not required:
+                return None
+            raise EOFError(f"stream ended inside a frame ({got} of {n} bytes)")
+        got += k
+    return out

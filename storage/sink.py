@@ -1,0 +1,78 @@
+"""RunSink: the database half of a TraceWriter.
+
+It turns batches of rounds into rows (codec.rounds_to_rows) and commits them, together with
+the run's aggregates and heartbeat, in one transaction. The writer's thread uses it in the
+recording process; the writer process (writer_child) uses the same class on its own engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy import Engine, insert, update
+
+from specscope.core.records import Round
+
+from .codec import VectorPolicy, rounds_to_rows
+from .schema import nodes_table, rounds_table, runs_table
+from .store import transaction, translate_errors
+
+
+class RunSink:
+    """Commits one run's rounds; keeps the aggregates stored in the run row current."""
+
+    def __init__(self, engine: Engine, run_id: str, policy: VectorPolicy, started_at: float):
+        self.engine = engine
+        self.run_id = run_id
+        self.policy = policy
+        self.started_at = started_at
+        self.rounds_written = 0
+        self.flushes = 0
+        self.last_commit = time.monotonic()
+        self._drafted = 0
+        self._accepted = 0
+        self._tokens: list[int] = []
+
+    def commit(self, rounds: Sequence[Round], final: Mapping[str, Any] | None = None) -> None:
+        """Insert `rounds` and update the run row (heartbeat, aggregates; `final` closes the run)."""
+        round_rows, node_rows = rounds_to_rows(rounds, self.policy, self.run_id)
+        drafted = sum(row["n_drafted"] for row in round_rows)
+        accepted = sum(row["n_accepted"] for row in round_rows)
+        tokens = [e.token for r in rounds for e in r.emitted]
+        now = time.time()
+        values: dict[str, Any] = {
+            "heartbeat_at": now,
+            "n_rounds": self.rounds_written + len(round_rows),
+            "drafted": self._drafted + drafted,
+            "accepted": self._accepted + accepted,
+            "new_tokens": self._tokens + tokens,
+        }
+        if final is not None:
+            values.update(final)
+            values["ended_at"] = now
+            values.setdefault("wall_s", now - self.started_at)
+        with translate_errors(f"writing run {self.run_id}"):
+            with transaction(self.engine) as conn:
+                if round_rows:
+                    conn.execute(insert(rounds_table), round_rows)
+                if node_rows:
+                    conn.execute(insert(nodes_table), node_rows)
+                conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id).values(**values))
+        self.rounds_written += len(round_rows)
+        self._drafted += drafted
+        self._accepted += accepted
+        self._tokens.extend(tokens)
+        self.flushes += 1
+        self.last_commit = time.monotonic()
+
+    def mark(self, status: str, error: str) -> None:
+        """Close the run with `status` and `error` without writing rounds (best effort)."""
+        now = time.time()
+        try:
+            with transaction(self.engine) as conn:
+                conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id,
+                                                      runs_table.c.status == "running").values(
+                    status=status, error=error, ended_at=now, heartbeat_at=now))
+        except Exception:  # the database itself may be what failed
+            pass

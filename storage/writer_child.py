@@ -1,0 +1,162 @@
+"""The writer process: commits the rounds that the TraceWriters of one recording process send.
+
+Started by storage.writer_process as `python -m specscope.storage.writer_child`; it imports
+neither torch nor Qt. stdin carries frames (storage.frames) of messages:
+
+    ("open", run_id, url, (top_n, full, full_dtype), started_at, flush_interval)
+    ("rounds", run_id, [Round, ...])
+    ("flush", run_id, token)
+    ("finish", run_id, {status, stop_reason, error, wall_s})
+
+and stdout answers with ("ready", pid), ("committed", run_id, rounds_written, flushes),
+("flushed", run_id, token), ("finished", run_id, error | None) and ("error", run_id, message).
+
+Every open run is committed at least once per its flush interval while rounds arrive, and
+its heartbeat is touched at least every HEARTBEAT_S. End of stdin means the recording
+process has gone (or closed the service): what was received is committed, and runs that
+were never finished are marked interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+
+from .codec import VectorPolicy
+from .frames import read_frame, write_frame
+from .sink import RunSink
+from .store import HEARTBEAT_S, make_engine
+
+
+@dataclass
+class _Run:
+    sink: RunSink
+    url: str
+    flush_interval: float
+    pending: list = field(default_factory=list)
+    tokens: list = field(default_factory=list)  # flush tokens to acknowledge after the next commit
+    final: dict | None = None
+    error: str | None = None
+
+
+class _Engines:
+    """One engine per database URL, disposed when its last run closes."""
+
+    def __init__(self) -> None:
+        self._engines: dict[str, list[Any]] = {}
+
+    def acquire(self, url: str) -> Engine:
+        entry = self._engines.get(url)
+        if entry is None:
+            entry = self._engines[url] = [make_engine(url), 0]
+        entry[1] += 1
+        return entry[0]
+
+    def release(self, url: str) -> None:
+        entry = self._engines[url]
+        entry[1] -= 1
+        if entry[1] == 0:
+            entry[0].dispose()
+            del self._engines[url]
+
+
+def serve(stdin: Any, stdout: Any, parent_pid: int | None = None) -> None:
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    wake = threading.Event()
+
+    def read_loop() -> None:
+        try:
+            while (messages := read_frame(stdin)) is not None:
+                for m in messages:
+                    inbox.put(m)
+                if any(m[0] != "rounds" for m in messages):
+                    wake.set()
+        except Exception as exc:  # a torn frame: the parent died mid-write
+            print(f"specscope writer process: {type(exc).__name__}: {exc}", file=sys.stderr)
+        inbox.put(("eof",))
+        wake.set()
+
+    threading.Thread(target=read_loop, name="frames-in", daemon=True).start()
+    write_frame(stdout, [("ready", os.getpid())])
+    engines = _Engines()
+    runs: dict[str, _Run] = {}
+    eof = False
+    while not (eof and not runs):
+        wake.wait(min([r.flush_interval for r in runs.values()] + [HEARTBEAT_S]))
+        wake.clear()
+        replies: list[tuple] = []
+        while True:
+            try:
+                m = inbox.get_nowait()
+            except queue.Empty:
+                break
+            kind = m[0]
+            if kind == "eof":
+                eof = True
+            elif kind == "open":
+                _, run_id, url, (top_n, full, full_dtype), started_at, flush_interval = m
+                try:
+                    sink = RunSink(engines.acquire(url), run_id, VectorPolicy(top_n, full, full_dtype), started_at)
+                except Exception as exc:
+                    replies.append(("error", run_id, f"{type(exc).__name__}: {exc}"))
+                    continue
+                runs[run_id] = _Run(sink, url, flush_interval)
+            elif m[1] in runs:
+                run = runs[m[1]]
+                if kind == "rounds":
+                    if run.error is None:
+                        run.pending.extend(m[2])
+                elif kind == "flush":
+                    run.tokens.append(m[2])
+                elif kind == "finish":
+                    run.final = m[2]
+            elif kind == "flush":  # a run that failed to open: answer, so that nobody waits
+                replies.append(("flushed", m[1], m[2]))
+            elif kind == "finish":
+                replies.append(("finished", m[1], "the run was never opened by the writer process"))
+        for run_id, run in list(runs.items()):
+            if eof and run.final is None:
+                who = f"the recording process (pid {parent_pid})" if parent_pid else "the recording process"
+                run.final = {"status": "interrupted", "stop_reason": None,
+                             "error": f"{who} ended without finishing the run; the writer process stored every round it had received"}
+            due = run.pending or run.tokens or run.final is not None or time.monotonic() - run.sink.last_commit >= HEARTBEAT_S
+            if not due:
+                continue
+            if run.error is None:
+                try:
+                    run.sink.commit(run.pending, run.final)
+                    replies.append(("committed", run_id, run.sink.rounds_written, run.sink.flushes))
+                except Exception as exc:
+                    run.error = f"{type(exc).__name__}: {exc}"
+                    run.sink.mark("failed", f"trace writer failed: {run.error}")
+                    replies.append(("error", run_id, run.error))
+            run.pending = []
+            replies.extend(("flushed", run_id, token) for token in run.tokens)
+            run.tokens = []
+            if run.final is not None:
+                replies.append(("finished", run_id, run.error))
+                del runs[run_id]
+                engines.release(run.url)
+        if replies:
+            try:
+                write_frame(stdout, replies)
+            except (BrokenPipeError, OSError):  # nobody listens any more; keep committing
+                pass
+
+
+def main() -> None:
+    stdout = sys.stdout.buffer
+    sys.stdout = sys.stderr  # a stray print must not corrupt the frames
+    parent = os.getppid() if hasattr(os, "getppid") else None
+    serve(sys.stdin.buffer, stdout, parent)
+
+
+if __name__ == "__main__":
+    main()
