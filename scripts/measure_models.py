@@ -14,6 +14,9 @@ resources/models/training.json), so no prompt token was trained on. Reported:
 - greedy speculative decoding (core SpeculativeDecoder, k=4) against plain greedy decoding
   of the same target with a KV cache: speedup = median over interleaved repetitions of
   (plain wall time / speculative wall time), summed over the prompts; mean accepted length;
+- whether greedy continuations read as Python (code_shape: distinct 4-grams, repeated
+  lines, indentation, Python's tokenizer), next to the same measures on the held-out
+  file's own text after each prompt;
 - a few greedy continuations of the target.
 """
 
@@ -57,8 +60,11 @@ def heldout_texts(models: Path) -> tuple[dict[str, str], dict]:
     return texts, meta
 
 
-def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed: int) -> list[tuple[str, list[int]]]:
+def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed: int,
+                    references: dict[str, str] | None = None) -> list[tuple[str, list[int]]]:
     """n prompts of about `length` tokens, each ending at the end of a line inside a held-out file.
+
+    `references`, when given, receives the file's own text after each prompt (by prompt name).
 
     Prompts start on a line boundary and are spread over the files (round robin), at
     positions drawn with a fixed seed.
@@ -73,21 +79,76 @@ def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed:
         lines = texts[name].splitlines(keepends=True)
         start = int(rng.integers(0, max(1, len(lines) - 60)))
         text = ""
+        used = 0
         for line in lines[start:]:
             if len(tokenizer(text + line, add_special_tokens=False)["input_ids"]) > length:
                 break
             text += line
+            used += 1
         # No trailing newline: the tokenizer merges a newline with the next indentation,
         # so a prompt must not end at a bare newline (see core.loading.example_prompts).
         ids = tokenizer(text.rstrip(), add_special_tokens=False)["input_ids"]
         if len(ids) >= length // 2:
             prompts.append((f"{name}:{start + 1}", ids))
+            if references is not None:
+                references[f"{name}:{start + 1}"] = text[len(text.rstrip()):] + "".join(lines[start + used:start + used + 80])
         if i > 50 * n:
             break
     return prompts
 
 
 # ---------------------------------------------------------------------------- quality
+
+
+def code_shape(prompt: str, continuation: str, ids: list[int]) -> dict:
+    """Does a continuation read as Python? Cheap, model-free measures:
+
+    distinct_4grams   unique token 4-grams / all token 4-grams (degenerate loops are low)
+    repeated_lines    share of the non-blank lines (4+ characters) that repeat an earlier
+                      line of the same continuation
+    indent_by_4       share of the non-blank lines indented by a multiple of 4 spaces
+    python_tokenizes  Python's own tokenizer reads prompt + continuation (up to the last
+                      complete line) without an error or a mismatched bracket; brackets
+                      still open at the cut are fine
+    """
+    import io
+    import tokenize
+
+    grams = [tuple(ids[i : i + 4]) for i in range(len(ids) - 3)]
+    lines = [line for line in continuation.splitlines() if line.strip()]
+    seen: set[str] = set()
+    repeats = 0
+    for line in lines:
+        key = line.strip()
+        if len(key) >= 4:
+            repeats += key in seen
+            seen.add(key)
+    long_lines = sum(1 for line in lines if len(line.strip()) >= 4)
+    complete = (prompt + continuation).rsplit("\n", 1)[0] + "\n"
+    ok = True
+    stack: list[str] = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(complete).readline):
+            if tok.type == tokenize.OP and tok.string in "([{":
+                stack.append(tok.string)
+            elif tok.type == tokenize.OP and tok.string in pairs:
+                if not stack or stack.pop() != pairs[tok.string]:
+                    ok = False
+                    break
+    except (tokenize.TokenError, IndentationError, SyntaxError) as exc:
+        # the tokenizer reports brackets still open at the end of the text as an EOF error
+        ok = "EOF" in str(exc) and bool(stack)
+    return {
+        "distinct_4grams": len(set(grams)) / len(grams) if grams else 1.0,
+        "repeated_lines": repeats / long_lines if long_lines else 0.0,
+        "indent_by_4": sum(1 for line in lines if (len(line) - len(line.lstrip(" "))) % 4 == 0) / len(lines) if lines else 1.0,
+        "python_tokenizes": ok,
+    }
+
+
+def mean_shape(shapes: list[dict]) -> dict:
+    return {key: float(np.mean([s[key] for s in shapes])) for key in shapes[0]}
 
 
 @torch.inference_mode()
@@ -181,6 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--samples", type=int, default=2, help="greedy continuations to print")
+    ap.add_argument("--shape-tokens", type=int, default=128, help="greedy tokens per prompt for the code-shape measures")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers as JSON")
     args = ap.parse_args(argv)
 
@@ -195,7 +257,8 @@ def main(argv: list[str] | None = None) -> dict:
     target = load_model(folder / "target", "cpu", role="target")
     drafts = {name: load_model(folder / f"draft-{name}", "cpu", role="draft") for name in ("small", "tiny")}
     texts, meta = heldout_texts(folder)
-    prompts = heldout_prompts(tok, texts, args.prompts, args.prompt_tokens, args.seed)
+    references: dict[str, str] = {}
+    prompts = heldout_prompts(tok, texts, args.prompts, args.prompt_tokens, args.seed, references)
     print(f"{len(prompts)} held-out prompts of ~{args.prompt_tokens} tokens from {len(texts)} held-out files", file=sys.stderr)
 
     # 1. quality
@@ -255,7 +318,15 @@ def main(argv: list[str] | None = None) -> dict:
     speedup = {name: statistics.median(v) for name, v in ratios.items()}
     mean_accepted = {name: float(np.mean(v)) for name, v in accepted.items()}
 
-    # 4. samples
+    # 4. do greedy continuations read as Python? The held-out file's own text is the yardstick.
+    shapes, reference_shapes = [], []
+    for name, ids in prompts:
+        cont = plain_greedy(target, ids, args.shape_tokens)
+        shapes.append(code_shape(tok.decode(ids), tok.decode(cont), cont))
+        ref_ids = tok(references[name], add_special_tokens=False)["input_ids"][: args.shape_tokens]
+        reference_shapes.append(code_shape(tok.decode(ids), tok.decode(ref_ids), ref_ids))
+
+    # 5. samples
     samples = []
     for _, ids in prompts[: args.samples]:
         samples.append((tok.decode(ids[-60:]), tok.decode(plain_greedy(target, ids, 64))))
@@ -277,6 +348,8 @@ def main(argv: list[str] | None = None) -> dict:
         "speedup_reps": ratios,
         "mean_accepted_length": mean_accepted,
         "greedy_mismatches": mismatches,
+        "code_shape": {"target_greedy": mean_shape(shapes), "heldout_text": mean_shape(reference_shapes),
+                       "per_prompt": shapes},
         "weights_bytes": weights,
         "params": params,
         "prompts": [name for name, _ in prompts],
@@ -310,6 +383,14 @@ def print_report(r: dict, samples: list[tuple[str, str]], args) -> None:
         reps = ", ".join(f"{x:.2f}" for x in r["speedup_reps"][name])
         same = "yes" if r["greedy_mismatches"][name] == 0 else f"no ({r['greedy_mismatches'][name]} prompts differ)"
         print(f"| {name} | {s:.2f}x | {reps} | {r['mean_accepted_length'][name]:.2f} | {same} |")
+    cs = r["code_shape"]
+    print(f"\nDo greedy continuations read as Python? {args.shape_tokens} greedy tokens after each held-out prompt, "
+          "against the held-out file's own next tokens (means over the prompts):\n")
+    print("| text | distinct token 4-grams | repeated lines | lines indented by 4s | Python tokenizer accepts it |")
+    print("|---|---|---|---|---|")
+    for label, key in (("target, greedy", "target_greedy"), ("held-out file (reference)", "heldout_text")):
+        m = cs[key]
+        print(f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | {m['python_tokenizes']:.0%} |")
     print("\nGreedy continuations of the target (prompt tail, then `# >>>` and the continuation):\n")
     for prompt, cont in samples:
         print("```python")
