@@ -220,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         if args.db:
-            print(f"-- recorded as run {result.config.run_id} in {args.db}", file=sys.stderr)
+            print(f"-- recorded as run {result.config.run_id} in {store.location}", file=sys.stderr)
     return 0
 
 

@@ -306,6 +306,11 @@ class TraceStore:
     def __repr__(self) -> str:
         return f"TraceStore({self._where!r})"
 
+    @property
+    def location(self) -> str:
+        """The file path, or the URL with its password hidden: safe to print."""
+        return self._where
+
     def transaction(self) -> contextlib.AbstractContextManager[Any]:
         """A write transaction (BEGIN IMMEDIATE on SQLite): commit on success, else roll back."""
         return transaction(self.engine)

@@ -37,7 +37,7 @@ class Recorder:
         from specscope.storage import TraceWriter
 
         self.store = store
-        self.path = store.path or store.url
+        self.path = store.path or store.location
         self.run_id = config.run_id
         self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra)
 
