@@ -35,7 +35,7 @@ from .runpanel import RunPanelWidget
 from .session import ModelHub
 from .settings import RunSettings
 from .timeline import TokenTimelineWidget
-from .traces import Recorder, TraceLibrary, describe_run, looks_like_trace, storage_available
+from .traces import Recorder, TraceLibrary, describe_run, looks_like_trace, storage_available, warm_up_trace_writer
 from .tree import DraftTreeView
 from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
 
@@ -119,6 +119,8 @@ class MainWindow(QMainWindow):
 
         self.model = RunModel(self)
         self.controller = RunController(self.hub, self._make_recorder if self.record else None, self)
+        if self.record:
+            warm_up_trace_writer()
         self.compare_controller = RunController(self.hub, None, self)
 
         # ---- widgets

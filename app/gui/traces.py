@@ -30,6 +30,25 @@ def default_trace_path() -> str:
     return default_db_location()
 
 
+def warm_up_trace_writer() -> None:
+    """Start the trace writer process in the background, so the first recorded run does not
+    wait for its imports. A failure here is not an error: the writer retries, or falls back
+    to a thread, when a run starts."""
+    import threading
+
+    def start() -> None:
+        try:
+            from specscope.storage.writer import MODE_ENV
+            from specscope.storage.writer_process import writer_process
+
+            if os.environ.get(MODE_ENV, "").strip().lower() != "thread":
+                writer_process()
+        except Exception:  # noqa: BLE001 - reported by the TraceWriter if it matters
+            pass
+
+    threading.Thread(target=start, name="specscope-writer-warm-up", daemon=True).start()
+
+
 class Recorder:
     """Adapts a storage TraceWriter to the worker's write(round) / finish(result, reason)."""
 
