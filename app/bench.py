@@ -424,6 +424,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+NOTES_MARKER = "<!-- notes: kept when the bench rewrites this file -->"
+
+
 def write_markdown(path: Path, results: dict[str, Any]) -> None:
     m = results["machine"]
     lines = [
@@ -440,4 +443,10 @@ def write_markdown(path: Path, results: dict[str, Any]) -> None:
     ]
     for mode, rows in results["modes"].items():
         lines += [f"## {mode}", "", format_table(rows), ""]
-    path.write_text("\n".join(lines))
+    # Hand-written analysis below the marker survives a rerun of the bench.
+    kept = ""
+    if path.exists():
+        old = path.read_text(encoding="utf-8")
+        if NOTES_MARKER in old:
+            kept = old[old.index(NOTES_MARKER):]
+    path.write_text("\n".join(lines) + ("\n" + kept if kept else ""), encoding="utf-8")
