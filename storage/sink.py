@@ -33,13 +33,30 @@ class RunSink:
         self._drafted = 0
         self._accepted = 0
         self._tokens: list[int] = []
+        self._round_rows: list[dict] = []  # encoded, not yet committed
+        self._node_rows: list[dict] = []
+        self._new_tokens: list[int] = []
 
-    def commit(self, rounds: Sequence[Round], final: Mapping[str, Any] | None = None) -> None:
-        """Insert `rounds` and update the run row (heartbeat, aggregates; `final` closes the run)."""
+    def add(self, rounds: Sequence[Round]) -> None:
+        """Encode rounds now; they are inserted by the next commit()."""
         round_rows, node_rows = rounds_to_rows(rounds, self.policy, self.run_id)
+        self._round_rows.extend(round_rows)
+        self._node_rows.extend(node_rows)
+        self._new_tokens.extend(e.token for r in rounds for e in r.emitted)
+
+    @property
+    def pending(self) -> int:
+        """Rounds encoded but not committed yet."""
+        return len(self._round_rows)
+
+    def commit(self, rounds: Sequence[Round] = (), final: Mapping[str, Any] | None = None) -> None:
+        """Insert the pending rounds (and `rounds`) and update the run row (heartbeat,
+        aggregates; `final` closes the run), in one transaction."""
+        if rounds:
+            self.add(rounds)
+        round_rows, node_rows, tokens = self._round_rows, self._node_rows, self._new_tokens
         drafted = sum(row["n_drafted"] for row in round_rows)
         accepted = sum(row["n_accepted"] for row in round_rows)
-        tokens = [e.token for r in rounds for e in r.emitted]
         now = time.time()
         values: dict[str, Any] = {
             "heartbeat_at": now,
@@ -59,6 +76,7 @@ class RunSink:
                 if node_rows:
                     conn.execute(insert(nodes_table), node_rows)
                 conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id).values(**values))
+        self._round_rows, self._node_rows, self._new_tokens = [], [], []
         self.rounds_written += len(round_rows)
         self._drafted += drafted
         self._accepted += accepted

@@ -10,18 +10,20 @@ see the run at once. write() only queues the round. Encoding (top-N, compressed 
 vectors) and inserting happen elsewhere, in one transaction per flush interval together
 with a heartbeat and the run's aggregates:
 
-  mode "process" (the default for SQLite files and database servers): in a writer process
-      shared by all writers of this process (storage.writer_process). The decoding process
-      only pickles each round, with its vectors out of band, so recording does not compete
-      with decoding for the GIL.
-  mode "thread": in a thread of this process (forced for in-memory SQLite, which another
-      process cannot open; also the fallback when the writer process cannot start).
+  mode "thread" (the default): in a thread of this process, batched per flush interval and
+      vectorised, at a lower priority (Linux) so that it yields the cores to decoding.
+  mode "process": in a writer process shared by all writers of this process
+      (storage.writer_process); the decoding process only pickles each round, with its
+      vectors out of band. When the recording process dies, the writer process still
+      stores every round it received and marks the run interrupted. On the 2-core machine
+      of BENCHMARKS.md it cost more decoding time than the thread (the pickling and the
+      extra process compete with torch's threads), so it is opt-in. In-memory SQLite,
+      which another process cannot open, always uses the thread.
 
-The environment variable SPECSCOPE_TRACE_WRITER=thread|process overrides the default.
-A kill -9 of the recording process loses at most the rounds of the last flush interval: in
-process mode the writer process stores what it received and marks the run interrupted; in
-thread mode (or when both die) the next TraceStore opened on the file marks it interrupted
-(see store.writer_is_dead).
+The environment variable SPECSCOPE_TRACE_WRITER=thread|process sets the default mode.
+A kill -9 of the recording process loses at most the rounds of the last flush interval;
+the next TraceStore opened on the file marks the run interrupted (store.writer_is_dead),
+unless a writer process already did.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from .info import ModelInfo, library_versions as collect_versions
 from .schema import runs_table
 from .sink import RunSink
 from .store import HEARTBEAT_S, TraceStore, run_row, translate_errors
+from .writer_child import NICENESS as WRITER_NICENESS
 from .writer_process import close_writer_process, writer_process
 
 log = logging.getLogger(__name__)
@@ -110,7 +113,7 @@ def choose_mode(store: TraceStore, mode: str = "auto") -> str:
     if mode not in WRITER_MODES:
         raise ValueError(f"mode must be one of {', '.join(WRITER_MODES)}, got {mode!r}")
     if mode == "auto":
-        mode = os.environ.get(MODE_ENV, "process").strip().lower() or "process"
+        mode = os.environ.get(MODE_ENV, "thread").strip().lower() or "thread"
         if mode not in ("process", "thread"):
             raise ValueError(f"{MODE_ENV} must be 'process' or 'thread', got {mode!r}")
     shareable = store.path is not None or make_url(store.url).get_backend_name() != "sqlite"
@@ -363,6 +366,10 @@ class TraceWriter:
         # Sleep until woken (flush/finish) or until the flush interval has passed, then take
         # everything queued at once: one wake-up and one transaction per interval.
         markers: list[_Flush] = []
+        try:  # Linux sets the niceness of one thread: yield the cores to decoding
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+        except (AttributeError, OSError):
+            pass
         try:
             while True:
                 self._wake.wait(timeout=self.flush_interval)

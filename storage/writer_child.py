@@ -11,8 +11,10 @@ neither torch nor Qt. stdin carries frames (storage.frames) of messages:
 and stdout answers with ("ready", pid), ("committed", run_id, rounds_written, flushes),
 ("flushed", run_id, token), ("finished", run_id, error | None) and ("error", run_id, message).
 
-Every open run is committed at least once per its flush interval while rounds arrive, and
-its heartbeat is touched at least every HEARTBEAT_S. End of stdin means the recording
+Rounds are encoded as they arrive and committed at least every EAGER_COMMIT_S (and every
+flush interval) while they arrive; a run's heartbeat is touched at least every HEARTBEAT_S.
+The process runs at a lower priority (NICENESS), so that on a machine whose cores the
+decoder keeps busy it works in the decoder's gaps rather than slowing it down. End of stdin means the recording
 process has gone (or closed the service): what was received is committed, and runs that
 were never finished are marked interrupted.
 """
@@ -34,37 +36,43 @@ from .frames import read_frame, write_frame
 from .sink import RunSink
 from .store import HEARTBEAT_S, make_engine
 
+# Commit at least this often while rounds arrive (and at least every flush interval): small
+# transactions keep what a flush or finish has to insert, after decoding ended, small.
+EAGER_COMMIT_S = 0.1
+IDLE_ENGINES = 4  # engines of finished runs kept open for the next run on the same database
+NICENESS = 10  # the writer yields the cores to the decoding process when both want them
+
 
 @dataclass
 class _Run:
     sink: RunSink
     url: str
     flush_interval: float
-    pending: list = field(default_factory=list)
     tokens: list = field(default_factory=list)  # flush tokens to acknowledge after the next commit
     final: dict | None = None
     error: str | None = None
 
 
 class _Engines:
-    """One engine per database URL, disposed when its last run closes."""
+    """One engine per database URL; a few idle ones stay open for the next run."""
 
     def __init__(self) -> None:
-        self._engines: dict[str, list[Any]] = {}
+        self._engines: dict[str, list[Any]] = {}  # url -> [engine, runs using it, last release]
 
     def acquire(self, url: str) -> Engine:
         entry = self._engines.get(url)
         if entry is None:
-            entry = self._engines[url] = [make_engine(url), 0]
+            entry = self._engines[url] = [make_engine(url), 0, 0.0]
         entry[1] += 1
         return entry[0]
 
     def release(self, url: str) -> None:
         entry = self._engines[url]
         entry[1] -= 1
-        if entry[1] == 0:
-            entry[0].dispose()
-            del self._engines[url]
+        entry[2] = time.monotonic()
+        idle = sorted((e[2], u) for u, e in self._engines.items() if e[1] == 0)
+        for _, old in idle[: max(0, len(idle) - IDLE_ENGINES)]:
+            self._engines.pop(old)[0].dispose()
 
 
 def serve(stdin: Any, stdout: Any, parent_pid: int | None = None) -> None:
@@ -76,8 +84,7 @@ def serve(stdin: Any, stdout: Any, parent_pid: int | None = None) -> None:
             while (messages := read_frame(stdin)) is not None:
                 for m in messages:
                     inbox.put(m)
-                if any(m[0] != "rounds" for m in messages):
-                    wake.set()
+                wake.set()
         except Exception as exc:  # a torn frame: the parent died mid-write
             print(f"specscope writer process: {type(exc).__name__}: {exc}", file=sys.stderr)
         inbox.put(("eof",))
@@ -112,7 +119,12 @@ def serve(stdin: Any, stdout: Any, parent_pid: int | None = None) -> None:
                 run = runs[m[1]]
                 if kind == "rounds":
                     if run.error is None:
-                        run.pending.extend(m[2])
+                        try:  # encode on arrival: a flush or finish then only inserts
+                            run.sink.add(m[2])
+                        except Exception as exc:
+                            run.error = f"{type(exc).__name__}: {exc}"
+                            run.sink.mark("failed", f"trace writer failed: {run.error}")
+                            replies.append(("error", m[1], run.error))
                 elif kind == "flush":
                     run.tokens.append(m[2])
                 elif kind == "finish":
@@ -126,18 +138,19 @@ def serve(stdin: Any, stdout: Any, parent_pid: int | None = None) -> None:
                 who = f"the recording process (pid {parent_pid})" if parent_pid else "the recording process"
                 run.final = {"status": "interrupted", "stop_reason": None,
                              "error": f"{who} ended without finishing the run; the writer process stored every round it had received"}
-            due = run.pending or run.tokens or run.final is not None or time.monotonic() - run.sink.last_commit >= HEARTBEAT_S
+            since = time.monotonic() - run.sink.last_commit
+            due = (run.tokens or run.final is not None or since >= HEARTBEAT_S
+                   or (run.sink.pending and since >= min(run.flush_interval, EAGER_COMMIT_S)))
             if not due:
                 continue
             if run.error is None:
                 try:
-                    run.sink.commit(run.pending, run.final)
+                    run.sink.commit(final=run.final)
                     replies.append(("committed", run_id, run.sink.rounds_written, run.sink.flushes))
                 except Exception as exc:
                     run.error = f"{type(exc).__name__}: {exc}"
                     run.sink.mark("failed", f"trace writer failed: {run.error}")
                     replies.append(("error", run_id, run.error))
-            run.pending = []
             replies.extend(("flushed", run_id, token) for token in run.tokens)
             run.tokens = []
             if run.final is not None:
@@ -152,6 +165,10 @@ def serve(stdin: Any, stdout: Any, parent_pid: int | None = None) -> None:
 
 
 def main() -> None:
+    try:
+        os.nice(NICENESS)
+    except (AttributeError, OSError):  # not on this platform
+        pass
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the frames
     parent = os.getppid() if hasattr(os, "getppid") else None

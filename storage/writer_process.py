@@ -35,6 +35,7 @@ class WriterProcess:
             [sys.executable, "-m", "specscope.storage.writer_child"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
         )
+        _widen_pipe(self.proc.stdin)
         self._handlers: dict[str, Callable[[tuple], None]] = {}
         self._lock = threading.Lock()
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -136,6 +137,16 @@ class WriterProcess:
             self.proc.wait(10)
         except Exception:  # pragma: no cover - already gone
             pass
+
+
+def _widen_pipe(stream: Any) -> None:
+    """A 1 MiB pipe (Linux) so the sender rarely waits for the writer process to read."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass
 
 
 _service: WriterProcess | None = None

@@ -31,9 +31,9 @@ def default_trace_path() -> str:
 
 
 def warm_up_trace_writer() -> None:
-    """Start the trace writer process in the background, so the first recorded run does not
-    wait for its imports. A failure here is not an error: the writer retries, or falls back
-    to a thread, when a run starts."""
+    """With SPECSCOPE_TRACE_WRITER=process, start the writer process in the background, so
+    the first recorded run does not wait for its imports. A failure here is not an error:
+    the writer retries, or falls back to a thread, when a run starts."""
     import threading
 
     def start() -> None:
@@ -41,7 +41,7 @@ def warm_up_trace_writer() -> None:
             from specscope.storage.writer import MODE_ENV
             from specscope.storage.writer_process import writer_process
 
-            if os.environ.get(MODE_ENV, "").strip().lower() != "thread":
+            if os.environ.get(MODE_ENV, "").strip().lower() == "process":
                 writer_process()
         except Exception:  # noqa: BLE001 - reported by the TraceWriter if it matters
             pass

@@ -40,13 +40,13 @@ def test_frames_round_trip_with_out_of_band_vectors():
 
 def test_mode_choice(store, monkeypatch):
     monkeypatch.delenv(MODE_ENV, raising=False)
-    assert choose_mode(store) == "process"
-    assert choose_mode(store, "thread") == "thread"
+    assert choose_mode(store) == "thread"
+    assert choose_mode(store, "process") == "process"
     with TraceStore("sqlite://") as memory:  # another process cannot open it
         assert choose_mode(memory, "process") == "thread"
-    monkeypatch.setenv(MODE_ENV, "thread")
-    assert choose_mode(store) == "thread"
-    assert choose_mode(store, "process") == "process"  # an explicit mode wins
+    monkeypatch.setenv(MODE_ENV, "process")
+    assert choose_mode(store) == "process"
+    assert choose_mode(store, "thread") == "thread"  # an explicit mode wins
     monkeypatch.setenv(MODE_ENV, "fork")
     with pytest.raises(ValueError, match=MODE_ENV):
         choose_mode(store)
