@@ -64,7 +64,8 @@ def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed:
                     references: dict[str, str] | None = None) -> list[tuple[str, list[int]]]:
     """n prompts of about `length` tokens, each ending at the end of a line inside a held-out file.
 
-    `references`, when given, receives the file's own text after each prompt (by prompt name).
+    `references`, when given, receives (the file's text up to the prompt's end, the file's
+    text after it) for each prompt, by prompt name.
 
     Prompts start on a line boundary and are spread over the files (round robin), at
     positions drawn with a fixed seed.
@@ -90,8 +91,9 @@ def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed:
         ids = tokenizer(text.rstrip(), add_special_tokens=False)["input_ids"]
         if len(ids) >= length // 2:
             prompts.append((f"{name}:{start + 1}", ids))
-            if references is not None:
-                references[f"{name}:{start + 1}"] = text[len(text.rstrip()):] + "".join(lines[start + used:start + used + 80])
+            if references is not None:  # (the file up to the prompt's end, the file's text after it)
+                references[f"{name}:{start + 1}"] = ("".join(lines[:start]) + text.rstrip(),
+                                                     text[len(text.rstrip()):] + "".join(lines[start + used:start + used + 80]))
         if i > 50 * n:
             break
     return prompts
@@ -100,16 +102,17 @@ def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed:
 # ---------------------------------------------------------------------------- quality
 
 
-def code_shape(prompt: str, continuation: str, ids: list[int]) -> dict:
+def code_shape(before: str, continuation: str, ids: list[int]) -> dict:
     """Does a continuation read as Python? Cheap, model-free measures:
 
     distinct_4grams   unique token 4-grams / all token 4-grams (degenerate loops are low)
     repeated_lines    share of the non-blank lines (4+ characters) that repeat an earlier
                       line of the same continuation
     indent_by_4       share of the non-blank lines indented by a multiple of 4 spaces
-    python_tokenizes  Python's own tokenizer reads prompt + continuation (up to the last
-                      complete line) without an error or a mismatched bracket; brackets
-                      still open at the cut are fine
+    python_tokenizes  Python's own tokenizer reads the file from its start through the
+                      prompt and the continuation (up to its last complete line) without an
+                      error or a mismatched bracket; a bracket or string still open at the
+                      cut is fine
     """
     import io
     import tokenize
@@ -124,7 +127,7 @@ def code_shape(prompt: str, continuation: str, ids: list[int]) -> dict:
             repeats += key in seen
             seen.add(key)
     long_lines = sum(1 for line in lines if len(line.strip()) >= 4)
-    complete = (prompt + continuation).rsplit("\n", 1)[0] + "\n"
+    complete = (before + continuation).rsplit("\n", 1)[0] + "\n"
     ok = True
     stack: list[str] = []
     pairs = {")": "(", "]": "[", "}": "{"}
@@ -137,8 +140,8 @@ def code_shape(prompt: str, continuation: str, ids: list[int]) -> dict:
                     ok = False
                     break
     except (tokenize.TokenError, IndentationError, SyntaxError) as exc:
-        # the tokenizer reports brackets still open at the end of the text as an EOF error
-        ok = "EOF" in str(exc) and bool(stack)
+        # a bracket or a string still open where the text is cut is reported as an EOF error
+        ok = "EOF in multi-line" in str(exc)
     return {
         "distinct_4grams": len(set(grams)) / len(grams) if grams else 1.0,
         "repeated_lines": repeats / long_lines if long_lines else 0.0,
@@ -170,12 +173,12 @@ def heldout_loss(model, tokenizer, texts: dict[str, str], window: int) -> tuple[
 
 
 @torch.inference_mode()
-def sample_continuation(model, prompt: list[int], n: int, gen: torch.Generator) -> list[int]:
-    """Ancestral sampling from the target at temperature 1, with a KV cache."""
+def sample_continuation(model, prompt: list[int], n: int, gen: torch.Generator, temperature: float = 1.0) -> list[int]:
+    """Ancestral sampling from the target (at `temperature`), with a KV cache."""
     lm = CachedLM(model)
     ctx = list(prompt)
     for _ in range(n):
-        logits = lm.forward(ctx, keep=1)[0].double()
+        logits = lm.forward(ctx, keep=1)[0].double() / temperature
         ctx.append(int(torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)))
     return ctx[len(prompt) :]
 
@@ -319,12 +322,16 @@ def main(argv: list[str] | None = None) -> dict:
     mean_accepted = {name: float(np.mean(v)) for name, v in accepted.items()}
 
     # 4. do greedy continuations read as Python? The held-out file's own text is the yardstick.
-    shapes, reference_shapes = [], []
+    shapes, sampled_shapes, reference_shapes = [], [], []
+    shape_gen = torch.Generator().manual_seed(args.seed)
     for name, ids in prompts:
+        before, after = references[name]
         cont = plain_greedy(target, ids, args.shape_tokens)
-        shapes.append(code_shape(tok.decode(ids), tok.decode(cont), cont))
-        ref_ids = tok(references[name], add_special_tokens=False)["input_ids"][: args.shape_tokens]
-        reference_shapes.append(code_shape(tok.decode(ids), tok.decode(ref_ids), ref_ids))
+        shapes.append(code_shape(before, tok.decode(cont), cont))
+        cont = sample_continuation(target, ids, args.shape_tokens, shape_gen, temperature=0.7)
+        sampled_shapes.append(code_shape(before, tok.decode(cont), cont))
+        ref_ids = tok(after, add_special_tokens=False)["input_ids"][: args.shape_tokens]
+        reference_shapes.append(code_shape(before, tok.decode(ref_ids), ref_ids))
 
     # 5. samples
     samples = []
@@ -348,7 +355,8 @@ def main(argv: list[str] | None = None) -> dict:
         "speedup_reps": ratios,
         "mean_accepted_length": mean_accepted,
         "greedy_mismatches": mismatches,
-        "code_shape": {"target_greedy": mean_shape(shapes), "heldout_text": mean_shape(reference_shapes),
+        "code_shape": {"target_greedy": mean_shape(shapes), "target_sampled_t0.7": mean_shape(sampled_shapes),
+                       "heldout_text": mean_shape(reference_shapes),
                        "per_prompt": shapes},
         "weights_bytes": weights,
         "params": params,
@@ -388,7 +396,8 @@ def print_report(r: dict, samples: list[tuple[str, str]], args) -> None:
           "against the held-out file's own next tokens (means over the prompts):\n")
     print("| text | distinct token 4-grams | repeated lines | lines indented by 4s | Python tokenizer accepts it |")
     print("|---|---|---|---|---|")
-    for label, key in (("target, greedy", "target_greedy"), ("held-out file (reference)", "heldout_text")):
+    for label, key in (("target, greedy", "target_greedy"), ("target, sampled at T=0.7", "target_sampled_t0.7"),
+                       ("held-out file (reference)", "heldout_text")):
         m = cs[key]
         print(f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | {m['python_tokenizes']:.0%} |")
     print("\nGreedy continuations of the target (prompt tail, then `# >>>` and the continuation):\n")
