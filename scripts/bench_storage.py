@@ -12,8 +12,9 @@ Numbers:
   bytes/round   growth of the SQLite file per round (after a WAL checkpoint), and the
                 distribution-blob bytes per round (sum of length() over the blob columns)
   overhead      median wall time of record() (decode + store, until the last commit)
-                over median wall time of plain generate(), same decoder and prompt,
-                alternated to share the machine's noise
+                over median wall time of plain generate(), same decoder and prompt, in
+                rotating order to share the machine's noise; one traced kind per
+                --writer mode (thread, process)
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", choices=("auto", "on", "off"), default="auto",
                     help="full vectors in the overhead runs (auto: when vocab <= 8192)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--writer", choices=("auto", "process", "thread"), default="auto",
-                    help="where the TraceWriter encodes and inserts (auto: the writer process)")
+    ap.add_argument("--writer", default="thread",
+                    help="writer mode(s) to measure, comma-separated: thread, process (e.g. thread,process); "
+                         "the writer-throughput numbers use the first")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = ap.parse_args(argv)
 
@@ -134,20 +136,27 @@ def main(argv: list[str] | None = None) -> int:
     prompt = rng.integers(0, decoder.vocab_size, args.prompt_len).tolist()
     workdir = tempfile.mkdtemp(prefix="specscope-bench-")
 
-    # recording overhead, alternating untraced and traced runs
+    # recording overhead: untraced and traced runs (one per writer mode) in rotating order
     decoder.generate(prompt, args.max_new_tokens)  # warm-up
-    untraced, traced = [], []
+    modes = args.writer.split(",")
     full = {"auto": None, "on": True, "off": False}[args.full]
+    kinds = ["untraced"] + modes
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
     with TraceStore(os.path.join(workdir, "overhead.sqlite")) as store:
-        record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n, mode=args.writer)  # warm-up
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            result = decoder.generate(prompt, args.max_new_tokens)
-            untraced.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n, mode=args.writer)
-            traced.append(time.perf_counter() - t0)
-    u, t = statistics.median(untraced), statistics.median(traced)
+        for mode in modes:  # warm-up (and the writer process's start, if any)
+            record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n, mode=mode)
+        for rep in range(args.repeats):
+            for kind in kinds[rep % len(kinds):] + kinds[: rep % len(kinds)]:
+                t0 = time.perf_counter()
+                if kind == "untraced":
+                    result = decoder.generate(prompt, args.max_new_tokens)
+                else:
+                    record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n, mode=kind)
+                times[kind].append(time.perf_counter() - t0)
+    u = statistics.median(times["untraced"])
+    overhead = {mode: {"traced_s": statistics.median(times[mode]),
+                       "overhead_pct": 100 * (statistics.median(times[mode]) - u) / u, "traced_all_s": times[mode]}
+                for mode in modes}
 
     out = {
         "models": {"target": args.target or f"random-llama-{args.layers}L-h{args.hidden}-vocab{args.vocab}",
@@ -155,20 +164,20 @@ def main(argv: list[str] | None = None) -> int:
                    "vocab": decoder.vocab_size},
         "k": args.k, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
         "writer": args.writer, "rounds_per_run": len(result.rounds), "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-        "overhead": {"full_vectors": args.full, "untraced_s": u, "traced_s": t, "overhead_pct": 100 * (t - u) / u,
-                     "untraced_all_s": untraced, "traced_all_s": traced},
-        "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n, args.writer),
-        "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n, args.writer),
+        "overhead": {"full_vectors": args.full, "untraced_s": u, "untraced_all_s": times["untraced"], "writers": overhead},
+        "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n, modes[0]),
+        "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n, modes[0]),
     }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     m = out["models"]
     print(f"models: {m['target']} / {m['draft']} (vocab {m['vocab']}), k={args.k}, T={args.temperature}, "
-          f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, writer {args.writer}, torch threads {out['torch_threads']}, cpus {out['cpus']}")
+          f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, torch threads {out['torch_threads']}, cpus {out['cpus']}")
     o = out["overhead"]
-    print(f"overhead (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored {o['traced_s'] * 1e3:.1f} ms "
-          f"(medians of {args.repeats}) -> {o['overhead_pct']:+.1f}%")
+    for mode, w in o["writers"].items():
+        print(f"overhead, writer {mode} (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored "
+              f"{w['traced_s'] * 1e3:.1f} ms (medians of {args.repeats}, rotating order) -> {w['overhead_pct']:+.1f}%")
     for name in ("writer_top_n_only", "writer_full_vectors"):
         w = out[name]
         print(f"{name}: {w['rounds_per_s']:.0f} rounds/s ({w['rounds']} rounds, {w['flushes']} commits), "
