@@ -45,9 +45,7 @@ def expected_tokens_from_survival(acceptance_by_position: Sequence[float]) -> fl
 def speedup(expected: float, k: int, c: float, v: float = 1.0) -> float:
     """Idealised speedup E / (k c + v) over plain decoding."""
     _check_k(k)
-    if c < 0 or v <= 0:
-        raise ValueError(f"costs must satisfy c >= 0 and v > 0, got c={c!r}, v={v!r}")
-    return expected / (k * c + v)
+    return round_speedup(expected, k, c, v)
 
 
 def expected_tokens_from_rounds(accepted_per_round: Sequence[int]) -> float:

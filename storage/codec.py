@@ -124,7 +124,8 @@ def decode_top(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
     return ids, probs
 
 
-def encode_full_raw(raw: bytes, dtype: str, level: int = ZLIB_LEVEL) -> bytes:
+def encode_full_raw(raw: bytes | np.ndarray, dtype: str, level: int = ZLIB_LEVEL) -> bytes:
+    """A full-vector blob from the raw little-endian values (bytes or a contiguous array)."""
     return b"F" + FULL_DTYPES[dtype] + zlib.compress(raw, level)
 
 
@@ -203,7 +204,8 @@ class VectorPolicy:
             code = FULL_DTYPES[self.full_dtype]
             values = stacked.astype(_DTYPE_OF_CODE[code], copy=False)
             sparse = 2 * np.count_nonzero(stacked, axis=1) <= stacked.shape[1]
-            fulls.extend(b"F" + code + zlib.compress(values[i], ZLIB_LEVEL if sparse[i] else 0) for i in range(len(values)))
+            fulls.extend(encode_full_raw(values[i], self.full_dtype, ZLIB_LEVEL if sparse[i] else 0)
+                         for i in range(len(values)))
         return tops, fulls
 
 

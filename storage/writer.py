@@ -108,14 +108,20 @@ def _outcome(outcome: Any, error: str | None) -> tuple[str, str | None, str | No
     raise ValueError(f"finish() takes a GenerationResult, an exception or one of completed|interrupted|failed, got {outcome!r}")
 
 
+def default_mode() -> str:
+    """The mode of writers created with mode='auto': SPECSCOPE_TRACE_WRITER, else 'thread'."""
+    mode = os.environ.get(MODE_ENV, "thread").strip().lower() or "thread"
+    if mode not in ("process", "thread"):
+        raise ValueError(f"{MODE_ENV} must be 'process' or 'thread', got {mode!r}")
+    return mode
+
+
 def choose_mode(store: TraceStore, mode: str = "auto") -> str:
     """'process' or 'thread' for a writer on `store` (see the module docstring)."""
     if mode not in WRITER_MODES:
         raise ValueError(f"mode must be one of {', '.join(WRITER_MODES)}, got {mode!r}")
     if mode == "auto":
-        mode = os.environ.get(MODE_ENV, "thread").strip().lower() or "thread"
-        if mode not in ("process", "thread"):
-            raise ValueError(f"{MODE_ENV} must be 'process' or 'thread', got {mode!r}")
+        mode = default_mode()
     shareable = store.path is not None or make_url(store.url).get_backend_name() != "sqlite"
     return mode if shareable else "thread"
 

@@ -38,10 +38,10 @@ def warm_up_trace_writer() -> None:
 
     def start() -> None:
         try:
-            from specscope.storage.writer import MODE_ENV
+            from specscope.storage.writer import default_mode
             from specscope.storage.writer_process import writer_process
 
-            if os.environ.get(MODE_ENV, "").strip().lower() == "process":
+            if default_mode() == "process":
                 writer_process()
         except Exception:  # noqa: BLE001 - reported by the TraceWriter if it matters
             pass
