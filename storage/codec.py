@@ -31,7 +31,7 @@ DEFAULT_TOP_N = 20
 FULL_VECTORS_AUTO_MAX_VOCAB = 8192
 FULL_DTYPES = {"float32": b"4", "float64": b"8"}
 _DTYPE_OF_CODE = {b"4": np.dtype("<f4"), b"8": np.dtype("<f8")}
-ENCODE_CHUNK = 512  # distributions per vectorised encoding pass (bounds the temporary arrays)
+ENCODE_CHUNK = 64  # distributions per vectorised pass: 2 MB of float64 at V=4096 stays in cache (measured fastest)
 ZLIB_LEVEL = 1  # float vectors barely compress further at higher levels; level 1 is ~2x faster
 
 
@@ -74,28 +74,62 @@ def round_is_partial(rnd: Round) -> bool:
 # ---------------------------------------------------------------------------- blobs
 
 
+_TINY = np.finfo(np.float64).tiny
+
+
 def top_rows(dists: np.ndarray, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per row of an (m, V) array: ids and probabilities of the n most probable positive
     entries, by descending probability, ties by ascending id (vectorised over the rows)."""
     dists = np.asarray(dists, dtype=np.float64)
     m, vocab = dists.shape
-    if vocab > 2 * n:
-        cand = np.argpartition(dists, vocab - n, axis=1)[:, vocab - n :]  # the n largest, unordered
-        vals = np.take_along_axis(dists, cand, axis=1)
-        # A tie at the boundary (another entry equal to the n-th value) makes the choice of
-        # ids arbitrary: those rows get the stable full sort. Ties at 0 do not matter, since
-        # zero entries are dropped anyway.
-        kth = vals.min(axis=1)
-        tied = (kth > 0) & ((dists >= kth[:, None]).sum(axis=1) > n)
-        for i in np.flatnonzero(tied):
-            cand[i] = np.argsort(-dists[i], kind="stable")[:n]
-            vals[i] = dists[i, cand[i]]
-    else:
-        cand = np.broadcast_to(np.arange(vocab), (m, vocab))
-        vals = dists
-    order = np.lexsort((cand, -vals), axis=-1)[:, :n]
+    if vocab < 4 * n or m > 65535:  # row numbers are kept as uint16
+        return _top_rows_by_sorting(dists, n)
+    # The writer's hot path. The n-th largest of the maxima of disjoint groups of entries is
+    # a threshold that at least n entries reach (each of those n maxima is one), and in
+    # practice only a few more: the rows' candidates are the entries at or above it, and an
+    # ordering of the few candidates (row, then descending probability, then ascending id)
+    # yields the exact top n, ties included. About twice as fast as a per-row partition.
+    maxima = _group_maxima(dists, 2 * n)
+    kth = np.partition(maxima, maxima.shape[1] - n, axis=1)[:, maxima.shape[1] - n]
+    kth = np.maximum(kth, _TINY)  # zero entries are never kept
+    flat = np.flatnonzero(dists >= kth[:, None])  # row-major: by row, then ascending id
+    rows = (flat // vocab).astype(np.uint16)
+    ids = flat % vocab
+    vals = dists.reshape(-1)[flat]
+    by_value = np.argsort(-vals, kind="stable")  # keeps ascending ids among equal values
+    order = by_value[np.argsort(rows[by_value], kind="stable")]
+    rows, ids, vals = rows[order], ids[order], vals[order]
+    counts = np.bincount(rows, minlength=m)
+    rank = np.arange(len(rows)) - (np.cumsum(counts) - counts)[rows]
+    keep = rank < n
+    ids, vals = ids[keep].astype(np.int64), vals[keep]
+    taken = np.minimum(counts, n)
+    if (taken == n).all():
+        return list(zip(ids.reshape(m, n), vals.reshape(m, n)))
+    ends = np.cumsum(taken).tolist()
+    return [(ids[a:b], vals[a:b]) for a, b in zip([0] + ends[:-1], ends)]
+
+
+def _group_maxima(dists: np.ndarray, groups: int) -> np.ndarray:
+    """Per row, the maxima of between `groups` and 2*`groups` disjoint groups of entries
+    (halves folded onto each other; an odd last column joins group 0)."""
+    folded = dists
+    while folded.shape[1] >= 2 * groups:
+        half = folded.shape[1] // 2
+        nxt = np.maximum(folded[:, :half], folded[:, half : 2 * half])
+        if folded.shape[1] % 2:
+            np.maximum(nxt[:, 0], folded[:, -1], out=nxt[:, 0])
+        folded = nxt
+    return folded
+
+
+def _top_rows_by_sorting(dists: np.ndarray, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """top_rows for small vocabularies: a full lexicographic sort of every row."""
+    m, vocab = dists.shape
+    cand = np.broadcast_to(np.arange(vocab), (m, vocab))
+    order = np.lexsort((cand, -dists), axis=-1)[:, :n]
     ids = np.take_along_axis(cand, order, axis=1)
-    vals = np.take_along_axis(vals, order, axis=1)
+    vals = np.take_along_axis(dists, order, axis=1)
     positive = vals > 0
     if positive.all():
         return list(zip(ids.astype(np.int64), vals))

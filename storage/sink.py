@@ -7,16 +7,49 @@ recording process; the writer process (writer_child) uses the same class on its 
 
 from __future__ import annotations
 
+import json
+import operator
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from sqlalchemy import Engine, insert, update
+from sqlalchemy import JSON, Engine, Table, bindparam, insert, update
 
 from specscope.core.records import Round
 
 from .codec import VectorPolicy, rounds_to_rows
 from .schema import nodes_table, rounds_table, runs_table
 from .store import transaction, translate_errors
+
+
+# The run row's update as a statement with parameters (compiled once per key set, cached),
+# not .values(**values), which builds and compiles a new statement at every flush.
+_UPDATE_RUN = update(runs_table).where(runs_table.c.run_id == bindparam("_run_id"))
+
+
+class _SqliteInsert:
+    """An executemany of plain tuples for one table on SQLite.
+
+    The writer's hot path: SQLAlchemy's per-row parameter processing cost about as much CPU
+    as encoding the distributions. The tuples are what SQLAlchemy would bind (JSON columns
+    serialised with json.dumps, NULL for None); other dialects keep the Core insert."""
+
+    def __init__(self, table: Table):
+        self.columns = [c.name for c in table.columns]
+        self.json_at = [i for i, c in enumerate(table.columns) if isinstance(c.type, JSON)]
+        self.sql = (f"INSERT INTO {table.name} ({', '.join(self.columns)}) "
+                    f"VALUES ({', '.join('?' * len(self.columns))})")
+        self.values: Callable[[Mapping[str, Any]], tuple] = operator.itemgetter(*self.columns)
+
+    def params(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple]:
+        out = []
+        dumps = json.dumps
+        for row in rows:
+            values = list(self.values(row))
+            for i in self.json_at:
+                if values[i] is not None:
+                    values[i] = dumps(values[i])
+            out.append(tuple(values))
+        return out
 
 
 class RunSink:
@@ -36,6 +69,8 @@ class RunSink:
         self._round_rows: list[dict] = []  # encoded, not yet committed
         self._node_rows: list[dict] = []
         self._new_tokens: list[int] = []
+        self._fast = ((_SqliteInsert(rounds_table), _SqliteInsert(nodes_table))
+                      if engine.dialect.name == "sqlite" else None)
 
     def add(self, rounds: Sequence[Round]) -> None:
         """Encode rounds now; they are inserted by the next commit()."""
@@ -71,11 +106,15 @@ class RunSink:
             values.setdefault("wall_s", now - self.started_at)
         with translate_errors(f"writing run {self.run_id}"):
             with transaction(self.engine) as conn:
-                if round_rows:
-                    conn.execute(insert(rounds_table), round_rows)
-                if node_rows:
-                    conn.execute(insert(nodes_table), node_rows)
-                conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id).values(**values))
+                for table, rows, fast in ((rounds_table, round_rows, self._fast and self._fast[0]),
+                                          (nodes_table, node_rows, self._fast and self._fast[1])):
+                    if not rows:
+                        continue
+                    if fast is not None:
+                        conn.exec_driver_sql(fast.sql, fast.params(rows))
+                    else:
+                        conn.execute(insert(table), rows)
+                conn.execute(_UPDATE_RUN, {"_run_id": self.run_id, **values})
         self._round_rows, self._node_rows, self._new_tokens = [], [], []
         self.rounds_written += len(round_rows)
         self._drafted += drafted

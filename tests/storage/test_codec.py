@@ -1,0 +1,88 @@
+"""The writer's hot path: top-N selection and the SQLite tuple insert."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from specscope.storage import TraceStore
+from specscope.storage.codec import VectorPolicy, top_rows
+from specscope.storage.schema import nodes_table, rounds_table
+from specscope.storage.sink import RunSink
+from specscope.storage.writer import TraceWriter
+
+from .helpers import synthetic_config, synthetic_rounds
+
+
+def reference_top(row: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition: positive entries by descending probability, ties by ascending id."""
+    ids = sorted((i for i in range(len(row)) if row[i] > 0), key=lambda i: (-row[i], i))[:n]
+    return np.array(ids, dtype=np.int64), row[ids]
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("vocab", [7, 50, 97, 160, 1000, 4099])
+@pytest.mark.parametrize("n", [1, 5, 20, 40])
+@pytest.mark.parametrize("kind", ["smooth", "tied", "sparse", "one-hot", "float32", "uniform"])
+def test_top_rows_matches_the_definition(vocab, n, kind):
+    rng = np.random.default_rng(vocab * 100 + n)
+    m = 9
+    logits = rng.standard_normal((m, vocab)) * 3
+    if kind == "tied":  # many exact ties, also at the n-th place
+        logits = np.round(logits, 1)
+    dists = softmax(logits)
+    if kind == "sparse":  # fewer positive entries than n in some rows
+        dists[dists < np.quantile(dists, 0.995, axis=1, keepdims=True)] = 0.0
+    elif kind == "one-hot":
+        dists = np.zeros((m, vocab))
+        dists[np.arange(m), rng.integers(0, vocab, m)] = 1.0
+    elif kind == "float32":  # the bundled models' p and q: ties are common
+        dists = softmax(logits).astype(np.float32).astype(np.float64)
+    elif kind == "uniform":
+        dists = np.full((m, vocab), 1.0 / vocab)
+    got = top_rows(dists, n)
+    assert len(got) == m
+    for row, (ids, probs) in zip(dists, got):
+        want_ids, want_probs = reference_top(row, n)
+        assert ids.dtype == np.int64
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(probs, want_probs)
+
+
+def test_top_rows_with_a_tie_across_the_cut_takes_the_lower_ids():
+    row = np.zeros(400)
+    row[[5, 9, 300, 301, 399]] = [0.4, 0.2, 0.2, 0.1, 0.1]
+    ids, probs = top_rows(row[None, :], 2)[0]
+    assert ids.tolist() == [5, 9] and probs.tolist() == [0.4, 0.2]
+    ids, _ = top_rows(row[None, :], 4)[0]
+    assert ids.tolist() == [5, 9, 300, 301]
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_sqlite_tuple_insert_stores_what_the_core_insert_stores(tmp_path, full):
+    config = synthetic_config(vocab=300)
+    rounds = synthetic_rounds(config, 12, seed=3)
+    policy = VectorPolicy.for_vocab(config.vocab_size, 8, full)
+    stored = {}
+    for fast in (True, False):
+        with TraceStore(tmp_path / f"{fast}.sqlite") as store:
+            TraceWriter(store, config, top_n=8, full_vectors=full).finish("completed")
+            sink = RunSink(store.engine, config.run_id, policy, 0.0)
+            assert sink._fast is not None  # SQLite takes the tuple path
+            if not fast:
+                sink._fast = None
+            sink.commit(rounds[:5])
+            sink.commit(rounds[5:])
+            with store.engine.connect() as conn:
+                stored[fast] = (
+                    [tuple(r) for r in conn.execute(select(rounds_table).order_by(rounds_table.c.round_index))],
+                    [tuple(r) for r in conn.execute(select(nodes_table).order_by(nodes_table.c.round_index,
+                                                                                 nodes_table.c.node_index))],
+                )
+    assert len(stored[True][0]) == 12 and stored[True][1]
+    assert stored[True] == stored[False]
