@@ -247,6 +247,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--samples", type=int, default=2, help="greedy continuations to print")
     ap.add_argument("--shape-tokens", type=int, default=128, help="greedy tokens per prompt for the code-shape measures")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers as JSON")
+    ap.add_argument("--shape-only", action="store_true",
+                    help="only the target's held-out loss and the code-shape measures (no drafts needed in --models; "
+                         "held-out files and tokenizer from the bundled models)")
     args = ap.parse_args(argv)
 
     from transformers.utils import logging as hf_logging
@@ -256,6 +259,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     folder = args.models or models_dir()
+    if args.shape_only:
+        return shape_only(folder, args)
     tok = load_tokenizer(folder / "target")
     target = load_model(folder / "target", "cpu", role="target")
     drafts = {name: load_model(folder / f"draft-{name}", "cpu", role="draft") for name in ("small", "tiny")}
@@ -322,16 +327,7 @@ def main(argv: list[str] | None = None) -> dict:
     mean_accepted = {name: float(np.mean(v)) for name, v in accepted.items()}
 
     # 4. do greedy continuations read as Python? The held-out file's own text is the yardstick.
-    shapes, sampled_shapes, reference_shapes = [], [], []
-    shape_gen = torch.Generator().manual_seed(args.seed)
-    for name, ids in prompts:
-        before, after = references[name]
-        cont = plain_greedy(target, ids, args.shape_tokens)
-        shapes.append(code_shape(before, tok.decode(cont), cont))
-        cont = sample_continuation(target, ids, args.shape_tokens, shape_gen, temperature=0.7)
-        sampled_shapes.append(code_shape(before, tok.decode(cont), cont))
-        ref_ids = tok(after, add_special_tokens=False)["input_ids"][: args.shape_tokens]
-        reference_shapes.append(code_shape(before, tok.decode(ref_ids), ref_ids))
+    shapes, sampled_shapes, reference_shapes = shape_measures(target, tok, prompts, references, args)
 
     # 5. samples
     samples = []
@@ -365,6 +361,48 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads",
     }
     print_report(result, samples, args)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def shape_measures(target, tok, prompts, references, args) -> tuple[list[dict], list[dict], list[dict]]:
+    """Code-shape measures of greedy and T=0.7 continuations and of the held-out text."""
+    shapes, sampled_shapes, reference_shapes = [], [], []
+    shape_gen = torch.Generator().manual_seed(args.seed)
+    for name, ids in prompts:
+        before, after = references[name]
+        cont = plain_greedy(target, ids, args.shape_tokens)
+        shapes.append(code_shape(before, tok.decode(cont), cont))
+        cont = sample_continuation(target, ids, args.shape_tokens, shape_gen, temperature=0.7)
+        sampled_shapes.append(code_shape(before, tok.decode(cont), cont))
+        ref_ids = tok(after, add_special_tokens=False)["input_ids"][: args.shape_tokens]
+        reference_shapes.append(code_shape(before, tok.decode(ref_ids), ref_ids))
+    return shapes, sampled_shapes, reference_shapes
+
+
+def shape_only(folder: Path, args) -> dict:
+    """--shape-only: held-out loss and code shape of `folder`/target (e.g. a training experiment)."""
+    bundled = models_dir()
+    tok = load_tokenizer(bundled / "target")
+    target = load_model(folder / "target", "cpu", role="target")
+    texts, meta = heldout_texts(bundled)
+    references: dict[str, tuple[str, str]] = {}
+    prompts = heldout_prompts(tok, texts, args.prompts, args.prompt_tokens, args.seed, references)
+    loss, n_tokens = heldout_loss(target, tok, texts, window=meta["config"]["seq_len"])
+    shapes, sampled, reference = shape_measures(target, tok, prompts, references, args)
+    result = {"models": str(folder), "prompts": len(prompts), "heldout_tokens": n_tokens, "target_loss": loss,
+              "target_ppl": math.exp(loss), "code_shape": {"target_greedy": mean_shape(shapes),
+                                                          "target_sampled_t0.7": mean_shape(sampled),
+                                                          "heldout_text": mean_shape(reference)}}
+    print(f"{folder / 'target'}: held-out loss {loss:.3f} (perplexity {math.exp(loss):.2f}); "
+          f"{len(prompts)} prompts, {args.shape_tokens} tokens each\n")
+    print("| text | distinct token 4-grams | repeated lines | lines indented by 4s | Python tokenizer accepts it |")
+    print("|---|---|---|---|---|")
+    for label, key in (("target, greedy", "target_greedy"), ("target, sampled at T=0.7", "target_sampled_t0.7"),
+                       ("held-out file (reference)", "heldout_text")):
+        m = result["code_shape"][key]
+        print(f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | {m['python_tokenizes']:.0%} |")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result

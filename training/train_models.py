@@ -5,8 +5,13 @@ script (offline on every machine, redistributable under the PSF licence). The sp
 training and held-out files is by file (a hash of the relative path), so held-out prompts
 never appear in training.
 
-    nice -n 10 python training/train_models.py                  # full run (~30 min on 2 idle cores)
+    nice -n 10 python training/train_models.py                  # full run (~63 min on 2 idle cores)
     python training/train_models.py --smoke --out /tmp/smoke    # a few steps, seconds
+
+The target has two next-token stages (the second with a fresh optimiser) and an optional
+third, sequence-level unlikelihood fine-tuning against greedy loops (--stage3-steps N; off
+by default). Each stage can be resumed from the checkpoint of the one before
+(--target-stage1, --target-stage2).
 
 Outputs (under --out, default resources/models):
     tokenizer/            PreTrainedTokenizerFast (tokenizer.json, EOS "<|endoftext|>")
@@ -30,10 +35,9 @@ import math
 import os
 import platform
 import shutil
-import sys
 import sysconfig
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +92,24 @@ class StageConfig:
 
 
 @dataclass(frozen=True)
+class UnlikelihoodConfig:
+    """Sequence-level unlikelihood fine-tuning: odd steps are ordinary next-token steps on
+    `batch` x seq_len windows; even steps decode `continuation` greedy tokens after a
+    `prefix`-token training window and push down the probability of every continuation token
+    that completes an `ngram` already seen earlier in the same continuation."""
+
+    steps: int
+    lr: float
+    warmup: int
+    batch: int
+    prefix: int
+    continuation: int
+    ngram: int
+    log_every: int
+    eval_every: int
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     seed: int = 1234
     vocab_size: int = 4096
@@ -104,6 +126,13 @@ class TrainConfig:
     # resumed from the saved stage-1 checkpoint with --target-stage1 is the same
     # computation), a new cosine cycle. It took the held-out loss from 3.94 to 2.79.
     target_stage2: StageConfig = StageConfig(steps=2500, lr=1e-3, warmup=50, batch=8, log_every=25, eval_every=500)
+    # An optional third target stage against greedy loops: sequence-level unlikelihood
+    # fine-tuning (Welleck et al., ICLR 2020), alternated with ordinary next-token steps.
+    # Off (steps=0) for the bundled target: --stage3-steps 600 or 1500 made greedy output
+    # less repetitive token by token but not line by line, at a higher held-out loss
+    # (docs/models.md has the numbers).
+    target_stage3: UnlikelihoodConfig = UnlikelihoodConfig(steps=0, lr=1e-4, warmup=20, batch=8, prefix=64,
+                                                           continuation=96, ngram=4, log_every=25, eval_every=100)
     small_stage: StageConfig = StageConfig(steps=1500, lr=2e-3, warmup=30, batch=8, log_every=25, eval_every=500)
     tiny_stage: StageConfig = StageConfig(steps=250, lr=4e-3, warmup=20, batch=8, log_every=25, eval_every=125)
 
@@ -121,6 +150,8 @@ SMOKE = TrainConfig(
     tiny=ModelSpec(layers=1, hidden=16, heads=1, intermediate=32),
     target_stage=StageConfig(steps=6, lr=3e-3, warmup=2, batch=2, log_every=2, eval_every=3),
     target_stage2=StageConfig(steps=3, lr=2e-3, warmup=1, batch=2, log_every=2, eval_every=3),
+    target_stage3=UnlikelihoodConfig(steps=4, lr=1e-4, warmup=1, batch=2, prefix=8, continuation=12, ngram=2,
+                                     log_every=2, eval_every=2),
     small_stage=StageConfig(steps=4, lr=3e-3, warmup=1, batch=2, log_every=2, eval_every=2),
     tiny_stage=StageConfig(steps=3, lr=3e-3, warmup=1, batch=2, log_every=2, eval_every=3),
 )
@@ -346,6 +377,102 @@ def train_stage(name: str, model, stage: StageConfig, cfg: TrainConfig, data: np
     return final
 
 
+def repeat_mask(tokens: torch.Tensor, n: int) -> torch.Tensor:
+    """1.0 on every token of an n-gram that already occurred earlier in the same row."""
+    mask = torch.zeros(tokens.shape, dtype=torch.float32)
+    for row, seq in enumerate(tokens.tolist()):
+        seen: set[tuple[int, ...]] = set()
+        for end in range(n, len(seq) + 1):
+            gram = tuple(seq[end - n : end])
+            if gram in seen:
+                mask[row, end - n : end] = 1.0
+            seen.add(gram)
+    return mask
+
+
+@torch.no_grad()
+def greedy_continue(model, prefix: torch.Tensor, length: int) -> torch.Tensor:
+    """`length` greedy tokens after each row of `prefix` (EOS suppressed, so rows stay aligned)."""
+    was_training = model.training
+    model.eval()
+    with autocast():
+        out = model.generate(input_ids=prefix, attention_mask=torch.ones_like(prefix), do_sample=False,
+                             max_new_tokens=length, min_new_tokens=length, pad_token_id=model.config.pad_token_id)
+    model.train(was_training)
+    return out[:, prefix.shape[1]:]
+
+
+def distinct_ngrams(tokens: torch.Tensor, n: int) -> float:
+    """Mean over rows of unique n-grams / all n-grams (1.0 = no repeat, low = a loop)."""
+    ratios = []
+    for seq in tokens.tolist():
+        grams = [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
+        ratios.append(len(set(grams)) / max(1, len(grams)))
+    return float(np.mean(ratios))
+
+
+def greedy_repetition(model, data: np.ndarray, stage: UnlikelihoodConfig, rows: int = 16) -> dict:
+    """Distinct n-grams of greedy continuations after fixed held-out windows."""
+    starts = np.linspace(0, len(data) - stage.prefix - 1, num=rows, dtype=np.int64)
+    prefix = torch.from_numpy(np.stack([data[s : s + stage.prefix] for s in starts]).astype(np.int64))
+    cont = greedy_continue(model, prefix, 2 * stage.continuation)
+    return {f"greedy_distinct_{stage.ngram}grams": distinct_ngrams(cont, stage.ngram)}
+
+
+def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainConfig, data: np.ndarray,
+                       held: list[torch.Tensor], held_ids: np.ndarray, log: Log, rng: np.random.Generator) -> dict:
+    """Sequence-level unlikelihood fine-tuning (Welleck et al., 2020), alternating with MLE steps.
+
+    The unlikelihood term is -log(1 - p(x_t)) on the model's own greedy tokens that belong to
+    a repeated n-gram, averaged over all continuation tokens: it removes probability from the
+    loop the model would fall into, while the MLE steps keep it close to the data."""
+    opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    log(f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and sequence unlikelihood "
+        f"({stage.batch} x {stage.prefix}+{stage.continuation} greedy tokens, {stage.ngram}-gram repeats); "
+        f"before: {json.dumps(_round({**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}))}")
+    model.train()
+    started = time.perf_counter()
+    mle_ema = ul_ema = rep_ema = None
+    schedule = StageConfig(stage.steps, stage.lr, stage.warmup, stage.batch, stage.log_every, stage.eval_every)
+    for step in range(stage.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, schedule)
+        if step % 2 == 0:
+            b = sample_batch(data, stage.batch, cfg.seq_len, rng)
+            with autocast():
+                logits = logits_of(model, b[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b[:, 1:].reshape(-1))
+            mle_ema = loss.item() if mle_ema is None else 0.9 * mle_ema + 0.1 * loss.item()
+        else:
+            prefix = sample_batch(data, stage.batch, stage.prefix - 1, rng)
+            cont = greedy_continue(model, prefix, stage.continuation)
+            mask = repeat_mask(cont, stage.ngram)
+            with autocast():
+                logits = logits_of(model, torch.cat([prefix, cont[:, :-1]], dim=1))
+            probs = F.softmax(logits[:, stage.prefix - 1 :], dim=-1).gather(-1, cont.unsqueeze(-1)).squeeze(-1)
+            loss = -(torch.log((1.0 - probs).clamp(min=1e-5)) * mask).sum() / mask.numel()
+            ul_ema = loss.item() if ul_ema is None else 0.9 * ul_ema + 0.1 * loss.item()
+            share = mask.mean().item()
+            rep_ema = share if rep_ema is None else 0.9 * rep_ema + 0.1 * share
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % stage.log_every == 0 or step < 2:
+            log(f"{name} step {step + 1}/{stage.steps} mle (ema) {mle_ema or 0:.4f} unlikelihood (ema) {ul_ema or 0:.4f} "
+                f"repeated share of greedy tokens (ema) {rep_ema or 0:.3f} lr {lr_at(step, schedule):.2e} "
+                f"{time.perf_counter() - started:.0f}s")
+        if (step + 1) % stage.eval_every == 0 and step + 1 < stage.steps:
+            log(f"{name} eval step {step + 1}: "
+                f"{json.dumps(_round({**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}))}")
+    final = {**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}
+    final["train_s"] = time.perf_counter() - started
+    final["params"] = sum(p.numel() for p in model.parameters())
+    log(f"{name} final: {json.dumps(_round(final))}")
+    model.eval()
+    return final
+
+
 def _round(d: dict) -> dict:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
 
@@ -418,7 +545,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--reuse-target", action="store_true", help="load tokenizer + target from --out, train drafts only")
     ap.add_argument("--target-stage1", type=Path, default=None,
                     help="resume: load this stage-1 target checkpoint (tokenizer from --out) instead of training stage 1")
-    ap.add_argument("--keep-stage1", action="store_true", help="keep the stage-1 target checkpoint (out/target-stage1)")
+    ap.add_argument("--target-stage2", type=Path, default=None,
+                    help="resume: load this stage-2 target checkpoint (tokenizer from --out) and run only stage 3")
+    ap.add_argument("--stage3-steps", type=int, default=None, help="steps of the optional unlikelihood stage (full runs: 0, off; 600 and 1500 were tried)")
+    ap.add_argument("--keep-stage1", action="store_true", help="keep the intermediate target checkpoints (out/target-stage1, out/target-stage2)")
     ap.add_argument("--no-data-md", action="store_true", help="do not write DATA.md next to --out")
     args = ap.parse_args(argv)
 
@@ -433,7 +563,9 @@ def main(argv: list[str] | None = None) -> dict:
     rng = np.random.default_rng(cfg.seed)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    resuming = args.reuse_target or args.target_stage1 is not None
+    if args.stage3_steps is not None:
+        cfg = dataclasses.replace(cfg, target_stage3=dataclasses.replace(cfg.target_stage3, steps=args.stage3_steps))
+    resuming = args.reuse_target or args.target_stage1 is not None or args.target_stage2 is not None
     log = Log(out / "train_log.txt", append=resuming)
     t_start = time.perf_counter()
     log(f"specscope training ({'smoke' if args.smoke else 'full'}): python {platform.python_version()}, torch {torch.__version__}, "
@@ -474,27 +606,38 @@ def main(argv: list[str] | None = None) -> dict:
         metrics["target"] = evaluate(target, held)
         lines = (out / "train_log.txt").read_text(encoding="utf-8").splitlines()
         spent = 0.0
-        for marker in ("target final: ", "target stage 2 final: "):  # training time of the run(s) that made it
+        for marker in ("target final: ", "target stage 2 final: ", "target stage 3 final: "):  # training time of the run(s) that made it
             found = [line for line in lines if marker in line]
             if found:
                 spent += json.loads(found[-1].split(marker, 1)[1]).get("train_s") or 0.0
         metrics["target"]["train_s"] = spent or None
         log(f"target reused: {json.dumps(_round(metrics['target']))}")
     else:
-        if args.target_stage1 is not None:
-            target = LlamaForCausalLM.from_pretrained(args.target_stage1, dtype=torch.float32, local_files_only=True)
-            log(f"target stage 1 loaded from {args.target_stage1}: {json.dumps(_round(evaluate(target, held)))}")
+        if args.target_stage2 is not None:
+            target = LlamaForCausalLM.from_pretrained(args.target_stage2, dtype=torch.float32, local_files_only=True)
+            metrics["target_stage2"] = evaluate(target, held)
+            log(f"target stage 2 loaded from {args.target_stage2}: {json.dumps(_round(metrics['target_stage2']))}")
         else:
-            torch.manual_seed(cfg.seed)
-            target = LlamaForCausalLM(cfg.target.config(vocab, eos, cfg.max_positions))
-            metrics["target_stage1"] = train_stage("target", target, cfg.target_stage, cfg, train_ids, held, log, rng)
-            save_model(target, out / "target-stage1", "target-stage1")
-        if cfg.target_stage2.steps:
+            if args.target_stage1 is not None:
+                target = LlamaForCausalLM.from_pretrained(args.target_stage1, dtype=torch.float32, local_files_only=True)
+                log(f"target stage 1 loaded from {args.target_stage1}: {json.dumps(_round(evaluate(target, held)))}")
+            else:
+                torch.manual_seed(cfg.seed)
+                target = LlamaForCausalLM(cfg.target.config(vocab, eos, cfg.max_positions))
+                metrics["target_stage1"] = train_stage("target", target, cfg.target_stage, cfg, train_ids, held, log, rng)
+                save_model(target, out / "target-stage1", "target-stage1")
+            if cfg.target_stage2.steps:
+                target = target.to(torch.bfloat16).to(torch.float32)  # the same start as a resumed run
+                metrics["target_stage2"] = train_stage("target stage 2", target, cfg.target_stage2, cfg, train_ids,
+                                                       held, log, np.random.default_rng([cfg.seed, 3]))
+                save_model(target, out / "target-stage2", "target-stage2")
+        if cfg.target_stage3.steps:
             target = target.to(torch.bfloat16).to(torch.float32)  # the same start as a resumed run
-            metrics["target"] = train_stage("target stage 2", target, cfg.target_stage2, cfg, train_ids, held, log,
-                                            np.random.default_rng([cfg.seed, 3]))
+            torch.manual_seed(cfg.seed + 3)
+            metrics["target"] = train_unlikelihood("target stage 3", target, cfg.target_stage3, cfg, train_ids, held,
+                                                   held_ids, log, np.random.default_rng([cfg.seed, 4]))
         else:
-            metrics["target"] = metrics.get("target_stage1") or evaluate(target, held)
+            metrics["target"] = metrics.get("target_stage2") or metrics.get("target_stage1") or evaluate(target, held)
         save_model(target, out / "target", "target")
         tokenizer.save_pretrained(out / "target")
     # The drafts learn from the target as it is stored (bfloat16 weights, computed in float32),
@@ -525,8 +668,10 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer.save_pretrained(out / "draft-tiny")
 
     total = time.perf_counter() - t_start
-    if not args.keep_stage1 and (out / "target-stage1").is_dir():
-        shutil.rmtree(out / "target-stage1")
+    if not args.keep_stage1:  # intermediate checkpoints, for resuming only
+        for stage_dir in ("target-stage1", "target-stage2"):
+            if (out / stage_dir).is_dir():
+                shutil.rmtree(out / stage_dir)
     weight_bytes = sum((out / name / "model.safetensors").stat().st_size for name in ("target", "draft-small", "draft-tiny"))
     log(f"done in {total / 60:.1f} min; weights {weight_bytes / 1e6:.2f} MB")
     summary = {

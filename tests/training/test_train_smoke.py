@@ -72,3 +72,29 @@ def test_stdlib_listing_excludes_tests_and_data(train):
     assert files == sorted(files) and len(files) > 100
     assert not [f for f in files if f.startswith(("test/", "encodings/", "site-packages/")) or "/tests/" in f]
     assert "argparse.py" in files
+
+
+def test_smoke_run_has_the_unlikelihood_stage(smoke_run):
+    out, summary = smoke_run
+    log = (out / "train_log.txt").read_text()
+    assert "target stage 3 final:" in log and "unlikelihood" in log
+    metrics = summary["metrics"]
+    assert {"target_stage1", "target_stage2", "target"} <= set(metrics)
+    assert 0.0 <= metrics["target"]["greedy_distinct_2grams"] <= 1.0
+    assert not (out / "target-stage1").exists() and not (out / "target-stage2").exists()
+
+
+def test_repeat_mask_marks_every_token_of_a_repeated_ngram(train):
+    tokens = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 9, 1, 2, 3, 4],
+                           [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]])
+    mask = train.repeat_mask(tokens, 3)
+    # row 0: "1 2 3" recurs at 4..6 and 8..10; "2 3 4" recurs at 9..11
+    assert mask[0].tolist() == [0, 0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1]
+    assert mask[1].sum() == 0
+
+
+def test_distinct_ngrams_is_low_for_a_loop_and_one_without_repeats(train):
+    loop = torch.tensor([[7, 8] * 20])
+    fresh = torch.arange(40)[None, :]
+    assert train.distinct_ngrams(fresh, 4) == 1.0
+    assert train.distinct_ngrams(loop, 4) == pytest.approx(2 / 37)
