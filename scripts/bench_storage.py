@@ -9,6 +9,8 @@ Numbers:
   rounds/s      rounds per second through TraceWriter (write() of every round until finish()
                 returns: encoding, compression and SQLite commits), top-N only and with full
                 vectors
+  commit lag    in one run of 4x --max-new-tokens, the time from each round's write() until
+                the writer reports it committed (the flush interval is 0.25 s)
   bytes/round   growth of the SQLite file per round (after a WAL checkpoint), and the
                 distribution-blob bytes per round (sum of length() over the blob columns)
   overhead      median wall time of record() (decode + store, until the last commit)
@@ -103,6 +105,38 @@ def writer_bench(rounds, config, full: bool, n: int, workdir: str, top_n: int, m
     }
 
 
+def commit_lag(decoder, store: TraceStore, prompt: list[int], max_new_tokens: int, full, top_n: int, mode: str) -> dict:
+    """How long rounds wait to be committed while decoding keeps the cores busy: for each
+    round, the time from write() until the writer reports it committed (seen at later
+    write() calls, so an upper bound by at most one round)."""
+    config = decoder.run_config(prompt, max_new_tokens)
+    writer = TraceWriter(store, config, full_vectors=full, top_n=top_n, mode=mode)
+    written: list[float] = []
+    seen: list[tuple[float, int]] = []
+    gen = decoder.rounds(prompt, max_new_tokens, config=config)
+    t0 = time.perf_counter()
+    while True:
+        try:
+            rnd = next(gen)
+        except StopIteration as stop:
+            result = stop.value
+            break
+        writer.write(rnd)
+        now = time.perf_counter() - t0
+        written.append(now)
+        seen.append((now, writer.rounds_written))
+    end = time.perf_counter() - t0
+    writer.finish(result)
+    lags, j = [], 0
+    for i, at in enumerate(written):
+        while j < len(seen) and seen[j][1] <= i:
+            j += 1
+        if j < len(seen):  # rounds still uncommitted when decoding ended are not counted
+            lags.append(seen[j][0] - at)
+    return {"rounds": len(written), "decode_s": end, "flush_interval_s": writer.flush_interval,
+            "max_lag_s": max(lags) if lags else None, "median_lag_s": statistics.median(lags) if lags else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", help="path of the target model (transformers format); default: a tiny random Llama")
@@ -170,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         "k": args.k, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
         "writer": args.writer, "rounds_per_run": len(result.rounds), "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
         "overhead": {"full_vectors": args.full, "untraced_s": u, "untraced_all_s": times["untraced"], "writers": overhead},
+        "commit_lag": commit_lag(decoder, TraceStore(os.path.join(workdir, "lag.sqlite")), prompt, 4 * args.max_new_tokens,
+                                 full, args.top_n, modes[0]),
         "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n, modes[0]),
         "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n, modes[0]),
     }
@@ -184,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"overhead, writer {mode} (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored "
               f"{w['traced_s'] * 1e3:.1f} ms (medians of {args.repeats}, rotating order) -> {w['overhead_pct']:+.1f}% "
               f"(median of the per-repetition ratios: {w['paired_overhead_pct']:+.1f}%)")
+    lag = out["commit_lag"]
+    if lag["max_lag_s"] is not None:
+        print(f"commit lag while decoding ({lag['rounds']} rounds, {lag['decode_s']:.1f} s, writer {modes[0]}, flush interval "
+              f"{lag['flush_interval_s'] * 1e3:.0f} ms): max {lag['max_lag_s'] * 1e3:.0f} ms, median {lag['median_lag_s'] * 1e3:.0f} ms")
     for name in ("writer_top_n_only", "writer_full_vectors"):
         w = out[name]
         print(f"{name}: {w['rounds_per_s']:.0f} rounds/s ({w['rounds']} rounds, {w['flushes']} commits), "

@@ -33,9 +33,9 @@ SETTINGS = [
 ]
 
 
-def stored_check(store, decoder, prompt, max_new, seed):
+def stored_check(store, decoder, prompt, max_new, seed, full_vectors=None):
     config = decoder.run_config(prompt, max_new, seed=seed)
-    with TraceWriter(store, config) as writer:
+    with TraceWriter(store, config, full_vectors=full_vectors) as writer:
         writer.record(decoder.rounds(prompt, max_new, config=config))
     return check_run(store.run_config(config.run_id), store.load_rounds(config.run_id, full=True))
 
@@ -63,7 +63,10 @@ def main(argv=None) -> int:
     ap.add_argument("--eos", default="frequent",
                     help="EOS id: 'tokenizer' (rarely emitted in short runs), 'frequent' (the token the target "
                          "emits most on these prompts, so EOS lands inside rounds), or an integer")
+    ap.add_argument("--top-n-only", action="store_true",
+                    help="store top-N only (no full vectors), as for a vocabulary above 8192 or --no-full-vectors")
     args = ap.parse_args(argv)
+    full = False if args.top_n_only else None
     torch.manual_seed(0)
     pair = loading.load_models(target=args.target, draft=args.draft, device=torch.device("cpu"))
     tok = pair.tokenizer
@@ -77,7 +80,7 @@ def main(argv=None) -> int:
             dec = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos)
             for prompt in prompts:
                 for seed in range(args.seeds):
-                    findings = stored_check(store, dec, prompt, args.max_new, seed)
+                    findings = stored_check(store, dec, prompt, args.max_new, seed, full)
                     clean["runs"] += 1
                     clean["false_positive_runs"] += bool(findings)
         for name in FAULTS:
@@ -86,7 +89,7 @@ def main(argv=None) -> int:
                 dec = faulty_decoder(name, pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos)
                 for prompt in prompts:
                     for seed in range(args.seeds):
-                        findings = stored_check(store, dec, prompt, args.max_new, seed)
+                        findings = stored_check(store, dec, prompt, args.max_new, seed, full)
                         c["runs"] += 1
                         if not dec.fault_rounds:
                             c["silent_flagged"] += bool(findings)
@@ -96,7 +99,7 @@ def main(argv=None) -> int:
                         c["first_round_right"] += first_bad_round(findings) == dec.fault_rounds[0]
                         c.update(f"rule:{f.rule}" for f in findings if f.round == dec.fault_rounds[0])
             print(f"{name}: {dict(c)}", file=sys.stderr)
-    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}` "
+    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{' --top-n-only' if args.top_n_only else ''}` "
           f"(EOS id {eos} = {tok.decode([eos])!r}; "
           f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
           f"{time.time() - started:.0f} s)\n")
