@@ -61,6 +61,11 @@ def add_run_parser(subparsers: Any) -> None:
     p.add_argument("--no-cache", action="store_true", help="recompute every forward from scratch (a reference run)")
     p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
     p.add_argument("--db", default=None, help="record the run in this trace store (SQLite path or SQLAlchemy URL)")
+    p.add_argument("--vectors", choices=("auto", "full", "top"), default="auto",
+                   help="what --db keeps of each p, q and residual besides the top-N: 'full' vectors too, 'top' only "
+                        "(about 50x smaller and cheaper to record; the checker then cannot see a q left unfiltered by "
+                        "top-p), 'auto' = full when the vocabulary is at most 8192 (default)")
+    p.add_argument("--top-n", type=int, default=20, help="entries of each top-N list in --db (default: 20; at least top-k + 1)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of the text")
     p.set_defaults(func=cmd_run)
 
@@ -181,8 +186,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.db:
         from specscope.storage import TraceStore, TraceWriter
 
+        if args.top_n < 1:
+            raise CliError(f"--top-n must be at least 1, got {args.top_n}")
         store = TraceStore(args.db)
-        writer = TraceWriter(store, config, model_info=pair.model_info())
+        full = {"auto": None, "full": True, "top": False}[args.vectors]
+        writer = TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n)
     if not args.json:
         sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
     gen = decoder.rounds(prompt, args.max_new, config=config)

@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .partial import entry_known, is_full, max_abs_diff
+from .partial import entry_known, is_full, known_ids, max_abs_diff
 from .records import Round, RunConfig
 from .sampling import process_logits
 
@@ -217,6 +217,39 @@ class _RoundChecker:
                 diff = float(np.abs(rnd.residual - positive / mass).max())
                 if diff > self.tol:
                     self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) (max diff {diff:.3g})", pos, node.index)
+        else:
+            self._residual_from_known_entries(node, pos)
+
+    def _residual_from_known_entries(self, node, pos: int) -> None:
+        """A top-N trace: the residual checks that its exact scalars and known entries allow.
+
+        sum max(p-q, 0) = 1 - sum min(p, q), and the node's overlap is sum min(p, q) computed
+        on the full vectors; where the residual, p and q are all known, the residual must
+        be max(p-q, 0) / mass exactly."""
+        rnd = self.rnd
+        mass = rnd.residual_mass
+        if mass is None:
+            return
+        if node.overlap is not None and abs(mass - (1.0 - node.overlap)) > self.tol:
+            self.add("residual", f"recorded residual mass {mass:.6g} differs from 1 - sum min(p, q) = {1.0 - node.overlap:.6g}",
+                     pos, node.index)
+            return
+        residual = rnd.residual
+        if residual is None or mass <= 0:
+            return
+        ids = known_ids(residual)
+        if ids is None:
+            ids = np.arange(np.asarray(residual).shape[-1])
+        for dist in (node.p, node.q):
+            known = known_ids(dist)
+            if known is not None:
+                ids = np.intersect1d(ids, known)
+        if ids.size:
+            expected = np.maximum(np.asarray(node.p)[ids] - np.asarray(node.q)[ids], 0.0) / mass
+            diff = float(np.abs(np.asarray(residual)[ids] - expected).max())
+            if diff > self.tol:
+                self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) where p, q and it are "
+                         f"known (max diff {diff:.3g} over {ids.size} tokens)", pos, node.index)
 
     # ---------------------------------------------------------------- sampler
 
@@ -230,6 +263,8 @@ class _RoundChecker:
             for name, dist in (("q", n.q), ("p", n.p)):
                 if is_full(dist):
                     self._distribution(name, dist, n.index)
+                elif dist is not None:
+                    self._top_k_from_known_entries(name, dist, n.index)
 
     def _distribution(self, name: str, dist: np.ndarray, node: int) -> None:
         cfg = self.config.sampling
@@ -251,6 +286,19 @@ class _RoundChecker:
                     f"{name} keeps all {vocab} tokens under top-p={cfg.top_p:g}, though a smaller set reaches the mass",
                     node=node,
                 )
+
+    def _top_k_from_known_entries(self, name: str, dist: np.ndarray, node: int) -> None:
+        """A top-N trace: the known entries are the N largest (plus exact extras at
+        lower ranks), so when N > top-k the entry ranked top-k + 1 is known, and it must be
+        0 unless it ties with the one ranked top-k (the filter keeps ties)."""
+        k = self.config.sampling.top_k
+        if not k:
+            return
+        ids = known_ids(dist)
+        values = np.sort(np.asarray(dist)[ids])[::-1]
+        if len(values) > k and 0 < values[k] < values[k - 1]:
+            self.add("sampler", f"{name} has mass on more than top-k={k} tokens (the {k + 1}th largest of its stored "
+                     f"entries is {values[k]:.3g})", node=node)
 
     # ---------------------------------------------------------------- budget, EOS
 

@@ -28,6 +28,14 @@ import numpy as np
 from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings
 
 DEFAULT_TOP_N = 20
+TOP_K_COVER_MAX = 256  # runs with a top-k filter below this keep at least top-k + 1 entries
+
+
+def covering_top_n(top_n: int, top_k: int) -> int:
+    """The N to store for a run with a top-k filter: at least top-k + 1 (for top-k below
+    TOP_K_COVER_MAX), so that a top-N trace still shows whether q and p were filtered (the
+    checker's sampler rule needs the entry ranked top-k + 1)."""
+    return max(top_n, top_k + 1) if 0 < top_k < TOP_K_COVER_MAX else top_n
 FULL_VECTORS_AUTO_MAX_VOCAB = 8192
 FULL_DTYPES = {"float32": b"4", "float64": b"8"}
 _DTYPE_OF_CODE = {b"4": np.dtype("<f4"), b"8": np.dtype("<f8")}

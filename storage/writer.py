@@ -46,7 +46,7 @@ from sqlalchemy.engine import make_url
 
 from specscope.core.records import GenerationResult, Round, RunConfig
 
-from .codec import VectorPolicy
+from .codec import VectorPolicy, covering_top_n
 from .errors import RunExistsError, WriterError
 from .info import ModelInfo, library_versions as collect_versions
 from .schema import runs_table
@@ -150,7 +150,8 @@ class TraceWriter:
         self.store = store
         self.config = config
         self.run_id = config.run_id
-        self.policy = VectorPolicy.for_vocab(config.vocab_size, top_n, full_vectors, full_dtype)
+        self.policy = VectorPolicy.for_vocab(config.vocab_size, covering_top_n(top_n, config.sampling.top_k), full_vectors,
+                                             full_dtype)
         self.flush_interval = float(flush_interval)
         self.mode = choose_mode(store, mode)
         self._next_index = 0

@@ -73,6 +73,23 @@ def test_fault_is_recorded_and_flagged(capsys, checkpoints, tmp_path):
     assert {f["rule"] for f in report["runs"][0]["findings"]} == {"draft-cache"}
 
 
+def test_run_records_top_n_only_when_asked(capsys, checkpoints, tmp_path):
+    from specscope.storage import TraceStore
+
+    db = tmp_path / "v.sqlite"
+    code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "16", "--json", "--db", db, "--vectors", "top",
+                           "--top-n", "5", "--temperature", "1", "--fault", "resample-p")
+    assert code == 0
+    run_id = json.loads(out)["run_id"]
+    with TraceStore(db) as store:
+        (info,) = store.list_runs()
+        assert info.run_id == run_id and info.top_n == 5 and not info.full_vectors
+    code, out, _ = run_cli(capsys, "check", db, "--json")
+    assert code == 1 and {f["rule"] for f in json.loads(out)["runs"][0]["findings"]} == {"residual"}
+    code, _, err = run_cli(capsys, *base_args(checkpoints), "--db", tmp_path / "w.sqlite", "--top-n", "0")
+    assert code == 2 and "--top-n must be at least 1" in err and not (tmp_path / "w.sqlite").exists()
+
+
 def test_bad_input_is_one_line_not_a_traceback(capsys, checkpoints):
     code, _, err = run_cli(capsys, *base_args(checkpoints), "--k", "0")
     assert code == 2 and "k (draft length)" in err and "Traceback" not in err

@@ -37,8 +37,13 @@ def test_saved_clean_runs_have_no_findings(tmp_path, models, full):
                 assert check_run(config, rounds) == []
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
-def test_saved_faulty_runs_are_flagged(tmp_path, models, fault):
+# Every fault, saved with full vectors or top-N only (the writer keeps top-k + 1 entries
+# under a top-k filter, so raw-q shows there too).
+CASES = [(fault, full) for full in (True, False) for fault in FAULTS]
+
+
+@pytest.mark.parametrize("fault,full", CASES, ids=[f"{f}-{'full-vectors' if full else 'top-n'}" for f, full in CASES])
+def test_saved_faulty_runs_are_flagged(tmp_path, models, fault, full):
     target, draft = models
     fired = 0
     with TraceStore(tmp_path / "t.sqlite") as store:
@@ -46,7 +51,7 @@ def test_saved_faulty_runs_are_flagged(tmp_path, models, fault):
             dec = faulty_decoder(fault, target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=None)
             for seed in range(3):
                 for max_new in (13, 30):
-                    _, config, rounds = stored(store, dec, [1, 2, 3, 4], max_new, seed, full=True)
+                    _, config, rounds = stored(store, dec, [1, 2, 3, 4], max_new, seed, full=full)
                     findings = check_run(config, rounds)
                     assert config.fault == fault
                     if dec.fault_rounds:
@@ -56,3 +61,29 @@ def test_saved_faulty_runs_are_flagged(tmp_path, models, fault):
                         assert findings == []
     if fault != "eos-leak":  # needs an EOS id; covered by the core tests
         assert fired > 0
+
+
+def test_top_n_residual_is_checked_where_p_q_and_it_are_known(tmp_path, models):
+    """A top-N trace whose residual was tampered with at one known entry (its mass left
+    right): flagged from the stored entries alone."""
+    import dataclasses
+
+    import numpy as np
+
+    target, draft = models
+    dec = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=1.0))
+    with TraceStore(tmp_path / "t.sqlite") as store:
+        _, config, rounds = stored(store, dec, [1, 2, 3, 4], 30, 3, full=False)
+    assert check_run(config, rounds) == []
+    victim = next(i for i, r in enumerate(rounds) if r.rejected_node is not None and r.residual is not None)
+    rnd = rounds[victim]
+    node = rnd.nodes[rnd.rejected_node]
+    shared = np.intersect1d(np.intersect1d(rnd.residual.known_ids, node.p.known_ids), node.q.known_ids)
+    assert shared.size, "the tiny models' top-8 residual, p and q share no token"
+    residual = rnd.residual.copy()  # a PartialDistribution with the same known ids
+    residual[shared[0]] += 0.05
+    bad = rounds[:victim] + [dataclasses.replace(rnd, residual=residual)] + rounds[victim + 1 :]
+    assert any(f.rule == "residual" and f.round == victim for f in check_run(config, bad))
+    wrong_mass = dataclasses.replace(rnd, residual_mass=rnd.residual_mass * 0.9)
+    bad = rounds[:victim] + [wrong_mass] + rounds[victim + 1 :]
+    assert any(f.rule == "residual" and f.round == victim and "1 - sum min" in f.message for f in check_run(config, bad))

@@ -86,3 +86,21 @@ def test_sqlite_tuple_insert_stores_what_the_core_insert_stores(tmp_path, full):
                 )
     assert len(stored[True][0]) == 12 and stored[True][1]
     assert stored[True] == stored[False]
+
+
+def test_a_top_k_run_keeps_top_k_plus_one_entries(tmp_path):
+    """So that a top-N trace still shows whether q and p were filtered to top-k."""
+    import dataclasses
+
+    from specscope.core.sampling import SamplingConfig
+    from specscope.storage.codec import TOP_K_COVER_MAX, covering_top_n
+
+    assert covering_top_n(20, 0) == 20 and covering_top_n(20, 8) == 20
+    assert covering_top_n(20, 20) == 21 and covering_top_n(20, 50) == 51
+    assert covering_top_n(20, TOP_K_COVER_MAX) == 20  # a very wide filter: not worth the bytes
+    config = dataclasses.replace(synthetic_config(vocab=300), sampling=SamplingConfig(temperature=1.0, top_k=30))
+    with TraceStore(tmp_path / "t.sqlite") as store:
+        writer = TraceWriter(store, config, top_n=20, full_vectors=False)
+        writer.finish("completed")
+        assert writer.policy.top_n == 31
+        assert [r.top_n for r in store.list_runs()] == [31]

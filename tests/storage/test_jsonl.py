@@ -72,7 +72,9 @@ def test_format_header_and_lines(recorded, tmp_path):
     assert lines[0]["record"] == "run" and lines[-1]["record"] == "end"
     assert {line["record"] for line in lines[1:-1]} == {"round"}
     node = lines[1]["nodes"][0]
-    assert len(node["p"]["top_ids"]) == len(node["p"]["top_probs"]) <= 20
+    # the sampled run has top-k=40: the writer keeps 41 entries so that the filter is checkable
+    assert lines[0]["storage"]["top_n"] == 41
+    assert len(node["p"]["top_ids"]) == len(node["p"]["top_probs"]) <= 41
     assert node["p"]["full"]["dtype"] == "float32"
 
 
