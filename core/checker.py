@@ -263,8 +263,8 @@ class _RoundChecker:
             for name, dist in (("q", n.q), ("p", n.p)):
                 if is_full(dist):
                     self._distribution(name, dist, n.index)
-                elif dist is not None:
-                    self._top_k_from_known_entries(name, dist, n.index)
+                elif dist is not None:  # rebuilt from a top-N save: only the top-k rule applies
+                    self._top_k(name, dist, n.index)
 
     def _distribution(self, name: str, dist: np.ndarray, node: int) -> None:
         cfg = self.config.sampling
@@ -273,10 +273,7 @@ class _RoundChecker:
             return
         support = int((dist > 0).sum())
         vocab = dist.shape[-1]
-        if cfg.top_k and support > cfg.top_k:
-            ranked = np.sort(dist)[::-1]
-            if ranked[cfg.top_k] < ranked[cfg.top_k - 1]:  # beyond ties at the threshold
-                self.add("sampler", f"{name} has {support} tokens with mass but top-k is {cfg.top_k}", node=node)
+        self._top_k(name, dist, node)
         if cfg.top_p < 1.0 and (not cfg.top_k or cfg.top_k >= vocab) and support == vocab:
             # A full support can only survive top-p if dropping the least likely token
             # would leave less than top_p of the mass.
@@ -287,18 +284,26 @@ class _RoundChecker:
                     node=node,
                 )
 
-    def _top_k_from_known_entries(self, name: str, dist: np.ndarray, node: int) -> None:
-        """A top-N trace: the known entries are the N largest (plus exact extras at
-        lower ranks), so when N > top-k the entry ranked top-k + 1 is known, and it must be
-        0 unless it ties with the one ranked top-k (the filter keeps ties)."""
+    def _top_k(self, name: str, dist: np.ndarray, node: int) -> None:
+        """Under top-k, the entry ranked k + 1 must be 0 unless it ties with the one ranked k
+        (the filter keeps ties). A distribution rebuilt from a top-N save knows its N
+        largest entries (plus exact extras at lower ranks), which decides this when N > k."""
         k = self.config.sampling.top_k
         if not k:
             return
         ids = known_ids(dist)
-        values = np.sort(np.asarray(dist)[ids])[::-1]
-        if len(values) > k and 0 < values[k] < values[k - 1]:
-            self.add("sampler", f"{name} has mass on more than top-k={k} tokens (the {k + 1}th largest of its stored "
-                     f"entries is {values[k]:.3g})", node=node)
+        values = np.asarray(dist) if ids is None else np.asarray(dist)[ids]
+        with_mass = int(np.count_nonzero(values > 0))
+        if with_mass <= k:  # nothing beyond the k-th (and no sort of a whole vocabulary)
+            return
+        ranked = np.sort(values)[::-1]
+        if ranked[k] < ranked[k - 1]:
+            if ids is None:
+                message = f"{name} has {with_mass} tokens with mass but top-k is {k}"
+            else:
+                message = (f"{name} has mass on more than top-k={k} tokens (the {k + 1}th largest of its stored "
+                           f"entries is {ranked[k]:.3g})")
+            self.add("sampler", message, node=node)
 
     # ---------------------------------------------------------------- budget, EOS
 

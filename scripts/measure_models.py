@@ -397,15 +397,19 @@ def shape_only(folder: Path, args) -> dict:
                                                           "heldout_text": mean_shape(reference)}}
     print(f"{folder / 'target'}: held-out loss {loss:.3f} (perplexity {math.exp(loss):.2f}); "
           f"{len(prompts)} prompts, {args.shape_tokens} tokens each\n")
+    print_shape_table(result["code_shape"])
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def print_shape_table(code_shape: dict) -> None:
     print("| text | distinct token 4-grams | repeated lines | lines indented by 4s | Python tokenizer accepts it |")
     print("|---|---|---|---|---|")
     for label, key in (("target, greedy", "target_greedy"), ("target, sampled at T=0.7", "target_sampled_t0.7"),
                        ("held-out file (reference)", "heldout_text")):
-        m = result["code_shape"][key]
+        m = code_shape[key]
         print(f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | {m['python_tokenizes']:.0%} |")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return result
 
 
 def print_report(r: dict, samples: list[tuple[str, str]], args) -> None:
@@ -432,12 +436,7 @@ def print_report(r: dict, samples: list[tuple[str, str]], args) -> None:
     cs = r["code_shape"]
     print(f"\nDo greedy continuations read as Python? {args.shape_tokens} greedy tokens after each held-out prompt, "
           "against the held-out file's own next tokens (means over the prompts):\n")
-    print("| text | distinct token 4-grams | repeated lines | lines indented by 4s | Python tokenizer accepts it |")
-    print("|---|---|---|---|---|")
-    for label, key in (("target, greedy", "target_greedy"), ("target, sampled at T=0.7", "target_sampled_t0.7"),
-                       ("held-out file (reference)", "heldout_text")):
-        m = cs[key]
-        print(f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | {m['python_tokenizes']:.0%} |")
+    print_shape_table(cs)
     print("\nGreedy continuations of the target (prompt tail, then `# >>>` and the continuation):\n")
     for prompt, cont in samples:
         print("```python")

@@ -426,10 +426,13 @@ def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainCo
     The unlikelihood term is -log(1 - p(x_t)) on the model's own greedy tokens that belong to
     a repeated n-gram, averaged over all continuation tokens: it removes probability from the
     loop the model would fall into, while the MLE steps keep it close to the data."""
+    def measure() -> dict:
+        return {**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}
+
     opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.1)
     log(f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and sequence unlikelihood "
         f"({stage.batch} x {stage.prefix}+{stage.continuation} greedy tokens, {stage.ngram}-gram repeats); "
-        f"before: {json.dumps(_round({**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}))}")
+        f"before: {json.dumps(_round(measure()))}")
     model.train()
     started = time.perf_counter()
     mle_ema = ul_ema = rep_ema = None
@@ -463,9 +466,8 @@ def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainCo
                 f"repeated share of greedy tokens (ema) {rep_ema or 0:.3f} lr {lr_at(step, schedule):.2e} "
                 f"{time.perf_counter() - started:.0f}s")
         if (step + 1) % stage.eval_every == 0 and step + 1 < stage.steps:
-            log(f"{name} eval step {step + 1}: "
-                f"{json.dumps(_round({**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}))}")
-    final = {**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}
+            log(f"{name} eval step {step + 1}: {json.dumps(_round(measure()))}")
+    final = measure()
     final["train_s"] = time.perf_counter() - started
     final["params"] = sum(p.numel() for p in model.parameters())
     log(f"{name} final: {json.dumps(_round(final))}")

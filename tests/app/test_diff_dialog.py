@@ -1,5 +1,6 @@
 """File > Diff two runs: the GUI's `specscope diff` of two stored runs."""
 
+import pytest
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
@@ -9,6 +10,13 @@ from specscope.storage import TraceStore, record
 from ..tiny_models import noisy_copy, tiny_lm
 
 PROMPT = [4, 8, 15, 16, 23, 42]
+GREEDY = SamplingConfig(temperature=0)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_lm("llama", seed=2, init_range=0.3)
+    return target, noisy_copy(target, 0.05)
 
 
 def recorded_store(path, decoders):
@@ -25,25 +33,21 @@ def pick_in_order(monkeypatch):
     return shown
 
 
-def test_cached_run_and_its_no_cache_reference_do_not_diverge(window, monkeypatch, tmp_path):
-    target = tiny_lm("llama", seed=2, init_range=0.3)
-    draft = noisy_copy(target, 0.05)
-    greedy = SamplingConfig(temperature=0)
+def test_cached_run_and_its_no_cache_reference_do_not_diverge(window, monkeypatch, tmp_path, pair):
+    target, draft = pair
     path = tmp_path / "pair.sqlite"
-    recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=greedy),
-                          SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=greedy, use_cache=False)])
+    recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY),
+                          SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, use_cache=False)])
     shown = pick_in_order(monkeypatch)
     text = window.diff_runs_dialog(str(path))
     assert shown == [text] and "no divergence" in text and "compared 30 tokens" in text
 
 
-def test_a_stale_cache_run_diverges(window, monkeypatch, tmp_path):
-    target = tiny_lm("llama", seed=2, init_range=0.3)
-    draft = noisy_copy(target, 0.05)
-    greedy = SamplingConfig(temperature=0)
+def test_a_stale_cache_run_diverges(window, monkeypatch, tmp_path, pair):
+    target, draft = pair
     path = tmp_path / "bug.sqlite"
-    recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=greedy),
-                          faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft), k=4, sampling=greedy)])
+    recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY),
+                          faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft), k=4, sampling=GREEDY)])
     pick_in_order(monkeypatch)
     text = window.diff_runs_dialog(str(path))
     assert "first [cache]" in text
