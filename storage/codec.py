@@ -5,8 +5,16 @@ Distribution blobs (little-endian, self-describing by their first byte):
   top-N   b"T" + int32[n] ids + float64[n] probabilities
           the n most probable tokens with p > 0 (n <= top_n), by descending probability,
           ties by ascending id; probabilities are the exact float64 values
-  full    b"F" + dtype code (b"4" float32 | b"8" float64) + zlib(vector in that dtype)
-          (a zlib stream: level 1 for sparse vectors, level 0 = stored for dense ones)
+  full    the whole vector in a storage dtype (dtype code b"4" float32 | b"8" float64),
+          in one of three forms:
+          b"R" + code + the values                                   dense vectors
+          b"S" + code + uint32 V + bitmap of the nonzero entries (V bits, least significant
+                 bit first) + the nonzero values in id order         sparse vectors (at
+                 least half the entries 0: filtered, one-hot and residual vectors)
+          b"F" + code + zlib(values)                                 read only (stores
+                 written before the S/R forms; JSONL keeps zlib as its interchange encoding)
+          The writer uses no zlib: on float32 probabilities it saved ~6% of a dense vector
+          at the cost of a checksum and a copy (and ~0.1 ms per residual) on the hot path.
 
 Loading a round without full vectors rebuilds full-vocabulary arrays from the top-N: the
 top-N entries (and the proposed token's p_token/q_token, which are always stored) hold
@@ -40,7 +48,7 @@ FULL_VECTORS_AUTO_MAX_VOCAB = 8192
 FULL_DTYPES = {"float32": b"4", "float64": b"8"}
 _DTYPE_OF_CODE = {b"4": np.dtype("<f4"), b"8": np.dtype("<f8")}
 ENCODE_CHUNK = 64  # distributions per vectorised pass: 2 MB of float64 at V=4096 stays in cache (measured fastest)
-ZLIB_LEVEL = 1  # float vectors barely compress further at higher levels; level 1 is ~2x faster
+ZLIB_LEVEL = 1  # JSONL export: float vectors barely compress further at higher levels; level 1 is ~2x faster
 
 
 # ---------------------------------------------------------------------------- arrays
@@ -166,26 +174,41 @@ def decode_top(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
     return ids, probs
 
 
-def encode_full_raw(raw: bytes | np.ndarray, dtype: str, level: int = ZLIB_LEVEL) -> bytes:
-    """A full-vector blob from the raw little-endian values (bytes or a contiguous array)."""
-    return b"F" + FULL_DTYPES[dtype] + zlib.compress(raw, level)
+def _full_blob(values: np.ndarray, code: bytes, nonzero: np.ndarray, count: int) -> bytes:
+    if 2 * count <= values.size:
+        return (b"S" + code + int(values.size).to_bytes(4, "little") + np.packbits(nonzero, bitorder="little").tobytes()
+                + values[nonzero].tobytes())
+    return b"R" + code + values.tobytes()
+
+
+def encode_full_values(values: np.ndarray, dtype: str) -> bytes:
+    """The full-vector blob of one 1-D vector already in the storage dtype (little-endian)."""
+    nonzero = values != 0
+    return _full_blob(values, FULL_DTYPES[dtype], nonzero, int(np.count_nonzero(nonzero)))
 
 
 def encode_full(dist: np.ndarray, dtype: str = "float32") -> bytes:
-    """Compressed when at least half the entries are 0 (top-k/top-p filtered vectors shrink
-    ~50x); dense vectors gain ~6% from zlib at 40x the cost, so they are stored (level 0)."""
-    code = FULL_DTYPES[dtype]
-    dist = np.asarray(dist)
-    level = ZLIB_LEVEL if 2 * np.count_nonzero(dist) <= dist.size else 0
-    return encode_full_raw(dist.astype(_DTYPE_OF_CODE[code]).tobytes(), dtype, level)
+    """The full-vector blob of one distribution, stored in `dtype`."""
+    return encode_full_values(np.asarray(dist).astype(_DTYPE_OF_CODE[FULL_DTYPES[dtype]]), dtype)
 
 
 def full_raw(blob: bytes) -> tuple[str, bytes]:
-    """(dtype name, raw little-endian bytes) of a full-vector blob."""
-    if len(blob) < 2 or blob[:1] != b"F" or blob[1:2] not in _DTYPE_OF_CODE:
+    """(dtype name, little-endian bytes of the whole vector) of a full-vector blob."""
+    form, code = blob[:1], blob[1:2]
+    if len(blob) < 2 or form not in (b"F", b"R", b"S") or code not in _DTYPE_OF_CODE:
         raise ValueError("not a full-vector distribution blob")
-    dtype = "float32" if blob[1:2] == b"4" else "float64"
-    return dtype, zlib.decompress(blob[2:])
+    dtype = "float32" if code == b"4" else "float64"
+    if form == b"F":
+        return dtype, zlib.decompress(blob[2:])
+    if form == b"R":
+        return dtype, bytes(blob[2:])
+    size = int.from_bytes(blob[2:6], "little")
+    mask_end = 6 + (size + 7) // 8
+    nonzero = np.unpackbits(np.frombuffer(blob, dtype=np.uint8, count=mask_end - 6, offset=6), count=size,
+                            bitorder="little").astype(bool)
+    values = np.zeros(size, dtype=_DTYPE_OF_CODE[code])
+    values[nonzero] = np.frombuffer(blob, dtype=_DTYPE_OF_CODE[code], offset=mask_end)
+    return dtype, values.tobytes()
 
 
 def decode_full(blob: bytes) -> np.ndarray:
@@ -245,9 +268,9 @@ class VectorPolicy:
                 continue
             code = FULL_DTYPES[self.full_dtype]
             values = stacked.astype(_DTYPE_OF_CODE[code], copy=False)
-            sparse = 2 * np.count_nonzero(stacked, axis=1) <= stacked.shape[1]
-            fulls.extend(encode_full_raw(values[i], self.full_dtype, ZLIB_LEVEL if sparse[i] else 0)
-                         for i in range(len(values)))
+            nonzero = values != 0
+            counts = np.count_nonzero(nonzero, axis=1).tolist()
+            fulls.extend(_full_blob(values[i], code, nonzero[i], counts[i]) for i in range(len(values)))
         return tops, fulls
 
 

@@ -24,9 +24,12 @@ from sqlalchemy import insert, select
 from .codec import (
     DEFAULT_TOP_N,
     FULL_DTYPES,
+    ZLIB_LEVEL,
     decode_top,
     encode_full,
+    encode_full_values,
     encode_top_arrays,
+    full_raw,
     top_entries,
 )
 from .errors import RunExistsError, TraceFormatError
@@ -54,8 +57,9 @@ def _dist_json(top: bytes | None, full: bytes | None) -> dict | None:
     ids, probs = decode_top(top)
     out: dict[str, Any] = {"top_ids": ids.tolist(), "top_probs": probs.tolist(), "full": None}
     if full is not None:
+        compressed = full[2:] if full[:1] == b"F" else zlib.compress(full_raw(full)[1], ZLIB_LEVEL)
         out["full"] = {"dtype": "float32" if full[1:2] == b"4" else "float64",
-                       "zlib_base64": base64.b64encode(full[2:]).decode("ascii")}
+                       "zlib_base64": base64.b64encode(compressed).decode("ascii")}
     return out
 
 
@@ -429,8 +433,9 @@ def _dist(v: _V, value: Any, path: str, run: _Run, *, nullable: bool = True) -> 
             raise v.fail(f"{path}.full.zlib_base64", f"not base64 of zlib-compressed data ({exc})") from None
         if len(raw) != vocab * _ITEMSIZE[dtype]:
             raise v.fail(f"{path}.full.zlib_base64", f"decodes to {len(raw) // _ITEMSIZE[dtype]} {dtype} values, expected {vocab}")
-        full_blob = b"F" + FULL_DTYPES[dtype] + compressed
-        full_vec = np.frombuffer(raw, dtype="<f4" if dtype == "float32" else "<f8").astype(np.float64)
+        stored = np.frombuffer(raw, dtype="<f4" if dtype == "float32" else "<f8")
+        full_vec = stored.astype(np.float64)
+        full_blob = encode_full_values(stored, dtype)
         if not np.isfinite(full_vec).all() or (full_vec < 0).any():
             raise v.fail(f"{path}.full", "holds negative or non-finite probabilities")
     elif full is not None:

@@ -1,13 +1,15 @@
-"""The writer's hot path: top-N selection and the SQLite tuple insert."""
+"""The writer's hot path: top-N selection, full-vector blobs and the SQLite tuple insert."""
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 import pytest
 from sqlalchemy import select
 
 from specscope.storage import TraceStore
-from specscope.storage.codec import VectorPolicy, top_rows
+from specscope.storage.codec import VectorPolicy, decode_full, encode_full, full_raw, top_rows
 from specscope.storage.schema import nodes_table, rounds_table
 from specscope.storage.sink import RunSink
 from specscope.storage.writer import TraceWriter
@@ -104,3 +106,31 @@ def test_a_top_k_run_keeps_top_k_plus_one_entries(tmp_path):
         writer.finish("completed")
         assert writer.policy.top_n == 31
         assert [r.top_n for r in store.list_runs()] == [31]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("vocab", [1, 7, 64, 4099])
+def test_full_vector_blobs_give_back_the_stored_values(dtype, vocab):
+    rng = np.random.default_rng(vocab)
+    dense = rng.dirichlet(np.ones(vocab))
+    one_hot = np.zeros(vocab)
+    one_hot[vocab // 2] = 1.0
+    residual = np.maximum(dense - rng.dirichlet(np.ones(vocab)), 0.0)  # about half zero
+    stored = np.dtype("<f4" if dtype == "float32" else "<f8")
+    for dist in (dense, one_hot, residual, np.zeros(vocab)):
+        blob = encode_full(dist, dtype)
+        sparse = 2 * np.count_nonzero(dist) <= vocab
+        assert blob[:1] == (b"S" if sparse else b"R")
+        np.testing.assert_array_equal(decode_full(blob), dist.astype(stored).astype(np.float64))
+        assert full_raw(blob) == (dtype, dist.astype(stored).tobytes())
+    # the policy's vectorised encoder writes the same blobs
+    _, fulls = VectorPolicy.for_vocab(vocab, 4, True, dtype).encode([dense, one_hot, residual])
+    assert fulls == [encode_full(d, dtype) for d in (dense, one_hot, residual)]
+
+
+def test_zlib_full_vector_blobs_of_older_stores_still_read():
+    dist = np.random.default_rng(0).dirichlet(np.ones(100))
+    blob = b"F4" + zlib.compress(dist.astype("<f4").tobytes(), 1)
+    np.testing.assert_array_equal(decode_full(blob), dist.astype("<f4").astype(np.float64))
+    with pytest.raises(ValueError):
+        decode_full(b"X4" + bytes(8))
