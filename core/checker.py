@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .partial import entry_known, is_full, known_ids, max_abs_diff
+from .partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
 from .records import Round, RunConfig
 from .sampling import process_logits
 
@@ -261,23 +261,29 @@ class _RoundChecker:
                     self.add("sampler", "a greedy run recorded a proposal distribution q", node=n.index)
                 continue
             for name, dist in (("q", n.q), ("p", n.p)):
-                if is_full(dist):
-                    self._distribution(name, dist, n.index)
-                elif dist is not None:  # rebuilt from a top-N save: only the top-k rule applies
-                    self._top_k(name, dist, n.index)
+                if dist is None:
+                    continue
+                # the whole-vector rules need the vector's stats: a full vector, or a top-N
+                # save that kept them (older saves: only the top-k rule applies)
+                stats = vector_stats(dist)
+                if stats is not None and not self._is_distribution(name, stats, n.index):
+                    continue
+                self._top_k(name, dist, n.index)
+                if stats is not None:
+                    self._top_p(name, stats, np.asarray(dist).shape[-1], n.index)
 
-    def _distribution(self, name: str, dist: np.ndarray, node: int) -> None:
+    def _is_distribution(self, name: str, stats: VectorStats, node: int) -> bool:
+        if stats.minimum < 0 or abs(stats.total - 1.0) > 1e-6:
+            self.add("sampler", f"{name} is not a probability distribution (sum {stats.total:.6g})", node=node)
+            return False
+        return True
+
+    def _top_p(self, name: str, stats: VectorStats, vocab: int, node: int) -> None:
         cfg = self.config.sampling
-        if (dist < 0).any() or abs(float(dist.sum()) - 1.0) > 1e-6:
-            self.add("sampler", f"{name} is not a probability distribution (sum {float(dist.sum()):.6g})", node=node)
-            return
-        support = int((dist > 0).sum())
-        vocab = dist.shape[-1]
-        self._top_k(name, dist, node)
-        if cfg.top_p < 1.0 and (not cfg.top_k or cfg.top_k >= vocab) and support == vocab:
+        if cfg.top_p < 1.0 and (not cfg.top_k or cfg.top_k >= vocab) and stats.support == vocab:
             # A full support can only survive top-p if dropping the least likely token
             # would leave less than top_p of the mass.
-            if float(dist.min()) <= 1.0 - cfg.top_p:
+            if stats.minimum <= 1.0 - cfg.top_p:
                 self.add(
                     "sampler",
                     f"{name} keeps all {vocab} tokens under top-p={cfg.top_p:g}, though a smaller set reaches the mass",

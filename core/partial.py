@@ -1,13 +1,39 @@
 """Distributions that may have been rebuilt from a top-N save.
 
-The storage layer returns such arrays with a `partial` attribute and the `known_ids` whose
-entries are real; core only duck-types them (it never imports storage). Plain arrays are
-full.
+The storage layer returns such arrays with a `partial` attribute, the `known_ids` whose
+entries are real and, when the save kept them, the `stats` of the whole vector (support,
+smallest entry, sum), which is what the sampler rules of the checker need; core only
+duck-types them (it never imports storage). Plain arrays are full.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
+
+
+class VectorStats(NamedTuple):
+    """Facts about a whole distribution vector that a top-N save keeps exactly."""
+
+    support: int  # entries > 0
+    minimum: float  # the smallest entry (0 unless every entry is positive; < 0 for a broken vector)
+    total: float  # the sum of all entries
+
+    @classmethod
+    def of(cls, dist: np.ndarray) -> "VectorStats":
+        values = np.asarray(dist, dtype=np.float64)
+        return cls(int(np.count_nonzero(values > 0)), float(values.min()), float(values.sum()))
+
+
+def vector_stats(dist: np.ndarray | None) -> VectorStats | None:
+    """The whole-vector stats of a full distribution (computed) or of a partial one (as
+    saved; None when the save did not keep them)."""
+    if dist is None:
+        return None
+    if getattr(dist, "partial", False):
+        return getattr(dist, "stats", None)
+    return VectorStats.of(dist)
 
 
 def is_full(dist: np.ndarray | None) -> bool:

@@ -2,7 +2,11 @@
 
 Distribution blobs (little-endian, self-describing by their first byte):
 
-  top-N   b"T" + int32[n] ids + float64[n] probabilities
+  top-N   b"N" + uint32 support + float64 minimum + float64 total (the whole vector's
+          count of entries > 0, smallest entry and sum: enough for the checker's sampler
+          rules without the full vector) + int32[n] ids + float64[n] probabilities;
+          b"T" + int32[n] ids + float64[n] probabilities: the same without the whole-vector
+          facts (stores written before they were kept, JSONL lines that do not give them)
           the n most probable tokens with p > 0 (n <= top_n), by descending probability,
           ties by ascending id; probabilities are the exact float64 values
   full    the whole vector in a storage dtype (dtype code b"4" float32 | b"8" float64),
@@ -20,19 +24,22 @@ Loading a round without full vectors rebuilds full-vocabulary arrays from the to
 top-N entries (and the proposed token's p_token/q_token, which are always stored) hold
 their exact values and every other entry is 0. Such arrays are `PartialDistribution`
 instances (a numpy subclass) whose `.partial` is True; `.known_ids` are the ids with a known
-value and `.missing_mass` = 1 - sum(known values). Arrays rebuilt from full vectors are
+value, `.stats` the whole vector's VectorStats (None from a b"T" blob) and `.missing_mass`
+= total - sum(known values) (total = 1 without stats). Arrays rebuilt from full vectors are
 plain ndarrays (`is_partial()` is False); with float32 storage their top-N and
 proposed-token entries are restored to the exact float64 values.
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from specscope.core.partial import VectorStats
 from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings
 
 DEFAULT_TOP_N = 20
@@ -59,21 +66,24 @@ class PartialDistribution(np.ndarray):
 
     partial = True
 
-    def __new__(cls, values: np.ndarray, known_ids: np.ndarray):
+    def __new__(cls, values: np.ndarray, known_ids: np.ndarray, stats: VectorStats | None = None):
         obj = np.asarray(values, dtype=np.float64).view(cls)
         obj.known_ids = np.asarray(known_ids, dtype=np.int64)
+        obj.stats = stats
         return obj
 
     def __array_finalize__(self, obj: Any) -> None:
         self.known_ids = getattr(obj, "known_ids", np.zeros(0, dtype=np.int64))
+        self.stats = getattr(obj, "stats", None)
 
     @property
     def missing_mass(self) -> float:
         """Probability mass not accounted for by the known entries (>= 0)."""
-        return max(0.0, 1.0 - float(np.asarray(self).sum()))
+        total = 1.0 if self.stats is None else self.stats.total
+        return max(0.0, total - float(np.asarray(self).sum()))
 
-    def __reduce__(self):  # pickle as (values, known_ids)
-        return (PartialDistribution, (np.asarray(self), self.known_ids))
+    def __reduce__(self):  # pickle as (values, known_ids, stats)
+        return (PartialDistribution, (np.asarray(self), self.known_ids, self.stats))
 
 
 def is_partial(array: np.ndarray | None) -> bool:
@@ -157,20 +167,34 @@ def top_entries(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return top_rows(np.asarray(dist, dtype=np.float64)[None, :], n)[0]
 
 
-def encode_top_arrays(ids: np.ndarray, probs: np.ndarray) -> bytes:
-    return b"T" + np.asarray(ids, dtype="<i4").tobytes() + np.asarray(probs, dtype="<f8").tobytes()
+_STATS = struct.Struct("<Idd")
+
+
+def encode_top_arrays(ids: np.ndarray, probs: np.ndarray, stats: VectorStats | None = None) -> bytes:
+    tail = np.asarray(ids, dtype="<i4").tobytes() + np.asarray(probs, dtype="<f8").tobytes()
+    return b"T" + tail if stats is None else b"N" + _STATS.pack(*stats) + tail
 
 
 def encode_top(dist: np.ndarray, n: int) -> bytes:
-    return encode_top_arrays(*top_entries(dist, n))
+    """The top-N blob of one distribution, with its whole-vector stats."""
+    return encode_top_arrays(*top_entries(dist, n), VectorStats.of(dist))
+
+
+def decode_top_stats(blob: bytes) -> tuple[np.ndarray, np.ndarray, VectorStats | None]:
+    """Ids, probabilities and (b"N" blobs) the whole-vector stats of a top-N blob."""
+    form = blob[:1]
+    start = 1 + _STATS.size if form == b"N" else 1
+    if form not in (b"T", b"N") or len(blob) < start or (len(blob) - start) % 12:
+        raise ValueError("not a top-N distribution blob")
+    n = (len(blob) - start) // 12
+    ids = np.frombuffer(blob, dtype="<i4", count=n, offset=start).astype(np.int64)
+    probs = np.frombuffer(blob, dtype="<f8", count=n, offset=start + 4 * n).astype(np.float64)
+    stats = VectorStats(*_STATS.unpack_from(blob, 1)) if form == b"N" else None
+    return ids, probs, stats
 
 
 def decode_top(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
-    if not blob or blob[:1] != b"T" or (len(blob) - 1) % 12:
-        raise ValueError("not a top-N distribution blob")
-    n = (len(blob) - 1) // 12
-    ids = np.frombuffer(blob, dtype="<i4", count=n, offset=1).astype(np.int64)
-    probs = np.frombuffer(blob, dtype="<f8", count=n, offset=1 + 4 * n).astype(np.float64)
+    ids, probs, _ = decode_top_stats(blob)
     return ids, probs
 
 
@@ -218,7 +242,7 @@ def decode_full(blob: bytes) -> np.ndarray:
 
 def rebuild(top: bytes, full: bytes | None, vocab_size: int, exact: Mapping[int, float] | None = None) -> np.ndarray:
     """The in-memory distribution from its blobs (see the module docstring)."""
-    ids, probs = decode_top(top)
+    ids, probs, stats = decode_top_stats(top)
     if full is not None:
         out = decode_full(full)
         out[ids] = probs
@@ -231,7 +255,7 @@ def rebuild(top: bytes, full: bytes | None, vocab_size: int, exact: Mapping[int,
     for i, v in (exact or {}).items():
         out[i] = v
         known.add(i)
-    return PartialDistribution(out, np.array(sorted(known), dtype=np.int64))
+    return PartialDistribution(out, np.array(sorted(known), dtype=np.int64), stats)
 
 
 # ---------------------------------------------------------------------------- rows
@@ -262,7 +286,11 @@ class VectorPolicy:
         fulls: list[bytes | None] = []
         for lo in range(0, len(dists), ENCODE_CHUNK):
             stacked = np.stack([np.asarray(d, dtype=np.float64) for d in dists[lo : lo + ENCODE_CHUNK]])
-            tops.extend(encode_top_arrays(ids, probs) for ids, probs in top_rows(stacked, self.top_n))
+            minima = stacked.min(axis=1)
+            stats = zip(_supports(stacked, minima), minima.tolist(), stacked.sum(axis=1).tolist())
+            pack = _STATS.pack
+            tops.extend(b"N" + pack(*st) + ids.astype("<i4").tobytes() + probs.astype("<f8").tobytes()
+                        for (ids, probs), st in zip(top_rows(stacked, self.top_n), stats))
             if not self.full:
                 fulls.extend([None] * len(stacked))
                 continue
@@ -272,6 +300,16 @@ class VectorPolicy:
             counts = np.count_nonzero(nonzero, axis=1).tolist()
             fulls.extend(_full_blob(values[i], code, nonzero[i], counts[i]) for i in range(len(values)))
         return tops, fulls
+
+
+def _supports(dists: np.ndarray, minima: np.ndarray) -> list[int]:
+    """Entries > 0 per row; counted only in rows whose minimum is not positive (dense rows,
+    the common case at temperature 1, are all support)."""
+    support = np.full(len(dists), dists.shape[1], dtype=np.int64)
+    rows = np.flatnonzero(minima <= 0)
+    if rows.size:
+        support[rows] = np.count_nonzero(dists[rows] > 0, axis=1)
+    return support.tolist()
 
 
 def _opt_int(v: Any) -> int | None:

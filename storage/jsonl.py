@@ -26,12 +26,15 @@ from .codec import (
     FULL_DTYPES,
     ZLIB_LEVEL,
     decode_top,
+    decode_top_stats,
     encode_full,
     encode_full_values,
     encode_top_arrays,
     full_raw,
     top_entries,
 )
+from specscope.core.partial import VectorStats
+
 from .errors import RunExistsError, TraceFormatError
 from .info import library_versions as current_versions
 from .schema import nodes_table, rounds_table, runs_table
@@ -54,8 +57,10 @@ def _dumps(obj: Any) -> str:
 def _dist_json(top: bytes | None, full: bytes | None) -> dict | None:
     if top is None:
         return None
-    ids, probs = decode_top(top)
+    ids, probs, stats = decode_top_stats(top)
     out: dict[str, Any] = {"top_ids": ids.tolist(), "top_probs": probs.tolist(), "full": None}
+    if stats is not None:
+        out.update(stats._asdict())
     if full is not None:
         compressed = full[2:] if full[:1] == b"F" else zlib.compress(full_raw(full)[1], ZLIB_LEVEL)
         out["full"] = {"dtype": "float32" if full[1:2] == b"4" else "float64",
@@ -457,10 +462,37 @@ def _dist(v: _V, value: Any, path: str, run: _Run, *, nullable: bool = True) -> 
             p = v.check(p, f"{path}.top_probs[{i}]", "num")
             if not 0 <= p <= 1 + 1e-6:
                 raise v.fail(f"{path}.top_probs[{i}]", f"probability {p!r} outside [0, 1]")
-        top_blob = encode_top_arrays(np.asarray(ids), np.asarray(probs, dtype=np.float64))
+        ids, probs = np.asarray(ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
     else:
-        top_blob = encode_top_arrays(*top_entries(full_vec, run.top_n))
-    return top_blob, full_blob, full_vec
+        ids, probs = top_entries(full_vec, run.top_n)
+    stats = _stats(v, d, path, vocab, probs, full_vec)
+    return encode_top_arrays(ids, probs, stats), full_blob, full_vec
+
+
+_STATS_FIELDS = VectorStats._fields
+
+
+def _stats(v: _V, d: dict, path: str, vocab: int, top_probs: np.ndarray, full_vec: np.ndarray | None) -> VectorStats | None:
+    """The whole-vector stats of a distribution object: as given (all three fields or none),
+    else computed from its full vector, else None."""
+    given = [k for k in _STATS_FIELDS if d.get(k) is not None]
+    if not given:
+        return None if full_vec is None else VectorStats.of(full_vec)
+    if len(given) < len(_STATS_FIELDS):
+        missing = next(k for k in _STATS_FIELDS if k not in given)
+        raise v.fail(f"{path}.{missing}", f"missing: {', '.join(_STATS_FIELDS)} are given together")
+    stats = VectorStats(v.get(d, "support", path, "int"), v.get(d, "minimum", path, "num"), v.get(d, "total", path, "num"))
+    positive = int(np.count_nonzero(top_probs > 0))
+    if not positive <= stats.support <= vocab:
+        raise v.fail(f"{path}.support", f"{stats.support} is outside [{positive}, {vocab}] (the positive top entries, the vocabulary)")
+    if (stats.support == vocab) != (stats.minimum > 0) or (top_probs.size and stats.minimum > float(top_probs.min())):
+        raise v.fail(f"{path}.minimum", f"{stats.minimum!r} cannot be the smallest entry of a vector with {stats.support} of "
+                                        f"{vocab} entries > 0 and these top entries")
+    if full_vec is not None:
+        computed = VectorStats.of(full_vec)
+        if computed.support != stats.support or not np.allclose(computed[1:], stats[1:], rtol=0, atol=1e-6):
+            raise v.fail(path, f"support/minimum/total {tuple(stats)} disagree with the full vector's {tuple(computed)}")
+    return stats
 
 
 def _round(v: _V, d: dict, run: _Run, expected_index: int) -> None:

@@ -10,7 +10,8 @@ from specscope.storage import TraceStore, TraceWriter
 
 from ..tiny_models import noisy_copy, tiny_lm
 
-SETTINGS = [SamplingConfig(temperature=0), SamplingConfig(temperature=1.0, top_k=8)]
+SETTINGS = [SamplingConfig(temperature=0), SamplingConfig(temperature=1.0, top_k=8),
+            SamplingConfig(temperature=1.0, top_p=0.9)]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,8 @@ def test_saved_clean_runs_have_no_findings(tmp_path, models, full):
 
 
 # Every fault, saved with full vectors or top-N only (the writer keeps top-k + 1 entries
-# under a top-k filter, so raw-q shows there too).
+# under a top-k filter, and every top-N save keeps the whole vector's support, smallest
+# entry and sum, so raw-q shows there too, under top-k and under top-p).
 CASES = [(fault, full) for full in (True, False) for fault in FAULTS]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import zlib
 
 import numpy as np
@@ -9,7 +10,19 @@ import pytest
 from sqlalchemy import select
 
 from specscope.storage import TraceStore
-from specscope.storage.codec import VectorPolicy, decode_full, encode_full, full_raw, top_rows
+from specscope.core.partial import VectorStats, vector_stats
+from specscope.storage.codec import (
+    VectorPolicy,
+    decode_full,
+    decode_top_stats,
+    encode_full,
+    encode_top,
+    encode_top_arrays,
+    full_raw,
+    rebuild,
+    top_entries,
+    top_rows,
+)
 from specscope.storage.schema import nodes_table, rounds_table
 from specscope.storage.sink import RunSink
 from specscope.storage.writer import TraceWriter
@@ -134,3 +147,27 @@ def test_zlib_full_vector_blobs_of_older_stores_still_read():
     np.testing.assert_array_equal(decode_full(blob), dist.astype("<f4").astype(np.float64))
     with pytest.raises(ValueError):
         decode_full(b"X4" + bytes(8))
+
+
+def test_top_n_blobs_keep_the_whole_vector_stats():
+    rng = np.random.default_rng(1)
+    dense = rng.dirichlet(np.ones(300))
+    filtered = np.where(dense >= np.sort(dense)[-10], dense, 0.0)
+    filtered /= filtered.sum()
+    tops, _ = VectorPolicy.for_vocab(300, 5, False).encode([dense, filtered])
+    for dist, blob in zip((dense, filtered), tops):
+        assert blob == encode_top(dist, 5)
+        ids, probs, stats = decode_top_stats(blob)
+        assert stats == VectorStats.of(dist)
+        assert stats.support == np.count_nonzero(dist) and stats.minimum == dist.min()
+        rebuilt = rebuild(blob, None, 300)
+        assert rebuilt.stats == stats and vector_stats(rebuilt) == stats
+        assert rebuilt.missing_mass == pytest.approx(stats.total - probs.sum(), abs=1e-15)
+        assert pickle.loads(pickle.dumps(rebuilt)).stats == stats
+        np.testing.assert_array_equal(ids, top_entries(dist, 5)[0])
+    # a b"T" blob (older stores, JSONL lines without the stats) has none
+    legacy = encode_top_arrays(*top_entries(dense, 5))
+    assert legacy[:1] == b"T" and decode_top_stats(legacy)[2] is None
+    assert vector_stats(rebuild(legacy, None, 300)) is None
+    # a full array's stats are computed from it
+    assert vector_stats(dense) == VectorStats.of(dense)

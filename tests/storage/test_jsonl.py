@@ -139,6 +139,9 @@ def _breakages():
         (set_([3, "nodes", 0, "u"], 1.5), 4, "nodes[0].u"),
         (set_([2, "nodes", 0, "q", "full", "zlib_base64"], "!!!"), 3, "nodes[0].q.full.zlib_base64"),
         (drop([2, "emitted"]), 3, "emitted"),
+        (drop([2, "nodes", 0, "p", "total"]), 3, "nodes[0].p.total"),
+        (set_([2, "nodes", 0, "q", "support"], 65), 3, "nodes[0].q.support"),
+        (set_([2, "nodes", 0, "p", "minimum"], 0.9), 3, "nodes[0].p.minimum"),
         (set_([-1, "new_tokens"], [1, 2, 3]), -1, "new_tokens"),
         (set_([2, "target_cache", "before"], True), 3, "target_cache.before"),
     ]
