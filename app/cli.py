@@ -62,9 +62,10 @@ def add_run_parser(subparsers: Any) -> None:
     p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
     p.add_argument("--db", default=None, help="record the run in this trace store (SQLite path or SQLAlchemy URL)")
     p.add_argument("--vectors", choices=("auto", "full", "top"), default="auto",
-                   help="what --db keeps of each p, q and residual besides the top-N: 'full' vectors too, 'top' only "
-                        "(about 50x smaller and cheaper to record; the checker then cannot see a q left unfiltered by "
-                        "top-p), 'auto' = full when the vocabulary is at most 8192 (default)")
+                   help="what --db keeps of each p, q and residual besides the top-N and each vector's support, "
+                        "smallest entry and sum (enough for every checker rule): 'full' vectors too (about 40x the "
+                        "bytes at the bundled vocabulary of 4096), 'top' nothing more, 'auto' = full when the "
+                        "vocabulary is at most 1024 (default)")
     p.add_argument("--top-n", type=int, default=20, help="entries of each top-N list in --db (default: 20; at least top-k + 1)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of the text")
     p.set_defaults(func=cmd_run)

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writer-rounds", type=int, default=2000)
     ap.add_argument("--top-n", type=int, default=20)
     ap.add_argument("--full", choices=("auto", "on", "off"), default="auto",
-                    help="full vectors in the overhead runs (auto: when vocab <= 8192)")
+                    help="full vectors in the overhead runs (auto: when vocab <= 1024)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--writer", default="thread",
                     help="writer mode(s) to measure, comma-separated: thread, process (e.g. thread,process); "

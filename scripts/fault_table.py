@@ -63,10 +63,11 @@ def main(argv=None) -> int:
     ap.add_argument("--eos", default="frequent",
                     help="EOS id: 'tokenizer' (rarely emitted in short runs), 'frequent' (the token the target "
                          "emits most on these prompts, so EOS lands inside rounds), or an integer")
-    ap.add_argument("--top-n-only", action="store_true",
-                    help="store top-N only (no full vectors), as for a vocabulary above 8192 or --no-full-vectors")
+    ap.add_argument("--vectors", choices=("auto", "full", "top"), default="auto",
+                    help="what the traces keep besides the top-N and the whole-vector stats: full vectors ('auto': "
+                         "when the vocabulary is at most 1024, i.e. not for the bundled models)")
     args = ap.parse_args(argv)
-    full = False if args.top_n_only else None
+    full = {"auto": None, "full": True, "top": False}[args.vectors]
     torch.manual_seed(0)
     pair = loading.load_models(target=args.target, draft=args.draft, device=torch.device("cpu"))
     tok = pair.tokenizer
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
                         c["first_round_right"] += first_bad_round(findings) == dec.fault_rounds[0]
                         c.update(f"rule:{f.rule}" for f in findings if f.round == dec.fault_rounds[0])
             print(f"{name}: {dict(c)}", file=sys.stderr)
-    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{' --top-n-only' if args.top_n_only else ''}` "
+    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{'' if args.vectors == 'auto' else ' --vectors ' + args.vectors}` "
           f"(EOS id {eos} = {tok.decode([eos])!r}; "
           f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
           f"{time.time() - started:.0f} s)\n")

@@ -10,9 +10,10 @@ see the run at once. write() only queues the round. Encoding (top-N, compressed 
 vectors) and inserting happen elsewhere, in one transaction per flush interval together
 with a heartbeat and the run's aggregates:
 
-  mode "thread" (the default): in a thread of this process. It encodes what is queued
-      five times per flush interval (vectorised over the queued rounds) and commits once
-      per interval, so that little is left to do when the run finishes.
+  mode "thread" (the default): in a thread of this process. It commits every 0.8 flush
+      intervals (so that commits stay within the interval under load) and encodes what is
+      queued five times per commit period (vectorised over the queued rounds), so that
+      little is left to do when the run finishes.
   mode "process": in a writer process shared by all writers of this process
       (storage.writer_process); the decoding process only pickles each round, with its
       vectors out of band. When the recording process dies, the writer process still
@@ -57,7 +58,10 @@ from .writer_process import close_writer_process, writer_process
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.25
-ENCODE_FRACTION = 0.2  # the thread encodes queued rounds 5 times per flush interval
+# The thread aims its commits at COMMIT_MARGIN of the flush interval, so that the time a
+# commit takes and the thread's wake-up delays under load stay inside the interval.
+COMMIT_MARGIN = 0.8
+ENCODE_FRACTION = 0.2  # the thread encodes queued rounds 5 times per commit period
 WRITER_MODES = ("auto", "process", "thread")
 MODE_ENV = "SPECSCOPE_TRACE_WRITER"
 _live_lock = threading.Lock()
@@ -371,14 +375,15 @@ class TraceWriter:
         self._thread.start()
 
     def _loop(self) -> None:
-        # Wake every ENCODE_FRACTION of the flush interval (or when woken by flush/finish),
-        # encode everything queued in one vectorised pass, and commit once per flush
-        # interval. Encoding as the rounds arrive leaves little for finish() to do after
+        # Wake every ENCODE_FRACTION of the commit period (or when woken by flush/finish),
+        # encode everything queued in one vectorised pass, and commit once per commit
+        # period (COMMIT_MARGIN of the flush interval). Encoding as the rounds arrive leaves little for finish() to do after
         # the last round, when the producer waits for it.
         # The thread keeps the normal priority: at nice 10 it was starved while torch kept both
         # cores busy (commits up to 0.6 s apart instead of 0.25 s) and cost no less time.
         markers: list[_Flush] = []
-        encode_every = self.flush_interval * ENCODE_FRACTION
+        commit_every = self.flush_interval * COMMIT_MARGIN
+        encode_every = commit_every * ENCODE_FRACTION
         try:
             while True:
                 self._wake.wait(timeout=encode_every)
@@ -401,7 +406,7 @@ class TraceWriter:
                     self._sink.add(batch)
                 since_commit = time.monotonic() - self._sink.last_commit
                 if (markers or final is not None or since_commit >= HEARTBEAT_S
-                        or (self._sink.pending and since_commit >= self.flush_interval - encode_every / 2)):
+                        or (self._sink.pending and since_commit >= commit_every - encode_every / 2)):
                     self._sink.commit((), final.values if final else None)
                     self.rounds_written, self.flushes = self._sink.rounds_written, self._sink.flushes
                 for marker in markers:

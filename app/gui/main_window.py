@@ -212,6 +212,12 @@ class MainWindow(QMainWindow):
         self.open_action = self._action(f, "&Open trace…", self.open_trace_dialog, QKeySequence.StandardKey.Open)
         self.open_last_action = self._action(f, "Open &last trace", self.open_last_trace, "Ctrl+Shift+O")
         self.open_recorded_action = self._action(f, "Open the &recording store", self.open_recording_store)
+        self.full_vectors_action = self._action(
+            f, "Record &full probability vectors", self._full_vectors_toggled,
+            tip="Recordings keep every p, q and residual in full (about 40x the bytes of the top-N at a vocabulary "
+                "of 4096, and slower to record); otherwise the top-N and each vector's support, minimum and sum")
+        self.full_vectors_action.setCheckable(True)
+        self.full_vectors_action.setChecked(str(self.qsettings.value("recording/full_vectors", "false")) == "true")
         self._action(f, "&Diff two runs of a trace…", self.diff_runs_dialog,
                      tip="Align two stored runs and report the first divergence in tokens, p and caches")
         f.addSeparator()
@@ -338,11 +344,18 @@ class MainWindow(QMainWindow):
     def state(self) -> str:
         return self.controller.state
 
+    def _full_vectors_toggled(self, checked: bool) -> None:
+        self.qsettings.setValue("recording/full_vectors", "true" if checked else "false")
+        self.statusBar().showMessage(
+            "The next recorded runs keep full probability vectors" if checked
+            else "The next recorded runs keep the top-N of each distribution (full vectors for vocabularies up to 1024)", 8000)
+
     def _make_recorder(self, config) -> Recorder | None:
         store = self._open_store()
         if store is None:
             return None
-        return Recorder(store, config, prompt_text=self._prompt_text)
+        full = True if self.full_vectors_action.isChecked() else None  # None: the store's default for the vocabulary
+        return Recorder(store, config, prompt_text=self._prompt_text, full_vectors=full)
 
     def _open_store(self):
         if self._store is None:

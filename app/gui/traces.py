@@ -52,13 +52,14 @@ def warm_up_trace_writer() -> None:
 class Recorder:
     """Adapts a storage TraceWriter to the worker's write(round) / finish(result, reason)."""
 
-    def __init__(self, store: Any, config: RunConfig, prompt_text: str | None = None, extra: dict | None = None):
+    def __init__(self, store: Any, config: RunConfig, prompt_text: str | None = None, extra: dict | None = None,
+                 full_vectors: bool | None = None):
         from specscope.storage import TraceWriter
 
         self.store = store
         self.path = store.path or store.location
         self.run_id = config.run_id
-        self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra)
+        self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra, full_vectors=full_vectors)
 
     def write(self, r: Round) -> None:
         self.writer.write(r)

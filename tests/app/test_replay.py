@@ -134,3 +134,24 @@ def test_opening_a_trace_during_a_live_run_cancels_it(qtbot, make_window, tmp_pa
     with TraceStore(store) as s:
         second = [r for r in s.list_runs() if r.run_id != first_id][0]
         assert second.status == "interrupted" and second.stop_reason == "cancelled"
+
+
+def test_recording_keeps_full_vectors_when_asked(qtbot, make_window, tmp_path):
+    from specscope.storage import FULL_VECTORS_AUTO_MAX_VOCAB
+
+    store_path = str(tmp_path / "vectors.sqlite")
+    w = make_window(store_path=store_path)
+    assert not w.full_vectors_action.isChecked()
+    default_id, _ = record_live(qtbot, w, temperature="1.0", max_new_tokens="8")
+    w.full_vectors_action.trigger()
+    assert w.full_vectors_action.isChecked() and "full probability vectors" in w.statusBar().currentMessage()
+    full_id, rounds = record_live(qtbot, w, temperature="1.0", max_new_tokens="8")
+    with TraceStore(store_path) as store:
+        default, full = store.get_run(default_id), store.get_run(full_id)
+        assert default.full_vectors == (w.model.config.vocab_size <= FULL_VECTORS_AUTO_MAX_VOCAB)
+        assert full.full_vectors
+        stored = store.load_round(full_id, 0)
+        assert not getattr(stored.nodes[0].p, "partial", False)
+        assert stored.nodes[0].p == pytest.approx(rounds[0].nodes[0].p, rel=1e-6, abs=1e-12)
+    # the choice is remembered
+    assert make_window(store_path=store_path).full_vectors_action.isChecked()
