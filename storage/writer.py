@@ -10,10 +10,9 @@ see the run at once. write() only queues the round. Encoding (top-N, compressed 
 vectors) and inserting happen elsewhere, in one transaction per flush interval together
 with a heartbeat and the run's aggregates:
 
-  mode "thread" (the default): in a thread of this process. It commits every 0.8 flush
-      intervals (so that commits stay within the interval under load) and encodes what is
-      queued five times per commit period (vectorised over the queued rounds), so that
-      little is left to do when the run finishes.
+  mode "thread" (the default): in a thread of this process. It wakes every 0.8 flush
+      intervals (so that commits stay within the interval under load), encodes what is
+      queued in one vectorised pass and commits it.
   mode "process": in a writer process shared by all writers of this process
       (storage.writer_process); the decoding process only pickles each round, with its
       vectors out of band. When the recording process dies, the writer process still
@@ -58,10 +57,10 @@ from .writer_process import close_writer_process, writer_process
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.25
-# The thread aims its commits at COMMIT_MARGIN of the flush interval, so that the time a
-# commit takes and the thread's wake-up delays under load stay inside the interval.
+# The thread commits every COMMIT_MARGIN of the flush interval, so that the time the
+# encoding and the commit take and wake-up delays under load stay inside the interval.
 COMMIT_MARGIN = 0.8
-ENCODE_FRACTION = 0.2  # the thread encodes queued rounds 5 times per commit period
+COMMIT_SLACK_S = 0.005  # a wake-up this early still commits
 WRITER_MODES = ("auto", "process", "thread")
 MODE_ENV = "SPECSCOPE_TRACE_WRITER"
 _live_lock = threading.Lock()
@@ -375,18 +374,21 @@ class TraceWriter:
         self._thread.start()
 
     def _loop(self) -> None:
-        # Wake every ENCODE_FRACTION of the commit period (or when woken by flush/finish),
-        # encode everything queued in one vectorised pass, and commit once per commit
-        # period (COMMIT_MARGIN of the flush interval). Encoding as the rounds arrive leaves little for finish() to do after
-        # the last round, when the producer waits for it.
-        # The thread keeps the normal priority: at nice 10 it was starved while torch kept both
-        # cores busy (commits up to 0.6 s apart instead of 0.25 s) and cost no less time.
+        # Sleep until the next commit is due (or flush/finish wakes the thread), then encode
+        # everything queued in one vectorised pass and commit it. While torch keeps both
+        # cores busy every wake-up of this thread slows the decoder more than its CPU time:
+        # encoding five times per commit period cost ~1 point more decoding time than once,
+        # and waking at each round ~5 points more (BENCHMARKS.md), so the thread wakes once
+        # per commit period.
+        # It keeps the normal priority: at nice 10 it was starved while torch kept both cores
+        # busy (commits up to 0.6 s apart instead of 0.25 s), and SCHED_IDLE never committed
+        # before the end of a 2 s run.
         markers: list[_Flush] = []
         commit_every = self.flush_interval * COMMIT_MARGIN
-        encode_every = commit_every * ENCODE_FRACTION
+        next_due = time.monotonic() + commit_every
         try:
             while True:
-                self._wake.wait(timeout=encode_every)
+                self._wake.wait(timeout=max(0.0, next_due - time.monotonic()))
                 self._wake.clear()
                 batch: list[Round] = []
                 markers = []
@@ -404,11 +406,15 @@ class TraceWriter:
                         final = item
                 if batch:
                     self._sink.add(batch)
-                since_commit = time.monotonic() - self._sink.last_commit
+                now = time.monotonic()
+                since_commit = now - self._sink.last_commit
                 if (markers or final is not None or since_commit >= HEARTBEAT_S
-                        or (self._sink.pending and since_commit >= commit_every - encode_every / 2)):
+                        or (self._sink.pending and since_commit >= commit_every - COMMIT_SLACK_S)):
                     self._sink.commit((), final.values if final else None)
                     self.rounds_written, self.flushes = self._sink.rounds_written, self._sink.flushes
+                # pending rounds are due a period after the last commit; otherwise wake a
+                # period from now
+                next_due = self._sink.last_commit + commit_every if self._sink.pending else now + commit_every
                 for marker in markers:
                     marker.done.set()
                 if final is not None:
