@@ -11,8 +11,9 @@ vectors) and inserting happen elsewhere, in one transaction per flush interval t
 with a heartbeat and the run's aggregates:
 
   mode "thread" (the default): in a thread of this process. It wakes every 0.8 flush
-      intervals (so that commits stay within the interval under load), encodes what is
-      queued in one vectorised pass and commits it.
+      intervals, or more often when encoding and committing take long (commit_period),
+      encodes what is queued in one vectorised pass and commits it, so that no round waits
+      longer than the interval.
   mode "process": in a writer process shared by all writers of this process
       (storage.writer_process); the decoding process only pickles each round, with its
       vectors out of band. When the recording process dies, the writer process still
@@ -57,10 +58,17 @@ from .writer_process import close_writer_process, writer_process
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.25
-# The thread commits every COMMIT_MARGIN of the flush interval, so that the time the
-# encoding and the commit take and wake-up delays under load stay inside the interval.
+# The thread commits every COMMIT_MARGIN of the flush interval or more often, so that the
+# time the encoding and the commit take and wake-up delays under load stay inside it.
 COMMIT_MARGIN = 0.8
 COMMIT_SLACK_S = 0.005  # a wake-up this early still commits
+
+
+def commit_period(flush_interval: float, work_s: float) -> float:
+    """Seconds between the writer thread's commits when encoding and committing a period's
+    rounds took `work_s`: at most COMMIT_MARGIN of the interval, shorter when the work is
+    long (full vectors under load), so that no round waits longer than the interval."""
+    return max(0.25 * flush_interval, min(COMMIT_MARGIN * flush_interval, flush_interval - 2 * work_s - 0.02))
 WRITER_MODES = ("auto", "process", "thread")
 MODE_ENV = "SPECSCOPE_TRACE_WRITER"
 _live_lock = threading.Lock()
@@ -384,7 +392,7 @@ class TraceWriter:
         # busy (commits up to 0.6 s apart instead of 0.25 s), and SCHED_IDLE never committed
         # before the end of a 2 s run.
         markers: list[_Flush] = []
-        commit_every = self.flush_interval * COMMIT_MARGIN
+        commit_every = commit_period(self.flush_interval, 0.0)
         next_due = time.monotonic() + commit_every
         try:
             while True:
@@ -404,6 +412,7 @@ class TraceWriter:
                         markers.append(item)
                     elif isinstance(item, _Finish):
                         final = item
+                started = time.monotonic()
                 if batch:
                     self._sink.add(batch)
                 now = time.monotonic()
@@ -412,6 +421,9 @@ class TraceWriter:
                         or (self._sink.pending and since_commit >= commit_every - COMMIT_SLACK_S)):
                     self._sink.commit((), final.values if final else None)
                     self.rounds_written, self.flushes = self._sink.rounds_written, self._sink.flushes
+                    # A round written just after this wake-up waits a period plus the next
+                    # encode and commit, which take about as long as these did.
+                    commit_every = commit_period(self.flush_interval, time.monotonic() - started)
                 # pending rounds are due a period after the last commit; otherwise wake a
                 # period from now
                 next_due = self._sink.last_commit + commit_every if self._sink.pending else now + commit_every

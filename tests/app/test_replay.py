@@ -74,16 +74,21 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
     assert len(lines) >= len(live_rounds)
 
 
-def test_faulty_trace_shows_findings_that_jump_to_their_round(qtbot, make_window, hub, tmp_path):
+@pytest.mark.parametrize("fault,sampling,full_vectors", [
+    ("resample-p", SamplingConfig(temperature=1.0), None),
+    # a q that skipped top-p, in a trace without full vectors (the whole-vector facts show it)
+    ("raw-q", SamplingConfig(temperature=1.0, top_p=0.9), False),
+], ids=["resample-p", "raw-q-top-n-trace"])
+def test_faulty_trace_shows_findings_that_jump_to_their_round(qtbot, make_window, hub, tmp_path, fault, sampling,
+                                                              full_vectors):
     target, _ = hub.target("cpu")
     draft = hub.draft("draft-small", "cpu")
     path = tmp_path / "faulty.sqlite"
     with TraceStore(path) as store:
         for seed in range(6):
-            dec = faulty_decoder("resample-p", target, DraftModelProposer(draft), k=4,
-                                 sampling=SamplingConfig(temperature=1.0), seed=seed)
+            dec = faulty_decoder(fault, target, DraftModelProposer(draft), k=4, sampling=sampling, seed=seed)
             config = dec.run_config([1, 2, 3, 4, 5], 40)
-            with TraceWriter(store, config) as writer:
+            with TraceWriter(store, config, full_vectors=full_vectors) as writer:
                 writer.record(dec.rounds([1, 2, 3, 4, 5], 40, config=config))
             if dec.fault_rounds:
                 run_id = config.run_id
@@ -94,8 +99,8 @@ def test_faulty_trace_shows_findings_that_jump_to_their_round(qtbot, make_window
     assert w.open_trace(str(path), run_id=run_id)
     qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
     found = w.findings.findings
-    assert found, "the checker should flag the resampled repair"
-    assert all(f.rule for f in found)
+    assert found, f"the checker should flag {fault}"
+    assert all(f.rule for f in found) and found[0].round == dec.fault_rounds[0]
     target_round = found[0].round
     w.model.select(0)
     w.findings.table.cellClicked.emit(0, 0)

@@ -209,8 +209,18 @@ def test_heartbeat_while_idle(store, writer_mode):
         assert writer.rounds_written == 0
 
 
+def test_commit_period_leaves_room_for_the_work_inside_the_flush_interval():
+    from specscope.storage.writer import COMMIT_MARGIN, commit_period
+
+    assert commit_period(0.25, 0.0) == pytest.approx(COMMIT_MARGIN * 0.25)
+    for work in (0.005, 0.02, 0.04, 0.06):
+        period = commit_period(0.25, work)
+        assert period <= COMMIT_MARGIN * 0.25 and period + 2 * work <= 0.25 - 0.02 + 1e-12
+    assert commit_period(0.25, 1.0) == pytest.approx(0.25 * 0.25)  # never busier than 4 commits per interval
+
+
 def test_full_vector_policy(store, writer_mode):
-    with TraceWriter(store, synthetic_config(vocab=9000)) as big, TraceWriter(store, synthetic_config(vocab=64)) as small:
+    with TraceWriter(store, synthetic_config(vocab=2048)) as big, TraceWriter(store, synthetic_config(vocab=1024)) as small:
         assert big.policy.full is False and small.policy.full is True
     assert store.get_run(big.run_id).full_vectors is False
     forced = synthetic_config(vocab=9000)
