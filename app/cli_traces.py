@@ -138,7 +138,12 @@ def _top(dist: np.ndarray | None, n: int) -> str:
     if dist is None:
         return "-"
     ids, probs = top_entries(dist, n)
-    return " ".join(f"{i}:{p:.3f}" for i, p in zip(ids.tolist(), probs.tolist()))
+    text = " ".join(f"{i}:{p:.3f}" for i, p in zip(ids.tolist(), probs.tolist()))
+    stats = getattr(dist, "stats", None)  # a top-N save's whole-vector facts
+    if stats is not None:
+        smallest = f", smallest {stats.minimum:.3g}" if stats.support == len(dist) else ""
+        text += f"  ({stats.support} of {len(dist)} tokens > 0{smallest}, sum {stats.total:.6f})"
+    return text
 
 
 @_guard

@@ -156,7 +156,9 @@ class MainWindow(QMainWindow):
         w.failed.connect(self._on_failed)
         w.stateChanged.connect(self._on_state)
         w.recorded.connect(self._on_recorded)
-        w.preloaded.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
+        # a bound slot, not a lambda: the worker emits from its own thread, and only a slot of
+        # this window makes Qt queue the call to the GUI thread
+        w.preloaded.connect(self._on_preloaded)
         self.compare_session.failed.connect(self._on_failed)
         self.run_panel.runClicked.connect(self.run_or_resume)
         self.run_panel.pauseClicked.connect(self.pause)
@@ -334,6 +336,9 @@ class MainWindow(QMainWindow):
             self.plots_dock.hide()
         elif self._plots_dock_was_visible:
             self.plots_dock.show()
+
+    def _on_preloaded(self, message: str) -> None:
+        self.statusBar().showMessage(message, 8000)
 
     def _on_failed(self, message: str, details: str) -> None:
         self.show_error(message, details)

@@ -157,3 +157,23 @@ def test_arrow_keys_in_a_field_edit_the_field(qtbot, window):
     qtbot.wait(50)
     assert window.state == IDLE and not window.model.rounds
     assert field.text() == "1 2" and field.cursorPosition() == 3
+
+
+def test_worker_thread_messages_reach_the_status_bar_through_the_gui_thread(qtbot, window):
+    """The worker announces preloaded models from its own thread; the window must show the
+    message from the GUI thread (a direct call from the worker made Qt warn that timers
+    cannot be started from another thread)."""
+    import threading
+
+    from PySide6.QtCore import qInstallMessageHandler
+
+    warnings: list[str] = []
+    previous = qInstallMessageHandler(lambda mode, ctx, msg: warnings.append(msg))
+    try:
+        t = threading.Thread(target=window.controller.worker.preloaded.emit, args=("Models ready (test).",))
+        t.start()
+        t.join()
+        qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "Models ready (test).", timeout=5000)
+    finally:
+        qInstallMessageHandler(previous)
+    assert not [w for w in warnings if "another thread" in w]

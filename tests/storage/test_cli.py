@@ -47,6 +47,22 @@ def test_show_run_and_round(recorded, capsys):
     assert json.loads(capsys.readouterr().out)["record"] == "run"
 
 
+def test_show_prints_the_whole_vector_facts_of_a_top_n_save(tmp_path, capsys):
+    from specscope.storage import TraceWriter
+
+    from .helpers import synthetic_config, synthetic_rounds
+
+    config = synthetic_config()
+    rnd = synthetic_rounds(config, 1)[0]
+    path = tmp_path / "top.sqlite"
+    with TraceStore(path) as store, TraceWriter(store, config, full_vectors=False, top_n=3) as writer:
+        writer.write(rnd)
+    assert run_cli("show", str(path), config.run_id, "--round", "0") == 0
+    out = capsys.readouterr().out
+    support = int((rnd.nodes[0].p > 0).sum())
+    assert "top-N only" in out and f"({support} of {config.vocab_size} tokens > 0" in out
+
+
 def test_export_then_import(recorded, tmp_path, capsys):
     path, results = recorded
     rid = results["greedy"].config.run_id
