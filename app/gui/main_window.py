@@ -219,7 +219,8 @@ class MainWindow(QMainWindow):
             tip="Recordings keep every p, q and residual in full (about 40x the bytes of the top-N at a vocabulary "
                 "of 4096, and slower to record); otherwise the top-N and each vector's support, minimum and sum")
         self.full_vectors_action.setCheckable(True)
-        self.full_vectors_action.setChecked(str(self.qsettings.value("recording/full_vectors", "false")) == "true")
+        self._record_full_vectors = str(self.qsettings.value("recording/full_vectors", "false")) == "true"
+        self.full_vectors_action.setChecked(self._record_full_vectors)
         self._action(f, "&Diff two runs of a trace…", self.diff_runs_dialog,
                      tip="Align two stored runs and report the first divergence in tokens, p and caches")
         f.addSeparator()
@@ -350,6 +351,7 @@ class MainWindow(QMainWindow):
         return self.controller.state
 
     def _full_vectors_toggled(self, checked: bool) -> None:
+        self._record_full_vectors = checked
         self.qsettings.setValue("recording/full_vectors", "true" if checked else "false")
         self.statusBar().showMessage(
             "The next recorded runs keep full probability vectors" if checked
@@ -359,7 +361,8 @@ class MainWindow(QMainWindow):
         store = self._open_store()
         if store is None:
             return None
-        full = True if self.full_vectors_action.isChecked() else None  # None: the store's default for the vocabulary
+        # runs on the worker's thread: read the plain attribute the GUI thread keeps, not the action
+        full = True if self._record_full_vectors else None  # None: the store's default for the vocabulary
         return Recorder(store, config, prompt_text=self._prompt_text, full_vectors=full)
 
     def _open_store(self):

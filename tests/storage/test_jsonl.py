@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 
+import numpy as np
 import pytest
 from sqlalchemy import text
 
@@ -240,3 +241,29 @@ def test_export_of_a_run_in_progress_imports_as_interrupted(tmp_path):
     with TraceStore(tmp_path / "b.sqlite") as d:
         import_run(d, io.StringIO(out.getvalue()))
         assert d.get_run(config.run_id).status == "interrupted" and d.count_rounds(config.run_id) == 3
+
+
+def test_round_trip_keeps_exact_facts_of_entries_that_float32_flushes_to_zero(tmp_path):
+    """A p with entries below float32's smallest positive value, kept as float32 full
+    vectors: the export carries the exact whole-vector facts (all entries > 0), which the
+    float32 vector alone cannot show, and the import accepts and keeps them."""
+    config = synthetic_config()
+    rnd = synthetic_rounds(config, 1)[0]
+    p = np.asarray(rnd.nodes[0].p, dtype=np.float64).copy()
+    p[p < np.median(p)] = 1e-50
+    p /= p.sum()
+    node = dataclasses.replace(rnd.nodes[0], p=p, p_token=float(p[rnd.nodes[0].token]))
+    rnd = dataclasses.replace(rnd, nodes=(node,) + tuple(rnd.nodes[1:]))
+    with TraceStore(tmp_path / "a.sqlite") as src:
+        with TraceWriter(src, config, full_vectors=True) as writer:
+            writer.write(rnd)
+        out = tmp_path / "a.jsonl"
+        export_run(src, config.run_id, out)
+    line = json.loads(out.read_text().splitlines()[1])
+    assert line["nodes"][0]["p"]["support"] == config.vocab_size
+    with TraceStore(tmp_path / "b.sqlite") as dst:
+        import_run(dst, out)
+        top = dst.load_round(config.run_id, 0, full=False)
+        assert top.nodes[0].p.stats.support == config.vocab_size and top.nodes[0].p.stats.minimum > 0
+        export_run(dst, config.run_id, tmp_path / "b.jsonl")
+    assert (tmp_path / "b.jsonl").read_bytes() == out.read_bytes()
