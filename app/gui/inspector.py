@@ -188,6 +188,9 @@ class RoundInspectorWidget(QWidget):
             head.append("all drafts accepted; the bonus was withheld (budget reached)")
         else:
             head.append("no bonus in this round (a draft was rejected)")
+        saved = _saved_without_full_vectors(node.p if node is not None else r.bonus_p, node.q if node is not None else None)
+        if saved:
+            head.append(saved)
         if emitted_here is not None and emitted_kind == "repaired":
             head.append(f"repair {tok(emitted_here, tt)} drawn from the residual (r = {fmt(r.residual_mass)})"
                         if not r.greedy else f"repair {tok(emitted_here, tt)} = target argmax")
@@ -321,3 +324,15 @@ class RoundInspectorWidget(QWidget):
         self.cache_plot.getAxis("left").setTicks([ticks])
         self.cache_plot.setXRange(x0, hi + max(1.0, 0.08 * (hi - x0)), padding=0)
         self.cache_plot.setYRange(-0.8, 3.5, padding=0)
+
+
+def _saved_without_full_vectors(p, q) -> str:
+    """A line for distributions loaded from a trace that kept only their top-N: what the
+    bars cannot show (how many tokens have mass, how much of it the stored entries hold)."""
+    parts = []
+    for name, dist in (("p", p), ("q", q)):
+        stats = getattr(dist, "stats", None) if getattr(dist, "partial", False) else None
+        if stats is not None:
+            shown = float(np.asarray(dist)[dist.known_ids].sum())
+            parts.append(f"{name} has {stats.support} tokens &gt; 0, {shown:.3f} of its mass stored")
+    return "<i>saved without full vectors:</i> " + "; ".join(parts) if parts else ""

@@ -506,8 +506,8 @@ class MainWindow(QMainWindow):
         self.model.set_findings(findings)
 
     def rounds_for_checking(self) -> list:
-        """The run's rounds with whatever distributions are stored (the checker skips the
-        rules that need full vectors when only the top-N are known)."""
+        """The run's rounds with whatever distributions are stored (without full vectors the
+        checker works from the top-N entries and each vector's stored support, minimum and sum)."""
         rounds = self.model.rounds
         if self.mode == "replay" and self.library is not None and self.replay_run_id:
             return list(self.library.store.iter_rounds(self.replay_run_id, full=True))
