@@ -6,9 +6,9 @@
         result = writer.record(gen)          # or: writer.write(rnd) per round, writer.finish(result)
 
 The run row is inserted (status 'running') before the constructor returns, so other readers
-see the run at once. write() only queues the round. Encoding (top-N, compressed full
-vectors) and inserting happen elsewhere, in one transaction per flush interval together
-with a heartbeat and the run's aggregates:
+see the run at once. write() only queues the round. Encoding (top-N with the whole-vector
+facts, full vectors when kept) and inserting happen elsewhere, in one transaction per flush
+interval together with a heartbeat and the run's aggregates:
 
   mode "thread" (the default): in a thread of this process. It wakes every 0.8 flush
       intervals, or more often when encoding and committing take long (commit_period),
@@ -69,6 +69,8 @@ def commit_period(flush_interval: float, work_s: float) -> float:
     rounds took `work_s`: at most COMMIT_MARGIN of the interval, shorter when the work is
     long (full vectors under load), so that no round waits longer than the interval."""
     return max(0.25 * flush_interval, min(COMMIT_MARGIN * flush_interval, flush_interval - 2 * work_s - 0.02))
+
+
 WRITER_MODES = ("auto", "process", "thread")
 MODE_ENV = "SPECSCOPE_TRACE_WRITER"
 _live_lock = threading.Lock()

@@ -331,7 +331,7 @@ def _saved_without_full_vectors(p, q) -> str:
     bars cannot show (how many tokens have mass, how much of it the stored entries hold)."""
     parts = []
     for name, dist in (("p", p), ("q", q)):
-        stats = getattr(dist, "stats", None) if getattr(dist, "partial", False) else None
+        stats = getattr(dist, "stats", None)  # only arrays rebuilt from a top-N save have it
         if stats is not None:
             shown = float(np.asarray(dist)[dist.known_ids].sum())
             parts.append(f"{name} has {stats.support} tokens &gt; 0, {shown:.3f} of its mass stored")
