@@ -3,7 +3,8 @@
 
     python scripts/bench_storage.py                       # tiny random Llama pair, vocab 64
     python scripts/bench_storage.py --vocab 8192          # tiny models with a bigger vocabulary
-    python scripts/bench_storage.py --target PATH --draft PATH [--device cuda]
+    python scripts/bench_storage.py --target PATH --draft PATH [--device cuda] [--dtype bfloat16]
+                                                          # models load as `specscope run` loads them (float32 unless asked)
 
 Numbers:
   rounds/s      rounds per second through TraceWriter (write() of every round until finish()
@@ -13,6 +14,8 @@ Numbers:
                 the writer reports it committed (the flush interval is 0.25 s)
   bytes/round   growth of the SQLite file per round (after a WAL checkpoint), and the
                 distribution-blob bytes per round (sum of length() over the blob columns)
+  compressibility  compressed / raw bytes of the run's dense full vectors (stored raw) under
+                zlib level 1, byte-shuffle + zlib and byte-shuffle + lzma, with CPU time per vector
   overhead      median wall time of record() (decode + store, until the last commit)
                 over median wall time of plain generate(), same decoder and prompt, in
                 rotating order to share the machine's noise; one traced kind per
@@ -48,10 +51,12 @@ def tiny(seed: int, layers: int, vocab: int, hidden: int = 32) -> torch.nn.Modul
     return LlamaForCausalLM(cfg).eval()
 
 
-def load(path: str, device: str) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
+def load(path: str, device: str, dtype: str) -> torch.nn.Module:
+    # the product's loader: float32 unless asked (transformers' own default would keep the
+    # bundled checkpoints' bfloat16, which is not what `specscope run` decodes with)
+    from specscope.core.loading import load_model
 
-    return AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+    return load_model(path, device, dtype)
 
 
 def file_size(store: TraceStore) -> int:
@@ -105,6 +110,34 @@ def writer_bench(rounds, config, full: bool, n: int, workdir: str, top_n: int, m
     }
 
 
+def compressibility(rounds, dtype: str = "float32", limit: int = 60) -> dict:
+    """How far general-purpose compressors shrink the dense full vectors the writer stores
+    raw (b"R": at least half the entries nonzero), as stored (`dtype`): compressed bytes
+    over raw bytes and CPU time per vector, for up to `limit` of the run's p and q."""
+    import lzma
+    import zlib
+
+    dists = [d for r in rounds for d in [r.bonus_p] + [a for n in r.nodes for a in (n.p, n.q)] if d is not None]
+    dense = [np.asarray(d).astype(np.dtype(dtype).newbyteorder("<")).tobytes() for d in dists
+             if 2 * np.count_nonzero(d) > np.size(d)][:limit]
+    width = np.dtype(dtype).itemsize
+
+    def shuffled(raw: bytes) -> bytes:  # byte planes (all exponent bytes, then ...), as Blosc/HDF5 do
+        return np.frombuffer(raw, dtype=np.uint8).reshape(-1, width).T.tobytes()
+
+    methods = {"zlib-1": lambda b: zlib.compress(b, 1),
+               "byte-shuffle + zlib-1": lambda b: zlib.compress(shuffled(b), 1),
+               "byte-shuffle + lzma-6": lambda b: lzma.compress(shuffled(b), preset=6)}
+    out = {"vectors": len(dense), "dtype": dtype}
+    raw_bytes = sum(map(len, dense))
+    for name, compress in methods.items():
+        t0 = time.process_time()
+        size = sum(len(compress(b)) for b in dense)
+        cpu = time.process_time() - t0
+        out[name] = {"ratio": size / raw_bytes if raw_bytes else None, "cpu_us_per_vector": cpu / max(1, len(dense)) * 1e6}
+    return out
+
+
 def commit_lag(decoder, store: TraceStore, prompt: list[int], max_new_tokens: int, full, top_n: int, mode: str) -> dict:
     """How long rounds wait to be committed while decoding keeps the cores busy: for each
     round, the time from write() until the writer reports it committed (seen at later
@@ -142,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", help="path of the target model (transformers format); default: a tiny random Llama")
     ap.add_argument("--draft", help="path of the draft model; default: a tiny random Llama")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", help="dtype of --target/--draft models (as `specscope run --dtype`)")
     ap.add_argument("--vocab", type=int, default=64, help="vocabulary of the tiny random models")
     ap.add_argument("--hidden", type=int, default=32, help="hidden size of the random target (draft: a quarter, >= 32)")
     ap.add_argument("--layers", type=int, default=2, help="layers of the random target (draft: 1)")
@@ -163,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    target = load(args.target, args.device) if args.target else tiny(0, args.layers, args.vocab, args.hidden)
-    draft = load(args.draft, args.device) if args.draft else tiny(1, 1, args.vocab, max(32, args.hidden // 4))
+    target = load(args.target, args.device, args.dtype) if args.target else tiny(0, args.layers, args.vocab, args.hidden)
+    draft = load(args.draft, args.device, args.dtype) if args.draft else tiny(1, 1, args.vocab, max(32, args.hidden // 4))
     decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=args.k,
                                  sampling=SamplingConfig(temperature=args.temperature), seed=0)
     rng = np.random.default_rng(0)
@@ -208,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                                  full, args.top_n, modes[0]),
         "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n, modes[0]),
         "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n, modes[0]),
+        "compressibility": compressibility(result.rounds),
     }
     if args.json:
         print(json.dumps(out, indent=2))
@@ -229,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {w['rounds_per_s']:.0f} rounds/s ({w['rounds']} rounds, {w['flushes']} commits), "
               f"write() {w['write_call_us']:.1f} us, {w['file_bytes_per_round']:.0f} file bytes/round, "
               f"{w['blob_bytes_per_round']:.0f} blob bytes/round")
+    c = out["compressibility"]
+    print(f"dense full vectors ({c['vectors']} of the run's p and q, {c['dtype']}) compressed / raw: " + ", ".join(
+        f"{name} {v['ratio']:.1%} at {v['cpu_us_per_vector']:.0f} us" for name, v in c.items() if isinstance(v, dict)))
     return 0
 
 

@@ -230,9 +230,12 @@ class ModelHub:
     def checkpoint(self, path: str, device: str):
         def make():
             if self._loading is None:
+                import torch
                 from transformers import AutoModelForCausalLM
 
-                return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(device).eval()
+                # float32 like core.loading (transformers would keep the checkpoint's dtype)
+                return AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                            dtype=torch.float32).to(device).eval()
             L = self._loading
             tok = self.tokenizer()
             folder = Path(path)
