@@ -17,8 +17,8 @@ Distribution blobs (little-endian, self-describing by their first byte):
                  least half the entries 0: filtered, one-hot and residual vectors)
           b"F" + code + zlib(values)                                 read only (stores
                  written before the S/R forms; JSONL keeps zlib as its interchange encoding)
-          The writer uses no zlib: on float32 probabilities it saved ~6% of a dense vector
-          at the cost of a checksum and a copy (and ~0.1 ms per residual) on the hot path.
+          The writer uses no zlib: it saves ~8% of the bundled models' dense float32 p and q
+          (lzma 16%) at 0.15-0.2 ms of CPU a vector on the hot path (BENCHMARKS.md).
 
 Loading a round without full vectors rebuilds full-vocabulary arrays from the top-N: the
 top-N entries (and the proposed token's p_token/q_token, which are always stored) hold
