@@ -8,10 +8,11 @@ never appear in training.
     nice -n 10 python training/train_models.py                  # full run (~63 min on 2 idle cores)
     python training/train_models.py --smoke --out /tmp/smoke    # a few steps, seconds
 
-The target has two next-token stages (the second with a fresh optimiser) and an optional
-third, sequence-level unlikelihood fine-tuning against greedy loops (--stage3-steps N; off
-by default). Each stage can be resumed from the checkpoint of the one before
-(--target-stage1, --target-stage2).
+The target has two next-token stages (the second with a fresh optimiser) and two optional
+fine-tuning stages against greedy loops, both off by default because neither helped enough
+(docs/models.md): sequence-level unlikelihood (--stage3-steps N) and DITTO (--ditto-steps N).
+Each stage can be resumed from the checkpoint of the one before (--target-stage1,
+--target-stage2); --target-only stops after the target.
 
 Outputs (under --out, default resources/models):
     tokenizer/            PreTrainedTokenizerFast (tokenizer.json, EOS "<|endoftext|>")
@@ -110,6 +111,28 @@ class UnlikelihoodConfig:
 
 
 @dataclass(frozen=True)
+class DittoConfig:
+    """Loop-breaking fine-tuning on pseudo-repetitive data (DITTO: Xu et al., Learning to Break
+    the Loop, NeurIPS 2022): odd steps are ordinary next-token steps on `batch` x seq_len
+    windows; even steps show the model `prefix` real tokens followed by one training line
+    (min_line..max_line tokens) repeated up to `length` tokens, and train the probability of
+    each token of a repetition towards `decay` times its probability in the repetition
+    before, so that copying a line becomes less likely with every copy instead of more."""
+
+    steps: int
+    lr: float
+    warmup: int
+    batch: int
+    prefix: int
+    length: int
+    min_line: int
+    max_line: int
+    decay: float
+    log_every: int
+    eval_every: int
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     seed: int = 1234
     vocab_size: int = 4096
@@ -133,6 +156,10 @@ class TrainConfig:
     # (docs/models.md has the numbers).
     target_stage3: UnlikelihoodConfig = UnlikelihoodConfig(steps=0, lr=1e-4, warmup=20, batch=8, prefix=64,
                                                            continuation=96, ngram=4, log_every=25, eval_every=100)
+    # And/or DITTO against line copying (--ditto-steps N), also off: 800 steps took greedy
+    # repeated lines from 0.38 to 0.32 only, at +0.085 nats of held-out loss (docs/models.md).
+    target_ditto: DittoConfig = DittoConfig(steps=0, lr=1e-4, warmup=20, batch=8, prefix=64, length=256, min_line=4,
+                                            max_line=40, decay=0.5, log_every=25, eval_every=200)
     small_stage: StageConfig = StageConfig(steps=1500, lr=2e-3, warmup=30, batch=8, log_every=25, eval_every=500)
     tiny_stage: StageConfig = StageConfig(steps=250, lr=4e-3, warmup=20, batch=8, log_every=25, eval_every=125)
 
@@ -152,6 +179,8 @@ SMOKE = TrainConfig(
     target_stage2=StageConfig(steps=3, lr=2e-3, warmup=1, batch=2, log_every=2, eval_every=3),
     target_stage3=UnlikelihoodConfig(steps=4, lr=1e-4, warmup=1, batch=2, prefix=8, continuation=12, ngram=2,
                                      log_every=2, eval_every=2),
+    target_ditto=DittoConfig(steps=4, lr=1e-4, warmup=1, batch=2, prefix=8, length=40, min_line=2, max_line=12,
+                             decay=0.5, log_every=2, eval_every=2),
     small_stage=StageConfig(steps=4, lr=3e-3, warmup=1, batch=2, log_every=2, eval_every=2),
     tiny_stage=StageConfig(steps=3, lr=3e-3, warmup=1, batch=2, log_every=2, eval_every=3),
 )
@@ -475,6 +504,92 @@ def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainCo
     return final
 
 
+def newline_token_ids(tokenizer) -> np.ndarray:
+    """Boolean mask over the vocabulary: tokens whose text contains a line break."""
+    return np.array(["\n" in tokenizer.decode([i]) for i in range(len(tokenizer))], dtype=bool)
+
+
+def training_lines(data: np.ndarray, newline: np.ndarray, eos: int, stage: DittoConfig) -> np.ndarray:
+    """(start, end) token spans of the lines of `data` usable as repeated lines: the tokens after
+    one line-break token up to and including the next, min_line..max_line long, with at least
+    `prefix` tokens before them and no EOS."""
+    breaks = np.flatnonzero(newline[data])
+    starts, ends = breaks[:-1] + 1, breaks[1:] + 1
+    keep = (ends - starts >= stage.min_line) & (ends - starts <= stage.max_line) & (starts >= stage.prefix)
+    spans = np.stack([starts[keep], ends[keep]], axis=1)
+    has_eos = np.array([(data[a:b] == eos).any() for a, b in spans], dtype=bool) if len(spans) else np.zeros(0, bool)
+    return spans[~has_eos]
+
+
+def repetition_batch(data: np.ndarray, lines: np.ndarray, stage: DittoConfig,
+                     rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of `prefix` real tokens + one line repeated to `length` tokens; for each predicted
+    position (index into the row minus 1) the position of the same token one repetition
+    earlier (prev), and a mask of the positions in the second and later repetitions."""
+    rows, prev, mask = [], np.zeros((stage.batch, stage.length - 1), np.int64), np.zeros((stage.batch, stage.length - 1), np.float32)
+    for r, (a, b) in enumerate(lines[rng.integers(0, len(lines), size=stage.batch)]):
+        line = data[a:b].astype(np.int64)
+        reps = -(-(stage.length - stage.prefix) // len(line))
+        rows.append(np.concatenate([data[a - stage.prefix : a].astype(np.int64), np.tile(line, reps)])[: stage.length])
+        # the prediction of row[t] sits at logits index t - 1; its copy one line earlier at t - 1 - len(line)
+        t = np.arange(stage.prefix + len(line), stage.length)
+        prev[r, t - 1] = t - 1 - len(line)
+        mask[r, t - 1] = 1.0
+    return torch.from_numpy(np.stack(rows)), torch.from_numpy(prev), torch.from_numpy(mask)
+
+
+def train_ditto(name: str, model, stage: DittoConfig, cfg: TrainConfig, data: np.ndarray, held: list[torch.Tensor],
+                held_ids: np.ndarray, newline: np.ndarray, eos: int, log: Log, rng: np.random.Generator) -> dict:
+    """DITTO (Xu et al., 2022), alternating with MLE steps: on a repeated line the loss is
+    -log(1 - |p_n(x) - decay * p_(n-1)(x)|), p_(n-1) the (constant) probability of the same
+    token one repetition earlier; the MLE steps keep the model close to the data."""
+    def measure() -> dict:  # the unlikelihood stage's loop measure, for comparison
+        return {**evaluate(model, held), **greedy_repetition(model, held_ids, cfg.target_stage3)}
+
+    lines = training_lines(data, newline, eos, stage)
+    opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    log(f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and DITTO ({stage.batch} x "
+        f"{stage.prefix} tokens + a line of {stage.min_line}-{stage.max_line} tokens repeated to {stage.length}, "
+        f"decay {stage.decay}; {len(lines)} lines); before: {json.dumps(_round(measure()))}")
+    model.train()
+    started = time.perf_counter()
+    mle_ema = ditto_ema = None
+    schedule = StageConfig(stage.steps, stage.lr, stage.warmup, stage.batch, stage.log_every, stage.eval_every)
+    for step in range(stage.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, schedule)
+        if step % 2 == 0:
+            b = sample_batch(data, stage.batch, cfg.seq_len, rng)
+            with autocast():
+                logits = logits_of(model, b[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b[:, 1:].reshape(-1))
+            mle_ema = loss.item() if mle_ema is None else 0.9 * mle_ema + 0.1 * loss.item()
+        else:
+            x, prev, mask = repetition_batch(data, lines, stage, rng)
+            with autocast():
+                logits = logits_of(model, x[:, :-1])
+            probs = F.softmax(logits, dim=-1).gather(-1, x[:, 1:].unsqueeze(-1)).squeeze(-1)
+            earlier = probs.detach().gather(1, prev)
+            gap = (probs - stage.decay * earlier).abs()
+            loss = -(torch.log((1.0 - gap).clamp(min=1e-5)) * mask).sum() / mask.sum()
+            ditto_ema = loss.item() if ditto_ema is None else 0.9 * ditto_ema + 0.1 * loss.item()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % stage.log_every == 0 or step < 2:
+            log(f"{name} step {step + 1}/{stage.steps} mle (ema) {mle_ema or 0:.4f} ditto (ema) {ditto_ema or 0:.4f} "
+                f"lr {lr_at(step, schedule):.2e} {time.perf_counter() - started:.0f}s")
+        if (step + 1) % stage.eval_every == 0 and step + 1 < stage.steps:
+            log(f"{name} eval step {step + 1}: {json.dumps(_round(measure()))}")
+    final = measure()
+    final["train_s"] = time.perf_counter() - started
+    final["params"] = sum(p.numel() for p in model.parameters())
+    log(f"{name} final: {json.dumps(_round(final))}")
+    model.eval()
+    return final
+
+
 def _round(d: dict) -> dict:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
 
@@ -550,6 +665,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--target-stage2", type=Path, default=None,
                     help="resume: load this stage-2 target checkpoint (tokenizer from --out) and run only stage 3")
     ap.add_argument("--stage3-steps", type=int, default=None, help="steps of the optional unlikelihood stage (full runs: 0, off; 600 and 1500 were tried)")
+    ap.add_argument("--ditto-steps", type=int, default=None, help="steps of the optional DITTO stage against line copying (full runs: 0, off)")
+    ap.add_argument("--target-only", action="store_true", help="stop after saving the target (for experiments with its stages)")
     ap.add_argument("--keep-stage1", action="store_true", help="keep the intermediate target checkpoints (out/target-stage1, out/target-stage2)")
     ap.add_argument("--no-data-md", action="store_true", help="do not write DATA.md next to --out")
     args = ap.parse_args(argv)
@@ -567,6 +684,8 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     if args.stage3_steps is not None:
         cfg = dataclasses.replace(cfg, target_stage3=dataclasses.replace(cfg.target_stage3, steps=args.stage3_steps))
+    if args.ditto_steps is not None:
+        cfg = dataclasses.replace(cfg, target_ditto=dataclasses.replace(cfg.target_ditto, steps=args.ditto_steps))
     resuming = args.reuse_target or args.target_stage1 is not None or args.target_stage2 is not None
     log = Log(out / "train_log.txt", append=resuming)
     t_start = time.perf_counter()
@@ -608,7 +727,7 @@ def main(argv: list[str] | None = None) -> dict:
         metrics["target"] = evaluate(target, held)
         lines = (out / "train_log.txt").read_text(encoding="utf-8").splitlines()
         spent = 0.0
-        for marker in ("target final: ", "target stage 2 final: ", "target stage 3 final: "):  # training time of the run(s) that made it
+        for marker in ("target final: ", "target stage 2 final: ", "target stage 3 final: ", "target DITTO final: "):  # training time of the run(s) that made it
             found = [line for line in lines if marker in line]
             if found:
                 spent += json.loads(found[-1].split(marker, 1)[1]).get("train_s") or 0.0
@@ -638,10 +757,19 @@ def main(argv: list[str] | None = None) -> dict:
             torch.manual_seed(cfg.seed + 3)
             metrics["target"] = train_unlikelihood("target stage 3", target, cfg.target_stage3, cfg, train_ids, held,
                                                    held_ids, log, np.random.default_rng([cfg.seed, 4]))
-        else:
+        if cfg.target_ditto.steps:
+            target = target.to(torch.bfloat16).to(torch.float32)  # the same start as a resumed run
+            torch.manual_seed(cfg.seed + 5)
+            metrics["target"] = train_ditto("target DITTO", target, cfg.target_ditto, cfg, train_ids, held, held_ids,
+                                            newline_token_ids(tokenizer), eos, log, np.random.default_rng([cfg.seed, 5]))
+        if not (cfg.target_stage3.steps or cfg.target_ditto.steps):
             metrics["target"] = metrics.get("target_stage2") or metrics.get("target_stage1") or evaluate(target, held)
         save_model(target, out / "target", "target")
         tokenizer.save_pretrained(out / "target")
+        if args.target_only:
+            log(f"target only: done in {(time.perf_counter() - t_start) / 60:.1f} min")
+            log.close()
+            return {"metrics": {k: _round(v) for k, v in metrics.items()}}
     # The drafts learn from the target as it is stored (bfloat16 weights, computed in float32),
     # which is also what --reuse-target loads, so both paths distil from the same teacher.
     target = target.to(torch.bfloat16).to(torch.float32)

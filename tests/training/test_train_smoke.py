@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -74,10 +76,11 @@ def test_stdlib_listing_excludes_tests_and_data(train):
     assert "argparse.py" in files
 
 
-def test_smoke_run_has_the_unlikelihood_stage(smoke_run):
+def test_smoke_run_has_the_loop_breaking_stages(smoke_run):
     out, summary = smoke_run
     log = (out / "train_log.txt").read_text()
     assert "target stage 3 final:" in log and "unlikelihood" in log
+    assert "target DITTO final:" in log
     metrics = summary["metrics"]
     assert {"target_stage1", "target_stage2", "target"} <= set(metrics)
     assert 0.0 <= metrics["target"]["greedy_distinct_2grams"] <= 1.0
@@ -98,3 +101,25 @@ def test_distinct_ngrams_is_low_for_a_loop_and_one_without_repeats(train):
     fresh = torch.arange(40)[None, :]
     assert train.distinct_ngrams(fresh, 4) == 1.0
     assert train.distinct_ngrams(loop, 4) == pytest.approx(2 / 37)
+
+
+def test_training_lines_are_whole_lines_without_eos(train):
+    newline = np.zeros(20, dtype=bool)
+    newline[[10, 11]] = True  # ids 10 and 11 end a line
+    data = np.array([1, 2, 10, 3, 4, 5, 10, 6, 0, 7, 11, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 11], dtype=np.uint16)
+    stage = dataclasses.replace(train.FULL.target_ditto, prefix=2, min_line=3, max_line=5)
+    spans = train.training_lines(data, newline, 0, stage)
+    # lines after each break: [3 4 5 10] (3..7), [6 0 7 11] has EOS (id 0), [8 9 10] (11..14), the last is 8 long
+    assert spans.tolist() == [[3, 7], [11, 14]]
+
+
+def test_repetition_batch_points_each_copy_at_the_one_before(train):
+    data = np.arange(100, dtype=np.uint16)
+    lines = np.array([[40, 43]])  # a 3-token line, 40 41 42
+    stage = dataclasses.replace(train.FULL.target_ditto, batch=2, prefix=4, length=14)
+    x, prev, mask = train.repetition_batch(data, lines, stage, np.random.default_rng(0))
+    assert x[0].tolist() == [36, 37, 38, 39, 40, 41, 42, 40, 41, 42, 40, 41, 42, 40]
+    # logits index i predicts x[i + 1]; the second copy starts at x[7], predicted at index 6
+    assert mask[0].tolist() == [0] * 6 + [1] * 7
+    for i in np.flatnonzero(mask[0].numpy()):
+        assert x[0, i + 1] == x[0, prev[0, i] + 1] and prev[0, i] == i - 3
