@@ -2,7 +2,8 @@
 
 The storage layer returns such arrays with a `partial` attribute, the `known_ids` whose
 entries are real and, when the save kept them, the `stats` of the whole vector (support,
-smallest entry, sum), which is what the sampler rules of the checker need; core only
+smallest entry, sum), which is what the sampler rules of the checker need. Full vectors read
+back from a store may carry the same exact `stats` (with `partial` False). core only
 duck-types them (it never imports storage). Plain arrays are full.
 """
 
@@ -27,12 +28,14 @@ class VectorStats(NamedTuple):
 
 
 def vector_stats(dist: np.ndarray | None) -> VectorStats | None:
-    """The whole-vector stats of a full distribution (computed) or of a partial one (as
-    saved; None when the save did not keep them)."""
+    """The whole-vector stats of a distribution: as saved when a store kept them (a partial
+    one: None when the save did not; a full vector read back with exact stats, which float32
+    storage can differ from), otherwise computed from the values."""
     if dist is None:
         return None
-    if getattr(dist, "partial", False):
-        return getattr(dist, "stats", None)
+    saved = getattr(dist, "stats", None)
+    if saved is not None or getattr(dist, "partial", False):
+        return saved
     return VectorStats.of(dist)
 
 

@@ -6,7 +6,8 @@
     export_run(store, run_id, "run.jsonl"); import_run(other_store, "run.jsonl")
 """
 
-from .codec import DEFAULT_TOP_N, FULL_VECTORS_AUTO_MAX_VOCAB, PartialDistribution, is_partial, round_is_partial
+from .codec import (DEFAULT_TOP_N, FULL_VECTORS_AUTO_MAX_VOCAB, PartialDistribution, StoredFullDistribution, is_partial,
+                    round_is_partial)
 from .errors import (
     CorruptStoreError,
     NotATraceStoreError,
@@ -34,6 +35,7 @@ __all__ = [
     "ModelInfo",
     "NotATraceStoreError",
     "PartialDistribution",
+    "StoredFullDistribution",
     "RoundSummary",
     "RunExistsError",
     "RunInfo",

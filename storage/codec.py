@@ -26,8 +26,10 @@ their exact values and every other entry is 0. Such arrays are `PartialDistribut
 instances (a numpy subclass) whose `.partial` is True; `.known_ids` are the ids with a known
 value, `.stats` the whole vector's VectorStats (None from a b"T" blob) and `.missing_mass`
 = total - sum(known values) (total = 1 without stats). Arrays rebuilt from full vectors are
-plain ndarrays (`is_partial()` is False); with float32 storage their top-N and
-proposed-token entries are restored to the exact float64 values.
+full (`is_partial()` is False); with float32 storage their top-N and proposed-token entries
+are restored to the exact float64 values, and next to a b"N" blob they are
+`StoredFullDistribution` arrays whose `.stats` are the exact whole-vector facts (float32
+may have flushed entries below 1.4e-45 to 0).
 """
 
 from __future__ import annotations
@@ -90,6 +92,28 @@ class PartialDistribution(np.ndarray):
 
     def __reduce__(self):  # pickle as (values, known_ids, stats)
         return (PartialDistribution, (np.asarray(self), self.known_ids, self.stats))
+
+
+class StoredFullDistribution(np.ndarray):
+    """A full vector read back from a store, with the whole vector's exact `stats` from its
+    top-N blob. float32 storage flushes entries below 1.4e-45 to 0 (an unfiltered q at a low
+    temperature has such entries), so support and minimum counted from the stored values
+    could be wrong; the saved stats are those of the float64 vector the decoder recorded.
+    Only the array as loaded carries them: its views and the results of operations on it
+    have stats None (their stats are computed from their values)."""
+
+    partial = False
+
+    def __new__(cls, values: np.ndarray, stats: VectorStats):
+        obj = np.asarray(values, dtype=np.float64).view(cls)
+        obj.stats = stats
+        return obj
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.stats = None
+
+    def __reduce__(self):  # pickle as (values, stats)
+        return (StoredFullDistribution, (np.asarray(self), self.stats))
 
 
 def is_partial(array: np.ndarray | None) -> bool:
@@ -255,7 +279,7 @@ def rebuild(top: bytes, full: bytes | None, vocab_size: int, exact: Mapping[int,
         out[ids] = probs
         for i, v in (exact or {}).items():
             out[i] = v
-        return out
+        return out if stats is None else StoredFullDistribution(out, stats)
     out = np.zeros(vocab_size, dtype=np.float64)
     out[ids] = probs
     known = set(ids.tolist())

@@ -89,3 +89,25 @@ def test_top_n_residual_is_checked_where_p_q_and_it_are_known(tmp_path, models):
     wrong_mass = dataclasses.replace(rnd, residual_mass=rnd.residual_mass * 0.9)
     bad = rounds[:victim] + [wrong_mass] + rounds[victim + 1 :]
     assert any(f.rule == "residual" and f.round == victim and "1 - sum min" in f.message for f in check_run(config, bad))
+
+
+def test_raw_q_is_flagged_when_float32_full_vectors_lose_its_tail(tmp_path, models):
+    """At a low temperature an unfiltered q has entries below float32's smallest value
+    (1.4e-45): its stored float32 full vector has zeros there, so the whole vector's support
+    must come from the exact facts the top-N blob keeps, as it does for a top-N save."""
+    import numpy as np
+
+    target, draft = models
+    cfg = SamplingConfig(temperature=0.01, top_p=0.9)
+    fired = 0
+    with TraceStore(tmp_path / "t.sqlite") as store:
+        for seed in range(4):
+            dec = faulty_decoder("raw-q", target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=None)
+            _, config, rounds = stored(store, dec, [1, 2, 3, 4], 20, seed, full=True)
+            if not dec.fault_rounds:
+                continue
+            fired += 1
+            q = rounds[dec.fault_rounds[0]].nodes[0].q
+            assert np.count_nonzero(np.asarray(q)) < q.shape[-1]  # the float32 vector did lose the tail
+            assert first_bad_round(check_run(config, rounds)) == dec.fault_rounds[0]
+    assert fired > 0

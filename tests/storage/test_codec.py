@@ -19,6 +19,7 @@ from specscope.storage.codec import (
     encode_top,
     encode_top_arrays,
     full_raw,
+    is_partial,
     rebuild,
     top_entries,
     top_rows,
@@ -171,3 +172,21 @@ def test_top_n_blobs_keep_the_whole_vector_stats():
     assert vector_stats(rebuild(legacy, None, 300)) is None
     # a full array's stats are computed from it
     assert vector_stats(dense) == VectorStats.of(dense)
+
+
+def test_full_vectors_read_back_with_the_exact_stats_float32_storage_loses():
+    vocab = 50
+    dist = np.full(vocab, 1e-50)  # below float32's smallest subnormal: stored as 0
+    dist[:5] = [0.4, 0.3, 0.15, 0.1, 0.05]
+    dist /= dist.sum()
+    tops, fulls = VectorPolicy.for_vocab(vocab, 5, True, "float32").encode([dist])
+    loaded = rebuild(tops[0], fulls[0], vocab)
+    assert not is_partial(loaded) and np.count_nonzero(loaded) == 5  # float32 lost the tail
+    exact = VectorStats.of(dist)
+    assert exact.support == vocab and vector_stats(loaded) == exact
+    # derived arrays are not the stored vector: their stats come from their values
+    assert (loaded * 1.0).stats is None and vector_stats(loaded[:10]) == VectorStats.of(np.asarray(loaded)[:10])
+    assert pickle.loads(pickle.dumps(loaded)).stats == exact
+    # a b"T" blob (no stats) gives a plain array
+    legacy = encode_top_arrays(*top_entries(dist, 5))
+    assert type(rebuild(legacy, fulls[0], vocab)) is np.ndarray
