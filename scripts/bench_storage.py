@@ -8,7 +8,7 @@
 
 Numbers:
   rounds/s      rounds per second through TraceWriter (write() of every round until finish()
-                returns: encoding, compression and SQLite commits), top-N only and with full
+                returns: encoding and SQLite commits), top-N only and with full
                 vectors
   commit lag    in one run of 4x --max-new-tokens, the time from each round's write() until
                 the writer reports it committed (the flush interval is 0.25 s)
@@ -265,8 +265,11 @@ def main(argv: list[str] | None = None) -> int:
               f"write() {w['write_call_us']:.1f} us, {w['file_bytes_per_round']:.0f} file bytes/round, "
               f"{w['blob_bytes_per_round']:.0f} blob bytes/round")
     c = out["compressibility"]
-    print(f"dense full vectors ({c['vectors']} of the run's p and q, {c['dtype']}) compressed / raw: " + ", ".join(
-        f"{name} {v['ratio']:.1%} at {v['cpu_us_per_vector']:.0f} us" for name, v in c.items() if isinstance(v, dict)))
+    if c["vectors"]:
+        print(f"dense full vectors ({c['vectors']} of the run's p and q, {c['dtype']}) compressed / raw: " + ", ".join(
+            f"{name} {v['ratio']:.1%} at {v['cpu_us_per_vector']:.0f} us" for name, v in c.items() if isinstance(v, dict)))
+    else:
+        print("dense full vectors: none in this run (greedy or filtered distributions are stored sparse)")
     return 0
 
 

@@ -448,53 +448,43 @@ def greedy_repetition(model, data: np.ndarray, stage: UnlikelihoodConfig, rows: 
     return {f"greedy_distinct_{stage.ngram}grams": distinct_ngrams(cont, stage.ngram)}
 
 
-def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainConfig, data: np.ndarray,
-                       held: list[torch.Tensor], held_ids: np.ndarray, log: Log, rng: np.random.Generator) -> dict:
-    """Sequence-level unlikelihood fine-tuning (Welleck et al., 2020), alternating with MLE steps.
-
-    The unlikelihood term is -log(1 - p(x_t)) on the model's own greedy tokens that belong to
-    a repeated n-gram, averaged over all continuation tokens: it removes probability from the
-    loop the model would fall into, while the MLE steps keep it close to the data."""
-    def measure() -> dict:
-        return {**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}
-
-    opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    log(f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and sequence unlikelihood "
-        f"({stage.batch} x {stage.prefix}+{stage.continuation} greedy tokens, {stage.ngram}-gram repeats); "
-        f"before: {json.dumps(_round(measure()))}")
+def alternate_with_mle(name: str, model, schedule: StageConfig, cfg: TrainConfig, data: np.ndarray, log: Log,
+                       rng: np.random.Generator, measure, term: str, term_step) -> dict:
+    """Fine-tuning that alternates ordinary next-token steps (even steps, `schedule.batch` x
+    seq_len windows) with another loss (odd steps): `term_step()` returns that loss and any
+    further scalars to log. The MLE steps keep the model close to the data."""
+    opt = torch.optim.AdamW(model.parameters(), lr=schedule.lr, betas=(0.9, 0.95), weight_decay=0.1)
     model.train()
     started = time.perf_counter()
-    mle_ema = ul_ema = rep_ema = None
-    schedule = StageConfig(stage.steps, stage.lr, stage.warmup, stage.batch, stage.log_every, stage.eval_every)
-    for step in range(stage.steps):
+    emas: dict[str, float] = {"mle": 0.0, term: 0.0}
+    seen: set[str] = set()
+
+    def track(key: str, value: float) -> None:
+        emas[key] = value if key not in seen else 0.9 * emas[key] + 0.1 * value
+        seen.add(key)
+
+    for step in range(schedule.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, schedule)
         if step % 2 == 0:
-            b = sample_batch(data, stage.batch, cfg.seq_len, rng)
+            b = sample_batch(data, schedule.batch, cfg.seq_len, rng)
             with autocast():
                 logits = logits_of(model, b[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b[:, 1:].reshape(-1))
-            mle_ema = loss.item() if mle_ema is None else 0.9 * mle_ema + 0.1 * loss.item()
+            track("mle", loss.item())
         else:
-            prefix = sample_batch(data, stage.batch, stage.prefix - 1, rng)
-            cont = greedy_continue(model, prefix, stage.continuation)
-            mask = repeat_mask(cont, stage.ngram)
-            with autocast():
-                logits = logits_of(model, torch.cat([prefix, cont[:, :-1]], dim=1))
-            probs = F.softmax(logits[:, stage.prefix - 1 :], dim=-1).gather(-1, cont.unsqueeze(-1)).squeeze(-1)
-            loss = -(torch.log((1.0 - probs).clamp(min=1e-5)) * mask).sum() / mask.numel()
-            ul_ema = loss.item() if ul_ema is None else 0.9 * ul_ema + 0.1 * loss.item()
-            share = mask.mean().item()
-            rep_ema = share if rep_ema is None else 0.9 * rep_ema + 0.1 * share
+            loss, extra = term_step()
+            track(term, loss.item())
+            for key, value in extra.items():
+                track(key, value)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if (step + 1) % stage.log_every == 0 or step < 2:
-            log(f"{name} step {step + 1}/{stage.steps} mle (ema) {mle_ema or 0:.4f} unlikelihood (ema) {ul_ema or 0:.4f} "
-                f"repeated share of greedy tokens (ema) {rep_ema or 0:.3f} lr {lr_at(step, schedule):.2e} "
-                f"{time.perf_counter() - started:.0f}s")
-        if (step + 1) % stage.eval_every == 0 and step + 1 < stage.steps:
+        if (step + 1) % schedule.log_every == 0 or step < 2:
+            log(f"{name} step {step + 1}/{schedule.steps} " + " ".join(f"{k} (ema) {v:.4f}" for k, v in emas.items())
+                + f" lr {lr_at(step, schedule):.2e} {time.perf_counter() - started:.0f}s")
+        if (step + 1) % schedule.eval_every == 0 and step + 1 < schedule.steps:
             log(f"{name} eval step {step + 1}: {json.dumps(_round(measure()))}")
     final = measure()
     final["train_s"] = time.perf_counter() - started
@@ -502,6 +492,33 @@ def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainCo
     log(f"{name} final: {json.dumps(_round(final))}")
     model.eval()
     return final
+
+
+def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainConfig, data: np.ndarray,
+                       held: list[torch.Tensor], held_ids: np.ndarray, log: Log, rng: np.random.Generator) -> dict:
+    """Sequence-level unlikelihood fine-tuning (Welleck et al., 2020), alternating with MLE steps.
+
+    The unlikelihood term is -log(1 - p(x_t)) on the model's own greedy tokens that belong to
+    a repeated n-gram, averaged over all continuation tokens: it removes probability from the
+    loop the model would fall into."""
+    def measure() -> dict:
+        return {**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}
+
+    def unlikelihood_step() -> tuple[torch.Tensor, dict]:
+        prefix = sample_batch(data, stage.batch, stage.prefix - 1, rng)
+        cont = greedy_continue(model, prefix, stage.continuation)
+        mask = repeat_mask(cont, stage.ngram)
+        with autocast():
+            logits = logits_of(model, torch.cat([prefix, cont[:, :-1]], dim=1))
+        probs = F.softmax(logits[:, stage.prefix - 1 :], dim=-1).gather(-1, cont.unsqueeze(-1)).squeeze(-1)
+        loss = -(torch.log((1.0 - probs).clamp(min=1e-5)) * mask).sum() / mask.numel()
+        return loss, {"repeated share of greedy tokens": mask.mean().item()}
+
+    log(f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and sequence unlikelihood "
+        f"({stage.batch} x {stage.prefix}+{stage.continuation} greedy tokens, {stage.ngram}-gram repeats); "
+        f"before: {json.dumps(_round(measure()))}")
+    schedule = StageConfig(stage.steps, stage.lr, stage.warmup, stage.batch, stage.log_every, stage.eval_every)
+    return alternate_with_mle(name, model, schedule, cfg, data, log, rng, measure, "unlikelihood", unlikelihood_step)
 
 
 def newline_token_ids(tokenizer) -> np.ndarray:
@@ -542,52 +559,25 @@ def train_ditto(name: str, model, stage: DittoConfig, cfg: TrainConfig, data: np
                 held_ids: np.ndarray, newline: np.ndarray, eos: int, log: Log, rng: np.random.Generator) -> dict:
     """DITTO (Xu et al., 2022), alternating with MLE steps: on a repeated line the loss is
     -log(1 - |p_n(x) - decay * p_(n-1)(x)|), p_(n-1) the (constant) probability of the same
-    token one repetition earlier; the MLE steps keep the model close to the data."""
+    token one repetition earlier."""
     def measure() -> dict:  # the unlikelihood stage's loop measure, for comparison
         return {**evaluate(model, held), **greedy_repetition(model, held_ids, cfg.target_stage3)}
 
     lines = training_lines(data, newline, eos, stage)
-    opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.1)
+
+    def ditto_step() -> tuple[torch.Tensor, dict]:
+        x, prev, mask = repetition_batch(data, lines, stage, rng)
+        with autocast():
+            logits = logits_of(model, x[:, :-1])
+        probs = F.softmax(logits, dim=-1).gather(-1, x[:, 1:].unsqueeze(-1)).squeeze(-1)
+        gap = (probs - stage.decay * probs.detach().gather(1, prev)).abs()
+        return -(torch.log((1.0 - gap).clamp(min=1e-5)) * mask).sum() / mask.sum(), {}
+
     log(f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and DITTO ({stage.batch} x "
         f"{stage.prefix} tokens + a line of {stage.min_line}-{stage.max_line} tokens repeated to {stage.length}, "
         f"decay {stage.decay}; {len(lines)} lines); before: {json.dumps(_round(measure()))}")
-    model.train()
-    started = time.perf_counter()
-    mle_ema = ditto_ema = None
     schedule = StageConfig(stage.steps, stage.lr, stage.warmup, stage.batch, stage.log_every, stage.eval_every)
-    for step in range(stage.steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, schedule)
-        if step % 2 == 0:
-            b = sample_batch(data, stage.batch, cfg.seq_len, rng)
-            with autocast():
-                logits = logits_of(model, b[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b[:, 1:].reshape(-1))
-            mle_ema = loss.item() if mle_ema is None else 0.9 * mle_ema + 0.1 * loss.item()
-        else:
-            x, prev, mask = repetition_batch(data, lines, stage, rng)
-            with autocast():
-                logits = logits_of(model, x[:, :-1])
-            probs = F.softmax(logits, dim=-1).gather(-1, x[:, 1:].unsqueeze(-1)).squeeze(-1)
-            earlier = probs.detach().gather(1, prev)
-            gap = (probs - stage.decay * earlier).abs()
-            loss = -(torch.log((1.0 - gap).clamp(min=1e-5)) * mask).sum() / mask.sum()
-            ditto_ema = loss.item() if ditto_ema is None else 0.9 * ditto_ema + 0.1 * loss.item()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if (step + 1) % stage.log_every == 0 or step < 2:
-            log(f"{name} step {step + 1}/{stage.steps} mle (ema) {mle_ema or 0:.4f} ditto (ema) {ditto_ema or 0:.4f} "
-                f"lr {lr_at(step, schedule):.2e} {time.perf_counter() - started:.0f}s")
-        if (step + 1) % stage.eval_every == 0 and step + 1 < stage.steps:
-            log(f"{name} eval step {step + 1}: {json.dumps(_round(measure()))}")
-    final = measure()
-    final["train_s"] = time.perf_counter() - started
-    final["params"] = sum(p.numel() for p in model.parameters())
-    log(f"{name} final: {json.dumps(_round(final))}")
-    model.eval()
-    return final
+    return alternate_with_mle(name, model, schedule, cfg, data, log, rng, measure, "ditto", ditto_step)
 
 
 def _round(d: dict) -> dict:

@@ -50,3 +50,5 @@ def test_compressibility_counts_only_dense_vectors(bench):
     assert packed["vectors"] == 1  # the one-hot q is sparse: the writer stores it as a bitmap, not raw
     raw = dense.astype("<f4").tobytes()
     assert packed["zlib-1"]["ratio"] == len(__import__("zlib").compress(raw, 1)) / len(raw)
+    only_sparse = bench.compressibility([SimpleNamespace(bonus_p=one_hot, nodes=())])
+    assert only_sparse["vectors"] == 0 and only_sparse["zlib-1"]["ratio"] is None
