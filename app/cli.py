@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any, Sequence
 
@@ -372,10 +373,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _hide_loading_bars() -> None:
+    """transformers 5 draws a "Loading weights" bar on stderr for every checkpoint it loads;
+    specscope's own output says what it does (-v, or the variable set either way, keeps them)."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read where huggingface_hub is imported
+    if "transformers" in sys.modules:  # already imported (the bench parser imports the core)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ:
+        _hide_loading_bars()
     if args.command is None:
         from specscope.app.gui import launch
 

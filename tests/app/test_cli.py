@@ -40,6 +40,21 @@ def test_run_json_summary(capsys, checkpoints):
     assert 1.0 <= summary["mean_accepted_length"] <= 4.0
 
 
+def test_run_hides_transformers_loading_bars_unless_verbose(capsys, checkpoints, monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    hf_logging.enable_progress_bar()
+    try:
+        _, _, err = run_cli(capsys, "-v", *base_args(checkpoints), "--max-new", "4", "--json")
+        assert "Loading weights" in err  # transformers draws them
+        _, out, err = run_cli(capsys, *base_args(checkpoints), "--max-new", "4", "--json")
+        assert "Loading weights" not in err and json.loads(out)["new_tokens"]
+    finally:
+        (hf_logging.enable_progress_bar if was_enabled else hf_logging.disable_progress_bar)()
+
+
 def test_run_text_has_round_markers(capsys, checkpoints):
     code, out, err = run_cli(capsys, *base_args(checkpoints), "--max-new", "12", "--k", "2")
     assert code == 0
