@@ -9,10 +9,11 @@ checker's Finding records plug in without adapters:
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
@@ -66,14 +67,23 @@ class FindingsWidget(QWidget):
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
-        self.table.setWordWrap(True)
+        # One line a finding, so that a long list stays scannable in a narrow dock; the
+        # selected finding's whole message is shown below the table (and in tooltips).
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.detail = QLabel()
+        self.detail.setWordWrap(True)
+        self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.detail.setVisible(False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.status)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.detail)
         self.findings: list[Finding] = []
         self.table.cellClicked.connect(self._activate)
         self.table.cellActivated.connect(self._activate)
+        self.table.currentCellChanged.connect(self._current_changed)
 
     def set_findings(self, findings: Iterable[Any] | None, checked: bool = True) -> None:
         self.findings = [as_finding(f) for f in (findings or [])]
@@ -89,7 +99,7 @@ class FindingsWidget(QWidget):
                 elif f.severity == "warning":
                     item.setForeground(QColor("#8a5a00"))
                 self.table.setItem(row, col, item)
-        self.table.resizeRowsToContents()
+        self._show_detail(self.table.currentRow())
         if not checked:
             self.status.setText("No checker results yet.")
         elif self.findings:
@@ -100,7 +110,26 @@ class FindingsWidget(QWidget):
     def set_error(self, message: str) -> None:
         self.findings = []
         self.table.setRowCount(0)
+        self._show_detail(-1)
         self.status.setText(f"<span style='color:#a0001e'>checker failed: {message}</span>")
+
+    def _current_changed(self, row: int, col: int, previous_row: int, previous_col: int) -> None:
+        self._show_detail(row)
+
+    def _show_detail(self, row: int) -> None:
+        """The whole of finding `row` under the table (hidden when none is selected)."""
+        if not 0 <= row < len(self.findings):
+            self.detail.clear()
+            self.detail.setVisible(False)
+            return
+        f = self.findings[row]
+        where = [f"round {f.round}"]
+        if f.position is not None:
+            where.append(f"position {f.position}")
+        if f.node is not None:
+            where.append(f"node {f.node}")
+        self.detail.setText(f"<b>{html.escape(f.rule)}</b> · {', '.join(where)}: {html.escape(f.message)}")
+        self.detail.setVisible(True)
 
     def _activate(self, row: int, col: int) -> None:
         if 0 <= row < len(self.findings):

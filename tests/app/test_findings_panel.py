@@ -1,0 +1,28 @@
+"""The findings panel: one line a finding, the selected one in full below the table."""
+
+from __future__ import annotations
+
+
+def test_findings_are_one_line_each_and_the_selected_one_is_shown_whole(qtbot, gui_env):
+    from specscope.app.gui.findings import FindingsWidget
+
+    w = FindingsWidget()
+    qtbot.addWidget(w)
+    w.resize(320, 400)
+    w.show()
+    long = "target cache holds 105 positions but only 104 are accepted: " + "and more words " * 20
+    w.set_findings([{"round": 3, "position": 7, "node": 1, "rule": "target-cache", "message": long},
+                    {"round": 5, "rule": "eos", "message": "tokens after <EOS>"}])
+    assert not w.table.wordWrap()
+    assert w.table.rowHeight(0) == w.table.rowHeight(1)  # a long message does not make its row taller
+    assert not w.detail.isVisible()
+
+    w.table.setCurrentCell(0, 4)
+    assert w.detail.isVisible()
+    text = w.detail.text()
+    assert "round 3, position 7, node 1" in text and "target-cache" in text and long.strip() in text
+    w.table.setCurrentCell(1, 0)
+    assert "tokens after &lt;EOS&gt;" in w.detail.text() and "position" not in w.detail.text()
+
+    w.set_error("boom")
+    assert not w.detail.isVisible() and w.table.rowCount() == 0
