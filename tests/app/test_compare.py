@@ -29,6 +29,15 @@ def test_greedy_compare_has_no_divergence_and_fills_the_table(qtbot, window):
     assert float(table.item(row, 0).text()) == round(a.metrics.mean_accepted_length, 3)
     speed = table.item(labels.index("speedup over plain decoding"), 0).text()
     assert speed.endswith("×")
+    # times are each lane's own rounds: the lanes run interleaved, so a lane's wall time from
+    # start to end also holds the other lane's rounds
+    session = window.compare_session
+    for lane, m in enumerate((a, b)):
+        decode = m.metrics.time_total
+        assert float(table.item(labels.index("decoding time (s)"), lane).text()) == round(decode, 3)
+        assert decode < session.results[lane].wall_s
+        shown = float(table.item(labels.index("speedup over plain decoding"), lane).text().rstrip("×"))
+        assert shown == round(session.plain_s_per_token * len(m.output_tokens) / decode, 2)
     assert table.item(labels.index("proposer"), 1).text().startswith("prompt lookup")
     assert a.config.k == 2 and b.config.k == 6
     # Both timelines use the aligned layout: output position n sits at the same place.
