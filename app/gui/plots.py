@@ -1,10 +1,15 @@
 """Live plots of a run, redrawn from the RunModel's metric buffers at <= 30 Hz.
 
 Plot items are created once; `refresh()` only calls setData/setOpts on numpy views, and
-only when new rounds arrived since the last frame.
+only when new rounds arrived since the last frame. The frame interval adapts to what a
+frame costs (refresh + paint): drawing holds the GIL, which the decoding thread needs, so
+at most about a tenth of the time goes to the plots, and a live run decodes (and is timed)
+nearly as fast as a headless one.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pyqtgraph as pg
@@ -16,6 +21,20 @@ from .metrics import ROLLING_WINDOW
 from .runmodel import RunModel
 
 FRAME_MS = 34  # <= 30 Hz
+MAX_FRAME_MS = 1000  # at least one frame a second while rounds arrive
+FRAME_COST_SHARE = 10  # frame interval >= 10 x the last frame's refresh + paint time
+
+
+class _TimedGraphics(pg.GraphicsLayoutWidget):
+    """A GraphicsLayoutWidget that adds up the time its paints take (pyqtgraph often paints
+    a refreshed layout two or three times, as the axes follow the new ranges)."""
+
+    paint_s = 0.0
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        started = time.perf_counter()
+        super().paintEvent(event)
+        self.paint_s += time.perf_counter() - started
 
 
 def _style(plot: pg.PlotItem, title: str, left: str, bottom: str) -> None:
@@ -39,7 +58,7 @@ class LivePlotsWidget(QWidget):
         self.color = color
         self.shown = tuple(shown or self.PLOTS)
         self.legends = legends
-        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics = _TimedGraphics()
         self.graphics.setBackground("w")
         self.summary = QLabel("")
         self.summary.setTextFormat(Qt.TextFormat.RichText)
@@ -52,6 +71,7 @@ class LivePlotsWidget(QWidget):
         self.plots: dict[str, pg.PlotItem] = {}
         self._build()
         self._dirty = True
+        self._line_at: int | None = None  # a selection to show at the next frame
         self.frames = 0  # redraws done (tests check the throttle)
         self.timer = QTimer(self)
         self.timer.setInterval(FRAME_MS)
@@ -139,15 +159,29 @@ class LivePlotsWidget(QWidget):
         self._dirty = True
 
     def _on_selection(self, rnd: int, pos: int) -> None:
-        self.round_line.setValue(rnd)
+        if self.model.source == "live" and self.model.stop_reason is None and self.model.rounds:
+            # while rounds arrive, the next frame moves the line: an immediate move would
+            # repaint all six plots each time the window follows the newest round
+            self._line_at = rnd
+            self._dirty = True
+        else:
+            self.round_line.setValue(rnd)
 
     def _tick(self) -> None:
         if self._dirty and self.isVisible():
+            started = time.perf_counter()
             self.refresh()
+            # this frame's paints come later: the paints since the last frame stand in for them
+            cost_ms = 1e3 * (time.perf_counter() - started + self.graphics.paint_s)
+            self.graphics.paint_s = 0.0
+            self.timer.setInterval(int(min(MAX_FRAME_MS, max(FRAME_MS, FRAME_COST_SHARE * cost_ms))))
 
     def refresh(self) -> None:
         self._dirty = False
         self.frames += 1
+        if self._line_at is not None:
+            self.round_line.setValue(self._line_at)
+            self._line_at = None
         m = self.model.metrics
         x = m["round"]
         acc = m["acceptance"]
