@@ -45,7 +45,7 @@ ORGANIZATION = "specscope"
 APPLICATION = "specscope"
 # While running, select the newest round at most 4 times a second: each selection redraws
 # the round inspector's plots and the draft tree, and drawing holds the GIL the decoding
-# thread needs (at 10 a second a live run decoded about twice as slowly as a headless one).
+# thread needs (scripts/measure_live_overhead.py measures what a live run costs).
 FOLLOW_MS = 250
 REPLAY_MS = 180
 REPLAY_BATCH = 256

@@ -2,9 +2,9 @@
 
 Plot items are created once; `refresh()` only calls setData/setOpts on numpy views, and
 only when new rounds arrived since the last frame. The frame interval adapts to what a
-frame costs (refresh + paint): drawing holds the GIL, which the decoding thread needs, so
-at most about a tenth of the time goes to the plots, and a live run decodes (and is timed)
-nearly as fast as a headless one.
+frame costs (the refresh and its paints): drawing holds the GIL, which the decoding thread
+needs, so at most about a tenth of the time goes to the plots
+(scripts/measure_live_overhead.py measures what a live run costs in all).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .runmodel import RunModel
 
 FRAME_MS = 34  # <= 30 Hz
 MAX_FRAME_MS = 1000  # at least one frame a second while rounds arrive
-FRAME_COST_SHARE = 10  # frame interval >= 10 x the last frame's refresh + paint time
+FRAME_COST_SHARE = 10  # frame interval >= 10 x (last refresh + the paints since the frame before)
 
 
 class _TimedGraphics(pg.GraphicsLayoutWidget):
