@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from . import theme
 from .plots import LivePlotsWidget
 from .runmodel import RunModel, first_divergence
+from .session import PlainCost
 from .settings import PROPOSER_LABELS, PROPOSERS, RunSettings, validate
 from .timeline import TokenTimelineWidget
 from .worker import RunController
@@ -68,7 +69,7 @@ class CompareSession(QObject):
         self.models = (RunModel(self), RunModel(self))
         self.settings: tuple[RunSettings, RunSettings] | None = None
         self.results = [SideResult(), SideResult()]
-        self.plain_s_per_token: float | None = None
+        self.plain: PlainCost | None = None  # plain decoding of the target, measured before the run
         self.first_divergence: int | None = None
         w = controller.worker
         w.prepared.connect(self._on_prepared)
@@ -81,7 +82,7 @@ class CompareSession(QObject):
     def start(self, a: RunSettings, b: RunSettings) -> None:
         self.settings = (a, b)
         self.results = [SideResult(), SideResult()]
-        self.plain_s_per_token = None
+        self.plain = None
         self.first_divergence = None
         for m in self.models:
             m.clear()
@@ -110,8 +111,8 @@ class CompareSession(QObject):
         self.models[lane].finish(reason, wall)
         self.changed.emit()
 
-    def _on_baseline(self, seconds_per_token: float) -> None:
-        self.plain_s_per_token = seconds_per_token
+    def _on_baseline(self, plain: PlainCost) -> None:
+        self.plain = plain
         self.changed.emit()
 
     # ------------------------------------------------------------------ summary
@@ -125,8 +126,8 @@ class CompareSession(QObject):
         # time also holds the other lane's rounds, the recording and the window's updates.
         decode = met.time_total
         tps = met.emitted_total / decode if decode else math.nan
-        speed = (self.plain_s_per_token * met.emitted_total / decode
-                 if self.plain_s_per_token and decode else math.nan)
+        speed = (self.plain.total_s(met.emitted_total) / decode
+                 if self.plain is not None and decode and met.emitted_total else math.nan)
         s = self.settings[lane] if self.settings else None
         return {
             "proposer": (f"{PROPOSER_LABELS.get(s.proposer, s.proposer)}, k={s.k}" if s else m.label),

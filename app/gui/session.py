@@ -44,6 +44,19 @@ class Prepared:
     label: str
 
 
+@dataclass(frozen=True)
+class PlainCost:
+    """Plain (non-speculative) cached decoding of the target on a prompt: the first token,
+    whose forward processes the whole prompt, and each token after it."""
+
+    first_s: float
+    step_s: float
+
+    def total_s(self, tokens: int) -> float:
+        """Seconds plain decoding takes for `tokens` new tokens of this prompt."""
+        return self.first_s + max(tokens - 1, 0) * self.step_s
+
+
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table used by byte-level BPE vocabularies."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
@@ -287,9 +300,11 @@ class ModelHub:
         config = decoder.run_config(ids, settings.max_new_tokens, run_id)
         return Prepared(decoder, ids, config, self.token_text(tokenizer), settings.describe())
 
-    def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> float:
-        """Seconds per token of plain (non-speculative) cached decoding of the target, with
-        the run's sampler (core.baseline.plain_generate where available)."""
+    def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
+        """What plain cached decoding of the target costs on this prompt with the run's sampler
+        (core.baseline.plain_generate where available): the first token apart, because its
+        forward processes the whole prompt, which a per-token average over a few tokens would
+        spread over every token of a longer run."""
         target, _ = self.target(settings.device)
         n = max(2, min(steps, settings.max_new_tokens))
         try:
@@ -298,24 +313,30 @@ class ModelHub:
             plain_generate = None
         if plain_generate is not None:
             sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
-            plain_generate(target, prompt_ids, 2, sampling=sampling, seed=settings.seed)  # warm-up
-            res = plain_generate(target, prompt_ids, n, sampling=sampling, seed=settings.seed)
-            return res.wall_s / max(len(res.new_tokens), 1)
+
+            def wall(tokens: int) -> float:
+                return plain_generate(target, prompt_ids, tokens, sampling=sampling, seed=settings.seed).wall_s
+
+            wall(2)  # warm-up
+            first = min(wall(1), wall(1))
+            return PlainCost(first, max(wall(1 + n) - first, 0.0) / n)
         import torch
         from transformers import DynamicCache
 
         device = next(target.parameters()).device
         with torch.no_grad():
             cache = DynamicCache()
+            t0 = time.perf_counter()
             out = target(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache, use_cache=True)
             nxt = out.logits[:, -1:].argmax(-1)
+            first = time.perf_counter() - t0
             t0 = time.perf_counter()
             for _ in range(n):
                 out = target(input_ids=nxt, past_key_values=cache, use_cache=True)
                 nxt = out.logits[:, -1:].argmax(-1)
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            return (time.perf_counter() - t0) / n
+            return PlainCost(first, (time.perf_counter() - t0) / n)
 
 
 class TinyModelHub(ModelHub):

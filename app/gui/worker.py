@@ -52,7 +52,7 @@ def _message(exc: BaseException) -> str:
 
 class DecodeWorker(QObject):
     prepared = Signal(int, object, object, str)  # lane, RunConfig, token_text, label
-    baseline = Signal(float)  # seconds per token of plain decoding (compare mode)
+    baseline = Signal(object)  # session.PlainCost of plain decoding (compare mode)
     roundReady = Signal(int, object)  # lane, Round
     laneFinished = Signal(int, str, float, object)  # lane, stop reason, wall seconds, GenerationResult | None
     finished = Signal()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 
 from .helpers import configure
@@ -37,7 +38,11 @@ def test_greedy_compare_has_no_divergence_and_fills_the_table(qtbot, window):
         assert float(table.item(labels.index("decoding time (s)"), lane).text()) == round(decode, 3)
         assert decode < session.results[lane].wall_s
         shown = float(table.item(labels.index("speedup over plain decoding"), lane).text().rstrip("×"))
-        assert shown == round(session.plain_s_per_token * len(m.output_tokens) / decode, 2)
+        assert shown == round(session.plain.total_s(len(m.output_tokens)) / decode, 2)
+    # plain decoding's first token (the prompt's forward) counts once, not in every token
+    plain = session.plain
+    assert plain.first_s > 0 and plain.step_s > 0
+    assert plain.total_s(1) == plain.first_s and plain.total_s(40) == pytest.approx(plain.first_s + 39 * plain.step_s)
     assert table.item(labels.index("proposer"), 1).text().startswith("prompt lookup")
     assert a.config.k == 2 and b.config.k == 6
     # Both timelines use the aligned layout: output position n sits at the same place.
