@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QGridLayout,
@@ -34,6 +34,7 @@ from .settings import PROPOSER_LABELS, PROPOSERS, RunSettings, validate
 from .timeline import TokenTimelineWidget
 from .worker import RunController
 
+TABLE_REFRESH_MS = 250  # the summary table's refresh while the lanes run
 SUMMARY_ROWS = (
     ("proposer", "proposer"),
     ("mean_accepted_length", "mean accepted length"),
@@ -90,6 +91,11 @@ class CompareSession(QObject):
 
     def stop(self) -> None:
         self.controller.stop()
+
+    @property
+    def running(self) -> bool:
+        """Whether lanes are being prepared, decoded or stopped."""
+        return self.controller.busy
 
     def _on_prepared(self, lane: int, config, token_text, label: str) -> None:
         self.models[lane].begin(config, token_text, source="compare", label=label)
@@ -264,11 +270,25 @@ class CompareWidget(QWidget):
         a, b = (t.verticalScrollBar() for t in self.timelines)
         a.valueChanged.connect(lambda v: self._sync(b, v))
         b.valueChanged.connect(lambda v: self._sync(a, v))
-        session.changed.connect(self.refresh)
+        # The table follows the lanes at most 4 times a second while they run (each refresh
+        # rebuilds and repaints it, on the thread whose GIL the decoder needs), and at once
+        # when they stop.
+        self._refresh_timer = QTimer(self)
+        self._refresh_timer.setSingleShot(True)
+        self._refresh_timer.setInterval(TABLE_REFRESH_MS)
+        self._refresh_timer.timeout.connect(self.refresh)
+        session.changed.connect(self._schedule_refresh)
         session.divergence.connect(self._on_divergence)
         session.stateChanged.connect(self._on_state)
         self.refresh()
         self._on_state("idle")
+
+    def _schedule_refresh(self) -> None:
+        if self.session.running:
+            if not self._refresh_timer.isActive():
+                self._refresh_timer.start()
+        else:
+            self.refresh()
 
     def _sync(self, other, value: int) -> None:
         if self._syncing:
@@ -281,6 +301,9 @@ class CompareWidget(QWidget):
         active = state in ("loading", "running", "paused")
         self.compare_button.setEnabled(not active)
         self.stop_button.setEnabled(active)
+        if not active:
+            self._refresh_timer.stop()
+            self.refresh()
 
     def side_texts(self, side: int) -> tuple[str, str]:
         return self.proposers[side].currentData(), self.ks[side].text()
@@ -309,6 +332,7 @@ class CompareWidget(QWidget):
         return out[0].settings, out[1].settings
 
     def refresh(self) -> None:
+        self._refresh_timer.stop()
         for side in range(2):
             summary = self.session.summary(side)
             for row, (key, _) in enumerate(SUMMARY_ROWS):

@@ -75,3 +75,20 @@ def test_compare_rejects_a_bad_k(qtbot, window):
     assert window.compare.errors[1].isVisible() and "whole number" in window.compare.errors[1].text()
     assert not window.compare.errors[0].isVisible()
     assert window.compare_controller.state == "idle"
+
+
+def test_the_summary_table_follows_running_lanes_at_most_4_times_a_second(qtbot, window, monkeypatch):
+    session = window.compare_session
+    summaries = []
+    original = session.summary
+    monkeypatch.setattr(session, "summary", lambda side: (summaries.append(side), original(side))[1])
+    monkeypatch.setattr(type(session), "running", property(lambda self: True))
+    for _ in range(20):  # rounds arriving
+        session.changed.emit()
+    assert summaries == []  # no rebuild per round
+    qtbot.waitUntil(lambda: len(summaries) == 2, timeout=2000)  # one refresh (both sides) after the interval
+    qtbot.wait(400)
+    assert len(summaries) == 2
+    monkeypatch.setattr(type(session), "running", property(lambda self: False))
+    session.changed.emit()  # the lanes stopped: at once
+    assert len(summaries) == 4
