@@ -217,7 +217,9 @@ class CompareWidget(QWidget):
         outer.addLayout(controls)
         self.note = QLabel("Prompt, target, sampler, seed and budget come from the run panel. The lanes run "
                            "interleaved; times are each lane's own rounds, and the speedup compares them "
-                           "with plain decoding of the target measured before the run. Plots: "
+                           "with plain decoding of the target measured before the run. Drawing the lanes "
+                           "slows their rounds somewhat: `specscope bench` measures speedups undisturbed. "
+                           "Plots: "
                            "acceptance (dots per round, line = rolling mean), accepted-length histogram, "
                            "latency (draft below, verify on top), tokens per round (black measured, "
                            "dashed predicted by the cost model).")
