@@ -35,7 +35,7 @@ from .runpanel import RunPanelWidget
 from .session import ModelHub
 from .settings import RunSettings
 from .timeline import TokenTimelineWidget
-from .traces import Recorder, TraceLibrary, describe_run, looks_like_trace, storage_available, warm_up_trace_writer
+from .traces import RecorderFactory, TraceLibrary, describe_run, looks_like_trace, storage_available, warm_up_trace_writer
 from .tree import DraftTreeView
 from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
 
@@ -112,16 +112,15 @@ class MainWindow(QMainWindow):
         self._replay_batches = None
         self.record = record and storage_available()
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
-        self._store = None
+        self.recording = RecorderFactory(self.store_path)  # called on the worker's thread
         self.recorded_path: str | None = None
-        self._prompt_text: str | None = None
         self._shown_once = False
         self.follow_latest = True
         self._last_followed = -1
         self.checker = default_checker()  # callable(config, rounds) -> findings
 
         self.model = RunModel(self)
-        self.controller = RunController(self.hub, self._make_recorder if self.record else None, self)
+        self.controller = RunController(self.hub, self.recording if self.record else None, self)
         if self.record:
             warm_up_trace_writer()
         self.compare_controller = RunController(self.hub, None, self)
@@ -222,8 +221,8 @@ class MainWindow(QMainWindow):
             tip="Recordings keep every p, q and residual in full (about 40x the bytes of the top-N at a vocabulary "
                 "of 4096, and slower to record); otherwise the top-N and each vector's support, minimum and sum")
         self.full_vectors_action.setCheckable(True)
-        self._record_full_vectors = str(self.qsettings.value("recording/full_vectors", "false")) == "true"
-        self.full_vectors_action.setChecked(self._record_full_vectors)
+        self.recording.full_vectors = str(self.qsettings.value("recording/full_vectors", "false")) == "true"
+        self.full_vectors_action.setChecked(self.recording.full_vectors)
         self._action(f, "&Diff two runs of a trace…", self.diff_runs_dialog,
                      tip="Align two stored runs and report the first divergence in tokens, p and caches")
         f.addSeparator()
@@ -314,8 +313,7 @@ class MainWindow(QMainWindow):
         self.compare_controller.close()
         if self.library is not None:
             self.library.close()
-        if self._store is not None:
-            self._store.close()
+        self.recording.close()
         super().closeEvent(event)
 
     # ------------------------------------------------------------------ errors
@@ -354,29 +352,11 @@ class MainWindow(QMainWindow):
         return self.controller.state
 
     def _full_vectors_toggled(self, checked: bool) -> None:
-        self._record_full_vectors = checked
+        self.recording.full_vectors = checked
         self.qsettings.setValue("recording/full_vectors", "true" if checked else "false")
         self.statusBar().showMessage(
             "The next recorded runs keep full probability vectors" if checked
             else "The next recorded runs keep the top-N of each distribution (full vectors for vocabularies up to 1024)", 8000)
-
-    def _make_recorder(self, config) -> Recorder | None:
-        store = self._open_store()
-        if store is None:
-            return None
-        # runs on the worker's thread: read the plain attribute the GUI thread keeps, not the action
-        full = True if self._record_full_vectors else None  # None: the store's default for the vocabulary
-        return Recorder(store, config, prompt_text=self._prompt_text, full_vectors=full)
-
-    def _open_store(self):
-        if self._store is None:
-            from specscope.storage import TraceStore
-
-            from .traces import default_trace_path
-
-            path = self.store_path or default_trace_path()
-            self._store = TraceStore(path)
-        return self._store
 
     def validated_settings(self) -> RunSettings | None:
         v = self.run_panel.validate()
@@ -392,7 +372,7 @@ class MainWindow(QMainWindow):
         if settings is None:
             return False
         self._leave_replay()
-        self._prompt_text = settings.prompt
+        self.recording.prompt_text = settings.prompt
         self.follow_latest = True
         self._last_followed = -1
         self.model.clear()
@@ -449,8 +429,8 @@ class MainWindow(QMainWindow):
         if self.mode == "replay":  # a live run cancelled by opening a trace: not ours any more
             return
         self.model.begin(config, token_text, source="live", label=label)
-        if self._store is not None:
-            lib_store = self._store
+        if self.recording.store is not None:
+            lib_store = self.recording.store
             run_id = config.run_id
             self.model.loader = lambda i: lib_store.load_round(run_id, i, full=True)
 
@@ -516,9 +496,9 @@ class MainWindow(QMainWindow):
             return list(self.library.store.iter_rounds(self.replay_run_id, full=True))
         if not rounds or all(has_distributions(r) or not r.nodes for r in rounds):
             return list(rounds)
-        if self._store is not None and self.model.config is not None:
+        if self.recording.store is not None and self.model.config is not None:
             try:
-                return list(self._store.iter_rounds(self.model.config.run_id, full=True))
+                return list(self.recording.store.iter_rounds(self.model.config.run_id, full=True))
             except Exception:  # noqa: BLE001 - fall back to the slim rounds
                 log.exception("reading the recorded rounds failed")
         return [self.model.full_round(i) for i in range(len(rounds))]
@@ -811,8 +791,8 @@ class MainWindow(QMainWindow):
         try:
             if self.mode == "replay" and self.library is not None and self.replay_run_id:
                 export_run(self.library.store, self.replay_run_id, path)
-            elif self._store is not None and self.model.config is not None:
-                export_run(self._store, self.model.config.run_id, path)
+            elif self.recording.store is not None and self.model.config is not None:
+                export_run(self.recording.store, self.model.config.run_id, path)
             else:
                 raise RuntimeError("this run was not recorded, so it cannot be exported")
         except Exception as exc:  # noqa: BLE001

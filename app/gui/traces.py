@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any, Callable, Iterator
 
 from specscope.core.records import GenerationResult, Round, RunConfig
@@ -73,6 +74,39 @@ class Recorder:
             self.writer.finish("failed", error="the decoder raised an exception")
         else:
             self.writer.finish("completed")
+
+
+class RecorderFactory:
+    """Makes the Recorder of each live run; called on the worker's thread.
+
+    It holds no widget on purpose: the worker may drop its last reference to the factory on
+    its own thread, and a Qt widget deleted on a thread other than the GUI thread deadlocks
+    against it (a bound method of the window here once kept the window alive until a worker
+    thread released it). The window sets `full_vectors` and `prompt_text` before each run."""
+
+    def __init__(self, store_path: str | None):
+        self.store_path = store_path
+        self.full_vectors = False  # False: the store's default for the vocabulary
+        self.prompt_text: str | None = None
+        self.store: Any | None = None  # the TraceStore, opened by the first recorded run
+        self._lock = threading.Lock()
+
+    def open_store(self) -> Any:
+        with self._lock:
+            if self.store is None:
+                from specscope.storage import TraceStore
+
+                self.store = TraceStore(self.store_path or default_trace_path())
+            return self.store
+
+    def __call__(self, config: RunConfig) -> Recorder:
+        return Recorder(self.open_store(), config, prompt_text=self.prompt_text,
+                        full_vectors=True if self.full_vectors else None)
+
+    def close(self) -> None:
+        with self._lock:
+            if self.store is not None:
+                self.store.close()
 
 
 class TraceLibrary:

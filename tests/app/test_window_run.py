@@ -177,3 +177,25 @@ def test_worker_thread_messages_reach_the_status_bar_through_the_gui_thread(qtbo
     finally:
         qInstallMessageHandler(previous)
     assert not [w for w in warnings if "another thread" in w]
+
+
+def test_the_decoding_thread_holds_no_widget(window):
+    """The worker may drop the last reference to what it holds on its own thread; a Qt widget
+    deleted there deadlocks against the GUI thread (a bound method of the window once did)."""
+    import gc
+    import types
+
+    from PySide6.QtWidgets import QWidget
+
+    held = [window.controller.worker, window.compare_controller.worker]
+    seen: set[int] = set()
+    for _ in range(5):  # a few references deep: instances and containers, not modules or classes
+        nxt = []
+        for obj in held:
+            for ref in gc.get_referents(obj):
+                if id(ref) in seen or isinstance(ref, (type, types.ModuleType, types.FunctionType)):
+                    continue
+                seen.add(id(ref))
+                assert not isinstance(ref, QWidget), f"{type(obj).__name__} holds a {type(ref).__name__}"
+                nxt.append(ref)
+        held = nxt
