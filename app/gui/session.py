@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -302,41 +301,21 @@ class ModelHub:
 
     def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
         """What plain cached decoding of the target costs on this prompt with the run's sampler
-        (core.baseline.plain_generate where available): the first token apart, because its
+        (core.baseline.plain_generate): the first token apart, because its
         forward processes the whole prompt, which a per-token average over a few tokens would
         spread over every token of a longer run."""
+        from specscope.core.baseline import plain_generate
+
         target, _ = self.target(settings.device)
         n = max(2, min(steps, settings.max_new_tokens))
-        try:
-            from specscope.core.baseline import plain_generate
-        except ImportError:
-            plain_generate = None
-        if plain_generate is not None:
-            sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+        sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
 
-            def wall(tokens: int) -> float:
-                return plain_generate(target, prompt_ids, tokens, sampling=sampling, seed=settings.seed).wall_s
+        def wall(tokens: int) -> float:
+            return plain_generate(target, prompt_ids, tokens, sampling=sampling, seed=settings.seed).wall_s
 
-            wall(2)  # warm-up
-            first = min(wall(1), wall(1))
-            return PlainCost(first, max(wall(1 + n) - first, 0.0) / n)
-        import torch
-        from transformers import DynamicCache
-
-        device = next(target.parameters()).device
-        with torch.no_grad():
-            cache = DynamicCache()
-            t0 = time.perf_counter()
-            out = target(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache, use_cache=True)
-            nxt = out.logits[:, -1:].argmax(-1)
-            first = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            for _ in range(n):
-                out = target(input_ids=nxt, past_key_values=cache, use_cache=True)
-                nxt = out.logits[:, -1:].argmax(-1)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            return PlainCost(first, (time.perf_counter() - t0) / n)
+        wall(2)  # warm-up
+        first = min(wall(1), wall(1))
+        return PlainCost(first, max(wall(1 + n) - first, 0.0) / n)
 
 
 class TinyModelHub(ModelHub):
