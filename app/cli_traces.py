@@ -22,6 +22,7 @@ from specscope.storage import (
     default_db_location,
     export_run,
     import_run,
+    is_partial,
 )
 from specscope.storage.codec import top_entries
 from specscope.storage.jsonl import header_json, iter_export
@@ -139,7 +140,7 @@ def _top(dist: np.ndarray | None, n: int) -> str:
         return "-"
     ids, probs = top_entries(dist, n)
     text = " ".join(f"{i}:{p:.3f}" for i, p in zip(ids.tolist(), probs.tolist()))
-    stats = getattr(dist, "stats", None)  # a top-N save's whole-vector facts
+    stats = getattr(dist, "stats", None) if is_partial(dist) else None  # a top-N save's whole-vector facts
     if stats is not None:
         smallest = f", smallest {stats.minimum:.3g}" if stats.support == len(dist) else ""
         text += f"  ({stats.support} of {len(dist)} tokens > 0{smallest}, sum {stats.total:.6f})"

@@ -16,6 +16,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from specscope.core.partial import known_ids
 from specscope.core.records import Round
 
 from . import theme
@@ -331,8 +332,9 @@ def _saved_without_full_vectors(p, q) -> str:
     bars cannot show (how many tokens have mass, how much of it the stored entries hold)."""
     parts = []
     for name, dist in (("p", p), ("q", q)):
-        stats = getattr(dist, "stats", None)  # only arrays rebuilt from a top-N save have it
-        if stats is not None:
-            shown = float(np.asarray(dist)[dist.known_ids].sum())
+        ids = None if dist is None else known_ids(dist)  # None: a full vector
+        stats = getattr(dist, "stats", None)
+        if ids is not None and stats is not None:
+            shown = float(np.asarray(dist)[ids].sum())
             parts.append(f"{name} has {stats.support} tokens &gt; 0, {shown:.3f} of its mass stored")
     return "<i>saved without full vectors:</i> " + "; ".join(parts) if parts else ""

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from specscope.core.partial import is_full
 from specscope.core.records import Round, RunConfig
 
 from . import theme
@@ -96,6 +97,12 @@ def slim(r: Round) -> Round:
 
 def has_distributions(r: Round) -> bool:
     return r.bonus_p is not None or any(n.p is not None for n in r.nodes)
+
+
+def _top_n_only(r: Round) -> bool:
+    """Whether a distribution of the round was rebuilt from a top-N save (replay batches)."""
+    arrays = [r.bonus_p, r.residual] + [a for n in r.nodes for a in (n.p, n.q)]
+    return any(a is not None and not is_full(a) for a in arrays)
 
 
 # ---------------------------------------------------------------------- timeline cells
@@ -281,9 +288,10 @@ class RunModel(QObject):
         return slim(r)
 
     def full_round(self, index: int) -> Round:
-        """Round `index` with its distributions when anything still has them."""
+        """Round `index` with its distributions when anything still has them: the loader's
+        (the store's full vectors, when it kept them) for a round held slim or top-N only."""
         r = self.rounds[index]
-        if has_distributions(r) or not r.nodes and r.bonus is None:
+        if (has_distributions(r) and not _top_n_only(r)) or not r.nodes and r.bonus is None:
             return r
         got = self._full.get(index)
         if got is not None:
