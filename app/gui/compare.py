@@ -30,10 +30,11 @@ from . import theme
 from .plots import LivePlotsWidget
 from .runmodel import RunModel, first_divergence
 from .session import PlainCost
-from .settings import PROPOSER_LABELS, PROPOSERS, RunSettings, validate
+from .settings import RunSettings, menu_spec, proposer_choices, proposer_label, validate
 from .timeline import TokenTimelineWidget
 from .worker import RunController
 
+DEFAULT_SIDES = (("draft:small", "4"), ("lookup", "4"))  # (proposer spec, k) of A and B
 TABLE_REFRESH_MS = 250  # the summary table's refresh while the lanes run
 SUMMARY_ROWS = (
     ("proposer", "proposer"),
@@ -136,7 +137,7 @@ class CompareSession(QObject):
                  if self.plain is not None and decode and met.emitted_total else math.nan)
         s = self.settings[lane] if self.settings else None
         return {
-            "proposer": (f"{PROPOSER_LABELS.get(s.proposer, s.proposer)}, k={s.k}" if s else m.label),
+            "proposer": (f"{proposer_label(s.proposer)}, k={s.k}" if s else m.label),
             "mean_accepted_length": f"{met.mean_accepted_length:.3f}",
             "acceptance_rate": f"{met.acceptance_rate:.3f}",
             "rounds": str(len(met)),
@@ -180,94 +181,16 @@ class CompareWidget(QWidget):
         self.session = session
         outer = QVBoxLayout(self)
         outer.setContentsMargins(4, 4, 4, 4)
-
-        controls = QGridLayout()
-        self.proposers: list[QComboBox] = []
-        self.ks: list[QLineEdit] = []
-        self.errors: list[QLabel] = []
-        defaults = (("draft-small", "4"), ("lookup", "4"))
-        for side, (prop, k) in enumerate(defaults):
-            name = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b>")
-            combo = QComboBox()
-            for key in PROPOSERS:
-                if key != "checkpoint":
-                    combo.addItem(PROPOSER_LABELS[key], key)
-            combo.setCurrentIndex(combo.findData(prop))
-            kedit = QLineEdit(k)
-            kedit.setFixedWidth(50)
-            err = QLabel("")
-            err.setStyleSheet("color:#b00020; font-size:9pt;")
-            err.hide()
-            controls.addWidget(name, 0, side * 4)
-            controls.addWidget(combo, 0, side * 4 + 1)
-            controls.addWidget(QLabel("k"), 0, side * 4 + 2)
-            controls.addWidget(kedit, 0, side * 4 + 3)
-            controls.addWidget(err, 1, side * 4 + 1, 1, 3)
-            self.proposers.append(combo)
-            self.ks.append(kedit)
-            self.errors.append(err)
-        self.compare_button = QPushButton("Compare")
-        self.compare_button.setToolTip("Run the prompt and sampler of the run panel with proposers A and B")
-        self.stop_button = QPushButton("Stop")
-        self.compare_button.clicked.connect(self.compareRequested.emit)
-        self.stop_button.clicked.connect(self.stopRequested.emit)
-        controls.addWidget(self.compare_button, 0, 8)
-        controls.addWidget(self.stop_button, 0, 9)
-        controls.setColumnStretch(10, 1)
-        outer.addLayout(controls)
-        self.note = QLabel("Prompt, target, sampler, seed and budget come from the run panel. The lanes run "
-                           "interleaved; times are each lane's own rounds, and the speedup compares them "
-                           "with plain decoding of the target measured before the run. Drawing the lanes "
-                           "slows their rounds somewhat: `specscope bench` measures speedups undisturbed. "
-                           "Plots: "
-                           "acceptance (dots per round, line = rolling mean), accepted-length histogram, "
-                           "latency (draft below, verify on top), tokens per round (black measured, "
-                           "dashed predicted by the cost model).")
-        self.note.setWordWrap(True)
-        self.note.setStyleSheet("color:#666666")
-        outer.addWidget(self.note)
-
+        outer.addLayout(self._controls())
+        outer.addWidget(self._note())
         top = QHBoxLayout()
-        self.table = QTableWidget(len(SUMMARY_ROWS), 2)
-        self.table.setHorizontalHeaderLabels(["A", "B"])
-        self.table.setVerticalHeaderLabels([label for _, label in SUMMARY_ROWS])
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.table.verticalHeader().setDefaultSectionSize(21)
-        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        self.table.setFixedHeight(21 * len(SUMMARY_ROWS) + self.table.horizontalHeader().sizeHint().height() + 4)
-        top.addWidget(self.table, 1)
+        top.addWidget(self._summary_table(), 1)
         outer.addLayout(top)
         self.divergence = QLabel("")
         self.divergence.setTextFormat(Qt.TextFormat.RichText)
         self.divergence.setWordWrap(True)
         outer.addWidget(self.divergence)
-
-        self.columns = QSplitter(Qt.Orientation.Horizontal)
-        self.timelines: list[TokenTimelineWidget] = []
-        self.plots: list[LivePlotsWidget] = []
-        self.headers: list[QLabel] = []
-        for side in range(2):
-            col = QSplitter(Qt.Orientation.Vertical)
-            box = QWidget()
-            bl = QVBoxLayout(box)
-            bl.setContentsMargins(0, 0, 0, 0)
-            head = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b>")
-            head.setTextFormat(Qt.TextFormat.RichText)
-            bl.addWidget(head)
-            tl = TokenTimelineWidget(session.models[side], aligned=True)
-            bl.addWidget(tl, 1)
-            col.addWidget(box)
-            plots = LivePlotsWidget(session.models[side], compact=True, color=theme.SIDE_COLORS[side],
-                                    shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
-                                    legends=False)
-            col.addWidget(plots)
-            col.setSizes([260, 340])
-            self.columns.addWidget(col)
-            self.timelines.append(tl)
-            self.plots.append(plots)
-            self.headers.append(head)
-        outer.addWidget(self.columns, 1)
+        outer.addWidget(self._lane_columns(), 1)
         self._syncing = False
         a, b = (t.verticalScrollBar() for t in self.timelines)
         a.valueChanged.connect(lambda v: self._sync(b, v))
@@ -284,6 +207,95 @@ class CompareWidget(QWidget):
         session.stateChanged.connect(self._on_state)
         self.refresh()
         self._on_state("idle")
+
+    # ------------------------------------------------------------------ building
+
+    def _controls(self) -> QGridLayout:
+        """Per side: proposer menu (from the registry, without a local checkpoint) and k."""
+        controls = QGridLayout()
+        self.proposers: list[QComboBox] = []
+        self.ks: list[QLineEdit] = []
+        self.errors: list[QLabel] = []
+        for side, (prop, k) in enumerate(DEFAULT_SIDES):
+            name = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b>")
+            combo = QComboBox()
+            for choice in proposer_choices(with_checkpoint=False):
+                combo.addItem(choice.label, choice.spec)
+            combo.setCurrentIndex(combo.findData(prop))
+            kedit = QLineEdit(k)
+            kedit.setFixedWidth(50)
+            err = QLabel("")
+            err.setStyleSheet("color:#b00020; font-size:9pt;")
+            err.hide()
+            for col, widget in enumerate((name, combo, QLabel("k"), kedit)):
+                controls.addWidget(widget, 0, side * 4 + col)
+            controls.addWidget(err, 1, side * 4 + 1, 1, 3)
+            self.proposers.append(combo)
+            self.ks.append(kedit)
+            self.errors.append(err)
+        self.compare_button = QPushButton("Compare")
+        self.compare_button.setToolTip("Run the prompt and sampler of the run panel with proposers A and B")
+        self.stop_button = QPushButton("Stop")
+        self.compare_button.clicked.connect(self.compareRequested.emit)
+        self.stop_button.clicked.connect(self.stopRequested.emit)
+        controls.addWidget(self.compare_button, 0, 8)
+        controls.addWidget(self.stop_button, 0, 9)
+        controls.setColumnStretch(10, 1)
+        return controls
+
+    def _note(self) -> QLabel:
+        self.note = QLabel("Prompt, target, sampler, seed and budget come from the run panel. The lanes run "
+                           "interleaved; times are each lane's own rounds, and the speedup compares them "
+                           "with plain decoding of the target measured before the run. Drawing the lanes "
+                           "slows their rounds somewhat: `specscope bench` measures speedups undisturbed. "
+                           "Plots: "
+                           "acceptance (dots per round, line = rolling mean), accepted-length histogram, "
+                           "latency (draft below, verify on top), tokens per round (black measured, "
+                           "dashed predicted by the cost model).")
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color:#666666")
+        return self.note
+
+    def _summary_table(self) -> QTableWidget:
+        self.table = QTableWidget(len(SUMMARY_ROWS), 2)
+        self.table.setHorizontalHeaderLabels(["A", "B"])
+        self.table.setVerticalHeaderLabels([label for _, label in SUMMARY_ROWS])
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.verticalHeader().setDefaultSectionSize(21)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.table.setFixedHeight(21 * len(SUMMARY_ROWS) + self.table.horizontalHeader().sizeHint().height() + 4)
+        return self.table
+
+    def _lane_columns(self) -> QSplitter:
+        """One column per side: its header, aligned timeline and compact plots."""
+        self.columns = QSplitter(Qt.Orientation.Horizontal)
+        self.timelines: list[TokenTimelineWidget] = []
+        self.plots: list[LivePlotsWidget] = []
+        self.headers: list[QLabel] = []
+        for side in range(2):
+            col = QSplitter(Qt.Orientation.Vertical)
+            box = QWidget()
+            bl = QVBoxLayout(box)
+            bl.setContentsMargins(0, 0, 0, 0)
+            head = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b>")
+            head.setTextFormat(Qt.TextFormat.RichText)
+            bl.addWidget(head)
+            tl = TokenTimelineWidget(self.session.models[side], aligned=True)
+            bl.addWidget(tl, 1)
+            col.addWidget(box)
+            plots = LivePlotsWidget(self.session.models[side], compact=True, color=theme.SIDE_COLORS[side],
+                                    shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
+                                    legends=False)
+            col.addWidget(plots)
+            col.setSizes([260, 340])
+            self.columns.addWidget(col)
+            self.timelines.append(tl)
+            self.plots.append(plots)
+            self.headers.append(head)
+        return self.columns
+
+    # ------------------------------------------------------------------ behaviour
 
     def _schedule_refresh(self) -> None:
         if self.session.running:
@@ -311,7 +323,13 @@ class CompareWidget(QWidget):
         return self.proposers[side].currentData(), self.ks[side].text()
 
     def set_side(self, side: int, proposer: str, k: int | str) -> None:
-        self.proposers[side].setCurrentIndex(self.proposers[side].findData(proposer))
+        """Choose a side's proposer (a spec or a legacy name; a spec not in the menu is added)."""
+        combo = self.proposers[side]
+        spec = menu_spec(proposer)
+        if spec is not None:
+            if combo.findData(spec) < 0:
+                combo.addItem(proposer_label(spec), spec)
+            combo.setCurrentIndex(combo.findData(spec))
         self.ks[side].setText(str(k))
 
     def settings_pair(self, base_texts: dict[str, str], devices: tuple[str, ...]) -> tuple[RunSettings, RunSettings] | None:

@@ -33,9 +33,9 @@ from .plots import LivePlotsWidget
 from .runmodel import RunModel, has_distributions
 from .runpanel import RunPanelWidget
 from .session import ModelHub
-from .settings import RunSettings
+from .settings import RunSettings, spec_of_run
 from .timeline import TokenTimelineWidget
-from .traces import RecorderFactory, TraceLibrary, describe_run, looks_like_trace, storage_available, warm_up_trace_writer
+from .traces import RecorderFactory, TraceLibrary, describe_run, looks_like_trace, warm_up_trace_writer
 from .tree import DraftTreeView
 from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
 
@@ -52,11 +52,9 @@ REPLAY_BATCH = 256
 
 
 def default_checker():
-    """The core trace checker (check_run), or None where it is not installed."""
-    try:
-        from specscope.core.checker import check_run
-    except ImportError:
-        return None
+    """The core trace checker: callable(config, rounds) -> findings."""
+    from specscope.core.checker import check_run
+
     return lambda config, rounds: check_run(config, rounds)
 
 
@@ -110,7 +108,7 @@ class MainWindow(QMainWindow):
         self.library: TraceLibrary | None = None
         self.replay_loaded = False
         self._replay_batches = None
-        self.record = record and storage_available()
+        self.record = record
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
         self.recording = RecorderFactory(self.store_path)  # called on the worker's thread
         self.recorded_path: str | None = None
@@ -125,7 +123,20 @@ class MainWindow(QMainWindow):
             warm_up_trace_writer()
         self.compare_controller = RunController(self.hub, None, self)
 
-        # ---- widgets
+        self._build_widgets()
+        self._wire()
+        self._plots_dock_was_visible = True
+        self._build_menus()
+        self._restore()
+        self._on_state(IDLE)
+        device = self.run_panel.texts().get("device") or "cpu"
+        self.statusBar().showMessage(f"Loading {self.hub.description()}…", 10000)
+        self.controller.preload(device if device in self.hub.devices() else "cpu")
+
+    # ------------------------------------------------------------------ building
+
+    def _build_widgets(self) -> None:
+        """The run panel, the Inspect and Compare tabs and the docks."""
         self.run_panel = RunPanelWidget(self.hub.devices(), self.hub.example_prompts())
         self.page = InspectPage(self.model)
         self.timeline = self.page.timeline
@@ -150,7 +161,8 @@ class MainWindow(QMainWindow):
         if self.hub.fallback:
             self.statusBar().showMessage("Bundled models not found: using tiny random models.", 8000)
 
-        # ---- wiring
+    def _wire(self) -> None:
+        """Connect the worker, the panels and the timers to the window."""
         w = self.controller.worker
         w.prepared.connect(self._on_prepared)
         w.roundReady.connect(self._on_round)
@@ -181,15 +193,6 @@ class MainWindow(QMainWindow):
         self.replay_timer.setInterval(REPLAY_MS)
         self.replay_timer.timeout.connect(self._replay_tick)
         self.tabs.currentChanged.connect(self._tab_changed)
-        self._plots_dock_was_visible = True
-        self._build_menus()
-        self._restore()
-        self._on_state(IDLE)
-        device = self.run_panel.texts().get("device") or "cpu"
-        self.statusBar().showMessage(f"Loading {self.hub.description()}…", 10000)
-        self.controller.preload(device if device in self.hub.devices() else "cpu")
-
-    # ------------------------------------------------------------------ building
 
     def _dock(self, title: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -593,8 +596,7 @@ class MainWindow(QMainWindow):
     def _show_trace_settings(self, info) -> None:
         """Put the replayed run's settings in the run panel, so Run reproduces it."""
         cfg = info.config
-        draft = (cfg.draft_name or "").removeprefix("specscope/")
-        proposer = "lookup" if cfg.proposer == "lookup" else (draft if draft in ("draft-small", "draft-tiny") else None)
+        proposer = spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name)
         texts = {"k": str(cfg.k), "temperature": f"{cfg.sampling.temperature:g}", "top_k": str(cfg.sampling.top_k),
                  "top_p": f"{cfg.sampling.top_p:g}", "seed": str(cfg.seed), "max_new_tokens": str(cfg.max_new_tokens),
                  "eos": "none" if cfg.eos_token_id is None else str(cfg.eos_token_id)}
@@ -608,9 +610,6 @@ class MainWindow(QMainWindow):
 
     def open_trace(self, path: str, run_id: str | None = None) -> bool:
         """Open a trace store and replay one of its runs (asks which when there are several)."""
-        if not storage_available():
-            self.show_error("The trace store is not installed (specscope.storage is missing).")
-            return False
         if not os.path.exists(path):
             self.show_error(f"No such trace file: {path}")
             return False
@@ -680,28 +679,31 @@ class MainWindow(QMainWindow):
         if self._replay_batches is None:
             return
         try:
-            batch = next(self._replay_batches)
-        except StopIteration:
-            self._replay_batches = None
-            self.replay_loaded = True
-            info = self.library.run(self.replay_run_id) if self.library else None
-            self.model.finish(info.stop_reason or info.status if info else "replay",
-                              info.wall_s if info else None)
-            if self.model.rounds and self.model.selected[0] < 0:
-                self.model.select(0)
-            self._run_checker()
-            self.statusBar().showMessage(f"Loaded {len(self.model.rounds)} rounds from {self.trace_path}", 8000)
-            return
+            batch = next(self._replay_batches, None)
         except Exception as exc:  # noqa: BLE001
             self._replay_batches = None
             self.replay_loaded = True
             self.show_error(f"Reading the trace failed: {exc}", title="Open trace")
+            return
+        if batch is None:
+            self._replay_done()
             return
         self.model.extend(batch)
         if self.model.selected[0] < 0 and self.model.rounds:
             self.model.select(0)
         self.statusBar().showMessage(f"Loading… {len(self.model.rounds)} rounds", 2000)
         QTimer.singleShot(0, self._load_next_batch)
+
+    def _replay_done(self) -> None:
+        self._replay_batches = None
+        self.replay_loaded = True
+        info = self.library.run(self.replay_run_id) if self.library else None
+        self.model.finish(info.stop_reason or info.status if info else "replay",
+                          info.wall_s if info else None)
+        if self.model.rounds and self.model.selected[0] < 0:
+            self.model.select(0)
+        self._run_checker()
+        self.statusBar().showMessage(f"Loaded {len(self.model.rounds)} rounds from {self.trace_path}", 8000)
 
     def _leave_replay(self) -> None:
         self.replay_timer.stop()

@@ -19,7 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .settings import PROPOSER_LABELS, PROPOSERS, RunSettings, Validation, validate
+from .settings import PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, proposer_choices, proposer_label, \
+    spec_text, validate
 from .worker import IDLE, LOADING, PAUSED, RUNNING
 
 ERROR_STYLE = "color:#b00020; font-size:9pt;"
@@ -49,7 +50,24 @@ class RunPanelWidget(QWidget):
         self.errors: dict[str, QLabel] = {}
         outer = QVBoxLayout(self)
         outer.setContentsMargins(6, 6, 6, 6)
+        outer.addWidget(self._prompt_box())
+        outer.addWidget(self._settings_box(devices))
+        outer.addLayout(self._buttons())
+        self.state_label = QLabel("")
+        self.state_label.setWordWrap(True)
+        outer.addWidget(self.state_label)
+        outer.addStretch(1)
 
+        self.set_texts(RunSettings().to_texts())
+        self.set_state(IDLE)
+        for key, w in self.fields.items():
+            sig = w.currentTextChanged if isinstance(w, QComboBox) else w.textChanged
+            sig.connect(self._live_validate)
+        self._proposer_changed()
+
+    # ------------------------------------------------------------------ building
+
+    def _prompt_box(self) -> QGroupBox:
         box = QGroupBox("Prompt")
         bl = QVBoxLayout(box)
         self.example = QComboBox()
@@ -65,30 +83,19 @@ class RunPanelWidget(QWidget):
         bl.addWidget(self.prompt)
         self.fields["prompt"] = self.prompt
         bl.addWidget(self._error_label("prompt"))
-        outer.addWidget(box)
+        return box
 
+    def _settings_box(self, devices: tuple[str, ...]) -> QGroupBox:
         box = QGroupBox("Proposer and sampler")
         grid = QGridLayout(box)
         grid.setVerticalSpacing(1)
-        row = 0
         self.proposer = QComboBox()
-        for key in PROPOSERS:
-            self.proposer.addItem(PROPOSER_LABELS[key], key)
+        for choice in proposer_choices():
+            self.proposer.addItem(choice.label, choice.spec)
         self.proposer.currentIndexChanged.connect(self._proposer_changed)
         self.fields["proposer"] = self.proposer
-        row = self._add_row(grid, row, "proposer", "Proposer", self.proposer)
-        ck = QWidget()
-        ckl = QHBoxLayout(ck)
-        ckl.setContentsMargins(0, 0, 0, 0)
-        self.checkpoint = QLineEdit()
-        self.checkpoint.setPlaceholderText("folder with config.json + weights")
-        self.browse = QPushButton("…")
-        self.browse.setFixedWidth(28)
-        self.browse.clicked.connect(self._browse)
-        ckl.addWidget(self.checkpoint, 1)
-        ckl.addWidget(self.browse)
-        self.fields["checkpoint"] = self.checkpoint
-        row = self._add_row(grid, row, "checkpoint", "Checkpoint", ck)
+        row = self._add_row(grid, 0, "proposer", "Proposer", self.proposer)
+        row = self._add_row(grid, row, "checkpoint", "Checkpoint", self._checkpoint_row())
         for key, label in (("k", "k (draft length)"), ("temperature", "Temperature"), ("top_k", "Top-k"),
                            ("top_p", "Top-p"), ("seed", "Seed"), ("max_new_tokens", "Max new tokens"),
                            ("eos", "EOS")):
@@ -102,9 +109,24 @@ class RunPanelWidget(QWidget):
         for d in devices:
             self.device.addItem(d)
         self.fields["device"] = self.device
-        row = self._add_row(grid, row, "device", "Device", self.device)
-        outer.addWidget(box)
+        self._add_row(grid, row, "device", "Device", self.device)
+        return box
 
+    def _checkpoint_row(self) -> QWidget:
+        ck = QWidget()
+        ckl = QHBoxLayout(ck)
+        ckl.setContentsMargins(0, 0, 0, 0)
+        self.checkpoint = QLineEdit()
+        self.checkpoint.setPlaceholderText("folder with config.json + weights")
+        self.browse = QPushButton("…")
+        self.browse.setFixedWidth(28)
+        self.browse.clicked.connect(self._browse)
+        ckl.addWidget(self.checkpoint, 1)
+        ckl.addWidget(self.browse)
+        self.fields["checkpoint"] = self.checkpoint
+        return ck
+
+    def _buttons(self) -> QHBoxLayout:
         buttons = QHBoxLayout()
         style = self.style()
         self.run_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPlay), "Run")
@@ -118,22 +140,7 @@ class RunPanelWidget(QWidget):
                        (self.step_button, self.stepClicked), (self.stop_button, self.stopClicked)):
             b.clicked.connect(sig.emit)
             buttons.addWidget(b)
-        outer.addLayout(buttons)
-        self.state_label = QLabel("")
-        self.state_label.setWordWrap(True)
-        outer.addWidget(self.state_label)
-        outer.addStretch(1)
-
-        self.set_texts(RunSettings().to_texts())
-        self.set_state(IDLE)
-        for key, w in self.fields.items():
-            sig = getattr(w, "textChanged", None) or getattr(w, "currentTextChanged", None)
-            if isinstance(w, QComboBox):
-                sig = w.currentTextChanged
-            sig.connect(self._live_validate)
-        self._proposer_changed()
-
-    # ------------------------------------------------------------------ building
+        return buttons
 
     def _error_label(self, key: str) -> QLabel:
         label = QLabel("")
@@ -160,9 +167,11 @@ class RunPanelWidget(QWidget):
             if isinstance(w, QPlainTextEdit):
                 out[key] = w.toPlainText()
             elif isinstance(w, QComboBox):
-                out[key] = (w.currentData() or w.currentText()) if key == "proposer" else w.currentText()
+                out[key] = w.currentText()
             else:
                 out[key] = w.text()
+        # the proposer as a spec: the "local checkpoint…" entry (KIND:PATH) with its folder
+        out["proposer"] = spec_text(self.proposer.currentData() or "", self.checkpoint.text())
         return out
 
     def set_texts(self, texts: dict[str, str]) -> None:
@@ -171,16 +180,34 @@ class RunPanelWidget(QWidget):
             if w is None or value is None:
                 continue
             value = str(value)
-            if isinstance(w, QPlainTextEdit):
+            if key == "proposer":
+                self._set_proposer(value)
+            elif isinstance(w, QPlainTextEdit):
                 w.setPlainText(value)
             elif isinstance(w, QComboBox):
-                idx = w.findData(value) if key == "proposer" else w.findText(value)
+                idx = w.findText(value)
                 if idx >= 0:
                     w.setCurrentIndex(idx)
                 elif w.isEditable():
                     w.setEditText(value)
             else:
                 w.setText(value)
+
+    def _set_proposer(self, value: str) -> None:
+        """Select a spec (or a legacy name): a menu entry; a local checkpoint's spec selects
+        KIND:PATH and fills the folder; any other spec is added to the menu."""
+        spec = menu_spec(value)
+        if spec is None:
+            return  # not a proposer (any more): the menu keeps its choice
+        path = checkpoint_of(spec)
+        if path is not None:
+            self.checkpoint.setText(path)
+            spec = f"{spec.partition(':')[0]}:{PATH_ARG}"
+        idx = self.proposer.findData(spec)
+        if idx < 0:
+            self.proposer.addItem(proposer_label(spec), spec)
+            idx = self.proposer.count() - 1
+        self.proposer.setCurrentIndex(idx)
 
     def set_field(self, key: str, value: str) -> None:
         self.set_texts({key: value})
@@ -210,7 +237,7 @@ class RunPanelWidget(QWidget):
             self.prompt.setPlainText(text)
 
     def _proposer_changed(self, *args) -> None:
-        is_ckpt = self.proposer.currentData() == "checkpoint"
+        is_ckpt = str(self.proposer.currentData() or "").endswith(f":{PATH_ARG}")
         self.checkpoint.setEnabled(is_ckpt)
         self.browse.setEnabled(is_ckpt)
 

@@ -2,21 +2,21 @@
 never in a widget). Runs in the worker thread.
 
 `ModelHub` loads the bundled target, drafts and tokenizer through
-`specscope.core.loading` when that module is available, and otherwise (or when asked)
-uses tiny random-initialised Llama models so the app always starts. `TinyModelHub` is the
+`specscope.core.loading` when the bundled models are installed, and otherwise (or when
+asked) uses tiny random-initialised Llama models so the app always starts. Proposers are
+built from the settings' spec by `core.registry.build_proposer`. `TinyModelHub` is the
 small, deterministic hub the tests use.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core import SamplingConfig, SpeculativeDecoder, build_proposer, loading
 from specscope.core.records import RunConfig
 
 from .settings import RunSettings
@@ -164,23 +164,15 @@ class ModelHub:
         self._models: dict[tuple, Any] = {}
         self._tokenizer: Any | None = None
         self._token_text: CachedTokenText | None = None
-        self._loading = self._find_loading()
         bundled = False
-        if prefer_bundled and self._loading is not None:
+        if prefer_bundled:
             try:
-                bundled = bool(self._loading.bundled_available())
+                bundled = bool(loading.bundled_available())
             except Exception:  # noqa: BLE001
                 bundled = False
         self.fallback = not bundled
 
     # ------------------------------------------------------------------ discovery
-
-    @staticmethod
-    def _find_loading():
-        try:
-            return importlib.import_module("specscope.core.loading")
-        except ImportError:
-            return None
 
     def description(self) -> str:
         return "tiny random models (bundled models not installed)" if self.fallback else "bundled models"
@@ -190,9 +182,9 @@ class ModelHub:
 
     def example_prompts(self) -> list[tuple[str, str]]:
         """(name, text) pairs: the bundled examples, or the fallback ones."""
-        if self._loading is not None and not self.fallback:
+        if not self.fallback:
             try:
-                items = [(f"{p.name} ({p.kind})", p.text) for p in self._loading.example_prompts()]
+                items = [(f"{p.name} ({p.kind})", p.text) for p in loading.example_prompts()]
                 if items:
                     return items
             except Exception as exc:  # noqa: BLE001 - a missing prompt file must not stop the app
@@ -208,6 +200,8 @@ class ModelHub:
             return self._models[key]
 
     def _tiny(self, role: str, device: str):
+        """role: "target", "draft-small" or "draft-tiny"."""
+
         def make():
             target = self._cached(("tiny", "target", device), lambda: tiny_llama(seed=0).to(device))
             if role == "target":
@@ -220,42 +214,45 @@ class ModelHub:
     def tokenizer(self) -> Any | None:
         if self.fallback:
             return None
-        L = self._loading
-        return self._cached(("tokenizer",), lambda: L.load_tokenizer(L.bundled_path("target")))
+        return self._cached(("tokenizer",), lambda: loading.load_tokenizer(loading.bundled_path("target")))
 
     def target(self, device: str):
         """(target model, tokenizer or None)."""
         if self.fallback:
             return self._tiny("target", device), None
-        L = self._loading
         model = self._cached(("bundled", "target", device),
-                             lambda: L.load_model(L.bundled_path("target"), device, role="target"))
+                             lambda: loading.load_model(loading.bundled_path("target"), device, role="target"))
         return model, self.tokenizer()
 
     def draft(self, name: str, device: str):
+        """A bundled draft: "small"/"tiny" (or "draft-small"/"draft-tiny")."""
+        name = "draft-" + name.removeprefix("draft-")
         if self.fallback:
             return self._tiny(name, device)
-        L = self._loading
         return self._cached(("bundled", name, device),
-                            lambda: L.load_model(L.bundled_path(name), device, role="draft"))
+                            lambda: loading.load_model(loading.bundled_path(name), device, role="draft"))
 
     def checkpoint(self, path: str, device: str):
         def make():
-            if self._loading is None:
-                import torch
-                from transformers import AutoModelForCausalLM
-
-                # float32 like core.loading (transformers would keep the checkpoint's dtype)
-                return AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                            dtype=torch.float32).to(device).eval()
-            L = self._loading
             tok = self.tokenizer()
             folder = Path(path)
             if tok is not None and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-                L.check_tokenizers(tok, L.load_tokenizer(folder))
-            return L.load_model(folder, device, role="draft")
+                loading.check_tokenizers(tok, loading.load_tokenizer(folder))
+            return loading.load_model(folder, device, role="draft")
 
         return self._cached(("checkpoint", path, device), make)
+
+    def draft_loader(self, device: str) -> Callable[[str], tuple[Any, str]]:
+        """core.registry's load_draft for this hub: a bundled draft by name ("small", "tiny")
+        or a checkpoint folder -> (model, label), through the hub's caches."""
+
+        def load(ref: str) -> tuple[Any, str]:
+            if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
+                label = "draft-" + ref.removeprefix("draft-")
+                return self.draft(label, device), label
+            return self.checkpoint(ref, device), ref
+
+        return load
 
     def token_text(self, tokenizer: Any | None) -> TokenText:
         if self._token_text is None or self._token_text.tokenizer is not tokenizer:
@@ -279,14 +276,7 @@ class ModelHub:
     def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
         device = settings.device
         target, tokenizer = self.target(device)
-        if settings.proposer in ("draft-small", "draft-tiny"):
-            proposer = DraftModelProposer(self.draft(settings.proposer, device), label=settings.proposer)
-        elif settings.proposer == "lookup":
-            proposer = PromptLookupProposer()
-        elif settings.proposer == "checkpoint":
-            proposer = DraftModelProposer(self.checkpoint(settings.checkpoint, device), label=settings.checkpoint)
-        else:
-            raise ValueError(f"unknown proposer {settings.proposer!r}")
+        proposer = build_proposer(settings.spec, load_draft=self.draft_loader(device))
         eos = None
         if not settings.eos_disabled:
             eos = settings.eos
@@ -324,6 +314,3 @@ class TinyModelHub(ModelHub):
     def __init__(self):
         super().__init__(prefer_bundled=False)
 
-
-def with_proposer(settings: RunSettings, proposer: str, k: int, checkpoint: str = "") -> RunSettings:
-    return replace(settings, proposer=proposer, k=k, checkpoint=checkpoint)

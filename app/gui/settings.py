@@ -1,22 +1,136 @@
-"""Run settings as typed values, validated field by field (pure Python, no Qt, no torch).
+"""Run settings as typed values, validated field by field (no Qt).
 
 The run panel keeps every field as text; `validate` turns the texts into a RunSettings or
 a dict field -> message that the panel shows next to each field.
+
+The proposer is a core.registry spec ("draft:small", "draft:/path/to/ckpt", "lookup",
+"lookup:max_ngram=4"), and the choices offered are derived from the registry, so a newly
+registered proposer kind shows up here without a change to the app. The "local
+checkpoint…" entry is KIND:PATH; its folder comes from the checkpoint field.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
-PROPOSERS = ("draft-small", "draft-tiny", "lookup", "checkpoint")
-PROPOSER_LABELS = {
-    "draft-small": "draft model: small",
-    "draft-tiny": "draft model: tiny",
-    "lookup": "prompt lookup (n-gram)",
-    "checkpoint": "local checkpoint…",
-}
+from specscope.core.loading import BUNDLED_DRAFTS
+from specscope.core.registry import KINDS, ProposerKind, ProposerSpec, SpecError, build_proposer, parse_spec
+
+PATH_ARG = "PATH"  # KIND:PATH = the "local checkpoint…" entry; the folder is the checkpoint field
+DEFAULT_PROPOSER = "draft:small"
+# Proposer names of settings saved before the registry: name -> spec.
+LEGACY_PROPOSERS = {"draft-small": "draft:small", "draft-tiny": "draft:tiny", "checkpoint": f"draft:{PATH_ARG}"}
+
+
+@dataclass(frozen=True)
+class ProposerChoice:
+    spec: str
+    label: str
+
+    @property
+    def needs_path(self) -> bool:
+        return _needs_path(self.spec)
+
+
+def _title(kind: ProposerKind) -> str:
+    """A kind's name for people: its summary up to the first colon ("prompt lookup")."""
+    head = kind.summary.split(":", 1)[0].strip()
+    return head if head and len(head) <= 40 else kind.name
+
+
+def _defaults(kind: ProposerKind) -> str:
+    return ", ".join(f"{p.name}={p.default}" for p in kind.params)
+
+
+def proposer_choices(with_checkpoint: bool = True) -> list[ProposerChoice]:
+    """What a proposer menu offers, from the registry: for a kind with a model, the bundled
+    drafts and (optionally) a local checkpoint; one entry, with its defaults, per other kind."""
+    out: list[ProposerChoice] = []
+    for kind in KINDS.values():
+        if kind.needs_model:
+            out += [ProposerChoice(f"{kind.name}:{name}", f"{kind.name} model: {name}") for name in BUNDLED_DRAFTS]
+            if with_checkpoint:
+                label = "local checkpoint…" if kind.name == "draft" else f"{kind.name}: local checkpoint…"
+                out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", label))
+        else:
+            defaults = _defaults(kind)
+            out.append(ProposerChoice(kind.name, f"{_title(kind)} ({defaults})" if defaults else _title(kind)))
+    return out
+
+
+def _model_kind(spec: ProposerSpec) -> bool:
+    kind = KINDS.get(spec.kind)
+    return kind is not None and kind.needs_model
+
+
+def _needs_path(text: str) -> bool:
+    kind, _, arg = text.partition(":")
+    return arg == PATH_ARG and kind in KINDS and KINDS[kind].needs_model
+
+
+def spec_text(proposer: str, checkpoint: str = "") -> str:
+    """The spec a proposer field names: a legacy name mapped, KIND:PATH given the checkpoint
+    folder (when there is one). Not validated."""
+    text = proposer.strip()
+    text = LEGACY_PROPOSERS.get(text, text) or DEFAULT_PROPOSER
+    if _needs_path(text) and checkpoint.strip():
+        return f"{text.partition(':')[0]}:{checkpoint.strip()}"
+    return text
+
+
+def menu_spec(text: str) -> str | None:
+    """The menu form of a spec or legacy name: a kind with a model names it ("draft" ->
+    "draft:small"), parameters at their defaults are left out; None when it does not parse."""
+    text = text.strip()
+    try:
+        spec = parse_spec(LEGACY_PROPOSERS.get(text, text) or DEFAULT_PROPOSER)
+    except SpecError:
+        return None
+    kind = KINDS[spec.kind]
+    if kind.needs_model:
+        return str(replace(spec, arg=spec.model_ref))
+    return str(replace(spec, params={k: v for k, v in spec.params.items() if kind.param(k).default != v}))
+
+
+def checkpoint_of(spec: str) -> str | None:
+    """The checkpoint folder a spec loads its model from (None: bundled or no model)."""
+    try:
+        parsed = parse_spec(spec)
+    except SpecError:
+        return None
+    ref = parsed.model_ref
+    return ref if ref is not None and ref not in BUNDLED_DRAFTS and ref != PATH_ARG else None
+
+
+def proposer_label(spec: str) -> str:
+    """How a menu or summary names a proposer spec."""
+    spec = menu_spec(spec) or spec
+    for choice in proposer_choices():
+        if choice.spec == spec:
+            return choice.label
+    path = checkpoint_of(spec)
+    return f"checkpoint {os.path.basename(os.path.normpath(path))}" if path else spec
+
+
+def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None) -> str | None:
+    """The spec that reruns a recorded run (its RunConfig's proposer, proposer_params and
+    draft_name), or None when it cannot be rerun from the menu (a local checkpoint)."""
+    try:
+        spec = parse_spec(proposer)
+    except SpecError:
+        return None
+    kind = KINDS[spec.kind]
+    if kind.needs_model:
+        name = (spec.arg or draft_name or "").removeprefix("specscope/").removeprefix("draft-")
+        return f"{kind.name}:{name}" if name in BUNDLED_DRAFTS else None
+    given = dict(params or {}, **spec.params)
+    return menu_spec(str(ProposerSpec(kind.name, None, {p.name: given[p.name] for p in kind.params if p.name in given})))
+
+
 FIELDS = (
     "prompt",
     "proposer",
@@ -37,8 +151,8 @@ MAX_NEW_TOKENS = 100_000
 @dataclass(frozen=True)
 class RunSettings:
     prompt: str = ""
-    proposer: str = "draft-small"
-    checkpoint: str = ""
+    proposer: str = DEFAULT_PROPOSER  # a core.registry spec
+    checkpoint: str = ""  # the folder of a KIND:PATH spec, "" otherwise
     k: int = 4
     temperature: float = 0.0
     top_k: int = 0
@@ -56,11 +170,17 @@ class RunSettings:
         return texts
 
     @property
+    def spec(self) -> str:
+        """The proposer spec (also for settings written with a legacy proposer name)."""
+        return spec_text(self.proposer, self.checkpoint)
+
+    @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
     def describe(self) -> str:
-        prop = self.proposer if self.proposer != "checkpoint" else f"checkpoint {os.path.basename(self.checkpoint)}"
+        path = checkpoint_of(self.spec)
+        prop = f"checkpoint {os.path.basename(path)}" if path else self.spec
         samp = "greedy" if self.greedy else f"T={self.temperature:g}"
         return f"{prop}, k={self.k}, {samp}, seed={self.seed}"
 
@@ -101,6 +221,40 @@ def _float(text: str, name: str, errors: dict[str, str], key: str) -> float | No
     return value
 
 
+def _checkpoint_error(folder: str) -> str | None:
+    if not folder:
+        return "choose a local checkpoint folder (a transformers model directory)"
+    if not os.path.isdir(folder):
+        return f"no such folder: {folder}"
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        return "this folder has no config.json: not a transformers checkpoint"
+    return None
+
+
+def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, str]:
+    """(spec, checkpoint folder) of the proposer fields; problems go to errors["proposer"] or
+    errors["checkpoint"]. A kind without a model is built once, which checks its parameters."""
+    text = text.strip() or DEFAULT_PROPOSER
+    if _needs_path(LEGACY_PROPOSERS.get(text, text)) and not checkpoint:
+        errors["checkpoint"] = _checkpoint_error("")
+        return text, checkpoint
+    try:
+        spec = parse_spec(spec_text(text, checkpoint))
+        if not _model_kind(spec):
+            build_proposer(spec)
+    except (SpecError, ValueError) as exc:
+        errors["proposer"] = str(exc)
+        return text, checkpoint
+    if _model_kind(spec):
+        spec = replace(spec, arg=spec.model_ref)
+        path = checkpoint_of(str(spec))
+        problem = _checkpoint_error(path) if path is not None else None
+        if problem:
+            errors["checkpoint"] = problem
+        checkpoint = path or ""
+    return str(spec), checkpoint
+
+
 def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_size: int | None = None) -> Validation:
     """Check every field; never raises. `texts` maps FIELDS to their text."""
     errors: dict[str, str] = {}
@@ -110,17 +264,7 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     if not prompt.strip():
         errors["prompt"] = "the prompt is empty: speculative decoding needs at least one token"
 
-    proposer = get("proposer") or "draft-small"
-    if proposer not in PROPOSERS:
-        errors["proposer"] = f"unknown proposer “{proposer}”; choose one of {', '.join(PROPOSERS)}"
-    checkpoint = get("checkpoint").strip()
-    if proposer == "checkpoint":
-        if not checkpoint:
-            errors["checkpoint"] = "choose a local checkpoint folder (a transformers model directory)"
-        elif not os.path.isdir(checkpoint):
-            errors["checkpoint"] = f"no such folder: {checkpoint}"
-        elif not os.path.exists(os.path.join(checkpoint, "config.json")):
-            errors["checkpoint"] = "this folder has no config.json: not a transformers checkpoint"
+    proposer, checkpoint = _proposer(get("proposer"), get("checkpoint").strip(), errors)
 
     k = _int(get("k"), "k (draft length)", 1, MAX_K, errors, "k")
     temperature = _float(get("temperature"), "temperature", errors, "temperature")

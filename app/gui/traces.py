@@ -17,14 +17,6 @@ log = logging.getLogger(__name__)
 TRACE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 
 
-def storage_available() -> bool:
-    try:
-        import specscope.storage  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def default_trace_path() -> str:
     from specscope.storage import default_db_location
 
@@ -35,7 +27,6 @@ def warm_up_trace_writer() -> None:
     """With SPECSCOPE_TRACE_WRITER=process, start the writer process in the background, so
     the first recorded run does not wait for its imports. A failure here is not an error:
     the writer retries, or falls back to a thread, when a run starts."""
-    import threading
 
     def start() -> None:
         try:
@@ -167,9 +158,8 @@ class TraceLibrary:
 
 def describe_run(info: Any) -> str:
     cfg = info.config
-    samp = cfg.sampling.describe() if hasattr(cfg.sampling, "describe") else str(cfg.sampling)
     prop = cfg.draft_name or cfg.proposer
-    return (f"{info.run_id[:8]} · {info.status} · {prop} k={cfg.k} {samp} · {info.n_rounds} rounds, "
+    return (f"{info.run_id[:8]} · {info.status} · {prop} k={cfg.k} {cfg.sampling.describe()} · {info.n_rounds} rounds, "
             f"{len(info.new_tokens)} tokens")
 
 

@@ -1,4 +1,4 @@
-"""The decode worker: advances core generators one round at a time in a QThread.
+"""The decode worker: advances core runs (RunHandle) one round at a time in a QThread.
 
 The worker owns no widgets; it emits Round records through queued signals. A run has one
 or two lanes (two in compare mode, advanced alternately round by round). Controls:
@@ -6,7 +6,7 @@ or two lanes (two in compare mode, advanced alternately round by round). Control
 - run: keep advancing until paused, stopped or finished;
 - step: advance exactly one round (per lane) and pause;
 - pause: stop advancing after the round in progress;
-- stop: close the generators at the next round boundary (the core's cancellation).
+- stop: close the runs at the next round boundary (the core's cancellation).
 
 pause/stop only set flags (thread-safe), so they take effect at the next round even while
 the worker is inside a round. Exceptions never escape: they become `failed(message)`.
@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
+
+from specscope.core.run import RunHandle
 
 from .session import ModelHub, Prepared
 from .settings import RunSettings
@@ -38,7 +40,7 @@ RecorderFactory = Callable[[Any], Any]
 @dataclass
 class _Lane:
     prepared: Prepared
-    gen: Any
+    run: RunHandle
     recorder: Any = None
     done: bool = False
     rounds: int = 0
@@ -128,8 +130,8 @@ class DecodeWorker(QObject):
                     except Exception as exc:  # noqa: BLE001 - recording must not stop a run
                         log.exception("cannot record the run")
                         self.failed.emit(f"The run is not being recorded: {_message(exc)}", traceback.format_exc())
-                gen = prep.decoder.rounds(prep.prompt_ids, config=prep.config)
-                lanes.append(_Lane(prep, gen, recorder))
+                run = RunHandle(prep.decoder.rounds(prep.prompt_ids, config=prep.config), prep.config)
+                lanes.append(_Lane(prep, run, recorder))
                 self.prepared.emit(i, prep.config, prep.token_text, prep.label)
                 if recorder is not None:
                     self.recorded.emit(i, str(getattr(recorder, "path", "")))
@@ -198,21 +200,16 @@ class DecodeWorker(QObject):
 
     def _advance(self, i: int, lane: _Lane) -> None:
         try:
-            rnd = next(lane.gen)
-        except StopIteration as stop:
-            result = stop.value
-            lane.done = True
-            self._finish_recorder(lane, result, result.stop_reason if result else "budget")
-            self.laneFinished.emit(i, result.stop_reason if result else "budget",
-                                   result.wall_s if result else time.perf_counter() - lane.started,
-                                   result if result is not None else NO_RESULT)
-            return
+            rnd = lane.run.step()
         except Exception as exc:  # noqa: BLE001
             log.exception("round failed")
             lane.done = True
             self._finish_recorder(lane, None, "error")
             self.laneFinished.emit(i, "error", time.perf_counter() - lane.started, NO_RESULT)
             self.failed.emit(f"Round {lane.rounds} failed — {_message(exc)}", traceback.format_exc())
+            return
+        if rnd is None:
+            self._lane_done(i, lane)
             return
         lane.rounds += 1
         if lane.recorder is not None:
@@ -223,6 +220,14 @@ class DecodeWorker(QObject):
                 self.failed.emit(f"Recording stopped: {_message(exc)}", traceback.format_exc())
                 lane.recorder = None
         self.roundReady.emit(i, rnd)
+
+    def _lane_done(self, i: int, lane: _Lane) -> None:
+        result = lane.run.result
+        lane.done = True
+        self._finish_recorder(lane, result, result.stop_reason if result else "budget")
+        self.laneFinished.emit(i, result.stop_reason if result else "budget",
+                               result.wall_s if result else time.perf_counter() - lane.started,
+                               result if result is not None else NO_RESULT)
 
     def _finish_recorder(self, lane: _Lane, result: Any, reason: str) -> None:
         rec, lane.recorder = lane.recorder, None
@@ -248,9 +253,9 @@ class DecodeWorker(QObject):
                 continue
             lane.done = True
             try:
-                lane.gen.close()
+                lane.run.close()
             except Exception:  # noqa: BLE001
-                log.exception("closing the generator failed")
+                log.exception("closing the run failed")
             self._finish_recorder(lane, None, reason)
             self.laneFinished.emit(i, reason, time.perf_counter() - lane.started, NO_RESULT)
         self._finish_all()

@@ -39,9 +39,9 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
     assert [x.tokens for x in replayed] == [x.tokens for x in live_rounds]
     assert r.model.output_tokens == w.model.output_tokens
     assert r.model.selected[0] == 0
-    # The run panel shows the replayed run's settings.
+    # The run panel shows the replayed run's settings (the proposer as its spec).
     texts = r.run_panel.texts()
-    assert texts["temperature"] == "1" and texts["proposer"] == "draft-tiny" and texts["max_new_tokens"] == "30"
+    assert texts["temperature"] == "1" and texts["proposer"] == "draft:tiny" and texts["max_new_tokens"] == "30"
     # Slider, next/previous and the keyboard move through the rounds.
     r.navigator.slider.setValue(5)
     assert r.model.selected[0] == 5
