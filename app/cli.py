@@ -15,13 +15,16 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import Any, Sequence
+
+from specscope.core.records import TOKEN_KINDS
 
 log = logging.getLogger("specscope")
 
 ANSI = {"accepted": "\033[32m", "repaired": "\033[31m", "bonus": "\033[34m", "eos": "\033[7m", "round": "\033[90m"}
 RESET = "\033[0m"
-PLAIN_MARKS = {"accepted": ("", ""), "repaired": ("[", "]"), "bonus": ("{", "}")}
+PLAIN_MARKS = dict(zip(TOKEN_KINDS, (("", ""), ("[", "]"), ("{", "}"))))
 
 
 class CliError(Exception):
@@ -40,12 +43,16 @@ def add_run_parser(subparsers: Any) -> None:
             "round boundaries (|), repaired tokens in [brackets] and bonus tokens in {braces} "
             "(colours instead when the output is a terminal). --json prints a summary instead."
         ),
+        epilog=proposer_kinds_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text (tokenised with the target's tokenizer)")
     src.add_argument("--prompt-file", help="read the prompt text from this file")
     src.add_argument("--prompt-ids", help="comma-separated token ids instead of text")
-    p.add_argument("--proposer", choices=("draft", "lookup"), default="draft", help="where draft tokens come from (default: draft)")
+    p.add_argument("--proposer", default=None, metavar="SPEC",
+                   help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
+                        "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)")
     p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
@@ -54,11 +61,14 @@ def add_run_parser(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the run's random stream (default: 0)")
     p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
     p.add_argument("--target", default=None, help="target checkpoint directory (default: the bundled target)")
-    p.add_argument("--draft", default=None, help="draft: 'small', 'tiny' (bundled) or a checkpoint directory")
+    p.add_argument("--draft", default=None,
+                   help="draft: 'small', 'tiny' (bundled) or a checkpoint directory (shorthand for --proposer draft:DRAFT)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)")
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16", "float64"), help="model dtype (default: float32 on CPU)")
-    p.add_argument("--lookup-max-ngram", type=int, default=3, help="prompt lookup: longest suffix n-gram tried (default: 3)")
-    p.add_argument("--lookup-min-ngram", type=int, default=1, help="prompt lookup: shortest suffix n-gram accepted (default: 1)")
+    p.add_argument("--lookup-max-ngram", type=int, default=None,
+                   help="prompt lookup: longest suffix n-gram tried (default: 3; shorthand for lookup:max_ngram=N)")
+    p.add_argument("--lookup-min-ngram", type=int, default=None,
+                   help="prompt lookup: shortest suffix n-gram accepted (default: 1; shorthand for lookup:min_ngram=N)")
     p.add_argument("--no-cache", action="store_true", help="recompute every forward from scratch (a reference run)")
     p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
     p.add_argument("--db", default=None, help="record the run in this trace store (SQLite path or SQLAlchemy URL)")
@@ -70,6 +80,59 @@ def add_run_parser(subparsers: Any) -> None:
     p.add_argument("--top-n", type=int, default=20, help="entries of each top-N list in --db (default: 20; at least top-k + 1)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of the text")
     p.set_defaults(func=cmd_run)
+
+
+def proposer_kinds_help() -> str:
+    """The registered proposer kinds, for `specscope run --help` (read from the registry)."""
+    from specscope.core.registry import KINDS
+
+    lines = ["proposer kinds (--proposer KIND[:ARG][,KEY=VALUE...]):"]
+    width = max((len(name) for name in KINDS), default=0)
+    for kind in KINDS.values():
+        lines.append(f"  {kind.name:<{width}}  {kind.summary}")
+        if kind.needs_model:
+            lines.append(f"  {'':<{width}}    ARG: 'small', 'tiny' (bundled) or a checkpoint directory "
+                         f"(default: {kind.default_arg})")
+        for param in kind.params:
+            lines.append(f"  {'':<{width}}    {param.name}={param.type.__name__} (default {param.default}): {param.help}")
+    return "\n".join(lines)
+
+
+# (flag, attribute, the spec parameter it sets) of the prompt-lookup shorthands
+LOOKUP_FLAGS = (("--lookup-max-ngram", "lookup_max_ngram", "max_ngram"),
+                ("--lookup-min-ngram", "lookup_min_ngram", "min_ngram"))
+
+
+def run_spec(args: argparse.Namespace) -> Any:
+    """The ProposerSpec of `specscope run`: --proposer with the --draft and --lookup-*
+    shorthands folded in; a conflicting combination is a CliError."""
+    from specscope.core.registry import KINDS, SpecError, parse_spec
+
+    lookup = {param: getattr(args, attr) for _, attr, param in LOOKUP_FLAGS if getattr(args, attr) is not None}
+    text = args.proposer
+    if text is None:
+        if args.draft is not None and lookup:
+            raise CliError("--draft and --lookup-* name two proposers: pass one, or --proposer SPEC")
+        text = "lookup" if lookup else "draft"
+    try:
+        spec = parse_spec(text)
+    except SpecError as exc:
+        raise CliError(f"--proposer: {exc}") from None
+    if args.draft is not None:
+        if not KINDS[spec.kind].needs_model:
+            raise CliError(f"--draft names a draft model, but --proposer {text} runs none")
+        if spec.arg is not None and spec.arg != args.draft:
+            raise CliError(f"--draft {args.draft} and --proposer {text} name two draft models: pass one")
+        spec = replace(spec, arg=args.draft)
+    for flag, attr, param in LOOKUP_FLAGS:
+        value = getattr(args, attr)
+        if value is None:
+            continue
+        if spec.kind != "lookup":
+            raise CliError(f"{flag} applies to prompt lookup, not to --proposer {text}")
+        if spec.params.get(param, value) != value:
+            raise CliError(f"{flag} {value} and --proposer {text} set {param} twice: pass one")
+    return replace(spec, params={**spec.params, **lookup}) if spec.kind == "lookup" and lookup else spec
 
 
 def _parse_eos(value: str, tokenizer: Any) -> int | None:
@@ -105,40 +168,33 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
 
 
 def _default_prompt() -> str:
-    try:
-        from specscope.core.loading import example_prompts
+    from specscope.core.loading import example_prompts
 
-        prompts = example_prompts()
-        if prompts:
-            return prompts[0].text
-    except ImportError:
-        pass
-    return "def fibonacci(n):\n"
+    prompts = example_prompts()
+    return prompts[0].text if prompts else "def fibonacci(n):\n"
 
 
-def _load(args: argparse.Namespace):
-    """(target, draft or None, tokenizer, target name, draft name)."""
+def _load(args: argparse.Namespace, spec: Any):
+    """The ModelPair: the target, and the draft the spec names (None for kinds without a model)."""
     from specscope.core import loading
 
-    device = loading.resolve_device(args.device)
-    need_draft = args.proposer == "draft"
-    pair = loading.load_models(
+    return loading.load_models(
         target=args.target,
-        draft=(args.draft or "small") if need_draft else None,
-        device=device,
+        draft=spec.model_ref,
+        device=loading.resolve_device(args.device),
         dtype=args.dtype,
     )
-    return pair
 
 
-def _make_decoder(args: argparse.Namespace, pair: Any):
-    from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
+def _make_decoder(args: argparse.Namespace, spec: Any, pair: Any):
+    from specscope.core import SamplingConfig, SpeculativeDecoder
+    from specscope.core.registry import SpecError, build_proposer
 
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    if args.proposer == "draft":
-        proposer = DraftModelProposer(pair.draft, label=pair.draft_name)
-    else:
-        proposer = PromptLookupProposer(max_ngram=args.lookup_max_ngram, min_ngram=args.lookup_min_ngram)
+    try:
+        proposer = build_proposer(spec, load_draft=lambda ref: (pair.draft, pair.draft_name))
+    except SpecError as exc:
+        raise CliError(f"--proposer: {exc}") from None
     options = dict(
         k=args.k,
         sampling=sampling,
@@ -176,61 +232,70 @@ def _print_round(rnd: Any, tokenizer: Any, eos_id: int | None, color: bool) -> N
     sys.stdout.flush()
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _open_writer(args: argparse.Namespace, config: Any, pair: Any) -> Any:
+    """The TraceWriter of --db, or None."""
+    if not args.db:
+        return None
+    from specscope.storage import TraceStore, TraceWriter
+
+    if args.top_n < 1:
+        raise CliError(f"--top-n must be at least 1, got {args.top_n}")
+    store = TraceStore(args.db)
+    full = {"auto": None, "full": True, "top": False}[args.vectors]
+    return TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n)
+
+
+def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any) -> None:
     from specscope.core import summarize
 
-    pair = _load(args)
-    decoder = _make_decoder(args, pair)
-    prompt = _prompt_ids(args, pair.tokenizer)
-    config = decoder.run_config(prompt, args.max_new)
-    color = sys.stdout.isatty() and not args.json
-    writer = None
-    if args.db:
-        from specscope.storage import TraceStore, TraceWriter
-
-        if args.top_n < 1:
-            raise CliError(f"--top-n must be at least 1, got {args.top_n}")
-        store = TraceStore(args.db)
-        full = {"auto": None, "full": True, "top": False}[args.vectors]
-        writer = TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n)
-    if not args.json:
-        sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
-    gen = decoder.rounds(prompt, args.max_new, config=config)
-    result = None
-    try:
-        while True:
-            try:
-                rnd = next(gen)
-            except StopIteration as stop:
-                result = stop.value
-                break
-            if writer is not None:
-                writer.write(rnd)
-            if not args.json:
-                _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
-    except BaseException as exc:
-        if writer is not None:
-            writer.finish(exc)
-        raise
-    if writer is not None:
-        writer.finish(result)
     summary = summarize(result)
     summary["text"] = pair.tokenizer.decode(result.new_tokens) if pair.tokenizer is not None else None
     if args.db:
         summary["db"] = str(args.db)
     if args.json:
         print(json.dumps(summary, indent=2))
-    else:
-        s = result.summary
-        print()
-        print(
-            f"-- run {result.config.run_id}: {s.new_tokens} tokens in {s.rounds} rounds, "
-            f"mean accepted length {s.mean_accepted_length:.2f}, acceptance rate {s.acceptance_rate:.2f}, "
-            f"{result.wall_s:.3f} s (draft {s.draft_s:.3f} s, verify {s.verify_s:.3f} s), stop: {result.stop_reason}",
-            file=sys.stderr,
-        )
-        if args.db:
-            print(f"-- recorded as run {result.config.run_id} in {store.location}", file=sys.stderr)
+        return
+    s = result.summary
+    print()
+    print(
+        f"-- run {result.config.run_id}: {s.new_tokens} tokens in {s.rounds} rounds, "
+        f"mean accepted length {s.mean_accepted_length:.2f}, acceptance rate {s.acceptance_rate:.2f}, "
+        f"{result.wall_s:.3f} s (draft {s.draft_s:.3f} s, verify {s.verify_s:.3f} s), stop: {result.stop_reason}",
+        file=sys.stderr,
+    )
+    if writer is not None:
+        print(f"-- recorded as run {result.config.run_id} in {writer.store.location}", file=sys.stderr)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from specscope.core.run import RunHandle
+
+    spec = run_spec(args)
+    pair = _load(args, spec)
+    decoder = _make_decoder(args, spec, pair)
+    prompt = _prompt_ids(args, pair.tokenizer)
+    config = decoder.run_config(prompt, args.max_new)
+    color = sys.stdout.isatty() and not args.json
+    writer = _open_writer(args, config, pair)
+    if not args.json:
+        sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
+
+    def each(rnd: Any) -> None:
+        if writer is not None:
+            writer.write(rnd)
+        if not args.json:
+            _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
+
+    run = RunHandle(decoder.rounds(prompt, args.max_new, config=config), config)
+    try:
+        result = run.drain(each)
+    except BaseException as exc:
+        if writer is not None:
+            writer.finish(exc)
+        raise
+    if writer is not None:
+        writer.finish(result)
+    _report(args, result, pair, writer)
     return 0
 
 
