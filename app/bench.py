@@ -48,15 +48,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from specscope.core import (
-    DraftModelProposer,
-    PromptLookupProposer,
-    SamplingConfig,
-    SpeculativeDecoder,
-)
+from specscope.core import SamplingConfig, SpeculativeDecoder
 from specscope.core.baseline import plain_generate
 from specscope.core.cost import expected_tokens_from_rounds, round_speedup
 from specscope.core.records import Round
+from specscope.core.registry import KINDS, SpecError, build_proposer, parse_spec
 
 
 class BenchError(Exception):
@@ -97,20 +93,35 @@ def _timed(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
+def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None) -> list[str]:
+    """The proposer specs a bench runs: every kind with a model over each named draft
+    (draft:NAME), then `extra`, or else every registered kind without a model at its defaults."""
+    with_model = [f"{kind.name}:{name}" for kind in KINDS.values() if kind.needs_model for name in drafts]
+    return with_model + list(extra if extra is not None else [k.name for k in KINDS.values() if not k.needs_model])
+
+
+def method_name(spec: str) -> str:
+    """A spec's name in the bench tables: "draft-small" for draft:small, else the spec."""
+    parsed = parse_spec(spec)
+    return f"{parsed.kind}-{parsed.arg}" if KINDS[parsed.kind].needs_model else str(parsed)
+
+
 class Bench:
     def __init__(self, target, drafts: dict[str, torch.nn.Module], prompts: Sequence[list[int]], *,
                  ks: Sequence[int], max_new: int, reps: int, sampling: SamplingConfig, eos: int | None,
                  device: torch.device, include_transformers: bool = True, include_traced: bool = True,
-                 seed: int = 0, progress: Callable[[str], None] | None = None):
+                 seed: int = 0, progress: Callable[[str], None] | None = None, specs: Sequence[str] | None = None):
+        """`drafts` are the models that specs such as draft:NAME load by NAME; `specs` the
+        proposers to run (default: default_specs(drafts))."""
         self.target, self.drafts, self.prompts = target, drafts, [list(p) for p in prompts]
         self.ks, self.max_new, self.reps = list(ks), max_new, reps
         self.sampling, self.eos, self.device, self.seed = sampling, eos, device, seed
         self.progress = progress or (lambda msg: None)
+        self.specs = list(specs) if specs is not None else default_specs(list(drafts))
         self.methods: list[Method] = [Method("plain (KV cache)", "plain", None, self._plain)]
         for k in self.ks:
-            for label, draft in drafts.items():
-                self.methods.append(Method(f"specscope draft-{label} k={k}", "specscope", k, self._spec(DraftModelProposer(draft, label=label), k)))
-            self.methods.append(Method(f"specscope lookup k={k}", "specscope", k, self._spec(PromptLookupProposer(), k)))
+            for spec in self.specs:
+                self.methods.append(Method(f"specscope {method_name(spec)} k={k}", "specscope", k, self._spec(spec, k)))
             if include_transformers:
                 first = next(iter(drafts.items()), None)
                 if first is not None:
@@ -118,11 +129,11 @@ class Bench:
                 if sampling.greedy:
                     self.methods.append(Method(f"transformers lookup k={k}", "transformers", k, self._hf_lookup(k)))
         if include_traced and drafts:
-            label, draft = next(iter(drafts.items()))
+            label = next(iter(drafts))
             k = self.ks[len(self.ks) // 2]
             twin = f"specscope draft-{label} k={k}"
             self.methods.append(Method(f"{twin} traced+stored", "traced", k,
-                                       self._traced(DraftModelProposer(draft, label=label), k), untraced=twin))
+                                       self._traced(f"draft:{label}", k), untraced=twin))
 
     # ------------------------------------------------------------------ runners
 
@@ -130,7 +141,13 @@ class Bench:
         res, wall = _timed(self.device, lambda: plain_generate(self.target, prompt, self.max_new, self.sampling, self.eos, self.seed))
         return Sample(res.new_tokens, wall, res.forward_s, res.forwards)
 
-    def _decoder(self, proposer, k: int) -> SpeculativeDecoder:
+    def _load_draft(self, name: str) -> tuple[torch.nn.Module, str]:
+        if name not in self.drafts:
+            raise SpecError(f"the bench has no draft named {name!r} (drafts: {', '.join(self.drafts)})")
+        return self.drafts[name], name
+
+    def _decoder(self, spec: str, k: int) -> SpeculativeDecoder:
+        proposer = build_proposer(spec, load_draft=self._load_draft)
         return SpeculativeDecoder(self.target, proposer, k=k, sampling=self.sampling, eos_token_id=self.eos, seed=self.seed)
 
     def _sample_from(self, dec: SpeculativeDecoder, result, wall: float) -> Sample:
@@ -142,8 +159,8 @@ class Bench:
             list(result.rounds),
         )
 
-    def _spec(self, proposer, k: int) -> Callable[[list[int]], Sample]:
-        dec = self._decoder(proposer, k)
+    def _spec(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
+        dec = self._decoder(spec, k)
 
         def run(prompt: list[int]) -> Sample:
             result, wall = _timed(self.device, lambda: dec.generate(prompt, self.max_new))
@@ -151,10 +168,10 @@ class Bench:
 
         return run
 
-    def _traced(self, proposer, k: int) -> Callable[[list[int]], Sample]:
+    def _traced(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
         from specscope.storage import TraceStore, TraceWriter
 
-        dec = self._decoder(proposer, k)
+        dec = self._decoder(spec, k)
         self._tmp = tempfile.TemporaryDirectory(prefix="specscope-bench-")
         store = TraceStore(Path(self._tmp.name) / "bench.sqlite")
 
@@ -316,6 +333,9 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--target", default=None, help="target checkpoint (default: bundled)")
     p.add_argument("--draft", action="append", default=None, metavar="DRAFT",
                    help="'small', 'tiny' or a checkpoint path; repeat for several (default: small and tiny)")
+    p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
+                   help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4; repeat "
+                        "for several (default: every registered kind without a model, at its defaults)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
     p.add_argument("--k", default=None, help="comma-separated draft lengths (default: 2,4,6; quick: 4)")
@@ -406,7 +426,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         say(f"== {mode}: {len(prompt_ids)} prompts, k in {settings['ks']}, {settings['max_new']} tokens, {settings['reps']} repetitions")
         bench = Bench(target, drafts, prompt_ids, ks=settings["ks"], max_new=settings["max_new"], reps=settings["reps"],
                       sampling=sampling, eos=eos, device=device, include_transformers=not args.no_transformers,
-                      progress=say)
+                      progress=say, specs=default_specs(list(drafts), args.proposer))
         try:
             bench.run()
         except BenchError as exc:
