@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from specscope.core.records import TOKEN_KINDS
 from specscope.storage import (
     TraceStore,
     TraceStoreError,
@@ -27,7 +28,7 @@ from specscope.storage import (
 from specscope.storage.codec import top_entries
 from specscope.storage.jsonl import header_json, iter_export
 
-_KIND_MARK = {"accepted": "", "repaired": "!", "bonus": "+"}
+_KIND_MARK = dict(zip(TOKEN_KINDS, ("", "!", "+")))
 
 
 def register(subparsers: Any) -> None:

@@ -8,7 +8,7 @@ from html import escape
 from specscope.core.records import DraftNode, Round
 
 from . import theme
-from .runmodel import Cell, TokenText, dense, visible_text
+from .runmodel import Cell, TokenText, visible_text
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
@@ -63,8 +63,8 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText) -> str:
         if r.greedy:
             lines.append("greedy repair: the target argmax")
         else:
-            p = dense(n.p)
-            resid = dense(r.residual)
+            p = n.p
+            resid = r.residual
             lines.append(f"residual mass r = Σ max(p − q, 0) = {fmt(r.residual_mass)}")
             if resid is not None and c.token < len(resid):
                 lines.append(f"residual(x) = {fmt(float(resid[c.token]))} · p(x) = {fmt(float(p[c.token]) if p is not None else None)}")
@@ -73,7 +73,7 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText) -> str:
                 lines.append(f"drawn from the residual with u = {fmt(rep.draw)}")
     elif c.kind == theme.BONUS:
         lines.append(f"all {len(r.nodes)} draft tokens accepted: bonus from the target's next p")
-        p = dense(r.bonus_p)
+        p = r.bonus_p
         if p is not None and c.token < len(p):
             lines.append(f"p(x) = {fmt(float(p[c.token]))}")
         b = r.bonus

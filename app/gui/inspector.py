@@ -21,7 +21,7 @@ from specscope.core.records import Round
 
 from . import theme
 from .describe import fmt, node_decision, tok
-from .runmodel import RunModel, dense, top_tokens, visible_text
+from .runmodel import RunModel, top_tokens, visible_text
 
 TOP_N = 10
 MAX_LABEL = 7
@@ -164,10 +164,10 @@ class RoundInspectorWidget(QWidget):
         is_bonus_pos = pos >= len(r.nodes)
         node = None if is_bonus_pos else r.nodes[pos]
         if node is not None:
-            p, q = dense(node.p), dense(node.q)
+            p, q = node.p, node.q
             proposed = node.token
         else:
-            p, q = dense(r.bonus_p), None
+            p, q = r.bonus_p, None
             proposed = None
         emitted_here = None
         emitted_kind = None
@@ -225,7 +225,7 @@ class RoundInspectorWidget(QWidget):
             self.emit_marker.setData([], [])
 
         # ---- residual
-        resid = dense(r.residual) if (node is not None and r.rejected_node == pos) else None
+        resid = r.residual if (node is not None and r.rejected_node == pos) else None
         if resid is not None:
             rids = top_tokens([resid], TOP_N, [emitted_here] if emitted_here is not None else [])
             rv = resid[rids]

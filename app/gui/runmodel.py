@@ -50,23 +50,6 @@ def visible_text(text: str) -> str:
 # ---------------------------------------------------------------------- distributions
 
 
-def dense(dist: Any) -> np.ndarray | None:
-    """A distribution as a dense numpy vector (accepts arrays or sparse stand-ins with
-    `ids`/`probs` and `size` attributes, as a trace store may return them)."""
-    if dist is None:
-        return None
-    if isinstance(dist, np.ndarray):
-        return dist
-    ids = getattr(dist, "ids", None)
-    probs = getattr(dist, "probs", None)
-    if ids is not None and probs is not None:
-        size = int(getattr(dist, "size", 0) or (max(ids) + 1 if len(ids) else 0))
-        out = np.zeros(size)
-        out[np.asarray(ids, dtype=np.int64)] = probs
-        return out
-    return np.asarray(dist, dtype=np.float64)
-
-
 def top_tokens(dists: Sequence[np.ndarray | None], n: int, must: Iterable[int] = ()) -> np.ndarray:
     """Token ids: the union of each distribution's top n, plus `must`, ordered by the first
     distribution's probability (descending)."""
@@ -170,8 +153,7 @@ class Cells:
         for n in r.nodes:
             if n.index in accepted_nodes or n.status == "accepted":
                 continue
-            kind = theme.REJECTED if n.status == "rejected" else theme.UNVISITED
-            self._add(kind, r.index, n.index, n.token, -1, False, visible_text(token_text(n.token)))
+            self._add(theme.KIND_OF_STATUS[n.status], r.index, n.index, n.token, -1, False, visible_text(token_text(n.token)))
         for e in emitted:
             if e.kind == "accepted":
                 continue

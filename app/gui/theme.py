@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QFont, QFontDatabase
 
+from specscope.core.records import NODE_STATUSES, TOKEN_KINDS
+
 # Cell kinds of the token timeline. Emitted kinds first, then discarded draft tokens.
 PROMPT, ACCEPTED, REPAIRED, BONUS, REJECTED, UNVISITED = range(6)
 KIND_NAMES = {
@@ -14,7 +16,8 @@ KIND_NAMES = {
     REJECTED: "rejected",
     UNVISITED: "discarded",
 }
-KIND_OF_EMITTED = {"accepted": ACCEPTED, "repaired": REPAIRED, "bonus": BONUS}
+KIND_OF_EMITTED = dict(zip(TOKEN_KINDS, (ACCEPTED, REPAIRED, BONUS)))  # emitted token kind -> cell kind
+KIND_OF_STATUS = dict(zip(NODE_STATUSES, (ACCEPTED, REJECTED, UNVISITED)))  # draft node status -> cell kind
 
 # A colour-blind-friendly palette (Okabe-Ito based), light backgrounds with dark text.
 KIND_FILL = {

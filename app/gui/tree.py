@@ -26,14 +26,13 @@ from specscope.core.records import Round
 
 from . import theme
 from .describe import describe_node, fmt, tok
-from .runmodel import RunModel, dense, visible_text
+from .runmodel import RunModel, visible_text
 
 DX = 92
 DY = 44
 NODE_W = 78
 NODE_H = 30
 
-STATUS_KIND = {"accepted": theme.ACCEPTED, "rejected": theme.REJECTED, "unvisited": theme.UNVISITED}
 
 
 @dataclass
@@ -54,7 +53,7 @@ def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
                       f"committed prefix ({r.prefix_len} tokens), ends with “{prompt_tail}”")]
     for n in r.nodes:
         parent = "root" if n.parent < 0 else f"n{n.parent}"
-        nodes.append(TreeNode(f"n{n.index}", visible_text(token_text(n.token)), STATUS_KIND[n.status], parent,
+        nodes.append(TreeNode(f"n{n.index}", visible_text(token_text(n.token)), theme.KIND_OF_STATUS[n.status], parent,
                               n.depth, n.index, describe_node(r, n, token_text)))
     rep = r.repair
     if rep is not None and rep.node is not None and rep.node < len(r.nodes):
@@ -71,7 +70,7 @@ def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
         last = max(accepted, key=lambda n: n.depth) if accepted else None
         parent = f"n{last.index}" if last is not None else "root"
         depth = (last.depth if last is not None else 0) + 1
-        p = dense(r.bonus_p)
+        p = r.bonus_p
         p_txt = fmt(float(p[bonus.token])) if p is not None and bonus.token < len(p) else "—"
         tip = (f"<b>bonus</b> {tok(bonus.token, token_text)}: every draft accepted, one more token from "
                f"the target's p (p(x) = {p_txt}, u = {fmt(bonus.draw)})")
