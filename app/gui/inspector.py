@@ -160,21 +160,39 @@ class RoundInspectorWidget(QWidget):
         self._show(r, pos)
 
     def _show(self, r: Round, pos: int) -> None:
-        tt = self.model.token_text
         is_bonus_pos = pos >= len(r.nodes)
         node = None if is_bonus_pos else r.nodes[pos]
-        if node is not None:
-            p, q = node.p, node.q
-            proposed = node.token
-        else:
-            p, q = r.bonus_p, None
-            proposed = None
-        emitted_here = None
-        emitted_kind = None
-        for e in r.emitted:
-            if (e.kind in ("accepted", "repaired") and e.node == pos) or (e.kind == "bonus" and is_bonus_pos):
-                emitted_here, emitted_kind = e.token, e.kind
-        # ---- header
+        p, q = (node.p, node.q) if node is not None else (r.bonus_p, None)
+        emitted_here, emitted_kind = _emitted_at(r, pos, is_bonus_pos)
+        self.header.setText("<br>".join(self._header_lines(r, pos, node, emitted_here, emitted_kind)))
+        must = [t for t in (node.token if node is not None else None, emitted_here) if t is not None]
+        ids, pv, qv, mins = self._show_pq(p, q, must, node.token if node is not None else None,
+                                          emitted_here if emitted_kind != "accepted" else None)
+        resid = r.residual if (node is not None and r.rejected_node == pos) else None
+        self._show_residual(r, node, resid, emitted_here)
+        self._show_acceptance(r, node)
+        self._show_caches(r)
+        self.values = {
+            "round": r.index,
+            "pos": pos,
+            "tokens": ids,
+            "p": [float(v) for v in pv],
+            "q": [float(v) for v in qv],
+            "min": [float(v) for v in mins],
+            "ratio": node.ratio if node is not None else None,
+            "u": node.u if node is not None else None,
+            "status": node.status if node is not None else "bonus",
+            "residual_mass": r.residual_mass if resid is not None else None,
+            "target_cache": (r.target_cache.before, r.target_cache.peak, r.target_cache.after,
+                             r.target_cache.pending),
+            "draft_cache": (None if r.draft_cache is None else
+                            (r.draft_cache.before, r.draft_cache.peak, r.draft_cache.after, r.draft_cache.pending)),
+            "header": self.header.text(),
+        }
+
+    def _header_lines(self, r: Round, pos: int, node, emitted_here: int | None, emitted_kind: str | None) -> list[str]:
+        tt = self.model.token_text
+        is_bonus_pos = node is None
         head = [f"<b>round {r.index}</b> · position {pos + 1}"
                 f"{' (bonus)' if is_bonus_pos else ''} of {len(r.nodes)} drafted · prefix {r.prefix_len}"
                 f" · accepted length {r.accepted_length}"]
@@ -195,10 +213,11 @@ class RoundInspectorWidget(QWidget):
         if emitted_here is not None and emitted_kind == "repaired":
             head.append(f"repair {tok(emitted_here, tt)} drawn from the residual (r = {fmt(r.residual_mass)})"
                         if not r.greedy else f"repair {tok(emitted_here, tt)} = target argmax")
-        self.header.setText("<br>".join(head))
+        return head
 
-        # ---- p vs q
-        must = [t for t in (proposed, emitted_here) if t is not None]
+    def _show_pq(self, p, q, must: list[int], proposed: int | None, emitted: int | None):
+        """The p vs q bars over the top tokens; (token ids, p, q, min(p, q)) as shown."""
+        tt = self.model.token_text
         ids = top_tokens([p, q], TOP_N, must) if p is not None else np.zeros(0, dtype=np.int64)
         xs = np.arange(len(ids), dtype=float)
         pv = p[ids] if p is not None and len(ids) else np.zeros(len(ids))
@@ -213,19 +232,16 @@ class RoundInspectorWidget(QWidget):
         self.pq_plot.setYRange(0, top * 1.18, padding=0)
         self.pq_plot.setXRange(-0.7, max(len(ids) - 0.3, 1), padding=0)
         ids_list = [int(t) for t in ids]
-        if proposed is not None and proposed in ids_list:
-            j = ids_list.index(proposed)
-            self.marker.setData([j], [max(pv[j], qv[j]) + top * 0.08])
-        else:
-            self.marker.setData([], [])
-        if emitted_here is not None and emitted_kind != "accepted" and emitted_here in ids_list:
-            j = ids_list.index(emitted_here)
-            self.emit_marker.setData([j], [max(pv[j], qv[j]) + top * 0.08])
-        else:
-            self.emit_marker.setData([], [])
+        for marker, token in ((self.marker, proposed), (self.emit_marker, emitted)):
+            if token is not None and token in ids_list:
+                j = ids_list.index(token)
+                marker.setData([j], [max(pv[j], qv[j]) + top * 0.08])
+            else:
+                marker.setData([], [])
+        return ids_list, pv, qv, mins
 
-        # ---- residual
-        resid = r.residual if (node is not None and r.rejected_node == pos) else None
+    def _show_residual(self, r: Round, node, resid, emitted_here: int | None) -> None:
+        tt = self.model.token_text
         if resid is not None:
             rids = top_tokens([resid], TOP_N, [emitted_here] if emitted_here is not None else [])
             rv = resid[rids]
@@ -237,18 +253,18 @@ class RoundInspectorWidget(QWidget):
             self.res_plot.setYRange(0, float(max(rv.max(), 1e-6)) * 1.1, padding=0)
             self.res_plot.setXRange(-0.7, max(len(rids) - 0.3, 1), padding=0)
             self.res_text.setText("")
-        else:
-            self.res_bars.setOpts(x=[], height=[], brushes=None)
-            self.res_plot.getAxis("bottom").setTicks([[]])
-            self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
-            reason = ("greedy: the repair is the target argmax" if r.greedy and node is not None and node.status == "rejected"
-                      else "no rejection at this position: residual unused")
-            self.res_plot.setXRange(0, 1, padding=0)
-            self.res_plot.setYRange(0, 1, padding=0)
-            self.res_text.setText(reason)
-            self.res_text.setPos(0.5, 0.5)
+            return
+        self.res_bars.setOpts(x=[], height=[], brushes=None)
+        self.res_plot.getAxis("bottom").setTicks([[]])
+        self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+        reason = ("greedy: the repair is the target argmax" if r.greedy and node is not None and node.status == "rejected"
+                  else "no rejection at this position: residual unused")
+        self.res_plot.setXRange(0, 1, padding=0)
+        self.res_plot.setYRange(0, 1, padding=0)
+        self.res_text.setText(reason)
+        self.res_text.setPos(0.5, 0.5)
 
-        # ---- acceptance test
+    def _show_acceptance(self, r: Round, node) -> None:
         if node is not None and node.u is not None and node.ratio is not None:
             a = min(1.0, node.ratio)
             self.accept_bar.setOpts(x0=[0], x1=[a], y=[0])
@@ -265,26 +281,6 @@ class RoundInspectorWidget(QWidget):
             self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
             self.u_line.hide()
             self._ratio_title("bonus position: no acceptance test" if node is None else "not visited: no test")
-
-        # ---- caches
-        self._show_caches(r)
-        self.values = {
-            "round": r.index,
-            "pos": pos,
-            "tokens": ids_list,
-            "p": [float(v) for v in pv],
-            "q": [float(v) for v in qv],
-            "min": [float(v) for v in mins],
-            "ratio": node.ratio if node is not None else None,
-            "u": node.u if node is not None else None,
-            "status": node.status if node is not None else "bonus",
-            "residual_mass": r.residual_mass if resid is not None else None,
-            "target_cache": (r.target_cache.before, r.target_cache.peak, r.target_cache.after,
-                             r.target_cache.pending),
-            "draft_cache": (None if r.draft_cache is None else
-                            (r.draft_cache.before, r.draft_cache.peak, r.draft_cache.after, r.draft_cache.pending)),
-            "header": self.header.text(),
-        }
 
     def _ratio_title(self, text: str) -> None:
         self.ratio_plot.setTitle(text, size="9pt")
@@ -325,6 +321,15 @@ class RoundInspectorWidget(QWidget):
         self.cache_plot.getAxis("left").setTicks([ticks])
         self.cache_plot.setXRange(x0, hi + max(1.0, 0.08 * (hi - x0)), padding=0)
         self.cache_plot.setYRange(-0.8, 3.5, padding=0)
+
+
+def _emitted_at(r: Round, pos: int, is_bonus_pos: bool) -> tuple[int | None, str | None]:
+    """(token, kind) emitted at a draft position (accepted or repaired there) or at the bonus position."""
+    emitted_here = emitted_kind = None
+    for e in r.emitted:
+        if (e.kind in ("accepted", "repaired") and e.node == pos) or (e.kind == "bonus" and is_bonus_pos):
+            emitted_here, emitted_kind = e.token, e.kind
+    return emitted_here, emitted_kind
 
 
 def _saved_without_full_vectors(p, q) -> str:
