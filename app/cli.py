@@ -268,8 +268,6 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any) -> No
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specscope.core.run import RunHandle
-
     spec = run_spec(args)
     pair = _load(args, spec)
     decoder = _make_decoder(args, spec, pair)
@@ -286,15 +284,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.json:
             _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
 
-    run = RunHandle(decoder.rounds(prompt, args.max_new, config=config), config)
     try:
-        result = run.drain(each)
+        result = decoder.start(prompt, args.max_new, config=config).drain(each)
     except BaseException as exc:
         if writer is not None:
-            writer.finish(exc)
+            writer.fail(exc)
         raise
     if writer is not None:
-        writer.finish(result)
+        writer.finish_with(result)
     _report(args, result, pair, writer)
     return 0
 

@@ -118,9 +118,10 @@ def proposer_label(spec: str) -> str:
 
 def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None) -> str | None:
     """The spec that reruns a recorded run (its RunConfig's proposer, proposer_params and
-    draft_name), or None when it cannot be rerun from the menu (a local checkpoint)."""
+    draft_name), or None when it cannot be rerun from the menu (a local checkpoint). The
+    decoder records the spec as proposer_params["spec"]; older traces have the kind only."""
     try:
-        spec = parse_spec(proposer)
+        spec = parse_spec(str((params or {}).get("spec") or proposer))
     except SpecError:
         return None
     kind = KINDS[spec.kind]

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
-from specscope.core.run import RunHandle
+from specscope.core import RunHandle
 
 from .session import ModelHub, Prepared
 from .settings import RunSettings
@@ -130,7 +130,7 @@ class DecodeWorker(QObject):
                     except Exception as exc:  # noqa: BLE001 - recording must not stop a run
                         log.exception("cannot record the run")
                         self.failed.emit(f"The run is not being recorded: {_message(exc)}", traceback.format_exc())
-                run = RunHandle(prep.decoder.rounds(prep.prompt_ids, config=prep.config), prep.config)
+                run = prep.decoder.start(prep.prompt_ids, config=prep.config)
                 lanes.append(_Lane(prep, run, recorder))
                 self.prepared.emit(i, prep.config, prep.token_text, prep.label)
                 if recorder is not None:
