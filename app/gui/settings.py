@@ -196,27 +196,26 @@ class Validation:
         return not self.errors
 
 
-def _int(text: str, name: str, lo: int, hi: int, errors: dict[str, str], key: str) -> int | None:
+def _parse(text: str, name: str, convert, noun: str, errors: dict[str, str], key: str):
     s = text.strip()
     try:
-        value = int(s)
+        return convert(s)
     except ValueError:
-        errors[key] = f"{name} must be a whole number" + (f", got “{s}”" if s else "")
+        errors[key] = f"{name} must be {noun}" + (f", got “{s}”" if s else "")
         return None
-    if not lo <= value <= hi:
+
+
+def _int(text: str, name: str, lo: int, hi: int, errors: dict[str, str], key: str) -> int | None:
+    value = _parse(text, name, int, "a whole number", errors, key)
+    if value is not None and not lo <= value <= hi:
         errors[key] = f"{name} must lie in [{lo}, {hi}], got {value}"
         return None
     return value
 
 
 def _float(text: str, name: str, errors: dict[str, str], key: str) -> float | None:
-    s = text.strip()
-    try:
-        value = float(s)
-    except ValueError:
-        errors[key] = f"{name} must be a number" + (f", got “{s}”" if s else "")
-        return None
-    if not math.isfinite(value):
+    value = _parse(text, name, float, "a number", errors, key)
+    if value is not None and not math.isfinite(value):
         errors[key] = f"{name} must be finite"
         return None
     return value
@@ -297,19 +296,7 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
 
     if errors:
         return Validation(None, errors)
-    return Validation(
-        RunSettings(
-            prompt=prompt,
-            proposer=proposer,
-            checkpoint=checkpoint,
-            k=k,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            max_new_tokens=max_new,
-            eos=eos,
-            eos_disabled=eos_disabled,
-            device=device,
-        )
-    )
+    return Validation(RunSettings(
+        prompt=prompt, proposer=proposer, checkpoint=checkpoint, k=k, temperature=temperature, top_k=top_k,
+        top_p=top_p, seed=seed, max_new_tokens=max_new, eos=eos, eos_disabled=eos_disabled, device=device,
+    ))

@@ -22,10 +22,10 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
-from specscope.core import RunHandle
+from specscope.core import RunHandle, parse_spec
 
 from .session import ModelHub, Prepared
-from .settings import RunSettings
+from .settings import DEFAULT_PROPOSER, RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +97,13 @@ class DecodeWorker(QObject):
 
     @Slot(str)
     def preload(self, device: str) -> None:
-        """Load the target and draft-small ahead of the first Run (errors surface at Run)."""
+        """Load the target and the default proposer's draft ahead of the first Run (errors
+        surface at Run)."""
         try:
             self.hub.target(device)
-            self.hub.draft("draft-small", device)
+            model_ref = parse_spec(DEFAULT_PROPOSER).model_ref
+            if model_ref is not None:
+                self.hub.draft_loader(device)(model_ref)
         except Exception as exc:  # noqa: BLE001
             log.warning("preloading the models failed: %s", exc)
             self.preloaded.emit(f"Models not preloaded: {exc}")
