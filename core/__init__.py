@@ -13,6 +13,8 @@ _EXPORTS = {
     "cost": ("expected_tokens", "expected_tokens_from_survival", "predicted_speedup", "speedup"),
     "decoder": ("SpeculativeDecoder", "normalize_prompt", "summarize"),
     "proposers": ("Draft", "DraftModelProposer", "PromptLookupProposer", "Proposer"),
+    "registry": ("KINDS", "ProposerSpec", "SpecError", "build_proposer", "parse_spec"),
+    "run": ("RunHandle",),
     "records": ("CacheState", "DraftNode", "EmittedToken", "GenerationResult", "Round", "RoundTimings", "RunConfig",
                 "RunSummary"),
     "sampling": ("SamplingConfig", "process_logits", "sample_from"),
@@ -20,6 +22,12 @@ _EXPORTS = {
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
+    "KINDS",
+    "ProposerSpec",
+    "RunHandle",
+    "SpecError",
+    "build_proposer",
+    "parse_spec",
     "CacheState",
     "Draft",
     "DraftModelProposer",
@@ -64,4 +72,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from .proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
     from .records import (CacheState, DraftNode, EmittedToken, GenerationResult, Round, RoundTimings, RunConfig,
                           RunSummary)
+    from .registry import KINDS, ProposerSpec, SpecError, build_proposer, parse_spec
+    from .run import RunHandle
     from .sampling import SamplingConfig, process_logits, sample_from

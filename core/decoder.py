@@ -1,7 +1,11 @@
 """The speculative decoder: a generator that yields one frozen Round per round.
 
 One round = draft (proposer) -> verify (one target forward over the pending context plus
-the draft) -> accept/repair/bonus -> crop both caches to the accepted prefix.
+the draft) -> accept/repair/bonus (the verifier) -> crop both caches to the accepted prefix
+(the target's cache policy, the proposer's observe) -> one Round record. `_round` below is
+that sequence, top to bottom. The seams are objects the decoder is given: the proposer
+(core.proposers, built from a spec by core.registry), the verifier (core.verify) and the
+target's cache policy (core.kv); the fault zoo (core.faults) wraps them.
 
 Target-cache contract: after every round the target cache holds the committed context
 minus its last token(s), which stay pending and are fed first in the next verify
@@ -15,25 +19,24 @@ import logging
 import time
 import uuid
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .kv import CachedLM, Stopwatch
-from .proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
+from .kv import CachedLM, CachePolicy, Stopwatch
+from .proposers import Draft, Proposer, check_protocol
 from .records import (
     CacheState,
     DraftNode,
-    EmittedToken,
     GenerationResult,
     Round,
     RoundTimings,
     RunConfig,
     RunSummary,
 )
-from .sampling import SamplingConfig, check_finite, process_logits, sample_from
-from .verify import acceptance_probability, residual_distribution
+from .run import RunHandle
+from .sampling import SamplingConfig, check_finite, process_logits
+from .verify import ChainVerifier, Verdict, Verifier, VerifyTask
 
 log = logging.getLogger(__name__)
 
@@ -66,20 +69,6 @@ def normalize_prompt(prompt_ids: Sequence[int] | torch.Tensor, vocab_size: int) 
     return ids
 
 
-@dataclass
-class _Verdict:
-    """Outcome of verifying one chain draft against the target's distributions."""
-
-    statuses: list[str]
-    draws: list[float | None]
-    emitted: list[EmittedToken]
-    rejected_node: int | None = None
-    residual: np.ndarray | None = None
-    residual_mass: float | None = None
-    eos: bool = False
-    bonus_withheld: bool = False
-
-
 class SpeculativeDecoder:
     """Exact speculative decoding of `target` with draft tokens from `proposer`.
 
@@ -97,6 +86,8 @@ class SpeculativeDecoder:
         seed: int = 0,
         use_cache: bool = True,
         target_name: str = "",
+        verifier: Verifier | None = None,
+        target_cache: CachePolicy | None = None,
     ):
         if not _is_int(k) or k < 1:
             raise ValueError(f"k (draft length) must be an integer >= 1, got {k!r}")
@@ -110,34 +101,17 @@ class SpeculativeDecoder:
         self.vocab_size = self.target_lm.vocab_size
         if eos_token_id is not None and (not _is_int(eos_token_id) or not 0 <= eos_token_id < self.vocab_size):
             raise ValueError(f"eos_token_id must be None or a token id in [0, {self.vocab_size}), got {eos_token_id!r}")
+        check_protocol(proposer)
         self.proposer = proposer
-        self._check_proposer(proposer)
-        if isinstance(proposer, DraftModelProposer) and not use_cache:
-            proposer.use_cache(False)
+        proposer.bind(self.vocab_size, use_cache)
+        self.verifier: Verifier = verifier if verifier is not None else ChainVerifier()
+        self.target_cache: CachePolicy = target_cache if target_cache is not None else CachePolicy()
         self.k = int(k)
         self.eos_token_id = None if eos_token_id is None else int(eos_token_id)
         self.seed = int(seed)
         self.use_cache = use_cache
         self.target_name = target_name or getattr(target.config, "_name_or_path", "") or type(target).__name__
-        self.fault: str | None = None  # set by specscope.core.faults for deliberate bugs
-        self.round_index = 0  # index of the round in progress
         self.stopwatch = Stopwatch(self.target_lm.device)
-
-    def _check_proposer(self, proposer: Proposer) -> None:
-        if isinstance(proposer, DraftModelProposer):
-            draft_vocab = proposer.vocab_size
-            if draft_vocab != self.vocab_size:
-                raise ValueError(
-                    f"target and draft vocabularies differ: the target's logits have {self.vocab_size} "
-                    f"entries, the draft's {draft_vocab}; they must share one tokenizer"
-                )
-        elif isinstance(proposer, PromptLookupProposer):
-            if proposer.vocab_size is None:
-                proposer.vocab_size = self.vocab_size
-            elif proposer.vocab_size != self.vocab_size:
-                raise ValueError(
-                    f"prompt lookup was built for a vocabulary of {proposer.vocab_size}, the target has {self.vocab_size}"
-                )
 
     # ------------------------------------------------------------------ public API
 
@@ -163,14 +137,13 @@ class SpeculativeDecoder:
             seed=self.seed if seed is None else int(seed),
             eos_token_id=self.eos_token_id,
             proposer=self.proposer.name,
-            proposer_params=dict(self.proposer.params()),
+            proposer_params={"spec": self.proposer.spec, **self.proposer.params()},
             target_name=self.target_name,
             draft_name=getattr(self.proposer, "label", None),
             device=str(param.device),
             dtype=str(param.dtype).removeprefix("torch."),
             vocab_size=self.vocab_size,
             use_cache=self.use_cache,
-            fault=self.fault,
         )
 
     def rounds(
@@ -218,6 +191,18 @@ class SpeculativeDecoder:
             wall_s=time.perf_counter() - started,
         )
 
+    def start(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor = (),
+        max_new_tokens: int = 32,
+        run_id: str | None = None,
+        seed: int | None = None,
+        config: RunConfig | None = None,
+    ) -> RunHandle:
+        """A run handle: iterate it for the rounds; `.result` once it has ended."""
+        config = config or self.run_config(prompt_ids, max_new_tokens, run_id, seed)
+        return RunHandle(self.rounds(prompt_ids, max_new_tokens, config=config), config)
+
     def generate(
         self,
         prompt_ids: Sequence[int] | torch.Tensor,
@@ -225,18 +210,15 @@ class SpeculativeDecoder:
         run_id: str | None = None,
         seed: int | None = None,
     ) -> GenerationResult:
-        gen = self.rounds(prompt_ids, max_new_tokens, run_id, seed)
-        while True:
-            try:
-                next(gen)
-            except StopIteration as stop:
-                return stop.value
+        return self.start(prompt_ids, max_new_tokens, run_id, seed).drain()
 
     # ------------------------------------------------------------------ one round
+    #
+    # draft -> one target forward -> p rows -> verifier -> crop both caches -> record.
 
-    def _round(self, run_id: str, index: int, context: list[int], emitted_before: int, budget: int, rng: np.random.Generator) -> Round:
+    def _round(self, run_id: str, index: int, context: list[int], emitted_before: int, budget: int,
+               rng: np.random.Generator) -> Round:
         clock = self.stopwatch
-        self.round_index = index
         remaining = budget - emitted_before
         k = min(self.k, remaining)
         prefix_len = len(context)
@@ -245,32 +227,32 @@ class SpeculativeDecoder:
         t0 = clock.now()
         draft = self._draft(context, k, rng)
         t1 = clock.now()
-        logits = self._verify_forward(context, draft)  # (n + 1, V) float32, on the CPU
+        logits = self._verify_forward(context, draft)  # (n + 1, V) float32, on the host
         target_peak = self.target_lm.processed
         t2 = clock.now()
 
-        p_rows = process_logits(logits, self.sampling, checked=True)  # _verify_forward checked them
-        argmax = logits.argmax(axis=-1)
-        verdict = self._decide(draft, p_rows, argmax, remaining, rng)
-        n_accepted = verdict.statuses.count("accepted")
-        committed = prefix_len + n_accepted  # context positions whose cache entries stay valid
-        self._crop_target(committed)
+        task = VerifyTask(
+            tokens=draft.tokens,
+            q=draft.q,
+            p=process_logits(logits, self.sampling, checked=True),  # _verify_forward checked them
+            argmax=logits.argmax(axis=-1),
+            greedy=self.sampling.greedy,
+            eos_token_id=self.eos_token_id,
+            remaining=remaining,
+        )
+        verdict = self.verifier.verify(task, rng)
+        committed = prefix_len + verdict.accepted  # context positions whose cache entries stay valid
+        self.target_cache.crop(self.target_lm, committed)
         draft_after = self.proposer.observe(committed)
-        nodes = self._nodes(draft, p_rows, argmax, verdict)
-        emitted_tokens = [e.token for e in verdict.emitted]
-        final_context = context + emitted_tokens
-        target_after = self.target_lm.processed
+        final_context = context + [e.token for e in verdict.emitted]
+        target_cache = _cache_state(target_before, target_peak, self.target_lm.processed, final_context)
+        draft_cache = None
+        if draft.cache_before is not None and draft_after is not None:
+            peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
+            draft_cache = _cache_state(draft.cache_before, peak, draft_after, final_context)
         t3 = clock.now()
 
         all_accepted = verdict.rejected_node is None and not verdict.eos
-        draft_cache = None
-        if draft.cache_before is not None and draft_after is not None:
-            draft_cache = CacheState(
-                before=draft.cache_before,
-                peak=draft.cache_peak if draft.cache_peak is not None else draft.cache_before,
-                after=draft_after,
-                pending=tuple(final_context[draft_after:]),
-            )
         return Round(
             run_id=run_id,
             index=index,
@@ -278,9 +260,9 @@ class SpeculativeDecoder:
             emitted_before=emitted_before,
             remaining_budget=remaining,
             k=k,
-            greedy=self.sampling.greedy,
-            nodes=nodes,
-            bonus_p=p_rows[len(draft.tokens)] if all_accepted else None,
+            greedy=task.greedy,
+            nodes=_draft_nodes(task, verdict, draft.parents),
+            bonus_p=task.p[len(draft.tokens)] if all_accepted else None,
             rejected_node=verdict.rejected_node,
             residual=verdict.residual,
             residual_mass=verdict.residual_mass,
@@ -288,20 +270,12 @@ class SpeculativeDecoder:
             eos=verdict.eos,
             budget_stop=emitted_before + len(verdict.emitted) >= budget,
             bonus_withheld=verdict.bonus_withheld,
-            target_cache=CacheState(
-                before=target_before,
-                peak=target_peak,
-                after=target_after,
-                pending=tuple(final_context[target_after:]),
-            ),
+            target_cache=target_cache,
             draft_cache=draft_cache,
             timings=RoundTimings(draft_s=t1 - t0, verify_s=t2 - t1, bookkeeping_s=t3 - t2),
             draft_forwards=draft.forwards,
             target_forwards=1,
         )
-
-    # The steps below are separate methods so that each can be read (and, for the fault
-    # zoo, replaced) on its own.
 
     def _draft(self, context: list[int], k: int, rng: np.random.Generator) -> Draft:
         draft = self.proposer.propose(context, k, self.sampling, rng)
@@ -315,87 +289,43 @@ class SpeculativeDecoder:
         return draft
 
     def _verify_forward(self, context: list[int], draft: Draft) -> np.ndarray:
-        """One target forward over pending context + draft; logits for the n + 1 positions."""
-        sequence = context + list(draft.tokens)
-        logits = self.target_lm.forward(sequence, keep=len(draft.tokens) + 1)
+        """One target forward over the pending context + the draft; logits for n + 1 positions."""
+        fed = self.target_cache.pending(self.target_lm, context) + list(draft.tokens)
+        logits = self.target_lm.feed(fed, keep=len(draft.tokens) + 1)
         logits = logits.cpu().numpy()  # the round's single device -> host transfer
         check_finite(logits, "the target model")
         return logits
 
-    def _crop_target(self, committed: int) -> None:
-        self.target_lm.crop(committed)
 
-    def _residual(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
-        residual, mass = residual_distribution(p, q)
-        return residual, float(mass)
+def _cache_state(before: int, peak: int, after: int, final_context: list[int]) -> CacheState:
+    return CacheState(before=before, peak=peak, after=after, pending=tuple(final_context[after:]))
 
-    def _decide(self, draft: Draft, p_rows: np.ndarray, argmax: np.ndarray, remaining: int, rng: np.random.Generator) -> _Verdict:
-        n = len(draft.tokens)
-        verdict = _Verdict(statuses=["unvisited"] * n, draws=[None] * n, emitted=[])
-        greedy = self.sampling.greedy
-        for i, token in enumerate(draft.tokens):
-            if greedy:
-                accepted = token == int(argmax[i])
-            else:
-                p, q = p_rows[i], draft.q[i]
-                u = float(rng.random())
-                verdict.draws[i] = u
-                accepted = u < acceptance_probability(float(p[token]), float(q[token]))
-            if accepted:
-                verdict.statuses[i] = "accepted"
-                verdict.emitted.append(EmittedToken(token, "accepted", i))
-                if token == self.eos_token_id:
-                    verdict.eos = True
-                    return verdict
-                continue
-            verdict.statuses[i] = "rejected"
-            verdict.rejected_node = i
-            if greedy:
-                repair, draw = int(argmax[i]), None
-            else:
-                verdict.residual, verdict.residual_mass = self._residual(p_rows[i], draft.q[i])
-                draw = float(rng.random())
-                repair = sample_from(verdict.residual, draw)
-            verdict.emitted.append(EmittedToken(repair, "repaired", i, draw))
-            verdict.eos = repair == self.eos_token_id
-            return verdict
-        # Every draft token accepted: one more token from the target's last conditional.
-        if len(verdict.emitted) >= remaining:
-            verdict.bonus_withheld = True
-            return verdict
-        if greedy:
-            bonus, draw = int(argmax[n]), None
-        else:
-            draw = float(rng.random())
-            bonus = sample_from(p_rows[n], draw)
-        verdict.emitted.append(EmittedToken(bonus, "bonus", None, draw))
-        verdict.eos = bonus == self.eos_token_id
-        return verdict
 
-    def _nodes(self, draft: Draft, p_rows: np.ndarray, argmax: np.ndarray, verdict: _Verdict) -> tuple[DraftNode, ...]:
-        nodes = []
-        for i, token in enumerate(draft.tokens):
-            p = p_rows[i]
-            q = draft.q[i] if draft.q is not None else None
-            q_token = float(q[token]) if q is not None else None
-            nodes.append(
-                DraftNode(
-                    index=i,
-                    token=token,
-                    parent=draft.parents[i],
-                    depth=i + 1,
-                    p=p,
-                    q=q,
-                    status=verdict.statuses[i],
-                    u=verdict.draws[i],
-                    p_token=float(p[token]),
-                    q_token=q_token,
-                    ratio=(float(p[token]) / q_token) if q_token else None,
-                    overlap=float(np.minimum(p, q).sum()) if q is not None else None,
-                    target_argmax=int(argmax[i]),
-                )
+def _draft_nodes(task: VerifyTask, verdict: Verdict, parents: tuple[int, ...]) -> tuple[DraftNode, ...]:
+    """The draft as recorded: each node with p, q, the decision and the scalars the checker reads."""
+    nodes = []
+    for i, token in enumerate(task.tokens):
+        p = task.p[i]
+        q = task.q[i] if task.q is not None else None
+        q_token = float(q[token]) if q is not None else None
+        nodes.append(
+            DraftNode(
+                index=i,
+                token=token,
+                parent=parents[i],
+                depth=i + 1,
+                p=p,
+                q=q,
+                status=verdict.statuses[i],
+                u=verdict.draws[i],
+                p_token=float(p[token]),
+                q_token=q_token,
+                ratio=(float(p[token]) / q_token) if q_token else None,
+                overlap=float(np.minimum(p, q).sum()) if q is not None else None,
+                target_argmax=int(task.argmax[i]),
             )
-        return tuple(nodes)
+        )
+    return tuple(nodes)
 
 
 def summarize(result: GenerationResult) -> dict:

@@ -1,23 +1,44 @@
 """A zoo of deliberate, documented speculative-decoding bugs.
 
-Each fault is a real bug class seen in implementations. `faulty_decoder(name, ...)` builds
-a SpeculativeDecoder that has exactly that bug, so people can see what it looks like in a
+Each fault is a real bug class seen in implementations, injected by wrapping one of the
+decoder's public seams: the verifier (core.verify), the target's cache policy (core.kv),
+or the draft model's cache policy / sampling step (core.proposers). `faulty_decoder(name,
+...)` builds a decoder with exactly that bug, so people can see what it looks like in a
 trace and the checker can be tested against it. The decoder notes the rounds in which the
 bug actually changed something (`fault_rounds`): a fault that never fires in a run leaves
 a correct trace, and nothing can (or should) flag it.
+
+Adding a fault: write its `inject` function below and add one Fault entry to FAULTS.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from .decoder import SpeculativeDecoder, _Verdict
-from .proposers import DraftModelProposer, Proposer
-from .sampling import SamplingConfig, check_finite, process_logits
+from .decoder import SpeculativeDecoder
+from .kv import CachedLM, CachePolicy
+from .proposers import DraftModelProposer, Proposer, SampleStep
+from .records import GenerationResult, Round, RunConfig
+from .run import RunHandle
+from .sampling import SamplingConfig, process_logits
+from .verify import ChainVerifier, Verdict, Verifier, VerifyTask
+
+Fire = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Seams:
+    """The replaceable parts of a decoder: what a fault may wrap."""
+
+    verifier: Verifier
+    target_cache: CachePolicy
+    proposer: Proposer
 
 
 @dataclass(frozen=True)
@@ -25,137 +46,189 @@ class Fault:
     name: str
     summary: str
     applies: str  # when it can fire
+    inject: Callable[[Seams, Fire], Seams]  # returns the seams with the bug; calls fire() when it changes something
+
+
+# ---------------------------------------------------------------------------- verifier faults
+
+
+@dataclass(frozen=True)
+class _EosBlindVerifier:
+    """Verifies as if there were no EOS, then marks the round as ending in EOS."""
+
+    inner: Verifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        verdict = self.inner.verify(dataclasses.replace(task, eos_token_id=None), rng)
+        tokens = [e.token for e in verdict.emitted]
+        eos = task.eos_token_id
+        if eos is not None and eos in tokens:
+            verdict.eos = True  # the run still stops after this round...
+            if tokens.index(eos) < len(tokens) - 1:
+                self.fire()  # ...but the tokens after EOS were kept
+        return verdict
+
+
+@dataclass(frozen=True)
+class _OneMoreTokenVerifier:
+    """Believes the budget allows one more token than it does."""
+
+    inner: Verifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        verdict = self.inner.verify(dataclasses.replace(task, remaining=task.remaining + 1), rng)
+        if len(verdict.emitted) > task.remaining:
+            self.fire()
+        return verdict
+
+
+def _eos_leak(seams: Seams, fire: Fire) -> Seams:
+    return dataclasses.replace(seams, verifier=_EosBlindVerifier(seams.verifier, fire))
+
+
+def _budget_overshoot(seams: Seams, fire: Fire) -> Seams:
+    return dataclasses.replace(seams, verifier=_OneMoreTokenVerifier(seams.verifier, fire))
+
+
+def _resample_p(seams: Seams, fire: Fire) -> Seams:
+    if not isinstance(seams.verifier, ChainVerifier):
+        raise ValueError("fault 'resample-p' replaces the residual rule of a ChainVerifier")
+
+    def from_p(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
+        fire()
+        return p, 1.0
+
+    return dataclasses.replace(seams, verifier=dataclasses.replace(seams.verifier, residual=from_p))
+
+
+# ---------------------------------------------------------------------------- cache faults
+
+
+class _TrustsItsCache(CachePolicy):
+    """A cache that is not cropped right, and a decoder that trusts whatever it holds: when
+    the cache already covers the context, only the newest token is fed again, on top of the
+    stale entries (every later position is shifted)."""
+
+    def __init__(self, inner: CachePolicy, fire: Fire, keep_extra: int | None):
+        self.inner, self.fire = inner, fire
+        self.keep_extra = keep_extra  # crop to committed + keep_extra; None = never crop
+
+    def pending(self, lm: CachedLM, context: Sequence[int]) -> list[int]:
+        if lm.use_cache and lm.processed >= len(context):
+            return [context[-1]]
+        return self.inner.pending(lm, context)
+
+    def crop(self, lm: CachedLM, committed: int) -> None:
+        if lm.processed > committed:
+            self.fire()
+        if self.keep_extra is not None:
+            self.inner.crop(lm, committed + self.keep_extra)
+
+
+def _target_crop_off_by_one(seams: Seams, fire: Fire) -> Seams:
+    return dataclasses.replace(seams, target_cache=_TrustsItsCache(seams.target_cache, fire, keep_extra=1))
+
+
+def _draft_model(seams: Seams, fault: str) -> DraftModelProposer:
+    if not isinstance(seams.proposer, DraftModelProposer):
+        raise ValueError(f"fault {fault!r} needs a draft-model proposer")
+    return seams.proposer
+
+
+def _with_draft(seams: Seams, base: DraftModelProposer, **changes: Any) -> Seams:
+    """A new draft proposer on the same model with one seam replaced (the caller's is untouched)."""
+    parts = {"cache": base.cache, "sample_step": base.sample_step, **changes}
+    proposer = DraftModelProposer(base.model, label=base.label, **parts)
+    proposer.spec = base.spec
+    return dataclasses.replace(seams, proposer=proposer)
+
+
+def _stale_draft_cache(seams: Seams, fire: Fire) -> Seams:
+    base = _draft_model(seams, "stale-draft-cache")
+    return _with_draft(seams, base, cache=_TrustsItsCache(base.cache, fire, keep_extra=None))
+
+
+def _raw_q(seams: Seams, fire: Fire) -> Seams:
+    base = _draft_model(seams, "raw-q")
+    step: SampleStep = base.sample_step
+
+    def samples_filtered_records_raw(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator):
+        token, q, u = step(logits, sampling, rng)
+        if q is None:
+            return token, q, u
+        raw = process_logits(logits.cpu().numpy(), SamplingConfig(temperature=sampling.temperature))
+        if not np.array_equal(raw, q):
+            fire()
+        return token, raw, u
+
+    return _with_draft(seams, base, sample_step=samples_filtered_records_raw)
 
 
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in [
-        Fault("eos-leak", "tokens after an accepted EOS are kept (the round goes on past EOS)", "an EOS id is set and a draft EOS is accepted"),
-        Fault("budget-overshoot", "the bonus token is emitted even when it exceeds max_new_tokens", "a last round whose drafts are all accepted"),
-        Fault("resample-p", "the repair token is sampled from p instead of the residual max(p - q, 0)", "sampling (temperature > 0), at a rejection"),
-        Fault("raw-q", "the draft samples from filtered q but records and verifies with q before top-k/top-p", "draft model, sampling with top-k or top-p"),
-        Fault("stale-draft-cache", "the draft cache is not cropped after a rejection", "draft model, a rejection"),
-        Fault("target-crop-off-by-one", "the target cache keeps one entry too many after a crop", "a rejection"),
+        Fault("eos-leak", "tokens after an accepted EOS are kept (the round goes on past EOS)",
+              "an EOS id is set and a draft EOS is accepted", _eos_leak),
+        Fault("budget-overshoot", "the bonus token is emitted even when it exceeds max_new_tokens",
+              "a last round whose drafts are all accepted", _budget_overshoot),
+        Fault("resample-p", "the repair token is sampled from p instead of the residual max(p - q, 0)",
+              "sampling (temperature > 0), at a rejection", _resample_p),
+        Fault("raw-q", "the draft samples from filtered q but records and verifies with q before top-k/top-p",
+              "draft model, sampling with top-k or top-p", _raw_q),
+        Fault("stale-draft-cache", "the draft cache is not cropped after a rejection",
+              "draft model, a rejection", _stale_draft_cache),
+        Fault("target-crop-off-by-one", "the target cache keeps one entry too many after a crop",
+              "a rejection", _target_crop_off_by_one),
     ]
 }
 
 
-class _FaultMixin:
-    fault_rounds: list[int]
+class FaultyDecoder(SpeculativeDecoder):
+    """A SpeculativeDecoder built on faulty seams; it records its fault in the RunConfig and
+    the rounds in which the fault fired in `fault_rounds`."""
 
-    def rounds(self, *args: Any, **kwargs: Any):
+    def __init__(self, fault: str, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fault = fault
+        self.fault_rounds: list[int] = []
+        self.fired = False  # set by the faulty seams during a round
+
+    def fire(self) -> None:
+        self.fired = True
+
+    def run_config(self, *args: Any, **kwargs: Any) -> RunConfig:
+        return dataclasses.replace(super().run_config(*args, **kwargs), fault=self.fault)
+
+    def rounds(self, *args: Any, **kwargs: Any) -> Generator[Round, None, GenerationResult]:
         self.fault_rounds = []
-        return (yield from super().rounds(*args, **kwargs))
-
-    def _fired(self) -> None:
-        if not self.fault_rounds or self.fault_rounds[-1] != self.round_index:
-            self.fault_rounds.append(self.round_index)
-
-
-class EosLeakDecoder(_FaultMixin, SpeculativeDecoder):
-    def _decide(self, draft, p_rows, argmax, remaining, rng) -> _Verdict:
-        eos, self.eos_token_id = self.eos_token_id, None
+        self.fired = False
+        run = RunHandle(super().rounds(*args, **kwargs))
         try:
-            verdict = super()._decide(draft, p_rows, argmax, remaining, rng)
+            for rnd in run:
+                if self.fired:
+                    self.fault_rounds.append(rnd.index)
+                    self.fired = False
+                yield rnd
         finally:
-            self.eos_token_id = eos
-        tokens = [e.token for e in verdict.emitted]
-        if eos is not None and eos in tokens:
-            verdict.eos = True  # the run still stops after this round...
-            if tokens.index(eos) < len(tokens) - 1:
-                self._fired()  # ...but the tokens after EOS were kept
-        return verdict
+            run.close()
+        assert run.result is not None
+        return run.result
 
 
-class BudgetOvershootDecoder(_FaultMixin, SpeculativeDecoder):
-    def _decide(self, draft, p_rows, argmax, remaining, rng) -> _Verdict:
-        verdict = super()._decide(draft, p_rows, argmax, remaining + 1, rng)
-        if len(verdict.emitted) > remaining:
-            self._fired()
-        return verdict
-
-
-class ResamplePDecoder(_FaultMixin, SpeculativeDecoder):
-    def _residual(self, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
-        self._fired()
-        return p, 1.0
-
-
-class TargetCropOffByOneDecoder(_FaultMixin, SpeculativeDecoder):
-    def _crop_target(self, committed: int) -> None:
-        if self.target_lm.processed > committed:
-            self._fired()
-        self.target_lm.crop(committed + 1)
-
-    def _verify_forward(self, context, draft):
-        if self.target_lm.processed < len(context):
-            return super()._verify_forward(context, draft)
-        # Believes the newest token is still pending and feeds it again, on top of the
-        # stale entry: every later position is shifted by one.
-        fed = [context[-1], *draft.tokens]
-        logits = self.target_lm.feed(fed, keep=len(fed)).cpu().numpy()
-        check_finite(logits, "the target model")
-        return logits
-
-
-class RawQDraftProposer(DraftModelProposer):
-    """Samples from the filtered q, but hands the unfiltered q to the verifier."""
-
-    on_fire: Callable[[], None] = staticmethod(lambda: None)
-
-    def _sample_step(self, logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator):
-        token, q, u = super()._sample_step(logits, sampling, rng)
-        if q is None:
-            return token, q, u
-        raw = process_logits(logits.cpu().numpy(), SamplingConfig(temperature=sampling.temperature))
-        if not np.array_equal(raw, q):
-            self.on_fire()
-        return token, raw, u
-
-
-class StaleDraftCacheProposer(DraftModelProposer):
-    """Forgets to crop its cache after a rejection."""
-
-    on_fire: Callable[[], None] = staticmethod(lambda: None)
-
-    def observe(self, committed_len: int) -> int | None:
-        if self.lm.processed > committed_len:
-            self.on_fire()
-        return self.lm.processed
-
-    def _pending(self, context):
-        # Trusts its cache: whatever it holds counts as context, so only the newest
-        # committed token is fed, on top of the stale entries.
-        if self.lm.processed >= len(context):
-            return [context[-1]]
-        return super()._pending(context)
-
-
-class _ProposerFaultDecoder(_FaultMixin, SpeculativeDecoder):
-    pass
-
-
-_DECODERS = {
-    "eos-leak": EosLeakDecoder,
-    "budget-overshoot": BudgetOvershootDecoder,
-    "resample-p": ResamplePDecoder,
-    "target-crop-off-by-one": TargetCropOffByOneDecoder,
-}
-_PROPOSERS = {"raw-q": RawQDraftProposer, "stale-draft-cache": StaleDraftCacheProposer}
-
-
-def faulty_decoder(name: str, target: torch.nn.Module, proposer: Proposer, **kwargs: Any) -> SpeculativeDecoder:
+def faulty_decoder(name: str, target: torch.nn.Module, proposer: Proposer, **kwargs: Any) -> FaultyDecoder:
     """A SpeculativeDecoder with the named bug (see FAULTS); kwargs as SpeculativeDecoder."""
     if name not in FAULTS:
         raise ValueError(f"unknown fault {name!r}; known faults: {', '.join(FAULTS)}")
-    if name in _PROPOSERS:
-        if not isinstance(proposer, DraftModelProposer):
-            raise ValueError(f"fault {name!r} needs a draft-model proposer")
-        faulty = _PROPOSERS[name](proposer.model, label=proposer.label)
-        decoder = _ProposerFaultDecoder(target, faulty, **kwargs)
-        faulty.on_fire = decoder._fired
-    else:
-        decoder = _DECODERS[name](target, proposer, **kwargs)
-    decoder.fault = name
-    decoder.fault_rounds = []
+    fired: list[Fire] = []
+    seams = Seams(
+        verifier=kwargs.pop("verifier", None) or ChainVerifier(),
+        target_cache=kwargs.pop("target_cache", None) or CachePolicy(),
+        proposer=proposer,
+    )
+    seams = FAULTS[name].inject(seams, lambda: fired[0]())
+    decoder = FaultyDecoder(name, target, seams.proposer, verifier=seams.verifier, target_cache=seams.target_cache,
+                            **kwargs)
+    fired.append(decoder.fire)
     return decoder

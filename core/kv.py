@@ -78,12 +78,7 @@ class CachedLM:
 
         Returns a (keep, V) float32 tensor on the model's device.
         """
-        start = self.processed
-        if start >= len(context):
-            raise RuntimeError(
-                f"cache holds {start} tokens but the context has only {len(context)}: nothing to process"
-            )
-        return self.feed(context[start:], keep)
+        return self.feed(CachePolicy().pending(self, context), keep)
 
     def _position_ids(self, start: int, n: int) -> torch.Tensor:
         """(1, n) positions start .. start + n - 1 (a view of a preallocated arange)."""
@@ -126,3 +121,26 @@ class CachedLM:
         excess = self.processed - length
         if excess > 0:
             self.cache.crop(-excess)
+
+
+class CachePolicy:
+    """How a CachedLM's cache follows the committed context: the decoder's seam for caches.
+
+    The decoder asks `pending()` which context tokens to feed before a forward, and calls
+    `crop()` after verification with the number of context positions whose entries stay
+    valid. The fault zoo wraps this object to inject rollback bugs; a correct decoder uses
+    it as it is.
+    """
+
+    def pending(self, lm: CachedLM, context: Sequence[int]) -> list[int]:
+        """The context tokens the cache has not processed yet (at least one)."""
+        if not lm.use_cache:
+            return list(context)
+        start = lm.processed
+        if start >= len(context):
+            raise RuntimeError(f"cache holds {start} tokens but the context has only {len(context)}: nothing to process")
+        return list(context[start:])
+
+    def crop(self, lm: CachedLM, committed: int) -> None:
+        """Keep the first `committed` positions: the accepted prefix."""
+        lm.crop(committed)

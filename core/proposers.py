@@ -8,14 +8,14 @@ after verification, so it can crop whatever state it keeps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from .kv import CachedLM
+from .kv import CachedLM, CachePolicy
 from .sampling import SamplingConfig, process_logits, sample_from
 
 
@@ -41,7 +41,20 @@ class Draft:
 
 
 class Proposer(Protocol):
+    """What the decoder needs from a source of draft tokens.
+
+    `name` is the kind ("draft", "lookup"); `spec` the registry spec it was built from
+    (what a trace records); `label` names its model, if any.
+    """
+
     name: str
+    spec: str
+    label: str | None
+
+    def bind(self, vocab_size: int, use_cache: bool) -> None:
+        """Called once by the decoder: check (or adopt) the target's vocabulary width and
+        follow its cache setting. Raises ValueError when the proposer cannot serve it."""
+        ...
 
     def reset(self) -> None: ...
 
@@ -59,8 +72,38 @@ class Proposer(Protocol):
     def cache_length(self) -> int | None: ...
 
 
+PROTOCOL_MEMBERS = ("name", "spec", "bind", "reset", "propose", "observe", "params")
+
+
+def check_protocol(proposer: object) -> None:
+    """A clear error for an object that is not a Proposer (instead of an AttributeError later)."""
+    missing = [m for m in PROTOCOL_MEMBERS if not hasattr(proposer, m)]
+    if missing:
+        raise TypeError(
+            f"{type(proposer).__name__} is not a specscope Proposer: it lacks {', '.join(missing)} "
+            "(see specscope.core.proposers.Proposer)"
+        )
+
+
 def chain_parents(n: int) -> tuple[int, ...]:
     return tuple(range(-1, n - 1))
+
+
+# One draft token from one row of logits: (token, the q it was drawn from, the uniform).
+SampleStep = Callable[[torch.Tensor, SamplingConfig, np.random.Generator], tuple[int, "np.ndarray | None", "float | None"]]
+
+
+def sample_token(
+    logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator
+) -> tuple[int, np.ndarray | None, float | None]:
+    """Greedy: the argmax (no q). Sampling: q = the processed distribution, one inverse-CDF draw."""
+    if sampling.greedy:
+        if not bool(torch.isfinite(logits).all()):
+            raise ValueError("the draft model produced non-finite logits; refusing to propose")
+        return int(torch.argmax(logits)), None, None
+    q = process_logits(logits.cpu().numpy(), sampling)
+    u = float(rng.random())
+    return sample_from(q, u), q, u
 
 
 class DraftModelProposer:
@@ -68,14 +111,34 @@ class DraftModelProposer:
 
     name = "draft"
 
-    def __init__(self, draft_model: torch.nn.Module, label: str | None = None):
+    def __init__(
+        self,
+        draft_model: torch.nn.Module,
+        label: str | None = None,
+        cache: CachePolicy | None = None,
+        sample_step: SampleStep | None = None,
+    ):
+        """`cache` (how the draft cache follows the context) and `sample_step` (how one token
+        and its q come from a row of logits) are seams for the fault zoo; leave them None."""
         self.model = draft_model
         self.label = label or getattr(draft_model.config, "_name_or_path", "") or type(draft_model).__name__
+        self.spec = f"draft:{self.label}"
         self.lm = CachedLM(draft_model)
+        self.cache = cache if cache is not None else CachePolicy()
+        self.sample_step: SampleStep = sample_step if sample_step is not None else sample_token
 
     @property
     def vocab_size(self) -> int:
         return self.lm.vocab_size
+
+    def bind(self, vocab_size: int, use_cache: bool) -> None:
+        if self.vocab_size != vocab_size:
+            raise ValueError(
+                f"target and draft vocabularies differ: the target's logits have {vocab_size} "
+                f"entries, the draft's {self.vocab_size}; they must share one tokenizer"
+            )
+        if not use_cache:
+            self.use_cache(False)
 
     def use_cache(self, enabled: bool) -> None:
         self.lm = CachedLM(self.model, use_cache=enabled)
@@ -95,7 +158,7 @@ class DraftModelProposer:
     ) -> Draft:
         before = self.lm.processed
         if sampling.greedy and self.lm.use_cache:
-            tokens = self._propose_greedy(self._pending(context), k)
+            tokens = self._propose_greedy(self.cache.pending(self.lm, context), k)
             return Draft(
                 tokens=tuple(tokens),
                 parents=chain_parents(len(tokens)),
@@ -107,10 +170,10 @@ class DraftModelProposer:
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         draws: list[float] = []
-        feed = self._pending(context)
+        feed = self.cache.pending(self.lm, context)
         for _ in range(k):
             logits = self.lm.feed(feed, keep=1)[0]
-            token, q, u = self._sample_step(logits, sampling, rng)
+            token, q, u = self.sample_step(logits, sampling, rng)
             if q is not None:
                 qs.append(q)
                 draws.append(u)
@@ -148,29 +211,8 @@ class DraftModelProposer:
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
         return torch.cat(picks).tolist()
 
-    def _pending(self, context: Sequence[int]) -> list[int]:
-        """Context tokens the draft cache has not processed yet (always at least one)."""
-        if not self.lm.use_cache:
-            return list(context)
-        start = self.lm.processed
-        if start >= len(context):
-            raise RuntimeError(f"draft cache holds {start} tokens but the context has only {len(context)}")
-        return list(context[start:])
-
-    def _sample_step(
-        self, logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator
-    ) -> tuple[int, np.ndarray | None, float | None]:
-        """One draft token from one row of logits: (token, q it was drawn from, uniform)."""
-        if sampling.greedy:
-            if not bool(torch.isfinite(logits).all()):
-                raise ValueError("the draft model produced non-finite logits; refusing to propose")
-            return int(torch.argmax(logits)), None, None
-        q = process_logits(logits.cpu().numpy(), sampling)
-        u = float(rng.random())
-        return sample_from(q, u), q, u
-
     def observe(self, committed_len: int) -> int | None:
-        self.lm.crop(committed_len)
+        self.cache.crop(self.lm, committed_len)
         return self.lm.processed
 
 
@@ -187,7 +229,17 @@ class PromptLookupProposer:
             raise ValueError(f"min_ngram must be an integer in [1, max_ngram={max_ngram}], got {min_ngram!r}")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self.vocab_size = vocab_size  # set by the decoder when left None
+        self.vocab_size = vocab_size  # adopted from the target by bind() when left None
+        self.spec = f"lookup:max_ngram={max_ngram},min_ngram={min_ngram}"
+        self.label = None
+
+    def bind(self, vocab_size: int, use_cache: bool) -> None:
+        if self.vocab_size is None:
+            self.vocab_size = vocab_size
+        elif self.vocab_size != vocab_size:
+            raise ValueError(
+                f"prompt lookup was built for a vocabulary of {self.vocab_size}, the target has {vocab_size}"
+            )
 
     def reset(self) -> None:
         pass

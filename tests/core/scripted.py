@@ -11,12 +11,16 @@ from specscope.core.proposers import Draft, chain_parents
 
 class ScriptedProposer:
     name = "scripted"
+    spec = "scripted"
     label = None
 
     def __init__(self, script: Callable[[Sequence[int], int], list[int]], vocab_size: int):
         self.script = script
         self.vocab_size = vocab_size
         self.calls: list[tuple[int, int]] = []  # (context length, k) per round
+
+    def bind(self, vocab_size: int, use_cache: bool) -> None:
+        assert vocab_size == self.vocab_size
 
     def reset(self) -> None:
         self.calls.clear()

@@ -6,21 +6,39 @@ import torch
 from transformers import DynamicCache
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core.kv import CachePolicy
 
 from ..tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
 
-class RecordingDecoder(SpeculativeDecoder):
-    """Keeps every verify forward's input sequence and logits for later comparison."""
+class RecordingPolicy(CachePolicy):
+    """The default cache policy, noting the context each target forward starts from."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.verified: list[tuple[list[int], np.ndarray]] = []
+    def __init__(self):
+        self.contexts: list[list[int]] = []
 
-    def _verify_forward(self, context, draft):
-        logits = super()._verify_forward(context, draft)
-        self.verified.append((context + list(draft.tokens), logits))
+    def pending(self, lm, context):
+        self.contexts.append(list(context))
+        return super().pending(lm, context)
+
+
+def RecordingDecoder(*args, **kwargs):
+    """A decoder that keeps every verify forward's input sequence and logits: the sequence is
+    the context its cache policy was asked about plus the draft it fed, the logits are what
+    the target's forward returned."""
+    policy = RecordingPolicy()
+    dec = SpeculativeDecoder(*args, target_cache=policy, **kwargs)
+    dec.verified = []
+    feed = dec.target_lm.feed
+
+    def recording_feed(tokens, keep):
+        logits = feed(tokens, keep)
+        draft = list(tokens)[len(tokens) - (keep - 1):] if keep > 1 else []
+        dec.verified.append((policy.contexts[-1] + draft, logits.cpu().numpy()))
         return logits
+
+    dec.target_lm.feed = recording_feed
+    return dec
 
 
 def full_logits(model, sequence, keep):

@@ -17,6 +17,7 @@ from scipy.stats import chisquare
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core.verify import ChainVerifier
 
 from ..tiny_models import noisy_copy, tiny_lm
 
@@ -33,11 +34,9 @@ SETTINGS = [
 ]
 
 
-class ResampleFromP(SpeculativeDecoder):
+def ResampleFromP(*args, **kwargs):
     """A classic bug: the repair token is drawn from p instead of max(p - q, 0)."""
-
-    def _residual(self, p, q):
-        return p, 1.0
+    return SpeculativeDecoder(*args, verifier=ChainVerifier(residual=lambda p, q: (p, 1.0)), **kwargs)
 
 
 def warped(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
