@@ -159,7 +159,7 @@ def commit_lag(decoder, store: TraceStore, prompt: list[int], max_new_tokens: in
         written.append(now)
         seen.append((now, writer.rounds_written))
     end = time.perf_counter() - t0
-    writer.finish(result)
+    writer.finish_with(result)
     lags, j = [], 0
     for i, at in enumerate(written):
         while j < len(seen) and seen[j][1] <= i:

@@ -4,6 +4,7 @@
     result = record(store, decoder, prompt_ids, 64)
     store.list_runs(); store.round_summaries(run_id); store.load_round(run_id, 3)
     export_run(store, run_id, "run.jsonl"); import_run(other_store, "run.jsonl")
+    with open_jsonl("run.jsonl") as mem: ...   # an in-memory store holding one trace
 """
 
 from .codec import (DEFAULT_TOP_N, FULL_VECTORS_AUTO_MAX_VOCAB, PartialDistribution, StoredFullDistribution, is_partial,
@@ -19,7 +20,7 @@ from .errors import (
     WriterError,
 )
 from .info import ModelInfo, RoundSummary, RunInfo, library_versions
-from .jsonl import FORMAT_NAME, FORMAT_VERSION, export_run, import_run, read_trace
+from .jsonl import FORMAT_NAME, FORMAT_VERSION, export_run, import_run, open_jsonl, read_trace
 from .migrations import CURRENT_VERSION as SCHEMA_VERSION
 from .paths import default_db_location, user_data_dir
 from .store import TraceStore
@@ -51,6 +52,7 @@ __all__ = [
     "import_run",
     "is_partial",
     "library_versions",
+    "open_jsonl",
     "read_trace",
     "record",
     "round_is_partial",

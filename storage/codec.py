@@ -1,4 +1,4 @@
-"""Round records <-> table rows, and the distribution blobs.
+"""The distribution blobs, the arrays read back from them, and what the store keeps of a vector.
 
 Distribution blobs (little-endian, self-describing by their first byte):
 
@@ -37,12 +37,12 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from specscope.core.partial import VectorStats
-from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings
+from specscope.core.partial import VectorStats, vector_stats
+from specscope.core.records import Round
 
 DEFAULT_TOP_N = 20
 TOP_K_COVER_MAX = 256  # runs with a top-k filter below this keep at least top-k + 1 entries
@@ -69,20 +69,29 @@ ZLIB_LEVEL = 1  # JSONL export: float vectors barely compress further at higher 
 # ---------------------------------------------------------------------------- arrays
 
 
+Top = tuple[np.ndarray, np.ndarray]  # ids and probabilities of a top-N blob, in its order
+
+
 class PartialDistribution(np.ndarray):
-    """A full-vocabulary array of which only `known_ids` hold real values (others are 0)."""
+    """A full-vocabulary array of which only `known_ids` hold real values (others are 0).
+
+    `top` is the top-N (ids, probabilities) it was read from, in the blob's order: storing
+    the array again (the row builder) writes that top-N and `stats` unchanged. Arrays made
+    from it (views, copies, results of operations) have top None."""
 
     partial = True
 
-    def __new__(cls, values: np.ndarray, known_ids: np.ndarray, stats: VectorStats | None = None):
+    def __new__(cls, values: np.ndarray, known_ids: np.ndarray, stats: VectorStats | None = None, top: Top | None = None):
         obj = np.asarray(values, dtype=np.float64).view(cls)
         obj.known_ids = np.asarray(known_ids, dtype=np.int64)
         obj.stats = stats
+        obj.top = top
         return obj
 
     def __array_finalize__(self, obj: Any) -> None:
         self.known_ids = getattr(obj, "known_ids", np.zeros(0, dtype=np.int64))
         self.stats = getattr(obj, "stats", None)
+        self.top = None
 
     @property
     def missing_mass(self) -> float:
@@ -90,8 +99,8 @@ class PartialDistribution(np.ndarray):
         total = 1.0 if self.stats is None else self.stats.total
         return max(0.0, total - float(np.asarray(self).sum()))
 
-    def __reduce__(self):  # pickle as (values, known_ids, stats)
-        return (PartialDistribution, (np.asarray(self), self.known_ids, self.stats))
+    def __reduce__(self):  # pickle as (values, known_ids, stats, top)
+        return (PartialDistribution, (np.asarray(self), self.known_ids, self.stats, self.top))
 
 
 class StoredFullDistribution(np.ndarray):
@@ -99,21 +108,30 @@ class StoredFullDistribution(np.ndarray):
     top-N blob. float32 storage flushes entries below 1.4e-45 to 0 (an unfiltered q at a low
     temperature has such entries), so support and minimum counted from the stored values
     could be wrong; the saved stats are those of the float64 vector the decoder recorded.
+    `top` (the stored top-N, exact float64) and `full_dtype` (the dtype the vector was
+    stored in) let the row builder store it again unchanged.
     Only the array as loaded carries them: its views and the results of operations on it
-    have stats None (their stats are computed from their values)."""
+    have stats, top and full_dtype None (their stats are computed from their values)."""
 
     partial = False
 
-    def __new__(cls, values: np.ndarray, stats: VectorStats):
+    def __new__(cls, values: np.ndarray, stats: VectorStats, top: Top | None = None, full_dtype: str | None = None):
         obj = np.asarray(values, dtype=np.float64).view(cls)
         obj.stats = stats
+        obj.top = top
+        obj.full_dtype = full_dtype
         return obj
 
     def __array_finalize__(self, obj: Any) -> None:
         self.stats = None
+        self.top = None
+        self.full_dtype = None
 
-    def __reduce__(self):  # pickle as (values, stats)
-        return (StoredFullDistribution, (np.asarray(self), self.stats))
+    def __reduce__(self):  # pickle as (values, stats, top, full_dtype)
+        return (StoredFullDistribution, (np.asarray(self), self.stats, self.top, self.full_dtype))
+
+
+_STORED_FORMS = (PartialDistribution, StoredFullDistribution)
 
 
 def is_partial(array: np.ndarray | None) -> bool:
@@ -266,27 +284,32 @@ def full_raw(blob: bytes) -> tuple[str, bytes]:
     return dtype, values.tobytes()
 
 
-def decode_full(blob: bytes) -> np.ndarray:
+def decode_full_as(blob: bytes) -> tuple[str, np.ndarray]:
+    """(the dtype it was stored in, the whole vector as float64) of a full-vector blob."""
     dtype, raw = full_raw(blob)
-    return np.frombuffer(raw, dtype=_DTYPE_OF_CODE[FULL_DTYPES[dtype]]).astype(np.float64)
+    return dtype, np.frombuffer(raw, dtype=_DTYPE_OF_CODE[FULL_DTYPES[dtype]]).astype(np.float64)
+
+
+def decode_full(blob: bytes) -> np.ndarray:
+    return decode_full_as(blob)[1]
 
 
 def rebuild(top: bytes, full: bytes | None, vocab_size: int, exact: Mapping[int, float] | None = None) -> np.ndarray:
     """The in-memory distribution from its blobs (see the module docstring)."""
     ids, probs, stats = decode_top_stats(top)
     if full is not None:
-        out = decode_full(full)
+        dtype, out = decode_full_as(full)
         out[ids] = probs
         for i, v in (exact or {}).items():
             out[i] = v
-        return out if stats is None else StoredFullDistribution(out, stats)
+        return out if stats is None else StoredFullDistribution(out, stats, (ids, probs), dtype)
     out = np.zeros(vocab_size, dtype=np.float64)
     out[ids] = probs
     known = set(ids.tolist())
     for i, v in (exact or {}).items():
         out[i] = v
         known.add(i)
-    return PartialDistribution(out, np.array(sorted(known), dtype=np.int64), stats)
+    return PartialDistribution(out, np.array(sorted(known), dtype=np.int64), stats, (ids, probs))
 
 
 # ---------------------------------------------------------------------------- rows
@@ -312,7 +335,30 @@ class VectorPolicy:
 
     def encode(self, dists: Sequence[np.ndarray]) -> tuple[list[bytes], list[bytes | None]]:
         """Top-N blobs and (when kept) full-vector blobs of many distributions of one
-        vocabulary, in vectorised passes of at most ENCODE_CHUNK rows."""
+        vocabulary. Plain arrays (the decoder's) are encoded in vectorised passes of at most
+        ENCODE_CHUNK rows; arrays read back from a store or a trace file (PartialDistribution,
+        StoredFullDistribution) keep the top-N and facts they were read with."""
+        stored = [i for i, d in enumerate(dists) if isinstance(d, _STORED_FORMS)]
+        if not stored:
+            return self._encode_arrays(dists)
+        plain = [i for i, d in enumerate(dists) if not isinstance(d, _STORED_FORMS)]
+        tops: list[bytes] = [b""] * len(dists)
+        fulls: list[bytes | None] = [None] * len(dists)
+        for i, top, full in zip(plain, *self._encode_arrays([dists[i] for i in plain])):
+            tops[i], fulls[i] = top, full
+        for i in stored:
+            tops[i], fulls[i] = self._encode_stored(dists[i])
+        return tops, fulls
+
+    def _encode_stored(self, dist: np.ndarray) -> tuple[bytes, bytes | None]:
+        top = getattr(dist, "top", None)
+        ids, probs = top if top is not None else top_entries(dist, self.top_n)
+        full = None
+        if self.full and not is_partial(dist):
+            full = encode_full(dist, getattr(dist, "full_dtype", None) or self.full_dtype)
+        return encode_top_arrays(ids, probs, vector_stats(dist)), full
+
+    def _encode_arrays(self, dists: Sequence[np.ndarray]) -> tuple[list[bytes], list[bytes | None]]:
         tops: list[bytes] = []
         fulls: list[bytes | None] = []
         for lo in range(0, len(dists), ENCODE_CHUNK):
@@ -339,168 +385,3 @@ def _supports(dists: np.ndarray, minima: np.ndarray) -> list[int]:
     if rows.size:
         support[rows] = np.count_nonzero(dists[rows] > 0, axis=1)
     return support.tolist()
-
-
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
-
-
-def round_to_rows(rnd: Round, policy: VectorPolicy, run_id: str | None = None) -> tuple[dict, list[dict]]:
-    """One Round -> (rounds row, draft_nodes rows), keyed by column name."""
-    rows, nodes = rounds_to_rows([rnd], policy, run_id)
-    return rows[0], nodes
-
-
-def rounds_to_rows(rounds: Sequence[Round], policy: VectorPolicy, run_id: str | None = None) -> tuple[list[dict], list[dict]]:
-    """Rounds -> (rounds rows, draft_nodes rows), with the distributions of all of them
-    encoded together (the writer converts everything queued in a flush interval at once)."""
-    dists: list[np.ndarray] = []
-
-    def slot(dist: np.ndarray | None) -> int | None:
-        if dist is None:
-            return None
-        dists.append(dist)
-        return len(dists) - 1
-
-    slots = [(slot(r.residual), slot(r.bonus_p), [(slot(n.p), slot(n.q)) for n in r.nodes]) for r in rounds]
-    tops, fulls = policy.encode(dists)
-
-    def top(i: int | None) -> bytes | None:
-        return None if i is None else tops[i]
-
-    def full(i: int | None) -> bytes | None:
-        return None if i is None else fulls[i]
-
-    round_rows: list[dict] = []
-    node_rows: list[dict] = []
-    for rnd, (residual, bonus, node_slots) in zip(rounds, slots):
-        rid = run_id or rnd.run_id
-        tc, dc, t = rnd.target_cache, rnd.draft_cache, rnd.timings
-        index = int(rnd.index)
-        round_rows.append({
-            "run_id": rid,
-            "round_index": index,
-            "prefix_len": int(rnd.prefix_len),
-            "emitted_before": int(rnd.emitted_before),
-            "remaining_budget": int(rnd.remaining_budget),
-            "k": int(rnd.k),
-            "greedy": bool(rnd.greedy),
-            "n_drafted": len(rnd.nodes),
-            "n_accepted": sum(1 for n in rnd.nodes if n.status == "accepted"),
-            "draft_tokens": [int(n.token) for n in rnd.nodes],
-            "emitted": [[int(e.token), e.kind, _opt_int(e.node), _opt_float(e.draw)] for e in rnd.emitted],
-            "eos": bool(rnd.eos),
-            "budget_stop": bool(rnd.budget_stop),
-            "bonus_withheld": bool(rnd.bonus_withheld),
-            "rejected_node": _opt_int(rnd.rejected_node),
-            "residual_mass": _opt_float(rnd.residual_mass),
-            "residual_top": top(residual),
-            "residual_full": full(residual),
-            "bonus_top": top(bonus),
-            "bonus_full": full(bonus),
-            "tc_before": int(tc.before),
-            "tc_peak": int(tc.peak),
-            "tc_after": int(tc.after),
-            "tc_pending": [int(x) for x in tc.pending],
-            "dc_before": None if dc is None else int(dc.before),
-            "dc_peak": None if dc is None else int(dc.peak),
-            "dc_after": None if dc is None else int(dc.after),
-            "dc_pending": None if dc is None else [int(x) for x in dc.pending],
-            "draft_s": float(t.draft_s),
-            "verify_s": float(t.verify_s),
-            "bookkeeping_s": float(t.bookkeeping_s),
-            "draft_forwards": int(rnd.draft_forwards),
-            "target_forwards": int(rnd.target_forwards),
-        })
-        node_rows.extend(
-            {
-                "run_id": rid,
-                "round_index": index,
-                "node_index": int(n.index),
-                "token": int(n.token),
-                "parent": int(n.parent),
-                "depth": int(n.depth),
-                "status": n.status,
-                "u": _opt_float(n.u),
-                "p_token": float(n.p_token),
-                "q_token": _opt_float(n.q_token),
-                "ratio": _opt_float(n.ratio),
-                "overlap": _opt_float(n.overlap),
-                "target_argmax": int(n.target_argmax),
-                "p_top": tops[p],
-                "q_top": top(q),
-                "p_full": fulls[p],
-                "q_full": full(q),
-            }
-            for n, (p, q) in zip(rnd.nodes, node_slots)
-        )
-    return round_rows, node_rows
-
-
-def _cache(before: Any, peak: Any, after: Any, pending: Any) -> CacheState | None:
-    if before is None:
-        return None
-    return CacheState(before=int(before), peak=int(peak), after=int(after), pending=tuple(int(x) for x in pending or ()))
-
-
-def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]], vocab_size: int, full: bool = True) -> Round:
-    """Rebuild a core Round. With full=False (or no stored full vectors) the distributions
-    are PartialDistribution arrays built from the top-N."""
-
-    def dist(top: bytes | None, fullblob: bytes | None, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
-        if top is None:
-            return None
-        return rebuild(top, fullblob if full else None, vocab_size, exact)
-
-    nodes = []
-    for n in sorted(node_rows, key=lambda r: r["node_index"]):
-        token = int(n["token"])
-        q_token = n["q_token"]
-        nodes.append(
-            DraftNode(
-                index=int(n["node_index"]),
-                token=token,
-                parent=int(n["parent"]),
-                depth=int(n["depth"]),
-                p=dist(n["p_top"], n.get("p_full"), {token: n["p_token"]}),
-                q=dist(n["q_top"], n.get("q_full"), None if q_token is None else {token: q_token}),
-                status=n["status"],
-                u=n["u"],
-                p_token=n["p_token"],
-                q_token=q_token,
-                ratio=n["ratio"],
-                overlap=n["overlap"],
-                target_argmax=int(n["target_argmax"]),
-            )
-        )
-    return Round(
-        run_id=row["run_id"],
-        index=int(row["round_index"]),
-        prefix_len=int(row["prefix_len"]),
-        emitted_before=int(row["emitted_before"]),
-        remaining_budget=int(row["remaining_budget"]),
-        k=int(row["k"]),
-        greedy=bool(row["greedy"]),
-        nodes=tuple(nodes),
-        bonus_p=dist(row["bonus_top"], row.get("bonus_full")),
-        rejected_node=row["rejected_node"],
-        residual=dist(row["residual_top"], row.get("residual_full")),
-        residual_mass=row["residual_mass"],
-        emitted=emitted_tokens(row["emitted"]),
-        eos=bool(row["eos"]),
-        budget_stop=bool(row["budget_stop"]),
-        bonus_withheld=bool(row["bonus_withheld"]),
-        target_cache=_cache(row["tc_before"], row["tc_peak"], row["tc_after"], row["tc_pending"]),
-        draft_cache=_cache(row["dc_before"], row["dc_peak"], row["dc_after"], row["dc_pending"]),
-        timings=RoundTimings(draft_s=row["draft_s"], verify_s=row["verify_s"], bookkeeping_s=row["bookkeeping_s"]),
-        draft_forwards=int(row["draft_forwards"]),
-        target_forwards=int(row["target_forwards"]),
-    )
-
-
-def emitted_tokens(items: Iterable[Sequence[Any]]) -> tuple[EmittedToken, ...]:
-    return tuple(EmittedToken(token=int(t), kind=kind, node=node, draw=draw) for t, kind, node, draw in items)

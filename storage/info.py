@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import platform
 import sys
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Mapping
 
-from specscope.core.records import CacheState, EmittedToken, RoundTimings, RunConfig
+from specscope.core.records import Round, RunConfig
 
 _LIBRARIES = ("specscope", "torch", "transformers", "numpy", "sqlalchemy")
 
@@ -91,36 +92,32 @@ class RunInfo:
         return (self.accepted + self.n_rounds) / self.n_rounds if self.n_rounds else 0.0
 
 
-@dataclass(frozen=True)
-class RoundSummary:
-    """A round without its distributions: what a timeline needs (read from one table)."""
+def _summary_fields() -> list[tuple[str, Any, Any]]:
+    """Round's fields without the draft tree and the distributions, with the tree's counts
+    in their place (the stored columns n_drafted, n_accepted, draft_tokens)."""
+    out: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(Round):
+        if f.name == "nodes":
+            out += [("drafted", int, dataclasses.field()), ("accepted", int, dataclasses.field()),
+                    ("draft_tokens", "tuple[int, ...]", dataclasses.field())]
+        elif f.name not in ("bonus_p", "residual"):
+            out.append((f.name, f.type, dataclasses.field()))
+    return out
 
-    run_id: str
-    index: int
-    prefix_len: int
-    emitted_before: int
-    remaining_budget: int
-    k: int
-    greedy: bool
-    drafted: int
-    accepted: int
-    draft_tokens: tuple[int, ...]
-    emitted: tuple[EmittedToken, ...]
-    rejected_node: int | None
-    residual_mass: float | None
-    eos: bool
-    budget_stop: bool
-    bonus_withheld: bool
-    target_cache: CacheState
-    draft_cache: CacheState | None
-    timings: RoundTimings
-    draft_forwards: int
-    target_forwards: int
 
-    @property
-    def tokens(self) -> list[int]:
-        return [e.token for e in self.emitted]
-
-    @property
-    def accepted_length(self) -> int:
-        return self.accepted + 1
+# A round without its distributions: what a timeline needs (read from one table). Its
+# fields are Round's (declared once, in core.records), so a new round field shows up here.
+RoundSummary = dataclasses.make_dataclass(
+    "RoundSummary",
+    _summary_fields(),
+    frozen=True,
+    namespace={
+        "__module__": __name__,
+        "__doc__": "A round without its distributions: Round's fields but nodes, bonus_p and residual, "
+                   "with drafted, accepted and draft_tokens instead of the nodes.",
+        "tokens": Round.tokens,
+        "accepted_length": Round.accepted_length,
+        "repair": Round.repair,
+        "bonus": Round.bonus,
+    },
+)

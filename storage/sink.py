@@ -1,6 +1,6 @@
 """RunSink: the database half of a TraceWriter.
 
-It turns batches of rounds into rows (codec.rounds_to_rows) and commits them, together with
+It turns batches of rounds into rows (rows.rounds_to_rows, the row builder) and commits them, together with
 the run's aggregates and heartbeat, in one transaction. The writer's thread uses it in the
 recording process; the writer process (writer_child) uses the same class on its own engine.
 """
@@ -16,9 +16,10 @@ from sqlalchemy import JSON, Engine, Table, bindparam, insert, update
 
 from specscope.core.records import Round
 
-from .codec import VectorPolicy, rounds_to_rows
+from .codec import VectorPolicy
+from .rows import rounds_to_rows
 from .schema import nodes_table, rounds_table, runs_table
-from .store import transaction, translate_errors
+from .transactions import transaction, translate_errors
 
 
 # The run row's update as a statement with parameters (compiled once per key set, cached),

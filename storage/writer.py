@@ -3,12 +3,15 @@
     config = decoder.run_config(prompt_ids, max_new_tokens)
     with TraceWriter(store, config, model_info={"target_hash": "..."}) as writer:
         gen = decoder.rounds(prompt_ids, max_new_tokens, config=config)
-        result = writer.record(gen)          # or: writer.write(rnd) per round, writer.finish(result)
+        result = writer.record(gen)          # or: writer.write(rnd) per round, then
+                                             # writer.finish_with(result) | writer.fail(exc) |
+                                             # writer.finish(status, stop_reason=..., error=...)
 
 The run row is inserted (status 'running') before the constructor returns, so other readers
 see the run at once. write() only queues the round. Encoding (top-N with the whole-vector
 facts, full vectors when kept) and inserting happen elsewhere, in one transaction per flush
-interval together with a heartbeat and the run's aggregates:
+interval together with a heartbeat and the run's aggregates, by one of two backends
+(storage.writer_backends), chosen when the writer starts:
 
   mode "thread" (the default): in a thread of this process. It wakes every 0.8 flush
       intervals, or more often when encoding and committing take long (commit_period),
@@ -24,102 +27,59 @@ interval together with a heartbeat and the run's aggregates:
 
 The environment variable SPECSCOPE_TRACE_WRITER=thread|process sets the default mode.
 A kill -9 of the recording process loses at most the rounds of the last flush interval;
-the next TraceStore opened on the file marks the run interrupted (store.writer_is_dead),
+the next TraceStore opened on the file marks the run interrupted (liveness.writer_is_dead),
 unless a writer process already did.
 """
 
 from __future__ import annotations
 
+
 import atexit
-import itertools
 import logging
 import os
-import queue
 import socket
 import threading
 import time
-import weakref
-from dataclasses import dataclass, field
-from typing import Any, Generator, Mapping
+from typing import Any, Generator, Mapping, get_args
 
 from sqlalchemy import insert, select
-from sqlalchemy.engine import make_url
 
-from specscope.core.records import GenerationResult, Round, RunConfig
+from specscope.core.records import GenerationResult, Round, RunConfig, StopReason
+from specscope.core.run import RunHandle, as_run
 
 from .codec import VectorPolicy, covering_top_n
+from .engine import is_sqlite
 from .errors import RunExistsError, WriterError
 from .info import ModelInfo, library_versions as collect_versions
+from .liveness import live_writers, register_writer, unregister_writer
+from .rows import run_row
 from .schema import runs_table
 from .sink import RunSink
-from .store import HEARTBEAT_S, TraceStore, run_row, translate_errors
-from .writer_process import close_writer_process, writer_process
+from .store import TraceStore
+from .transactions import translate_errors
+from .writer_backends import COMMIT_MARGIN, Backend, ProcessBackend, ThreadBackend, commit_period
+from .writer_process import close_writer_process
+
+__all__ = ["COMMIT_MARGIN", "FLUSH_INTERVAL_S", "MODE_ENV", "WRITER_MODES", "TraceWriter", "choose_mode", "commit_period",
+           "default_mode", "record"]
 
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.25
-# The thread commits every COMMIT_MARGIN of the flush interval or more often, so that the
-# time the encoding and the commit take and wake-up delays under load stay inside it.
-COMMIT_MARGIN = 0.8
-COMMIT_SLACK_S = 0.005  # a wake-up this early still commits
-
-
-def commit_period(flush_interval: float, work_s: float) -> float:
-    """Seconds between the writer thread's commits when encoding and committing a period's
-    rounds took `work_s`: at most COMMIT_MARGIN of the interval, shorter when the work is
-    long (full vectors under load), so that no round waits longer than the interval."""
-    return max(0.25 * flush_interval, min(COMMIT_MARGIN * flush_interval, flush_interval - 2 * work_s - 0.02))
-
-
 WRITER_MODES = ("auto", "process", "thread")
 MODE_ENV = "SPECSCOPE_TRACE_WRITER"
-_live_lock = threading.Lock()
-_live: "weakref.WeakSet[TraceWriter]" = weakref.WeakSet()
-_tokens = itertools.count(1)
-
-
-def live_writer_ids() -> frozenset[str]:
-    """Run ids being written by TraceWriters of this process."""
-    with _live_lock:
-        return frozenset(w.run_id for w in _live if w.alive)
+RUN_STATUSES = ("completed", "interrupted", "failed")
+STOP_REASONS = get_args(StopReason)
 
 
 @atexit.register
 def _finish_forgotten_writers() -> None:
-    with _live_lock:
-        writers = list(_live)
-    for w in writers:
+    for w in live_writers():
         try:
-            w.finish("interrupted", error="the process exited without finishing the run")
+            w.finish("interrupted", error="the process exited without finishing the run")  # type: ignore[attr-defined]
         except Exception:  # pragma: no cover - best effort at exit
             pass
     close_writer_process()
-
-
-@dataclass
-class _Flush:
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class _Finish:
-    values: dict[str, Any]
-
-
-def _outcome(outcome: Any, error: str | None) -> tuple[str, str | None, str | None, GenerationResult | None]:
-    """(status, stop_reason, error, result) from what finish() was given."""
-    if outcome is None:
-        return ("completed" if error is None else "failed"), None, error, None
-    if isinstance(outcome, GenerationResult):
-        status = "completed" if outcome.stop_reason in ("eos", "budget") else "interrupted"
-        return status, outcome.stop_reason, error, outcome
-    if isinstance(outcome, (KeyboardInterrupt, GeneratorExit)):
-        return "interrupted", "cancelled", error or type(outcome).__name__, None
-    if isinstance(outcome, BaseException):
-        return "failed", None, error or f"{type(outcome).__name__}: {outcome}", None
-    if outcome in ("completed", "interrupted", "failed"):
-        return outcome, None, error, None
-    raise ValueError(f"finish() takes a GenerationResult, an exception or one of completed|interrupted|failed, got {outcome!r}")
 
 
 def default_mode() -> str:
@@ -136,7 +96,7 @@ def choose_mode(store: TraceStore, mode: str = "auto") -> str:
         raise ValueError(f"mode must be one of {', '.join(WRITER_MODES)}, got {mode!r}")
     if mode == "auto":
         mode = default_mode()
-    shareable = store.path is not None or make_url(store.url).get_backend_name() != "sqlite"
+    shareable = store.path is not None or not is_sqlite(store.url)
     return mode if shareable else "thread"
 
 
@@ -166,16 +126,12 @@ class TraceWriter:
         self.policy = VectorPolicy.for_vocab(config.vocab_size, covering_top_n(top_n, config.sampling.top_k), full_vectors,
                                              full_dtype)
         self.flush_interval = float(flush_interval)
-        self.mode = choose_mode(store, mode)
+        chosen = choose_mode(store, mode)
         self._next_index = 0
         self._finished = False
-        self._error: BaseException | None = None
         self._lock = threading.Lock()
-        self.rounds_written = 0  # committed so far (as last reported by the thread or process)
-        self.flushes = 0
-
         self.started_at = time.time()
-        row = run_row(
+        self._insert_run(run_row(
             config,
             status="running",
             started_at=self.started_at,
@@ -188,22 +144,25 @@ class TraceWriter:
             extra=extra,
             writer_host=socket.gethostname(),
             writer_pid=os.getpid(),
-        )
+        ))
+        self._backend = self._start_backend(chosen)
+        register_writer(self)
+
+    def _insert_run(self, row: dict) -> None:
         with translate_errors(f"starting run {self.run_id}"):
-            with store.transaction() as conn:
+            with self.store.transaction() as conn:
                 if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == self.run_id)).first():
                     raise RunExistsError(f"a run with id {self.run_id} is already stored")
                 conn.execute(insert(runs_table), row)  # parameters, not .values(): compiled once, cached
-        if self.mode == "process":
+
+    def _start_backend(self, mode: str) -> Backend:
+        if mode == "process":
             try:
-                self._start_process()
+                return ProcessBackend(self.store.url, self.store.engine, self.run_id, self.policy, self.started_at,
+                                      self.flush_interval)
             except WriterError as exc:
                 log.warning("%s; recording run %s from a thread instead", exc, self.run_id)
-                self.mode = "thread"
-        if self.mode == "thread":
-            self._start_thread()
-        with _live_lock:
-            _live.add(self)
+        return ThreadBackend(RunSink(self.store.engine, self.run_id, self.policy, self.started_at), self.flush_interval)
 
     # ------------------------------------------------------------------ producer side
 
@@ -217,82 +176,75 @@ class TraceWriter:
         if rnd.index != self._next_index:
             raise ValueError(f"round {rnd.index} written out of order: expected round {self._next_index}")
         self._next_index += 1
-        if self.mode == "process":
-            self._service.send(("rounds", self.run_id, [rnd]))
-        else:
-            self._queue.put(rnd)
+        self._backend.submit(rnd)
 
     def flush(self, timeout: float | None = 10.0) -> None:
         """Block until every round written so far is committed."""
         if self._finished or not self.alive:
             self._raise_if_failed()
             return
-        marker = _Flush()
-        if self.mode == "process":
-            token = next(_tokens)
-            self._flushes_waiting[token] = marker
-            self._service.send(("flush", self.run_id, token))
-        else:
-            self._queue.put(marker)
-            self._wake.set()
-        if not self._wait(marker.done, timeout):
+        if not self._backend.flush(timeout):
             raise WriterError(f"the trace writer of run {self.run_id} did not flush in time")
         self._raise_if_failed()
 
-    def finish(self, outcome: GenerationResult | BaseException | str | None = None, *, error: str | None = None,
-               timeout: float | None = None) -> None:
-        """Flush everything and close the run.
-
-        outcome: a GenerationResult (status completed, or interrupted when cancelled), an
-        exception (failed; KeyboardInterrupt: interrupted), a status string
-        ('completed' | 'interrupted' | 'failed') or None (completed). Idempotent.
-        """
+    def finish(self, status: str = "completed", *, stop_reason: str | None = None, error: str | None = None,
+               wall_s: float | None = None, timeout: float | None = None) -> None:
+        """Flush everything and close the run with `status` (completed | interrupted |
+        failed), the decoder's `stop_reason` (eos | budget | cancelled, or None), an `error`
+        message and the run's `wall_s` (default: the time since the writer started).
+        Idempotent: only the first call closes the run."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {'|'.join(RUN_STATUSES)}, got {status!r}")
+        if stop_reason is not None and stop_reason not in STOP_REASONS:
+            raise ValueError(f"stop_reason must be None or one of {'|'.join(STOP_REASONS)}, got {stop_reason!r}")
         with self._lock:
             if self._finished:
                 return
             self._finished = True
-        status, stop_reason, error, result = _outcome(outcome, error)
         values: dict[str, Any] = {"status": status, "stop_reason": stop_reason, "error": error}
-        if result is not None:
-            values["wall_s"] = float(result.wall_s)
+        if wall_s is not None:
+            values["wall_s"] = float(wall_s)
         try:
-            if self.mode == "process":
-                try:
-                    self._service.send(("finish", self.run_id, values))
-                except WriterError as exc:  # the writer process has gone: _on_message("died") closed us
-                    self._fail(exc)
-                if not self._wait(self._closed, timeout):
-                    raise WriterError(f"the trace writer of run {self.run_id} did not finish in time")
-                self._service.unregister(self.run_id)
-            else:
-                self._queue.put(_Finish(values))
-                self._wake.set()
-                self._thread.join(timeout)
+            self._backend.finish(values, timeout)
         finally:
-            with _live_lock:
-                _live.discard(self)
+            unregister_writer(self)
         self._raise_if_failed()
 
-    def record(self, rounds: Generator[Round, None, GenerationResult]) -> GenerationResult:
-        """Drive a decoder's rounds() generator, writing every round; finish with its result."""
+    def finish_with(self, result: GenerationResult, *, timeout: float | None = None) -> None:
+        """Close the run with a decoder's result: completed when it stopped at EOS or the
+        budget, interrupted (stop reason cancelled) otherwise."""
+        status = "completed" if result.stop_reason in ("eos", "budget") else "interrupted"
+        self.finish(status, stop_reason=result.stop_reason, wall_s=result.wall_s, timeout=timeout)
+
+    def fail(self, exc: BaseException, *, timeout: float | None = None) -> None:
+        """Close the run after `exc` stopped it: KeyboardInterrupt and GeneratorExit (a
+        cancelled generator) as interrupted with stop reason cancelled, anything else as
+        failed with the exception as the error."""
+        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
+            self.finish("interrupted", stop_reason="cancelled", error=type(exc).__name__, timeout=timeout)
+        else:
+            self.finish("failed", error=f"{type(exc).__name__}: {exc}", timeout=timeout)
+
+    def record(self, rounds: RunHandle | Generator[Round, None, GenerationResult]) -> GenerationResult:
+        """Drive a run (a RunHandle or a decoder's rounds() generator), writing every round;
+        finish with its result, or fail() with what stopped it."""
+        run = as_run(rounds)
         try:
-            while True:
-                try:
-                    rnd = next(rounds)
-                except StopIteration as stop:
-                    result = stop.value
-                    break
-                self.write(rnd)
+            result = run.drain(self.write)
         except BaseException as exc:
-            rounds.close()
             if not self._finished:
                 try:
-                    self.finish(exc)
+                    self.fail(exc)
                 except WriterError:
                     pass
             raise
-        self.finish(result)
+        self.finish_with(result)
         return result
+
+    @property
+    def mode(self) -> str:
+        """'thread' or 'process': the backend in use."""
+        return self._backend.mode
 
     @property
     def finished(self) -> bool:
@@ -300,153 +252,40 @@ class TraceWriter:
 
     @property
     def error(self) -> BaseException | None:
-        return self._error
+        return self._backend.error
 
     @property
     def alive(self) -> bool:
         """Whether rounds written now will still be stored."""
-        if self.mode == "process":
-            return not self._closed.is_set() and self._service.alive
-        return self._thread.is_alive()
+        return self._backend.alive
+
+    @property
+    def rounds_written(self) -> int:
+        """Rounds committed so far (as last reported by the backend)."""
+        return self._backend.rounds_written
+
+    @property
+    def flushes(self) -> int:
+        return self._backend.flushes
 
     def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise WriterError(f"the trace writer of run {self.run_id} failed: {self._error}") from self._error
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._error is None:
-            self._error = exc
-
-    def _wait(self, event: threading.Event, timeout: float | None) -> bool:
-        """Wait for `event` while whoever must set it is alive."""
-        waited = 0.0
-        while not event.wait(0.05):
-            if not self.alive and not event.is_set():
-                return self._error is not None or event.is_set()
-            waited += 0.05
-            if timeout is not None and waited >= timeout:
-                return False
-        return True
+        error = self._backend.error
+        if error is not None:
+            raise WriterError(f"the trace writer of run {self.run_id} failed: {error}") from error
 
     def __enter__(self) -> "TraceWriter":
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if not self._finished:
-            if exc is not None:
-                try:
-                    self.finish(exc)
-                except WriterError:
-                    log.exception("trace writer failed while finishing after %r", exc)
-            else:
-                self.finish()
-
-    # ------------------------------------------------------------------ process mode
-
-    def _start_process(self) -> None:
-        self._flushes_waiting: dict[int, _Flush] = {}
-        self._closed = threading.Event()
-        self._service = writer_process()
-        self._service.register(self.run_id, self._on_message)
-        p = self.policy
-        self._service.send(("open", self.run_id, self.store.url, (p.top_n, p.full, p.full_dtype), self.started_at,
-                            self.flush_interval))
-
-    def _on_message(self, m: tuple) -> None:
-        """Called on the receiving thread with each answer of the writer process."""
-        kind = m[0]
-        if kind == "committed":
-            self.rounds_written, self.flushes = m[2], m[3]
-        elif kind == "flushed":
-            marker = self._flushes_waiting.pop(m[2], None)
-            if marker is not None:
-                marker.done.set()
-        elif kind == "error":
-            self._fail(WriterError(m[2]))
-        elif kind == "finished":
-            self._closed.set()
-        elif kind == "died":
-            self._fail(WriterError(f"the trace writer process stopped: {m[2]}"))
-            RunSink(self.store.engine, self.run_id, self.policy, self.started_at).mark(
-                "failed", f"trace writer process stopped: {m[2]}")
-            self._closed.set()
-        if kind in ("error", "died", "finished"):
-            for marker in list(self._flushes_waiting.values()):
-                marker.done.set()
-
-    # ------------------------------------------------------------------ thread mode
-
-    def _start_thread(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._wake = threading.Event()
-        self._sink = RunSink(self.store.engine, self.run_id, self.policy, self.started_at)
-        self._thread = threading.Thread(target=self._loop, name=f"TraceWriter-{self.run_id[:8]}", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        # Sleep until the next commit is due (or flush/finish wakes the thread), then encode
-        # everything queued in one vectorised pass and commit it. While torch keeps both
-        # cores busy every wake-up of this thread slows the decoder more than its CPU time:
-        # encoding five times per commit period cost ~1 point more decoding time than once,
-        # and waking at each round ~5 points more (BENCHMARKS.md), so the thread wakes once
-        # per commit period.
-        # It keeps the normal priority: at nice 10 it was starved while torch kept both cores
-        # busy (commits up to 0.6 s apart instead of 0.25 s), and SCHED_IDLE never committed
-        # before the end of a 2 s run.
-        markers: list[_Flush] = []
-        commit_every = commit_period(self.flush_interval, 0.0)
-        next_due = time.monotonic() + commit_every
+        if self._finished:
+            return
+        if exc is None:
+            self.finish()
+            return
         try:
-            while True:
-                self._wake.wait(timeout=max(0.0, next_due - time.monotonic()))
-                self._wake.clear()
-                batch: list[Round] = []
-                markers = []
-                final: _Finish | None = None
-                while final is None:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if isinstance(item, Round):
-                        batch.append(item)
-                    elif isinstance(item, _Flush):
-                        markers.append(item)
-                    elif isinstance(item, _Finish):
-                        final = item
-                started = time.monotonic()
-                if batch:
-                    self._sink.add(batch)
-                now = time.monotonic()
-                since_commit = now - self._sink.last_commit
-                if (markers or final is not None or since_commit >= HEARTBEAT_S
-                        or (self._sink.pending and since_commit >= commit_every - COMMIT_SLACK_S)):
-                    self._sink.commit((), final.values if final else None)
-                    self.rounds_written, self.flushes = self._sink.rounds_written, self._sink.flushes
-                    # A round written just after this wake-up waits a period plus the next
-                    # encode and commit, which take about as long as these did.
-                    commit_every = commit_period(self.flush_interval, time.monotonic() - started)
-                # pending rounds are due a period after the last commit; otherwise wake a
-                # period from now
-                next_due = self._sink.last_commit + commit_every if self._sink.pending else now + commit_every
-                for marker in markers:
-                    marker.done.set()
-                if final is not None:
-                    return
-        except BaseException as exc:  # keep the error for the producer; mark the run failed
-            self._error = exc
-            log.exception("trace writer of run %s failed", self.run_id)
-            self._sink.mark("failed", f"trace writer failed: {type(exc).__name__}: {exc}")
-            # release anyone waiting on a flush marker
-            while True:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if isinstance(item, _Flush):
-                    item.done.set()
-            for marker in markers:
-                marker.done.set()
+            self.fail(exc)
+        except WriterError:
+            log.exception("trace writer failed while finishing after %r", exc)
 
 
 def record(store: TraceStore, decoder: Any, prompt_ids: Any, max_new_tokens: int = 32, *, run_id: str | None = None,

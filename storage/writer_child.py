@@ -32,9 +32,10 @@ from typing import Any
 from sqlalchemy import Engine
 
 from .codec import VectorPolicy
+from .engine import make_engine
 from .frames import read_frame, write_frame
+from .liveness import HEARTBEAT_S
 from .sink import RunSink
-from .store import HEARTBEAT_S, make_engine
 
 # Commit at least this often while rounds arrive (and at least every flush interval): small
 # transactions keep what a flush or finish has to insert, after decoding ended, small.
@@ -76,92 +77,110 @@ class _Engines:
 
 
 def serve(stdin: Any, stdout: Any, parent_pid: int | None = None) -> None:
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-    wake = threading.Event()
+    _Server(stdout, parent_pid).run(stdin)
 
-    def read_loop() -> None:
+
+class _Server:
+    """The writer process's loop: messages in, commits when due, answers out."""
+
+    def __init__(self, stdout: Any, parent_pid: int | None):
+        self.stdout = stdout
+        self.parent_pid = parent_pid
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.wake = threading.Event()
+        self.engines = _Engines()
+        self.runs: dict[str, _Run] = {}
+        self.eof = False
+
+    def run(self, stdin: Any) -> None:
+        threading.Thread(target=self._read_loop, args=(stdin,), name="frames-in", daemon=True).start()
+        write_frame(self.stdout, [("ready", os.getpid())])
+        while not (self.eof and not self.runs):
+            self.wake.wait(min([r.flush_interval for r in self.runs.values()] + [HEARTBEAT_S]))
+            self.wake.clear()
+            replies: list[tuple] = []
+            while True:
+                try:
+                    m = self.inbox.get_nowait()
+                except queue.Empty:
+                    break
+                self._receive(m, replies)
+            for run_id, run in list(self.runs.items()):
+                self._commit_if_due(run_id, run, replies)
+            if replies:
+                try:
+                    write_frame(self.stdout, replies)
+                except (BrokenPipeError, OSError):  # nobody listens any more; keep committing
+                    pass
+
+    def _read_loop(self, stdin: Any) -> None:
         try:
             while (messages := read_frame(stdin)) is not None:
                 for m in messages:
-                    inbox.put(m)
-                wake.set()
+                    self.inbox.put(m)
+                self.wake.set()
         except Exception as exc:  # a torn frame: the parent died mid-write
             print(f"specscope writer process: {type(exc).__name__}: {exc}", file=sys.stderr)
-        inbox.put(("eof",))
-        wake.set()
+        self.inbox.put(("eof",))
+        self.wake.set()
 
-    threading.Thread(target=read_loop, name="frames-in", daemon=True).start()
-    write_frame(stdout, [("ready", os.getpid())])
-    engines = _Engines()
-    runs: dict[str, _Run] = {}
-    eof = False
-    while not (eof and not runs):
-        wake.wait(min([r.flush_interval for r in runs.values()] + [HEARTBEAT_S]))
-        wake.clear()
-        replies: list[tuple] = []
-        while True:
+    def _receive(self, m: tuple, replies: list[tuple]) -> None:
+        kind = m[0]
+        if kind == "eof":
+            self.eof = True
+        elif kind == "open":
+            _, run_id, url, (top_n, full, full_dtype), started_at, flush_interval = m
             try:
-                m = inbox.get_nowait()
-            except queue.Empty:
-                break
-            kind = m[0]
-            if kind == "eof":
-                eof = True
-            elif kind == "open":
-                _, run_id, url, (top_n, full, full_dtype), started_at, flush_interval = m
-                try:
-                    sink = RunSink(engines.acquire(url), run_id, VectorPolicy(top_n, full, full_dtype), started_at)
-                except Exception as exc:
-                    replies.append(("error", run_id, f"{type(exc).__name__}: {exc}"))
-                    continue
-                runs[run_id] = _Run(sink, url, flush_interval)
-            elif m[1] in runs:
-                run = runs[m[1]]
-                if kind == "rounds":
-                    if run.error is None:
-                        try:  # encode on arrival: a flush or finish then only inserts
-                            run.sink.add(m[2])
-                        except Exception as exc:
-                            run.error = f"{type(exc).__name__}: {exc}"
-                            run.sink.mark("failed", f"trace writer failed: {run.error}")
-                            replies.append(("error", m[1], run.error))
-                elif kind == "flush":
-                    run.tokens.append(m[2])
-                elif kind == "finish":
-                    run.final = m[2]
-            elif kind == "flush":  # a run that failed to open: answer, so that nobody waits
-                replies.append(("flushed", m[1], m[2]))
+                sink = RunSink(self.engines.acquire(url), run_id, VectorPolicy(top_n, full, full_dtype), started_at)
+            except Exception as exc:
+                replies.append(("error", run_id, f"{type(exc).__name__}: {exc}"))
+                return
+            self.runs[run_id] = _Run(sink, url, flush_interval)
+        elif m[1] in self.runs:
+            run = self.runs[m[1]]
+            if kind == "rounds":
+                if run.error is None:
+                    try:  # encode on arrival: a flush or finish then only inserts
+                        run.sink.add(m[2])
+                    except Exception as exc:
+                        self._failed(m[1], run, exc, replies)
+            elif kind == "flush":
+                run.tokens.append(m[2])
             elif kind == "finish":
-                replies.append(("finished", m[1], "the run was never opened by the writer process"))
-        for run_id, run in list(runs.items()):
-            if eof and run.final is None:
-                who = f"the recording process (pid {parent_pid})" if parent_pid else "the recording process"
-                run.final = {"status": "interrupted", "stop_reason": None,
-                             "error": f"{who} ended without finishing the run; the writer process stored every round it had received"}
-            since = time.monotonic() - run.sink.last_commit
-            due = (run.tokens or run.final is not None or since >= HEARTBEAT_S
-                   or (run.sink.pending and since >= min(run.flush_interval, EAGER_COMMIT_S)))
-            if not due:
-                continue
-            if run.error is None:
-                try:
-                    run.sink.commit(final=run.final)
-                    replies.append(("committed", run_id, run.sink.rounds_written, run.sink.flushes))
-                except Exception as exc:
-                    run.error = f"{type(exc).__name__}: {exc}"
-                    run.sink.mark("failed", f"trace writer failed: {run.error}")
-                    replies.append(("error", run_id, run.error))
-            replies.extend(("flushed", run_id, token) for token in run.tokens)
-            run.tokens = []
-            if run.final is not None:
-                replies.append(("finished", run_id, run.error))
-                del runs[run_id]
-                engines.release(run.url)
-        if replies:
+                run.final = m[2]
+        elif kind == "flush":  # a run that failed to open: answer, so that nobody waits
+            replies.append(("flushed", m[1], m[2]))
+        elif kind == "finish":
+            replies.append(("finished", m[1], "the run was never opened by the writer process"))
+
+    def _commit_if_due(self, run_id: str, run: _Run, replies: list[tuple]) -> None:
+        if self.eof and run.final is None:
+            who = f"the recording process (pid {self.parent_pid})" if self.parent_pid else "the recording process"
+            run.final = {"status": "interrupted", "stop_reason": None,
+                         "error": f"{who} ended without finishing the run; the writer process stored every round it had received"}
+        since = time.monotonic() - run.sink.last_commit
+        due = (run.tokens or run.final is not None or since >= HEARTBEAT_S
+               or (run.sink.pending and since >= min(run.flush_interval, EAGER_COMMIT_S)))
+        if not due:
+            return
+        if run.error is None:
             try:
-                write_frame(stdout, replies)
-            except (BrokenPipeError, OSError):  # nobody listens any more; keep committing
-                pass
+                run.sink.commit(final=run.final)
+                replies.append(("committed", run_id, run.sink.rounds_written, run.sink.flushes))
+            except Exception as exc:
+                self._failed(run_id, run, exc, replies)
+        replies.extend(("flushed", run_id, token) for token in run.tokens)
+        run.tokens = []
+        if run.final is not None:
+            replies.append(("finished", run_id, run.error))
+            del self.runs[run_id]
+            self.engines.release(run.url)
+
+    @staticmethod
+    def _failed(run_id: str, run: _Run, exc: Exception, replies: list[tuple]) -> None:
+        run.error = f"{type(exc).__name__}: {exc}"
+        run.sink.mark("failed", f"trace writer failed: {run.error}")
+        replies.append(("error", run_id, run.error))
 
 
 def main() -> None:

@@ -58,9 +58,9 @@ class Recorder:
 
     def finish(self, result: GenerationResult | None, reason: str) -> None:
         if result is not None:
-            self.writer.finish(result)
+            self.writer.finish_with(result)
         elif reason == "cancelled":
-            self.writer.finish(GeneratorExit())  # stored as interrupted, stop reason "cancelled"
+            self.writer.fail(GeneratorExit())  # stored as interrupted, stop reason "cancelled"
         elif reason == "error":
             self.writer.finish("failed", error="the decoder raised an exception")
         else:

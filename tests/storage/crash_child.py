@@ -20,7 +20,7 @@ def main(path: str, flush_interval: float, mode: str) -> None:
     rounds = synthetic_rounds(config, 2000)
     writer = TraceWriter(store, config, flush_interval=flush_interval, mode=mode)
     assert writer.mode == mode
-    print("ready", config.run_id, writer._service.pid if mode == "process" else 0, flush=True)
+    print("ready", config.run_id, writer._backend.service.pid if mode == "process" else 0, flush=True)
     for r in rounds:
         writer.write(r)
         print(r.index, time.monotonic(), flush=True)

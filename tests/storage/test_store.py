@@ -268,9 +268,9 @@ def test_readonly_open_and_jsonl_in_memory(recorded, tmp_path):
     assert digest(path) == before
     with pytest.raises(TraceStoreError):
         TraceStore(tmp_path / "absent.sqlite", readonly=True)
-    from specscope.storage import export_run
+    from specscope.storage import export_run, open_jsonl
 
     with TraceStore(path) as s:
         export_run(s, rid, tmp_path / "g.jsonl")
-    with TraceStore.from_jsonl(tmp_path / "g.jsonl") as mem:
+    with open_jsonl(tmp_path / "g.jsonl") as mem:
         assert [r.run_id for r in mem.list_runs()] == [rid]

@@ -60,7 +60,7 @@ def test_one_writer_process_serves_concurrent_runs_in_two_stores(tmp_path):
         ra, rb = synthetic_rounds(ca, 25), synthetic_rounds(cb, 7)
         wa = TraceWriter(a, ca, mode="process")
         wb = TraceWriter(b, cb, mode="process")
-        assert wa._service is wb._service and wa._service.pid != os.getpid()
+        assert wa._backend.service is wb._backend.service and wa._backend.service.pid != os.getpid()
         for i in range(25):
             wa.write(ra[i])
             if i < 7:
@@ -84,7 +84,7 @@ def test_writer_process_killed_fails_the_run_and_the_next_writer_restarts_it(sto
     writer = TraceWriter(store, config, mode="process")
     writer.write(rounds[0])
     writer.flush()
-    old = writer._service
+    old = writer._backend.service
     os.kill(old.pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
     while writer.alive and time.monotonic() < deadline:
@@ -99,10 +99,10 @@ def test_writer_process_killed_fails_the_run_and_the_next_writer_restarts_it(sto
     # a new writer gets a new writer process
     again = synthetic_config()
     with TraceWriter(store, again, mode="process") as fresh:
-        assert fresh._service is not old and fresh._service.pid != old.pid
+        assert fresh._backend.service is not old and fresh._backend.service.pid != old.pid
         fresh.write(synthetic_rounds(again, 1)[0])
     assert store.get_run(again.run_id).status == "completed"
-    assert writer_process() is fresh._service
+    assert writer_process() is fresh._backend.service
 
 
 def test_writer_process_imports_neither_torch_nor_qt():

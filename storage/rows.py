@@ -1,0 +1,315 @@
+"""The row builder: core records <-> table rows, in one place for every writer.
+
+TraceWriter (thread or process) and JSONL import store rounds through rounds_to_rows and
+runs through run_row; the read API turns rows back into records with rows_to_round,
+run_info and round_summary. A new column is mapped here, in both directions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
+from specscope.core.sampling import SamplingConfig
+
+from .codec import VectorPolicy, rebuild
+from .info import ModelInfo, RoundSummary, RunInfo
+
+# ---------------------------------------------------------------------------- runs
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def run_row(config: RunConfig, *, status: str, started_at: float, models: ModelInfo, library_versions: Mapping[str, Any],
+            top_n: int, full_vectors: bool, full_dtype: str, prompt_text: str | None = None,
+            extra: Mapping[str, Any] | None = None, writer_host: str | None = None, writer_pid: int | None = None) -> dict:
+    """A new run's row (no rounds yet)."""
+    s: SamplingConfig = config.sampling
+    return {
+        "run_id": config.run_id,
+        "status": status,
+        "stop_reason": None,
+        "error": None,
+        "started_at": float(started_at),
+        "ended_at": None,
+        "heartbeat_at": float(started_at) if status == "running" else None,
+        "writer_host": writer_host,
+        "writer_pid": writer_pid,
+        "prompt_ids": [int(t) for t in config.prompt_ids],
+        "prompt_text": prompt_text,
+        "max_new_tokens": int(config.max_new_tokens),
+        "k": int(config.k),
+        "temperature": float(s.temperature),
+        "top_k": int(s.top_k),
+        "top_p": float(s.top_p),
+        "seed": int(config.seed),
+        "eos_token_id": None if config.eos_token_id is None else int(config.eos_token_id),
+        "proposer": config.proposer,
+        "proposer_params": _json_safe(dict(config.proposer_params)),
+        "device": config.device,
+        "dtype": config.dtype,
+        "vocab_size": int(config.vocab_size),
+        "use_cache": bool(config.use_cache),
+        "fault": config.fault,
+        "target_name": models.target_name if models.target_name is not None else config.target_name,
+        "target_hash": models.target_hash,
+        "draft_name": models.draft_name if models.draft_name is not None else config.draft_name,
+        "draft_hash": models.draft_hash,
+        "tokenizer_name": models.tokenizer_name,
+        "tokenizer_hash": models.tokenizer_hash,
+        "library_versions": _json_safe(dict(library_versions)),
+        "extra": _json_safe(dict(extra or {})),
+        "top_n": int(top_n),
+        "full_vectors": bool(full_vectors),
+        "full_dtype": full_dtype,
+        "n_rounds": 0,
+        "drafted": 0,
+        "accepted": 0,
+        "new_tokens": [],
+        "wall_s": None,
+    }
+
+
+def run_config(r: Mapping[str, Any]) -> RunConfig:
+    return RunConfig(
+        run_id=r["run_id"],
+        prompt_ids=tuple(r["prompt_ids"]),
+        max_new_tokens=r["max_new_tokens"],
+        k=r["k"],
+        sampling=SamplingConfig(temperature=float(r["temperature"]), top_k=int(r["top_k"]), top_p=float(r["top_p"])),
+        seed=r["seed"],
+        eos_token_id=r["eos_token_id"],
+        proposer=r["proposer"],
+        proposer_params=dict(r["proposer_params"] or {}),
+        target_name=r["target_name"],
+        draft_name=r["draft_name"],
+        device=r["device"],
+        dtype=r["dtype"],
+        vocab_size=r["vocab_size"],
+        use_cache=bool(r["use_cache"]),
+        fault=r["fault"],
+    )
+
+
+def run_info(r: Mapping[str, Any]) -> RunInfo:
+    return RunInfo(
+        run_id=r["run_id"],
+        status=r["status"],
+        stop_reason=r["stop_reason"],
+        error=r["error"],
+        started_at=r["started_at"],
+        ended_at=r["ended_at"],
+        heartbeat_at=r["heartbeat_at"],
+        writer_host=r["writer_host"],
+        writer_pid=r["writer_pid"],
+        config=run_config(r),
+        prompt_text=r["prompt_text"],
+        models=ModelInfo(target_name=r["target_name"], target_hash=r["target_hash"], draft_name=r["draft_name"],
+                         draft_hash=r["draft_hash"], tokenizer_name=r["tokenizer_name"], tokenizer_hash=r["tokenizer_hash"]),
+        library_versions=dict(r["library_versions"] or {}),
+        extra=dict(r["extra"] or {}),
+        top_n=r["top_n"],
+        full_vectors=bool(r["full_vectors"]),
+        full_dtype=r["full_dtype"],
+        n_rounds=r["n_rounds"],
+        drafted=r["drafted"],
+        accepted=r["accepted"],
+        new_tokens=tuple(r["new_tokens"] or ()),
+        wall_s=r["wall_s"],
+    )
+
+
+# ---------------------------------------------------------------------------- rounds -> rows
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _pending(c: CacheState | None) -> list[int] | None:
+    return None if c is None else [int(x) for x in c.pending]
+
+
+def round_to_rows(rnd: Round, policy: VectorPolicy, run_id: str | None = None) -> tuple[dict, list[dict]]:
+    """One Round -> (rounds row, draft_nodes rows), keyed by column name."""
+    rows, nodes = rounds_to_rows([rnd], policy, run_id)
+    return rows[0], nodes
+
+
+class _Blobs:
+    """The distributions of many rounds, encoded together (VectorPolicy.encode)."""
+
+    def __init__(self, rounds: Sequence[Round], policy: VectorPolicy):
+        self._dists: list[np.ndarray] = []
+        self._slots: dict[int, int] = {}  # id(array) -> index; the arrays stay alive in _dists
+        for r in rounds:
+            for dist in (r.residual, r.bonus_p, *(a for n in r.nodes for a in (n.p, n.q))):
+                if dist is not None and id(dist) not in self._slots:
+                    self._slots[id(dist)] = len(self._dists)
+                    self._dists.append(dist)
+        self._tops, self._fulls = policy.encode(self._dists)
+
+    def top(self, dist: np.ndarray | None) -> bytes | None:
+        return None if dist is None else self._tops[self._slots[id(dist)]]
+
+    def full(self, dist: np.ndarray | None) -> bytes | None:
+        return None if dist is None else self._fulls[self._slots[id(dist)]]
+
+
+def rounds_to_rows(rounds: Sequence[Round], policy: VectorPolicy, run_id: str | None = None) -> tuple[list[dict], list[dict]]:
+    """Rounds -> (rounds rows, draft_nodes rows), with the distributions of all of them
+    encoded together (the writer converts everything queued in a flush interval at once)."""
+    blobs = _Blobs(rounds, policy)
+    round_rows: list[dict] = []
+    node_rows: list[dict] = []
+    for rnd in rounds:
+        rid = run_id or rnd.run_id
+        round_rows.append(_round_row(rnd, rid, blobs))
+        node_rows.extend(_node_row(n, rid, int(rnd.index), blobs) for n in rnd.nodes)
+    return round_rows, node_rows
+
+
+def _round_row(rnd: Round, run_id: str, blobs: _Blobs) -> dict:
+    tc, dc, t = rnd.target_cache, rnd.draft_cache, rnd.timings
+    return {
+        "run_id": run_id,
+        "round_index": int(rnd.index),
+        "prefix_len": int(rnd.prefix_len),
+        "emitted_before": int(rnd.emitted_before),
+        "remaining_budget": int(rnd.remaining_budget),
+        "k": int(rnd.k),
+        "greedy": bool(rnd.greedy),
+        "n_drafted": len(rnd.nodes),
+        "n_accepted": sum(1 for n in rnd.nodes if n.status == "accepted"),
+        "draft_tokens": [int(n.token) for n in rnd.nodes],
+        "emitted": [[int(e.token), e.kind, _opt_int(e.node), _opt_float(e.draw)] for e in rnd.emitted],
+        "eos": bool(rnd.eos),
+        "budget_stop": bool(rnd.budget_stop),
+        "bonus_withheld": bool(rnd.bonus_withheld),
+        "rejected_node": _opt_int(rnd.rejected_node),
+        "residual_mass": _opt_float(rnd.residual_mass),
+        "residual_top": blobs.top(rnd.residual),
+        "residual_full": blobs.full(rnd.residual),
+        "bonus_top": blobs.top(rnd.bonus_p),
+        "bonus_full": blobs.full(rnd.bonus_p),
+        "tc_before": int(tc.before),
+        "tc_peak": int(tc.peak),
+        "tc_after": int(tc.after),
+        "tc_pending": _pending(tc),
+        "dc_before": None if dc is None else int(dc.before),
+        "dc_peak": None if dc is None else int(dc.peak),
+        "dc_after": None if dc is None else int(dc.after),
+        "dc_pending": _pending(dc),
+        "draft_s": float(t.draft_s),
+        "verify_s": float(t.verify_s),
+        "bookkeeping_s": float(t.bookkeeping_s),
+        "draft_forwards": int(rnd.draft_forwards),
+        "target_forwards": int(rnd.target_forwards),
+    }
+
+
+def _node_row(n: DraftNode, run_id: str, round_index: int, blobs: _Blobs) -> dict:
+    return {
+        "run_id": run_id,
+        "round_index": round_index,
+        "node_index": int(n.index),
+        "token": int(n.token),
+        "parent": int(n.parent),
+        "depth": int(n.depth),
+        "status": n.status,
+        "u": _opt_float(n.u),
+        "p_token": float(n.p_token),
+        "q_token": _opt_float(n.q_token),
+        "ratio": _opt_float(n.ratio),
+        "overlap": _opt_float(n.overlap),
+        "target_argmax": int(n.target_argmax),
+        "p_top": blobs.top(n.p),
+        "q_top": blobs.top(n.q),
+        "p_full": blobs.full(n.p),
+        "q_full": blobs.full(n.q),
+    }
+
+
+# ---------------------------------------------------------------------------- rows -> rounds
+
+
+def _cache(before: Any, peak: Any, after: Any, pending: Any) -> CacheState | None:
+    if before is None:
+        return None
+    return CacheState(before=int(before), peak=int(peak), after=int(after), pending=tuple(int(x) for x in pending or ()))
+
+
+def emitted_tokens(items: Iterable[Sequence[Any]]) -> tuple[EmittedToken, ...]:
+    return tuple(EmittedToken(token=int(t), kind=kind, node=node, draw=draw) for t, kind, node, draw in items)
+
+
+def _round_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The Round fields of a rounds row that are not distributions or nodes."""
+    return dict(
+        run_id=row["run_id"],
+        index=int(row["round_index"]),
+        prefix_len=int(row["prefix_len"]),
+        emitted_before=int(row["emitted_before"]),
+        remaining_budget=int(row["remaining_budget"]),
+        k=int(row["k"]),
+        greedy=bool(row["greedy"]),
+        rejected_node=row["rejected_node"],
+        residual_mass=row["residual_mass"],
+        emitted=emitted_tokens(row["emitted"]),
+        eos=bool(row["eos"]),
+        budget_stop=bool(row["budget_stop"]),
+        bonus_withheld=bool(row["bonus_withheld"]),
+        target_cache=_cache(row["tc_before"], row["tc_peak"], row["tc_after"], row["tc_pending"]),
+        draft_cache=_cache(row["dc_before"], row["dc_peak"], row["dc_after"], row["dc_pending"]),
+        timings=RoundTimings(draft_s=row["draft_s"], verify_s=row["verify_s"], bookkeeping_s=row["bookkeeping_s"]),
+        draft_forwards=int(row["draft_forwards"]),
+        target_forwards=int(row["target_forwards"]),
+    )
+
+
+def round_summary(row: Mapping[str, Any]) -> RoundSummary:
+    return RoundSummary(**_round_fields(row), drafted=row["n_drafted"], accepted=row["n_accepted"],
+                        draft_tokens=tuple(row["draft_tokens"]))
+
+
+def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]], vocab_size: int, full: bool = True) -> Round:
+    """Rebuild a core Round. With full=False (or no stored full vectors) the distributions
+    are PartialDistribution arrays built from the top-N."""
+
+    def dist(top: bytes | None, fullblob: bytes | None, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
+        if top is None:
+            return None
+        return rebuild(top, fullblob if full else None, vocab_size, exact)
+
+    nodes = []
+    for n in sorted(node_rows, key=lambda r: r["node_index"]):
+        token = int(n["token"])
+        q_token = n["q_token"]
+        nodes.append(
+            DraftNode(
+                index=int(n["node_index"]),
+                token=token,
+                parent=int(n["parent"]),
+                depth=int(n["depth"]),
+                p=dist(n["p_top"], n.get("p_full"), {token: n["p_token"]}),
+                q=dist(n["q_top"], n.get("q_full"), None if q_token is None else {token: q_token}),
+                status=n["status"],
+                u=n["u"],
+                p_token=n["p_token"],
+                q_token=q_token,
+                ratio=n["ratio"],
+                overlap=n["overlap"],
+                target_argmax=int(n["target_argmax"]),
+            )
+        )
+    return Round(**_round_fields(row), nodes=tuple(nodes), bonus_p=dist(row["bonus_top"], row.get("bonus_full")),
+                 residual=dist(row["residual_top"], row.get("residual_full")))
