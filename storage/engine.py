@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -89,28 +89,26 @@ def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS
         con.close()
 
 
-def _sqlite_pragmas_readonly(dbapi_connection: Any, _record: Any) -> None:
-    dbapi_connection.isolation_level = None
-    cur = dbapi_connection.cursor()
-    try:
-        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA query_only = ON")
-    finally:
-        cur.close()
+def _on_connect(*pragmas: str) -> Callable[[Any, Any], None]:
+    """A connect listener that runs `pragmas` on each new SQLite connection."""
+
+    def listener(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling would not BEGIN before DDL or SELECT; take it
+        # over (the SQLAlchemy recipe) so migrations are atomic and reads see one snapshot.
+        dbapi_connection.isolation_level = None
+        cur = dbapi_connection.cursor()
+        try:
+            for pragma in pragmas:
+                cur.execute(f"PRAGMA {pragma}")
+        finally:
+            cur.close()
+
+    return listener
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # pysqlite's own transaction handling would not BEGIN before DDL or SELECT; take it over
-    # (the SQLAlchemy recipe) so migrations are atomic and reads see one snapshot.
-    dbapi_connection.isolation_level = None
-    cur = dbapi_connection.cursor()
-    try:
-        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")
-        cur.execute("PRAGMA foreign_keys = ON")
-    finally:
-        cur.close()
+_sqlite_pragmas = _on_connect(f"busy_timeout = {BUSY_TIMEOUT_MS}", "journal_mode = WAL", "synchronous = NORMAL",
+                              "foreign_keys = ON")
+_sqlite_pragmas_readonly = _on_connect(f"busy_timeout = {BUSY_TIMEOUT_MS}", "query_only = ON")
 
 
 def _sqlite_begin(conn: Any) -> None:
