@@ -60,8 +60,16 @@ class Finding:
 
 
 class _RoundChecker:
-    def __init__(self, config: RunConfig, rnd: Round, out_start: int, tol: float, sink: list[Finding]):
+    """Checks one round. Each rule is a method listed in ROUND_CHECKS (end of the class);
+    adding a rule = its RULES line, its method, its name in ROUND_CHECKS."""
+
+    def __init__(self, config: RunConfig, rnd: Round, out_start: int, tol: float, sink: list[Finding], *,
+                 position: int = 0, previous: Round | None = None, is_last: bool = False, caches: bool = True):
         self.config, self.rnd, self.out_start, self.tol, self.sink = config, rnd, out_start, tol, sink
+        self.position = position  # where the round stands in the run (0-based)
+        self.previous = previous  # the round before it, if any
+        self.is_last = is_last
+        self.check_caches = caches
 
     def add(self, rule: str, message: str, position: int | None = None, node: int | None = None) -> None:
         self.sink.append(Finding(self.config.run_id, self.rnd.index, position, rule, message, node))
@@ -313,8 +321,23 @@ class _RoundChecker:
 
     # ---------------------------------------------------------------- budget, EOS
 
-    def budget(self, emitted_total_after: int) -> None:
+    def continuity(self) -> None:
+        rnd, emitted = self.rnd, self.out_start
+        prompt_len = len(self.config.prompt_ids)
+        if rnd.index != self.position:
+            self.add("prefix-continuity", f"round index {rnd.index} where {self.position} was expected")
+        if rnd.emitted_before != emitted or rnd.prefix_len != prompt_len + emitted:
+            self.add(
+                "prefix-continuity",
+                f"round starts from a prefix of {rnd.prefix_len} tokens ({rnd.emitted_before} emitted before), "
+                f"but the prompt plus earlier rounds make {prompt_len + emitted} ({emitted} emitted)",
+            )
+        if rnd.remaining_budget != self.config.max_new_tokens - emitted:
+            self.add("budget", f"remaining budget {rnd.remaining_budget} where {self.config.max_new_tokens - emitted} was left")
+
+    def budget(self) -> None:
         rnd, cfg = self.rnd, self.config
+        emitted_total_after = self.out_start + len(rnd.emitted)
         if rnd.k > rnd.remaining_budget:
             self.add("budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}")
         if len(rnd.emitted) > rnd.remaining_budget:
@@ -326,8 +349,8 @@ class _RoundChecker:
         if rnd.budget_stop != (emitted_total_after >= cfg.max_new_tokens):
             self.add("budget", f"budget_stop flag is {rnd.budget_stop} after {emitted_total_after} of {cfg.max_new_tokens} tokens")
 
-    def eos(self, is_last_round: bool) -> None:
-        rnd, eos = self.rnd, self.config.eos_token_id
+    def eos(self) -> None:
+        rnd, eos, is_last_round = self.rnd, self.config.eos_token_id, self.is_last
         if eos is None:
             if rnd.eos:
                 self.add("eos", "the round is flagged EOS but the run has no EOS token")
@@ -346,8 +369,10 @@ class _RoundChecker:
 
     # ---------------------------------------------------------------- caches
 
-    def caches(self, previous: Round | None) -> None:
-        rnd = self.rnd
+    def caches(self) -> None:
+        if not self.check_caches:
+            return
+        rnd, previous = self.rnd, self.previous
         committed = rnd.prefix_len + rnd.accepted
         final_len = rnd.prefix_len + len(rnd.emitted)
         tc = rnd.target_cache
@@ -375,6 +400,11 @@ class _RoundChecker:
             )
 
 
+# The round rules, in the order they run (a finding's order within a round follows it).
+ROUND_CHECKS: tuple[str, ...] = ("continuity", "structure", "decisions", "repair_and_bonus", "sampler", "budget", "eos",
+                                 "caches")
+
+
 def check_run(
     config: RunConfig,
     rounds: Sequence[Round] | Iterable[Round],
@@ -383,31 +413,15 @@ def check_run(
 ) -> list[Finding]:
     """Every violation of RULES in the run, in round order."""
     findings: list[Finding] = []
-    prompt_len = len(config.prompt_ids)
     rounds = list(rounds)
     emitted = 0
     previous: Round | None = None
     caches = config.use_cache if check_caches is None else check_caches
     for i, rnd in enumerate(rounds):
-        c = _RoundChecker(config, rnd, emitted, tol, findings)
-        if rnd.index != i:
-            c.add("prefix-continuity", f"round index {rnd.index} where {i} was expected")
-        if rnd.emitted_before != emitted or rnd.prefix_len != prompt_len + emitted:
-            c.add(
-                "prefix-continuity",
-                f"round starts from a prefix of {rnd.prefix_len} tokens ({rnd.emitted_before} emitted before), "
-                f"but the prompt plus earlier rounds make {prompt_len + emitted} ({emitted} emitted)",
-            )
-        if rnd.remaining_budget != config.max_new_tokens - emitted:
-            c.add("budget", f"remaining budget {rnd.remaining_budget} where {config.max_new_tokens - emitted} was left")
-        c.structure()
-        c.decisions()
-        c.repair_and_bonus()
-        c.sampler()
-        c.budget(emitted + len(rnd.emitted))
-        c.eos(is_last_round=i == len(rounds) - 1)
-        if caches:
-            c.caches(previous)
+        checker = _RoundChecker(config, rnd, emitted, tol, findings, position=i, previous=previous,
+                                is_last=i == len(rounds) - 1, caches=caches)
+        for name in ROUND_CHECKS:
+            getattr(checker, name)()
         emitted += len(rnd.emitted)
         previous = rnd
     return findings

@@ -27,6 +27,8 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
+from .kv import model_vocab_size
+
 log = logging.getLogger(__name__)
 
 BUNDLED_DRAFTS = ("small", "tiny")
@@ -388,7 +390,7 @@ def load_pair(
     target = load_model(t_dir, dev, dt, role="target")
     draft = load_model(d_dir, dev, dt, role="draft") if d_dir is not None else None
     if draft is not None:
-        vt, vd = _vocab_width(target), _vocab_width(draft)
+        vt, vd = model_vocab_size(target), model_vocab_size(draft)
         if vt != vd:
             raise ValueError(f"target and draft vocabularies differ: the target's logits have {vt} entries, the draft's {vd}")
     hashes = {
@@ -408,12 +410,6 @@ def load_pair(
         draft_path=d_dir,
         hashes=hashes,
     )
-
-
-def _vocab_width(model: torch.nn.Module) -> int:
-    from .kv import model_vocab_size
-
-    return model_vocab_size(model)
 
 
 def load_bundled(name: str = "small", device: str | torch.device = "auto", dtype: str | torch.dtype | None = None) -> ModelPair:

@@ -77,14 +77,9 @@ class Variant:
         tokens: list[int] = []
         rounds = draft_forwards = 0
         started = time.perf_counter()
-        gen = dec.rounds(prompt, max_new)
         # CachedLM counters are reset at the start of a run, i.e. inside the first next().
         last_t = last_d = 0.0
-        while True:
-            try:
-                rnd = next(gen)
-            except StopIteration:
-                break
+        for rnd in dec.start(prompt, max_new):
             t_f, d_f = t_lm.forward_s - last_t, d_lm.forward_s - last_d
             last_t, last_d = t_lm.forward_s, d_lm.forward_s
             tm = rnd.timings

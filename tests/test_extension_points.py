@@ -1,0 +1,170 @@
+"""The three everyday changes each touch one place (architecture issue):
+
+- a new fault is one entry (and its inject function) in core/faults.py;
+- a new checker rule is one RULES line, one method and one ROUND_CHECKS name in core/checker.py;
+- a new proposer is its class and one registry entry in core/ (tests/app covers the GUI side).
+
+Each test makes the change the way a maintainer would, at run time and in that one module
+only, and then uses it through the public API and the CLI, which were not touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from specscope.app.cli import main
+from specscope.core import DraftModelProposer, SamplingConfig
+from specscope.core import checker as checker_module
+from specscope.core import faults as faults_module
+from specscope.core import registry
+from specscope.core.checker import check_run, first_bad_round
+from specscope.core.kv import CachePolicy
+
+from .tiny_models import noisy_copy, tiny_lm
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    target = tiny_lm("llama", seed=0, init_range=0.3)
+    target.save_pretrained(root / "target")
+    noisy_copy(target, 0.3).save_pretrained(root / "draft")
+    return root / "target", root / "draft"
+
+
+class KeepsTwoTooMany(CachePolicy):
+    """A new bug: the target cache keeps two rejected entries, and the decoder feeds only
+    the newest token when the cache seems to cover the context."""
+
+    def __init__(self, inner, fire):
+        self.inner, self.fire = inner, fire
+
+    def pending(self, lm, context):
+        if lm.processed >= len(context):
+            return [context[-1]]
+        return self.inner.pending(lm, context)
+
+    def crop(self, lm, committed):
+        if lm.processed > committed:
+            self.fire()
+        self.inner.crop(lm, committed + 2)
+
+
+@pytest.fixture
+def new_fault(monkeypatch):
+    fault = faults_module.Fault(
+        "target-crop-off-by-two", "the target cache keeps two entries too many after a crop", "a rejection",
+        lambda seams, fire: dataclasses.replace(seams, target_cache=KeepsTwoTooMany(seams.target_cache, fire)),
+    )
+    monkeypatch.setitem(faults_module.FAULTS, fault.name, fault)
+    return fault.name
+
+
+def test_a_fault_added_in_faults_py_alone_fires_and_is_flagged(new_fault):
+    target = tiny_lm("llama", seed=0, init_range=0.3)
+    draft = noisy_copy(target, 0.3)
+    dec = faults_module.faulty_decoder(new_fault, target, DraftModelProposer(draft), k=4,
+                                       sampling=SamplingConfig(temperature=0))
+    out = dec.generate([1, 2, 3, 4, 1, 2], 40)
+    assert out.config.fault == new_fault
+    assert dec.fault_rounds, "the new fault never fired"
+    findings = check_run(out.config, out.rounds)
+    assert first_bad_round(findings) == dec.fault_rounds[0]
+    assert {f.rule for f in findings if f.round == dec.fault_rounds[0]} == {"target-cache"}
+
+
+def test_a_fault_added_in_faults_py_alone_reaches_the_cli(new_fault, checkpoints, tmp_path, capsys):
+    target, draft = checkpoints
+    assert main(["faults"]) == 0
+    assert new_fault in capsys.readouterr().out
+    db = tmp_path / "t.sqlite"
+    code = main(["run", "--target", str(target), "--draft", str(draft), "--prompt-ids", "1,2,3,4,1,2",
+                 "--device", "cpu", "--max-new", "40", "--fault", new_fault, "--db", str(db), "--json"])
+    assert code == 0
+    capsys.readouterr()
+    assert main(["check", str(db)]) != 0
+    assert "[target-cache]" in capsys.readouterr().out
+
+
+@pytest.fixture
+def new_rule(monkeypatch):
+    """A new rule (a lint more than a bug): a round that drafted nothing."""
+
+    def drafted_something(self):
+        if not self.rnd.nodes:
+            self.add("empty-draft", "the proposer drafted nothing: the round cost a target forward for one token")
+
+    monkeypatch.setitem(checker_module.RULES, "empty-draft", "every round drafts at least one token")
+    monkeypatch.setattr(checker_module._RoundChecker, "drafted_something", drafted_something, raising=False)
+    monkeypatch.setattr(checker_module, "ROUND_CHECKS", checker_module.ROUND_CHECKS + ("drafted_something",))
+    return "empty-draft"
+
+
+def test_a_rule_added_in_checker_py_alone_reaches_the_cli(new_rule, checkpoints, tmp_path, capsys):
+    target, _ = checkpoints
+    db = tmp_path / "t.sqlite"
+    # Prompt lookup on a prompt without repeats drafts nothing in its first round.
+    code = main(["run", "--target", str(target), "--proposer", "lookup", "--prompt-ids", "1,2,3,4,5,6",
+                 "--device", "cpu", "--max-new", "8", "--db", str(db), "--json"])
+    assert code == 0
+    capsys.readouterr()
+    assert main(["check", str(db)]) != 0
+    out = capsys.readouterr().out
+    assert "[empty-draft] round 0" in out
+
+
+class RepeatLast:
+    """A new proposer: the last context token, k times, as a point mass."""
+
+    name = "repeat"
+    label = None
+
+    def __init__(self, times: int = 1):
+        self.times = times
+        self.spec = f"repeat:times={times}"
+        self.vocab_size = 0
+
+    def bind(self, vocab_size, use_cache):
+        self.vocab_size = vocab_size
+
+    def reset(self):
+        pass
+
+    @property
+    def cache_length(self):
+        return None
+
+    def params(self):
+        return {"times": self.times}
+
+    def propose(self, context, k, sampling, rng):
+        from specscope.core.proposers import Draft, chain_parents
+
+        tokens = [context[-1]] * min(k, self.times)
+        q = None
+        if not sampling.greedy and tokens:
+            q = np.zeros((len(tokens), self.vocab_size))
+            q[np.arange(len(tokens)), tokens] = 1.0
+        return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=q)
+
+    def observe(self, committed_len):
+        return None
+
+
+def test_a_proposer_added_in_core_alone_is_built_from_its_spec_and_checked_clean(monkeypatch):
+    kind = registry.ProposerKind("repeat", "the last token again", lambda spec, _load: RepeatLast(**spec.params),
+                                 params=(registry.Param("times", int, 1),))
+    monkeypatch.setitem(registry.KINDS, kind.name, kind)
+    proposer = registry.build_proposer("repeat:times=3")
+    assert proposer.spec == "repeat:times=3"
+    from specscope.core import SpeculativeDecoder
+
+    target = tiny_lm("llama", seed=0, init_range=0.3)
+    out = SpeculativeDecoder(target, proposer, k=4, sampling=SamplingConfig(temperature=1.0)).generate([5, 5, 5, 5], 30)
+    assert out.config.proposer_params["spec"] == "repeat:times=3"
+    assert check_run(out.config, out.rounds) == []
+    with pytest.raises(registry.SpecError, match="no parameter 'nope'"):
+        registry.build_proposer("repeat:nope=1")
