@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from specscope.app.cli import main
@@ -23,16 +22,13 @@ from specscope.core import registry
 from specscope.core.checker import check_run, first_bad_round
 from specscope.core.kv import CachePolicy
 
-from .tiny_models import noisy_copy, tiny_lm
+from .core.scripted import ScriptedProposer
+from .tiny_models import noisy_copy, save_pair, tiny_lm
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt")
-    target = tiny_lm("llama", seed=0, init_range=0.3)
-    target.save_pretrained(root / "target")
-    noisy_copy(target, 0.3).save_pretrained(root / "draft")
-    return root / "target", root / "draft"
+    return save_pair(tmp_path_factory.mktemp("ckpt"), noise=0.3)
 
 
 class KeepsTwoTooMany(CachePolicy):
@@ -116,42 +112,21 @@ def test_a_rule_added_in_checker_py_alone_reaches_the_cli(new_rule, checkpoints,
     assert "[empty-draft] round 0" in out
 
 
-class RepeatLast:
-    """A new proposer: the last context token, k times, as a point mass."""
+class RepeatLast(ScriptedProposer):
+    """A new proposer: the last context token, `times` times, as a point mass."""
 
     name = "repeat"
-    label = None
 
     def __init__(self, times: int = 1):
-        self.times = times
+        super().__init__(lambda context, k: [context[-1]] * min(k, times), vocab_size=0)
         self.spec = f"repeat:times={times}"
-        self.vocab_size = 0
+        self.times = times
 
     def bind(self, vocab_size, use_cache):
         self.vocab_size = vocab_size
 
-    def reset(self):
-        pass
-
-    @property
-    def cache_length(self):
-        return None
-
     def params(self):
         return {"times": self.times}
-
-    def propose(self, context, k, sampling, rng):
-        from specscope.core.proposers import Draft, chain_parents
-
-        tokens = [context[-1]] * min(k, self.times)
-        q = None
-        if not sampling.greedy and tokens:
-            q = np.zeros((len(tokens), self.vocab_size))
-            q[np.arange(len(tokens)), tokens] = 1.0
-        return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=q)
-
-    def observe(self, committed_len):
-        return None
 
 
 def test_a_proposer_added_in_core_alone_is_built_from_its_spec_and_checked_clean(monkeypatch):

@@ -6,16 +6,12 @@ import pytest
 
 from specscope.app.cli import main
 
-from ..tiny_models import noisy_copy, tiny_lm
+from ..tiny_models import save_pair
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt")
-    target = tiny_lm("llama", seed=0, init_range=0.3)
-    target.save_pretrained(root / "target")
-    noisy_copy(target, 0.05).save_pretrained(root / "draft")
-    return root / "target", root / "draft"
+    return save_pair(tmp_path_factory.mktemp("ckpt"), noise=0.05)
 
 
 def run_cli(capsys, *argv):
