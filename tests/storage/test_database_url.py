@@ -5,13 +5,19 @@ Runs only when SPECSCOPE_TEST_DATABASE_URL names a database the tests may write 
     SPECSCOPE_TEST_DATABASE_URL=postgresql+psycopg://specscope:specscope@localhost/specscope \\
         .venv/bin/python -m pytest -q tests/storage/test_database_url.py
 
-(CI has no server, so it skips them.) Every run the tests create is deleted at the end.
+(`.ci/run` starts a throwaway PostgreSQL server and sets it; without one they skip.) Every run
+the tests create is deleted at the end; the tests with several processes each work in a schema
+of their own (tests/pg_server.py).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -20,11 +26,14 @@ from sqlalchemy.engine import make_url
 from specscope.core.checker import check_run
 from specscope.storage import RunExistsError, TraceStore, TraceWriter, export_run, import_run, record
 
+from ..pg_server import SKIP_REASON, fresh_schema
+from ..tiny_models import save_pair
 from .conftest import PROMPT
 from .helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
+from .test_crash import _wait_gone
 
 URL = os.environ.get("SPECSCOPE_TEST_DATABASE_URL")
-pytestmark = pytest.mark.skipif(not URL, reason="set SPECSCOPE_TEST_DATABASE_URL to test a database server")
+pytestmark = pytest.mark.skipif(not URL, reason=SKIP_REASON)
 
 
 @pytest.fixture
@@ -99,3 +108,136 @@ def test_a_run_without_a_live_writer_is_marked_interrupted(server_store):
         assert reopened.get_run(config.run_id).status == "interrupted"
     writer.finish("completed")  # the run is no longer 'running': the late finish does not revive it
     assert server_store.get_run(config.run_id).status in ("interrupted", "completed")
+
+
+# --- several processes at once on the server -------------------------------------------------
+
+CLI = "import sys; from specscope.app.cli import main; sys.exit(main(sys.argv[1:]))"
+PROMPT_IDS = ",".join(map(str, PROMPT))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    return save_pair(tmp_path_factory.mktemp("pair"))
+
+
+def start_recording(url, checkpoints, seed, max_new, writer_mode="thread"):
+    """`specscope run --db URL` on the tiny pair, in a process of its own."""
+    target, draft = checkpoints
+    env = dict(os.environ, SPECSCOPE_TRACE_WRITER=writer_mode, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    return subprocess.Popen(
+        [sys.executable, "-c", CLI, "run", "--target", str(target), "--draft", str(draft), "--prompt-ids", PROMPT_IDS,
+         "--device", "cpu", "--temperature", "1.0", "--seed", str(seed), "--max-new", str(max_new), "--eos-id", "none",
+         "--db", url, "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def stop(procs):
+    """Kill whatever is left of each process group (a writer process included)."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if p.poll() is None:
+            p.wait(timeout=30)
+
+
+def test_two_recording_processes_and_a_reader_at_once(checkpoints):
+    with fresh_schema("two") as url:
+        procs = [start_recording(url, checkpoints, seed=1, max_new=80, writer_mode="thread"),
+                 start_recording(url, checkpoints, seed=2, max_new=80, writer_mode="process")]
+        seen: dict[str, int] = {}  # run id -> most rounds read so far
+        seen_running = set()
+        reads = 0
+        try:
+            with TraceStore(url) as reader:
+                deadline = time.monotonic() + 240
+                while any(p.poll() is None for p in procs):
+                    assert time.monotonic() < deadline, "the recording processes did not finish"
+                    for info in reader.list_runs():
+                        rounds = reader.load_rounds(info.run_id)
+                        # what a reader sees is always a prefix of the run, never less than before
+                        assert [r.index for r in rounds] == list(range(len(rounds)))
+                        assert len(rounds) >= seen.get(info.run_id, 0)
+                        seen[info.run_id] = len(rounds)
+                        if info.status == "running" and rounds:
+                            seen_running.add(info.run_id)
+                        reads += 1
+                    time.sleep(0.05)
+            outputs = [p.communicate(timeout=60) for p in procs]
+        finally:
+            stop(procs)
+        for p, (out, err) in zip(procs, outputs):
+            assert p.returncode == 0, err
+        summaries = {s["run_id"]: s for s in (json.loads(out) for out, _ in outputs)}
+        with TraceStore(url) as store:
+            runs = store.list_runs()
+            assert store.recovered == [] and {r.run_id for r in runs} == set(summaries)
+            for info in runs:
+                summary = summaries[info.run_id]
+                assert info.status == "completed" and info.stop_reason == "budget"
+                rounds = store.load_rounds(info.run_id, full=True)
+                assert info.n_rounds == len(rounds) == summary["rounds"] == store.count_rounds(info.run_id)
+                assert [r.index for r in rounds] == list(range(len(rounds)))
+                assert list(info.new_tokens) == summary["new_tokens"]
+                assert check_run(info.config, rounds) == []
+                assert seen[info.run_id] <= len(rounds)
+    assert reads > 0 and seen_running, "the reader never saw a run while it was being recorded"
+
+
+FLUSH = 0.25
+SLACK = 0.5  # scheduling slack on a loaded CI machine (the commit itself takes time)
+
+
+@pytest.mark.parametrize("scenario", ["thread", "process: recording process killed", "process: both killed"])
+def test_kill_9_mid_run_then_the_run_is_interrupted_with_its_committed_rounds(scenario):
+    """kill -9 of a process recording into the server (tests/storage/crash_child.py, as in
+    test_crash.py for SQLite): at most the last flush interval is lost, and the run ends up
+    interrupted, marked by the surviving writer process or else by the next open."""
+    mode = scenario.split(":")[0]
+    with fresh_schema("kill") as url:
+        child = subprocess.Popen(
+            [sys.executable, os.path.join(os.path.dirname(__file__), "crash_child.py"), url, str(FLUSH), mode],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            first = child.stdout.readline().split()
+            assert first and first[0] == "ready", child.stderr.read()
+            run_id, writer_pid = first[1], int(first[2])
+            written: dict[int, float] = {}
+            while len(written) < 200:
+                line = child.stdout.readline()
+                assert line, child.stderr.read()
+                i, t = line.split()
+                written[int(i)] = float(t)
+            with TraceStore(url) as reader:  # a reader in another process sees the run while it is written
+                assert reader.get_run(run_id).status == "running" and reader.count_rounds(run_id) > 0
+                assert reader.recovered == []
+            killed_at = time.monotonic()
+            if scenario == "process: both killed":
+                os.killpg(child.pid, signal.SIGKILL)
+            else:
+                os.kill(child.pid, signal.SIGKILL)
+            child.wait(timeout=30)
+            if writer_pid:
+                _wait_gone(writer_pid)  # the writer process stores what it received, then exits
+        finally:
+            stop([child])
+        must_have = [i for i, t in written.items() if t < killed_at - FLUSH - SLACK]
+        assert must_have, "the child wrote too slowly for the test to mean anything"
+        with TraceStore(url) as store:
+            info = store.get_run(run_id)
+            assert info.status == "interrupted" and info.ended_at is not None
+            if scenario == "process: recording process killed":
+                assert store.recovered == [] and "ended without finishing" in info.error
+            else:
+                assert store.recovered == [run_id]
+            stored = store.count_rounds(run_id)
+            assert stored >= max(must_have) + 1, f"lost rounds before the last flush interval: stored {stored}, needed {max(must_have) + 1}"
+            assert info.n_rounds == stored
+            rounds = store.load_rounds(run_id)  # every stored round complete, with its nodes
+            assert [r.index for r in rounds] == list(range(stored))
+            assert all(len(r.nodes) == 4 for r in rounds)
+            assert len(info.new_tokens) == sum(len(r.emitted) for r in rounds)
+        with TraceStore(url) as again:  # recovery happens once
+            assert again.recovered == [] and again.get_run(run_id).status == "interrupted"
