@@ -4,6 +4,10 @@
 `func=<handler>`, and every handler takes the parsed args and returns an exit code
 (0 ok, 1 a trace-store or trace-file error, printed to stderr as one line).
 This module imports no Qt.
+
+Stored strings are untrusted (a run may come from an imported file or an older store): the
+text output prints them through _safe (control characters escaped, long strings cut), and one
+run's odd values (a time datetime cannot format, ...) never stop a whole listing.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import datetime as _dt
 import json
 import sys
+import unicodedata
 from typing import Any, Callable
 
 import numpy as np
@@ -29,6 +34,7 @@ from specscope.storage.codec import top_entries
 from specscope.storage.jsonl import header_json, iter_export
 
 _KIND_MARK = dict(zip(TOKEN_KINDS, ("", "!", "+")))
+SAFE_WIDTH = 80  # untrusted strings are cut to this many characters + "…"
 
 
 def register(subparsers: Any) -> None:
@@ -68,8 +74,31 @@ def register(subparsers: Any) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"specscope: error: {message}", file=sys.stderr)
+    print(f"specscope: error: {_safe(message, 1000)}", file=sys.stderr)
     return 1
+
+
+def _escape(ch: str) -> str:
+    if ch in "\n\r\t":
+        return repr(ch)[1:-1]
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _unsafe(ch: str) -> bool:
+    # control (C0, DEL, C1), format (bidi overrides, zero-width), line/paragraph separators
+    return ch < " " or "\x7f" <= ch <= "\x9f" or (ch > "\x9f" and unicodedata.category(ch) in ("Cf", "Zl", "Zp", "Cs"))
+
+
+def _safe(value: Any, width: int = SAFE_WIDTH) -> str:
+    """An untrusted value as one printable line: control characters escaped (ESC -> \\x1b),
+    cut to `width` characters + "…"."""
+    if value is None:
+        return "-"
+    s = value if isinstance(value, str) else str(value)
+    s = s[:width + 1]  # never escape (or print) more than is shown
+    out = "".join(_escape(ch) if _unsafe(ch) else ch for ch in s)
+    return out if len(out) <= width and len(s) <= width else out[:width] + "…"
 
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -91,7 +120,10 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
 def _when(ts: float | None) -> str:
     if ts is None:
         return "-"
-    return _dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return _dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError, TypeError):  # a time no calendar shows: print the number
+        return _safe(repr(ts), 19)
 
 
 def _open(db: str | None, create: bool = False) -> TraceStore:
@@ -99,7 +131,12 @@ def _open(db: str | None, create: bool = False) -> TraceStore:
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:
-    return "-" if x is None else format(x, spec)
+    if x is None:
+        return "-"
+    try:
+        return format(x, spec)
+    except (TypeError, ValueError):
+        return _safe(repr(x), 12)
 
 
 # ---------------------------------------------------------------------------- runs
@@ -126,11 +163,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     print(f"{'run':12} {'status':11} {'started':19} {'proposer':9} {'sampling':12} {'k':>2} {'rounds':>6} "
           f"{'tokens':>6} {'accept':>6} {'tau':>5}  target / draft")
     for r in runs:
-        models = r.models.target_name + (f" / {r.models.draft_name}" if r.models.draft_name else "")
-        print(f"{r.run_id[:12]:12} {r.status:11} {_when(r.started_at):19} {r.config.proposer[:9]:9} "
-              f"{r.config.sampling.describe()[:12]:12} {r.config.k:>2} {r.n_rounds:>6} {len(r.new_tokens):>6} "
-              f"{r.acceptance_rate:>6.1%} {r.mean_accepted_length:>5.2f}  {models}")
+        try:
+            line = _run_line(r)
+        except Exception as exc:  # one run's odd values never hide the others
+            line = f"{_safe(r.run_id, 12):12} (cannot show this run: {_safe(exc)})"
+        print(line)
     return 0
+
+
+def _run_line(r: Any) -> str:
+    models = _safe(r.models.target_name) + (f" / {_safe(r.models.draft_name)}" if r.models.draft_name else "")
+    return (f"{_safe(r.run_id, 12):12} {_safe(r.status, 11):11} {_when(r.started_at):19} {_safe(r.config.proposer, 9):9} "
+            f"{_safe(r.config.sampling.describe(), 12):12} {r.config.k:>2} {r.n_rounds:>6} {len(r.new_tokens):>6} "
+            f"{r.acceptance_rate:>6.1%} {r.mean_accepted_length:>5.2f}  {models}")
 
 
 # ---------------------------------------------------------------------------- show
@@ -179,17 +224,19 @@ def cmd_show(args: argparse.Namespace) -> int:
             return 0
         summaries = store.round_summaries(info.run_id)
     c = info.config
-    print(f"run {info.run_id}  [{info.status}{' / ' + info.stop_reason if info.stop_reason else ''}]")
+    m = info.models
+    print(f"run {_safe(info.run_id)}  [{_safe(info.status)}{' / ' + _safe(info.stop_reason) if info.stop_reason else ''}]")
     if info.error:
-        print(f"  note: {info.error}")
+        print(f"  note: {_safe(info.error, 4 * SAFE_WIDTH)}")
     print(f"  started {_when(info.started_at)}   ended {_when(info.ended_at)}   wall {_fmt(info.wall_s, '.3f')} s")
-    print(f"  target  {info.models.target_name}" + (f"  ({info.models.target_hash})" if info.models.target_hash else ""))
-    if info.models.draft_name:
-        print(f"  draft   {info.models.draft_name}" + (f"  ({info.models.draft_hash})" if info.models.draft_hash else ""))
-    print(f"  proposer {c.proposer} {dict(c.proposer_params) or ''}  k={c.k}  {c.sampling.describe()}  seed={c.seed}  "
-          f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {c.device}/{c.dtype}  vocab={c.vocab_size}")
-    print(f"  prompt {len(c.prompt_ids)} tokens" + (f": {info.prompt_text!r}" if info.prompt_text else ""))
-    print(f"  stored top-{info.top_n}" + (f" + full vectors ({info.full_dtype})" if info.full_vectors else ""))
+    print(f"  target  {_safe(m.target_name)}" + (f"  ({_safe(m.target_hash)})" if m.target_hash else ""))
+    if m.draft_name:
+        print(f"  draft   {_safe(m.draft_name)}" + (f"  ({_safe(m.draft_hash)})" if m.draft_hash else ""))
+    params = _safe(dict(c.proposer_params), 2 * SAFE_WIDTH) if c.proposer_params else ""
+    print(f"  proposer {_safe(c.proposer)} {params}  k={c.k}  {c.sampling.describe()}  seed={c.seed}  "
+          f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  vocab={c.vocab_size}")
+    print(f"  prompt {len(c.prompt_ids)} tokens" + (f": {_safe(repr(info.prompt_text), 2 * SAFE_WIDTH)}" if info.prompt_text else ""))
+    print(f"  stored top-{info.top_n}" + (f" + full vectors ({_safe(info.full_dtype)})" if info.full_vectors else ""))
     print(f"  {info.n_rounds} rounds, {len(info.new_tokens)} new tokens, acceptance {info.acceptance_rate:.1%}, "
           f"mean accepted length {info.mean_accepted_length:.2f}")
     print()
@@ -204,7 +251,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _print_round(rnd: Any, top: int, full: bool) -> None:
-    print(f"round {rnd.index} of run {rnd.run_id}: prefix {rnd.prefix_len}, emitted before {rnd.emitted_before}, "
+    print(f"round {rnd.index} of run {_safe(rnd.run_id)}: prefix {rnd.prefix_len}, emitted before {rnd.emitted_before}, "
           f"budget left {rnd.remaining_budget}, k={rnd.k}, {'greedy' if rnd.greedy else 'sampled'}")
     print(f"  distributions: {'full vectors' if full else 'top-N only (other entries unknown)'}")
     print(f"  {'node':>4} {'parent':>6} {'token':>6} {'status':9} {'p(x)':>8} {'q(x)':>8} {'p/q':>8} {'u':>8} "
@@ -248,7 +295,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             n = export_run(store, run_id, sys.stdout)
         else:
             n = export_run(store, run_id, args.output)
-            print(f"exported run {run_id}: {n} rounds -> {args.output}", file=sys.stderr)
+            print(f"exported run {_safe(run_id)}: {n} rounds -> {args.output}", file=sys.stderr)
     return 0
 
 
@@ -259,7 +306,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         source = sys.stdin if args.file == "-" else args.file
         run_id = import_run(store, source, run_id=args.run_id)
         info = store.get_run(run_id)
-    print(f"imported run {run_id}: {info.n_rounds} rounds, {len(info.new_tokens)} tokens, status {info.status}")
+    print(f"imported run {_safe(run_id)}: {info.n_rounds} rounds, {len(info.new_tokens)} tokens, status {info.status}")
     return 0
 
 

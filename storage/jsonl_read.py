@@ -6,6 +6,13 @@ A distribution object becomes a PartialDistribution (top-N entries only) or a
 StoredFullDistribution (a full vector) that carries the top-N and whole-vector facts as the
 file gives them, so the row builder stores them unchanged. The first error is reported as a
 TraceFormatError with its 1-based line number and the dotted path of the field.
+
+Every field is bounded by what the store and the checker can hold (docs/trace-format.md,
+*Bounds*): integers fit in signed 64 bits (tighter for the vocabulary, k, depth and top-N),
+times are finite and formattable, free-form objects are finite JSON of bounded depth and size,
+strings are bounded and ids/names carry no control characters, and an encoded full vector may
+not inflate beyond what its vocabulary implies. A hostile file fails with one line naming the
+line and the field, whatever it holds.
 """
 
 from __future__ import annotations
@@ -37,8 +44,52 @@ _ITEMSIZE = {"float32": 4, "float64": 8}
 _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 _STOP_REASONS = ("eos", "budget", "cancelled", "running")
 
+# ---------------------------------------------------------------------------- bounds
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # SQLite INTEGER
+MAX_VOCAB_SIZE = 2**24  # a vocabulary the checker can hold as dense float64 vectors (128 MiB each)
+MAX_K = 4096  # draft length / tree budget, nodes per round, node depth
+MAX_TOP_N = MAX_VOCAB_SIZE
+MAX_RUN_ID_CHARS = 64
+MAX_NAME_CHARS = 4096  # names, hashes, paths, devices: no control characters
+MAX_TEXT_CHARS = 1_000_000  # prompt_text, error: free text
+MAX_FREE_JSON_CHARS = 1_000_000  # extra, proposer_params, library_versions, serialised
+MAX_FREE_JSON_DEPTH = 32  # nesting inside a free-form object
+MIN_TIME, MAX_TIME = 0.0, 253402214400.0  # 1970-01-01 .. 9999-12-31T00:00Z: datetime formats it in any time zone
+_INT_CHARS = 20  # "-" and 19 digits: longer integer literals cannot fit in 64 bits
+
 
 # ============================================================================ validation
+
+
+class _BigInt:
+    """An integer literal too long for 64 bits, kept as its digit count (json's parse_int
+    hook): int() of more than 4300 digits raises a ValueError that names neither line nor
+    field, and huge ints cost quadratic time to convert."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, literal: str):
+        self.digits = len(literal.lstrip("-"))
+
+
+def _parse_int(literal: str) -> int | _BigInt:
+    return int(literal) if len(literal) <= _INT_CHARS else _BigInt(literal)
+
+
+def _loads(line: str) -> Any:
+    return json.loads(line, parse_int=_parse_int)
+
+
+def _is_control(ch: str) -> bool:
+    return ch < " " or "\x7f" <= ch <= "\x9f"
+
+
+def _control(s: str) -> str | None:
+    """The first control character of s (C0, DEL, C1), if any."""
+    for ch in s:
+        if _is_control(ch):
+            return ch
+    return None
 
 
 _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -46,6 +97,7 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "num": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
+    "blob": (lambda v: isinstance(v, str), "a string"),  # encoded data: bounded where it is decoded
     "obj": (lambda v: isinstance(v, dict), "an object"),
     "list": (lambda v: isinstance(v, list), "an array"),
     "ints": (lambda v: isinstance(v, list), "an array of integers"),
@@ -83,15 +135,89 @@ class _V:
             raise self.fail(path, f"must not be null (expected {kind})")
         ok, expected = _KINDS[kind]
         if not ok(v):
+            if isinstance(v, _BigInt) and kind == "int":
+                raise self.fail(path, f"an integer of {v.digits} digits is out of range (integers must fit in signed 64 bits)")
             raise self.fail(path, f"expected {expected}, got {_kind(v)}")
-        if kind == "num":
+        if kind == "int":
+            if not INT64_MIN <= v <= INT64_MAX:
+                raise self.fail(path, f"{v} is out of range (integers must fit in signed 64 bits)")
+        elif kind == "num":
             v = float(v)
         elif kind == "ints":
             for i, x in enumerate(v):
                 self.check(x, f"{path}[{i}]", "int")
+        elif kind == "str" and choices is None:
+            self.name(v, path)
         if choices is not None and v not in choices:
-            raise self.fail(path, f"expected one of {'|'.join(map(str, choices))}, got {v!r}")
+            raise self.fail(path, f"expected one of {'|'.join(map(str, choices))}, got {_kind(v)}")
         return v
+
+    def name(self, s: str, path: str, limit: int = MAX_NAME_CHARS, control: bool = False) -> str:
+        """A bounded string; ids and names (control=False) without control characters."""
+        if len(s) > limit:
+            raise self.fail(path, f"a string of {len(s)} characters, at most {limit} allowed")
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as exc:  # "\ud800" in JSON: SQLite cannot store it
+            raise self.fail(path, f"not valid Unicode (a lone surrogate U+{ord(s[exc.start]):04X})") from None
+        if not control:
+            ch = _control(s)
+            if ch is not None:
+                raise self.fail(path, f"contains the control character U+{ord(ch):04X} (not allowed in ids and names)")
+        return s
+
+    def text(self, d: dict, key: str, path: str = "") -> str | None:
+        """Optional free text (newlines allowed), bounded."""
+        full = f"{path}.{key}" if path else key
+        v = d.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise self.fail(full, f"expected a string, got {_kind(v)}")
+        return self.name(v, full, MAX_TEXT_CHARS, control=True)
+
+    def bounded(self, d: dict, key: str, path: str, lo: int, hi: int, **kw: Any) -> Any:
+        """An integer field within [lo, hi]."""
+        v = self.get(d, key, path, "int", **kw)
+        if v is not None and not lo <= v <= hi:
+            raise self.fail(f"{path}.{key}" if path else key, f"{v} is outside [{lo}, {hi}]")
+        return v
+
+    def time(self, d: dict, key: str, *, default: Any = None, nullable: bool = False) -> float | None:
+        """A UTC unix time that datetime can format: years 1970..9999."""
+        v = self.get(d, key, "", "num", required=False, default=default, nullable=nullable)
+        if v is not None and not MIN_TIME <= v <= MAX_TIME:
+            raise self.fail(key, f"{v!r} is not a unix time between 1970 and 9999 ({MIN_TIME:.0f}..{MAX_TIME:.0f})")
+        return v
+
+    def free(self, d: dict, key: str, path: str, default: Any) -> Any:
+        """A free-form JSON object (extra, proposer_params, library_versions): finite numbers,
+        64-bit integers, nesting and size bounded. Walked without recursion."""
+        full = f"{path}.{key}" if path else key
+        value = self.get(d, key, path, "obj", required=False, default=default, nullable=default is None)
+        if value is None:
+            return None
+        stack: list[tuple[Any, str, int]] = [(value, full, 0)]
+        while stack:
+            x, where, depth = stack.pop()
+            if isinstance(x, dict):
+                if depth >= MAX_FREE_JSON_DEPTH:
+                    raise self.fail(where, f"nested deeper than {MAX_FREE_JSON_DEPTH} levels")
+                stack.extend((item, f"{where}.{_key(k)}", depth + 1) for k, item in x.items())
+            elif isinstance(x, list):
+                if depth >= MAX_FREE_JSON_DEPTH:
+                    raise self.fail(where, f"nested deeper than {MAX_FREE_JSON_DEPTH} levels")
+                stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(x))
+            elif isinstance(x, _BigInt):
+                raise self.fail(where, f"an integer of {x.digits} digits is out of range (integers must fit in signed 64 bits)")
+            elif isinstance(x, float) and not math.isfinite(x):
+                raise self.fail(where, f"{x!r} is not a finite number (NaN and Infinity are not JSON)")
+            elif isinstance(x, int) and not isinstance(x, bool) and not INT64_MIN <= x <= INT64_MAX:
+                raise self.fail(where, f"{x} is out of range (integers must fit in signed 64 bits)")
+        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        if size > MAX_FREE_JSON_CHARS:
+            raise self.fail(full, f"{size} characters of JSON, at most {MAX_FREE_JSON_CHARS} allowed")
+        return value
 
     def token(self, d: dict, key: str, path: str, vocab: int, *, required: bool = True, default: Any = None, nullable: bool = False) -> Any:
         v = self.get(d, key, path, "int", required=required, default=default, nullable=nullable)
@@ -100,9 +226,16 @@ class _V:
         return v
 
 
+def _key(k: str) -> str:
+    """A free-form key as a (short) part of a field path."""
+    return k if len(k) <= 40 else k[:40] + "..."
+
+
 def _kind(v: Any) -> str:
     if v is None:
         return "null"
+    if isinstance(v, _BigInt):
+        return f"an integer of {v.digits} digits"
     if isinstance(v, bool):
         return "a boolean"
     if isinstance(v, (int, float)):
@@ -149,18 +282,16 @@ class ParsedTrace:
 def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
     fmt = v.get(d, "format", "", "str")
     if fmt != FORMAT_NAME:
-        raise v.fail("format", f"expected {FORMAT_NAME!r}, got {fmt!r}: not a specscope trace")
+        raise v.fail("format", f"expected {FORMAT_NAME!r}, got {_kind(fmt)}: not a specscope trace")
     version = v.get(d, "version", "", "int")
     if version > FORMAT_VERSION or version < 1:
         raise v.fail("version", f"format version {version} is not supported (this specscope reads versions 1..{FORMAT_VERSION})")
     v.get(d, "record", "", "str", choices=("run",))
     rid = v.get(d, "run_id", "", "str")
-    if not rid or len(rid) > 64:
-        raise v.fail("run_id", "must be a non-empty string of at most 64 characters")
+    if not rid or len(rid) > MAX_RUN_ID_CHARS:
+        raise v.fail("run_id", f"must be a non-empty string of at most {MAX_RUN_ID_CHARS} characters")
     cfg = v.get(d, "config", "", "obj")
-    vocab = v.get(cfg, "vocab_size", "config", "int")
-    if vocab < 1:
-        raise v.fail("config.vocab_size", "must be >= 1")
+    vocab = v.bounded(cfg, "vocab_size", "config", 1, MAX_VOCAB_SIZE)
     prompt = v.get(d, "prompt_ids", "", "ints")
     for i, t in enumerate(prompt):
         if not 0 <= t < vocab:
@@ -169,16 +300,16 @@ def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
     models = v.get(d, "models", "", "obj", required=False, default={})
     storage = v.get(d, "storage", "", "obj", required=False, default={})
     policy = _policy(v, storage)
-    started_at = v.get(d, "started_at", "", "num", required=False, default=time.time())
-    prompt_text = v.get(d, "prompt_text", "", "str", required=False, nullable=True)
+    started_at = v.time(d, "started_at", default=time.time())
+    prompt_text = v.text(d, "prompt_text")
     config = _config(v, cfg, models, run_id or rid, tuple(prompt), sampling)
     names = {key: v.get(models, key, "models", "str", required=False, nullable=True)
              for key in ("target_hash", "tokenizer_name", "tokenizer_hash", "draft_hash")}
-    versions = v.get(d, "library_versions", "", "obj", required=False, default=None)
+    versions = v.free(d, "library_versions", "", default=None)
     row = run_row(config, status="interrupted", started_at=started_at, models=ModelInfo(**names),
                   library_versions=versions if versions is not None else {"imported_with": current_versions()},
                   top_n=policy.top_n, full_dtype=policy.full_dtype, prompt_text=prompt_text,
-                  extra=v.get(d, "extra", "", "obj", required=False, default={}),
+                  extra=v.free(d, "extra", "", default={}),
                   full_vectors=v.get(storage, "full_vectors", "storage", "bool", required=False, default=False))
     return ParsedTrace(config=config, policy=policy, row=row)
 
@@ -197,19 +328,15 @@ def _sampling(v: _V, sampling: dict) -> SamplingConfig:
 
 
 def _policy(v: _V, storage: dict) -> VectorPolicy:
-    top_n = v.get(storage, "top_n", "storage", "int", required=False, default=DEFAULT_TOP_N)
-    if top_n < 1:
-        raise v.fail("storage.top_n", "must be >= 1")
+    top_n = v.bounded(storage, "top_n", "storage", 1, MAX_TOP_N, required=False, default=DEFAULT_TOP_N)
     full_dtype = v.get(storage, "full_dtype", "storage", "str", required=False, default="float32", choices=tuple(FULL_DTYPES))
     return VectorPolicy(top_n=top_n, full=True, full_dtype=full_dtype)
 
 
 def _config(v: _V, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...], sampling: SamplingConfig) -> RunConfig:
     vocab = cfg["vocab_size"]
-    k = v.get(cfg, "k", "config", "int")
+    k = v.bounded(cfg, "k", "config", 1, MAX_K)
     max_new = v.get(cfg, "max_new_tokens", "config", "int")
-    if k < 1:
-        raise v.fail("config.k", "must be >= 1")
     if max_new < 0:
         raise v.fail("config.max_new_tokens", "must be >= 0")
     return RunConfig(
@@ -221,7 +348,7 @@ def _config(v: _V, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...]
         seed=v.get(cfg, "seed", "config", "int", required=False, default=0),
         eos_token_id=v.token(cfg, "eos_token_id", "config", vocab, required=False, nullable=True),
         proposer=v.get(cfg, "proposer", "config", "str", required=False, default="external"),
-        proposer_params=v.get(cfg, "proposer_params", "config", "obj", required=False, default={}),
+        proposer_params=v.free(cfg, "proposer_params", "config", default={}),
         device=v.get(cfg, "device", "config", "str", required=False, default="unknown"),
         dtype=v.get(cfg, "dtype", "config", "str", required=False, default="unknown"),
         vocab_size=vocab,
@@ -268,14 +395,23 @@ def _full(v: _V, d: dict, path: str, run: ParsedTrace) -> tuple[np.ndarray | Non
         return np.asarray(full, dtype=np.float64), run.policy.full_dtype
     if isinstance(full, dict):
         dtype = v.get(full, "dtype", f"{path}.full", "str", choices=tuple(FULL_DTYPES))
-        data = v.get(full, "zlib_base64", f"{path}.full", "str")
+        data = v.get(full, "zlib_base64", f"{path}.full", "blob")
+        where = f"{path}.full.zlib_base64"
+        expected = vocab * _ITEMSIZE[dtype]
+        if len(data) > 4 * (2 * expected + 1024) // 3 + 4:  # far beyond any zlib stream of that many bytes
+            raise v.fail(where, f"{len(data)} characters of base64, too long for {vocab} {dtype} values")
         try:
             compressed = base64.b64decode(data.encode("ascii"), validate=True)
-            raw = zlib.decompress(compressed)
+            inflate = zlib.decompressobj()
+            raw = inflate.decompress(compressed, expected + 1)  # never more than the vocabulary implies
         except (binascii.Error, ValueError, zlib.error) as exc:
-            raise v.fail(f"{path}.full.zlib_base64", f"not base64 of zlib-compressed data ({exc})") from None
-        if len(raw) != vocab * _ITEMSIZE[dtype]:
-            raise v.fail(f"{path}.full.zlib_base64", f"decodes to {len(raw) // _ITEMSIZE[dtype]} {dtype} values, expected {vocab}")
+            raise v.fail(where, f"not base64 of zlib-compressed data ({exc})") from None
+        if len(raw) > expected:
+            raise v.fail(where, f"inflates beyond the {expected} bytes of {vocab} {dtype} values")
+        if not inflate.eof:
+            raise v.fail(where, "not base64 of zlib-compressed data (incomplete zlib stream)")
+        if len(raw) != expected:
+            raise v.fail(where, f"decodes to {len(raw) // _ITEMSIZE[dtype]} {dtype} values, expected {vocab}")
         full_vec = np.frombuffer(raw, dtype="<f4" if dtype == "float32" else "<f8").astype(np.float64)
         if not np.isfinite(full_vec).all() or (full_vec < 0).any():
             raise v.fail(f"{path}.full", "holds negative or non-finite probabilities")
@@ -343,11 +479,14 @@ def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
     emitted_before = v.get(d, "emitted_before", "", "int", required=False, default=len(run.tokens))
     if emitted_before != len(run.tokens):
         raise v.fail("emitted_before", f"earlier rounds emitted {len(run.tokens)} tokens, the line says {emitted_before}")
-    nodes = tuple(_node(v, raw, i, run) for i, raw in enumerate(v.get(d, "nodes", "", "list")))
+    raw_nodes = v.get(d, "nodes", "", "list")
+    if len(raw_nodes) > MAX_K:
+        raise v.fail("nodes", f"{len(raw_nodes)} nodes, at most {MAX_K} allowed")
+    nodes = tuple(_node(v, raw, i, run) for i, raw in enumerate(raw_nodes))
     emitted = _emitted(v, d, len(nodes), run.vocab)
     residual = _dist(v, d.get("residual"), "residual", run)
     bonus_p = _dist(v, d.get("bonus_p"), "bonus_p", run)
-    k = v.get(d, "k", "", "int", required=False, default=max(1, len(nodes)))
+    k = v.bounded(d, "k", "", 0, MAX_K, required=False, default=max(1, len(nodes)))
     target_cache = _cache_state(v, d, "target_cache") or CacheState(before=0, peak=0, after=0, pending=())
     draft_cache = _cache_state(v, d, "draft_cache")
     timings = v.get(d, "timings", "", "obj", required=False, default={})
@@ -392,7 +531,7 @@ def _node(v: _V, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
     parent = v.get(n, "parent", path, "int", required=False, default=i - 1)
     if not -1 <= parent < i:
         raise v.fail(f"{path}.parent", f"must be -1 or an earlier node index, got {parent}")
-    depth = v.get(n, "depth", path, "int", required=False, default=i + 1)
+    depth = v.bounded(n, "depth", path, 0, MAX_K, required=False, default=i + 1)
     status = v.get(n, "status", path, "str", choices=("accepted", "rejected", "unvisited"))
     p = _dist(v, n.get("p"), f"{path}.p", run, nullable=False)
     q = _dist(v, n.get("q"), f"{path}.q", run)
@@ -448,9 +587,12 @@ def _cache_state(v: _V, d: dict, key: str) -> CacheState | None:
 def _end(v: _V, d: dict, run: ParsedTrace) -> None:
     status = v.get(d, "status", "", "str", choices=_RUN_STATUSES)
     run.row["stop_reason"] = v.get(d, "stop_reason", "", "str", required=False, nullable=True, choices=_STOP_REASONS + (None,))
-    run.row["error"] = v.get(d, "error", "", "str", required=False, nullable=True)
-    run.row["ended_at"] = v.get(d, "ended_at", "", "num", required=False, nullable=True)
-    run.row["wall_s"] = v.get(d, "wall_s", "", "num", required=False, nullable=True)
+    run.row["error"] = v.text(d, "error")
+    run.row["ended_at"] = v.time(d, "ended_at", nullable=True)
+    wall_s = v.get(d, "wall_s", "", "num", required=False, nullable=True)
+    if wall_s is not None and not 0 <= wall_s <= MAX_TIME:
+        raise v.fail("wall_s", f"{wall_s!r} is outside [0, {MAX_TIME:.0f}] seconds")
+    run.row["wall_s"] = wall_s
     tokens = v.get(d, "new_tokens", "", "ints", required=False, default=None, nullable=True)
     if tokens is not None and tokens != run.tokens:
         raise v.fail("new_tokens", f"differ from the tokens the rounds emitted ({len(tokens)} vs {len(run.tokens)} tokens)")
@@ -478,9 +620,12 @@ def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None) -
                 continue
             v = _V(line_no)
             try:
-                d = json.loads(line)
+                d = _loads(line)
             except json.JSONDecodeError as exc:
                 raise v.fail("", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except RecursionError:
+                raise v.fail("", "JSON nested too deeply to parse (free-form objects may nest "
+                                 f"{MAX_FREE_JSON_DEPTH} levels)") from None
             d = v.obj(d, "")
             if run is None:
                 run = _header(v, d, run_id)
