@@ -31,6 +31,75 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+# --------------------------------------------------------------------------- input checks
+
+INT32_MAX = 2**31 - 1  # the store's INTEGER columns (k, max_new_tokens, top_k, eos id, top_n) on every database
+INT64_MAX = 2**63 - 1  # the store's seed column (BIGINT); numpy's default_rng wants a seed >= 0
+
+# dest -> (flag, smallest, largest) of the integer options whose values reach the core or the store
+INT_LIMITS: dict[str, tuple[str, int, int]] = {
+    "seed": ("--seed", 0, INT64_MAX),
+    "k": ("--k (draft length)", 1, INT32_MAX),
+    "max_new": ("--max-new", 0, INT32_MAX),
+    "top_k": ("--top-k", 0, INT32_MAX),
+    "top_n": ("--top-n", 1, INT32_MAX),
+    "lookup_max_ngram": ("--lookup-max-ngram", 1, INT32_MAX),
+    "lookup_min_ngram": ("--lookup-min-ngram", 1, INT32_MAX),
+    "round": ("--round", 0, INT32_MAX),
+    "top": ("--top", 0, INT32_MAX),
+    "limit": ("--limit", 0, INT64_MAX),
+}
+
+
+def check_int_options(args: argparse.Namespace) -> None:
+    """Every integer option within what the core and the store can hold (CliError otherwise):
+    the options of INT_LIMITS in their ranges, any other integer within a signed 64-bit one,
+    and --eos-id / --prompt-ids parsed. Runs before anything is loaded or opened."""
+    for dest, value in vars(args).items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        flag, lo, hi = INT_LIMITS.get(dest, ("--" + dest.replace("_", "-"), -INT64_MAX - 1, INT64_MAX))
+        if value < lo:
+            raise CliError(f"{flag} must be at least {lo}, got {value}")
+        if value > hi:
+            raise CliError(f"{flag} must be at most {hi}, got {value}")
+    if isinstance(getattr(args, "eos_id", None), str):
+        _parse_eos(args.eos_id, None)
+    if getattr(args, "prompt_ids", None) is not None:
+        parse_prompt_ids(args.prompt_ids)
+
+
+def parse_prompt_ids(text: str) -> list[int]:
+    """--prompt-ids: comma-separated token ids (spaces allowed), at least one; CliError otherwise."""
+    if not text.strip():
+        raise CliError("--prompt-ids is empty: pass comma-separated token ids, e.g. --prompt-ids 1,2,3")
+    ids = []
+    for i, item in enumerate(text.split(","), 1):
+        item = item.strip()
+        try:
+            ids.append(int(item))
+        except ValueError:
+            what = "is empty" if not item else f"{item!r} is not an integer"
+            raise CliError(f"--prompt-ids {text!r}: entry {i} {what}; pass comma-separated token ids, e.g. 1,2,3") from None
+    return ids
+
+
+def check_positions(prompt: Sequence[int], max_new: int, pair: Any) -> None:
+    """Refuse a prompt that, with --max-new tokens after it, would pass the models' position
+    limit (max_position_embeddings): a model reads nothing sensible past it."""
+    found = pair.position_limit()
+    if found is None:
+        return
+    limit, name = found
+    if len(prompt) > limit:
+        raise CliError(f"the prompt is {len(prompt)} tokens, but {name} reads at most {limit} positions "
+                       f"(max_position_embeddings): shorten the prompt")
+    if len(prompt) + max_new > limit:
+        raise CliError(f"the prompt ({len(prompt)} tokens) plus --max-new {max_new} needs {len(prompt) + max_new} "
+                       f"positions, but {name} reads at most {limit} (max_position_embeddings): "
+                       f"pass --max-new {limit - len(prompt)} or less")
+
+
 # --------------------------------------------------------------------------- run
 
 
@@ -49,7 +118,7 @@ def add_run_parser(subparsers: Any) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text (tokenised with the target's tokenizer)")
     src.add_argument("--prompt-file", help="read the prompt text from this file")
-    src.add_argument("--prompt-ids", help="comma-separated token ids instead of text")
+    src.add_argument("--prompt-ids", help="comma-separated token ids instead of text (at least one)")
     p.add_argument("--proposer", default=None, metavar="SPEC",
                    help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
                         "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)")
@@ -57,12 +126,16 @@ def add_run_parser(subparsers: Any) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off (default)")
-    p.add_argument("--max-new", type=int, default=64, help="token budget (default: 64)")
+    p.add_argument("--max-new", type=int, default=64,
+                   help="token budget (default: 64); the prompt plus this budget must fit the models' "
+                        "max_position_embeddings")
     p.add_argument("--seed", type=int, default=0, help="seed of the run's random stream (default: 0)")
     p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
-    p.add_argument("--target", default=None, help="target checkpoint directory (default: the bundled target)")
+    p.add_argument("--target", default=None,
+                   help="target checkpoint directory (default: the bundled target; 'target' names it too)")
     p.add_argument("--draft", default=None,
-                   help="draft: 'small', 'tiny' (bundled) or a checkpoint directory (shorthand for --proposer draft:DRAFT)")
+                   help="draft: 'small', 'tiny' (bundled) or a checkpoint directory (shorthand for --proposer draft:DRAFT); "
+                        "a bundled name always means the bundled model: write ./small for a folder named small")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)")
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16", "float64"), help="model dtype (default: float32 on CPU)")
     p.add_argument("--lookup-max-ngram", type=int, default=None,
@@ -141,17 +214,17 @@ def _parse_eos(value: str, tokenizer: Any) -> int | None:
     if value == "auto":
         return getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
     try:
-        return int(value)
+        eos = int(value)
     except ValueError:
         raise CliError(f"--eos-id must be an integer, 'auto' or 'none', got {value!r}") from None
+    if not 0 <= eos <= INT32_MAX:
+        raise CliError(f"--eos-id must be a token id from 0 to {INT32_MAX}, 'auto' or 'none', got {value}")
+    return eos
 
 
 def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
-    if args.prompt_ids:
-        try:
-            return [int(t) for t in args.prompt_ids.replace(" ", "").split(",") if t]
-        except ValueError:
-            raise CliError("--prompt-ids must be comma-separated integers") from None
+    if args.prompt_ids is not None:
+        return parse_prompt_ids(args.prompt_ids)
     if args.prompt_file:
         try:
             with open(args.prompt_file, encoding="utf-8") as fh:
@@ -251,7 +324,9 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any) -> No
     summary = summarize(result)
     summary["text"] = pair.tokenizer.decode(result.new_tokens) if pair.tokenizer is not None else None
     if args.db:
-        summary["db"] = str(args.db)
+        from specscope.storage.engine import mask_passwords
+
+        summary["db"] = mask_passwords(str(args.db))
     if args.json:
         print(json.dumps(summary, indent=2))
         return
@@ -272,6 +347,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pair = _load(args, spec)
     decoder = _make_decoder(args, spec, pair)
     prompt = _prompt_ids(args, pair.tokenizer)
+    check_positions(prompt, args.max_new, pair)
     config = decoder.run_config(prompt, args.max_new)
     color = sys.stdout.isatty() and not args.json
     writer = _open_writer(args, config, pair)
@@ -330,11 +406,21 @@ def add_check_parsers(subparsers: Any) -> None:
     p.set_defaults(func=cmd_faults)
 
 
+def open_existing_store(location: str) -> Any:
+    """A trace store a read-only command reads: a missing path or an empty file is refused
+    (CliError, exit 2) and nothing is created."""
+    from specscope.storage import TraceStore, TraceStoreError
+
+    try:
+        return TraceStore(location, create=False)
+    except TraceStoreError as exc:
+        raise CliError(str(exc)) from None
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from specscope.core.checker import check_run, recompute_findings
-    from specscope.storage import TraceStore
 
-    store = TraceStore(args.db)
+    store = open_existing_store(args.db)
     run_ids = [store.resolve_run_id(args.run)] if args.run else [r.run_id for r in store.list_runs(newest_first=False)]
     target_cache: dict[str, Any] = {}
     report = []
@@ -375,9 +461,8 @@ def _target_for_recompute(args: argparse.Namespace, config: Any, cache: dict[str
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from specscope.core.diff import diff_runs
-    from specscope.storage import TraceStore
 
-    store = TraceStore(args.db)
+    store = open_existing_store(args.db)
     ids = [store.resolve_run_id(r) for r in (args.run_a, args.run_b)]
     loaded = [(store.run_config(i), store.load_rounds(i, full=True)) for i in ids]
     result = diff_runs(loaded[0][0], loaded[0][1], loaded[1][0], loaded[1][1], p_tol=args.p_tol)
@@ -409,7 +494,16 @@ def cmd_faults(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- GUI
 
 
+def check_trace_file(path: str) -> None:
+    """`specscope open PATH` before the window opens: PATH must be a trace store file
+    (CliError otherwise; nothing is created or changed)."""
+    if not os.path.isfile(path):
+        raise CliError(f"no trace store at {path}" + (" (a directory)" if os.path.isdir(path) else ""))
+    open_existing_store(path).close()
+
+
 def cmd_open(args: argparse.Namespace) -> int:
+    check_trace_file(args.trace)
     from specscope.app.gui import launch
 
     return launch(trace_path=args.trace)
@@ -432,7 +526,69 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_bench_parser(sub)
 
     cli_traces.register(sub)
+    _mask_help(parser)
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found += _subparsers(sub)
+    return found
+
+
+def _mask_help(parser: argparse.ArgumentParser) -> None:
+    """No help text shows a database password (e.g. a default taken from $SPECSCOPE_DB)."""
+    from specscope.storage.engine import mask_passwords
+
+    for p in _subparsers(parser):
+        for action in p._actions:
+            if isinstance(action.help, str):
+                action.help = mask_passwords(action.help)
+        for attr in ("description", "epilog"):
+            if isinstance(getattr(p, attr), str):
+                setattr(p, attr, mask_passwords(getattr(p, attr)))
+
+
+def _secrets(args: argparse.Namespace) -> list[str]:
+    """The passwords of the database URLs this command was given (--db, $SPECSCOPE_DB)."""
+    from sqlalchemy.engine import make_url
+
+    found = []
+    for text in (getattr(args, "db", None), os.environ.get("SPECSCOPE_DB")):
+        if isinstance(text, str) and "://" in text:
+            try:
+                password = make_url(text).password
+            except Exception:  # noqa: BLE001 - an unparsable URL: the pattern masks it
+                continue
+            if password:
+                found.append(str(password))
+    return found
+
+
+class _MaskSecrets(logging.Filter):
+    """Hides database passwords in log records (a URL's, and the given literal ones)."""
+
+    def __init__(self, secrets: Sequence[str]):
+        super().__init__()
+        self.secrets = [s for s in secrets if len(s) >= 3]  # shorter ones would garble text; URLs are masked anyway
+
+    def mask(self, text: str) -> str:
+        from specscope.storage.engine import mask_passwords
+
+        text = mask_passwords(text)
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = self.mask(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
 
 
 def _hide_loading_bars() -> None:
@@ -451,23 +607,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ:
         _hide_loading_bars()
+    masker = _MaskSecrets(_secrets(args))
+    for handler in logging.getLogger().handlers:
+        for old in [f for f in handler.filters if isinstance(f, _MaskSecrets)]:
+            handler.removeFilter(old)
+        handler.addFilter(masker)
     if args.command is None:
         from specscope.app.gui import launch
 
         return launch()
     try:
+        check_int_options(args)
         return int(args.func(args) or 0)
     except CliError as exc:
-        print(f"specscope: {exc}", file=sys.stderr)
+        print(f"specscope: {masker.mask(str(exc))}", file=sys.stderr)
         return 2
     except ValueError as exc:  # bad input caught by the core: one clear line, no traceback
-        print(f"specscope: error: {exc}", file=sys.stderr)
+        print(f"specscope: error: {masker.mask(str(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         from specscope.storage import TraceStoreError
 
         if isinstance(exc, TraceStoreError):
-            print(f"specscope: {exc}", file=sys.stderr)
+            print(f"specscope: {masker.mask(str(exc))}", file=sys.stderr)
             return 1
         raise
 

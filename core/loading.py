@@ -249,6 +249,17 @@ def check_tokenizers(tok_a: Any, tok_b: Any, names: tuple[str, str] = ("target",
 # ---------------------------------------------------------------------------- loading
 
 
+def max_positions(model: torch.nn.Module) -> int | None:
+    """The longest sequence a model's config admits (max_position_embeddings; n_positions for
+    GPT-2 style configs); None when the config states none."""
+    config = getattr(model, "config", None)
+    for attr in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 @dataclass
 class ModelPair:
     """A target, an optional draft, and their shared tokenizer, ready for the decoder.
@@ -278,6 +289,13 @@ class ModelPair:
             return int(self.tokenizer.eos_token_id)
         eos = getattr(self.target.config, "eos_token_id", None)
         return eos if isinstance(eos, int) else None
+
+    def position_limit(self) -> tuple[int, str] | None:
+        """The most positions (prompt + new tokens) both models can read, and the name of the
+        model that sets it; None when neither config states a limit."""
+        limits = [(n, name) for model, name in ((self.target, self.target_name), (self.draft, self.draft_name))
+                  if model is not None and (n := max_positions(model)) is not None]
+        return min(limits, key=lambda item: item[0]) if limits else None
 
     def model_info(self) -> dict[str, str | None]:
         """Names and sha256 hashes of the weights and tokenizer (storage's ModelInfo keys)."""
@@ -436,10 +454,6 @@ def load_bundled(name: str = "small", device: str | torch.device = "auto", dtype
     return pair
 
 
-def _is_path_like(spec: str) -> bool:
-    return os.sep in spec or "/" in spec or spec.startswith((".", "~")) or Path(spec).exists()
-
-
 def load_models(
     target: str | os.PathLike | None = None,
     draft: str | os.PathLike | None = "small",
@@ -450,12 +464,15 @@ def load_models(
 
     target: None (or "target"/"specscope/target") = the bundled target, else a local path.
     draft: None = no draft; "small"/"tiny" (or "specscope/draft-small", ...) = bundled; else a path.
+
+    A bundled name always means the bundled model, even when the working directory holds a
+    folder of that name: write "./small" for that folder. Anything else is a path.
     """
     t_spec = None if target is None else str(target)
     d_spec = None if draft is None else str(draft)
     bundled_target = t_spec is None or t_spec.strip().lower() in _TARGET_ALIASES
     d_key = _bundled_key(d_spec) if d_spec is not None else None
-    bundled_draft = d_key is not None and d_key.startswith("draft-") and not Path(d_spec).exists()
+    bundled_draft = d_key is not None and d_key.startswith("draft-")
     if bundled_target and (d_spec is None or bundled_draft):
         return load_bundled(d_key.removeprefix("draft-") if bundled_draft else "target", device=device, dtype=dtype)
     t_path = bundled_path("target") if bundled_target else Path(t_spec)
@@ -542,6 +559,7 @@ __all__ = [
     "load_models",
     "load_pair",
     "load_tokenizer",
+    "max_positions",
     "models_dir",
     "prompts_dir",
     "resolve_device",

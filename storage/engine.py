@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
 from .errors import CorruptStoreError, NotATraceStoreError, SchemaVersionError, TraceStoreError
@@ -35,8 +36,9 @@ def sqlite_path(url: str) -> str | None:
     """The file of an SQLite URL; None for in-memory or non-SQLite URLs."""
     try:
         u = make_url(url)
-    except ArgumentError as exc:
-        raise TraceStoreError(f"not a database path or SQLAlchemy URL: {url!r} ({exc})") from None
+    except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a port that is not a number
+        raise TraceStoreError(f"not a database path or SQLAlchemy URL: {mask_passwords(url)!r} "
+                              f"({mask_passwords(str(exc))})") from None
     if u.get_backend_name() != "sqlite":
         return None
     db = u.database
@@ -49,9 +51,22 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+# scheme://user:PASSWORD@host...: the password runs to the last "@" of the URL
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"]*:)[^\s'\"]*@")
+
+
+def mask_passwords(text: str) -> str:
+    """`text` with the password of every URL in it replaced by *** (as SQLAlchemy's
+    URL.render_as_string(hide_password=True) shows it)."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
 def printable(url: str) -> str:
-    """The URL with its password hidden."""
-    return make_url(url).render_as_string(hide_password=True)
+    """The URL with its password hidden (also for a string SQLAlchemy cannot parse)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return mask_passwords(url)
 
 
 def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS) -> None:
@@ -130,4 +145,15 @@ def make_engine(url: str, echo: bool = False, readonly_path: str | None = None) 
         event.listen(engine, "connect", _sqlite_pragmas_readonly if readonly_path is not None else _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, echo=echo, pool_pre_ping=True)
+    try:
+        return create_engine(url, echo=echo, pool_pre_ping=True)
+    except NoSuchModuleError as exc:  # no such dialect (or its plugin is not installed)
+        raise TraceStoreError(f"cannot open {printable(url)}: SQLAlchemy knows no database {make_url(url).drivername!r} "
+                              f"({mask_passwords(str(exc))})") from None
+    except ImportError as exc:  # the dialect's driver (DBAPI module) is not installed
+        u = make_url(url)
+        raise TraceStoreError(
+            f"cannot open {printable(url)}: the database driver for {u.drivername!r} is not installed "
+            f"({mask_passwords(str(exc))}); install it in this Python environment or use another URL") from None
+    except ArgumentError as exc:
+        raise TraceStoreError(f"cannot open {printable(url)}: {mask_passwords(str(exc))}") from None

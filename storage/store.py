@@ -15,7 +15,7 @@ from sqlalchemy import delete, func, select, update
 from specscope.core.records import Round, RunConfig
 
 from .engine import is_sqlite, make_engine, precheck_sqlite_file, printable, sqlite_path, to_url
-from .errors import RunNotFoundError, SchemaVersionError, TraceStoreError
+from .errors import NotATraceStoreError, RunNotFoundError, SchemaVersionError, TraceStoreError
 from .info import RoundSummary, RunInfo
 from .liveness import STALE_AFTER_S, writer_is_dead
 from .migrations import MIGRATIONS, Migration, check_version, ensure_schema, stored_version
@@ -35,7 +35,9 @@ class TraceStore:
     """The trace store: an SQLite file by default, or any SQLAlchemy URL.
 
     Opening checks the file (a non-SQLite file, a foreign database, a newer schema or a
-    corrupt file raise a TraceStoreError subclass and change nothing), sets the SQLite
+    corrupt file raise a TraceStoreError subclass and change nothing; so do a missing path
+    and an empty file when create=False or readonly=True: only a writer creates a store, with
+    its folder, or turns an empty file into one), sets the SQLite
     pragmas on every connection, creates or migrates the schema, and marks 'running' runs
     whose writer died as interrupted (recover=True).
 
@@ -64,10 +66,14 @@ class TraceStore:
         if readonly and self.path is None:
             raise TraceStoreError("readonly=True needs an SQLite file")
         if self.path is not None:
-            if not Path(self.path).exists():
+            file = Path(self.path)
+            if not file.exists():
                 if not create or readonly:
                     raise TraceStoreError(f"no trace store at {self.path}")
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                file.parent.mkdir(parents=True, exist_ok=True)
+            elif (not create or readonly) and file.is_file() and file.stat().st_size == 0:
+                # only a writer may turn an empty file into a store; a reader leaves it as it is
+                raise NotATraceStoreError(f"{self.path} is an empty file, not a trace store")
             precheck_sqlite_file(self.path, _migrations)
         self.engine = make_engine(self.url, echo=echo, readonly_path=self.path if readonly else None)
         try:
@@ -84,6 +90,11 @@ class TraceStore:
                     with self.transaction() as conn:
                         self.schema_version = ensure_schema(conn, _migrations)
             self.recovered: list[str] = self.recover_interrupted() if recover and not readonly else []
+        except TraceStoreError as exc:
+            self.engine.dispose()
+            if "\n" in str(exc) and type(exc).__init__ is TraceStoreError.__init__:  # a driver's message: one line
+                raise type(exc)(" ".join(str(exc).split())) from exc
+            raise
         except BaseException:
             self.engine.dispose()
             raise
