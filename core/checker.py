@@ -17,9 +17,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .draws import draw_mismatch
 from .partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
-from .records import Round, RunConfig
+from .records import Round, RunConfig, RunEnd
 from .sampling import process_logits
+from .verify import residual_of
 
 RULES: dict[str, str] = {
     "prefix-continuity": "each round starts from the previous round's prefix plus its emitted tokens",
@@ -28,12 +30,19 @@ RULES: dict[str, str] = {
     "round-structure": "accepted tokens follow one root path of the draft; one repair at the first rejection; a bonus only if all were accepted",
     "acceptance-draw": "a stochastic decision is accepted iff u < min(1, p(x)/q(x))",
     "residual": "the repair is drawn from normalise(max(p - q, 0))",
+    "draw": "a sampled repair or bonus is the token its recorded draw selects by inverse CDF, in token-id order",
     "greedy": "greedy: accept iff the proposal is argmax p; repair and bonus are argmax p",
     "sampler": "recorded p and q are distributions consistent with the run's sampler",
     "target-cache": "the target cache holds exactly the accepted prefix (plus the recorded pending tokens)",
     "draft-cache": "the draft cache keeps nothing of a rejected suffix",
     "recompute": "recorded p equals a full recompute of the target over the recorded prefix",
+    "run-end": "the run's end record agrees with its rounds: stop reason, token count, status",
 }
+
+# Rules whose findings in later rounds usually follow from the first one (a cache that went
+# wrong once stays wrong; a missing round shifts every later prefix): one family each.
+FAMILY: dict[str, str] = {"target-cache": "cache", "draft-cache": "cache", "recompute": "cache",
+                          "prefix-continuity": "cache"}
 
 DEFAULT_TOL = 1e-6
 
@@ -59,20 +68,79 @@ class Finding:
         return f"[{self.rule}] {where}: {self.message}"
 
 
+@dataclass(frozen=True)
+class FindingGroup:
+    """A cause and the findings that follow from it (or repeat it) in later rounds."""
+
+    cause: Finding
+    follow_on: tuple[Finding, ...] = ()
+
+    @property
+    def rounds(self) -> tuple[int, int]:
+        last = self.follow_on[-1].round if self.follow_on else self.cause.round
+        return self.cause.round, last
+
+    def summary(self) -> str:
+        if not self.follow_on:
+            return str(self.cause)
+        first, last = self.rounds
+        return f"{self.cause}  (+{len(self.follow_on)} follow-on finding(s) in rounds {first}-{last})"
+
+    def to_dict(self) -> dict:
+        return {"cause": self.cause.to_dict(), "follow_on": [f.to_dict() for f in self.follow_on]}
+
+
+def group_findings(findings: Sequence[Finding]) -> list[FindingGroup]:
+    """Root causes first: the first finding of each rule family is a cause; later findings of
+    the same family follow on from it. Groups are ordered by their cause's round."""
+    causes: dict[str, Finding] = {}
+    follow: dict[str, list[Finding]] = {}
+    for f in sorted(findings, key=lambda f: f.round):  # stable: a round keeps its rule order
+        family = FAMILY.get(f.rule, f.rule)
+        if family in causes:
+            follow[family].append(f)
+        else:
+            causes[family], follow[family] = f, []
+    groups = [FindingGroup(cause, tuple(follow[family])) for family, cause in causes.items()]
+    return sorted(groups, key=lambda g: g.cause.round)
+
+
+@dataclass
+class CheckReport:
+    """What check_report() found, and which rules it could not run and why."""
+
+    findings: list[Finding]
+    not_checked: dict[str, str]  # rule -> why (an optional field the trace did not record)
+
+    @property
+    def groups(self) -> list[FindingGroup]:
+        return group_findings(self.findings)
+
+
 class _RoundChecker:
     """Checks one round. Each rule is a method listed in ROUND_CHECKS (end of the class);
     adding a rule = its RULES line, its method, its name in ROUND_CHECKS."""
 
     def __init__(self, config: RunConfig, rnd: Round, out_start: int, tol: float, sink: list[Finding], *,
-                 position: int = 0, previous: Round | None = None, is_last: bool = False, caches: bool = True):
+                 position: int = 0, previous: Round | None = None, is_last: bool = False, caches: bool = True,
+                 not_checked: dict[str, str] | None = None):
         self.config, self.rnd, self.out_start, self.tol, self.sink = config, rnd, out_start, tol, sink
         self.position = position  # where the round stands in the run (0-based)
         self.previous = previous  # the round before it, if any
         self.is_last = is_last
         self.check_caches = caches
+        self.not_checked = not_checked if not_checked is not None else {}
+        self.prefix_broken = False  # set by continuity(): a round may be missing before this one
 
     def add(self, rule: str, message: str, position: int | None = None, node: int | None = None) -> None:
         self.sink.append(Finding(self.config.run_id, self.rnd.index, position, rule, message, node))
+
+    def recorded(self, field: str, rule: str) -> bool:
+        """Whether the trace recorded `field`; if not, note once that `rule` skipped it."""
+        if field not in self.config.unrecorded:
+            return True
+        self.not_checked.setdefault(rule, f"field '{field}' not recorded")
+        return False
 
     def position_of(self, emitted_index: int) -> int:
         return self.out_start + emitted_index
@@ -138,6 +206,25 @@ class _RoundChecker:
                 self.add("round-structure", "a bonus token was emitted after a rejection", pos)
             elif any(n.status == "unvisited" for n in nodes) and not self._is_tree():
                 self.add("round-structure", "a bonus token was emitted although some drafts were never verified", pos)
+        self._bonus_owed(bool(rejected), bool(bonuses), bool(repairs))
+
+    def _bonus_owed(self, rejected: bool, has_bonus: bool, has_repair: bool) -> None:
+        """All drafts accepted, no EOS and budget left: the target's last row owes a bonus.
+        All accepted, no EOS and the budget spent: the bonus is withheld, and only then."""
+        rnd = self.rnd
+        if self._is_tree():
+            return
+        all_accepted = not (rejected or has_repair or self._eos_before_rejection()) and all(
+            n.status == "accepted" for n in rnd.nodes)
+        budget_left = len(rnd.emitted) < rnd.remaining_budget
+        if all_accepted and not has_bonus and budget_left:
+            self.add("round-structure", f"all {len(rnd.nodes)} drafts were accepted with budget left and no EOS, "
+                     "but no bonus token was emitted", self.position_of(len(rnd.emitted)))
+        withheld = all_accepted and not has_bonus and not budget_left
+        if self.recorded("bonus_withheld", "round-structure") and rnd.bonus_withheld != withheld:
+            self.add("round-structure", f"bonus_withheld is {rnd.bonus_withheld}, but the round "
+                     f"{'withheld' if withheld else 'did not withhold'} a bonus ({len(rnd.emitted)} emitted of "
+                     f"{rnd.remaining_budget} left{', a bonus among them' if has_bonus else ''})")
 
     def _eos_before_rejection(self) -> bool:
         eos = self.config.eos_token_id
@@ -154,29 +241,76 @@ class _RoundChecker:
         for n in rnd.nodes:
             if n.status == "unvisited":
                 continue
-            if entry_known(n.p, n.token) and abs(float(n.p[n.token]) - n.p_token) > self.tol:
-                self.add("acceptance-draw", f"recorded p(x)={n.p_token:.6g} differs from the p vector ({float(n.p[n.token]):.6g})", node=n.index)
+            p_x = self._scalar(n.p, n.token, n.p_token, "p_token", "acceptance-draw")
+            if p_x is not None and entry_known(n.p, n.token) and abs(float(n.p[n.token]) - p_x) > self.tol:
+                self.add("acceptance-draw", f"recorded p(x)={p_x:.6g} differs from the p vector ({float(n.p[n.token]):.6g})", node=n.index)
             if greedy:
-                accepted = n.token == n.target_argmax
-                if accepted != (n.status == "accepted"):
-                    verb = "accepted" if n.status == "accepted" else "rejected"
-                    self.add("greedy", f"proposal {n.token} was {verb} but the target argmax is {n.target_argmax}", node=n.index)
-                if is_full(n.p) and int(np.argmax(n.p)) != n.target_argmax and n.p[int(np.argmax(n.p))] > n.p[n.target_argmax] + self.tol:
-                    self.add("greedy", f"recorded argmax {n.target_argmax} is not the argmax of p ({int(np.argmax(n.p))})", node=n.index)
+                self._greedy_decision(n, p_x)
                 continue
-            if n.u is None or n.q_token is None:
-                self.add("acceptance-draw", "a visited stochastic decision has no recorded draw u or q(x)", node=n.index)
+            if n.u is None and not self.recorded("u", "acceptance-draw"):
                 continue
-            if n.q_token <= 0:
+            q_x = self._scalar(n.q, n.token, n.q_token, "q_token", "acceptance-draw")
+            if n.q is None and n.q_token is None and not self.recorded("q", "acceptance-draw"):
+                continue
+            if n.u is None or q_x is None:
+                if n.u is None or self.recorded("q_token", "acceptance-draw"):
+                    self.add("acceptance-draw", "a visited stochastic decision has no recorded draw u or q(x)", node=n.index)
+                continue
+            if q_x <= 0:
                 self.add("sampler", f"proposal {n.token} has q(x)=0: it cannot have been drawn from q", node=n.index)
                 continue
-            if entry_known(n.q, n.token) and abs(float(n.q[n.token]) - n.q_token) > self.tol:
-                self.add("acceptance-draw", f"recorded q(x)={n.q_token:.6g} differs from the q vector ({float(n.q[n.token]):.6g})", node=n.index)
-            threshold = min(1.0, n.p_token / n.q_token)
+            if entry_known(n.q, n.token) and abs(float(n.q[n.token]) - q_x) > self.tol:
+                self.add("acceptance-draw", f"recorded q(x)={q_x:.6g} differs from the q vector ({float(n.q[n.token]):.6g})", node=n.index)
+            if p_x is None:
+                continue
+            threshold = min(1.0, p_x / q_x)
             accepted = n.u < threshold
             if accepted != (n.status == "accepted"):
                 verb = "accepted" if n.status == "accepted" else "rejected"
                 self.add("acceptance-draw", f"proposal {n.token} was {verb} with u={n.u:.6g} against min(1, p/q)={threshold:.6g}", node=n.index)
+
+    def _scalar(self, dist: np.ndarray | None, token: int, recorded: float | None, field: str, rule: str) -> float | None:
+        """p(x) or q(x): the recorded scalar, unless the trace did not record it; then the
+        vector's entry when it is known, else None (and the rule notes what it skipped)."""
+        if field not in self.config.unrecorded:
+            return recorded
+        if dist is not None and entry_known(dist, token):
+            return float(dist[token])
+        self.recorded(field, rule)
+        return None
+
+    def _greedy_decision(self, n, p_x: float | None) -> None:
+        accepted = n.token == n.target_argmax
+        if accepted != (n.status == "accepted"):
+            verb = "accepted" if n.status == "accepted" else "rejected"
+            self.add("greedy", f"proposal {n.token} was {verb} but the target argmax is {n.target_argmax}", node=n.index)
+        best = self._largest(n.p)
+        if best is None:
+            return
+        best_id, best_p = best
+        # an argmax outside the stored entries cannot be compared: top-N keeps the largest
+        # entries, but an exact extra entry of a lower rank may be stored too
+        argmax_p = float(n.p[n.target_argmax]) if entry_known(n.p, n.target_argmax) else None
+        if argmax_p is not None and best_p > argmax_p + self.tol:
+            self.add("greedy", f"recorded argmax {n.target_argmax} is not the argmax of p ({best_id}, p={best_p:.6g})", node=n.index)
+        elif n.status == "accepted" and p_x is not None and best_p > p_x + self.tol:
+            self.add("greedy", f"accepted proposal {n.token} has p={p_x:.6g}, but token {best_id} has p={best_p:.6g}: "
+                     "it was not the argmax", node=n.index)
+
+    @staticmethod
+    def _largest(dist: np.ndarray | None) -> tuple[int, float] | None:
+        """(id, value) of the largest entry: exact for full vectors and top-N saves alike."""
+        if dist is None:
+            return None
+        ids = known_ids(dist)
+        values = np.asarray(dist)
+        if ids is not None:
+            if not ids.size:
+                return None
+            at = int(ids[int(np.argmax(values[ids]))])
+        else:
+            at = int(np.argmax(values))
+        return at, float(values[at])
 
     def repair_and_bonus(self) -> None:
         rnd = self.rnd
@@ -190,20 +324,49 @@ class _RoundChecker:
                         self.add("greedy", f"repair {e.token} is not the target argmax {node.target_argmax}", pos, node.index)
                     continue
                 self._residual(node, e.token, pos)
+                self._replay(e, self._repair_distribution(node), "the residual", pos, node.index)
             elif e.kind == "bonus":
                 if greedy and rnd.bonus_p is not None:
-                    best = int(np.argmax(rnd.bonus_p))
-                    if e.token != best and rnd.bonus_p[best] > rnd.bonus_p[e.token] + self.tol:
-                        self.add("greedy", f"bonus {e.token} is not the argmax {best} of the target's last conditional", pos)
+                    best = self._largest(rnd.bonus_p)
+                    if best is not None and e.token != best[0] and entry_known(rnd.bonus_p, e.token) \
+                            and best[1] > rnd.bonus_p[e.token] + self.tol:
+                        self.add("greedy", f"bonus {e.token} is not the argmax {best[0]} of the target's last conditional", pos)
                 elif not greedy and rnd.bonus_p is not None and entry_known(rnd.bonus_p, e.token) and rnd.bonus_p[e.token] <= 0:
                     self.add("sampler", f"bonus {e.token} has probability 0 under the target", pos)
+                elif not greedy:
+                    self._replay(e, rnd.bonus_p, "the target's last row", pos, None)
+
+    def _repair_distribution(self, node) -> np.ndarray | None:
+        """The distribution a repair was drawn from: the recorded residual, else
+        normalise(max(p - q, 0)) from full p and q."""
+        if self.rnd.residual is not None:
+            return self.rnd.residual
+        if is_full(node.p) and is_full(node.q):
+            try:
+                return residual_of(np.asarray(node.p), np.asarray(node.q))[0]
+            except ArithmeticError:
+                return None
+        return None
+
+    def _replay(self, e, dist: np.ndarray | None, name: str, pos: int, node: int | None) -> None:
+        if e.draw is None:
+            self.not_checked.setdefault("draw", "a sampled repair or bonus has no recorded draw")
+            return
+        if dist is None:
+            self.not_checked.setdefault("draw", f"{name} was not recorded for a sampled token")
+            return
+        problem = draw_mismatch(dist, e.token, e.draw, self.tol)
+        if problem:
+            self.add("draw", f"{e.kind} {e.token} from {name}: {problem}", pos, node)
 
     def _residual(self, node, token: int, pos: int) -> None:
         rnd = self.rnd
         p, q = node.p, node.q
         if q is None:
-            self.add("residual", "a stochastic rejection has no recorded q", pos, node.index)
+            if self.recorded("q", "residual"):
+                self.add("residual", "a stochastic rejection has no recorded q", pos, node.index)
             return
+        self._residual_facts(pos, node.index)
         if entry_known(p, token) and entry_known(q, token):
             gap = float(p[token]) - float(q[token])
             if gap <= 0:
@@ -227,6 +390,19 @@ class _RoundChecker:
                     self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) (max diff {diff:.3g})", pos, node.index)
         else:
             self._residual_from_known_entries(node, pos)
+
+    def _residual_facts(self, pos: int, node: int) -> None:
+        """A residual saved top-N only still carries its whole-vector facts: a distribution
+        (sum 1, no negative entry)."""
+        stats = vector_stats(self.rnd.residual)
+        if stats is None:
+            return
+        if stats.minimum < 0:
+            self.add("residual", f"the recorded residual has a negative entry ({stats.minimum:.3g}): max(p-q, 0) has none",
+                     pos, node)
+        elif abs(stats.total - 1.0) > 1e-6:
+            self.add("residual", f"the recorded residual sums to {stats.total:.6g}, not 1: it was not normalised by its mass",
+                     pos, node)
 
     def _residual_from_known_entries(self, node, pos: int) -> None:
         """A top-N trace: the residual checks that its exact scalars and known entries allow.
@@ -281,8 +457,12 @@ class _RoundChecker:
                     self._top_p(name, stats, np.asarray(dist).shape[-1], n.index)
 
     def _is_distribution(self, name: str, stats: VectorStats, node: int) -> bool:
-        if stats.minimum < 0 or abs(stats.total - 1.0) > 1e-6:
-            self.add("sampler", f"{name} is not a probability distribution (sum {stats.total:.6g})", node=node)
+        if stats.minimum < 0:
+            self.add("sampler", f"{name} has a negative entry ({stats.minimum:.3g}): not a probability distribution",
+                     node=node)
+            return False
+        if abs(stats.total - 1.0) > 1e-6:
+            self.add("sampler", f"{name} sums to {stats.total:.6g}, not 1: not a probability distribution", node=node)
             return False
         return True
 
@@ -324,15 +504,19 @@ class _RoundChecker:
     def continuity(self) -> None:
         rnd, emitted = self.rnd, self.out_start
         prompt_len = len(self.config.prompt_ids)
-        if rnd.index != self.position:
-            self.add("prefix-continuity", f"round index {rnd.index} where {self.position} was expected")
+        expected = self.previous.index + 1 if self.previous is not None else 0
+        if rnd.index != expected:
+            self.add("prefix-continuity", f"round index {rnd.index} where {expected} was expected: "
+                     "a round is missing from the trace, or rounds are out of order")
         if rnd.emitted_before != emitted or rnd.prefix_len != prompt_len + emitted:
+            self.prefix_broken = True
             self.add(
                 "prefix-continuity",
                 f"round starts from a prefix of {rnd.prefix_len} tokens ({rnd.emitted_before} emitted before), "
-                f"but the prompt plus earlier rounds make {prompt_len + emitted} ({emitted} emitted)",
+                f"but the prompt plus earlier rounds make {prompt_len + emitted} ({emitted} emitted): "
+                "a round is missing from the trace, or a round's tokens were not counted",
             )
-        if rnd.remaining_budget != self.config.max_new_tokens - emitted:
+        if not self.prefix_broken and rnd.remaining_budget != self.config.max_new_tokens - emitted:
             self.add("budget", f"remaining budget {rnd.remaining_budget} where {self.config.max_new_tokens - emitted} was left")
 
     def budget(self) -> None:
@@ -346,7 +530,7 @@ class _RoundChecker:
                 f"{len(rnd.emitted)} tokens emitted with only {rnd.remaining_budget} left of max_new_tokens={cfg.max_new_tokens}",
                 self.position_of(rnd.remaining_budget),
             )
-        if rnd.budget_stop != (emitted_total_after >= cfg.max_new_tokens):
+        if self.recorded("budget_stop", "budget") and rnd.budget_stop != (emitted_total_after >= cfg.max_new_tokens):
             self.add("budget", f"budget_stop flag is {rnd.budget_stop} after {emitted_total_after} of {cfg.max_new_tokens} tokens")
 
     def eos(self) -> None:
@@ -360,7 +544,7 @@ class _RoundChecker:
             at = tokens.index(eos)
             if at < len(tokens) - 1:
                 self.add("eos", f"{len(tokens) - 1 - at} token(s) emitted after EOS", self.position_of(at + 1))
-            if not rnd.eos:
+            if not rnd.eos and self.recorded("eos", "eos"):
                 self.add("eos", "EOS was emitted but the round is not flagged as the end", self.position_of(at))
             if not is_last_round:
                 self.add("eos", "the run went on after EOS", self.position_of(at))
@@ -370,14 +554,18 @@ class _RoundChecker:
     # ---------------------------------------------------------------- caches
 
     def caches(self) -> None:
-        if not self.check_caches:
+        if not self.check_caches or not self.recorded("target_cache", "target-cache"):
             return
         rnd, previous = self.rnd, self.previous
+        # with the prefix broken here, a missing round explains a cache mismatch as well
+        # as a stale cache does: the message names both
+        either = "; or a round is missing from the trace before this one" if self.prefix_broken else ""
         committed = rnd.prefix_len + rnd.accepted
         final_len = rnd.prefix_len + len(rnd.emitted)
         tc = rnd.target_cache
         if previous is not None and tc.before != previous.target_cache.after:
-            self.add("target-cache", f"target cache starts at {tc.before}, the previous round left {previous.target_cache.after}")
+            self.add("target-cache", f"target cache starts at {tc.before}, the previous round left "
+                     f"{previous.target_cache.after}: the cache changed between rounds{either}")
         if tc.after > committed:
             self.add(
                 "target-cache",
@@ -392,7 +580,8 @@ class _RoundChecker:
         if dc is None:
             return
         if previous is not None and previous.draft_cache is not None and dc.before != previous.draft_cache.after:
-            self.add("draft-cache", f"draft cache starts at {dc.before}, the previous round left {previous.draft_cache.after}")
+            self.add("draft-cache", f"draft cache starts at {dc.before}, the previous round left "
+                     f"{previous.draft_cache.after}: the cache changed between rounds{either}")
         if dc.after > committed:
             self.add(
                 "draft-cache",
@@ -405,26 +594,69 @@ ROUND_CHECKS: tuple[str, ...] = ("continuity", "structure", "decisions", "repair
                                  "caches")
 
 
+def check_report(
+    config: RunConfig,
+    rounds: Sequence[Round] | Iterable[Round],
+    tol: float = DEFAULT_TOL,
+    check_caches: bool | None = None,
+    end: RunEnd | None = None,
+) -> CheckReport:
+    """Every violation of RULES in the run, in round order, and the rules it could not run.
+    `end` is the run's end record, when the trace has one."""
+    findings: list[Finding] = []
+    not_checked: dict[str, str] = {}
+    emitted = 0
+    previous: Round | None = None
+    last: Round | None = None
+    caches = config.use_cache if check_caches is None else check_caches
+    rounds = iter(rounds)
+    rnd = next(rounds, None)
+    i = 0
+    while rnd is not None:
+        following = next(rounds, None)  # one round ahead, so a round knows whether it is the last
+        checker = _RoundChecker(config, rnd, emitted, tol, findings, position=i, previous=previous,
+                                is_last=following is None, caches=caches, not_checked=not_checked)
+        for name in ROUND_CHECKS:
+            getattr(checker, name)()
+        # after a broken prefix, later rounds are checked from the recorded one (one finding, not one per round)
+        emitted = (rnd.emitted_before if checker.prefix_broken else emitted) + len(rnd.emitted)
+        previous, last, rnd, i = rnd, rnd, following, i + 1
+    if end is not None:
+        _check_end(config, end, last, emitted, i, findings)
+    return CheckReport(findings, not_checked)
+
+
+def _check_end(config: RunConfig, end: RunEnd, last: Round | None, emitted: int, n_rounds: int,
+               findings: list[Finding]) -> None:
+    def add(message: str) -> None:
+        findings.append(Finding(config.run_id, last.index if last is not None else 0, None, "run-end", message))
+
+    ended_eos = last is not None and config.eos_token_id is not None and config.eos_token_id in last.tokens
+    if end.new_tokens is not None and end.new_tokens != emitted:
+        add(f"the end record counts {end.new_tokens} new tokens, the rounds emitted {emitted}")
+    if end.status != "completed":
+        return
+    if end.stop_reason == "eos" and not ended_eos:
+        add("the run is marked as stopped at EOS, but its last round emitted no EOS")
+    elif end.stop_reason == "budget" and emitted < config.max_new_tokens and not ended_eos:
+        add(f"the run is marked as stopped by the budget after {emitted} of max_new_tokens={config.max_new_tokens} "
+            "tokens, with no EOS: it stopped early")
+    elif end.stop_reason == "budget" and ended_eos:
+        add("the run is marked as stopped by the budget, but it ended at EOS")
+    elif end.stop_reason not in ("eos", "budget"):
+        add(f"the run is marked completed with stop reason {end.stop_reason!r}: a completed run stops at EOS or the budget")
+
+
 def check_run(
     config: RunConfig,
     rounds: Sequence[Round] | Iterable[Round],
     tol: float = DEFAULT_TOL,
     check_caches: bool | None = None,
+    end: RunEnd | None = None,
 ) -> list[Finding]:
-    """Every violation of RULES in the run, in round order."""
-    findings: list[Finding] = []
-    rounds = list(rounds)
-    emitted = 0
-    previous: Round | None = None
-    caches = config.use_cache if check_caches is None else check_caches
-    for i, rnd in enumerate(rounds):
-        checker = _RoundChecker(config, rnd, emitted, tol, findings, position=i, previous=previous,
-                                is_last=i == len(rounds) - 1, caches=caches)
-        for name in ROUND_CHECKS:
-            getattr(checker, name)()
-        emitted += len(rnd.emitted)
-        previous = rnd
-    return findings
+    """Every violation of RULES in the run, in round order (check_report also says which
+    rules could not run)."""
+    return check_report(config, rounds, tol, check_caches, end).findings
 
 
 def first_bad_round(findings: Sequence[Finding]) -> int | None:

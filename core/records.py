@@ -149,6 +149,21 @@ class RunConfig:
     vocab_size: int = 0
     use_cache: bool = True
     fault: str | None = None
+    # Optional trace fields this run's trace did not record (a minimal trace of another
+    # decoder): the checker skips the rules that need them and says so once. Names as in
+    # docs/trace-format.md: "u", "draw", "q", "p_token", "q_token", "eos", "budget_stop",
+    # "bonus_withheld", "target_cache".
+    unrecorded: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a recorded run says it ended (its end record), for the checker to compare with
+    its rounds."""
+
+    status: str  # running | completed | interrupted | failed
+    stop_reason: str | None  # eos | budget | cancelled | None
+    new_tokens: int | None = None  # tokens the end record counts, when it counts them
 
 
 @dataclass(frozen=True)
