@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from sqlalchemy import Connection, insert, inspect, select, func
+from sqlalchemy import Connection, func, insert, inspect, select, text
 
 from .errors import NotATraceStoreError, SchemaVersionError
 from .schema import Base, SchemaVersion
@@ -31,8 +31,16 @@ def _baseline(conn: Connection) -> None:  # version 1 is the baseline created fr
     Base.metadata.create_all(conn)
 
 
+def _add_unrecorded(conn: Connection) -> None:
+    """Version 2: runs.unrecorded, the optional trace fields a run did not record."""
+    column = Base.metadata.tables["runs"].c.unrecorded
+    kind = column.type.compile(dialect=conn.dialect)
+    conn.execute(text(f"ALTER TABLE runs ADD COLUMN unrecorded {kind}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema: runs, rounds, draft_nodes", _baseline),
+    Migration(2, "runs.unrecorded: optional trace fields a run did not record", _add_unrecorded),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 TABLES = frozenset(Base.metadata.tables)

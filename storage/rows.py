@@ -56,6 +56,7 @@ def run_row(config: RunConfig, *, status: str, started_at: float, models: ModelI
         "vocab_size": int(config.vocab_size),
         "use_cache": bool(config.use_cache),
         "fault": config.fault,
+        "unrecorded": sorted(config.unrecorded) or None,
         "target_name": models.target_name if models.target_name is not None else config.target_name,
         "target_hash": models.target_hash,
         "draft_name": models.draft_name if models.draft_name is not None else config.draft_name,
@@ -93,6 +94,7 @@ def run_config(r: Mapping[str, Any]) -> RunConfig:
         vocab_size=r["vocab_size"],
         use_cache=bool(r["use_cache"]),
         fault=r["fault"],
+        unrecorded=frozenset(r.get("unrecorded") or ()),
     )
 
 

@@ -83,6 +83,8 @@ class RunRow(Base):
     vocab_size: Mapped[int] = mapped_column(Integer)
     use_cache: Mapped[bool] = mapped_column(Boolean)
     fault: Mapped[Optional[str]] = mapped_column(String(64))
+    # optional trace fields the run's trace did not record (schema version 2; null = none)
+    unrecorded: Mapped[Optional[list[Any]]]
     # model identities (names from the RunConfig; hashes passed in by the caller)
     target_name: Mapped[str] = mapped_column(String(512))
     target_hash: Mapped[Optional[str]] = mapped_column(String(128))

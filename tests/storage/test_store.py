@@ -163,23 +163,25 @@ def test_migrations_run_in_order_and_are_recorded(tmp_path):
     TraceStore(path).close()
     applied = []
 
+    n = SCHEMA_VERSION  # the two test migrations come after the real ones
+
     def v2(conn):
-        applied.append(2)
+        applied.append(n + 1)
         conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN note TEXT")
 
     def v3(conn):
-        applied.append(3)
+        applied.append(n + 2)
         conn.exec_driver_sql("UPDATE runs SET note = 'v3'")
 
-    migrations = MIGRATIONS + (Migration(2, "runs.note", v2), Migration(3, "fill notes", v3))
+    migrations = MIGRATIONS + (Migration(n + 1, "runs.note", v2), Migration(n + 2, "fill notes", v3))
     with TraceStore(path, _migrations=migrations) as s:
-        assert s.schema_version == 3
+        assert s.schema_version == n + 2
         with s.engine.connect() as conn:
             versions = [r[0] for r in conn.execute(text("SELECT version FROM schema_version ORDER BY version"))]
-    assert applied == [2, 3] and versions == [1, 2, 3]
+    assert applied == [n + 1, n + 2] and versions == [n, n + 1, n + 2]
     with TraceStore(path, _migrations=migrations):
         pass
-    assert applied == [2, 3]  # nothing re-applied
+    assert applied == [n + 1, n + 2]  # nothing re-applied
     with pytest.raises(SchemaVersionError):  # and the old code refuses the upgraded file
         TraceStore(path)
 
@@ -193,9 +195,9 @@ def test_failed_migration_rolls_back(tmp_path):
         raise RuntimeError("migration bug")
 
     with pytest.raises(RuntimeError):
-        TraceStore(path, _migrations=MIGRATIONS + (Migration(2, "bad", bad),))
+        TraceStore(path, _migrations=MIGRATIONS + (Migration(SCHEMA_VERSION + 1, "bad", bad),))
     with TraceStore(path) as s:
-        assert s.schema_version == 1
+        assert s.schema_version == SCHEMA_VERSION
         with s.engine.connect() as conn:
             cols = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(runs)")]
     assert "note" not in cols
@@ -274,3 +276,25 @@ def test_readonly_open_and_jsonl_in_memory(recorded, tmp_path):
         export_run(s, rid, tmp_path / "g.jsonl")
     with open_jsonl(tmp_path / "g.jsonl") as mem:
         assert [r.run_id for r in mem.list_runs()] == [rid]
+
+
+def test_a_version_1_store_is_upgraded_and_its_runs_read_as_before(tmp_path):
+    """Schema 2 adds runs.unrecorded; a store written before it opens, upgrades in place and
+    its runs load with nothing unrecorded."""
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    config = synthetic_config(run_id="old-run")
+    with TraceStore(path) as s, TraceWriter(s, config) as writer:
+        for rnd in synthetic_rounds(config, 5):
+            writer.write(rnd)
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE runs DROP COLUMN unrecorded")
+    con.execute("DELETE FROM schema_version")
+    con.execute("INSERT INTO schema_version VALUES (1, 'initial schema', 0)")
+    con.commit()
+    con.close()
+    with TraceStore(path) as s:
+        assert s.schema_version == SCHEMA_VERSION == 2
+        assert s.run_config("old-run").unrecorded == frozenset()
+        assert len(s.load_rounds("old-run")) > 0
