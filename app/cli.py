@@ -54,7 +54,8 @@ INT_LIMITS: dict[str, tuple[str, int, int]] = {
 def check_int_options(args: argparse.Namespace) -> None:
     """Every integer option within what the core and the store can hold (CliError otherwise):
     the options of INT_LIMITS in their ranges, any other integer within a signed 64-bit one,
-    and --eos-id / --prompt-ids parsed. Runs before anything is loaded or opened."""
+    --eos-id / --prompt-ids parsed, and run --db's database driver installed. Runs before
+    anything is loaded or opened."""
     for dest, value in vars(args).items():
         if not isinstance(value, int) or isinstance(value, bool):
             continue
@@ -67,6 +68,14 @@ def check_int_options(args: argparse.Namespace) -> None:
         _parse_eos(args.eos_id, None)
     if getattr(args, "prompt_ids", None) is not None:
         parse_prompt_ids(args.prompt_ids)
+    if getattr(args, "command", None) == "run" and args.db:  # a missing driver is known before the models load
+        from specscope.storage import TraceStoreError
+        from specscope.storage.engine import check_driver, to_url
+
+        try:
+            check_driver(to_url(args.db))
+        except TraceStoreError as exc:
+            raise CliError(f"--db: {exc}") from None
 
 
 def parse_prompt_ids(text: str) -> list[int]:
@@ -495,9 +504,9 @@ def cmd_faults(args: argparse.Namespace) -> int:
 
 
 def check_trace_file(path: str) -> None:
-    """`specscope open PATH` before the window opens: PATH must be a trace store file
-    (CliError otherwise; nothing is created or changed)."""
-    if not os.path.isfile(path):
+    """`specscope open PATH` before the window opens: PATH must be a trace store file, or a
+    database URL that opens as one (CliError otherwise; nothing is created or changed)."""
+    if "://" not in path and not os.path.isfile(path):
         raise CliError(f"no trace store at {path}" + (" (a directory)" if os.path.isdir(path) else ""))
     open_existing_store(path).close()
 

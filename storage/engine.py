@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -145,15 +146,28 @@ def make_engine(url: str, echo: bool = False, readonly_path: str | None = None) 
         event.listen(engine, "connect", _sqlite_pragmas_readonly if readonly_path is not None else _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    try:
+    with _driver_errors(url):
         return create_engine(url, echo=echo, pool_pre_ping=True)
+
+
+def check_driver(url: str) -> None:
+    """Raise TraceStoreError (one line, no password) when the URL is unparsable or its
+    dialect or driver is not installed; connects to nothing."""
+    sqlite_path(url)  # parses the URL
+    with _driver_errors(url):
+        make_url(url).get_dialect().import_dbapi()
+
+
+@contextlib.contextmanager
+def _driver_errors(url: str) -> Iterator[None]:
+    try:
+        yield
     except NoSuchModuleError as exc:  # no such dialect (or its plugin is not installed)
         raise TraceStoreError(f"cannot open {printable(url)}: SQLAlchemy knows no database {make_url(url).drivername!r} "
                               f"({mask_passwords(str(exc))})") from None
     except ImportError as exc:  # the dialect's driver (DBAPI module) is not installed
-        u = make_url(url)
         raise TraceStoreError(
-            f"cannot open {printable(url)}: the database driver for {u.drivername!r} is not installed "
+            f"cannot open {printable(url)}: the database driver for {make_url(url).drivername!r} is not installed "
             f"({mask_passwords(str(exc))}); install it in this Python environment or use another URL") from None
     except ArgumentError as exc:
         raise TraceStoreError(f"cannot open {printable(url)}: {mask_passwords(str(exc))}") from None

@@ -288,7 +288,8 @@ def test_missing_database_driver_is_one_line_without_the_password(capsys, checkp
     trace = tmp_path / "t.jsonl"
     trace.write_text("{}\n")
     argv = {"runs": ["runs", url], "check": ["check", url], "import": ["import", trace, "--db", url],
-            "run": tiny_run(checkpoints, "--prompt-ids", "1,2,3", "--max-new", "2", "--db", url)}[command]
+            # run: refused before any model loads (this target does not exist)
+            "run": ["run", "--target", tmp_path / "no-model", "--prompt-ids", "1,2,3", "--db", url]}[command]
     code, out, err = run_cli(capsys, *argv)
     assert code != 0
     line = one_line_error(err)
@@ -296,12 +297,13 @@ def test_missing_database_driver_is_one_line_without_the_password(capsys, checkp
     assert SECRET not in out + err
 
 
-def test_unknown_dialect_and_bad_port_do_not_print_the_password(capsys):
+def test_unknown_dialect_and_bad_port_do_not_print_the_password(capsys, no_window):
     for url in (f"nosuchdb://u:{SECRET}@h/x", f"postgresql://u:{SECRET}@h:notaport/x"):
-        code, out, err = run_cli(capsys, "runs", url)
-        assert code != 0
-        one_line_error(err)
-        assert SECRET not in out + err and "u:***@h" in err
+        for command in ("runs", "check", "open"):
+            code, out, err = run_cli(capsys, command, url)
+            assert code != 0
+            one_line_error(err)
+            assert SECRET not in out + err and "u:***@h" in err, (command, err)
 
 
 # ---------------------------------------------------------------------------- 7. secrets
