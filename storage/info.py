@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Mapping
 
-from specscope.core.records import Round, RunConfig
+from specscope.core.records import RunEnd, Round, RunConfig
 
 _LIBRARIES = ("specscope", "torch", "transformers", "numpy", "sqlalchemy")
 
@@ -86,6 +86,13 @@ class RunInfo:
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def end(self) -> RunEnd | None:
+        """The end record, for the checker (None while the run is still being written)."""
+        if self.status == "running":
+            return None
+        return RunEnd(self.status, self.stop_reason, len(self.new_tokens))
 
     @property
     def mean_accepted_length(self) -> float:
