@@ -10,12 +10,14 @@ checker's Finding records plug in without adapters:
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+
+from specscope.core.checker import group_findings
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Finding:
     message: str
     severity: str = "error"
     node: int | None = None  # draft node, when the finding concerns one
+    follows: bool = False  # follows from (or repeats) an earlier cause of the same kind
 
 
 def as_finding(obj: Any) -> Finding:
@@ -86,15 +89,24 @@ class FindingsWidget(QWidget):
         self.table.currentCellChanged.connect(self._current_changed)
 
     def set_findings(self, findings: Iterable[Any] | None, checked: bool = True) -> None:
-        self.findings = [as_finding(f) for f in (findings or [])]
+        """Root causes first: each cause, then (indented, dimmed) the findings that follow
+        from it in later rounds."""
+        groups = group_findings([as_finding(f) for f in (findings or [])])
+        self.findings = []
+        for g in groups:
+            self.findings.append(g.cause)
+            self.findings += [replace(f, follows=True) for f in g.follow_on]
         self.table.setRowCount(len(self.findings))
         for row, f in enumerate(self.findings):
+            rule = f"  ↳ {f.rule}" if f.follows else f.rule
             values = [str(f.round), "" if f.position is None else str(f.position),
-                      "" if f.node is None else str(f.node), f.rule, f.message]
+                      "" if f.node is None else str(f.node), rule, f.message]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
-                item.setToolTip(f.message)
-                if f.severity == "error":
+                item.setToolTip(f.message if not f.follows else f"follows from an earlier finding: {f.message}")
+                if f.follows:
+                    item.setForeground(QColor("#7a5a60"))
+                elif f.severity == "error":
                     item.setForeground(QColor("#a0001e"))
                 elif f.severity == "warning":
                     item.setForeground(QColor("#8a5a00"))
@@ -103,7 +115,10 @@ class FindingsWidget(QWidget):
         if not checked:
             self.status.setText("No checker results yet.")
         elif self.findings:
-            self.status.setText(f"<b style='color:#a0001e'>{len(self.findings)} finding(s)</b> — click one to jump to its round")
+            follow = len(self.findings) - len(groups)
+            tail = f", {follow} follow-on" if follow else ""
+            self.status.setText(f"<b style='color:#a0001e'>{len(groups)} cause(s)</b>: first bad round "
+                                f"{groups[0].cause.round}{tail} — click one to jump to its round")
         else:
             self.status.setText("<span style='color:#007a4d'>✔ no findings: every round passed the checks</span>")
 
@@ -128,7 +143,8 @@ class FindingsWidget(QWidget):
             where.append(f"position {f.position}")
         if f.node is not None:
             where.append(f"node {f.node}")
-        self.detail.setText(f"<b>{html.escape(f.rule)}</b> · {', '.join(where)}: {html.escape(f.message)}")
+        lead = "follows from an earlier finding · " if f.follows else ""
+        self.detail.setText(f"{lead}<b>{html.escape(f.rule)}</b> · {', '.join(where)}: {html.escape(f.message)}")
         self.detail.setVisible(True)
 
     def _activate(self, row: int, col: int) -> None:

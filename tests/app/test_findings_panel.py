@@ -26,3 +26,20 @@ def test_findings_are_one_line_each_and_the_selected_one_is_shown_whole(qtbot, g
 
     w.set_error("boom")
     assert not w.detail.isVisible() and w.table.rowCount() == 0
+
+
+def test_findings_are_grouped_by_root_cause(qtbot, gui_env):
+    from specscope.app.gui.findings import FindingsWidget
+
+    w = FindingsWidget()
+    qtbot.addWidget(w)
+    crop = [{"round": r, "rule": "target-cache", "message": f"stale entry in round {r}"} for r in range(3, 9)]
+    eos = {"round": 5, "rule": "eos", "message": "tokens after EOS"}
+    w.set_findings(crop + [eos])
+    rows = [(w.table.item(r, 0).text(), w.table.item(r, 3).text()) for r in range(w.table.rowCount())]
+    # the cause, then what follows from it; the other cause after them
+    assert rows[0] == ("3", "target-cache") and rows[-1] == ("5", "eos")
+    assert all(rule == "  ↳ target-cache" for _, rule in rows[1:6])
+    assert "2 cause(s)" in w.status.text() and "first bad round 3" in w.status.text() and "5 follow-on" in w.status.text()
+    w.table.setCurrentCell(2, 0)
+    assert "follows from an earlier finding" in w.detail.text()
