@@ -80,6 +80,52 @@ def _loads(line: str) -> Any:
     return json.loads(line, parse_int=_parse_int)
 
 
+def _deep_field(line: str) -> str:
+    """Where a line nests too deeply for json.loads: the object keys leading to the first
+    container nested deeper than MAX_FREE_JSON_DEPTH (at most 4 of them, up to the first
+    array), or "" when the scan cannot tell. Runs only on that error, in one pass."""
+    stack: list[list] = []  # [is_object, key or array index]
+    last = ""
+    i, n = 0, len(line)
+    while i < n:
+        ch = line[i]
+        if ch == '"':
+            j = i + 1
+            while True:
+                j = line.find('"', j)
+                if j < 0:
+                    return ""
+                k = j  # an escaped quote has an odd number of backslashes before it
+                while line[k - 1] == "\\":
+                    k -= 1
+                if (j - k) % 2 == 0:
+                    break
+                j += 1
+            last = line[i + 1:j]
+            i = j
+        elif ch in "{[":
+            stack.append([ch == "{", None if ch == "{" else 0])
+            if len(stack) > MAX_FREE_JSON_DEPTH + 1:
+                parts: list[str] = []
+                for is_obj, key in stack[:4]:  # a container holds its current key: its child's name
+                    if not is_obj or key is None:
+                        break
+                    try:
+                        parts.append(_key(json.loads(f'"{key}"')))
+                    except ValueError:
+                        parts.append(_key(key))
+                return ".".join(parts)
+        elif ch in "}]":
+            if stack:
+                stack.pop()
+        elif ch == ":" and stack and stack[-1][0]:
+            stack[-1][1] = last
+        elif ch == "," and stack and not stack[-1][0]:
+            stack[-1][1] += 1
+        i += 1
+    return ""
+
+
 def _is_control(ch: str) -> bool:
     return ch < " " or "\x7f" <= ch <= "\x9f"
 
@@ -290,6 +336,8 @@ def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
     rid = v.get(d, "run_id", "", "str")
     if not rid or len(rid) > MAX_RUN_ID_CHARS:
         raise v.fail("run_id", f"must be a non-empty string of at most {MAX_RUN_ID_CHARS} characters")
+    if run_id is not None and (not run_id or len(run_id) > MAX_RUN_ID_CHARS or _control(run_id) is not None):
+        raise v.fail("run_id", f"the new id (--run-id) must have 1 to {MAX_RUN_ID_CHARS} characters and no control characters")
     cfg = v.get(d, "config", "", "obj")
     vocab = v.bounded(cfg, "vocab_size", "config", 1, MAX_VOCAB_SIZE)
     prompt = v.get(d, "prompt_ids", "", "ints")
@@ -624,8 +672,8 @@ def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None) -
             except json.JSONDecodeError as exc:
                 raise v.fail("", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
             except RecursionError:
-                raise v.fail("", "JSON nested too deeply to parse (free-form objects may nest "
-                                 f"{MAX_FREE_JSON_DEPTH} levels)") from None
+                raise v.fail(_deep_field(line), f"JSON nested too deeply to parse (free-form objects may nest "
+                                                f"{MAX_FREE_JSON_DEPTH} levels)") from None
             d = v.obj(d, "")
             if run is None:
                 run = _header(v, d, run_id)

@@ -98,7 +98,15 @@ def test_json_nested_100k_deep_is_one_line_error(capsys, tmp_path, db):
     header = json.dumps(HEADER)
     deep = header[:-1] + ', "extra2": ' + "[" * 100_000 + "]" * 100_000 + "}"
     err = refused(capsys, tmp_path, db, deep + "\n")
-    assert err.startswith("specscope: error: line 1") and "nested" in err
+    assert err.startswith("specscope: error: line 1, field 'extra2'") and "nested" in err
+
+
+def test_deeply_nested_objects_name_the_field(capsys, tmp_path, db):
+    records = lines()
+    records[1]["timings"] = "DEEP"
+    deep = '{"a\\"b": ' * 50_000 + "1" + "}" * 50_000
+    err = refused(capsys, tmp_path, db, dump(records).replace('"DEEP"', deep))
+    assert "line 2, field 'timings.a\"b.a\"b.a\"b'" in err and "nested" in err, err
 
 
 def test_free_form_object_nested_too_deep_names_the_field(capsys, tmp_path, db):
@@ -279,6 +287,17 @@ def test_strings_bounded_and_ids_without_control_characters(capsys, tmp_path, db
     err = refused(capsys, tmp_path, db, dump(records))
     assert f"line 1, field {field!r}" in err, err
     assert "\x1b" not in err and "\x07" not in err
+
+
+@pytest.mark.parametrize("new_id", ["x\x1b[2J", "y" * 65])
+def test_run_id_given_on_the_command_line_is_bounded_too(capsys, tmp_path, db, new_id):
+    path = _write(tmp_path, dump(lines()))
+    capsys.readouterr()
+    before = table_dump(db)
+    assert main(["import", str(path), "--db", str(db), "--run-id", new_id]) == 1
+    err = capsys.readouterr().err
+    assert "field 'run_id'" in err and "--run-id" in err and "\x1b" not in err
+    assert table_dump(db) == before
 
 
 @pytest.mark.parametrize("field", ["run_id", "models.target_name", "prompt_text"])
