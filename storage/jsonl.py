@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import zlib
 from typing import IO, Any, Iterator, Mapping
@@ -18,7 +19,7 @@ from typing import IO, Any, Iterator, Mapping
 from sqlalchemy import insert, select
 
 from .codec import ZLIB_LEVEL, decode_top_stats, full_raw
-from .errors import RunExistsError
+from .errors import RunExistsError, TraceStoreError
 from .jsonl_read import FORMAT_NAME, FORMAT_VERSION, ParsedTrace, read_trace
 from .schema import nodes_table, rounds_table, runs_table
 from .store import TraceStore
@@ -30,6 +31,31 @@ __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "ParsedTrace", "export_run", "header
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
+def _line(obj: dict, what: str) -> str:
+    """One exported line; a value JSON cannot hold (NaN or Infinity, which import refuses but
+    an older specscope let in) fails with the record and field instead of a bare ValueError."""
+    try:
+        return _dumps(obj)
+    except ValueError:
+        field = _bad_field(obj)
+        raise TraceStoreError(f"cannot export {what}: field {field!r} holds NaN or Infinity, which the trace format "
+                              f"does not allow") from None
+
+
+def _bad_field(obj: Any, path: str = "") -> str:
+    """The first field of a record that JSON cannot write (walked only on that error)."""
+    stack: list[tuple[Any, str]] = [(obj, path)]
+    while stack:
+        x, where = stack.pop()
+        if isinstance(x, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in reversed(list(x.items())))
+        elif isinstance(x, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(x))))
+        elif isinstance(x, float) and not math.isfinite(x):
+            return where
+    return path
 
 
 # ============================================================================ export
@@ -147,7 +173,7 @@ def iter_export(store: TraceStore, run_id: str, batch_size: int = 256) -> Iterat
     with translate_errors(f"exporting run {run_id}"):
         with store.engine.connect() as conn:
             run = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).one()._mapping
-            yield _dumps(header_json(run))
+            yield _line(header_json(run), f"run {run_id}: its header")
             start = 0
             while True:
                 rows = [r._mapping for r in conn.execute(
@@ -163,10 +189,10 @@ def iter_export(store: TraceStore, run_id: str, batch_size: int = 256) -> Iterat
                     .order_by(nodes_table.c.round_index, nodes_table.c.node_index)):
                     nodes.setdefault(n.round_index, []).append(n._mapping)
                 for r in rows:
-                    yield _dumps(round_json(r, nodes.get(r["round_index"], [])))
+                    yield _line(round_json(r, nodes.get(r["round_index"], [])), f"run {run_id}: round {r['round_index']}")
                 start = hi + 1
             if run["status"] != "running":
-                yield _dumps(end_json(run))
+                yield _line(end_json(run), f"run {run_id}: its end record")
 
 
 def export_run(store: TraceStore, run_id: str, out: str | os.PathLike | IO[str]) -> int:

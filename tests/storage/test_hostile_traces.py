@@ -385,6 +385,20 @@ def test_store_stays_listable_with_odd_timestamps(capsys, tmp_path, db, column, 
     assert "run good" in capsys.readouterr().out
 
 
+def test_export_of_a_stored_nan_names_the_field(capsys, tmp_path, db):
+    """A store an older specscope let NaN into exports with a one-line error, not a traceback."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("""UPDATE runs SET extra = '{"a": [1, NaN]}' WHERE run_id = 'good'""")
+    conn.close()
+    capsys.readouterr()
+    assert main(["export", str(db), "good", "-o", str(tmp_path / "out.jsonl")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("specscope: error: cannot export run good: its header: field 'extra.a[1]' holds NaN or Infinity, "
+                   "which the trace format does not allow"), err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_valid_hostile_looking_trace_still_imports(tmp_path):
     """Values at the bounds import and export unchanged."""
     records = lines()
