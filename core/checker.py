@@ -362,6 +362,9 @@ class _RoundChecker:
     def _residual(self, node, token: int, pos: int) -> None:
         rnd = self.rnd
         p, q = node.p, node.q
+        if entry_known(p, token) and float(p[token]) <= 0:
+            self.add("residual", f"repair {token} has p=0: no residual max(p-q, 0) holds it", pos, node.index)
+            return
         if q is None:
             if self.recorded("q", "residual"):
                 self.add("residual", "a stochastic rejection has no recorded q", pos, node.index)

@@ -24,6 +24,7 @@ from .jsonl import FORMAT_NAME, FORMAT_VERSION, export_run, import_run, open_jso
 from .migrations import CURRENT_VERSION as SCHEMA_VERSION
 from .paths import default_db_location, user_data_dir
 from .store import TraceStore
+from .trace_file import TraceFile
 from .writer import TraceWriter, record
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "RunInfo",
     "RunNotFoundError",
     "SchemaVersionError",
+    "TraceFile",
     "TraceFormatError",
     "TraceStore",
     "TraceStoreError",

@@ -82,7 +82,7 @@ def _cache_json(before: Any, peak: Any, after: Any, pending: Any) -> dict | None
 
 
 def header_json(run: Mapping[str, Any]) -> dict:
-    return {
+    header = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "record": "run",
@@ -109,6 +109,9 @@ def header_json(run: Mapping[str, Any]) -> dict:
         "extra": run["extra"],
         "storage": {"top_n": run["top_n"], "full_vectors": bool(run["full_vectors"]), "full_dtype": run["full_dtype"]},
     }
+    if run.get("unrecorded"):  # only traces of other decoders leave optional fields out
+        header["unrecorded"] = list(run["unrecorded"])
+    return header
 
 
 def round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:

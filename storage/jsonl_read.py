@@ -18,6 +18,7 @@ line and the field, whatever it holds.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import binascii
 import json
 import math
@@ -42,6 +43,9 @@ FORMAT_NAME = "specscope-trace"
 FORMAT_VERSION = 1
 _ITEMSIZE = {"float32": 4, "float64": 8}
 _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
+# Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
+# omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
+UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache")
 _STOP_REASONS = ("eos", "budget", "cancelled", "running")
 
 # ---------------------------------------------------------------------------- bounds
@@ -306,6 +310,7 @@ class ParsedTrace:
     nodes: list[dict] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     end: dict | None = None
+    unrecorded: set[str] = field(default_factory=set)  # optional fields some line left out
 
     @property
     def vocab(self) -> int:
@@ -351,6 +356,10 @@ def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
     started_at = v.time(d, "started_at", default=time.time())
     prompt_text = v.text(d, "prompt_text")
     config = _config(v, cfg, models, run_id or rid, tuple(prompt), sampling)
+    declared = v.get(d, "unrecorded", "", "list", required=False, default=[])
+    for i, name in enumerate(declared):
+        if name not in UNRECORDABLE:
+            raise v.fail(f"unrecorded[{i}]", f"expected one of {'|'.join(UNRECORDABLE)}, got {_kind(name)}")
     names = {key: v.get(models, key, "models", "str", required=False, nullable=True)
              for key in ("target_hash", "tokenizer_name", "tokenizer_hash", "draft_hash")}
     versions = v.free(d, "library_versions", "", default=None)
@@ -359,7 +368,7 @@ def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
                   top_n=policy.top_n, full_dtype=policy.full_dtype, prompt_text=prompt_text,
                   extra=v.free(d, "extra", "", default={}),
                   full_vectors=v.get(storage, "full_vectors", "storage", "bool", required=False, default=False))
-    return ParsedTrace(config=config, policy=policy, row=row)
+    return ParsedTrace(config=config, policy=policy, row=row, unrecorded=set(declared))
 
 
 def _sampling(v: _V, sampling: dict) -> SamplingConfig:
@@ -531,11 +540,14 @@ def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
     if len(raw_nodes) > MAX_K:
         raise v.fail("nodes", f"{len(raw_nodes)} nodes, at most {MAX_K} allowed")
     nodes = tuple(_node(v, raw, i, run) for i, raw in enumerate(raw_nodes))
-    emitted = _emitted(v, d, len(nodes), run.vocab)
+    emitted = _emitted(v, d, nodes, run)
     residual = _dist(v, d.get("residual"), "residual", run)
     bonus_p = _dist(v, d.get("bonus_p"), "bonus_p", run)
     k = v.bounded(d, "k", "", 0, MAX_K, required=False, default=max(1, len(nodes)))
+    if "target_cache" not in d:
+        run.unrecorded.add("target_cache")
     target_cache = _cache_state(v, d, "target_cache") or CacheState(before=0, peak=0, after=0, pending=())
+    flags = _flags(v, d, run, nodes, emitted)
     draft_cache = _cache_state(v, d, "draft_cache")
     timings = v.get(d, "timings", "", "obj", required=False, default={})
     first_rejected = next((n.index for n in nodes if n.status == "rejected"), None)
@@ -552,9 +564,7 @@ def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
         bonus_p=bonus_p,
         residual=residual,
         emitted=emitted,
-        eos=v.get(d, "eos", "", "bool", required=False, default=False),
-        budget_stop=v.get(d, "budget_stop", "", "bool", required=False, default=False),
-        bonus_withheld=v.get(d, "bonus_withheld", "", "bool", required=False, default=False),
+        **flags,
         rejected_node=v.get(d, "rejected_node", "", "int", required=False, default=first_rejected, nullable=True),
         residual_mass=v.get(d, "residual_mass", "", "num", required=False, nullable=True),
         target_cache=target_cache,
@@ -584,6 +594,7 @@ def _node(v: _V, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
     p = _dist(v, n.get("p"), f"{path}.p", run, nullable=False)
     q = _dist(v, n.get("q"), f"{path}.q", run)
     assert p is not None
+    _note_left_out(n, status, token, p, q, run)
     p_token = v.get(n, "p_token", path, "num", required=False, default=float(p[token]))
     q_token = v.get(n, "q_token", path, "num", required=False, default=None if q is None else float(q[token]), nullable=True)
     both_full = q is not None and not (p.partial or q.partial)  # type: ignore[attr-defined]
@@ -609,17 +620,66 @@ def _node(v: _V, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
     )
 
 
-def _emitted(v: _V, d: dict, n_nodes: int, vocab: int) -> tuple[EmittedToken, ...]:
+def _flags(v: _V, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]) -> dict:
+    """eos, budget_stop, bonus_withheld: as the line says, or, when it leaves one out, what
+    the round's tokens imply (and the field is noted unrecorded, so no rule relies on it)."""
+    eos_id = run.config.eos_token_id
+    tokens = [e.token for e in emitted]
+    all_accepted = all(n.status == "accepted" for n in nodes) and not any(e.kind != "accepted" for e in emitted)
+    implied = {
+        "eos": eos_id is not None and eos_id in tokens,
+        "budget_stop": len(run.tokens) + len(tokens) >= run.config.max_new_tokens,
+        "bonus_withheld": all_accepted and (eos_id is None or eos_id not in tokens)
+        and len(tokens) >= run.config.max_new_tokens - len(run.tokens),
+    }
+    out = {}
+    for name, value in implied.items():
+        if name not in d:
+            run.unrecorded.add(name)
+        out[name] = v.get(d, name, "", "bool", required=False, default=value)
+    return out
+
+
+def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarray | None, run: ParsedTrace) -> None:
+    """Optional node fields this line leaves out where a rule would need them."""
+    if run.config.sampling.greedy or status == "unvisited":
+        return
+    if "u" not in n:
+        run.unrecorded.add("u")
+    if q is None:
+        run.unrecorded.add("q")
+    if "p_token" not in n and not _known(p, token):
+        run.unrecorded.add("p_token")
+    if "q_token" not in n and (q is None or not _known(q, token)):
+        run.unrecorded.add("q_token")
+
+
+def _known(dist: np.ndarray, token: int) -> bool:
+    return not getattr(dist, "partial", False) or bool(np.isin(token, dist.known_ids))  # type: ignore[attr-defined]
+
+
+def _emitted(v: _V, d: dict, nodes: tuple[DraftNode, ...], run: ParsedTrace) -> tuple[EmittedToken, ...]:
+    """The emitted tokens. A left-out `node` is what the format defines: the j-th accepted
+    token is the j-th accepted node, a repair replaces the first rejected node, a bonus has
+    none. A left-out `draw` of a sampled repair or bonus is noted unrecorded."""
+    accepted = [n.index for n in nodes if n.status == "accepted"]
+    rejected = next((n.index for n in nodes if n.status == "rejected"), None)
+    stochastic = not run.config.sampling.greedy
     out = []
     for i, raw in enumerate(v.get(d, "emitted", "", "list")):
         path = f"emitted[{i}]"
         e = v.obj(raw, path)
-        node = v.get(e, "node", path, "int", required=False, nullable=True)
-        if node is not None and not 0 <= node < n_nodes:
-            raise v.fail(f"{path}.node", f"refers to node {node}, the round has {n_nodes} nodes")
+        kind = v.get(e, "kind", path, "str", choices=("accepted", "repaired", "bonus"))
+        n_acc = sum(1 for x in out if x.kind == "accepted")
+        implied = (accepted[n_acc] if kind == "accepted" and n_acc < len(accepted)
+                   else rejected if kind == "repaired" else None)
+        node = v.get(e, "node", path, "int", required=False, nullable=True, default=implied)
+        if node is not None and not 0 <= node < len(nodes):
+            raise v.fail(f"{path}.node", f"refers to node {node}, the round has {len(nodes)} nodes")
+        if stochastic and kind != "accepted" and "draw" not in e:
+            run.unrecorded.add("draw")
         draw = v.get(e, "draw", path, "num", required=False, nullable=True)
-        out.append(EmittedToken(token=v.token(e, "token", path, vocab), node=node, draw=draw,
-                                kind=v.get(e, "kind", path, "str", choices=("accepted", "repaired", "bonus"))))
+        out.append(EmittedToken(token=v.token(e, "token", path, run.vocab), node=node, draw=draw, kind=kind))
     return tuple(out)
 
 
@@ -692,6 +752,8 @@ def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None) -
             run.row["error"] = "the trace has no end record (cut off)"
         run.row["n_rounds"] = len(run.rounds)
         run.row["new_tokens"] = list(run.tokens)
+        run.config = dataclasses.replace(run.config, unrecorded=frozenset(run.unrecorded))
+        run.row["unrecorded"] = sorted(run.unrecorded) or None
         return run
     except UnicodeDecodeError as exc:
         raise TraceFormatError(line_no + 1, "", f"not UTF-8 text ({exc.reason})") from None
