@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder, loading
-from specscope.core.checker import check_run, first_bad_round
+from specscope.core.checker import check_run, first_bad_round, group_findings
 from specscope.core.faults import FAULTS, faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
 
@@ -37,7 +37,8 @@ def stored_check(store, decoder, prompt, max_new, seed, full_vectors=None):
     config = decoder.run_config(prompt, max_new, seed=seed)
     with TraceWriter(store, config, full_vectors=full_vectors) as writer:
         writer.record(decoder.rounds(prompt, max_new, config=config))
-    return check_run(store.run_config(config.run_id), store.load_rounds(config.run_id, full=True))
+    info = store.get_run(config.run_id)
+    return check_run(info.config, store.load_rounds(config.run_id, full=True), end=info.end)
 
 
 def pick_eos(spec: str, pair, prompts, max_new: int) -> int:
@@ -98,18 +99,23 @@ def main(argv=None) -> int:
                         c["fired"] += 1
                         c["flagged"] += bool(findings)
                         c["first_round_right"] += first_bad_round(findings) == dec.fault_rounds[0]
+                        groups = group_findings(findings)
+                        c["root_cause_right"] += bool(groups) and groups[0].cause.round == dec.fault_rounds[0]
+                        c["findings"] += len(findings)
+                        c["causes"] += len(groups)
                         c.update(f"rule:{f.rule}" for f in findings if f.round == dec.fault_rounds[0])
             print(f"{name}: {dict(c)}", file=sys.stderr)
     print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{'' if args.vectors == 'auto' else ' --vectors ' + args.vectors}` "
           f"(EOS id {eos} = {tok.decode([eos])!r}; "
           f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
           f"{time.time() - started:.0f} s)\n")
-    print("| fault | runs | fault fired | flagged | first bad round right | rules at that round |")
-    print("|---|---|---|---|---|---|")
+    print("| fault | runs | fault fired | flagged | first bad round right | root cause at it | findings -> causes | rules at that round |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, c in table.items():
         rules = ", ".join(sorted(k[5:] for k in c if k.startswith("rule:")))
-        print(f"| {name} | {c['runs']} | {c['fired']} | {c['flagged']} | {c['first_round_right']} | {rules} |")
-    print(f"| (clean runs) | {clean['runs']} | - | {clean['false_positive_runs']} false positives | - | - |")
+        print(f"| {name} | {c['runs']} | {c['fired']} | {c['flagged']} | {c['first_round_right']} | "
+              f"{c['root_cause_right']} | {c['findings']} -> {c['causes']} | {rules} |")
+    print(f"| (clean runs) | {clean['runs']} | - | {clean['false_positive_runs']} false positives | - | - | - | - |")
     return 0
 
 
