@@ -15,8 +15,9 @@ import json
 import logging
 import os
 import sys
+import contextlib
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from specscope.core.records import TOKEN_KINDS
 
@@ -363,22 +364,129 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.json:
         sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
 
+    decoded = 0
+
     def each(rnd: Any) -> None:
+        nonlocal decoded
+        decoded += 1
         if writer is not None:
-            writer.write(rnd)
+            writer.write(rnd)  # raises at once once the writer has failed: decoding stops here
         if not args.json:
             _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
 
-    try:
-        result = decoder.start(prompt, args.max_new, config=config).drain(each)
-    except BaseException as exc:
+    with _terminate_as_cancel():
+        try:
+            result = decoder.start(prompt, args.max_new, config=config).drain(each)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Cancelled)
+            return _cancelled(args, exc, writer, decoded)
+        except BaseException as exc:
+            if writer is not None and writer.error is not None:
+                return _recording_failed(args, writer, decoded)
+            if writer is not None:
+                writer.fail(exc)
+            raise
         if writer is not None:
-            writer.fail(exc)
-        raise
-    if writer is not None:
-        writer.finish_with(result)
+            try:
+                writer.finish_with(result)
+            except Exception:
+                if writer.error is None:
+                    raise
+                return _recording_failed(args, writer, decoded)
     _report(args, result, pair, writer)
     return 0
+
+
+class Cancelled(KeyboardInterrupt):
+    """Raised in the main thread by `specscope run`'s SIGTERM handler: the run ends as after
+    Ctrl-C (cancelled, what was decoded stored), and the exit status is 128 + the signal."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(f"cancelled by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _interrupt_status(exc: BaseException) -> int:
+    """The conventional exit status after an interrupt: 130 for SIGINT (Ctrl-C), 143 for SIGTERM."""
+    import signal
+
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+
+
+@contextlib.contextmanager
+def _terminate_as_cancel() -> Iterator[None]:
+    """While `specscope run` decodes, SIGTERM raises Cancelled as Ctrl-C raises
+    KeyboardInterrupt (outside the main thread, where no handler can be set, nothing
+    changes); the previous handler is restored after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Cancelled(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _end_text_line(args: argparse.Namespace) -> None:
+    if not args.json:
+        print()
+
+
+def _rounds(n: int) -> str:
+    return f"{n} round{'' if n == 1 else 's'}"
+
+
+def _cancelled(args: argparse.Namespace, exc: KeyboardInterrupt, writer: Any, decoded: int) -> int:
+    """Ctrl-C or SIGTERM stopped the run: store what was decoded, closing the run as
+    cancelled (status interrupted, stop reason cancelled); one line; 130 or 143."""
+    from specscope.storage import TraceStoreError
+    from specscope.storage.engine import mask_passwords
+
+    _end_text_line(args)
+    line = f"cancelled after {_rounds(decoded)}"
+    if writer is not None:
+        try:
+            writer.fail(exc)
+        except TraceStoreError as err:
+            line += f"; recording run {writer.run_id} in {writer.store.location} failed: {mask_passwords(str(err))}"
+        else:
+            line += (f"; run {writer.run_id} kept in {writer.store.location} as interrupted (cancelled) "
+                     f"with {_rounds(writer.rounds_written)}")
+    print(f"specscope: {line}", file=sys.stderr)
+    return _interrupt_status(exc)
+
+
+def _recording_failed(args: argparse.Namespace, writer: Any, decoded: int) -> int:
+    """The trace writer failed (a full disk, say): decoding has stopped at the round after
+    the failure; close the run as failed if the store still takes it; one line; 1."""
+    from specscope.storage import TraceStoreError
+    from specscope.storage.engine import mask_passwords
+
+    _end_text_line(args)
+    error = writer.error
+    try:
+        writer.fail(error)  # the writer is dead: this only closes it (and raises its error)
+    except TraceStoreError:
+        pass
+    reason = mask_passwords(str(error).replace(f"writing run {writer.run_id}: ", "")) or type(error).__name__
+    status = writer.stored_status()
+    where = writer.store.location
+    if status == "failed":
+        kept = f"run {writer.run_id} marked failed in {where} with {_rounds(writer.rounds_written)}"
+    else:
+        kept = (f"run {writer.run_id} could not be marked failed in {where} (it shows as {status or 'running'} "
+                f"until the store is opened with room to write, which marks it interrupted)")
+    print(f"specscope: recording failed after {_rounds(decoded)}, decoding stopped: {reason}; {kept}", file=sys.stderr)
+    return 1
 
 
 # --------------------------------------------------------------------------- check, diff, faults
@@ -631,6 +739,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"specscope: {masker.mask(str(exc))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C outside a run's rounds (`specscope run` reports its own)
+        print("specscope: cancelled", file=sys.stderr)
+        return _interrupt_status(exc)
     except ValueError as exc:  # bad input caught by the core: one clear line, no traceback
         print(f"specscope: error: {masker.mask(str(exc))}", file=sys.stderr)
         return 2

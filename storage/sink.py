@@ -124,13 +124,16 @@ class RunSink:
         self.flushes += 1
         self.last_commit = time.monotonic()
 
-    def mark(self, status: str, error: str) -> None:
-        """Close the run with `status` and `error` without writing rounds (best effort)."""
+    def mark(self, status: str, error: str) -> bool:
+        """Close the run with `status` and `error` without writing rounds (best effort):
+        False when that could not be stored (the database itself may be what failed, a full
+        disk for one)."""
         now = time.time()
         try:
             with transaction(self.engine) as conn:
                 conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id,
                                                       runs_table.c.status == "running").values(
                     status=status, error=error, ended_at=now, heartbeat_at=now))
-        except Exception:  # the database itself may be what failed
-            pass
+        except Exception:
+            return False
+        return True

@@ -218,10 +218,11 @@ class TraceWriter:
 
     def fail(self, exc: BaseException, *, timeout: float | None = None) -> None:
         """Close the run after `exc` stopped it: KeyboardInterrupt and GeneratorExit (a
-        cancelled generator) as interrupted with stop reason cancelled, anything else as
-        failed with the exception as the error."""
+        cancelled generator) as interrupted with stop reason cancelled (the error: the
+        exception's message, else its type's name), anything else as failed with the
+        exception as the error."""
         if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
-            self.finish("interrupted", stop_reason="cancelled", error=type(exc).__name__, timeout=timeout)
+            self.finish("interrupted", stop_reason="cancelled", error=str(exc) or type(exc).__name__, timeout=timeout)
         else:
             self.finish("failed", error=f"{type(exc).__name__}: {exc}", timeout=timeout)
 
@@ -240,6 +241,16 @@ class TraceWriter:
             raise
         self.finish_with(result)
         return result
+
+    def stored_status(self) -> str | None:
+        """The run's status as the store has it now (running | completed | interrupted |
+        failed), or None when it cannot be read. After a failure of the writer it tells
+        whether the run could still be marked failed."""
+        try:
+            with self.store.engine.connect() as conn:
+                return conn.execute(select(runs_table.c.status).where(runs_table.c.run_id == self.run_id)).scalar()
+        except Exception:
+            return None
 
     @property
     def mode(self) -> str:

@@ -190,8 +190,11 @@ class ThreadBackend(_BackendBase):
                 if final is not None:
                     return
         except BaseException as exc:  # keep the error for the producer; mark the run failed
+            # The producer's next write(), flush() or finish() raises it (a WriterError with
+            # this message): no traceback here, whose chain (sqlite3, SQLAlchemy, the store's
+            # error) told a user of a full disk the same thing three times. -v shows it.
             self.error = exc
-            log.exception("trace writer of run %s failed", self.run_id)
+            log.info("trace writer of run %s failed", self.run_id, exc_info=True)
             sink.mark("failed", f"trace writer failed: {type(exc).__name__}: {exc}")
             self._release(markers)
 

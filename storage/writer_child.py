@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -188,6 +189,11 @@ def main() -> None:
         os.nice(NICENESS)
     except (AttributeError, OSError):  # not on this platform
         pass
+    # Ctrl-C in a terminal reaches the whole process group, this process too: the recording
+    # process handles it (it finishes its runs as cancelled through this process), so a
+    # KeyboardInterrupt here would only lose their last rounds and print a traceback. The
+    # end of stdin still ends it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the frames
     parent = os.getppid() if hasattr(os, "getppid") else None
