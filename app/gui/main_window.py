@@ -609,8 +609,9 @@ class MainWindow(QMainWindow):
                                        "settings live." + ("" if proposer else f" Proposer: {cfg.draft_name or cfg.proposer}."))
 
     def open_trace(self, path: str, run_id: str | None = None) -> bool:
-        """Open a trace store and replay one of its runs (asks which when there are several)."""
-        if not os.path.exists(path):
+        """Open a trace store (a file, or a database URL) and replay one of its runs (asks
+        which when there are several)."""
+        if "://" not in path and not os.path.exists(path):
             self.show_error(f"No such trace file: {path}")
             return False
         try:

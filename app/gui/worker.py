@@ -329,7 +329,10 @@ class RunController(QObject):
         self.worker.request_stop(self._session)
         self._step.emit()  # wake the worker so it closes the generators at the boundary
 
-    def close(self, timeout_ms: int = 5000) -> None:
+    def close(self, timeout_ms: int = 30000) -> None:
+        # The worker stops at the next round boundary or after the model load in progress;
+        # on a loaded 2-core machine a load has taken more than 5 s, and a QThread destroyed
+        # while running aborts the process, so the wait is generous.
         if self._closed:
             return
         self._closed = True

@@ -30,11 +30,6 @@ def test_replay_reads_a_run_from_a_postgresql_url(qtbot, make_window, tmp_path):
 
         r = make_window(store_path=str(tmp_path / "other.sqlite"))
         opened = r.open_trace(url)
-        if not opened and (r.last_error or "").startswith("No such trace file"):
-            r.close()
-            # Known product bug: MainWindow.open_trace checks os.path.exists(path) first, so it
-            # refuses any database URL. Remove this once open_trace lets URLs through.
-            pytest.xfail("MainWindow.open_trace refuses a database URL (os.path.exists check)")
         assert opened, r.last_error
         qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
         assert r.mode == "replay" and r.last_error is None
