@@ -142,7 +142,7 @@ def test_sigterm_handler_is_restored_after_the_run(checkpoints, tmp_path):
 # --------------------------------------------------------------------------- a full disk
 
 # Runs the CLI with the writer's commits failing as SQLite fails on a full disk, after
-# FAIL_AFTER commits, and writes what it saw to STATS: the rounds the decoder had started when
+# FAIL_AFTER commits (FAIL_AFTER:mark: marking the run failed still works), and writes what it saw to STATS: the rounds the decoder had started when
 # the write failed, and all it started.
 FAILING_WRITES = r"""
 import json, sqlite3, sys
@@ -150,7 +150,7 @@ from specscope.app.cli import main
 from specscope.core.decoder import SpeculativeDecoder
 from specscope.storage.sink import RunSink
 
-fail_after, stats_path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+fail_after, mark, stats_path, argv = int(sys.argv[1].split(":")[0]), sys.argv[1].endswith(":mark"), sys.argv[2], sys.argv[3:]
 stats = {"started": 0, "commits": 0, "started_at_failure": None}
 real_round, real_commit = SpeculativeDecoder._round, RunSink.commit
 
@@ -168,6 +168,8 @@ def failing_commit(self, rounds=(), final=None):
 
 SpeculativeDecoder._round = counted_round
 RunSink.commit = failing_commit
+if not mark:  # the disk is too full even to mark the run failed
+    RunSink.mark = lambda self, status, error: False
 try:
     code = main(argv)
 finally:
@@ -209,7 +211,7 @@ FAILED_LINE = (r"specscope: recording failed after (\d+) rounds, decoding stoppe
                r"with (\d+) rounds")
 
 
-def run_script(script: str, arg: int, checkpoints, db, tmp_path):
+def run_script(script: str, arg: int | str, checkpoints, db, tmp_path):
     stats_path = tmp_path / "stats.json"
     proc = subprocess.run([sys.executable, "-c", script, str(arg), str(stats_path), *run_args(checkpoints, db)],
                           capture_output=True, text=True, env=child_env("thread"), timeout=TIMEOUT_S)
@@ -218,7 +220,7 @@ def run_script(script: str, arg: int, checkpoints, db, tmp_path):
 
 def test_failed_write_stops_decoding_at_once_with_one_line(checkpoints, tmp_path):
     db = tmp_path / "runs.sqlite"
-    proc, stats = run_script(FAILING_WRITES, 3, checkpoints, db, tmp_path)
+    proc, stats = run_script(FAILING_WRITES, "3:mark", checkpoints, db, tmp_path)
 
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -238,6 +240,29 @@ def test_failed_write_stops_decoding_at_once_with_one_line(checkpoints, tmp_path
     assert "database or disk is full" in info.error
     assert rounds == info.n_rounds == kept > 0  # what the three good commits stored
     assert kept < decoded
+
+
+def test_failed_write_when_the_run_cannot_be_marked_failed_says_so(checkpoints, tmp_path):
+    db = tmp_path / "runs.sqlite"
+    proc, stats = run_script(FAILING_WRITES, "2", checkpoints, db, tmp_path)
+
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = specscope_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    m = re.fullmatch(r"specscope: recording failed after (\d+) rounds, decoding stopped: database or disk is full; "
+                     r"run (\w+) could not be marked failed in (.+) \(it shows as running until the store is opened "
+                     r"with room to write, which marks it interrupted\)", lines[0])
+    assert m, lines[0]
+    assert stats["started"] - stats["started_at_failure"] <= 1, stats
+    info, rounds = only_run(db)
+    assert (info.run_id, info.status, info.n_rounds) == (m[2], "running", rounds)
+    # the recording process has gone: the next store opened for writing says so
+    store = TraceStore(str(db))
+    try:
+        assert store.get_run(m[2]).status == "interrupted"
+    finally:
+        store.close()
 
 
 def test_sqlite_full_stops_decoding_with_one_line(checkpoints, tmp_path):
