@@ -500,7 +500,8 @@ def add_check_parsers(subparsers: Any) -> None:
     )
     p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
     p.add_argument("--run", default=None, help="run id (or unique prefix); default: every run in the store")
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--json", action="store_true", help="print the findings (and their grouping by cause) as JSON")
+    p.add_argument("--all", action="store_true", help="list every follow-on finding under its cause, not just a count")
     p.add_argument("--tol", type=float, default=1e-6, help="tolerance for recorded scalars (default: 1e-6)")
     p.add_argument("--recompute", action="store_true", help="also recompute p with the target model (deep replay)")
     p.add_argument("--target", default=None, help="target checkpoint for --recompute (default: the run's bundled target)")
@@ -535,7 +536,7 @@ def open_existing_store(location: str) -> Any:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from specscope.core.checker import check_run, recompute_findings
+    from specscope.core.checker import check_report, recompute_findings
 
     store = open_existing_store(args.db)
     run_ids = [store.resolve_run_id(args.run)] if args.run else [r.run_id for r in store.list_runs(newest_first=False)]
@@ -543,26 +544,43 @@ def cmd_check(args: argparse.Namespace) -> int:
     report = []
     total = 0
     for run_id in run_ids:
-        config = store.run_config(run_id)
+        info = store.get_run(run_id)
         rounds = store.load_rounds(run_id, full=True)
-        findings = check_run(config, rounds, tol=args.tol)
+        checked = check_report(info.config, rounds, tol=args.tol, end=info.end)
         if args.recompute:
-            target = _target_for_recompute(args, config, target_cache)
-            findings += recompute_findings(config, rounds, target)
-        total += len(findings)
-        report.append({"run_id": run_id, "rounds": len(rounds), "findings": [f.to_dict() for f in findings]})
+            target = _target_for_recompute(args, info.config, target_cache)
+            checked.findings += recompute_findings(info.config, rounds, target)
+        total += len(checked.findings)
+        report.append({"run_id": run_id, "rounds": len(rounds), "findings": [f.to_dict() for f in checked.findings],
+                       "groups": [g.to_dict() for g in checked.groups], "not_checked": checked.not_checked})
         if not args.json:
-            head = f"run {run_id}: {len(rounds)} rounds, "
-            if findings:
-                first = min(f.round for f in findings)
-                print(head + f"{len(findings)} finding(s), first bad round {first}")
-                for f in findings:
-                    print(f"  {f}")
-            else:
-                print(head + "no findings")
+            _print_check(run_id, len(rounds), checked, args.all)
     if args.json:
         print(json.dumps({"runs": report, "findings": total}, indent=2))
     return 1 if total else 0
+
+
+def _print_check(run_id: str, n_rounds: int, checked: Any, show_all: bool) -> None:
+    """Root causes first: each cause on its line, what follows from it counted (or listed
+    with --all), then the rules the trace's unrecorded fields kept from running."""
+    head = f"run {run_id}: {n_rounds} rounds, "
+    groups = checked.groups
+    if not groups:
+        print(head + "no findings")
+    else:
+        first = groups[0].cause.round
+        print(head + f"{len(checked.findings)} finding(s) from {len(groups)} cause(s), first bad round {first}")
+        for g in groups:
+            print(f"  {g.cause}")
+            if g.follow_on and show_all:
+                for f in g.follow_on:
+                    print(f"      follows: {f}")
+            elif g.follow_on:
+                lo, hi = g.rounds
+                rules = ", ".join(sorted({f.rule for f in g.follow_on}))
+                print(f"      + {len(g.follow_on)} follow-on finding(s) ({rules}) in rounds {lo}-{hi}; --all lists them")
+    for rule, why in checked.not_checked.items():
+        print(f"  not checked: {rule} ({why})")
 
 
 def _target_for_recompute(args: argparse.Namespace, config: Any, cache: dict[str, Any]) -> Any:

@@ -119,3 +119,21 @@ def test_faults_lists_the_zoo(capsys):
     assert code == 0
     for name in ("eos-leak", "budget-overshoot", "resample-p", "raw-q", "stale-draft-cache", "target-crop-off-by-one"):
         assert name in out
+
+
+def test_check_reports_root_causes_first(capsys, checkpoints, tmp_path):
+    db = tmp_path / "g.sqlite"
+    for seed in range(6):  # a run in which the crop fault fires before the last rounds
+        code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "40", "--json", "--db", db,
+                               "--fault", "target-crop-off-by-one", "--temperature", "1", "--seed", seed)
+        code, out, _ = run_cli(capsys, "check", db, "--run", json.loads(out)["run_id"], "--json")
+        run = json.loads(out)["runs"][0]
+        if len(run["findings"]) >= 3:
+            break
+    assert len(run["groups"]) == 1 and run["groups"][0]["cause"] == run["findings"][0]
+    assert len(run["groups"][0]["follow_on"]) == len(run["findings"]) - 1
+    code, out, _ = run_cli(capsys, "check", db, "--run", run["run_id"])
+    assert code == 1 and "from 1 cause(s)" in out and "follow-on finding(s) (target-cache)" in out
+    assert out.count("[target-cache]") == 1  # the cause; the rest counted
+    code, out, _ = run_cli(capsys, "check", db, "--run", run["run_id"], "--all")
+    assert out.count("[target-cache]") == len(run["findings"])
