@@ -1,0 +1,213 @@
+"""Hostile input and faults, as a user meets them: run each case through the real CLI in a
+child process and print the table of what the user sees, the exit code and what is kept.
+
+    python scripts/reliability_table.py              # the markdown table (about a minute)
+
+Each row is measured, not written by hand: the first line of stderr (or stdout), the exit
+status, and the state of the files and store afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "specscope.app.cli"]
+RUN = ["run", "--device", "cpu", "--prompt-ids", "1,2,3,4", "--k", "1", "--eos-id", "none"]
+HEADER = {"format": "specscope-trace", "version": 1, "record": "run", "run_id": "ok", "prompt_ids": [1, 2],
+          "config": {"max_new_tokens": 4, "k": 2, "vocab_size": 8}}
+ROUND = {"record": "round", "index": 0,
+         "nodes": [{"token": 1, "status": "accepted", "p": {"top_ids": [1, 0], "top_probs": [0.75, 0.25]}}],
+         "emitted": [{"token": 1, "kind": "accepted"}, {"token": 3, "kind": "bonus"}]}
+
+
+def cli(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 300) -> tuple[int, str]:
+    proc = subprocess.run([*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    text = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+    return proc.returncode, _short(text[-1] if proc.returncode and text else (text[0] if text else ""))
+
+
+def _short(line: str, limit: int = 150) -> str:
+    line = line.replace("|", "\\|")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def runs_in(db: Path) -> str:
+    if not db.exists():
+        return "no store"
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute("SELECT status, stop_reason, n_rounds FROM runs").fetchall()
+    finally:
+        con.close()
+    return "; ".join(f"run {s}/{r or '-'}, {n} rounds" for s, r, n in rows) or "store, no runs"
+
+
+def trace(tmp: Path, name: str, header=None, rounds=None, raw: str | None = None) -> Path:
+    path = tmp / f"{name}.jsonl"
+    lines = [json.dumps(header or HEADER), *(json.dumps(r) for r in (rounds if rounds is not None else [ROUND]))]
+    path.write_text(raw if raw is not None else "\n".join(lines) + "\n")
+    return path
+
+
+def hostile_import(tmp: Path, name: str, **kw) -> tuple[int, str, str]:
+    db = tmp / "hostile.sqlite"
+    if not db.exists():
+        cli(["import", trace(tmp, "good"), "--db", db], tmp)
+    before = runs_in(db)
+    code, seen = cli(["import", trace(tmp, name, **kw), "--db", db], tmp)
+    kept = "store unchanged" if runs_in(db) == before else f"store changed: {runs_in(db)}"
+    listable = cli(["runs", db], tmp)[0] == 0
+    return code, seen, kept + ("; `runs` lists it" if listable else "; `runs` FAILS")
+
+
+def case_missing_store(tmp: Path):
+    code, seen = cli(["check", tmp / "typo" / "trace.sqlite"], tmp)
+    return code, seen, "nothing created" if not (tmp / "typo").exists() else "a folder was created"
+
+
+def case_empty_file(tmp: Path):
+    empty = tmp / "empty.sqlite"
+    empty.write_bytes(b"")
+    code, seen = cli(["runs", empty], tmp)
+    return code, seen, f"file left as it was ({empty.stat().st_size} bytes)"
+
+
+def case_folder_named_small(tmp: Path):
+    (tmp / "small").mkdir()
+    db = tmp / "small.sqlite"
+    code, seen = cli([*RUN, "--max-new", "4", "--db", db, "--json"], tmp)
+    con = sqlite3.connect(db)
+    draft = con.execute("SELECT draft_name FROM runs").fetchone()[0]
+    con.close()
+    return code, "decodes", f"draft used: {draft}"
+
+
+def case_empty_prompt_ids(tmp: Path):
+    code, seen = cli(["run", "--prompt-ids", ""], tmp)
+    return code, seen, "nothing run"
+
+
+def case_prompt_too_long(tmp: Path):
+    code, seen = cli(["run", "--device", "cpu", "--prompt-ids", ",".join(["5"] * 1030)], tmp)
+    return code, seen, "nothing run"
+
+
+def case_huge_seed(tmp: Path):
+    db = tmp / "seed.sqlite"
+    code, seen = cli([*RUN, "--seed", str(10**23), "--db", db], tmp)
+    return code, seen, "no store created" if not db.exists() else runs_in(db)
+
+
+def case_missing_driver(tmp: Path):
+    code, seen = cli(["runs", "postgresql+pg8000://user:secret@127.0.0.1:1/x"], tmp)
+    return code, seen, "password shown" if "secret" in seen else "password masked"
+
+
+def case_help_password(tmp: Path):
+    proc = subprocess.run([*CLI, "import", "--help"], capture_output=True, text=True, cwd=tmp,
+                          env={**os.environ, "SPECSCOPE_DB": "postgresql://user:secret@h/x"})
+    line = next((x.strip() for x in proc.stdout.splitlines() if "postgresql://" in x), "")
+    return proc.returncode, _short(line), "password shown" if "secret" in proc.stdout else "password masked"
+
+
+def _signal_case(tmp: Path, sig: signal.Signals):
+    db = tmp / f"{sig.name}.sqlite"
+    proc = subprocess.Popen([*CLI, *RUN, "--max-new", "1000", "--db", str(db)], cwd=tmp, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait for committed rounds
+        time.sleep(0.5)
+        if db.exists() and "0 rounds" not in runs_in(db) and "no runs" not in runs_in(db):
+            break
+    proc.send_signal(sig)
+    err = proc.communicate(timeout=120)[1].strip().splitlines()
+    return proc.returncode, _short(err[-1] if err else ""), runs_in(db)
+
+
+def case_sigint(tmp: Path):
+    return _signal_case(tmp, signal.SIGINT)
+
+
+def case_sigterm(tmp: Path):
+    return _signal_case(tmp, signal.SIGTERM)
+
+
+def case_disk_full(tmp: Path):
+    """A file-size limit (ulimit -f) makes the store's writes fail as on a full disk."""
+    db = tmp / "full.sqlite"
+    cmd = " ".join([*map(str, CLI), *RUN, "--max-new", "1000", "--top-n", "2000", "--db", str(db)])
+    proc = subprocess.run(["bash", "-c", f"ulimit -f 400; exec {cmd}"], cwd=tmp, capture_output=True, text=True,
+                          timeout=600)
+    err = proc.stderr.strip().splitlines()
+    tracebacks = proc.stderr.count("Traceback")
+    return proc.returncode, _short(err[-1] if err else ""), f"{runs_in(db)}; {tracebacks} traceback(s)"
+
+
+def _deep(n: int) -> str:
+    return json.dumps(HEADER)[:-1] + ', "extra": ' + "[" * n + "]" * n + "}\n"
+
+
+HOSTILE: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
+    ("import: JSON nested 100k deep", lambda t: hostile_import(t, "deep", raw=_deep(100_000))),
+    ("import: seed beyond 64 bits", lambda t: hostile_import(
+        t, "bigint", header={**HEADER, "config": {**HEADER["config"], "seed": 2**64}})),
+    ("import: a 5000-digit integer", lambda t: hostile_import(
+        t, "digits", raw=json.dumps(HEADER).replace('"k": 2', '"k": ' + "9" * 5000) + "\n")),
+    ("import: started_at 1e308", lambda t: hostile_import(t, "time", header={**HEADER, "started_at": 1e308})),
+    ("import: NaN in extra", lambda t: hostile_import(
+        t, "nan", raw=json.dumps(HEADER)[:-1] + ', "extra": {"a": NaN}}\n')),
+    ("import: vocab_size 10**12", lambda t: hostile_import(
+        t, "vocab", header={**HEADER, "config": {**HEADER["config"], "vocab_size": 10**12}})),
+    ("import: zlib bomb (1 GiB inflated)", lambda t: hostile_import(t, "bomb", rounds=[{
+        **ROUND, "nodes": [{"token": 1, "status": "accepted", "p": {"full": {
+            "dtype": "float32", "zlib_base64": base64.b64encode(zlib.compress(bytes(2**30), 9)).decode()}}}]}])),
+    ("import: a 10 MB model name", lambda t: hostile_import(t, "long", header={**HEADER, "models": {
+        "target_name": "x" * 10_000_000}})),
+    ("import: ANSI escape in the run id", lambda t: hostile_import(t, "ansi", header={**HEADER, "run_id": "\x1b[31mred"})),
+]
+
+CASES: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
+    ("`check` on a path that does not exist", case_missing_store),
+    ("`runs` on a 0-byte file", case_empty_file),
+    ("a folder named `small` in the working directory, no `--draft`", case_folder_named_small),
+    ("`--prompt-ids ''`", case_empty_prompt_ids),
+    ("a prompt past the target's max_position_embeddings", case_prompt_too_long),
+    ("`--seed 10**23 --db X`", case_huge_seed),
+    ("a URL whose database driver is not installed", case_missing_driver),
+    ("`import --help` with a password in SPECSCOPE_DB", case_help_password),
+    ("Ctrl-C (SIGINT) during `run --db`", case_sigint),
+    ("SIGTERM during `run --db`", case_sigterm),
+    ("disk full during `run --db` (ulimit -f 400 KB)", case_disk_full),
+    *HOSTILE,
+]
+
+
+def main() -> int:
+    print("| input or fault | what the user sees | exit | what is kept |")
+    print("|---|---|---|---|")
+    started = time.time()
+    for name, case in CASES:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                code, seen, kept = case(Path(tmp))
+            except Exception as exc:  # noqa: BLE001 - a row, not a crash of the table
+                code, seen, kept = "-", f"the script failed: {type(exc).__name__}: {exc}", "-"
+        print(f"| {name} | {seen} | {code} | {kept} |", flush=True)
+    print(f"\n`python scripts/reliability_table.py`, {time.time() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
