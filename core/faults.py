@@ -65,6 +65,7 @@ class _EosBlindVerifier:
         eos = task.eos_token_id
         if eos is not None and eos in tokens:
             verdict.eos = True  # the run still stops after this round...
+            verdict.bonus_withheld = False  # (EOS ended it: nothing was withheld)
             if tokens.index(eos) < len(tokens) - 1:
                 self.fire()  # ...but the tokens after EOS were kept
         return verdict
