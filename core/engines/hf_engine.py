@@ -26,11 +26,12 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria
 
-from ..decoder import normalize_prompt
-from ..kv import model_vocab_size
-from ..records import GenerationResult, Round, RunConfig
-from ..run import RunHandle
-from ..sampling import SamplingConfig
+from specscope.core.decoder import normalize_prompt
+from specscope.core.kv import model_vocab_size
+from specscope.core.records import GenerationResult, Round, RunConfig
+from specscope.core.run import RunHandle
+from specscope.core.sampling import SamplingConfig
+
 from .hf_private import check_private_api, install_candidate_hook
 from .hf_recorder import RoundRecorder
 

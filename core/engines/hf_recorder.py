@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kv import Stopwatch
-from ..records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
-from ..verify import residual_of
+from specscope.core.kv import Stopwatch
+from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
+from specscope.core.verify import residual_of
+
 from .hf_private import cache_length, output_cache
 
 
