@@ -133,6 +133,9 @@ def add_run_parser(subparsers: Any) -> None:
                    help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
                         "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)")
     p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
+    p.add_argument("--engine", choices=("specscope", "transformers"), default="specscope",
+                   help="who decodes: specscope's decoder, or transformers' own generate() recorded round by round "
+                        "(--proposer draft or lookup; see docs/transformers-engine.md) (default: specscope)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off (default)")
@@ -274,6 +277,8 @@ def _make_decoder(args: argparse.Namespace, spec: Any, pair: Any):
     from specscope.core.registry import SpecError, build_proposer
 
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    if getattr(args, "engine", "specscope") == "transformers":
+        return _make_transformers_engine(args, spec, pair, sampling)
     try:
         proposer = build_proposer(spec, load_draft=lambda ref: (pair.draft, pair.draft_name))
     except SpecError as exc:
@@ -291,6 +296,26 @@ def _make_decoder(args: argparse.Namespace, spec: Any, pair: Any):
 
         return faulty_decoder(args.fault, pair.target, proposer, **options)
     return SpeculativeDecoder(pair.target, proposer, **options)
+
+
+def _make_transformers_engine(args: argparse.Namespace, spec: Any, pair: Any, sampling: Any):
+    """--engine transformers: transformers' own generate() (assisted or prompt lookup), recorded."""
+    from specscope.core.engines import PrivateAPIChanged, TransformersEngine
+
+    if args.fault or args.no_cache:
+        raise CliError(f"{'--fault' if args.fault else '--no-cache'} applies to the specscope engine only")
+    if spec.kind not in ("draft", "lookup"):
+        raise CliError(f"--engine transformers runs --proposer draft or lookup, not {spec.kind}")
+    unknown = set(spec.params) - ({"max_ngram"} if spec.kind == "lookup" else set())
+    if unknown:
+        raise CliError(f"--engine transformers: {spec.kind} takes no {', '.join(sorted(unknown))} here")
+    try:
+        return TransformersEngine(
+            pair.target, kind="assisted" if spec.kind == "draft" else "lookup", draft=pair.draft, k=args.k,
+            sampling=sampling, eos_token_id=_parse_eos(args.eos_id, pair.tokenizer), seed=args.seed,
+            target_name=pair.target_name, draft_name=pair.draft_name, max_ngram=int(spec.params.get("max_ngram", 2)))
+    except (PrivateAPIChanged, ValueError) as exc:
+        raise CliError(f"--engine transformers: {exc}") from None
 
 
 def _token_text(tokenizer: Any, token: int) -> str:

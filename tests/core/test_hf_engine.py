@@ -155,3 +155,35 @@ def test_zero_budget_and_validation(llama_pair):
         TransformersEngine(target, kind="assisted")
     with pytest.raises(ValueError):
         TransformersEngine(target, kind="eagle", draft=draft)
+
+
+@pytest.mark.parametrize("proposer", ["draft", "lookup:max_ngram=3"])
+def test_cli_run_engine_transformers_records_and_checks(tmp_path, capsys, proposer):
+    import json
+
+    from specscope.app.cli import main
+
+    from ..tiny_models import save_pair
+
+    target_dir, draft_dir = save_pair(tmp_path)
+    db = str(tmp_path / "t.sqlite")
+    args = ["run", "--engine", "transformers", "--proposer", proposer, "--target", str(target_dir),
+            "--prompt-ids", "1,2,3,1,2,3,1,2", "--max-new", "12", "--temperature", "1", "--device", "cpu",
+            "--eos-id", "none", "--json", "--db", db]
+    if proposer == "draft":
+        args += ["--draft", str(draft_dir)]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert len(summary["new_tokens"]) == 12 and summary["stop_reason"] == "budget"
+    assert main(["check", db]) == 0
+    out = capsys.readouterr().out
+    assert "not checked: acceptance-draw" in out
+
+
+def test_cli_rejects_what_the_transformers_engine_cannot_run(capsys):
+    from specscope.app.cli import main
+
+    code = main(["run", "--engine", "transformers", "--proposer", "lookup:min_ngram=2", "--prompt-ids", "1,2",
+                 "--device", "cpu"])
+    assert code != 0
+    assert "min_ngram" in capsys.readouterr().err
