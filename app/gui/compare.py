@@ -30,7 +30,7 @@ from . import theme
 from .plots import LivePlotsWidget
 from .runmodel import RunModel, first_divergence
 from .session import PlainCost
-from .settings import RunSettings, menu_spec, proposer_choices, proposer_label, validate
+from .settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
 from .timeline import TokenTimelineWidget
 from .worker import RunController
 
@@ -137,7 +137,8 @@ class CompareSession(QObject):
                  if self.plain is not None and decode and met.emitted_total else math.nan)
         s = self.settings[lane] if self.settings else None
         return {
-            "proposer": (f"{proposer_label(s.proposer)}, k={s.k}" if s else m.label),
+            "proposer": ((f"{'transformers: ' if s.engine == 'transformers' else ''}{proposer_label(s.proposer)}, "
+                          f"k={s.k}") if s else m.label),
             "mean_accepted_length": f"{met.mean_accepted_length:.3f}",
             "acceptance_rate": f"{met.acceptance_rate:.3f}",
             "rounds": str(len(met)),
@@ -214,6 +215,7 @@ class CompareWidget(QWidget):
         """Per side: proposer menu (from the registry, without a local checkpoint) and k."""
         controls = QGridLayout()
         self.proposers: list[QComboBox] = []
+        self.engines: list[QComboBox] = []  # per side: ENGINES
         self.ks: list[QLineEdit] = []
         self.errors: list[QLabel] = []
         for side, (prop, k) in enumerate(DEFAULT_SIDES):
@@ -227,9 +229,13 @@ class CompareWidget(QWidget):
             err = QLabel("")
             err.setStyleSheet("color:#b00020; font-size:9pt;")
             err.hide()
-            for col, widget in enumerate((name, combo, QLabel("k"), kedit)):
-                controls.addWidget(widget, 0, side * 4 + col)
-            controls.addWidget(err, 1, side * 4 + 1, 1, 3)
+            engine = QComboBox()
+            engine.addItems(ENGINES)
+            engine.setToolTip(f"who decodes side {'AB'[side]}: specscope, or transformers' own generate()")
+            self.engines.append(engine)
+            for col, widget in enumerate((name, engine, combo, QLabel("k"), kedit)):
+                controls.addWidget(widget, 0, side * 5 + col)
+            controls.addWidget(err, 1, side * 5 + 1, 1, 4)
             self.proposers.append(combo)
             self.ks.append(kedit)
             self.errors.append(err)
@@ -238,9 +244,9 @@ class CompareWidget(QWidget):
         self.stop_button = QPushButton("Stop")
         self.compare_button.clicked.connect(self.compareRequested.emit)
         self.stop_button.clicked.connect(self.stopRequested.emit)
-        controls.addWidget(self.compare_button, 0, 8)
-        controls.addWidget(self.stop_button, 0, 9)
-        controls.setColumnStretch(10, 1)
+        controls.addWidget(self.compare_button, 0, 10)
+        controls.addWidget(self.stop_button, 0, 11)
+        controls.setColumnStretch(12, 1)
         return controls
 
     def _note(self) -> QLabel:
@@ -338,9 +344,9 @@ class CompareWidget(QWidget):
         all_ok = True
         for side in range(2):
             prop, k = self.side_texts(side)
-            texts = dict(base_texts, proposer=prop, k=k, checkpoint="")
+            texts = dict(base_texts, proposer=prop, k=k, checkpoint="", engine=self.engines[side].currentText())
             v = validate(texts, devices)
-            own = {key: msg for key, msg in v.errors.items() if key in ("k", "proposer")}
+            own = {key: msg for key, msg in v.errors.items() if key in ("k", "proposer", "engine")}
             self.errors[side].setText("; ".join(own.values()))
             self.errors[side].setVisible(bool(own))
             self.ks[side].setStyleSheet("border: 1px solid #b00020;" if "k" in own else "")

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .settings import PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, proposer_choices, proposer_label, \
+from .settings import ENGINES, PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, proposer_choices, proposer_label, \
     spec_text, validate
 from .worker import IDLE, LOADING, PAUSED, RUNNING
 
@@ -89,12 +89,17 @@ class RunPanelWidget(QWidget):
         box = QGroupBox("Proposer and sampler")
         grid = QGridLayout(box)
         grid.setVerticalSpacing(1)
+        self.engine = QComboBox()
+        self.engine.addItems(ENGINES)
+        self.engine.setToolTip("specscope's decoder, or transformers' own generate() recorded round by round")
+        self.fields["engine"] = self.engine
+        first = self._add_row(grid, 0, "engine", "Engine", self.engine)
         self.proposer = QComboBox()
         for choice in proposer_choices():
             self.proposer.addItem(choice.label, choice.spec)
         self.proposer.currentIndexChanged.connect(self._proposer_changed)
         self.fields["proposer"] = self.proposer
-        row = self._add_row(grid, 0, "proposer", "Proposer", self.proposer)
+        row = self._add_row(grid, first, "proposer", "Proposer", self.proposer)
         row = self._add_row(grid, row, "checkpoint", "Checkpoint", self._checkpoint_row())
         for key, label in (("k", "k (draft length)"), ("temperature", "Temperature"), ("top_k", "Top-k"),
                            ("top_p", "Top-p"), ("seed", "Seed"), ("max_new_tokens", "Max new tokens"),

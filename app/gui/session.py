@@ -283,11 +283,28 @@ class ModelHub:
             if eos is None and tokenizer is not None:
                 eos = getattr(tokenizer, "eos_token_id", None)
         sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
-        decoder = SpeculativeDecoder(target, proposer, k=settings.k, sampling=sampling, eos_token_id=eos,
-                                     seed=settings.seed, target_name="tiny-target" if self.fallback else "")
+        if getattr(settings, "engine", "specscope") == "transformers":
+            decoder = self._transformers_engine(settings, target, proposer, sampling, eos)
+        else:
+            decoder = SpeculativeDecoder(target, proposer, k=settings.k, sampling=sampling, eos_token_id=eos,
+                                         seed=settings.seed, target_name="tiny-target" if self.fallback else "")
         ids = self.encode(settings.prompt, tokenizer, decoder.vocab_size)
         config = decoder.run_config(ids, settings.max_new_tokens, run_id)
         return Prepared(decoder, ids, config, self.token_text(tokenizer), settings.describe())
+
+    def _transformers_engine(self, settings: RunSettings, target: Any, proposer: Any, sampling: SamplingConfig,
+                             eos: int | None) -> Any:
+        """transformers' own generate() with the proposer's draft model (or prompt lookup), recorded."""
+        from specscope.core.engines import TransformersEngine
+        from specscope.core.registry import parse_spec
+
+        spec = parse_spec(settings.spec)
+        draft = getattr(proposer, "model", None) if spec.kind == "draft" else None
+        return TransformersEngine(target, kind="assisted" if spec.kind == "draft" else "lookup", draft=draft,
+                                  k=settings.k, sampling=sampling, eos_token_id=eos, seed=settings.seed,
+                                  target_name="tiny-target" if self.fallback else "",
+                                  draft_name=getattr(proposer, "label", None),
+                                  max_ngram=int(spec.params.get("max_ngram", 2)))
 
     def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
         """What plain cached decoding of the target costs on this prompt with the run's sampler

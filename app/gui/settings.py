@@ -134,6 +134,7 @@ def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None
 
 FIELDS = (
     "prompt",
+    "engine",
     "proposer",
     "checkpoint",
     "k",
@@ -146,6 +147,9 @@ FIELDS = (
     "device",
 )
 MAX_K = 64
+# Who decodes: specscope's SpeculativeDecoder, or transformers' own generate() recorded
+# round by round (core.engines.TransformersEngine; proposers: draft models and lookup).
+ENGINES = ("specscope", "transformers")
 MAX_NEW_TOKENS = 100_000
 
 
@@ -163,6 +167,7 @@ class RunSettings:
     eos: int | None = None  # None = the tokenizer's EOS (or none when it has none)
     eos_disabled: bool = False
     device: str = "cpu"
+    engine: str = "specscope"  # one of ENGINES
 
     def to_texts(self) -> dict[str, str]:
         texts = {k: ("" if v is None else str(v)) for k, v in asdict(self).items()}
@@ -183,7 +188,8 @@ class RunSettings:
         path = checkpoint_of(self.spec)
         prop = f"checkpoint {os.path.basename(path)}" if path else self.spec
         samp = "greedy" if self.greedy else f"T={self.temperature:g}"
-        return f"{prop}, k={self.k}, {samp}, seed={self.seed}"
+        engine = "" if self.engine == "specscope" else f"{self.engine}: "
+        return f"{engine}{prop}, k={self.k}, {samp}, seed={self.seed}"
 
 
 @dataclass
@@ -290,6 +296,7 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
         if "eos" in errors:
             errors["eos"] += " (or “auto” / “none”)"
 
+    engine = _engine(get("engine"), proposer, errors)
     device = get("device").strip() or "cpu"
     if device not in devices:
         errors["device"] = f"device “{device}” is not available here; available: {', '.join(devices)}"
@@ -299,4 +306,22 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     return Validation(RunSettings(
         prompt=prompt, proposer=proposer, checkpoint=checkpoint, k=k, temperature=temperature, top_k=top_k,
         top_p=top_p, seed=seed, max_new_tokens=max_new, eos=eos, eos_disabled=eos_disabled, device=device,
+        engine=engine,
     ))
+
+
+def _engine(text: str, proposer: str, errors: dict[str, str]) -> str:
+    """The engine field; transformers runs draft models and prompt lookup (max_ngram) only."""
+    engine = text.strip().lower() or "specscope"
+    if engine not in ENGINES:
+        errors["engine"] = f"engine must be one of {', '.join(ENGINES)}, got “{text.strip()}”"
+    elif engine == "transformers" and "proposer" not in errors:
+        try:
+            spec = parse_spec(proposer)
+        except SpecError:
+            return engine
+        extra = set(spec.params) - ({"max_ngram"} if spec.kind == "lookup" else set())
+        if spec.kind not in ("draft", "lookup") or extra:
+            errors["proposer"] = ("the transformers engine runs draft models and prompt lookup (max_ngram only), "
+                                  f"not {spec}")
+    return engine
