@@ -105,9 +105,13 @@ class TransformersEngine:
         from transformers import GenerationConfig
 
         s = config.sampling
-        options: dict[str, Any] = dict(max_new_tokens=config.max_new_tokens, eos_token_id=config.eos_token_id,
-                                       pad_token_id=config.eos_token_id if config.eos_token_id is not None else 0,
-                                       do_sample=not s.greedy, num_beams=1)
+        eos = config.eos_token_id
+        # generate() fills every None field from the model's own generation_config: "no EOS" is
+        # -1 (transformers' documented "never stops at EOS"), and the processors are off explicitly
+        options: dict[str, Any] = dict(max_new_tokens=config.max_new_tokens, eos_token_id=-1 if eos is None else eos,
+                                       pad_token_id=0 if eos is None else eos, do_sample=not s.greedy, num_beams=1,
+                                       min_length=0, repetition_penalty=1.0, no_repeat_ngram_size=0, typical_p=1.0,
+                                       epsilon_cutoff=0.0, eta_cutoff=0.0, encoder_repetition_penalty=1.0)
         if not s.greedy:  # top_k=0 said explicitly: transformers' default is 50
             options.update(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
         if self.kind == "lookup":

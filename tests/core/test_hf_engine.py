@@ -187,3 +187,18 @@ def test_cli_rejects_what_the_transformers_engine_cannot_run(capsys):
                  "--device", "cpu"])
     assert code != 0
     assert "min_ngram" in capsys.readouterr().err
+
+
+def test_the_models_own_generation_config_does_not_leak_in():
+    """generate() fills unset fields from the model's generation_config: a model whose config
+    names an EOS still runs to the budget when the run has no EOS."""
+    target = tiny_lm("llama", seed=0, init_range=0.3)
+    draft = noisy_copy(target, 0.5)
+    engine = TransformersEngine(target, kind="assisted", draft=draft, k=4, sampling=SamplingConfig(temperature=0.0))
+    free = engine.generate([1, 2, 3], 30).new_tokens
+    for model in (target, draft):
+        model.generation_config.eos_token_id = free[5]
+        model.generation_config.repetition_penalty = 1.5
+    result = engine.generate([1, 2, 3], 30)
+    assert result.new_tokens == free and result.stop_reason == "budget"
+    assert check_report(result.config, result.rounds).findings == []
