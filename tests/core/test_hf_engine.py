@@ -202,3 +202,24 @@ def test_the_models_own_generation_config_does_not_leak_in():
     result = engine.generate([1, 2, 3], 30)
     assert result.new_tokens == free and result.stop_reason == "budget"
     assert check_report(result.config, result.rounds).findings == []
+
+
+def test_bundled_pair_greedy_equals_specscope_and_plain_greedy():
+    from specscope.core import loading
+
+    if not loading.bundled_available():
+        pytest.skip("the bundled models are not installed")
+    pair = loading.load_bundled("small", device="cpu")
+    prompt = list(pair.tokenizer(loading.example_prompts()[0].text, add_special_tokens=False)["input_ids"])
+    greedy = SamplingConfig(temperature=0.0)
+    eos = pair.tokenizer.eos_token_id
+    engine = TransformersEngine(pair.target, kind="assisted", draft=pair.draft, k=4, sampling=greedy, eos_token_id=eos)
+    result = engine.generate(prompt, 16)
+    ours = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=4, sampling=greedy,
+                              eos_token_id=eos).generate(prompt, 16).new_tokens
+    with torch.inference_mode():
+        ids = torch.tensor([prompt])
+        plain = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
+                                     eos_token_id=eos, pad_token_id=eos)
+    assert result.new_tokens == ours == plain[0, len(prompt):].tolist()
+    assert [f for f in check_report(result.config, result.rounds).findings if not _expected(f)] == []
