@@ -118,7 +118,9 @@ class RoundRecorder:
     def _target_forward(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
         if not self._mine() or self.current is None:
             return
-        self.target_cache = output_cache(output) or self.target_cache
+        cache = output_cache(output)
+        if cache is not None:  # not `or`: an empty cache object is falsy
+            self.target_cache = cache
         self.current.target_peak = cache_length(self.target_cache)
         self.current.target_forwards += 1
 
@@ -134,7 +136,9 @@ class RoundRecorder:
     def _draft_forward(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
         if not self._mine() or self.current is None:
             return
-        self.draft_cache = output_cache(output) or self.draft_cache
+        cache = output_cache(output)
+        if cache is not None:
+            self.draft_cache = cache
         self.current.draft_forwards += 1
 
     # ------------------------------------------------------------------ one round
