@@ -226,6 +226,15 @@ class _RoundChecker:
                      f"{'withheld' if withheld else 'did not withhold'} a bonus ({len(rnd.emitted)} emitted of "
                      f"{rnd.remaining_budget} left{', a bonus among them' if has_bonus else ''})")
 
+    def _run_over(self) -> bool:
+        """The last round of a run that ended at EOS or the budget: no round reads the caches
+        again (a decoder that trims its draft cache lazily, at the next round's start, as
+        transformers does, leaves it untrimmed here)."""
+        rnd = self.rnd
+        eos = self.config.eos_token_id
+        ended = (eos is not None and eos in rnd.tokens) or len(rnd.emitted) >= rnd.remaining_budget
+        return self.is_last and ended
+
     def _eos_before_rejection(self) -> bool:
         eos = self.config.eos_token_id
         return eos is not None and any(e.token == eos for e in self.rnd.emitted)
@@ -575,17 +584,19 @@ class _RoundChecker:
                 f"target cache holds {tc.after} positions but only {committed} are accepted: "
                 f"{tc.after - committed} entr{'y' if tc.after - committed == 1 else 'ies'} of the rejected suffix survived",
             )
-        elif tc.after < committed and tc.peak >= committed:
-            self.add("target-cache", f"target cache was cropped to {tc.after}, below the accepted prefix {committed}")
-        if tc.after + len(tc.pending) != final_len and tc.after <= final_len:
-            self.add("target-cache", f"cache length {tc.after} + pending {len(tc.pending)} != committed length {final_len}")
+        elif tc.after + len(tc.pending) != final_len:
+            # a cache shorter than the accepted prefix is fine while the pending tokens cover
+            # the gap (transformers leaves the last accepted token pending at EOS/budget)
+            below = f", cropped below the accepted prefix {committed}" if tc.after < committed else ""
+            self.add("target-cache", f"cache length {tc.after} + pending {len(tc.pending)} != committed length "
+                     f"{final_len}{below}")
         dc = rnd.draft_cache
         if dc is None:
             return
         if previous is not None and previous.draft_cache is not None and dc.before != previous.draft_cache.after:
             self.add("draft-cache", f"draft cache starts at {dc.before}, the previous round left "
                      f"{previous.draft_cache.after}: the cache changed between rounds{either}")
-        if dc.after > committed:
+        if dc.after > committed and not self._run_over():
             self.add(
                 "draft-cache",
                 f"draft cache holds {dc.after} positions but only {committed} are accepted: the rejected suffix was not cropped",

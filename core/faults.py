@@ -47,6 +47,9 @@ class Fault:
     summary: str
     applies: str  # when it can fire
     inject: Callable[[Seams, Fire], Seams]  # returns the seams with the bug; calls fire() when it changes something
+    # False: firing in the last round of a finished run changes nothing (no round reads the
+    # state it spoiled), so such a fire is not counted
+    final_round_matters: bool = True
 
 
 # ---------------------------------------------------------------------------- verifier faults
@@ -179,7 +182,7 @@ FAULTS: dict[str, Fault] = {
         Fault("raw-q", "the draft samples from filtered q but records and verifies with q before top-k/top-p",
               "draft model, sampling with top-k or top-p", _raw_q),
         Fault("stale-draft-cache", "the draft cache is not cropped after a rejection",
-              "draft model, a rejection", _stale_draft_cache),
+              "draft model, a rejection before the last round", _stale_draft_cache, final_round_matters=False),
         Fault("target-crop-off-by-one", "the target cache keeps one entry too many after a crop",
               "a rejection", _target_crop_off_by_one),
     ]
@@ -215,6 +218,9 @@ class FaultyDecoder(SpeculativeDecoder):
         finally:
             run.close()
         assert run.result is not None
+        finished = run.result.stop_reason in ("eos", "budget") and run.result.rounds
+        if finished and not FAULTS[self.fault].final_round_matters and self.fault_rounds[-1:] == [rnd.index]:
+            self.fault_rounds.pop()
         return run.result
 
 
