@@ -134,6 +134,10 @@ class Bench:
             twin = f"specscope draft-{label} k={k}"
             self.methods.append(Method(f"{twin} traced+stored", "traced", k,
                                        self._traced(f"draft:{label}", k), untraced=twin))
+            if include_transformers:  # transformers' own generate(), recorded by the transformers engine
+                twin = f"transformers assisted draft-{label} k={k}"
+                self.methods.append(Method(f"{twin} traced+stored", "transformers", k,
+                                           self._hf_traced(drafts[label], label, k), untraced=twin))
 
     # ------------------------------------------------------------------ runners
 
@@ -172,8 +176,7 @@ class Bench:
         from specscope.storage import TraceStore, TraceWriter
 
         dec = self._decoder(spec, k)
-        self._tmp = tempfile.TemporaryDirectory(prefix="specscope-bench-")
-        store = TraceStore(Path(self._tmp.name) / "bench.sqlite")
+        store = self._trace_store()
 
         def record(prompt: list[int]):
             config = dec.run_config(prompt, self.max_new)
@@ -183,6 +186,34 @@ class Bench:
         def run(prompt: list[int]) -> Sample:
             result, wall = _timed(self.device, lambda: record(prompt))
             return self._sample_from(dec, result, wall)
+
+        return run
+
+    def _trace_store(self):
+        from specscope.storage import TraceStore
+
+        if getattr(self, "_tmp", None) is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="specscope-bench-")
+        return TraceStore(Path(self._tmp.name) / "bench.sqlite")
+
+    def _hf_traced(self, draft, label: str, k: int) -> Callable[[list[int]], Sample]:
+        """transformers' assisted generate() recorded round by round into a store (the
+        transformers engine, core/engines), beside the same call untraced."""
+        from specscope.core.engines import TransformersEngine
+        from specscope.storage import TraceWriter
+
+        engine = TransformersEngine(self.target, kind="assisted", draft=draft, k=k, sampling=self.sampling,
+                                    eos_token_id=self.eos, seed=self.seed, draft_name=label)
+        store = self._trace_store()
+
+        def record(prompt: list[int]):
+            config = engine.run_config(prompt, self.max_new)
+            with TraceWriter(store, config) as writer:
+                return writer.record(engine.start(prompt, self.max_new, config=config))
+
+        def run(prompt: list[int]) -> Sample:
+            result, wall = _timed(self.device, lambda: record(prompt))
+            return Sample(result.new_tokens, wall)
 
         return run
 

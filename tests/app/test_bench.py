@@ -35,6 +35,8 @@ def test_greedy_bench_runs_every_method_and_reports(models):
     assert 1.0 <= spec["mean_accepted_length"] <= 4.0
     assert 0.0 <= spec["orchestration_share"] <= 1.0 and spec["predicted_speedup"] > 0
     assert "tracing_overhead_median" in rows[-1]
+    hf = next(r for r in rows if r["method"] == "transformers assisted draft-near k=3 traced+stored")
+    assert hf["tokens"] == 24 and "tracing_overhead_median" in hf  # its twin: the same generate() untraced
     assert format_table(rows).count("\n") == len(rows) + 1
 
 
