@@ -4,85 +4,19 @@ recording process died, or by the next open when no writer survived."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-
 import pytest
 
 from specscope.storage import TraceStore
 
-FLUSH = 0.25
+from .killing import SCENARIOS, check_killed_run, kill_mid_run
+
 SLACK = 0.35  # scheduling slack on a loaded CI machine (the commit itself takes time)
 
 
-def _wait_gone(pid: int, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        if open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z":
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} did not exit")
-
-
-@pytest.mark.parametrize("scenario", ["thread", "process: recording process killed", "process: both killed"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_kill_9_loses_at_most_the_last_flush_interval(tmp_path, scenario):
-    path = tmp_path / "crash.sqlite"
-    mode = scenario.split(":")[0]
-    child = subprocess.Popen(
-        [sys.executable, os.path.join(os.path.dirname(__file__), "crash_child.py"), str(path), str(FLUSH), mode],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    try:
-        first = child.stdout.readline().split()
-        assert first and first[0] == "ready", child.stderr.read()
-        run_id, writer_pid = first[1], int(first[2])
-        written: dict[int, float] = {}
-        while len(written) < 200:
-            line = child.stdout.readline()
-            assert line, child.stderr.read()
-            i, t = line.split()
-            written[int(i)] = float(t)
-        # a reader in another process sees the run while it is written
-        with TraceStore(path) as reader:
-            assert reader.get_run(run_id).status == "running"
-            assert reader.recovered == []
-        killed_at = time.monotonic()
-        if scenario == "process: both killed":
-            os.killpg(child.pid, signal.SIGKILL)
-        else:
-            os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-        if writer_pid:
-            _wait_gone(writer_pid)  # the writer process stores what it received, then exits
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    # rounds whose write() returned more than one flush interval (+ slack) before the kill
-    must_have = [i for i, t in written.items() if t < killed_at - FLUSH - SLACK]
-    assert must_have, "the child wrote too slowly for the test to mean anything"
-
+    path = str(tmp_path / "crash.sqlite")
+    run_id, must_have = kill_mid_run(path, scenario, SLACK)
+    check_killed_run(path, run_id, scenario, must_have)
     with TraceStore(path) as store:
         assert store.integrity_check() == ["ok"]
-        info = store.get_run(run_id)
-        assert info.status == "interrupted" and info.ended_at is not None
-        if scenario == "process: recording process killed":
-            assert store.recovered == [] and "ended without finishing" in info.error
-        else:
-            assert store.recovered == [run_id]
-        stored = store.count_rounds(run_id)
-        assert stored >= max(must_have) + 1, f"lost rounds before the last flush interval: stored {stored}, needed {max(must_have) + 1}"
-        assert info.n_rounds == stored  # aggregates committed with the rounds
-        rounds = store.load_rounds(run_id)  # every stored round complete, with its nodes
-        assert [r.index for r in rounds] == list(range(stored))
-        assert all(len(r.nodes) == 4 for r in rounds)
-        assert len(info.new_tokens) == sum(len(r.emitted) for r in rounds)
-    with TraceStore(path) as again:  # recovery happens once
-        assert again.recovered == []

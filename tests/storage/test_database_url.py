@@ -30,7 +30,7 @@ from ..pg_server import SKIP_REASON, fresh_schema
 from ..tiny_models import save_pair
 from .conftest import PROMPT
 from .helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
-from .test_crash import _wait_gone
+from .killing import SCENARIOS, check_killed_run, kill_mid_run
 
 URL = os.environ.get("SPECSCOPE_TEST_DATABASE_URL")
 pytestmark = pytest.mark.skipif(not URL, reason=SKIP_REASON)
@@ -186,58 +186,14 @@ def test_two_recording_processes_and_a_reader_at_once(checkpoints):
     assert reads > 0 and seen_running, "the reader never saw a run while it was being recorded"
 
 
-FLUSH = 0.25
 SLACK = 0.5  # scheduling slack on a loaded CI machine (the commit itself takes time)
 
 
-@pytest.mark.parametrize("scenario", ["thread", "process: recording process killed", "process: both killed"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_kill_9_mid_run_then_the_run_is_interrupted_with_its_committed_rounds(scenario):
     """kill -9 of a process recording into the server (tests/storage/crash_child.py, as in
     test_crash.py for SQLite): at most the last flush interval is lost, and the run ends up
     interrupted, marked by the surviving writer process or else by the next open."""
-    mode = scenario.split(":")[0]
     with fresh_schema("kill") as url:
-        child = subprocess.Popen(
-            [sys.executable, os.path.join(os.path.dirname(__file__), "crash_child.py"), url, str(FLUSH), mode],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            first = child.stdout.readline().split()
-            assert first and first[0] == "ready", child.stderr.read()
-            run_id, writer_pid = first[1], int(first[2])
-            written: dict[int, float] = {}
-            while len(written) < 200:
-                line = child.stdout.readline()
-                assert line, child.stderr.read()
-                i, t = line.split()
-                written[int(i)] = float(t)
-            with TraceStore(url) as reader:  # a reader in another process sees the run while it is written
-                assert reader.get_run(run_id).status == "running" and reader.count_rounds(run_id) > 0
-                assert reader.recovered == []
-            killed_at = time.monotonic()
-            if scenario == "process: both killed":
-                os.killpg(child.pid, signal.SIGKILL)
-            else:
-                os.kill(child.pid, signal.SIGKILL)
-            child.wait(timeout=30)
-            if writer_pid:
-                _wait_gone(writer_pid)  # the writer process stores what it received, then exits
-        finally:
-            stop([child])
-        must_have = [i for i, t in written.items() if t < killed_at - FLUSH - SLACK]
-        assert must_have, "the child wrote too slowly for the test to mean anything"
-        with TraceStore(url) as store:
-            info = store.get_run(run_id)
-            assert info.status == "interrupted" and info.ended_at is not None
-            if scenario == "process: recording process killed":
-                assert store.recovered == [] and "ended without finishing" in info.error
-            else:
-                assert store.recovered == [run_id]
-            stored = store.count_rounds(run_id)
-            assert stored >= max(must_have) + 1, f"lost rounds before the last flush interval: stored {stored}, needed {max(must_have) + 1}"
-            assert info.n_rounds == stored
-            rounds = store.load_rounds(run_id)  # every stored round complete, with its nodes
-            assert [r.index for r in rounds] == list(range(stored))
-            assert all(len(r.nodes) == 4 for r in rounds)
-            assert len(info.new_tokens) == sum(len(r.emitted) for r in rounds)
-        with TraceStore(url) as again:  # recovery happens once
-            assert again.recovered == [] and again.get_run(run_id).status == "interrupted"
+        run_id, must_have = kill_mid_run(url, scenario, SLACK)
+        check_killed_run(url, run_id, scenario, must_have)
