@@ -173,47 +173,33 @@ class Bench:
         return run
 
     def _traced(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
-        from specscope.storage import TraceStore, TraceWriter
-
-        dec = self._decoder(spec, k)
-        store = self._trace_store()
-
-        def record(prompt: list[int]):
-            config = dec.run_config(prompt, self.max_new)
-            with TraceWriter(store, config) as writer:
-                return writer.record(dec.rounds(prompt, self.max_new, config=config))
-
-        def run(prompt: list[int]) -> Sample:
-            result, wall = _timed(self.device, lambda: record(prompt))
-            return self._sample_from(dec, result, wall)
-
-        return run
-
-    def _trace_store(self):
-        from specscope.storage import TraceStore
-
-        if getattr(self, "_tmp", None) is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="specscope-bench-")
-        return TraceStore(Path(self._tmp.name) / "bench.sqlite")
+        return self._recorded(self._decoder(spec, k), self._sample_from)
 
     def _hf_traced(self, draft, label: str, k: int) -> Callable[[list[int]], Sample]:
         """transformers' assisted generate() recorded round by round into a store (the
         transformers engine, core/engines), beside the same call untraced."""
         from specscope.core.engines import TransformersEngine
-        from specscope.storage import TraceWriter
 
         engine = TransformersEngine(self.target, kind="assisted", draft=draft, k=k, sampling=self.sampling,
                                     eos_token_id=self.eos, seed=self.seed, draft_name=label)
-        store = self._trace_store()
+        return self._recorded(engine, lambda _engine, result, wall: Sample(result.new_tokens, wall))
+
+    def _recorded(self, dec: Any, sample: Callable[[Any, Any, float], Sample]) -> Callable[[list[int]], Sample]:
+        """Runs of `dec` (a decoder or an engine) written to a trace store as they decode."""
+        from specscope.storage import TraceStore, TraceWriter
+
+        if getattr(self, "_tmp", None) is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="specscope-bench-")
+        store = TraceStore(Path(self._tmp.name) / "bench.sqlite")
 
         def record(prompt: list[int]):
-            config = engine.run_config(prompt, self.max_new)
+            config = dec.run_config(prompt, self.max_new)
             with TraceWriter(store, config) as writer:
-                return writer.record(engine.start(prompt, self.max_new, config=config))
+                return writer.record(dec.start(prompt, self.max_new, config=config))
 
         def run(prompt: list[int]) -> Sample:
             result, wall = _timed(self.device, lambda: record(prompt))
-            return Sample(result.new_tokens, wall)
+            return sample(dec, result, wall)
 
         return run
 
