@@ -121,13 +121,14 @@ def checkpoints(tmp_path_factory):
     return save_pair(tmp_path_factory.mktemp("pair"))
 
 
-def start_recording(url, checkpoints, seed, max_new, writer_mode="thread"):
+def start_recording(url, checkpoints, seed, max_new, writer_mode="thread", k=4):
     """`specscope run --db URL` on the tiny pair, in a process of its own."""
     target, draft = checkpoints
     env = dict(os.environ, SPECSCOPE_TRACE_WRITER=writer_mode, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     return subprocess.Popen(
         [sys.executable, "-c", CLI, "run", "--target", str(target), "--draft", str(draft), "--prompt-ids", PROMPT_IDS,
          "--device", "cpu", "--temperature", "1.0", "--seed", str(seed), "--max-new", str(max_new), "--eos-id", "none",
+         "--k", str(k),
          "--db", url, "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
 
@@ -145,8 +146,10 @@ def stop(procs):
 
 def test_two_recording_processes_and_a_reader_at_once(checkpoints):
     with fresh_schema("two") as url:
-        procs = [start_recording(url, checkpoints, seed=1, max_new=80, writer_mode="thread"),
-                 start_recording(url, checkpoints, seed=2, max_new=80, writer_mode="process")]
+        # k=1 and 400 tokens: 200+ rounds each, a few seconds of recording even on a quiet
+        # machine, so that the reader meets the runs while they are being written
+        procs = [start_recording(url, checkpoints, seed=1, max_new=400, writer_mode="thread", k=1),
+                 start_recording(url, checkpoints, seed=2, max_new=400, writer_mode="process", k=1)]
         seen: dict[str, int] = {}  # run id -> most rounds read so far
         seen_running = set()
         reads = 0
