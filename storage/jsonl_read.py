@@ -30,7 +30,7 @@ from typing import IO, Any, Callable
 
 import numpy as np
 
-from specscope.core.partial import VectorStats
+from specscope.core.partial import VectorStats, entry_known
 from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
 from specscope.core.sampling import SamplingConfig
 
@@ -648,14 +648,10 @@ def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarra
         run.unrecorded.add("u")
     if q is None:
         run.unrecorded.add("q")
-    if "p_token" not in n and not _known(p, token):
+    if "p_token" not in n and not entry_known(p, token):
         run.unrecorded.add("p_token")
-    if "q_token" not in n and (q is None or not _known(q, token)):
+    if "q_token" not in n and (q is None or not entry_known(q, token)):
         run.unrecorded.add("q_token")
-
-
-def _known(dist: np.ndarray, token: int) -> bool:
-    return not getattr(dist, "partial", False) or bool(np.isin(token, dist.known_ids))  # type: ignore[attr-defined]
 
 
 def _emitted(v: _V, d: dict, nodes: tuple[DraftNode, ...], run: ParsedTrace) -> tuple[EmittedToken, ...]:

@@ -218,16 +218,21 @@ def run_script(script: str, arg: int | str, checkpoints, db, tmp_path):
     return proc, json.loads(stats_path.read_text())
 
 
-def test_failed_write_stops_decoding_at_once_with_one_line(checkpoints, tmp_path):
-    db = tmp_path / "runs.sqlite"
-    proc, stats = run_script(FAILING_WRITES, "3:mark", checkpoints, db, tmp_path)
-
+def one_error_line(proc, pattern: str) -> re.Match:
+    """The run failed with exit 1 and exactly one specscope line (no traceback) matching `pattern`."""
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = specscope_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
-    m = re.fullmatch(FAILED_LINE, lines[0])
+    m = re.fullmatch(pattern, lines[0])
     assert m, lines[0]
+    return m
+
+
+def test_failed_write_stops_decoding_at_once_with_one_line(checkpoints, tmp_path):
+    db = tmp_path / "runs.sqlite"
+    proc, stats = run_script(FAILING_WRITES, "3:mark", checkpoints, db, tmp_path)
+    m = one_error_line(proc, FAILED_LINE)
     decoded, reason, run_id, kept = int(m[1]), m[2], m[3], int(m[5])
     assert reason == "database or disk is full"
     # decoding stops at the round boundary after the failed write, not rounds later
@@ -245,15 +250,9 @@ def test_failed_write_stops_decoding_at_once_with_one_line(checkpoints, tmp_path
 def test_failed_write_when_the_run_cannot_be_marked_failed_says_so(checkpoints, tmp_path):
     db = tmp_path / "runs.sqlite"
     proc, stats = run_script(FAILING_WRITES, "2", checkpoints, db, tmp_path)
-
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = specscope_lines(proc.stderr)
-    assert len(lines) == 1, proc.stderr
-    m = re.fullmatch(r"specscope: recording failed after (\d+) rounds, decoding stopped: database or disk is full; "
+    m = one_error_line(proc, r"specscope: recording failed after (\d+) rounds, decoding stopped: database or disk is full; "
                      r"run (\w+) could not be marked failed in (.+) \(it shows as running until the store is opened "
-                     r"with room to write, which marks it interrupted\)", lines[0])
-    assert m, lines[0]
+                     r"with room to write, which marks it interrupted\)")
     assert stats["started"] - stats["started_at_failure"] <= 1, stats
     info, rounds = only_run(db)
     assert (info.run_id, info.status, info.n_rounds) == (m[2], "running", rounds)
@@ -270,13 +269,7 @@ def test_sqlite_full_stops_decoding_with_one_line(checkpoints, tmp_path):
     through the store's error translation."""
     db = tmp_path / "runs.sqlite"
     proc, stats = run_script(PAGE_LIMITED, 24, checkpoints, db, tmp_path)  # the schema takes 12
-
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = specscope_lines(proc.stderr)
-    assert len(lines) == 1, proc.stderr
-    m = re.fullmatch(FAILED_LINE, lines[0])
-    assert m, lines[0]
+    m = one_error_line(proc, FAILED_LINE)
     assert m[2] == "database or disk is full"
     decoded, kept = int(m[1]), int(m[5])
     assert decoded == stats["started"] < 254  # stopped well before the budget
