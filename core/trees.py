@@ -1,0 +1,235 @@
+"""Draft tree shapes, and the attention mask and positions a tree is run with.
+
+A tree spec is a short string:
+
+    3,2,1,1                        static: 3 children of the prefix, 2 under each, then 1, 1
+    3,2,1,1,nodes=12               the same, cut to its first 12 nodes (breadth first)
+    paths:0;0.0;1;0.1;0.0.0        explicit paths (Medusa-style choices): each path is the
+                                   ranks of its nodes among their siblings, dot-separated
+    dynamic:nodes=16,depth=5,topk=4
+                                   EAGLE-2: at each depth expand the `topk` best frontier nodes
+                                   by cumulative draft log-probability, `topk` children each;
+                                   keep the `nodes` best of all candidates
+
+A static shape is a list of slots (parent slot, rank) in breadth-first order; rank r is the
+r-th child drawn (or the r-th most probable for top-k children). A rank r > 0 needs its
+sibling r - 1, and a path needs its parent: children are tried in drawn order, so every
+drawn child is in the tree.
+
+Tree attention: each node attends the committed prefix and its ancestors (itself included);
+its position is prefix length + depth - 1, where it would sit in the accepted sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+MAX_NODES = 256  # a tree wider than this is almost surely a typo
+SLOT_ROOT = -1
+
+
+class TreeSpecError(ValueError):
+    """A tree spec that cannot be parsed; the message says what to write."""
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    kind: str  # "static" | "dynamic"
+    text: str
+    slots: tuple[tuple[int, int], ...] = ()  # static: (parent slot, rank), breadth first
+    nodes: int = 0  # node budget
+    depth: int = 0  # maximum depth
+    topk: int = 0  # dynamic: frontier width and children per expanded node
+
+    def __str__(self) -> str:
+        return self.text
+
+    def children_counts(self) -> dict[int, int]:
+        """Static: slot -> number of child slots (the prefix is SLOT_ROOT)."""
+        counts: dict[int, int] = {}
+        for parent, _ in self.slots:
+            counts[parent] = counts.get(parent, 0) + 1
+        return counts
+
+
+def _positive_int(value: str, what: str, text: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise TreeSpecError(f"tree {text!r}: {what} must be an integer, got {value!r}") from None
+    if number < 1:
+        raise TreeSpecError(f"tree {text!r}: {what} must be >= 1, got {number}")
+    return number
+
+
+def _options(items: list[str], allowed: tuple[str, ...], text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in allowed:
+            raise TreeSpecError(f"tree {text!r}: unexpected {item.strip()!r} (allowed: {', '.join(k + '=N' for k in allowed)})")
+        out[key] = _positive_int(value.strip(), key, text)
+    return out
+
+
+def parse_tree(text: str | TreeSpec) -> TreeSpec:
+    """Parse a tree spec (see the module docstring); errors say what to write."""
+    if isinstance(text, TreeSpec):
+        return text
+    text = str(text).strip()
+    if not text:
+        raise TreeSpecError("an empty tree spec: write e.g. 3,2,1 or dynamic:nodes=16,depth=5,topk=4")
+    head, colon, rest = text.partition(":")
+    if colon and head.strip() == "dynamic":
+        opts = _options([i for i in rest.split(",") if i.strip()], ("nodes", "depth", "topk"), text)
+        missing = [k for k in ("nodes", "depth", "topk") if k not in opts]
+        if missing:
+            raise TreeSpecError(f"tree {text!r}: dynamic trees need {', '.join(m + '=N' for m in missing)}")
+        _check_size(opts["nodes"], text)
+        return TreeSpec("dynamic", text, nodes=opts["nodes"], depth=opts["depth"], topk=opts["topk"])
+    if colon and head.strip() == "paths":
+        items = rest.split(",")
+        opts = _options(items[1:], ("nodes",), text)
+        slots = _slots_from_paths(items[0], text)
+    elif colon:
+        raise TreeSpecError(f"tree {text!r}: unknown kind {head.strip()!r} (use B1,B2,..., paths:... or dynamic:...)")
+    else:
+        items = text.split(",")
+        branching = [i for i in items if "=" not in i]
+        opts = _options([i for i in items if "=" in i], ("nodes",), text)
+        slots = _slots_from_branching([_positive_int(b.strip(), "a branching factor", text) for b in branching], text)
+    if "nodes" in opts:
+        slots = slots[: opts["nodes"]]  # breadth first: parents stay before their children
+    _check_size(len(slots), text)
+    depth = max(_depths_of_slots(slots))
+    return TreeSpec("static", text, slots=tuple(slots), nodes=len(slots), depth=depth)
+
+
+def _check_size(nodes: int, text: str) -> None:
+    if nodes > MAX_NODES:
+        raise TreeSpecError(f"tree {text!r} has {nodes} nodes; at most {MAX_NODES} (add nodes=N to cut it)")
+
+
+def _slots_from_branching(branching: list[int], text: str) -> list[tuple[int, int]]:
+    if not branching:
+        raise TreeSpecError(f"tree {text!r}: give at least one branching factor, e.g. 3,2,1")
+    slots: list[tuple[int, int]] = []
+    level = [SLOT_ROOT]
+    for b in branching:
+        nxt = []
+        for parent in level:
+            for rank in range(b):
+                nxt.append(len(slots))
+                slots.append((parent, rank))
+                _check_size(len(slots), text)
+        level = nxt
+    return slots
+
+
+def _slots_from_paths(body: str, text: str) -> list[tuple[int, int]]:
+    paths: set[tuple[int, ...]] = set()
+    for raw in body.split(";"):
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            path = tuple(int(r) for r in raw.split("."))
+        except ValueError:
+            raise TreeSpecError(f"tree {text!r}: path {raw!r} must be dot-separated ranks like 0.1.0") from None
+        if any(r < 0 for r in path):
+            raise TreeSpecError(f"tree {text!r}: path {raw!r} has a negative rank")
+        paths.add(path)
+    if not paths:
+        raise TreeSpecError(f"tree {text!r}: give at least one path, e.g. paths:0;1;0.0")
+    for path in paths:
+        if len(path) > 1 and path[:-1] not in paths:
+            raise TreeSpecError(f"tree {text!r}: path {_dotted(path)} needs its parent {_dotted(path[:-1])}")
+        if path[-1] > 0 and path[:-1] + (path[-1] - 1,) not in paths:
+            raise TreeSpecError(f"tree {text!r}: path {_dotted(path)} needs its elder sibling "
+                                f"{_dotted(path[:-1] + (path[-1] - 1,))} (children are tried in drawn order)")
+    ordered = sorted(paths, key=lambda p: (len(p), p))
+    index = {p: i for i, p in enumerate(ordered)}
+    return [(index[p[:-1]] if len(p) > 1 else SLOT_ROOT, p[-1]) for p in ordered]
+
+
+def _dotted(path: tuple[int, ...]) -> str:
+    return ".".join(map(str, path))
+
+
+def _depths_of_slots(slots: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> list[int]:
+    depths: list[int] = []
+    for parent, _ in slots:
+        depths.append(1 if parent == SLOT_ROOT else depths[parent] + 1)
+    return depths or [0]
+
+
+# ---------------------------------------------------------------------------- masks and positions
+
+
+def node_depths(parents: tuple[int, ...] | list[int]) -> list[int]:
+    """Depth of each node (1 = a child of the prefix); parents come before children."""
+    depths: list[int] = []
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(f"node {i} has parent {parent}: a parent must be -1 or an earlier node")
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def ancestor_matrix(parents: tuple[int, ...] | list[int]) -> np.ndarray:
+    """(n, n) bool: [i, j] is True when node j is node i or one of its ancestors."""
+    n = len(parents)
+    node_depths(parents)  # validates the order
+    seen = np.eye(n, dtype=bool)
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            seen[i] |= seen[parent]
+    return seen
+
+
+def tree_positions(parents, prefix_len: int) -> list[int]:
+    """Position ids of the nodes: prefix length + depth - 1."""
+    return [prefix_len + d - 1 for d in node_depths(parents)]
+
+
+def tree_mask(visible: np.ndarray, cached: int, pending: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """The additive 4D mask (1, 1, pending + n, cached + pending + n) of one forward.
+
+    Rows: `pending` context tokens (causal), then n tree nodes; columns: the `cached`
+    positions already in the KV cache, the pending tokens, the nodes. `visible` (n, n)
+    says which of this forward's nodes each node may see (its ancestors and itself).
+    Additive (0 or the dtype's minimum), so eager and SDPA attention read it alike.
+    """
+    n = visible.shape[0]
+    rows, cols = pending + n, cached + pending + n
+    allowed = np.zeros((rows, cols), dtype=bool)
+    allowed[:, :cached] = True
+    allowed[:pending, cached:cached + pending] = np.tril(np.ones((pending, pending), dtype=bool))
+    allowed[pending:, cached:cached + pending] = True
+    allowed[pending:, cached + pending:] = visible
+    mask = torch.zeros((1, 1, rows, cols), dtype=dtype, device=device)
+    mask[0, 0][~torch.from_numpy(allowed).to(device)] = torch.finfo(dtype).min
+    return mask
+
+
+def select_dynamic(scores: list[float], parents: list[int], budget: int) -> list[int]:
+    """EAGLE-2's final selection: the `budget` candidates with the best cumulative
+    log-probability (ties: the earlier candidate), closed under ancestors, in candidate
+    order (so parents stay before their children)."""
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    keep: set[int] = set()
+    for i in order:
+        if len(keep) >= budget:
+            break
+        chain = []
+        node = i
+        while node >= 0 and node not in keep:
+            chain.append(node)
+            node = parents[node]
+        if len(keep) + len(chain) <= budget:
+            keep.update(chain)
+    return sorted(keep)
