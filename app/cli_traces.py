@@ -153,7 +153,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 "run_id": r.run_id, "status": r.status, "stop_reason": r.stop_reason, "started_at": r.started_at,
                 "ended_at": r.ended_at, "proposer": r.config.proposer, "target": r.models.target_name,
                 "draft": r.models.draft_name, "k": r.config.k, "sampling": r.config.sampling.describe(),
-                "rounds": r.n_rounds, "new_tokens": len(r.new_tokens), "acceptance_rate": r.acceptance_rate,
+                "rounds": r.n_rounds, "new_tokens": r.n_new_tokens, "acceptance_rate": r.acceptance_rate,
                 "mean_accepted_length": r.mean_accepted_length,
             }))
         return 0
@@ -174,7 +174,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def _run_line(r: Any) -> str:
     models = _safe(r.models.target_name) + (f" / {_safe(r.models.draft_name)}" if r.models.draft_name else "")
     return (f"{_safe(r.run_id, 12):12} {_safe(r.status, 11):11} {_when(r.started_at):19} {_safe(r.config.proposer, 9):9} "
-            f"{_safe(r.config.sampling.describe(), 12):12} {r.config.k:>2} {r.n_rounds:>6} {len(r.new_tokens):>6} "
+            f"{_safe(r.config.sampling.describe(), 12):12} {r.config.k:>2} {r.n_rounds:>6} {r.n_new_tokens:>6} "
             f"{r.acceptance_rate:>6.1%} {r.mean_accepted_length:>5.2f}  {models}")
 
 
@@ -218,7 +218,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 row = conn.execute(select(runs_table).where(runs_table.c.run_id == info.run_id)).one()._mapping
             out = header_json(row)
             out.update(status=info.status, stop_reason=info.stop_reason, error=info.error, ended_at=info.ended_at,
-                       rounds=info.n_rounds, new_tokens=list(info.new_tokens), acceptance_rate=info.acceptance_rate,
+                       rounds=info.n_rounds, new_tokens=store.new_tokens(info.run_id), acceptance_rate=info.acceptance_rate,
                        mean_accepted_length=info.mean_accepted_length)
             print(json.dumps(out))
             return 0
@@ -237,7 +237,7 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  vocab={c.vocab_size}")
     print(f"  prompt {len(c.prompt_ids)} tokens" + (f": {_safe(repr(info.prompt_text), 2 * SAFE_WIDTH)}" if info.prompt_text else ""))
     print(f"  stored top-{info.top_n}" + (f" + full vectors ({_safe(info.full_dtype)})" if info.full_vectors else ""))
-    print(f"  {info.n_rounds} rounds, {len(info.new_tokens)} new tokens, acceptance {info.acceptance_rate:.1%}, "
+    print(f"  {info.n_rounds} rounds, {info.n_new_tokens} new tokens, acceptance {info.acceptance_rate:.1%}, "
           f"mean accepted length {info.mean_accepted_length:.2f}")
     print()
     print(f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! repaired, + bonus)")
@@ -306,7 +306,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         source = sys.stdin if args.file == "-" else args.file
         run_id = import_run(store, source, run_id=args.run_id)
         info = store.get_run(run_id)
-    print(f"imported run {_safe(run_id)}: {info.n_rounds} rounds, {len(info.new_tokens)} tokens, status {info.status}")
+    print(f"imported run {_safe(run_id)}: {info.n_rounds} rounds, {info.n_new_tokens} tokens, status {info.status}")
     return 0
 
 

@@ -80,7 +80,7 @@ class RunInfo:
     n_rounds: int
     drafted: int
     accepted: int
-    new_tokens: tuple[int, ...]
+    n_new_tokens: int  # the tokens themselves: TraceStore.new_tokens(run_id)
     wall_s: float | None
 
     @property
@@ -92,7 +92,7 @@ class RunInfo:
         """The end record, for the checker (None while the run is still being written)."""
         if self.status == "running":
             return None
-        return RunEnd(self.status, self.stop_reason, len(self.new_tokens))
+        return RunEnd(self.status, self.stop_reason, self.n_new_tokens)
 
     @property
     def mean_accepted_length(self) -> float:

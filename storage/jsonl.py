@@ -1,9 +1,10 @@
 """The JSONL trace format (docs/trace-format.md): export a stored run, import a file.
 
 Line 1 is the run header, then one line per round in order, then (optionally) one end line.
-Import validates every line before it writes anything (storage.jsonl_read parses the lines
-into core records and rows) and inserts the run in a single transaction, so a failed import
-leaves the store unchanged. The first error is reported as a TraceFormatError with its
+Both directions stream: export reads the run in batches of rounds and token chunks; import
+validates each line as it reads it (storage.jsonl_read parses the lines into core records and
+rows) and inserts the rows in batches, all in a single transaction, so a failed import leaves
+the store unchanged and a long trace is never held whole. The first error is reported as a TraceFormatError with its
 1-based line number and the dotted path of the field.
 """
 
@@ -16,12 +17,13 @@ import os
 import zlib
 from typing import IO, Any, Iterator, Mapping
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from .codec import ZLIB_LEVEL, decode_top_stats, full_raw
 from .errors import RunExistsError, TraceStoreError
-from .jsonl_read import FORMAT_NAME, FORMAT_VERSION, ParsedTrace, read_trace
-from .schema import nodes_table, rounds_table, runs_table
+from .jsonl_read import FORMAT_NAME, FORMAT_VERSION, ParsedTrace, TraceSink, read_trace
+from .rows import chunk_tokens, token_chunk
+from .schema import nodes_table, rounds_table, runs_table, tokens_table
 from .store import TraceStore
 from .transactions import translate_errors
 
@@ -157,7 +159,7 @@ def round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
     }
 
 
-def end_json(run: Mapping[str, Any]) -> dict:
+def end_json(run: Mapping[str, Any], new_tokens: list[int] | None = None) -> dict:
     return {
         "record": "end",
         "status": run["status"],
@@ -165,8 +167,34 @@ def end_json(run: Mapping[str, Any]) -> dict:
         "error": run["error"],
         "ended_at": run["ended_at"],
         "wall_s": run["wall_s"],
-        "new_tokens": list(run["new_tokens"] or []),
+        "new_tokens": list(run["new_tokens"] or []) if new_tokens is None else new_tokens,
     }
+
+
+_TOKENS_PLACEHOLDER = '"new_tokens":[]'
+
+
+def _end_line(conn: Any, run: Mapping[str, Any], what: str, batch: int = 64) -> str:
+    """The end line, its token list written from the run's token chunks as text: the one
+    record that grows with the run (a few bytes per token), never a list of ints."""
+    line = _line(end_json(run, []), what)
+    parts: list[str] = []
+    start = 0
+    while True:
+        rows = conn.execute(select(tokens_table.c.start, tokens_table.c.tokens)
+                            .where(tokens_table.c.run_id == run["run_id"], tokens_table.c.start >= start)
+                            .order_by(tokens_table.c.start).limit(batch)).all()
+        for row in rows:
+            tokens = chunk_tokens(row.tokens)
+            if len(tokens):
+                parts.append(",".join(map(str, tokens.tolist())))
+            start = int(row.start) + len(tokens)
+        if len(rows) < batch:
+            break
+    if not parts:  # a store of schema <= 2 migrated in place keeps none in the row
+        return line
+    head, tail = line.split(_TOKENS_PLACEHOLDER, 1)
+    return f'{head}"new_tokens":[{",".join(parts)}]{tail}'
 
 
 def iter_export(store: TraceStore, run_id: str, batch_size: int = 256) -> Iterator[str]:
@@ -195,7 +223,7 @@ def iter_export(store: TraceStore, run_id: str, batch_size: int = 256) -> Iterat
                     yield _line(round_json(r, nodes.get(r["round_index"], [])), f"run {run_id}: round {r['round_index']}")
                 start = hi + 1
             if run["status"] != "running":
-                yield _line(end_json(run), f"run {run_id}: its end record")
+                yield _end_line(conn, run, f"run {run_id}: its end record")
 
 
 def export_run(store: TraceStore, run_id: str, out: str | os.PathLike | IO[str]) -> int:
@@ -227,22 +255,54 @@ def export_run(store: TraceStore, run_id: str, out: str | os.PathLike | IO[str])
 # ============================================================================ import
 
 
+class _StoreSink(TraceSink):
+    """Inserts a trace's rows as read_trace parses them, inside the import's transaction.
+    When the run id is taken it only lets the file be validated to the end (a format error
+    is reported first, as when the whole file was read before anything was written)."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+        self.tokens_written = 0
+        self.taken = False
+
+    def header(self, run: ParsedTrace) -> None:
+        rid = run.row["run_id"]
+        self.taken = self.conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == rid)).first() is not None
+        if not self.taken:
+            self.conn.execute(insert(runs_table), run.row)  # the counters and the end are set by finish()
+
+    def batch(self, run: ParsedTrace) -> None:
+        if not self.taken:
+            for start in range(0, len(run.rounds), 500):
+                self.conn.execute(insert(rounds_table), run.rounds[start:start + 500])
+            for start in range(0, len(run.nodes), 2000):
+                self.conn.execute(insert(nodes_table), run.nodes[start:start + 2000])
+            if run.tokens:
+                self.conn.execute(insert(tokens_table), token_chunk(run.row["run_id"], self.tokens_written, run.tokens))
+        self.tokens_written += len(run.tokens)
+        run.rounds, run.nodes, run.tokens = [], [], []
+
+    def finish(self, run: ParsedTrace) -> None:
+        rid = run.row["run_id"]
+        if self.taken:
+            raise RunExistsError(f"a run with id {rid} is already in the store; import it under another id (--run-id)")
+        values = {k: v for k, v in run.row.items() if k != "run_id"}
+        self.conn.execute(update(runs_table).where(runs_table.c.run_id == rid).values(**values))
+
+
 def import_run(store: TraceStore, source: str | os.PathLike | IO[str], *, run_id: str | None = None) -> str:
     """Validate a JSONL trace and insert it as one run (all or nothing); return its run id.
 
-    run_id renames the run (e.g. to import the same file twice)."""
-    run = read_trace(source, run_id)
-    rid = run.row["run_id"]
-    with translate_errors(f"importing run {rid}"):
+    The file is read line by line and its rows inserted in batches, in one transaction
+    (memory: a batch of rounds and the longest line). run_id renames the run (e.g. to import
+    the same file twice)."""
+    name = source if isinstance(source, (str, os.PathLike)) else getattr(source, "name", "a trace")
+    with translate_errors(f"importing {name}"):
         with store.transaction() as conn:
-            if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == rid)).first():
-                raise RunExistsError(f"a run with id {rid} is already in the store; import it under another id (--run-id)")
-            conn.execute(insert(runs_table).values(**run.row))
-            for start in range(0, len(run.rounds), 500):
-                conn.execute(insert(rounds_table), run.rounds[start:start + 500])
-            for start in range(0, len(run.nodes), 2000):
-                conn.execute(insert(nodes_table), run.nodes[start:start + 2000])
-    return rid
+            sink = _StoreSink(conn)
+            run = read_trace(source, run_id, sink)
+            sink.finish(run)
+    return run.row["run_id"]
 
 
 def open_jsonl(source: str | os.PathLike | IO[str], run_id: str | None = None) -> TraceStore:

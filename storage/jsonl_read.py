@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import binascii
+import hashlib
 import json
 import math
 import os
@@ -299,9 +300,28 @@ def _kind(v: Any) -> str:
     return type(v).__name__
 
 
+class TraceSink:
+    """Where read_trace hands the rows as it parses (import_run: the database, one
+    transaction). header() once, after the header line; batch() whenever BATCH_ROUNDS rounds
+    are pending and once at the end: it takes run.rounds, run.nodes and run.tokens and
+    empties them, so a long trace is held one batch at a time."""
+
+    def header(self, run: "ParsedTrace") -> None:
+        pass
+
+    def batch(self, run: "ParsedTrace") -> None:
+        pass
+
+
+BATCH_ROUNDS = 500  # rounds parsed before the sink takes them
+
+
 @dataclass
 class ParsedTrace:
-    """A validated trace as table rows: the run row, then rounds and draft_nodes rows."""
+    """A validated trace as table rows: the run row, then rounds and draft_nodes rows.
+
+    rounds, nodes and tokens are the rows and tokens not yet taken by the sink (all of them
+    when read_trace has no sink); n_rounds and n_tokens count every one parsed."""
 
     config: RunConfig
     policy: VectorPolicy  # top-N as the header says; full vectors wherever the file has them
@@ -311,6 +331,12 @@ class ParsedTrace:
     tokens: list[int] = field(default_factory=list)
     end: dict | None = None
     unrecorded: set[str] = field(default_factory=set)  # optional fields some line left out
+    n_rounds: int = 0
+    n_tokens: int = 0
+    sink: TraceSink | None = None
+    # the emitted tokens' digest: the end record's token list is compared with it, not with a
+    # list of every token
+    token_digest: Any = field(default_factory=hashlib.sha256)
 
     @property
     def vocab(self) -> int:
@@ -321,10 +347,15 @@ class ParsedTrace:
         rows, nodes = rounds_to_rows([rnd], self.policy)
         self.rounds.extend(rows)
         self.nodes.extend(nodes)
-        self.tokens.extend(rnd.tokens)
+        tokens = rnd.tokens
+        self.tokens.extend(tokens)
+        self.token_digest.update(np.asarray(tokens, dtype="<i8").tobytes())
+        self.n_rounds += 1
+        self.n_tokens += len(tokens)
         self.row["drafted"] += rows[0]["n_drafted"]
         self.row["accepted"] += rows[0]["n_accepted"]
-
+        if self.sink is not None and len(self.rounds) >= BATCH_ROUNDS:
+            self.sink.batch(self)
 
 
 # ============================================================================ header
@@ -533,9 +564,9 @@ def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
     index = v.get(d, "index", "", "int")
     if index != expected_index:
         raise v.fail("index", f"expected round {expected_index} (rounds must be consecutive from 0), got {index}")
-    emitted_before = v.get(d, "emitted_before", "", "int", required=False, default=len(run.tokens))
-    if emitted_before != len(run.tokens):
-        raise v.fail("emitted_before", f"earlier rounds emitted {len(run.tokens)} tokens, the line says {emitted_before}")
+    emitted_before = v.get(d, "emitted_before", "", "int", required=False, default=run.n_tokens)
+    if emitted_before != run.n_tokens:
+        raise v.fail("emitted_before", f"earlier rounds emitted {run.n_tokens} tokens, the line says {emitted_before}")
     raw_nodes = v.get(d, "nodes", "", "list")
     if len(raw_nodes) > MAX_K:
         raise v.fail("nodes", f"{len(raw_nodes)} nodes, at most {MAX_K} allowed")
@@ -554,10 +585,10 @@ def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
     rnd = Round(
         run_id=run.config.run_id,
         index=index,
-        prefix_len=v.get(d, "prefix_len", "", "int", required=False, default=len(run.config.prompt_ids) + len(run.tokens)),
+        prefix_len=v.get(d, "prefix_len", "", "int", required=False, default=len(run.config.prompt_ids) + run.n_tokens),
         emitted_before=emitted_before,
         remaining_budget=v.get(d, "remaining_budget", "", "int", required=False,
-                               default=run.config.max_new_tokens - len(run.tokens)),
+                               default=run.config.max_new_tokens - run.n_tokens),
         k=k,
         greedy=v.get(d, "greedy", "", "bool", required=False, default=run.config.sampling.greedy),
         nodes=nodes,
@@ -628,9 +659,9 @@ def _flags(v: _V, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitt
     all_accepted = all(n.status == "accepted" for n in nodes) and not any(e.kind != "accepted" for e in emitted)
     implied = {
         "eos": eos_id is not None and eos_id in tokens,
-        "budget_stop": len(run.tokens) + len(tokens) >= run.config.max_new_tokens,
+        "budget_stop": run.n_tokens + len(tokens) >= run.config.max_new_tokens,
         "bonus_withheld": all_accepted and (eos_id is None or eos_id not in tokens)
-        and len(tokens) >= run.config.max_new_tokens - len(run.tokens),
+        and len(tokens) >= run.config.max_new_tokens - run.n_tokens,
     }
     out = {}
     for name, value in implied.items():
@@ -698,8 +729,9 @@ def _end(v: _V, d: dict, run: ParsedTrace) -> None:
         raise v.fail("wall_s", f"{wall_s!r} is outside [0, {MAX_TIME:.0f}] seconds")
     run.row["wall_s"] = wall_s
     tokens = v.get(d, "new_tokens", "", "ints", required=False, default=None, nullable=True)
-    if tokens is not None and tokens != run.tokens:
-        raise v.fail("new_tokens", f"differ from the tokens the rounds emitted ({len(tokens)} vs {len(run.tokens)} tokens)")
+    if tokens is not None and (len(tokens) != run.n_tokens or
+                               hashlib.sha256(np.asarray(tokens, dtype="<i8").tobytes()).digest() != run.token_digest.digest()):
+        raise v.fail("new_tokens", f"differ from the tokens the rounds emitted ({len(tokens)} vs {run.n_tokens} tokens)")
     if status == "running":  # nobody writes an imported run: it was cut off
         status = "interrupted"
         run.row["error"] = run.row["error"] or "imported from a trace of a run in progress"
@@ -707,8 +739,10 @@ def _end(v: _V, d: dict, run: ParsedTrace) -> None:
     run.end = d
 
 
-def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None) -> ParsedTrace:
-    """Parse and validate a JSONL trace (path or text file object) into table rows."""
+def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None, sink: TraceSink | None = None) -> ParsedTrace:  # long: one loop over the lines, its errors in one place
+    """Parse and validate a JSONL trace (path or text file object) into table rows. Without
+    a sink the result holds every row; with one, the sink takes them in batches as they are
+    parsed (the file is read line by line: memory is bounded by a batch and the longest line)."""
     fh: IO[str]
     close = False
     if isinstance(source, (str, os.PathLike)):
@@ -733,12 +767,15 @@ def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None) -
             d = v.obj(d, "")
             if run is None:
                 run = _header(v, d, run_id)
+                run.sink = sink
+                if sink is not None:
+                    sink.header(run)
                 continue
             if run.end is not None:
                 raise v.fail("record", "nothing may follow the end record")
             record = v.get(d, "record", "", "str", choices=("round", "end"))
             if record == "round":
-                _round(v, d, run, len(run.rounds))
+                _round(v, d, run, run.n_rounds)
             else:
                 _end(v, d, run)
         if run is None:
@@ -746,10 +783,12 @@ def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None) -
         if run.end is None:
             run.row["status"] = "interrupted"
             run.row["error"] = "the trace has no end record (cut off)"
-        run.row["n_rounds"] = len(run.rounds)
-        run.row["new_tokens"] = list(run.tokens)
+        run.row["n_rounds"] = run.n_rounds
+        run.row["n_new_tokens"] = run.n_tokens
         run.config = dataclasses.replace(run.config, unrecorded=frozenset(run.unrecorded))
         run.row["unrecorded"] = sorted(run.unrecorded) or None
+        if sink is not None:
+            sink.batch(run)
         return run
     except UnicodeDecodeError as exc:
         raise TraceFormatError(line_no + 1, "", f"not UTF-8 text ({exc.reason})") from None

@@ -14,10 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from sqlalchemy import Connection, func, insert, inspect, select, text
+import json
+
+import numpy as np
+from sqlalchemy import Connection, func, insert, inspect, select, text, update
 
 from .errors import NotATraceStoreError, SchemaVersionError
-from .schema import Base, SchemaVersion
+from .schema import Base, SchemaVersion, runs_table, tokens_table
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,26 @@ def _add_unrecorded(conn: Connection) -> None:
     conn.execute(text(f"ALTER TABLE runs ADD COLUMN unrecorded {kind}"))
 
 
+def _append_only_tokens(conn: Connection) -> None:
+    """Version 3: the token list moves from runs.new_tokens (rewritten at every commit) to
+    run_tokens chunks (appended); runs.n_new_tokens counts them. Each run's list becomes one
+    chunk, read and written one run at a time."""
+    tokens_table.create(conn)
+    conn.execute(text("ALTER TABLE runs ADD COLUMN n_new_tokens INTEGER NOT NULL DEFAULT 0"))
+    run_ids = conn.execute(select(runs_table.c.run_id)).scalars().all()
+    for run_id in run_ids:
+        raw = conn.execute(select(runs_table.c.new_tokens).where(runs_table.c.run_id == run_id)).scalar()
+        tokens = json.loads(raw) if isinstance(raw, str) else (raw or [])
+        if tokens:
+            conn.execute(insert(tokens_table), {"run_id": run_id, "start": 0, "n_tokens": len(tokens),
+                                                "tokens": np.asarray(tokens, dtype="<i4").tobytes()})
+        conn.execute(update(runs_table).where(runs_table.c.run_id == run_id).values(n_new_tokens=len(tokens), new_tokens=[]))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema: runs, rounds, draft_nodes", _baseline),
     Migration(2, "runs.unrecorded: optional trace fields a run did not record", _add_unrecorded),
+    Migration(3, "run_tokens: the token list appended in chunks; runs.n_new_tokens", _append_only_tokens),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 TABLES = frozenset(Base.metadata.tables)

@@ -71,7 +71,8 @@ def run_row(config: RunConfig, *, status: str, started_at: float, models: ModelI
         "n_rounds": 0,
         "drafted": 0,
         "accepted": 0,
-        "new_tokens": [],
+        "n_new_tokens": 0,
+        "new_tokens": [],  # schema <= 2 only; the tokens are appended to run_tokens
         "wall_s": None,
     }
 
@@ -121,9 +122,22 @@ def run_info(r: Mapping[str, Any]) -> RunInfo:
         n_rounds=r["n_rounds"],
         drafted=r["drafted"],
         accepted=r["accepted"],
-        new_tokens=tuple(r["new_tokens"] or ()),
+        n_new_tokens=int(r["n_new_tokens"] or 0),
         wall_s=r["wall_s"],
     )
+
+
+# ---------------------------------------------------------------------------- token chunks
+
+
+def token_chunk(run_id: str, start: int, tokens: Sequence[int]) -> dict:
+    """A run_tokens row: tokens [start, start + len(tokens)) of the run, int32 little-endian."""
+    return {"run_id": run_id, "start": int(start), "n_tokens": len(tokens),
+            "tokens": np.asarray(tokens, dtype="<i4").tobytes()}
+
+
+def chunk_tokens(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<i4").astype(np.int64)
 
 
 # ---------------------------------------------------------------------------- rounds -> rows

@@ -8,6 +8,8 @@ Tables
                   (n_drafted, n_accepted, draft_tokens, emitted) so a timeline never reads
                   the distributions
   draft_nodes     one row per DraftNode, with p/q as top-N blobs and optional full blobs
+  run_tokens      the run's new tokens in chunks (schema version 3): each commit appends one
+                  chunk (int32 little-endian), so recording never rewrites the token list
 
 Times are UTC unix seconds (float). Distribution blobs are described in storage/codec.py
 and docs/trace-format.md.
@@ -98,10 +100,13 @@ class RunRow(Base):
     top_n: Mapped[int] = mapped_column(Integer)
     full_vectors: Mapped[bool] = mapped_column(Boolean)
     full_dtype: Mapped[str] = mapped_column(String(16))
-    # aggregates, kept current by the writer at every flush
+    # aggregates, incremented by the writer at every flush (UPDATE ... SET n = n + delta)
     n_rounds: Mapped[int] = mapped_column(Integer, default=0)
     drafted: Mapped[int] = mapped_column(Integer, default=0)
     accepted: Mapped[int] = mapped_column(Integer, default=0)
+    n_new_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # schema <= 2 kept the whole token list here (rewritten at every commit); from version 3
+    # it is always [] and the tokens are in run_tokens
     new_tokens: Mapped[list[Any]]
     wall_s: Mapped[Optional[float]]
 
@@ -192,6 +197,18 @@ class NodeRow(Base):
     )
 
 
+class TokenChunkRow(Base):
+    """A run's new tokens [start, start + n_tokens), appended by one commit."""
+
+    __tablename__ = "run_tokens"
+
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    start: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)  # offset of the first token
+    n_tokens: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[bytes]  # int32 little-endian
+
+
 runs_table = RunRow.__table__
 rounds_table = RoundRow.__table__
 nodes_table = NodeRow.__table__
+tokens_table = TokenChunkRow.__table__

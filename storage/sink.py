@@ -1,7 +1,9 @@
 """RunSink: the database half of a TraceWriter.
 
 It turns batches of rounds into rows (rows.rounds_to_rows, the row builder) and commits them, together with
-the run's aggregates and heartbeat, in one transaction. The writer's thread uses it in the
+the run's aggregates and heartbeat, in one transaction. Every commit only appends: the rounds,
+their nodes, one run_tokens chunk with the tokens they emitted, and an UPDATE of the run row
+that increments its counters, so a commit costs the same at round 10 and at round 10 million. The writer's thread uses it in the
 recording process; the writer process (writer_child) uses the same class on its own engine.
 """
 
@@ -17,14 +19,20 @@ from sqlalchemy import JSON, Engine, Table, bindparam, insert, update
 from specscope.core.records import Round
 
 from .codec import VectorPolicy
-from .rows import rounds_to_rows
-from .schema import nodes_table, rounds_table, runs_table
+from .rows import rounds_to_rows, token_chunk
+from .schema import nodes_table, rounds_table, runs_table, tokens_table
 from .transactions import transaction, translate_errors
 
 
 # The run row's update as a statement with parameters (compiled once per key set, cached),
-# not .values(**values), which builds and compiles a new statement at every flush.
-_UPDATE_RUN = update(runs_table).where(runs_table.c.run_id == bindparam("_run_id"))
+# not .values(**values), which builds and compiles a new statement at every flush. The
+# counters are incremented in SQL: the statement's size does not depend on the run's length.
+_UPDATE_RUN = update(runs_table).where(runs_table.c.run_id == bindparam("_run_id")).values(
+    n_rounds=runs_table.c.n_rounds + bindparam("_d_rounds"),
+    drafted=runs_table.c.drafted + bindparam("_d_drafted"),
+    accepted=runs_table.c.accepted + bindparam("_d_accepted"),
+    n_new_tokens=runs_table.c.n_new_tokens + bindparam("_d_tokens"),
+)
 
 
 class _SqliteInsert:
@@ -64,9 +72,7 @@ class RunSink:
         self.rounds_written = 0
         self.flushes = 0
         self.last_commit = time.monotonic()
-        self._drafted = 0
-        self._accepted = 0
-        self._tokens: list[int] = []
+        self.tokens_written = 0
         self._round_rows: list[dict] = []  # encoded, not yet committed
         self._node_rows: list[dict] = []
         self._new_tokens: list[int] = []
@@ -91,15 +97,13 @@ class RunSink:
         if rounds:
             self.add(rounds)
         round_rows, node_rows, tokens = self._round_rows, self._node_rows, self._new_tokens
-        drafted = sum(row["n_drafted"] for row in round_rows)
-        accepted = sum(row["n_accepted"] for row in round_rows)
         now = time.time()
         values: dict[str, Any] = {
             "heartbeat_at": now,
-            "n_rounds": self.rounds_written + len(round_rows),
-            "drafted": self._drafted + drafted,
-            "accepted": self._accepted + accepted,
-            "new_tokens": self._tokens + tokens,
+            "_d_rounds": len(round_rows),
+            "_d_drafted": sum(row["n_drafted"] for row in round_rows),
+            "_d_accepted": sum(row["n_accepted"] for row in round_rows),
+            "_d_tokens": len(tokens),
         }
         if final is not None:
             values.update(final)
@@ -115,12 +119,12 @@ class RunSink:
                         conn.exec_driver_sql(fast.sql, fast.params(rows))
                     else:
                         conn.execute(insert(table), rows)
+                if tokens:
+                    conn.execute(insert(tokens_table), token_chunk(self.run_id, self.tokens_written, tokens))
                 conn.execute(_UPDATE_RUN, {"_run_id": self.run_id, **values})
         self._round_rows, self._node_rows, self._new_tokens = [], [], []
         self.rounds_written += len(round_rows)
-        self._drafted += drafted
-        self._accepted += accepted
-        self._tokens.extend(tokens)
+        self.tokens_written += len(tokens)
         self.flushes += 1
         self.last_commit = time.monotonic()
 

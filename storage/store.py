@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+import numpy as np
 from sqlalchemy import delete, func, select, update
 
 from specscope.core.records import Round, RunConfig
@@ -19,11 +20,14 @@ from .errors import NotATraceStoreError, RunNotFoundError, SchemaVersionError, T
 from .info import RoundSummary, RunInfo
 from .liveness import STALE_AFTER_S, writer_is_dead
 from .migrations import MIGRATIONS, Migration, check_version, ensure_schema, stored_version
-from .rows import round_summary, rows_to_round, run_info
-from .schema import nodes_table, rounds_table, runs_table
+from .rows import chunk_tokens, round_summary, rows_to_round, run_info
+from .schema import nodes_table, rounds_table, runs_table, tokens_table
 from .transactions import transaction, translate_errors
 
 log = logging.getLogger(__name__)
+
+MAX_BATCH = 256  # rounds per read of iter_rounds
+BATCH_BYTES = 64 * 2**20  # ... and at most this many bytes of rebuilt dense vectors per read
 
 # columns a timeline needs (no blobs)
 _SUMMARY_COLUMNS = [c for c in rounds_table.c if c.name not in ("residual_top", "residual_full", "bonus_top", "bonus_full")]
@@ -168,6 +172,7 @@ class TraceStore:
         with translate_errors(f"deleting run {run_id}"):
             with self.transaction() as conn:
                 conn.execute(delete(nodes_table).where(nodes_table.c.run_id == run_id))
+                conn.execute(delete(tokens_table).where(tokens_table.c.run_id == run_id))
                 conn.execute(delete(rounds_table).where(rounds_table.c.run_id == run_id))
                 conn.execute(delete(runs_table).where(runs_table.c.run_id == run_id))
 
@@ -217,6 +222,29 @@ class TraceStore:
     def run_config(self, run_id: str) -> RunConfig:
         return self.get_run(run_id).config
 
+    def new_tokens(self, run_id: str) -> list[int]:
+        """The run's new tokens, as far as they are committed (from its run_tokens chunks)."""
+        return [int(t) for chunk in self.token_chunks(run_id) for t in chunk]
+
+    def token_chunks(self, run_id: str, batch: int = 64) -> Iterator[np.ndarray]:
+        """The run's new tokens as the commits appended them, chunk by chunk, read `batch`
+        chunks at a time (memory bounded by the batch, not by the run)."""
+        run_id = self.resolve_run_id(run_id)
+        start = 0
+        while True:
+            q = (select(tokens_table.c.start, tokens_table.c.tokens)
+                 .where(tokens_table.c.run_id == run_id, tokens_table.c.start >= start)
+                 .order_by(tokens_table.c.start).limit(batch))
+            with translate_errors(f"reading {self._where}"):
+                with self.engine.connect() as conn:
+                    rows = conn.execute(q).all()
+            for row in rows:
+                tokens = chunk_tokens(row.tokens)
+                start = int(row.start) + len(tokens)
+                yield tokens
+            if len(rows) < batch:
+                return
+
     # ------------------------------------------------------------------ rounds
 
     def count_rounds(self, run_id: str) -> int:
@@ -256,7 +284,12 @@ class TraceStore:
                     nodes.setdefault(n.round_index, []).append(n._mapping)
         return [rows_to_round(r, nodes.get(r["round_index"], []), vocab, full=full) for r in rows]
 
-    def iter_rounds(self, run_id: str, batch_size: int = 256, full: bool = False) -> Iterator[Round]:
+    def iter_rounds(self, run_id: str, batch_size: int | None = None, full: bool = False) -> Iterator[Round]:
+        """Rounds in order, read `batch_size` rounds at a time: at most one batch is held
+        here. The default batch keeps a batch's rebuilt vectors (a dense float64 vector per
+        distribution, top-N or full) under BATCH_BYTES."""
+        if batch_size is None:
+            batch_size = self.batch_size(run_id)
         start = 0
         while True:
             batch = self.load_rounds(run_id, start, start + batch_size, full=full)
@@ -264,6 +297,17 @@ class TraceStore:
             if len(batch) < batch_size:
                 return
             start += batch_size
+
+    def batch_size(self, run_id: str) -> int:
+        """Rounds per read for iter_rounds: MAX_BATCH, fewer for big vocabularies, so that
+        a batch's rebuilt vectors (p and q per node, bonus and residual: about 2 (k + 2)
+        float64 rows of the vocabulary per round) stay under BATCH_BYTES."""
+        run_id = self.resolve_run_id(run_id)
+        with translate_errors(f"reading {self._where}"):
+            with self.engine.connect() as conn:
+                row = conn.execute(select(runs_table.c.vocab_size, runs_table.c.k).where(runs_table.c.run_id == run_id)).one()
+        per_round = max(1, int(row.vocab_size)) * 8 * 2 * (max(1, int(row.k)) + 2)
+        return max(1, min(MAX_BATCH, BATCH_BYTES // per_round))
 
     def load_round(self, run_id: str, index: int, full: bool = True) -> Round:
         """One round with everything stored (full vectors when the run kept them)."""

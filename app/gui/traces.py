@@ -160,7 +160,7 @@ def describe_run(info: Any) -> str:
     cfg = info.config
     prop = cfg.draft_name or cfg.proposer
     return (f"{info.run_id[:8]} · {info.status} · {prop} k={cfg.k} {cfg.sampling.describe()} · {info.n_rounds} rounds, "
-            f"{len(info.new_tokens)} tokens")
+            f"{info.n_new_tokens} tokens")
 
 
 def looks_like_trace(path: str) -> bool:

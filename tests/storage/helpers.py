@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import numpy as np
 
@@ -104,3 +105,26 @@ def assert_rounds_equal(a: Round, b: Round, atol: float = 0.0, vectors: bool = T
     if vectors:
         assert _same_vec(a.bonus_p, b.bonus_p, atol), f"round {a.index}: bonus_p differs"
         assert _same_vec(a.residual, b.residual, atol), f"round {a.index}: residual differs"
+
+
+def downgrade_sqlite_store(path: Any, version: int) -> None:
+    """Turn a store written by this specscope into one of an older schema `version` (1 or 2),
+    as that specscope wrote it: version 2 keeps each run's whole token list in runs.new_tokens
+    and has no run_tokens table; version 1 has no runs.unrecorded either."""
+    import json
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    tokens: dict[str, list[int]] = {}
+    for run_id, blob in con.execute("SELECT run_id, tokens FROM run_tokens ORDER BY run_id, start"):
+        tokens.setdefault(run_id, []).extend(np.frombuffer(blob, dtype="<i4").tolist())
+    for run_id, in con.execute("SELECT run_id FROM runs").fetchall():
+        con.execute("UPDATE runs SET new_tokens = ? WHERE run_id = ?", (json.dumps(tokens.get(run_id, [])), run_id))
+    con.execute("DROP TABLE run_tokens")
+    con.execute("ALTER TABLE runs DROP COLUMN n_new_tokens")
+    if version < 2:
+        con.execute("ALTER TABLE runs DROP COLUMN unrecorded")
+    con.execute("DELETE FROM schema_version")
+    con.execute("INSERT INTO schema_version VALUES (?, 'older schema', 0)", (version,))
+    con.commit()
+    con.close()

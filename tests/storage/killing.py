@@ -84,6 +84,7 @@ def check_killed_run(location: str, run_id: str, scenario: str, must_have: list[
         rounds = store.load_rounds(run_id)  # every stored round complete, with its nodes
         assert [r.index for r in rounds] == list(range(stored))
         assert all(len(r.nodes) == 4 for r in rounds)
-        assert len(info.new_tokens) == sum(len(r.emitted) for r in rounds)
+        tokens = [e.token for r in rounds for e in r.emitted]
+        assert info.n_new_tokens == len(tokens) and store.new_tokens(run_id) == tokens
     with TraceStore(location) as again:  # recovery happens once
         assert again.recovered == [] and again.get_run(run_id).status == "interrupted"

@@ -213,7 +213,7 @@ def test_minimal_third_party_trace(tmp_path):
     with TraceStore(tmp_path / "s.sqlite") as s:
         assert import_run(s, f) == "mine"
         info = s.get_run("mine")
-        assert info.status == "completed" and info.new_tokens == (0, 1, 2) and info.n_rounds == 2
+        assert info.status == "completed" and s.new_tokens("mine") == [0, 1, 2] and info.n_new_tokens == 3 and info.n_rounds == 2
         rnd = s.load_round("mine", 0)
         n0, n1 = rnd.nodes
         assert n0.p_token == 0.5 and n0.q_token == 0.25 and n0.ratio == 2.0 and n0.target_argmax == 0

@@ -4,6 +4,7 @@ recovery of runs whose writer died."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 import sqlite3
@@ -28,7 +29,7 @@ from specscope.storage import (
 from specscope.storage.migrations import MIGRATIONS, Migration
 from specscope.storage.schema import runs_table
 
-from .helpers import synthetic_config, synthetic_rounds
+from .helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
 
 
 def digest(path) -> str:
@@ -278,23 +279,48 @@ def test_readonly_open_and_jsonl_in_memory(recorded, tmp_path):
         assert [r.run_id for r in mem.list_runs()] == [rid]
 
 
+def _old_store(tmp_path, version: int):
+    path = tmp_path / f"v{version}.sqlite"
+    config = synthetic_config(run_id="old-run")
+    with TraceStore(path) as s, TraceWriter(s, config, flush_interval=0.01) as writer:
+        for rnd in synthetic_rounds(config, 5):
+            writer.write(rnd)
+            writer.flush()  # several commits, so several token chunks before the downgrade
+        expected = s.new_tokens("old-run")
+    downgrade_sqlite_store(path, version)
+    return path, expected
+
+
 def test_a_version_1_store_is_upgraded_and_its_runs_read_as_before(tmp_path):
     """Schema 2 adds runs.unrecorded; a store written before it opens, upgrades in place and
     its runs load with nothing unrecorded."""
-    import sqlite3
-
-    path = tmp_path / "old.sqlite"
-    config = synthetic_config(run_id="old-run")
-    with TraceStore(path) as s, TraceWriter(s, config) as writer:
-        for rnd in synthetic_rounds(config, 5):
-            writer.write(rnd)
-    con = sqlite3.connect(path)
-    con.execute("ALTER TABLE runs DROP COLUMN unrecorded")
-    con.execute("DELETE FROM schema_version")
-    con.execute("INSERT INTO schema_version VALUES (1, 'initial schema', 0)")
-    con.commit()
-    con.close()
+    path, expected = _old_store(tmp_path, 1)
     with TraceStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 2
+        assert s.schema_version == SCHEMA_VERSION == 3
         assert s.run_config("old-run").unrecorded == frozenset()
         assert len(s.load_rounds("old-run")) > 0
+        assert s.new_tokens("old-run") == expected
+
+
+def test_a_version_2_store_gets_its_token_list_as_a_chunk(tmp_path):
+    """Schema 3 moves runs.new_tokens (the whole list, rewritten by every commit) to appended
+    run_tokens chunks: the old list becomes one chunk, the count is filled, the old column is
+    emptied, and the run reads, checks and exports as before."""
+    import sqlite3
+
+    from specscope.storage import export_run, open_jsonl
+
+    path, expected = _old_store(tmp_path, 2)
+    con = sqlite3.connect(path)
+    assert json.loads(con.execute("SELECT new_tokens FROM runs").fetchone()[0]) == expected
+    con.close()
+    with TraceStore(path) as s:
+        assert s.schema_version == 3
+        info = s.get_run("old-run")
+        assert info.n_new_tokens == len(expected) > 0 and s.new_tokens("old-run") == expected
+        with s.engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM run_tokens")).scalar() == 1
+            assert conn.execute(text("SELECT new_tokens FROM runs")).scalar() == "[]"
+        export_run(s, "old-run", tmp_path / "old.jsonl")
+    with open_jsonl(tmp_path / "old.jsonl") as mem:
+        assert mem.new_tokens("old-run") == expected

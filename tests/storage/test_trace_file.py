@@ -38,7 +38,7 @@ def run_doc(code: str, tmp_path, monkeypatch):
 
 def test_the_documented_toy_decoder_passes_the_checker(tmp_path, monkeypatch):
     report, info = run_doc(doc_example(), tmp_path, monkeypatch)
-    assert info.status == "completed" and len(info.new_tokens) == 200
+    assert info.status == "completed" and info.n_new_tokens == 200
     assert report.findings == [], [str(f) for f in report.findings[:3]]
     assert {"draw", "target-cache"} <= set(report.not_checked)
     assert info.config.unrecorded == {"draw", "target_cache", "eos", "budget_stop", "bonus_withheld"}

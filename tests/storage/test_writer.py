@@ -42,7 +42,7 @@ def test_recorded_runs_load_back(recorded):
             info = runs[res.config.run_id]
             assert info.status == "completed" and info.stop_reason == res.stop_reason
             assert info.config == res.config
-            assert info.new_tokens == tuple(res.new_tokens)
+            assert store.new_tokens(res.config.run_id) == res.new_tokens and info.n_new_tokens == len(res.new_tokens)
             assert info.n_rounds == len(res.rounds) == store.count_rounds(info.run_id)
             assert info.drafted == res.summary.drafted and info.accepted == res.summary.accepted
             assert info.mean_accepted_length == pytest.approx(res.summary.mean_accepted_length)
