@@ -36,6 +36,7 @@ from .records import (
 )
 from .run import RunHandle
 from .sampling import SamplingConfig, check_finite, process_logits
+from .tree_decode import is_tree_proposer, tree_round
 from .verify import ChainVerifier, Verdict, Verifier, VerifyTask
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,8 @@ class SpeculativeDecoder:
 
     def _round(self, run_id: str, index: int, context: list[int], emitted_before: int, budget: int,
                rng: np.random.Generator) -> Round:
+        if is_tree_proposer(self.proposer):  # a token tree: one masked target forward, the tree walk
+            return tree_round(self, run_id, index, context, emitted_before, budget, rng)
         clock = self.stopwatch
         remaining = budget - emitted_before
         k = min(self.k, remaining)

@@ -17,6 +17,10 @@ import torch
 
 from .kv import CachedLM, CachePolicy
 from .sampling import SamplingConfig, process_logits, sample_from
+from .tree_draft import TreeGrowth, finish, grow_dynamic, grow_static
+from .tree_draft import keep_path as keep_tree_path
+from .tree_verify import check_children_mode
+from .trees import parse_tree
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,6 +32,7 @@ class Draft:
     cache_before: int | None = None
     cache_peak: int | None = None
     sample_draws: tuple[float, ...] = field(default=())  # uniforms used to sample each token
+    children: str | None = None  # tree drafts: how siblings were chosen (core.tree_verify); None for chains
 
     def __post_init__(self) -> None:
         if len(self.parents) != len(self.tokens):
@@ -117,12 +122,20 @@ class DraftModelProposer:
         label: str | None = None,
         cache: CachePolicy | None = None,
         sample_step: SampleStep | None = None,
+        tree: str | None = None,
+        children: str = "topk",
     ):
         """`cache` (how the draft cache follows the context) and `sample_step` (how one token
-        and its q come from a row of logits) are seams for the fault zoo; leave them None."""
+        and its q come from a row of logits) are seams for the fault zoo; leave them None.
+        `tree` (a core.trees spec, e.g. "3,2,1" or "dynamic:nodes=16,depth=5,topk=4") drafts a
+        token tree instead of a chain, its siblings chosen by `children` ("topk", "sampled"
+        i.i.d. or "distinct" without replacement); see core.tree_draft."""
         self.model = draft_model
         self.label = label or getattr(draft_model.config, "_name_or_path", "") or type(draft_model).__name__
-        self.spec = f"draft:{self.label}"
+        self.tree, self.children = _tree_options(tree, children)
+        self.spec = f"draft:{self.label}" + (f",tree={self.tree},children={self.children}" if self.tree else "")
+        self._tree_rows: dict[int, int] = {}
+        self._tree_prefix = 0
         self.lm = CachedLM(draft_model)
         self.cache = cache if cache is not None else CachePolicy()
         self.sample_step: SampleStep = sample_step if sample_step is not None else sample_token
@@ -151,11 +164,16 @@ class DraftModelProposer:
         return self.lm.processed
 
     def params(self) -> dict[str, Any]:
+        if self.tree is not None:
+            return {"draft": self.label, "tree": str(self.tree), "children": self.children}
         return {"draft": self.label}
 
     def propose(
         self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
     ) -> Draft:
+        """A chain of k tokens, or with a tree, a tree at most k deep."""
+        if self.tree is not None:
+            return self._propose_tree(context, k, sampling, rng)
         before = self.lm.processed
         if sampling.greedy and self.lm.use_cache:
             tokens = self._propose_greedy(self.cache.pending(self.lm, context), k)
@@ -214,6 +232,38 @@ class DraftModelProposer:
     def observe(self, committed_len: int) -> int | None:
         self.cache.crop(self.lm, committed_len)
         return self.lm.processed
+
+    def _propose_tree(self, context: Sequence[int], depth: int, sampling: SamplingConfig,
+                      rng: np.random.Generator) -> Draft:
+        before = self.lm.processed
+        growth = TreeGrowth(self.lm, len(context), sampling, rng)
+        pending = self.cache.pending(self.lm, context)
+        if self.tree.kind == "dynamic":
+            kept = grow_dynamic(growth, self.tree, depth, pending)
+        else:
+            kept = grow_static(growth, self.tree, self.children, depth, pending)
+        tokens, parents, qs, self._tree_rows = finish(growth, kept)
+        self._tree_prefix = len(context)
+        return Draft(
+            tokens=tokens, parents=parents, q=None if sampling.greedy or not qs else np.stack(qs),
+            forwards=growth.forwards, cache_before=before, cache_peak=self.lm.processed,
+            sample_draws=tuple(growth.draws), children=self.children,
+        )
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After a tree round: keep the prefix and the accepted path's rows in the draft cache."""
+        keep_tree_path(self.lm, self._tree_prefix, self._tree_rows, path)
+
+
+def _tree_options(tree: Any, children: str) -> tuple[Any, str]:
+    check_children_mode(children)
+    if tree is None:
+        return None, children
+    spec = parse_tree(tree)
+    if spec.kind == "dynamic" and children != "topk":
+        raise ValueError("a dynamic tree keeps the most probable candidates, so its children are the top-k "
+                         "tokens: use children='topk' (sampled children pruned by value are not exact)")
+    return spec, children
 
 
 class PromptLookupProposer:

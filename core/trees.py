@@ -196,24 +196,34 @@ def tree_positions(parents, prefix_len: int) -> list[int]:
     return [prefix_len + d - 1 for d in node_depths(parents)]
 
 
-def tree_mask(visible: np.ndarray, cached: int, pending: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """The additive 4D mask (1, 1, pending + n, cached + pending + n) of one forward.
+def context_and_tree(cached: int, pending: int, visible: np.ndarray) -> np.ndarray:
+    """(pending + n, cached + pending + n) bool: which columns each row of one forward sees.
 
     Rows: `pending` context tokens (causal), then n tree nodes; columns: the `cached`
-    positions already in the KV cache, the pending tokens, the nodes. `visible` (n, n)
-    says which of this forward's nodes each node may see (its ancestors and itself).
-    Additive (0 or the dtype's minimum), so eager and SDPA attention read it alike.
+    positions already in the KV cache, the pending tokens, the nodes. A node sees the whole
+    context and the nodes `visible` (n, n) marks: its ancestors and itself.
     """
     n = visible.shape[0]
-    rows, cols = pending + n, cached + pending + n
-    allowed = np.zeros((rows, cols), dtype=bool)
+    allowed = np.zeros((pending + n, cached + pending + n), dtype=bool)
     allowed[:, :cached] = True
     allowed[:pending, cached:cached + pending] = np.tril(np.ones((pending, pending), dtype=bool))
     allowed[pending:, cached:cached + pending] = True
     allowed[pending:, cached + pending:] = visible
-    mask = torch.zeros((1, 1, rows, cols), dtype=dtype, device=device)
-    mask[0, 0][~torch.from_numpy(allowed).to(device)] = torch.finfo(dtype).min
+    return allowed
+
+
+def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device) -> torch.Tensor:
+    """(rows, cols) bool -> the (1, 1, rows, cols) additive mask: 0 where allowed, else the
+    dtype's minimum (transformers passes a 4D mask through as it is; eager and SDPA
+    attention both add it to the scores)."""
+    mask = torch.zeros((1, 1) + allowed.shape, dtype=dtype, device=device)
+    mask[0, 0][~torch.from_numpy(np.ascontiguousarray(allowed)).to(device)] = torch.finfo(dtype).min
     return mask
+
+
+def tree_mask(visible: np.ndarray, cached: int, pending: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """The additive 4D mask of a forward over `pending` context tokens and a tree."""
+    return additive_mask(context_and_tree(cached, pending, visible), dtype, device)
 
 
 def select_dynamic(scores: list[float], parents: list[int], budget: int) -> list[int]:

@@ -1,0 +1,169 @@
+"""One speculative round over a draft TREE (the decoder's tree branch).
+
+draft tree (the proposer, one draft forward per depth) -> one target forward over the
+pending context and every node (4D mask: each node sees the prefix and its ancestors;
+position = prefix length + depth - 1) -> the TreeVerifier's walk -> both caches keep
+exactly the accepted path (rows gathered by index) -> one TreeRound record.
+
+The target-cache contract is the chain's: after the round the cache holds the committed
+context minus its pending tail (the repair or bonus), so the next forward starts from the
+same logical prefix as a full recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .kv import CachedLM
+from .records import CacheState, DraftNode, Round, RoundTimings
+from .sampling import check_finite, process_logits
+from .tree_kv import keep_positions, masked_feed
+from .tree_verify import ResidualUpdate, TreeTask, TreeVerdict, TreeVerifier, check_children_mode
+from .trees import ancestor_matrix, context_and_tree, node_depths, tree_positions
+
+
+@dataclass(frozen=True)
+class TreeInfo:
+    """What a tree round adds to a Round: how siblings were chosen and tried, every
+    residual update, the accepted path."""
+
+    spec: str  # the tree spec (core.trees)
+    children: str  # sampled | distinct | topk
+    path: tuple[int, ...]  # accepted nodes, from the prefix down
+    tried: tuple[tuple[int, tuple[int, ...]], ...]  # (node, its children in the order tried); -1 = prefix
+    updates: tuple[ResidualUpdate, ...]  # p' after each rejection, in order
+    final_p: np.ndarray | None  # the distribution the repair or bonus was drawn from (stochastic)
+
+
+@dataclass(frozen=True, eq=False)
+class TreeRound(Round):
+    """A Round whose draft is a tree; `tree` holds the tree facts."""
+
+    tree: TreeInfo | None = None
+
+    @property
+    def discarded(self) -> int:
+        """Nodes not on the accepted path (rejected, unvisited, pruned)."""
+        return len(self.nodes) - len(self.tree.path) if self.tree is not None else 0
+
+
+def is_tree_proposer(proposer: Any) -> bool:
+    return getattr(proposer, "tree", None) is not None
+
+
+def tree_round(dec: Any, run_id: str, index: int, context: list[int], emitted_before: int, budget: int,
+               rng: np.random.Generator) -> TreeRound:
+    """One tree round of SpeculativeDecoder `dec` (its target, proposer, caches, sampling)."""
+    clock, lm = dec.stopwatch, dec.target_lm
+    remaining = budget - emitted_before
+    prefix_len = len(context)
+    target_before = lm.processed
+
+    t0 = clock.now()
+    draft = dec.proposer.propose(context, remaining, dec.sampling, rng)  # k = the depth cap for trees
+    _check_draft(dec, draft)
+    t1 = clock.now()
+    logits = _verify_forward(dec, lm, context, draft.tokens, draft.parents)  # (n + 1, V) on the host
+    target_peak = lm.processed
+    t2 = clock.now()
+
+    p = process_logits(logits, dec.sampling, checked=True)
+    task = TreeTask(tokens=draft.tokens, q=draft.q, p=p, argmax=logits.argmax(axis=-1), greedy=dec.sampling.greedy,
+                    eos_token_id=dec.eos_token_id, remaining=remaining, parents=draft.parents,
+                    children=check_children_mode(draft.children or "sampled"))
+    verifier = getattr(dec, "tree_verifier", None) or TreeVerifier()
+    verdict = verifier.verify(task, rng)
+    path = list(getattr(verdict, "path", []))
+    committed = prefix_len + len(path)
+    _keep_target_path(dec, lm, prefix_len, path)
+    if hasattr(dec.proposer, "keep_path"):
+        dec.proposer.keep_path(path)
+    draft_after = dec.proposer.observe(committed)
+    final_context = context + [e.token for e in verdict.emitted]
+    target_cache = _state(target_before, target_peak, lm.processed, final_context)
+    draft_cache = None
+    if draft.cache_before is not None and draft_after is not None:
+        peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
+        draft_cache = _state(draft.cache_before, peak, draft_after, final_context)
+    t3 = clock.now()
+    return _record(dec, run_id, index, prefix_len, emitted_before, remaining, budget, task, verdict, draft,
+                   target_cache, draft_cache, RoundTimings(draft_s=t1 - t0, verify_s=t2 - t1, bookkeeping_s=t3 - t2))
+
+
+def _check_draft(dec: Any, draft: Any) -> None:
+    node_depths(draft.parents)  # parents before children
+    for t in draft.tokens:
+        if not 0 <= t < dec.vocab_size:
+            raise ValueError(f"proposer {dec.proposer.name!r} proposed token {t} outside the vocabulary")
+
+
+def _verify_forward(dec: Any, lm: CachedLM, context: list[int], tokens: tuple[int, ...],
+                    parents: tuple[int, ...]) -> np.ndarray:
+    """One target forward over the pending context + every node; logits at the prefix and after each node."""
+    pending = dec.target_cache.pending(lm, context)
+    cached = lm.processed
+    allowed = context_and_tree(cached, len(pending), ancestor_matrix(parents))
+    positions = list(range(cached, cached + len(pending))) + tree_positions(parents, len(context))
+    logits = masked_feed(lm, pending + list(tokens), positions, allowed, keep=len(tokens) + 1)
+    logits = logits.cpu().numpy()  # the round's single device -> host transfer
+    check_finite(logits, "the target model")
+    return logits
+
+
+def _keep_target_path(dec: Any, lm: CachedLM, prefix_len: int, path: list[int]) -> None:
+    """The target cache keeps the prefix and the accepted nodes' rows, in path order."""
+    if lm.cache is None:
+        return
+    if not keep_positions(lm, prefix_len, [prefix_len + i for i in path]):
+        lm.crop(prefix_len)  # cannot gather: the path is recomputed as pending tokens
+    dec.target_cache.crop(lm, prefix_len + len(path))
+
+
+def _state(before: int, peak: int, after: int, final_context: list[int]) -> CacheState:
+    return CacheState(before=before, peak=peak, after=after, pending=tuple(final_context[after:]))
+
+
+def _nodes(task: TreeTask, verdict: TreeVerdict) -> tuple[DraftNode, ...]:
+    depths = node_depths(task.parents)
+    nodes = []
+    for i, token in enumerate(task.tokens):
+        row = task.parents[i] + 1  # the target row this node is judged against
+        p = task.p[row]
+        q = task.q[i] if task.q is not None else None
+        q_token = float(q[token]) if q is not None else None
+        nodes.append(DraftNode(
+            index=i, token=token, parent=task.parents[i], depth=depths[i], p=p, q=q,
+            status=verdict.statuses[i], u=verdict.draws[i], p_token=float(p[token]), q_token=q_token,
+            ratio=(float(p[token]) / q_token) if q_token else None,
+            overlap=float(np.minimum(p, q).sum()) if q is not None else None,
+            target_argmax=int(task.argmax[row]),
+        ))
+    return tuple(nodes)
+
+
+def _record(dec, run_id, index, prefix_len, emitted_before, remaining, budget, task, verdict, draft,
+            target_cache, draft_cache, timings) -> TreeRound:
+    path = tuple(getattr(verdict, "path", ()))
+    bonus = any(e.kind == "bonus" for e in verdict.emitted)
+    leaf = path[-1] if path else -1
+    info = TreeInfo(
+        spec=str(getattr(dec.proposer, "tree", "")),
+        children=task.children,
+        path=path,
+        tried=tuple((node, tuple(kids)) for node, kids in getattr(verdict, "tried", {}).items()),
+        updates=tuple(getattr(verdict, "updates", ())),
+        final_p=None if task.greedy else getattr(verdict, "final_p", None),
+    )
+    return TreeRound(
+        run_id=run_id, index=index, prefix_len=prefix_len, emitted_before=emitted_before,
+        remaining_budget=remaining, k=len(task.tokens), greedy=task.greedy, nodes=_nodes(task, verdict),
+        bonus_p=task.p[leaf + 1] if bonus else None,
+        rejected_node=verdict.rejected_node, residual=verdict.residual, residual_mass=verdict.residual_mass,
+        emitted=tuple(verdict.emitted), eos=verdict.eos,
+        budget_stop=emitted_before + len(verdict.emitted) >= budget, bonus_withheld=verdict.bonus_withheld,
+        target_cache=target_cache, draft_cache=draft_cache, timings=timings,
+        draft_forwards=draft.forwards, target_forwards=1, tree=info,
+    )
