@@ -133,6 +133,12 @@ def add_run_parser(subparsers: Any) -> None:
                    help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
                         "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)")
     p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
+    p.add_argument("--tree", default=None, metavar="SPEC",
+                   help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
+                        "dynamic:nodes=16,depth=5,topk=4 (shorthand for --proposer draft:tree=SPEC)")
+    p.add_argument("--children", default=None, choices=("topk", "sampled", "distinct"),
+                   help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
+                        "(without replacement)")
     p.add_argument("--engine", choices=("specscope", "transformers"), default="specscope",
                    help="who decodes: specscope's decoder, or transformers' own generate() recorded round by round "
                         "(--proposer draft or lookup; see docs/transformers-engine.md) (default: specscope)")
@@ -218,7 +224,24 @@ def run_spec(args: argparse.Namespace) -> Any:
             raise CliError(f"{flag} applies to prompt lookup, not to --proposer {text}")
         if spec.params.get(param, value) != value:
             raise CliError(f"{flag} {value} and --proposer {text} set {param} twice: pass one")
-    return replace(spec, params={**spec.params, **lookup}) if spec.kind == "lookup" and lookup else spec
+    spec = replace(spec, params={**spec.params, **lookup}) if spec.kind == "lookup" and lookup else spec
+    return _fold_tree_flags(args, spec, text)
+
+
+def _fold_tree_flags(args: argparse.Namespace, spec: Any, text: str) -> Any:
+    """--tree and --children set the draft spec's tree and children (a conflict is a CliError)."""
+    flags = {param: getattr(args, param, None) for param in ("tree", "children")}
+    flags = {param: value for param, value in flags.items() if value is not None}
+    if not flags:
+        return spec
+    if spec.kind != "draft":
+        raise CliError(f"--{next(iter(flags))} applies to a draft model, not to --proposer {text}")
+    for param, value in flags.items():
+        if spec.params.get(param, value) != value:
+            raise CliError(f"--{param} {value} and --proposer {text} set {param} twice: pass one")
+    if "children" in flags and "tree" not in {**spec.params, **flags}:
+        raise CliError("--children applies to a tree: pass --tree SPEC too")
+    return replace(spec, params={**spec.params, **flags})
 
 
 def _parse_eos(value: str, tokenizer: Any) -> int | None:

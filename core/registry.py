@@ -7,6 +7,8 @@ A spec is a short string, and it is what a trace records as the run's proposer:
     draft:PATH          a local transformers checkpoint folder
     lookup              prompt lookup with its defaults
     lookup:max_ngram=4,min_ngram=2
+    draft:small,tree=3,2,1,children=sampled            a token tree (core.trees)
+    draft:tree=dynamic:nodes=16,depth=5,topk=4
 
 Grammar: KIND[:ARG][,KEY=VALUE...] where ARG (a model name or path) comes first. A value may
 itself hold commas (`tree=3,2,1`): an item without "=" after a KEY=VALUE item continues that
@@ -119,7 +121,9 @@ def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
     last: str | None = None
     for item in rest.split(",") if rest else []:
         key, eq, value = item.partition("=")
-        if eq and key.strip().isidentifier():
+        if eq and last == "tree" and key.strip() in TREE_KEYS and kind.param(key.strip()) is None:
+            raw[last] += "," + item.strip()  # tree=dynamic:nodes=16,depth=5,topk=4 is one value
+        elif eq and key.strip().isidentifier():
             last = key.strip()
             raw[last] = value.strip()
         elif last is not None:
@@ -132,6 +136,10 @@ def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
     if arg is not None and not kind.needs_model:
         raise SpecError(f"proposer {name!r} takes no model argument (got {arg!r}); write {name}:KEY=VALUE,...")
     return ProposerSpec(name, arg, params)
+
+
+# Keys inside a tree spec's value (core.trees), not parameters of their own.
+TREE_KEYS = ("nodes", "depth", "topk")
 
 
 def build_proposer(spec: str | ProposerSpec, load_draft: DraftLoader | None = None) -> Proposer:
@@ -148,7 +156,11 @@ def build_proposer(spec: str | ProposerSpec, load_draft: DraftLoader | None = No
 def _build_draft(spec: ProposerSpec, load_draft: DraftLoader | None) -> Proposer:
     assert load_draft is not None
     model, label = load_draft(spec.model_ref or "small")
-    return DraftModelProposer(model, label=label)
+    try:
+        return DraftModelProposer(model, label=label, tree=spec.params.get("tree"),
+                                  children=spec.params.get("children", "topk"))
+    except ValueError as exc:
+        raise SpecError(f"draft: {exc}") from None
 
 
 def _build_lookup(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
@@ -161,6 +173,8 @@ def _build_lookup(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
 register(ProposerKind(
     "draft", "a small causal LM drafting k tokens with its own KV cache (draft:small, draft:tiny, draft:PATH)",
     _build_draft, needs_model=True, default_arg="small",
+    params=(Param("tree", str, None, "draft a token tree: B1,B2,... | paths:0;1;0.0 | dynamic:nodes=N,depth=D,topk=K"),
+            Param("children", str, "topk", "how a tree's siblings are chosen: topk | sampled (i.i.d.) | distinct")),
 ))
 register(ProposerKind(
     "lookup", "prompt lookup: copy what followed the last match of the context's suffix n-gram",
