@@ -593,16 +593,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     total = 0
     for run_id in run_ids:
         info = store.get_run(run_id)
-        rounds = store.load_rounds(run_id, full=True)
-        checked = check_report(info.config, rounds, tol=args.tol, end=info.end)
+        counted = [0]  # rounds are streamed from the store in batches: memory is one batch, not the run
+
+        def rounds() -> Any:
+            for rnd in store.iter_rounds(run_id, full=True):
+                counted[0] += 1
+                yield rnd
+
+        checked = check_report(info.config, rounds(), tol=args.tol, end=info.end)
+        n_rounds = counted[0]
         if args.recompute:
             target = _target_for_recompute(args, info.config, target_cache)
-            checked.findings += recompute_findings(info.config, rounds, target)
+            checked.findings += recompute_findings(info.config, store.iter_rounds(run_id, full=True), target)
         total += len(checked.findings)
-        report.append({"run_id": run_id, "rounds": len(rounds), "findings": [f.to_dict() for f in checked.findings],
+        report.append({"run_id": run_id, "rounds": n_rounds, "findings": [f.to_dict() for f in checked.findings],
                        "groups": [g.to_dict() for g in checked.groups], "not_checked": checked.not_checked})
         if not args.json:
-            _print_check(run_id, len(rounds), checked, args.all)
+            _print_check(run_id, n_rounds, checked, args.all)
     if args.json:
         print(json.dumps({"runs": report, "findings": total}, indent=2))
     return 1 if total else 0

@@ -21,6 +21,7 @@ from .draws import draw_mismatch
 from .partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
 from .records import Round, RunConfig, RunEnd
 from .sampling import process_logits
+from .tree_check import check_tree_round, is_tree_round
 from .verify import residual_of
 
 RULES: dict[str, str] = {
@@ -37,6 +38,8 @@ RULES: dict[str, str] = {
     "draft-cache": "the draft cache keeps nothing of a rejected suffix",
     "recompute": "recorded p equals a full recompute of the target over the recorded prefix",
     "run-end": "the run's end record agrees with its rounds: stop reason, token count, status",
+    "tree-walk": "a tree round replays: each tried child against the running p', the path, the repair or bonus",
+    "tree-layout": "tree nodes ran at position prefix length + depth - 1, each seeing only its ancestors",
 }
 
 # Rules whose findings in later rounds usually follow from the first one (a cache that went
@@ -193,16 +196,16 @@ class _RoundChecker:
             self.add("round-structure", f"{len(tail)} tokens follow the accepted ones; at most one repair or bonus may", self.position_of(n_acc + 1))
         repairs = [e for e in rnd.emitted if e.kind == "repaired"]
         bonuses = [e for e in rnd.emitted if e.kind == "bonus"]
-        if rejected and not repairs and not self._eos_before_rejection():
+        if rejected and not repairs and not self._eos_before_rejection() and not self._is_tree():
             self.add("round-structure", f"node {rejected[0]} was rejected but no repair token was emitted", node=rejected[0])
         if repairs:
             if not rejected:
                 self.add("round-structure", "a repair token was emitted although no draft token was rejected", self.position_of(kinds.index("repaired")))
-            elif repairs[0].node != rejected[0]:
+            elif repairs[0].node != rejected[0] and not self._is_tree():  # a tree's repair names the last sibling
                 self.add("round-structure", f"the repair names node {repairs[0].node}, but the first rejection is node {rejected[0]}")
         if bonuses:
             pos = self.position_of(kinds.index("bonus"))
-            if rejected:
+            if rejected and not self._is_tree():  # a tree's bonus may follow a rejected sibling
                 self.add("round-structure", "a bonus token was emitted after a rejection", pos)
             elif any(n.status == "unvisited" for n in nodes) and not self._is_tree():
                 self.add("round-structure", "a bonus token was emitted although some drafts were never verified", pos)
@@ -240,11 +243,14 @@ class _RoundChecker:
         return eos is not None and any(e.token == eos for e in self.rnd.emitted)
 
     def _is_tree(self) -> bool:
-        return any(n.parent != n.index - 1 for n in self.rnd.nodes)
+        return is_tree_round(self.config, self.rnd)
 
     # ---------------------------------------------------------------- decisions
 
     def decisions(self) -> None:
+        if self._is_tree():  # siblings are judged against a running p' (core.tree_check)
+            check_tree_round(self)
+            return
         rnd = self.rnd
         greedy = self.config.sampling.greedy
         for n in rnd.nodes:
@@ -322,6 +328,8 @@ class _RoundChecker:
         return at, float(values[at])
 
     def repair_and_bonus(self) -> None:
+        if self._is_tree():
+            return  # replayed with the walk in decisions()
         rnd = self.rnd
         greedy = self.config.sampling.greedy
         for j, e in enumerate(rnd.emitted):
@@ -616,7 +624,11 @@ def check_report(
     end: RunEnd | None = None,
 ) -> CheckReport:
     """Every violation of RULES in the run, in round order, and the rules it could not run.
-    `end` is the run's end record, when the trace has one."""
+    `end` is the run's end record, when the trace has one.
+
+    `rounds` may be any iterable (a store's iter_rounds, a live generator): it is read once,
+    in order, and only three rounds are held at a time (the one checked, the one before it
+    and the one after it), so a run of any length is checked in bounded memory."""
     findings: list[Finding] = []
     not_checked: dict[str, str] = {}
     emitted = 0
@@ -677,9 +689,10 @@ def first_bad_round(findings: Sequence[Finding]) -> int | None:
     return min((f.round for f in findings), default=None)
 
 
-def recompute_findings(config: RunConfig, rounds: Sequence[Round], target, tol: float = 1e-4) -> list[Finding]:
+def recompute_findings(config: RunConfig, rounds: Iterable[Round], target, tol: float = 1e-4) -> list[Finding]:
     """Deep replay: recompute p for every node with a full target forward over the recorded
-    prefix (no cache) and report the rounds whose recorded p differs beyond `tol`."""
+    prefix (no cache) and report the rounds whose recorded p differs beyond `tol`. `rounds`
+    is read once, in order, one round held at a time."""
     import torch
 
     findings: list[Finding] = []
