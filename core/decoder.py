@@ -23,6 +23,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 import torch
 
+from .dists import DEFAULT_TOP_N, compact_rows, covering_top_n, host_rows, keeps_full_vectors
 from .kv import CachedLM, CachePolicy, Stopwatch
 from .proposers import Draft, Proposer, check_protocol
 from .records import (
@@ -33,9 +34,10 @@ from .records import (
     RoundTimings,
     RunConfig,
     RunSummary,
+    SummaryTally,
 )
 from .run import RunHandle
-from .sampling import SamplingConfig, check_finite, process_logits
+from .sampling import SamplingConfig, check_finite_torch, process_logits_torch
 from .tree_decode import is_tree_proposer, tree_round
 from .verify import ChainVerifier, Verdict, Verifier, VerifyTask
 
@@ -89,7 +91,14 @@ class SpeculativeDecoder:
         target_name: str = "",
         verifier: Verifier | None = None,
         target_cache: CachePolicy | None = None,
+        vectors: str = "auto",
+        top_n: int = DEFAULT_TOP_N,
     ):
+        """`vectors`: what each Round record carries of its full-vocabulary rows: "full"
+        (float64 numpy vectors), "top" (a TopDistribution: the top-N entries, the drawn
+        tokens' entries and the exact whole-vector facts, computed on the model's device)
+        or "auto" (full up to core.dists.FULL_VECTORS_MAX_VOCAB tokens, top above).
+        `top_n`: N of the top entries kept (raised to cover a top-k filter)."""
         if not _is_int(k) or k < 1:
             raise ValueError(f"k (draft length) must be an integer >= 1, got {k!r}")
         if not _is_int(seed):
@@ -113,6 +122,10 @@ class SpeculativeDecoder:
         self.use_cache = use_cache
         self.target_name = target_name or getattr(target.config, "_name_or_path", "") or type(target).__name__
         self.stopwatch = Stopwatch(self.target_lm.device)
+        if not _is_int(top_n) or top_n < 1:
+            raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
+        self.full_vectors = keeps_full_vectors(vectors, self.vocab_size)
+        self.top_n = covering_top_n(int(top_n), self.sampling.top_k)
 
     # ------------------------------------------------------------------ public API
 
@@ -154,12 +167,14 @@ class SpeculativeDecoder:
         run_id: str | None = None,
         seed: int | None = None,
         config: RunConfig | None = None,
+        keep_rounds: bool = False,
     ) -> Generator[Round, None, GenerationResult]:
         """Yield one Round per speculative round; return the GenerationResult.
 
         `seed` overrides the decoder's seed for this run; `config` (from run_config())
         replaces prompt, budget, run id and seed. Closing the generator cancels the run
-        after the round in progress.
+        after the round in progress. The generator keeps no round once it has yielded it
+        (the result carries a running summary) unless `keep_rounds` asks it to.
         """
         config = config or self.run_config(prompt_ids, max_new_tokens, run_id, seed)
         context = list(config.prompt_ids)
@@ -169,12 +184,15 @@ class SpeculativeDecoder:
         self.proposer.reset()
         new_tokens: list[int] = []
         rounds: list[Round] = []
+        tally = SummaryTally()
         stop_reason = "budget"
         started = time.perf_counter()
         try:
             while len(new_tokens) < budget:
-                rnd = self._round(config.run_id, len(rounds), context, len(new_tokens), budget, rng)
-                rounds.append(rnd)
+                rnd = self._round(config.run_id, tally.rounds, context, len(new_tokens), budget, rng)
+                tally.add(rnd)
+                if keep_rounds:
+                    rounds.append(rnd)
                 new_tokens.extend(rnd.tokens)
                 context.extend(rnd.tokens)
                 yield rnd
@@ -182,7 +200,7 @@ class SpeculativeDecoder:
                     stop_reason = "eos"
                     break
         except GeneratorExit:  # the consumer closed the generator: a cancel
-            log.info("run %s cancelled after %d rounds", config.run_id, len(rounds))
+            log.info("run %s cancelled after %d rounds", config.run_id, tally.rounds)
             raise
         return GenerationResult(
             config=config,
@@ -190,6 +208,7 @@ class SpeculativeDecoder:
             rounds=rounds,
             stop_reason=stop_reason,
             wall_s=time.perf_counter() - started,
+            tallied=tally.summary(),
         )
 
     def start(
@@ -199,10 +218,11 @@ class SpeculativeDecoder:
         run_id: str | None = None,
         seed: int | None = None,
         config: RunConfig | None = None,
+        keep_rounds: bool = False,
     ) -> RunHandle:
         """A run handle: iterate it for the rounds; `.result` once it has ended."""
         config = config or self.run_config(prompt_ids, max_new_tokens, run_id, seed)
-        return RunHandle(self.rounds(prompt_ids, max_new_tokens, config=config), config)
+        return RunHandle(self.rounds(prompt_ids, max_new_tokens, config=config, keep_rounds=keep_rounds), config)
 
     def generate(
         self,
@@ -210,8 +230,11 @@ class SpeculativeDecoder:
         max_new_tokens: int = 32,
         run_id: str | None = None,
         seed: int | None = None,
+        keep_rounds: bool = True,
     ) -> GenerationResult:
-        return self.start(prompt_ids, max_new_tokens, run_id, seed).drain()
+        """Run to the end. The result keeps every Round unless `keep_rounds=False` (then only
+        the tokens and the summary: what a long run needs)."""
+        return self.start(prompt_ids, max_new_tokens, run_id, seed, keep_rounds=keep_rounds).drain()
 
     # ------------------------------------------------------------------ one round
     #
@@ -230,15 +253,16 @@ class SpeculativeDecoder:
         t0 = clock.now()
         draft = self._draft(context, k, rng)
         t1 = clock.now()
-        logits = self._verify_forward(context, draft)  # (n + 1, V) float32, on the host
+        logits = self._verify_forward(context, draft)  # (n + 1, V) float32, on the model's device
         target_peak = self.target_lm.processed
         t2 = clock.now()
 
+        p = process_logits_torch(logits, self.sampling, checked=True)  # _verify_forward checked them
         task = VerifyTask(
             tokens=draft.tokens,
-            q=draft.q,
-            p=process_logits(logits, self.sampling, checked=True),  # _verify_forward checked them
-            argmax=logits.argmax(axis=-1),
+            q=None if draft.q is None else torch.as_tensor(draft.q, dtype=torch.float64).to(p.device),
+            p=p,
+            argmax=logits.argmax(dim=-1).cpu().numpy(),
             greedy=self.sampling.greedy,
             eos_token_id=self.eos_token_id,
             remaining=remaining,
@@ -253,9 +277,9 @@ class SpeculativeDecoder:
         if draft.cache_before is not None and draft_after is not None:
             peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
             draft_cache = _cache_state(draft.cache_before, peak, draft_after, final_context)
+        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n)
         t3 = clock.now()
 
-        all_accepted = verdict.rejected_node is None and not verdict.eos
         return Round(
             run_id=run_id,
             index=index,
@@ -264,10 +288,10 @@ class SpeculativeDecoder:
             remaining_budget=remaining,
             k=k,
             greedy=task.greedy,
-            nodes=_draft_nodes(task, verdict, draft.parents),
-            bonus_p=task.p[len(draft.tokens)] if all_accepted else None,
+            nodes=vectors.nodes(draft.parents),
+            bonus_p=vectors.bonus_p,
             rejected_node=verdict.rejected_node,
-            residual=verdict.residual,
+            residual=vectors.residual,
             residual_mass=verdict.residual_mass,
             emitted=tuple(verdict.emitted),
             eos=verdict.eos,
@@ -291,12 +315,12 @@ class SpeculativeDecoder:
                 raise ValueError(f"proposer {self.proposer.name!r} proposed token {t} outside the vocabulary")
         return draft
 
-    def _verify_forward(self, context: list[int], draft: Draft) -> np.ndarray:
-        """One target forward over the pending context + the draft; logits for n + 1 positions."""
+    def _verify_forward(self, context: list[int], draft: Draft) -> torch.Tensor:
+        """One target forward over the pending context + the draft; logits for n + 1 positions
+        (kept on the model's device: only what the record needs comes to the host)."""
         fed = self.target_cache.pending(self.target_lm, context) + list(draft.tokens)
         logits = self.target_lm.feed(fed, keep=len(draft.tokens) + 1)
-        logits = logits.cpu().numpy()  # the round's single device -> host transfer
-        check_finite(logits, "the target model")
+        check_finite_torch(logits, "the target model")
         return logits
 
 
@@ -304,31 +328,85 @@ def _cache_state(before: int, peak: int, after: int, final_context: list[int]) -
     return CacheState(before=before, peak=peak, after=after, pending=tuple(final_context[after:]))
 
 
-def _draft_nodes(task: VerifyTask, verdict: Verdict, parents: tuple[int, ...]) -> tuple[DraftNode, ...]:
-    """The draft as recorded: each node with p, q, the decision and the scalars the checker reads."""
-    nodes = []
-    for i, token in enumerate(task.tokens):
-        p = task.p[i]
-        q = task.q[i] if task.q is not None else None
-        q_token = float(q[token]) if q is not None else None
-        nodes.append(
-            DraftNode(
-                index=i,
-                token=token,
-                parent=parents[i],
-                depth=i + 1,
-                p=p,
-                q=q,
-                status=verdict.statuses[i],
-                u=verdict.draws[i],
-                p_token=float(p[token]),
-                q_token=q_token,
-                ratio=(float(p[token]) / q_token) if q_token else None,
-                overlap=float(np.minimum(p, q).sum()) if q is not None else None,
-                target_argmax=int(task.argmax[i]),
+class _RoundVectors:
+    """What the Round record keeps of the round's device rows (p for every node and the
+    bonus position, q per node, the residual): the full vectors on the host, or their
+    TopDistributions with the drawn tokens' entries; plus each node's scalars (p(x), q(x),
+    sum min(p, q)), computed on the device and moved to the host together."""
+
+    def __init__(self, task: VerifyTask, verdict: Verdict, full: bool, top_n: int):
+        self.task, self.verdict = task, verdict
+        n = len(task.tokens)
+        p, q = task.p, task.q
+        rows = [p] + ([q] if q is not None else [])
+        residual = verdict.residual
+        if isinstance(residual, np.ndarray):  # a verifier that decided on the host
+            residual = torch.as_tensor(residual, dtype=torch.float64, device=p.device)
+        if residual is not None:
+            rows.append(residual.reshape(1, -1))
+        stacked = torch.cat(rows)
+        if full:
+            kept = host_rows(stacked)
+        else:
+            kept = compact_rows(stacked, top_n, self._extra_ids(n, q is not None, residual is not None))
+        self.p_rows = kept[: n + 1]
+        self.q_rows = kept[n + 1 : 2 * n + 1] if q is not None else None
+        self.residual = kept[-1] if residual is not None else None
+        all_accepted = verdict.rejected_node is None and not verdict.eos
+        self.bonus_p = self.p_rows[n] if all_accepted else None
+        self.scalars = self._node_scalars(n)
+
+    def _extra_ids(self, n: int, has_q: bool, has_residual: bool) -> list[list[int]]:
+        """Entries each row keeps besides its top-N: the proposed token (p and q rows), the
+        target's argmax, the token drawn from the row (bonus, repair)."""
+        task, verdict = self.task, self.verdict
+        tokens, argmax = list(task.tokens), [int(a) for a in task.argmax]
+        bonus = verdict.emitted[-1].token if verdict.emitted and verdict.emitted[-1].kind == "bonus" else None
+        p_extra = [[tokens[i], argmax[i]] for i in range(n)] + [[argmax[n]] + ([bonus] if bonus is not None else [])]
+        q_extra = [[t] for t in tokens] if has_q else []
+        repair = verdict.emitted[-1].token if verdict.emitted and verdict.emitted[-1].kind == "repaired" else 0
+        return p_extra + q_extra + ([[repair]] if has_residual else [])
+
+    def _node_scalars(self, n: int) -> np.ndarray:
+        """(n, 3) host array: p(x), q(x) (NaN without q), sum min(p, q) (NaN without q)."""
+        task = self.task
+        if n == 0:
+            return np.zeros((0, 3))
+        p = task.p[:n]
+        index = torch.as_tensor(list(task.tokens), dtype=torch.long, device=p.device).view(-1, 1)
+        p_tok = torch.gather(p, 1, index).flatten()
+        if task.q is None:
+            nan = torch.full_like(p_tok, float("nan"))
+            return torch.stack([p_tok, nan, nan], dim=1).cpu().numpy()
+        q_tok = torch.gather(task.q, 1, index).flatten()
+        overlap = torch.minimum(p, task.q).sum(dim=-1)
+        return torch.stack([p_tok, q_tok, overlap], dim=1).cpu().numpy()
+
+    def nodes(self, parents: tuple[int, ...]) -> tuple[DraftNode, ...]:
+        """The draft as recorded: each node with p, q, the decision and the checker's scalars."""
+        task, verdict = self.task, self.verdict
+        out = []
+        for i, token in enumerate(task.tokens):
+            p_token, q_token, overlap = (float(x) for x in self.scalars[i])
+            has_q = self.q_rows is not None
+            out.append(
+                DraftNode(
+                    index=i,
+                    token=token,
+                    parent=parents[i],
+                    depth=i + 1,
+                    p=self.p_rows[i],
+                    q=self.q_rows[i] if has_q else None,
+                    status=verdict.statuses[i],
+                    u=verdict.draws[i],
+                    p_token=p_token,
+                    q_token=q_token if has_q else None,
+                    ratio=(p_token / q_token) if has_q and q_token else None,
+                    overlap=overlap if has_q else None,
+                    target_argmax=int(task.argmax[i]),
+                )
             )
-        )
-    return tuple(nodes)
+        return tuple(out)
 
 
 def summarize(result: GenerationResult) -> dict:

@@ -16,18 +16,19 @@ import numpy as np
 import torch
 
 from .kv import CachedLM, CachePolicy
-from .sampling import SamplingConfig, process_logits, sample_from
+from .ngram_index import NgramIndex
 from .tree_draft import TreeGrowth, finish, grow_dynamic, grow_static
 from .tree_draft import keep_path as keep_tree_path
 from .tree_verify import check_children_mode
 from .trees import parse_tree
+from .sampling import SamplingConfig, process_logits_torch, sample_from_torch
 
 
 @dataclass(frozen=True, eq=False)
 class Draft:
     tokens: tuple[int, ...]
     parents: tuple[int, ...]  # parent node index, -1 = the committed prefix
-    q: np.ndarray | None  # (n, V) float64 proposal distributions; None when greedy
+    q: torch.Tensor | np.ndarray | None  # (n, V) float64 proposal distributions; None when greedy
     forwards: int = 0  # draft model forward passes spent
     cache_before: int | None = None
     cache_peak: int | None = None
@@ -95,20 +96,21 @@ def chain_parents(n: int) -> tuple[int, ...]:
 
 
 # One draft token from one row of logits: (token, the q it was drawn from, the uniform).
-SampleStep = Callable[[torch.Tensor, SamplingConfig, np.random.Generator], tuple[int, "np.ndarray | None", "float | None"]]
+SampleStep = Callable[[torch.Tensor, SamplingConfig, np.random.Generator], tuple[int, "torch.Tensor | None", "float | None"]]
 
 
 def sample_token(
     logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator
-) -> tuple[int, np.ndarray | None, float | None]:
-    """Greedy: the argmax (no q). Sampling: q = the processed distribution, one inverse-CDF draw."""
+) -> tuple[int, torch.Tensor | None, float | None]:
+    """Greedy: the argmax (no q). Sampling: q = the processed distribution (float64, on the
+    draft's device), one inverse-CDF draw."""
     if sampling.greedy:
         if not bool(torch.isfinite(logits).all()):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
         return int(torch.argmax(logits)), None, None
-    q = process_logits(logits.cpu().numpy(), sampling)
+    q = process_logits_torch(logits, sampling)
     u = float(rng.random())
-    return sample_from(q, u), q, u
+    return sample_from_torch(q, u), q, u
 
 
 class DraftModelProposer:
@@ -186,7 +188,7 @@ class DraftModelProposer:
                 cache_peak=self.lm.processed,
             )
         tokens: list[int] = []
-        qs: list[np.ndarray] = []
+        qs: list[torch.Tensor] = []
         draws: list[float] = []
         feed = self.cache.pending(self.lm, context)
         for _ in range(k):
@@ -201,7 +203,7 @@ class DraftModelProposer:
         return Draft(
             tokens=tuple(tokens),
             parents=chain_parents(len(tokens)),
-            q=np.stack(qs) if qs else None,
+            q=torch.stack(qs) if qs else None,
             forwards=k,
             cache_before=before,
             cache_peak=self.lm.processed,
@@ -282,6 +284,7 @@ class PromptLookupProposer:
         self.vocab_size = vocab_size  # adopted from the target by bind() when left None
         self.spec = f"lookup:max_ngram={max_ngram},min_ngram={min_ngram}"
         self.label = None
+        self.index = NgramIndex(min_ngram, max_ngram)
 
     def bind(self, vocab_size: int, use_cache: bool) -> None:
         if self.vocab_size is None:
@@ -292,7 +295,7 @@ class PromptLookupProposer:
             )
 
     def reset(self) -> None:
-        pass
+        self.index.reset()
 
     @property
     def cache_length(self) -> int | None:
@@ -302,18 +305,9 @@ class PromptLookupProposer:
         return {"max_ngram": self.max_ngram, "min_ngram": self.min_ngram}
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
-        """Tokens following the most recent earlier match of the longest suffix n-gram."""
-        tokens = np.asarray(context, dtype=np.int64)
-        n_tokens = len(tokens)
-        for n in range(min(self.max_ngram, n_tokens - 1), self.min_ngram - 1, -1):
-            # Candidate starts 0 .. n_tokens-n-1: a match must end before the suffix itself,
-            # so at least one token follows it. Compare all windows at once.
-            windows = np.lib.stride_tricks.sliding_window_view(tokens[: n_tokens - 1], n)
-            hits = np.flatnonzero((windows == tokens[n_tokens - n :]).all(axis=1))
-            if hits.size:
-                start = int(hits[-1]) + n
-                return tokens[start : start + k].tolist()
-        return []
+        """Tokens following the most recent earlier match of the longest suffix n-gram (an
+        index updated as the context grows: core.ngram_index)."""
+        return self.index.lookup(context, k)
 
     def propose(
         self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
@@ -323,8 +317,8 @@ class PromptLookupProposer:
         if not sampling.greedy and tokens:
             if not self.vocab_size:
                 raise ValueError("PromptLookupProposer needs the vocabulary size to build its q")
-            q = np.zeros((len(tokens), self.vocab_size))
-            q[np.arange(len(tokens)), tokens] = 1.0
+            q = torch.zeros((len(tokens), self.vocab_size), dtype=torch.float64)
+            q[torch.arange(len(tokens)), torch.as_tensor(tokens)] = 1.0
         return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=q)
 
     def observe(self, committed_len: int) -> int | None:

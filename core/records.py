@@ -13,7 +13,7 @@ residual mass) are computed here once, so they stay exact after a lossy save.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 import numpy as np
 
@@ -183,35 +183,67 @@ class RunSummary:
     bookkeeping_s: float
 
     @classmethod
-    def of(cls, rounds: list[Round] | tuple[Round, ...]) -> "RunSummary":
-        drafted = sum(r.drafted for r in rounds)
-        accepted = sum(r.accepted for r in rounds)
-        return cls(
-            new_tokens=sum(len(r.emitted) for r in rounds),
-            rounds=len(rounds),
-            drafted=drafted,
-            accepted=accepted,
-            mean_accepted_length=(sum(r.accepted_length for r in rounds) / len(rounds)) if rounds else 0.0,
-            acceptance_rate=(accepted / drafted) if drafted else 0.0,
-            target_forward_passes=sum(r.target_forwards for r in rounds),
-            draft_forward_passes=sum(r.draft_forwards for r in rounds),
-            draft_s=sum(r.timings.draft_s for r in rounds),
-            verify_s=sum(r.timings.verify_s for r in rounds),
-            bookkeeping_s=sum(r.timings.bookkeeping_s for r in rounds),
+    def of(cls, rounds: Iterable[Round]) -> "RunSummary":
+        tally = SummaryTally()
+        for r in rounds:
+            tally.add(r)
+        return tally.summary()
+
+
+class SummaryTally:
+    """A RunSummary accumulated round by round, so that a run's consumer need not keep
+    its rounds to report on them (memory stays flat over a long run)."""
+
+    def __init__(self) -> None:
+        self.new_tokens = self.rounds = self.drafted = self.accepted = self.accepted_lengths = 0
+        self.target_forwards = self.draft_forwards = 0
+        self.draft_s = self.verify_s = self.bookkeeping_s = 0.0
+
+    def add(self, r: Round) -> None:
+        accepted = r.accepted
+        self.new_tokens += len(r.emitted)
+        self.rounds += 1
+        self.drafted += r.drafted
+        self.accepted += accepted
+        self.accepted_lengths += accepted + 1
+        self.target_forwards += r.target_forwards
+        self.draft_forwards += r.draft_forwards
+        self.draft_s += r.timings.draft_s
+        self.verify_s += r.timings.verify_s
+        self.bookkeeping_s += r.timings.bookkeeping_s
+
+    def summary(self) -> RunSummary:
+        return RunSummary(
+            new_tokens=self.new_tokens,
+            rounds=self.rounds,
+            drafted=self.drafted,
+            accepted=self.accepted,
+            mean_accepted_length=(self.accepted_lengths / self.rounds) if self.rounds else 0.0,
+            acceptance_rate=(self.accepted / self.drafted) if self.drafted else 0.0,
+            target_forward_passes=self.target_forwards,
+            draft_forward_passes=self.draft_forwards,
+            draft_s=self.draft_s,
+            verify_s=self.verify_s,
+            bookkeeping_s=self.bookkeeping_s,
         )
 
 
 @dataclass(frozen=True, eq=False)
 class GenerationResult:
+    """A finished run: its tokens and summary; `rounds` holds the rounds when the run was
+    asked to keep them (`generate(keep_rounds=True)`, the default), else it is empty and
+    `tallied` carries the summary."""
+
     config: RunConfig
     new_tokens: list[int]
     rounds: list[Round]
     stop_reason: StopReason
     wall_s: float
+    tallied: RunSummary | None = None
 
     @property
     def summary(self) -> RunSummary:
-        return RunSummary.of(self.rounds)
+        return self.tallied if self.tallied is not None else RunSummary.of(self.rounds)
 
     @property
     def mean_accepted_length(self) -> float:

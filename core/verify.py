@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from .records import EmittedToken
 from .sampling import sample_from
@@ -27,8 +28,11 @@ def acceptance_probability(p_x, q_x):
 
 
 def residual_distribution(p: np.ndarray, q: np.ndarray):
-    """(normalised max(p - q, 0), its mass r). Never divides a zero residual."""
-    positive = np.maximum(p - q, 0 * p)
+    """(normalised max(p - q, 0), its mass r). Never divides a zero residual.
+
+    Works on float arrays, on object arrays of Fractions (the exact oracle) and on torch
+    tensors (the decoder's rows, on the model's device)."""
+    positive = torch.clamp_min(p - q, 0) if isinstance(p, torch.Tensor) else np.maximum(p - q, 0 * p)
     mass = positive.sum()
     if not mass > 0:
         raise ArithmeticError(

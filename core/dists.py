@@ -1,0 +1,155 @@
+"""What a round record keeps of a full-vocabulary distribution computed on the device.
+
+At 128k-256k tokens a float64 row is 1-2 MB; a round has 2k + 2 of them. The decoder
+keeps them on the model's device while it decides, and the record carries either the
+whole rows (`vectors="full"`) or a `TopDistribution`: the N most probable entries, the
+entries of the tokens that were drawn or proposed, and the whole vector's exact facts
+(support, smallest entry, sum), all computed on the device in one batched pass and moved
+to the host in one transfer. That is what the store keeps of a vector anyway (top-N with
+the facts), and what every checker rule reads.
+
+A TopDistribution duck-types the arrays the store reads back from a top-N save (see
+core.partial): `partial`, `known_ids`, `stats`, `top`, `missing_mass`; `d[token]` is the
+exact value of a known entry and 0.0 otherwise; `np.asarray(d)` builds the dense vector
+(known entries, zeros elsewhere) on demand, for a view that plots one round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .partial import VectorStats
+
+DEFAULT_TOP_N = 20
+TOP_K_COVER_MAX = 256  # runs with a top-k filter below this keep at least top-k + 1 entries
+# "auto" keeps full vectors in the record up to this vocabulary (the bundled models' 4096:
+# 330 KB a round at k=4); above it a record keeps top-N and the facts.
+FULL_VECTORS_MAX_VOCAB = 4096
+VECTOR_MODES = ("auto", "full", "top")
+
+
+def covering_top_n(top_n: int, top_k: int) -> int:
+    """The N to keep for a run with a top-k filter: at least top-k + 1 (for top-k below
+    TOP_K_COVER_MAX), so that a top-N record still shows whether q and p were filtered (the
+    checker's sampler rule needs the entry ranked top-k + 1)."""
+    return max(top_n, top_k + 1) if 0 < top_k < TOP_K_COVER_MAX else top_n
+
+
+def keeps_full_vectors(mode: str, vocab_size: int) -> bool:
+    if mode not in VECTOR_MODES:
+        raise ValueError(f"vectors must be one of {', '.join(VECTOR_MODES)}, got {mode!r}")
+    return mode == "full" or (mode == "auto" and vocab_size <= FULL_VECTORS_MAX_VOCAB)
+
+
+class TopDistribution:
+    """A distribution over `vocab_size` tokens of which the top-N and a few drawn tokens'
+    entries are kept exactly, with the whole vector's VectorStats."""
+
+    partial = True
+    ndim = 1
+    dtype = np.dtype(np.float64)
+    __slots__ = ("vocab_size", "top", "stats", "known_ids", "_values")
+
+    def __init__(self, vocab_size: int, top: tuple[np.ndarray, np.ndarray], stats: VectorStats,
+                 extra: dict[int, float] | None = None):
+        self.vocab_size = int(vocab_size)
+        self.top = top  # (ids, probabilities): desc probability, ties by ascending id; p > 0 only
+        self.stats = stats
+        values = dict(zip(top[0].tolist(), top[1].tolist()))
+        for token, value in (extra or {}).items():
+            values.setdefault(int(token), float(value))
+        self._values = values
+        self.known_ids = np.array(sorted(values), dtype=np.int64)
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.vocab_size,)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (int, np.integer)):
+            if not -self.vocab_size <= index < self.vocab_size:
+                raise IndexError(f"token {index} is outside the vocabulary [0, {self.vocab_size})")
+            return self._values.get(int(index) % self.vocab_size, 0.0)
+        return np.asarray(self)[index]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        dense = np.zeros(self.vocab_size, dtype=np.float64)
+        if self._values:
+            dense[self.known_ids] = [self._values[i] for i in self.known_ids.tolist()]
+        return dense if dtype is None else dense.astype(dtype)
+
+    @property
+    def missing_mass(self) -> float:
+        """Probability mass not accounted for by the known entries (>= 0)."""
+        return max(0.0, self.stats.total - sum(self._values.values()))
+
+    def sum(self) -> float:
+        return self.stats.total
+
+    def __reduce__(self):
+        extra = {i: v for i, v in self._values.items()}
+        return (TopDistribution, (self.vocab_size, self.top, self.stats, extra))
+
+    def __repr__(self) -> str:
+        return f"TopDistribution(V={self.vocab_size}, top={len(self.top[0])}, known={len(self.known_ids)})"
+
+
+def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]]) -> list[TopDistribution]:
+    """TopDistributions of the (m, V) float64 rows, with each row's `extra_ids` entries kept
+    too. One batched pass on the rows' device, one transfer to the host."""
+    m, vocab = rows.shape
+    n = min(top_n, vocab)
+    values, ids = torch.topk(rows, n, dim=-1)  # (m, n) descending; ties in no set order
+    support = (rows > 0).sum(dim=-1)
+    minimum, total = rows.min(dim=-1).values, rows.sum(dim=-1)
+    width = max((len(e) for e in extra_ids), default=0)
+    extra_index = torch.zeros((m, max(width, 1)), dtype=torch.long)
+    for r, tokens in enumerate(extra_ids):
+        extra_index[r, : len(tokens)] = torch.as_tensor(list(tokens), dtype=torch.long)
+    extra_index = extra_index.to(rows.device)
+    extra_values = torch.gather(rows, 1, extra_index)
+    # Rows whose n-th entry is tied with an entry outside the top n need the tie rule
+    # (lowest ids first); count the entries >= the n-th value to find them.
+    at_least = (rows >= values[:, -1:]).sum(dim=-1)
+    host = [t.cpu().numpy() for t in (values, ids, support, minimum, total, extra_values, at_least)]
+    values_h, ids_h, support_h, minimum_h, total_h, extra_h, at_least_h = host
+    out = []
+    for r in range(m):
+        top_ids, top_vals = ids_h[r], values_h[r]
+        if at_least_h[r] > n:
+            top_ids, top_vals = _tied_top(rows[r], n)
+        top_ids, top_vals = _ordered_positive(top_ids.astype(np.int64), top_vals.astype(np.float64))
+        stats = VectorStats(int(support_h[r]), float(minimum_h[r]), float(total_h[r]))
+        extra = {int(t): float(v) for t, v in zip(extra_ids[r], extra_h[r][: len(extra_ids[r])])}
+        out.append(TopDistribution(vocab, (top_ids, top_vals), stats, extra))
+    return out
+
+
+def _tied_top(row: torch.Tensor, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top n of a row whose n-th value is tied beyond n: every entry above the tied
+    value, then the tied entries by ascending id."""
+    cut = torch.topk(row, n).values[-1]
+    above = torch.nonzero(row > cut).flatten()
+    tied = torch.nonzero(row == cut).flatten()[: n - above.numel()]
+    ids = torch.cat([above, tied])
+    return ids.cpu().numpy(), row[ids].cpu().numpy()
+
+
+def _ordered_positive(ids: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Descending probability, ties by ascending id, zero entries dropped (the store's order)."""
+    order = np.lexsort((ids, -values))
+    ids, values = ids[order], values[order]
+    positive = values > 0
+    return ids[positive], values[positive]
+
+
+def host_rows(rows: torch.Tensor) -> list[np.ndarray]:
+    """The rows as float64 numpy vectors on the host (one transfer)."""
+    return list(rows.cpu().numpy())
