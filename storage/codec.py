@@ -41,18 +41,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from specscope.core.dists import DEFAULT_TOP_N, TOP_K_COVER_MAX, TopDistribution, covering_top_n  # noqa: F401 (re-exported)
 from specscope.core.partial import VectorStats, vector_stats
 from specscope.core.records import Round
 
-DEFAULT_TOP_N = 20
-TOP_K_COVER_MAX = 256  # runs with a top-k filter below this keep at least top-k + 1 entries
-
-
-def covering_top_n(top_n: int, top_k: int) -> int:
-    """The N to store for a run with a top-k filter: at least top-k + 1 (for top-k below
-    TOP_K_COVER_MAX), so that a top-N trace still shows whether q and p were filtered (the
-    checker's sampler rule needs the entry ranked top-k + 1)."""
-    return max(top_n, top_k + 1) if 0 < top_k < TOP_K_COVER_MAX else top_n
 # Full vectors are kept by default up to this vocabulary (byte- and character-level
 # tokenizers; 4 KB a float32 vector). Above it a round's full vectors outweigh its top-N
 # ~40x (145 KB vs 3.5 KB a round at V=4096, k=4) and cost 2-3x the top-N's recording time,
@@ -131,7 +123,9 @@ class StoredFullDistribution(np.ndarray):
         return (StoredFullDistribution, (np.asarray(self), self.stats, self.top, self.full_dtype))
 
 
-_STORED_FORMS = (PartialDistribution, StoredFullDistribution)
+# Distributions that carry their own top-N and whole-vector facts (read back from a store or
+# a trace file, or a decoder's TopDistribution): stored again as they are.
+_STORED_FORMS = (PartialDistribution, StoredFullDistribution, TopDistribution)
 
 
 def is_partial(array: np.ndarray | None) -> bool:
