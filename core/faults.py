@@ -27,6 +27,7 @@ from .proposers import DraftModelProposer, Proposer, SampleStep
 from .records import GenerationResult, Round, RunConfig
 from .run import RunHandle
 from .sampling import SamplingConfig, process_logits
+from .tree_faults import TREE_FAULTS as TREE_FAULT_LIST
 from .verify import ChainVerifier, Verdict, Verifier, VerifyTask
 
 Fire = Callable[[], None]
@@ -39,6 +40,8 @@ class Seams:
     verifier: Verifier
     target_cache: CachePolicy
     proposer: Proposer
+    tree_verifier: Any = None  # tree rounds (core.tree_decode); None = the exact TreeVerifier
+    tree_layout: Any = None  # mask rows, positions, kept cache rows of a tree; None = TreeLayout
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ def _draft_model(seams: Seams, fault: str) -> DraftModelProposer:
 def _with_draft(seams: Seams, base: DraftModelProposer, **changes: Any) -> Seams:
     """A new draft proposer on the same model with one seam replaced (the caller's is untouched)."""
     parts = {"cache": base.cache, "sample_step": base.sample_step, **changes}
-    proposer = DraftModelProposer(base.model, label=base.label, **parts)
+    proposer = DraftModelProposer(base.model, label=base.label, tree=base.tree, children=base.children, **parts)
     proposer.spec = base.spec
     return dataclasses.replace(seams, proposer=proposer)
 
@@ -188,6 +191,17 @@ FAULTS: dict[str, Fault] = {
     ]
 }
 
+# Bugs of token-tree decoding (core.tree_faults): they fire only with a tree proposer.
+TREE_FAULTS: dict[str, Fault] = {name: Fault(name, summary, applies, inject)
+                                 for name, summary, applies, inject in TREE_FAULT_LIST}
+
+
+def fault_named(name: str) -> Fault:
+    fault = FAULTS.get(name) or TREE_FAULTS.get(name)
+    if fault is None:
+        raise ValueError(f"unknown fault {name!r}; known faults: {', '.join([*FAULTS, *TREE_FAULTS])}")
+    return fault
+
 
 class FaultyDecoder(SpeculativeDecoder):
     """A SpeculativeDecoder built on faulty seams; it records its fault in the RunConfig and
@@ -219,23 +233,23 @@ class FaultyDecoder(SpeculativeDecoder):
             run.close()
         assert run.result is not None
         finished = run.result.stop_reason in ("eos", "budget") and run.result.rounds
-        if finished and not FAULTS[self.fault].final_round_matters and self.fault_rounds[-1:] == [rnd.index]:
+        if finished and not fault_named(self.fault).final_round_matters and self.fault_rounds[-1:] == [rnd.index]:
             self.fault_rounds.pop()
         return run.result
 
 
 def faulty_decoder(name: str, target: torch.nn.Module, proposer: Proposer, **kwargs: Any) -> FaultyDecoder:
     """A SpeculativeDecoder with the named bug (see FAULTS); kwargs as SpeculativeDecoder."""
-    if name not in FAULTS:
-        raise ValueError(f"unknown fault {name!r}; known faults: {', '.join(FAULTS)}")
+    fault = fault_named(name)
     fired: list[Fire] = []
     seams = Seams(
         verifier=kwargs.pop("verifier", None) or ChainVerifier(),
         target_cache=kwargs.pop("target_cache", None) or CachePolicy(),
         proposer=proposer,
     )
-    seams = FAULTS[name].inject(seams, lambda: fired[0]())
+    seams = fault.inject(seams, lambda: fired[0]())
     decoder = FaultyDecoder(name, target, seams.proposer, verifier=seams.verifier, target_cache=seams.target_cache,
                             **kwargs)
+    decoder.tree_verifier, decoder.tree_layout = seams.tree_verifier, seams.tree_layout
     fired.append(decoder.fire)
     return decoder

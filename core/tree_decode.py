@@ -36,11 +36,31 @@ class TreeInfo:
     tried: tuple[tuple[int, tuple[int, ...]], ...]  # (node, its children in the order tried); -1 = prefix
     updates: tuple[ResidualUpdate, ...]  # p' after each rejection, in order
     final_p: np.ndarray | None  # the distribution the repair or bonus was drawn from (stochastic)
+    # what the target forward and the cache were given (the checker proves them):
+    positions: tuple[int, ...] = ()  # position id of each node
+    visible: tuple[tuple[int, ...], ...] = ()  # the nodes each node's mask row let it see
+    kept_rows: tuple[int, ...] = ()  # target cache rows kept after the prefix, in order
+
+
+class TreeLayout:
+    """How a tree is laid out for the target: each node's visible nodes, its position, and
+    the cache rows kept after the walk. The decoder's seam (`decoder.tree_layout`); the fault
+    zoo replaces it."""
+
+    def visible(self, parents: tuple[int, ...]) -> np.ndarray:
+        return ancestor_matrix(parents)
+
+    def positions(self, parents: tuple[int, ...], prefix_len: int) -> list[int]:
+        return tree_positions(parents, prefix_len)
+
+    def kept_rows(self, prefix_len: int, path: list[int], parents: tuple[int, ...]) -> list[int]:
+        return [prefix_len + i for i in path]
 
 
 @dataclass(frozen=True, eq=False)
 class TreeRound(Round):
-    """A Round whose draft is a tree; `tree` holds the tree facts."""
+    """A Round whose draft is a tree; `tree` holds the tree facts. `k` is the tree's depth
+    (capped to the remaining budget, as a chain's length is)."""
 
     tree: TreeInfo | None = None
 
@@ -66,7 +86,10 @@ def tree_round(dec: Any, run_id: str, index: int, context: list[int], emitted_be
     draft = dec.proposer.propose(context, remaining, dec.sampling, rng)  # k = the depth cap for trees
     _check_draft(dec, draft)
     t1 = clock.now()
-    logits = _verify_forward(dec, lm, context, draft.tokens, draft.parents)  # (n + 1, V) on the host
+    layout = getattr(dec, "tree_layout", None) or TreeLayout()
+    visible = layout.visible(draft.parents)
+    positions = layout.positions(draft.parents, prefix_len)
+    logits = _verify_forward(dec, lm, context, draft.tokens, visible, positions)  # (n + 1, V) on the host
     target_peak = lm.processed
     t2 = clock.now()
 
@@ -78,7 +101,8 @@ def tree_round(dec: Any, run_id: str, index: int, context: list[int], emitted_be
     verdict = verifier.verify(task, rng)
     path = list(getattr(verdict, "path", []))
     committed = prefix_len + len(path)
-    _keep_target_path(dec, lm, prefix_len, path)
+    kept = layout.kept_rows(prefix_len, path, draft.parents)
+    _keep_target_path(dec, lm, prefix_len, kept, committed)
     if hasattr(dec.proposer, "keep_path"):
         dec.proposer.keep_path(path)
     draft_after = dec.proposer.observe(committed)
@@ -89,8 +113,11 @@ def tree_round(dec: Any, run_id: str, index: int, context: list[int], emitted_be
         peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
         draft_cache = _state(draft.cache_before, peak, draft_after, final_context)
     t3 = clock.now()
+    facts = dict(positions=tuple(positions), kept_rows=tuple(kept),
+                 visible=tuple(tuple(int(j) for j in np.flatnonzero(row)) for row in visible))
     return _record(dec, run_id, index, prefix_len, emitted_before, remaining, budget, task, verdict, draft,
-                   target_cache, draft_cache, RoundTimings(draft_s=t1 - t0, verify_s=t2 - t1, bookkeeping_s=t3 - t2))
+                   target_cache, draft_cache, RoundTimings(draft_s=t1 - t0, verify_s=t2 - t1, bookkeeping_s=t3 - t2),
+                   facts)
 
 
 def _check_draft(dec: Any, draft: Any) -> None:
@@ -100,26 +127,26 @@ def _check_draft(dec: Any, draft: Any) -> None:
             raise ValueError(f"proposer {dec.proposer.name!r} proposed token {t} outside the vocabulary")
 
 
-def _verify_forward(dec: Any, lm: CachedLM, context: list[int], tokens: tuple[int, ...],
-                    parents: tuple[int, ...]) -> np.ndarray:
+def _verify_forward(dec: Any, lm: CachedLM, context: list[int], tokens: tuple[int, ...], visible: np.ndarray,
+                    node_positions: list[int]) -> np.ndarray:
     """One target forward over the pending context + every node; logits at the prefix and after each node."""
     pending = dec.target_cache.pending(lm, context)
     cached = lm.processed
-    allowed = context_and_tree(cached, len(pending), ancestor_matrix(parents))
-    positions = list(range(cached, cached + len(pending))) + tree_positions(parents, len(context))
+    allowed = context_and_tree(cached, len(pending), visible)
+    positions = list(range(cached, cached + len(pending))) + list(node_positions)
     logits = masked_feed(lm, pending + list(tokens), positions, allowed, keep=len(tokens) + 1)
     logits = logits.cpu().numpy()  # the round's single device -> host transfer
     check_finite(logits, "the target model")
     return logits
 
 
-def _keep_target_path(dec: Any, lm: CachedLM, prefix_len: int, path: list[int]) -> None:
+def _keep_target_path(dec: Any, lm: CachedLM, prefix_len: int, rows: list[int], committed: int) -> None:
     """The target cache keeps the prefix and the accepted nodes' rows, in path order."""
     if lm.cache is None:
         return
-    if not keep_positions(lm, prefix_len, [prefix_len + i for i in path]):
+    if not keep_positions(lm, prefix_len, rows):
         lm.crop(prefix_len)  # cannot gather: the path is recomputed as pending tokens
-    dec.target_cache.crop(lm, prefix_len + len(path))
+    dec.target_cache.crop(lm, committed)
 
 
 def _state(before: int, peak: int, after: int, final_context: list[int]) -> CacheState:
@@ -145,7 +172,7 @@ def _nodes(task: TreeTask, verdict: TreeVerdict) -> tuple[DraftNode, ...]:
 
 
 def _record(dec, run_id, index, prefix_len, emitted_before, remaining, budget, task, verdict, draft,
-            target_cache, draft_cache, timings) -> TreeRound:
+            target_cache, draft_cache, timings, facts) -> TreeRound:
     path = tuple(getattr(verdict, "path", ()))
     bonus = any(e.kind == "bonus" for e in verdict.emitted)
     leaf = path[-1] if path else -1
@@ -156,10 +183,12 @@ def _record(dec, run_id, index, prefix_len, emitted_before, remaining, budget, t
         tried=tuple((node, tuple(kids)) for node, kids in getattr(verdict, "tried", {}).items()),
         updates=tuple(getattr(verdict, "updates", ())),
         final_p=None if task.greedy else getattr(verdict, "final_p", None),
+        **facts,
     )
     return TreeRound(
         run_id=run_id, index=index, prefix_len=prefix_len, emitted_before=emitted_before,
-        remaining_budget=remaining, k=len(task.tokens), greedy=task.greedy, nodes=_nodes(task, verdict),
+        remaining_budget=remaining, k=max(node_depths(task.parents), default=0), greedy=task.greedy,
+        nodes=_nodes(task, verdict),
         bonus_p=task.p[leaf + 1] if bonus else None,
         rejected_node=verdict.rejected_node, residual=verdict.residual, residual_mass=verdict.residual_mass,
         emitted=tuple(verdict.emitted), eos=verdict.eos,

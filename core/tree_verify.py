@@ -75,11 +75,12 @@ def child_proposal(mode: str, q_row: np.ndarray, tried: list[int], token: int) -
 
 
 class Chooser(Protocol):
-    """Makes the walk's random decisions: (decision, the draw behind it or None)."""
+    """Makes the walk's random decisions: (decision, the draw behind it or None). `node` is
+    the child being tried, or the node whose repair/bonus is drawn (-1 = the prefix)."""
 
-    def accept(self, probability: Any) -> tuple[bool, float | None]: ...
+    def accept(self, probability: Any, node: int) -> tuple[bool, float | None]: ...
 
-    def sample(self, dist: np.ndarray) -> tuple[int, float | None]: ...
+    def sample(self, dist: np.ndarray, node: int) -> tuple[int, float | None]: ...
 
 
 @dataclass
@@ -88,11 +89,11 @@ class RngChooser:
 
     rng: np.random.Generator
 
-    def accept(self, probability: Any) -> tuple[bool, float | None]:
+    def accept(self, probability: Any, node: int) -> tuple[bool, float | None]:
         u = float(self.rng.random())
         return u < probability, u
 
-    def sample(self, dist: np.ndarray) -> tuple[int, float | None]:
+    def sample(self, dist: np.ndarray, node: int) -> tuple[int, float | None]:
         u = float(self.rng.random())
         return sample_from(dist, u), u
 
@@ -183,7 +184,7 @@ class TreeVerifier:
                 ok = token == int(task.argmax[node + 1])
             else:
                 q_c = child_proposal(task.children, task.q[child], tried_tokens, token)
-                ok, verdict.draws[child] = chooser.accept(acceptance_probability(p_prime[token], q_c[token]))
+                ok, verdict.draws[child] = chooser.accept(acceptance_probability(p_prime[token], q_c[token]), child)
             if ok:
                 verdict.statuses[child] = "accepted"
                 return child
@@ -201,7 +202,7 @@ class TreeVerifier:
         if task.greedy:
             token, draw = int(task.argmax[node + 1]), None
         else:
-            token, draw = chooser.sample(verdict.final_p)
+            token, draw = chooser.sample(verdict.final_p, node)
         if kids:
             verdict.rejected_node = kids[-1]
             verdict.emitted.append(EmittedToken(token, "repaired", kids[-1], draw))

@@ -108,10 +108,10 @@ class ScriptedChooser:
         self.weight *= w
         return choice
 
-    def accept(self, probability):
+    def accept(self, probability, node=None):
         return self._next([(True, probability), (False, 1 - probability)]), None
 
-    def sample(self, dist):
+    def sample(self, dist, node=None):
         total = dist.sum()
         return self._next([(t, dist[t] / total) for t in range(len(dist))]), None
 

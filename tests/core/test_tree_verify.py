@@ -46,10 +46,10 @@ class Fixed:
     def __init__(self, accepts, samples=()):
         self.accepts, self.samples = list(accepts), list(samples)
 
-    def accept(self, probability):
+    def accept(self, probability, node=None):
         return self.accepts.pop(0), 0.5
 
-    def sample(self, dist):
+    def sample(self, dist, node=None):
         return self.samples.pop(0), 0.25
 
 
