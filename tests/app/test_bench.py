@@ -89,24 +89,3 @@ def test_lookup_prediction_uses_measured_drafted_count_and_search_time(models):
     assert 2.5 < draft["mean_drafted_per_round"] <= 3
     assert draft["predicted_speedup"] == pytest.approx(
         draft["expected_tokens_per_round"] / (draft["mean_drafted_per_round"] * draft["cost_c"] + draft["cost_v"]))
-
-
-def test_markdown_rewrite_keeps_the_notes(tmp_path):
-    from specscope.app.bench import NOTES_MARKER, write_markdown
-
-    results = {
-        "command": "specscope bench --quick",
-        "machine": {"cpu": "x", "cores": 2, "torch_threads": 2, "device": "cpu", "python": "3.11", "torch": "2", "transformers": "5"},
-        "settings": {"ks": [4], "max_new": 8, "reps": 1},
-        "modes": {"greedy": [{"method": "plain (KV cache)", "tokens_per_s_median": 10.0, "tokens_per_s_min": 9.0,
-                              "tokens_per_s_max": 11.0, "speedup_median": 1.0, "speedup_min": 1.0, "speedup_max": 1.0}]},
-    }
-    path = tmp_path / "BENCHMARKS.md"
-    write_markdown(path, results)
-    assert NOTES_MARKER not in path.read_text()
-    path.write_text(path.read_text() + "\n" + NOTES_MARKER + "\n## Analysis\nhand-written\n")
-    results["command"] = "specscope bench --reps 9"
-    write_markdown(path, results)
-    text = path.read_text()
-    assert "--reps 9" in text and "--quick" not in text
-    assert text.count(NOTES_MARKER) == 1 and text.endswith("## Analysis\nhand-written\n")

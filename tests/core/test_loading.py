@@ -265,7 +265,7 @@ def test_bad_paths_give_clear_errors(tmp_path):
 def test_example_prompts(bundled_tokenizer):
     prompts = example_prompts()
     assert len(prompts) >= 4
-    assert {p.kind for p in prompts} == {"copy", "novel"}
+    assert {"copy", "novel"} <= {p.kind for p in prompts}
     assert [p.name for p in example_prompts("copy")] and all(p.kind == "copy" for p in example_prompts("copy"))
     for p in prompts:
         n = len(bundled_tokenizer(p.text, add_special_tokens=False)["input_ids"])

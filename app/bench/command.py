@@ -1,0 +1,216 @@
+"""The `specscope bench` command: load the models and prompts, run the bench per mode,
+measure each method's memory in its own child process, print or write the results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "specscope-bench/2"
+
+
+def add_bench_parser(subparsers: Any) -> None:
+    from .measurement import __doc__ as method_doc
+
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark the decoder against plain decoding and transformers' assisted generation",
+        description=(method_doc or "").split("\n\n")[0],
+    )
+    p.add_argument("--quick", action="store_true",
+                   help="a short version: 1 prompt of each kind, k=4, 3 repetitions, 32 tokens")
+    p.add_argument("--json", action="store_true", help="print machine-readable results (raw samples included)")
+    p.add_argument("--markdown", default=None, metavar="FILE",
+                   help="write the tables (with machine and versions) to FILE, keeping its scale and notes sections")
+    p.add_argument("--from-json", default=None, metavar="FILE",
+                   help="run nothing: read the results of an earlier `bench --json` from FILE (with --markdown)")
+    p.add_argument("--target", default=None, help="target checkpoint (default: bundled)")
+    p.add_argument("--draft", action="append", default=None, metavar="DRAFT",
+                   help="'small', 'tiny' or a checkpoint path; repeat for several (default: small and tiny)")
+    p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
+                   help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4; repeat "
+                        "for several (default: every registered kind without a model, at its defaults)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--k", default=None, help="comma-separated draft lengths (default: 2,4,6; quick: 4)")
+    p.add_argument("--max-new", type=int, default=None, help="tokens per prompt (default: 128; quick: 32)")
+    p.add_argument("--reps", type=int, default=None, help="timed repetitions (default: 5; quick: 3)")
+    p.add_argument("--prompts", type=int, default=None,
+                   help="use the first N bundled example prompts of each kind (default: all; quick: 1)")
+    p.add_argument("--kinds", default=None, help="comma-separated prompt kinds to use (default: all bundled kinds)")
+    p.add_argument("--mode", choices=("greedy", "sampled", "both"), default="both", help="default: both")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--no-transformers", action="store_true", help="skip transformers' generate()")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-method memory measurement (child processes)")
+    p.set_defaults(func=cmd_bench)
+
+
+class UsageError(ValueError):
+    pass
+
+
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    quick = args.quick
+    try:
+        ks = [int(k) for k in args.k.split(",")] if args.k else ([4] if quick else [2, 4, 6])
+    except ValueError:
+        raise UsageError(f"--k takes comma-separated integers, got {args.k!r}") from None
+    for name, value in (("--k", min(ks)), ("--max-new", args.max_new), ("--reps", args.reps), ("--prompts", args.prompts)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1")
+    return dict(
+        ks=ks,
+        max_new=args.max_new or (32 if quick else 128),
+        reps=args.reps or (3 if quick else 5),
+        prompts_per_kind=args.prompts or (1 if quick else None),
+        kinds=[k.strip() for k in args.kinds.split(",")] if args.kinds else None,
+        batch_size=1,
+    )
+
+
+def select_prompts(prompts: list[Any], per_kind: int | None, kinds: list[str] | None) -> list[Any]:
+    """The first `per_kind` prompts of each kind (all when None), in index order."""
+    known = list(dict.fromkeys(p.kind for p in prompts))
+    if kinds is not None:
+        unknown = [k for k in kinds if k not in known]
+        if unknown:
+            raise UsageError(f"no bundled prompt of kind {', '.join(unknown)} (kinds: {', '.join(known)})")
+    seen: dict[str, int] = {}
+    out = []
+    for p in prompts:
+        if kinds is not None and p.kind not in kinds:
+            continue
+        seen[p.kind] = seen.get(p.kind, 0) + 1
+        if per_kind is None or seen[p.kind] <= per_kind:
+            out.append(p)
+    return out
+
+
+def machine_info(device: Any) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "platform": platform.platform(), "device": str(device),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def memory_spec(method: Any, mode: str, args: argparse.Namespace, draft_refs: dict[str, str], prompts: list[list[int]],
+                max_new: int, eos: int | None, device: Any) -> dict[str, Any]:
+    """What a memory child needs to rebuild exactly this method (see memory.py)."""
+    traced = method.name.endswith("traced+stored")
+    return {
+        "method": method.name, "mode": mode, "temperature": 0.0 if mode == "greedy" else 1.0,
+        "target_ref": args.target, "draft_label": method.draft,
+        "draft_ref": draft_refs.get(method.draft) if method.draft else None,
+        "device": str(device), "dtype": args.dtype, "threads": args.threads,
+        "k": method.k or 1, "max_new": max_new, "eos": eos, "prompts": prompts,
+        "specs": [method.spec] if method.family == "specscope" and method.spec else [],
+        "include_transformers": method.family == "transformers", "include_traced": traced,
+    }
+
+
+def new_results(machine: dict[str, Any], settings: dict[str, Any], prompts: list[Any], prompt_ids: list[list[int]]) -> dict[str, Any]:
+    """The JSON's frame; `modes` is filled with each mode's rows (see report.py)."""
+    return {
+        "schema": SCHEMA, "machine": machine, "settings": settings,
+        "command": "specscope " + " ".join(sys.argv[1:]),
+        "prompts": [{"name": p.name, "kind": p.kind, "tokens": len(ids), "description": getattr(p, "description", "")}
+                    for p, ids in zip(prompts, prompt_ids)],
+        "modes": {},
+    }
+
+
+def _say(msg: str) -> None:  # progress goes to stderr, also with --json
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs both modes, then the memory children
+    import torch
+    from specscope.core import SamplingConfig, loading
+
+    from .markdown import format_table
+    from .measurement import Bench, default_specs
+    from .memory import measure_all
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = settings_of(args)
+    device = loading.resolve_device(args.device)
+    draft_names = args.draft or ["small", "tiny"]
+    pairs = {name: loading.load_models(target=args.target, draft=name, device=device, dtype=args.dtype) for name in draft_names}
+    first = next(iter(pairs.values()))
+    target, tokenizer = first.target, first.tokenizer
+    labels = {name: Path(name).name if "/" in name else name for name in draft_names}
+    drafts = {labels[name]: p.draft for name, p in pairs.items()}
+    draft_refs = {labels[name]: name for name in draft_names}
+    chosen = select_prompts(loading.example_prompts(), settings["prompts_per_kind"], settings["kinds"])
+    prompt_ids = [list(tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in chosen]
+    kinds = [p.kind for p in chosen]
+    eos = getattr(tokenizer, "eos_token_id", None)
+    modes = ["greedy", "sampled"] if args.mode == "both" else [args.mode]
+    results = new_results(machine_info(device), settings, chosen, prompt_ids)
+    specs_of_memory = []
+    for mode in modes:
+        sampling = SamplingConfig(temperature=0.0) if mode == "greedy" else SamplingConfig(temperature=1.0)
+        _say(f"== {mode}: {len(prompt_ids)} prompts ({', '.join(dict.fromkeys(kinds))}), k in {settings['ks']}, "
+             f"{settings['max_new']} tokens, {settings['reps']} repetitions")
+        bench = Bench(target, drafts, prompt_ids, ks=settings["ks"], max_new=settings["max_new"], reps=settings["reps"],
+                      sampling=sampling, eos=eos, device=device, include_transformers=not args.no_transformers,
+                      progress=_say, specs=default_specs(list(drafts), args.proposer), kinds=kinds)
+        bench.run()
+        results["modes"][mode] = bench.rows()
+        specs_of_memory += [memory_spec(m, mode, args, draft_refs, prompt_ids, settings["max_new"], eos, device)
+                            for m in bench.methods]
+        if not args.json:
+            print(f"\n### {mode}\n")
+            print(format_table(results["modes"][mode]))
+    if not args.no_memory:
+        del pairs, first, target, drafts  # the children load their own models
+        for measured in measure_all(specs_of_memory, progress=_say):
+            rows = results["modes"][measured["spec"]["mode"]]
+            next(r for r in rows if r["method"] == measured["spec"]["method"])["memory"] = measured
+    return results
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .markdown import write_markdown
+    from .measurement import BenchError
+
+    try:
+        if args.from_json:
+            results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+            if results.get("schema") != SCHEMA:
+                raise UsageError(f"{args.from_json} is not a `specscope bench --json` result of schema {SCHEMA}")
+        else:
+            results = run_bench(args)
+    except (UsageError, BenchError, OSError) as exc:
+        print(f"specscope bench: {exc}", file=sys.stderr)
+        return 1
+    except json.JSONDecodeError as exc:
+        print(f"specscope bench: {args.from_json} is not JSON ({exc})", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(results, indent=1))
+    if args.markdown:
+        write_markdown(Path(args.markdown), results)
+        _say(f"wrote {args.markdown}")
+    return 0

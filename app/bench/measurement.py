@@ -1,0 +1,347 @@
+"""The bench's methods and how each one is run and timed.
+
+Method: one warm-up pass of every method over every prompt, then `reps` repetitions in
+which the methods run interleaved (the order rotates each repetition), so slow drifts of
+the machine hit every method alike. In greedy mode every method's output must equal plain
+greedy decoding token for token, or the bench fails. Batch size is 1 throughout: specscope's
+decoder and transformers' assisted generation both decode one sequence at a time.
+
+Every run is timed as a whole and per emission: the time at which each step (plain
+decoding, transformers' streamer) or round (speculative decoding) delivered its tokens.
+After each run, in the method's own slot of the repetition, the prompt is fed once more
+through each model the method uses (the target, and the draft when there is one) with an
+empty KV cache and timed: the prefill, as llama.cpp's speculative example encodes the prompt
+in both models before it decodes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from specscope.core import SamplingConfig, SpeculativeDecoder
+from specscope.core.baseline import plain_generate
+from specscope.core.kv import CachedLM
+from specscope.core.registry import KINDS, SpecError, build_proposer, parse_spec
+
+from .metrics import RoundCounts, counts_of
+
+Clock = Callable[[], float]
+
+
+class BenchError(Exception):
+    """The bench cannot vouch for its numbers (e.g. a greedy output mismatch)."""
+
+
+@dataclass
+class Sample:
+    """One run of one method on one prompt."""
+
+    tokens: list[int]
+    wall_s: float
+    target_forward_s: float = 0.0
+    target_forwards: int = 0
+    draft_forward_s: float = 0.0
+    draft_forwards: int = 0
+    rounds: list[RoundCounts] = field(default_factory=list)
+    emissions: list[tuple[float, int]] = field(default_factory=list)  # (s since the call began, tokens)
+    prefill_target_s: float | None = None
+    prefill_draft_s: float | None = None
+
+
+@dataclass
+class Method:
+    name: str
+    family: str  # plain | specscope | transformers | traced
+    k: int | None
+    run: Callable[[list[int]], Sample]
+    draft: str | None = None  # the draft model it runs, by the bench's name for it
+    spec: str | None = None  # the proposer spec of a specscope method
+    untraced: str | None = None  # for a traced method: the name of the same method untraced
+    samples: list[list[Sample]] = field(default_factory=list)  # [rep][prompt]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _clocked(device: torch.device, fn: Callable[[Clock], Any]) -> tuple[Any, float]:
+    """Run fn(clock), clock() = seconds since the start (CUDA synchronised); (result, wall)."""
+    _sync(device)
+    start = time.perf_counter()
+
+    def clock() -> float:
+        _sync(device)
+        return time.perf_counter() - start
+
+    out = fn(clock)
+    return out, clock()
+
+
+class _Tap:
+    """Counts and emission times of a run's rounds, taken as they pass (the decoder's result
+    need not keep its rounds)."""
+
+    def __init__(self, eos: int | None):
+        self.eos, self.stamps, self.counts = eos, [], []
+
+    def rounds(self, handle: Any, clock: Clock):
+        for rnd in handle:
+            self.stamps.append((clock(), len(rnd.emitted)))
+            self.counts.append(counts_of(rnd, self.eos))
+            yield rnd
+        return handle.result
+
+
+def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None) -> list[str]:
+    """The proposer specs a bench runs: every kind with a model over each named draft
+    (draft:NAME), then `extra`, or else every registered kind without a model at its defaults."""
+    with_model = [f"{kind.name}:{name}" for kind in KINDS.values() if kind.needs_model for name in drafts]
+    return with_model + list(extra if extra is not None else [k.name for k in KINDS.values() if not k.needs_model])
+
+
+def method_name(spec: str) -> str:
+    """A spec's name in the bench tables: "draft-small" for draft:small, else the spec."""
+    parsed = parse_spec(spec)
+    return f"{parsed.kind}-{parsed.arg}" if KINDS[parsed.kind].needs_model else str(parsed)
+
+
+def _spec_draft(spec: str) -> str | None:
+    parsed = parse_spec(spec)
+    return str(parsed.arg) if KINDS[parsed.kind].needs_model else None
+
+
+class Bench:
+    def __init__(self, target, drafts: dict[str, torch.nn.Module], prompts: Sequence[list[int]], *,
+                 ks: Sequence[int], max_new: int, reps: int, sampling: SamplingConfig, eos: int | None,
+                 device: torch.device, include_transformers: bool = True, include_traced: bool = True,
+                 seed: int = 0, progress: Callable[[str], None] | None = None, specs: Sequence[str] | None = None,
+                 kinds: Sequence[str] | None = None):
+        """`drafts` are the models that specs such as draft:NAME load by NAME; `specs` the
+        proposers to run (default: default_specs(drafts)); `kinds` the kind of each prompt
+        (copy, novel, ...; default: all "prompt")."""
+        self.target, self.drafts, self.prompts = target, drafts, [list(p) for p in prompts]
+        self.kinds = list(kinds) if kinds is not None else ["prompt"] * len(self.prompts)
+        if len(self.kinds) != len(self.prompts):
+            raise ValueError("one kind per prompt")
+        self.ks, self.max_new, self.reps = list(ks), max_new, reps
+        self.sampling, self.eos, self.device, self.seed = sampling, eos, device, seed
+        self.progress = progress or (lambda msg: None)
+        self.specs = list(specs) if specs is not None else default_specs(list(drafts))
+        self._prefill_lms: dict[str, CachedLM] = {}
+        self.methods: list[Method] = [Method("plain (KV cache)", "plain", None, self._plain)]
+        for k in self.ks:
+            for spec in self.specs:
+                self.methods.append(Method(f"specscope {method_name(spec)} k={k}", "specscope", k, self._spec(spec, k),
+                                           draft=_spec_draft(spec), spec=spec))
+            if include_transformers:
+                first = next(iter(drafts.items()), None)
+                if first is not None:
+                    self.methods.append(Method(f"transformers assisted draft-{first[0]} k={k}", "transformers", k,
+                                               self._hf_assisted(first[1], k), draft=first[0]))
+                if sampling.greedy:
+                    self.methods.append(Method(f"transformers lookup k={k}", "transformers", k, self._hf_lookup(k)))
+        if include_traced and drafts:
+            label = next(iter(drafts))
+            k = self.ks[len(self.ks) // 2]
+            twin = f"specscope draft-{label} k={k}"
+            self.methods.append(Method(f"{twin} traced+stored", "traced", k,
+                                       self._traced(f"draft:{label}", k), draft=label, spec=f"draft:{label}",
+                                       untraced=twin))
+            if include_transformers:  # transformers' own generate(), recorded by the transformers engine
+                twin = f"transformers assisted draft-{label} k={k}"
+                self.methods.append(Method(f"{twin} traced+stored", "transformers", k,
+                                           self._hf_traced(drafts[label], label, k), draft=label, untraced=twin))
+
+    # ------------------------------------------------------------------ runners
+
+    def _plain(self, prompt: list[int]) -> Sample:
+        """core's plain decoding; each target forward yields one token, so a forward hook
+        stamps the emissions without touching the loop."""
+        stamps: list[tuple[float, int]] = []
+
+        def go(clock: Clock):
+            hook = self.target.register_forward_hook(lambda *_: stamps.append((clock(), 1)))
+            try:
+                return plain_generate(self.target, prompt, self.max_new, self.sampling, self.eos, self.seed)
+            finally:
+                hook.remove()
+
+        res, wall = _clocked(self.device, go)
+        return Sample(res.new_tokens, wall, res.forward_s, res.forwards, emissions=stamps[: len(res.new_tokens)])
+
+    def _load_draft(self, name: str) -> tuple[torch.nn.Module, str]:
+        if name not in self.drafts:
+            raise SpecError(f"the bench has no draft named {name!r} (drafts: {', '.join(self.drafts)})")
+        return self.drafts[name], name
+
+    def _decoder(self, spec: str, k: int) -> SpeculativeDecoder:
+        proposer = build_proposer(spec, load_draft=self._load_draft)
+        return SpeculativeDecoder(self.target, proposer, k=k, sampling=self.sampling, eos_token_id=self.eos, seed=self.seed)
+
+    def _sample_from(self, dec: Any, result, wall: float, tap: _Tap) -> Sample:
+        """A Sample with the rounds reduced to their counts (the full vectors are dropped)."""
+        target_lm = getattr(dec, "target_lm", None)
+        draft_lm = getattr(getattr(dec, "proposer", None), "lm", None)
+        return Sample(
+            result.new_tokens, wall,
+            target_lm.forward_s if target_lm else 0.0, target_lm.forwards if target_lm else 0,
+            draft_lm.forward_s if draft_lm else 0.0, draft_lm.forwards if draft_lm else 0,
+            tap.counts, tap.stamps,
+        )
+
+    def _spec(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
+        dec = self._decoder(spec, k)
+
+        def run(prompt: list[int]) -> Sample:
+            tap = _Tap(self.eos)
+            result, wall = _clocked(self.device, lambda clock: _drain(tap.rounds(dec.start(prompt, self.max_new), clock)))
+            return self._sample_from(dec, result, wall, tap)
+
+        return run
+
+    def _traced(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
+        return self._recorded(self._decoder(spec, k))
+
+    def _hf_traced(self, draft, label: str, k: int) -> Callable[[list[int]], Sample]:
+        """transformers' assisted generate() recorded round by round into a store (the
+        transformers engine, core/engines), beside the same call untraced."""
+        from specscope.core.engines import TransformersEngine
+
+        engine = TransformersEngine(self.target, kind="assisted", draft=draft, k=k, sampling=self.sampling,
+                                    eos_token_id=self.eos, seed=self.seed, draft_name=label)
+        return self._recorded(engine)
+
+    def _recorded(self, dec: Any) -> Callable[[list[int]], Sample]:
+        """Runs of `dec` (a decoder or an engine) written to a trace store as they decode."""
+        from specscope.storage import TraceStore, TraceWriter
+
+        if getattr(self, "_tmp", None) is None:
+            import tempfile
+
+            self._tmp = tempfile.TemporaryDirectory(prefix="specscope-bench-")
+        store = TraceStore(Path(self._tmp.name) / "bench.sqlite")
+
+        def run(prompt: list[int]) -> Sample:
+            tap = _Tap(self.eos)
+
+            def record(clock: Clock):
+                config = dec.run_config(prompt, self.max_new)
+                with TraceWriter(store, config) as writer:
+                    return writer.record(tap.rounds(dec.start(prompt, self.max_new, config=config), clock))
+
+            result, wall = _clocked(self.device, record)
+            return self._sample_from(dec, result, wall, tap)
+
+        return run
+
+    def _hf_kwargs(self, prompt: list[int]) -> dict[str, Any]:
+        ids = torch.tensor([prompt], device=self.device)
+        kwargs: dict[str, Any] = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new,
+                                      eos_token_id=self.eos, pad_token_id=self.eos if self.eos is not None else 0)
+        if self.sampling.greedy:
+            kwargs["do_sample"] = False
+        else:
+            kwargs.update(do_sample=True, temperature=self.sampling.temperature, top_k=self.sampling.top_k or None,
+                          top_p=self.sampling.top_p)
+        return kwargs
+
+    def _hf_generate(self, prompt: list[int], **extra: Any) -> Sample:
+        kwargs = self._hf_kwargs(prompt)
+
+        def go(clock: Clock):
+            streamer = _Streamer(clock)
+            with torch.inference_mode():
+                return self.target.generate(**kwargs, **extra, streamer=streamer), streamer.stamps
+
+        (out, stamps), wall = _clocked(self.device, go)
+        return Sample(out[0, len(prompt):].tolist(), wall, emissions=stamps)
+
+    def _hf_assisted(self, draft, k: int) -> Callable[[list[int]], Sample]:
+        def run(prompt: list[int]) -> Sample:
+            cfg = draft.generation_config
+            cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = k, "constant", 0.0
+            return self._hf_generate(prompt, assistant_model=draft)
+
+        return run
+
+    def _hf_lookup(self, k: int) -> Callable[[list[int]], Sample]:
+        return lambda prompt: self._hf_generate(prompt, prompt_lookup_num_tokens=k)
+
+    def _prefill(self, name: str, prompt: list[int]) -> float:
+        """One forward of the prompt through a model ("target" or a draft's name), empty cache."""
+        lm = self._prefill_lms.get(name)
+        if lm is None:
+            lm = self._prefill_lms[name] = CachedLM(self.target if name == "target" else self.drafts[name])
+        lm.reset()
+        lm.feed(prompt, keep=1)
+        return lm.forward_s
+
+    # ------------------------------------------------------------------ driving
+
+    def _run_one(self, m: Method, prompt: list[int]) -> Sample:
+        sample = m.run(prompt)
+        sample.prefill_target_s = self._prefill("target", prompt)
+        if m.draft is not None:
+            sample.prefill_draft_s = self._prefill(m.draft, prompt)
+        return sample
+
+    def run(self) -> None:
+        torch.manual_seed(self.seed)
+        self.progress(f"warm-up: {len(self.methods)} methods x {len(self.prompts)} prompts")
+        for m in self.methods:
+            for p in self.prompts:
+                self._run_one(m, p)
+        for rep in range(self.reps):
+            shift = rep % len(self.methods)
+            order = self.methods[shift:] + self.methods[:shift]
+            for m in order:
+                m.samples.append([self._run_one(m, p) for p in self.prompts])
+            self.progress(f"repetition {rep + 1}/{self.reps} done")
+        if self.sampling.greedy:
+            self._check_identical()
+
+    def _check_identical(self) -> None:
+        reference = self.methods[0].samples[0]
+        for m in self.methods[1:]:
+            for rep in m.samples:
+                for i, (ref, got) in enumerate(zip(reference, rep)):
+                    if got.tokens != ref.tokens:
+                        first = next((j for j, (a, b) in enumerate(zip(ref.tokens, got.tokens)) if a != b), min(len(ref.tokens), len(got.tokens)))
+                        raise BenchError(
+                            f"greedy output of '{m.name}' differs from plain decoding on prompt {i} at token {first}"
+                        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        from .report import bench_rows
+
+        return bench_rows(self)
+
+
+def _drain(rounds) -> Any:
+    """Run a rounds generator (from _Tap.rounds) to its end; its GenerationResult."""
+    from specscope.core.run import as_run
+
+    return as_run(rounds).drain()
+
+
+class _Streamer:
+    """transformers' streamer protocol: generate() puts the prompt first, then each step's
+    (or each assisted round's) new tokens; we note when they came."""
+
+    def __init__(self, clock: Clock):
+        self.clock, self.stamps, self._prompt_seen = clock, [], False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.stamps.append((self.clock(), int(value.numel())))
+
+    def end(self) -> None:
+        pass
