@@ -21,7 +21,7 @@ from .draws import draw_mismatch
 from .partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
 from .records import Round, RunConfig, RunEnd
 from .sampling import process_logits
-from .tree_check import check_tree_round, is_tree_round
+from .tree_check import check_tree_round, is_tree_round, recompute_tree_rows
 from .verify import residual_of
 
 RULES: dict[str, str] = {
@@ -699,19 +699,23 @@ def recompute_findings(config: RunConfig, rounds: Iterable[Round], target, tol: 
     context = list(config.prompt_ids)
     device = next(target.parameters()).device
     for rnd in rounds:
-        sequence = context + [n.token for n in rnd.nodes if n.parent == n.index - 1]
-        keep = len(sequence) - len(context) + 1
-        with torch.inference_mode():
-            logits = target(torch.tensor([sequence], device=device)).logits[0, -keep:].float().cpu().numpy()
-        fresh = process_logits(logits, config.sampling)
+        if is_tree_round(config, rnd):  # one plain forward per visited parent (core.tree_check)
+            rows, bonus = recompute_tree_rows(config, rnd, context, target)
+        else:
+            sequence = context + [n.token for n in rnd.nodes if n.parent == n.index - 1]
+            keep = len(sequence) - len(context) + 1
+            with torch.inference_mode():
+                logits = target(torch.tensor([sequence], device=device)).logits[0, -keep:].float().cpu().numpy()
+            fresh = process_logits(logits, config.sampling)
+            rows, bonus = dict(enumerate(fresh[:-1])), fresh[-1]
         worst, where = 0.0, None
         for n in rnd.nodes:
             if n.status != "unvisited":
-                d = max_abs_diff(n.p, fresh[n.index])
+                d = max_abs_diff(n.p, rows[n.index])
                 if d > worst:
                     worst, where = d, n.index
         if rnd.bonus_p is not None:
-            d = max_abs_diff(rnd.bonus_p, fresh[len(sequence) - len(context)])
+            d = max_abs_diff(rnd.bonus_p, bonus)
             if d > worst:
                 worst, where = d, None
         if worst > tol:

@@ -181,3 +181,33 @@ def is_tree_round(config: Any, rnd: Any) -> bool:
     draft that is not a chain."""
     return (getattr(rnd, "tree", None) is not None or bool(config.proposer_params.get("tree"))
             or any(n.parent != n.index - 1 for n in rnd.nodes))
+
+
+def recompute_tree_rows(config: Any, rnd: Any, context: list[int], target: Any) -> tuple[dict[int, np.ndarray], Any]:
+    """Deep replay of a tree round, independent of tree attention: for each visited node, p
+    from a plain forward over the context and its parent's path; the bonus row likewise
+    after the accepted path. Returns (node -> fresh p, fresh bonus p or None)."""
+    import torch
+
+    from .sampling import process_logits
+
+    parents = [n.parent for n in rnd.nodes]
+    device = next(target.parameters()).device
+    cache: dict[int, np.ndarray] = {}
+
+    def row_after(node: int) -> np.ndarray:  # p after `node` (-1: after the context)
+        if node not in cache:
+            path: list[int] = []
+            at = node
+            while at >= 0:
+                path.insert(0, rnd.nodes[at].token)
+                at = parents[at]
+            with torch.inference_mode():
+                logits = target(torch.tensor([context + path], device=device)).logits[0, -1].float().cpu().numpy()
+            cache[node] = process_logits(logits, config.sampling)
+        return cache[node]
+
+    rows = {n.index: row_after(n.parent) for n in rnd.nodes if n.status != "unvisited"}
+    accepted = [n.index for n in rnd.nodes if n.status == "accepted"]
+    bonus = row_after(accepted[-1] if accepted else -1) if rnd.bonus_p is not None else None
+    return rows, bonus
