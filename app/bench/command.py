@@ -35,6 +35,11 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
                    help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4; repeat "
                         "for several (default: every registered kind without a model, at its defaults)")
+    p.add_argument("--tree", action="append", default=None, metavar="SPEC",
+                   help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
+                        "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)")
+    p.add_argument("--children", default="topk", choices=("topk", "sampled", "distinct"),
+                   help="how the --tree rows choose siblings (default: topk)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
     p.add_argument("--k", default=None, help="comma-separated draft lengths (default: 2,4,6; quick: 4)")
@@ -143,6 +148,22 @@ def _say(msg: str) -> None:  # progress goes to stderr, also with --json
     print(msg, file=sys.stderr, flush=True)
 
 
+def tree_specs(args: argparse.Namespace, drafts: dict[str, Any]) -> list[str]:
+    """The --tree rows: proposer specs of the first draft drafting each tree."""
+    from specscope.core.trees import TreeSpecError, parse_tree
+
+    specs = []
+    for tree in getattr(args, "tree", None) or []:
+        try:
+            parse_tree(tree)
+        except TreeSpecError as exc:
+            raise UsageError(f"--tree: {exc}") from None
+        if tree.startswith("dynamic:") and args.children != "topk":
+            raise UsageError("--tree dynamic:... keeps the most probable candidates: use --children topk")
+        specs.append(f"draft:{next(iter(drafts))},tree={tree},children={args.children}")
+    return specs
+
+
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs both modes, then the memory children
     import torch
     from specscope.core import SamplingConfig, loading
@@ -162,6 +183,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     labels = {name: Path(name).name if "/" in name else name for name in draft_names}
     drafts = {labels[name]: p.draft for name, p in pairs.items()}
     draft_refs = {labels[name]: name for name in draft_names}
+    trees = tree_specs(args, drafts)
     chosen = select_prompts(loading.example_prompts(), settings["prompts_per_kind"], settings["kinds"])
     prompt_ids = [list(tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in chosen]
     kinds = [p.kind for p in chosen]
@@ -175,7 +197,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
              f"{settings['max_new']} tokens, {settings['reps']} repetitions")
         bench = Bench(target, drafts, prompt_ids, ks=settings["ks"], max_new=settings["max_new"], reps=settings["reps"],
                       sampling=sampling, eos=eos, device=device, include_transformers=not args.no_transformers,
-                      progress=_say, specs=default_specs(list(drafts), args.proposer), kinds=kinds)
+                      progress=_say, specs=default_specs(list(drafts), args.proposer) + trees, kinds=kinds)
         bench.run()
         results["modes"][mode] = bench.rows()
         specs_of_memory += [memory_spec(m, mode, args, draft_refs, prompt_ids, settings["max_new"], eos, device)

@@ -106,9 +106,19 @@ def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None) -> 
 
 
 def method_name(spec: str) -> str:
-    """A spec's name in the bench tables: "draft-small" for draft:small, else the spec."""
+    """A spec's name in the bench tables: "draft-small" for draft:small, "draft-small
+    tree=3,2,1 topk" for a tree of it, else the spec."""
     parsed = parse_spec(spec)
-    return f"{parsed.kind}-{parsed.arg}" if KINDS[parsed.kind].needs_model else str(parsed)
+    if not KINDS[parsed.kind].needs_model:
+        return str(parsed)
+    name = f"{parsed.kind}-{parsed.arg}"
+    if parsed.params.get("tree"):
+        name += f" tree={parsed.params['tree']} {parsed.params.get('children', 'topk')}"
+    return name
+
+
+def is_tree_spec(spec: str) -> bool:
+    return bool(parse_spec(spec).params.get("tree"))
 
 
 def _spec_draft(spec: str) -> str | None:
@@ -137,6 +147,11 @@ class Bench:
         self.methods: list[Method] = [Method("plain (KV cache)", "plain", None, self._plain)]
         for k in self.ks:
             for spec in self.specs:
+                if is_tree_spec(spec):  # a tree's size is its spec, not k: one row
+                    if k == self.ks[0]:
+                        self.methods.append(Method(f"specscope {method_name(spec)}", "specscope", None,
+                                                   self._spec(spec, k), draft=_spec_draft(spec), spec=spec))
+                    continue
                 self.methods.append(Method(f"specscope {method_name(spec)} k={k}", "specscope", k, self._spec(spec, k),
                                            draft=_spec_draft(spec), spec=spec))
             if include_transformers:
