@@ -673,10 +673,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_faults(args: argparse.Namespace) -> int:
-    from specscope.core.faults import FAULTS
+    from specscope.core.faults import FAULTS, TREE_FAULTS
 
-    width = max(len(n) for n in FAULTS)
-    for f in FAULTS.values():
+    width = max(len(n) for n in [*FAULTS, *TREE_FAULTS])
+    for f in [*FAULTS.values(), *TREE_FAULTS.values()]:
         print(f"{f.name:<{width}}  {f.summary}\n{'':<{width}}  fires when: {f.applies}")
     return 0
 

@@ -48,3 +48,14 @@ def test_tree_flag_errors_are_one_line(capsys, checkpoints):  # noqa: F811
             del args[i:i + 2]
         code, _, err = run_cli(capsys, *args, *extra)
         assert code == 2 and message in err and "Traceback" not in err, (extra, err)
+
+
+def test_faults_lists_the_tree_faults_and_run_injects_one(capsys, checkpoints, tmp_path):  # noqa: F811
+    code, out, _ = run_cli(capsys, "faults")
+    assert code == 0 and "tree-sibling-mask" in out and "tree-stale-residual" in out
+    db = tmp_path / "t.sqlite"
+    code, _, err = run_cli(capsys, *base_args(checkpoints), "--tree", "3,2,1", "--max-new", "24",
+                           "--fault", "tree-positions-by-index", "--db", db)
+    assert code == 0, err
+    code, out, _ = run_cli(capsys, "check", db, "--recompute")
+    assert code == 1 and "recompute" in out
