@@ -61,3 +61,24 @@ def test_saved_tree_faults_are_flagged(tmp_path, models):
         config, rounds = stored(store, dec, True)
         found = recompute_findings(config, rounds, target)
         assert dec.fault_rounds and found and first_bad_round(found) >= dec.fault_rounds[0]
+
+
+def test_tree_runs_survive_jsonl_and_check_clean(tmp_path, models):
+    """The JSONL format carries a tree as it is: each node's parent and depth, and the
+    proposer params naming the tree and the children mode, which the checker's replay reads."""
+    from specscope.storage.jsonl import export_run, import_run
+
+    target, draft = models
+    with TraceStore(tmp_path / "a.sqlite") as store:
+        dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+                                 sampling=SamplingConfig(temperature=1.0))
+        config, rounds = stored(store, dec, True)
+        export_run(store, config.run_id, tmp_path / "run.jsonl")
+    with TraceStore(tmp_path / "b.sqlite") as other:
+        run_id = import_run(other, tmp_path / "run.jsonl")
+        config2, rounds2 = other.run_config(run_id), other.load_rounds(run_id, full=True)
+    assert config2.proposer_params["tree"] == "3,2,1" and config2.proposer_params["children"] == "sampled"
+    assert [[(n.parent, n.depth, n.status) for n in r.nodes] for r in rounds2] == \
+        [[(n.parent, n.depth, n.status) for n in r.nodes] for r in rounds]
+    report = check_report(config2, rounds2)
+    assert report.findings == [] and not report.not_checked
