@@ -3,7 +3,10 @@
 The committed prefix is the root; each draft node hangs off its parent. The accepted path
 is drawn thick, the rejected node red, unvisited nodes greyed and dashed, the repair token
 as a sibling of the rejected node (same parent, same depth) and the bonus as the child of
-the last accepted node. Chain drafts are the tree of one branch; tree proposers reuse this.
+the last accepted node. Chain drafts are the tree of one branch. In a token tree each tried
+node is captioned with its place in its siblings' tried order and its draw ("#2 u=0.41"),
+a rejected node's tooltip says how much its rejection took off its parent's p', and the
+title counts the nodes off the accepted path.
 """
 
 from __future__ import annotations
@@ -45,16 +48,19 @@ class TreeNode:
     pos: int  # position to select on click (-1: none)
     tooltip: str
     y: float = 0.0
+    note: str = ""  # token trees: the tried order and the draw
 
 
 def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
     """The nodes to draw for one round, with their parents (pure, testable)."""
     nodes = [TreeNode("root", prompt_tail, theme.PROMPT, None, 0, -1,
                       f"committed prefix ({r.prefix_len} tokens), ends with “{prompt_tail}”")]
+    notes = tree_notes(r)
     for n in r.nodes:
         parent = "root" if n.parent < 0 else f"n{n.parent}"
         nodes.append(TreeNode(f"n{n.index}", visible_text(token_text(n.token)), theme.KIND_OF_STATUS[n.status], parent,
-                              n.depth, n.index, describe_node(r, n, token_text)))
+                              n.depth, n.index, describe_node(r, n, token_text) + _update_tip(r, n.index),
+                              note=notes.get(n.index, "")))
     rep = r.repair
     if rep is not None and rep.node is not None and rep.node < len(r.nodes):
         rejected = r.nodes[rep.node]
@@ -78,6 +84,33 @@ def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
                               len(r.nodes), tip))
     _layout(nodes)
     return nodes
+
+
+def is_tree(r: Round) -> bool:
+    return any(n.parent != n.index - 1 for n in r.nodes)
+
+
+def tree_notes(r: Round) -> dict[int, str]:
+    """Token trees: node -> "#rank u=draw", rank = its place among its tried siblings."""
+    if not is_tree(r):
+        return {}
+    notes: dict[int, str] = {}
+    rank: dict[int, int] = {}
+    for n in r.nodes:  # siblings are tried in index order
+        if n.status == "unvisited":
+            continue
+        rank[n.parent] = rank.get(n.parent, 0) + 1
+        notes[n.index] = f"#{rank[n.parent]}" + ("" if n.u is None else f" u={n.u:.2f}")
+    return notes
+
+
+def _update_tip(r: Round, index: int) -> str:
+    tree = getattr(r, "tree", None)
+    update = next((u for u in getattr(tree, "updates", ()) if u.child == index), None)
+    if update is None:
+        return ""
+    return (f"<br>rejected: p′ at its parent ← normalise(max(p′ − q, 0)), "
+            f"mass kept {fmt(float(update.mass))}")
 
 
 def _layout(nodes: list[TreeNode]) -> None:
@@ -141,6 +174,11 @@ class _NodeItem(QGraphicsPathItem):
             t.setFont(f)
             t.setBrush(QBrush(edge))
             t.setPos(-NODE_W / 2 + 3, NODE_H / 2 - 1)
+        if node.note:
+            n = QGraphicsSimpleTextItem(node.note, self)
+            n.setFont(theme.mono_font(7))
+            n.setBrush(QBrush(edge))
+            n.setPos(-NODE_W / 2 + 3, -NODE_H / 2 - 11)
 
 
 class DraftTreeView(QWidget):
@@ -214,6 +252,7 @@ class DraftTreeView(QWidget):
             self.items[n.key] = item
         legend = (f"<b>round {r.index}</b> draft tree · "
                   f"{r.accepted}/{r.drafted} accepted · "
+                  + (f"{r.drafted - r.accepted} off the accepted path · " if is_tree(r) else "")
                   + " ".join(f"<span style='color:{theme.KIND_EDGE[k].name()}'>■ {theme.KIND_NAMES[k]}</span>"
                              for k in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED, theme.REPAIRED, theme.BONUS)))
         self.title.setText(legend)
