@@ -1,12 +1,27 @@
 """Recording overhead of the transformers engine on transformers' own generate().
 
 For each configuration (assisted / prompt lookup, greedy / sampled) and each prompt, the
-same generate() call runs with and without the recorder, interleaved (the order alternates
-every repetition), after one warm-up of each. The overhead of a configuration is
-median(recorded wall time) / median(plain wall time) - 1 over all prompts and repetitions;
-the recorded tokens are checked equal to the plain ones on every call.
+same generate() call runs plain (`TransformersEngine.plain_generate`: nothing recorded) and
+recorded, interleaved (the order rotates every call), after one warm-up of each. The
+overhead of a configuration is median(recorded time) / median(plain time) - 1 over all
+prompts and repetitions; the recorded tokens are checked equal to the plain ones on every
+call. Everything runs in the calling (main) thread, with torch's default thread count
+unless --threads says otherwise: the product's conditions (`specscope run` sets no thread
+count and calls the engine from its main thread).
+
+Recorded modes (--modes):
+  drain    engine.start(...).drain(each): what the CLI, the trace writer and the bench do;
+           generate() runs in the calling thread and `each` (here a no-op) is called from
+           inside its loop
+  stepped  iterating the run handle round by round: what the GUI does; generate() runs in
+           a worker thread that hands each round over
+
+--clock cpu times the process's CPU time instead of wall time: on a machine shared with
+other work, wall times swing with the load, CPU times much less (it counts every thread of
+the process, so a worker thread's work is in it too).
 
     python scripts/measure_hf_overhead.py                       # bundled target + draft-small, CPU
+    python scripts/measure_hf_overhead.py --reps 15 --prompts 3 --max-new 48 --modes drain,stepped
     python scripts/measure_hf_overhead.py --device cuda --reps 7 --max-new 64
     python scripts/measure_hf_overhead.py --target DIR --draft DIR
 """
@@ -17,7 +32,6 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 import time
 
 import torch
@@ -27,62 +41,59 @@ from specscope.core.engines import TransformersEngine
 from specscope.core.loading import example_prompts, load_bundled, load_models, resolve_device
 
 CONFIGS = (("assisted", 0.0), ("assisted", 1.0), ("lookup", 0.0), ("lookup", 1.0))
+MODES = ("drain", "stepped")
 
 
-def _timed(fn) -> tuple[float, list[int]]:
-    """Wall time of fn() run in a fresh thread, as the engine runs generate(): torch's CPU
-    thread team differs between the main thread and others (on a loaded machine a main-thread
-    generate() measured several times slower), so both sides run in a non-main thread."""
-    box: dict = {}
-
-    def body() -> None:
-        start = time.perf_counter()
-        box["tokens"] = fn()
-        box["s"] = time.perf_counter() - start
-
-    thread = threading.Thread(target=body)
-    thread.start()
-    thread.join()
-    if "tokens" not in box:
-        raise SystemExit("a generate() call failed")
-    return box["s"], box["tokens"]
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
-def measure(engine: TransformersEngine, prompts: list[list[int]], reps: int, max_new: int) -> dict:
-    plain_s: list[float] = []
-    recorded_s: list[float] = []
+def _call(engine: TransformersEngine, mode: str, prompt: list[int], max_new: int, seed: int) -> tuple[list[int], int]:
+    """One call; its tokens and its number of rounds (0 for plain)."""
+    if mode == "plain":
+        return engine.plain_generate(prompt, max_new, seed=seed), 0
+    run = engine.start(prompt, max_new, seed=seed)
+    if mode == "drain":
+        result = run.drain(lambda rnd: None)
+    else:
+        for _ in run:
+            pass
+        result = run.result
+    return result.new_tokens, result.summary.rounds
+
+
+def measure(engine: TransformersEngine, prompts: list[list[int]], reps: int, max_new: int, modes: list[str],
+            clock, device: torch.device) -> dict:
+    names = ["plain", *modes]
+    times: dict[str, list[float]] = {name: [] for name in names}
     rounds = 0
     for prompt in prompts:  # warm-up
-        engine.plain_generate(prompt, max_new, seed=0)
-        engine.generate(prompt, max_new, seed=0)
+        for name in names:
+            _call(engine, name, prompt, max_new, 0)
     for rep in range(reps):
         for i, prompt in enumerate(prompts):
-            plain = lambda: engine.plain_generate(prompt, max_new, seed=i)  # noqa: E731
-            result_box = []
-
-            def recorded():
-                result = engine.generate(prompt, max_new, seed=i)
-                result_box.append(result)
-                return result.new_tokens
-
-            order = (plain, recorded) if (rep + i) % 2 == 0 else (recorded, plain)
-            times = {}
-            for fn in order:
-                times[fn], tokens = _timed(fn)
-                if fn is recorded:
-                    rec_tokens = tokens
-                else:
-                    plain_tokens = tokens
-            if rec_tokens != plain_tokens:
-                raise SystemExit(f"recorded tokens differ from plain generate() (prompt {i}, rep {rep})")
-            rounds += len(result_box[0].rounds)
-            plain_s.append(times[plain])
-            recorded_s.append(times[recorded])
-    p, r = statistics.median(plain_s), statistics.median(recorded_s)
-    ratios = sorted(b / a for a, b in zip(plain_s, recorded_s))
-    return {"plain_median_s": p, "recorded_median_s": r, "overhead": r / p - 1.0,
-            "paired_ratio_median": statistics.median(ratios) - 1.0, "calls": len(plain_s),
-            "mean_rounds_per_call": rounds / len(plain_s)}
+            shift = (rep * len(prompts) + i) % len(names)
+            tokens = {}
+            for name in names[shift:] + names[:shift]:
+                _sync(device)
+                start = clock()
+                tokens[name], n = _call(engine, name, prompt, max_new, i)
+                _sync(device)
+                times[name].append(clock() - start)
+                rounds += n if name == modes[0] else 0
+            for name in modes:
+                if tokens[name] != tokens["plain"]:
+                    raise SystemExit(f"{name}: recorded tokens differ from plain generate() (prompt {i}, rep {rep})")
+    plain = statistics.median(times["plain"])
+    out: dict = {"plain_median_s": plain, "calls": len(times["plain"]),
+                 "mean_rounds_per_call": rounds / len(times["plain"])}
+    for name in modes:
+        median = statistics.median(times[name])
+        ratios = [b / a for a, b in zip(times["plain"], times[name])]
+        out[name] = {"median_s": median, "overhead": median / plain - 1.0,
+                     "paired_ratio_median": statistics.median(ratios) - 1.0}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,10 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new", type=int, default=48)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=3, help="how many bundled example prompts (default: 3)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch CPU threads (default: 1; several threads spin-wait and swing wildly on a busy machine)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch CPU threads (default: torch's own choice, as `specscope run`; on this machine 2)")
+    ap.add_argument("--modes", default="drain", help=f"recorded modes, comma-separated, of {', '.join(MODES)} "
+                                                     "(default: drain)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time (default), or the process's CPU time (steadier on a loaded machine)")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        ap.error(f"--modes takes {', '.join(MODES)}, got {args.modes!r}")
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -106,13 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [list(pair.tokenizer(p.text, add_special_tokens=False)["input_ids"])
                for p in example_prompts()[: args.prompts]]
     report = {"device": str(device), "torch_threads": torch.get_num_threads(), "target": pair.target_name, "draft": pair.draft_name, "reps": args.reps,
-              "max_new": args.max_new, "k": args.k, "prompts": len(prompts), "configs": {}}
+              "clock": args.clock, "modes": modes, "max_new": args.max_new, "k": args.k, "prompts": len(prompts), "configs": {}}
     for kind, temperature in CONFIGS:
         engine = TransformersEngine(pair.target, kind=kind, draft=pair.draft, k=args.k,
                                     sampling=SamplingConfig(temperature=temperature),
                                     eos_token_id=pair.tokenizer.eos_token_id, draft_name=pair.draft_name)
         name = f"{kind} {'greedy' if temperature == 0 else f'T={temperature:g}'}"
-        report["configs"][name] = measure(engine, prompts, args.reps, args.max_new)
+        report["configs"][name] = measure(engine, prompts, args.reps, args.max_new, modes, clock, device)
         print(f"{name}: {report['configs'][name]}", file=sys.stderr, flush=True)
     text = json.dumps(report, indent=2)
     print(text)

@@ -6,38 +6,41 @@ sampling, proposer naming), but the rounds come from the installed transformers'
 `generate(assistant_model=...)` (kind "assisted") or `generate(prompt_lookup_num_tokens=...)`
 (kind "lookup"), unchanged: the recorder only observes it (core/engines/hf_recorder.py).
 
-generate() runs in a worker thread and hands each Round over through a one-slot channel,
-so the consumer steps the run one round at a time (the loop waits while a round is not
-taken) and closing the rounds() generator cancels the run after the round in progress (a
-stopping criterion that turns true). Only one generate() computes at a time in a process,
-and each keeps its own torch random state across the hand-overs, so two runs stepped in
-turn (compare lanes) draw exactly what each would draw alone.
+transformers offers no per-round hook, so a live, steppable run needs generate() in a worker
+thread: rounds() (and a run handle that is stepped, as the GUI does) hands each Round over
+through a one-slot channel, the loop waiting while a round is not taken; closing it cancels
+the run after the round in progress (a stopping criterion that turns true). A run that is
+drained (`start(...).drain(each)`: the CLI, the trace writer, the bench; `generate()`) runs
+generate() in the calling thread instead and calls `each` from inside the loop: no thread and
+no hand-over per round (record_here). Only one generate() computes at a time in a process,
+and each run keeps its own torch random state while others compute (hf_handover), so two
+runs stepped in turn (compare lanes) draw exactly what each would draw alone.
 """
 
 from __future__ import annotations
 
-import queue
+import inspect
 import threading
 import time
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import torch
-from transformers import StoppingCriteria
 
 from specscope.core.decoder import normalize_prompt
 from specscope.core.kv import model_vocab_size
-from specscope.core.records import GenerationResult, Round, RunConfig
+from specscope.core.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
+from specscope.core.records import GenerationResult, Round, RunConfig, SummaryTally
 from specscope.core.run import RunHandle
 from specscope.core.sampling import SamplingConfig
 
+from .hf_handover import COMPUTE, DONE, Baton, CancelCriterion, Channel
 from .hf_private import check_private_api, install_candidate_hook
 from .hf_recorder import RoundRecorder
 
 KINDS = ("assisted", "lookup")
 UNRECORDED = frozenset({"u", "draw"})  # transformers draws them inside its loop and keeps none
-_COMPUTE = threading.Lock()  # one generate() computing at a time (see the module doc)
 
 
 class TransformersEngine:
@@ -48,12 +51,16 @@ class TransformersEngine:
     `confidence` its assistant_confidence_threshold (None: transformers' default).
     kind "lookup": prompt lookup (PromptLookupCandidateGenerator); `k` is
     prompt_lookup_num_tokens and `max_ngram` max_matching_ngram_size.
+    `vectors` / `top_n`: what each Round keeps of its full-vocabulary rows, as for
+    SpeculativeDecoder ("auto": full vectors up to core.dists.FULL_VECTORS_MAX_VOCAB tokens,
+    else the top-N entries and the exact facts).
     """
 
     def __init__(self, target: torch.nn.Module, kind: str = "assisted", draft: torch.nn.Module | None = None,
                  k: int = 4, sampling: SamplingConfig | None = None, eos_token_id: int | None = None, seed: int = 0,
                  target_name: str = "", draft_name: str | None = None, max_ngram: int = 2,
-                 schedule: str = "constant", confidence: float | None = None):
+                 schedule: str = "constant", confidence: float | None = None, vectors: str = "auto",
+                 top_n: int = DEFAULT_TOP_N):
         self.transformers_version = check_private_api()
         if kind not in KINDS:
             raise ValueError(f"transformers engine kind must be one of {KINDS}, got {kind!r}")
@@ -70,6 +77,10 @@ class TransformersEngine:
         self.target_name = target_name or getattr(target.config, "_name_or_path", "") or type(target).__name__
         self.draft_name = draft_name if self.draft is not None else None
         self.use_cache = True  # transformers' assisted loop requires a cache
+        if not isinstance(top_n, int) or top_n < 1:
+            raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
+        self.full_vectors = keeps_full_vectors(vectors, self.vocab_size)
+        self.top_n = covering_top_n(top_n, self.sampling.top_k)
 
     # ------------------------------------------------------------------ naming
 
@@ -147,7 +158,7 @@ class TransformersEngine:
         config = self.run_config(prompt_ids, max_new_tokens, seed=seed)
         if config.max_new_tokens == 0:
             return []
-        with _COMPUTE:
+        with COMPUTE:
             return self._call_generate(config)
 
     # ------------------------------------------------------------------ the decoder surface
@@ -167,139 +178,149 @@ class TransformersEngine:
         )
 
     def rounds(self, prompt_ids: Sequence[int] | torch.Tensor = (), max_new_tokens: int = 32, run_id: str | None = None,
-               seed: int | None = None, config: RunConfig | None = None) -> Generator[Round, None, GenerationResult]:
-        """Yield one Round per round of transformers' loop; return the GenerationResult.
-        Closing the generator cancels the run after the round in progress."""
+               seed: int | None = None, config: RunConfig | None = None,
+               keep_rounds: bool = False) -> Generator[Round, None, GenerationResult]:
+        """Yield one Round per round of transformers' loop, live; return the GenerationResult.
+        generate() runs in a worker thread that waits while a round is not taken, so the
+        consumer steps the run; closing the generator cancels the run after the round in
+        progress. The result keeps the rounds only if `keep_rounds` asks for them."""
         config = config or self.run_config(prompt_ids, max_new_tokens, run_id, seed)
         started = time.perf_counter()
-        channel = _Channel()
+        channel = Channel()
         thread = threading.Thread(target=self._produce, args=(config, channel), name="specscope-transformers",
                                   daemon=True)
-        rounds: list[Round] = []
-        new_tokens: list[int] = []
+        collected = _Collected(keep_rounds)
         if config.max_new_tokens > 0:
             thread.start()
         try:
             while thread.is_alive() or not channel.empty():
                 item = channel.get()
-                if item is _DONE:
+                if item is DONE:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                rounds.append(item)
-                new_tokens.extend(item.tokens)
+                collected.add(item)
                 yield item
         finally:
             channel.cancel()
             if thread.is_alive():
                 thread.join()
-        stop = "eos" if rounds and rounds[-1].eos else "budget"
-        return GenerationResult(config=config, new_tokens=new_tokens, rounds=rounds, stop_reason=stop,
-                                wall_s=time.perf_counter() - started)
+        return collected.result(config, started)
 
-    def _produce(self, config: RunConfig, channel: "_Channel") -> None:
-        recorder = RoundRecorder(config, self.target, self.draft, channel.put, greedy=config.sampling.greedy,
-                                 lookup=self.kind == "lookup")
+    def _produce(self, config: RunConfig, channel: Channel) -> None:
         channel.baton.take()
-        undo = install_candidate_hook(self.target, recorder.wrap)
-        recorder.attach()
         try:
-            self._call_generate(config, stopping=_CancelCriterion(channel))
-            recorder.finish()
-            channel.put(_DONE)
+            self._record(config, channel.put, channel.cancelled)
+            channel.put(DONE)
         except BaseException as exc:  # handed to the consumer, raised there
             channel.put(exc)
         finally:
-            recorder.detach()
-            undo()
             channel.baton.give()
 
+    def _record(self, config: RunConfig, emit: Callable[[Round], None], cancelled: threading.Event) -> None:
+        """One recorded generate() in the calling thread, `emit` called with each Round in it."""
+        recorder = RoundRecorder(config, self.target, self.draft, emit, greedy=config.sampling.greedy,
+                                 lookup=self.kind == "lookup", full_vectors=self.full_vectors, top_n=self.top_n)
+        undo = install_candidate_hook(self.target, recorder.wrap)
+        recorder.attach()
+        try:
+            self._call_generate(config, stopping=CancelCriterion(cancelled))
+            recorder.finish()
+        finally:
+            recorder.detach()
+            undo()
+
+    def record_here(self, config: RunConfig, each: Callable[[Round], None] | None = None,
+                    cancelled: threading.Event | None = None, keep_rounds: bool = False) -> GenerationResult:
+        """The run in the calling thread, no worker thread and no hand-over: `each(round)`
+        is called from inside transformers' loop as each round ends (rounds are live, but
+        the loop waits while `each` runs: keep it cheap). An exception from `each` (or
+        Ctrl-C) ends generate() there and propagates; setting `cancelled` ends the run after
+        the round in progress. What `start(...).drain(each)` does."""
+        started = time.perf_counter()
+        collected = _Collected(keep_rounds)
+        baton = Baton()
+
+        def emit(rnd: Round) -> None:
+            collected.add(rnd)
+            if each is not None:
+                baton.give()  # another run may compute while `each` runs (as a stepped run's consumer)
+                try:
+                    each(rnd)
+                finally:
+                    baton.take()
+
+        if config.max_new_tokens > 0:
+            baton.take()
+            try:
+                self._record(config, emit, cancelled if cancelled is not None else threading.Event())
+            finally:
+                baton.give()
+        return collected.result(config, started)
+
     def start(self, prompt_ids: Sequence[int] | torch.Tensor = (), max_new_tokens: int = 32, run_id: str | None = None,
-              seed: int | None = None, config: RunConfig | None = None) -> RunHandle:
+              seed: int | None = None, config: RunConfig | None = None, keep_rounds: bool = False) -> "TransformersRun":
         config = config or self.run_config(prompt_ids, max_new_tokens, run_id, seed)
-        return RunHandle(self.rounds(config=config), config)
+        return TransformersRun(self, config, keep_rounds)
 
     def generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int = 32, run_id: str | None = None,
-                 seed: int | None = None) -> GenerationResult:
-        return self.start(prompt_ids, max_new_tokens, run_id, seed).drain()
+                 seed: int | None = None, keep_rounds: bool = True) -> GenerationResult:
+        """Run to the end in the calling thread; the result keeps every Round unless
+        `keep_rounds=False`."""
+        return self.start(prompt_ids, max_new_tokens, run_id, seed, keep_rounds=keep_rounds).drain()
 
 
-# ---------------------------------------------------------------------- hand-over
+class TransformersRun(RunHandle):
+    """start()'s run handle. Stepping it (`next`, `step`, `for`: the GUI) runs generate() in
+    a worker thread, one round per step (rounds()). `drain(each)` on a run not stepped yet
+    (the CLI, the trace writer, the bench) runs generate() in the calling thread with `each`
+    called from inside the loop (record_here): no thread, no per-round hand-over, so a
+    recorded run costs what the same generate() call costs plus the recorder's reading."""
+
+    def __init__(self, engine: TransformersEngine, config: RunConfig, keep_rounds: bool = False):
+        super().__init__(engine.rounds(config=config, keep_rounds=keep_rounds), config)
+        self._engine, self._keep_rounds = engine, keep_rounds
+        self._cancelled = threading.Event()
+
+    def drain(self, each: Callable[[Round], None] | None = None) -> GenerationResult:
+        if self.result is not None or inspect.getgeneratorstate(self._rounds) != inspect.GEN_CREATED:
+            return super().drain(each)  # already stepped: go on in its worker thread
+        self._rounds.close()  # never started: nothing runs
+
+        def counted(rnd: Round) -> None:
+            self.rounds_seen += 1
+            if each is not None:
+                each(rnd)
+
+        self.result = self._engine.record_here(self.config, counted, self._cancelled, self._keep_rounds)
+        return self.result
+
+    def close(self) -> None:
+        self._cancelled.set()  # a drain in progress (close() called from its `each`) ends after this round
+        super().close()
 
 
-class _Baton:
-    """The process-wide compute lock plus this run's torch random state: released (state
-    saved) while the run waits for its consumer, taken back (state restored) after."""
+class _Collected:
+    """A run's tokens and running summary (and its rounds, when kept)."""
 
-    def __init__(self) -> None:
-        self.state: Any = None
-        self.held = False
+    def __init__(self, keep_rounds: bool):
+        self.keep_rounds = keep_rounds
+        self.rounds: list[Round] = []
+        self.tokens: list[int] = []
+        self.tally = SummaryTally()
+        self.eos = False
 
-    def take(self) -> None:
-        _COMPUTE.acquire()
-        self.held = True
-        if self.state is not None:
-            cpu, cuda = self.state
-            torch.set_rng_state(cpu)
-            if cuda is not None:
-                torch.cuda.set_rng_state_all(cuda)
+    def add(self, rnd: Round) -> None:
+        self.tally.add(rnd)
+        if self.keep_rounds:
+            self.rounds.append(rnd)
+        self.tokens.extend(rnd.tokens)
+        self.eos = rnd.eos
 
-    def give(self) -> None:
-        if not self.held:
-            return
-        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        self.state = (torch.get_rng_state(), cuda)
-        self.held = False
-        _COMPUTE.release()
-
-
-_DONE = object()
-
-
-class _Channel:
-    """One slot between the generate() thread and the consumer."""
-
-    def __init__(self) -> None:
-        self.slot: queue.Queue = queue.Queue(maxsize=1)
-        self.cancelled = threading.Event()
-        self.baton = _Baton()
-
-    def put(self, item: Any) -> None:
-        self.baton.give()
-        try:
-            while not self.cancelled.is_set():
-                try:
-                    self.slot.put(item, timeout=0.05)
-                    return
-                except queue.Full:
-                    continue
-        finally:
-            self.baton.take()
-
-    def get(self) -> Any:
-        while True:
-            try:
-                return self.slot.get(timeout=0.05)
-            except queue.Empty:
-                if self.cancelled.is_set():
-                    return _DONE
-
-    def empty(self) -> bool:
-        return self.slot.empty()
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-
-
-class _CancelCriterion(StoppingCriteria):
-    """A stopping criterion that is false until the run is cancelled."""
-
-    def __init__(self, channel: _Channel):
-        self.channel = channel
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.channel.cancelled.is_set(), dtype=torch.bool,
-                          device=input_ids.device)
+    def result(self, config: RunConfig, started: float) -> GenerationResult:
+        return GenerationResult(config=config, new_tokens=self.tokens, rounds=self.rounds,
+                                stop_reason="eos" if self.eos else "budget", wall_s=time.perf_counter() - started,
+                                tallied=self.tally.summary())
 
 
 def _set_assistant(draft: torch.nn.Module, k: int, schedule: str, confidence: float | None) -> dict[str, Any]:

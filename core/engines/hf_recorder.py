@@ -24,14 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from specscope.core.kv import Stopwatch
 from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
-from specscope.core.verify import residual_of
 
 from .hf_private import cache_length, output_cache
+from .hf_vectors import RoundVectors, q_rows, read_vectors
 
 
 @dataclass
@@ -57,12 +56,15 @@ class _Observed:
 
 class RoundRecorder:
     """Observes one generate() call, in the thread that runs it, and hands each finished
-    Round to `emit`. `draft_model` is None for proposers without a model (prompt lookup)."""
+    Round to `emit` (called in that thread). `draft_model` is None for proposers without a
+    model (prompt lookup). `full_vectors`/`top_n`: what a Round keeps of its rows (core.dists)."""
 
     def __init__(self, config: RunConfig, target: torch.nn.Module, draft_model: torch.nn.Module | None,
-                 emit: Callable[[Round], None], greedy: bool, lookup: bool):
+                 emit: Callable[[Round], None], greedy: bool, lookup: bool, full_vectors: bool = True,
+                 top_n: int = 20):
         self.config, self.target, self.draft_model = config, target, draft_model
         self.emit, self.greedy, self.lookup = emit, greedy, lookup
+        self.full_vectors, self.top_n = full_vectors, top_n
         self.stopwatch = Stopwatch(next(target.parameters()).device)
         self.thread: int | None = None
         self.rounds = 0
@@ -170,29 +172,18 @@ class RoundRecorder:
         obs.t_verify_start = self.stopwatch.now()
 
     def _read_round(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> dict:
+        """Everything the round keeps, read now (the rows are computed on their device)."""
         obs = self.current
-        scores = scores[0].detach()
-        return dict(
-            emitted=[int(t) for t in input_ids[0, obs.prefix_len:].tolist()],
-            matches=int(num_matches),
-            p=torch.softmax(scores.double(), dim=-1).cpu().numpy(),
-            argmax=scores.argmax(dim=-1).cpu().numpy(),
-            q=self._q_rows(obs),
-            target_after=cache_length(self.target_cache) or 0,
-        )
-
-    def _q_rows(self, obs: _Observed) -> np.ndarray | None:
-        """q as the candidate generator returned it: softmax of the candidate logits (draft
-        model), a point mass on the candidate (prompt lookup); None in greedy runs."""
-        if self.greedy or not obs.candidates:
-            return None
-        if obs.candidate_logits is not None:
-            return torch.softmax(obs.candidate_logits[0].detach().double(), dim=-1).cpu().numpy()
-        if self.lookup:
-            q = np.zeros((len(obs.candidates), self.config.vocab_size))
-            q[np.arange(len(obs.candidates)), obs.candidates] = 1.0
-            return q
-        return None
+        emitted = [int(t) for t in input_ids[0, obs.prefix_len:].tolist()]
+        statuses, kinds = _statuses(obs, emitted, int(num_matches))
+        rejected = next((i for i, s in enumerate(statuses) if s == "rejected"), None)
+        drawn = emitted[-1] if kinds and kinds[-1] in ("bonus", "repaired") else None
+        q = q_rows(obs.candidate_logits, obs.candidates, self.config.vocab_size, greedy=self.greedy,
+                   lookup=self.lookup, device=scores.device)
+        obs.candidate_logits = None  # not kept past the round
+        vectors = read_vectors(scores, q, obs.candidates, rejected, drawn, full=self.full_vectors, top_n=self.top_n)
+        return dict(emitted=emitted, statuses=statuses, kinds=kinds, rejected=rejected, vectors=vectors,
+                    target_after=cache_length(self.target_cache) or 0)
 
     def _round_done(self, facts: dict, t_verified: float) -> None:
         obs = self.current
@@ -239,18 +230,10 @@ def _statuses(obs: _Observed, emitted: list[int], matches: int) -> tuple[list[st
 
 
 def build_round(config: RunConfig, obs: _Observed, facts: dict, draft_after: int | None, greedy: bool) -> Round:
-    emitted, p, q, argmax = facts["emitted"], facts["p"], facts["q"], facts["argmax"]
-    context = facts["context"][: obs.prefix_len + len(emitted)]
-    statuses, kinds = _statuses(obs, emitted, facts["matches"])
-    nodes = tuple(_node(i, token, p[i], None if q is None else q[i], statuses[i], int(argmax[i]))
-                  for i, token in enumerate(obs.candidates))
-    rejected = next((i for i, s in enumerate(statuses) if s == "rejected"), None)
-    residual, mass = None, None
-    if rejected is not None and q is not None:
-        try:
-            residual, mass = residual_of(p[rejected], q[rejected])
-        except ArithmeticError:
-            residual, mass = None, 0.0
+    emitted, statuses, kinds, rejected = facts["emitted"], facts["statuses"], facts["kinds"], facts["rejected"]
+    vec: RoundVectors = facts["vectors"]
+    context, end = facts["context"], obs.prefix_len + len(emitted)  # not copied: a run's context grows long
+    nodes = tuple(_node(i, token, vec, statuses[i]) for i, token in enumerate(obs.candidates))
     out = tuple(EmittedToken(t, kind, None if kind == "bonus" else i) for i, (t, kind) in enumerate(zip(emitted, kinds)))
     eos = config.eos_token_id is not None and config.eos_token_id in emitted
     remaining = config.max_new_tokens - obs.emitted_before
@@ -259,31 +242,34 @@ def build_round(config: RunConfig, obs: _Observed, facts: dict, draft_after: int
     draft_cache = None
     if obs.draft_before is not None:
         after = obs.draft_peak if draft_after is None else draft_after
-        draft_cache = _cache(obs.draft_before, obs.draft_peak, after, context)
+        draft_cache = _cache(obs.draft_before, obs.draft_peak, after, context, end)
     draft_s, verify_s, book_s = facts["timings"]
     return Round(
         run_id=config.run_id, index=obs.index, prefix_len=obs.prefix_len, emitted_before=obs.emitted_before,
         remaining_budget=remaining, k=max(n, min(obs.requested if obs.requested is not None else n, remaining)),
-        greedy=greedy, nodes=nodes, bonus_p=p[n] if all_accepted and len(p) > n else None,
-        rejected_node=rejected, residual=residual, residual_mass=mass, emitted=out, eos=eos,
+        greedy=greedy, nodes=nodes, bonus_p=vec.p_rows[n] if all_accepted and len(vec.p_rows) > n else None,
+        rejected_node=rejected, residual=vec.residual, residual_mass=vec.residual_mass, emitted=out, eos=eos,
         budget_stop=obs.emitted_before + len(emitted) >= config.max_new_tokens,
         bonus_withheld=all_accepted and "bonus" not in kinds and not eos and len(emitted) >= remaining,
         target_cache=_cache(obs.target_before, obs.target_peak if obs.target_peak is not None else obs.target_before,
-                            facts["target_after"], context),
+                            facts["target_after"], context, end),
         draft_cache=draft_cache,
         timings=RoundTimings(draft_s=draft_s, verify_s=verify_s, bookkeeping_s=book_s),
         draft_forwards=obs.draft_forwards, target_forwards=obs.target_forwards,
     )
 
 
-def _cache(before: int, peak: int, after: int, final_context: list[int]) -> CacheState:
-    return CacheState(before=before, peak=peak, after=after, pending=tuple(final_context[after:]))
+def _cache(before: int, peak: int, after: int, context: list[int], end: int) -> CacheState:
+    """Cache lengths; pending = the committed tokens (context up to `end`) past `after`."""
+    return CacheState(before=before, peak=peak, after=after, pending=tuple(context[after:end]))
 
 
-def _node(i: int, token: int, p: np.ndarray, q: np.ndarray | None, status: str, argmax: int) -> DraftNode:
-    q_token = float(q[token]) if q is not None else None
+def _node(i: int, token: int, vec: RoundVectors, status: str) -> DraftNode:
+    p_token, q_token, overlap = (float(x) for x in vec.scalars[i])
+    has_q = vec.q_rows is not None
     return DraftNode(
-        index=i, token=token, parent=i - 1, depth=i + 1, p=p, q=q, status=status, u=None,
-        p_token=float(p[token]), q_token=q_token, ratio=(float(p[token]) / q_token) if q_token else None,
-        overlap=float(np.minimum(p, q).sum()) if q is not None else None, target_argmax=argmax,
+        index=i, token=token, parent=i - 1, depth=i + 1, p=vec.p_rows[i], q=vec.q_rows[i] if has_q else None,
+        status=status, u=None, p_token=p_token, q_token=q_token if has_q else None,
+        ratio=(p_token / q_token) if has_q and q_token else None, overlap=overlap if has_q else None,
+        target_argmax=vec.argmax[i],
     )
