@@ -53,9 +53,19 @@ def keep_positions(lm: CachedLM, prefix_len: int, rows: Sequence[int]) -> bool:
         return True
     if not all(type(layer) is DynamicLayer for layer in cache.layers):
         return False
-    index = torch.tensor(list(range(prefix_len)) + list(rows), dtype=torch.long, device=lm.device)
-    for layer in cache.layers:
-        if layer.is_initialized and layer.keys.numel():
-            layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
-            layer.values = layer.values.index_select(-2, index.to(layer.values.device))
+    rows = list(rows)
+    index = torch.tensor(rows, dtype=torch.long, device=lm.device)
+    end = prefix_len + len(rows)
+    with torch.inference_mode():  # the cache's tensors are inference tensors
+        for layer in cache.layers:
+            if not (layer.is_initialized and layer.keys.numel()):
+                continue
+            # only the path's rows move (O(path), not O(context)): gather them, cut the
+            # cache after the prefix + path, write them in place behind the prefix
+            keys = layer.keys.index_select(-2, index.to(layer.keys.device))
+            values = layer.values.index_select(-2, index.to(layer.values.device))
+            layer.keys = layer.keys[..., :end, :]
+            layer.values = layer.values[..., :end, :]
+            layer.keys[..., prefix_len:end, :] = keys
+            layer.values[..., prefix_len:end, :] = values
     return True
