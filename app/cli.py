@@ -133,6 +133,8 @@ def add_run_parser(subparsers: Any) -> None:
                    help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
                         "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)")
     p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
+    p.add_argument("--threads", type=_threads_arg, default=None, metavar="N",
+                   help="torch CPU threads for decoding (default: all cores but one, up to 8 cores)")
     p.add_argument("--tree", default=None, metavar="SPEC",
                    help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
                         "dynamic:nodes=16,depth=5,topk=4 (shorthand for --proposer draft:tree=SPEC)")
@@ -401,6 +403,9 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any) -> No
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from specscope.app.threads import apply_threads
+
+    apply_threads(args.threads)
     spec = run_spec(args)
     pair = _load(args, spec)
     decoder = _make_decoder(args, spec, pair)
@@ -692,11 +697,37 @@ def check_trace_file(path: str) -> None:
     open_existing_store(path).close()
 
 
+def _threads_arg(text: str) -> int:
+    from specscope.app.threads import MAX_THREADS
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of threads, got {text!r}") from None
+    if not 1 <= n <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"threads must lie in [1, {MAX_THREADS}], got {n}")
+    return n
+
+
 def cmd_open(args: argparse.Namespace) -> int:
     check_trace_file(args.trace)
     from specscope.app.gui import launch
 
-    return launch(trace_path=args.trace)
+    if args.run:
+        store = open_existing_store(args.trace)
+        try:
+            run_id = store.resolve_run_id(args.run)  # CliError-worthy when unknown or ambiguous
+        except Exception as exc:  # noqa: BLE001 - the store's own message says which
+            raise CliError(f"{args.trace}: {exc}") from None
+        finally:
+            store.close()
+        return launch(trace_path=args.trace, run_id=run_id, **_app_threads(args))
+    return launch(trace_path=args.trace, **_app_threads(args))
+
+
+def _app_threads(args: argparse.Namespace) -> dict:
+    """launch()'s threads argument, only when given (callers' launch stand-ins stay simple)."""
+    return {"threads": args.app_threads} if getattr(args, "app_threads", None) else {}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -706,8 +737,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--threads", dest="app_threads", type=_threads_arg, default=None, metavar="N",
+                        help="the window's torch CPU threads for decoding (default: all cores but one, up to 8 "
+                             "cores; the run panel keeps its own setting otherwise)")
     p = sub.add_parser("open", help="open a saved trace in the inspector")
     p.add_argument("trace", help="an SQLite trace store")
+    p.add_argument("--run", default=None, metavar="ID", help="the run to replay (an id or a unique prefix)")
     p.set_defaults(func=cmd_open)
     add_run_parser(sub)
     add_check_parsers(sub)
@@ -805,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         from specscope.app.gui import launch
 
-        return launch()
+        return launch(**_app_threads(args))
     try:
         check_int_options(args)
         return int(args.func(args) or 0)

@@ -3,6 +3,7 @@
 
     python scripts/render_screenshots.py                 # -> docs/screenshots/*.png
     python scripts/render_screenshots.py --out /tmp/shots --tiny
+    python scripts/render_screenshots.py --size 1024x700     # -> docs/screenshots/*-1024x700.png
 
 Uses the bundled models when they are installed (else tiny random models, or always with
 --tiny). Runs a sampled speculative decode, selects a round with a rejection, and saves the
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     width, height = (int(v) for v in args.size.lower().split("x"))
+    # the default size keeps the plain names; any other size is named after it
+    suffix = "" if args.size == parser.get_default("size") else f"-{width}x{height}"
 
     from PySide6.QtCore import QSettings
 
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     settle()
 
     def save(widget, name: str) -> None:
-        path = out / f"{name}.png"
+        path = out / f"{name}{suffix}.png"
         widget.grab().save(str(path))
         print(f"wrote {path}")
 
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     save(w.timeline, "timeline")
     save(w.inspector, "round-inspector")
     save(w.tree, "draft-tree")
+    save(w.inspector.kv, "kv-cache")
     w.plots.refresh()
     save(w.plots, "live-plots")
 
@@ -133,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 w.jump_to_finding(w.findings.findings[0])
             settle(0.6)
             save(w, "replay-findings")
+            save(w.inspector.kv, "kv-cache-fault")
     except Exception as exc:  # noqa: BLE001 - the other screenshots are still useful
         print(f"skipped the findings screenshot: {exc}", file=sys.stderr)
 

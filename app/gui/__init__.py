@@ -62,17 +62,21 @@ def _install_excepthook(window) -> None:
     sys.excepthook = hook
 
 
-def launch(trace_path: str | None = None, argv: Sequence[str] | None = None) -> int:
-    """Open the main window (replaying `trace_path` when given); return the exit code."""
+def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run_id: str | None = None,
+           threads: int | None = None) -> int:
+    """Open the main window (replaying `trace_path`, run `run_id` when given, else asking
+    which run); `threads` sets the run panel's torch threads; return the exit code."""
     app = create_app(argv)
     from .main_window import MainWindow
 
     window = MainWindow()
+    if threads:
+        window.run_panel.set_field("threads", str(threads))
     window.show()
     _install_excepthook(window)
     if trace_path:
         from PySide6.QtCore import QTimer
 
-        QTimer.singleShot(0, lambda: window.open_trace(str(trace_path)))
+        QTimer.singleShot(0, lambda: window.open_trace(str(trace_path), run_id=run_id))
     code = app.exec()
     return int(code)

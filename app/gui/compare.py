@@ -1,174 +1,50 @@
-"""Compare mode: the same prompt, target and sampler with two proposers, side by side.
+"""Compare mode's view: two proposers side by side on the same prompt, target and sampler.
 
-`CompareSession` (no widgets) drives a RunController with two lanes and fills two
-RunModels; `CompareWidget` shows both timelines (aligned by output position, scrolled
-together), both sets of plots, a summary table and the first divergence.
+`CompareWidget` shows a `compare_session.CompareSession`: both timelines (aligned by output
+position, scrolled together), both sets of plots, a summary table and the first divergence.
+The table and the lanes share a splitter and every part has a readable minimum, so the tab
+works from 1024x700 up.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QGridLayout,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from . import theme
+from .compare_session import SUMMARY_ROWS, CompareSession
 from .plots import LivePlotsWidget
-from .runmodel import RunModel, first_divergence
-from .session import PlainCost
 from .settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
 from .timeline import TokenTimelineWidget
-from .worker import RunController
+
+__all__ = ["CompareSession", "CompareWidget"]
 
 DEFAULT_SIDES = (("draft:small", "4"), ("lookup", "4"))  # (proposer spec, k) of A and B
 TABLE_REFRESH_MS = 250  # the summary table's refresh while the lanes run
-SUMMARY_ROWS = (
-    ("proposer", "proposer"),
-    ("mean_accepted_length", "mean accepted length"),
-    ("acceptance_rate", "acceptance rate"),
-    ("rounds", "rounds"),
-    ("new_tokens", "new tokens"),
-    ("target_passes", "target forward passes"),
-    ("draft_passes", "draft forward passes"),
-    ("decode_s", "decoding time (s)"),
-    ("tokens_per_s", "tokens / s"),
-    ("speedup", "speedup over plain decoding"),
-    ("stop", "stop reason"),
-)
-
-
-@dataclass
-class SideResult:
-    stop_reason: str | None = None
-    wall_s: float | None = None
-
-
-class CompareSession(QObject):
-    """Two lanes of one worker; fills models[0] and models[1]."""
-
-    changed = Signal()
-    divergence = Signal(object)  # output position or None
-    failed = Signal(str, str)
-    stateChanged = Signal(str)
-
-    def __init__(self, controller: RunController, parent=None):
-        super().__init__(parent)
-        self.controller = controller
-        self.models = (RunModel(self), RunModel(self))
-        self.settings: tuple[RunSettings, RunSettings] | None = None
-        self.results = [SideResult(), SideResult()]
-        self.plain: PlainCost | None = None  # plain decoding of the target, measured before the run
-        self.first_divergence: int | None = None
-        w = controller.worker
-        w.prepared.connect(self._on_prepared)
-        w.roundReady.connect(self._on_round)
-        w.laneFinished.connect(self._on_lane_finished)
-        w.baseline.connect(self._on_baseline)
-        w.failed.connect(self.failed)
-        w.stateChanged.connect(self.stateChanged)
-
-    def start(self, a: RunSettings, b: RunSettings) -> None:
-        self.settings = (a, b)
-        self.results = [SideResult(), SideResult()]
-        self.plain = None
-        self.first_divergence = None
-        for m in self.models:
-            m.clear()
-        self.controller.start([a, b], run=True, measure_baseline=True)
-
-    def stop(self) -> None:
-        self.controller.stop()
-
-    @property
-    def running(self) -> bool:
-        """Whether lanes are being prepared, decoded or stopped."""
-        return self.controller.busy
-
-    def _on_prepared(self, lane: int, config, token_text, label: str) -> None:
-        self.models[lane].begin(config, token_text, source="compare", label=label)
-
-    def _on_round(self, lane: int, rnd) -> None:
-        cfg = self.models[lane].config
-        if cfg is None or rnd.run_id != cfg.run_id:
-            return  # a round of a cancelled comparison
-        self.models[lane].append(rnd)
-        a, b = (m.output_tokens for m in self.models)
-        div = first_divergence(a, b)
-        if div != self.first_divergence:
-            self.first_divergence = div
-            self.divergence.emit(div)
-        self.changed.emit()
-
-    def _on_lane_finished(self, lane: int, reason: str, wall: float, result) -> None:
-        self.results[lane] = SideResult(reason, wall)
-        self.models[lane].finish(reason, wall)
-        self.changed.emit()
-
-    def _on_baseline(self, plain: PlainCost) -> None:
-        self.plain = plain
-        self.changed.emit()
-
-    # ------------------------------------------------------------------ summary
-
-    def summary(self, lane: int) -> dict[str, str]:
-        m = self.models[lane]
-        met = m.metrics
-        res = self.results[lane]
-        # The lane's own rounds (draft + verify + bookkeeping), not the wall time from its
-        # start to its end: the two lanes run interleaved on one worker, so each lane's wall
-        # time also holds the other lane's rounds, the recording and the window's updates.
-        decode = met.time_total
-        tps = met.emitted_total / decode if decode else math.nan
-        speed = (self.plain.total_s(met.emitted_total) / decode
-                 if self.plain is not None and decode and met.emitted_total else math.nan)
-        s = self.settings[lane] if self.settings else None
-        return {
-            "proposer": ((f"{'transformers: ' if s.engine == 'transformers' else ''}{proposer_label(s.proposer)}, "
-                          f"k={s.k}") if s else m.label),
-            "mean_accepted_length": f"{met.mean_accepted_length:.3f}",
-            "acceptance_rate": f"{met.acceptance_rate:.3f}",
-            "rounds": str(len(met)),
-            "new_tokens": str(met.emitted_total),
-            "target_passes": str(met.target_forwards),
-            "draft_passes": str(met.draft_forwards),
-            "decode_s": f"{decode:.3f}" if decode else "—",
-            "tokens_per_s": f"{tps:.1f}" if not math.isnan(tps) else "—",
-            "speedup": f"{speed:.2f}×" if not math.isnan(speed) else "—",
-            "stop": res.stop_reason or ("running" if len(met) else "—"),
-        }
-
-    def divergence_text(self) -> str:
-        a, b = (m.output_tokens for m in self.models)
-        n = min(len(a), len(b))
-        greedy = bool(self.settings and self.settings[0].greedy)
-        if self.first_divergence is None:
-            if not n:
-                return ""
-            note = " (greedy: identical outputs, as exactness requires)" if greedy else ""
-            return f"<span style='color:#007a4d'>✔ no divergence in the first {n} tokens{note}</span>"
-        i = self.first_divergence
-        tt = self.models[0].token_text
-        text = (f"<b style='color:{theme.DIVERGENCE_COLOR.name()}'>first divergence at output position {i}</b>: "
-                f"A “{tt(a[i])}” vs B “{tt(b[i])}”")
-        if greedy:
-            text += " — <b style='color:#b00020'>greedy outputs must be identical: this is a bug</b>"
-        else:
-            text += " (expected when sampling: the two proposers consume the random stream differently)"
-        return text
+LANE_MIN_PX = 110  # a lane's timeline never gets shorter
+NOTE_HTML = ("<p>Prompt, target, sampler, seed and budget come from the run panel. The lanes run "
+             "interleaved; times are each lane's own rounds, and the speedup compares them with plain "
+             "decoding of the target measured before the run. Drawing the lanes slows their rounds "
+             "somewhat: <code>specscope bench</code> measures speedups undisturbed.</p>"
+             "<p>Plots: acceptance (dots per round, line = rolling mean), accepted-length histogram, latency "
+             "(draft below, verify on top), tokens per round (black measured, dashed predicted by the cost "
+             "model).</p><p>Timeline: " + theme.kind_legend_html() + "</p>"
+             "<p>Hover a lane cell for its whole token, p, q and the decision.</p>")
 
 
 class CompareWidget(QWidget):
@@ -182,16 +58,20 @@ class CompareWidget(QWidget):
         self.session = session
         outer = QVBoxLayout(self)
         outer.setContentsMargins(4, 4, 4, 4)
+        outer.setSpacing(3)
         outer.addLayout(self._controls())
         outer.addWidget(self._note())
-        top = QHBoxLayout()
-        top.addWidget(self._summary_table(), 1)
-        outer.addLayout(top)
         self.divergence = QLabel("")
         self.divergence.setTextFormat(Qt.TextFormat.RichText)
         self.divergence.setWordWrap(True)
         outer.addWidget(self.divergence)
-        outer.addWidget(self._lane_columns(), 1)
+        self.body = QSplitter(Qt.Orientation.Vertical)
+        self.body.setChildrenCollapsible(False)
+        self.body.addWidget(self._summary_table())
+        self.body.addWidget(self._lane_columns())
+        self.body.setStretchFactor(0, 2)
+        self.body.setStretchFactor(1, 5)
+        outer.addWidget(self.body, 1)
         self._syncing = False
         a, b = (t.verticalScrollBar() for t in self.timelines)
         a.valueChanged.connect(lambda v: self._sync(b, v))
@@ -212,55 +92,67 @@ class CompareWidget(QWidget):
     # ------------------------------------------------------------------ building
 
     def _controls(self) -> QGridLayout:
-        """Per side: proposer menu (from the registry, without a local checkpoint) and k."""
+        """One row per side: engine, proposer menu (from the registry, without a local
+        checkpoint) and k, its error beside; Compare and Stop at the left of the rows."""
         controls = QGridLayout()
+        controls.setVerticalSpacing(2)
         self.proposers: list[QComboBox] = []
         self.engines: list[QComboBox] = []  # per side: ENGINES
         self.ks: list[QLineEdit] = []
         self.errors: list[QLabel] = []
+        self.compare_button = QPushButton("Compare")
+        self.compare_button.setToolTip("Run the prompt and sampler of the run panel with proposers A and B")
+        self.stop_button = QPushButton("Stop")
+        self.compare_button.clicked.connect(self.compareRequested.emit)
+        self.stop_button.clicked.connect(self.stopRequested.emit)
+        controls.addWidget(self.compare_button, 0, 0)
+        controls.addWidget(self.stop_button, 1, 0)
         for side, (prop, k) in enumerate(DEFAULT_SIDES):
             name = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b>")
             combo = QComboBox()
             for choice in proposer_choices(with_checkpoint=False):
                 combo.addItem(choice.label, choice.spec)
             combo.setCurrentIndex(combo.findData(prop))
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(18)
             kedit = QLineEdit(k)
             kedit.setFixedWidth(50)
             err = QLabel("")
             err.setStyleSheet("color:#b00020; font-size:9pt;")
-            err.hide()
+            err.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             engine = QComboBox()
             engine.addItems(ENGINES)
             engine.setToolTip(f"who decodes side {'AB'[side]}: specscope, or transformers' own generate()")
             self.engines.append(engine)
-            for col, widget in enumerate((name, engine, combo, QLabel("k"), kedit)):
-                controls.addWidget(widget, 0, side * 5 + col)
-            controls.addWidget(err, 1, side * 5 + 1, 1, 4)
+            for col, widget in enumerate((name, engine, combo, QLabel("k"), kedit, err)):
+                controls.addWidget(widget, side, 1 + col)
             self.proposers.append(combo)
             self.ks.append(kedit)
             self.errors.append(err)
-        self.compare_button = QPushButton("Compare")
-        self.compare_button.setToolTip("Run the prompt and sampler of the run panel with proposers A and B")
-        self.stop_button = QPushButton("Stop")
-        self.compare_button.clicked.connect(self.compareRequested.emit)
-        self.stop_button.clicked.connect(self.stopRequested.emit)
-        controls.addWidget(self.compare_button, 0, 10)
-        controls.addWidget(self.stop_button, 0, 11)
-        controls.setColumnStretch(12, 1)
+        controls.setColumnStretch(3, 1)
+        controls.setColumnStretch(6, 2)
         return controls
 
-    def _note(self) -> QLabel:
-        self.note = QLabel("Prompt, target, sampler, seed and budget come from the run panel. The lanes run "
-                           "interleaved; times are each lane's own rounds, and the speedup compares them "
-                           "with plain decoding of the target measured before the run. Drawing the lanes "
-                           "slows their rounds somewhat: `specscope bench` measures speedups undisturbed. "
-                           "Plots: "
-                           "acceptance (dots per round, line = rolling mean), accepted-length histogram, "
-                           "latency (draft below, verify on top), tokens per round (black measured, "
-                           "dashed predicted by the cost model).")
+    def _note(self) -> QWidget:
+        box = QWidget()
+        row = QGridLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.legend = QLabel(theme.kind_legend_html())
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.note = QLabel("Prompt, sampler, seed and budget come from the run panel; the speedup is against "
+                           "plain decoding measured before the run.")
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color:#666666")
-        return self.note
+        self.note.setToolTip(NOTE_HTML)
+        help_button = QToolButton()
+        help_button.setText("?")
+        help_button.setToolTip("How compare mode measures, and what the plots show")
+        help_button.clicked.connect(lambda: QMessageBox.information(self, "Compare", NOTE_HTML))
+        row.addWidget(self.legend, 0, 0)
+        row.addWidget(help_button, 0, 1)
+        row.addWidget(self.note, 1, 0, 1, 2)
+        row.setColumnStretch(0, 1)
+        return box
 
     def _summary_table(self) -> QTableWidget:
         self.table = QTableWidget(len(SUMMARY_ROWS), 2)
@@ -270,17 +162,21 @@ class CompareWidget(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().setDefaultSectionSize(21)
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        self.table.setFixedHeight(21 * len(SUMMARY_ROWS) + self.table.horizontalHeader().sizeHint().height() + 4)
+        # scrolls when the window is small; never taller than its rows
+        self.table.setMinimumHeight(21 * 4 + self.table.horizontalHeader().sizeHint().height())
+        self.table.setMaximumHeight(21 * len(SUMMARY_ROWS) + self.table.horizontalHeader().sizeHint().height() + 4)
         return self.table
 
     def _lane_columns(self) -> QSplitter:
         """One column per side: its header, aligned timeline and compact plots."""
         self.columns = QSplitter(Qt.Orientation.Horizontal)
+        self.columns.setChildrenCollapsible(False)
         self.timelines: list[TokenTimelineWidget] = []
         self.plots: list[LivePlotsWidget] = []
         self.headers: list[QLabel] = []
         for side in range(2):
             col = QSplitter(Qt.Orientation.Vertical)
+            col.setChildrenCollapsible(False)
             box = QWidget()
             bl = QVBoxLayout(box)
             bl.setContentsMargins(0, 0, 0, 0)
@@ -288,11 +184,13 @@ class CompareWidget(QWidget):
             head.setTextFormat(Qt.TextFormat.RichText)
             bl.addWidget(head)
             tl = TokenTimelineWidget(self.session.models[side], aligned=True)
+            tl.setMinimumHeight(LANE_MIN_PX)
             bl.addWidget(tl, 1)
             col.addWidget(box)
             plots = LivePlotsWidget(self.session.models[side], compact=True, color=theme.SIDE_COLORS[side],
                                     shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
                                     legends=False)
+            plots.setMinimumHeight(220)
             col.addWidget(plots)
             col.setSizes([260, 340])
             self.columns.addWidget(col)
@@ -348,7 +246,7 @@ class CompareWidget(QWidget):
             v = validate(texts, devices)
             own = {key: msg for key, msg in v.errors.items() if key in ("k", "proposer", "engine")}
             self.errors[side].setText("; ".join(own.values()))
-            self.errors[side].setVisible(bool(own))
+            self.errors[side].setToolTip("; ".join(own.values()))
             self.ks[side].setStyleSheet("border: 1px solid #b00020;" if "k" in own else "")
             if not v.ok:
                 all_ok = False

@@ -21,12 +21,22 @@ def tok(token: int, token_text: TokenText) -> str:
     return f"“{escape(visible_text(token_text(token)))}” (id {token})"
 
 
-def node_decision(n: DraftNode, greedy: bool) -> str:
+def after_accepted_eos(r: Round, n: DraftNode) -> bool:
+    """Whether `n` went unvisited because an earlier draft token, an EOS, was accepted."""
+    last = r.emitted[-1] if r.emitted else None
+    return bool(r.eos and last is not None and last.kind == "accepted" and last.node is not None
+                and last.node < n.index)
+
+
+def node_decision(n: DraftNode, greedy: bool, token_text: TokenText | None = None, after_eos: bool = False) -> str:
     if n.status == "unvisited":
-        return "not visited: discarded after an earlier rejection"
+        return ("not visited: discarded after an accepted EOS" if after_eos
+                else "not visited: discarded after an earlier rejection")
     if greedy:
         verdict = "accepted" if n.status == "accepted" else "rejected"
-        return f"greedy: proposed {'=' if n.status == 'accepted' else '≠'} target argmax {n.target_argmax} → {verdict}"
+        argmax = tok(n.target_argmax, token_text) if token_text is not None else str(n.target_argmax)
+        return (f"greedy: the draft's argmax {'=' if n.status == 'accepted' else '≠'} the target's argmax "
+                f"{argmax} → {verdict}")
     accept_p = min(1.0, n.ratio) if n.ratio is not None else None
     rel = "<" if n.status == "accepted" else "≥"
     return f"u = {fmt(n.u)} {rel} min(1, p/q) = {fmt(accept_p)} → {n.status}"
@@ -41,7 +51,7 @@ def describe_node(r: Round, n: DraftNode, token_text: TokenText) -> str:
     if n.overlap is not None:
         lines.append(f"Σ min(p, q) = {fmt(n.overlap)} (acceptance probability here)")
     lines.append(f"target argmax = {n.target_argmax}")
-    lines.append(node_decision(n, r.greedy))
+    lines.append(node_decision(n, r.greedy, token_text, after_accepted_eos(r, n)))
     return "<br>".join(lines)
 
 
@@ -55,7 +65,7 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText) -> str:
     if c.kind in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED) and 0 <= c.pos < len(r.nodes):
         n = r.nodes[c.pos]
         lines.append(f"p(x) = {fmt(n.p_token)} · q(x) = {fmt(n.q_token)} · ratio = {fmt(n.ratio)} · u = {fmt(n.u)}")
-        lines.append(node_decision(n, r.greedy))
+        lines.append(node_decision(n, r.greedy, token_text, after_accepted_eos(r, n)))
     elif c.kind == theme.REPAIRED and 0 <= c.pos < len(r.nodes):
         n = r.nodes[c.pos]
         lines.append(f"replaces rejected draft {tok(n.token, token_text)}")

@@ -3,8 +3,11 @@
 - p (target) and q (draft) over the top tokens side by side, with min(p, q) outlined;
 - the residual max(p - q, 0) (normalised) and its mass r at a rejection, the repair marked;
 - the acceptance test: min(1, p/q) of the proposed token against the uniform draw u;
-- KV-cache lengths before/after the round for target and draft, cropped entries and the
-  pending tokens drawn as bars, so a rollback is visible.
+- the KV caches (kvview.KVCacheView): before / peak / after against the expected length,
+  differences named in words.
+
+The plots sit in a scroll area with a readable minimum height: a small window scrolls
+instead of squashing them.
 
 pyqtgraph items are created once and updated with setOpts/setData.
 """
@@ -14,16 +17,19 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 from specscope.core.partial import known_ids
 from specscope.core.records import Round
 
 from . import theme
-from .describe import fmt, node_decision, tok
+from .describe import after_accepted_eos, fmt, node_decision, tok
+from .kvview import KVCacheView
 from .runmodel import RunModel, top_tokens, visible_text
 
 TOP_N = 10
+PLOT_MIN_PX = 200  # the p/q plot's readable minimum height
+TICK_PX = 58  # width one bar's token label needs
 MAX_LABEL = 7
 
 
@@ -45,10 +51,21 @@ class RoundInspectorWidget(QWidget):
         self.header.setObjectName("inspectorHeader")
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground("w")
+        self.graphics.setMinimumHeight(PLOT_MIN_PX + 40)
+        self.kv = KVCacheView(model)
+        body = QWidget()
+        body_layout = QVBoxLayout(body)
+        body_layout.setContentsMargins(0, 0, 0, 0)
+        body_layout.addWidget(self.graphics, 5)
+        body_layout.addWidget(self.kv, 4)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setWidget(body)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.header)
-        layout.addWidget(self.graphics, 1)
+        layout.addWidget(self.scroll, 1)
         self._build_plots()
         self.shown: tuple[int, int] = (-1, -1)
         self.values: dict[str, object] = {}  # what is displayed, for tests and export
@@ -61,7 +78,6 @@ class RoundInspectorWidget(QWidget):
         g = self.graphics
         top = g.addLayout(row=0, col=0)
         right = top.addLayout(row=0, col=1)
-        bottom = g.addLayout(row=1, col=0)
         sq = "&#9632;"
         self.pq_plot = top.addPlot(row=0, col=0)
         self.pq_plot.setTitle(
@@ -111,28 +127,11 @@ class RoundInspectorWidget(QWidget):
         self.ratio_plot.setMouseEnabled(x=False, y=False)
         self.ratio_plot.hideButtons()
 
-        self.cache_plot = bottom.addPlot(row=0, col=0)
-        self.cache_plot.setTitle(
-            f"KV cache: <span style='color:{theme.CACHE_KEPT}'>{sq} kept</span> "
-            f"<span style='color:{theme.CACHE_NEW}'>{sq} written</span> "
-            f"<span style='color:{theme.CACHE_CROPPED}'>{sq} cropped</span> "
-            f"<span style='color:#b8a800'>{sq} pending</span>", size="9pt")
-        self.cache_kept = pg.BarGraphItem(x0=[], x1=[], y=[], height=0.6, brush=theme.CACHE_KEPT, pen=None)
-        self.cache_new = pg.BarGraphItem(x0=[], x1=[], y=[], height=0.6, brush=theme.CACHE_NEW, pen=None)
-        self.cache_cropped = pg.BarGraphItem(x0=[], x1=[], y=[], height=0.6, brush=theme.CACHE_CROPPED, pen=None)
-        self.cache_pending = pg.BarGraphItem(x0=[], x1=[], y=[], height=0.22, brush=theme.CACHE_PENDING,
-                                             pen=pg.mkPen("#8a7f00"))
-        for item in (self.cache_kept, self.cache_new, self.cache_cropped, self.cache_pending):
-            self.cache_plot.addItem(item)
-        self.cache_plot.getAxis("left").setTicks([[(3, "target before"), (2, "target after"),
-                                                   (1, "draft before"), (0, "draft after")]])
-        self.cache_plot.setLabel("bottom", "tokens in the cache")
-        self.cache_plot.setMouseEnabled(x=False, y=False)
-        self.cache_plot.hideButtons()
         right.layout.setRowStretchFactor(0, 3)
         right.layout.setRowStretchFactor(1, 2)
-        g.ci.layout.setRowStretchFactor(0, 5)
-        g.ci.layout.setRowStretchFactor(1, 4)
+        self.pq_plot.setMinimumHeight(PLOT_MIN_PX)
+        self.res_plot.setMinimumHeight(PLOT_MIN_PX * 3 // 5)
+        self.ratio_plot.setMinimumHeight(PLOT_MIN_PX * 2 // 5)
         self.ratio_title = "acceptance test: u vs min(1, p/q)"
 
     # ------------------------------------------------------------------ update
@@ -145,8 +144,7 @@ class RoundInspectorWidget(QWidget):
             bars.setOpts(x=[], height=[])
         self.marker.setData([], [])
         self.emit_marker.setData([], [])
-        for bars in (self.cache_kept, self.cache_new, self.cache_cropped, self.cache_pending):
-            bars.setOpts(x0=[], x1=[], y=[])
+        self.kv.clear()
         self.res_text.setText("")
         self._ratio_title("acceptance test: u vs min(1, p/q)")
         self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
@@ -171,7 +169,7 @@ class RoundInspectorWidget(QWidget):
         resid = r.residual if (node is not None and r.rejected_node == pos) else None
         self._show_residual(r, node, resid, emitted_here)
         self._show_acceptance(r, node)
-        self._show_caches(r)
+        self.kv.show_round(r)
         self.values = {
             "round": r.index,
             "pos": pos,
@@ -196,9 +194,15 @@ class RoundInspectorWidget(QWidget):
         head = [f"<b>round {r.index}</b> · position {pos + 1}"
                 f"{' (bonus)' if is_bonus_pos else ''} of {len(r.nodes)} drafted · prefix {r.prefix_len}"
                 f" · accepted length {r.accepted_length}"]
-        if node is not None:
+        if node is not None and r.greedy:
+            # a greedy draft records no q: what it believed is its own argmax, the token it proposed
+            p_arg = float(node.p[node.target_argmax]) if node.p is not None else None
+            head.append(f"draft believed {tok(node.token, tt)} (its argmax; greedy drafts keep no q): "
+                        f"p = {fmt(node.p_token)}; the target's argmax {tok(node.target_argmax, tt)} has p = "
+                        f"{fmt(p_arg)} — {node_decision(node, True, tt)}")
+        elif node is not None:
             head.append(f"draft {tok(node.token, tt)}: p = {fmt(node.p_token)}, q = {fmt(node.q_token)}, "
-                        f"p/q = {fmt(node.ratio)} — {node_decision(node, r.greedy)}")
+                        f"p/q = {fmt(node.ratio)} — {node_decision(node, r.greedy, tt, after_accepted_eos(r, node))}")
             if node.overlap is not None:
                 head.append(f"Σ min(p, q) = {fmt(node.overlap)}")
         elif r.bonus is not None:
@@ -215,10 +219,15 @@ class RoundInspectorWidget(QWidget):
                         if not r.greedy else f"repair {tok(emitted_here, tt)} = target argmax")
         return head
 
+    def _bars_fitting(self, plot) -> int:
+        """How many token bars fit the plot's width without their labels colliding."""
+        width = plot.vb.width() if plot.vb.width() > 0 else self.graphics.width() / 2
+        return max(3, min(TOP_N, int(width // TICK_PX)))
+
     def _show_pq(self, p, q, must: list[int], proposed: int | None, emitted: int | None):
         """The p vs q bars over the top tokens; (token ids, p, q, min(p, q)) as shown."""
         tt = self.model.token_text
-        ids = top_tokens([p, q], TOP_N, must) if p is not None else np.zeros(0, dtype=np.int64)
+        ids = top_tokens([p, q], self._bars_fitting(self.pq_plot), must) if p is not None else np.zeros(0, dtype=np.int64)
         xs = np.arange(len(ids), dtype=float)
         pv = p[ids] if p is not None and len(ids) else np.zeros(len(ids))
         qv = q[ids] if q is not None and len(ids) else np.zeros(len(ids))
@@ -243,7 +252,7 @@ class RoundInspectorWidget(QWidget):
     def _show_residual(self, r: Round, node, resid, emitted_here: int | None) -> None:
         tt = self.model.token_text
         if resid is not None:
-            rids = top_tokens([resid], TOP_N, [emitted_here] if emitted_here is not None else [])
+            rids = top_tokens([resid], self._bars_fitting(self.res_plot), [emitted_here] if emitted_here is not None else [])
             rv = resid[rids]
             brushes = [pg.mkBrush(theme.KIND_EDGE[theme.REPAIRED]) if int(t) == emitted_here
                        else pg.mkBrush(theme.RESIDUAL_COLOR) for t in rids]
@@ -276,51 +285,18 @@ class RoundInspectorWidget(QWidget):
             ok = node.status == "accepted"
             self.accept_bar.setOpts(x0=[0], x1=[1.0 if ok else 0.0], y=[0])
             self.u_line.hide()
-            self._ratio_title(f"greedy: draft {node.token} vs argmax {node.target_argmax} → <b>{node.status}</b>")
+            tt = self.model.token_text
+            self._ratio_title(f"greedy: draft {_short(tt(node.token))} vs target argmax "
+                              f"{_short(tt(node.target_argmax))} → <b>{node.status}</b>")
         else:
             self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
             self.u_line.hide()
-            self._ratio_title("bonus position: no acceptance test" if node is None else "not visited: no test")
+            self._ratio_title("bonus position: no acceptance test" if node is None else
+                              "not visited (after an accepted EOS): no test" if after_accepted_eos(r, node)
+                              else "not visited: no test")
 
     def _ratio_title(self, text: str) -> None:
         self.ratio_plot.setTitle(text, size="9pt")
-
-    def _show_caches(self, r: Round) -> None:
-        kept_x0, kept_x1, kept_y = [], [], []
-        new_x0, new_x1, new_y = [], [], []
-        crop_x0, crop_x1, crop_y = [], [], []
-        pend_x0, pend_x1, pend_y = [], [], []
-        ticks = []
-        lo, hi = None, 1
-        for name, cache, y_before, y_after in (("target", r.target_cache, 3, 2), ("draft", r.draft_cache, 1, 0)):
-            if cache is None:
-                ticks += [(y_before, f"{name}: no cache"), (y_after, "")]
-                continue
-            hi = max(hi, cache.peak, cache.after + len(cache.pending))
-            low = min(cache.before, cache.after)
-            lo = low if lo is None else min(lo, low)
-            kept_x0.append(0), kept_x1.append(cache.before), kept_y.append(y_before)
-            new_x0.append(cache.before), new_x1.append(cache.peak), new_y.append(y_before)
-            kept_x0.append(0), kept_x1.append(cache.after), kept_y.append(y_after)
-            if cache.peak > cache.after:
-                crop_x0.append(cache.after), crop_x1.append(cache.peak), crop_y.append(y_after)
-            if cache.pending:
-                pend_x0.append(cache.after), pend_x1.append(cache.after + len(cache.pending))
-                pend_y.append(y_after - 0.42)
-            pend = " ".join(_short(self.model.token_text(t)) for t in cache.pending[:3])
-            ticks.append((y_before, f"{name} before {cache.before}→{cache.peak}"))
-            ticks.append((y_after, f"after {cache.after} (−{cache.cropped}, pending {len(cache.pending)}"
-                                   + (f": {pend}" if pend else "") + ")"))
-        # Zoom on the tail where this round wrote and cropped; the kept prefix runs off left.
-        span = max(hi - (lo or 0), 4)
-        x0 = max(0, (lo or 0) - max(6, span))
-        self.cache_kept.setOpts(x0=kept_x0, x1=kept_x1, y=kept_y)
-        self.cache_new.setOpts(x0=new_x0, x1=new_x1, y=new_y)
-        self.cache_cropped.setOpts(x0=crop_x0, x1=crop_x1, y=crop_y)
-        self.cache_pending.setOpts(x0=pend_x0, x1=pend_x1, y=pend_y)
-        self.cache_plot.getAxis("left").setTicks([ticks])
-        self.cache_plot.setXRange(x0, hi + max(1.0, 0.08 * (hi - x0)), padding=0)
-        self.cache_plot.setYRange(-0.8, 3.5, padding=0)
 
 
 def _emitted_at(r: Round, pos: int, is_bonus_pos: bool) -> tuple[int | None, str | None]:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QStyle,
     QVBoxLayout,
     QWidget,
@@ -23,7 +24,8 @@ from .settings import ENGINES, PATH_ARG, RunSettings, Validation, checkpoint_of,
     spec_text, validate
 from .worker import IDLE, LOADING, PAUSED, RUNNING
 
-ERROR_STYLE = "color:#b00020; font-size:9pt;"
+ERROR_STYLE = "color:#b00020; font-size:8pt;"
+ERROR_PX = 13  # every error line keeps this height, shown or not, so the form never jumps
 FIELD_HELP = {
     "k": "draft tokens per round (1–64)",
     "temperature": "0 = greedy",
@@ -32,6 +34,7 @@ FIELD_HELP = {
     "seed": "seeds every draw; stored with the run",
     "max_new_tokens": "stop after this many new tokens",
     "eos": "auto = tokenizer's EOS · none · or a token id",
+    "threads": "torch CPU threads for decoding · auto = all cores but one (up to 8 cores)",
 }
 
 
@@ -103,7 +106,7 @@ class RunPanelWidget(QWidget):
         row = self._add_row(grid, row, "checkpoint", "Checkpoint", self._checkpoint_row())
         for key, label in (("k", "k (draft length)"), ("temperature", "Temperature"), ("top_k", "Top-k"),
                            ("top_p", "Top-p"), ("seed", "Seed"), ("max_new_tokens", "Max new tokens"),
-                           ("eos", "EOS")):
+                           ("eos", "EOS"), ("threads", "Threads")):
             edit = QLineEdit()
             edit.setPlaceholderText(FIELD_HELP.get(key, ""))
             edit.setToolTip(FIELD_HELP.get(key, ""))
@@ -131,8 +134,8 @@ class RunPanelWidget(QWidget):
         self.fields["checkpoint"] = self.checkpoint
         return ck
 
-    def _buttons(self) -> QHBoxLayout:
-        buttons = QHBoxLayout()
+    def _buttons(self) -> QGridLayout:
+        buttons = QGridLayout()  # two by two: the panel stays narrow
         style = self.style()
         self.run_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPlay), "Run")
         self.pause_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPause), "Pause")
@@ -141,18 +144,20 @@ class RunPanelWidget(QWidget):
         self.run_button.setToolTip("Run (Space)")
         self.step_button.setToolTip("Step one round (Right)")
         self.run_button.setDefault(True)
-        for b, sig in ((self.run_button, self.runClicked), (self.pause_button, self.pauseClicked),
-                       (self.step_button, self.stepClicked), (self.stop_button, self.stopClicked)):
+        for i, (b, sig) in enumerate(((self.run_button, self.runClicked), (self.pause_button, self.pauseClicked),
+                                      (self.step_button, self.stepClicked), (self.stop_button, self.stopClicked))):
             b.clicked.connect(sig.emit)
-            buttons.addWidget(b)
+            buttons.addWidget(b, i // 2, i % 2)
         return buttons
 
     def _error_label(self, key: str) -> QLabel:
         label = QLabel("")
         label.setStyleSheet(ERROR_STYLE)
-        label.setWordWrap(True)
+        # one line of fixed height whose width follows the field (the whole text is its tooltip):
+        # showing an error moves nothing
+        label.setFixedHeight(ERROR_PX)
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         label.setObjectName(f"error_{key}")
-        label.hide()
         self.errors[key] = label
         return label
 
@@ -161,6 +166,7 @@ class RunPanelWidget(QWidget):
         label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         grid.addWidget(label, row, 0)
         grid.addWidget(widget, row, 1)
+        widget.setFixedHeight(widget.sizeHint().height())  # an error's red border must not resize it
         grid.addWidget(self._error_label(key), row + 1, 1)
         return row + 2
 
@@ -222,11 +228,15 @@ class RunPanelWidget(QWidget):
         self.show_errors(result.errors)
         return result
 
+    def validate_quietly(self) -> RunSettings | None:
+        """The settings when every field is valid, without flagging anything."""
+        return validate(self.texts(), self.devices, self.vocab_size).settings
+
     def show_errors(self, errors: dict[str, str]) -> None:
         for key, label in self.errors.items():
             msg = errors.get(key, "")
             label.setText(msg)
-            label.setVisible(bool(msg))
+            label.setToolTip(msg)
             w = self.fields.get(key)
             if w is not None:
                 w.setStyleSheet("border: 1px solid #b00020;" if msg else "")

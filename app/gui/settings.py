@@ -168,11 +168,13 @@ class RunSettings:
     eos_disabled: bool = False
     device: str = "cpu"
     engine: str = "specscope"  # one of ENGINES
+    threads: int | None = None  # torch CPU threads; None = threads.default_threads()
 
     def to_texts(self) -> dict[str, str]:
         texts = {k: ("" if v is None else str(v)) for k, v in asdict(self).items()}
         texts["eos"] = "none" if self.eos_disabled else ("auto" if self.eos is None else str(self.eos))
         texts.pop("eos_disabled")
+        texts["threads"] = "auto" if self.threads is None else str(self.threads)
         return texts
 
     @property
@@ -297,6 +299,7 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
             errors["eos"] += " (or “auto” / “none”)"
 
     engine = _engine(get("engine"), proposer, errors)
+    threads = _threads(get("threads"), errors)
     device = get("device").strip() or "cpu"
     if device not in devices:
         errors["device"] = f"device “{device}” is not available here; available: {', '.join(devices)}"
@@ -306,8 +309,21 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     return Validation(RunSettings(
         prompt=prompt, proposer=proposer, checkpoint=checkpoint, k=k, temperature=temperature, top_k=top_k,
         top_p=top_p, seed=seed, max_new_tokens=max_new, eos=eos, eos_disabled=eos_disabled, device=device,
-        engine=engine,
+        engine=engine, threads=threads,
     ))
+
+
+def _threads(text: str, errors: dict[str, str]) -> int | None:
+    """The threads field: "auto" (or empty) = the default, else 1..MAX_THREADS."""
+    from specscope.app.threads import MAX_THREADS
+
+    text = text.strip().lower()
+    if text in ("", "auto"):
+        return None
+    value = _int(text, "threads", 1, MAX_THREADS, errors, "threads")
+    if "threads" in errors:
+        errors["threads"] += " (or “auto”)"
+    return value
 
 
 def _engine(text: str, proposer: str, errors: dict[str, str]) -> str:

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 from specscope.core.records import Round
 
 from . import theme
-from .describe import describe_node, fmt, tok
+from .describe import after_accepted_eos, describe_node, fmt, tok
 from .runmodel import RunModel, visible_text
 
 DX = 92
@@ -250,8 +250,10 @@ class DraftTreeView(QWidget):
             item.setPos(n.depth * DX, n.y * DY)
             self.scene.addItem(item)
             self.items[n.key] = item
+        eos_cut = any(after_accepted_eos(r, n) for n in r.nodes)
         legend = (f"<b>round {r.index}</b> draft tree · "
                   f"{r.accepted}/{r.drafted} accepted · "
+                  + ("drafts after an accepted EOS discarded · " if eos_cut else "")
                   + (f"{r.drafted - r.accepted} off the accepted path · " if is_tree(r) else "")
                   + " ".join(f"<span style='color:{theme.KIND_EDGE[k].name()}'>■ {theme.KIND_NAMES[k]}</span>"
                              for k in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED, theme.REPAIRED, theme.BONUS)))

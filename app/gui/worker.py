@@ -74,6 +74,7 @@ class DecodeWorker(QObject):
         self.cancelled_upto = 0  # runs with session <= this are cancelled (written by the GUI)
         self._step_budget = 0
         self._scheduled = False
+        self.threads: int | None = None  # torch threads set by the last prepare
 
     # ------------------------------------------------------------------ state
 
@@ -123,6 +124,10 @@ class DecodeWorker(QObject):
             return
         self._set_state(LOADING)
         try:
+            from specscope.app.threads import apply_threads
+
+            # torch's thread count is process-wide: the first lane's setting rules
+            self.threads = apply_threads(getattr(settings_list[0], "threads", None) if settings_list else None)
             lanes = []
             for i, settings in enumerate(settings_list):
                 prep = self.hub.build(settings)

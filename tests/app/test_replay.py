@@ -65,7 +65,7 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
     qtbot.keyClick(r.tabs, Qt.Key.Key_Space)
     qtbot.waitUntil(lambda: r.model.selected[0] >= 2, timeout=5000)
     qtbot.keyClick(r.tabs, Qt.Key.Key_Space)
-    assert not r.replay_timer.isActive()
+    assert not r.replay.playing
     # Export the run as JSONL through the storage format.
     out = tmp_path / "run.jsonl"
     assert r.export_jsonl(str(out))
@@ -136,7 +136,10 @@ def test_opening_a_trace_during_a_live_run_cancels_it(qtbot, make_window, tmp_pa
     configure(w, max_new_tokens="5000")
     w.start_run()
     qtbot.waitUntil(lambda: len(w.model.rounds) >= 2, timeout=20000)
+    asked = []
+    w.ask = lambda title, question: asked.append(question) or True  # issue 20: it asks first
     assert w.open_trace(store, run_id=first_id)
+    assert asked
     qtbot.waitUntil(lambda: w.replay_loaded and w.controller.state == "idle", timeout=20000)
     qtbot.wait(200)  # late signals of the cancelled run must not leak into the replay
     assert w.mode == "replay" and w.model.config.run_id == first_id

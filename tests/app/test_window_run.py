@@ -87,12 +87,12 @@ def test_bad_settings_are_explained_next_to_the_field(qtbot, window):
     errors = window.run_panel.errors
     assert errors["k"].isVisible() and "[1, 64]" in errors["k"].text()
     assert errors["top_p"].isVisible() and "(0, 1]" in errors["top_p"].text()
-    assert errors["prompt"].isVisible()
-    assert not errors["seed"].isVisible()
+    assert errors["prompt"].text()
+    assert not errors["seed"].text()
     assert window.state == IDLE and not window.model.rounds
     # Fixing the field clears its message as you type.
     window.run_panel.set_field("k", "3")
-    assert not errors["k"].isVisible()
+    assert not errors["k"].text()
 
 
 def test_worker_exceptions_become_a_dialog(qtbot, make_window, hub, monkeypatch):
@@ -146,17 +146,24 @@ def test_settings_persist_between_sessions(qtbot, make_window, settings_file):
     assert texts["k"] == "6" and texts["temperature"] == "0.7" and texts["prompt"] == "9 9 9"
 
 
-def test_arrow_keys_in_a_field_edit_the_field(qtbot, window):
+def test_stepping_keys_step_from_a_field_but_type_in_the_prompt(qtbot, window):
+    """Issue 20: Right/Space step wherever the focus is, except while typing in the prompt."""
     configure(window, k="12")
-    field = window.run_panel.fields["k"]
-    field.setFocus()
-    field.setCursorPosition(2)
-    qtbot.keyClick(field, Qt.Key.Key_Left)
-    qtbot.keyClick(field, Qt.Key.Key_Space)
-    qtbot.keyClick(field, Qt.Key.Key_Right)
+    prompt = window.run_panel.prompt
+    prompt.setFocus()
+    prompt.moveCursor(prompt.textCursor().MoveOperation.End)
+    qtbot.keyClick(prompt, Qt.Key.Key_Space)
+    qtbot.keyClick(prompt, Qt.Key.Key_Right)
     qtbot.wait(50)
     assert window.state == IDLE and not window.model.rounds
-    assert field.text() == "1 2" and field.cursorPosition() == 3
+    assert prompt.toPlainText().endswith("4 ")
+    field = window.run_panel.fields["k"]
+    field.setFocus()
+    qtbot.keyClick(field, Qt.Key.Key_Right)  # steps: one round
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 1, timeout=30000)
+    assert field.text() == "12"
+    qtbot.wait(100)
+    assert len(window.model.rounds) == 1 and window.state == "paused"
 
 
 def test_worker_thread_messages_reach_the_status_bar_through_the_gui_thread(qtbot, window):

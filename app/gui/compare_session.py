@@ -1,0 +1,150 @@
+"""The compare session: the same prompt, target and sampler with two proposers. No widgets:
+it drives a RunController with two lanes, fills two RunModels and keeps the summary and the
+first divergence (compare.CompareWidget shows them)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+
+from . import theme
+from .runmodel import RunModel, first_divergence
+from .session import PlainCost
+from .settings import RunSettings, proposer_label
+from .worker import RunController
+
+SUMMARY_ROWS = (
+    ("proposer", "proposer"),
+    ("mean_accepted_length", "mean accepted length"),
+    ("acceptance_rate", "acceptance rate"),
+    ("rounds", "rounds"),
+    ("new_tokens", "new tokens"),
+    ("target_passes", "target forward passes"),
+    ("draft_passes", "draft forward passes"),
+    ("decode_s", "decoding time (s)"),
+    ("tokens_per_s", "tokens / s"),
+    ("speedup", "speedup over plain decoding"),
+    ("stop", "stop reason"),
+)
+
+
+@dataclass
+class SideResult:
+    stop_reason: str | None = None
+    wall_s: float | None = None
+
+
+class CompareSession(QObject):
+    """Two lanes of one worker; fills models[0] and models[1]."""
+
+    changed = Signal()
+    divergence = Signal(object)  # output position or None
+    failed = Signal(str, str)
+    stateChanged = Signal(str)
+
+    def __init__(self, controller: RunController, parent=None):
+        super().__init__(parent)
+        self.controller = controller
+        self.models = (RunModel(self), RunModel(self))
+        self.settings: tuple[RunSettings, RunSettings] | None = None
+        self.results = [SideResult(), SideResult()]
+        self.plain: PlainCost | None = None  # plain decoding of the target, measured before the run
+        self.first_divergence: int | None = None
+        w = controller.worker
+        w.prepared.connect(self._on_prepared)
+        w.roundReady.connect(self._on_round)
+        w.laneFinished.connect(self._on_lane_finished)
+        w.baseline.connect(self._on_baseline)
+        w.failed.connect(self.failed)
+        w.stateChanged.connect(self.stateChanged)
+
+    def start(self, a: RunSettings, b: RunSettings) -> None:
+        self.settings = (a, b)
+        self.results = [SideResult(), SideResult()]
+        self.plain = None
+        self.first_divergence = None
+        for m in self.models:
+            m.clear()
+        self.controller.start([a, b], run=True, measure_baseline=True)
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+    @property
+    def running(self) -> bool:
+        """Whether lanes are being prepared, decoded or stopped."""
+        return self.controller.busy
+
+    def _on_prepared(self, lane: int, config, token_text, label: str) -> None:
+        self.models[lane].begin(config, token_text, source="compare", label=label)
+
+    def _on_round(self, lane: int, rnd) -> None:
+        cfg = self.models[lane].config
+        if cfg is None or rnd.run_id != cfg.run_id:
+            return  # a round of a cancelled comparison
+        self.models[lane].append(rnd)
+        a, b = (m.output_tokens for m in self.models)
+        div = first_divergence(a, b)
+        if div != self.first_divergence:
+            self.first_divergence = div
+            self.divergence.emit(div)
+        self.changed.emit()
+
+    def _on_lane_finished(self, lane: int, reason: str, wall: float, result) -> None:
+        self.results[lane] = SideResult(reason, wall)
+        self.models[lane].finish(reason, wall)
+        self.changed.emit()
+
+    def _on_baseline(self, plain: PlainCost) -> None:
+        self.plain = plain
+        self.changed.emit()
+
+    # ------------------------------------------------------------------ summary
+
+    def summary(self, lane: int) -> dict[str, str]:
+        m = self.models[lane]
+        met = m.metrics
+        res = self.results[lane]
+        # The lane's own rounds (draft + verify + bookkeeping), not the wall time from its
+        # start to its end: the two lanes run interleaved on one worker, so each lane's wall
+        # time also holds the other lane's rounds, the recording and the window's updates.
+        decode = met.time_total
+        tps = met.emitted_total / decode if decode else math.nan
+        speed = (self.plain.total_s(met.emitted_total) / decode
+                 if self.plain is not None and decode and met.emitted_total else math.nan)
+        s = self.settings[lane] if self.settings else None
+        return {
+            "proposer": ((f"{'transformers: ' if s.engine == 'transformers' else ''}{proposer_label(s.proposer)}, "
+                          f"k={s.k}") if s else m.label),
+            "mean_accepted_length": f"{met.mean_accepted_length:.3f}",
+            "acceptance_rate": f"{met.acceptance_rate:.3f}",
+            "rounds": str(len(met)),
+            "new_tokens": str(met.emitted_total),
+            "target_passes": str(met.target_forwards),
+            "draft_passes": str(met.draft_forwards),
+            "decode_s": f"{decode:.3f}" if decode else "—",
+            "tokens_per_s": f"{tps:.1f}" if not math.isnan(tps) else "—",
+            "speedup": f"{speed:.2f}×" if not math.isnan(speed) else "—",
+            "stop": res.stop_reason or ("running" if len(met) else "—"),
+        }
+
+    def divergence_text(self) -> str:
+        a, b = (m.output_tokens for m in self.models)
+        n = min(len(a), len(b))
+        greedy = bool(self.settings and self.settings[0].greedy)
+        if self.first_divergence is None:
+            if not n:
+                return ""
+            note = " (greedy: identical outputs, as exactness requires)" if greedy else ""
+            return f"<span style='color:#007a4d'>✔ no divergence in the first {n} tokens{note}</span>"
+        i = self.first_divergence
+        tt = self.models[0].token_text
+        text = (f"<b style='color:{theme.DIVERGENCE_COLOR.name()}'>first divergence at output position {i}</b>: "
+                f"A “{tt(a[i])}” vs B “{tt(b[i])}”")
+        if greedy:
+            text += " — <b style='color:#b00020'>greedy outputs must be identical: this is a bug</b>"
+        else:
+            text += " (expected when sampling: the two proposers consume the random stream differently)"
+        return text

@@ -1,0 +1,140 @@
+"""The replay session: one stored run of a trace store, read in batches into the window's
+RunModel and played back round by round. No widgets: the window shows it and asks the
+questions (which run, stop the live run?)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from .runmodel import RunModel
+from .traces import TraceLibrary, describe_run
+
+log = logging.getLogger(__name__)
+
+REPLAY_MS = 180
+REPLAY_BATCH = 256
+
+
+class ReplaySession(QObject):
+    """Open a run of a trace store, load its rounds without blocking, play them."""
+
+    loaded = Signal()  # every round is in the model
+    progress = Signal(int)  # rounds loaded so far
+    failed = Signal(str)
+    playingChanged = Signal(bool)
+
+    def __init__(self, model: RunModel, token_text_for: Callable[[Any], Any], parent=None):
+        super().__init__(parent)
+        self.model = model
+        self.token_text_for = token_text_for  # RunInfo -> token_text (the window's tokenizer choice)
+        self.library: TraceLibrary | None = None
+        self.trace_path: str | None = None
+        self.run_id: str | None = None
+        self.info: Any = None
+        self.active = False
+        self.loaded_all = False
+        self._batches = None
+        self.timer = QTimer(self)
+        self.timer.setInterval(REPLAY_MS)
+        self.timer.timeout.connect(self._tick)
+
+    # ------------------------------------------------------------------ opening
+
+    def open(self, library: TraceLibrary, path: str, info: Any) -> None:
+        """Replay `info`'s run of `library` (which the session now owns)."""
+        self.close()
+        self.library = library
+        self.trace_path = path
+        self.run_id = info.run_id
+        self.info = info
+        self.active = True
+        self.loaded_all = False
+        self.model.begin(info.config, self.token_text_for(info), source=path, label=describe_run(info))
+        self.model.loader = library.loader(info.run_id)
+        self._batches = library.batches(info.run_id, REPLAY_BATCH)
+        QTimer.singleShot(0, self._load_next)
+
+    def close(self) -> None:
+        self.stop_playing()
+        self._batches = None
+        if self.library is not None:
+            self.library.close()
+            self.library = None
+        self.active = False
+
+    def _load_next(self) -> None:
+        if self._batches is None:
+            return
+        try:
+            batch = next(self._batches, None)
+        except Exception as exc:  # noqa: BLE001
+            self._batches = None
+            self.loaded_all = True
+            self.failed.emit(f"Reading the trace failed: {exc}")
+            return
+        if batch is None:
+            self._done()
+            return
+        self.model.extend(batch)
+        if self.model.selected[0] < 0 and self.model.rounds:
+            self.model.select(0)
+        self.progress.emit(len(self.model.rounds))
+        QTimer.singleShot(0, self._load_next)
+
+    def _done(self) -> None:
+        self._batches = None
+        self.loaded_all = True
+        info = self.library.run(self.run_id) if self.library else None
+        self.info = info or self.info
+        self.model.finish(info.stop_reason or info.status if info else "replay", info.wall_s if info else None)
+        if self.model.rounds and self.model.selected[0] < 0:
+            self.model.select(0)
+        self.loaded.emit()
+
+    # ------------------------------------------------------------------ playing
+
+    @property
+    def playing(self) -> bool:
+        return self.timer.isActive()
+
+    def toggle_play(self) -> None:
+        if not self.model.rounds:
+            return
+        if self.timer.isActive():
+            self.stop_playing()
+            return
+        if self.model.selected[0] >= len(self.model.rounds) - 1:
+            self.model.select(0)
+        self.timer.start()
+        self.playingChanged.emit(True)
+
+    def stop_playing(self) -> None:
+        if self.timer.isActive():
+            self.timer.stop()
+            self.playingChanged.emit(False)
+
+    def _tick(self) -> None:
+        cur = self.model.selected[0]
+        if cur >= len(self.model.rounds) - 1:
+            self.stop_playing()
+            return
+        self.model.select(cur + 1)
+
+    # ------------------------------------------------------------------ the stored run
+
+    def rounds_for_checking(self) -> list:
+        if self.library is not None and self.run_id:
+            return list(self.library.store.iter_rounds(self.run_id, full=True))
+        return list(self.model.rounds)
+
+    def store_and_run(self) -> tuple[Any, str] | None:
+        if self.library is not None and self.run_id:
+            return self.library.store, self.run_id
+        return None
+
+    def status_words(self) -> str:
+        return f"replay {os.path.basename(self.trace_path)}" if self.trace_path else "replay"
