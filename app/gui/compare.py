@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -28,9 +29,11 @@ from PySide6.QtWidgets import (
 
 from . import theme
 from .compare_session import SUMMARY_ROWS, CompareSession
+from .inspector import RoundInspectorWidget
 from .plots import LivePlotsWidget
 from .settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
 from .timeline import TokenTimelineWidget
+from .tree import DraftTreeView
 
 __all__ = ["CompareSession", "CompareWidget"]
 
@@ -174,6 +177,9 @@ class CompareWidget(QWidget):
         self.timelines: list[TokenTimelineWidget] = []
         self.plots: list[LivePlotsWidget] = []
         self.headers: list[QLabel] = []
+        self.details: list[QTabWidget] = []  # per lane: plots | the selected round
+        self.trees: list[DraftTreeView] = []
+        self.inspectors: list[RoundInspectorWidget] = []
         for side in range(2):
             col = QSplitter(Qt.Orientation.Vertical)
             col.setChildrenCollapsible(False)
@@ -190,14 +196,55 @@ class CompareWidget(QWidget):
             plots = LivePlotsWidget(self.session.models[side], compact=True, color=theme.SIDE_COLORS[side],
                                     shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
                                     legends=False)
-            plots.setMinimumHeight(220)
-            col.addWidget(plots)
+            col.addWidget(self._lane_details(side, plots))
+            tl.cellClicked.connect(lambda rnd, pos, side=side: self.follow(side, rnd, pos))
             col.setSizes([260, 340])
             self.columns.addWidget(col)
             self.timelines.append(tl)
             self.plots.append(plots)
             self.headers.append(head)
         return self.columns
+
+    def _lane_details(self, side: int, plots: LivePlotsWidget) -> QTabWidget:
+        """Below a lane: its plots, or the clicked round's draft tree, p/q and caches."""
+        tabs = QTabWidget()
+        tabs.setMinimumHeight(220)
+        tabs.addTab(plots, "Plots")
+        round_view = QSplitter(Qt.Orientation.Vertical)
+        round_view.setChildrenCollapsible(False)
+        tree = DraftTreeView(self.session.models[side])
+        tree.setMinimumHeight(90)
+        inspector = RoundInspectorWidget(self.session.models[side])
+        round_view.addWidget(tree)
+        round_view.addWidget(inspector)
+        round_view.setSizes([120, 400])
+        tabs.addTab(round_view, "Round")
+        self.details.append(tabs)
+        self.trees.append(tree)
+        self.inspectors.append(inspector)
+        return tabs
+
+    def follow(self, side: int, rnd: int, pos: int) -> int | None:
+        """A position clicked in one lane: both lanes show their round at that output
+        position (the tree, p/q and caches of each); returns the output position."""
+        models = self.session.models
+        m = models[side]
+        if not 0 <= rnd < len(m.rounds):
+            return None
+        r = m.rounds[rnd]
+        emitted = [e for e in r.emitted if e.node == pos] if pos >= 0 else []
+        out = r.emitted_before + (r.emitted.index(emitted[0]) if emitted else 0)
+        if pos >= len(r.nodes) and r.emitted:  # the bonus position
+            out = r.emitted_before + len(r.emitted) - 1
+        other = models[1 - side]
+        if out < len(other.cells.out_cell):
+            cell_index = other.cells.out_cell[out]
+            cell = other.cells.cell(cell_index)
+            other.select(cell.round, cell.pos)
+            self.timelines[1 - side].ensure_cell_visible(cell_index)
+        for tabs in self.details:
+            tabs.setCurrentIndex(1)
+        return out
 
     # ------------------------------------------------------------------ behaviour
 
