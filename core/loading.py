@@ -18,6 +18,7 @@ pre-tokenizer and model (merges) pieces. Equal vocabulary sizes are not enough.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -364,18 +365,29 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
-               role: str = "model") -> torch.nn.Module:
-    """One local causal LM, in eval mode on `device`, with float parameters cast to `dtype`."""
+               role: str = "model", device_map: str | dict[str, Any] | None = None,
+               offload_folder: str | os.PathLike | None = None) -> torch.nn.Module:
+    """One local causal LM, in eval mode on `device`, with float parameters cast to `dtype`.
+
+    `device_map` (needs the accelerate package) spreads the model's layers over several
+    devices instead ("auto", "balanced", or a {module name: device} dict; "disk" offloads to
+    `offload_folder`); `device` is then ignored. docs/scale.md says what the decoder does
+    with such a model."""
     from transformers import AutoModelForCausalLM
 
     folder = _checkpoint_dir(path, role)
-    dev = resolve_device(device)
     dt = resolve_dtype(dtype)
+    extra: dict[str, Any] = {}
+    if device_map is not None:
+        if importlib.util.find_spec("accelerate") is None:
+            raise CheckpointError("device_map needs the accelerate package: pip install accelerate")
+        extra = {"device_map": device_map, "offload_folder": str(offload_folder) if offload_folder else None}
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, local_files_only=True, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, local_files_only=True, trust_remote_code=False,
+                                                     **extra)
     except Exception as exc:  # noqa: BLE001 - report which folder failed and why
         raise CheckpointError(f"cannot load the {role} checkpoint {folder}: {exc}") from exc
-    model = model.to(device=dev, dtype=dt).eval()
+    model = model.eval() if device_map is not None else model.to(device=resolve_device(device), dtype=dt).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model

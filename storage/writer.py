@@ -300,8 +300,10 @@ class TraceWriter:
 
 
 def record(store: TraceStore, decoder: Any, prompt_ids: Any, max_new_tokens: int = 32, *, run_id: str | None = None,
-           **writer_kwargs: Any) -> GenerationResult:
-    """Run `decoder` (a SpeculativeDecoder) on a prompt and store every round."""
+           keep_rounds: bool = False, **writer_kwargs: Any) -> GenerationResult:
+    """Run `decoder` (a SpeculativeDecoder) on a prompt and store every round. The result
+    carries the tokens and the summary; its `rounds` too with `keep_rounds=True` (the store
+    has them either way)."""
     config = decoder.run_config(prompt_ids, max_new_tokens, run_id)
     with TraceWriter(store, config, **writer_kwargs) as writer:
-        return writer.record(decoder.rounds(prompt_ids, max_new_tokens, config=config))
+        return writer.record(decoder.rounds(prompt_ids, max_new_tokens, config=config, keep_rounds=keep_rounds))

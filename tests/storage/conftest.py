@@ -50,7 +50,7 @@ def recorded(tmp_path_factory, make_decoder):
     path = tmp_path_factory.mktemp("recorded") / "runs.sqlite"
     results = {}
     with TraceStore(path) as s:
-        results["sampled"] = record(s, make_decoder("sampled"), PROMPT, 48, model_info={"target_hash": "sha256:t", "draft_hash": "sha256:d"})
-        results["greedy"] = record(s, make_decoder("greedy"), PROMPT, 40)
-        results["lookup"] = record(s, make_decoder("lookup"), PROMPT * 2, 24, full_vectors=False, top_n=5)
+        results["sampled"] = record(s, make_decoder("sampled"), PROMPT, 48, keep_rounds=True, model_info={"target_hash": "sha256:t", "draft_hash": "sha256:d"})
+        results["greedy"] = record(s, make_decoder("greedy"), PROMPT, 40, keep_rounds=True)
+        results["lookup"] = record(s, make_decoder("lookup"), PROMPT * 2, 24, keep_rounds=True, full_vectors=False, top_n=5)
     return path, results

@@ -52,7 +52,7 @@ def test_record_load_check_export_import(server_store, make_decoder, mode):
     assert store.path is None and store.integrity_check() == []
     password = make_url(URL).password
     assert not password or f":{password}@" not in store.location  # printed by the CLI
-    result = record(store, make_decoder("sampled"), PROMPT, 40, mode=mode)
+    result = record(store, make_decoder("sampled"), PROMPT, 40, keep_rounds=True, mode=mode)
     rid = result.config.run_id
     info = store.get_run(rid)
     assert info.status == "completed" and info.config == result.config
