@@ -315,6 +315,10 @@ def _make_decoder(args: argparse.Namespace, spec: Any, pair: Any):
         seed=args.seed,
         use_cache=not args.no_cache,
         target_name=pair.target_name,
+        # The round records keep what --db keeps: full vectors when asked, else top-N above
+        # 4096 tokens (core.dists), computed on the model's device.
+        vectors="full" if getattr(args, "vectors", "auto") == "full" else "auto",
+        top_n=max(1, getattr(args, "top_n", 20)),
     )
     if args.fault:
         from specscope.core.faults import faulty_decoder
