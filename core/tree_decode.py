@@ -12,11 +12,14 @@ same logical prefix as a full recompute.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
+from .dists import compact_rows
 from .kv import CachedLM
 from .records import CacheState, DraftNode, Round, RoundTimings
 from .sampling import check_finite, process_logits
@@ -153,7 +156,42 @@ def _state(before: int, peak: int, after: int, final_context: list[int]) -> Cach
     return CacheState(before=before, peak=peak, after=after, pending=tuple(final_context[after:]))
 
 
-def _nodes(task: TreeTask, verdict: TreeVerdict) -> tuple[DraftNode, ...]:
+class _Kept:
+    """What the record keeps of the round's rows: the full host vectors, or (the decoder's
+    `vectors` setting, core.dists) TopDistributions keeping the entries the checker reads:
+    each row's argmax, the tokens proposed from it and the token drawn from it."""
+
+    def __init__(self, dec: Any, task: TreeTask, verdict: TreeVerdict):
+        n = len(task.tokens)
+        p_rows, q_rows = list(task.p), (list(task.q) if task.q is not None else [])
+        updates = list(getattr(verdict, "updates", ()))
+        final = getattr(verdict, "final_p", None) if not task.greedy else None
+        extra_rows = [verdict.residual] if verdict.residual is not None else []
+        self.full = getattr(dec, "full_vectors", True)
+        if self.full:
+            self.p, self.q, self.residual, self.updates, self.final = p_rows, q_rows or None, verdict.residual, updates, final
+            return
+        tail = verdict.emitted[-1] if verdict.emitted and verdict.emitted[-1].kind != "accepted" else None
+        drawn = [tail.token] if tail is not None else []
+        p_extra = [[int(task.argmax[j])] for j in range(n + 1)]
+        for i, token in enumerate(task.tokens):
+            p_extra[task.parents[i] + 1].append(token)
+        leaf = verdict.path[-1] if getattr(verdict, "path", None) else -1
+        p_extra[leaf + 1] += drawn
+        rows = p_rows + q_rows + [u.p_after for u in updates] + ([final] if final is not None else []) + extra_rows
+        extras = (p_extra + [[t] for t in task.tokens][: len(q_rows)] + [[task.tokens[u.child]] + drawn for u in updates]
+                  + ([drawn] if final is not None else []) + [drawn for _ in extra_rows])
+        kept = compact_rows(torch.from_numpy(np.stack(rows)), getattr(dec, "top_n", 20), list(extras))
+        at = n + 1 + len(q_rows)
+        self.p, self.q = kept[: n + 1], (kept[n + 1: at] or None)
+        self.updates = [dataclasses.replace(u, p_after=k) for u, k in zip(updates, kept[at: at + len(updates)])]
+        at += len(updates)
+        self.final = kept[at] if final is not None else None
+        self.residual = kept[-1] if extra_rows else None
+
+
+def _nodes(task: TreeTask, verdict: TreeVerdict, kept: _Kept) -> tuple[DraftNode, ...]:
+    """Scalars from the full rows; the vectors as kept."""
     depths = node_depths(task.parents)
     nodes = []
     for i, token in enumerate(task.tokens):
@@ -162,7 +200,8 @@ def _nodes(task: TreeTask, verdict: TreeVerdict) -> tuple[DraftNode, ...]:
         q = task.q[i] if task.q is not None else None
         q_token = float(q[token]) if q is not None else None
         nodes.append(DraftNode(
-            index=i, token=token, parent=task.parents[i], depth=depths[i], p=p, q=q,
+            index=i, token=token, parent=task.parents[i], depth=depths[i], p=kept.p[row],
+            q=kept.q[i] if kept.q is not None else None,
             status=verdict.statuses[i], u=verdict.draws[i], p_token=float(p[token]), q_token=q_token,
             ratio=(float(p[token]) / q_token) if q_token else None,
             overlap=float(np.minimum(p, q).sum()) if q is not None else None,
@@ -174,6 +213,7 @@ def _nodes(task: TreeTask, verdict: TreeVerdict) -> tuple[DraftNode, ...]:
 def _record(dec, run_id, index, prefix_len, emitted_before, remaining, budget, task, verdict, draft,
             target_cache, draft_cache, timings, facts) -> TreeRound:
     path = tuple(getattr(verdict, "path", ()))
+    kept = _Kept(dec, task, verdict)
     bonus = any(e.kind == "bonus" for e in verdict.emitted)
     leaf = path[-1] if path else -1
     info = TreeInfo(
@@ -181,16 +221,16 @@ def _record(dec, run_id, index, prefix_len, emitted_before, remaining, budget, t
         children=task.children,
         path=path,
         tried=tuple((node, tuple(kids)) for node, kids in getattr(verdict, "tried", {}).items()),
-        updates=tuple(getattr(verdict, "updates", ())),
-        final_p=None if task.greedy else getattr(verdict, "final_p", None),
+        updates=tuple(kept.updates),
+        final_p=kept.final,
         **facts,
     )
     return TreeRound(
         run_id=run_id, index=index, prefix_len=prefix_len, emitted_before=emitted_before,
         remaining_budget=remaining, k=max(node_depths(task.parents), default=0), greedy=task.greedy,
-        nodes=_nodes(task, verdict),
-        bonus_p=task.p[leaf + 1] if bonus else None,
-        rejected_node=verdict.rejected_node, residual=verdict.residual, residual_mass=verdict.residual_mass,
+        nodes=_nodes(task, verdict, kept),
+        bonus_p=kept.p[leaf + 1] if bonus else None,
+        rejected_node=verdict.rejected_node, residual=kept.residual, residual_mass=verdict.residual_mass,
         emitted=tuple(verdict.emitted), eos=verdict.eos,
         budget_stop=emitted_before + len(verdict.emitted) >= budget, bonus_withheld=verdict.bonus_withheld,
         target_cache=target_cache, draft_cache=draft_cache, timings=timings,

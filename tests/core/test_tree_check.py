@@ -101,3 +101,23 @@ def test_tampered_tree_records_are_flagged(models):
     rounds = out.rounds[:at] + [dataclasses.replace(rnd, tree=tree)] + out.rounds[at + 1:]
     findings = check_report(out.config, rounds).findings
     assert findings and findings[0].rule == "residual" and findings[0].round == at
+
+
+@pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: c.describe())
+def test_top_n_tree_records_keep_what_the_checker_reads(models, cfg):
+    """vectors="top": tree rounds keep TopDistributions (the same tokens as with full
+    vectors); the checker finds nothing and says the walk needs full vectors when sampled."""
+    target, draft = models
+    for tree, children in TREES:
+        runs_ = []
+        for vectors in ("full", "top"):
+            dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree, children=children), sampling=cfg,
+                                     seed=2, vectors=vectors)
+            runs_.append(dec.generate(PROMPTS[0], 20))
+        full, top = runs_
+        assert full.new_tokens == top.new_tokens
+        assert all(getattr(n.p, "partial", False) for r in top.rounds for n in r.nodes)
+        report = check_report(top.config, top.rounds)
+        assert report.findings == [], [str(f) for f in report.findings[:2]]
+        if not cfg.greedy:
+            assert "tree-walk" in report.not_checked
