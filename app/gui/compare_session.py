@@ -5,7 +5,9 @@ first divergence (compare.CompareWidget shows them)."""
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
@@ -13,6 +15,7 @@ from . import theme
 from .runmodel import RunModel, first_divergence
 from .session import PlainCost
 from .settings import RunSettings, proposer_label
+from .traces import Recorder, RecorderFactory
 from .worker import RunController
 
 SUMMARY_ROWS = (
@@ -30,6 +33,36 @@ SUMMARY_ROWS = (
 )
 
 
+class CompareRecorderFactory(RecorderFactory):
+    """Records a comparison's two lanes as one comparison of two runs: each run's `extra`
+    names the comparison and its lane (the worker prepares lane A, then lane B)."""
+
+    def __init__(self, store_path: str | None):
+        super().__init__(store_path)
+        self.comparison: str | None = None
+        self.next_lane = 0
+
+    def begin(self, prompt: str) -> str:
+        self.comparison = uuid.uuid4().hex
+        self.next_lane = 0
+        self.prompt_text = prompt
+        return self.comparison
+
+    def __call__(self, config) -> Recorder:
+        lane, self.next_lane = self.next_lane, self.next_lane + 1
+        extra = {"comparison": self.comparison, "lane": "AB"[min(lane, 1)]}
+        return Recorder(self.open_store(), config, prompt_text=self.prompt_text, extra=extra,
+                        full_vectors=True if self.full_vectors else None)
+
+
+def comparison_of(info: Any) -> tuple[str, str] | None:
+    """(comparison id, lane) of a stored run recorded by compare mode, else None."""
+    extra = getattr(info, "extra", None) or {}
+    if extra.get("comparison") and extra.get("lane") in ("A", "B"):
+        return str(extra["comparison"]), str(extra["lane"])
+    return None
+
+
 @dataclass
 class SideResult:
     stop_reason: str | None = None
@@ -44,9 +77,11 @@ class CompareSession(QObject):
     failed = Signal(str, str)
     stateChanged = Signal(str)
 
-    def __init__(self, controller: RunController, parent=None):
+    def __init__(self, controller: RunController, parent=None, recording: CompareRecorderFactory | None = None):
         super().__init__(parent)
         self.controller = controller
+        self.recording = recording  # the factory the controller's worker records with, or None
+        self.source = "live"  # or the trace store the lanes were read from
         self.models = (RunModel(self), RunModel(self))
         self.settings: tuple[RunSettings, RunSettings] | None = None
         self.results = [SideResult(), SideResult()]
@@ -62,6 +97,9 @@ class CompareSession(QObject):
 
     def start(self, a: RunSettings, b: RunSettings) -> None:
         self.settings = (a, b)
+        self.source = "live"
+        if self.recording is not None:
+            self.recording.begin(a.prompt)
         self.results = [SideResult(), SideResult()]
         self.plain = None
         self.first_divergence = None
@@ -71,6 +109,25 @@ class CompareSession(QObject):
 
     def stop(self) -> None:
         self.controller.stop()
+
+    def load(self, lanes: list[tuple[Any, list, Any]], source: str) -> None:
+        """Show two stored runs side by side: per lane (RunInfo, rounds, token_text)."""
+        self.controller.stop()
+        self.settings = None
+        self.source = source
+        self.plain = None
+        self.results = []
+        for side, (info, rounds, token_text) in enumerate(lanes):
+            m = self.models[side]
+            m.begin(info.config, token_text, source=source, label=f"{'AB'[side]}: {info.run_id[:8]}")
+            m.extend(rounds)
+            reason = info.stop_reason or info.status
+            m.finish(reason, info.wall_s)
+            self.results.append(SideResult(reason, info.wall_s))
+        a, b = (m.output_tokens for m in self.models)
+        self.first_divergence = first_divergence(a, b)
+        self.divergence.emit(self.first_divergence)
+        self.changed.emit()
 
     @property
     def running(self) -> bool:
@@ -115,9 +172,11 @@ class CompareSession(QObject):
         speed = (self.plain.total_s(met.emitted_total) / decode
                  if self.plain is not None and decode and met.emitted_total else math.nan)
         s = self.settings[lane] if self.settings else None
+        cfg = m.config
+        stored = f"{m.label} · {cfg.draft_name or cfg.proposer}, k={cfg.k}" if cfg is not None else m.label
         return {
             "proposer": ((f"{'transformers: ' if s.engine == 'transformers' else ''}{proposer_label(s.proposer)}, "
-                          f"k={s.k}") if s else m.label),
+                          f"k={s.k}") if s else stored),
             "mean_accepted_length": f"{met.mean_accepted_length:.3f}",
             "acceptance_rate": f"{met.acceptance_rate:.3f}",
             "rounds": str(len(met)),
@@ -133,7 +192,8 @@ class CompareSession(QObject):
     def divergence_text(self) -> str:
         a, b = (m.output_tokens for m in self.models)
         n = min(len(a), len(b))
-        greedy = bool(self.settings and self.settings[0].greedy)
+        cfg = self.models[0].config
+        greedy = bool(self.settings[0].greedy) if self.settings else bool(cfg and cfg.sampling.temperature == 0)
         if self.first_divergence is None:
             if not n:
                 return ""

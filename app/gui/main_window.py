@@ -16,6 +16,7 @@ from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QWidget
 
 from .compare import CompareSession, CompareWidget
+from .compare_session import CompareRecorderFactory
 from .findings import FindingsWidget
 from .live_session import LiveSession
 from .pages import InspectPage
@@ -81,8 +82,9 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.live = LiveSession(self.model, self.hub, self.store_path, record, self)
         self.replay = ReplaySession(self.model, self._token_text_for, self)
         self.session: Any = self.live  # the active one of live and replay
-        self.compare_controller = RunController(self.hub, None, self)
-        self.compare_session = CompareSession(self.compare_controller, self)
+        self.compare_recording = CompareRecorderFactory(self.store_path) if record else None
+        self.compare_controller = RunController(self.hub, self.compare_recording, self)
+        self.compare_session = CompareSession(self.compare_controller, self, self.compare_recording)
 
         self._build_widgets()
         self._wire()
@@ -294,6 +296,8 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.replay.close()
         self.live.close()
         self.compare_controller.close()
+        if self.compare_recording is not None:
+            self.compare_recording.close()
         super().closeEvent(event)
 
     # ------------------------------------------------------------------ errors and status

@@ -127,6 +127,10 @@ class TraceDialogs:
         if info is None:
             library.close()
             return False
+        try:
+            self._open_partner(library, path, info)
+        except Exception:  # noqa: BLE001 - the single run still replays
+            log.exception("could not open the run's comparison")
         self.replay_trace(library, path, info)
         return True
 
@@ -151,6 +155,64 @@ class TraceDialogs:
         if self.live.busy and not self.ask("Open trace", "A live run is going. Stop it and replay the trace?"):
             return None
         return info
+
+    def compare_stored_dialog(self, path: str | None = None) -> bool:
+        """File > Compare two runs: any two runs of a store side by side on the Compare tab."""
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Compare two runs", str(self.last_trace or ""), TRACE_FILTER)
+        if not path:
+            return False
+        try:
+            library = TraceLibrary(path)
+            runs = library.runs()
+        except Exception as exc:  # noqa: BLE001
+            self.show_error(f"Cannot open {os.path.basename(path)}: {exc}", title="Compare two runs")
+            return False
+        try:
+            if len(runs) < 2:
+                self.show_error(f"{os.path.basename(path)} holds {len(runs)} run(s); a comparison needs two.",
+                                title="Compare two runs")
+                return False
+            prompts = [r.prompt_text or self.decode_prompt(r) for r in runs]
+            picked = [pick_run(self, runs, prompts, f"Compare two runs: run {which}") for which in "AB"]
+        finally:
+            library.close()
+        if None in picked:
+            return False
+        return self.compare_stored(path, picked[0], picked[1])
+
+    def compare_stored(self, path: str, run_a: str, run_b: str, show: bool = True) -> bool:
+        """Read two stored runs into the Compare tab's lanes."""
+        try:
+            library = TraceLibrary(path)
+            try:
+                infos = [library.run(r) for r in (run_a, run_b)]
+                lanes = [(info, library.rounds(info.run_id), self._token_text_for(info)) for info in infos]
+            finally:
+                library.close()
+        except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
+            self.show_error(f"Cannot read these runs: {exc}", title="Compare two runs")
+            return False
+        self.compare_session.load(lanes, path)
+        if show:
+            self.tabs.setCurrentWidget(self.compare)
+        return True
+
+    def _open_partner(self, library: TraceLibrary, path: str, info: Any) -> None:
+        """A run recorded by compare mode: its comparison opens side by side on the Compare tab."""
+        from .compare_session import comparison_of
+
+        mine = comparison_of(info)
+        if mine is None:
+            return
+        partner = next((r for r in library.runs() if r.run_id != info.run_id
+                        and (comparison_of(r) or ("", ""))[0] == mine[0]), None)
+        if partner is None:
+            return
+        a, b = (info.run_id, partner.run_id) if mine[1] == "A" else (partner.run_id, info.run_id)
+        if self.compare_stored(path, a, b, show=False):
+            self.statusBar().showMessage(f"Run {info.run_id[:8]} is lane {mine[1]} of a comparison: both lanes are "
+                                         f"on the Compare tab.", 15000)
 
     def diff_runs_dialog(self, path: str | None = None) -> str | None:
         """Pick a trace store and two of its runs; show `specscope diff` of them."""

@@ -65,6 +65,8 @@ class WindowMenus:
         self.full_vectors_action.setCheckable(True)
         self.recording.full_vectors = str(self.qsettings.value("recording/full_vectors", "false")) == "true"
         self.full_vectors_action.setChecked(self.recording.full_vectors)
+        self._action(f, "&Compare two runs…", self.compare_stored_dialog,
+                     tip="Put two stored runs of a trace store side by side on the Compare tab")
         self._action(f, "&Diff two runs of a trace…", self.diff_runs_dialog,
                      tip="Align two stored runs and report the first divergence in tokens, p and caches")
         f.addSeparator()

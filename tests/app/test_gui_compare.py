@@ -45,3 +45,31 @@ def test_lane_cells_give_the_whole_token_and_the_tab_has_the_legend(qtbot, windo
     token = model.cells.cell(cell_index).token
     assert f"(id {token})" in tl.tooltip_for(cell_index)
     assert "accepted" in window.compare.legend.text() and "repaired" in window.compare.legend.text()
+
+
+def test_a_comparison_is_recorded_as_two_runs_and_replays_side_by_side(qtbot, make_window, tmp_path):
+    from specscope.storage import TraceStore
+
+    from specscope.app.gui.compare_session import comparison_of
+
+    store = tmp_path / "cmp.sqlite"
+    w = make_window(store_path=str(store))
+    _run_compare(qtbot, w)
+    live_a, live_b = (m.output_tokens for m in w.compare_session.models)
+    w.close()
+    with TraceStore(store) as s:
+        runs = s.list_runs()
+    lanes = {comparison_of(r)[1]: r for r in runs if comparison_of(r)}
+    assert set(lanes) == {"A", "B"} and comparison_of(lanes["A"])[0] == comparison_of(lanes["B"])[0]
+    assert lanes["A"].prompt_text == "1 2 3 4 5 6 7 8 1 2 3 4"
+    r = make_window(store_path=str(tmp_path / "other.sqlite"))
+    assert r.open_trace(str(store), run_id=lanes["B"].run_id)
+    qtbot.waitUntil(lambda: r.replay_loaded, timeout=30000)
+    a, b = r.compare_session.models
+    assert a.config.run_id == lanes["A"].run_id and b.config.run_id == lanes["B"].run_id
+    assert a.output_tokens == live_a and b.output_tokens == live_b
+    assert r.compare_session.first_divergence is None  # greedy: both exact
+    assert "no divergence" in r.compare.divergence.text()
+    # any two runs side by side (File > Compare two runs)
+    assert r.compare_stored(str(store), lanes["B"].run_id, lanes["A"].run_id)
+    assert r.tabs.currentWidget() is r.compare and a.config.run_id == lanes["B"].run_id
