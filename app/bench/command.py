@@ -15,12 +15,12 @@ SCHEMA = "specscope-bench/2"
 
 
 def add_bench_parser(subparsers: Any) -> None:
-    from .measurement import __doc__ as method_doc
-
     p = subparsers.add_parser(
         "bench",
         help="benchmark the decoder against plain decoding and transformers' assisted generation",
-        description=(method_doc or "").split("\n\n")[0],
+        description="Benchmark specscope's decoder against plain decoding and transformers' assisted generation at "
+                    "batch size 1: throughput, prefill apart from decode, each method's peak memory, acceptance "
+                    "(also under vLLM's and llama.cpp's definitions) per prompt kind; --json keeps the raw samples.",
     )
     p.add_argument("--quick", action="store_true",
                    help="a short version: 1 prompt of each kind, k=4, 3 repetitions, 32 tokens")
@@ -175,6 +175,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = settings_of(args)
+    chosen = select_prompts(loading.example_prompts(), settings["prompts_per_kind"], settings["kinds"])
     device = loading.resolve_device(args.device)
     draft_names = args.draft or ["small", "tiny"]
     pairs = {name: loading.load_models(target=args.target, draft=name, device=device, dtype=args.dtype) for name in draft_names}
@@ -184,7 +185,6 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     drafts = {labels[name]: p.draft for name, p in pairs.items()}
     draft_refs = {labels[name]: name for name in draft_names}
     trees = tree_specs(args, drafts)
-    chosen = select_prompts(loading.example_prompts(), settings["prompts_per_kind"], settings["kinds"])
     prompt_ids = [list(tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in chosen]
     kinds = [p.kind for p in chosen]
     eos = getattr(tokenizer, "eos_token_id", None)
@@ -205,8 +205,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
         if not args.json:
             print(f"\n### {mode}\n")
             print(format_table(results["modes"][mode]))
-    if not args.no_memory:
-        del pairs, first, target, drafts  # the children load their own models
+    if not args.no_memory:  # after the timings, so no child runs beside them
         for measured in measure_all(specs_of_memory, progress=_say):
             rows = results["modes"][measured["spec"]["mode"]]
             next(r for r in rows if r["method"] == measured["spec"]["method"])["memory"] = measured
@@ -224,14 +223,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 raise UsageError(f"{args.from_json} is not a `specscope bench --json` result of schema {SCHEMA}")
         else:
             results = run_bench(args)
-    except (UsageError, BenchError, OSError) as exc:
-        print(f"specscope bench: {exc}", file=sys.stderr)
-        return 1
     except json.JSONDecodeError as exc:
         print(f"specscope bench: {args.from_json} is not JSON ({exc})", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(results, indent=1))
+    except (BenchError, OSError, ValueError) as exc:  # bad input (UsageError, a bad spec or checkpoint): one line
+        print(f"specscope bench: {exc}", file=sys.stderr)
+        return 1
+    if args.json:  # compact: the raw samples are most of it
+        print(json.dumps(results, separators=(",", ":")))
     if args.markdown:
         write_markdown(Path(args.markdown), results)
         _say(f"wrote {args.markdown}")

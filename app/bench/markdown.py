@@ -215,7 +215,8 @@ def generated_text(results: dict[str, Any]) -> list[str]:  # long: the file's fi
         f"warm-up, batch size {s.get('batch_size', 1)}. Intervals are min-max over the repetitions.", "",
         DEFINITIONS, "",
         "## Prompts", "",
-        _table(["prompt", "kind", "prompt tokens"], [[p["name"], p["kind"], str(p["tokens"])] for p in results.get("prompts", [])]), "",
+        _table(["prompt", "kind", "prompt tokens", "what"],
+               [[p["name"], p["kind"], str(p["tokens"]), p.get("description", "")] for p in results.get("prompts", [])]), "",
     ]
     for mode, rows in results["modes"].items():
         lines += [f"## {mode}", "", format_table(rows), "",

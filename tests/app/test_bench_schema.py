@@ -115,3 +115,21 @@ def test_prompt_selection_by_kind():
     assert [p.name for p in select_prompts(prompts, None, ["copy"])] == ["a", "b"]
     with pytest.raises(ValueError, match="no bundled prompt of kind poetry"):
         select_prompts(prompts, None, ["poetry"])
+
+
+def test_markdown_from_saved_results_and_bad_input(results, tmp_path, capsys):
+    from specscope.app.cli import main
+
+    saved, md = tmp_path / "bench.json", tmp_path / "BENCHMARKS.md"
+    saved.write_text(json.dumps(results))
+    assert main(["bench", "--from-json", str(saved), "--markdown", str(md)]) == 0
+    assert "## When speculation does not pay" in md.read_text()
+    assert capsys.readouterr().err.strip() == f"wrote {md}"
+    other = tmp_path / "other.json"
+    other.write_text('{"modes": {}}')
+    for argv, message in ([["--from-json", str(other)], "is not a `specscope bench --json` result"],
+                          [["--kinds", "poetry"], "no bundled prompt of kind poetry"],
+                          [["--k", "2,x"], "--k takes comma-separated integers"]):
+        assert main(["bench", *argv]) == 1
+        err = capsys.readouterr().err.strip()
+        assert message in err and "Traceback" not in err and len(err.splitlines()) == 1, err
