@@ -297,12 +297,14 @@ def round_summary(row: Mapping[str, Any]) -> RoundSummary:
                         draft_tokens=tuple(row["draft_tokens"]))
 
 
-def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]], vocab_size: int, full: bool = True) -> Round:
+def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]], vocab_size: int, full: bool = True,
+                  vectors: bool = True) -> Round:
     """Rebuild a core Round. With full=False (or no stored full vectors) the distributions
-    are PartialDistribution arrays built from the top-N."""
+    are PartialDistribution arrays built from the top-N; with vectors=False (rows read
+    without their blobs) they are None."""
 
     def dist(top: bytes | None, fullblob: bytes | None, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
-        if top is None:
+        if top is None or not vectors:
             return None
         return rebuild(top, fullblob if full else None, vocab_size, exact)
 
@@ -316,8 +318,8 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
                 token=token,
                 parent=int(n["parent"]),
                 depth=int(n["depth"]),
-                p=dist(n["p_top"], n.get("p_full"), {token: n["p_token"]}),
-                q=dist(n["q_top"], n.get("q_full"), None if q_token is None else {token: q_token}),
+                p=dist(n.get("p_top"), n.get("p_full"), {token: n["p_token"]}),
+                q=dist(n.get("q_top"), n.get("q_full"), None if q_token is None else {token: q_token}),
                 status=n["status"],
                 u=n["u"],
                 p_token=n["p_token"],
@@ -327,5 +329,5 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
                 target_argmax=int(n["target_argmax"]),
             )
         )
-    return Round(**_round_fields(row), nodes=tuple(nodes), bonus_p=dist(row["bonus_top"], row.get("bonus_full")),
-                 residual=dist(row["residual_top"], row.get("residual_full")))
+    return Round(**_round_fields(row), nodes=tuple(nodes), bonus_p=dist(row.get("bonus_top"), row.get("bonus_full")),
+                 residual=dist(row.get("residual_top"), row.get("residual_full")))

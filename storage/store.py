@@ -33,6 +33,7 @@ BATCH_BYTES = 64 * 2**20  # ... and at most this many bytes of rebuilt dense vec
 _SUMMARY_COLUMNS = [c for c in rounds_table.c if c.name not in ("residual_top", "residual_full", "bonus_top", "bonus_full")]
 _TOP_ONLY_ROUND = [c for c in rounds_table.c if c.name not in ("residual_full", "bonus_full")]
 _TOP_ONLY_NODE = [c for c in nodes_table.c if c.name not in ("p_full", "q_full")]
+_NO_BLOB_NODE = [c for c in nodes_table.c if c.name not in ("p_full", "q_full", "p_top", "q_top")]
 
 
 class TraceStore:
@@ -259,15 +260,17 @@ class TraceStore:
             with self.engine.connect() as conn:
                 return [round_summary(r._mapping) for r in conn.execute(q)]
 
-    def load_rounds(self, run_id: str, start: int = 0, stop: int | None = None, full: bool = False) -> list[Round]:
+    def load_rounds(self, run_id: str, start: int = 0, stop: int | None = None, full: bool = False,
+                    vectors: bool = True) -> list[Round]:
         """Rounds [start, stop) as core Round records.
 
         full=False reads only the top-N blobs: distributions are PartialDistribution arrays.
-        full=True uses the full vectors where the run stored them.
+        full=True uses the full vectors where the run stored them. vectors=False reads no
+        blob at all: every distribution is None (what a timeline of a long run holds).
         """
         vocab = self._vocab(run_id)
-        rcols = list(rounds_table.c) if full else _TOP_ONLY_ROUND
-        ncols = list(nodes_table.c) if full else _TOP_ONLY_NODE
+        rcols = list(rounds_table.c) if full else _TOP_ONLY_ROUND if vectors else _SUMMARY_COLUMNS
+        ncols = list(nodes_table.c) if full else _TOP_ONLY_NODE if vectors else _NO_BLOB_NODE
         with translate_errors(f"reading {self._where}"):
             with self.engine.connect() as conn:
                 rows = [r._mapping for r in conn.execute(
@@ -282,7 +285,7 @@ class TraceStore:
                     .order_by(nodes_table.c.round_index, nodes_table.c.node_index)
                 ):
                     nodes.setdefault(n.round_index, []).append(n._mapping)
-        return [rows_to_round(r, nodes.get(r["round_index"], []), vocab, full=full) for r in rows]
+        return [rows_to_round(r, nodes.get(r["round_index"], []), vocab, full=full, vectors=vectors) for r in rows]
 
     def iter_rounds(self, run_id: str, batch_size: int | None = None, full: bool = False) -> Iterator[Round]:
         """Rounds in order, read `batch_size` rounds at a time: at most one batch is held

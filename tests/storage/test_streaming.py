@@ -9,6 +9,7 @@ import json
 import weakref
 
 import numpy as np
+from sqlalchemy import event
 
 from specscope.app.cli import main
 from specscope.core.checker import check_report, check_run
@@ -151,3 +152,21 @@ def test_export_is_lazy(tmp_path, monkeypatch):
         assert len(made) == 1
         rest = list(lines)
         assert len(made) == 100 and json.loads(rest[-1])["new_tokens"] == store.new_tokens("long")
+
+
+def test_rounds_without_vectors_read_no_blob(tmp_path):
+    """load_rounds(vectors=False), what a long replay's timeline reads: the rounds' scalars
+    and nodes as stored, every distribution None, and no blob column selected."""
+    path, _ = _stored(tmp_path, 20)
+    with TraceStore(path) as store:
+        statements = []
+        event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+        slim = store.load_rounds("long", 5, 15, vectors=False)
+        whole = store.load_rounds("long", 5, 15)
+    assert [r.index for r in slim] == list(range(5, 15))
+    assert all(r.bonus_p is None and r.residual is None and all(n.p is None and n.q is None for n in r.nodes) for r in slim)
+    for a, b in zip(slim, whole):
+        assert a.emitted == b.emitted and a.target_cache == b.target_cache and a.residual_mass == b.residual_mass
+        assert [(n.token, n.status, n.p_token, n.u) for n in a.nodes] == [(n.token, n.status, n.p_token, n.u) for n in b.nodes]
+    first_reads = " ".join(statements[:3])
+    assert "_top" not in first_reads and "_full" not in first_reads
