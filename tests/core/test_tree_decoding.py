@@ -2,7 +2,6 @@
 caches equal a full recompute of the accepted prefix at every round, EOS on an interior
 node, the budget cutting a path."""
 
-import numpy as np
 import pytest
 import torch
 from transformers import DynamicCache

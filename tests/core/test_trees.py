@@ -1,6 +1,5 @@
 """Tree specs, the tree attention mask and positions (checked on three architectures)."""
 
-import numpy as np
 import pytest
 import torch
 from transformers import DynamicCache
