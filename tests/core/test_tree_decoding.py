@@ -33,6 +33,9 @@ def test_greedy_tree_decoding_equals_transformers_generate(models, tree):
         assert out.new_tokens == expected, (arch, tree, prompt)
         for r in out.rounds:
             assert isinstance(r, TreeRound) and r.target_forwards == 1
+            # the draft grows the tree with one forward per depth, not one per node
+            depth = max(n.depth for n in r.nodes)
+            assert r.draft_forwards == depth if not tree.startswith("dynamic") else depth <= r.draft_forwards <= 4
             accepted += r.accepted
             rejected += sum(n.status == "rejected" for n in r.nodes)
             # a path that took a sibling other than the first: the tree did something a chain cannot
