@@ -106,24 +106,24 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
     too. One batched pass on the rows' device, one transfer to the host."""
     m, vocab = rows.shape
     n = min(top_n, vocab)
-    values, ids = torch.topk(rows, n, dim=-1)  # (m, n) descending; ties in no set order
-    support = (rows > 0).sum(dim=-1)
+    # One entry more than kept: where it equals the n-th, the n-th is tied with entries
+    # outside the top n and the tie rule (lowest ids first) decides which are kept.
+    values, ids = torch.topk(rows, min(n + 1, vocab), dim=-1)  # descending; ties in no set order
     minimum, total = rows.min(dim=-1).values, rows.sum(dim=-1)
+    # Support: the whole vocabulary where the minimum is positive (unfiltered rows), else counted.
+    support = torch.where(minimum > 0, vocab, (rows > 0).sum(dim=-1))
     width = max((len(e) for e in extra_ids), default=0)
     extra_index = torch.zeros((m, max(width, 1)), dtype=torch.long)
     for r, tokens in enumerate(extra_ids):
         extra_index[r, : len(tokens)] = torch.as_tensor(list(tokens), dtype=torch.long)
     extra_index = extra_index.to(rows.device)
     extra_values = torch.gather(rows, 1, extra_index)
-    # Rows whose n-th entry is tied with an entry outside the top n need the tie rule
-    # (lowest ids first); count the entries >= the n-th value to find them.
-    at_least = (rows >= values[:, -1:]).sum(dim=-1)
-    host = [t.cpu().numpy() for t in (values, ids, support, minimum, total, extra_values, at_least)]
-    values_h, ids_h, support_h, minimum_h, total_h, extra_h, at_least_h = host
+    host = [t.cpu().numpy() for t in (values, ids, support, minimum, total, extra_values)]
+    values_h, ids_h, support_h, minimum_h, total_h, extra_h = host
     out = []
     for r in range(m):
-        top_ids, top_vals = ids_h[r], values_h[r]
-        if at_least_h[r] > n:
+        top_ids, top_vals = ids_h[r][:n], values_h[r][:n]
+        if values_h.shape[1] > n and values_h[r][n] == values_h[r][n - 1] > 0:
             top_ids, top_vals = _tied_top(rows[r], n)
         top_ids, top_vals = _ordered_positive(top_ids.astype(np.int64), top_vals.astype(np.float64))
         stats = VectorStats(int(support_h[r]), float(minimum_h[r]), float(total_h[r]))

@@ -158,6 +158,9 @@ def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: 
             raise ValueError(f"temperature {config.temperature:g} overflows the logits")
     vocab = x.shape[-1]
     if config.top_k and config.top_k < vocab:
+        sparse = _top_k_sparse(x, config)
+        if sparse is not None:
+            return sparse
         # Ties at the k-th largest logit stay, as in transformers' TopKLogitsWarper.
         kth = torch.topk(x, config.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
@@ -168,6 +171,35 @@ def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: 
         probs = torch.where(keep.reshape(probs.shape), probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+def _top_k_sparse(x: torch.Tensor, config: SamplingConfig) -> torch.Tensor | None:
+    """The top-k (then top-p) distribution computed on the k kept logits only, scattered
+    into zeros: the full row is read once (topk) instead of five times. None when the k-th
+    largest logit is tied with the next one (then every tied token stays: the masked path)."""
+    k = config.top_k
+    vals, ids = torch.topk(x, k + 1, dim=-1)  # (..., k + 1) descending
+    if bool((vals[..., k] == vals[..., k - 1]).any()):
+        return None
+    kept, ids = torch.softmax(vals[..., :k], dim=-1), ids[..., :k]
+    if config.top_p < 1.0:
+        flat_kept, flat_ids = kept.reshape(-1, k), ids.reshape(-1, k)
+        kept = torch.stack([_top_p_of_kept(v, i, config.top_p) for v, i in zip(flat_kept, flat_ids)]).reshape(kept.shape)
+    out = torch.zeros_like(x)
+    out.scatter_(-1, ids, kept)
+    return out
+
+
+def _top_p_of_kept(values: torch.Tensor, ids: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Top-p over a row's kept entries (`_top_p_mask`'s rule: descending probability, equal
+    ones by ascending id, up to the first whose cumulative mass reaches top_p), renormalised."""
+    by_id = torch.argsort(ids)
+    order = by_id[torch.sort(-values[by_id], stable=True).indices]
+    cumulative = torch.cumsum(values[order], dim=0)
+    count = min(1 + int((cumulative < top_p).sum()), len(values))
+    out = torch.zeros_like(values)
+    out[order[:count]] = values[order[:count]]
+    return out / out.sum()
 
 
 def _top_p_keep(row: torch.Tensor, top_p: float) -> torch.Tensor:
