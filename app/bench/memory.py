@@ -105,9 +105,14 @@ def _child(spec: dict[str, Any], conn: Any) -> None:
 
 
 def measure_all(specs: Sequence[dict[str, Any]], progress: Callable[[str], None] | None = None,
-                timeout_s: float = 600.0) -> list[dict[str, Any]]:
-    """Each spec measured in a fresh child process; results in order, each with its spec."""
+                timeout_s: float = 600.0, parallel: int | None = None) -> list[dict[str, Any]]:
+    """Each spec measured in a fresh child process; results in order, each with its spec.
+
+    Up to `parallel` children (default: 2, or 1 on a single core) run at once: a process's
+    resident set and high-water mark are its own, so running beside another changes them
+    only under memory pressure, and the bench's timings are over by then."""
     import multiprocessing as mp
+    import os
 
     say = progress or (lambda msg: None)
     try:
@@ -115,23 +120,31 @@ def measure_all(specs: Sequence[dict[str, Any]], progress: Callable[[str], None]
         ctx.set_forkserver_preload(["torch", "transformers", "specscope.core", "specscope.app.bench.memory"])
     except ValueError:  # no forkserver on this platform
         ctx = mp.get_context("spawn")
-    results = []
-    for i, spec in enumerate(specs):
-        say(f"memory {i + 1}/{len(specs)}: {spec['method']} ({spec['mode']})")
-        receive, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(spec, send), daemon=True)
-        proc.start()
-        send.close()
-        try:
-            result = receive.recv() if receive.poll(timeout_s) else {"error": f"no answer within {timeout_s:.0f} s"}
-        except EOFError:
-            result = {"error": "the child process ended without an answer"}
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        results.append({**result, "spec": spec})
+    width = parallel or min(2, os.cpu_count() or 1)
+    results: list[dict[str, Any]] = []
+    for first in range(0, len(specs), width):
+        batch = []
+        for i, spec in enumerate(specs[first:first + width], start=first):
+            say(f"memory {i + 1}/{len(specs)}: {spec['method']} ({spec['mode']})")
+            receive, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(spec, send), daemon=True)
+            proc.start()
+            send.close()
+            batch.append((spec, proc, receive))
+        results += [{**_answer(proc, receive, timeout_s), "spec": spec} for spec, proc, receive in batch]
     return results
+
+
+def _answer(proc: Any, receive: Any, timeout_s: float) -> dict[str, Any]:
+    try:
+        result = receive.recv() if receive.poll(timeout_s) else {"error": f"no answer within {timeout_s:.0f} s"}
+    except EOFError:
+        result = {"error": "the child process ended without an answer"}
+    proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
