@@ -99,7 +99,8 @@ def tree_round(dec: Any, run_id: str, index: int, context: list[int], emitted_be
     p = process_logits(logits, dec.sampling, checked=True)
     task = TreeTask(tokens=draft.tokens, q=draft.q, p=p, argmax=logits.argmax(axis=-1), greedy=dec.sampling.greedy,
                     eos_token_id=dec.eos_token_id, remaining=remaining, parents=draft.parents,
-                    children=check_children_mode(draft.children or "sampled"))
+                    # unnamed: the point-mass rule, exact however the children were picked
+                    children=check_children_mode(draft.children or "topk"))
     verifier = getattr(dec, "tree_verifier", None) or TreeVerifier()
     verdict = verifier.verify(task, rng)
     path = list(getattr(verdict, "path", []))
