@@ -142,11 +142,12 @@ def task_for(nodes, p_of, q_of, vocab, mode, remaining=LENGTH, eos=None):
                     parents=tuple(par for _, par, _ in nodes), children=mode)
 
 
-def round_law(verifier, shape, mode, p_of, q_of, vocab):
-    """Exact law of the completed 3-token continuation after one tree round."""
+def round_law(verifier, shape, mode, p_of, q_of, vocab, verify_as=None):
+    """Exact law of the completed 3-token continuation after one tree round (children
+    drawn by `mode`, verified by the rule of `verify_as`, default the same mode)."""
     out = defaultdict(Fraction)
     for nodes, weight in drafts(shape, mode, q_of):
-        task = task_for(nodes, p_of, q_of, vocab, mode)
+        task = task_for(nodes, p_of, q_of, vocab, verify_as or mode)
         for emitted, w in walk_law(verifier, task).items():
             for tail in itertools.product(range(vocab), repeat=LENGTH - len(emitted)):
                 seq, prob = emitted, weight * w
@@ -193,3 +194,13 @@ def test_stale_residual_is_detected(mode):
             law = round_law(STALE_RESIDUAL, shape, mode, p_of, q_of, 3)
             caught.append(dict(law) != target_law(p_of, 3))
     assert sum(caught) >= len(caught) // 2, caught
+
+
+@pytest.mark.parametrize("drawn", ["sampled", "distinct"])
+def test_the_point_mass_rule_is_exact_however_children_were_drawn(drawn):
+    """The top-k rule (accept c with p'(c)) treats the children as given: exact for sampled
+    children too (the decoder's rule for a draft that names no mode), only less efficient."""
+    for shape_name in ("2x1", "ragged"):
+        p_of, q_of = tables(3, 2)
+        law = round_law(TreeVerifier(), SHAPES[shape_name], drawn, p_of, q_of, 3, verify_as="topk")
+        assert dict(law) == target_law(p_of, 3)
