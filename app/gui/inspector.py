@@ -28,7 +28,7 @@ from .kvview import KVCacheView
 from .runmodel import RunModel, top_tokens, visible_text
 
 TOP_N = 10
-PLOT_MIN_PX = 200  # the p/q plot's readable minimum height
+PLOT_MIN_PX = 170  # the p/q plot's readable minimum height
 TICK_PX = 58  # width one bar's token label needs
 MAX_LABEL = 7
 

@@ -22,7 +22,7 @@ from specscope.core.records import CacheState, Round
 from . import theme
 from .runmodel import RunModel
 
-ROW_MIN_PX = 96  # a cache row's plot never gets shorter than this (its four labels need it)
+ROW_MIN_PX = 80  # a cache row's plot never gets shorter than this (its four labels need it)
 WRONG = "#b00020"
 OK = "#007a4d"
 
@@ -158,6 +158,10 @@ class KVCacheView(QWidget):
         self.round_index = i
         self._redraw()
 
+    def tooltip_of(self, d: CacheDiagnosis) -> str:
+        return (f"expected {d.expected} = committed context {d.context} − {d.context - d.expected} token(s) "
+                f"that must be pending; recorded pending: {len(d.state.pending)}")
+
     def verdict_text(self) -> str:
         """Every problem and note, in words (plain text; what the label shows)."""
         return "\n".join(p for d in self.diagnoses for p in d.problems + d.notes)
@@ -171,6 +175,7 @@ class KVCacheView(QWidget):
             lines.append(f"<span style='color:{OK}'>✔ every cache holds the committed context minus its "
                          f"pending token</span>")
         self.verdict.setText("<br>".join(lines))
+        self.graphics.setToolTip("\n".join(self.tooltip_of(d) for d in self.diagnoses))
         self.title.setText(f"<b>KV caches</b> · round {self.round_index}" if self.diagnoses else "<b>KV caches</b>")
         for j, row in enumerate(self.rows):
             if j < len(self.diagnoses):
@@ -205,7 +210,7 @@ class _CacheRow:
             self.plot.addItem(item)
         self.lines = {}
         self.labels = {}
-        for key, y, color, anchor in (("peak", 1.05, "#333333", (1.0, 0.5)), ("before", 0.62, "#333333", (0.0, 0.5)),
+        for key, y, color, anchor in (("peak", 1.05, "#333333", (0.0, 0.5)), ("before", 0.62, "#333333", (1.0, 0.5)),
                                       ("after", -0.62, "#333333", (0.5, 0.5)), ("expected", -1.05, OK, (0.5, 0.5))):
             style = Qt.PenStyle.DashLine if key == "expected" else Qt.PenStyle.SolidLine
             line = pg.PlotDataItem(pen=pg.mkPen(color, width=1.5, style=style))
@@ -229,8 +234,7 @@ class _CacheRow:
         mark = "✗" if d.problems else "✔"
         diff = f" ({d.difference:+d})" if d.difference else ""
         self.plot.setTitle(f"<span style='color:{color}'>{mark} {d.name} cache</span> · before {c.before} · "
-                           f"peak {c.peak} · after {c.after}{diff} · expected {d.expected} = context {d.context} − "
-                           f"pending {d.context - d.expected}", size="9pt")
+                           f"peak {c.peak} · after {c.after}{diff} · expected {d.expected}", size="9pt")
         self.bars["kept"].setOpts(x0=[0], x1=[min(c.before, c.after)], y=[0])
         self.bars["written"].setOpts(x0=[min(c.before, c.after)], x1=[c.peak], y=[0])
         self.bars["cropped"].setOpts(x0=[c.after] if c.peak > c.after else [], x1=[c.peak] if c.peak > c.after else [],
@@ -246,16 +250,27 @@ class _CacheRow:
         hi = max(c.peak, c.after + n_pend, d.expected)
         # zoom on what the round wrote and cropped; an earlier "before" is pointed at
         x0 = 0 if whole else max(0, lo - max(4, c.peak - lo))
+        x1 = hi + max(2.5, 0.2 * (hi - x0))
+        # labels point away from each other: peak to the right of its line, before to the
+        # left of its own; below the bar, the longer of after/expected to the right
+        anchors = {"peak": (0.0, 0.5), "before": (1.0, 0.5),
+                   "after": (0.0, 0.5) if c.after > d.expected else (1.0, 0.5),
+                   "expected": (1.0, 0.5) if c.after > d.expected else (0.0, 0.5)}
+        if same:
+            anchors["after"] = (0.5, 0.5)
         for key, x in (("peak", c.peak), ("before", c.before), ("after", c.after), ("expected", d.expected)):
             y = self.labels[key].y_at
             self.lines[key].setData([x, x], [0, y * 0.8])
-            text = f"{key} {x}"
-            if key == "before" and x < x0:
-                text, x = f"◀ before {c.before}", x0
+            text = f"{key} {x} " if anchors[key][0] == 1.0 else f" {key} {x}"
+            anchor = anchors[key]
+            if key == "before" and x - x0 < 0.25 * (x1 - x0):  # no room on its left: point at it
+                text, x, anchor = (f"◀ before {c.before}", x0, (0.0, 0.5)) if x < x0 else (f" before {x}", x,
+                                                                                          (0.0, 0.5))
+            self.labels[key].setAnchor(anchor)
             if key == "after" and same:
                 text = f"after = expected {x}"
             if key == "expected" and same:
                 text = ""
             self.labels[key].setText(text)
             self.labels[key].setPos(x, y)
-        self.plot.setXRange(x0 - 0.5, hi + max(2.5, 0.15 * (hi - x0)), padding=0)
+        self.plot.setXRange(x0 - 0.5, x1, padding=0)

@@ -334,8 +334,11 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.show_error(message, details)
 
     def _on_activity(self, text: str) -> None:
-        if text and self.mode == "live":
-            self.run_panel.state_label.setText(text[0].upper() + text[1:])
+        if self.mode == "live":
+            if text:
+                self.run_panel.state_label.setText(text[0].upper() + text[1:])
+            else:  # done: the panel's own words for the state again
+                self.run_panel.set_state(self.state)
         self._update_status()
 
     def _update_status(self) -> None:

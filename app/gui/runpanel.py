@@ -78,6 +78,8 @@ class RunPanelWidget(QWidget):
         for name, text in self.examples:
             self.example.addItem(name, text)
         self.example.activated.connect(self._pick_example)
+        self.example.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.example.setMinimumContentsLength(10)
         bl.addWidget(self.example)
         self.prompt = QPlainTextEdit()
         self.prompt.setPlaceholderText("Type a prompt, or pick an example above")
@@ -126,6 +128,7 @@ class RunPanelWidget(QWidget):
         ckl.setContentsMargins(0, 0, 0, 0)
         self.checkpoint = QLineEdit()
         self.checkpoint.setPlaceholderText("folder with config.json + weights")
+        self.checkpoint.setMinimumWidth(60)
         self.browse = QPushButton("…")
         self.browse.setFixedWidth(28)
         self.browse.clicked.connect(self._browse)
@@ -162,6 +165,9 @@ class RunPanelWidget(QWidget):
         return label
 
     def _add_row(self, grid: QGridLayout, row: int, key: str, text: str, widget: QWidget) -> int:
+        if isinstance(widget, QComboBox):  # long entries must not widen the dock
+            widget.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            widget.setMinimumContentsLength(10)
         label = QLabel(text)
         label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         grid.addWidget(label, row, 0)

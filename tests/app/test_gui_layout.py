@@ -37,7 +37,7 @@ def test_the_window_fits_and_every_view_keeps_a_readable_minimum(qtbot, make_win
     # inside the inspector's scroll area the plots keep their own minimum heights
     assert w.inspector.graphics.height() >= 200
     assert w.inspector.res_plot.size().height() >= 100  # the residual plot has real height
-    assert w.inspector.kv.graphics.height() >= 2 * 90
+    assert w.inspector.kv.graphics.height() >= 2 * 75
     # the live plots are either a dock of their own or a tab beside the findings, never clipped
     assert w.plots_dock.width() >= 260 or w.tabifiedDockWidgets(w.plots_dock)
     w.tabs.setCurrentWidget(w.compare)
