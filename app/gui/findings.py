@@ -58,6 +58,7 @@ class FindingsWidget(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.status = QLabel("No checker results yet.")
+        self.status.setWordWrap(True)  # a long summary must not widen the dock
         self.table = QTableWidget(0, 5)
         self.table.setHorizontalHeaderLabels(["round", "position", "node", "rule", "message"])
         self.table.verticalHeader().setVisible(False)
