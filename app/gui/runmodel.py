@@ -6,6 +6,7 @@ a RunModel and subscribe to `reset`, `appended`, `finished` and `selectionChange
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Sequence
@@ -17,6 +18,7 @@ from specscope.core.partial import is_full
 from specscope.core.records import Round, RunConfig
 
 from . import theme
+from .compact import CompactRounds
 from .metrics import RunMetrics
 
 TokenText = Callable[[int], str]
@@ -102,42 +104,62 @@ class Cell:
     text: str
 
 
-class Cells:
-    """Column arrays of the timeline's cells, grown round by round."""
+class TokenTexts:
+    """The cells' texts, made on demand from their tokens (one visible text per token id,
+    cached): the timeline indexes it like a list."""
 
-    def __init__(self) -> None:
-        self.kind: list[int] = []
-        self.round: list[int] = []
-        self.pos: list[int] = []
-        self.token: list[int] = []
-        self.out_pos: list[int] = []
-        self.eos: list[bool] = []
-        self.text: list[str] = []
-        self.round_first: list[int] = []  # first cell of each round
-        self.out_cell: list[int] = []  # cell index of each output position
+    def __init__(self, tokens: array, token_text: TokenText):
+        self._tokens = tokens
+        self._token_text = token_text
+        self._cache: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def __getitem__(self, i: int) -> str:
+        token = self._tokens[i]
+        text = self._cache.get(token)
+        if text is None:
+            text = self._cache[token] = visible_text(self._token_text(token))
+        return text
+
+
+class Cells:
+    """Column arrays of the timeline's cells, grown round by round (typed arrays: a few
+    bytes a cell, so a run of a million rounds fits; texts are made when drawn)."""
+
+    def __init__(self, token_text: TokenText = default_token_text) -> None:
+        self.kind = array("b")
+        self.round = array("i")
+        self.pos = array("i")
+        self.token = array("q")
+        self.out_pos = array("q")
+        self.eos = array("b")
+        self.text = TokenTexts(self.token, token_text)
+        self.round_first = array("q")  # first cell of each round
+        self.out_cell = array("q")  # cell index of each output position
 
     def __len__(self) -> int:
         return len(self.kind)
 
     def cell(self, i: int) -> Cell:
-        return Cell(self.kind[i], self.round[i], self.pos[i], self.token[i], self.out_pos[i], self.eos[i], self.text[i])
+        return Cell(self.kind[i], self.round[i], self.pos[i], self.token[i], self.out_pos[i], bool(self.eos[i]), self.text[i])
 
-    def _add(self, kind: int, rnd: int, pos: int, token: int, out_pos: int, eos: bool, text: str) -> None:
+    def _add(self, kind: int, rnd: int, pos: int, token: int, out_pos: int, eos: bool) -> None:
         self.kind.append(kind)
         self.round.append(rnd)
         self.pos.append(pos)
         self.token.append(token)
         self.out_pos.append(out_pos)
         self.eos.append(eos)
-        self.text.append(text)
         if out_pos >= 0:
             self.out_cell.append(len(self.kind) - 1)
 
-    def add_prompt(self, ids: Sequence[int], token_text: TokenText) -> None:
+    def add_prompt(self, ids: Sequence[int], token_text: TokenText | None = None) -> None:
         for t in ids:
-            self._add(theme.PROMPT, -1, -1, int(t), -1, False, visible_text(token_text(int(t))))
+            self._add(theme.PROMPT, -1, -1, int(t), -1, False)
 
-    def add_round(self, r: Round, token_text: TokenText, eos_id: int | None) -> None:
+    def add_round(self, r: Round, token_text: TokenText | None, eos_id: int | None) -> None:
         self.round_first.append(len(self.kind))
         out = r.emitted_before
         accepted_nodes = {e.node for e in r.emitted if e.kind == "accepted"}
@@ -147,20 +169,18 @@ class Cells:
         for e in emitted:
             if e.kind != "accepted":
                 continue
-            self._add(theme.ACCEPTED, r.index, e.node, e.token, out, eos_id is not None and e.token == eos_id,
-                      visible_text(token_text(e.token)))
+            self._add(theme.ACCEPTED, r.index, e.node, e.token, out, eos_id is not None and e.token == eos_id)
             out += 1
         for n in r.nodes:
             if n.index in accepted_nodes or n.status == "accepted":
                 continue
-            self._add(theme.KIND_OF_STATUS[n.status], r.index, n.index, n.token, -1, False, visible_text(token_text(n.token)))
+            self._add(theme.KIND_OF_STATUS[n.status], r.index, n.index, n.token, -1, False)
         for e in emitted:
             if e.kind == "accepted":
                 continue
             kind = theme.KIND_OF_EMITTED[e.kind]
             pos = e.node if e.kind == "repaired" and e.node is not None else len(r.nodes)
-            self._add(kind, r.index, pos, e.token, out, eos_id is not None and e.token == eos_id,
-                      visible_text(token_text(e.token)))
+            self._add(kind, r.index, pos, e.token, out, eos_id is not None and e.token == eos_id)
             out += 1
 
 
@@ -201,7 +221,7 @@ class RunModel(QObject):
         super().__init__(parent)
         self.token_text: TokenText = default_token_text
         self.config: RunConfig | None = None
-        self.rounds: list[Round] = []
+        self.rounds = CompactRounds()
         self.cells = Cells()
         self.metrics = RunMetrics()
         self.stop_reason: str | None = None
@@ -220,8 +240,8 @@ class RunModel(QObject):
               label: str = "") -> None:
         self.config = config
         self.token_text = token_text or default_token_text
-        self.rounds = []
-        self.cells = Cells()
+        self.rounds = CompactRounds()
+        self.cells = Cells(self.token_text)
         self.metrics = RunMetrics()
         self.stop_reason = None
         self.wall_s = None
@@ -243,9 +263,8 @@ class RunModel(QObject):
         first = len(self.rounds)
         eos = self.config.eos_token_id if self.config is not None else None
         for r in rounds:
-            r = self._keep(r)
-            self.rounds.append(r)
-            self.cells.add_round(r, self.token_text, eos)
+            self.rounds.append(r, hold=self._keep(r))
+            self.cells.add_round(r, None, eos)
             self.metrics.append(r)
         count = len(self.rounds) - first
         if count:
@@ -254,20 +273,24 @@ class RunModel(QObject):
     def append(self, r: Round) -> None:
         self.extend([r])
 
-    def _keep(self, r: Round) -> Round:
+    def _keep(self, r: Round) -> bool:
+        """Whether to hold the round whole (distributions and all). Rounds are kept slim
+        (CompactRounds) except the small-vocabulary rounds of a live run, up to FULL_BYTES;
+        the last rounds' distributions stay in a small cache, and full_round() reads any
+        other from the store (`loader`)."""
         vocab = self.config.vocab_size if self.config is not None else 0
         if not vocab and r.nodes and r.nodes[0].p is not None:
             vocab = len(r.nodes[0].p)
         if not has_distributions(r):
-            return r
+            return False
         if vocab <= FULL_VOCAB_LIMIT and self._full_bytes + round_bytes(vocab, r.k) <= FULL_BYTES:
             self._full_bytes += round_bytes(vocab, r.k)
-            return r
+            return True
         self._full[r.index] = r
         cap = recent_capacity(vocab, r.k)
         while len(self._full) > cap:
             self._full.popitem(last=False)
-        return slim(r)
+        return False
 
     def full_round(self, index: int) -> Round:
         """Round `index` with its distributions when anything still has them: the loader's
@@ -316,7 +339,7 @@ class RunModel(QObject):
 
     @property
     def output_tokens(self) -> list[int]:
-        return [t for r in self.rounds for t in r.tokens]
+        return self.rounds.tokens
 
     @property
     def selected_round(self) -> Round | None:

@@ -10,7 +10,6 @@ from typing import Any, Callable, Iterator
 
 from specscope.core.records import GenerationResult, Round, RunConfig
 
-from .runmodel import FULL_VOCAB_LIMIT, slim
 
 log = logging.getLogger(__name__)
 
@@ -121,19 +120,15 @@ class TraceLibrary:
     def count(self, run_id: str) -> int:
         return self.store.count_rounds(run_id)
 
-    def batches(self, run_id: str, batch_size: int = 256) -> Iterator[list[Round]]:
-        """Rounds in batches (top-N distributions). Big-vocabulary rounds are slimmed at once
-        and read in smaller batches, so memory stays small; the inspector reloads one
-        round's distributions on demand (`loader`)."""
-        vocab = self.store.get_run(run_id).config.vocab_size or 0
-        big = vocab > FULL_VOCAB_LIMIT
-        if big:
-            batch_size = max(4, min(batch_size, (64 * 2**20) // (vocab * 8 * 12)))
+    def batches(self, run_id: str, batch_size: int = 1024) -> Iterator[list[Round]]:
+        """Rounds in batches, without their distributions (no blob is read): the timeline,
+        the plots and the tree need none, and the inspector reads the selected round's
+        vectors through `loader`. A batch costs the same at round 10 and at round 10^6."""
         start = 0
         while True:
-            batch = self.store.load_rounds(run_id, start, start + batch_size, full=False)
+            batch = self.store.load_rounds(run_id, start, start + batch_size, vectors=False)
             if batch:
-                yield [slim(r) for r in batch] if big else batch
+                yield batch
             if len(batch) < batch_size:
                 return
             start += batch_size

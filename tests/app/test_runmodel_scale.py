@@ -1,0 +1,87 @@
+"""The run model of a long trace: rounds kept column by column without their distributions,
+cells in typed arrays, a round's vectors read from the store when it is selected. Asserted on
+what is held (bytes of arrays, live round objects, reads), not on timing."""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+
+import numpy as np
+
+from specscope.app.gui.compact import CompactRounds
+from specscope.app.gui.runmodel import RunModel, has_distributions, slim
+from specscope.app.gui.traces import TraceLibrary
+from specscope.storage import TraceStore, TraceWriter
+
+from ..storage.helpers import synthetic_config, synthetic_rounds
+
+
+def same(a, b) -> bool:
+    """Field by field (DraftNode and Round compare by identity)."""
+    if dataclasses.is_dataclass(a):
+        return type(a) is type(b) and all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return (a is None and b is None) or (a == b and type(a) is type(b))
+
+
+def test_compact_rounds_give_back_the_slim_rounds():
+    config = synthetic_config(run_id="c")
+    rounds = synthetic_rounds(config, 200)
+    compact = CompactRounds()
+    for r in rounds:
+        compact.append(r)
+    assert len(compact) == 200
+    assert all(same(compact[i], slim(r)) for i, r in enumerate(rounds))
+    assert same(compact[-1], slim(rounds[-1])) and [x.index for x in compact[10:13]] == [10, 11, 12]
+    assert compact.tokens == [t for r in rounds for t in r.tokens]
+    # a few hundred bytes a round (k=4): typed arrays, no per-round Python objects
+    assert compact.nbytes() / len(rounds) < 1200, compact.nbytes() / len(rounds)
+    live = weakref.WeakSet(rounds)
+    del rounds, r
+    assert len(live) == 0  # nothing of the given rounds is kept
+
+
+def test_odd_values_and_leading_nones_survive():
+    config = synthetic_config(run_id="odd")
+    rounds = synthetic_rounds(config, 6)
+    rounds[0] = dataclasses.replace(rounds[0], residual_mass=None, draft_cache=None)  # None before any value
+    rounds[3] = dataclasses.replace(rounds[3], draft_forwards=np.int64(7), greedy=np.bool_(True))
+    compact = CompactRounds()
+    for r in rounds:
+        compact.append(r)
+    assert compact[0].residual_mass is None and compact[0].draft_cache is None
+    assert compact[3].draft_forwards == 7 and compact[3].greedy is True
+    assert all(same(compact[i], slim(rounds[i])) for i in (1, 2, 4, 5))
+
+
+def test_a_long_replay_holds_slim_rounds_and_loads_the_selected_one(qapp, tmp_path):
+    config = synthetic_config(run_id="replay")
+    rounds = synthetic_rounds(config, 1500)
+    path = tmp_path / "long.sqlite"
+    with TraceStore(path) as store, TraceWriter(store, config, full_vectors=True) as writer:
+        for r in rounds:
+            writer.write(r)
+    library = TraceLibrary(str(path))
+    try:
+        model = RunModel()
+        model.begin(config, source=str(path))
+        model.loader = library.loader("replay")
+        reads = []
+        real = library.store.load_round
+        library.store.load_round = lambda *a, **k: reads.append(a) or real(*a, **k)
+        for batch in library.batches("replay", 500):
+            assert len(batch) <= 500 and not any(has_distributions(r) for r in batch)
+            model.extend(batch)
+        assert len(model.rounds) == 1500 and not model.rounds.held and not model._full
+        assert model.output_tokens == [t for r in rounds for t in r.tokens]
+        assert len(model.cells.out_cell) == len(model.output_tokens)
+        got = model.full_round(1234)  # selected: its vectors come from the store, once
+        assert reads == [("replay", 1234)] and has_distributions(got)
+        assert np.allclose(got.nodes[0].p, rounds[1234].nodes[0].p, atol=1e-6)
+        model.full_round(1234)
+        assert len(reads) == 1  # then from the recent-round cache
+        assert model.cells.text[len(config.prompt_ids)] == str(model.cells.token[len(config.prompt_ids)])
+    finally:
+        library.close()
