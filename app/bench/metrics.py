@@ -179,7 +179,8 @@ def explain(row: dict[str, Any]) -> str:
     """Why a measured row is slower than plain decoding, in the cost model's terms."""
     e, n, c, v = (row.get(key) for key in ("expected_tokens_per_round", "mean_drafted_per_round", "cost_c", "cost_v"))
     if None in (e, n, c, v):
-        return "transformers' generate() is timed as a whole (no forward timings inside it): c and v are not measured"
+        return ("transformers' generate() is timed as a whole (no forward timings inside it): c and v are not "
+                "measured; the specscope row with the same proposer and k has them")
     cost = n * c + v
     if e < cost:
         return f"a round yields E = {e:.2f} tokens but costs n c + v = {n:.2f} x {c:.3f} + {v:.2f} = {cost:.2f} plain steps"
