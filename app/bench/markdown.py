@@ -200,7 +200,16 @@ JSON (`rounds.drafted`, `rounds.accepted`, ...):
 expected tokens per round (= mean accepted length), n = mean drafted tokens per round, c =
 the proposer's cost per drafted token, v = a verify forward / a plain step, alpha = mean
 sum min(p, q) over the tested draft positions (greedy: the fraction of tested positions
-accepted). Speculation pays when E > n c + v."""
+accepted). Speculation pays when E > n c + v.
+
+**The JSON** (`--json`, schema `specscope-bench/2`): `prompts` (name, kind, tokens);
+`modes.greedy|sampled`: one row per method with the medians and min-max above, `by_kind`
+(the same per prompt kind), `vllm` and `llamacpp`, `memory` (with the child's `spec`), and
+`raw[repetition][prompt]`: `wall_s`, `ttft_s`, `prefill_target_s`, `prefill_draft_s`,
+`token_latencies_s` (per token: its emission's interval / the tokens it brought),
+`emissions` ([seconds since the call began, tokens]) and `rounds` (per round: `drafted`,
+`accepted`, `accepted_length`, `visited`, `emitted`, `eos_accepted`, `after_eos`), from
+which every number above can be recomputed."""
 
 
 def scale_block(old: str) -> str | None:
