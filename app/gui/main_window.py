@@ -177,6 +177,7 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.run_panel.pauseClicked.connect(self.pause)
         self.run_panel.stepClicked.connect(self.step)
         self.run_panel.stopClicked.connect(self.stop)
+        self.run_panel.edited.connect(self.panel_edited)
         self.navigator.playToggled.connect(self.toggle_replay_play)
         self.findings.findingActivated.connect(self.jump_to_finding)
         self.model.findingsChanged.connect(lambda: self.findings.set_findings(self.model.findings))

@@ -43,6 +43,7 @@ class RunPanelWidget(QWidget):
     pauseClicked = Signal()
     stepClicked = Signal()
     stopClicked = Signal()
+    edited = Signal()  # any field's text changed (by the user or set_texts)
 
     def __init__(self, devices: tuple[str, ...] = ("cpu",), examples: list[tuple[str, str]] | None = None, parent=None):
         super().__init__(parent)
@@ -66,6 +67,7 @@ class RunPanelWidget(QWidget):
         for key, w in self.fields.items():
             sig = w.currentTextChanged if isinstance(w, QComboBox) else w.textChanged
             sig.connect(self._live_validate)
+            sig.connect(self.edited)
         self._proposer_changed()
 
     # ------------------------------------------------------------------ building

@@ -29,11 +29,30 @@ from .worker import IDLE
 log = logging.getLogger(__name__)
 
 TRACE_FILTER = "Trace stores (*.sqlite *.sqlite3 *.db);;All files (*)"
-PICKER_COLUMNS = ("run", "status", "proposer", "k", "T", "seed", "rounds", "tokens", "stop", "prompt starts")
+PICKER_COLUMNS = ("run", "status", "proposer", "k", "T", "seed", "rounds", "tokens", "stop", "findings",
+                  "prompt starts")
+CHECK_ROUNDS = 20_000  # the picker checks runs (for their finding counts) up to this many rounds in all
 PROMPT_START = 32
 
 
-def run_row(info: Any, prompt: str | None) -> list[str]:
+def finding_counts(library: TraceLibrary, runs: list[Any]) -> list[str]:
+    """Each run's finding count from the checker ("—" past CHECK_ROUNDS rounds in all)."""
+    from specscope.core.checker import check_run
+
+    out, budget = [], CHECK_ROUNDS
+    for info in runs:
+        if info.n_rounds > budget:
+            out.append("—")
+            continue
+        budget -= info.n_rounds
+        try:
+            out.append(str(len(check_run(info.config, list(library.store.iter_rounds(info.run_id, full=True))))))
+        except Exception:  # noqa: BLE001 - a count is a convenience
+            out.append("?")
+    return out
+
+
+def run_row(info: Any, prompt: str | None, findings: str = "—") -> list[str]:
     """The picker's cells for one run."""
     cfg = info.config
     tokens = getattr(info, "n_new_tokens", None)
@@ -42,10 +61,11 @@ def run_row(info: Any, prompt: str | None) -> list[str]:
     start = visible_text(prompt or "")[:PROMPT_START] if prompt else f"{len(cfg.prompt_ids)} token ids"
     return [info.run_id[:8], info.status, cfg.draft_name or cfg.proposer, str(cfg.k),
             f"{cfg.sampling.temperature:g}", str(cfg.seed), str(info.n_rounds), str(tokens),
-            info.stop_reason or "—", start]
+            info.stop_reason or "—", findings, start]
 
 
-def pick_run(parent, runs: list[Any], prompts: list[str | None], title: str = "Open trace") -> str | None:
+def pick_run(parent, runs: list[Any], prompts: list[str | None], title: str = "Open trace",
+             findings: list[str] | None = None) -> str | None:
     """A table of the runs; the chosen run's id (None when cancelled)."""
     dialog = QDialog(parent)
     dialog.setWindowTitle(title)
@@ -55,7 +75,7 @@ def pick_run(parent, runs: list[Any], prompts: list[str | None], title: str = "O
     table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
     table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     for i, (info, prompt) in enumerate(zip(runs, prompts)):
-        for j, text in enumerate(run_row(info, prompt)):
+        for j, text in enumerate(run_row(info, prompt, findings[i] if findings else "—")):
             item = QTableWidgetItem(text)
             item.setToolTip(describe_run(info) + (f"\n{prompt[:400]}" if prompt else ""))
             table.setItem(i, j, item)
@@ -109,7 +129,7 @@ class TraceDialogs:
         if len(runs) == 1:
             return runs[0].run_id
         prompts = [r.prompt_text or self.decode_prompt(r) for r in runs]
-        return pick_run(self, runs, prompts)
+        return pick_run(self, runs, prompts, findings=finding_counts(library, runs))
 
     def open_trace(self, path: str, run_id: str | None = None) -> bool:
         """Open a trace store (a file, or a database URL) and replay one of its runs (asks
@@ -275,11 +295,28 @@ class TraceDialogs:
         prompt = self.decode_prompt(info)
         if prompt is not None:
             texts["prompt"] = prompt
+        self.trace_texts = None  # set_texts below must not compare against another trace
         self.run_panel.set_texts(texts)
+        self.trace_texts = {k: v for k, v in self.run_panel.texts().items() if k in texts}
         self.replay_mismatch = self.panel_mismatch(info)
         note = f" Not reproducible from the panel: {'; '.join(self.replay_mismatch)}." if self.replay_mismatch else ""
-        self.run_panel.set_state(IDLE, f"Replaying run {info.run_id[:8]} ({info.status}); Run starts these "
-                                       f"settings live.{note}")
+        self.trace_label = f"Replaying run {info.run_id[:8]} ({info.status}); Run starts these settings live.{note}"
+        self.run_panel.set_state(IDLE, self.trace_label)
+
+    def panel_edited(self) -> None:
+        """While replaying: say when the run panel no longer holds the trace's settings."""
+        texts = getattr(self, "trace_texts", None)
+        if self.mode != "replay" or not texts or self.replay.info is None:
+            return
+        now = self.run_panel.texts()
+        changed = [k for k, v in texts.items() if now.get(k) != v]
+        info = self.replay.info
+        if changed:
+            self.run_panel.state_label.setText(
+                f"Replaying run {info.run_id[:8]}; the panel no longer matches the trace ({', '.join(changed)} "
+                f"changed): Run starts the panel's settings.")
+        else:
+            self.run_panel.state_label.setText(self.trace_label)
 
     def panel_mismatch(self, info: Any) -> list[str]:
         """What in the run panel does not reproduce the trace (empty when Run would)."""
