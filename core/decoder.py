@@ -37,7 +37,8 @@ from .records import (
     SummaryTally,
 )
 from .run import RunHandle
-from .sampling import SamplingConfig, check_finite_torch, process_logits_torch
+from .device_sampling import check_finite_torch, process_logits_torch
+from .sampling import SamplingConfig
 from .tree_decode import is_tree_proposer, tree_round
 from .verify import ChainVerifier, Verdict, Verifier, VerifyTask
 

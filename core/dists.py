@@ -17,12 +17,14 @@ exact value of a known entry and 0.0 otherwise; `np.asarray(d)` builds the dense
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .partial import VectorStats
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_TOP_N = 20
 TOP_K_COVER_MAX = 256  # runs with a top-k filter below this keep at least top-k + 1 entries
@@ -104,6 +106,8 @@ class TopDistribution:
 def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]]) -> list[TopDistribution]:
     """TopDistributions of the (m, V) float64 rows, with each row's `extra_ids` entries kept
     too. One batched pass on the rows' device, one transfer to the host."""
+    import torch  # here, not at the top: the store's writer process reads this module without torch
+
     m, vocab = rows.shape
     n = min(top_n, vocab)
     # One entry more than kept: where it equals the n-th, the n-th is tied with entries
@@ -135,6 +139,8 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
 def _tied_top(row: torch.Tensor, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The top n of a row whose n-th value is tied beyond n: every entry above the tied
     value, then the tied entries by ascending id."""
+    import torch
+
     cut = torch.topk(row, n).values[-1]
     above = torch.nonzero(row > cut).flatten()
     tied = torch.nonzero(row == cut).flatten()[: n - above.numel()]

@@ -21,7 +21,8 @@ from .tree_draft import TreeGrowth, finish, grow_dynamic, grow_static
 from .tree_draft import keep_path as keep_tree_path
 from .tree_verify import check_children_mode
 from .trees import parse_tree
-from .sampling import SamplingConfig, process_logits_torch, sample_from_torch
+from .device_sampling import process_logits_torch, sample_from_torch
+from .sampling import SamplingConfig
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from .device_sampling import sample_from_torch
 from .records import EmittedToken
 from .sampling import sample_from
 
@@ -40,6 +41,12 @@ def residual_distribution(p: np.ndarray, q: np.ndarray):
             "p and q are numerically inconsistent"
         )
     return positive / mass, mass
+
+
+def draw_token(dist, u: float) -> int:
+    """The inverse-CDF draw of `u` from a row: on its device for a tensor (the decoder's
+    rows), with numpy for an array."""
+    return sample_from_torch(dist, u) if isinstance(dist, torch.Tensor) else sample_from(dist, u)
 
 
 def emitted_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -149,7 +156,7 @@ class ChainVerifier:
         else:
             verdict.residual, verdict.residual_mass = self.residual(task.p[i], task.q[i])
             draw = float(rng.random())
-            repair = sample_from(verdict.residual, draw)
+            repair = draw_token(verdict.residual, draw)
         verdict.emitted.append(EmittedToken(repair, "repaired", i, draw))
         verdict.eos = repair == task.eos_token_id
 
@@ -163,6 +170,6 @@ class ChainVerifier:
             bonus, draw = int(task.argmax[n]), None
         else:
             draw = float(rng.random())
-            bonus = sample_from(task.p[n], draw)
+            bonus = draw_token(task.p[n], draw)
         verdict.emitted.append(EmittedToken(bonus, "bonus", None, draw))
         verdict.eos = bonus == task.eos_token_id

@@ -22,7 +22,8 @@ from specscope.core.dists import TopDistribution, compact_rows, covering_top_n, 
 from specscope.core.faults import FAULTS, faulty_decoder
 from specscope.core.partial import VectorStats
 from specscope.core.proposers import PromptLookupProposer
-from specscope.core.sampling import process_logits, process_logits_torch, sample_from, sample_from_torch
+from specscope.core.device_sampling import process_logits_torch, sample_from_torch
+from specscope.core.sampling import process_logits, sample_from
 
 from ..tiny_models import noisy_copy, tiny_lm
 

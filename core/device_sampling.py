@@ -1,0 +1,117 @@
+"""The sampling transforms and draws of core.sampling, on the model's device.
+
+The decoder's hot path: the same transforms, tie rules and draws as the float64 numpy
+reference in core.sampling, in float64 torch on the tensor's own device, so full-vocabulary
+rows never cross to the host unless a trace keeps them. float64 because the acceptance
+ratio p(x)/q(x), the residual max(p - q, 0) and its mass are differences of probabilities
+that float32 would round at about 1e-7 relative, far above the checker's tolerance
+(docs/scale.md). A module of its own so that the store's writer process, which reads
+core.sampling's SamplingConfig, never imports torch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .sampling import SamplingConfig
+
+
+def check_finite_torch(logits: torch.Tensor, who: str) -> None:
+    finite = torch.isfinite(logits)
+    if not bool(finite.all()):
+        raise ValueError(f"{who} produced {int((~finite).sum())} non-finite logits (NaN or inf); refusing to sample")
+
+
+def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: bool = False) -> torch.Tensor:
+    """`process_logits` for a (..., V) tensor: the float64 distribution on the same device."""
+    x = logits.to(torch.float64)
+    if not checked:
+        check_finite_torch(x, "the model")
+    if config.greedy:
+        return torch.softmax(x, dim=-1)
+    if config.temperature != 1:
+        x = x / config.temperature
+        if config.temperature < 1 and not bool(torch.isfinite(x).all()):
+            raise ValueError(f"temperature {config.temperature:g} overflows the logits")
+    vocab = x.shape[-1]
+    if config.top_k and config.top_k < vocab:
+        sparse = _top_k_sparse(x, config)
+        if sparse is not None:
+            return sparse
+        # Ties at the k-th largest logit stay, as in transformers' TopKLogitsWarper.
+        kth = torch.topk(x, config.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if config.top_p < 1.0:
+        flat = probs.reshape(-1, vocab)
+        keep = torch.stack([_top_p_keep(row, config.top_p) for row in flat])
+        probs = torch.where(keep.reshape(probs.shape), probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def _top_k_sparse(x: torch.Tensor, config: SamplingConfig) -> torch.Tensor | None:
+    """The top-k (then top-p) distribution computed on the k kept logits only, scattered
+    into zeros: the full row is read once (topk) instead of five times. None when the k-th
+    largest logit is tied with the next one (then every tied token stays: the masked path)."""
+    k = config.top_k
+    vals, ids = torch.topk(x, k + 1, dim=-1)  # (..., k + 1) descending
+    if bool((vals[..., k] == vals[..., k - 1]).any()):
+        return None
+    kept, ids = torch.softmax(vals[..., :k], dim=-1), ids[..., :k]
+    if config.top_p < 1.0:
+        flat_kept, flat_ids = kept.reshape(-1, k), ids.reshape(-1, k)
+        kept = torch.stack([_top_p_of_kept(v, i, config.top_p) for v, i in zip(flat_kept, flat_ids)]).reshape(kept.shape)
+    out = torch.zeros_like(x)
+    out.scatter_(-1, ids, kept)
+    return out
+
+
+def _top_p_of_kept(values: torch.Tensor, ids: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Top-p over a row's kept entries (`_top_p_mask`'s rule: descending probability, equal
+    ones by ascending id, up to the first whose cumulative mass reaches top_p), renormalised."""
+    by_id = torch.argsort(ids)
+    order = by_id[torch.sort(-values[by_id], stable=True).indices]
+    cumulative = torch.cumsum(values[order], dim=0)
+    count = min(1 + int((cumulative < top_p).sum()), len(values))
+    out = torch.zeros_like(values)
+    out[order[:count]] = values[order[:count]]
+    return out / out.sum()
+
+
+def _top_p_keep(row: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The top-p mask of one row, as `_top_p_mask` defines it: the most probable tokens
+    (equal probabilities by ascending id) up to and including the first whose cumulative
+    mass reaches top_p. Sorts only a growing head of the row (top-k style filters and
+    peaked rows need a few hundred entries, not the vocabulary)."""
+    vocab = row.shape[0]
+    m = min(256, vocab)
+    while True:
+        head = torch.topk(row, m).values  # descending
+        cumulative = torch.cumsum(head, dim=0)
+        below = int((cumulative < top_p).sum())
+        if below < m or m == vocab:
+            break
+        m = min(4 * m, vocab)
+    count = min(below + 1, vocab)
+    cut = head[count - 1]
+    keep = row > cut
+    need = count - int(keep.sum())
+    if need > 0:  # tokens equal to the cut value: the lowest ids first (a stable sort)
+        tied = torch.nonzero(row == cut).flatten()[:need]
+        keep[tied] = True
+    return keep
+
+
+def sample_from_torch(probs: torch.Tensor, u: float) -> int:
+    """`sample_from` for a 1-D tensor: the inverse-CDF draw in token-id order (one sync)."""
+    cdf = torch.cumsum(probs, dim=0)
+    total = cdf[-1]
+    index = torch.searchsorted(cdf, (u * total).reshape(1), right=True)
+    index, total = torch.stack([index[0].to(cdf.dtype), total]).tolist()
+    if not total > 0:
+        raise ValueError("cannot sample from a distribution with zero total mass")
+    index = int(index)
+    if index >= probs.shape[0]:  # only reachable through rounding at u -> 1
+        index = int(torch.nonzero(probs).flatten()[-1])
+    return index
