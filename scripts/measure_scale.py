@@ -1,0 +1,157 @@
+"""Memory and time per round of the decoder over a long run at a real vocabulary size.
+
+A random-initialised Llama pair with Qwen2.5's vocabulary (151,936 tokens; target hidden 256,
+4 layers; draft hidden 128, 1 layer; tied embeddings) decodes one long run per sampler
+setting through the public API (`SpeculativeDecoder(..., k=4).start()`), and the script
+consumes the rounds without keeping them, as the CLI's printer does. It reports:
+
+    rss_mb@100 / @1000     peak RSS (VmHWM) after round 100 and round 1000
+    growth_kb_per_round    (peak@1000 - peak@100) / 900
+    ms/round 50-150        median wall time of one round over rounds 50-150
+    ms/round 900-1000      the same over rounds 900-1000 (same run)
+    bookkeeping            share of wall time outside the two models' forwards
+                           (everything the decoder does besides target and draft forwards)
+
+Usage (numbers in BENCHMARKS.md come from a quiet machine):
+
+    .venv/bin/python scripts/measure_scale.py --rounds 1000 --threads 2 --markdown
+    .venv/bin/python scripts/measure_scale.py --rounds 200 --modes t1     # a quick look
+
+`--vectors full` keeps full vectors in every round record (the trace policy `full`); the
+default is what a run that stores top-N needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder  # noqa: E402
+
+MODES = {
+    "greedy": SamplingConfig(temperature=0.0),
+    "t1": SamplingConfig(temperature=1.0),
+    "t1-topk50-topp0.9": SamplingConfig(temperature=1.0, top_k=50, top_p=0.9),
+}
+
+
+def llama(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=32768, tie_word_embeddings=True,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def rss_kb(field: str = "VmHWM") -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def measure(decoder: SpeculativeDecoder, prompt: list[int], rounds: int, marks: tuple[int, ...]) -> dict:
+    handle = decoder.start(prompt, max_new_tokens=10 * rounds * (decoder.k + 1))
+    target_lm, draft_lm = decoder.target_lm, decoder.proposer.lm
+    per_round: list[float] = []
+    peaks: dict[int, int] = {}
+    tokens = 0
+    started = time.perf_counter()
+    last = started
+    for rnd in handle:
+        now = time.perf_counter()
+        per_round.append(now - last)
+        last = now
+        tokens += len(rnd.emitted)
+        if len(per_round) in marks:
+            peaks[len(per_round)] = rss_kb()
+        if len(per_round) >= rounds:
+            break
+    wall = time.perf_counter() - started
+    handle.close()
+    forwards = target_lm.forward_s + draft_lm.forward_s
+    return {"rounds": len(per_round), "tokens": tokens, "wall_s": wall, "per_round_s": per_round,
+            "peak_rss_kb": peaks, "forward_s": forwards, "bookkeeping_share": 1 - forwards / wall}
+
+
+def window_ms(per_round: list[float], lo: int, hi: int) -> float | None:
+    chunk = per_round[lo:hi]
+    return 1000 * statistics.median(chunk) if chunk else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=1000)
+    ap.add_argument("--vocab", type=int, default=151_936)
+    ap.add_argument("--target-layers", type=int, default=4)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--vectors", choices=("top", "full"), default="top")
+    ap.add_argument("--json", type=Path, help="write the raw measurements here")
+    ap.add_argument("--markdown", action="store_true", help="print a markdown table")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    target = llama(args.vocab, 256, args.target_layers, seed=0)
+    draft = llama(args.vocab, 128, 1, seed=1)
+    prompt = torch.randint(0, args.vocab, (32,), generator=torch.Generator().manual_seed(0)).tolist()
+    marks = (100, args.rounds)
+    rows = []
+    for mode in args.modes:
+        decoder = SpeculativeDecoder(target, DraftModelProposer(draft, label="random-draft"), k=args.k,
+                                     sampling=MODES[mode], vectors=args.vectors)
+        m = measure(decoder, prompt, args.rounds, marks)
+        lo, hi = m["peak_rss_kb"].get(100), m["peak_rss_kb"].get(args.rounds)
+        row = {
+            "mode": mode,
+            "rounds": m["rounds"],
+            "tokens": m["tokens"],
+            "rss_mb_at_100": lo / 1024 if lo else None,
+            "rss_mb_at_end": hi / 1024 if hi else None,
+            "growth_kb_per_round": (hi - lo) / (args.rounds - 100) if lo and hi and args.rounds > 100 else None,
+            "ms_per_round_50_150": window_ms(m["per_round_s"], 50, 150),
+            "ms_per_round_last_100": window_ms(m["per_round_s"], args.rounds - 100, args.rounds),
+            "bookkeeping_share": m["bookkeeping_share"],
+            "wall_s": m["wall_s"],
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+    if args.markdown:
+        print(markdown(rows, args))
+    return 0
+
+
+def markdown(rows: list[dict], args: argparse.Namespace) -> str:
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    out = [f"Vocabulary {args.vocab:,}, k={args.k}, {args.threads} torch threads, {args.rounds} rounds a run, "
+           f"vectors={args.vectors}.", "",
+           "| mode | tokens | peak RSS @100 (MB) | peak RSS @end (MB) | growth (KB/round) | ms/round 50-150 "
+           "| ms/round last 100 | ratio | bookkeeping share |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ratio = (r["ms_per_round_last_100"] / r["ms_per_round_50_150"]) if r["ms_per_round_50_150"] else None
+        out.append(f"| {r['mode']} | {r['tokens']} | {f(r['rss_mb_at_100'], '.0f')} | {f(r['rss_mb_at_end'], '.0f')} "
+                   f"| {f(r['growth_kb_per_round'], '.1f')} | {f(r['ms_per_round_50_150'], '.1f')} "
+                   f"| {f(r['ms_per_round_last_100'], '.1f')} | {f(ratio, '.2f')} | {f(100 * r['bookkeeping_share'], '.1f')}% |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
