@@ -35,6 +35,7 @@ from specscope.storage.jsonl import header_json, iter_export
 
 _KIND_MARK = dict(zip(TOKEN_KINDS, ("", "!", "+")))
 SAFE_WIDTH = 80  # untrusted strings are cut to this many characters + "…"
+SHOW_BATCH = 1000  # rounds of a timeline read at a time by `show`
 
 
 def register(subparsers: Any) -> None:
@@ -222,7 +223,18 @@ def cmd_show(args: argparse.Namespace) -> int:
                        mean_accepted_length=info.mean_accepted_length)
             print(json.dumps(out))
             return 0
-        summaries = store.round_summaries(info.run_id)
+        _print_header(info)
+        start = 0
+        while True:  # the timeline in batches: a run of any length prints in bounded memory
+            summaries = store.round_summaries(info.run_id, start, start + SHOW_BATCH)
+            for s in summaries:
+                _print_summary(s)
+            if len(summaries) < SHOW_BATCH:
+                return 0
+            start += SHOW_BATCH
+
+
+def _print_header(info: Any) -> None:
     c = info.config
     m = info.models
     print(f"run {_safe(info.run_id)}  [{_safe(info.status)}{' / ' + _safe(info.stop_reason) if info.stop_reason else ''}]")
@@ -241,13 +253,14 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"mean accepted length {info.mean_accepted_length:.2f}")
     print()
     print(f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! repaired, + bonus)")
-    for s in summaries:
-        tc = s.target_cache
-        toks = " ".join(f"{_KIND_MARK[e.kind]}{e.token}" for e in s.emitted)
-        flags = (" EOS" if s.eos else "") + (" BUDGET" if s.budget_stop else "") + (" bonus-withheld" if s.bonus_withheld else "")
-        print(f"{s.index:>5} {s.prefix_len:>6} {s.accepted:>2}/{s.drafted:<2}  {tc.before:>4}>{tc.peak:>4}>{tc.after:>4}  "
-              f"{s.timings.draft_s * 1e3:>8.2f} {s.timings.verify_s * 1e3:>9.2f}  {toks}{flags}")
-    return 0
+
+
+def _print_summary(s: Any) -> None:
+    tc = s.target_cache
+    toks = " ".join(f"{_KIND_MARK[e.kind]}{e.token}" for e in s.emitted)
+    flags = (" EOS" if s.eos else "") + (" BUDGET" if s.budget_stop else "") + (" bonus-withheld" if s.bonus_withheld else "")
+    print(f"{s.index:>5} {s.prefix_len:>6} {s.accepted:>2}/{s.drafted:<2}  {tc.before:>4}>{tc.peak:>4}>{tc.after:>4}  "
+          f"{s.timings.draft_s * 1e3:>8.2f} {s.timings.verify_s * 1e3:>9.2f}  {toks}{flags}")
 
 
 def _print_round(rnd: Any, top: int, full: bool) -> None:

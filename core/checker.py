@@ -646,6 +646,7 @@ def check_report(
             getattr(checker, name)()
         # after a broken prefix, later rounds are checked from the recorded one (one finding, not one per round)
         emitted = (rnd.emitted_before if checker.prefix_broken else emitted) + len(rnd.emitted)
+        del checker  # it holds its round and the previous one: not kept while the next is read
         previous, last, rnd, i = rnd, rnd, following, i + 1
     if end is not None:
         _check_end(config, end, last, emitted, i, findings)

@@ -200,3 +200,38 @@ def test_kill_9_mid_run_then_the_run_is_interrupted_with_its_committed_rounds(sc
     with fresh_schema("kill") as url:
         run_id, must_have = kill_mid_run(url, scenario, SLACK)
         check_killed_run(url, run_id, scenario, must_have)
+
+
+def test_a_version_2_store_on_the_server_is_migrated_and_appends():
+    """Schema 3 on PostgreSQL: a store of version 2 (the token list in runs.new_tokens) gets
+    its list as a run_tokens chunk; new commits append chunks and increment the counters."""
+    from sqlalchemy import text
+
+    with fresh_schema("v2") as url:
+        config = synthetic_config(run_id="old-pg")
+        rounds = synthetic_rounds(config, 6)
+        with TraceStore(url) as store:
+            with TraceWriter(store, config, flush_interval=0.01) as writer:
+                for rnd in rounds[:3]:
+                    writer.write(rnd)
+                    writer.flush()
+            expected = store.new_tokens("old-pg")
+            with store.transaction() as conn:  # back to how version 2 kept it
+                conn.execute(text("UPDATE runs SET new_tokens = CAST(:t AS JSON)"), {"t": json.dumps(expected)})
+                conn.execute(text("DROP TABLE run_tokens"))
+                conn.execute(text("ALTER TABLE runs DROP COLUMN n_new_tokens"))
+                conn.execute(text("DELETE FROM schema_version"))
+                conn.execute(text("INSERT INTO schema_version VALUES (2, 'older schema', 0)"))
+        with TraceStore(url) as store:
+            assert store.schema_version == 3
+            assert store.new_tokens("old-pg") == expected and store.get_run("old-pg").n_new_tokens == len(expected)
+        more = synthetic_config(run_id="new-pg")
+        with TraceStore(url) as store, TraceWriter(store, more, flush_interval=0.01) as writer:
+            for rnd in synthetic_rounds(more, 5):
+                writer.write(rnd)
+                writer.flush()
+        with TraceStore(url) as store:
+            with store.engine.connect() as conn:
+                chunks = conn.execute(text("SELECT count(*) FROM run_tokens WHERE run_id = 'new-pg'")).scalar()
+            assert chunks == 5
+            assert store.new_tokens("new-pg") == [e.token for r in synthetic_rounds(more, 5) for e in r.emitted]

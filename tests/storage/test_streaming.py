@@ -170,3 +170,21 @@ def test_rounds_without_vectors_read_no_blob(tmp_path):
         assert [(n.token, n.status, n.p_token, n.u) for n in a.nodes] == [(n.token, n.status, n.p_token, n.u) for n in b.nodes]
     first_reads = " ".join(statements[:3])
     assert "_top" not in first_reads and "_full" not in first_reads
+
+
+def test_show_prints_a_long_timeline_in_batches(tmp_path, monkeypatch, capsys):
+    path, _ = _stored(tmp_path, 30)
+    monkeypatch.setattr("specscope.app.cli_traces.SHOW_BATCH", 7)
+    ranges = []
+    real = TraceStore.round_summaries
+
+    def spy(self, run_id, start=0, stop=None):
+        ranges.append((start, stop))
+        return real(self, run_id, start, stop)
+
+    monkeypatch.setattr(TraceStore, "round_summaries", spy)
+    assert main(["show", str(path), "long"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    rows = [parts[0] for parts in lines if len(parts) > 1 and parts[0].isdigit() and parts[1].isdigit()]
+    assert rows == [str(i) for i in range(30)]
+    assert ranges == [(0, 7), (7, 14), (14, 21), (21, 28), (28, 35)]
