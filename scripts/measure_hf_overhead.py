@@ -20,6 +20,11 @@ Recorded modes (--modes):
 other work, wall times swing with the load, CPU times much less (it counts every thread of
 the process, so a worker thread's work is in it too).
 
+--self-time also reports the recorder's own work: the CPU time of the generate() thread
+spent in the recorder's observers (reading the round, building the Round, the hooks) per
+round, and its share of a drained call's CPU time. It does not depend on the machine's
+load the way a difference of two medians does.
+
     python scripts/measure_hf_overhead.py                       # bundled target + draft-small, CPU
     python scripts/measure_hf_overhead.py --reps 15 --prompts 3 --max-new 48 --modes drain,stepped
     python scripts/measure_hf_overhead.py --device cuda --reps 7 --max-new 64
@@ -61,6 +66,50 @@ def _call(engine: TransformersEngine, mode: str, prompt: list[int], max_new: int
             pass
         result = run.result
     return result.new_tokens, result.summary.rounds
+
+
+class SelfTime:
+    """Thread CPU time spent in the recorder's observers, by wrapping them (class level)."""
+
+    METHODS = ("_before_candidates", "_after_candidates", "_read_round", "_round_done", "_target_forward",
+               "_draft_pre", "_draft_forward", "finish")
+
+    def __init__(self) -> None:
+        from specscope.core.engines import hf_recorder
+
+        self.cls, self.saved, self.seconds = hf_recorder.RoundRecorder, {}, 0.0
+        for name in self.METHODS:
+            self.saved[name] = original = getattr(self.cls, name)
+            setattr(self.cls, name, self._timed(original))
+
+    def _timed(self, original):
+        def timed(*args, **kwargs):
+            start = time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds += time.thread_time() - start
+
+        return timed
+
+    def restore(self) -> None:
+        for name, original in self.saved.items():
+            setattr(self.cls, name, original)
+
+
+def self_time(engine: TransformersEngine, prompts: list[list[int]], max_new: int) -> dict:
+    """The recorder's own CPU time per round over one drained call per prompt."""
+    timer = SelfTime()
+    try:
+        rounds, total = 0, 0.0
+        for i, prompt in enumerate(prompts):
+            start = time.thread_time()
+            rounds += _call(engine, "drain", prompt, max_new, i)[1]
+            total += time.thread_time() - start
+    finally:
+        timer.restore()
+    return {"recorder_ms_per_round": 1e3 * timer.seconds / max(rounds, 1),
+            "call_ms_per_round": 1e3 * total / max(rounds, 1), "recorder_share": timer.seconds / total}
 
 
 def measure(engine: TransformersEngine, prompts: list[list[int]], reps: int, max_new: int, modes: list[str],
@@ -111,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "(default: drain)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall time (default), or the process's CPU time (steadier on a loaded machine)")
+    ap.add_argument("--self-time", action="store_true", help="also report the recorder's own CPU time per round")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -132,9 +182,19 @@ def main(argv: list[str] | None = None) -> int:
                                     eos_token_id=pair.tokenizer.eos_token_id, draft_name=pair.draft_name)
         name = f"{kind} {'greedy' if temperature == 0 else f'T={temperature:g}'}"
         report["configs"][name] = measure(engine, prompts, args.reps, args.max_new, modes, clock, device)
+        if args.self_time:
+            report["configs"][name]["self_time"] = self_time(engine, prompts, args.max_new)
         print(f"{name}: {report['configs'][name]}", file=sys.stderr, flush=True)
     text = json.dumps(report, indent=2)
     print(text)
+    for name, row in report["configs"].items():  # the table docs/transformers-engine.md shows
+        cells = [f"{name}", f"plain {row['plain_median_s']:.3f} s"]
+        cells += [f"{m} {row[m]['median_s']:.3f} s ({row[m]['overhead']:+.1%}; paired {row[m]['paired_ratio_median']:+.1%})"
+                  for m in modes]
+        if "self_time" in row:
+            st = row["self_time"]
+            cells.append(f"recorder {st['recorder_ms_per_round']:.3f} ms/round = {st['recorder_share']:.1%}")
+        print(" | ".join(cells), file=sys.stderr)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")

@@ -1,12 +1,14 @@
-"""The full-vocabulary part of a transformers round, computed where the logits are.
+"""The full-vocabulary part of a transformers round: what the record keeps of its rows.
 
 transformers hands the recorder the target's processed logits (n + 1 rows) and, for a
-draft model, the candidate logits (n rows), on the model's device. Everything that reads
-whole rows (softmax in float64, p(x), q(x), sum min(p, q), the residual at the rejected
-node) runs there in one batched pass; the host receives the round's scalars in one transfer
-and the rows as the trace policy keeps them (core.dists: full vectors, or top-N with the
-exact facts), like specscope's own decoder. No row goes to the host that the record does not
-keep.
+draft model, the candidate logits (n rows), on the model's device. The softmax in float64
+runs there. Then, as the trace policy says (core.dists, as specscope's own decoder):
+whole rows go to the host in one transfer and the per-node facts (p(x), q(x),
+sum min(p, q), the residual at the rejected node) are read there with numpy, a few
+microseconds a call where each small torch op costs about ten; or, for top-N records
+(large vocabularies), every whole-row fact is computed on the device in one batched pass and
+only the scalars and the top-N entries come to the host. No whole row goes to the host that
+the record does not keep.
 """
 
 from __future__ import annotations
