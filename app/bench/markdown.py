@@ -82,7 +82,7 @@ def prefill_table(rows: list[dict[str, Any]]) -> str:
 def memory_table(rows: list[dict[str, Any]]) -> str:
     cuda = any("cuda_max_allocated_mb" in r.get("memory", {}) for r in rows)
     head = ["method", "weights MB", "RSS after imports MB", "RSS with models MB", "peak RSS while decoding MB",
-            "models + run MB"] + (["CUDA max allocated MB"] if cuda else [])
+            "decoding added MB"] + (["CUDA max allocated MB"] if cuda else [])
     lines = []
     for r in rows:
         m = r.get("memory")
@@ -92,7 +92,7 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
             lines.append([r["method"], f"not measured: {m['error']}"] + [""] * (len(head) - 2))
             continue
         cells = [r["method"], _f(m["weights_mb"], ".1f"), _f(m["rss_start_mb"], ".0f"), _f(m["rss_loaded_mb"], ".0f"),
-                 _f(m["peak_rss_mb"], ".0f"), _f(m["models_and_run_mb"], ".0f")]
+                 _f(m["peak_rss_mb"], ".0f"), _f(m["peak_rss_mb"] - m["rss_loaded_mb"], ".0f")]
         lines.append(cells + ([_f(m.get("cuda_max_allocated_mb"), ".1f")] if cuda else []))
     return _table(head, lines) if lines else "_Not measured in this run (`--no-memory`)._"
 
@@ -170,9 +170,11 @@ prompt forward is in it. Prompt lengths are in the table of prompts.
 **Memory.** Per method and temperature, a child process (forked from a server that has only
 imported torch and transformers) loads just the models the method runs, the kernel's
 high-water mark is reset (`/proc/self/clear_refs`), the method decodes every prompt once,
-and VmHWM is read: *peak RSS while decoding*. *Models + run* = that peak - the RSS after the
-imports: weights (float32 in memory), KV caches, activations and the decoder's records. On
-CUDA, `torch.cuda.max_memory_allocated` is reported beside it. The JSON keeps each child's
+and VmHWM is read: *peak RSS while decoding*. *Weights* are the parameters' bytes (float32
+in memory). Loading also imports the model classes' modules and leaves allocator slack, so
+*RSS with models* - *RSS after imports* is more than the weights; *decoding added* = the
+peak - the RSS with models: KV caches, activations, the decoder's records. On CUDA,
+`torch.cuda.max_memory_allocated` (weights + caches + activations) is reported beside it. The JSON keeps each child's
 spec; `python -m specscope.app.bench.memory SPEC.json` repeats one in a fresh interpreter.
 
 **Acceptance under other projects' names**, computed from the raw per-round counts in the

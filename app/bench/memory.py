@@ -88,8 +88,11 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "rss_start_mb": start.get("VmRSS", 0) / 1024, "rss_loaded_mb": loaded.get("VmRSS", 0) / 1024,
         "peak_rss_mb": end.get("VmHWM", 0) / 1024, "hwm_reset": reset,
     }
-    # what the models and the run added to a process that had only imported the libraries
+    # what the models and the run added to a process that had only imported the libraries (this
+    # includes the model classes' own modules, imported on first load), and what decoding added
+    # on top of the loaded models: KV caches, activations, the decoder's records, allocator slack
     out["models_and_run_mb"] = out["peak_rss_mb"] - out["rss_start_mb"]
+    out["decoding_added_mb"] = out["peak_rss_mb"] - out["rss_loaded_mb"]
     if cuda:
         out["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / MB
     return out

@@ -28,6 +28,7 @@ def test_each_method_in_its_own_child(tmp_path):
         assert "error" not in m, m
         assert 0 < m["rss_start_mb"] < m["rss_loaded_mb"] <= m["peak_rss_mb"]
         assert m["models_and_run_mb"] == pytest.approx(m["peak_rss_mb"] - m["rss_start_mb"])
+        assert m["decoding_added_mb"] == pytest.approx(m["peak_rss_mb"] - m["rss_loaded_mb"]) and m["decoding_added_mb"] >= 0
         assert m["hwm_reset"] is True  # Linux: the high-water mark was reset after loading
     # float32 in memory: the target's 7.9M parameters, plus the draft's 1.9M for the draft method
     assert 30 < plain["weights_mb"] < 33 and 7 < spec["weights_mb"] - plain["weights_mb"] < 8
