@@ -105,6 +105,32 @@ class _Column:
         else:  # int, bool
             self.values.append(int(v))
 
+    def extend(self, values: list) -> None:
+        """Many values at once: one typed extend when they all have the column's type (or
+        are None)."""
+        start = 0
+        while self.kind is None and start < len(values):  # leading Nones, then the kind
+            self.append(values[start])
+            start += 1
+        if start:
+            values = values[start:]
+        kind = self.kind
+        expected = {"float": float, "int": int, "bool": bool, "str": str}.get(kind or "")
+        if expected is None or not all(v is None or type(v) is expected for v in values):
+            for v in values:
+                self.append(v)
+            return
+        self.none.extend(bytes(v is None for v in values))
+        if kind == "str":
+            for v in set(values) - {None} - self.codes.keys():
+                self.codes[v] = len(self.names)
+                self.names.append(v)
+            codes = self.codes
+            values = [0 if v is None else codes[v] for v in values]
+        elif None in values:
+            values = [0 if v is None else v for v in values]
+        self.values.extend(values)
+
     def _put_default(self) -> None:
         if self.kind == "ints":
             self.offsets.append(len(self.values))
@@ -165,6 +191,29 @@ class _Table:
                 table.append(value)
         self.size += 1
 
+    def extend(self, objs: list) -> None:
+        """Many records at once, field by field (a typed extend per column)."""
+        for name in self.fields:
+            self.columns[name].extend([getattr(o, name) for o in objs])
+        for name, table in self.nested.items():
+            links, counts, children = self.links[name], self.counts[name], []
+            first = table.size
+            for o in objs:
+                value = getattr(o, name)
+                if value is None:
+                    links.append(-1)
+                    counts.append(-1)
+                elif isinstance(value, tuple):
+                    links.append(first + len(children))
+                    counts.append(len(value))
+                    children.extend(value)
+                else:
+                    links.append(first + len(children))
+                    counts.append(-1)
+                    children.append(value)
+            table.extend(children)
+        self.size += len(objs)
+
     def get(self, i: int) -> Any:
         kwargs = {name: self.columns[name].get(i) for name in self.fields}
         for name in self.dropped:
@@ -215,6 +264,22 @@ class CompactRounds(Sequence):
             self.held[self._size] = r
         self._tokens.extend(int(t) for t in r.tokens)
         self._size += 1
+
+    def extend(self, rounds: list[Round], hold: list[bool] | None = None) -> None:
+        """Many rounds at once (a replay batch): the same as append() one by one, faster."""
+        if self._table is None and rounds:
+            self.append(rounds[0], bool(hold and hold[0]))
+            rounds, hold = rounds[1:], (hold[1:] if hold else None)
+        if self._table is None or any(type(r) is not self._table.cls for r in rounds):
+            for j, r in enumerate(rounds):
+                self.append(r, bool(hold and hold[j]))
+            return
+        self._table.extend(rounds)
+        for j, r in enumerate(rounds):
+            if hold and hold[j]:
+                self.held[self._size + j] = r
+            self._tokens.extend(e.token for e in r.emitted)
+        self._size += len(rounds)
 
     def __len__(self) -> int:
         return self._size

@@ -262,8 +262,9 @@ class RunModel(QObject):
     def extend(self, rounds: Iterable[Round]) -> None:
         first = len(self.rounds)
         eos = self.config.eos_token_id if self.config is not None else None
-        for r in rounds:
-            self.rounds.append(r, hold=self._keep(r))
+        batch = list(rounds)
+        self.rounds.extend(batch, [self._keep(r) for r in batch])
+        for r in batch:
             self.cells.add_round(r, None, eos)
             self.metrics.append(r)
         count = len(self.rounds) - first

@@ -43,6 +43,19 @@ def test_compact_rounds_give_back_the_slim_rounds():
     assert len(live) == 0  # nothing of the given rounds is kept
 
 
+def test_a_batch_extend_equals_appending_one_by_one():
+    config = synthetic_config(run_id="b")
+    rounds = synthetic_rounds(config, 300)
+    rounds[0] = dataclasses.replace(rounds[0], residual_mass=None, draft_cache=None)
+    one, many = CompactRounds(), CompactRounds()
+    for r in rounds:
+        one.append(r)
+    for start in (0, 1, 120):  # a first batch of one round, then bigger ones
+        many.extend(rounds[start:{0: 1, 1: 120, 120: 300}[start]], [False] * 300)
+    assert len(many) == 300 and many.tokens == one.tokens and many.nbytes() == one.nbytes()
+    assert all(same(many[i], one[i]) for i in range(300))
+
+
 def test_odd_values_and_leading_nones_survive():
     config = synthetic_config(run_id="odd")
     rounds = synthetic_rounds(config, 6)
