@@ -339,17 +339,17 @@ class _RoundVectors:
         self.task, self.verdict = task, verdict
         n = len(task.tokens)
         p, q = task.p, task.q
-        rows = [p] + ([q] if q is not None else [])
         residual = verdict.residual
         if isinstance(residual, np.ndarray):  # a verifier that decided on the host
             residual = torch.as_tensor(residual, dtype=torch.float64, device=p.device)
-        if residual is not None:
-            rows.append(residual.reshape(1, -1))
-        stacked = torch.cat(rows)
-        if full:
-            kept = host_rows(stacked)
-        else:
-            kept = compact_rows(stacked, top_n, self._extra_ids(n, q is not None, residual is not None))
+        blocks = [p] + ([q] if q is not None else []) + ([residual.reshape(1, -1)] if residual is not None else [])
+        extra = self._extra_ids(n, q is not None, residual is not None)
+        kept: list = []
+        for block in blocks:  # block by block: no copy of the rows into one tensor
+            if full:
+                kept.extend(host_rows(block))
+            else:
+                kept.extend(compact_rows(block, top_n, extra[len(kept) : len(kept) + block.shape[0]]))
         self.p_rows = kept[: n + 1]
         self.q_rows = kept[n + 1 : 2 * n + 1] if q is not None else None
         self.residual = kept[-1] if residual is not None else None

@@ -17,27 +17,30 @@ from .sampling import SamplingConfig
 
 
 def check_finite_torch(logits: torch.Tensor, who: str) -> None:
-    finite = torch.isfinite(logits)
+    if bool(torch.isfinite(logits.sum())):  # one read: any NaN or inf makes the sum non-finite
+        return
+    finite = torch.isfinite(logits)  # (a sum can also overflow with every entry finite)
     if not bool(finite.all()):
         raise ValueError(f"{who} produced {int((~finite).sum())} non-finite logits (NaN or inf); refusing to sample")
 
 
 def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: bool = False) -> torch.Tensor:
     """`process_logits` for a (..., V) tensor: the float64 distribution on the same device."""
-    x = logits.to(torch.float64)
     if not checked:
-        check_finite_torch(x, "the model")
+        check_finite_torch(logits, "the model")  # before the float64 copy: half the bytes to read
     if config.greedy:
-        return torch.softmax(x, dim=-1)
+        return torch.softmax(logits.to(torch.float64), dim=-1)
+    vocab = logits.shape[-1]
+    if config.top_k and config.top_k < vocab and _cannot_overflow(logits.dtype, config.temperature):
+        sparse = _top_k_sparse(logits, config)
+        if sparse is not None:
+            return sparse
+    x = logits.to(torch.float64)
     if config.temperature != 1:
         x = x / config.temperature
         if config.temperature < 1 and not bool(torch.isfinite(x).all()):
             raise ValueError(f"temperature {config.temperature:g} overflows the logits")
-    vocab = x.shape[-1]
     if config.top_k and config.top_k < vocab:
-        sparse = _top_k_sparse(x, config)
-        if sparse is not None:
-            return sparse
         # Ties at the k-th largest logit stay, as in transformers' TopKLogitsWarper.
         kth = torch.topk(x, config.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
@@ -50,19 +53,30 @@ def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: 
     return probs
 
 
-def _top_k_sparse(x: torch.Tensor, config: SamplingConfig) -> torch.Tensor | None:
+def _cannot_overflow(dtype: torch.dtype, temperature: float) -> bool:
+    """Whether logits of `dtype` divided by the temperature stay finite in float64 (for
+    float32 logits: any temperature above 2e-270)."""
+    return torch.finfo(dtype).max / temperature < torch.finfo(torch.float64).max
+
+
+def _top_k_sparse(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor | None:
     """The top-k (then top-p) distribution computed on the k kept logits only, scattered
-    into zeros: the full row is read once (topk) instead of five times. None when the k-th
-    largest logit is tied with the next one (then every tied token stays: the masked path)."""
+    into zeros: the full row is read once (topk, on the logits as they are: dividing by a
+    positive temperature keeps their order and their ties) instead of five times. None when
+    the k-th largest logit is tied with the next one (then every tied token stays: the
+    masked path)."""
     k = config.top_k
-    vals, ids = torch.topk(x, k + 1, dim=-1)  # (..., k + 1) descending
+    vals, ids = torch.topk(logits, k + 1, dim=-1)  # (..., k + 1) descending
     if bool((vals[..., k] == vals[..., k - 1]).any()):
         return None
-    kept, ids = torch.softmax(vals[..., :k], dim=-1), ids[..., :k]
+    scaled = vals[..., :k].to(torch.float64)
+    if config.temperature != 1:
+        scaled = scaled / config.temperature
+    kept, ids = torch.softmax(scaled, dim=-1), ids[..., :k]
     if config.top_p < 1.0:
         flat_kept, flat_ids = kept.reshape(-1, k), ids.reshape(-1, k)
         kept = torch.stack([_top_p_of_kept(v, i, config.top_p) for v, i in zip(flat_kept, flat_ids)]).reshape(kept.shape)
-    out = torch.zeros_like(x)
+    out = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device)
     out.scatter_(-1, ids, kept)
     return out
 

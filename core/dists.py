@@ -114,8 +114,12 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
     # outside the top n and the tie rule (lowest ids first) decides which are kept.
     values, ids = torch.topk(rows, min(n + 1, vocab), dim=-1)  # descending; ties in no set order
     minimum, total = rows.min(dim=-1).values, rows.sum(dim=-1)
-    # Support: the whole vocabulary where the minimum is positive (unfiltered rows), else counted.
-    support = torch.where(minimum > 0, vocab, (rows > 0).sum(dim=-1))
+    # Support: the whole vocabulary where the minimum is positive (unfiltered rows); counted
+    # only in the rows that have zeros.
+    support = torch.full_like(total, vocab, dtype=torch.long)
+    zeros = torch.nonzero(minimum <= 0).flatten()
+    if zeros.numel():
+        support[zeros] = (rows[zeros] > 0).sum(dim=-1)
     width = max((len(e) for e in extra_ids), default=0)
     extra_index = torch.zeros((m, max(width, 1)), dtype=torch.long)
     for r, tokens in enumerate(extra_ids):
