@@ -8,6 +8,7 @@ import dataclasses
 import weakref
 
 import numpy as np
+import pytest
 
 from specscope.app.gui.compact import CompactRounds
 from specscope.app.gui.runmodel import RunModel, has_distributions, slim
@@ -98,3 +99,38 @@ def test_a_long_replay_holds_slim_rounds_and_loads_the_selected_one(qapp, tmp_pa
         assert model.cells.text[len(config.prompt_ids)] == str(model.cells.token[len(config.prompt_ids)])
     finally:
         library.close()
+
+
+@pytest.mark.slow
+def test_a_100k_round_run_loads_and_scrolls(qtbot):
+    """100,000 slim rounds (as a replay reads them) into the model and the timeline: held in
+    typed arrays (a few hundred bytes each), the timeline lays out every cell and paints its
+    last rows, and the round under the last cell reads back."""
+    from specscope.app.gui.timeline import TokenTimelineWidget
+
+    config = synthetic_config(run_id="100k")
+    base = [slim(r) for r in synthetic_rounds(config, 50)]
+    rounds, emitted = [], 0
+    for i in range(100_000):
+        r = base[i % len(base)]
+        rounds.append(dataclasses.replace(r, index=i, emitted_before=emitted, prefix_len=3 + emitted))
+        emitted += len(r.emitted)
+    model = RunModel()
+    model.begin(config, source="100k.sqlite")
+    timeline = TokenTimelineWidget(model)
+    qtbot.addWidget(timeline)
+    timeline.resize(900, 500)
+    timeline.show()
+    for start in range(0, len(rounds), 1024):
+        model.extend(rounds[start:start + 1024])
+    assert len(model.rounds) == 100_000 and not model.rounds.held
+    assert model.rounds.nbytes() / 100_000 < 1200
+    del rounds
+    qtbot.waitUntil(lambda: timeline._laid == len(model.cells), timeout=120_000)
+    bar = timeline.verticalScrollBar()
+    bar.setValue(bar.maximum())
+    timeline.viewport().repaint()
+    last = model.cells.cell(len(model.cells) - 1)
+    assert last.round == 99_999 and model.rounds[last.round].index == 99_999
+    model.select(99_999)
+    assert model.selected[0] == 99_999
