@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QBoxLayout, QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 from specscope.core.partial import known_ids
 from specscope.core.records import Round
@@ -29,6 +29,7 @@ from .runmodel import RunModel, top_tokens, visible_text
 
 TOP_N = 10
 PLOT_MIN_PX = 170  # the p/q plot's readable minimum height
+SIDE_BY_SIDE_PX = 1000  # from this width the KV caches sit beside p/q
 TICK_PX = 58  # width one bar's token label needs
 MAX_LABEL = 7
 
@@ -54,10 +55,10 @@ class RoundInspectorWidget(QWidget):
         self.graphics.setMinimumHeight(PLOT_MIN_PX + 40)
         self.kv = KVCacheView(model)
         body = QWidget()
-        body_layout = QVBoxLayout(body)
+        body_layout = self.body_layout = QVBoxLayout(body)
         body_layout.setContentsMargins(0, 0, 0, 0)
-        body_layout.addWidget(self.graphics, 5)
-        body_layout.addWidget(self.kv, 4)
+        body_layout.addWidget(self.graphics, 3)
+        body_layout.addWidget(self.kv, 2)
         self.scroll = QScrollArea()
         self.scroll.setWidgetResizable(True)
         self.scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -71,6 +72,14 @@ class RoundInspectorWidget(QWidget):
         self.values: dict[str, object] = {}  # what is displayed, for tests and export
         model.selectionChanged.connect(self.show_position)
         model.reset.connect(self.clear)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        """Wide: the KV caches beside p/q, so both show without scrolling; narrow: below it."""
+        super().resizeEvent(event)
+        wide = self.width() >= SIDE_BY_SIDE_PX
+        direction = QBoxLayout.Direction.LeftToRight if wide else QBoxLayout.Direction.TopToBottom
+        if self.body_layout.direction() != direction:
+            self.body_layout.setDirection(direction)
 
     # ------------------------------------------------------------------ plots
 
@@ -258,7 +267,7 @@ class RoundInspectorWidget(QWidget):
                        else pg.mkBrush(theme.RESIDUAL_COLOR) for t in rids]
             self.res_bars.setOpts(x=np.arange(len(rids), dtype=float), height=rv, brushes=brushes)
             self.res_plot.getAxis("bottom").setTicks([[(float(i), _short(tt(int(t)))) for i, t in enumerate(rids)]])
-            self.res_plot.setTitle(f"residual max(p − q, 0) / r, r = {fmt(r.residual_mass)}", size="9pt")
+            self.res_plot.setTitle(f"residual max(p−q,0)/r, r = {fmt(r.residual_mass, 3)}", size="9pt")
             self.res_plot.setYRange(0, float(max(rv.max(), 1e-6)) * 1.1, padding=0)
             self.res_plot.setXRange(-0.7, max(len(rids) - 0.3, 1), padding=0)
             self.res_text.setText("")
@@ -280,7 +289,8 @@ class RoundInspectorWidget(QWidget):
             self.u_line.setValue(node.u)
             self.u_line.show()
             rel = "&lt;" if node.status == "accepted" else "≥"
-            self._ratio_title(f"u = {fmt(node.u, 3)} {rel} min(1, p/q = {fmt(node.ratio, 3)}) → <b>{node.status}</b>")
+            # the numbers are in the header and on the axis: the title stays short enough for a narrow plot
+            self._ratio_title(f"u {rel} min(1, p/q) → <b>{node.status}</b>")
         elif node is not None and r.greedy:
             ok = node.status == "accepted"
             self.accept_bar.setOpts(x0=[0], x1=[1.0 if ok else 0.0], y=[0])

@@ -155,7 +155,8 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.run_dock = self._dock("Run", scrolled(self.run_panel), Qt.DockWidgetArea.LeftDockWidgetArea)
         self.plots_dock = self._dock("Live plots", self.plots, Qt.DockWidgetArea.RightDockWidgetArea)
         self.findings_dock = self._dock("Findings", self.findings, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.run_dock.setMinimumWidth(RUN_DOCK_PX - 40)
+        # never narrower than the panel's own minimum (a sideways scrollbar otherwise)
+        self.run_dock.setMinimumWidth(max(RUN_DOCK_PX - 40, self.run_panel.minimumSizeHint().width() + 24))
         self.status_label = QLabel("")
         self.statusBar().addPermanentWidget(self.status_label)
         if self.hub.fallback:

@@ -45,6 +45,6 @@ class InspectPage(QWidget):
 
     def fit_sizes(self, height: int) -> None:
         """Share `height` between timeline, tree and inspector (first layout, or no saved one)."""
-        timeline = max(TIMELINE_MIN_PX, int(height * 0.26))
-        tree = max(TREE_MIN_PX, int(height * 0.16))
+        timeline = max(TIMELINE_MIN_PX, int(height * 0.24))
+        tree = max(TREE_MIN_PX, int(height * 0.13))
         self.splitter.setSizes([timeline, tree, max(INSPECTOR_MIN_PX, height - timeline - tree)])
