@@ -278,7 +278,7 @@ class SpeculativeDecoder:
         if draft.cache_before is not None and draft_after is not None:
             peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
             draft_cache = _cache_state(draft.cache_before, peak, draft_after, final_context)
-        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n)
+        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n, self.sampling.top_k)
         t3 = clock.now()
 
         return Round(
@@ -335,7 +335,7 @@ class _RoundVectors:
     TopDistributions with the drawn tokens' entries; plus each node's scalars (p(x), q(x),
     sum min(p, q)), computed on the device and moved to the host together."""
 
-    def __init__(self, task: VerifyTask, verdict: Verdict, full: bool, top_n: int):
+    def __init__(self, task: VerifyTask, verdict: Verdict, full: bool, top_n: int, top_k: int = 0):
         self.task, self.verdict = task, verdict
         n = len(task.tokens)
         p, q = task.p, task.q
@@ -344,12 +344,14 @@ class _RoundVectors:
             residual = torch.as_tensor(residual, dtype=torch.float64, device=p.device)
         blocks = [p] + ([q] if q is not None else []) + ([residual.reshape(1, -1)] if residual is not None else [])
         extra = self._extra_ids(n, q is not None, residual is not None)
+        # With a top-k filter every row (p, q, the residual) has at most about k nonzeros.
+        sparse = not task.greedy and top_k > 0
         kept: list = []
         for block in blocks:  # block by block: no copy of the rows into one tensor
             if full:
                 kept.extend(host_rows(block))
             else:
-                kept.extend(compact_rows(block, top_n, extra[len(kept) : len(kept) + block.shape[0]]))
+                kept.extend(compact_rows(block, top_n, extra[len(kept) : len(kept) + block.shape[0]], sparse=sparse))
         self.p_rows = kept[: n + 1]
         self.q_rows = kept[n + 1 : 2 * n + 1] if q is not None else None
         self.residual = kept[-1] if residual is not None else None

@@ -103,11 +103,16 @@ class TopDistribution:
         return f"TopDistribution(V={self.vocab_size}, top={len(self.top[0])}, known={len(self.known_ids)})"
 
 
-def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]]) -> list[TopDistribution]:
+def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
+                 sparse: bool = False) -> list[TopDistribution]:
     """TopDistributions of the (m, V) float64 rows, with each row's `extra_ids` entries kept
-    too. One batched pass on the rows' device, one transfer to the host."""
+    too. One batched pass on the rows' device, one transfer to the host. `sparse`: the rows
+    have few nonzero entries (a top-k filter): they are read once, for their nonzeros, and
+    everything else comes from those."""
     import torch  # here, not at the top: the store's writer process reads this module without torch
 
+    if sparse:
+        return _compact_sparse(rows, top_n, extra_ids)
     m, vocab = rows.shape
     n = min(top_n, vocab)
     # One entry more than kept: where it equals the n-th, the n-th is tied with entries
@@ -137,6 +142,33 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
         stats = VectorStats(int(support_h[r]), float(minimum_h[r]), float(total_h[r]))
         extra = {int(t): float(v) for t, v in zip(extra_ids[r], extra_h[r][: len(extra_ids[r])])}
         out.append(TopDistribution(vocab, (top_ids, top_vals), stats, extra))
+    return out
+
+
+def _compact_sparse(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]]) -> list[TopDistribution]:
+    """compact_rows from the rows' nonzero entries (ascending ids per row, as nonzero
+    returns them): the top-N by a stable sort (ties stay by ascending id), support = their
+    count, minimum = 0 unless every entry is positive, sum = theirs."""
+    import torch
+
+    m, vocab = rows.shape
+    at = torch.nonzero(rows)  # (nnz, 2): row-major, so ascending ids within a row
+    values = rows[at[:, 0], at[:, 1]].cpu().numpy()
+    row_of, ids = at[:, 0].cpu().numpy(), at[:, 1].cpu().numpy().astype(np.int64)
+    bounds = np.searchsorted(row_of, np.arange(m + 1))
+    out = []
+    for r in range(m):
+        lo, hi = bounds[r], bounds[r + 1]
+        r_ids, r_vals = ids[lo:hi], values[lo:hi]
+        order = np.argsort(-r_vals, kind="stable")[:top_n]
+        count = hi - lo
+        minimum = float(r_vals.min()) if count == vocab else min(0.0, float(r_vals.min(initial=0.0)))
+        stats = VectorStats(int(np.count_nonzero(r_vals > 0)), minimum, float(r_vals.sum()))
+        known = dict(zip(r_ids.tolist(), r_vals.tolist()))
+        extra = {int(t): known.get(int(t), 0.0) for t in extra_ids[r]}
+        top_ids, top_vals = r_ids[order], r_vals[order]
+        positive = top_vals > 0
+        out.append(TopDistribution(vocab, (top_ids[positive], top_vals[positive]), stats, extra))
     return out
 
 

@@ -105,6 +105,21 @@ def test_compact_rows_keep_the_stores_top_n_the_facts_and_the_drawn_entries(ties
         assert isinstance(again, TopDistribution) and np.array_equal(np.asarray(again), dense_again)
 
 
+@pytest.mark.parametrize("ties", [False, True])
+def test_sparse_rows_compact_as_dense_rows_do(ties):
+    """Rows of a top-k run read once for their nonzeros give the same records."""
+    rng = np.random.default_rng(5)
+    logits = tied_logits(rng, 5, 800) if ties else rng.standard_normal((5, 800)).astype(np.float32)
+    rows = process_logits_torch(torch.from_numpy(logits), SamplingConfig(temperature=0.9, top_k=12, top_p=0.9))
+    residual = torch.clamp_min(rows[0] - rows[1], 0).reshape(1, -1)
+    rows = torch.cat([rows, residual / residual.sum()])
+    extra = [[int(rng.integers(0, 800)), int(rows[i].argmax())] for i in range(6)]
+    for a, b in zip(compact_rows(rows, 20, extra), compact_rows(rows, 20, extra, sparse=True)):
+        assert np.array_equal(a.top[0], b.top[0]) and np.array_equal(a.top[1], b.top[1])
+        assert same_facts(a.stats, b.stats)
+        assert all(a[t] == b[t] for t in np.concatenate([a.known_ids, b.known_ids]).tolist())
+
+
 def test_the_vector_mode_and_top_n_rules():
     assert keeps_full_vectors("auto", 4096) and not keeps_full_vectors("auto", 4097)
     assert keeps_full_vectors("full", 151_936) and not keeps_full_vectors("top", 64)
