@@ -89,6 +89,7 @@ class RunMetrics:
         self.drafted_total = 0
         self.accepted_total = 0
         self.emitted_total = 0
+        self.accepted_length_total = 0  # a running sum: the mean is O(1) per round, not O(rounds)
         self.time_total = 0.0
         self.draft_time = 0.0
         self.verify_time = 0.0
@@ -130,6 +131,7 @@ class RunMetrics:
         self.drafted_total += drafted
         self.accepted_total += accepted
         self.emitted_total += emitted
+        self.accepted_length_total += r.accepted_length
         self.time_total += t.total_s
         self.draft_time += t.draft_s
         self.verify_time += t.verify_s
@@ -166,7 +168,7 @@ class RunMetrics:
     @property
     def mean_accepted_length(self) -> float:
         n = len(self)
-        return float(self["accepted_length"].sum() / n) if n else 0.0
+        return self.accepted_length_total / n if n else 0.0
 
     def per_position(self) -> np.ndarray:
         """Conditional acceptance rate at each draft position (NaN where never visited)."""

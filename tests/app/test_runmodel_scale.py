@@ -134,3 +134,18 @@ def test_a_100k_round_run_loads_and_scrolls(qtbot):
     assert last.round == 99_999 and model.rounds[last.round].index == 99_999
     model.select(99_999)
     assert model.selected[0] == 99_999
+
+
+def test_the_mean_accepted_length_is_a_running_sum():
+    """The cost estimate each appended round updates uses a running sum (it summed the whole
+    accepted-length buffer per round: quadratic over a long replay); same value."""
+    from specscope.app.gui.metrics import RunMetrics
+
+    config = synthetic_config(run_id="m")
+    metrics = RunMetrics()
+    for r in synthetic_rounds(config, 300):
+        metrics.append(r)
+    assert metrics.accepted_length_total == int(metrics["accepted_length"].sum())
+    assert metrics.mean_accepted_length == pytest.approx(float(metrics["accepted_length"].mean()), rel=1e-12)
+    metrics.clear()
+    assert metrics.mean_accepted_length == 0.0 and metrics.accepted_length_total == 0
