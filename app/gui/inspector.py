@@ -208,7 +208,7 @@ class RoundInspectorWidget(QWidget):
             p_arg = float(node.p[node.target_argmax]) if node.p is not None else None
             head.append(f"draft believed {tok(node.token, tt)} (its argmax; greedy drafts keep no q): "
                         f"p = {fmt(node.p_token)}; the target's argmax {tok(node.target_argmax, tt)} has p = "
-                        f"{fmt(p_arg)} — {node_decision(node, True, tt)}")
+                        f"{fmt(p_arg)} — {node_decision(node, True, tt, after_accepted_eos(r, node))}")
         elif node is not None:
             head.append(f"draft {tok(node.token, tt)}: p = {fmt(node.p_token)}, q = {fmt(node.q_token)}, "
                         f"p/q = {fmt(node.ratio)} — {node_decision(node, r.greedy, tt, after_accepted_eos(r, node))}")

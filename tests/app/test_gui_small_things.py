@@ -96,3 +96,41 @@ def test_cli_threads_and_open_run(monkeypatch, tmp_path, hub):
     assert cli.main(["open", str(path), "--run", "nosuchrun"]) != 0
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["run", "--threads", "0"])
+
+
+def test_greedy_rounds_say_what_the_draft_believed_in_token_text(qtbot, window):
+    configure(window, temperature="0")
+    assert window.start_run()
+    wait_idle(qtbot, window)
+    r = next(r for r in window.model.rounds if r.rejected_node is not None)
+    window.model.select(r.index, r.rejected_node)
+    header = window.inspector.values["header"]
+    node = r.nodes[r.rejected_node]
+    assert "draft believed" in header and f"(id {node.token})" in header
+    assert f"the target's argmax “{window.model.token_text(node.target_argmax)}” (id {node.target_argmax})" in header
+    assert "q = —" not in header and "q = -" not in header
+
+
+def test_drafts_after_an_accepted_eos_are_said_to_be(qtbot, window):
+    """Greedy is deterministic: rerun with EOS = a draft token that was accepted mid-round."""
+    from specscope.app.gui.describe import after_accepted_eos, describe_node
+
+    configure(window, temperature="0", max_new_tokens="40")
+    assert window.start_run()
+    wait_idle(qtbot, window)
+    # an accepted draft token (not the round's last node) that the output has not emitted before
+    eos = next((n.token for r in window.model.rounds for n in r.nodes[:-1] if n.status == "accepted"
+                and r.tokens.count(n.token) == 1 and n.token not in window.model.output_tokens[:r.emitted_before]),
+               None)
+    assert eos is not None
+    configure(window, temperature="0", max_new_tokens="40", eos=str(eos))
+    assert window.start_run()
+    wait_idle(qtbot, window)
+    last = window.model.rounds[-1]
+    assert last.eos and last.emitted[-1].kind == "accepted"
+    cut = [n for n in last.nodes if after_accepted_eos(last, n)]
+    assert cut and all(n.status == "unvisited" for n in cut)
+    assert "discarded after an accepted EOS" in describe_node(last, cut[0], window.model.token_text)
+    window.model.select(last.index, cut[0].index)
+    assert "after an accepted EOS" in window.inspector.values["header"]
+    assert "after an accepted EOS" in window.tree.title.text()
