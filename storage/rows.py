@@ -303,10 +303,12 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
     are PartialDistribution arrays built from the top-N; with vectors=False (rows read
     without their blobs) they are None."""
 
-    def dist(top: bytes | None, fullblob: bytes | None, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
-        if top is None or not vectors:
+    def dist(r: Mapping[str, Any], name: str, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
+        # only the columns that were read are looked up (a missing key is slow on a Row)
+        top = r[f"{name}_top"] if vectors else None
+        if top is None:
             return None
-        return rebuild(top, fullblob if full else None, vocab_size, exact)
+        return rebuild(top, r[f"{name}_full"] if full else None, vocab_size, exact)
 
     nodes = []
     for n in sorted(node_rows, key=lambda r: r["node_index"]):
@@ -318,8 +320,8 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
                 token=token,
                 parent=int(n["parent"]),
                 depth=int(n["depth"]),
-                p=dist(n.get("p_top"), n.get("p_full"), {token: n["p_token"]}),
-                q=dist(n.get("q_top"), n.get("q_full"), None if q_token is None else {token: q_token}),
+                p=dist(n, "p", {token: n["p_token"]}),
+                q=dist(n, "q", None if q_token is None else {token: q_token}),
                 status=n["status"],
                 u=n["u"],
                 p_token=n["p_token"],
@@ -329,5 +331,4 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
                 target_argmax=int(n["target_argmax"]),
             )
         )
-    return Round(**_round_fields(row), nodes=tuple(nodes), bonus_p=dist(row.get("bonus_top"), row.get("bonus_full")),
-                 residual=dist(row.get("residual_top"), row.get("residual_full")))
+    return Round(**_round_fields(row), nodes=tuple(nodes), bonus_p=dist(row, "bonus"), residual=dist(row, "residual"))
