@@ -181,7 +181,9 @@ class RoundRecorder:
         q = q_rows(obs.candidate_logits, obs.candidates, self.config.vocab_size, greedy=self.greedy,
                    lookup=self.lookup, device=scores.device)
         obs.candidate_logits = None  # not kept past the round
-        vectors = read_vectors(scores, q, obs.candidates, rejected, drawn, full=self.full_vectors, top_n=self.top_n)
+        sampling = self.config.sampling
+        vectors = read_vectors(scores, q, obs.candidates, rejected, drawn, full=self.full_vectors, top_n=self.top_n,
+                               sparse=not sampling.greedy and sampling.top_k > 0)  # as the decoder's records
         return dict(emitted=emitted, statuses=statuses, kinds=kinds, rejected=rejected, vectors=vectors,
                     target_after=cache_length(self.target_cache) or 0)
 

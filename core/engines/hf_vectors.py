@@ -50,13 +50,14 @@ def q_rows(candidate_logits: torch.Tensor | None, candidates: list[int], vocab: 
 
 
 def read_vectors(scores: torch.Tensor, q: torch.Tensor | None, candidates: list[int], rejected: int | None,
-                 drawn: int | None, *, full: bool, top_n: int) -> RoundVectors:
+                 drawn: int | None, *, full: bool, top_n: int, sparse: bool = False) -> RoundVectors:
     """The round's vectors from transformers' processed `scores` (1, m, V) and q (n, V);
-    `drawn` is the round's bonus or repair token (a top-N record keeps its entry)."""
+    `drawn` is the round's bonus or repair token (a top-N record keeps its entry); `sparse`:
+    the rows have few nonzero entries (a top-k filter), compacted from those (core.dists)."""
     p = torch.softmax(scores[0].detach().double(), dim=-1)
     if full:
         return _full_vectors(p, q, candidates, rejected)
-    return _top_vectors(p, q, candidates, rejected, drawn, top_n)
+    return _top_vectors(p, q, candidates, rejected, drawn, top_n, sparse)
 
 
 def _full_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int],
@@ -83,7 +84,7 @@ def _full_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int]
 
 
 def _top_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int], rejected: int | None,
-                 drawn: int | None, top_n: int) -> RoundVectors:
+                 drawn: int | None, top_n: int, sparse: bool) -> RoundVectors:
     """Top-N rows: every whole-row fact is computed on the rows' device, in one batched pass;
     the scalars come to the host in one transfer and the rows as TopDistributions."""
     n, m = len(candidates), p.shape[0]
@@ -101,7 +102,8 @@ def _top_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int],
         rows.append((positive / torch.where(mass > 0, mass, torch.ones_like(mass))).reshape(1, -1))
     small = torch.cat([p.argmax(dim=-1).double(), p_tok, q_tok, overlap, mass]).cpu().numpy()  # one transfer
     has_residual = len(rows) > (2 if q is not None else 1)
-    kept = compact_rows(torch.cat(rows), top_n, _extra_ids(candidates, m, q is not None, has_residual, rejected, drawn))
+    extra = _extra_ids(candidates, m, q is not None, has_residual, rejected, drawn)
+    kept = compact_rows(torch.cat(rows), top_n, extra, sparse=sparse)
     residual_mass = float(small[-1]) if has_residual else None
     return RoundVectors(
         p_rows=kept[:m], q_rows=kept[m:m + n] if q is not None else None,

@@ -111,9 +111,10 @@ def test_a_drained_run_whose_each_steps_another_run_draws_as_each_alone(llama_pa
 
 
 @pytest.mark.parametrize("kind", ["assisted", "lookup"])
-def test_top_n_records_agree_with_full_vectors(llama_pair, kind):
+@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.8, top_k=8, top_p=0.9)],
+                         ids=lambda s: s.describe())
+def test_top_n_records_agree_with_full_vectors(llama_pair, kind, sampling):
     target, draft = llama_pair
-    sampling = SamplingConfig(temperature=1.0)
     full = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=sampling, vectors="full")
     top = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=sampling, vectors="top", top_n=5)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
