@@ -306,4 +306,5 @@ def record(store: TraceStore, decoder: Any, prompt_ids: Any, max_new_tokens: int
     has them either way)."""
     config = decoder.run_config(prompt_ids, max_new_tokens, run_id)
     with TraceWriter(store, config, **writer_kwargs) as writer:
-        return writer.record(decoder.rounds(prompt_ids, max_new_tokens, config=config, keep_rounds=keep_rounds))
+        # start(): a run handle, which an engine may drain in this thread (core/engines)
+        return writer.record(decoder.start(prompt_ids, max_new_tokens, config=config, keep_rounds=keep_rounds))
