@@ -14,8 +14,11 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from specscope.core.dists import TopDistribution
 from specscope.core.partial import is_full
 from specscope.core.records import Round, RunConfig
+
+from specscope.storage.codec import PartialDistribution
 
 from . import theme
 from .compact import CompactRounds
@@ -82,6 +85,19 @@ def slim(r: Round) -> Round:
 
 def has_distributions(r: Round) -> bool:
     return r.bonus_p is not None or any(n.p is not None for n in r.nodes)
+
+
+def for_views(r: Round) -> Round:
+    """The round with any TopDistribution (a live run's top-N record above 4,096 tokens,
+    core.dists) as the dense array a top-N trace reads back as, which the views plot."""
+    def dense(d):
+        return PartialDistribution(np.asarray(d), d.known_ids, d.stats, d.top) if isinstance(d, TopDistribution) else d
+
+    arrays = [r.bonus_p, r.residual] + [a for n in r.nodes for a in (n.p, n.q)]
+    if not any(isinstance(a, TopDistribution) for a in arrays):
+        return r
+    nodes = tuple(replace(n, p=dense(n.p), q=dense(n.q)) for n in r.nodes)
+    return replace(r, nodes=nodes, bonus_p=dense(r.bonus_p), residual=dense(r.residual))
 
 
 def _top_n_only(r: Round) -> bool:
@@ -302,7 +318,7 @@ class RunModel(QObject):
         got = self._full.get(index)
         if got is not None:
             self._full.move_to_end(index)
-            return got
+            return for_views(got)
         if self.loader is not None:
             try:
                 got = self.loader(index)
@@ -313,7 +329,7 @@ class RunModel(QObject):
             while len(self._full) > recent_capacity(vocab, got.k):
                 self._full.popitem(last=False)
             return got
-        return r
+        return for_views(r)
 
     def finish(self, stop_reason: str, wall_s: float | None = None) -> None:
         self.stop_reason = stop_reason
