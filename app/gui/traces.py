@@ -51,6 +51,7 @@ class Recorder:
         self.path = store.path or store.location
         self.run_id = config.run_id
         self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra, full_vectors=full_vectors)
+        self.full_vectors = self.writer.policy.full  # the run's records must then carry them
 
     def write(self, r: Round) -> None:
         self.writer.write(r)
