@@ -5,9 +5,12 @@ the draft tree with q, the target's p at every node, each decision with its unif
 the residual at the first rejection, what was emitted and why it stopped, and the cache
 lengths as read from the cache objects themselves.
 
-Distributions are full-vocabulary float64 numpy arrays in memory; the storage layer decides
-what to persist. Scalars that depend on the full vectors (p(x), q(x), ratio, sum min(p, q),
-residual mass) are computed here once, so they stay exact after a lossy save.
+Distributions are full-vocabulary float64 numpy arrays, or, above 4,096 tokens of
+vocabulary (the decoder's `vectors` setting, core/dists.py), TopDistributions: the top-N,
+the drawn tokens' entries and the exact whole-vector facts. The storage layer decides what
+to persist. Scalars that depend on the full vectors (p(x), q(x), ratio, sum min(p, q),
+residual mass) are computed from the full rows on the model's device, so they stay exact
+whatever is kept.
 """
 
 from __future__ import annotations
