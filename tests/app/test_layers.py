@@ -8,7 +8,7 @@ from pathlib import Path
 import specscope.app.gui as gui
 
 VIEW_MODULES = ("timeline", "inspector", "tree", "plots", "findings", "runpanel", "navigator", "compare",
-                "describe", "runmodel", "metrics", "theme", "settings")
+                "describe", "runmodel", "metrics", "theme", "settings", "kvview", "pages")
 FORBIDDEN = ("torch", "transformers", "sqlalchemy", "specscope.storage", "sqlite3")
 
 
