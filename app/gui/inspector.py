@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QBoxLayout, QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 from specscope.core.partial import known_ids
@@ -68,7 +68,13 @@ class RoundInspectorWidget(QWidget):
         layout.addWidget(self.header)
         layout.addWidget(self.scroll, 1)
         self._build_plots()
+        self._refit_timer = QTimer(self)  # the plot's width settles after a few resize steps
+        self._refit_timer.setSingleShot(True)
+        self._refit_timer.setInterval(50)
+        self._refit_timer.timeout.connect(self._refit)
+        self.pq_plot.vb.sigResized.connect(lambda *_: self._refit_timer.start())
         self.shown: tuple[int, int] = (-1, -1)
+        self._fit_n = 0  # token bars the p/q plot was last drawn with
         self.values: dict[str, object] = {}  # what is displayed, for tests and export
         model.selectionChanged.connect(self.show_position)
         model.reset.connect(self.clear)
@@ -80,6 +86,11 @@ class RoundInspectorWidget(QWidget):
         direction = QBoxLayout.Direction.LeftToRight if wide else QBoxLayout.Direction.TopToBottom
         if self.body_layout.direction() != direction:
             self.body_layout.setDirection(direction)
+
+    def _refit(self) -> None:
+        """Redraw the shown position when a new width fits another number of token bars."""
+        if self.shown[0] >= 0 and self._bars_fitting(self.pq_plot) != self._fit_n:
+            self.show_position(*self.shown)
 
     # ------------------------------------------------------------------ plots
 
@@ -231,12 +242,13 @@ class RoundInspectorWidget(QWidget):
     def _bars_fitting(self, plot) -> int:
         """How many token bars fit the plot's width without their labels colliding."""
         width = plot.vb.width() if plot.vb.width() > 0 else self.graphics.width() / 2
-        return max(3, min(TOP_N, int(width // TICK_PX)))
+        return max(3, min(TOP_N, int(width // TICK_PX) + 1))
 
     def _show_pq(self, p, q, must: list[int], proposed: int | None, emitted: int | None):
         """The p vs q bars over the top tokens; (token ids, p, q, min(p, q)) as shown."""
         tt = self.model.token_text
-        ids = top_tokens([p, q], self._bars_fitting(self.pq_plot), must) if p is not None else np.zeros(0, dtype=np.int64)
+        self._fit_n = self._bars_fitting(self.pq_plot)
+        ids = _cap(top_tokens([p, q], self._fit_n, must), self._fit_n, must) if p is not None else np.zeros(0, dtype=np.int64)
         xs = np.arange(len(ids), dtype=float)
         pv = p[ids] if p is not None and len(ids) else np.zeros(len(ids))
         qv = q[ids] if q is not None and len(ids) else np.zeros(len(ids))
@@ -307,6 +319,23 @@ class RoundInspectorWidget(QWidget):
 
     def _ratio_title(self, text: str) -> None:
         self.ratio_plot.setTitle(text, size="9pt")
+
+
+def _cap(ids: np.ndarray, limit: int, must: list[int]) -> np.ndarray:
+    """At most `limit` ids in their order (the union of two top-n lists can hold 2n), never
+    dropping a `must` token."""
+    if len(ids) <= limit:
+        return ids
+    keep = set(must)
+    room = max(0, limit - len([t for t in ids if int(t) in keep]))
+    out = []
+    for t in ids:
+        if int(t) in keep:
+            out.append(t)
+        elif room:
+            out.append(t)
+            room -= 1
+    return np.asarray(out, dtype=np.int64)
 
 
 def _emitted_at(r: Round, pos: int, is_bonus_pos: bool) -> tuple[int | None, str | None]:

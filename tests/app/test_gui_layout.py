@@ -38,6 +38,12 @@ def test_the_window_fits_and_every_view_keeps_a_readable_minimum(qtbot, make_win
     assert w.inspector.graphics.height() >= 200
     assert w.inspector.res_plot.size().height() >= 100  # the residual plot has real height
     assert w.inspector.kv.graphics.height() >= 2 * 75
+    # p/q token labels have room: no more bars than the plot's width gives each label
+    from specscope.app.gui.inspector import TICK_PX
+
+    qtbot.wait(150)  # a resize re-fits the bars after 50 ms
+    bars = len(w.inspector.values["tokens"])
+    assert 3 <= bars and (bars - 1) * TICK_PX <= w.inspector.pq_plot.vb.width(), (bars, w.inspector.pq_plot.vb.width())
     # the live plots are either a dock of their own or a tab beside the findings, never clipped
     assert w.plots_dock.width() >= 260 or w.tabifiedDockWidgets(w.plots_dock)
     w.tabs.setCurrentWidget(w.compare)
