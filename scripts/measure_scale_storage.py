@@ -266,9 +266,10 @@ def run_child(args: argparse.Namespace) -> None:
 def measure(size: int, out: Path, args: argparse.Namespace) -> dict[str, dict]:
     out.mkdir(parents=True, exist_ok=True)
     db, db2, jsonl = out / f"scale-{size}.sqlite", out / f"scale-{size}-imported.sqlite", out / f"scale-{size}.jsonl"
-    for path in (db, db2, jsonl):
-        for extra in ("", "-wal", "-shm"):
-            Path(f"{path}{extra}").unlink(missing_ok=True)
+    for path, made_by in ((db, "record"), (db2, "import"), (jsonl, "export")):
+        if made_by in args.steps:  # a subset of --steps reuses what an earlier run made
+            for extra in ("", "-wal", "-shm"):
+                Path(f"{path}{extra}").unlink(missing_ok=True)
     results = {}
     for step in args.steps:
         cmd = [sys.executable, __file__, "--child", step, "--size", str(size), "--db", str(db), "--db2", str(db2),
@@ -292,9 +293,10 @@ def _cell(r: dict | None, key: str, fmt: str) -> str:
 def markdown(sizes: list[int], results: dict[int, dict[str, dict]], args: argparse.Namespace) -> str:
     small, big = sizes[0], sizes[-1]
     a, b = results[small], results[big]
+    real = a.get("record", {}).get("real_rounds", "about 300")
     lines = [
         f"Storage at scale (`scripts/measure_scale_storage.py --sizes {' '.join(map(str, sizes))}`): each step in its own "
-        f"process, wall time and peak RSS (ru_maxrss) of that process. Rounds: {a['record'].get('real_rounds', '?')} real "
+        f"process, wall time and peak RSS (ru_maxrss) of that process. Rounds: {real} real "
         f"rounds of a tiny random-init Llama pair (vocabulary {VOCAB}, k=1, T=1) repeated with shifted positions (see "
         "the script's docstring); the writer encodes and commits every round (top-8 per distribution, no full vectors).",
         "",
