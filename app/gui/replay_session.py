@@ -126,9 +126,10 @@ class ReplaySession(QObject):
 
     # ------------------------------------------------------------------ the stored run
 
-    def rounds_for_checking(self) -> list:
+    def rounds_for_checking(self) -> Any:
         if self.library is not None and self.run_id:
-            return list(self.library.store.iter_rounds(self.run_id, full=True))
+            # streamed: the checker and the recompute hold a few rounds, never the whole run
+            return self.library.store.iter_rounds(self.run_id, full=True)
         return list(self.model.rounds)
 
     def store_and_run(self) -> tuple[Any, str] | None:
