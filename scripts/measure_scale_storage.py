@@ -10,9 +10,8 @@ process, imports included), so one step's memory never hides in another's:
     import   `specscope import FILE.jsonl --db OTHER.sqlite`
     open     the inspector (offscreen Qt) opens the stored run: time to the first paint of the
              timeline with rounds in it, then to every round loaded, RSS at both. The window's
-             own checker, which `specscope open` runs after loading, is switched off unless
-             --open-checker is given (it is measured by the check step; the window's copy
-             reads the rounds with their vectors as a list, see the report)
+             own checker, which `specscope open` runs after loading (streaming the stored
+             rounds, as the check step does), is switched off unless --open-checker is given
 
 How the rounds are made (stated with the numbers): a real decoder run of a tiny random-init
 Llama pair (vocabulary 256, hidden 32, 1 layer target and a noisy copy as draft, k=1, T=1,
