@@ -18,11 +18,10 @@ from specscope.core.dists import TopDistribution
 from specscope.core.partial import is_full
 from specscope.core.records import Round, RunConfig
 
-from specscope.storage.codec import PartialDistribution
-
 from . import theme
 from .compact import CompactRounds
 from .metrics import RunMetrics
+from .traces import as_partial
 
 TokenText = Callable[[int], str]
 
@@ -91,7 +90,7 @@ def for_views(r: Round) -> Round:
     """The round with any TopDistribution (a live run's top-N record above 4,096 tokens,
     core.dists) as the dense array a top-N trace reads back as, which the views plot."""
     def dense(d):
-        return PartialDistribution(np.asarray(d), d.known_ids, d.stats, d.top) if isinstance(d, TopDistribution) else d
+        return as_partial(d) if isinstance(d, TopDistribution) else d
 
     arrays = [r.bonus_p, r.residual] + [a for n in r.nodes for a in (n.p, n.q)]
     if not any(isinstance(a, TopDistribution) for a in arrays):

@@ -152,6 +152,16 @@ class TraceLibrary:
         return "\n".join(lines)
 
 
+def as_partial(dist: Any) -> Any:
+    """A live run's TopDistribution (core.dists) as the PartialDistribution a top-N trace
+    reads back as (the views plot those); here because it is storage's type."""
+    import numpy as np
+
+    from specscope.storage.codec import PartialDistribution
+
+    return PartialDistribution(np.asarray(dist), dist.known_ids, dist.stats, dist.top)
+
+
 def describe_run(info: Any) -> str:
     cfg = info.config
     prop = cfg.draft_name or cfg.proposer
