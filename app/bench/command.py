@@ -23,7 +23,7 @@ def add_bench_parser(subparsers: Any) -> None:
                     "(also under vLLM's and llama.cpp's definitions) per prompt kind; --json keeps the raw samples.",
     )
     p.add_argument("--quick", action="store_true",
-                   help="a short version: 1 prompt of each kind, k=4, 3 repetitions, 32 tokens, memory measured in "
+                   help="a short version: 1 prompt of each kind, k=4, 3 repetitions, 24 tokens, memory measured in "
                         "the first mode only")
     p.add_argument("--json", action="store_true", help="print machine-readable results (raw samples included)")
     p.add_argument("--markdown", default=None, metavar="FILE",
@@ -44,7 +44,7 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
     p.add_argument("--k", default=None, help="comma-separated draft lengths (default: 2,4,6; quick: 4)")
-    p.add_argument("--max-new", type=int, default=None, help="tokens per prompt (default: 128; quick: 32)")
+    p.add_argument("--max-new", type=int, default=None, help="tokens per prompt (default: 128; quick: 24)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (default: 5; quick: 3)")
     p.add_argument("--prompts", type=int, default=None,
                    help="use the first N bundled example prompts of each kind (default: all; quick: 1)")
@@ -71,7 +71,7 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"{name} must be at least 1")
     return dict(
         ks=ks,
-        max_new=args.max_new or (32 if quick else 128),
+        max_new=args.max_new or (24 if quick else 128),
         reps=args.reps or (3 if quick else 5),
         prompts_per_kind=args.prompts or (1 if quick else None),
         kinds=[k.strip() for k in args.kinds.split(",")] if args.kinds else None,
