@@ -90,12 +90,16 @@ class _Tap:
     def __init__(self, eos: int | None):
         self.eos, self.stamps, self.counts = eos, [], []
 
-    def rounds(self, handle: Any, clock: Clock):
-        for rnd in handle:
+    def drain(self, handle: Any, clock: Clock, each: Callable[[Any], None] | None = None) -> Any:
+        """Run `handle` to its end through its own drain(), noting each round (an engine
+        drains in the caller's thread: core/engines), then `each(round)`; the result."""
+        def note(rnd: Any) -> None:
             self.stamps.append((clock(), len(rnd.emitted)))
             self.counts.append(counts_of(rnd, self.eos))
-            yield rnd
-        return handle.result
+            if each is not None:
+                each(rnd)
+
+        return handle.drain(note)
 
 
 def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None) -> list[str]:
@@ -215,7 +219,7 @@ class Bench:
 
         def run(prompt: list[int]) -> Sample:
             tap = _Tap(self.eos)
-            result, wall = _clocked(self.device, lambda clock: _drain(tap.rounds(dec.start(prompt, self.max_new), clock)))
+            result, wall = _clocked(self.device, lambda clock: tap.drain(dec.start(prompt, self.max_new), clock))
             return self._sample_from(dec, result, wall, tap)
 
         return run
@@ -248,7 +252,13 @@ class Bench:
             def record(clock: Clock):
                 config = dec.run_config(prompt, self.max_new)
                 with TraceWriter(store, config) as writer:
-                    return writer.record(tap.rounds(dec.start(prompt, self.max_new, config=config), clock))
+                    try:
+                        result = tap.drain(dec.start(prompt, self.max_new, config=config), clock, writer.write)
+                    except BaseException as exc:
+                        writer.fail(exc)
+                        raise
+                    writer.finish_with(result)
+                    return result
 
             result, wall = _clocked(self.device, record)
             return self._sample_from(dec, result, wall, tap)
@@ -336,13 +346,6 @@ class Bench:
         from .report import bench_rows
 
         return bench_rows(self)
-
-
-def _drain(rounds) -> Any:
-    """Run a rounds generator (from _Tap.rounds) to its end; its GenerationResult."""
-    from specscope.core.run import as_run
-
-    return as_run(rounds).drain()
 
 
 class _Streamer:
