@@ -53,7 +53,24 @@ def make_window(qtbot, hub, settings_file, tmp_path):
 
     yield make
     for w in made:
-        w.close()
+        dispose(w)
+
+
+def dispose(window) -> None:
+    """Close a window and let Qt delete it now, then collect Python's garbage at this quiet
+    point: a collection that otherwise fell in the middle of building the next window once
+    finalised a closed window's pyqtgraph items there and crashed the interpreter."""
+    import gc
+
+    import shiboken6
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    if shiboken6.isValid(window):
+        window.close()
+        window.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    QCoreApplication.processEvents()
+    gc.collect()
 
 
 @pytest.fixture

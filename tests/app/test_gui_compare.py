@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from .helpers import configure
 
 
@@ -57,6 +59,7 @@ def test_a_comparison_is_recorded_as_two_runs_and_replays_side_by_side(qtbot, ma
     _run_compare(qtbot, w)
     live_a, live_b = (m.output_tokens for m in w.compare_session.models)
     w.close()
+    gc.collect()  # here, not in the middle of building the next window (see conftest.dispose)
     with TraceStore(store) as s:
         runs = s.list_runs()
     lanes = {comparison_of(r)[1]: r for r in runs if comparison_of(r)}
