@@ -22,11 +22,12 @@ import numpy as np
 import torch
 
 from .decoder import SpeculativeDecoder
+from .device_sampling import process_logits_torch
 from .kv import CachedLM, CachePolicy
 from .proposers import DraftModelProposer, Proposer, SampleStep
 from .records import GenerationResult, Round, RunConfig
 from .run import RunHandle
-from .sampling import SamplingConfig, process_logits
+from .sampling import SamplingConfig
 from .tree_faults import TREE_FAULTS as TREE_FAULT_LIST
 from .verify import ChainVerifier, Verdict, Verifier, VerifyTask
 
@@ -165,8 +166,8 @@ def _raw_q(seams: Seams, fire: Fire) -> Seams:
         token, q, u = step(logits, sampling, rng)
         if q is None:
             return token, q, u
-        raw = process_logits(logits.cpu().numpy(), SamplingConfig(temperature=sampling.temperature))
-        if not np.array_equal(raw, q):
+        raw = process_logits_torch(logits, SamplingConfig(temperature=sampling.temperature))
+        if not torch.equal(raw, q):
             fire()
         return token, raw, u
 
@@ -232,7 +233,7 @@ class FaultyDecoder(SpeculativeDecoder):
         finally:
             run.close()
         assert run.result is not None
-        finished = run.result.stop_reason in ("eos", "budget") and run.result.rounds
+        finished = run.result.stop_reason in ("eos", "budget") and run.result.summary.rounds
         if finished and not fault_named(self.fault).final_round_matters and self.fault_rounds[-1:] == [rnd.index]:
             self.fault_rounds.pop()
         return run.result
