@@ -23,8 +23,8 @@ def add_bench_parser(subparsers: Any) -> None:
                     "(also under vLLM's and llama.cpp's definitions) per prompt kind; --json keeps the raw samples.",
     )
     p.add_argument("--quick", action="store_true",
-                   help="a short version: 1 prompt of each kind, k=4, 3 repetitions, 24 tokens, memory measured in "
-                        "the first mode only")
+                   help="a short version: 1 prompt of each kind, k=4, 3 repetitions, 24 tokens, warm-up on one "
+                        "prompt, memory measured in the first mode only and not for the traced rows")
     p.add_argument("--json", action="store_true", help="print machine-readable results (raw samples included)")
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="write the tables (with machine and versions) to FILE, keeping its scale and notes sections")
@@ -198,12 +198,14 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
              f"{settings['max_new']} tokens, {settings['reps']} repetitions")
         bench = Bench(target, drafts, prompt_ids, ks=settings["ks"], max_new=settings["max_new"], reps=settings["reps"],
                       sampling=sampling, eos=eos, device=device, include_transformers=not args.no_transformers,
-                      progress=_say, specs=default_specs(list(drafts), args.proposer) + trees, kinds=kinds)
+                      progress=_say, specs=default_specs(list(drafts), args.proposer) + trees, kinds=kinds,
+                      warm_every_prompt=not args.quick)
         bench.run()
         results["modes"][mode] = bench.rows()
         if not (args.quick and mode != modes[0]):  # --quick: one mode's memory (the modes differ by a few MB)
+            # --quick also leaves out the traced rows' memory (the same models plus the writer)
             specs_of_memory += [memory_spec(m, mode, args, draft_refs, prompt_ids, settings["max_new"], eos, device)
-                                for m in bench.methods]
+                                for m in bench.methods if not (args.quick and "traced" in m.name)]
         if not args.json:
             print(f"\n### {mode}\n")
             print(format_table(results["modes"][mode]))

@@ -1,6 +1,6 @@
 """The bench's methods and how each one is run and timed.
 
-Method: one warm-up pass of every method over every prompt, then `reps` repetitions in
+Method: one warm-up pass of every method over every prompt (--quick: the first prompt), then `reps` repetitions in
 which the methods run interleaved (the order rotates each repetition), so slow drifts of
 the machine hit every method alike. In greedy mode every method's output must equal plain
 greedy decoding token for token, or the bench fails. Batch size is 1 throughout: specscope's
@@ -135,10 +135,11 @@ class Bench:
                  ks: Sequence[int], max_new: int, reps: int, sampling: SamplingConfig, eos: int | None,
                  device: torch.device, include_transformers: bool = True, include_traced: bool = True,
                  seed: int = 0, progress: Callable[[str], None] | None = None, specs: Sequence[str] | None = None,
-                 kinds: Sequence[str] | None = None):
+                 kinds: Sequence[str] | None = None, warm_every_prompt: bool = True):
         """`drafts` are the models that specs such as draft:NAME load by NAME; `specs` the
         proposers to run (default: default_specs(drafts)); `kinds` the kind of each prompt
-        (copy, novel, ...; default: all "prompt")."""
+        (copy, novel, ...; default: all "prompt"); `warm_every_prompt=False` warms each
+        method up on the first prompt only (--quick)."""
         self.target, self.drafts, self.prompts = target, drafts, [list(p) for p in prompts]
         self.kinds = list(kinds) if kinds is not None else ["prompt"] * len(self.prompts)
         if len(self.kinds) != len(self.prompts):
@@ -146,6 +147,7 @@ class Bench:
         self.ks, self.max_new, self.reps = list(ks), max_new, reps
         self.sampling, self.eos, self.device, self.seed = sampling, eos, device, seed
         self.progress = progress or (lambda msg: None)
+        self.warm_prompts = self.prompts if warm_every_prompt else self.prompts[:1]
         self.specs = list(specs) if specs is not None else default_specs(list(drafts))
         self._prefill_lms: dict[str, CachedLM] = {}
         self.methods: list[Method] = [Method("plain (KV cache)", "plain", None, self._plain)]
@@ -318,9 +320,9 @@ class Bench:
 
     def run(self) -> None:
         torch.manual_seed(self.seed)
-        self.progress(f"warm-up: {len(self.methods)} methods x {len(self.prompts)} prompts")
+        self.progress(f"warm-up: {len(self.methods)} methods x {len(self.warm_prompts)} prompts")
         for m in self.methods:
-            for p in self.prompts:
+            for p in self.warm_prompts:
                 self._run_one(m, p)
         for rep in range(self.reps):
             shift = rep % len(self.methods)
