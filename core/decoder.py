@@ -23,6 +23,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 import torch
 
+from .device_sampling import check_finite_torch, process_logits_torch
 from .dists import DEFAULT_TOP_N, compact_rows, covering_top_n, host_rows, keeps_full_vectors
 from .kv import CachedLM, CachePolicy, Stopwatch
 from .proposers import Draft, Proposer, check_protocol
@@ -37,7 +38,6 @@ from .records import (
     SummaryTally,
 )
 from .run import RunHandle
-from .device_sampling import check_finite_torch, process_logits_torch
 from .sampling import SamplingConfig
 from .tree_decode import is_tree_proposer, tree_round
 from .verify import ChainVerifier, Verdict, Verifier, VerifyTask

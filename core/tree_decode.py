@@ -168,7 +168,7 @@ class _Kept:
         updates = list(getattr(verdict, "updates", ()))
         final = getattr(verdict, "final_p", None) if not task.greedy else None
         extra_rows = [verdict.residual] if verdict.residual is not None else []
-        self.full = getattr(dec, "full_vectors", True)
+        self.full = dec.full_vectors
         if self.full:
             self.p, self.q, self.residual, self.updates, self.final = p_rows, q_rows or None, verdict.residual, updates, final
             return
@@ -182,7 +182,7 @@ class _Kept:
         rows = p_rows + q_rows + [u.p_after for u in updates] + ([final] if final is not None else []) + extra_rows
         extras = (p_extra + [[t] for t in task.tokens][: len(q_rows)] + [[task.tokens[u.child]] + drawn for u in updates]
                   + ([drawn] if final is not None else []) + [drawn for _ in extra_rows])
-        kept = compact_rows(torch.from_numpy(np.stack(rows)), getattr(dec, "top_n", 20), list(extras))
+        kept = compact_rows(torch.from_numpy(np.stack(rows)), dec.top_n, list(extras))
         at = n + 1 + len(q_rows)
         self.p, self.q = kept[: n + 1], (kept[n + 1: at] or None)
         self.updates = [dataclasses.replace(u, p_after=k) for u, k in zip(updates, kept[at: at + len(updates)])]
