@@ -23,6 +23,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 import torch
 
+from .coupling import Coupling, CoupledVerifier, coupled_params
 from .device_sampling import check_finite_torch, process_logits_torch
 from .dists import DEFAULT_TOP_N, compact_rows, covering_top_n, host_rows, keeps_full_vectors
 from .kv import CachedLM, CachePolicy, Stopwatch
@@ -94,12 +95,16 @@ class SpeculativeDecoder:
         target_cache: CachePolicy | None = None,
         vectors: str = "auto",
         top_n: int = DEFAULT_TOP_N,
+        coupling_seed: int | None = None,
     ):
         """`vectors`: what each Round record carries of its full-vocabulary rows: "full"
         (float64 numpy vectors), "top" (a TopDistribution: the top-N entries, the drawn
         tokens' entries and the exact whole-vector facts, computed on the model's device)
         or "auto" (full up to core.dists.FULL_VECTORS_MAX_VOCAB tokens, top above).
-        `top_n`: N of the top entries kept (raised to cover a top-k filter)."""
+        `top_n`: N of the top entries kept (raised to cover a top-k filter).
+        `coupling_seed`: couple this decoder's randomness to output positions (core.coupling:
+        the CoupledVerifier, and a draft model proposing by the same Gumbel keys), so that
+        decoders with the same seed emit the same tokens wherever their prefixes agree."""
         if not _is_int(k) or k < 1:
             raise ValueError(f"k (draft length) must be an integer >= 1, got {k!r}")
         if not _is_int(seed):
@@ -115,7 +120,12 @@ class SpeculativeDecoder:
         check_protocol(proposer)
         self.proposer = proposer
         proposer.bind(self.vocab_size, use_cache)
-        self.verifier: Verifier = verifier if verifier is not None else ChainVerifier()
+        self.coupling = None if coupling_seed is None else Coupling(coupling_seed)
+        if self.coupling is not None and is_tree_proposer(proposer):
+            raise ValueError("coupled lanes verify chain drafts only; a tree proposer cannot be coupled")
+        if verifier is None:
+            verifier = ChainVerifier() if self.coupling is None else CoupledVerifier(self.coupling)
+        self.verifier: Verifier = verifier
         self.target_cache: CachePolicy = target_cache if target_cache is not None else CachePolicy()
         self.k = int(k)
         self.eos_token_id = None if eos_token_id is None else int(eos_token_id)
@@ -152,7 +162,8 @@ class SpeculativeDecoder:
             seed=self.seed if seed is None else int(seed),
             eos_token_id=self.eos_token_id,
             proposer=self.proposer.name,
-            proposer_params={"spec": self.proposer.spec, **self.proposer.params()},
+            proposer_params={"spec": self.proposer.spec, **self.proposer.params(),
+                             **coupled_params(self.coupling, self.sampling.greedy)},
             target_name=self.target_name,
             draft_name=getattr(self.proposer, "label", None),
             device=str(param.device),
@@ -183,6 +194,8 @@ class SpeculativeDecoder:
         rng = np.random.default_rng(config.seed)
         self.target_lm.reset()
         self.proposer.reset()
+        if hasattr(self.proposer, "couple"):  # a draft model proposes by the coupled keys (or not, when None)
+            self.proposer.couple(self.coupling, len(context))
         new_tokens: list[int] = []
         rounds: list[Round] = []
         tally = SummaryTally()
@@ -267,6 +280,7 @@ class SpeculativeDecoder:
             greedy=self.sampling.greedy,
             eos_token_id=self.eos_token_id,
             remaining=remaining,
+            position=emitted_before,
         )
         verdict = self.verifier.verify(task, rng)
         committed = prefix_len + verdict.accepted  # context positions whose cache entries stay valid

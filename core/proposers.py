@@ -142,6 +142,23 @@ class DraftModelProposer:
         self.lm = CachedLM(draft_model)
         self.cache = cache if cache is not None else CachePolicy()
         self.sample_step: SampleStep = sample_step if sample_step is not None else sample_token
+        self.coupling: Any = None  # core.coupling.Coupling while a coupled run proposes
+        self._prompt_len = 0
+
+    def couple(self, coupling: Any, prompt_len: int) -> None:
+        """Called by the decoder at the start of a run: with a Coupling, draw each sampled
+        draft token as the Gumbel argmax of q with the keys of its output position
+        (core.coupling), an exact sample from q; with None, sample from the run's stream."""
+        if coupling is not None and self.tree is not None:
+            raise ValueError("coupled lanes verify chain drafts only; a tree proposer cannot be coupled")
+        self.coupling, self._prompt_len = coupling, int(prompt_len)
+
+    def _coupled_step(self, position: int) -> SampleStep:
+        def step(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator):
+            q = process_logits_torch(logits, sampling)
+            return self.coupling.pick(q, position), q, None
+
+        return step
 
     @property
     def vocab_size(self) -> int:
@@ -192,11 +209,14 @@ class DraftModelProposer:
         qs: list[torch.Tensor] = []
         draws: list[float] = []
         feed = self.cache.pending(self.lm, context)
-        for _ in range(k):
+        coupled = self.coupling is not None and not sampling.greedy
+        for i in range(k):
             logits = self.lm.feed(feed, keep=1)[0]
-            token, q, u = self.sample_step(logits, sampling, rng)
+            step = self._coupled_step(len(context) - self._prompt_len + i) if coupled else self.sample_step
+            token, q, u = step(logits, sampling, rng)
             if q is not None:
                 qs.append(q)
+            if u is not None:
                 draws.append(u)
             tokens.append(token)
             # With a cache only the new token is fed; without one, the whole sequence again.

@@ -85,6 +85,7 @@ class VerifyTask:
     greedy: bool
     eos_token_id: int | None
     remaining: int  # tokens the budget still allows in this round
+    position: int = 0  # output position of the first draft token (new tokens emitted before the round)
 
 
 @dataclass
