@@ -22,12 +22,17 @@ from PySide6.QtWidgets import (
 
 from .settings import ENGINES, PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, proposer_choices, proposer_label, \
     spec_text, validate
+from .tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, TREE_EXAMPLES, fold_tree, grows_trees, is_chain, \
+    split_tree
 from .worker import IDLE, LOADING, PAUSED, RUNNING
 
 ERROR_STYLE = "color:#b00020; font-size:8pt;"
 ERROR_PX = 13  # every error line keeps this height, shown or not, so the form never jumps
 FIELD_HELP = {
-    "k": "draft tokens per round (1–64)",
+    "k": "draft tokens per round (1–64); a chain's length (a tree's shape sets its own)",
+    "tree": "chain (k tokens) · branching per depth 3,2,1,1 · paths:0;1;0.0 · dynamic:nodes=16,depth=5,topk=4",
+    "children": "how a tree's siblings are chosen: topk (most probable) · sampled (i.i.d. from q) · distinct "
+                "(without replacement)",
     "temperature": "0 = greedy",
     "top_k": "0 = off",
     "top_p": "1 = off",
@@ -102,12 +107,13 @@ class RunPanelWidget(QWidget):
         self.fields["engine"] = self.engine
         first = self._add_row(grid, 0, "engine", "Engine", self.engine)
         self.proposer = QComboBox()
-        for choice in proposer_choices():
+        for choice in proposer_choices(with_trees=False):  # the tree is its own field here
             self.proposer.addItem(choice.label, choice.spec)
         self.proposer.currentIndexChanged.connect(self._proposer_changed)
         self.fields["proposer"] = self.proposer
         row = self._add_row(grid, first, "proposer", "Proposer", self.proposer)
         row = self._add_row(grid, row, "checkpoint", "Checkpoint", self._checkpoint_row())
+        row = self._tree_rows(grid, row)
         for key, label in (("k", "k (draft length)"), ("temperature", "Temperature"), ("top_k", "Top-k"),
                            ("top_p", "Top-p"), ("seed", "Seed"), ("max_new_tokens", "Max new tokens"),
                            ("eos", "EOS"), ("threads", "Threads")):
@@ -123,6 +129,21 @@ class RunPanelWidget(QWidget):
         self.fields["device"] = self.device
         self._add_row(grid, row, "device", "Device", self.device)
         return box
+
+    def _tree_rows(self, grid: QGridLayout, row: int) -> int:
+        """The tree (editable: a menu of examples, any spec can be typed) and children fields."""
+        self.tree = QComboBox()
+        self.tree.setEditable(True)
+        self.tree.addItems(TREE_EXAMPLES)
+        self.tree.setToolTip(FIELD_HELP["tree"])
+        self.tree.currentTextChanged.connect(self._proposer_changed)
+        self.fields["tree"] = self.tree
+        row = self._add_row(grid, row, "tree", "Tree", self.tree)
+        self.children_mode = QComboBox()
+        self.children_mode.addItems([DEFAULT_CHILDREN] + [m for m in CHILDREN_MODES if m != DEFAULT_CHILDREN])
+        self.children_mode.setToolTip(FIELD_HELP["children"])
+        self.fields["children"] = self.children_mode
+        return self._add_row(grid, row, "children", "Children", self.children_mode)
 
     def _checkpoint_row(self) -> QWidget:
         ck = QWidget()
@@ -189,8 +210,11 @@ class RunPanelWidget(QWidget):
                 out[key] = w.currentText()
             else:
                 out[key] = w.text()
-        # the proposer as a spec: the "local checkpoint…" entry (KIND:PATH) with its folder
-        out["proposer"] = spec_text(self.proposer.currentData() or "", self.checkpoint.text())
+        # the proposer as a spec: the "local checkpoint…" entry (KIND:PATH) with its folder, and
+        # the tree fields folded in as the CLI's --tree/--children are (a compare lane's own
+        # proposer replaces the whole spec, tree and all)
+        base = spec_text(self.proposer.currentData() or "", self.checkpoint.text())
+        out["proposer"] = fold_tree(base, out["tree"], out["children"])
         return out
 
     def set_texts(self, texts: dict[str, str]) -> None:
@@ -218,6 +242,9 @@ class RunPanelWidget(QWidget):
         spec = menu_spec(value)
         if spec is None:
             return  # not a proposer (any more): the menu keeps its choice
+        spec, tree, children = split_tree(spec)  # the tree goes to its own fields
+        self._set_combo(self.tree, tree)
+        self._set_combo(self.children_mode, children)
         path = checkpoint_of(spec)
         if path is not None:
             self.checkpoint.setText(path)
@@ -227,6 +254,14 @@ class RunPanelWidget(QWidget):
             self.proposer.addItem(proposer_label(spec), spec)
             idx = self.proposer.count() - 1
         self.proposer.setCurrentIndex(idx)
+
+    @staticmethod
+    def _set_combo(combo: QComboBox, value: str) -> None:
+        idx = combo.findText(value)
+        if idx >= 0:
+            combo.setCurrentIndex(idx)
+        elif combo.isEditable():
+            combo.setEditText(value)
 
     def set_field(self, key: str, value: str) -> None:
         self.set_texts({key: value})
@@ -263,6 +298,11 @@ class RunPanelWidget(QWidget):
         is_ckpt = str(self.proposer.currentData() or "").endswith(f":{PATH_ARG}")
         self.checkpoint.setEnabled(is_ckpt)
         self.browse.setEnabled(is_ckpt)
+        # prompt lookup (and any kind without a `tree` parameter) drafts chains only
+        trees = grows_trees(str(self.proposer.currentData() or ""))
+        self.tree.setEnabled(trees)
+        self.children_mode.setEnabled(trees and not is_chain(self.tree.currentText()))
+        self.tree.setToolTip(FIELD_HELP["tree"] if trees else "this proposer drafts chains only")
 
     def _browse(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Choose a draft checkpoint folder")

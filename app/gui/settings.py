@@ -20,6 +20,8 @@ from typing import Any
 from specscope.core.loading import BUNDLED_DRAFTS
 from specscope.core.registry import KINDS, ProposerKind, ProposerSpec, SpecError, build_proposer, parse_spec
 
+from .tree_settings import check_tree, describe_tree, grows_trees, tree_choice_specs
+
 PATH_ARG = "PATH"  # KIND:PATH = the "local checkpoint…" entry; the folder is the checkpoint field
 DEFAULT_PROPOSER = "draft:small"
 # Proposer names of settings saved before the registry: name -> spec.
@@ -46,13 +48,16 @@ def _defaults(kind: ProposerKind) -> str:
     return ", ".join(f"{p.name}={p.default}" for p in kind.params)
 
 
-def proposer_choices(with_checkpoint: bool = True) -> list[ProposerChoice]:
+def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True) -> list[ProposerChoice]:
     """What a proposer menu offers, from the registry: for a kind with a model, the bundled
-    drafts and (optionally) a local checkpoint; one entry, with its defaults, per other kind."""
+    drafts, (optionally) token trees of the first one and a local checkpoint; one entry, with
+    its defaults, per other kind. The run panel has its own tree fields (with_trees=False)."""
     out: list[ProposerChoice] = []
     for kind in KINDS.values():
         if kind.needs_model:
             out += [ProposerChoice(f"{kind.name}:{name}", f"{kind.name} model: {name}") for name in BUNDLED_DRAFTS]
+            if with_trees and kind.param("tree") is not None and BUNDLED_DRAFTS:
+                out += [ProposerChoice(spec, label) for spec, label in tree_choice_specs(kind.name, BUNDLED_DRAFTS[0])]
             if with_checkpoint:
                 label = "local checkpoint…" if kind.name == "draft" else f"{kind.name}: local checkpoint…"
                 out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", label))
@@ -127,7 +132,9 @@ def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None
     kind = KINDS[spec.kind]
     if kind.needs_model:
         name = (spec.arg or draft_name or "").removeprefix("specscope/").removeprefix("draft-")
-        return f"{kind.name}:{name}" if name in BUNDLED_DRAFTS else None
+        given = {**spec.params, **(params or {})}  # a tree run's params name its tree and children
+        trees = {key: given[key] for key in ("tree", "children") if given.get(key)} if given.get("tree") else {}
+        return str(ProposerSpec(kind.name, name, trees)) if name in BUNDLED_DRAFTS else None
     given = dict(params or {}, **spec.params)
     return menu_spec(str(ProposerSpec(kind.name, None, {p.name: given[p.name] for p in kind.params if p.name in given})))
 
@@ -191,7 +198,9 @@ class RunSettings:
         prop = f"checkpoint {os.path.basename(path)}" if path else self.spec
         samp = "greedy" if self.greedy else f"T={self.temperature:g}"
         engine = "" if self.engine == "specscope" else f"{self.engine}: "
-        return f"{engine}{prop}, k={self.k}, {samp}, seed={self.seed}"
+        # with a tree, k does not apply (the spec names the tree)
+        length = "" if describe_tree(self.spec) else f", k={self.k}"
+        return f"{engine}{prop}{length}, {samp}, seed={self.seed}"
 
 
 @dataclass
@@ -253,6 +262,8 @@ def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, 
     except (SpecError, ValueError) as exc:
         errors["proposer"] = str(exc)
         return text, checkpoint
+    if grows_trees(str(spec)):
+        check_tree(spec.params, errors)  # the parser the CLI and the proposer use
     if _model_kind(spec):
         spec = replace(spec, arg=spec.model_ref)
         path = checkpoint_of(str(spec))
@@ -337,7 +348,9 @@ def _engine(text: str, proposer: str, errors: dict[str, str]) -> str:
         except SpecError:
             return engine
         extra = set(spec.params) - ({"max_ngram"} if spec.kind == "lookup" else set())
-        if spec.kind not in ("draft", "lookup") or extra:
+        if "tree" in extra:
+            errors["tree"] = "the transformers engine drafts chains: choose the specscope engine for a tree"
+        elif spec.kind not in ("draft", "lookup") or extra:
             errors["proposer"] = ("the transformers engine runs draft models and prompt lookup (max_ngram only), "
                                   f"not {spec}")
     return engine
