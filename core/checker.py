@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .coupled_check import check_coupled_round, is_coupled_round
 from .draws import draw_mismatch
 from .partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
 from .records import Round, RunConfig, RunEnd
@@ -38,6 +39,8 @@ RULES: dict[str, str] = {
     "draft-cache": "the draft cache keeps nothing of a rejected suffix",
     "recompute": "recorded p equals a full recompute of the target over the recorded prefix",
     "run-end": "the run's end record agrees with its rounds: stop reason, token count, status",
+    "coupled": "a coupled round: accept iff the proposal is y_j = argmax log p + G_j (keys regenerated from the "
+               "coupling seed and the output position); the repair and the bonus are y_j",
     "tree-walk": "a tree round replays: each tried child against the running p', the path, the repair or bonus",
     "tree-layout": "tree nodes ran at position prefix length + depth - 1, each seeing only its ancestors",
 }
@@ -251,6 +254,9 @@ class _RoundChecker:
         if self._is_tree():  # siblings are judged against a running p' (core.tree_check)
             check_tree_round(self)
             return
+        if is_coupled_round(self.config):  # decided by the shared Gumbel keys (core.coupled_check)
+            check_coupled_round(self)
+            return
         rnd = self.rnd
         greedy = self.config.sampling.greedy
         for n in rnd.nodes:
@@ -328,8 +334,8 @@ class _RoundChecker:
         return at, float(values[at])
 
     def repair_and_bonus(self) -> None:
-        if self._is_tree():
-            return  # replayed with the walk in decisions()
+        if self._is_tree() or is_coupled_round(self.config):
+            return  # replayed with the walk / the coupled rule in decisions()
         rnd = self.rnd
         greedy = self.config.sampling.greedy
         for j, e in enumerate(rnd.emitted):

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .coupling import Coupling, CoupledVerifier
 from .decoder import SpeculativeDecoder
 from .device_sampling import process_logits_torch
 from .kv import CachedLM, CachePolicy
@@ -174,6 +175,27 @@ def _raw_q(seams: Seams, fire: Fire) -> Seams:
     return _with_draft(seams, base, sample_step=samples_filtered_records_raw)
 
 
+@dataclass(frozen=True)
+class _DraftPickVerifier:
+    """A coupled verifier that emits the draft's own Gumbel pick at a mismatch, not the target's y_j."""
+
+    inner: CoupledVerifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        honest = self.inner.verify(task, rng)  # the coupled verifier reads no stream: both see the same task
+        faulty = dataclasses.replace(self.inner, emit="draft").verify(task, rng)
+        if [e.token for e in faulty.emitted] != [e.token for e in honest.emitted]:
+            self.fire()
+        return faulty
+
+
+def _coupled_draft_pick(seams: Seams, fire: Fire) -> Seams:
+    if not isinstance(seams.verifier, CoupledVerifier):
+        raise ValueError("fault 'coupled-draft-pick' needs a coupled run (coupling_seed / --coupled SEED)")
+    return dataclasses.replace(seams, verifier=_DraftPickVerifier(seams.verifier, fire))
+
+
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in [
@@ -197,10 +219,19 @@ TREE_FAULTS: dict[str, Fault] = {name: Fault(name, summary, applies, inject)
                                  for name, summary, applies, inject in TREE_FAULT_LIST}
 
 
+# Bugs of coupled lanes (core.coupling): they need a coupled run.
+COUPLED_FAULTS: dict[str, Fault] = {
+    "coupled-draft-pick": Fault("coupled-draft-pick", "a coupled round emits the draft's Gumbel pick at a mismatch "
+                                "instead of the target's y_j (the output follows q, not p)",
+                                "a coupled sampled run, at a rejection", _coupled_draft_pick),
+}
+
+
 def fault_named(name: str) -> Fault:
-    fault = FAULTS.get(name) or TREE_FAULTS.get(name)
+    fault = FAULTS.get(name) or TREE_FAULTS.get(name) or COUPLED_FAULTS.get(name)
     if fault is None:
-        raise ValueError(f"unknown fault {name!r}; known faults: {', '.join([*FAULTS, *TREE_FAULTS])}")
+        known = ", ".join([*FAULTS, *TREE_FAULTS, *COUPLED_FAULTS])
+        raise ValueError(f"unknown fault {name!r}; known faults: {known}")
     return fault
 
 
@@ -239,12 +270,16 @@ class FaultyDecoder(SpeculativeDecoder):
         return run.result
 
 
+def _default_verifier(coupling_seed: int | None) -> Verifier:
+    return ChainVerifier() if coupling_seed is None else CoupledVerifier(Coupling(coupling_seed))
+
+
 def faulty_decoder(name: str, target: torch.nn.Module, proposer: Proposer, **kwargs: Any) -> FaultyDecoder:
     """A SpeculativeDecoder with the named bug (see FAULTS); kwargs as SpeculativeDecoder."""
     fault = fault_named(name)
     fired: list[Fire] = []
     seams = Seams(
-        verifier=kwargs.pop("verifier", None) or ChainVerifier(),
+        verifier=kwargs.pop("verifier", None) or _default_verifier(kwargs.get("coupling_seed")),
         target_cache=kwargs.pop("target_cache", None) or CachePolicy(),
         proposer=proposer,
     )
