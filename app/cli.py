@@ -682,10 +682,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_faults(args: argparse.Namespace) -> int:
-    from specscope.core.faults import FAULTS, TREE_FAULTS
+    from specscope.core.faults import COUPLED_FAULTS, FAULTS, TREE_FAULTS
 
-    width = max(len(n) for n in [*FAULTS, *TREE_FAULTS])
-    for f in [*FAULTS.values(), *TREE_FAULTS.values()]:
+    width = max(len(n) for n in [*FAULTS, *TREE_FAULTS, *COUPLED_FAULTS])
+    for f in [*FAULTS.values(), *TREE_FAULTS.values(), *COUPLED_FAULTS.values()]:
         print(f"{f.name:<{width}}  {f.summary}\n{'':<{width}}  fires when: {f.applies}")
     return 0
 
