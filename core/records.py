@@ -5,6 +5,11 @@ the draft tree with q, the target's p at every node, each decision with its unif
 the residual at the first rejection, what was emitted and why it stopped, and the cache
 lengths as read from the cache objects themselves.
 
+A round whose draft is a token tree is a TreeRound: a Round plus `tree` (TreeInfo), the
+facts the tree walk and the tree forward add (the tried order, each residual update, the
+accepted path, node positions, mask rows, kept cache rows). docs/trees.md and
+docs/trace-format.md ("tree") describe how they are stored.
+
 Distributions are full-vocabulary float64 numpy arrays, or, above 4,096 tokens of
 vocabulary (the decoder's `vectors` setting, core/dists.py), TopDistributions: the top-N,
 the drawn tokens' entries and the exact whole-vector facts. The storage layer decides what
@@ -130,6 +135,70 @@ class Round:
     @property
     def bonus(self) -> EmittedToken | None:
         return next((e for e in self.emitted if e.kind == "bonus"), None)
+
+
+@dataclass(frozen=True)
+class ResidualUpdate:
+    """The running target distribution p' of a tree node after one of its children was
+    rejected: p' <- normalise(max(p' - q_c, 0)), q_c being the proposal the child was judged
+    against (q for "sampled"; q without the earlier siblings' tokens, renormalised, for
+    "distinct"; the point mass on the child for "topk", which zeroes p'(child)).
+
+    `parent` is the node whose children were tried (-1 = the committed prefix), `child` the
+    rejected node, `p_after` the normalised p' (a full vector, or a top-N record whose
+    known entries include every child of `parent` and the token drawn from it), `mass` the
+    sum of max(p' - q_c, 0) before normalising (exact, computed on the full rows)."""
+
+    parent: int
+    child: int
+    p_after: np.ndarray
+    mass: Any
+
+
+@dataclass(frozen=True)
+class TreeInfo:
+    """What a tree round adds to a Round (field names are part of the trace format: the
+    round's `tree` object in docs/trace-format.md, the `rounds.tree` column in the store).
+
+    - `spec`: the tree spec (core.trees), e.g. "3,2,1" or "dynamic:nodes=16,depth=5,topk=4"
+    - `children`: how siblings were chosen, and so the acceptance rule: sampled | distinct | topk
+    - `path`: the accepted nodes, from the prefix down (node indices)
+    - `tried`: ((node, its children in the order they were tried), ...) for every node the
+      walk reached, -1 = the prefix; the draw of each tried child is its DraftNode.u and its
+      decision its DraftNode.status
+    - `updates`: every ResidualUpdate (p' after each rejection), in walk order
+    - `final_p`: the distribution the repair or bonus was drawn from (the last p' at the
+      node where the walk stopped, or the leaf's p); None when greedy
+    - `positions`: each node's position id in the target forward (prefix length + depth - 1)
+    - `visible`: for each node, the nodes its attention mask row let it see (its ancestors
+      and itself, in index order); the committed context is always visible
+    - `kept_rows`: the target cache rows kept after the prefix, in order (the accepted
+      path's rows: prefix length + node index)
+    """
+
+    spec: str
+    children: str
+    path: tuple[int, ...]
+    tried: tuple[tuple[int, tuple[int, ...]], ...]
+    updates: tuple[ResidualUpdate, ...]
+    final_p: np.ndarray | None
+    positions: tuple[int, ...] = ()
+    visible: tuple[tuple[int, ...], ...] = ()
+    kept_rows: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class TreeRound(Round):
+    """A Round whose draft is a tree; `tree` holds the tree facts (None for a tree round
+    read from a trace that did not record them, JSONL version 1). `k` is the tree's depth
+    (capped to the remaining budget, as a chain's length is)."""
+
+    tree: TreeInfo | None = None
+
+    @property
+    def discarded(self) -> int:
+        """Nodes not on the accepted path (rejected, unvisited, pruned)."""
+        return len(self.nodes) - len(self.tree.path) if self.tree is not None else 0
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ same logical prefix as a full recompute.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,28 +20,11 @@ import torch
 
 from .dists import compact_rows
 from .kv import CachedLM
-from .records import CacheState, DraftNode, Round, RoundTimings
+from .records import CacheState, DraftNode, RoundTimings, TreeInfo, TreeRound  # noqa: F401 (TreeInfo, TreeRound re-exported)
 from .sampling import check_finite, process_logits
 from .tree_kv import keep_positions, masked_feed
-from .tree_verify import ResidualUpdate, TreeTask, TreeVerdict, TreeVerifier, check_children_mode
+from .tree_verify import TreeTask, TreeVerdict, TreeVerifier, check_children_mode
 from .trees import ancestor_matrix, context_and_tree, node_depths, tree_positions
-
-
-@dataclass(frozen=True)
-class TreeInfo:
-    """What a tree round adds to a Round: how siblings were chosen and tried, every
-    residual update, the accepted path."""
-
-    spec: str  # the tree spec (core.trees)
-    children: str  # sampled | distinct | topk
-    path: tuple[int, ...]  # accepted nodes, from the prefix down
-    tried: tuple[tuple[int, tuple[int, ...]], ...]  # (node, its children in the order tried); -1 = prefix
-    updates: tuple[ResidualUpdate, ...]  # p' after each rejection, in order
-    final_p: np.ndarray | None  # the distribution the repair or bonus was drawn from (stochastic)
-    # what the target forward and the cache were given (the checker proves them):
-    positions: tuple[int, ...] = ()  # position id of each node
-    visible: tuple[tuple[int, ...], ...] = ()  # the nodes each node's mask row let it see
-    kept_rows: tuple[int, ...] = ()  # target cache rows kept after the prefix, in order
 
 
 class TreeLayout:
@@ -58,19 +40,6 @@ class TreeLayout:
 
     def kept_rows(self, prefix_len: int, path: list[int], parents: tuple[int, ...]) -> list[int]:
         return [prefix_len + i for i in path]
-
-
-@dataclass(frozen=True, eq=False)
-class TreeRound(Round):
-    """A Round whose draft is a tree; `tree` holds the tree facts. `k` is the tree's depth
-    (capped to the remaining budget, as a chain's length is)."""
-
-    tree: TreeInfo | None = None
-
-    @property
-    def discarded(self) -> int:
-        """Nodes not on the accepted path (rejected, unvisited, pruned)."""
-        return len(self.nodes) - len(self.tree.path) if self.tree is not None else 0
 
 
 def is_tree_proposer(proposer: Any) -> bool:
@@ -160,7 +129,8 @@ def _state(before: int, peak: int, after: int, final_context: list[int]) -> Cach
 class _Kept:
     """What the record keeps of the round's rows: the full host vectors, or (the decoder's
     `vectors` setting, core.dists) TopDistributions keeping the entries the checker reads:
-    each row's argmax, the tokens proposed from it and the token drawn from it."""
+    each row's argmax, the tokens proposed from it and the token drawn from it; each p'
+    after a rejection keeps every child of its node and the drawn token."""
 
     def __init__(self, dec: Any, task: TreeTask, verdict: TreeVerdict):
         n = len(task.tokens)
@@ -180,7 +150,9 @@ class _Kept:
         leaf = verdict.path[-1] if getattr(verdict, "path", None) else -1
         p_extra[leaf + 1] += drawn
         rows = p_rows + q_rows + [u.p_after for u in updates] + ([final] if final is not None else []) + extra_rows
-        extras = (p_extra + [[t] for t in task.tokens][: len(q_rows)] + [[task.tokens[u.child]] + drawn for u in updates]
+        siblings = {u.parent: [task.tokens[i] for i, par in enumerate(task.parents) if par == u.parent] for u in updates}
+        # each p' keeps its node's children's entries: the next sibling is judged against it
+        extras = (p_extra + [[t] for t in task.tokens][: len(q_rows)] + [siblings[u.parent] + drawn for u in updates]
                   + ([drawn] if final is not None else []) + [drawn for _ in extra_rows])
         kept = compact_rows(torch.from_numpy(np.stack(rows)), dec.top_n, list(extras))
         at = n + 1 + len(q_rows)

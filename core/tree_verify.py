@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .records import EmittedToken
+from .records import EmittedToken, ResidualUpdate  # noqa: F401 (ResidualUpdate re-exported)
 from .sampling import sample_from
 from .verify import Verdict, VerifyTask, acceptance_probability, residual_distribution
 
@@ -96,16 +96,6 @@ class RngChooser:
     def sample(self, dist: np.ndarray, node: int) -> tuple[int, float | None]:
         u = float(self.rng.random())
         return sample_from(dist, u), u
-
-
-@dataclass(frozen=True)
-class ResidualUpdate:
-    """p' at `parent` after its child `child` was rejected (normalised) and the mass removed."""
-
-    parent: int
-    child: int
-    p_after: np.ndarray
-    mass: Any
 
 
 @dataclass

@@ -306,6 +306,35 @@ def rebuild(top: bytes, full: bytes | None, vocab_size: int, exact: Mapping[int,
     return PartialDistribution(out, np.array(sorted(known), dtype=np.int64), stats, (ids, probs))
 
 
+_FRAME = struct.Struct("<I")
+
+
+def pack_blobs(blobs: Sequence[bytes | None]) -> bytes:
+    """Several distribution blobs in one column (a tree round's residual updates): uint32
+    count, uint32 length of each (0 = none), then the blobs in order."""
+    parts = [b or b"" for b in blobs]
+    head = _FRAME.pack(len(parts)) + b"".join(_FRAME.pack(len(b)) for b in parts)
+    return head + b"".join(parts)
+
+
+def unpack_blobs(packed: bytes) -> list[bytes | None]:
+    """The blobs of pack_blobs (None where none was stored)."""
+    if len(packed) < 4:
+        raise ValueError("not a packed list of distribution blobs")
+    count = _FRAME.unpack_from(packed, 0)[0]
+    at = 4 + 4 * count
+    if len(packed) < at:
+        raise ValueError("not a packed list of distribution blobs (truncated header)")
+    out: list[bytes | None] = []
+    for i in range(count):
+        size = _FRAME.unpack_from(packed, 4 + 4 * i)[0]
+        out.append(bytes(packed[at:at + size]) if size else None)
+        at += size
+    if at != len(packed):
+        raise ValueError("not a packed list of distribution blobs (lengths disagree with its size)")
+    return out
+
+
 # ---------------------------------------------------------------------------- rows
 
 

@@ -57,10 +57,20 @@ def _append_only_tokens(conn: Connection) -> None:
         conn.execute(update(runs_table).where(runs_table.c.run_id == run_id).values(n_new_tokens=len(tokens), new_tokens=[]))
 
 
+def _add_tree_facts(conn: Connection) -> None:
+    """Version 4: rounds.tree (JSON), rounds.tree_top and rounds.tree_full (blobs): a tree
+    round's tried order, residual updates, path, positions, mask rows and kept rows."""
+    columns = Base.metadata.tables["rounds"].c
+    for name in ("tree", "tree_top", "tree_full"):
+        kind = columns[name].type.compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE rounds ADD COLUMN {name} {kind}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema: runs, rounds, draft_nodes", _baseline),
     Migration(2, "runs.unrecorded: optional trace fields a run did not record", _add_unrecorded),
     Migration(3, "run_tokens: the token list appended in chunks; runs.n_new_tokens", _append_only_tokens),
+    Migration(4, "rounds.tree, tree_top, tree_full: tree rounds' tried order, residual updates and layout", _add_tree_facts),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 TABLES = frozenset(Base.metadata.tables)

@@ -12,10 +12,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
+from specscope.core.partial import entry_known
+from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
+                                    TreeInfo, TreeRound)
 from specscope.core.sampling import SamplingConfig
 
-from .codec import VectorPolicy, rebuild
+from .codec import VectorPolicy, pack_blobs, rebuild, unpack_blobs
 from .info import ModelInfo, RoundSummary, RunInfo
 
 # ---------------------------------------------------------------------------- runs
@@ -168,7 +170,9 @@ class _Blobs:
         self._dists: list[np.ndarray] = []
         self._slots: dict[int, int] = {}  # id(array) -> index; the arrays stay alive in _dists
         for r in rounds:
-            for dist in (r.residual, r.bonus_p, *(a for n in r.nodes for a in (n.p, n.q))):
+            tree = getattr(r, "tree", None)
+            updates = tree.updates if tree is not None else ()
+            for dist in (r.residual, r.bonus_p, *(a for n in r.nodes for a in (n.p, n.q)), *(u.p_after for u in updates)):
                 if dist is not None and id(dist) not in self._slots:
                     self._slots[id(dist)] = len(self._dists)
                     self._dists.append(dist)
@@ -217,6 +221,7 @@ def _round_row(rnd: Round, run_id: str, blobs: _Blobs) -> dict:
         "residual_full": blobs.full(rnd.residual),
         "bonus_top": blobs.top(rnd.bonus_p),
         "bonus_full": blobs.full(rnd.bonus_p),
+        **_tree_columns(rnd, blobs),
         "tc_before": int(tc.before),
         "tc_peak": int(tc.peak),
         "tc_after": int(tc.after),
@@ -231,6 +236,38 @@ def _round_row(rnd: Round, run_id: str, blobs: _Blobs) -> dict:
         "draft_forwards": int(rnd.draft_forwards),
         "target_forwards": int(rnd.target_forwards),
     }
+
+
+def _tree_columns(rnd: Round, blobs: _Blobs) -> dict:
+    """rounds.tree (the TreeInfo facts as JSON), tree_top and tree_full (each update's p')."""
+    tree = getattr(rnd, "tree", None)
+    if tree is None:
+        return {"tree": None, "tree_top": None, "tree_full": None}
+    drawn = [int(e.token) for e in rnd.emitted if e.kind != "accepted"]
+    updates = []
+    for u in tree.updates:
+        # the entries the checker reads exactly: the node's children (judged against this
+        # p') and the token drawn from it; the top-N blob alone may not hold them
+        tokens = sorted({int(n.token) for n in rnd.nodes if n.parent == u.parent} | set(drawn))
+        exact = [t for t in tokens if u.p_after is not None and entry_known(u.p_after, t)]
+        updates.append({"parent": int(u.parent), "child": int(u.child), "mass": _opt_float(u.mass),
+                        "exact_ids": exact, "exact_probs": [float(u.p_after[t]) for t in exact]})
+    facts = {
+        "spec": str(tree.spec),
+        "children": str(tree.children),
+        "path": [int(i) for i in tree.path],
+        "tried": [[int(node), [int(c) for c in kids]] for node, kids in tree.tried],
+        "updates": updates,
+        "positions": [int(x) for x in tree.positions],
+        "visible": [[int(j) for j in row] for row in tree.visible],
+        "kept_rows": [int(x) for x in tree.kept_rows],
+    }
+    stored = [u.p_after for u in tree.updates if u.p_after is not None]
+    if not stored:
+        return {"tree": facts, "tree_top": None, "tree_full": None}
+    fulls = [blobs.full(d) for d in stored]
+    return {"tree": facts, "tree_top": pack_blobs([blobs.top(d) for d in stored]),
+            "tree_full": pack_blobs(fulls) if any(f is not None for f in fulls) else None}
 
 
 def _node_row(n: DraftNode, run_id: str, round_index: int, blobs: _Blobs) -> dict:
@@ -331,4 +368,45 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
                 target_argmax=int(n["target_argmax"]),
             )
         )
-    return Round(**_round_fields(row), nodes=tuple(nodes), bonus_p=dist(row, "bonus"), residual=dist(row, "residual"))
+    fields = dict(**_round_fields(row), nodes=tuple(nodes), bonus_p=dist(row, "bonus"), residual=dist(row, "residual"))
+    facts = row["tree"]
+    if facts is None:
+        return Round(**fields)
+    tops = row["tree_top"] if vectors else None
+    fulls = row["tree_full"] if vectors and full else None
+    bonus = None if fields["greedy"] else fields["bonus_p"]
+    return TreeRound(**fields, tree=tree_info(facts, tops, fulls, vocab_size, fields["emitted"], bonus))
+
+
+def tree_info(facts: Mapping[str, Any], tops: bytes | None, fulls: bytes | None, vocab_size: int,
+              emitted: Sequence[EmittedToken], bonus_p: np.ndarray | None) -> TreeInfo:
+    """A TreeInfo from its stored facts (the rounds.tree JSON, or a JSONL round's "tree"
+    without its distributions) and the updates' blobs (None: the p' vectors were not read).
+    final_p is the last p' for a repair, the leaf's p for a bonus (pass bonus_p None for a
+    greedy round: nothing is drawn), None otherwise."""
+    top_blobs = unpack_blobs(tops) if tops is not None else []
+    full_blobs = unpack_blobs(fulls) if fulls is not None else [None] * len(top_blobs)
+    updates = []
+    for i, u in enumerate(facts["updates"]):
+        exact = dict(zip(u["exact_ids"], u["exact_probs"]))
+        p_after = rebuild(top_blobs[i], full_blobs[i], vocab_size, exact) if i < len(top_blobs) else None
+        updates.append(ResidualUpdate(parent=int(u["parent"]), child=int(u["child"]), p_after=p_after, mass=u["mass"]))
+    return tree_record(facts, updates, emitted, bonus_p)
+
+
+def tree_record(facts: Mapping[str, Any], updates: Sequence[ResidualUpdate], emitted: Sequence[EmittedToken],
+                bonus_p: np.ndarray | None) -> TreeInfo:
+    """A TreeInfo from its facts and its updates with their p' already rebuilt."""
+    tail = emitted[-1].kind if emitted and emitted[-1].kind != "accepted" else None
+    final = updates[-1].p_after if tail == "repaired" and updates else bonus_p if tail == "bonus" else None
+    return TreeInfo(
+        spec=str(facts["spec"]),
+        children=str(facts["children"]),
+        path=tuple(int(i) for i in facts["path"]),
+        tried=tuple((int(node), tuple(int(c) for c in kids)) for node, kids in facts["tried"]),
+        updates=tuple(updates),
+        final_p=final,
+        positions=tuple(int(x) for x in facts.get("positions", ())),
+        visible=tuple(tuple(int(j) for j in row) for row in facts.get("visible", ())),
+        kept_rows=tuple(int(x) for x in facts.get("kept_rows", ())),
+    )

@@ -6,7 +6,8 @@ Tables
                   status and liveness (writer host/pid/heartbeat), aggregates
   rounds          one row per Round; everything but the per-node data; timeline columns
                   (n_drafted, n_accepted, draft_tokens, emitted) so a timeline never reads
-                  the distributions
+                  the distributions; a tree round's facts (schema version 4: tree,
+                  tree_top, tree_full)
   draft_nodes     one row per DraftNode, with p/q as top-N blobs and optional full blobs
   run_tokens      the run's new tokens in chunks (schema version 3): each commit appends one
                   chunk (int32 little-endian), so recording never rewrites the token list
@@ -144,6 +145,12 @@ class RoundRow(Base):
     residual_full: Mapped[Optional[bytes]]
     bonus_top: Mapped[Optional[bytes]]
     bonus_full: Mapped[Optional[bytes]]
+    # tree rounds (schema version 4; null for chains): the TreeInfo facts as JSON (spec,
+    # children, path, tried, positions, visible, kept_rows, updates without their vectors)
+    # and each update's p' as framed distribution blobs (codec.pack_blobs), in update order
+    tree: Mapped[Optional[dict[str, Any]]]
+    tree_top: Mapped[Optional[bytes]]
+    tree_full: Mapped[Optional[bytes]]
     # cache bookkeeping
     tc_before: Mapped[int] = mapped_column(Integer)
     tc_peak: Mapped[int] = mapped_column(Integer)

@@ -30,8 +30,9 @@ MAX_BATCH = 256  # rounds per read of iter_rounds
 BATCH_BYTES = 64 * 2**20  # ... and at most this many bytes of rebuilt dense vectors per read
 
 # columns a timeline needs (no blobs)
-_SUMMARY_COLUMNS = [c for c in rounds_table.c if c.name not in ("residual_top", "residual_full", "bonus_top", "bonus_full")]
-_TOP_ONLY_ROUND = [c for c in rounds_table.c if c.name not in ("residual_full", "bonus_full")]
+_SUMMARY_COLUMNS = [c for c in rounds_table.c if c.name not in ("residual_top", "residual_full", "bonus_top", "bonus_full",
+                                                                  "tree_top", "tree_full")]
+_TOP_ONLY_ROUND = [c for c in rounds_table.c if c.name not in ("residual_full", "bonus_full", "tree_full")]
 _TOP_ONLY_NODE = [c for c in nodes_table.c if c.name not in ("p_full", "q_full")]
 _NO_BLOB_NODE = [c for c in nodes_table.c if c.name not in ("p_full", "q_full", "p_top", "q_top")]
 

@@ -108,13 +108,22 @@ def assert_rounds_equal(a: Round, b: Round, atol: float = 0.0, vectors: bool = T
 
 
 def downgrade_sqlite_store(path: Any, version: int) -> None:
-    """Turn a store written by this specscope into one of an older schema `version` (1 or 2),
-    as that specscope wrote it: version 2 keeps each run's whole token list in runs.new_tokens
-    and has no run_tokens table; version 1 has no runs.unrecorded either."""
+    """Turn a store written by this specscope into one of an older schema `version` (1, 2 or
+    3), as that specscope wrote it: version 3 has no tree columns on rounds; version 2 keeps
+    each run's whole token list in runs.new_tokens and has no run_tokens table either;
+    version 1 has no runs.unrecorded either."""
     import json
     import sqlite3
 
     con = sqlite3.connect(path)
+    for column in ("tree", "tree_top", "tree_full"):
+        con.execute(f"ALTER TABLE rounds DROP COLUMN {column}")
+    if version >= 3:
+        con.execute("DELETE FROM schema_version")
+        con.execute("INSERT INTO schema_version VALUES (?, 'older schema', 0)", (version,))
+        con.commit()
+        con.close()
+        return
     tokens: dict[str, list[int]] = {}
     for run_id, blob in con.execute("SELECT run_id, tokens FROM run_tokens ORDER BY run_id, start"):
         tokens.setdefault(run_id, []).extend(np.frombuffer(blob, dtype="<i4").tolist())

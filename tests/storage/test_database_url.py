@@ -220,10 +220,12 @@ def test_a_version_2_store_on_the_server_is_migrated_and_appends():
                 conn.execute(text("UPDATE runs SET new_tokens = CAST(:t AS JSON)"), {"t": json.dumps(expected)})
                 conn.execute(text("DROP TABLE run_tokens"))
                 conn.execute(text("ALTER TABLE runs DROP COLUMN n_new_tokens"))
+                for column in ("tree", "tree_top", "tree_full"):  # schema 4
+                    conn.execute(text(f"ALTER TABLE rounds DROP COLUMN {column}"))
                 conn.execute(text("DELETE FROM schema_version"))
                 conn.execute(text("INSERT INTO schema_version VALUES (2, 'older schema', 0)"))
         with TraceStore(url) as store:
-            assert store.schema_version == 3
+            assert store.schema_version == 4
             assert store.new_tokens("old-pg") == expected and store.get_run("old-pg").n_new_tokens == len(expected)
         more = synthetic_config(run_id="new-pg")
         with TraceStore(url) as store, TraceWriter(store, more, flush_interval=0.01) as writer:

@@ -296,7 +296,7 @@ def test_a_version_1_store_is_upgraded_and_its_runs_read_as_before(tmp_path):
     its runs load with nothing unrecorded."""
     path, expected = _old_store(tmp_path, 1)
     with TraceStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 3
+        assert s.schema_version == SCHEMA_VERSION == 4
         assert s.run_config("old-run").unrecorded == frozenset()
         assert len(s.load_rounds("old-run")) > 0
         assert s.new_tokens("old-run") == expected
@@ -315,7 +315,7 @@ def test_a_version_2_store_gets_its_token_list_as_a_chunk(tmp_path):
     assert json.loads(con.execute("SELECT new_tokens FROM runs").fetchone()[0]) == expected
     con.close()
     with TraceStore(path) as s:
-        assert s.schema_version == 3
+        assert s.schema_version == SCHEMA_VERSION
         info = s.get_run("old-run")
         assert info.n_new_tokens == len(expected) > 0 and s.new_tokens("old-run") == expected
         with s.engine.connect() as conn:
