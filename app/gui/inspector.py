@@ -26,6 +26,7 @@ from . import theme
 from .describe import after_accepted_eos, fmt, node_decision, tok
 from .kvview import KVCacheView
 from .runmodel import RunModel, top_tokens, visible_text
+from .tree_inspect import NodeResiduals, children_mode, is_tree, node_residuals, updates_html
 
 TOP_N = 10
 PLOT_MIN_PX = 170  # the p/q plot's readable minimum height
@@ -98,14 +99,8 @@ class RoundInspectorWidget(QWidget):
         g = self.graphics
         top = g.addLayout(row=0, col=0)
         right = top.addLayout(row=0, col=1)
-        sq = "&#9632;"
         self.pq_plot = top.addPlot(row=0, col=0)
-        self.pq_plot.setTitle(
-            f"<span style='color:{theme.P_COLOR}'>{sq} p</span> &nbsp;"
-            f"<span style='color:{theme.Q_COLOR}'>{sq} q</span> &nbsp;"
-            f"<span style='color:{theme.MIN_COLOR}'>&#9633; min(p,q)</span> &nbsp;"
-            f"&#9660; proposed &nbsp;<span style='color:{theme.KIND_EDGE[theme.REPAIRED].name()}'>&#9733; emitted</span>",
-            size="9pt")
+        self._pq_title("p")
         self.pq_plot.getAxis("left").enableAutoSIPrefix(False)
         self.pq_plot.setLabel("left", "probability")
         self.p_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=theme.P_COLOR, pen=None)
@@ -168,6 +163,7 @@ class RoundInspectorWidget(QWidget):
         self.res_text.setText("")
         self._ratio_title("acceptance test: u vs min(1, p/q)")
         self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
+        self._pq_title("p")
 
     def show_position(self, round_index: int, pos: int) -> None:
         if not 0 <= round_index < len(self.model.rounds):
@@ -181,14 +177,24 @@ class RoundInspectorWidget(QWidget):
         is_bonus_pos = pos >= len(r.nodes)
         node = None if is_bonus_pos else r.nodes[pos]
         p, q = (node.p, node.q) if node is not None else (r.bonus_p, None)
+        tree = self._tree_node(r, node)
+        if tree is not None and tree.p_prime is not None:
+            p = tree.p_prime  # a tree node is judged against its parent's running p'
         emitted_here, emitted_kind = _emitted_at(r, pos, is_bonus_pos)
-        self.header.setText("<br>".join(self._header_lines(r, pos, node, emitted_here, emitted_kind)))
+        lines = self._header_lines(r, pos, node, emitted_here, emitted_kind)
+        if tree is not None:
+            lines.append(updates_html(tree, self.model.token_text))
+        self.header.setText("<br>".join(lines))
+        self._pq_title("p′" if tree is not None and tree.p_prime is not None and tree.rank != 1 else "p")
         must = [t for t in (node.token if node is not None else None, emitted_here) if t is not None]
         ids, pv, qv, mins = self._show_pq(p, q, must, node.token if node is not None else None,
                                           emitted_here if emitted_kind != "accepted" else None)
-        resid = r.residual if (node is not None and r.rejected_node == pos) else None
-        self._show_residual(r, node, resid, emitted_here)
-        self._show_acceptance(r, node)
+        resid, mass = (r.residual, r.residual_mass) if (node is not None and r.rejected_node == pos) else (None, None)
+        update = next((u for u in tree.updates if u.child == pos), None) if tree is not None else None
+        if update is not None and update.p_after is not None:
+            resid, mass = update.p_after, update.mass  # p' after this node's rejection
+        self._show_residual(r, node, resid, emitted_here, mass)
+        self._show_acceptance(r, node, tree)
         self.kv.show_round(r)
         self.values = {
             "round": r.index,
@@ -200,13 +206,32 @@ class RoundInspectorWidget(QWidget):
             "ratio": node.ratio if node is not None else None,
             "u": node.u if node is not None else None,
             "status": node.status if node is not None else "bonus",
-            "residual_mass": r.residual_mass if resid is not None else None,
+            "residual_mass": mass if resid is not None else None,
+            "tree": None if tree is None else {
+                "parent": tree.parent, "tried": tree.tried, "rank": tree.rank, "source": tree.source,
+                "p_prime": tree.p_prime is not None, "accept_p": tree.accept_p,
+                "updates": [(u.child, u.token, u.mass) for u in tree.updates]},
             "target_cache": (r.target_cache.before, r.target_cache.peak, r.target_cache.after,
                              r.target_cache.pending),
             "draft_cache": (None if r.draft_cache is None else
                             (r.draft_cache.before, r.draft_cache.peak, r.draft_cache.after, r.draft_cache.pending)),
             "header": self.header.text(),
         }
+
+    def _tree_node(self, r: Round, node) -> NodeResiduals | None:
+        if node is None or not is_tree(r):
+            return None
+        params = self.model.config.proposer_params if self.model.config is not None else None
+        return node_residuals(r, node.index, children_mode(params))
+
+    def _pq_title(self, p_name: str) -> None:
+        sq = "&#9632;"
+        self.pq_plot.setTitle(
+            f"<span style='color:{theme.P_COLOR}'>{sq} {p_name}</span> &nbsp;"
+            f"<span style='color:{theme.Q_COLOR}'>{sq} q</span> &nbsp;"
+            f"<span style='color:{theme.MIN_COLOR}'>&#9633; min({p_name},q)</span> &nbsp;"
+            f"&#9660; proposed &nbsp;<span style='color:{theme.KIND_EDGE[theme.REPAIRED].name()}'>&#9733; emitted</span>",
+            size="9pt")
 
     def _header_lines(self, r: Round, pos: int, node, emitted_here: int | None, emitted_kind: str | None) -> list[str]:
         tt = self.model.token_text
@@ -270,7 +295,7 @@ class RoundInspectorWidget(QWidget):
                 marker.setData([], [])
         return ids_list, pv, qv, mins
 
-    def _show_residual(self, r: Round, node, resid, emitted_here: int | None) -> None:
+    def _show_residual(self, r: Round, node, resid, emitted_here: int | None, mass=None) -> None:
         tt = self.model.token_text
         if resid is not None:
             rids = top_tokens([resid], self._bars_fitting(self.res_plot), [emitted_here] if emitted_here is not None else [])
@@ -279,7 +304,7 @@ class RoundInspectorWidget(QWidget):
                        else pg.mkBrush(theme.RESIDUAL_COLOR) for t in rids]
             self.res_bars.setOpts(x=np.arange(len(rids), dtype=float), height=rv, brushes=brushes)
             self.res_plot.getAxis("bottom").setTicks([[(float(i), _short(tt(int(t)))) for i, t in enumerate(rids)]])
-            self.res_plot.setTitle(f"residual max(p−q,0)/r, r = {fmt(r.residual_mass, 3)}", size="9pt")
+            self.res_plot.setTitle(f"residual max(p−q,0)/r, r = {fmt(mass, 3)}", size="9pt")
             self.res_plot.setYRange(0, float(max(rv.max(), 1e-6)) * 1.1, padding=0)
             self.res_plot.setXRange(-0.7, max(len(rids) - 0.3, 1), padding=0)
             self.res_text.setText("")
@@ -294,9 +319,11 @@ class RoundInspectorWidget(QWidget):
         self.res_text.setText(reason)
         self.res_text.setPos(0.5, 0.5)
 
-    def _show_acceptance(self, r: Round, node) -> None:
-        if node is not None and node.u is not None and node.ratio is not None:
-            a = min(1.0, node.ratio)
+    def _show_acceptance(self, r: Round, node, tree: NodeResiduals | None = None) -> None:
+        # a tree node's test is min(1, p'(x)/q_c(x)), not the p/q of its parent's first p
+        ratio = tree.accept_p if tree is not None and tree.accept_p is not None else (node.ratio if node else None)
+        if node is not None and node.u is not None and ratio is not None:
+            a = min(1.0, ratio)
             self.accept_bar.setOpts(x0=[0], x1=[a], y=[0])
             self.u_line.setValue(node.u)
             self.u_line.show()
