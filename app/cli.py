@@ -151,6 +151,10 @@ def add_run_parser(subparsers: Any) -> None:
                    help="token budget (default: 64); the prompt plus this budget must fit the models' "
                         "max_position_embeddings")
     p.add_argument("--seed", type=int, default=0, help="seed of the run's random stream (default: 0)")
+    p.add_argument("--coupled", type=int, default=None, metavar="SEED",
+                   help="coupled lanes at temperature > 0: the target's draws come from Gumbel keys of (SEED, output "
+                        "position) and a draft model proposes by the same keys, so runs with the same SEED emit the "
+                        "same tokens wherever their prefixes agree, whatever the proposer (docs/coupling.md)")
     p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
     p.add_argument("--target", default=None,
                    help="target checkpoint directory (default: the bundled target; 'target' names it too)")
@@ -303,6 +307,8 @@ def _make_decoder(args: argparse.Namespace, spec: Any, pair: Any):
 
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     if getattr(args, "engine", "specscope") == "transformers":
+        if getattr(args, "coupled", None) is not None:
+            raise CliError("--coupled applies to the specscope engine only")
         return _make_transformers_engine(args, spec, pair, sampling)
     try:
         proposer = build_proposer(spec, load_draft=lambda ref: (pair.draft, pair.draft_name))
@@ -319,12 +325,28 @@ def _make_decoder(args: argparse.Namespace, spec: Any, pair: Any):
         # 4096 tokens (core.dists), computed on the model's device.
         vectors="full" if getattr(args, "vectors", "auto") == "full" else "auto",
         top_n=max(1, getattr(args, "top_n", 20)),
+        coupling_seed=_coupling_seed(args, sampling),
     )
     if args.fault:
         from specscope.core.faults import faulty_decoder
 
         return faulty_decoder(args.fault, pair.target, proposer, **options)
     return SpeculativeDecoder(pair.target, proposer, **options)
+
+
+def _coupling_seed(args: argparse.Namespace, sampling: Any) -> int | None:
+    """--coupled SEED: checked; None at temperature 0 (greedy has no randomness to share)."""
+    seed = getattr(args, "coupled", None)
+    if seed is None:
+        return None
+    if seed < 0:
+        raise CliError(f"--coupled must be a seed >= 0, got {seed}")
+    if args.tree or "tree" in str(args.proposer or ""):
+        raise CliError("--coupled verifies chain drafts: it cannot be combined with a tree")
+    if sampling.greedy:
+        print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
+        return None
+    return seed
 
 
 def _make_transformers_engine(args: argparse.Namespace, spec: Any, pair: Any, sampling: Any):
