@@ -69,6 +69,7 @@ class RunMetrics:
         "tokens_per_s",
         "cumulative_tokens_per_s",
         "rolling_acceptance",
+        "rolling_length",
         "pred_alpha",
         "pred_positions",
         "measured_mean",
@@ -96,6 +97,7 @@ class RunMetrics:
         self.draft_forwards = 0
         self.target_forwards = 0
         self.k_max = 0
+        self.tree_rounds = 0  # rounds whose draft was a tree (not one chain)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.buffers[name].view
@@ -116,6 +118,8 @@ class RunMetrics:
         emitted = len(r.emitted)
         t = r.timings
         self.k_max = max(self.k_max, r.k, drafted)
+        if any(n.parent != n.index - 1 for n in r.nodes):
+            self.tree_rounds += 1
         self.visited = self._grow(self.visited, max(drafted, 1))
         self.accepted_at = self._grow(self.accepted_at, max(drafted, 1))
         for n in r.nodes:
@@ -154,6 +158,7 @@ class RunMetrics:
         recent = b["acceptance"].view[-ROLLING_WINDOW:]
         recent = recent[~np.isnan(recent)]
         b["rolling_acceptance"].append(float(recent.mean()) if len(recent) else math.nan)
+        b["rolling_length"].append(float(b["accepted_length"].view[-ROLLING_WINDOW:].mean()))
         est = self.cost_estimate()
         b["pred_alpha"].append(est.expected_alpha if est else math.nan)
         b["pred_positions"].append(est.expected_positions if est else math.nan)
@@ -171,7 +176,8 @@ class RunMetrics:
         return self.accepted_length_total / n if n else 0.0
 
     def per_position(self) -> np.ndarray:
-        """Conditional acceptance rate at each draft position (NaN where never visited)."""
+        """Conditional acceptance rate at each draft position (NaN where never visited); for
+        trees, at each depth: accepted / tried nodes of that depth."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.visited > 0, self.accepted_at / np.maximum(self.visited, 1), np.nan)
 

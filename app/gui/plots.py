@@ -103,7 +103,13 @@ class LivePlotsWidget(QWidget):
         self.acc_mean = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name=f"rolling mean ({ROLLING_WINDOW})")
         p.addItem(self.acc_scatter)
         p.addItem(self.acc_mean)
+        # token trees: the same plot shows accepted length per round (accepted / drafted says
+        # little when most of a tree's nodes are off the accepted path by design)
+        self.len_scatter = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(c or theme.KIND_EDGE[theme.ACCEPTED].name()),
+                                              pen=None, name="per round")
+        self.len_mean = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name=f"rolling mean ({ROLLING_WINDOW})")
         p.setYRange(0, 1.05, padding=0)
+        self.tree_mode = False
         self.round_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.SELECT_COLOR, style=Qt.PenStyle.DashLine))
         p.addItem(self.round_line)
         # accepted length histogram
@@ -184,16 +190,26 @@ class LivePlotsWidget(QWidget):
             self._line_at = None
         m = self.model.metrics
         x = m["round"]
-        acc = m["acceptance"]
-        ok = np.isfinite(acc)  # rounds without a proposal have no acceptance rate
-        self.acc_scatter.setData(x[ok], acc[ok])
-        self.acc_mean.setData(x, m["rolling_acceptance"], connect="finite")
+        self._set_tree_mode(m.tree_rounds > 0)
+        if self.tree_mode:
+            lengths = m["accepted_length"]
+            self.len_scatter.setData(x, lengths)
+            self.len_mean.setData(x, m["rolling_length"], connect="finite")
+            self.plots["acceptance"].setYRange(0, max(float(lengths.max()) if len(lengths) else 1.0, 1.0) + 0.6,
+                                               padding=0)
+        else:
+            acc = m["acceptance"]
+            ok = np.isfinite(acc)  # rounds without a proposal have no acceptance rate
+            self.acc_scatter.setData(x[ok], acc[ok])
+            self.acc_mean.setData(x, m["rolling_acceptance"], connect="finite")
         hist = m.length_hist
         self.hist.setOpts(x=np.arange(len(hist), dtype=float), height=hist.astype(float))
         if len(hist):
             self.plots["histogram"].setXRange(0.4, max(len(hist) - 0.4, 2), padding=0)
             self.plots["histogram"].getAxis("bottom").setTicks([[(float(i), str(i)) for i in range(1, len(hist))]])
         rates = m.per_position()
+        if self.tree_mode:  # depths past the deepest tried node are not positions of the tree
+            rates = rates[: int(np.flatnonzero(m.visited)[-1]) + 1] if m.visited.any() else rates[:0]
         self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.nan_to_num(rates))
         self.plots["positions"].getAxis("bottom").setTicks([[(float(i), str(i)) for i in range(1, len(rates) + 1)]])
         self.lat_total.setData(x, (m["draft_s"] + m["verify_s"]) * 1e3)
@@ -206,6 +222,29 @@ class LivePlotsWidget(QWidget):
         self.cost_alpha.setData(x, m["pred_alpha"], connect="finite")
         self.cost_pos.setData(x, m["pred_positions"], connect="finite")
         self.summary.setText(self.summary_html())
+
+    def _set_tree_mode(self, tree: bool) -> None:
+        """Token trees: accepted length per round, and acceptance by depth (accepted / tried)."""
+        if tree == self.tree_mode:
+            return
+        self.tree_mode = tree
+        acc, pos = self.plots["acceptance"], self.plots["positions"]
+        lengths, rates = (self.len_scatter, self.len_mean), (self.acc_scatter, self.acc_mean)
+        shown, hidden = (lengths, rates) if tree else (rates, lengths)
+        legend = acc.legend
+        for item in hidden:
+            acc.removeItem(item)
+        for item in shown:
+            acc.addItem(item)
+        if legend is not None:  # removeItem/addItem keep the legend in step with the items
+            legend.setOffset((5, -5))
+        if tree:
+            _style(acc, "accepted length per round (tree)", "accepted + 1", "round")
+            _style(pos, "acceptance by depth", "accepted / tried", "tree depth")
+        else:
+            acc.setYRange(0, 1.05, padding=0)
+            _style(acc, "acceptance per round", "accepted / drafted", "round")
+            _style(pos, "acceptance by position", "P(accept | reached)", "draft position")
 
     def _robust_range(self, name: str, values: np.ndarray) -> None:
         """Y range up to the 98th percentile, so a warm-up spike does not flatten the rest."""
@@ -231,6 +270,9 @@ class LivePlotsWidget(QWidget):
         ]
         if m.time_total > 0:
             parts.append(f"{m.emitted_total / m.time_total:.1f} tok/s")
+        if m.tree_rounds:
+            parts.append(f"tree: {(m.drafted_total - m.accepted_total) / len(m):.1f} nodes discarded per round")
+            est = None  # the cost model is a chain's (k drafts, i.i.d. acceptance): it does not predict trees
         if est is not None:
             parts.append(
                 f"cost model (v = 1 verify, c = {est.c:.2f}, α = {est.alpha:.3f}, k = {est.k}): "
