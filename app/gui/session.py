@@ -287,7 +287,8 @@ class ModelHub:
             decoder = self._transformers_engine(settings, target, proposer, sampling, eos)
         else:
             decoder = SpeculativeDecoder(target, proposer, k=settings.k, sampling=sampling, eos_token_id=eos,
-                                         seed=settings.seed, target_name="tiny-target" if self.fallback else "")
+                                         seed=settings.seed, target_name="tiny-target" if self.fallback else "",
+                                         coupling_seed=getattr(settings, "coupling_seed", None))  # compare's coupled lanes
         ids = self.encode(settings.prompt, tokenizer, decoder.vocab_size)
         config = decoder.run_config(ids, settings.max_new_tokens, run_id)
         return Prepared(decoder, ids, config, self.token_text(tokenizer), settings.describe())
