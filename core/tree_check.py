@@ -1,14 +1,16 @@
 """The checker's rules for tree rounds (core.checker calls them for a round whose draft is
 not a chain).
 
-The walk is replayed from the trace alone: the p row each node was judged against, the q
+A round that carries its tree facts (TreeInfo: recorded by the decoder, kept by the store
+and by JSONL version 2) is proved step by step from them by core.tree_proof, with full
+vectors or top-N records. A round without them (a JSONL version-1 trace) is replayed as
+follows. The walk is replayed from the trace alone: the p row each node was judged against, the q
 row it was chosen from, the children mode (the run's proposer_params), each tried child's
 recorded u and the repair/bonus draw go through the production TreeVerifier.walk with a
 chooser that answers from the record. Every tried child's decision against its running p',
 every residual update, the accepted path, the repair/bonus and the emitted tokens are then
-compared with what was recorded; the first difference is the finding. A round held in
-memory (a TreeRound) also carries the residual updates, the node positions, the mask rows
-and the kept cache rows, which are proved too.
+compared with what was recorded; the first difference is the finding. The node positions,
+mask rows and kept cache rows are proved wherever they were recorded.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from .partial import is_full
 from .sampling import sample_from
+from .tree_proof import prove_tree_round
 from .tree_verify import TreeTask, TreeVerifier, check_children_mode
 from .trees import ancestor_matrix, node_depths
 
@@ -85,10 +88,15 @@ def check_tree_round(chk: Any) -> None:
         node_depths([n.parent for n in rnd.nodes])
     except ValueError:
         return  # round-structure reports a parent that does not precede its child
+    if getattr(rnd, "tree", None) is not None:  # the tried order and every p' were recorded (core.tree_proof)
+        prove_tree_round(chk)
+        _layout(chk)
+        return
     greedy = chk.config.sampling.greedy
     vectors = [n.p for n in rnd.nodes] + ([] if greedy else [n.q for n in rnd.nodes])
     if not greedy and not all(v is not None and is_full(v) for v in vectors):
-        chk.not_checked.setdefault("tree-walk", "tree rounds are replayed from full p and q vectors; the trace "
+        chk.not_checked.setdefault("tree-walk", "a tree round without its recorded tree facts (tried order, p' "
+                                   "updates: JSONL version 1) is replayed from full p and q vectors; the trace "
                                    "stored top-N only")
         _layout(chk)
         return
@@ -100,7 +108,6 @@ def check_tree_round(chk: Any) -> None:
         _layout(chk)
         return
     _compare(chk, verdict, chooser)
-    _updates(chk, verdict)
     _layout(chk)
 
 
@@ -128,25 +135,6 @@ def _compare(chk: Any, verdict: Any, chooser: _ReplayChooser) -> None:
         if diff > max(chk.tol, 1e-9):
             chk.add("residual", f"the recorded repair distribution is not the final p' of the walk (max diff {diff:.3g})",
                     node=verdict.rejected_node)
-
-
-def _updates(chk: Any, verdict: Any) -> None:
-    """A round in memory: each recorded p' after a rejection equals the recomputed one."""
-    tree = getattr(chk.rnd, "tree", None)
-    if tree is None or chk.config.sampling.greedy:
-        return
-    mine = {(u.parent, u.child): u for u in verdict.updates}
-    for u in tree.updates:
-        want = mine.get((u.parent, u.child))
-        if want is None:
-            chk.add("residual", f"a residual update is recorded at node {u.parent} after child {u.child}, "
-                    "which the walk does not reject", node=u.child)
-            return
-        diff = float(np.max(np.abs(np.asarray(u.p_after, dtype=np.float64) - np.asarray(want.p_after, dtype=np.float64))))
-        if diff > max(chk.tol, 1e-9):
-            chk.add("residual", f"after child {u.child} of node {u.parent} was rejected, p' was not updated to "
-                    f"normalise(max(p' - q, 0)) (max diff {diff:.3g})", node=u.child)
-            return
 
 
 def _layout(chk: Any) -> None:

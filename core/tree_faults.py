@@ -27,7 +27,7 @@ def _tree_stale_residual(seams: Any, fire: Fire) -> Any:
         right, _ = residual_distribution(p, q)
         if not np.allclose(right, p, rtol=0, atol=1e-9):  # disjoint p' and q: the update changes nothing
             fire()
-        return p, 0.0
+        return p, p.sum()  # p' stays p, and so does its mass: the record is wrong only where the update was due
 
     return dataclasses.replace(seams, tree_verifier=TreeVerifier(residual=stale))
 

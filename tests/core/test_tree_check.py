@@ -106,7 +106,8 @@ def test_tampered_tree_records_are_flagged(models):
 @pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: c.describe())
 def test_top_n_tree_records_keep_what_the_checker_reads(models, cfg):
     """vectors="top": tree rounds keep TopDistributions (the same tokens as with full
-    vectors); the checker finds nothing and says the walk needs full vectors when sampled."""
+    vectors); the checker proves the walk from them (core.tree_proof), finds nothing, and says
+    which parts of the residual updates only full vectors would prove."""
     target, draft = models
     for tree, children in TREES:
         runs_ = []
@@ -119,5 +120,6 @@ def test_top_n_tree_records_keep_what_the_checker_reads(models, cfg):
         assert all(getattr(n.p, "partial", False) for r in top.rounds for n in r.nodes)
         report = check_report(top.config, top.rounds)
         assert report.findings == [], [str(f) for f in report.findings[:2]]
-        if not cfg.greedy:
-            assert "tree-walk" in report.not_checked
+        assert "tree-walk" not in report.not_checked
+        if not cfg.greedy and any(r.tree.updates for r in top.rounds):
+            assert set(report.not_checked) == {"residual"} and "partly" in report.not_checked["residual"]
