@@ -8,7 +8,7 @@ from html import escape
 from specscope.core.records import DraftNode, Round
 
 from . import theme
-from .runmodel import Cell, TokenText, visible_text
+from .runmodel import Cell, RunModel, TokenText, visible_text
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
@@ -91,6 +91,10 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText) -> str:
             lines.append(f"drawn with u = {fmt(b.draw)}")
     if c.eos:
         lines.append(f"<span style='color:{theme.EOS_COLOR.name()}'><b>EOS</b>: the run ends here</span>")
+    if any(n.parent != n.index - 1 for n in r.nodes):
+        path = tree_path(r)
+        lines.append(f"token tree: accepted path of {len(path)} of {len(r.nodes)} nodes, "
+                     f"{len(r.nodes) - len(path)} discarded")
     return "<br>".join(lines)
 
 
@@ -104,3 +108,40 @@ def describe_round(r: Round) -> str:
     if r.bonus_withheld:
         parts.append("bonus withheld (no budget)")
     return " · ".join(parts)
+
+
+# ---------------------------------------------------------------------- token trees
+
+
+def is_tree_run(model: RunModel) -> bool:
+    """Whether a run drafts token trees: its proposer names a tree, or a round was one."""
+    params = model.config.proposer_params if model.config is not None else None
+    return bool((params or {}).get("tree")) or model.metrics.tree_rounds > 0
+
+
+def badge_text(count: int) -> str:
+    """The timeline's cell for a tree round's discarded nodes."""
+    return f"✗{count}"
+
+
+def tree_path(r: Round) -> list[int]:
+    """The accepted path of a tree round, from the prefix down (the accepted nodes)."""
+    return [e.node for e in r.emitted if e.kind == "accepted" and e.node is not None]
+
+
+def describe_tree_round(r: Round, token_text: TokenText) -> str:
+    """A tree round's accepted path and its discarded nodes (rejected, and never tried)."""
+    path = tree_path(r)
+    rejected = sum(1 for n in r.nodes if n.status == "rejected")
+    unvisited = sum(1 for n in r.nodes if n.status == "unvisited")
+    depth = max((n.depth for n in r.nodes), default=0)
+    steps = " → ".join(tok(r.nodes[i].token, token_text) for i in path) or "none (no draft accepted)"
+    end = r.repair or r.bonus
+    tail = f", then the {end.kind} {tok(end.token, token_text)}" if end is not None else ""
+    return "<br>".join([
+        f"<b>round {r.index}</b> · token tree of {len(r.nodes)} nodes, depth {depth}",
+        f"accepted path ({len(path)} nodes): {steps}{tail}",
+        f"<b>{len(r.nodes) - len(path)} discarded</b>: {rejected} rejected, {unvisited} never tried "
+        "(pruned with a rejected sibling's subtree, or past the accepted node)",
+        "click: the first rejected node",
+    ])

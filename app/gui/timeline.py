@@ -5,7 +5,8 @@ layout is extended incrementally as rounds arrive, so runs of many thousands of 
 stay fluid. Two layouts:
 
 - flow (the main view): variable-width cells in reading order; each round shows its
-  accepted drafts, its discarded drafts struck through, then the repair or bonus;
+  accepted drafts, its discarded drafts struck through, then the repair or bonus; a token
+  tree's round shows its accepted path, then one badge counting its discarded nodes;
 - aligned (compare mode): one fixed-width cell per output position, so position n sits at
   the same place in two timelines of the same width; discarded drafts appear as a red
   corner mark on the repair cell.
@@ -20,7 +21,7 @@ from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPen, QPo
 from PySide6.QtWidgets import QAbstractScrollArea, QToolTip
 
 from . import theme
-from .describe import describe_cell
+from .describe import badge_text, describe_cell, describe_tree_round, is_tree_run
 from .runmodel import RunModel
 
 PAD_X = 4
@@ -30,6 +31,7 @@ ROUND_GAP = 7
 MARGIN = 6
 MAX_CELL_CHARS = 16
 ALIGNED_CHARS = 6
+DISCARDED = (theme.REJECTED, theme.UNVISITED)
 
 
 class TokenTimelineWidget(QAbstractScrollArea):
@@ -69,6 +71,9 @@ class TokenTimelineWidget(QAbstractScrollArea):
         self._cursor_x = MARGIN
         self._last_round = None
         self._layout_width = self._available_width()
+        # token trees: a round's discarded nodes are one badge ("✗13"), not a cell each
+        self._tree_run = is_tree_run(self.model)
+        self.badges: dict[int, tuple[int, int]] = {}  # badge cell -> (first discarded cell, count)
 
     def _available_width(self) -> int:
         return max(120, self.viewport().width() - 2 * MARGIN)
@@ -115,21 +120,46 @@ class TokenTimelineWidget(QAbstractScrollArea):
                 self._row.append(row)
             self._laid = n
             return
-        for i in range(self._laid, n):
-            w = min(self._text_width(cells.text[i]), width)
-            rnd = cells.round[i]
-            new_round = self._last_round is not None and rnd != self._last_round
-            x = self._cursor_x + (ROUND_GAP if new_round else 0)
-            if not self._row_start or x + w > right:
-                self._row_start.append(len(self._idx))
-                x = MARGIN
-            self._idx.append(i)
-            self._x.append(x)
-            self._w.append(w)
-            self._row.append(len(self._row_start) - 1)
-            self._cursor_x = x + w + GAP
-            self._last_round = rnd
+        i = self._laid
+        while i < n:
+            if self._tree_run and cells.kind[i] in DISCARDED:
+                i = self._place_badge(i, n, width)
+                continue
+            self._place(i, min(self._text_width(cells.text[i]), width), right)
+            i += 1
         self._laid = n
+
+    def _place(self, i: int, w: int, right: int) -> int:
+        """Lay cell i out after the last one (a new row when it does not fit); its x."""
+        rnd = self.model.cells.round[i]
+        new_round = self._last_round is not None and rnd != self._last_round
+        x = self._cursor_x + (ROUND_GAP if new_round else 0)
+        if not self._row_start or x + w > right:
+            self._row_start.append(len(self._idx))
+            x = MARGIN
+        self._idx.append(i)
+        self._x.append(x)
+        self._w.append(w)
+        self._row.append(len(self._row_start) - 1)
+        self._cursor_x = x + w + GAP
+        self._last_round = rnd
+        return x
+
+    def _place_badge(self, first: int, n: int, width: int) -> int:
+        """A tree round's discarded cells as one badge on the last; the others lie under it
+        with no width (a cell is its slot). Returns the cell after them."""
+        cells = self.model.cells
+        rnd = cells.round[first]
+        last = first
+        while last + 1 < n and cells.round[last + 1] == rnd and cells.kind[last + 1] in DISCARDED:
+            last += 1
+        self.badges[last] = (first, last - first + 1)
+        w = min(self._text_width(badge_text(last - first + 1)), width)
+        x = self._place(last, w, MARGIN + width)
+        for h in range(first, last):  # slots before the badge's (slot = cell), on its row
+            for lst, value in ((self._idx, h), (self._x, x), (self._w, 0), (self._row, self._row[-1])):
+                lst.insert(len(lst) - 1, value)
+        return last + 1
 
     def _update_scrollbar(self) -> None:
         rows = len(self._row_start)
@@ -167,6 +197,8 @@ class TokenTimelineWidget(QAbstractScrollArea):
         self.verticalScrollBar().setValue(0)
 
     def _on_appended(self, first: int, count: int) -> None:
+        if not self._tree_run and is_tree_run(self.model):
+            self._reset_layout()  # a run found to be a tree only now: lay it out again
         self._extend_layout()
         self._update_scrollbar()
         self.viewport().update()
@@ -273,6 +305,10 @@ class TokenTimelineWidget(QAbstractScrollArea):
                 bx = x - (ROUND_GAP // 2 + 1 if not self.aligned else 1)
                 painter.drawLine(bx, y - 2, bx, y + text_h + 2)
             prev_round = rnd
+            if not w or i in self.badges:  # a tree round's discarded nodes: one badge
+                if w:
+                    self._paint_badge(painter, i, rect, ascent, sel_round, sel_pos)
+                continue
             painter.fillRect(rect, theme.KIND_FILL[kind])
             if rnd == sel_round and rnd >= 0:
                 painter.fillRect(QRect(x, y + text_h + 1, w, 3), theme.SELECT_COLOR)
@@ -309,6 +345,19 @@ class TokenTimelineWidget(QAbstractScrollArea):
                 painter.drawRect(rect.adjusted(-1, -1, 0, 0))
         painter.end()
 
+    def _paint_badge(self, painter: QPainter, i: int, rect: QRect, ascent: int, sel_round: int, sel_pos: int) -> None:
+        """A tree round's discarded nodes: grey, dashed, their count; outlined when one is selected."""
+        cells = self.model.cells
+        first, count = self.badges[i]
+        painter.fillRect(rect, theme.KIND_FILL[theme.UNVISITED])
+        painter.setPen(QPen(theme.KIND_EDGE[theme.REJECTED], 1, Qt.PenStyle.DashLine))
+        painter.drawRect(rect.adjusted(0, 0, -1, -1))
+        painter.setPen(theme.KIND_TEXT[theme.REJECTED])
+        painter.drawText(rect.x() + PAD_X, rect.y() + PAD_Y + ascent, badge_text(count))
+        if cells.round[i] == sel_round and any(cells.pos[h] == sel_pos for h in range(first, first + count)):
+            painter.setPen(QPen(theme.SELECT_COLOR, 2))
+            painter.drawRect(rect.adjusted(-1, -1, 0, 0))
+
     # ------------------------------------------------------------------ mouse
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt API)
@@ -330,6 +379,8 @@ class TokenTimelineWidget(QAbstractScrollArea):
     def tooltip_for(self, cell: int) -> str:
         c = self.model.cells.cell(cell)
         r = self.model.rounds[c.round] if 0 <= c.round < len(self.model.rounds) else None
+        if cell in self.badges and r is not None:
+            return describe_tree_round(r, self.model.token_text)
         return describe_cell(r, c, self.model.token_text)
 
     def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt API)
@@ -342,6 +393,11 @@ class TokenTimelineWidget(QAbstractScrollArea):
         c = self.model.cells.cell(cell)
         if c.round < 0:
             return
+        if cell in self.badges:  # the badge selects the round's first rejected node
+            first, count = self.badges[cell]
+            kinds = self.model.cells.kind
+            cell = next((h for h in range(first, first + count) if kinds[h] == theme.REJECTED), first)
+            c = self.model.cells.cell(cell)
         self.follow = False
         self.model.select(c.round, c.pos)
         self.cellClicked.emit(c.round, c.pos)
