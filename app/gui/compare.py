@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QGridLayout,
     QHeaderView,
@@ -28,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import theme
-from .compare_session import SUMMARY_ROWS, CompareSession
+from .compare_session import SUMMARY_ROWS, CompareSession, LaneSettings
 from .inspector import RoundInspectorWidget
 from .plots import LivePlotsWidget
 from .settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
@@ -40,6 +41,19 @@ __all__ = ["CompareSession", "CompareWidget"]
 DEFAULT_SIDES = (("draft:small", "4"), ("lookup", "4"))  # (proposer spec, k) of A and B
 TABLE_REFRESH_MS = 250  # the summary table's refresh while the lanes run
 LANE_MIN_PX = 110  # a lane's timeline never gets shorter
+COUPLING_HTML = (
+    "<p><b>Coupled lanes</b> (sampling only). Normally each lane draws its own random numbers, and the two "
+    "proposers use them differently, so sampled lanes part at the first token. Coupled, both lanes share one "
+    "set of random numbers keyed by the output position: for position j a fixed random score G_j(v) per "
+    "token, made from the run's seed and j. At every position the target emits the token with the highest "
+    "log p(v) + G_j(v); a draft model proposes the token with the highest log q(v) + G_j(v), and a draft "
+    "token is accepted only if it is that same token. Picking the highest log p + G is an exact draw from p "
+    "(the Gumbel-max trick), so each lane still samples exactly the target's distribution; and because the "
+    "emitted token depends only on the target and the shared scores, two coupled lanes emit the same tokens "
+    "wherever their prefixes agree, whatever their proposers. The cost: a draft token is accepted with "
+    "probability P(both picks agree), which is below the usual sum min(p, q). A repair is the target's "
+    "pick, not a draw from the residual. Off by default; ignored at temperature 0 (greedy lanes agree "
+    "anyway). <code>specscope run --coupled SEED</code> does the same for one run; docs/coupling.md.</p>")
 NOTE_HTML = ("<p>Prompt, target, sampler, seed and budget come from the run panel. The lanes run "
              "interleaved; times are each lane's own rounds, and the speedup compares them with plain "
              "decoding of the target measured before the run. Drawing the lanes slows their rounds "
@@ -47,7 +61,7 @@ NOTE_HTML = ("<p>Prompt, target, sampler, seed and budget come from the run pane
              "<p>Plots: acceptance (dots per round, line = rolling mean), accepted-length histogram, latency "
              "(draft below, verify on top), tokens per round (black measured, dashed predicted by the cost "
              "model).</p><p>Timeline: " + theme.kind_legend_html() + "</p>"
-             "<p>Hover a lane cell for its whole token, p, q and the decision.</p>")
+             "<p>Hover a lane cell for its whole token, p, q and the decision.</p>" + COUPLING_HTML)
 
 
 class CompareWidget(QWidget):
@@ -151,9 +165,17 @@ class CompareWidget(QWidget):
         help_button.setText("?")
         help_button.setToolTip("How compare mode measures, and what the plots show")
         help_button.clicked.connect(lambda: QMessageBox.information(self, "Compare", NOTE_HTML))
+        self.coupled = QCheckBox("coupled lanes")
+        self.coupled.setToolTip("Share the target's random draws between the lanes by output position, so that "
+                                "both emit the same tokens wherever their prefixes agree (both stay exact; sampling "
+                                "only). ? explains how.")
+        self.coupled_note = QLabel("")
+        self.coupled_note.setStyleSheet("color:#666666")
         row.addWidget(self.legend, 0, 0)
-        row.addWidget(help_button, 0, 1)
-        row.addWidget(self.note, 1, 0, 1, 2)
+        row.addWidget(self.coupled, 0, 1)
+        row.addWidget(self.coupled_note, 0, 2)
+        row.addWidget(help_button, 0, 3)
+        row.addWidget(self.note, 1, 0, 1, 4)
         row.setColumnStretch(0, 1)
         return box
 
@@ -300,7 +322,30 @@ class CompareWidget(QWidget):
             out.append(v)
         if not all_ok:
             return None
-        return out[0].settings, out[1].settings
+        return self._lanes(out[0].settings, out[1].settings)
+
+    def _lanes(self, a: RunSettings, b: RunSettings) -> tuple[LaneSettings, LaneSettings] | None:
+        """The two lanes' settings, coupled (seed = the run panel's seed) when the box is
+        ticked and the lanes sample; a ticked box at temperature 0 is ignored, with a note."""
+        coupled = self.coupled.isChecked() and not a.greedy
+        self.update_coupling_note(a.temperature)
+        if coupled and "transformers" in (a.engine, b.engine):
+            self.errors[0 if a.engine == "transformers" else 1].setText("coupled lanes need the specscope engine")
+            return None
+        if coupled and any("tree=" in s.spec for s in (a, b)):
+            self.errors[0 if "tree=" in a.spec else 1].setText("coupled lanes verify chains: no tree")
+            return None
+        seed = a.seed if coupled else None
+        return tuple(LaneSettings(**{**vars(s), "coupling_seed": seed}) for s in (a, b))  # type: ignore[return-value]
+
+    def update_coupling_note(self, temperature: float | str) -> None:
+        """The note beside the coupled-lanes box: it does nothing at temperature 0."""
+        try:
+            greedy = float(temperature) == 0
+        except ValueError:
+            greedy = False
+        self.coupled.setEnabled(not greedy)
+        self.coupled_note.setText("(off at T=0: greedy lanes agree anyway)" if greedy else "")
 
     def refresh(self) -> None:
         self._refresh_timer.stop()

@@ -33,6 +33,25 @@ SUMMARY_ROWS = (
 )
 
 
+@dataclass(frozen=True)
+class LaneSettings(RunSettings):
+    """A compare lane's settings: the run panel's, the side's proposer and k, and the coupling
+    seed of coupled lanes (core.coupling; None = uncoupled). session.ModelHub.build reads it."""
+
+    coupling_seed: int | None = None
+
+    def describe(self) -> str:
+        return super().describe() + ("" if self.coupling_seed is None else f", coupled (seed {self.coupling_seed})")
+
+
+def lanes_coupled(configs: Any) -> bool:
+    """Whether both lanes' runs were coupled with the same seed (their RunConfigs say so)."""
+    from specscope.core.coupling import coupling_seed_of
+
+    seeds = [coupling_seed_of(c) if c is not None else None for c in configs]
+    return seeds[0] is not None and len(set(seeds)) == 1
+
+
 class CompareRecorderFactory(RecorderFactory):
     """Records a comparison's two lanes as one comparison of two runs: each run's `extra`
     names the comparison and its lane (the worker prepares lane A, then lane B)."""
@@ -42,15 +61,18 @@ class CompareRecorderFactory(RecorderFactory):
         self.comparison: str | None = None
         self.next_lane = 0
 
-    def begin(self, prompt: str) -> str:
+    def begin(self, prompt: str, coupling_seed: int | None = None) -> str:
         self.comparison = uuid.uuid4().hex
         self.next_lane = 0
         self.prompt_text = prompt
+        self.coupling_seed = coupling_seed
         return self.comparison
 
     def __call__(self, config) -> Recorder:
         lane, self.next_lane = self.next_lane, self.next_lane + 1
         extra = {"comparison": self.comparison, "lane": "AB"[min(lane, 1)]}
+        if getattr(self, "coupling_seed", None) is not None:
+            extra["coupled"] = self.coupling_seed  # the comparison was run with coupled lanes
         return Recorder(self.open_store(), config, prompt_text=self.prompt_text, extra=extra,
                         full_vectors=True if self.full_vectors else None)
 
@@ -99,7 +121,7 @@ class CompareSession(QObject):
         self.settings = (a, b)
         self.source = "live"
         if self.recording is not None:
-            self.recording.begin(a.prompt)
+            self.recording.begin(a.prompt, getattr(a, "coupling_seed", None))
         self.results = [SideResult(), SideResult()]
         self.plain = None
         self.first_divergence = None
@@ -128,6 +150,13 @@ class CompareSession(QObject):
         self.first_divergence = first_divergence(a, b)
         self.divergence.emit(self.first_divergence)
         self.changed.emit()
+
+    @property
+    def coupled(self) -> bool:
+        """Whether the lanes shown were coupled (core.coupling), live or loaded from a store."""
+        if self.settings:
+            return getattr(self.settings[0], "coupling_seed", None) is not None
+        return lanes_coupled([m.config for m in self.models])
 
     @property
     def running(self) -> bool:
@@ -197,7 +226,8 @@ class CompareSession(QObject):
         if self.first_divergence is None:
             if not n:
                 return ""
-            note = " (greedy: identical outputs, as exactness requires)" if greedy else ""
+            note = (" (greedy: identical outputs, as exactness requires)" if greedy
+                    else " (coupled lanes: both emit the target's pick at every position)" if self.coupled else "")
             return f"<span style='color:#007a4d'>✔ no divergence in the first {n} tokens{note}</span>"
         i = self.first_divergence
         tt = self.models[0].token_text
@@ -205,6 +235,9 @@ class CompareSession(QObject):
                 f"A “{tt(a[i])}” vs B “{tt(b[i])}”")
         if greedy:
             text += " — <b style='color:#b00020'>greedy outputs must be identical: this is a bug</b>"
+        elif self.coupled:
+            text += (" (coupled lanes emit the same token wherever their prefixes agree, up to float differences "
+                     "between the two lanes' target forwards: a near-tie of log p + G decided differently)")
         else:
             text += " (expected when sampling: the two proposers consume the random stream differently)"
         return text

@@ -90,6 +90,7 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self._wire()
         self._build_menus()
         self._restore()
+        self._temperature_to_compare()
         self._on_state(IDLE)
         device = self.run_panel.texts().get("device") or "cpu"
         self.statusBar().showMessage(f"Loading {self.hub.description()}…", 10000)
@@ -184,10 +185,15 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.model.findingsChanged.connect(lambda: self.findings.set_findings(self.model.findings))
         self.compare.compareRequested.connect(self.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
+        self.run_panel.edited.connect(self._temperature_to_compare)
         self.live.follow_timer.timeout.connect(self._update_status)
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
         self.tabs.currentChanged.connect(self._tab_changed)
+
+    def _temperature_to_compare(self) -> None:
+        """The Compare tab's coupled-lanes box follows the run panel's temperature (off at 0)."""
+        self.compare.update_coupling_note(self.run_panel.texts().get("temperature", ""))
 
     def _dock(self, title: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self)

@@ -1,0 +1,62 @@
+"""Compare mode's coupled lanes (core.coupling), driven through the real window."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from specscope.core.checker import check_run
+from specscope.core.coupling import coupling_seed_of
+
+from .helpers import configure
+from .test_compare import wait_compare
+
+
+def _compare(qtbot, window, coupled: bool, temperature: str = "1.0"):
+    configure(window, max_new_tokens="30", temperature=temperature, seed="3")
+    window.tabs.setCurrentWidget(window.compare)  # as a user would: the box is on the Compare tab
+    window.compare.set_side(0, "draft-small", 4)
+    window.compare.set_side(1, "lookup", 3)
+    if window.compare.coupled.isChecked() != coupled:
+        qtbot.mouseClick(window.compare.coupled, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.compare.compare_button, Qt.MouseButton.LeftButton)
+    wait_compare(qtbot, window)
+    return window.compare_session.models
+
+
+def test_coupled_lanes_are_off_by_default_and_uncoupled_lanes_part(qtbot, window):
+    assert not window.compare.coupled.isChecked()
+    a, b = _compare(qtbot, window, coupled=False)
+    assert coupling_seed_of(a.config) is None and coupling_seed_of(b.config) is None
+    assert a.output_tokens != b.output_tokens  # the control: different proposers, different draws
+
+
+def test_ticking_coupled_lanes_makes_both_lanes_emit_the_same_tokens(qtbot, window):
+    a, b = _compare(qtbot, window, coupled=True)
+    assert coupling_seed_of(a.config) == coupling_seed_of(b.config) == 3
+    assert a.output_tokens == b.output_tokens and len(a.output_tokens) == 30
+    assert window.compare_session.first_divergence is None
+    assert "coupled lanes" in window.compare.divergence.text()
+    for m in (a, b):  # each lane is an exact coupled run: the checker proves it
+        assert check_run(m.config, m.rounds) == []
+    # recorded with the comparison: both runs of the store name it and carry the seed
+    store = window.compare_recording.open_store()
+    runs = [r for r in store.list_runs() if (r.extra or {}).get("comparison") == window.compare_recording.comparison]
+    assert len(runs) == 2 and all(r.extra.get("coupled") == 3 for r in runs)
+    assert all(coupling_seed_of(r.config) == 3 for r in runs)
+
+
+def test_coupled_lanes_box_is_off_at_temperature_zero(qtbot, window):
+    configure(window, temperature="0")
+    assert not window.compare.coupled.isEnabled() and "T=0" in window.compare.coupled_note.text()
+    configure(window, temperature="0.7")
+    assert window.compare.coupled.isEnabled() and not window.compare.coupled_note.text()
+    window.compare.coupled.setChecked(True)
+    a, b = _compare(qtbot, window, coupled=True, temperature="0")  # ticked but greedy: ignored
+    assert coupling_seed_of(a.config) is None and a.output_tokens == b.output_tokens
+
+
+def test_help_explains_the_coupling(window):
+    from specscope.app.gui.compare import NOTE_HTML
+
+    for words in ("Coupled lanes", "Gumbel", "exact", "prefixes agree", "sum min(p, q)"):
+        assert words in NOTE_HTML
