@@ -11,8 +11,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .allocator import tune_allocator
 from .decoder import normalize_prompt
 from .kv import CachedLM, Stopwatch
+from .row_ops import row_argmax
 from .sampling import SamplingConfig, check_finite, process_logits, sample_from
 
 
@@ -40,6 +42,7 @@ def plain_generate(
     sampling = sampling or SamplingConfig()
     lm = CachedLM(target)
     context = normalize_prompt(prompt_ids, lm.vocab_size)
+    tune_allocator()  # as the speculative decoder does: the same malloc for both
     rng = np.random.default_rng(seed)
     clock = Stopwatch(lm.device)
     new: list[int] = []
@@ -52,7 +55,7 @@ def plain_generate(
         if sampling.greedy:
             if not bool(torch.isfinite(logits).all()):
                 raise ValueError("the target model produced non-finite logits")
-            token = int(torch.argmax(logits))
+            token = int(row_argmax(logits))
             forward_s += clock.now() - t0
         else:
             row = logits.cpu().numpy()

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from .coupling import Coupling, CoupledVerifier, coupled_params
+from .allocator import tune_allocator
 from .device_sampling import check_finite_torch, process_logits_torch
 from .dists import DEFAULT_TOP_N, compact_rows, covering_top_n, host_rows, keeps_full_vectors
 from .kv import CachedLM, CachePolicy, Stopwatch
@@ -38,6 +39,7 @@ from .records import (
     RunSummary,
     SummaryTally,
 )
+from .row_ops import row_argmax
 from .run import RunHandle
 from .sampling import SamplingConfig
 from .tree_decode import is_tree_proposer, tree_round
@@ -136,6 +138,7 @@ class SpeculativeDecoder:
         if not _is_int(top_n) or top_n < 1:
             raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
         self.full_vectors = keeps_full_vectors(vectors, self.vocab_size)
+        tune_allocator()  # reuse freed row-sized host memory (core.allocator)
         self.top_n = covering_top_n(int(top_n), self.sampling.top_k)
 
     # ------------------------------------------------------------------ public API
@@ -276,7 +279,7 @@ class SpeculativeDecoder:
             tokens=draft.tokens,
             q=None if draft.q is None else torch.as_tensor(draft.q, dtype=torch.float64).to(p.device),
             p=p,
-            argmax=logits.argmax(dim=-1).cpu().numpy(),
+            argmax=row_argmax(logits).cpu().numpy(),
             greedy=self.sampling.greedy,
             eos_token_id=self.eos_token_id,
             remaining=remaining,

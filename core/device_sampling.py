@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import torch
 
+from .row_ops import row_topk
 from .sampling import SamplingConfig
+
+
+def _topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """row_topk over the last dimension of a tensor of any rank."""
+    values, ids = row_topk(x.reshape(-1, x.shape[-1]), k)
+    return values.reshape(*x.shape[:-1], k), ids.reshape(*x.shape[:-1], k)
 
 
 def check_finite_torch(logits: torch.Tensor, who: str) -> None:
@@ -42,7 +49,7 @@ def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: 
             raise ValueError(f"temperature {config.temperature:g} overflows the logits")
     if config.top_k and config.top_k < vocab:
         # Ties at the k-th largest logit stay, as in transformers' TopKLogitsWarper.
-        kth = torch.topk(x, config.top_k, dim=-1).values[..., -1:]
+        kth = _topk(x, config.top_k)[0][..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
     if config.top_p < 1.0:
@@ -66,7 +73,7 @@ def _top_k_sparse(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor 
     the k-th largest logit is tied with the next one (then every tied token stays: the
     masked path)."""
     k = config.top_k
-    vals, ids = torch.topk(logits, k + 1, dim=-1)  # (..., k + 1) descending
+    vals, ids = _topk(logits, k + 1)  # (..., k + 1) descending
     if bool((vals[..., k] == vals[..., k - 1]).any()):
         return None
     scaled = vals[..., :k].to(torch.float64)
@@ -101,7 +108,7 @@ def _top_p_keep(row: torch.Tensor, top_p: float) -> torch.Tensor:
     vocab = row.shape[0]
     m = min(256, vocab)
     while True:
-        head = torch.topk(row, m).values  # descending
+        head = row_topk(row, m)[0]  # descending
         cumulative = torch.cumsum(head, dim=0)
         below = int((cumulative < top_p).sum())
         if below < m or m == vocab:

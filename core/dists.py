@@ -111,14 +111,16 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
     everything else comes from those."""
     import torch  # here, not at the top: the store's writer process reads this module without torch
 
+    from .row_ops import row_topk
+
     if sparse:
         return _compact_sparse(rows, top_n, extra_ids)
     m, vocab = rows.shape
     n = min(top_n, vocab)
     # One entry more than kept: where it equals the n-th, the n-th is tied with entries
     # outside the top n and the tie rule (lowest ids first) decides which are kept.
-    values, ids = torch.topk(rows, min(n + 1, vocab), dim=-1)  # descending; ties in no set order
-    minimum, total = rows.min(dim=-1).values, rows.sum(dim=-1)
+    values, ids = row_topk(rows, min(n + 1, vocab))  # descending; ties in no set order
+    minimum, total = torch.amin(rows, dim=-1), rows.sum(dim=-1)
     # Support: the whole vocabulary where the minimum is positive (unfiltered rows); counted
     # only in the rows that have zeros.
     support = torch.full_like(total, vocab, dtype=torch.long)
@@ -177,7 +179,9 @@ def _tied_top(row: torch.Tensor, n: int) -> tuple[np.ndarray, np.ndarray]:
     value, then the tied entries by ascending id."""
     import torch
 
-    cut = torch.topk(row, n).values[-1]
+    from .row_ops import row_topk
+
+    cut = row_topk(row, n)[0][-1]
     above = torch.nonzero(row > cut).flatten()
     tied = torch.nonzero(row == cut).flatten()[: n - above.numel()]
     ids = torch.cat([above, tied])

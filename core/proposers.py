@@ -17,6 +17,7 @@ import torch
 
 from .kv import CachedLM, CachePolicy
 from .ngram_index import NgramIndex
+from .row_ops import row_argmax
 from .tree_draft import TreeGrowth, finish, grow_dynamic, grow_static
 from .tree_draft import keep_path as keep_tree_path
 from .tree_verify import check_children_mode
@@ -108,7 +109,7 @@ def sample_token(
     if sampling.greedy:
         if not bool(torch.isfinite(logits).all()):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
-        return int(torch.argmax(logits)), None, None
+        return int(row_argmax(logits)), None, None
     q = process_logits_torch(logits, sampling)
     u = float(rng.random())
     return sample_from_torch(q, u), q, u
@@ -244,11 +245,14 @@ class DraftModelProposer:
         fed: Sequence[int] | torch.Tensor = feed
         for _ in range(k):
             logits = self.lm.feed(fed, keep=1)[0]  # (V,)
-            token = torch.argmax(logits).view(1)  # (1,) on the device
+            token = row_argmax(logits).view(1)  # (1,) on the device
             rows.append(logits)
             picks.append(token)
             fed = token
-        if not bool(torch.isfinite(torch.stack(rows)).all()):
+        # One read per row: a NaN or inf makes a row's sum non-finite (a finite row can also
+        # overflow its sum, hence the full look only then).
+        sums_finite = bool(torch.isfinite(torch.stack([row.sum() for row in rows])).all())
+        if not sums_finite and not bool(torch.isfinite(torch.stack(rows)).all()):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
         return torch.cat(picks).tolist()
 
