@@ -28,7 +28,19 @@ def after_accepted_eos(r: Round, n: DraftNode) -> bool:
                 and last.node < n.index)
 
 
-def node_decision(n: DraftNode, greedy: bool, token_text: TokenText | None = None, after_eos: bool = False) -> str:
+def is_coupled(config) -> bool:
+    """Whether a run was coupled (core.coupling): its decisions are Gumbel picks, not draws."""
+    from specscope.core.coupling import coupling_seed_of
+
+    return config is not None and coupling_seed_of(config) is not None and not config.sampling.greedy
+
+
+COUPLED_REPAIR = ("coupled repair: the target's pick y_j = argmax log p + G_j at this output position, "
+                  "not a draw from the residual")
+
+
+def node_decision(n: DraftNode, greedy: bool, token_text: TokenText | None = None, after_eos: bool = False,
+                  coupled: bool = False) -> str:
     if n.status == "unvisited":
         return ("not visited: discarded after an accepted EOS" if after_eos
                 else "not visited: discarded after an earlier rejection")
@@ -37,6 +49,9 @@ def node_decision(n: DraftNode, greedy: bool, token_text: TokenText | None = Non
         argmax = tok(n.target_argmax, token_text) if token_text is not None else str(n.target_argmax)
         return (f"greedy: the draft's argmax {'=' if n.status == 'accepted' else '≠'} the target's argmax "
                 f"{argmax} → {verdict}")
+    if coupled:
+        rel = "=" if n.status == "accepted" else "≠"
+        return f"coupled: the draft's token {rel} the target's pick y_j (argmax log p + G_j) → {n.status}"
     accept_p = min(1.0, n.ratio) if n.ratio is not None else None
     rel = "<" if n.status == "accepted" else "≥"
     return f"u = {fmt(n.u)} {rel} min(1, p/q) = {fmt(accept_p)} → {n.status}"
@@ -55,7 +70,7 @@ def describe_node(r: Round, n: DraftNode, token_text: TokenText) -> str:
     return "<br>".join(lines)
 
 
-def describe_cell(r: Round | None, c: Cell, token_text: TokenText) -> str:
+def describe_cell(r: Round | None, c: Cell, token_text: TokenText, coupled: bool = False) -> str:
     if c.kind == theme.PROMPT or r is None:
         return f"prompt token {tok(c.token, token_text)}"
     head = f"<b>round {r.index}</b> · {theme.KIND_NAMES[c.kind]}"
@@ -65,13 +80,15 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText) -> str:
     if c.kind in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED) and 0 <= c.pos < len(r.nodes):
         n = r.nodes[c.pos]
         lines.append(f"p(x) = {fmt(n.p_token)} · q(x) = {fmt(n.q_token)} · ratio = {fmt(n.ratio)} · u = {fmt(n.u)}")
-        lines.append(node_decision(n, r.greedy, token_text, after_accepted_eos(r, n)))
+        lines.append(node_decision(n, r.greedy, token_text, after_accepted_eos(r, n), coupled))
     elif c.kind == theme.REPAIRED and 0 <= c.pos < len(r.nodes):
         n = r.nodes[c.pos]
         lines.append(f"replaces rejected draft {tok(n.token, token_text)}")
         lines.append(f"rejected: p(x) = {fmt(n.p_token)} · q(x) = {fmt(n.q_token)} · ratio = {fmt(n.ratio)} · u = {fmt(n.u)}")
         if r.greedy:
             lines.append("greedy repair: the target argmax")
+        elif coupled:
+            lines.append(COUPLED_REPAIR)
         else:
             p = n.p
             resid = r.residual
@@ -82,7 +99,8 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText) -> str:
             if rep is not None and rep.draw is not None:
                 lines.append(f"drawn from the residual with u = {fmt(rep.draw)}")
     elif c.kind == theme.BONUS:
-        lines.append(f"all {len(r.nodes)} draft tokens accepted: bonus from the target's next p")
+        lines.append(f"all {len(r.nodes)} draft tokens accepted: bonus from the target's next p"
+                     + (" (coupled: its pick y_j)" if coupled else ""))
         p = r.bonus_p
         if p is not None and c.token < len(p):
             lines.append(f"p(x) = {fmt(float(p[c.token]))}")

@@ -23,7 +23,7 @@ from specscope.core.partial import known_ids
 from specscope.core.records import Round
 
 from . import theme
-from .describe import after_accepted_eos, fmt, node_decision, tok
+from .describe import COUPLED_REPAIR, after_accepted_eos, fmt, is_coupled, node_decision, tok
 from .kvview import KVCacheView
 from .runmodel import RunModel, top_tokens, visible_text
 from .tree_inspect import NodeResiduals, children_mode, is_tree, node_residuals, updates_html
@@ -247,7 +247,8 @@ class RoundInspectorWidget(QWidget):
                         f"{fmt(p_arg)} — {node_decision(node, True, tt, after_accepted_eos(r, node))}")
         elif node is not None:
             head.append(f"draft {tok(node.token, tt)}: p = {fmt(node.p_token)}, q = {fmt(node.q_token)}, "
-                        f"p/q = {fmt(node.ratio)} — {node_decision(node, r.greedy, tt, after_accepted_eos(r, node))}")
+                        f"p/q = {fmt(node.ratio)} — "
+                        f"{node_decision(node, r.greedy, tt, after_accepted_eos(r, node), is_coupled(self.model.config))}")
             if node.overlap is not None:
                 head.append(f"Σ min(p, q) = {fmt(node.overlap)}")
         elif r.bonus is not None:
@@ -260,8 +261,9 @@ class RoundInspectorWidget(QWidget):
         if saved:
             head.append(saved)
         if emitted_here is not None and emitted_kind == "repaired":
-            head.append(f"repair {tok(emitted_here, tt)} drawn from the residual (r = {fmt(r.residual_mass)})"
-                        if not r.greedy else f"repair {tok(emitted_here, tt)} = target argmax")
+            head.append(f"repair {tok(emitted_here, tt)} = target argmax" if r.greedy
+                        else f"repair {tok(emitted_here, tt)}: {COUPLED_REPAIR}" if is_coupled(self.model.config)
+                        else f"repair {tok(emitted_here, tt)} drawn from the residual (r = {fmt(r.residual_mass)})")
         return head
 
     def _bars_fitting(self, plot) -> int:
@@ -312,7 +314,9 @@ class RoundInspectorWidget(QWidget):
         self.res_bars.setOpts(x=[], height=[], brushes=None)
         self.res_plot.getAxis("bottom").setTicks([[]])
         self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
-        reason = ("greedy: the repair is the target argmax" if r.greedy and node is not None and node.status == "rejected"
+        rejected = node is not None and node.status == "rejected"
+        reason = ("greedy: the repair is the target argmax" if r.greedy and rejected
+                  else "coupled: the repair is the target's pick y_j, no residual" if rejected and is_coupled(self.model.config)
                   else "no rejection at this position: residual unused")
         self.res_plot.setXRange(0, 1, padding=0)
         self.res_plot.setYRange(0, 1, padding=0)

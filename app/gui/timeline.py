@@ -21,7 +21,7 @@ from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPen, QPo
 from PySide6.QtWidgets import QAbstractScrollArea, QToolTip
 
 from . import theme
-from .describe import badge_text, describe_cell, describe_tree_round, is_tree_run
+from .describe import badge_text, describe_cell, describe_tree_round, is_coupled, is_tree_run
 from .runmodel import RunModel
 
 PAD_X = 4
@@ -381,7 +381,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
         r = self.model.rounds[c.round] if 0 <= c.round < len(self.model.rounds) else None
         if cell in self.badges and r is not None:
             return describe_tree_round(r, self.model.token_text)
-        return describe_cell(r, c, self.model.token_text)
+        return describe_cell(r, c, self.model.token_text, is_coupled(self.model.config))
 
     def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt API)
         i = self.cell_at(event.position().toPoint())

@@ -38,6 +38,16 @@ def test_ticking_coupled_lanes_makes_both_lanes_emit_the_same_tokens(qtbot, wind
     assert "coupled lanes" in window.compare.divergence.text()
     for m in (a, b):  # each lane is an exact coupled run: the checker proves it
         assert check_run(m.config, m.rounds) == []
+    # the tooltip and the inspector say that a coupled repair is the target's pick, not a residual draw
+    from specscope.app.gui import theme
+
+    tl = window.compare.timelines[0]
+    repaired = [i for i in range(len(a.cells)) if a.cells.cell(i).kind == theme.REPAIRED]
+    assert repaired, "lane A had no rejection"
+    assert "coupled repair" in tl.tooltip_for(repaired[0])
+    cell = a.cells.cell(repaired[0])
+    a.select(cell.round, cell.pos)
+    assert "coupled repair" in window.compare.inspectors[0].header.text()
     # recorded with the comparison: both runs of the store name it and carry the seed
     store = window.compare_recording.open_store()
     runs = [r for r in store.list_runs() if (r.extra or {}).get("comparison") == window.compare_recording.comparison]
