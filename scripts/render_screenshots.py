@@ -7,7 +7,7 @@
 
 Uses the bundled models when they are installed (else tiny random models, or always with
 --tiny). Runs a sampled speculative decode, selects a round with a rejection, and saves the
-main window and each view; replays the recorded trace; runs compare mode; and opens a trace
+main window and each view; runs a token tree (tree-*.png); runs compare mode; and opens a trace
 recorded with a deliberate bug so the Findings panel has something to show.
 """
 
@@ -37,6 +37,35 @@ def settle(seconds: float = 0.4) -> None:
     from specscope.app.gui.main_window import flush_events
 
     flush_events(seconds)
+
+
+def render_tree(w, prompt: str, save) -> None:
+    """Run a 3,2,1 tree of sampled children, select a node tried after a rejected sibling
+    (its inspector shows p' against its q) and save the tree, inspector, timeline and plots."""
+    w.run_panel.set_texts({"prompt": prompt, "proposer": "draft:small,tree=3,2,1,children=sampled",
+                           "temperature": "0.8", "top_k": "0", "top_p": "0.95", "seed": "7",
+                           "max_new_tokens": "64", "eos": "auto"})
+    assert w.start_run(), w.last_error
+    wait(lambda: w.model.stop_reason is not None)
+    settle()
+    model = w.model
+    rounds = [model.full_round(i) for i in range(len(model.rounds))]
+    tried = [(r, kids) for r in rounds for _, kids in getattr(r.tree, "tried", ()) if len(kids) > 1]
+    # prefer a round whose path goes on after a rejected sibling (the richest picture)
+    r, kids = max(tried, key=lambda t: (len(t[0].tree.path), len(t[1]))) if tried else (rounds[0], [0])
+    sizes = w.page.splitter.sizes()  # a tree needs more room than a chain: drag the tree pane taller
+    total = sum(sizes)
+    w.page.splitter.setSizes([total * 22 // 100, total * 38 // 100, total - total * 60 // 100])
+    w.jump_to(r.index, kids[1] if len(kids) > 1 else kids[0])
+    settle(0.6)
+    save(w, "tree-main-window")
+    save(w.tree, "tree-draft-tree")
+    save(w.inspector, "tree-inspector")
+    save(w.timeline, "tree-timeline")
+    w.plots.refresh()
+    save(w.plots, "tree-live-plots")
+    w.run_panel.set_texts({"proposer": "draft:small"})  # back to a chain for what follows
+    w.page.splitter.setSizes(sizes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     save(w.inspector.kv, "kv-cache")
     w.plots.refresh()
     save(w.plots, "live-plots")
+
+    # ---- a token tree (issue 18): a static tree of sampled children
+    render_tree(w, novel, save)
 
     # ---- compare: draft model vs prompt lookup on a copy-heavy prompt, greedy
     copy = next((t for n, t in prompts if "copy" in n), prompts[0][1])

@@ -26,7 +26,7 @@ from . import theme
 from .describe import COUPLED_REPAIR, after_accepted_eos, fmt, is_coupled, node_decision, tok
 from .kvview import KVCacheView
 from .runmodel import RunModel, top_tokens, visible_text
-from .tree_inspect import NodeResiduals, children_mode, is_tree, node_residuals, updates_html
+from .tree_inspect import NodeResiduals, children_mode, decision_html, is_tree, node_residuals, updates_html
 
 TOP_N = 10
 PLOT_MIN_PX = 170  # the p/q plot's readable minimum height
@@ -183,6 +183,9 @@ class RoundInspectorWidget(QWidget):
         emitted_here, emitted_kind = _emitted_at(r, pos, is_bonus_pos)
         lines = self._header_lines(r, pos, node, emitted_here, emitted_kind)
         if tree is not None:
+            decision = decision_html(tree, node, self.model.token_text)
+            if decision is not None:
+                lines[1] = decision  # the node's line: judged against p', not its parent's first p
             lines.append(updates_html(tree, self.model.token_text))
         self.header.setText("<br>".join(lines))
         self._pq_title("p′" if tree is not None and tree.p_prime is not None and tree.rank != 1 else "p")

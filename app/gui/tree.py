@@ -35,6 +35,7 @@ DX = 92
 DY = 44
 NODE_W = 78
 NODE_H = 30
+MIN_SCALE = 0.6  # smaller, and the node labels cannot be read
 
 
 
@@ -88,6 +89,14 @@ def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
 
 def is_tree(r: Round) -> bool:
     return any(n.parent != n.index - 1 for n in r.nodes)
+
+
+def shape(r: Round) -> str:
+    """A token tree's size: its nodes, depth and width (the most nodes at one depth)."""
+    per_depth: dict[int, int] = {}
+    for n in r.nodes:
+        per_depth[n.depth] = per_depth.get(n.depth, 0) + 1
+    return f"{len(r.nodes)} nodes, depth {max(per_depth, default=0)}, width {max(per_depth.values(), default=0)}"
 
 
 def tree_notes(r: Round) -> dict[int, str]:
@@ -254,7 +263,7 @@ class DraftTreeView(QWidget):
         legend = (f"<b>round {r.index}</b> draft tree · "
                   f"{r.accepted}/{r.drafted} accepted · "
                   + ("drafts after an accepted EOS discarded · " if eos_cut else "")
-                  + (f"{r.drafted - r.accepted} off the accepted path · " if is_tree(r) else "")
+                  + (f"{shape(r)} · {r.drafted - r.accepted} off the accepted path · " if is_tree(r) else "")
                   + " ".join(f"<span style='color:{theme.KIND_EDGE[k].name()}'>■ {theme.KIND_NAMES[k]}</span>"
                              for k in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED, theme.REPAIRED, theme.BONUS)))
         self.title.setText(legend)
@@ -263,12 +272,18 @@ class DraftTreeView(QWidget):
         self._fit()
 
     def _fit(self) -> None:
-        """1:1 when the tree fits, else scaled down to fit (never up)."""
+        """1:1 when the tree fits, else scaled down to fit (never up), but not below a
+        readable MIN_SCALE: a big token tree scrolls, the selected node in view."""
         self.view.resetTransform()
         rect = self.scene.sceneRect()
         vp = self.view.viewport().size()
         if rect.width() > vp.width() or rect.height() > vp.height():
-            self.view.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
+            scale = max(MIN_SCALE, min(vp.width() / rect.width(), vp.height() / rect.height()))
+            self.view.scale(scale, scale)
+        selected = next((self.items[n.key] for n in self.nodes if n.pos == self.shown[1] and n.key != "root"
+                         and n.key in self.items), None)
+        if selected is not None:
+            self.view.centerOn(selected)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         super().resizeEvent(event)

@@ -30,6 +30,8 @@ from specscope.core.verify import residual_distribution
 from .traces import as_partial
 
 RECORDED = "recorded"
+# what a child's acceptance test divides by, per children mode (core.tree_verify)
+Q_C = {"sampled": "q", "distinct": "q without the earlier siblings, renormalised", "topk": "the point mass on x"}
 RECOMPUTED = "recomputed from the stored p and q"
 
 
@@ -180,9 +182,7 @@ def updates_html(view: NodeResiduals, token_text) -> str:
     order = f"tried #{view.rank} of {len(view.tried)}" if view.rank else "not tried"
     lines = [f"tree node {order} at {where}; p′ = p′ of {where} when it was tried "
              f"({'recorded' if view.source == RECORDED else escape(view.source)})"]
-    if view.accept_p is not None:
-        q_c = {"topk": "the point mass on x", "distinct": "q without the earlier siblings"}.get(view.mode or "", "q")
-        lines[0] += f"; accepted with min(1, p′(x)/q_c(x)) = {view.accept_p:.4g}, q_c = {q_c}"
+
     lines.append(f"&nbsp;&nbsp;p′₀ = p at {where}")
     for u in view.updates:
         mark = " ← this node" if u.child == view.index else ""
@@ -192,3 +192,15 @@ def updates_html(view: NodeResiduals, token_text) -> str:
     if not view.updates:
         lines.append("&nbsp;&nbsp;no sibling rejected here: p′ stayed p")
     return "<br>".join(lines)
+
+
+def decision_html(view: NodeResiduals, node: Any, token_text) -> str | None:
+    """The tree node's acceptance test in words (its p'(x) and q_c, not its parent's first p)."""
+    if view.accept_p is None or node.u is None or view.p_prime is None:
+        return None
+    rel = "&lt;" if node.status == "accepted" else "≥"
+    x = int(node.token)
+    return (f"draft “{escape(str(token_text(x)))}” (id {x}): p′(x) = {float(view.p_prime[x]):.4g}, "
+            f"q(x) = {node.q_token if node.q_token is None else f'{node.q_token:.4g}'} — "
+            f"u = {node.u:.4g} {rel} min(1, p′(x)/q_c(x)) = {view.accept_p:.4g} → {node.status} "
+            f"(q_c = {Q_C.get(view.mode or '', 'q')})")
