@@ -19,7 +19,7 @@ from typing import IO, Any, Iterator, Mapping
 
 from sqlalchemy import insert, select, update
 
-from .codec import ZLIB_LEVEL, decode_top_stats, full_raw
+from .codec import ZLIB_LEVEL, decode_top_stats, full_raw, unpack_blobs
 from .errors import RunExistsError, TraceStoreError
 from .jsonl_read import FORMAT_NAME, FORMAT_VERSION, ParsedTrace, TraceSink, read_trace
 from .rows import chunk_tokens, token_chunk
@@ -116,7 +116,34 @@ def header_json(run: Mapping[str, Any]) -> dict:
     return header
 
 
+def tree_json(r: Mapping[str, Any]) -> dict | None:
+    """A tree round's "tree" object (format version 2): the rounds.tree facts, each residual
+    update with its p' as a distribution object."""
+    facts = r["tree"]
+    if facts is None:
+        return None
+    tops = unpack_blobs(r["tree_top"]) if r["tree_top"] is not None else []
+    fulls = unpack_blobs(r["tree_full"]) if r["tree_full"] is not None else [None] * len(tops)
+    updates = []
+    for i, u in enumerate(facts["updates"]):
+        p_after = _dist_json(tops[i], fulls[i]) if i < len(tops) else None
+        updates.append({"parent": u["parent"], "child": u["child"], "mass": u["mass"], "p_after": p_after,
+                        "exact_ids": list(u["exact_ids"]), "exact_probs": list(u["exact_probs"])})
+    return {"spec": facts["spec"], "children": facts["children"], "path": list(facts["path"]),
+            "tried": [[node, list(kids)] for node, kids in facts["tried"]], "updates": updates,
+            "positions": list(facts.get("positions", [])), "visible": [list(v) for v in facts.get("visible", [])],
+            "kept_rows": list(facts.get("kept_rows", []))}
+
+
 def round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
+    out = _round_json(r, nodes)
+    tree = tree_json(r)
+    if tree is not None:  # chains' lines stay as version 1 wrote them
+        out["tree"] = tree
+    return out
+
+
+def _round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
     return {
         "record": "round",
         "index": r["round_index"],

@@ -32,16 +32,18 @@ from typing import IO, Any, Callable
 import numpy as np
 
 from specscope.core.partial import VectorStats, entry_known
-from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
+from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
+                                    TreeRound)
 from specscope.core.sampling import SamplingConfig
 
 from .codec import DEFAULT_TOP_N, FULL_DTYPES, PartialDistribution, StoredFullDistribution, VectorPolicy, top_entries
 from .errors import TraceFormatError
 from .info import ModelInfo, library_versions as current_versions
-from .rows import rounds_to_rows, run_row
+from .rows import rounds_to_rows, run_row, tree_record
 
 FORMAT_NAME = "specscope-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a tree round's "tree" object (tried order, residual updates, layout)
+CHILDREN_MODES = ("sampled", "distinct", "topk")  # core.tree_verify's, without importing torch
 _ITEMSIZE = {"float32": 4, "float64": 8}
 _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
@@ -607,7 +609,80 @@ def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
     )
     if rnd.rejected_node is not None and not 0 <= rnd.rejected_node < len(nodes):
         raise v.fail("rejected_node", f"refers to node {rnd.rejected_node}, the round has {len(nodes)} nodes")
+    raw_tree = v.get(d, "tree", "", "obj", required=False, nullable=True)
+    if raw_tree is not None:
+        fields = {f.name: getattr(rnd, f.name) for f in dataclasses.fields(Round)}
+        rnd = TreeRound(**fields, tree=_tree(v, raw_tree, rnd, run))
     run.add(rnd)
+
+
+def _tree(v: _V, d: dict, rnd: Round, run: ParsedTrace) -> Any:
+    """A round's "tree" object (format version 2) as a TreeInfo; node indices must refer to
+    the round's nodes."""
+    n = len(rnd.nodes)
+
+    def nodes_of(value: list, path: str, lo: int = 0) -> list[int]:
+        for i, x in enumerate(value):
+            if not lo <= x < n:
+                raise v.fail(f"{path}[{i}]", f"refers to node {x}, the round has {n} nodes")
+        return value
+
+    spec = v.get(d, "spec", "tree", "str", required=False, default="")
+    children = v.get(d, "children", "tree", "str", choices=CHILDREN_MODES)
+    path = nodes_of(v.get(d, "path", "tree", "ints"), "tree.path")
+    tried = []
+    for i, item in enumerate(v.get(d, "tried", "tree", "list")):
+        where = f"tree.tried[{i}]"
+        if not isinstance(item, list) or len(item) != 2:
+            raise v.fail(where, f"expected [node, [children...]], got {_kind(item)}")
+        node = v.check(item[0], f"{where}[0]", "int")
+        nodes_of([node], f"{where}[0]", lo=-1)
+        tried.append([node, nodes_of(v.check(item[1], f"{where}[1]", "ints"), f"{where}[1]")])
+    updates = [_tree_update(v, v.obj(u, f"tree.updates[{i}]"), f"tree.updates[{i}]", n, run)
+               for i, u in enumerate(v.get(d, "updates", "tree", "list", required=False, default=[]))]
+    positions = v.get(d, "positions", "tree", "ints", required=False, default=[])
+    visible = v.get(d, "visible", "tree", "list", required=False, default=[])
+    for key, value in (("positions", positions), ("visible", visible)):
+        if value and len(value) != n:
+            raise v.fail(f"tree.{key}", f"has {len(value)} entries, the round has {n} nodes")
+    visible = [nodes_of(v.check(row, f"tree.visible[{i}]", "ints"), f"tree.visible[{i}]") for i, row in enumerate(visible)]
+    facts = {"spec": spec, "children": children, "path": path, "tried": tried, "positions": positions,
+             "visible": visible, "kept_rows": v.get(d, "kept_rows", "tree", "ints", required=False, default=[])}
+    bonus = None if rnd.greedy else rnd.bonus_p
+    return tree_record(facts, updates, rnd.emitted, bonus)
+
+
+def _tree_update(v: _V, u: dict, path: str, n: int, run: ParsedTrace) -> ResidualUpdate:
+    parent = v.get(u, "parent", path, "int")
+    child = v.get(u, "child", path, "int")
+    if not -1 <= parent < n or not 0 <= child < n:
+        raise v.fail(path, f"parent {parent} / child {child} do not refer to the round's {n} nodes")
+    ids = v.get(u, "exact_ids", path, "ints", required=False, default=[])
+    probs = v.get(u, "exact_probs", path, "list", required=False, default=[])
+    if len(ids) != len(probs):
+        raise v.fail(f"{path}.exact_probs", f"has {len(probs)} entries but exact_ids has {len(ids)}")
+    exact: dict[int, float] = {}
+    for i, (t, x) in enumerate(zip(ids, probs)):
+        if not 0 <= t < run.vocab:
+            raise v.fail(f"{path}.exact_ids[{i}]", f"token id {t} outside the vocabulary [0, {run.vocab})")
+        x = v.check(x, f"{path}.exact_probs[{i}]", "num")
+        if not 0 <= x <= 1 + 1e-6:
+            raise v.fail(f"{path}.exact_probs[{i}]", f"probability {x!r} outside [0, 1]")
+        exact[t] = x
+    p_after = _dist(v, u.get("p_after"), f"{path}.p_after", run)
+    if p_after is not None and exact:
+        p_after = _with_exact(p_after, exact)
+    return ResidualUpdate(parent=parent, child=child, p_after=p_after,
+                          mass=v.get(u, "mass", path, "num", required=False, nullable=True))
+
+
+def _with_exact(dist: np.ndarray, exact: dict[int, float]) -> np.ndarray:
+    """The distribution with the entries the trace gives exactly (as the store rebuilds them)."""
+    ids = np.fromiter(exact, dtype=np.int64)
+    dist[ids] = np.fromiter(exact.values(), dtype=np.float64)
+    if isinstance(dist, PartialDistribution):
+        dist.known_ids = np.union1d(dist.known_ids, ids)
+    return dist
 
 
 def _node(v: _V, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
