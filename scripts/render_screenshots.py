@@ -60,12 +60,21 @@ def render_tree(w, prompt: str, save) -> None:
     settle(0.6)
     save(w, "tree-main-window")
     save(w.tree, "tree-draft-tree")
-    save(w.inspector, "tree-inspector")
     save(w.timeline, "tree-timeline")
-    w.plots.refresh()
-    save(w.plots, "tree-live-plots")
-    w.run_panel.set_texts({"proposer": "draft:small"})  # back to a chain for what follows
     w.page.splitter.setSizes(sizes)
+    settle(0.4)
+    save(w.inspector, "tree-inspector")
+    # the plots on their own at a readable size (a small window tabs the dock narrow)
+    from specscope.app.gui.plots import LivePlotsWidget
+
+    plots = LivePlotsWidget(model, compact=True)
+    plots.resize(max(640, w.width() // 2), max(480, w.height() * 2 // 3))
+    plots.show()
+    plots.refresh()
+    settle(0.4)
+    save(plots, "tree-live-plots")
+    plots.close()
+    w.run_panel.set_texts({"proposer": "draft:small"})  # back to a chain for what follows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,8 +219,10 @@ class LivePlotsWidget(QWidget):
         self._robust_range("throughput", m["tokens_per_s"])
         self.tps_cum.setData(x, m["cumulative_tokens_per_s"], connect="finite")
         self.cost_meas.setData(x, m["measured_mean"], connect="finite")
-        self.cost_alpha.setData(x, m["pred_alpha"], connect="finite")
-        self.cost_pos.setData(x, m["pred_positions"], connect="finite")
+        # the cost model is a chain's (k drafts, i.i.d. acceptance): no prediction for a tree
+        empty = x[:0]
+        self.cost_alpha.setData(*((empty, empty) if self.tree_mode else (x, m["pred_alpha"])), connect="finite")
+        self.cost_pos.setData(*((empty, empty) if self.tree_mode else (x, m["pred_positions"])), connect="finite")
         self.summary.setText(self.summary_html())
 
     def _set_tree_mode(self, tree: bool) -> None:
@@ -238,10 +240,19 @@ class LivePlotsWidget(QWidget):
             acc.addItem(item)
         if legend is not None:  # removeItem/addItem keep the legend in step with the items
             legend.setOffset((5, -5))
+        cost = self.plots["cost"]
+        if cost.legend is not None:  # no prediction lines for a tree: none in the legend either
+            for item in (self.cost_alpha, self.cost_pos):
+                if tree:
+                    cost.legend.removeItem(item)
+                else:
+                    cost.legend.addItem(item, item.name())
         if tree:
             _style(acc, "accepted length per round (tree)", "accepted + 1", "round")
             _style(pos, "acceptance by depth", "accepted / tried", "tree depth")
+            _style(cost, "mean accepted length (no tree cost model)", "tokens / round", "round")
         else:
+            _style(cost, "cost model vs measured", "tokens / round", "round")
             acc.setYRange(0, 1.05, padding=0)
             _style(acc, "acceptance per round", "accepted / drafted", "round")
             _style(pos, "acceptance by position", "P(accept | reached)", "draft position")
