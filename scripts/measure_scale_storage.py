@@ -137,7 +137,7 @@ def step_record(args: argparse.Namespace) -> dict:
     base, config = real_rounds(args.real_rounds)
     config, rounds = cycled(base, config, args.size)
     setup_rss = rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with TraceStore(args.db) as store:
         with TraceWriter(store, config, top_n=TOP_N, full_vectors=False) as writer:
             for i, rnd in enumerate(rounds):
@@ -146,7 +146,7 @@ def step_record(args: argparse.Namespace) -> dict:
                     writer.flush(timeout=600)  # a decoder is slower than this loop: keep the queue bounded
             writer.finish("completed", stop_reason="budget", timeout=600)
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "setup_rss_mb": setup_rss, "real_rounds": len(base),
+    return {"wall_s": wall, "cpu_s": time.process_time() - c0, "setup_rss_mb": setup_rss, "real_rounds": len(base),
             "db_mb": Path(args.db).stat().st_size / 2**20}
 
 
@@ -168,27 +168,27 @@ def _warm() -> None:
 
 def step_check(args: argparse.Namespace) -> dict:
     _warm()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     code, out = _cli(["check", str(args.db), "--run", RUN_ID, "--json"])
     wall = time.perf_counter() - t0
     report = json.loads(out)
-    return {"wall_s": wall, "exit": code, "rounds": report["runs"][0]["rounds"], "findings": report["findings"]}
+    return {"wall_s": wall, "cpu_s": time.process_time() - c0, "exit": code, "rounds": report["runs"][0]["rounds"], "findings": report["findings"]}
 
 
 def step_export(args: argparse.Namespace) -> dict:
     _warm()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     code, _ = _cli(["export", str(args.db), RUN_ID, "-o", str(args.jsonl)])
-    return {"wall_s": time.perf_counter() - t0, "exit": code, "jsonl_mb": Path(args.jsonl).stat().st_size / 2**20}
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "exit": code, "jsonl_mb": Path(args.jsonl).stat().st_size / 2**20}
 
 
 def step_import(args: argparse.Namespace) -> dict:
     if Path(args.db2).exists():
         Path(args.db2).unlink()
     _warm()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     code, _ = _cli(["import", str(args.jsonl), "--db", str(args.db2)])
-    return {"wall_s": time.perf_counter() - t0, "exit": code}
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "exit": code}
 
 
 def step_open(args: argparse.Namespace) -> dict:  # long: one event loop with its milestones
@@ -254,7 +254,9 @@ def step_open(args: argparse.Namespace) -> dict:  # long: one event loop with it
 
 def run_child(args: argparse.Namespace) -> None:
     result = {"step": args.child, "size": args.size}
+    cpu = time.process_time()
     result.update(globals()[f"step_{args.child}"](args))
+    result.setdefault("cpu_s", time.process_time() - cpu)  # open: start-up included
     result["peak_rss_mb"] = peak_rss_mb()
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -299,15 +301,18 @@ def markdown(sizes: list[int], results: dict[int, dict[str, dict]], args: argpar
         f"rounds of a tiny random-init Llama pair (vocabulary {VOCAB}, k=1, T=1) repeated with shifted positions (see "
         "the script's docstring); the writer encodes and commits every round (top-8 per distribution, no full vectors).",
         "",
-        f"| step | {small:,} rounds: wall s | peak RSS MB | {big:,} rounds: wall s | peak RSS MB | wall ratio | RSS ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| step | {small:,} rounds: wall s | CPU s | peak RSS MB | {big:,} rounds: wall s | CPU s | peak RSS MB "
+        "| wall ratio | CPU ratio | RSS ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for step in args.steps:
         ra, rb = a.get(step), b.get(step)
         ratio_w = rb["wall_s"] / ra["wall_s"] if ra and rb and ra["wall_s"] else float("nan")
         ratio_m = rb["peak_rss_mb"] / ra["peak_rss_mb"] if ra and rb else float("nan")
-        lines.append(f"| {step} | {_cell(ra, 'wall_s', '.1f')} | {_cell(ra, 'peak_rss_mb', '.0f')} | "
-                     f"{_cell(rb, 'wall_s', '.1f')} | {_cell(rb, 'peak_rss_mb', '.0f')} | {ratio_w:.2f} | {ratio_m:.2f} |")
+        ratio_c = rb["cpu_s"] / ra["cpu_s"] if ra and rb and ra.get("cpu_s") and rb.get("cpu_s") else float("nan")
+        lines.append(f"| {step} | {_cell(ra, 'wall_s', '.1f')} | {_cell(ra, 'cpu_s', '.1f')} | {_cell(ra, 'peak_rss_mb', '.0f')} | "
+                     f"{_cell(rb, 'wall_s', '.1f')} | {_cell(rb, 'cpu_s', '.1f')} | {_cell(rb, 'peak_rss_mb', '.0f')} | "
+                     f"{ratio_w:.2f} | {ratio_c:.2f} | {ratio_m:.2f} |")
     lines.append("")
     lines.append(f"Size ratio {big / small:g}: a linear step's wall ratio is about {big / small:g}; a bounded step's RSS "
                  "ratio is about 1. The open row's wall time runs from `open_trace` to every round in the window's "
