@@ -336,7 +336,8 @@ class RoundInspectorWidget(QWidget):
             self.u_line.show()
             rel = "&lt;" if node.status == "accepted" else "≥"
             # the numbers are in the header and on the axis: the title stays short enough for a narrow plot
-            self._ratio_title(f"u {rel} min(1, p/q) → <b>{node.status}</b>")
+            test = "p′/q_c" if tree is not None and tree.accept_p is not None else "p/q"
+            self._ratio_title(f"u {rel} min(1, {test}) → <b>{node.status}</b>")
         elif node is not None and r.greedy:
             ok = node.status == "accepted"
             self.accept_bar.setOpts(x0=[0], x1=[1.0 if ok else 0.0], y=[0])
