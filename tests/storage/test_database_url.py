@@ -237,3 +237,44 @@ def test_a_version_2_store_on_the_server_is_migrated_and_appends():
                 chunks = conn.execute(text("SELECT count(*) FROM run_tokens WHERE run_id = 'new-pg'")).scalar()
             assert chunks == 5
             assert store.new_tokens("new-pg") == [e.token for r in synthetic_rounds(more, 5) for e in r.emitted]
+
+
+def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
+    """Schema 4 on PostgreSQL: a store of version 3 (no tree columns) gets rounds.tree,
+    tree_top and tree_full; its runs load as before, and a tree run written afterwards keeps
+    its tried order, residual updates and layout, and checks clean."""
+    from sqlalchemy import text
+
+    from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
+    from specscope.core.checker import check_report
+
+    from ..tiny_models import noisy_copy, tiny_lm
+
+    with fresh_schema("v3") as url:
+        config = synthetic_config(run_id="chain-pg")
+        with TraceStore(url) as store:
+            with TraceWriter(store, config) as writer:
+                for rnd in synthetic_rounds(config, 4):
+                    writer.write(rnd)
+            before = [r.tokens for r in store.load_rounds("chain-pg")]
+            with store.transaction() as conn:  # back to how version 3 kept it
+                for column in ("tree", "tree_top", "tree_full"):
+                    conn.execute(text(f"ALTER TABLE rounds DROP COLUMN {column}"))
+                conn.execute(text("DELETE FROM schema_version"))
+                conn.execute(text("INSERT INTO schema_version VALUES (3, 'older schema', 0)"))
+        target = tiny_lm("llama", vocab=64, seed=0, init_range=0.3)
+        dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children="sampled"),
+                                 sampling=SamplingConfig(temperature=1.0))
+        out = dec.generate([1, 2, 3, 4], 20, seed=4)
+        with TraceStore(url) as store:
+            assert store.schema_version == 4
+            assert [r.tokens for r in store.load_rounds("chain-pg")] == before and len(before) == 4
+            with TraceWriter(store, out.config) as writer:
+                for rnd in out.rounds:
+                    writer.write(rnd)
+            back = store.load_rounds(out.config.run_id, full=True)
+        assert [r.tree.tried for r in back] == [r.tree.tried for r in out.rounds]
+        assert [[(u.parent, u.child, float(u.mass)) for u in r.tree.updates] for r in back] == \
+            [[(u.parent, u.child, float(u.mass)) for u in r.tree.updates] for r in out.rounds]
+        assert [r.tree.kept_rows for r in back] == [r.tree.kept_rows for r in out.rounds]
+        assert check_report(out.config, back).findings == []

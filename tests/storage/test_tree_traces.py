@@ -292,3 +292,57 @@ def test_a_bad_tree_object_is_one_line_with_its_field(tmp_path, models):
         with TraceStore(tmp_path / "b.sqlite") as b, pytest.raises(TraceFormatError) as err:
             import_run(b, bad)
         assert "line 2" in str(err.value) and field in str(err.value) and words in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full-vectors", "top-n"])
+def test_specscope_export_import_and_check_agree_on_tree_traces(tmp_path, capsys, models, full):
+    """The CLI: `specscope export`, `specscope import` into another store, `specscope check`
+    on both gives the same findings (a faulty run: not none)."""
+    from specscope.app.cli import main
+
+    target, draft = models
+    db_a, db_b, file = tmp_path / "a.sqlite", tmp_path / "b.sqlite", tmp_path / "run.jsonl"
+    with TraceStore(db_a) as a:
+        dec = faulty_decoder("tree-stale-residual", target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+                             sampling=SamplingConfig(temperature=1.0))
+        config, _ = stored(a, dec, full, seed=3)
+    assert dec.fault_rounds
+    assert main(["export", str(db_a), config.run_id, "-o", str(file)]) == 0
+    assert main(["import", str(file), "--db", str(db_b)]) == 0
+    capsys.readouterr()
+    original, imported = cli_check(capsys, db_a, config.run_id), cli_check(capsys, db_b, config.run_id)
+    assert original["findings"] and imported["findings"] == original["findings"]
+    assert imported["not_checked"] == original["not_checked"]
+    assert min(f["round"] for f in original["findings"]) == dec.fault_rounds[0]
+
+
+def test_a_version_3_store_migrates_and_then_keeps_tree_rounds(tmp_path, models):
+    """Schema 4 adds rounds.tree, tree_top, tree_full: a store of version 3 opens, migrates in
+    place, its chain runs load as before, and a tree run written afterwards (through the
+    writer's child process too) keeps its tree facts."""
+    from ..storage.helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
+    from specscope.storage.migrations import CURRENT_VERSION
+
+    path = tmp_path / "v3.sqlite"
+    old = synthetic_config(run_id="chain-run")
+    with TraceStore(path) as s:
+        with TraceWriter(s, old) as writer:
+            for rnd in synthetic_rounds(old, 4):
+                writer.write(rnd)
+        before = [r.tokens for r in s.load_rounds("chain-run")]
+    assert len(before) == 4
+    downgrade_sqlite_store(path, 3)
+    target, draft = models
+    with TraceStore(path) as s:
+        assert s.schema_version == CURRENT_VERSION == 4
+        assert [r.tokens for r in s.load_rounds("chain-run")] == before
+        assert all(type(r).__name__ == "Round" for r in s.load_rounds("chain-run"))
+        dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+                                 sampling=SamplingConfig(temperature=1.0))
+        out = dec.generate([1, 2, 3, 4], 20, seed=4)
+        with TraceWriter(s, out.config, mode="process") as writer:
+            for rnd in out.rounds:
+                writer.write(rnd)
+        back = s.load_rounds(out.config.run_id, full=True)
+    for a, b in zip(out.rounds, back):
+        same_tree(a, b, exact=False)
