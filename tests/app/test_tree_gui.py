@@ -106,3 +106,34 @@ def test_compare_lanes_offer_and_run_trees(qtbot, window, side, spec, tree):
     model = window.compare_session.models[side]
     assert model.config.proposer_params["tree"] == tree
     assert any(is_tree(r) for r in model.rounds)
+
+
+def test_a_replayed_tree_run_inspects_and_plots_as_it_ran(qtbot, make_window, tmp_path):
+    """The trace keeps the nodes' p and q: a replay shows the same p' for a node (from the
+    stored updates, or replayed from p and q when the trace keeps none) and the same plots."""
+    store = tmp_path / "trees.sqlite"
+    window = make_window(store_path=str(store))
+    configure(window, temperature="1.0", max_new_tokens="20", seed="3")
+    window.run_panel.tree.setEditText("3,2,1")
+    window.run_panel.children_mode.setCurrentText("distinct")
+    qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window)
+    live = window.model
+    run_id = live.config.run_id
+    rounds = [live.full_round(i) for i in range(len(live.rounds))]
+    r, child = next((r, kids[1]) for r in rounds for _, kids in r.tree.tried if len(kids) > 1)
+    live_p = node_residuals(r, child, "distinct").p_prime
+    live_depths = live.metrics.per_position().copy()
+    assert window.open_trace(str(store), run_id=run_id)
+    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    replay = window.model
+    assert replay.config.run_id == run_id and len(replay.rounds) == len(rounds)
+    replay.select(r.index, child)
+    values = window.inspector.values
+    assert values["tree"]["source"] in ("recorded", "recomputed from the stored p and q")
+    np.testing.assert_allclose(values["p"], live_p[values["tokens"]], atol=1e-9)
+    assert "p′₀ = p at" in values["header"]
+    window.plots.refresh()
+    assert window.plots.tree_mode
+    np.testing.assert_allclose(replay.metrics.per_position(), live_depths)
+    assert window.timeline.badges
