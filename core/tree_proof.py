@@ -221,25 +221,27 @@ class _Walk:
         if stats is not None and (stats.minimum < 0 or abs(stats.total - 1.0) > 1e-6):
             self.fail("residual", f"the p' recorded after child {c.index} of node {node} is not a distribution "
                       f"(sum {stats.total:.6g}, smallest entry {stats.minimum:.3g})", node=c.index)
-        q_known = self._q_entries(c, tried_tokens, tried_q)
-        ids = [t for t in sorted(q_known) if entry_known(p_after, t) and entry_known(running, t)]
-        if c.token in q_known and entry_known(p_after, c.token) and c.token not in ids:
-            ids.append(c.token)  # p'(c) itself is exact (c.p_token) at the first rejection
-        for t in ids:
-            before = p_c if t == c.token else float(running[t])
-            want = max(before - q_known[t], 0.0) / mass
+        q_known = self._q_entries(c, tried_tokens, tried_q, running)
+        p_known = {t: float(running[t]) for t in q_known if entry_known(running, t)}
+        if first:  # the node's p row: its children's p(token) scalars are exact entries of it
+            p_known.update({n.token: float(n.p_token) for n in self.nodes if n.parent == c.parent})
+        p_known[c.token] = p_c
+        for t in sorted(set(q_known) & set(p_known)):
+            if not entry_known(p_after, t):
+                continue
+            want = max(p_known[t] - q_known[t], 0.0) / mass
             if abs(float(p_after[t]) - want) > self.tol:
                 self.fail("residual", f"after child {c.index} of node {node} was rejected, p'({t}) = "
                           f"{float(p_after[t]):.6g}, {self._rule} gives {want:.6g}", node=c.index)
         self.partly = True  # the entries outside the stored ones stay unproved
 
-    def _q_entries(self, c: Any, tried_tokens: list[int], tried_q: list[float]) -> dict[int, float]:
-        """q_c at every token where it is known: all of them for a point mass (as the dict of
-        the tokens the checks read), else q's stored entries and the siblings' q(token)."""
+    def _q_entries(self, c: Any, tried_tokens: list[int], tried_q: list[float], running: Any) -> dict[int, float]:
+        """q_c at the tokens where it is known: for a point mass, every token p' has an entry
+        for (and the siblings'); else q's stored entries and the siblings' q(token)."""
         mode = self.tree.children
         siblings = [n for n in self.nodes if n.parent == c.parent]
         if mode == "topk":
-            ids = known_ids(c.q) if c.q is not None else None
+            ids = known_ids(running)
             tokens = {n.token for n in siblings} | (set(ids.tolist()) if ids is not None else set())
             return {t: (1.0 if t == c.token else 0.0) for t in tokens}
         q = c.q

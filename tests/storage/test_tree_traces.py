@@ -346,3 +346,50 @@ def test_a_version_3_store_migrates_and_then_keeps_tree_rounds(tmp_path, models)
         back = s.load_rounds(out.config.run_id, full=True)
     for a, b in zip(out.rounds, back):
         same_tree(a, b, exact=False)
+
+
+def test_tampered_top_n_tree_traces_are_flagged(tmp_path, models):
+    """A top-N tree trace edited in its JSONL: a p' update's mass, an exact p' entry, the
+    tried order and a tried child's draw are each caught in the round edited."""
+    import json
+
+    from specscope.storage.jsonl import export_run, import_run
+
+    target, draft = models
+    with TraceStore(tmp_path / "a.sqlite") as a:
+        dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+                                 sampling=SamplingConfig(temperature=1.0), vectors="top")
+        config, rounds = stored(a, dec, False, seed=1)
+        assert check_report(config, rounds).findings == []
+        export_run(a, config.run_id, tmp_path / "ok.jsonl")
+    lines = (tmp_path / "ok.jsonl").read_text().splitlines()
+    # a round whose first child of the prefix was rejected and a second one tried
+    at = next(i for i, r in enumerate(rounds) if r.tree.updates and r.tree.updates[0].parent == -1
+              and len(r.tree.tried[0][1]) > 1)
+    second = rounds[at].tree.tried[0][1][1]
+    token = rounds[at].nodes[second].token
+
+    def mass(t, nodes):
+        t["updates"][0]["mass"] *= 1.5
+
+    def entry(t, nodes):
+        u = t["updates"][0]
+        i = u["exact_ids"].index(token)
+        u["exact_probs"][i] = u["exact_probs"][i] * 0.5 + 0.01
+
+    def order(t, nodes):
+        t["tried"][0][1] = list(reversed(t["tried"][0][1]))
+
+    def draw(t, nodes):
+        nodes[t["tried"][0][1][0]]["u"] = 0.0  # the rejected first child now passes its test
+
+    for change, rule in ((mass, "residual"), (entry, "residual"), (order, "tree-walk"), (draw, "tree-walk")):
+        line = json.loads(lines[1 + at])
+        change(line["tree"], line["nodes"])
+        bad = tmp_path / f"{change.__name__}.jsonl"
+        bad.write_text("\n".join(lines[:1 + at] + [json.dumps(line)] + lines[2 + at:]) + "\n")
+        with TraceStore(tmp_path / f"{change.__name__}.sqlite") as b:
+            run_id = import_run(b, bad)
+            findings = check_report(b.run_config(run_id), b.load_rounds(run_id, full=True)).findings
+        assert findings and findings[0].round == at and findings[0].rule == rule, (change.__name__,
+                                                                                  [str(f) for f in findings[:2]])
