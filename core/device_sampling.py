@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .row_ops import row_topk
+from .row_ops import CHUNK, chunked, fast_rows, row_topk
 from .sampling import SamplingConfig
 
 
@@ -81,23 +81,26 @@ def _top_k_sparse(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor 
         scaled = scaled / config.temperature
     kept, ids = torch.softmax(scaled, dim=-1), ids[..., :k]
     if config.top_p < 1.0:
-        flat_kept, flat_ids = kept.reshape(-1, k), ids.reshape(-1, k)
-        kept = torch.stack([_top_p_of_kept(v, i, config.top_p) for v, i in zip(flat_kept, flat_ids)]).reshape(kept.shape)
+        kept = _top_p_of_kept(kept.reshape(-1, k), ids.reshape(-1, k), config.top_p).reshape(kept.shape)
     out = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device)
     out.scatter_(-1, ids, kept)
     return out
 
 
 def _top_p_of_kept(values: torch.Tensor, ids: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Top-p over a row's kept entries (`_top_p_mask`'s rule: descending probability, equal
-    ones by ascending id, up to the first whose cumulative mass reaches top_p), renormalised."""
-    by_id = torch.argsort(ids)
-    order = by_id[torch.sort(-values[by_id], stable=True).indices]
-    cumulative = torch.cumsum(values[order], dim=0)
-    count = min(1 + int((cumulative < top_p).sum()), len(values))
-    out = torch.zeros_like(values)
-    out[order[:count]] = values[order[:count]]
-    return out / out.sum()
+    """Top-p over each row's kept entries, (m, k) (`_top_p_mask`'s rule: descending
+    probability, equal ones by ascending id, up to the first whose cumulative mass reaches
+    top_p), renormalised. All rows at once: the order is a stable sort by id, then a stable
+    sort by descending probability."""
+    by_id = torch.argsort(ids, dim=-1, stable=True)
+    by_value = torch.sort(-torch.gather(values, -1, by_id), dim=-1, stable=True).indices
+    order = torch.gather(by_id, -1, by_value)  # (m, k): positions in descending-probability order
+    cumulative = torch.cumsum(torch.gather(values, -1, order), dim=-1)
+    count = ((cumulative < top_p).sum(dim=-1, keepdim=True) + 1).clamp(max=values.shape[-1])
+    ranks = torch.arange(values.shape[-1], device=values.device).expand_as(values)
+    keep = torch.zeros_like(values, dtype=torch.bool).scatter_(-1, order, ranks < count)
+    out = torch.where(keep, values, torch.zeros((), dtype=values.dtype, device=values.device))
+    return out / out.sum(dim=-1, keepdim=True)
 
 
 def _top_p_keep(row: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -125,7 +128,10 @@ def _top_p_keep(row: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def sample_from_torch(probs: torch.Tensor, u: float) -> int:
-    """`sample_from` for a 1-D tensor: the inverse-CDF draw in token-id order (one sync)."""
+    """`sample_from` for a 1-D tensor: the inverse-CDF draw in token-id order (one sync; two
+    on the CPU at large vocabularies, where the row is summed by chunks first)."""
+    if fast_rows(probs):
+        return _sample_by_chunks(probs, u)
     cdf = torch.cumsum(probs, dim=0)
     total = cdf[-1]
     index = torch.searchsorted(cdf, (u * total).reshape(1), right=True)
@@ -135,4 +141,27 @@ def sample_from_torch(probs: torch.Tensor, u: float) -> int:
     index = int(index)
     if index >= probs.shape[0]:  # only reachable through rounding at u -> 1
         index = int(torch.nonzero(probs).flatten()[-1])
+    return index
+
+
+def _sample_by_chunks(probs: torch.Tensor, u: float) -> int:
+    """The same inverse-CDF draw with the cumulative sum taken over chunk sums, then inside
+    the chunk the draw lands in: two short scans instead of one over the vocabulary. Still
+    in token-id order; only the association of the additions differs (docs/scale.md)."""
+    chunks = chunked(probs.reshape(1, -1), fill=0.0)[0]  # (C, CHUNK)
+    chunk_cdf = torch.cumsum(chunks.sum(dim=-1), dim=0)
+    total = float(chunk_cdf[-1])
+    if not total > 0:
+        raise ValueError("cannot sample from a distribution with zero total mass")
+    x = u * total
+    c = min(int(torch.searchsorted(chunk_cdf, torch.tensor([x], dtype=chunk_cdf.dtype), right=True)[0]),
+            chunk_cdf.shape[0] - 1)
+    below = float(chunk_cdf[c - 1]) if c > 0 else 0.0
+    inside = below + torch.cumsum(chunks[c], dim=0)
+    offset = int(torch.searchsorted(inside, torch.tensor([x], dtype=inside.dtype), right=True)[0])
+    index = c * CHUNK + offset
+    if offset >= CHUNK or index >= probs.shape[0] or not probs[index] > 0:
+        # x fell in the rounding gap at a chunk's end (or at u -> 1): the last token with
+        # mass up to there, as the scan over the whole row would pick
+        index = int(torch.nonzero(probs[: min(c * CHUNK + CHUNK, probs.shape[0])]).flatten()[-1])
     return index

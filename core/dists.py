@@ -150,13 +150,14 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
 def _compact_sparse(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]]) -> list[TopDistribution]:
     """compact_rows from the rows' nonzero entries (ascending ids per row, as nonzero
     returns them): the top-N by a stable sort (ties stay by ascending id), support = their
-    count, minimum = 0 unless every entry is positive, sum = theirs."""
-    import torch
+    count, minimum = 0 unless every entry is positive, sum = theirs. Rows are nonnegative
+    (probabilities)."""
+    from .row_ops import nonzero_entries
 
     m, vocab = rows.shape
-    at = torch.nonzero(rows)  # (nnz, 2): row-major, so ascending ids within a row
-    values = rows[at[:, 0], at[:, 1]].cpu().numpy()
-    row_of, ids = at[:, 0].cpu().numpy(), at[:, 1].cpu().numpy().astype(np.int64)
+    row_t, ids_t = nonzero_entries(rows)  # row-major, so ascending ids within a row
+    values = rows[row_t, ids_t].cpu().numpy()
+    row_of, ids = row_t.cpu().numpy(), ids_t.cpu().numpy().astype(np.int64)
     bounds = np.searchsorted(row_of, np.arange(m + 1))
     out = []
     for r in range(m):

@@ -17,16 +17,17 @@ CHUNK = 64
 MIN_VOCAB = 8 * CHUNK  # below this torch's kernels are as fast
 
 
-def _chunked(rows: torch.Tensor) -> torch.Tensor:
-    """(m, V) -> (m, ceil(V / CHUNK), CHUNK), the tail padded with -inf."""
+def chunked(rows: torch.Tensor, fill: float = float("-inf")) -> torch.Tensor:
+    """(m, V) -> (m, ceil(V / CHUNK), CHUNK), the tail padded with `fill`."""
     m, vocab = rows.shape
     pad = (-vocab) % CHUNK
     if pad:
-        rows = torch.nn.functional.pad(rows, (0, pad), value=float("-inf"))
+        rows = torch.nn.functional.pad(rows, (0, pad), value=fill)
     return rows.reshape(m, -1, CHUNK)
 
 
-def _fast(rows: torch.Tensor) -> bool:
+def fast_rows(rows: torch.Tensor) -> bool:
+    """Whether the chunked reductions pay: float rows on the CPU, at least MIN_VOCAB long."""
     return rows.device.type == "cpu" and rows.shape[-1] >= MIN_VOCAB and rows.dtype.is_floating_point
 
 
@@ -37,9 +38,9 @@ def row_topk(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     if rows.ndim == 1:
         values, ids = row_topk(rows.reshape(1, -1), k)
         return values[0], ids[0]
-    if not _fast(rows) or k > rows.shape[-1] // (4 * CHUNK):
+    if not fast_rows(rows) or k > rows.shape[-1] // (4 * CHUNK):
         return torch.topk(rows, k, dim=-1)
-    chunks = _chunked(rows)
+    chunks = chunked(rows)
     # The k largest entries lie in at most k chunks, each with a maximum at least as large
     # as the k-th largest entry: the k chunks with the largest maxima hold them.
     _, chunk_ids = torch.topk(torch.amax(chunks, dim=-1), k, dim=-1)  # (m, k)
@@ -53,9 +54,22 @@ def row_argmax(rows: torch.Tensor) -> torch.Tensor:
     """`rows.argmax(dim=-1)`: per row, the index of the first maximal entry."""
     if rows.ndim == 1:
         return row_argmax(rows.reshape(1, -1))[0]
-    if not _fast(rows):
+    if not fast_rows(rows):
         return rows.argmax(dim=-1)
-    chunks = _chunked(rows)
+    chunks = chunked(rows)
     first_chunk = torch.amax(chunks, dim=-1).argmax(dim=-1)  # the first chunk holding the maximum
     inside = chunks[torch.arange(rows.shape[0], device=rows.device), first_chunk].argmax(dim=-1)
     return first_chunk * CHUNK + inside
+
+
+def nonzero_entries(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row index, token id) of every nonzero entry of nonnegative (m, V) rows, row-major and
+    by ascending id within a row, as `torch.nonzero(rows).T` gives them. For sparse rows (a
+    top-k filter) only the chunks whose maximum is positive are searched."""
+    if not fast_rows(rows):
+        at = torch.nonzero(rows)
+        return at[:, 0], at[:, 1]
+    chunks = chunked(rows, fill=0.0)  # zeros: never nonzero
+    hot = torch.nonzero(torch.amax(chunks, dim=-1) > 0)  # (h, 2): row, chunk; row-major
+    inside = torch.nonzero(chunks[hot[:, 0], hot[:, 1]] > 0)  # (nnz, 2): hot chunk, offset
+    return hot[inside[:, 0], 0], hot[inside[:, 0], 1] * CHUNK + inside[:, 1]

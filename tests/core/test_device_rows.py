@@ -60,7 +60,7 @@ def tied_logits(rng: np.random.Generator, rows: int, vocab: int) -> np.ndarray:
 @pytest.mark.parametrize("ties", [False, True])
 def test_torch_transforms_equal_the_numpy_reference(config, ties):
     rng = np.random.default_rng(7)
-    for vocab in (50, 3000):
+    for vocab in (50, 3000, 40_000):  # 40,000: core.row_ops's chunked topk on the CPU
         logits = tied_logits(rng, 4, vocab) if ties else (rng.standard_normal((4, vocab)) * 3).astype(np.float32)
         expected = process_logits(logits, config)
         got = process_logits_torch(torch.from_numpy(logits), config).numpy()
@@ -246,3 +246,21 @@ def test_bad_vector_options_are_refused(pair):
         SpeculativeDecoder(target, DraftModelProposer(draft), vectors="dense")
     with pytest.raises(ValueError, match="top_n"):
         SpeculativeDecoder(target, DraftModelProposer(draft), top_n=0)
+
+
+@pytest.mark.parametrize("vocab", [4096, 40_000 + 17])
+def test_chunked_draws_on_the_cpu_equal_the_numpy_reference(vocab):
+    """At large vocabularies the CPU draw sums by chunks first (core.device_sampling): the
+    same token as the sequential scan, zeros and the u -> 1 end included."""
+    rng = np.random.default_rng(vocab)
+    for trial in range(12):
+        probs = rng.dirichlet(np.full(vocab, 0.05))
+        probs[rng.integers(0, vocab, size=vocab // 3)] = 0.0
+        if trial % 3 == 0:
+            probs[-200:] = 0.0  # no mass in the last chunks
+        if trial % 3 == 1:
+            probs[:] = 0.0
+            probs[rng.integers(0, vocab, size=60)] = rng.random(60)  # top-k-like: a few entries
+        for u in rng.random(40).tolist() + [0.0, 1 - 1e-16, 0.5]:
+            token = sample_from_torch(torch.from_numpy(probs), u)
+            assert token == sample_from(probs, u) and probs[token] > 0

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from specscope.core.row_ops import CHUNK, row_argmax, row_topk
+from specscope.core.row_ops import CHUNK, nonzero_entries, row_argmax, row_topk
 
 
 def _rows(kind: str, m: int, vocab: int, seed: int) -> torch.Tensor:
@@ -67,3 +67,14 @@ def test_distinct_values_give_torchs_ids_too():
     values, ids = row_topk(rows, 30)
     ref_values, ref_ids = torch.topk(rows, 30, dim=-1)
     assert torch.equal(values, ref_values) and torch.equal(ids, ref_ids)
+
+
+@pytest.mark.parametrize("kind", ["sparse", "ties"])
+@pytest.mark.parametrize("vocab", VOCABS + [CHUNK * 8 + 5, 100])
+def test_nonzero_entries_of_nonnegative_rows_equal_torchs(kind, vocab):
+    rows = _rows(kind, 3, vocab, seed=vocab + 7).to(torch.float64)
+    rows[1] = 0.0  # a row with no entry at all
+    rows[2, -1] = 0.5  # an entry in the last (padded) chunk
+    row_of, ids = nonzero_entries(rows)
+    expected = torch.nonzero(rows)
+    assert torch.equal(row_of, expected[:, 0]) and torch.equal(ids, expected[:, 1])
