@@ -631,7 +631,11 @@ def _tree(v: _V, d: dict, rnd: Round, run: ParsedTrace) -> Any:
     children = v.get(d, "children", "tree", "str", choices=CHILDREN_MODES)
     path = nodes_of(v.get(d, "path", "tree", "ints"), "tree.path")
     tried = []
-    for i, item in enumerate(v.get(d, "tried", "tree", "list")):
+    raw_tried, raw_updates = v.get(d, "tried", "tree", "list"), v.get(d, "updates", "tree", "list", required=False, default=[])
+    if len(raw_tried) > n + 1 or len(raw_updates) > n:
+        raise v.fail("tree", f"{len(raw_tried)} tried lists and {len(raw_updates)} updates for {n} nodes (at most one "
+                             "per node reached and one per rejected node)")
+    for i, item in enumerate(raw_tried):
         where = f"tree.tried[{i}]"
         if not isinstance(item, list) or len(item) != 2:
             raise v.fail(where, f"expected [node, [children...]], got {_kind(item)}")
@@ -639,7 +643,7 @@ def _tree(v: _V, d: dict, rnd: Round, run: ParsedTrace) -> Any:
         nodes_of([node], f"{where}[0]", lo=-1)
         tried.append([node, nodes_of(v.check(item[1], f"{where}[1]", "ints"), f"{where}[1]")])
     updates = [_tree_update(v, v.obj(u, f"tree.updates[{i}]"), f"tree.updates[{i}]", n, run)
-               for i, u in enumerate(v.get(d, "updates", "tree", "list", required=False, default=[]))]
+               for i, u in enumerate(raw_updates)]
     positions = v.get(d, "positions", "tree", "ints", required=False, default=[])
     visible = v.get(d, "visible", "tree", "list", required=False, default=[])
     for key, value in (("positions", positions), ("visible", visible)):
