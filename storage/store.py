@@ -305,12 +305,19 @@ class TraceStore:
     def batch_size(self, run_id: str) -> int:
         """Rounds per read for iter_rounds: MAX_BATCH, fewer for big vocabularies, so that
         a batch's rebuilt vectors (p and q per node, bonus and residual: about 2 (k + 2)
-        float64 rows of the vocabulary per round) stay under BATCH_BYTES."""
+        float64 rows of the vocabulary per round; a tree round has its mean node count in
+        place of k and a p' per rejected node: about 3 nodes + 2) stay under BATCH_BYTES."""
         run_id = self.resolve_run_id(run_id)
         with translate_errors(f"reading {self._where}"):
             with self.engine.connect() as conn:
-                row = conn.execute(select(runs_table.c.vocab_size, runs_table.c.k).where(runs_table.c.run_id == run_id)).one()
-        per_round = max(1, int(row.vocab_size)) * 8 * 2 * (max(1, int(row.k)) + 2)
+                row = conn.execute(select(runs_table.c.vocab_size, runs_table.c.k, runs_table.c.drafted,
+                                          runs_table.c.n_rounds, runs_table.c.proposer_params)
+                                   .where(runs_table.c.run_id == run_id)).one()
+        rows = 2 * (max(1, int(row.k)) + 2)
+        if (row.proposer_params or {}).get("tree"):
+            nodes = -(-int(row.drafted or 0) // max(1, int(row.n_rounds or 0)))
+            rows = max(rows, 3 * nodes + 2)
+        per_round = max(1, int(row.vocab_size)) * 8 * rows
         return max(1, min(MAX_BATCH, BATCH_BYTES // per_round))
 
     def load_round(self, run_id: str, index: int, full: bool = True) -> Round:

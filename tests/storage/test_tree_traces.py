@@ -192,7 +192,10 @@ def test_a_top_n_tree_trace_checks_clean_and_flags_the_stale_residual(tmp_path, 
             dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree, children=children),
                                      sampling=SamplingConfig(temperature=1.0))
             config, rounds = stored(store, dec, False, max_new=16)
-            assert store.get_run(config.run_id).full_vectors is False
+            info = store.get_run(config.run_id)
+            assert info.full_vectors is False
+            nodes = -(-info.drafted // info.n_rounds)  # a batch holds about 3 vectors per node (p, q, p')
+            assert nodes > config.k and store.batch_size(config.run_id) == (64 << 20) // (5000 * 8 * (3 * nodes + 2))
             assert all(getattr(n.p, "partial", False) for r in rounds for n in r.nodes)
             assert any(r.tree.updates for r in rounds)
             report = cli_check(capsys, db, config.run_id)
