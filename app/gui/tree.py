@@ -31,7 +31,7 @@ from . import theme
 from .describe import after_accepted_eos, describe_node, fmt, tok
 from .runmodel import RunModel, visible_text
 
-DX = 92
+DX = 104  # room for the edges of wide trees to fan out
 DY = 44
 NODE_W = 78
 NODE_H = 30
@@ -128,10 +128,11 @@ def _layout(nodes: list[TreeNode]) -> None:
     for n in nodes:
         if n.parent is not None:
             children.setdefault(n.parent, []).append(n)
-    # keep draft nodes first and the repair below its rejected sibling
+    # draft nodes first, in index order (the tried order: "n10" after "n9"), the repair
+    # below its rejected sibling
     order = {"repair": 1, "bonus": 0}
     for kids in children.values():
-        kids.sort(key=lambda n: (order.get(n.key, 0), n.key))
+        kids.sort(key=lambda n: (order.get(n.key, 0), n.pos))
     next_leaf = [0.0]
 
     def place(n: TreeNode) -> float:
