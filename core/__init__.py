@@ -15,8 +15,8 @@ _EXPORTS = {
     "proposers": ("Draft", "DraftModelProposer", "PromptLookupProposer", "Proposer"),
     "registry": ("KINDS", "ProposerSpec", "SpecError", "build_proposer", "parse_spec"),
     "run": ("RunHandle",),
-    "records": ("CacheState", "DraftNode", "EmittedToken", "GenerationResult", "Round", "RoundTimings", "RunConfig",
-                "RunSummary"),
+    "records": ("CacheState", "DraftNode", "EmittedToken", "GenerationResult", "ResidualUpdate", "Round", "RoundTimings",
+                "RunConfig", "RunSummary", "TreeInfo", "TreeRound"),
     "sampling": ("SamplingConfig", "process_logits", "sample_from"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -36,12 +36,15 @@ __all__ = [
     "GenerationResult",
     "PromptLookupProposer",
     "Proposer",
+    "ResidualUpdate",
     "Round",
     "RoundTimings",
     "RunConfig",
     "RunSummary",
     "SamplingConfig",
     "SpeculativeDecoder",
+    "TreeInfo",
+    "TreeRound",
     "expected_tokens",
     "expected_tokens_from_survival",
     "normalize_prompt",
@@ -70,8 +73,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from .cost import expected_tokens, expected_tokens_from_survival, predicted_speedup, speedup
     from .decoder import SpeculativeDecoder, normalize_prompt, summarize
     from .proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
-    from .records import (CacheState, DraftNode, EmittedToken, GenerationResult, Round, RoundTimings, RunConfig,
-                          RunSummary)
+    from .records import (CacheState, DraftNode, EmittedToken, GenerationResult, ResidualUpdate, Round, RoundTimings,
+                          RunConfig, RunSummary, TreeInfo, TreeRound)
     from .registry import KINDS, ProposerSpec, SpecError, build_proposer, parse_spec
     from .run import RunHandle
     from .sampling import SamplingConfig, process_logits, sample_from
