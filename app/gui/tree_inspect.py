@@ -101,9 +101,9 @@ def node_residuals(r: Round, index: int, mode: str | None) -> NodeResiduals:
                              source="greedy: the target's argmax decides, p′ is never updated")
     mode = getattr(getattr(r, "tree", None), "children", None) or mode
     recorded = _recorded_updates(r, node.parent, tried)
-    if recorded is not None:
+    if recorded is not None and all(u.p_after is not None for u in recorded):
         updates, source = recorded, RECORDED
-    else:
+    else:  # not recorded, or recorded without the vectors (a store may keep the masses only)
         updates, source = _replayed_updates(r, node.parent, tried, mode)
         if updates is None:
             return NodeResiduals(**base, p_prime=None, updates=(), source=source, mode=mode)

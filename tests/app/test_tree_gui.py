@@ -46,6 +46,8 @@ def test_a_tree_from_the_run_panel_runs_and_inspects(qtbot, window):
     assert badges[r.index] == len(r.nodes) - len(r.tree.path)
     badge = next(cell for cell in tl.badges if model.cells.round[cell] == r.index)
     assert f"{badges[r.index]} discarded" in tl.tooltip_for(badge)
+    tl.click_cell(badge)  # selects the round's first rejected node
+    assert model.selected == (r.index, min(n.index for n in r.nodes if n.status == "rejected"))
     # the plots: accepted length per round and acceptance by depth (accepted / tried)
     plots = window.plots
     plots.refresh()
@@ -127,6 +129,8 @@ def test_a_replayed_tree_run_inspects_and_plots_as_it_ran(qtbot, make_window, tm
     assert window.open_trace(str(store), run_id=run_id)
     qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
     replay = window.model
+    panel = window.run_panel  # Run reproduces the replayed tree
+    assert (panel.tree.currentText(), panel.children_mode.currentText()) == ("3,2,1", "distinct")
     assert replay.config.run_id == run_id and len(replay.rounds) == len(rounds)
     replay.select(r.index, child)
     values = window.inspector.values

@@ -85,3 +85,13 @@ def test_the_inspector_plots_p_prime_against_the_childs_q(qtbot):
     assert values["tree"]["updates"][0][0] == kids[0]
     assert "p′₀ = p at" in values["header"] and "tried #2" in values["header"]
     assert "p′" in inspector.pq_plot.titleLabel.text
+
+
+def test_updates_recorded_without_their_vectors_are_replayed_from_p_and_q():
+    out = tree_run("distinct")
+    r = next(r for r in out.rounds if len(r.tree.updates) and any(len(k) > 1 for _, k in r.tree.tried))
+    parent, kids = next((p, k) for p, k in r.tree.tried if len(k) > 1)
+    masses_only = dataclasses.replace(r.tree, updates=tuple(dataclasses.replace(u, p_after=None) for u in r.tree.updates))
+    view = node_residuals(dataclasses.replace(r, tree=masses_only), kids[1], "distinct")
+    assert view.source == RECOMPUTED
+    np.testing.assert_allclose(view.p_prime, node_residuals(r, kids[1], "distinct").p_prime, atol=1e-12)
