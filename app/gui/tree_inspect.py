@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from specscope.core.dists import TopDistribution
-from specscope.core.partial import is_full
+from specscope.core.partial import entry_known, is_full
 from specscope.core.records import Round
 from specscope.core.tree_verify import CHILDREN_MODES, child_proposal
 from specscope.core.verify import residual_distribution
@@ -110,23 +110,35 @@ def node_residuals(r: Round, index: int, mode: str | None) -> NodeResiduals:
     p_prime = None
     if rank is not None:
         p_prime = _dense(node.p) if rank == 1 else (updates[rank - 2].p_after if len(updates) >= rank - 1 else None)
-    earlier = [r.nodes[c].token for c in tried[: (rank or 1) - 1]]
+    earlier = [r.nodes[c] for c in tried[: (rank or 1) - 1]]
     return NodeResiduals(**base, p_prime=p_prime, updates=updates, source=source, mode=mode,
                          accept_p=_accept_p(p_prime, base["q"], mode, earlier, node.token))
 
 
-def _accept_p(p_prime, q, mode: str | None, earlier: list[int], token: int) -> float | None:
-    """min(1, p'(x) / q_c(x)) from full rows (None when a row or the mode is missing)."""
-    if p_prime is None or mode is None or not (is_full(p_prime) and (mode == "topk" or is_full(q))):
+def _accept_p(p_prime, q, mode: str | None, earlier: list, token: int) -> float | None:
+    """min(1, p'(x) / q_c(x)): from full rows as the walk computes it, else from the entries
+    a top-N record keeps (each p' keeps its node's children; each sibling's q row, the same
+    row, keeps its own token); None when the mode or an entry is missing."""
+    if p_prime is None or mode is None or not entry_known(p_prime, token):
         return None
-    q_row = np.zeros(len(p_prime)) if q is None else np.asarray(q, dtype=np.float64)
-    try:
-        q_c = child_proposal(mode, q_row, earlier, token)
-    except ValueError:
+    if mode != "topk" and (q is None or not entry_known(q, token)):
         return None
-    if not q_c[token] > 0:
-        return None
-    return float(min(1.0, float(p_prime[token]) / float(q_c[token])))
+    tokens = [n.token for n in earlier]
+    if mode == "topk":
+        q_c = 1.0
+    elif is_full(q):
+        try:
+            q_c = float(child_proposal(mode, np.asarray(q, dtype=np.float64), tokens, token)[token])
+        except ValueError:
+            return None
+    elif mode == "sampled":
+        q_c = float(q[token])
+    else:  # distinct: q without the earlier siblings, renormalised (q sums to 1)
+        if not all(n.q is not None and entry_known(n.q, n.token) for n in earlier):
+            return None
+        rest = 1.0 - sum(float(n.q[n.token]) for n in earlier)
+        q_c = float(q[token]) / rest if rest > 0 else 0.0
+    return float(min(1.0, float(p_prime[token]) / q_c)) if q_c > 0 else None
 
 
 def _recorded_updates(r: Round, parent: int, tried: tuple[int, ...]) -> tuple[SiblingUpdate, ...] | None:

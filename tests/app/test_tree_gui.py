@@ -134,7 +134,7 @@ def test_a_replayed_tree_run_inspects_and_plots_as_it_ran(qtbot, make_window, tm
     assert replay.config.run_id == run_id and len(replay.rounds) == len(rounds)
     replay.select(r.index, child)
     values = window.inspector.values
-    assert values["tree"]["source"] in ("recorded", "recomputed from the stored p and q")
+    assert values["tree"]["source"] in ("recorded", "recomputed from the stored p and q"), values["tree"]
     np.testing.assert_allclose(values["p"], live_p[values["tokens"]], atol=1e-9)
     assert "p′₀ = p at" in values["header"]
     window.plots.refresh()

@@ -95,3 +95,24 @@ def test_updates_recorded_without_their_vectors_are_replayed_from_p_and_q():
     view = node_residuals(dataclasses.replace(r, tree=masses_only), kids[1], "distinct")
     assert view.source == RECOMPUTED
     np.testing.assert_allclose(view.p_prime, node_residuals(r, kids[1], "distinct").p_prime, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["sampled", "distinct", "topk"])
+def test_top_n_records_give_the_same_acceptance_test(mode):
+    """Above 4096 tokens a round keeps top-N rows: the test's entries (p'(x), q(x), the earlier
+    siblings' q) are kept, so each node's min(1, p'(x)/q_c(x)) is the full rows' own."""
+    target = tiny_lm("llama", seed=3, init_range=0.3)
+
+    def run(vectors):
+        dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children=mode),
+                                 sampling=SamplingConfig(temperature=1.0), seed=5, vectors=vectors, top_n=4)
+        return dec.generate([3, 9, 27, 17], 30).rounds
+
+    checked = 0
+    for full, top in zip(run("full"), run("top"), strict=True):
+        for node in full.nodes:
+            want = node_residuals(full, node.index, mode).accept_p
+            if want is not None:
+                assert node_residuals(top, node.index, mode).accept_p == pytest.approx(want, abs=1e-9)
+                checked += 1
+    assert checked > 20
