@@ -6,7 +6,9 @@ a dict field -> message that the panel shows next to each field.
 The proposer is a core.registry spec ("draft:small", "draft:/path/to/ckpt", "lookup",
 "lookup:max_ngram=4"), and the choices offered are derived from the registry, so a newly
 registered proposer kind shows up here without a change to the app. The "local
-checkpoint…" entry is KIND:PATH; its folder comes from the checkpoint field.
+checkpoint…" entry is KIND:PATH; its folder comes from the checkpoint field. A token tree is
+part of the spec ("draft:small,tree=3,2,1,children=sampled"; app/gui/tree_settings.py), its
+problems reported under "tree" and "children".
 """
 
 from __future__ import annotations

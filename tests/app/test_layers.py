@@ -8,7 +8,8 @@ from pathlib import Path
 import specscope.app.gui as gui
 
 VIEW_MODULES = ("timeline", "inspector", "tree", "plots", "findings", "runpanel", "navigator", "compare",
-                "describe", "runmodel", "metrics", "theme", "settings", "kvview", "pages")
+                "describe", "runmodel", "metrics", "theme", "settings", "kvview", "pages", "tree_settings",
+                "tree_inspect")
 FORBIDDEN = ("torch", "transformers", "sqlalchemy", "specscope.storage", "sqlite3")
 
 
