@@ -272,7 +272,7 @@ class DraftModelProposer:
         tokens, parents, qs, self._tree_rows = finish(growth, kept)
         self._tree_prefix = len(context)
         return Draft(
-            tokens=tokens, parents=parents, q=None if sampling.greedy or not qs else np.stack(qs),
+            tokens=tokens, parents=parents, q=None if sampling.greedy or not qs else torch.stack(qs),
             forwards=growth.forwards, cache_before=before, cache_peak=self.lm.processed,
             sample_draws=tuple(growth.draws), children=self.children,
         )

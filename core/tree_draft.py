@@ -8,6 +8,10 @@ draws without replacement, or the top-k tokens of q (greedy runs always take the
 Nodes come out breadth first, siblings in the order they were chosen: the order the
 verifier tries them.
 
+The q rows stay on the draft model's device as float64 torch tensors (core.device_sampling):
+choosing children reads a few entries of a row (the top-k's cut, a draw's inverse CDF), and
+only the chosen tokens and their q values cross to the host.
+
 Between rounds the draft cache holds the committed prefix only: `TreeGrowth.keep_path`
 keeps the accepted path's rows (gathered by index) and drops every other node.
 """
@@ -19,27 +23,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
+from .device_sampling import process_logits_torch
 from .kv import CachedLM
-from .sampling import SamplingConfig, process_logits, sample_from
+from .row_ops import row_topk
+from .sampling import SamplingConfig
 from .tree_kv import keep_positions, masked_feed
 from .trees import SLOT_ROOT, TreeSpec, select_dynamic
+from .verify import draw_token
 
 
-def choose_children(mode: str, q: np.ndarray, count: int, greedy: bool,
+def choose_children(mode: str, q: torch.Tensor, count: int, greedy: bool,
                     rng: np.random.Generator) -> tuple[list[int], list[float]]:
-    """(children tokens in the order chosen, the uniforms drawn)."""
+    """(children tokens in the order chosen, the uniforms drawn), from a float64 q row."""
+    q = torch.as_tensor(q)
     if greedy or mode == "topk":
-        order = np.argsort(-q, kind="stable")[:count]  # ties: the lower token id, as argmax
-        return [int(t) for t in order if q[t] > 0], []
+        return _top_tokens(q, count), []
     tokens: list[int] = []
     draws: list[float] = []
-    left = q.copy()
+    left = q.clone()
     for _ in range(count):
-        if not left.sum() > 0:
+        if not bool(left.sum() > 0):
             break  # without replacement: the support is used up
         u = float(rng.random())
-        token = sample_from(q if mode == "sampled" else left, u)
+        token = draw_token(q if mode == "sampled" else left, u)
         tokens.append(token)
         draws.append(u)
         if mode == "distinct":
@@ -47,12 +55,24 @@ def choose_children(mode: str, q: np.ndarray, count: int, greedy: bool,
     return tokens, draws
 
 
+def _top_tokens(q: torch.Tensor, count: int) -> list[int]:
+    """The `count` most probable tokens with q > 0, ties by the lower token id (as argmax and
+    a stable descending sort): the entries at or above the count-th value, stably ordered."""
+    count = min(count, q.shape[-1])
+    if count <= 0:
+        return []
+    cut = row_topk(q.reshape(1, -1), count)[0][0, -1]
+    ids = torch.nonzero((q >= cut) & (q > 0)).flatten()  # ascending ids
+    order = torch.sort(-q[ids], stable=True).indices[:count]
+    return ids[order].tolist()
+
+
 @dataclass
 class _Node:
     token: int
     parent: int  # candidate index; -1 = the prefix
     depth: int
-    q: np.ndarray
+    q: torch.Tensor  # the row it was chosen from (float64, the draft model's device)
     score: float = 0.0  # cumulative draft log-probability
     slot: int = SLOT_ROOT  # static: the spec slot it fills
 
@@ -71,18 +91,19 @@ class TreeGrowth:
     forwards: int = 0
     context_tokens: list[int] = field(default_factory=list)  # the first forward's tokens (refed without a cache)
 
-    def root_q(self, pending: list[int]) -> np.ndarray:
+    def root_q(self, pending: list[int]) -> torch.Tensor:
         self.context_tokens = pending
         logits = self.lm.feed(pending, keep=1)[0]
         self.forwards += 1
-        return self._q(logits.cpu().numpy())
+        return self._q(logits)
 
-    def _q(self, logits: np.ndarray) -> np.ndarray:
-        if not np.isfinite(logits).all():
+    def _q(self, logits: torch.Tensor) -> torch.Tensor:
+        # one read: a NaN or inf makes the sum non-finite (a finite row can overflow it, hence the full look then)
+        if not bool(torch.isfinite(logits.sum())) and not bool(torch.isfinite(logits).all()):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
-        return process_logits(logits, self.sampling, checked=True)
+        return process_logits_torch(logits, self.sampling, checked=True)
 
-    def expand(self, frontier: list[int]) -> list[np.ndarray]:
+    def expand(self, frontier: list[int]) -> list[torch.Tensor]:
         """One forward over the candidates `frontier` (all of one depth); q after each."""
         if self.lm.cache is not None:
             tokens, allowed = self._cached_rows(frontier)
@@ -93,7 +114,7 @@ class TreeGrowth:
         else:
             logits = self._uncached(frontier)
         self.forwards += 1
-        return list(self._q(logits.cpu().numpy()))
+        return list(self._q(logits))
 
     def _ancestors(self, c: int) -> list[int]:
         out = []
@@ -129,13 +150,14 @@ class TreeGrowth:
         self.rows.update({c: -1 for c in frontier})  # expanded (no cache rows to keep)
         return masked_feed(self.lm, tokens, positions, allowed, keep=len(frontier))
 
-    def add_children(self, parent: int, q: np.ndarray, count: int, mode: str, slots: Sequence[int] = ()) -> None:
+    def add_children(self, parent: int, q: torch.Tensor, count: int, mode: str, slots: Sequence[int] = ()) -> None:
         tokens, draws = choose_children(mode, q, count, self.sampling.greedy, self.rng)
         self.draws.extend(draws)
         depth = 1 if parent < 0 else self.nodes[parent].depth + 1
         base = 0.0 if parent < 0 else self.nodes[parent].score
-        for j, t in enumerate(tokens):
-            score = base + (math.log(q[t]) if q[t] > 0 else -math.inf)
+        probs = q[torch.as_tensor(tokens, dtype=torch.long, device=q.device)].tolist() if tokens else []
+        for j, (t, q_t) in enumerate(zip(tokens, probs)):
+            score = base + (math.log(q_t) if q_t > 0 else -math.inf)
             self.nodes.append(_Node(t, parent, depth, q, score, slots[j] if slots else SLOT_ROOT))
 
 
@@ -176,7 +198,7 @@ def grow_dynamic(g: TreeGrowth, spec: TreeSpec, max_depth: int, pending: list[in
     return select_dynamic([n.score for n in g.nodes], [n.parent for n in g.nodes], spec.nodes)
 
 
-def finish(g: TreeGrowth, kept: list[int]) -> tuple[tuple[int, ...], tuple[int, ...], list[np.ndarray], dict[int, int]]:
+def finish(g: TreeGrowth, kept: list[int]) -> tuple[tuple[int, ...], tuple[int, ...], list[torch.Tensor], dict[int, int]]:
     """Tokens, parents and q rows of the kept candidates (reindexed), and node -> cache row."""
     index = {c: i for i, c in enumerate(kept)}
     tokens = tuple(g.nodes[c].token for c in kept)

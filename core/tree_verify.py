@@ -19,9 +19,12 @@ the budget cuts the path (the bonus only where the budget allows).
 Row layout, the chain's: p[0] is the target distribution at the prefix, p[i + 1] the one
 after node i; q[i] the draft distribution node i was chosen from (its parent's row).
 
-The maths uses only elementwise numpy and the chooser's decisions, so `walk` runs on float
-arrays in the decoder and on object arrays of fractions.Fraction in the exact oracle
-(tests/core/test_tree_oracle.py), where a chooser enumerates every decision exactly.
+The maths uses only elementwise operations that numpy arrays and torch tensors share, and the
+chooser's decisions, so the one `walk` runs on float64 torch rows on the model's device in the
+decoder (the residual updates and draws stay there; only the two entries each acceptance test
+reads cross to the host), on float64 numpy rows in the checker's replay, and on object arrays
+of fractions.Fraction in the exact oracle (tests/core/test_tree_oracle.py), where a chooser
+enumerates every decision exactly.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
 from .records import EmittedToken, ResidualUpdate  # noqa: F401 (ResidualUpdate re-exported)
-from .sampling import sample_from
-from .verify import Verdict, VerifyTask, acceptance_probability, residual_distribution
+from .verify import Verdict, VerifyTask, acceptance_probability, draw_token, residual_distribution
 
 CHILDREN_MODES: tuple[str, ...] = ("sampled", "distinct", "topk")
 
@@ -65,13 +68,22 @@ def child_proposal(mode: str, q_row: np.ndarray, tried: list[int], token: int) -
         return point
     if token in tried:
         raise ValueError(f"children drawn without replacement repeat token {token}")
-    remaining = q_row.copy()
+    remaining = q_row.clone() if isinstance(q_row, torch.Tensor) else q_row.copy()
     for t in tried:
         remaining[t] = 0 * remaining[t]
     mass = remaining.sum()
     if not mass > 0:
         raise ValueError("children drawn without replacement outnumber the proposal's support")
     return remaining / mass
+
+
+def entries(p: Any, q: Any, token: int) -> tuple[Any, Any]:
+    """(p[token], q[token]): host floats from device rows in one transfer; the elements
+    themselves (floats, Fractions) from arrays."""
+    if isinstance(p, torch.Tensor):
+        p_x, q_x = torch.stack([p[token], q[token].to(p.device)]).tolist()
+        return p_x, q_x
+    return p[token], q[token]
 
 
 class Chooser(Protocol):
@@ -95,7 +107,7 @@ class RngChooser:
 
     def sample(self, dist: np.ndarray, node: int) -> tuple[int, float | None]:
         u = float(self.rng.random())
-        return sample_from(dist, u), u
+        return draw_token(dist, u), u
 
 
 @dataclass
@@ -174,7 +186,7 @@ class TreeVerifier:
                 ok = token == int(task.argmax[node + 1])
             else:
                 q_c = child_proposal(task.children, task.q[child], tried_tokens, token)
-                ok, verdict.draws[child] = chooser.accept(acceptance_probability(p_prime[token], q_c[token]), child)
+                ok, verdict.draws[child] = chooser.accept(acceptance_probability(*entries(p_prime, q_c, token)), child)
             if ok:
                 verdict.statuses[child] = "accepted"
                 return child
