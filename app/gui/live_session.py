@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -108,6 +108,43 @@ class LiveSession(QObject):
         self.follow_timer.stop()
         self.controller.close()
         self.recording.close()
+
+    # ------------------------------------------------------------------ the window's keys
+    #
+    # The window routes Run, Step, Space, Right and the navigator's Play to the active
+    # session; `start(run)` starts a new live run from the run panel (the window validates it).
+
+    shows_run_state = True  # the run panel shows this session's state and activity
+
+    @property
+    def trace_path(self) -> str | None:
+        return self.recorded_path
+
+    def run_key(self, start: Callable[[bool], Any]) -> None:
+        if self.state == PAUSED:
+            self.resume()
+        elif self.state == IDLE:
+            start(True)
+
+    def step_key(self, start: Callable[[bool], Any]) -> None:
+        if self.state == PAUSED:
+            self.step()
+        elif self.state == IDLE:
+            start(False)
+
+    def space_key(self, start: Callable[[bool], Any]) -> None:
+        if self.state == RUNNING:
+            self.pause()
+        else:
+            self.run_key(start)
+
+    def browses(self) -> bool:
+        """Whether Right moves the selection (a finished run, not at its last round) instead of stepping."""
+        return self.state == IDLE and bool(self.model.rounds) and self.model.selected[0] < len(self.model.rounds) - 1
+
+    def can_play(self) -> bool:
+        """Whether the navigator may play the rounds back (not while the worker owns the model)."""
+        return self.state == IDLE
 
     # ------------------------------------------------------------------ worker signals
 

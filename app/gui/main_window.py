@@ -128,7 +128,7 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
 
     @property
     def trace_path(self) -> str | None:
-        return self.replay.trace_path if self.mode == "replay" else self.live.recorded_path
+        return self.session.trace_path
 
     @property
     def follow_latest(self) -> bool:
@@ -342,7 +342,7 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.show_error(message, details)
 
     def _on_activity(self, text: str) -> None:
-        if self.mode == "live":
+        if self.session.shows_run_state:
             if text:
                 self.run_panel.state_label.setText(text[0].upper() + text[1:])
             else:  # done: the panel's own words for the state again

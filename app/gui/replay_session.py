@@ -124,6 +124,28 @@ class ReplaySession(QObject):
             return
         self.model.select(cur + 1)
 
+    # ------------------------------------------------------------------ the window's keys
+    #
+    # As LiveSession's: Run and Step start a new live run from the run panel; Space plays the
+    # stored rounds; Right and Play browse them.
+
+    shows_run_state = False  # the run panel keeps its settings, not a run state
+
+    def run_key(self, start: Callable[[bool], Any]) -> None:
+        start(True)
+
+    def step_key(self, start: Callable[[bool], Any]) -> None:
+        start(False)
+
+    def space_key(self, start: Callable[[bool], Any]) -> None:
+        self.toggle_play()
+
+    def browses(self) -> bool:
+        return True
+
+    def can_play(self) -> bool:
+        return True
+
     # ------------------------------------------------------------------ the stored run
 
     def rounds_for_checking(self) -> Any:

@@ -377,6 +377,6 @@ class TraceDialogs:
         self.live.active = True
 
     def toggle_replay_play(self) -> None:
-        if self.mode == "replay" or self.live.state == IDLE:
+        if self.session.can_play():
             self.follow_latest = False
             self.replay.toggle_play()

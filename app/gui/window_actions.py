@@ -10,7 +10,7 @@ from typing import Any, Iterable
 from PySide6.QtWidgets import QMessageBox
 
 from .settings import RunSettings
-from .worker import IDLE, LOADING, PAUSED, RUNNING
+from .worker import LOADING, RUNNING
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,7 @@ class WindowActions:
         return True
 
     def run_or_resume(self) -> None:
-        if self.state == PAUSED and self.mode == "live":
-            self.live.resume()
-        elif self.state == IDLE:
-            self.start_run(run=True)
+        self.session.run_key(self.start_run)
 
     def toggle_run(self) -> None:
         if self.tabs.currentWidget() is self.compare:
@@ -55,25 +52,16 @@ class WindowActions:
             else:
                 self.start_compare()
             return
-        if self.mode == "replay":
-            self.toggle_replay_play()
-        elif self.state == RUNNING:
-            self.pause()
-        else:
-            self.run_or_resume()
+        self.session.space_key(self.start_run)
 
     def pause(self) -> None:
         self.live.pause()
 
     def step(self) -> None:
-        if self.state == PAUSED and self.mode == "live":
-            self.live.step()
-        elif self.state == IDLE:
-            self.start_run(run=False)
+        self.session.step_key(self.start_run)
 
     def step_or_next(self) -> None:
-        if self.mode == "replay" or (self.state == IDLE and self.model.rounds and
-                                     self.model.selected[0] < len(self.model.rounds) - 1):
+        if self.session.browses():
             self.follow_latest = False
             self.navigator.next()
         else:
@@ -83,7 +71,7 @@ class WindowActions:
         self.live.stop()
 
     def _on_state(self, state: str) -> None:
-        if self.mode == "live":
+        if self.session.shows_run_state:
             self.run_panel.set_state(state)
             if self.live.activity_text:
                 self._on_activity(self.live.activity_text)
