@@ -57,14 +57,21 @@ def choose_children(mode: str, q: torch.Tensor, count: int, greedy: bool,
 
 def _top_tokens(q: torch.Tensor, count: int) -> list[int]:
     """The `count` most probable tokens with q > 0, ties by the lower token id (as argmax and
-    a stable descending sort): the entries at or above the count-th value, stably ordered."""
-    count = min(count, q.shape[-1])
+    a stable descending sort). One top-(count + 1) read of the row; only where the count-th
+    value is tied with the next does a second pass take the tied entries by ascending id."""
+    vocab = q.shape[-1]
+    count = min(count, vocab)
     if count <= 0:
         return []
-    cut = row_topk(q.reshape(1, -1), count)[0][0, -1]
-    ids = torch.nonzero((q >= cut) & (q > 0)).flatten()  # ascending ids
-    order = torch.sort(-q[ids], stable=True).indices[:count]
-    return ids[order].tolist()
+    values, ids = row_topk(q.reshape(1, -1), min(count + 1, vocab))
+    values, ids = values[0].tolist(), ids[0].tolist()
+    if len(values) > count and values[count] == values[count - 1] > 0:
+        cut = values[count - 1]  # tied across the boundary: every entry at or above it, by id
+        ids_t = torch.nonzero(q >= cut).flatten()  # ascending ids
+        order = torch.sort(-q[ids_t], stable=True).indices[:count]
+        return ids_t[order].tolist()
+    ranked = sorted(zip(values[:count], ids[:count]), key=lambda vi: (-vi[0], vi[1]))
+    return [t for v, t in ranked if v > 0]
 
 
 @dataclass

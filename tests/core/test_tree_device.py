@@ -89,3 +89,24 @@ def test_top_records_hold_the_full_rows_entries(models, tree, children, sampling
         assert any(r.tree.updates for r in top.rounds), "no rejection: the residual updates went unexercised"
     assert check_report(top.config, top.rounds).findings == []
     assert check_report(full.config, full.rounds).findings == []
+
+
+def test_top_children_on_the_device_match_a_stable_descending_sort():
+    """The draft's top-k children from a device row: the numpy reference's order (ties by the
+    lower token id), including ties across the k-th entry and rows with few nonzeros."""
+    from specscope.core.tree_draft import choose_children
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        vocab = int(rng.choice([5, 17, 600, 5000]))
+        q = rng.random(vocab)
+        if trial % 4 == 1:
+            q = np.round(q * 4) / 4  # heavy ties
+        elif trial % 4 == 2:
+            q[rng.random(vocab) < 0.8] = 0
+        elif trial % 4 == 3:
+            q = np.zeros(vocab)
+            q[rng.integers(0, vocab, 3)] = 0.5
+        count = int(rng.integers(1, 8))
+        want = [int(t) for t in np.argsort(-q, kind="stable")[:count] if q[t] > 0]
+        assert choose_children("topk", torch.from_numpy(q), count, False, rng)[0] == want
