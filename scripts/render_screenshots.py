@@ -136,9 +136,6 @@ def main(argv: list[str] | None = None) -> int:
     w.plots.refresh()
     save(w.plots, "live-plots")
 
-    # ---- a token tree (issue 18): a static tree of sampled children
-    render_tree(w, novel, save)
-
     # ---- compare: draft model vs prompt lookup on a copy-heavy prompt, greedy
     copy = next((t for n, t in prompts if "copy" in n), prompts[0][1])
     w.run_panel.set_texts({"prompt": copy, "temperature": "0", "max_new_tokens": "96"})
@@ -148,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     wait(lambda: all(r.stop_reason for r in w.compare_session.results) and w.compare_controller.state == "idle")
     settle(0.6)
     save(w, "compare")
+
+    # ---- a token tree (issue 18): a static tree of sampled children (after compare: a tree
+    # round's inspector widens the window beyond 1024 px, which the compare shot would inherit)
+    render_tree(w, novel, save)
 
     # ---- a trace with a deliberate bug, replayed with the checker's findings
     try:

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from . import theme
 from .compare_session import SUMMARY_ROWS, CompareSession, LaneSettings
 from .inspector import RoundInspectorWidget
+from .lane_plots import LanePlots
 from .plots import LivePlotsWidget
 from .settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
 from .timeline import TokenTimelineWidget
@@ -146,6 +147,14 @@ class CompareWidget(QWidget):
             self.proposers.append(combo)
             self.ks.append(kedit)
             self.errors.append(err)
+        self.coupled = QCheckBox("coupled lanes")
+        self.coupled.setToolTip("Share the target's random draws between the lanes by output position, so that "
+                                "both emit the same tokens wherever their prefixes agree (both stay exact; sampling "
+                                "only). ? explains how.")
+        self.coupled_note = QLabel("")
+        self.coupled_note.setStyleSheet("color:#666666")
+        controls.addWidget(self.coupled, 0, 7)
+        controls.addWidget(self.coupled_note, 1, 7)
         controls.setColumnStretch(3, 1)
         controls.setColumnStretch(6, 2)
         return controls
@@ -165,17 +174,9 @@ class CompareWidget(QWidget):
         help_button.setText("?")
         help_button.setToolTip("How compare mode measures, and what the plots show")
         help_button.clicked.connect(lambda: QMessageBox.information(self, "Compare", NOTE_HTML))
-        self.coupled = QCheckBox("coupled lanes")
-        self.coupled.setToolTip("Share the target's random draws between the lanes by output position, so that "
-                                "both emit the same tokens wherever their prefixes agree (both stay exact; sampling "
-                                "only). ? explains how.")
-        self.coupled_note = QLabel("")
-        self.coupled_note.setStyleSheet("color:#666666")
         row.addWidget(self.legend, 0, 0)
-        row.addWidget(self.coupled, 0, 1)
-        row.addWidget(self.coupled_note, 0, 2)
-        row.addWidget(help_button, 0, 3)
-        row.addWidget(self.note, 1, 0, 1, 4)
+        row.addWidget(help_button, 0, 1)
+        row.addWidget(self.note, 1, 0, 1, 2)
         row.setColumnStretch(0, 1)
         return box
 
@@ -231,7 +232,7 @@ class CompareWidget(QWidget):
         """Below a lane: its plots, or the clicked round's draft tree, p/q and caches."""
         tabs = QTabWidget()
         tabs.setMinimumHeight(220)
-        tabs.addTab(plots, "Plots")
+        tabs.addTab(LanePlots(plots), "Plots")
         round_view = QSplitter(Qt.Orientation.Vertical)
         round_view.setChildrenCollapsible(False)
         tree = DraftTreeView(self.session.models[side])
@@ -345,7 +346,8 @@ class CompareWidget(QWidget):
         except ValueError:
             greedy = False
         self.coupled.setEnabled(not greedy)
-        self.coupled_note.setText("(off at T=0: greedy lanes agree anyway)" if greedy else "")
+        self.coupled_note.setText("(off at T=0)" if greedy else "")
+        self.coupled_note.setToolTip("Greedy decoding draws nothing: greedy lanes agree without coupling" if greedy else "")
 
     def refresh(self) -> None:
         self._refresh_timer.stop()

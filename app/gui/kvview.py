@@ -256,8 +256,8 @@ class _CacheRow:
         anchors = {"peak": (0.0, 0.5), "before": (1.0, 0.5),
                    "after": (0.0, 0.5) if c.after > d.expected else (1.0, 0.5),
                    "expected": (1.0, 0.5) if c.after > d.expected else (0.0, 0.5)}
-        if same:
-            anchors["after"] = (0.5, 0.5)
+        if same:  # one label for both, right of the lines (centred, the expected line ran through it)
+            anchors["after"] = (0.0, 0.5)
         for key, x in (("peak", c.peak), ("before", c.before), ("after", c.after), ("expected", d.expected)):
             y = self.labels[key].y_at
             self.lines[key].setData([x, x], [0, y * 0.8])
@@ -268,7 +268,7 @@ class _CacheRow:
                                                                                           (0.0, 0.5))
             self.labels[key].setAnchor(anchor)
             if key == "after" and same:
-                text = f"after = expected {x}"
+                text = f"  after = expected {x}"
             if key == "expected" and same:
                 text = ""
             self.labels[key].setText(text)

@@ -1,0 +1,43 @@
+"""A compare lane's plots at a readable size (issue 20: at 1024x700 four plots side by side
+were clipped slivers)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QScrollArea
+
+from .plots import LivePlotsWidget
+
+
+class LanePlots(QScrollArea):
+    """A lane's plots at a readable size: two columns when the lane is wide enough, else one
+    below the other, scrolling vertically (a narrow window squeezed four plots into clipped
+    slivers)."""
+
+    PLOT_W, PLOT_H = 290, 150  # the least a plot needs for its title, ticks and axis labels
+
+    def __init__(self, plots: LivePlotsWidget):
+        super().__init__()
+        self.plots = plots
+        self.cols = 2
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidget(plots)
+        self._fit(self.viewport().width())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        self._fit(event.size().width())
+        super().resizeEvent(event)
+
+    def _fit(self, width: int) -> None:
+        cols = 2 if width >= 2 * self.PLOT_W else 1
+        shown = [self.plots.plots[name] for name in self.plots.shown]
+        if cols != self.cols:
+            layout = self.plots.graphics.ci
+            for item in shown:
+                layout.removeItem(item)
+            for j, item in enumerate(shown):
+                layout.addItem(item, row=j // cols, col=j % cols)
+            self.cols = cols
+        self.plots.setMinimumHeight(-(-len(shown) // cols) * self.PLOT_H)

@@ -1,0 +1,50 @@
+"""Issue 20: the Compare tab's lane plots stay readable from 1024x700 up, and the KV view's
+'after = expected' label sits beside its markers, not on them."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from .helpers import configure, wait_idle
+from .test_compare import wait_compare
+
+
+@pytest.mark.parametrize("size,cols", [((1024, 700), 1), ((1920, 1080), 2)])
+def test_lane_plots_keep_a_readable_size(qtbot, make_window, size, cols):
+    from specscope.app.gui.lane_plots import LanePlots
+
+    w = make_window()
+    w.resize(*size)
+    w.tabs.setCurrentWidget(w.compare)
+    configure(w, max_new_tokens="16")
+    qtbot.mouseClick(w.compare.compare_button, Qt.MouseButton.LeftButton)
+    wait_compare(qtbot, w)
+    qtbot.wait(150)
+    for tabs in w.compare.details:
+        lane = tabs.widget(0)
+        assert isinstance(lane, LanePlots) and lane.cols == cols
+        shown = [lane.plots.plots[name] for name in lane.plots.shown]
+        for plot in shown:  # every plot at least the size its title, ticks and labels need
+            r = plot.sceneBoundingRect()
+            assert r.width() >= LanePlots.PLOT_W - 20 and r.height() >= LanePlots.PLOT_H - 20, (size, r)
+        rows = {round(p.sceneBoundingRect().top()) for p in shown}
+        assert len(rows) == len(shown) // cols  # one below the other when narrow, a 2x2 grid when wide
+
+
+def test_the_after_equals_expected_label_is_beside_its_markers(qtbot, window):
+    configure(window, temperature="0.8")
+    assert window.start_run()
+    wait_idle(qtbot, window)
+    kv = window.inspector.kv
+    for i in range(len(window.model.rounds)):
+        window.model.select(i, 0)
+        for d, row in zip(kv.diagnoses, kv.rows):
+            if d.state.after != d.expected:
+                continue
+            label = row.labels["after"]
+            assert label.toPlainText().strip() == f"after = expected {d.expected}"
+            # anchored at its left edge on the markers' x: the text starts right of both lines
+            assert tuple(label.anchor) == (0.0, 0.5) and label.pos().x() == d.expected
+            return
+    pytest.fail("no cache had after == expected")
