@@ -18,7 +18,14 @@ Usage (numbers in BENCHMARKS.md come from a quiet machine):
     .venv/bin/python scripts/measure_scale.py --rounds 200 --modes t1     # a quick look
 
 `--vectors full` keeps full vectors in every round record (the trace policy `full`); the
-default is what a run that stores top-N needs.
+default is what a run that stores top-N needs. `--tree SPEC` drafts a token tree instead of a
+chain (`DraftModelProposer(draft, tree=SPEC, children=--children)`, depth capped at k). Each
+JSON row also gives, per round: `bookkeeping_ms_per_round` (wall time outside the two
+models' forwards), `cpu_ms_per_round` (the whole round in process CPU time: steadier than
+wall on a loaded machine; the forwards' share of it is the same before and after a
+bookkeeping change) and `round_bookkeeping_ms` (the decoder's own RoundTimings.bookkeeping_s), e.g.
+
+    .venv/bin/python scripts/measure_scale.py --rounds 100 --modes t1 --tree 3,2,1 --children topk
 """
 
 from __future__ import annotations
@@ -67,24 +74,29 @@ def measure(decoder: SpeculativeDecoder, prompt: list[int], rounds: int, marks: 
     handle = decoder.start(prompt, max_new_tokens=10 * rounds * (decoder.k + 1))
     target_lm, draft_lm = decoder.target_lm, decoder.proposer.lm
     per_round: list[float] = []
+    bookkeeping = 0.0
     peaks: dict[int, int] = {}
     tokens = 0
     started = time.perf_counter()
+    cpu_started = time.process_time()
     last = started
     for rnd in handle:
         now = time.perf_counter()
         per_round.append(now - last)
         last = now
         tokens += len(rnd.emitted)
+        bookkeeping += rnd.timings.bookkeeping_s
         if len(per_round) in marks:
             peaks[len(per_round)] = rss_kb()
         if len(per_round) >= rounds:
             break
     wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     handle.close()
     forwards = target_lm.forward_s + draft_lm.forward_s
     return {"rounds": len(per_round), "tokens": tokens, "wall_s": wall, "per_round_s": per_round,
-            "peak_rss_kb": peaks, "forward_s": forwards, "bookkeeping_share": 1 - forwards / wall}
+            "peak_rss_kb": peaks, "forward_s": forwards, "bookkeeping_share": 1 - forwards / wall,
+            "cpu_s": cpu, "round_bookkeeping_s": bookkeeping}
 
 
 def window_ms(per_round: list[float], lo: int, hi: int) -> float | None:
@@ -101,6 +113,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--vectors", choices=("top", "full"), default="top")
+    ap.add_argument("--tree", help="draft a token tree of this spec (e.g. 3,2,1) instead of a chain")
+    ap.add_argument("--children", choices=("sampled", "distinct", "topk"), default="topk",
+                    help="how a tree's children are chosen (with --tree)")
     ap.add_argument("--json", type=Path, help="write the raw measurements here")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = ap.parse_args()
@@ -111,7 +126,8 @@ def main() -> int:
     marks = (100, args.rounds)
     rows = []
     for mode in args.modes:
-        decoder = SpeculativeDecoder(target, DraftModelProposer(draft, label="random-draft"), k=args.k,
+        tree = dict(tree=args.tree, children=args.children) if args.tree else {}
+        decoder = SpeculativeDecoder(target, DraftModelProposer(draft, label="random-draft", **tree), k=args.k,
                                      sampling=MODES[mode], vectors=args.vectors)
         m = measure(decoder, prompt, args.rounds, marks)
         lo, hi = m["peak_rss_kb"].get(100), m["peak_rss_kb"].get(args.rounds)
@@ -126,6 +142,11 @@ def main() -> int:
             "ms_per_round_last_100": window_ms(m["per_round_s"], args.rounds - 100, args.rounds),
             "bookkeeping_share": m["bookkeeping_share"],
             "wall_s": m["wall_s"],
+            # per round: outside the two models' forwards (wall), the whole round in process
+            # CPU time, and the decoder's own bookkeeping timer (RoundTimings.bookkeeping_s)
+            "bookkeeping_ms_per_round": 1000 * (m["wall_s"] - m["forward_s"]) / m["rounds"],
+            "cpu_ms_per_round": 1000 * m["cpu_s"] / m["rounds"],
+            "round_bookkeeping_ms": 1000 * m["round_bookkeeping_s"] / m["rounds"],
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
