@@ -53,6 +53,13 @@ def test_ticking_coupled_lanes_makes_both_lanes_emit_the_same_tokens(qtbot, wind
     runs = [r for r in store.list_runs() if (r.extra or {}).get("comparison") == window.compare_recording.comparison]
     assert len(runs) == 2 and all(r.extra.get("coupled") == 3 for r in runs)
     assert all(coupling_seed_of(r.config) == 3 for r in runs)
+    # replayed side by side from the store, the comparison still says it was coupled
+    lane = {r.extra["lane"]: r.run_id for r in runs}
+    assert window.compare_stored(window.store_path, lane["A"], lane["B"])
+    session = window.compare_session
+    qtbot.waitUntil(lambda: session.source != "live" and len(session.models[1].output_tokens) == 30, timeout=20000)
+    assert session.settings is None and session.coupled
+    assert "coupled lanes" in window.compare.divergence.text()
 
 
 def test_coupled_lanes_box_is_off_at_temperature_zero(qtbot, window):
