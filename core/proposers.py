@@ -136,7 +136,7 @@ class DraftModelProposer:
         i.i.d. or "distinct" without replacement); see core.tree_draft."""
         self.model = draft_model
         self.label = label or getattr(draft_model.config, "_name_or_path", "") or type(draft_model).__name__
-        self.tree, self.children = _tree_options(tree, children)
+        self.tree, self.children = tree_options(tree, children)
         self.spec = f"draft:{self.label}" + (f",tree={self.tree},children={self.children}" if self.tree else "")
         self._tree_rows: dict[int, int] = {}
         self._tree_prefix = 0
@@ -282,7 +282,9 @@ class DraftModelProposer:
         keep_tree_path(self.lm, self._tree_prefix, self._tree_rows, path)
 
 
-def _tree_options(tree: Any, children: str) -> tuple[Any, str]:
+def tree_options(tree: Any, children: str) -> tuple[Any, str]:
+    """The parsed tree spec (None for a chain) and the children mode, checked together: what
+    DraftModelProposer accepts, for any front end that validates before building one."""
     check_children_mode(children)
     if tree is None:
         return None, children

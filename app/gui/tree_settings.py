@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from specscope.core.proposers import _tree_options  # the proposer's own check of a tree + children pair
+from specscope.core.proposers import tree_options  # the proposer's own check of a tree + children pair
 from specscope.core.registry import KINDS, ProposerSpec, SpecError, parse_spec
 from specscope.core.tree_verify import CHILDREN_MODES, check_children_mode
 from specscope.core.trees import TreeSpecError, parse_tree
@@ -80,7 +80,7 @@ def check_tree(params: Mapping[str, Any], errors: dict[str, str]) -> None:
         return
     try:
         check_children_mode(str(children or DEFAULT_CHILDREN))
-        _tree_options(str(tree), str(children or DEFAULT_CHILDREN))
+        tree_options(str(tree), str(children or DEFAULT_CHILDREN))
     except ValueError as exc:
         errors["children"] = str(exc)
 
