@@ -14,6 +14,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QWidget
 
 from . import theme
+from .compare import COUPLING_HTML
 from .kvview import HELP_HTML as KV_HELP
 
 STEP_KEYS = (Qt.Key.Key_Space, Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
@@ -92,6 +93,7 @@ class WindowMenus:
         h = bar.addMenu("&Help")
         self._action(h, "Legend and keys", self.show_help)
         self._action(h, "KV caches", lambda: QMessageBox.information(self, "KV caches", KV_HELP))
+        self._action(h, "Coupled lanes", lambda: QMessageBox.information(self, "Coupled lanes", COUPLING_HTML))
         self.step_keys = StepKeys(self, (self.run_panel.prompt, self.run_panel.checkpoint), self)
         QApplication.instance().installEventFilter(self.step_keys)
 

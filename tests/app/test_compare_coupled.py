@@ -72,8 +72,16 @@ def test_coupled_lanes_box_is_off_at_temperature_zero(qtbot, window):
     assert coupling_seed_of(a.config) is None and a.output_tokens == b.output_tokens
 
 
-def test_help_explains_the_coupling(window):
+def test_help_explains_the_coupling(qtbot, window, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
     from specscope.app.gui.compare import NOTE_HTML
 
     for words in ("Coupled lanes", "Gumbel", "exact", "prefixes agree", "sum min(p, q)"):
-        assert words in NOTE_HTML
+        assert words in NOTE_HTML  # the Compare tab's ? button
+    shown = []
+    monkeypatch.setattr(QMessageBox, "information", lambda parent, title, text: shown.append((title, text)))
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    next(a for a in help_menu.actions() if a.text() == "Coupled lanes").trigger()
+    assert shown and shown[0][0] == "Coupled lanes"
+    assert "random numbers keyed by the output position" in shown[0][1] and "cost" in shown[0][1]
