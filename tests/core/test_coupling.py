@@ -195,3 +195,27 @@ def test_checker_on_top_n_records_proves_what_it_can(llama_pair):
     assert bad.fault_rounds, "the fault never fired"
     # the draft's pick is stored (a proposed token), and the target's best stored entry beats it
     assert findings and first_bad_round(findings) == bad.fault_rounds[0]
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from specscope.core.loading import bundled_available, example_prompts, load_bundled
+
+    if not bundled_available():
+        pytest.skip("needs the bundled models")
+    pair = load_bundled("small", device="cpu")
+    prompt = list(pair.tokenizer(example_prompts()[0].text, add_special_tokens=False)["input_ids"])
+    return pair, prompt[-200:]
+
+
+@pytest.mark.parametrize("cfg", [T1, SamplingConfig(temperature=0.7, top_k=20)], ids=lambda c: c.describe())
+def test_coupled_lanes_agree_on_the_bundled_models(bundled, cfg):
+    pair, prompt = bundled
+    lanes = [(DraftModelProposer(pair.draft), 4), (PromptLookupProposer(), 4), (DraftModelProposer(pair.draft), 2)]
+    outs = []
+    for proposer, k in lanes:
+        dec = SpeculativeDecoder(pair.target, proposer, k=k, sampling=cfg, coupling_seed=11)
+        out = dec.generate(prompt, 40, seed=k)  # the run seeds differ: only the coupling is shared
+        assert check_run(out.config, out.rounds) == []
+        outs.append(out.new_tokens)
+    assert outs[0] == outs[1] == outs[2] and len(outs[0]) == 40
