@@ -29,10 +29,10 @@ def after_accepted_eos(r: Round, n: DraftNode) -> bool:
 
 
 def is_coupled(config) -> bool:
-    """Whether a run was coupled (core.coupling): its decisions are Gumbel picks, not draws."""
-    from specscope.core.coupling import coupling_seed_of
-
-    return config is not None and coupling_seed_of(config) is not None and not config.sampling.greedy
+    """Whether a run was coupled (core.coupling; read from its proposer_params without importing
+    it, a view needs no torch): its decisions are Gumbel picks, not draws."""
+    params = getattr(config, "proposer_params", None) or {}
+    return config is not None and params.get("verifier") == "coupled" and not config.sampling.greedy
 
 
 COUPLED_REPAIR = ("coupled repair: the target's pick y_j = argmax log p + G_j at this output position, "
