@@ -201,6 +201,7 @@ class DraftTreeView(QWidget):
         self.model = model
         self.title = QLabel("Draft tree")
         self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title.setWordWrap(True)  # a tree's long legend wraps instead of widening the window past 1024 px
         self.scene = QGraphicsScene(self)
         self.view = QGraphicsView(self.scene)
         self.view.setRenderHint(QPainter.RenderHint.Antialiasing)

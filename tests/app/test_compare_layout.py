@@ -48,3 +48,16 @@ def test_the_after_equals_expected_label_is_beside_its_markers(qtbot, window):
             assert tuple(label.anchor) == (0.0, 0.5) and label.pos().x() == d.expected
             return
     pytest.fail("no cache had after == expected")
+
+
+def test_a_tree_round_does_not_widen_the_window(qtbot, make_window):
+    """The draft tree's legend wraps: selecting a tree node at 1024x700 keeps the window 1024 px wide."""
+    w = make_window()
+    w.resize(1024, 700)
+    configure(w, proposer="draft:small,tree=3,2,1,children=sampled", temperature="0.8", max_new_tokens="16")
+    assert w.start_run(), w.last_error
+    wait_idle(qtbot, w)
+    for r in w.model.rounds:
+        w.jump_to(r.index, len(r.nodes) - 1)
+        qtbot.wait(20)
+        assert w.width() == 1024 and w.minimumSizeHint().width() <= 1024, (r.index, w.minimumSizeHint())
