@@ -133,8 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     save(w.inspector, "round-inspector")
     save(w.tree, "draft-tree")
     save(w.inspector.kv, "kv-cache")
+    w.plots_dock.raise_()  # a small window tabs the plots with the findings: show their tab
+    settle(0.4)
     w.plots.refresh()
+    settle(0.2)
     save(w.plots, "live-plots")
+    w.findings_dock.raise_()
 
     # ---- compare: draft model vs prompt lookup on a copy-heavy prompt, greedy
     copy = next((t for n, t in prompts if "copy" in n), prompts[0][1])

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from . import theme
 from .compare_session import SUMMARY_ROWS, CompareSession, LaneSettings
 from .inspector import RoundInspectorWidget
-from .lane_plots import LanePlots
+from .plot_scroll import ScrollingPlots
 from .plots import LivePlotsWidget
 from .settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
 from .timeline import TokenTimelineWidget
@@ -232,7 +232,7 @@ class CompareWidget(QWidget):
         """Below a lane: its plots, or the clicked round's draft tree, p/q and caches."""
         tabs = QTabWidget()
         tabs.setMinimumHeight(220)
-        tabs.addTab(LanePlots(plots), "Plots")
+        tabs.addTab(ScrollingPlots(plots), "Plots")
         round_view = QSplitter(Qt.Orientation.Vertical)
         round_view.setChildrenCollapsible(False)
         tree = DraftTreeView(self.session.models[side])

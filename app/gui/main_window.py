@@ -20,6 +20,7 @@ from .compare_session import CompareRecorderFactory
 from .findings import FindingsWidget
 from .live_session import LiveSession
 from .pages import InspectPage
+from .plot_scroll import ScrollingPlots
 from .plots import LivePlotsWidget
 from .replay_session import ReplaySession
 from .runmodel import RunModel
@@ -154,7 +155,7 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.tabs.addTab(self.compare, "Compare")
         self.setCentralWidget(self.tabs)
         self.run_dock = self._dock("Run", scrolled(self.run_panel), Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.plots_dock = self._dock("Live plots", self.plots, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.plots_dock = self._dock("Live plots", ScrollingPlots(self.plots), Qt.DockWidgetArea.RightDockWidgetArea)
         self.findings_dock = self._dock("Findings", self.findings, Qt.DockWidgetArea.LeftDockWidgetArea)
         # never narrower than the panel's own minimum (a sideways scrollbar otherwise)
         self.run_dock.setMinimumWidth(max(RUN_DOCK_PX - 40, self.run_panel.minimumSizeHint().width() + 24))

@@ -12,7 +12,7 @@ from .test_compare import wait_compare
 
 @pytest.mark.parametrize("size,cols", [((1024, 700), 1), ((1920, 1080), 2)])
 def test_lane_plots_keep_a_readable_size(qtbot, make_window, size, cols):
-    from specscope.app.gui.lane_plots import LanePlots
+    from specscope.app.gui.plot_scroll import ScrollingPlots
 
     w = make_window()
     w.resize(*size)
@@ -23,11 +23,11 @@ def test_lane_plots_keep_a_readable_size(qtbot, make_window, size, cols):
     qtbot.wait(150)
     for tabs in w.compare.details:
         lane = tabs.widget(0)
-        assert isinstance(lane, LanePlots) and lane.cols == cols
+        assert isinstance(lane, ScrollingPlots) and lane.cols == cols
         shown = [lane.plots.plots[name] for name in lane.plots.shown]
         for plot in shown:  # every plot at least the size its title, ticks and labels need
             r = plot.sceneBoundingRect()
-            assert r.width() >= LanePlots.PLOT_W - 20 and r.height() >= LanePlots.PLOT_H - 20, (size, r)
+            assert r.width() >= ScrollingPlots.PLOT_W - 20 and r.height() >= ScrollingPlots.PLOT_H - 20, (size, r)
         rows = {round(p.sceneBoundingRect().top()) for p in shown}
         assert len(rows) == len(shown) // cols  # one below the other when narrow, a 2x2 grid when wide
 

@@ -9,7 +9,7 @@ import specscope.app.gui as gui
 
 VIEW_MODULES = ("timeline", "inspector", "tree", "plots", "findings", "runpanel", "navigator", "compare",
                 "describe", "runmodel", "metrics", "theme", "settings", "kvview", "pages", "tree_settings",
-                "tree_inspect")
+                "tree_inspect", "plot_scroll")
 FORBIDDEN = ("torch", "transformers", "sqlalchemy", "specscope.storage", "sqlite3")
 
 

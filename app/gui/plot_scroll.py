@@ -1,5 +1,6 @@
-"""A compare lane's plots at a readable size (issue 20: at 1024x700 four plots side by side
-were clipped slivers)."""
+"""Live plots at a readable size wherever they sit: a compare lane, or the main window's
+plots dock tabbed narrow beside the findings (issue 20: at 1024x700 plots side by side were
+clipped slivers)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ from PySide6.QtWidgets import QScrollArea
 from .plots import LivePlotsWidget
 
 
-class LanePlots(QScrollArea):
-    """A lane's plots at a readable size: two columns when the lane is wide enough, else one
-    below the other, scrolling vertically (a narrow window squeezed four plots into clipped
-    slivers)."""
+class ScrollingPlots(QScrollArea):
+    """Plots at a readable size: two columns when there is room, else one below the other,
+    scrolling vertically (a narrow window squeezed them into clipped slivers)."""
 
     PLOT_W, PLOT_H = 290, 150  # the least a plot needs for its title, ticks and axis labels
 
