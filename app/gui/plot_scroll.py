@@ -40,4 +40,5 @@ class ScrollingPlots(QScrollArea):
             for j, item in enumerate(shown):
                 layout.addItem(item, row=j // cols, col=j % cols)
             self.cols = cols
-        self.plots.setMinimumHeight(-(-len(shown) // cols) * self.PLOT_H)
+        summary = self.plots.summary.sizeHint().height() if self.plots.summary.isVisibleTo(self.plots) else 0
+        self.plots.setMinimumHeight(-(-len(shown) // cols) * self.PLOT_H + summary)  # the summary below takes none of it

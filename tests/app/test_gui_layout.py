@@ -44,8 +44,16 @@ def test_the_window_fits_and_every_view_keeps_a_readable_minimum(qtbot, make_win
     qtbot.wait(150)  # a resize re-fits the bars after 50 ms
     bars = len(w.inspector.values["tokens"])
     assert 3 <= bars and (bars - 1) * TICK_PX <= w.inspector.pq_plot.vb.width(), (bars, w.inspector.pq_plot.vb.width())
-    # the live plots are either a dock of their own or a tab beside the findings, never clipped
+    # the live plots are either a dock of their own or a tab beside the findings, never clipped:
+    # shown, every plot keeps a readable size (the dock scrolls them)
     assert w.plots_dock.width() >= 260 or w.tabifiedDockWidgets(w.plots_dock)
+    from specscope.app.gui.plot_scroll import ScrollingPlots
+
+    w.plots_dock.raise_()
+    qtbot.wait(150)
+    for name in w.plots.shown:
+        rect = w.plots.plots[name].sceneBoundingRect()
+        assert rect.width() >= 240 and rect.height() >= ScrollingPlots.PLOT_H - 20, (name, rect)
     w.tabs.setCurrentWidget(w.compare)
     qtbot.wait(100)
     c = w.compare
