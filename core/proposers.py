@@ -17,7 +17,7 @@ import torch
 
 from .kv import CachedLM, CachePolicy
 from .ngram_index import NgramIndex
-from .row_ops import row_argmax
+from .row_ops import fast_rows, row_argmax
 from .tree_draft import TreeGrowth, finish, grow_dynamic, grow_static
 from .tree_draft import keep_path as keep_tree_path
 from .tree_verify import check_children_mode
@@ -113,6 +113,15 @@ def sample_token(
     q = process_logits_torch(logits, sampling)
     u = float(rng.random())
     return sample_from_torch(q, u), q, u
+
+
+def _all_finite(rows: list[torch.Tensor]) -> bool:
+    """Whether every logit of the rows is finite, in one device sync. At large vocabularies on
+    the CPU one sum per row (a NaN or inf makes it non-finite; a finite row can overflow its
+    sum, hence the full look only then) instead of a copy of every row."""
+    if fast_rows(rows[0]) and bool(torch.isfinite(torch.stack([row.sum() for row in rows])).all()):
+        return True
+    return bool(torch.isfinite(torch.stack(rows)).all())
 
 
 class DraftModelProposer:
@@ -249,10 +258,7 @@ class DraftModelProposer:
             rows.append(logits)
             picks.append(token)
             fed = token
-        # One read per row: a NaN or inf makes a row's sum non-finite (a finite row can also
-        # overflow its sum, hence the full look only then).
-        sums_finite = bool(torch.isfinite(torch.stack([row.sum() for row in rows])).all())
-        if not sums_finite and not bool(torch.isfinite(torch.stack(rows)).all()):
+        if not _all_finite(rows):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
         return torch.cat(picks).tolist()
 
