@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .records import EmittedToken
-from .verify import ChainVerifier, Verdict, VerifyTask
+from .verify import ChainVerifier, ChainWalk, Verdict, VerifyTask
 
 COUPLED_VERIFIER = "coupled"  # what a run's proposer_params["verifier"] says
 
@@ -101,7 +101,7 @@ class Coupling:
 
 
 @dataclass(frozen=True)
-class CoupledVerifier:
+class CoupledVerifier(ChainWalk):
     """The drafter-invariant verifier (see the module docstring). `emit` chooses the token
     emitted at a mismatch: "target" (y_j, exact) or, as a deliberate fault, "draft" (x_j
     with its own row's coupled pick: the draft's Gumbel argmax)."""
@@ -112,31 +112,22 @@ class CoupledVerifier:
     def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
         if task.greedy:  # no randomness to share: the chain rule's argmax
             return ChainVerifier().verify(task, rng)
+        return super().verify(task, rng)
+
+    def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
+        return token == self.coupling.pick(task.p[i], task.position + i)
+
+    def _repair(self, task: VerifyTask, i: int, verdict: Verdict, rng: np.random.Generator) -> None:
+        row = task.q[i] if self.emit == "draft" and task.q is not None else task.p[i]
+        y = self.coupling.pick(row, task.position + i)
+        verdict.emitted.append(EmittedToken(y, "repaired", i))
+        verdict.eos = y == task.eos_token_id
+
+    def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
         n = len(task.tokens)
-        verdict = Verdict(statuses=["unvisited"] * n, draws=[None] * n, emitted=[])
-        for i, token in enumerate(task.tokens):
-            y = self.coupling.pick(task.p[i], task.position + i)
-            if token == y:
-                verdict.statuses[i] = "accepted"
-                verdict.emitted.append(EmittedToken(token, "accepted", i))
-                if token == task.eos_token_id:
-                    verdict.eos = True
-                    return verdict
-                continue
-            verdict.statuses[i] = "rejected"
-            verdict.rejected_node = i
-            if self.emit == "draft" and task.q is not None:
-                y = self.coupling.pick(task.q[i], task.position + i)
-            verdict.emitted.append(EmittedToken(y, "repaired", i))
-            verdict.eos = y == task.eos_token_id
-            return verdict
-        if len(verdict.emitted) >= task.remaining:
-            verdict.bonus_withheld = True
-            return verdict
         bonus = self.coupling.pick(task.p[n], task.position + n)
         verdict.emitted.append(EmittedToken(bonus, "bonus", None))
         verdict.eos = bonus == task.eos_token_id
-        return verdict
 
 
 def coupling_seed_of(config: Any) -> int | None:

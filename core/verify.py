@@ -113,18 +113,10 @@ class Verifier(Protocol):
     def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict: ...
 
 
-@dataclass(frozen=True)
-class ChainVerifier:
-    """Speculative sampling over a chain draft (Leviathan et al. / Chen et al.).
-
-    Stochastic: accept x_i with probability min(1, p_i(x)/q_i(x)); at the first rejection
-    draw the repair from the residual; if all are accepted, draw a bonus from the last p.
-    Greedy: accept while the draft equals the target argmax. EOS ends the round at once; the
-    bonus is withheld when the budget is spent. `residual` is the rule for the repair
-    distribution (a seam the fault zoo replaces).
-    """
-
-    residual: ResidualRule = residual_of
+class ChainWalk:
+    """The walk every chain verifier shares: judge the draft tokens in order, stop at the
+    first rejection (repair) or at an accepted EOS, else add the bonus where the budget
+    allows. A verifier built on it supplies the rule: `_accept`, `_repair`, `_bonus`."""
 
     def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
         n = len(task.tokens)
@@ -141,8 +133,34 @@ class ChainVerifier:
             verdict.rejected_node = i
             self._repair(task, i, verdict, rng)
             return verdict
+        if len(verdict.emitted) >= task.remaining:  # every draft token accepted: the bonus, budget allowing
+            verdict.bonus_withheld = True
+            return verdict
         self._bonus(task, verdict, rng)
         return verdict
+
+    def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
+        raise NotImplementedError
+
+    def _repair(self, task: VerifyTask, i: int, verdict: Verdict, rng: np.random.Generator) -> None:
+        raise NotImplementedError
+
+    def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ChainVerifier(ChainWalk):
+    """Speculative sampling over a chain draft (Leviathan et al. / Chen et al.).
+
+    Stochastic: accept x_i with probability min(1, p_i(x)/q_i(x)); at the first rejection
+    draw the repair from the residual; if all are accepted, draw a bonus from the last p.
+    Greedy: accept while the draft equals the target argmax. EOS ends the round at once; the
+    bonus is withheld when the budget is spent. `residual` is the rule for the repair
+    distribution (a seam the fault zoo replaces).
+    """
+
+    residual: ResidualRule = residual_of
 
     def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
         if task.greedy:
@@ -162,11 +180,8 @@ class ChainVerifier:
         verdict.eos = repair == task.eos_token_id
 
     def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
-        """Every draft token accepted: one more token from the target's last row, budget allowing."""
+        """Every draft token accepted: one more token from the target's last row."""
         n = len(task.tokens)
-        if len(verdict.emitted) >= task.remaining:
-            verdict.bonus_withheld = True
-            return
         if task.greedy:
             bonus, draw = int(task.argmax[n]), None
         else:
