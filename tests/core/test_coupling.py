@@ -12,8 +12,8 @@ from specscope.core.coupling import Coupling, CoupledVerifier, coupling_seed_of,
 from specscope.core.faults import faulty_decoder
 from specscope.core.verify import VerifyTask
 
-from ..tiny_models import noisy_copy, tiny_lm
-from .test_distribution import LENGTH, PROMPT, VOCAB, exact_distribution
+from .chi_square import count_outputs, fit_pvalue, stat_models
+from .test_distribution import LENGTH, PROMPT, exact_distribution
 
 ALPHA = 1e-3
 T1 = SamplingConfig(temperature=1.0)
@@ -90,37 +90,34 @@ def test_coupled_verifier_withholds_the_bonus_at_the_budget_and_stops_at_eos():
     assert [e.token for e in v.emitted] == [1] and v.eos
 
 
-@pytest.fixture(scope="module")
-def tiny_models():
-    target = tiny_lm("gpt2", vocab=VOCAB, seed=0, init_range=1.0, layers=1, hidden=16)
-    return target, noisy_copy(target, 1.0)
-
-
-def _fit(target, draft, cfg, verifier=None, samples=3000):
-    expected = exact_distribution(target, cfg)
-    counts: dict[tuple, int] = {}
+def coupled_draws(spec, seeds):
+    """The continuation for each coupling seed, the run's own seed fixed: only the keys vary
+    (run in a worker: the models are rebuilt there)."""
+    cfg, emit = spec
+    target, draft = stat_models()
     proposer = DraftModelProposer(draft)
-    for seed in range(samples):
-        v = None if verifier is None else verifier(seed)
+    outs = []
+    for seed in seeds:
+        v = None if emit is None else CoupledVerifier(Coupling(seed), emit=emit)
         dec = SpeculativeDecoder(target, proposer, k=2, sampling=cfg, coupling_seed=seed, verifier=v)
-        out = tuple(dec.generate(PROMPT, LENGTH, seed=0).new_tokens)  # the run's own seed fixed: only the keys vary
-        counts[out] = counts.get(out, 0) + 1
-    big = [s for s, p in expected.items() if p * samples >= 5]
-    observed = [counts.get(s, 0) for s in big] + [samples - sum(counts.get(s, 0) for s in big)]
-    wanted = [expected[s] * samples for s in big] + [samples - sum(expected[s] * samples for s in big)]
-    return chisquare(observed, wanted).pvalue
+        outs.append(tuple(dec.generate(PROMPT, LENGTH, seed=0).new_tokens))
+    return outs
+
+
+def _fit(cfg, emit=None, samples=3000):
+    expected = exact_distribution(stat_models()[0], cfg)
+    return fit_pvalue(count_outputs(coupled_draws, (cfg, emit), samples), expected)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", [T1, SamplingConfig(temperature=0.8, top_k=3)], ids=lambda c: c.describe())
-def test_coupled_output_distribution_is_the_target_distribution(tiny_models, cfg):
-    assert _fit(*tiny_models, cfg) > ALPHA
+def test_coupled_output_distribution_is_the_target_distribution(cfg):
+    assert _fit(cfg) > ALPHA
 
 
 @pytest.mark.slow
-def test_statistical_test_detects_emitting_the_drafts_pick(tiny_models):
-    draft_pick = lambda seed: CoupledVerifier(Coupling(seed), emit="draft")  # noqa: E731
-    assert _fit(*tiny_models, T1, verifier=draft_pick) < ALPHA
+def test_statistical_test_detects_emitting_the_drafts_pick():
+    assert _fit(T1, emit="draft") < ALPHA
 
 
 def _lane(target, proposer, cfg, k, coupling_seed, max_new=24, prompt=(1, 2, 3, 1, 2)):

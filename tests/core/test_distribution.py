@@ -6,23 +6,22 @@ own logits warpers) and compared with the empirical distribution of the decoder'
 by a chi-square goodness-of-fit test at significance level ALPHA. The seeds are fixed, so
 the test is deterministic; ALPHA is the chance that a correct decoder would fail it for a
 random choice of seeds. The same test must reject a decoder that repairs from p instead of
-the residual.
+the residual. The seeds run on every core (tests/core/chi_square.py); the counts do not depend
+on how they are split.
 """
 
 import itertools
 
 import pytest
 import torch
-from scipy.stats import chisquare
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.verify import ChainVerifier
 
-from ..tiny_models import noisy_copy, tiny_lm
+from .chi_square import VOCAB, count_outputs, fit_pvalue, stat_models
 
 ALPHA = 1e-3
-VOCAB = 5
 LENGTH = 3
 PROMPT = [0, 1]
 SAMPLES = 4000
@@ -65,40 +64,25 @@ def exact_distribution(target, cfg) -> dict[tuple[int, ...], float]:
     return probs
 
 
-def goodness_of_fit(decoder_cls, target, draft, cfg, k=2):
-    expected = exact_distribution(target, cfg)
+def draws(spec, seeds):
+    """The decoder's continuation for each seed (run in a worker: the models are rebuilt there)."""
+    decoder_cls, cfg, k = spec
+    target, draft = stat_models()
     dec = decoder_cls(target, DraftModelProposer(draft), k=k, sampling=cfg)
-    counts: dict[tuple[int, ...], int] = {}
-    for seed in range(SAMPLES):
-        out = tuple(dec.generate(PROMPT, LENGTH, seed=seed).new_tokens)
-        assert expected[out] > 0, f"emitted {out}, which has probability 0 under the target"
-        counts[out] = counts.get(out, 0) + 1
-    # Cells with small expectations are pooled so the chi-square approximation holds.
-    big = [s for s, p in expected.items() if p * SAMPLES >= 5]
-    observed = [counts.get(s, 0) for s in big]
-    wanted = [expected[s] * SAMPLES for s in big]
-    rest_observed, rest_wanted = SAMPLES - sum(observed), SAMPLES - sum(wanted)
-    if rest_wanted > 0:
-        observed.append(rest_observed)
-        wanted.append(rest_wanted)
-    return chisquare(observed, wanted).pvalue
+    return [tuple(dec.generate(PROMPT, LENGTH, seed=seed).new_tokens) for seed in seeds]
 
 
-@pytest.fixture(scope="module")
-def models():
-    target = tiny_lm("gpt2", vocab=VOCAB, seed=0, init_range=1.0, layers=1, hidden=16)
-    draft = noisy_copy(target, 1.0)  # far from the target: many rejections and repairs
-    return target, draft
+def goodness_of_fit(decoder_cls, cfg, k=2):
+    expected = exact_distribution(stat_models()[0], cfg)
+    return fit_pvalue(count_outputs(draws, (decoder_cls, cfg, k), SAMPLES), expected)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: c.describe())
-def test_output_distribution_is_the_target_distribution(models, cfg):
-    target, draft = models
-    assert goodness_of_fit(SpeculativeDecoder, target, draft, cfg) > ALPHA
+def test_output_distribution_is_the_target_distribution(cfg):
+    assert goodness_of_fit(SpeculativeDecoder, cfg) > ALPHA
 
 
 @pytest.mark.slow
-def test_statistical_test_detects_a_wrong_verifier(models):
-    target, draft = models
-    assert goodness_of_fit(ResampleFromP, target, draft, SETTINGS[0]) < ALPHA
+def test_statistical_test_detects_a_wrong_verifier():
+    assert goodness_of_fit(ResampleFromP, SETTINGS[0]) < ALPHA

@@ -5,54 +5,42 @@ Also: a tree run without caches matches the cached run."""
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.tree_verify import STALE_RESIDUAL
 
 from ..tiny_models import noisy_copy, tiny_lm
-from .test_distribution import ALPHA, LENGTH, PROMPT, SETTINGS, VOCAB, exact_distribution
+from .chi_square import count_outputs, fit_pvalue, stat_models
+from .test_distribution import ALPHA, LENGTH, PROMPT, SETTINGS, exact_distribution
 
 SAMPLES = 3000
 CASES = [(SETTINGS[0], "sampled"), (SETTINGS[1], "distinct"), (SETTINGS[2], "topk")]
 
 
-@pytest.fixture(scope="module")
-def models():
-    target = tiny_lm("gpt2", vocab=VOCAB, seed=0, init_range=1.0, layers=1, hidden=16)
-    return target, noisy_copy(target, 1.0)
-
-
-def tree_fit(target, draft, cfg, children, verifier=None):
-    expected = exact_distribution(target, cfg)
+def tree_draws(spec, seeds):
+    """The tree decoder's continuation for each seed (run in a worker: the models are rebuilt there)."""
+    cfg, children, stale = spec
+    target, draft = stat_models()
     dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2", children=children), sampling=cfg)
-    if verifier is not None:
-        dec.tree_verifier = verifier
-    counts: dict = {}
-    for seed in range(SAMPLES):
-        out = tuple(dec.generate(PROMPT, LENGTH, seed=seed).new_tokens)
-        assert expected[out] > 0, f"emitted {out}, which has probability 0 under the target"
-        counts[out] = counts.get(out, 0) + 1
-    big = [s for s, p in expected.items() if p * SAMPLES >= 5]
-    observed = [counts.get(s, 0) for s in big]
-    wanted = [expected[s] * SAMPLES for s in big]
-    if SAMPLES - sum(wanted) > 0:
-        observed.append(SAMPLES - sum(observed))
-        wanted.append(SAMPLES - sum(wanted))
-    return chisquare(observed, wanted).pvalue
+    if stale:
+        dec.tree_verifier = STALE_RESIDUAL
+    return [tuple(dec.generate(PROMPT, LENGTH, seed=seed).new_tokens) for seed in seeds]
+
+
+def tree_fit(cfg, children, stale=False):
+    expected = exact_distribution(stat_models()[0], cfg)
+    return fit_pvalue(count_outputs(tree_draws, (cfg, children, stale), SAMPLES), expected)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg, children", CASES, ids=lambda c: c if isinstance(c, str) else c.describe())
-def test_sampled_tree_output_is_the_target_distribution(models, cfg, children):
-    target, draft = models
-    assert tree_fit(target, draft, cfg, children) > ALPHA
+def test_sampled_tree_output_is_the_target_distribution(cfg, children):
+    assert tree_fit(cfg, children) > ALPHA
 
 
 @pytest.mark.slow
-def test_statistical_test_detects_a_stale_tree_residual(models):
-    target, draft = models
-    assert tree_fit(target, draft, SETTINGS[0], "sampled", verifier=STALE_RESIDUAL) < ALPHA
+def test_statistical_test_detects_a_stale_tree_residual():
+    assert tree_fit(SETTINGS[0], "sampled", stale=True) < ALPHA
 
 
 @pytest.mark.parametrize("tree", ["3,2,1", "dynamic:nodes=8,depth=3,topk=3"])
