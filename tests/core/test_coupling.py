@@ -117,7 +117,9 @@ def test_coupled_output_distribution_is_the_target_distribution(cfg):
 
 @pytest.mark.slow
 def test_statistical_test_detects_emitting_the_drafts_pick():
-    assert _fit(T1, emit="draft") < ALPHA
+    """500 seeds, not 3000: emitting the draft's pick scores chi2 = 9839 on 10 degrees of
+    freedom there (p underflows to 0; chi2 = 61970 at 3000), an overwhelming verdict already."""
+    assert _fit(T1, emit="draft", samples=500) < ALPHA
 
 
 def _lane(target, proposer, cfg, k, coupling_seed, max_new=24, prompt=(1, 2, 3, 1, 2)):
