@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 def model_vocab_size(model: torch.nn.Module) -> int:
@@ -64,7 +65,7 @@ class CachedLM:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config) if self.use_cache else None
+        self.cache = growing_cache(self.model.config) if self.use_cache else None
         self.forwards = 0
         self.forward_s = 0.0
 
@@ -144,3 +145,68 @@ class CachePolicy:
     def crop(self, lm: CachedLM, committed: int) -> None:
         """Keep the first `committed` positions: the accepted prefix."""
         lm.crop(committed)
+
+
+class GrowingLayer(DynamicLayer):
+    """transformers' DynamicLayer with its keys and values kept as views of buffers that
+    grow by doubling. DynamicLayer appends with torch.cat, which copies the whole cache on
+    every forward: O(context) per round, so a long run's rounds slow down as it grows. Here
+    a forward copies only its new positions (the buffers are reallocated O(log n) times), and
+    a crop only shortens the views; the next forward overwrites what was cropped."""
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._key_buffer: torch.Tensor | None = None
+        self._value_buffer: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        end = length + key_states.shape[-2]
+        if not self._holds(key_states, value_states, end):
+            self._grow(key_states, value_states, length, end)
+        self._key_buffer[..., length:end, :].copy_(key_states)
+        self._value_buffer[..., length:end, :].copy_(value_states)
+        self.keys = self._key_buffer[..., :end, :]
+        self.values = self._value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    def _holds(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> bool:
+        """Whether the buffers can take positions up to `end` and still back self.keys (a
+        method of DynamicLayer that reassigns keys, e.g. a beam reorder, replaces them)."""
+        k, v = self._key_buffer, self._value_buffer
+        return (k is not None and end <= k.shape[-2] and k.shape[:2] == key_states.shape[:2]
+                and k.shape[-1] == key_states.shape[-1] and v.shape[-1] == value_states.shape[-1]
+                and (self.keys.numel() == 0 or self.keys.data_ptr() == k.data_ptr())
+                and (self.values.numel() == 0 or self.values.data_ptr() == v.data_ptr()))
+
+    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int, end: int) -> None:
+        old = self._key_buffer.shape[-2] if self._key_buffer is not None else 0
+        capacity = max(end, 2 * old, 64)
+        keys = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
+        values = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
+        if length:
+            keys[..., :length, :].copy_(self.keys)
+            values[..., :length, :].copy_(self.values)
+        self._key_buffer, self._value_buffer = keys, values
+
+    def reset(self) -> None:
+        self._key_buffer = self._value_buffer = None
+        super().reset()
+
+
+# Full-attention layers whose keys/values are one tensor per layer, sliceable by position.
+PLAIN_LAYERS = (DynamicLayer, GrowingLayer)
+
+
+def growing_cache(config) -> DynamicCache:
+    """A DynamicCache for `config` whose full-attention layers are GrowingLayers (sliding
+    window and other layer kinds stay transformers' own)."""
+    cache = DynamicCache(config=config)
+    layers = getattr(cache, "layers", None)
+    if layers:
+        for i, layer in enumerate(layers):
+            if type(layer) is DynamicLayer:
+                layers[i] = GrowingLayer()
+    return cache

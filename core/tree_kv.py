@@ -3,7 +3,7 @@
 `masked_feed` runs one forward with explicit positions and an additive 4D mask (transformers
 returns a 4D mask as it is, for eager and SDPA attention alike). `keep_positions` gathers
 the cache rows of the accepted path by index; for a cache whose layers cannot be gathered
-(anything but plain DynamicLayer) it reports False, and the caller crops to the prefix so
+(anything but plain full-attention layers) it reports False, and the caller crops to the prefix so
 the path is recomputed as pending tokens instead.
 """
 
@@ -13,9 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from transformers.cache_utils import DynamicLayer
-
-from .kv import CachedLM
+from .kv import PLAIN_LAYERS, CachedLM
 from .trees import additive_mask
 
 
@@ -51,7 +49,7 @@ def keep_positions(lm: CachedLM, prefix_len: int, rows: Sequence[int]) -> bool:
     cache = lm.cache
     if cache is None:
         return True
-    if not all(type(layer) is DynamicLayer for layer in cache.layers):
+    if not all(type(layer) in PLAIN_LAYERS for layer in cache.layers):
         return False
     rows = list(rows)
     index = torch.tensor(rows, dtype=torch.long, device=lm.device)
