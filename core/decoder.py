@@ -143,6 +143,11 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ public API
 
+    def keep_full_vectors(self) -> None:
+        """From the next run on, every Round carries its rows as full float64 vectors (what
+        a trace store that keeps them needs), whatever `vectors` said."""
+        self.full_vectors = True
+
     def run_config(
         self,
         prompt_ids: Sequence[int] | torch.Tensor,

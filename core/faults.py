@@ -23,7 +23,7 @@ import torch
 
 from .coupling import Coupling, CoupledVerifier
 from .decoder import SpeculativeDecoder
-from .device_sampling import process_logits_torch
+from .device_sampling import draft_distribution
 from .kv import CachedLM, CachePolicy
 from .proposers import DraftModelProposer, Proposer, SampleStep
 from .records import GenerationResult, Round, RunConfig
@@ -167,7 +167,7 @@ def _raw_q(seams: Seams, fire: Fire) -> Seams:
         token, q, u = step(logits, sampling, rng)
         if q is None:
             return token, q, u
-        raw = process_logits_torch(logits, SamplingConfig(temperature=sampling.temperature))
+        raw = draft_distribution(logits, SamplingConfig(temperature=sampling.temperature))
         if not torch.equal(raw, q):
             fire()
         return token, raw, u

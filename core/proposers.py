@@ -22,7 +22,7 @@ from .tree_draft import TreeGrowth, finish, grow_dynamic, grow_static
 from .tree_draft import keep_path as keep_tree_path
 from .tree_verify import check_children_mode
 from .trees import parse_tree
-from .device_sampling import process_logits_torch, sample_from_torch
+from .device_sampling import draft_distribution, sample_from_torch
 from .sampling import SamplingConfig
 
 
@@ -110,7 +110,7 @@ def sample_token(
         if not bool(torch.isfinite(logits).all()):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
         return int(row_argmax(logits)), None, None
-    q = process_logits_torch(logits, sampling)
+    q = draft_distribution(logits, sampling)
     u = float(rng.random())
     return sample_from_torch(q, u), q, u
 
@@ -165,7 +165,7 @@ class DraftModelProposer:
 
     def _coupled_step(self, position: int) -> SampleStep:
         def step(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator):
-            q = process_logits_torch(logits, sampling)
+            q = draft_distribution(logits, sampling)
             return self.coupling.pick(q, position), q, None
 
         return step
@@ -216,7 +216,7 @@ class DraftModelProposer:
                 cache_peak=self.lm.processed,
             )
         tokens: list[int] = []
-        qs: list[torch.Tensor] = []
+        qs: torch.Tensor | None = None  # (k, V) float64: each q copied in while it is still in cache
         draws: list[float] = []
         feed = self.cache.pending(self.lm, context)
         coupled = self.coupling is not None and not sampling.greedy
@@ -225,7 +225,9 @@ class DraftModelProposer:
             step = self._coupled_step(len(context) - self._prompt_len + i) if coupled else self.sample_step
             token, q, u = step(logits, sampling, rng)
             if q is not None:
-                qs.append(q)
+                if qs is None:
+                    qs = torch.empty((k, q.shape[-1]), dtype=torch.float64, device=q.device)
+                qs[i].copy_(q)
             if u is not None:
                 draws.append(u)
             tokens.append(token)
@@ -234,7 +236,7 @@ class DraftModelProposer:
         return Draft(
             tokens=tuple(tokens),
             parents=chain_parents(len(tokens)),
-            q=torch.stack(qs) if qs else None,
+            q=qs,
             forwards=k,
             cache_before=before,
             cache_peak=self.lm.processed,

@@ -138,8 +138,8 @@ class DecodeWorker(QObject):
                     except Exception as exc:  # noqa: BLE001 - recording must not stop a run
                         log.exception("cannot record the run")
                         self.failed.emit(f"The run is not being recorded: {_message(exc)}", traceback.format_exc())
-                if recorder is not None and getattr(recorder, "full_vectors", False) and hasattr(prep.decoder, "full_vectors"):
-                    prep.decoder.full_vectors = True  # above 4096 tokens records keep top-N unless the store wants more
+                if getattr(recorder, "full_vectors", False):  # a store that keeps full vectors (else top-N above 4096 tokens)
+                    prep.decoder.keep_full_vectors()
                 run = prep.decoder.start(prep.prompt_ids, config=prep.config)
                 lanes.append(_Lane(prep, run, recorder))
                 self.prepared.emit(i, prep.config, prep.token_text, prep.label)

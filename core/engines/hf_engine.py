@@ -82,6 +82,11 @@ class TransformersEngine:
         self.full_vectors = keeps_full_vectors(vectors, self.vocab_size)
         self.top_n = covering_top_n(top_n, self.sampling.top_k)
 
+    def keep_full_vectors(self) -> None:
+        """From the next run on, every Round carries its rows as full float64 vectors (what
+        a trace store that keeps them needs), whatever `vectors` said."""
+        self.full_vectors = True
+
     # ------------------------------------------------------------------ naming
 
     @property

@@ -22,7 +22,7 @@ from specscope.core.dists import TopDistribution, compact_rows, covering_top_n, 
 from specscope.core.faults import FAULTS, faulty_decoder
 from specscope.core.partial import VectorStats
 from specscope.core.proposers import PromptLookupProposer
-from specscope.core.device_sampling import process_logits_torch, sample_from_torch
+from specscope.core.device_sampling import draft_distribution, process_logits_torch, sample_from_torch
 from specscope.core.sampling import process_logits, sample_from
 
 from ..tiny_models import noisy_copy, tiny_lm
@@ -264,3 +264,38 @@ def test_chunked_draws_on_the_cpu_equal_the_numpy_reference(vocab):
         for u in rng.random(40).tolist() + [0.0, 1 - 1e-16, 0.5]:
             token = sample_from_torch(torch.from_numpy(probs), u)
             assert token == sample_from(probs, u) and probs[token] > 0
+
+
+@pytest.mark.parametrize("config", CONFIGS[1:], ids=lambda c: c.describe())
+def test_the_drafts_q_is_a_distribution_within_1e6_of_the_float64_one(config):
+    """draft_distribution takes an unfiltered row's exponentials in float32 (any q is exact
+    when it is the one drawn from and verified with): still float64 rows that sum to 1, the
+    reference's support, and within about 1e-7 of the float64 transforms."""
+    rng = np.random.default_rng(11)
+    for vocab in (50, 40_000):
+        logits = (rng.standard_normal((3, vocab)) * 3).astype(np.float32)
+        q = draft_distribution(torch.from_numpy(logits), config)
+        expected = process_logits(logits, config)
+        assert q.dtype == torch.float64
+        q = q.numpy()
+        assert np.array_equal(q > 0, expected > 0)
+        assert np.abs(q.sum(axis=-1) - 1).max() < 1e-12
+        assert np.abs(q - expected).max() < 1e-6
+
+
+def test_the_drafts_q_takes_the_float64_path_where_float32_overflows():
+    logits = torch.tensor([[3.0, 1.0, -2.0, 0.5]])
+    config = SamplingConfig(temperature=1e-39)  # logits / T overflow float32, not float64
+    q = draft_distribution(logits, config)
+    assert torch.equal(q, process_logits_torch(logits, config))
+    assert q[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_keep_full_vectors_makes_a_top_record_decoder_keep_full_rows(pair):
+    target, draft = pair
+    dec = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=1.0),
+                             vectors="top")
+    assert isinstance(dec.generate([1, 2, 3], 6).rounds[0].nodes[0].p, TopDistribution)
+    dec.keep_full_vectors()
+    rnd = dec.generate([1, 2, 3], 6).rounds[0]
+    assert isinstance(rnd.nodes[0].p, np.ndarray) and isinstance(rnd.nodes[0].q, np.ndarray)
