@@ -32,7 +32,9 @@ def train():
 @pytest.fixture(scope="module")
 def smoke_run(train, tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke") / "models"
-    summary = train.main(["--smoke", "--out", str(out), "--no-data-md"])
+    # one torch thread, as the rest of the suite: the script's default of 2 is set process-wide
+    # (it would outlive this test) and, with a busy second core, made the smoke run 3x slower
+    summary = train.main(["--smoke", "--out", str(out), "--no-data-md", "--threads", "1"])
     return out, summary
 
 
