@@ -26,7 +26,7 @@ import torch
 from .coupling import Coupling, CoupledVerifier, coupled_params
 from .allocator import tune_allocator
 from .device_sampling import check_finite_torch, process_logits_torch
-from .dists import DEFAULT_TOP_N, compact_rows, covering_top_n, host_rows, keeps_full_vectors
+from .dists import DEFAULT_TOP_N, RowFacts, compact_rows, covering_top_n, host_rows, keeps_full_vectors
 from .kv import CachedLM, CachePolicy, Stopwatch
 from .proposers import Draft, Proposer, check_protocol
 from .records import (
@@ -300,7 +300,7 @@ class SpeculativeDecoder:
         if draft.cache_before is not None and draft_after is not None:
             peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
             draft_cache = _cache_state(draft.cache_before, peak, draft_after, final_context)
-        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n, self.sampling.top_k)
+        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n, self.sampling.top_k, draft.q_facts)
         t3 = clock.now()
 
         return Round(
@@ -357,7 +357,8 @@ class _RoundVectors:
     TopDistributions with the drawn tokens' entries; plus each node's scalars (p(x), q(x),
     sum min(p, q)), computed on the device and moved to the host together."""
 
-    def __init__(self, task: VerifyTask, verdict: Verdict, full: bool, top_n: int, top_k: int = 0):
+    def __init__(self, task: VerifyTask, verdict: Verdict, full: bool, top_n: int, top_k: int = 0,
+                 q_facts: RowFacts | None = None):
         self.task, self.verdict = task, verdict
         n = len(task.tokens)
         p, q = task.p, task.q
@@ -368,12 +369,14 @@ class _RoundVectors:
         extra = self._extra_ids(n, q is not None, residual is not None)
         # With a top-k filter every row (p, q, the residual) has at most about k nonzeros.
         sparse = not task.greedy and top_k > 0
+        facts = [None] + ([q_facts] if q is not None else []) + ([None] if residual is not None else [])
         kept: list = []
-        for block in blocks:  # block by block: no copy of the rows into one tensor
+        for block, known in zip(blocks, facts):  # block by block: no copy of the rows into one tensor
             if full:
                 kept.extend(host_rows(block))
             else:
-                kept.extend(compact_rows(block, top_n, extra[len(kept) : len(kept) + block.shape[0]], sparse=sparse))
+                kept.extend(compact_rows(block, top_n, extra[len(kept) : len(kept) + block.shape[0]], sparse=sparse,
+                                         facts=known))
         self.p_rows = kept[: n + 1]
         self.q_rows = kept[n + 1 : 2 * n + 1] if q is not None else None
         self.residual = kept[-1] if residual is not None else None
@@ -404,7 +407,8 @@ class _RoundVectors:
             nan = torch.full_like(p_tok, float("nan"))
             return torch.stack([p_tok, nan, nan], dim=1).cpu().numpy()
         q_tok = torch.gather(task.q, 1, index).flatten()
-        overlap = torch.minimum(p, task.q).sum(dim=-1)
+        # row by row: each row's minimum stays in cache for its sum (q's rows are cold by now)
+        overlap = torch.stack([torch.minimum(p[i], task.q[i]).sum() for i in range(n)])
         return torch.stack([p_tok, q_tok, overlap], dim=1).cpu().numpy()
 
     def nodes(self, parents: tuple[int, ...]) -> tuple[DraftNode, ...]:

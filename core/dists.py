@@ -17,6 +17,7 @@ exact value of a known entry and 0.0 otherwise; `np.asarray(d)` builds the dense
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,24 +104,59 @@ class TopDistribution:
         return f"TopDistribution(V={self.vocab_size}, top={len(self.top[0])}, known={len(self.known_ids)})"
 
 
+@dataclass(frozen=True)
+class RowFacts:
+    """Whole-row reductions of (m, V) rows taken while the rows were in cache (the draft's q
+    rows, one per draft step), so that compact_rows, which runs after the target's forward
+    has evicted them, need not read the rows again for them."""
+
+    maxima: torch.Tensor  # (m, C): core.row_ops.chunk_maxima
+    minimum: torch.Tensor  # (m,)
+    total: torch.Tensor  # (m,)
+
+    @staticmethod
+    def of(rows: torch.Tensor) -> RowFacts | None:
+        """The facts of the rows, where compact_rows would use them (core.row_ops.fast_rows:
+        CPU rows of 32k tokens and more); None elsewhere."""
+        import torch
+
+        from .row_ops import chunk_maxima, fast_rows
+
+        if not fast_rows(rows):
+            return None
+        return RowFacts(chunk_maxima(rows), torch.amin(rows, dim=-1), rows.sum(dim=-1))
+
+    @staticmethod
+    def stack(facts: Sequence[RowFacts | None]) -> RowFacts | None:
+        """The facts of rows stacked in this order; None unless every part has facts."""
+        import torch
+
+        if not facts or any(f is None for f in facts):
+            return None
+        return RowFacts(*(torch.cat([getattr(f, name) for f in facts]) for name in ("maxima", "minimum", "total")))
+
+
 def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
-                 sparse: bool = False) -> list[TopDistribution]:
+                 sparse: bool = False, facts: RowFacts | None = None) -> list[TopDistribution]:
     """TopDistributions of the (m, V) float64 rows, with each row's `extra_ids` entries kept
     too. One batched pass on the rows' device, one transfer to the host. `sparse`: the rows
     have few nonzero entries (a top-k filter): they are read once, for their nonzeros, and
-    everything else comes from those."""
+    everything else comes from those. `facts`: the rows' RowFacts, if already taken."""
     import torch  # here, not at the top: the store's writer process reads this module without torch
 
     from .row_ops import row_topk
 
     if sparse:
-        return _compact_sparse(rows, top_n, extra_ids)
+        return _compact_sparse(rows, top_n, extra_ids, None if facts is None else facts.maxima)
     m, vocab = rows.shape
     n = min(top_n, vocab)
     # One entry more than kept: where it equals the n-th, the n-th is tied with entries
     # outside the top n and the tie rule (lowest ids first) decides which are kept.
-    values, ids = row_topk(rows, min(n + 1, vocab))  # descending; ties in no set order
-    minimum, total = torch.amin(rows, dim=-1), rows.sum(dim=-1)
+    values, ids = row_topk(rows, min(n + 1, vocab), None if facts is None else facts.maxima)  # ties in no set order
+    if facts is None:
+        minimum, total = torch.amin(rows, dim=-1), rows.sum(dim=-1)
+    else:
+        minimum, total = facts.minimum, facts.total
     # Support: the whole vocabulary where the minimum is positive (unfiltered rows); counted
     # only in the rows that have zeros.
     support = torch.full_like(total, vocab, dtype=torch.long)
@@ -147,7 +183,8 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
     return out
 
 
-def _compact_sparse(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]]) -> list[TopDistribution]:
+def _compact_sparse(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
+                    maxima: torch.Tensor | None = None) -> list[TopDistribution]:
     """compact_rows from the rows' nonzero entries (ascending ids per row, as nonzero
     returns them): the top-N by a stable sort (ties stay by ascending id), support = their
     count, minimum = 0 unless every entry is positive, sum = theirs. Rows are nonnegative
@@ -155,7 +192,7 @@ def _compact_sparse(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence
     from .row_ops import nonzero_entries
 
     m, vocab = rows.shape
-    row_t, ids_t = nonzero_entries(rows)  # row-major, so ascending ids within a row
+    row_t, ids_t = nonzero_entries(rows, maxima)  # row-major, so ascending ids within a row
     values = rows[row_t, ids_t].cpu().numpy()
     row_of, ids = row_t.cpu().numpy(), ids_t.cpu().numpy().astype(np.int64)
     bounds = np.searchsorted(row_of, np.arange(m + 1))

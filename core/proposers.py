@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .dists import RowFacts
 from .kv import CachedLM, CachePolicy
 from .ngram_index import NgramIndex
 from .row_ops import fast_rows, row_argmax
@@ -36,6 +37,7 @@ class Draft:
     cache_peak: int | None = None
     sample_draws: tuple[float, ...] = field(default=())  # uniforms used to sample each token
     children: str | None = None  # tree drafts: how siblings were chosen (core.tree_verify); None for chains
+    q_facts: RowFacts | None = None  # q's whole-row facts, taken while each row was in cache (or None)
 
     def __post_init__(self) -> None:
         if len(self.parents) != len(self.tokens):
@@ -217,6 +219,7 @@ class DraftModelProposer:
             )
         tokens: list[int] = []
         qs: torch.Tensor | None = None  # (k, V) float64: each q copied in while it is still in cache
+        facts: list[RowFacts | None] = []  # and its facts for the record taken then (core.dists)
         draws: list[float] = []
         feed = self.cache.pending(self.lm, context)
         coupled = self.coupling is not None and not sampling.greedy
@@ -228,6 +231,7 @@ class DraftModelProposer:
                 if qs is None:
                     qs = torch.empty((k, q.shape[-1]), dtype=torch.float64, device=q.device)
                 qs[i].copy_(q)
+                facts.append(RowFacts.of(qs[i : i + 1]))
             if u is not None:
                 draws.append(u)
             tokens.append(token)
@@ -241,6 +245,7 @@ class DraftModelProposer:
             cache_before=before,
             cache_peak=self.lm.processed,
             sample_draws=tuple(draws),
+            q_facts=RowFacts.stack(facts),
         )
 
     @torch.inference_mode()

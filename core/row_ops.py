@@ -33,19 +33,27 @@ def fast_rows(rows: torch.Tensor) -> bool:
     return rows.device.type == "cpu" and rows.shape[-1] >= MIN_VOCAB and rows.dtype.is_floating_point
 
 
-def row_topk(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def chunk_maxima(rows: torch.Tensor) -> torch.Tensor:
+    """(m, V) -> (m, ceil(V / CHUNK)): each chunk's largest entry (what row_topk and
+    nonzero_entries search by; a caller that computes it while the rows are in cache
+    passes it in)."""
+    return torch.amax(chunked(rows), dim=-1)
+
+
+def row_topk(rows: torch.Tensor, k: int, maxima: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`torch.topk(rows, k, dim=-1)` for a 1-D or 2-D float tensor: the k largest values of
     each row in descending order and their ids (ties in no set order, as torch's). NaN-free
-    rows only (the decoder checks logits are finite first)."""
+    rows only (the decoder checks logits are finite first). `maxima`: the rows'
+    chunk_maxima, if already known."""
     if rows.ndim == 1:
-        values, ids = row_topk(rows.reshape(1, -1), k)
+        values, ids = row_topk(rows.reshape(1, -1), k, None if maxima is None else maxima.reshape(1, -1))
         return values[0], ids[0]
     if not fast_rows(rows) or k > rows.shape[-1] // (4 * CHUNK):
         return torch.topk(rows, k, dim=-1)
     chunks = chunked(rows)
     # The k largest entries lie in at most k chunks, each with a maximum at least as large
     # as the k-th largest entry: the k chunks with the largest maxima hold them.
-    _, chunk_ids = torch.topk(torch.amax(chunks, dim=-1), k, dim=-1)  # (m, k)
+    _, chunk_ids = torch.topk(torch.amax(chunks, dim=-1) if maxima is None else maxima, k, dim=-1)  # (m, k)
     gathered = torch.gather(chunks, 1, chunk_ids.unsqueeze(-1).expand(-1, -1, CHUNK)).reshape(rows.shape[0], -1)
     values, at = torch.topk(gathered, k, dim=-1)
     ids = torch.gather(chunk_ids, 1, at // CHUNK) * CHUNK + at % CHUNK
@@ -64,14 +72,15 @@ def row_argmax(rows: torch.Tensor) -> torch.Tensor:
     return first_chunk * CHUNK + inside
 
 
-def nonzero_entries(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def nonzero_entries(rows: torch.Tensor, maxima: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(row index, token id) of every nonzero entry of nonnegative (m, V) rows, row-major and
     by ascending id within a row, as `torch.nonzero(rows).T` gives them. For sparse rows (a
-    top-k filter) only the chunks whose maximum is positive are searched."""
+    top-k filter) only the chunks whose maximum is positive are searched (`maxima`: the
+    rows' chunk_maxima, if already known)."""
     if not fast_rows(rows):
         at = torch.nonzero(rows)
         return at[:, 0], at[:, 1]
     chunks = chunked(rows, fill=0.0)  # zeros: never nonzero
-    hot = torch.nonzero(torch.amax(chunks, dim=-1) > 0)  # (h, 2): row, chunk; row-major
+    hot = torch.nonzero((torch.amax(chunks, dim=-1) if maxima is None else maxima) > 0)  # (h, 2): row, chunk
     inside = torch.nonzero(chunks[hot[:, 0], hot[:, 1]] > 0)  # (nnz, 2): hot chunk, offset
     return hot[inside[:, 0], 0], hot[inside[:, 0], 1] * CHUNK + inside[:, 1]

@@ -142,8 +142,17 @@ def run(pair, vectors: str, sampling: SamplingConfig, k: int = 3, proposer=None,
     return dec.generate([1, 2, 3, 4, 5], 40)
 
 
+@pytest.fixture(scope="module")
+def wide_pair():
+    """40,000 tokens: the CPU's chunked reductions, and the q facts taken at draft time."""
+    target = tiny_lm("llama", vocab=40_000, seed=0, init_range=0.3, hidden=16, layers=1)
+    return target, noisy_copy(target, 0.3)
+
+
 @pytest.mark.parametrize("sampling", CONFIGS[:3], ids=lambda c: c.describe())
-def test_top_records_decide_exactly_as_full_records(pair, sampling):
+@pytest.mark.parametrize("models", ["pair", "wide_pair"])
+def test_top_records_decide_exactly_as_full_records(request, models, sampling):
+    pair = request.getfixturevalue(models)
     full, top = run(pair, "full", sampling), run(pair, "top", sampling)
     assert top.new_tokens == full.new_tokens
     for a, b in zip(full.rounds, top.rounds):
