@@ -32,15 +32,17 @@ def check_finite_torch(logits: torch.Tensor, who: str) -> None:
         raise ValueError(f"{who} produced {int((~finite).sum())} non-finite logits (NaN or inf); refusing to sample")
 
 
-def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: bool = False) -> torch.Tensor:
-    """`process_logits` for a (..., V) tensor: the float64 distribution on the same device."""
+def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: bool = False,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """`process_logits` for a (..., V) tensor: the float64 distribution on the same device
+    (written into `out` when given)."""
     if not checked:
         check_finite_torch(logits, "the model")  # before the float64 copy: half the bytes to read
     if config.greedy:
-        return torch.softmax(logits.to(torch.float64), dim=-1)
+        return _into(torch.softmax(logits.to(torch.float64), dim=-1), out)
     vocab = logits.shape[-1]
     if config.top_k and config.top_k < vocab and _cannot_overflow(logits.dtype, config.temperature):
-        sparse = _top_k_sparse(logits, config)
+        sparse = _top_k_sparse(logits, config, out)
         if sparse is not None:
             return sparse
     x = logits.to(torch.float64)
@@ -52,10 +54,14 @@ def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: 
         # Ties at the k-th largest logit stay, as in transformers' TopKLogitsWarper.
         kth = _topk(x, config.top_k)[0][..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
-    return _top_p(torch.softmax(x, dim=-1), config.top_p)
+    return _into(_top_p(torch.softmax(x, dim=-1), config.top_p), out)
 
 
-def draft_distribution(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+def _into(rows: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    return rows if out is None or rows is out else out.copy_(rows)
+
+
+def draft_distribution(logits: torch.Tensor, config: SamplingConfig, out: torch.Tensor | None = None) -> torch.Tensor:
     """The draft's q for a (..., V) row of sampled-mode logits: `process_logits_torch`'s
     distribution, except that an unfiltered (or top-p only) row takes its exponentials in
     float32 and is normalised in float64. Speculative sampling is exact for any q that the
@@ -64,17 +70,21 @@ def draft_distribution(logits: torch.Tensor, config: SamplingConfig) -> torch.Te
     the output stays the target's distribution, and q differs from the float64 softmax by
     about 1e-7 relative: an acceptance-rate effect of that size. It saves the float64
     exponentials (about 0.2 ms a row at 152k tokens on a CPU). A top-k row is computed on
-    its k kept logits in float64 as before, and a temperature that overflows float32 takes
-    the float64 path."""
-    check_finite_torch(logits, "the model")
+    its k kept logits in float64 as before; a row that overflows float32 or has an entry
+    that underflows to zero there (a low temperature) takes the float64 path, so q's
+    support is always the float64 one. Written into `out` when given (the proposer's row
+    of q, so the float64 row is made once)."""
     if config.greedy or (config.top_k and config.top_k < logits.shape[-1]):
-        return process_logits_torch(logits, config, checked=True)
+        return process_logits_torch(logits, config, out=out)
     x = logits if config.temperature == 1 else logits / config.temperature
-    probs = torch.softmax(x, dim=-1).to(torch.float64)
-    total = probs.sum(dim=-1, keepdim=True)
-    if not bool((torch.isfinite(total) & (total > 0)).all()):  # float32 overflowed: NaN rows
-        return process_logits_torch(logits, config, checked=True)
-    return _top_p(probs.div_(total), config.top_p)
+    single = torch.softmax(x, dim=-1)
+    # One look checks the logits too: a NaN or inf logit makes the softmax NaN (amin
+    # propagates it), a -inf logit or an entry that underflowed float32 makes it 0. Either
+    # way the float64 path decides, with its finite check.
+    if not bool(torch.amin(single) > 0):
+        return process_logits_torch(logits, config, out=out)
+    probs = single.to(torch.float64) if out is None else out.copy_(single)
+    return _into(_top_p(probs.div_(probs.sum(dim=-1, keepdim=True)), config.top_p), out)
 
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -93,7 +103,7 @@ def _cannot_overflow(dtype: torch.dtype, temperature: float) -> bool:
     return torch.finfo(dtype).max / temperature < torch.finfo(torch.float64).max
 
 
-def _top_k_sparse(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor | None:
+def _top_k_sparse(logits: torch.Tensor, config: SamplingConfig, out: torch.Tensor | None = None) -> torch.Tensor | None:
     """The top-k (then top-p) distribution computed on the k kept logits only, scattered
     into zeros: the full row is read once (topk, on the logits as they are: dividing by a
     positive temperature keeps their order and their ties) instead of five times. None when
@@ -109,9 +119,8 @@ def _top_k_sparse(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor 
     kept, ids = torch.softmax(scaled, dim=-1), ids[..., :k]
     if config.top_p < 1.0:
         kept = _top_p_of_kept(kept.reshape(-1, k), ids.reshape(-1, k), config.top_p).reshape(kept.shape)
-    out = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device)
-    out.scatter_(-1, ids, kept)
-    return out
+    out = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device) if out is None else out.zero_()
+    return out.scatter_(-1, ids.reshape(out.shape[:-1] + (k,)), kept.reshape(out.shape[:-1] + (k,)))
 
 
 def _top_p_of_kept(values: torch.Tensor, ids: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -163,8 +163,9 @@ def _raw_q(seams: Seams, fire: Fire) -> Seams:
     base = _draft_model(seams, "raw-q")
     step: SampleStep = base.sample_step
 
-    def samples_filtered_records_raw(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator):
-        token, q, u = step(logits, sampling, rng)
+    def samples_filtered_records_raw(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator,
+                                     out: torch.Tensor | None = None):
+        token, q, u = step(logits, sampling, rng, out)
         if q is None:
             return token, q, u
         raw = draft_distribution(logits, SamplingConfig(temperature=sampling.temperature))

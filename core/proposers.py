@@ -100,19 +100,20 @@ def chain_parents(n: int) -> tuple[int, ...]:
 
 
 # One draft token from one row of logits: (token, the q it was drawn from, the uniform).
-SampleStep = Callable[[torch.Tensor, SamplingConfig, np.random.Generator], tuple[int, "torch.Tensor | None", "float | None"]]
+# `out`, when given, is a float64 row the step may write q into (the proposer's row for it).
+SampleStep = Callable[..., tuple[int, "torch.Tensor | None", "float | None"]]
 
 
 def sample_token(
-    logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator
+    logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
 ) -> tuple[int, torch.Tensor | None, float | None]:
     """Greedy: the argmax (no q). Sampling: q = the processed distribution (float64, on the
-    draft's device), one inverse-CDF draw."""
+    draft's device; in `out` when given), one inverse-CDF draw."""
     if sampling.greedy:
         if not bool(torch.isfinite(logits).all()):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
         return int(row_argmax(logits)), None, None
-    q = draft_distribution(logits, sampling)
+    q = draft_distribution(logits, sampling, out)
     u = float(rng.random())
     return sample_from_torch(q, u), q, u
 
@@ -166,8 +167,9 @@ class DraftModelProposer:
         self.coupling, self._prompt_len = coupling, int(prompt_len)
 
     def _coupled_step(self, position: int) -> SampleStep:
-        def step(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator):
-            q = draft_distribution(logits, sampling)
+        def step(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator,
+                 out: torch.Tensor | None = None):
+            q = draft_distribution(logits, sampling, out)
             return self.coupling.pick(q, position), q, None
 
         return step
@@ -218,19 +220,23 @@ class DraftModelProposer:
                 cache_peak=self.lm.processed,
             )
         tokens: list[int] = []
-        qs: torch.Tensor | None = None  # (k, V) float64: each q copied in while it is still in cache
-        facts: list[RowFacts | None] = []  # and its facts for the record taken then (core.dists)
+        # (k, V) float64: each step writes its q into its row (or the row takes a copy), and
+        # the row's facts for the record are taken then, while it is in cache (core.dists)
+        qs = None if sampling.greedy else torch.empty((k, self.lm.vocab_size), dtype=torch.float64, device=self.lm.device)
+        facts: list[RowFacts | None] = []
         draws: list[float] = []
         feed = self.cache.pending(self.lm, context)
         coupled = self.coupling is not None and not sampling.greedy
         for i in range(k):
             logits = self.lm.feed(feed, keep=1)[0]
             step = self._coupled_step(len(context) - self._prompt_len + i) if coupled else self.sample_step
-            token, q, u = step(logits, sampling, rng)
+            token, q, u = step(logits, sampling, rng, out=None if qs is None else qs[i])
             if q is not None:
-                if qs is None:
-                    qs = torch.empty((k, q.shape[-1]), dtype=torch.float64, device=q.device)
-                qs[i].copy_(q)
+                if qs is None or q.shape[-1] != qs.shape[-1]:
+                    raise ValueError(f"the draft step returned a q of shape {tuple(q.shape)} for a "
+                                     f"{'greedy' if qs is None else str(qs.shape[-1]) + '-token'} draft")
+                if q.data_ptr() != qs[i].data_ptr():
+                    qs[i].copy_(q)
                 facts.append(RowFacts.of(qs[i : i + 1]))
             if u is not None:
                 draws.append(u)
@@ -240,7 +246,7 @@ class DraftModelProposer:
         return Draft(
             tokens=tuple(tokens),
             parents=chain_parents(len(tokens)),
-            q=qs,
+            q=qs if facts else None,
             forwards=k,
             cache_before=before,
             cache_peak=self.lm.processed,

@@ -292,12 +292,16 @@ def test_the_drafts_q_is_a_distribution_within_1e6_of_the_float64_one(config):
         assert np.abs(q - expected).max() < 1e-6
 
 
-def test_the_drafts_q_takes_the_float64_path_where_float32_overflows():
+def test_the_drafts_q_takes_the_float64_path_where_float32_overflows_or_underflows():
     logits = torch.tensor([[3.0, 1.0, -2.0, 0.5]])
     config = SamplingConfig(temperature=1e-39)  # logits / T overflow float32, not float64
     q = draft_distribution(logits, config)
     assert torch.equal(q, process_logits_torch(logits, config))
     assert q[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+    # at T=0.01 exp(-300) underflows float32 but not float64: the support stays the float64 one
+    config = SamplingConfig(temperature=0.01)
+    q = draft_distribution(logits, config)
+    assert torch.equal(q, process_logits_torch(logits, config)) and bool((q > 0).all())
 
 
 def test_keep_full_vectors_makes_a_top_record_decoder_keep_full_rows(pair):
