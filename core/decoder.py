@@ -39,7 +39,7 @@ from .records import (
     RunSummary,
     SummaryTally,
 )
-from .row_ops import row_argmax
+from .row_ops import nonzero_entries, row_argmax
 from .run import RunHandle
 from .sampling import SamplingConfig
 from .tree_decode import is_tree_proposer, tree_round
@@ -369,14 +369,17 @@ class _RoundVectors:
         extra = self._extra_ids(n, q is not None, residual is not None)
         # With a top-k filter every row (p, q, the residual) has at most about k nonzeros.
         sparse = not task.greedy and top_k > 0
+        # q's nonzero entries, when sparse: for its record and for sum min(p, q) (core.row_ops)
+        self.q_entries = nonzero_entries(q, None if q_facts is None else q_facts.maxima) if sparse and q is not None else None
         facts = [None] + ([q_facts] if q is not None else []) + ([None] if residual is not None else [])
+        entries = [None] + ([self.q_entries] if q is not None else []) + ([None] if residual is not None else [])
         kept: list = []
-        for block, known in zip(blocks, facts):  # block by block: no copy of the rows into one tensor
+        for block, known, found in zip(blocks, facts, entries):  # block by block: no copy of the rows into one tensor
             if full:
                 kept.extend(host_rows(block))
             else:
                 kept.extend(compact_rows(block, top_n, extra[len(kept) : len(kept) + block.shape[0]], sparse=sparse,
-                                         facts=known))
+                                         facts=known, entries=found))
         self.p_rows = kept[: n + 1]
         self.q_rows = kept[n + 1 : 2 * n + 1] if q is not None else None
         self.residual = kept[-1] if residual is not None else None
@@ -407,8 +410,12 @@ class _RoundVectors:
             nan = torch.full_like(p_tok, float("nan"))
             return torch.stack([p_tok, nan, nan], dim=1).cpu().numpy()
         q_tok = torch.gather(task.q, 1, index).flatten()
-        # row by row: each row's minimum stays in cache for its sum (q's rows are cold by now)
-        overlap = torch.stack([torch.minimum(p[i], task.q[i]).sum() for i in range(n)])
+        if self.q_entries is not None:  # sparse q: min(p, q) is 0 off q's nonzero entries
+            row_t, ids_t = self.q_entries
+            both = torch.minimum(p[row_t, ids_t], task.q[row_t, ids_t])
+            overlap = torch.zeros(n, dtype=p.dtype, device=p.device).index_add_(0, row_t, both)
+        else:  # row by row: each row's minimum stays in cache for its sum (q's rows are cold by now)
+            overlap = torch.stack([torch.minimum(p[i], task.q[i]).sum() for i in range(n)])
         return torch.stack([p_tok, q_tok, overlap], dim=1).cpu().numpy()
 
     def nodes(self, parents: tuple[int, ...]) -> tuple[DraftNode, ...]:

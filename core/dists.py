@@ -137,17 +137,23 @@ class RowFacts:
 
 
 def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
-                 sparse: bool = False, facts: RowFacts | None = None) -> list[TopDistribution]:
+                 sparse: bool = False, facts: RowFacts | None = None,
+                 entries: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[TopDistribution]:
     """TopDistributions of the (m, V) float64 rows, with each row's `extra_ids` entries kept
     too. One batched pass on the rows' device, one transfer to the host. `sparse`: the rows
     have few nonzero entries (a top-k filter): they are read once, for their nonzeros, and
-    everything else comes from those. `facts`: the rows' RowFacts, if already taken."""
+    everything else comes from those (`entries`: core.row_ops.nonzero_entries of the rows,
+    if already found). `facts`: the rows' RowFacts, if already taken."""
     import torch  # here, not at the top: the store's writer process reads this module without torch
 
     from .row_ops import row_topk
 
     if sparse:
-        return _compact_sparse(rows, top_n, extra_ids, None if facts is None else facts.maxima)
+        if entries is None:
+            from .row_ops import nonzero_entries
+
+            entries = nonzero_entries(rows, None if facts is None else facts.maxima)
+        return _compact_sparse(rows, top_n, extra_ids, entries)
     m, vocab = rows.shape
     n = min(top_n, vocab)
     # One entry more than kept: where it equals the n-th, the n-th is tied with entries
@@ -184,15 +190,13 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
 
 
 def _compact_sparse(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
-                    maxima: torch.Tensor | None = None) -> list[TopDistribution]:
-    """compact_rows from the rows' nonzero entries (ascending ids per row, as nonzero
-    returns them): the top-N by a stable sort (ties stay by ascending id), support = their
-    count, minimum = 0 unless every entry is positive, sum = theirs. Rows are nonnegative
-    (probabilities)."""
-    from .row_ops import nonzero_entries
-
+                    entries: tuple[torch.Tensor, torch.Tensor]) -> list[TopDistribution]:
+    """compact_rows from the rows' nonzero entries (row-major, ascending ids per row, as
+    nonzero returns them): the top-N by a stable sort (ties stay by ascending id), support =
+    their count, minimum = 0 unless every entry is positive, sum = theirs. Rows are
+    nonnegative (probabilities)."""
     m, vocab = rows.shape
-    row_t, ids_t = nonzero_entries(rows, maxima)  # row-major, so ascending ids within a row
+    row_t, ids_t = entries
     values = rows[row_t, ids_t].cpu().numpy()
     row_of, ids = row_t.cpu().numpy(), ids_t.cpu().numpy().astype(np.int64)
     bounds = np.searchsorted(row_of, np.arange(m + 1))
