@@ -111,19 +111,22 @@ class RowFacts:
     has evicted them, need not read the rows again for them."""
 
     maxima: torch.Tensor  # (m, C): core.row_ops.chunk_maxima
-    minimum: torch.Tensor  # (m,)
-    total: torch.Tensor  # (m,)
+    minimum: torch.Tensor | None  # (m,); None for sparse rows (compact_rows takes it from their entries)
+    total: torch.Tensor | None  # (m,); likewise
 
     @staticmethod
-    def of(rows: torch.Tensor) -> RowFacts | None:
+    def of(rows: torch.Tensor, sparse: bool = False) -> RowFacts | None:
         """The facts of the rows, where compact_rows would use them (core.row_ops.fast_rows:
-        CPU rows of 32k tokens and more); None elsewhere."""
+        CPU rows of 32k tokens and more); None elsewhere. `sparse` rows (a top-k filter) need
+        only their chunk maxima, which find their nonzero entries."""
         import torch
 
         from .row_ops import chunk_maxima, fast_rows
 
         if not fast_rows(rows):
             return None
+        if sparse:
+            return RowFacts(chunk_maxima(rows), None, None)
         return RowFacts(chunk_maxima(rows), torch.amin(rows, dim=-1), rows.sum(dim=-1))
 
     @staticmethod
@@ -133,7 +136,8 @@ class RowFacts:
 
         if not facts or any(f is None for f in facts):
             return None
-        return RowFacts(*(torch.cat([getattr(f, name) for f in facts]) for name in ("maxima", "minimum", "total")))
+        parts = [[getattr(f, name) for f in facts] for name in ("maxima", "minimum", "total")]
+        return RowFacts(*(None if any(t is None for t in ts) else torch.cat(ts) for ts in parts))
 
 
 def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
@@ -159,7 +163,7 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
     # One entry more than kept: where it equals the n-th, the n-th is tied with entries
     # outside the top n and the tie rule (lowest ids first) decides which are kept.
     values, ids = row_topk(rows, min(n + 1, vocab), None if facts is None else facts.maxima)  # ties in no set order
-    if facts is None:
+    if facts is None or facts.minimum is None:
         minimum, total = torch.amin(rows, dim=-1), rows.sum(dim=-1)
     else:
         minimum, total = facts.minimum, facts.total
