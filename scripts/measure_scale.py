@@ -9,6 +9,11 @@ consumes the rounds without keeping them, as the CLI's printer does. It reports:
     growth_kb_per_round    (peak@1000 - peak@100) / 900
     ms/round 50-150        median wall time of one round over rounds 50-150
     ms/round 900-1000      the same over rounds 900-1000 (same run)
+    CPU ratio              the same ratio in process CPU time (a virtual machine's stolen
+                           time inflates wall time, not CPU time; the JSON rows also give
+                           /proc/stat's steal jiffies in each window)
+    forwards ms/round      median time inside the two models' forwards in each window: what
+                           attention over a longer context adds
     bookkeeping            share of wall time outside the two models' forwards
                            (everything the decoder does besides target and draft forwards)
 
@@ -74,16 +79,23 @@ def measure(decoder: SpeculativeDecoder, prompt: list[int], rounds: int, marks: 
     handle = decoder.start(prompt, max_new_tokens=10 * rounds * (decoder.k + 1))
     target_lm, draft_lm = decoder.target_lm, decoder.proposer.lm
     per_round: list[float] = []
+    cpu_round: list[float] = []  # process CPU time of each round (both threads)
+    forward_round: list[float] = []  # time inside the two models' forwards, each round
+    steal: list[int] = []  # the machine's steal jiffies after each round (a VM's lost time)
     bookkeeping = 0.0
     peaks: dict[int, int] = {}
     tokens = 0
     started = time.perf_counter()
     cpu_started = time.process_time()
-    last = started
+    last, last_cpu, last_fwd = started, cpu_started, 0.0
     for rnd in handle:
-        now = time.perf_counter()
+        now, cpu_now = time.perf_counter(), time.process_time()
+        fwd = target_lm.forward_s + draft_lm.forward_s
         per_round.append(now - last)
-        last = now
+        cpu_round.append(cpu_now - last_cpu)
+        forward_round.append(fwd - last_fwd)
+        steal.append(steal_jiffies())
+        last, last_cpu, last_fwd = now, cpu_now, fwd
         tokens += len(rnd.emitted)
         bookkeeping += rnd.timings.bookkeeping_s
         if len(per_round) in marks:
@@ -95,8 +107,19 @@ def measure(decoder: SpeculativeDecoder, prompt: list[int], rounds: int, marks: 
     handle.close()
     forwards = target_lm.forward_s + draft_lm.forward_s
     return {"rounds": len(per_round), "tokens": tokens, "wall_s": wall, "per_round_s": per_round,
+            "cpu_round_s": cpu_round, "forward_round_s": forward_round, "steal": steal,
             "peak_rss_kb": peaks, "forward_s": forwards, "bookkeeping_share": 1 - forwards / wall,
             "cpu_s": cpu, "round_bookkeeping_s": bookkeeping}
+
+
+def steal_jiffies() -> int:
+    """The machine's steal time so far (/proc/stat: CPU time the hypervisor gave to others)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) if len(fields) > 8 and fields[0] == "cpu" else 0
+    except OSError:
+        return 0
 
 
 def window_ms(per_round: list[float], lo: int, hi: int) -> float | None:
@@ -140,6 +163,14 @@ def main() -> int:
             "growth_kb_per_round": (hi - lo) / (args.rounds - 100) if lo and hi and args.rounds > 100 else None,
             "ms_per_round_50_150": window_ms(m["per_round_s"], 50, 150),
             "ms_per_round_last_100": window_ms(m["per_round_s"], args.rounds - 100, args.rounds),
+            # the same windows in process CPU time and in forward time: where a wall ratio
+            # comes from (the models' forwards over a longer context, or the machine)
+            "cpu_ms_per_round_50_150": window_ms(m["cpu_round_s"], 50, 150),
+            "cpu_ms_per_round_last_100": window_ms(m["cpu_round_s"], args.rounds - 100, args.rounds),
+            "forward_ms_per_round_50_150": window_ms(m["forward_round_s"], 50, 150),
+            "forward_ms_per_round_last_100": window_ms(m["forward_round_s"], args.rounds - 100, args.rounds),
+            "steal_jiffies_50_150": m["steal"][149] - m["steal"][49] if len(m["steal"]) >= 150 else None,
+            "steal_jiffies_last_100": m["steal"][-1] - m["steal"][-101] if len(m["steal"]) >= 101 else None,
             "bookkeeping_share": m["bookkeeping_share"],
             "wall_s": m["wall_s"],
             # per round: outside the two models' forwards (wall), the whole round in process
@@ -164,13 +195,20 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     out = [f"Vocabulary {args.vocab:,}, k={args.k}, {args.threads} torch threads, {args.rounds} rounds a run, "
            f"vectors={args.vectors}.", "",
            "| mode | tokens | peak RSS @100 (MB) | peak RSS @end (MB) | growth (KB/round) | ms/round 50-150 "
-           "| ms/round last 100 | ratio | bookkeeping share |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| ms/round last 100 | ratio | CPU ratio | forwards ms/round (first → last) | bookkeeping share |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def ratio(r: dict, key: str) -> float | None:
+        a, b = r.get(key + "_50_150"), r.get(key + "_last_100")
+        return b / a if a and b is not None else None
+
     for r in rows:
-        ratio = (r["ms_per_round_last_100"] / r["ms_per_round_50_150"]) if r["ms_per_round_50_150"] else None
         out.append(f"| {r['mode']} | {r['tokens']} | {f(r['rss_mb_at_100'], '.0f')} | {f(r['rss_mb_at_end'], '.0f')} "
                    f"| {f(r['growth_kb_per_round'], '.1f')} | {f(r['ms_per_round_50_150'], '.1f')} "
-                   f"| {f(r['ms_per_round_last_100'], '.1f')} | {f(ratio, '.2f')} | {f(100 * r['bookkeeping_share'], '.1f')}% |")
+                   f"| {f(r['ms_per_round_last_100'], '.1f')} | {f(ratio(r, 'ms_per_round'), '.2f')} "
+                   f"| {f(ratio(r, 'cpu_ms_per_round'), '.2f')} "
+                   f"| {f(r.get('forward_ms_per_round_50_150'), '.1f')} → {f(r.get('forward_ms_per_round_last_100'), '.1f')} "
+                   f"| {f(100 * r['bookkeeping_share'], '.1f')}% |")
     return "\n".join(out)
 
 
