@@ -111,16 +111,30 @@ def _top_k_sparse(logits: torch.Tensor, config: SamplingConfig, out: torch.Tenso
     masked path)."""
     k = config.top_k
     vals, ids = _topk(logits, k + 1)  # (..., k + 1) descending
-    if bool((vals[..., k] == vals[..., k - 1]).any()):
+    # one sync: is the k-th value tied with the next (then the masked path), and are any
+    # two kept values tied (then top-p needs the tie order by id)
+    tied = vals[..., 1:] == vals[..., :-1]
+    cut_tied, kept_tied = torch.stack([tied[..., k - 1].any(), tied[..., : k - 1].any()]).tolist()
+    if cut_tied:
         return None
     scaled = vals[..., :k].to(torch.float64)
     if config.temperature != 1:
         scaled = scaled / config.temperature
     kept, ids = torch.softmax(scaled, dim=-1), ids[..., :k]
-    if config.top_p < 1.0:
+    if config.top_p < 1.0 and kept_tied:
         kept = _top_p_of_kept(kept.reshape(-1, k), ids.reshape(-1, k), config.top_p).reshape(kept.shape)
+    elif config.top_p < 1.0:  # distinct values, already in descending order: the rule's order
+        kept = _top_p_of_descending(kept, config.top_p)
     out = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device) if out is None else out.zero_()
     return out.scatter_(-1, ids.reshape(out.shape[:-1] + (k,)), kept.reshape(out.shape[:-1] + (k,)))
+
+
+def _top_p_of_descending(values: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Top-p over rows already in descending order without ties (`_top_p_of_kept`'s rule,
+    whose order this is): up to the first entry whose cumulative mass reaches top_p."""
+    below = (torch.cumsum(values, dim=-1) < top_p).sum(dim=-1, keepdim=True)
+    values = values.masked_fill(torch.arange(values.shape[-1], device=values.device) > below, 0.0)
+    return values / values.sum(dim=-1, keepdim=True)
 
 
 def _top_p_of_kept(values: torch.Tensor, ids: torch.Tensor, top_p: float) -> torch.Tensor:
