@@ -300,7 +300,7 @@ class SpeculativeDecoder:
         if draft.cache_before is not None and draft_after is not None:
             peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
             draft_cache = _cache_state(draft.cache_before, peak, draft_after, final_context)
-        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n, self.sampling.top_k, draft.q_facts)
+        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n, self.sampling.sparse_rows, draft.q_facts)
         t3 = clock.now()
 
         return Round(
@@ -357,7 +357,7 @@ class _RoundVectors:
     TopDistributions with the drawn tokens' entries; plus each node's scalars (p(x), q(x),
     sum min(p, q)), computed on the device and moved to the host together."""
 
-    def __init__(self, task: VerifyTask, verdict: Verdict, full: bool, top_n: int, top_k: int = 0,
+    def __init__(self, task: VerifyTask, verdict: Verdict, full: bool, top_n: int, sparse: bool = False,
                  q_facts: RowFacts | None = None):
         self.task, self.verdict = task, verdict
         n = len(task.tokens)
@@ -367,8 +367,7 @@ class _RoundVectors:
             residual = torch.as_tensor(residual, dtype=torch.float64, device=p.device)
         blocks = [p] + ([q] if q is not None else []) + ([residual.reshape(1, -1)] if residual is not None else [])
         extra = self._extra_ids(n, q is not None, residual is not None)
-        # With a top-k filter every row (p, q, the residual) has at most about k nonzeros.
-        sparse = not task.greedy and top_k > 0
+        # `sparse` (SamplingConfig.sparse_rows): every row (p, q, the residual) has about top-k nonzeros
         # q's nonzero entries, when sparse: for its record and for sum min(p, q) (core.row_ops)
         self.q_entries = nonzero_entries(q, None if q_facts is None else q_facts.maxima) if sparse and q is not None else None
         facts = [None] + ([q_facts] if q is not None else []) + ([None] if residual is not None else [])

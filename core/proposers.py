@@ -237,7 +237,7 @@ class DraftModelProposer:
                                      f"{'greedy' if qs is None else str(qs.shape[-1]) + '-token'} draft")
                 if q.data_ptr() != qs[i].data_ptr():
                     qs[i].copy_(q)
-                facts.append(RowFacts.of(qs[i : i + 1], sparse=sampling.top_k > 0))
+                facts.append(RowFacts.of(qs[i : i + 1], sparse=sampling.sparse_rows))
             if u is not None:
                 draws.append(u)
             tokens.append(token)

@@ -53,7 +53,7 @@ def row_topk(rows: torch.Tensor, k: int, maxima: torch.Tensor | None = None) -> 
     chunks = chunked(rows)
     # The k largest entries lie in at most k chunks, each with a maximum at least as large
     # as the k-th largest entry: the k chunks with the largest maxima hold them.
-    _, chunk_ids = torch.topk(torch.amax(chunks, dim=-1) if maxima is None else maxima, k, dim=-1)  # (m, k)
+    _, chunk_ids = torch.topk(chunk_maxima(rows) if maxima is None else maxima, k, dim=-1)  # (m, k)
     gathered = torch.gather(chunks, 1, chunk_ids.unsqueeze(-1).expand(-1, -1, CHUNK)).reshape(rows.shape[0], -1)
     values, at = torch.topk(gathered, k, dim=-1)
     ids = torch.gather(chunk_ids, 1, at // CHUNK) * CHUNK + at % CHUNK
@@ -81,6 +81,6 @@ def nonzero_entries(rows: torch.Tensor, maxima: torch.Tensor | None = None) -> t
         at = torch.nonzero(rows)
         return at[:, 0], at[:, 1]
     chunks = chunked(rows, fill=0.0)  # zeros: never nonzero
-    hot = torch.nonzero((torch.amax(chunks, dim=-1) if maxima is None else maxima) > 0)  # (h, 2): row, chunk
+    hot = torch.nonzero((chunk_maxima(rows) if maxima is None else maxima) > 0)  # (h, 2): row, chunk
     inside = torch.nonzero(chunks[hot[:, 0], hot[:, 1]] > 0)  # (nnz, 2): hot chunk, offset
     return hot[inside[:, 0], 0], hot[inside[:, 0], 1] * CHUNK + inside[:, 1]

@@ -35,6 +35,12 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def sparse_rows(self) -> bool:
+        """Sampling with a top-k filter: every processed row has few nonzero entries (about
+        top_k), which the records find through their nonzeros instead of whole-row passes."""
+        return not self.greedy and self.top_k > 0
+
     def describe(self) -> str:
         if self.greedy:
             return "greedy"

@@ -152,7 +152,7 @@ class _Kept:
         if singles:  # a seam (the fault zoo) may hand back host arrays
             blocks.append(torch.stack([torch.as_tensor(r, dtype=torch.float64).to(device) for r in singles]))
         extras = self._extra_ids(task, verdict, updates, final is not None)
-        sparse = not task.greedy and dec.sampling.top_k > 0  # a top-k filter: every row has few nonzeros
+        sparse = dec.sampling.sparse_rows  # a top-k filter: every row has few nonzeros
         kept: list = []
         for block in blocks:  # block by block, one transfer each (as a chain round)
             if dec.full_vectors:

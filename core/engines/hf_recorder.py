@@ -183,7 +183,7 @@ class RoundRecorder:
         obs.candidate_logits = None  # not kept past the round
         sampling = self.config.sampling
         vectors = read_vectors(scores, q, obs.candidates, rejected, drawn, full=self.full_vectors, top_n=self.top_n,
-                               sparse=not sampling.greedy and sampling.top_k > 0)  # as the decoder's records
+                               sparse=sampling.sparse_rows)  # as the decoder's records
         return dict(emitted=emitted, statuses=statuses, kinds=kinds, rejected=rejected, vectors=vectors,
                     target_after=cache_length(self.target_cache) or 0)
 
