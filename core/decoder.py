@@ -25,8 +25,8 @@ import torch
 
 from .coupling import Coupling, CoupledVerifier, coupled_params
 from .allocator import tune_allocator
-from .device_sampling import check_finite_torch, process_logits_torch
-from .dists import DEFAULT_TOP_N, RowFacts, compact_rows, covering_top_n, host_rows, keeps_full_vectors
+from .device_sampling import target_rows
+from .dists import DEFAULT_TOP_N, RowFacts, compact_rows, covering_top_n, host_rows, keeps_full_vectors, sparse_entries
 from .kv import CachedLM, CachePolicy, Stopwatch
 from .proposers import Draft, Proposer, check_protocol
 from .records import (
@@ -39,7 +39,6 @@ from .records import (
     RunSummary,
     SummaryTally,
 )
-from .row_ops import nonzero_entries, row_argmax
 from .run import RunHandle
 from .sampling import SamplingConfig
 from .tree_decode import is_tree_proposer, tree_round
@@ -279,12 +278,13 @@ class SpeculativeDecoder:
         target_peak = self.target_lm.processed
         t2 = clock.now()
 
-        p = process_logits_torch(logits, self.sampling, checked=True)  # _verify_forward checked them
+        rows = target_rows(logits, self.sampling)  # checks the logits are finite
+        p = rows.p
         task = VerifyTask(
             tokens=draft.tokens,
             q=None if draft.q is None else torch.as_tensor(draft.q, dtype=torch.float64).to(p.device),
             p=p,
-            argmax=row_argmax(logits).cpu().numpy(),
+            argmax=rows.argmax,
             greedy=self.sampling.greedy,
             eos_token_id=self.eos_token_id,
             remaining=remaining,
@@ -300,7 +300,8 @@ class SpeculativeDecoder:
         if draft.cache_before is not None and draft_after is not None:
             peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
             draft_cache = _cache_state(draft.cache_before, peak, draft_after, final_context)
-        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n, self.sampling.sparse_rows, draft.q_facts)
+        vectors = _RoundVectors(task, verdict, self.full_vectors, self.top_n, self.sampling.sparse_rows, draft.q_facts,
+                                rows.facts)
         t3 = clock.now()
 
         return Round(
@@ -342,9 +343,7 @@ class SpeculativeDecoder:
         """One target forward over the pending context + the draft; logits for n + 1 positions
         (kept on the model's device: only what the record needs comes to the host)."""
         fed = self.target_cache.pending(self.target_lm, context) + list(draft.tokens)
-        logits = self.target_lm.feed(fed, keep=len(draft.tokens) + 1)
-        check_finite_torch(logits, "the target model")
-        return logits
+        return self.target_lm.feed(fed, keep=len(draft.tokens) + 1)
 
 
 def _cache_state(before: int, peak: int, after: int, final_context: list[int]) -> CacheState:
@@ -358,7 +357,7 @@ class _RoundVectors:
     sum min(p, q)), computed on the device and moved to the host together."""
 
     def __init__(self, task: VerifyTask, verdict: Verdict, full: bool, top_n: int, sparse: bool = False,
-                 q_facts: RowFacts | None = None):
+                 q_facts: RowFacts | None = None, p_facts: RowFacts | None = None):
         self.task, self.verdict = task, verdict
         n = len(task.tokens)
         p, q = task.p, task.q
@@ -369,8 +368,8 @@ class _RoundVectors:
         extra = self._extra_ids(n, q is not None, residual is not None)
         # `sparse` (SamplingConfig.sparse_rows): every row (p, q, the residual) has about top-k nonzeros
         # q's nonzero entries, when sparse: for its record and for sum min(p, q) (core.row_ops)
-        self.q_entries = nonzero_entries(q, None if q_facts is None else q_facts.maxima) if sparse and q is not None else None
-        facts = [None] + ([q_facts] if q is not None else []) + ([None] if residual is not None else [])
+        self.q_entries = sparse_entries(q, q_facts) if sparse and q is not None else None
+        facts = [p_facts] + ([q_facts] if q is not None else []) + ([None] if residual is not None else [])
         entries = [None] + ([self.q_entries] if q is not None else []) + ([None] if residual is not None else [])
         kept: list = []
         for block, known, found in zip(blocks, facts, entries):  # block by block: no copy of the rows into one tensor

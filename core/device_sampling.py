@@ -11,10 +11,14 @@ core.sampling's SamplingConfig, never imports torch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from .row_ops import CHUNK, chunked, fast_rows, row_topk
+from .dists import RowFacts
+from .kept_rows import applies, dense_rows, kept_rows
+from .row_ops import CHUNK, chunked, fast_rows, row_argmax, row_topk
 from .sampling import SamplingConfig
 
 
@@ -55,6 +59,27 @@ def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: 
         kth = _topk(x, config.top_k)[0][..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     return _into(_top_p(torch.softmax(x, dim=-1), config.top_p), out)
+
+
+@dataclass(frozen=True, eq=False)
+class TargetRows:
+    """The target's processed rows for the verifier and the record."""
+
+    p: torch.Tensor  # (m, V) float64, on the logits' device
+    argmax: np.ndarray  # (m,) int64: each row's first maximal logit
+    facts: RowFacts | None  # p's nonzero ids, where core.kept_rows made p; else None
+
+
+def target_rows(logits: torch.Tensor, config: SamplingConfig, who: str = "the target model") -> TargetRows:
+    """p and the argmax of (m, V) logits, after checking they are finite (a ValueError
+    naming `who` otherwise): from the kept entries on a CPU top-k row (core.kept_rows,
+    which also gives p's nonzeros to the record), else by process_logits_torch."""
+    kept = kept_rows(logits, config) if applies(logits, config) else None
+    if kept is not None:
+        facts = RowFacts.stack([RowFacts.of_nonzero(row.ids) for row in kept])
+        return TargetRows(dense_rows(kept), np.array([row.argmax for row in kept], dtype=np.int64), facts)
+    check_finite_torch(logits, who)
+    return TargetRows(process_logits_torch(logits, config, checked=True), row_argmax(logits).cpu().numpy(), None)
 
 
 def _into(rows: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:

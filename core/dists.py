@@ -110,9 +110,10 @@ class RowFacts:
     rows, one per draft step), so that compact_rows, which runs after the target's forward
     has evicted them, need not read the rows again for them."""
 
-    maxima: torch.Tensor  # (m, C): core.row_ops.chunk_maxima
+    maxima: torch.Tensor | None  # (m, C): core.row_ops.chunk_maxima; None where `nonzero` is known
     minimum: torch.Tensor | None  # (m,); None for sparse rows (compact_rows takes it from their entries)
     total: torch.Tensor | None  # (m,); likewise
+    nonzero: tuple[np.ndarray, ...] | None = None  # sparse rows: each row's nonzero token ids, ascending
 
     @staticmethod
     def of(rows: torch.Tensor, sparse: bool = False) -> RowFacts | None:
@@ -130,6 +131,12 @@ class RowFacts:
         return RowFacts(chunk_maxima(rows), torch.amin(rows, dim=-1), rows.sum(dim=-1))
 
     @staticmethod
+    def of_nonzero(ids: np.ndarray) -> RowFacts:
+        """The facts of one sparse row whose nonzero token ids (ascending) are known (a
+        core.kept_rows row): nothing to read."""
+        return RowFacts(None, None, None, (ids,))
+
+    @staticmethod
     def stack(facts: Sequence[RowFacts | None]) -> RowFacts | None:
         """The facts of rows stacked in this order; None unless every part has facts."""
         import torch
@@ -137,7 +144,30 @@ class RowFacts:
         if not facts or any(f is None for f in facts):
             return None
         parts = [[getattr(f, name) for f in facts] for name in ("maxima", "minimum", "total")]
-        return RowFacts(*(None if any(t is None for t in ts) else torch.cat(ts) for ts in parts))
+        stacked = [None if any(t is None for t in ts) else torch.cat(ts) for ts in parts]
+        nonzero = None if any(f.nonzero is None for f in facts) else sum((f.nonzero for f in facts), ())
+        return RowFacts(*stacked, nonzero)
+
+    def entries(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(row, token id) of every nonzero entry, as core.row_ops.nonzero_entries gives them
+        (CPU tensors); None unless `nonzero` is known."""
+        import torch
+
+        if self.nonzero is None:
+            return None
+        rows = np.repeat(np.arange(len(self.nonzero)), [ids.shape[0] for ids in self.nonzero])
+        return torch.from_numpy(rows), torch.from_numpy(np.concatenate(self.nonzero))
+
+
+def sparse_entries(rows: torch.Tensor, facts: RowFacts | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, token id) of every nonzero entry of sparse rows: from their facts when these
+    know them, else by core.row_ops.nonzero_entries (guided by the facts' chunk maxima)."""
+    from .row_ops import nonzero_entries
+
+    known = None if facts is None else facts.entries()
+    if known is not None:
+        return known
+    return nonzero_entries(rows, None if facts is None else facts.maxima)
 
 
 def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
@@ -153,11 +183,7 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
     from .row_ops import row_topk
 
     if sparse:
-        if entries is None:
-            from .row_ops import nonzero_entries
-
-            entries = nonzero_entries(rows, None if facts is None else facts.maxima)
-        return _compact_sparse(rows, top_n, extra_ids, entries)
+        return _compact_sparse(rows, top_n, extra_ids, entries if entries is not None else sparse_entries(rows, facts))
     m, vocab = rows.shape
     n = min(top_n, vocab)
     # One entry more than kept: where it equals the n-th, the n-th is tied with entries

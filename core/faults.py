@@ -165,7 +165,7 @@ def _raw_q(seams: Seams, fire: Fire) -> Seams:
 
     def samples_filtered_records_raw(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator,
                                      out: torch.Tensor | None = None):
-        token, q, u = step(logits, sampling, rng, out)
+        token, q, u, *_ = step(logits, sampling, rng, out)  # the record gets the raw q, not the kept entries
         if q is None:
             return token, q, u
         raw = draft_distribution(logits, SamplingConfig(temperature=sampling.temperature))

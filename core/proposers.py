@@ -24,6 +24,7 @@ from .tree_draft import keep_path as keep_tree_path
 from .tree_verify import check_children_mode
 from .trees import parse_tree
 from .device_sampling import draft_distribution, sample_from_torch
+from .kept_rows import applies, draw_kept, kept_row
 from .sampling import SamplingConfig
 
 
@@ -99,20 +100,27 @@ def chain_parents(n: int) -> tuple[int, ...]:
     return tuple(range(-1, n - 1))
 
 
-# One draft token from one row of logits: (token, the q it was drawn from, the uniform).
-# `out`, when given, is a float64 row the step may write q into (the proposer's row for it).
-SampleStep = Callable[..., tuple[int, "torch.Tensor | None", "float | None"]]
+# One draft token from one row of logits: (token, the q it was drawn from, the uniform), and
+# optionally a fourth item, q's core.kept_rows.KeptRow when the step has it (its nonzero
+# entries: then the proposer need not look for them). `out`, when given, is a float64 row
+# the step may write q into (the proposer's row for it).
+SampleStep = Callable[..., tuple]
 
 
 def sample_token(
     logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
 ) -> tuple[int, torch.Tensor | None, float | None]:
     """Greedy: the argmax (no q). Sampling: q = the processed distribution (float64, on the
-    draft's device; in `out` when given), one inverse-CDF draw."""
+    draft's device; in `out` when given), one inverse-CDF draw. A top-k row on the CPU
+    comes as its kept entries too (core.kept_rows: a fourth item)."""
     if sampling.greedy:
         if not bool(torch.isfinite(logits).all()):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
         return int(row_argmax(logits)), None, None
+    kept = kept_row(logits, sampling) if applies(logits, sampling) else None
+    if kept is not None:
+        u = float(rng.random())
+        return draw_kept(kept, u), kept.dense(out), u, kept
     q = draft_distribution(logits, sampling, out)
     u = float(rng.random())
     return sample_from_torch(q, u), q, u
@@ -230,14 +238,16 @@ class DraftModelProposer:
         for i in range(k):
             logits = self.lm.feed(feed, keep=1)[0]
             step = self._coupled_step(len(context) - self._prompt_len + i) if coupled else self.sample_step
-            token, q, u = step(logits, sampling, rng, out=None if qs is None else qs[i])
+            token, q, u, *kept = step(logits, sampling, rng, out=None if qs is None else qs[i])
             if q is not None:
                 if qs is None or q.shape[-1] != qs.shape[-1]:
                     raise ValueError(f"the draft step returned a q of shape {tuple(q.shape)} for a "
                                      f"{'greedy' if qs is None else str(qs.shape[-1]) + '-token'} draft")
                 if q.data_ptr() != qs[i].data_ptr():
                     qs[i].copy_(q)
-                facts.append(RowFacts.of(qs[i : i + 1], sparse=sampling.sparse_rows))
+                known = kept[0] if kept else None  # a KeptRow: q's nonzero entries
+                facts.append(RowFacts.of_nonzero(known.ids) if known is not None
+                             else RowFacts.of(qs[i : i + 1], sparse=sampling.sparse_rows))
             if u is not None:
                 draws.append(u)
             tokens.append(token)

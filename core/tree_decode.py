@@ -23,11 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .device_sampling import check_finite_torch, process_logits_torch
+from .device_sampling import target_rows
 from .dists import compact_rows, host_rows
 from .kv import CachedLM
 from .records import CacheState, DraftNode, RoundTimings, TreeInfo, TreeRound  # noqa: F401 (TreeInfo, TreeRound re-exported)
-from .row_ops import row_argmax
 from .tree_kv import keep_positions, masked_feed
 from .tree_verify import TreeTask, TreeVerdict, TreeVerifier, check_children_mode
 from .trees import ancestor_matrix, context_and_tree, node_depths, tree_positions
@@ -71,9 +70,10 @@ def tree_round(dec: Any, run_id: str, index: int, context: list[int], emitted_be
     target_peak = lm.processed
     t2 = clock.now()
 
-    p = process_logits_torch(logits, dec.sampling, checked=True)  # float64, on the logits' device
+    rows = target_rows(logits, dec.sampling)  # float64, on the logits' device; checks the logits are finite
+    p = rows.p
     q = None if draft.q is None else torch.as_tensor(draft.q, dtype=torch.float64).to(p.device)
-    task = TreeTask(tokens=draft.tokens, q=q, p=p, argmax=row_argmax(logits).cpu().numpy(), greedy=dec.sampling.greedy,
+    task = TreeTask(tokens=draft.tokens, q=q, p=p, argmax=rows.argmax, greedy=dec.sampling.greedy,
                     eos_token_id=dec.eos_token_id, remaining=remaining, parents=draft.parents,
                     # unnamed: the point-mass rule, exact however the children were picked
                     children=check_children_mode(draft.children or "topk"))
@@ -116,9 +116,7 @@ def _verify_forward(dec: Any, lm: CachedLM, context: list[int], tokens: tuple[in
     cached = lm.processed
     allowed = context_and_tree(cached, len(pending), visible)
     positions = list(range(cached, cached + len(pending))) + list(node_positions)
-    logits = masked_feed(lm, pending + list(tokens), positions, allowed, keep=len(tokens) + 1)
-    check_finite_torch(logits, "the target model")
-    return logits
+    return masked_feed(lm, pending + list(tokens), positions, allowed, keep=len(tokens) + 1)
 
 
 def _keep_target_path(dec: Any, lm: CachedLM, prefix_len: int, rows: list[int], committed: int) -> None:
