@@ -109,7 +109,7 @@ SampleStep = Callable[..., tuple]
 
 def sample_token(
     logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
-) -> tuple[int, torch.Tensor | None, float | None]:
+) -> tuple:
     """Greedy: the argmax (no q). Sampling: q = the processed distribution (float64, on the
     draft's device; in `out` when given), one inverse-CDF draw. A top-k row on the CPU
     comes as its kept entries too (core.kept_rows: a fourth item)."""
