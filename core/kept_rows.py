@@ -20,6 +20,7 @@ zeros in between is exact, so its cumulative sums are those of the dense row.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,28 +81,28 @@ def kept_rows(logits: torch.Tensor, config: SamplingConfig) -> list[KeptRow] | N
     rows = logits.reshape(1, -1) if logits.ndim == 1 else logits
     m, vocab = rows.shape
     k = config.top_k
-    # Any NaN or inf makes a row's sum non-finite (so can an overflowing sum of finite
-    # logits: the general path then looks closer). Two fast reductions: torch.aminmax,
-    # which would read the row once for both, is ten times slower than amax.
-    if not np.isfinite(rows.sum(dim=-1).numpy()).all():
+    # A NaN or inf anywhere makes the sum non-finite (so can an overflowing sum of finite
+    # logits: the general path then looks closer). Two fast reductions read the logits:
+    # torch.aminmax, which would read them once for both, is ten times slower than amax.
+    if not math.isfinite(float(rows.sum())):
         return None
     chunks = chunked(rows)
-    high = torch.amax(chunks, dim=-1)  # (m, C)
     # the k + 1 largest logits lie in the k + 1 chunks with the largest maxima (row_topk's argument)
-    chunk_ids = torch.topk(high, k + 1, dim=-1).indices
+    chunk_ids = torch.topk(torch.amax(chunks, dim=-1), k + 1, dim=-1).indices
     candidates = torch.gather(chunks, 1, chunk_ids.unsqueeze(-1).expand(-1, -1, CHUNK)).reshape(m, -1)
     values, at = torch.topk(candidates, k + 1, dim=-1)  # descending, ties in no set order
-    values, at = values.numpy(), at.numpy()
-    ids = np.take_along_axis(chunk_ids.numpy(), at // CHUNK, axis=1) * CHUNK + at % CHUNK
-    if (values[:, k - 1] == values[:, k]).any() or (ids >= vocab).any():
+    values, (chunk, offset) = values.numpy(), np.divmod(at.numpy(), CHUNK)
+    ids = chunk_ids.numpy()[np.arange(m)[:, None], chunk] * CHUNK + offset
+    if (values[:, k - 1] == values[:, k]).any() or ids.max() >= vocab:
         return None
-    scaled = values[:, :k].astype(np.float64)
+    ids, scaled = ids[:, :k], values[:, :k].astype(np.float64)
     if config.temperature != 1:
         scaled /= config.temperature
-    probs = np.exp(scaled - scaled[:, :1])
+    probs = np.exp(scaled - scaled[:, :1])  # non-increasing along each row, as the values are
     probs /= probs.sum(axis=1, keepdims=True)
-    order = np.lexsort((ids[:, :k], -probs), axis=-1)  # descending probability, equal ones by ascending id
-    ids, probs = np.take_along_axis(ids[:, :k], order, axis=1), np.take_along_axis(probs, order, axis=1)
+    if (probs[:, 1:] == probs[:, :-1]).any():  # equal probabilities: the rule orders them by ascending id
+        order = np.lexsort((ids, -probs), axis=-1)
+        ids, probs = np.take_along_axis(ids, order, axis=1), np.take_along_axis(probs, order, axis=1)
     counts = [k] * m
     if config.top_p < 1.0:
         counts = np.minimum((np.cumsum(probs, axis=1) < config.top_p).sum(axis=1) + 1, k).tolist()
@@ -113,10 +114,11 @@ def _kept(ids: np.ndarray, probs: np.ndarray, count: int, vocab: int, renormalis
     head_ids, head = ids[:count], probs[:count]
     if renormalise:
         head = head / head.sum()
-    positive = head > 0  # entries far below the largest underflow at a low temperature
-    head_ids, head = head_ids[positive], head[positive]
+    if not head[-1] > 0:  # entries far below the largest underflow at a low temperature (the last ones)
+        positive = head > 0
+        head_ids, head = head_ids[positive], head[positive]
     by_id = np.argsort(head_ids)
-    return KeptRow(head_ids[by_id].astype(np.int64), head[by_id], vocab, int(ids[0]))
+    return KeptRow(head_ids[by_id], head[by_id], vocab, int(ids[0]))
 
 
 def kept_row(logits: torch.Tensor, config: SamplingConfig) -> KeptRow | None:
