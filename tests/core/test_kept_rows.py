@@ -179,3 +179,18 @@ def test_a_decoder_on_the_kept_path_emits_and_records_what_the_general_path_does
                     assert np.array_equal(x.top[0], y.top[0]) and np.abs(x.top[1] - y.top[1]).max() < 1e-12
                     assert x.stats.support == y.stats.support and x.stats.minimum == y.stats.minimum
                 assert abs(na.overlap - nb.overlap) < 1e-12
+
+
+def test_a_tree_decoder_on_the_kept_path_emits_what_the_general_path_does(big_pair, monkeypatch):
+    target, draft = big_pair
+    config = SamplingConfig(temperature=1.0, top_k=20, top_p=0.9)
+
+    def run(seed):
+        proposer = DraftModelProposer(draft, tree="2,2,1", children="sampled")
+        dec = SpeculativeDecoder(target, proposer, k=3, sampling=config, seed=seed, vectors="top")
+        result = dec.generate([1, 2, 3], 10)
+        return result.new_tokens, [[n.target_argmax for n in r.nodes] for r in result.rounds]
+
+    fast = [run(seed) for seed in range(3)]
+    monkeypatch.setattr(device_sampling, "applies", lambda *a: False)
+    assert [run(seed) for seed in range(3)] == fast
