@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .row_ops import CHUNK, chunked, fast_rows
+from .row_ops import CHUNK, chunks_take, fast_rows, top_candidates
 from .sampling import SamplingConfig
 
 
@@ -68,7 +68,7 @@ def applies(logits: torch.Tensor, config: SamplingConfig) -> bool:
         and logits.ndim in (1, 2)
         and logits.dtype == torch.float32
         and fast_rows(logits)
-        and config.top_k + 1 <= logits.shape[-1] // (4 * CHUNK)
+        and chunks_take(config.top_k + 1, logits.shape[-1])
         and torch.finfo(torch.float32).max / config.temperature < torch.finfo(torch.float64).max
     )
 
@@ -86,12 +86,8 @@ def kept_rows(logits: torch.Tensor, config: SamplingConfig) -> list[KeptRow] | N
     # torch.aminmax, which would read them once for both, is ten times slower than amax.
     if not math.isfinite(float(rows.sum())):
         return None
-    chunks = chunked(rows)
-    # the k + 1 largest logits lie in the k + 1 chunks with the largest maxima (row_topk's argument)
-    chunk_ids = torch.topk(torch.amax(chunks, dim=-1), k + 1, dim=-1).indices
-    candidates = torch.gather(chunks, 1, chunk_ids.unsqueeze(-1).expand(-1, -1, CHUNK)).reshape(m, -1)
-    values, at = torch.topk(candidates, k + 1, dim=-1)  # descending, ties in no set order
-    values, (chunk, offset) = values.numpy(), np.divmod(at.numpy(), CHUNK)
+    values, at, chunk_ids = top_candidates(rows, k + 1)  # descending, ties in no set order
+    values, (chunk, offset) = values.numpy(), np.divmod(at.numpy(), CHUNK)  # the token ids in numpy
     ids = chunk_ids.numpy()[np.arange(m)[:, None], chunk] * CHUNK + offset
     if (values[:, k - 1] == values[:, k]).any() or ids.max() >= vocab:
         return None

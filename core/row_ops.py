@@ -48,16 +48,33 @@ def row_topk(rows: torch.Tensor, k: int, maxima: torch.Tensor | None = None) -> 
     if rows.ndim == 1:
         values, ids = row_topk(rows.reshape(1, -1), k, None if maxima is None else maxima.reshape(1, -1))
         return values[0], ids[0]
-    if not fast_rows(rows) or k > rows.shape[-1] // (4 * CHUNK):
+    if not fast_rows(rows) or not chunks_take(k, rows.shape[-1]):
         return torch.topk(rows, k, dim=-1)
+    values, at, chunk_ids = top_candidates(rows, k, maxima)
+    ids = torch.gather(chunk_ids, 1, at // CHUNK) * CHUNK + at % CHUNK
+    return values, ids
+
+
+def chunks_take(k: int, vocab: int) -> bool:
+    """Whether the chunked search pays for the k largest of `vocab` entries (a few chunks
+    out of many; wider, torch's own topk)."""
+    return k <= vocab // (4 * CHUNK)
+
+
+def top_candidates(rows: torch.Tensor, k: int, maxima: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chunked search of row_topk for (m, V) rows: the k largest values of each row
+    (descending, ties in no set order), their positions `at` among the gathered chunks,
+    and those chunks' ids, so that a value's token id is
+    chunk_ids[at // CHUNK] * CHUNK + at % CHUNK (row_topk computes it in torch, a caller
+    on the host may in numpy)."""
     chunks = chunked(rows)
     # The k largest entries lie in at most k chunks, each with a maximum at least as large
     # as the k-th largest entry: the k chunks with the largest maxima hold them.
-    _, chunk_ids = torch.topk(chunk_maxima(rows) if maxima is None else maxima, k, dim=-1)  # (m, k)
+    _, chunk_ids = torch.topk(torch.amax(chunks, dim=-1) if maxima is None else maxima, k, dim=-1)  # (m, k)
     gathered = torch.gather(chunks, 1, chunk_ids.unsqueeze(-1).expand(-1, -1, CHUNK)).reshape(rows.shape[0], -1)
     values, at = torch.topk(gathered, k, dim=-1)
-    ids = torch.gather(chunk_ids, 1, at // CHUNK) * CHUNK + at % CHUNK
-    return values, ids
+    return values, at, chunk_ids
 
 
 def row_argmax(rows: torch.Tensor) -> torch.Tensor:
