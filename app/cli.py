@@ -447,13 +447,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def each(rnd: Any) -> None:
         nonlocal decoded
-        decoded += 1
-        if writer is not None:
-            writer.write(rnd)  # raises at once once the writer has failed: decoding stops here
-        if not args.json:
-            _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
+        with signals.whole_round():  # a signal now waits: the round is counted, stored and shown whole
+            decoded += 1
+            if writer is not None:
+                writer.write(rnd)  # raises at once once the writer has failed: decoding stops here
+            if not args.json:
+                _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
 
-    with _terminate_as_cancel():
+    with _run_signals() as signals:
         try:
             result = decoder.start(prompt, args.max_new, config=config).drain(each)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Cancelled)
@@ -493,26 +494,59 @@ def _interrupt_status(exc: BaseException) -> int:
     return 128 + int(getattr(exc, "signum", signal.SIGINT))
 
 
+class _RunSignals:
+    """Ctrl-C and SIGTERM while `specscope run` decodes: SIGTERM raises Cancelled as Ctrl-C
+    raises KeyboardInterrupt, except while a decoded round is being stored and printed
+    (`whole_round`): then the signal waits for the round's end, so that a round is counted,
+    kept and shown entirely or not at all."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending: int | None = None
+
+    def handler(self, signum: int, frame: Any) -> None:
+        if self.holding:
+            self.pending = signum
+            return
+        self.interrupt(signum)
+
+    @staticmethod
+    def interrupt(signum: int) -> None:
+        import signal
+
+        raise Cancelled(signum) if signum == signal.SIGTERM else KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def whole_round(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            self.interrupt(signum)
+
+
 @contextlib.contextmanager
-def _terminate_as_cancel() -> Iterator[None]:
-    """While `specscope run` decodes, SIGTERM raises Cancelled as Ctrl-C raises
-    KeyboardInterrupt (outside the main thread, where no handler can be set, nothing
-    changes); the previous handler is restored after."""
+def _run_signals() -> Iterator[_RunSignals]:
+    """Installs _RunSignals' handler for SIGTERM, and for SIGINT where Python's own handler
+    is in place (an ignored Ctrl-C stays ignored), in the main thread (elsewhere no handler
+    can be set and nothing changes); the previous handlers are restored after."""
     import signal
     import threading
 
+    signals = _RunSignals()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield signals
         return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Cancelled(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    wanted = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is signal.default_int_handler else [])
+    previous = {signum: signal.signal(signum, signals.handler) for signum in wanted}
     try:
-        yield
+        yield signals
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def _end_text_line(args: argparse.Namespace) -> None:
