@@ -1,5 +1,11 @@
 """specscope.core: an exact, traced speculative decoder (torch + transformers, no Qt, no SQL).
 
+Folders by role, not by draft shape: decode/ (the round, layouts, caches, the plain baseline),
+draft/ (proposers, their registry, tree shapes and growth), verify/ (the walk and its rules),
+sampling/ (the transforms and draws, on the host and on the device), check/ (the checker and
+its proofs), faults/ (the zoo of deliberate bugs), loading/ (models and tokenizers), engines/
+(transformers' own loop, recorded).
+
 The names below load their submodule on first use, so that code needing only the record
 types (the trace store's writer process, `specscope runs`) does not pay for importing torch.
 """
@@ -11,17 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "cost": ("expected_tokens", "expected_tokens_from_survival", "predicted_speedup", "speedup"),
-    "decoder": ("SpeculativeDecoder", "normalize_prompt", "summarize"),
-    "proposers": ("Draft", "DraftModelProposer", "PromptLookupProposer", "Proposer"),
-    "registry": ("KINDS", "ProposerSpec", "SpecError", "build_proposer", "parse_spec"),
-    "run": ("RunHandle",),
+    "decode.baseline": ("plain_generate",),
+    "decode.decoder": ("SpeculativeDecoder", "normalize_prompt", "summarize"),
+    "decode.kv": ("CachedLM",),
+    "decode.run": ("RunHandle",),
+    "draft.proposers": ("Draft", "DraftModelProposer", "PromptLookupProposer", "Proposer"),
+    "draft.registry": ("KINDS", "ProposerSpec", "SpecError", "build_proposer", "parse_spec"),
+    "check.checker": ("check_report", "check_run", "first_bad_round", "group_findings"),
+    "faults.zoo": ("FAULTS", "faulty_decoder"),
     "records": ("CacheState", "DraftNode", "EmittedToken", "GenerationResult", "ResidualUpdate", "Round", "RoundTimings",
                 "RunConfig", "RunSummary", "TreeInfo", "TreeRound"),
-    "sampling": ("SamplingConfig", "process_logits", "sample_from"),
+    "sampling.reference": ("SamplingConfig", "process_logits", "sample_from"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
+    "FAULTS",
     "KINDS",
     "ProposerSpec",
     "RunHandle",
@@ -29,6 +40,7 @@ __all__ = [
     "build_proposer",
     "parse_spec",
     "CacheState",
+    "CachedLM",
     "Draft",
     "DraftModelProposer",
     "DraftNode",
@@ -45,9 +57,15 @@ __all__ = [
     "SpeculativeDecoder",
     "TreeInfo",
     "TreeRound",
+    "check_report",
+    "check_run",
     "expected_tokens",
     "expected_tokens_from_survival",
+    "faulty_decoder",
+    "first_bad_round",
+    "group_findings",
     "normalize_prompt",
+    "plain_generate",
     "predicted_speedup",
     "process_logits",
     "sample_from",
@@ -70,11 +88,15 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs
-    from .cost import expected_tokens, expected_tokens_from_survival, predicted_speedup, speedup
-    from .decoder import SpeculativeDecoder, normalize_prompt, summarize
-    from .proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
-    from .records import (CacheState, DraftNode, EmittedToken, GenerationResult, ResidualUpdate, Round, RoundTimings,
+    from specscope.core.check.checker import check_report, check_run, first_bad_round, group_findings
+    from specscope.core.decode.baseline import plain_generate
+    from specscope.core.decode.kv import CachedLM
+    from specscope.core.faults.zoo import FAULTS, faulty_decoder
+    from specscope.core.cost import expected_tokens, expected_tokens_from_survival, predicted_speedup, speedup
+    from specscope.core.decode.decoder import SpeculativeDecoder, normalize_prompt, summarize
+    from specscope.core.draft.proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
+    from specscope.core.records import (CacheState, DraftNode, EmittedToken, GenerationResult, ResidualUpdate, Round, RoundTimings,
                           RunConfig, RunSummary, TreeInfo, TreeRound)
-    from .registry import KINDS, ProposerSpec, SpecError, build_proposer, parse_spec
-    from .run import RunHandle
-    from .sampling import SamplingConfig, process_logits, sample_from
+    from specscope.core.draft.registry import KINDS, ProposerSpec, SpecError, build_proposer, parse_spec
+    from specscope.core.decode.run import RunHandle
+    from specscope.core.sampling.reference import SamplingConfig, process_logits, sample_from

@@ -11,7 +11,7 @@ accepted path, node positions, mask rows, kept cache rows). docs/trees.md and
 docs/trace-format.md ("tree") describe how they are stored.
 
 Distributions are full-vocabulary float64 numpy arrays, or, above 4,096 tokens of
-vocabulary (the decoder's `vectors` setting, core/dists.py), TopDistributions: the top-N,
+vocabulary (the decoder's `vectors` setting, core/sampling/dists.py), TopDistributions: the top-N,
 the drawn tokens' entries and the exact whole-vector facts. The storage layer decides what
 to persist. Scalars that depend on the full vectors (p(x), q(x), ratio, sum min(p, q),
 residual mass) are computed from the full rows on the model's device, so they stay exact
@@ -25,7 +25,7 @@ from typing import Any, Iterable, Literal, Mapping
 
 import numpy as np
 
-from .sampling import SamplingConfig
+from specscope.core.sampling.reference import SamplingConfig
 
 TokenKind = Literal["accepted", "repaired", "bonus"]
 NodeStatus = Literal["accepted", "rejected", "unvisited"]

@@ -54,7 +54,7 @@ def tiny(seed: int, layers: int, vocab: int, hidden: int = 32) -> torch.nn.Modul
 def load(path: str, device: str, dtype: str) -> torch.nn.Module:
     # the product's loader: float32 unless asked (transformers' own default would keep the
     # bundled checkpoints' bfloat16, which is not what `specscope run` decodes with)
-    from specscope.core.loading import load_model
+    from specscope.core.loading.models import load_model
 
     return load_model(path, device, dtype)
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import torch
 
-from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder, loading
-from specscope.core.checker import check_run, first_bad_round, group_findings
-from specscope.core.faults import FAULTS, faulty_decoder
+from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core.loading import models as loading
+from specscope.core.check.checker import check_run, first_bad_round, group_findings
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
 
 SETTINGS = [

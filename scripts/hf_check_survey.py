@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specscope.core import SamplingConfig  # noqa: E402
-from specscope.core.checker import check_report  # noqa: E402
+from specscope.core.check.checker import check_report  # noqa: E402
 from specscope.core.engines import TransformersEngine  # noqa: E402
 
 SAMPLERS = (SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0),
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         survey(f"tiny {arch} + noisy_copy(0.5)", target, noisy_copy(target, 0.5), random_prompts(args.prompts, 64),
                (None, 7), args.max_new, tally)
     if args.bundled:
-        from specscope.core.loading import example_prompts, load_bundled
+        from specscope.core.loading.models import example_prompts, load_bundled
 
         pair = load_bundled("small", device="cpu")
         prompts = [list(pair.tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in example_prompts()]

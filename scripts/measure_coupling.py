@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.loading import example_prompts, load_bundled, max_positions
+from specscope.core.loading.models import example_prompts, load_bundled, max_positions
 
 PAIRS = {
     "draft vs lookup": (("draft", 4), ("lookup", 4)),

@@ -43,7 +43,7 @@ import torch
 
 from specscope.core import SamplingConfig
 from specscope.core.engines import TransformersEngine
-from specscope.core.loading import example_prompts, load_bundled, load_models, resolve_device
+from specscope.core.loading.models import example_prompts, load_bundled, load_models, resolve_device
 
 CONFIGS = (("assisted", 0.0), ("assisted", 1.0), ("lookup", 0.0), ("lookup", 1.0))
 MODES = ("drain", "stepped")

@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.kv import CachedLM
-from specscope.core.loading import example_prompts, load_model, load_tokenizer, models_dir
+from specscope.core.decode.kv import CachedLM
+from specscope.core.loading.models import example_prompts, load_model, load_tokenizer, models_dir
 
 
 # ---------------------------------------------------------------------------- prompts

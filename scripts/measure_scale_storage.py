@@ -162,8 +162,8 @@ def _cli(argv: list[str]) -> tuple[int, str]:
 def _warm() -> None:
     """The CLI's imports (torch among them), so a step's time is the step's work."""
     import specscope.app.cli  # noqa: F401
-    import specscope.core.checker  # noqa: F401
-    import specscope.storage.jsonl  # noqa: F401
+    import specscope.core.check.checker  # noqa: F401
+    import specscope.storage.jsonl.transfer  # noqa: F401
 
 
 def step_check(args: argparse.Namespace) -> dict:

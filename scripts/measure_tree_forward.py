@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from specscope.core.kv import CachedLM
-from specscope.core.loading import example_prompts, load_bundled
-from specscope.core.tree_kv import masked_feed
-from specscope.core.trees import ancestor_matrix, context_and_tree, tree_positions
+from specscope.core.decode.kv import CachedLM
+from specscope.core.loading.models import example_prompts, load_bundled
+from specscope.core.decode.tree_kv import masked_feed
+from specscope.core.draft.trees import ancestor_matrix, context_and_tree, tree_positions
 
 
 def balanced_parents(n: int, width: int = 2) -> tuple[int, ...]:

@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from specscope import core
-    from specscope.core import loading
-    from specscope.core.baseline import plain_generate
+    from specscope.core.loading import models as loading
+    from specscope.core.decode.baseline import plain_generate
 
     if args.models:
         root = Path(args.models)

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     # ---- a trace with a deliberate bug, replayed with the checker's findings
     try:
         from specscope.core import DraftModelProposer, SamplingConfig
-        from specscope.core.faults import faulty_decoder
+        from specscope.core.faults.zoo import faulty_decoder
         from specscope.storage import TraceStore, TraceWriter
 
         target, tokenizer = hub.target("cpu")

@@ -7,9 +7,9 @@
     with open_jsonl("run.jsonl") as mem: ...   # an in-memory store holding one trace
 """
 
-from .codec import (DEFAULT_TOP_N, FULL_VECTORS_AUTO_MAX_VOCAB, PartialDistribution, StoredFullDistribution, is_partial,
+from specscope.storage.codec import (DEFAULT_TOP_N, FULL_VECTORS_AUTO_MAX_VOCAB, PartialDistribution, StoredFullDistribution, is_partial,
                     round_is_partial)
-from .errors import (
+from specscope.storage.errors import (
     CorruptStoreError,
     NotATraceStoreError,
     RunExistsError,
@@ -19,13 +19,13 @@ from .errors import (
     TraceStoreError,
     WriterError,
 )
-from .info import ModelInfo, RoundSummary, RunInfo, library_versions
-from .jsonl import FORMAT_NAME, FORMAT_VERSION, export_run, import_run, open_jsonl, read_trace
-from .migrations import CURRENT_VERSION as SCHEMA_VERSION
-from .paths import default_db_location, user_data_dir
-from .store import TraceStore
-from .trace_file import TraceFile
-from .writer import TraceWriter, record
+from specscope.storage.info import ModelInfo, RoundSummary, RunInfo, library_versions
+from specscope.storage.jsonl.transfer import FORMAT_NAME, FORMAT_VERSION, export_run, import_run, open_jsonl, read_trace
+from specscope.storage.migrations import CURRENT_VERSION as SCHEMA_VERSION
+from specscope.storage.paths import default_db_location, user_data_dir
+from specscope.storage.store import TraceStore
+from specscope.storage.jsonl.trace_file import TraceFile
+from specscope.storage.writer.api import TraceWriter, record
 
 __all__ = [
     "DEFAULT_TOP_N",

@@ -41,8 +41,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from specscope.core.dists import DEFAULT_TOP_N, TOP_K_COVER_MAX, TopDistribution, covering_top_n  # noqa: F401 (re-exported)
-from specscope.core.partial import VectorStats, vector_stats
+from specscope.core.sampling.dists import DEFAULT_TOP_N, TOP_K_COVER_MAX, TopDistribution, covering_top_n  # noqa: F401 (re-exported)
+from specscope.core.sampling.partial import VectorStats, vector_stats
 from specscope.core.records import Round
 
 # Full vectors are kept by default up to this vocabulary (byte- and character-level

@@ -14,10 +14,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
-from .errors import CorruptStoreError, NotATraceStoreError, SchemaVersionError, TraceStoreError
-from .migrations import MIGRATIONS, Migration, check_version
-from .paths import default_db_location
-from .transactions import is_corruption
+from specscope.storage.errors import CorruptStoreError, NotATraceStoreError, SchemaVersionError, TraceStoreError
+from specscope.storage.migrations import MIGRATIONS, Migration, check_version
+from specscope.storage.paths import default_db_location
+from specscope.storage.transactions import is_corruption
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 10_000

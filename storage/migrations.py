@@ -19,8 +19,8 @@ import json
 import numpy as np
 from sqlalchemy import Connection, func, insert, inspect, select, text, update
 
-from .errors import NotATraceStoreError, SchemaVersionError
-from .schema import Base, SchemaVersion, runs_table, tokens_table
+from specscope.storage.errors import NotATraceStoreError, SchemaVersionError
+from specscope.storage.schema import Base, SchemaVersion, runs_table, tokens_table
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from specscope.core.partial import entry_known
+from specscope.core.sampling.partial import entry_known
 from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
                                     TreeInfo, TreeRound)
-from specscope.core.sampling import SamplingConfig
+from specscope.core.sampling.reference import SamplingConfig
 
-from .codec import VectorPolicy, pack_blobs, rebuild, unpack_blobs
-from .info import ModelInfo, RoundSummary, RunInfo
+from specscope.storage.codec import VectorPolicy, pack_blobs, rebuild, unpack_blobs
+from specscope.storage.info import ModelInfo, RoundSummary, RunInfo
 
 # ---------------------------------------------------------------------------- runs
 

@@ -15,14 +15,14 @@ from sqlalchemy import delete, func, select, update
 
 from specscope.core.records import Round, RunConfig
 
-from .engine import is_sqlite, make_engine, precheck_sqlite_file, printable, sqlite_path, to_url
-from .errors import NotATraceStoreError, RunNotFoundError, SchemaVersionError, TraceStoreError
-from .info import RoundSummary, RunInfo
-from .liveness import STALE_AFTER_S, writer_is_dead
-from .migrations import MIGRATIONS, Migration, check_version, ensure_schema, stored_version
-from .rows import chunk_tokens, round_summary, rows_to_round, run_info
-from .schema import nodes_table, rounds_table, runs_table, tokens_table
-from .transactions import transaction, translate_errors
+from specscope.storage.engine import is_sqlite, make_engine, precheck_sqlite_file, printable, sqlite_path, to_url
+from specscope.storage.errors import NotATraceStoreError, RunNotFoundError, SchemaVersionError, TraceStoreError
+from specscope.storage.info import RoundSummary, RunInfo
+from specscope.storage.liveness import STALE_AFTER_S, writer_is_dead
+from specscope.storage.migrations import MIGRATIONS, Migration, check_version, ensure_schema, stored_version
+from specscope.storage.rows import chunk_tokens, round_summary, rows_to_round, run_info
+from specscope.storage.schema import nodes_table, rounds_table, runs_table, tokens_table
+from specscope.storage.transactions import transaction, translate_errors
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 from sqlalchemy import Engine
 from sqlalchemy.exc import DatabaseError
 
-from .errors import CorruptStoreError, TraceStoreError
+from specscope.storage.errors import CorruptStoreError, TraceStoreError
 
 
 def is_corruption(exc: BaseException) -> bool:

@@ -1,7 +1,7 @@
 """The three everyday changes each touch one place (architecture issue):
 
-- a new fault is one entry (and its inject function) in core/faults.py;
-- a new checker rule is one RULES line, one method and one ROUND_CHECKS name in core/checker.py;
+- a new fault is one entry (and its inject function) in core/faults/zoo.py;
+- a new checker rule is one RULES line, one method and one ROUND_CHECKS name in core/check/checker.py;
 - a new proposer is its class and one registry entry in core/ (tests/app covers the GUI side).
 
 Each test makes the change the way a maintainer would, at run time and in that one module
@@ -16,11 +16,11 @@ import pytest
 
 from specscope.app.cli import main
 from specscope.core import DraftModelProposer, SamplingConfig
-from specscope.core import checker as checker_module
-from specscope.core import faults as faults_module
-from specscope.core import registry
-from specscope.core.checker import check_run, first_bad_round
-from specscope.core.kv import CachePolicy
+from specscope.core.check import checker as checker_module
+from specscope.core.faults import zoo as faults_module
+from specscope.core.draft import registry
+from specscope.core.check.checker import check_run, first_bad_round
+from specscope.core.decode.kv import CachePolicy
 
 from .core.scripted import ScriptedProposer
 from .tiny_models import noisy_copy, save_pair, tiny_lm

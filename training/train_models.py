@@ -23,7 +23,7 @@ Outputs (under --out, default resources/models):
     training.json         the configuration, data provenance and final metrics
 and ../DATA.md (data provenance) next to the models folder unless --no-data-md.
 
-Weights are stored as bfloat16 safetensors; specscope.core.loading upcasts to float32.
+Weights are stored as bfloat16 safetensors; specscope.core.loading.models upcasts to float32.
 """
 
 from __future__ import annotations

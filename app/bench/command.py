@@ -151,7 +151,7 @@ def _say(msg: str) -> None:  # progress goes to stderr, also with --json
 
 def tree_specs(args: argparse.Namespace, drafts: dict[str, Any]) -> list[str]:
     """The --tree rows: proposer specs of the first draft drafting each tree."""
-    from specscope.core.trees import TreeSpecError, parse_tree
+    from specscope.core.draft.trees import TreeSpecError, parse_tree
 
     specs = []
     for tree in getattr(args, "tree", None) or []:
@@ -167,7 +167,8 @@ def tree_specs(args: argparse.Namespace, drafts: dict[str, Any]) -> list[str]:
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs both modes, then the memory children
     import torch
-    from specscope.core import SamplingConfig, loading
+    from specscope.core import SamplingConfig
+    from specscope.core.loading import models as loading
 
     from .markdown import format_table
     from .measurement import Bench, default_specs

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 from specscope.core import SamplingConfig, SpeculativeDecoder
-from specscope.core.baseline import plain_generate
-from specscope.core.kv import CachedLM
-from specscope.core.registry import KINDS, SpecError, build_proposer, parse_spec
+from specscope.core.decode.baseline import plain_generate
+from specscope.core.decode.kv import CachedLM
+from specscope.core.draft.registry import KINDS, SpecError, build_proposer, parse_spec
 
 from .metrics import RoundCounts, counts_of
 

@@ -47,7 +47,7 @@ def _reset_hwm() -> bool:
 
 def _load(spec: dict[str, Any]):
     """The target and the one draft (or none) this method runs."""
-    from specscope.core import loading
+    from specscope.core.loading import models as loading
 
     device = loading.resolve_device(spec["device"])
     draft_label, draft_ref = spec.get("draft_label"), spec.get("draft_ref")

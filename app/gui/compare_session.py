@@ -46,7 +46,7 @@ class LaneSettings(RunSettings):
 
 def lanes_coupled(configs: Any) -> bool:
     """Whether both lanes' runs were coupled with the same seed (their RunConfigs say so)."""
-    from specscope.core.coupling import coupling_seed_of
+    from specscope.core.verify.coupling import coupling_seed_of
 
     seeds = [coupling_seed_of(c) if c is not None else None for c in configs]
     return seeds[0] is not None and len(set(seeds)) == 1

@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
-from specscope.core.checker import group_findings
+from specscope.core.check.checker import group_findings
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QBoxLayout, QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
-from specscope.core.partial import known_ids
+from specscope.core.sampling.partial import known_ids
 from specscope.core.records import Round
 
 from . import theme

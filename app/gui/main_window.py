@@ -43,7 +43,7 @@ PLOTS_MIN_PX = 300
 
 def default_checker():
     """The core trace checker: callable(config, rounds) -> findings."""
-    from specscope.core.checker import check_run
+    from specscope.core.check.checker import check_run
 
     return lambda config, rounds: check_run(config, rounds)
 

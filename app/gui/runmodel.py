@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from specscope.core.dists import TopDistribution
-from specscope.core.partial import is_full
+from specscope.core.sampling.dists import TopDistribution
+from specscope.core.sampling.partial import is_full
 from specscope.core.records import Round, RunConfig
 
 from . import theme

@@ -2,7 +2,7 @@
 never in a widget). Runs in the worker thread.
 
 `ModelHub` loads the bundled target, drafts and tokenizer through
-`specscope.core.loading` when the bundled models are installed, and otherwise (or when
+`specscope.core.loading.models` when the bundled models are installed, and otherwise (or when
 asked) uses tiny random-initialised Llama models so the app always starts. Proposers are
 built from the settings' spec by `core.registry.build_proposer`. `TinyModelHub` is the
 small, deterministic hub the tests use.
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from specscope.core import SamplingConfig, SpeculativeDecoder, build_proposer, loading
+from specscope.core import SamplingConfig, SpeculativeDecoder, build_proposer
+from specscope.core.loading import models as loading
 from specscope.core.records import RunConfig
 
 from .settings import RunSettings
@@ -153,7 +154,7 @@ def perturbed_copy(model, noise: float, seed: int):
 class ModelHub:
     """Loads and caches models; `build(settings)` returns a Prepared decoder.
 
-    With the bundled models installed (specscope.core.loading.bundled_available()) the target,
+    With the bundled models installed (specscope.core.loading.models.bundled_available()) the target,
     drafts and tokenizer come from resources/models; otherwise tiny random Llamas stand in
     (token text = the id) so the app still starts and shows speculative decoding.
     """
@@ -297,7 +298,7 @@ class ModelHub:
                              eos: int | None) -> Any:
         """transformers' own generate() with the proposer's draft model (or prompt lookup), recorded."""
         from specscope.core.engines import TransformersEngine
-        from specscope.core.registry import parse_spec
+        from specscope.core.draft.registry import parse_spec
 
         spec = parse_spec(settings.spec)
         draft = getattr(proposer, "model", None) if spec.kind == "draft" else None
@@ -312,7 +313,7 @@ class ModelHub:
         (core.baseline.plain_generate): the first token apart, because its
         forward processes the whole prompt, which a per-token average over a few tokens would
         spread over every token of a longer run."""
-        from specscope.core.baseline import plain_generate
+        from specscope.core.decode.baseline import plain_generate
 
         target, _ = self.target(settings.device)
         n = max(2, min(steps, settings.max_new_tokens))

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from specscope.core.loading import BUNDLED_DRAFTS
-from specscope.core.registry import KINDS, ProposerKind, ProposerSpec, SpecError, build_proposer, parse_spec
+from specscope.core.loading.models import BUNDLED_DRAFTS
+from specscope.core.draft.registry import KINDS, ProposerKind, ProposerSpec, SpecError, build_proposer, parse_spec
 
 from .tree_settings import check_tree, describe_tree, grows_trees, tree_choice_specs
 

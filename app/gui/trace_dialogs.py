@@ -37,7 +37,7 @@ PROMPT_START = 32
 
 def finding_counts(library: TraceLibrary, runs: list[Any]) -> list[str]:
     """Each run's finding count from the checker ("—" past CHECK_ROUNDS rounds in all)."""
-    from specscope.core.checker import check_run
+    from specscope.core.check.checker import check_run
 
     out, budget = [], CHECK_ROUNDS
     for info in runs:

@@ -29,8 +29,8 @@ def warm_up_trace_writer() -> None:
 
     def start() -> None:
         try:
-            from specscope.storage.writer import default_mode
-            from specscope.storage.writer_process import writer_process
+            from specscope.storage.writer.api import default_mode
+            from specscope.storage.writer.process import writer_process
 
             if default_mode() == "process":
                 writer_process()
@@ -142,7 +142,7 @@ class TraceLibrary:
 
     def diff(self, run_a: str, run_b: str, p_tol: float = 1e-4) -> str:
         """`specscope diff` of two stored runs, as the text the GUI shows."""
-        from specscope.core.diff import diff_runs
+        from specscope.core.check.diff import diff_runs
 
         loaded = [(self.store.run_config(r), self.store.load_rounds(r, full=True)) for r in (run_a, run_b)]
         result = diff_runs(loaded[0][0], loaded[0][1], loaded[1][0], loaded[1][1], p_tol=p_tol)

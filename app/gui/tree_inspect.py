@@ -21,11 +21,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from specscope.core.dists import TopDistribution
-from specscope.core.partial import entry_known, is_full
+from specscope.core.sampling.dists import TopDistribution
+from specscope.core.sampling.partial import entry_known, is_full
 from specscope.core.records import Round
-from specscope.core.tree_verify import CHILDREN_MODES, child_proposal
-from specscope.core.verify import residual_distribution
+from specscope.core.verify.tree import CHILDREN_MODES, child_proposal
+from specscope.core.verify.chain import residual_distribution
 
 from .traces import as_partial
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from specscope.core.proposers import tree_options  # the proposer's own check of a tree + children pair
-from specscope.core.registry import KINDS, ProposerSpec, SpecError, parse_spec
-from specscope.core.tree_verify import CHILDREN_MODES, check_children_mode
-from specscope.core.trees import TreeSpecError, parse_tree
+from specscope.core.draft.proposers import tree_options  # the proposer's own check of a tree + children pair
+from specscope.core.draft.registry import KINDS, ProposerSpec, SpecError, parse_spec
+from specscope.core.verify.tree import CHILDREN_MODES, check_children_mode
+from specscope.core.draft.trees import TreeSpecError, parse_tree
 
 CHAIN = "chain"  # the tree field's text for "no tree": a chain of k tokens
 DEFAULT_CHILDREN = "topk"

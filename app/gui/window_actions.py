@@ -103,7 +103,7 @@ class WindowActions:
         """Recompute every round's p with the target from the full prefix (no cache) and
         compare with the recorded p: the check that catches stale cache state. Needs the
         run's target (the bundled one, or the tiny model for tiny runs)."""
-        from specscope.core.checker import recompute_findings
+        from specscope.core.check.checker import recompute_findings
 
         if self.model.config is None or not self.model.rounds:
             self.show_error("Nothing to check yet: run or open a trace first.", title="Recompute check")

@@ -3,7 +3,7 @@ but yield the same Round records (transformers' generate(), core/engines/hf_engi
 
 from __future__ import annotations
 
-from .hf_engine import KINDS, TransformersEngine
-from .hf_private import PrivateAPIChanged, check_private_api
+from specscope.core.engines.hf_engine import KINDS, TransformersEngine
+from specscope.core.engines.hf_private import PrivateAPIChanged, check_private_api
 
 __all__ = ["KINDS", "PrivateAPIChanged", "TransformersEngine", "check_private_api"]

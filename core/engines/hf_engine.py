@@ -28,16 +28,16 @@ from typing import Any
 
 import torch
 
-from specscope.core.decoder import normalize_prompt
-from specscope.core.kv import model_vocab_size
-from specscope.core.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
+from specscope.core.decode.decoder import normalize_prompt
+from specscope.core.decode.kv import model_vocab_size
+from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.records import GenerationResult, Round, RunConfig, SummaryTally
-from specscope.core.run import RunHandle
-from specscope.core.sampling import SamplingConfig
+from specscope.core.decode.run import RunHandle
+from specscope.core.sampling.reference import SamplingConfig
 
-from .hf_handover import COMPUTE, DONE, Baton, CancelCriterion, Channel
-from .hf_private import check_private_api, install_candidate_hook
-from .hf_recorder import RoundRecorder
+from specscope.core.engines.hf_handover import COMPUTE, DONE, Baton, CancelCriterion, Channel
+from specscope.core.engines.hf_private import check_private_api, install_candidate_hook
+from specscope.core.engines.hf_recorder import RoundRecorder
 
 KINDS = ("assisted", "lookup")
 UNRECORDED = frozenset({"u", "draw"})  # transformers draws them inside its loop and keeps none

@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from specscope.core.kv import Stopwatch
+from specscope.core.decode.kv import Stopwatch
 from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
 
-from .hf_private import cache_length, output_cache
-from .hf_vectors import RoundVectors, q_rows, read_vectors
+from specscope.core.engines.hf_private import cache_length, output_cache
+from specscope.core.engines.hf_vectors import RoundVectors, q_rows, read_vectors
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specscope.core.dists import compact_rows
+from specscope.core.sampling.dists import compact_rows
 
 
 @dataclass

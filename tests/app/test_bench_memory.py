@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from specscope.app.bench.memory import measure_all
-from specscope.core import loading
+from specscope.core.loading import models as loading
 
 pytestmark = pytest.mark.skipif(not loading.bundled_available(), reason="needs the bundled models")
 

@@ -2,7 +2,7 @@
 
 import json
 
-from specscope.core.registry import parse_spec
+from specscope.core.draft.registry import parse_spec
 
 from .test_cli import base_args, checkpoints, run_cli  # noqa: F401  (the tiny checkpoints fixture)
 

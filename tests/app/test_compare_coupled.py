@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from specscope.core.checker import check_run
-from specscope.core.coupling import coupling_seed_of
+from specscope.core.check.checker import check_run
+from specscope.core.verify.coupling import coupling_seed_of
 
 from .helpers import configure
 from .test_compare import wait_compare

@@ -4,7 +4,7 @@ import pytest
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.faults import faulty_decoder
+from specscope.core.faults.zoo import faulty_decoder
 from specscope.storage import TraceStore, record
 
 from ..tiny_models import noisy_copy, tiny_lm

@@ -10,7 +10,7 @@ from .helpers import configure, wait_idle
 
 def _faulty_trace(hub, path):
     from specscope.core import DraftModelProposer, SamplingConfig
-    from specscope.core.faults import faulty_decoder
+    from specscope.core.faults.zoo import faulty_decoder
     from specscope.storage import TraceStore, TraceWriter
 
     target, _ = hub.target("cpu")

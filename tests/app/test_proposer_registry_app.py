@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from specscope.core.proposers import Draft, chain_parents
-from specscope.core.registry import KINDS, Param, ProposerKind, register
+from specscope.core.draft.proposers import Draft, chain_parents
+from specscope.core.draft.registry import KINDS, Param, ProposerKind, register
 
 from .helpers import configure, wait_idle
 from .test_cli import checkpoints, run_cli  # noqa: F401  (the tiny checkpoints fixture)

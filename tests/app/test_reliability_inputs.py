@@ -11,9 +11,9 @@ import logging
 
 import pytest
 
-from specscope.app import cli
+from specscope.app.cli import entry as cli_main, options as cli_options
 from specscope.app.cli import main
-from specscope.core import loading
+from specscope.core.loading import models as loading
 from specscope.storage import NotATraceStoreError, TraceStore, TraceStoreError
 
 from ..tiny_models import save_pair
@@ -198,7 +198,7 @@ def test_empty_or_malformed_prompt_ids_are_refused(capsys, checkpoints, ids, exp
 
 
 def test_prompt_ids_with_spaces_still_parse():
-    assert cli.parse_prompt_ids(" 1, 2 ,3") == [1, 2, 3]
+    assert cli_options.parse_prompt_ids(" 1, 2 ,3") == [1, 2, 3]
 
 
 # ---------------------------------------------------------------------------- 4. position limit
@@ -317,7 +317,7 @@ def test_help_hides_the_password_of_specscope_db(capsys, monkeypatch):
         assert exc.value.code == 0
         out = capsys.readouterr().out
         assert SECRET not in out, command
-    main_help = cli.build_parser().format_help()
+    main_help = cli_main.build_parser().format_help()
     assert SECRET not in main_help
     with pytest.raises(SystemExit):
         main(["import", "--help"])
@@ -335,7 +335,7 @@ def test_errors_through_specscope_db_hide_the_password(capsys, monkeypatch, tmp_
 
 
 def test_log_records_hide_passwords():
-    masker = cli._MaskSecrets([SECRET])
+    masker = cli_main._MaskSecrets([SECRET])
     record = logging.LogRecord("specscope", logging.WARNING, __file__, 1, "opening %s failed: password=%s",
                                (f"postgresql://u:{SECRET}@h/x", SECRET), None)
     assert masker.filter(record)

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from specscope.core import DraftModelProposer, SamplingConfig
-from specscope.core.faults import faulty_decoder
+from specscope.core.faults.zoo import faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
 
 from .helpers import configure, wait_idle

@@ -132,7 +132,7 @@ def test_signal_cancels_the_run_keeps_its_rounds_and_exits_quietly(checkpoints, 
 def test_a_signal_while_a_round_is_stored_and_printed_waits_for_the_rounds_end():
     """The race the subprocess test above can lose: a signal landing between counting a round
     and printing it. The round finishes (counted, stored, shown), then the run is cancelled."""
-    from specscope.app.cli import Cancelled, _RunSignals
+    from specscope.app.cli.signals import Cancelled, _RunSignals
 
     signals = _RunSignals()
     handled = []
@@ -166,8 +166,8 @@ def test_sigterm_handler_is_restored_after_the_run(checkpoints, tmp_path):
 FAILING_WRITES = r"""
 import json, sqlite3, sys
 from specscope.app.cli import main
-from specscope.core.decoder import SpeculativeDecoder
-from specscope.storage.sink import RunSink
+from specscope.core.decode.decoder import SpeculativeDecoder
+from specscope.storage.writer.sink import RunSink
 
 fail_after, mark, stats_path, argv = int(sys.argv[1].split(":")[0]), sys.argv[1].endswith(":mark"), sys.argv[2], sys.argv[3:]
 stats = {"started": 0, "commits": 0, "started_at_failure": None}
@@ -203,7 +203,7 @@ import json, sys
 from sqlalchemy import event
 from sqlalchemy.pool import Pool
 from specscope.app.cli import main
-from specscope.core.decoder import SpeculativeDecoder
+from specscope.core.decode.decoder import SpeculativeDecoder
 
 max_pages, stats_path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 stats = {"started": 0}

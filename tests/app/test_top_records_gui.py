@@ -11,7 +11,7 @@ from specscope.app.gui.inspector import RoundInspectorWidget
 from specscope.app.gui.runmodel import RunModel
 from specscope.app.gui.tree import DraftTreeView
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.dists import TopDistribution
+from specscope.core.sampling.dists import TopDistribution
 
 from ..tiny_models import noisy_copy, tiny_lm
 

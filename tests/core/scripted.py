@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from specscope.core.proposers import Draft, chain_parents
+from specscope.core.draft.proposers import Draft, chain_parents
 
 
 class ScriptedProposer:

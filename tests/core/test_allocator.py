@@ -8,7 +8,7 @@ import pytest
 
 PROBE = """
 import ctypes, os
-from specscope.core.allocator import tune_allocator
+from specscope.core.decode.allocator import tune_allocator
 first = tune_allocator()
 print(first, tune_allocator() == first)
 """

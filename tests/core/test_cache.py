@@ -6,7 +6,7 @@ import torch
 from transformers import DynamicCache
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.kv import CachePolicy
+from specscope.core.decode.kv import CachePolicy
 
 from ..tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 

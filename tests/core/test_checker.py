@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import RULES, Finding, check_run, first_bad_round, recompute_findings
-from specscope.core.faults import FAULTS, faulty_decoder
+from specscope.core.check.checker import RULES, Finding, check_run, first_bad_round, recompute_findings
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
 
 from ..tiny_models import noisy_copy, tiny_lm
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report, check_run, group_findings
-from specscope.core.draws import draw_mismatch
-from specscope.core.faults import faulty_decoder
-from specscope.core.partial import VectorStats
+from specscope.core.check.checker import check_report, check_run, group_findings
+from specscope.core.sampling.draws import draw_mismatch
+from specscope.core.faults.zoo import faulty_decoder
+from specscope.core.sampling.partial import VectorStats
 from specscope.core.records import EmittedToken, RunEnd
 from specscope.storage.codec import PartialDistribution
 

@@ -7,10 +7,10 @@ import torch
 from scipy.stats import chisquare
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report, check_run, first_bad_round
-from specscope.core.coupling import Coupling, CoupledVerifier, coupling_seed_of, gumbel_vector
-from specscope.core.faults import faulty_decoder
-from specscope.core.verify import VerifyTask
+from specscope.core.check.checker import check_report, check_run, first_bad_round
+from specscope.core.verify.coupling import Coupling, CoupledVerifier, coupling_seed_of, gumbel_vector
+from specscope.core.faults.zoo import faulty_decoder
+from specscope.core.verify.chain import VerifyTask
 
 from .chi_square import count_outputs, fit_pvalue, stat_models
 from .test_distribution import LENGTH, PROMPT, exact_distribution
@@ -198,7 +198,7 @@ def test_checker_on_top_n_records_proves_what_it_can(llama_pair):
 
 @pytest.fixture(scope="module")
 def bundled():
-    from specscope.core.loading import bundled_available, example_prompts, load_bundled
+    from specscope.core.loading.models import bundled_available, example_prompts, load_bundled
 
     if not bundled_available():
         pytest.skip("needs the bundled models")

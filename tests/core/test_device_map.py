@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.loading import CheckpointError, load_model
+from specscope.core.loading.models import CheckpointError, load_model
 
 from ..tiny_models import save_pair
 

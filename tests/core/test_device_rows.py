@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report, first_bad_round
-from specscope.core.dists import TopDistribution, compact_rows, covering_top_n, keeps_full_vectors
-from specscope.core.faults import FAULTS, faulty_decoder
-from specscope.core.partial import VectorStats
-from specscope.core.proposers import PromptLookupProposer
-from specscope.core.device_sampling import draft_distribution, process_logits_torch, sample_from_torch
-from specscope.core.sampling import process_logits, sample_from
+from specscope.core.check.checker import check_report, first_bad_round
+from specscope.core.sampling.dists import TopDistribution, compact_rows, covering_top_n, keeps_full_vectors
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
+from specscope.core.sampling.partial import VectorStats
+from specscope.core.draft.proposers import PromptLookupProposer
+from specscope.core.sampling.device import draft_distribution, process_logits_torch, sample_from_torch
+from specscope.core.sampling.reference import process_logits, sample_from
 
 from ..tiny_models import noisy_copy, tiny_lm
 

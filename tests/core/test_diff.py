@@ -1,8 +1,8 @@
 import torch
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.diff import diff_runs
-from specscope.core.faults import faulty_decoder
+from specscope.core.check.diff import diff_runs
+from specscope.core.faults.zoo import faulty_decoder
 
 from ..tiny_models import noisy_copy, tiny_lm
 

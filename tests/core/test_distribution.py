@@ -17,7 +17,7 @@ import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.verify import ChainVerifier
+from specscope.core.verify.chain import ChainVerifier
 
 from .chi_square import VOCAB, count_outputs, fit_pvalue, stat_models
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.kv import CachedLM
+from specscope.core.decode.kv import CachedLM
 from transformers import DynamicCache
 
 from ..tiny_models import ARCHITECTURES, noisy_copy, tiny_lm

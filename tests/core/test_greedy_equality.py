@@ -79,7 +79,7 @@ def test_greedy_with_eos_equals_transformers_generate(models):
 
 
 def test_plain_baseline_equals_transformers_generate(models):
-    from specscope.core.baseline import plain_generate
+    from specscope.core.decode.baseline import plain_generate
 
     arch, target, _ = models
     for prompt in prompts(64, 4, seed=5):

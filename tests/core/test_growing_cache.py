@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from specscope.core.kv import CachedLM, GrowingLayer
+from specscope.core.decode.kv import CachedLM, GrowingLayer
 
 from ..tiny_models import tiny_lm
 

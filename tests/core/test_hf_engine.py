@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from specscope.core import SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report
+from specscope.core.check.checker import check_report
 from specscope.core.engines import PrivateAPIChanged, TransformersEngine, check_private_api
 from specscope.core.engines import hf_private
-from specscope.core.proposers import DraftModelProposer, PromptLookupProposer
+from specscope.core.draft.proposers import DraftModelProposer, PromptLookupProposer
 
 from ..tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
@@ -205,7 +205,7 @@ def test_the_models_own_generation_config_does_not_leak_in():
 
 
 def test_bundled_pair_greedy_equals_specscope_and_plain_greedy():
-    from specscope.core import loading
+    from specscope.core.loading import models as loading
 
     if not loading.bundled_available():
         pytest.skip("the bundled models are not installed")

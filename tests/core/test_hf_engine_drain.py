@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from specscope.core import SamplingConfig
-from specscope.core.checker import check_report
-from specscope.core.dists import TopDistribution
+from specscope.core.check.checker import check_report
+from specscope.core.sampling.dists import TopDistribution
 from specscope.core.engines import TransformersEngine
 from specscope.core.engines.hf_handover import COMPUTE
 

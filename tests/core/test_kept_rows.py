@@ -14,10 +14,12 @@ import pytest
 import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core import device_sampling, kept_rows, proposers
-from specscope.core.kept_rows import applies, draw_kept, kept_row
-from specscope.core.proposers import sample_token
-from specscope.core.sampling import process_logits, sample_from
+from specscope.core.sampling import device as device_sampling
+from specscope.core.sampling import kept_rows
+from specscope.core.draft import proposers
+from specscope.core.sampling.kept_rows import applies, draw_kept, kept_row
+from specscope.core.draft.proposers import sample_token
+from specscope.core.sampling.reference import process_logits, sample_from
 
 from ..tiny_models import noisy_copy, tiny_lm
 

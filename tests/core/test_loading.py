@@ -1,4 +1,4 @@
-"""specscope.core.loading: bundled models offline, local pairs by path, the tokenizer contract."""
+"""specscope.core.loading.models: bundled models offline, local pairs by path, the tokenizer contract."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from tokenizers import Tokenizer
 
-from specscope.core import loading
-from specscope.core.loading import (
+from specscope.core.loading import models as loading
+from specscope.core.loading.models import (
     CheckpointError,
     check_tokenizers,
     example_prompts,
@@ -276,7 +276,7 @@ def test_example_prompts(bundled_tokenizer):
 
 
 def test_loading_stays_pure():
-    code = ("import sys, specscope.core.loading as l; l.example_prompts(); "
+    code = ("import sys, specscope.core.loading.models as l; l.example_prompts(); "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'sqlalchemy', 'pyqtgraph', 'sqlite3')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

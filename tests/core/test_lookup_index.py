@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specscope.core.ngram_index import NgramIndex
+from specscope.core.draft.ngram_index import NgramIndex
 
 
 def scan(context: list[int], k: int, min_n: int, max_n: int) -> list[int]:

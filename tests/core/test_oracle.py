@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specscope.core.verify import acceptance_probability, emitted_distribution, residual_distribution
+from specscope.core.verify.chain import acceptance_probability, emitted_distribution, residual_distribution
 
 QUARTER_GRID = [
     np.array([Fraction(a, 4), Fraction(b, 4), Fraction(4 - a - b, 4)], dtype=object)

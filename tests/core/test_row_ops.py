@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from specscope.core.row_ops import MIN_VOCAB, nonzero_entries, row_argmax, row_topk
+from specscope.core.sampling.row_ops import MIN_VOCAB, nonzero_entries, row_argmax, row_topk
 
 
 def _rows(kind: str, m: int, vocab: int, seed: int) -> torch.Tensor:

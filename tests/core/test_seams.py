@@ -6,10 +6,10 @@ import pytest
 
 from specscope.core import (DraftModelProposer, PromptLookupProposer, RunHandle, SamplingConfig, SpeculativeDecoder,
                             SpecError, build_proposer, parse_spec)
-from specscope.core.checker import check_run
-from specscope.core.faults import FAULTS, faulty_decoder
-from specscope.core.kv import CachePolicy
-from specscope.core.verify import ChainVerifier
+from specscope.core.check.checker import check_run
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
+from specscope.core.decode.kv import CachePolicy
+from specscope.core.verify.chain import ChainVerifier
 
 from ..tiny_models import noisy_copy, tiny_lm
 

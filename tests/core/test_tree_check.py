@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report, first_bad_round
-from specscope.core.faults import FAULTS, TREE_FAULTS, faulty_decoder
+from specscope.core.check.checker import check_report, first_bad_round
+from specscope.core.faults.zoo import FAULTS, TREE_FAULTS, faulty_decoder
 
 from ..tiny_models import noisy_copy, tiny_lm
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report
-from specscope.core.dists import TopDistribution
+from specscope.core.check.checker import check_report
+from specscope.core.sampling.dists import TopDistribution
 
 from ..tiny_models import noisy_copy, tiny_lm
 
@@ -94,7 +94,7 @@ def test_top_records_hold_the_full_rows_entries(models, tree, children, sampling
 def test_top_children_on_the_device_match_a_stable_descending_sort():
     """The draft's top-k children from a device row: the numpy reference's order (ties by the
     lower token id), including ties across the k-th entry and rows with few nonzeros."""
-    from specscope.core.tree_draft import choose_children
+    from specscope.core.draft.tree_draft import choose_children
 
     rng = np.random.default_rng(0)
     for trial in range(400):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.tree_verify import STALE_RESIDUAL
+from specscope.core.verify.tree import STALE_RESIDUAL
 
 from ..tiny_models import noisy_copy, tiny_lm
 from .chi_square import count_outputs, fit_pvalue, stat_models

@@ -17,7 +17,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specscope.core.tree_verify import CHILDREN_MODES, STALE_RESIDUAL, TreeTask, TreeVerifier
+from specscope.core.verify.tree import CHILDREN_MODES, STALE_RESIDUAL, TreeTask, TreeVerifier
 
 LENGTH = 3  # continuations compared: depth 2 + the repair/bonus
 

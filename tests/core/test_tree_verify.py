@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specscope.core.sampling import SamplingConfig, process_logits, sample_from
-from specscope.core.tree_verify import (
+from specscope.core.sampling.reference import SamplingConfig, process_logits, sample_from
+from specscope.core.verify.tree import (
     CHILDREN_MODES,
     STALE_RESIDUAL,
     TreeTask,
@@ -136,7 +136,7 @@ def test_budget_cuts_the_path_and_withholds_the_bonus():
 
 
 def test_a_chain_task_is_verified_as_a_chain():
-    from specscope.core.verify import ChainVerifier, VerifyTask
+    from specscope.core.verify.chain import ChainVerifier, VerifyTask
 
     p = np.array([[0.1, 0.9], [0.5, 0.5], [0.3, 0.7]])
     q = np.array([[0.5, 0.5], [0.9, 0.1]])

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from specscope.core.trees import (
+from specscope.core.draft.trees import (
     TreeSpecError,
     ancestor_matrix,
     node_depths,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.loading import bundled_available
+from specscope.core.loading.models import bundled_available
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "measure_coupling.py"

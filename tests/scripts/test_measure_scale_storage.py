@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specscope.core.checker import check_report
+from specscope.core.check.checker import check_report
 from specscope.core.records import RunEnd
 
 REPO = Path(__file__).resolve().parents[2]

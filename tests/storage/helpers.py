@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
-from specscope.core.sampling import SamplingConfig
+from specscope.core.sampling.reference import SamplingConfig
 
 
 def dist(rng: np.random.Generator, vocab: int) -> np.ndarray:

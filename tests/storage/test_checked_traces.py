@@ -4,8 +4,8 @@ only, a clean run has no finding and a fired fault is flagged."""
 import pytest
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_run, first_bad_round
-from specscope.core.faults import FAULTS, faulty_decoder
+from specscope.core.check.checker import check_run, first_bad_round
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
 
 from ..tiny_models import noisy_copy, tiny_lm

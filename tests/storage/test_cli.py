@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specscope.app import cli_traces
+from specscope.app.cli import traces as cli_traces
 from specscope.storage import TraceStore
 
 

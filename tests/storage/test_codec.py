@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from specscope.storage import TraceStore
-from specscope.core.partial import VectorStats, vector_stats
+from specscope.core.sampling.partial import VectorStats, vector_stats
 from specscope.storage.codec import (
     VectorPolicy,
     decode_full,
@@ -25,8 +25,8 @@ from specscope.storage.codec import (
     top_rows,
 )
 from specscope.storage.schema import nodes_table, rounds_table
-from specscope.storage.sink import RunSink
-from specscope.storage.writer import TraceWriter
+from specscope.storage.writer.sink import RunSink
+from specscope.storage.writer.api import TraceWriter
 
 from .helpers import synthetic_config, synthetic_rounds
 
@@ -108,7 +108,7 @@ def test_a_top_k_run_keeps_top_k_plus_one_entries(tmp_path):
     """So that a top-N trace still shows whether q and p were filtered to top-k."""
     import dataclasses
 
-    from specscope.core.sampling import SamplingConfig
+    from specscope.core.sampling.reference import SamplingConfig
     from specscope.storage.codec import TOP_K_COVER_MAX, covering_top_n
 
     assert covering_top_n(20, 0) == 20 and covering_top_n(20, 8) == 20

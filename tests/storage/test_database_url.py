@@ -23,7 +23,7 @@ import time
 import pytest
 from sqlalchemy.engine import make_url
 
-from specscope.core.checker import check_run
+from specscope.core.check.checker import check_run
 from specscope.storage import RunExistsError, TraceStore, TraceWriter, export_run, import_run, record
 
 from ..pg_server import SKIP_REASON, fresh_schema
@@ -246,7 +246,7 @@ def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
     from sqlalchemy import text
 
     from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-    from specscope.core.checker import check_report
+    from specscope.core.check.checker import check_report
 
     from ..tiny_models import noisy_copy, tiny_lm
 

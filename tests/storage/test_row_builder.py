@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from specscope.core.records import Round
-from specscope.core.run import RunHandle
+from specscope.core.decode.run import RunHandle
 from specscope.storage import PartialDistribution, RoundSummary, StoredFullDistribution, TraceStore, TraceWriter
 
 from .conftest import PROMPT

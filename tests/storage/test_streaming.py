@@ -12,8 +12,10 @@ import numpy as np
 from sqlalchemy import event
 
 from specscope.app.cli import main
-from specscope.core.checker import check_report, check_run
-from specscope.storage import TraceStore, TraceWriter, export_run, import_run, jsonl, jsonl_read
+from specscope.core.check.checker import check_report, check_run
+from specscope.storage import TraceStore, TraceWriter, export_run, import_run
+from specscope.storage.jsonl import transfer as jsonl
+from specscope.storage.jsonl import read as jsonl_read
 from specscope.storage.errors import TraceFormatError
 
 from .helpers import synthetic_config, synthetic_round, synthetic_rounds
@@ -174,7 +176,7 @@ def test_rounds_without_vectors_read_no_blob(tmp_path):
 
 def test_show_prints_a_long_timeline_in_batches(tmp_path, monkeypatch, capsys):
     path, _ = _stored(tmp_path, 30)
-    monkeypatch.setattr("specscope.app.cli_traces.SHOW_BATCH", 7)
+    monkeypatch.setattr("specscope.app.cli.traces.SHOW_BATCH", 7)
     ranges = []
     real = TraceStore.round_summaries
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report
-from specscope.core.dists import TopDistribution
+from specscope.core.check.checker import check_report
+from specscope.core.sampling.dists import TopDistribution
 from specscope.storage import TraceStore
-from specscope.storage.jsonl import export_run, import_run
-from specscope.storage.writer import record
+from specscope.storage.jsonl.transfer import export_run, import_run
+from specscope.storage.writer.api import record
 
 from ..tiny_models import noisy_copy, tiny_lm
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report
+from specscope.core.check.checker import check_report
 from specscope.storage import TraceStore, export_run, import_run, record
 
 from ..tiny_models import noisy_copy, tiny_lm

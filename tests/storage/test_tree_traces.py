@@ -8,8 +8,8 @@ round-trip tree traces losslessly, and version-1 files still import."""
 import pytest
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.checker import check_report, first_bad_round, recompute_findings
-from specscope.core.faults import faulty_decoder
+from specscope.core.check.checker import check_report, first_bad_round, recompute_findings
+from specscope.core.faults.zoo import faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
 
 from ..tiny_models import noisy_copy, tiny_lm
@@ -68,7 +68,7 @@ def test_saved_tree_faults_are_flagged(tmp_path, models):
 def test_tree_runs_survive_jsonl_and_check_clean(tmp_path, models):
     """The JSONL format carries a tree as it is: each node's parent and depth, and the
     proposer params naming the tree and the children mode, which the checker's replay reads."""
-    from specscope.storage.jsonl import export_run, import_run
+    from specscope.storage.jsonl.transfer import export_run, import_run
 
     target, draft = models
     with TraceStore(tmp_path / "a.sqlite") as store:
@@ -93,7 +93,7 @@ def same_tree(a, b, exact: bool) -> None:
     where the record keeps entries exactly)."""
     import numpy as np
 
-    from specscope.core.partial import known_ids
+    from specscope.core.sampling.partial import known_ids
 
     assert type(b).__name__ == "TreeRound" and b.tree is not None
     for name in ("spec", "children", "path", "tried", "positions", "visible", "kept_rows"):
@@ -223,7 +223,7 @@ def _findings(config, rounds):
 def test_export_import_round_trips_tree_traces(tmp_path, models, full):
     """export -> import -> export gives the same bytes; the imported rounds carry the same
     tree facts, and check gives the same findings as the original (clean and faulty runs)."""
-    from specscope.storage.jsonl import export_run, import_run
+    from specscope.storage.jsonl.transfer import export_run, import_run
 
     target, draft = models
     with TraceStore(tmp_path / "a.sqlite") as a, TraceStore(tmp_path / "b.sqlite") as b:
@@ -255,7 +255,7 @@ def test_a_version_1_tree_trace_still_imports_and_checks(tmp_path):
     are replayed from full vectors, clean; exported again it is a version-2 file."""
     from pathlib import Path
 
-    from specscope.storage.jsonl import export_run, import_run
+    from specscope.storage.jsonl.transfer import export_run, import_run
 
     fixture = Path(__file__).parent / "data" / "tree_v1.jsonl"
     assert '"version":1' in fixture.read_text().splitlines()[0]
@@ -275,7 +275,7 @@ def test_a_bad_tree_object_is_one_line_with_its_field(tmp_path, models):
     import json
 
     from specscope.storage import TraceFormatError
-    from specscope.storage.jsonl import export_run, import_run
+    from specscope.storage.jsonl.transfer import export_run, import_run
 
     target, draft = models
     with TraceStore(tmp_path / "a.sqlite") as a:
@@ -356,7 +356,7 @@ def test_tampered_top_n_tree_traces_are_flagged(tmp_path, models):
     tried order and a tried child's draw are each caught in the round edited."""
     import json
 
-    from specscope.storage.jsonl import export_run, import_run
+    from specscope.storage.jsonl.transfer import export_run, import_run
 
     target, draft = models
     with TraceStore(tmp_path / "a.sqlite") as a:

@@ -21,7 +21,7 @@ from specscope.storage import (
     round_is_partial,
 )
 
-from specscope.storage.writer import MODE_ENV
+from specscope.storage.writer.api import MODE_ENV
 
 from .conftest import PROMPT
 from .helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
@@ -210,7 +210,7 @@ def test_heartbeat_while_idle(store, writer_mode):
 
 
 def test_commit_period_leaves_room_for_the_work_inside_the_flush_interval():
-    from specscope.storage.writer import COMMIT_MARGIN, commit_period
+    from specscope.storage.writer.api import COMMIT_MARGIN, commit_period
 
     assert commit_period(0.25, 0.0) == pytest.approx(COMMIT_MARGIN * 0.25)
     for work in (0.005, 0.02, 0.04, 0.06):
@@ -235,7 +235,7 @@ def test_full_vector_policy(store, writer_mode):
 
 def test_storage_never_imports_qt_or_app():
     code = (
-        "import sys, specscope.storage, specscope.storage.jsonl, specscope.storage.writer\n"
+        "import sys, specscope.storage, specscope.storage.jsonl.transfer, specscope.storage.writer.api\n"
         "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'specscope.app'))]\n"
         "print(bad)\n"
     )

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from specscope.storage import TraceStore, TraceWriter, WriterError
-from specscope.storage.frames import read_frame, write_frame
-from specscope.storage.writer import MODE_ENV, choose_mode
-from specscope.storage.writer_process import writer_process
+from specscope.storage.writer.frames import read_frame, write_frame
+from specscope.storage.writer.api import MODE_ENV, choose_mode
+from specscope.storage.writer.process import writer_process
 
 from .helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
 
@@ -107,7 +107,7 @@ def test_writer_process_killed_fails_the_run_and_the_next_writer_restarts_it(sto
 
 def test_writer_process_imports_neither_torch_nor_qt():
     code = (
-        "import sys, specscope.storage.writer_child\n"
+        "import sys, specscope.storage.writer.child\n"
         "print(sorted(m for m in ('torch', 'transformers', 'PySide6', 'specscope.app') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

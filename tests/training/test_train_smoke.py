@@ -40,7 +40,7 @@ def smoke_run(train, tmp_path_factory):
 
 def test_smoke_run_writes_loadable_models(smoke_run):
     from specscope.core import DraftModelProposer, SpeculativeDecoder
-    from specscope.core.loading import load_pair
+    from specscope.core.loading.models import load_pair
 
     out, summary = smoke_run
     for name in ("tokenizer", "target", "draft-small", "draft-tiny"):

@@ -1,0 +1,168 @@
+"""The `specscope` parser, `specscope open`, and main(): every command's errors as one line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Sequence
+
+from specscope.app.cli.check import add_check_parsers, check_trace_file, open_existing_store
+from specscope.app.cli.options import CliError, threads_arg, check_int_options
+from specscope.app.cli.run import add_run_parser
+from specscope.app.cli.signals import interrupt_status
+
+
+def cmd_open(args: argparse.Namespace) -> int:
+    check_trace_file(args.trace)
+    from specscope.app.gui import launch
+
+    if args.run:
+        store = open_existing_store(args.trace)
+        try:
+            run_id = store.resolve_run_id(args.run)  # CliError-worthy when unknown or ambiguous
+        except Exception as exc:  # noqa: BLE001 - the store's own message says which
+            raise CliError(f"{args.trace}: {exc}") from None
+        finally:
+            store.close()
+        return launch(trace_path=args.trace, run_id=run_id, **_app_threads(args))
+    return launch(trace_path=args.trace, **_app_threads(args))
+
+
+def _app_threads(args: argparse.Namespace) -> dict:
+    """launch()'s threads argument, only when given (callers' launch stand-ins stay simple)."""
+    return {"threads": args.app_threads} if getattr(args, "app_threads", None) else {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specscope",
+        description="An inspector for speculative decoding. Without a command, opens the window.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--threads", dest="app_threads", type=threads_arg, default=None, metavar="N",
+                        help="the window's torch CPU threads for decoding (default: all cores but one, up to 8 "
+                             "cores; the run panel keeps its own setting otherwise)")
+    p = sub.add_parser("open", help="open a saved trace in the inspector")
+    p.add_argument("trace", help="an SQLite trace store")
+    p.add_argument("--run", default=None, metavar="ID", help="the run to replay (an id or a unique prefix)")
+    p.set_defaults(func=cmd_open)
+    add_run_parser(sub)
+    add_check_parsers(sub)
+    from specscope.app import bench
+    from specscope.app.cli import traces
+
+    bench.add_bench_parser(sub)
+
+    traces.register(sub)
+    _mask_help(parser)
+    return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found += _subparsers(sub)
+    return found
+
+
+def _mask_help(parser: argparse.ArgumentParser) -> None:
+    """No help text shows a database password (e.g. a default taken from $SPECSCOPE_DB)."""
+    from specscope.storage.engine import mask_passwords
+
+    for p in _subparsers(parser):
+        for action in p._actions:
+            if isinstance(action.help, str):
+                action.help = mask_passwords(action.help)
+        for attr in ("description", "epilog"):
+            if isinstance(getattr(p, attr), str):
+                setattr(p, attr, mask_passwords(getattr(p, attr)))
+
+
+def _secrets(args: argparse.Namespace) -> list[str]:
+    """The passwords of the database URLs this command was given (--db, $SPECSCOPE_DB)."""
+    from sqlalchemy.engine import make_url
+
+    found = []
+    for text in (getattr(args, "db", None), os.environ.get("SPECSCOPE_DB")):
+        if isinstance(text, str) and "://" in text:
+            try:
+                password = make_url(text).password
+            except Exception:  # noqa: BLE001 - an unparsable URL: the pattern masks it
+                continue
+            if password:
+                found.append(str(password))
+    return found
+
+
+class _MaskSecrets(logging.Filter):
+    """Hides database passwords in log records (a URL's, and the given literal ones)."""
+
+    def __init__(self, secrets: Sequence[str]):
+        super().__init__()
+        self.secrets = [s for s in secrets if len(s) >= 3]  # shorter ones would garble text; URLs are masked anyway
+
+    def mask(self, text: str) -> str:
+        from specscope.storage.engine import mask_passwords
+
+        text = mask_passwords(text)
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = self.mask(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def _hide_loading_bars() -> None:
+    """transformers 5 draws a "Loading weights" bar on stderr for every checkpoint it loads;
+    specscope's own output says what it does (-v, or the variable set either way, keeps them)."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read where huggingface_hub is imported
+    if "transformers" in sys.modules:  # already imported (the bench parser imports the core)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ:
+        _hide_loading_bars()
+    masker = _MaskSecrets(_secrets(args))
+    for handler in logging.getLogger().handlers:
+        for old in [f for f in handler.filters if isinstance(f, _MaskSecrets)]:
+            handler.removeFilter(old)
+        handler.addFilter(masker)
+    if args.command is None:
+        from specscope.app.gui import launch
+
+        return launch(**_app_threads(args))
+    try:
+        check_int_options(args)
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"specscope: {masker.mask(str(exc))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C outside a run's rounds (`specscope run` reports its own)
+        print("specscope: cancelled", file=sys.stderr)
+        return interrupt_status(exc)
+    except ValueError as exc:  # bad input caught by the core: one clear line, no traceback
+        print(f"specscope: error: {masker.mask(str(exc))}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from specscope.storage import TraceStoreError
+
+        if isinstance(exc, TraceStoreError):
+            print(f"specscope: {masker.mask(str(exc))}", file=sys.stderr)
+            return 1
+        raise

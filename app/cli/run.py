@@ -1,0 +1,414 @@
+"""`specscope run`: decode headless and print text with round markers, or JSON; record with --db."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from typing import Any
+
+from specscope.app.cli.options import parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, check_positions, parse_prompt_ids
+from specscope.app.cli.signals import interrupt_status, run_signals
+
+
+def add_run_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="decode one prompt headless and print the text with round markers",
+        description=(
+            "Run speculative decoding on one prompt without a window. The text is printed with "
+            "round boundaries (|), repaired tokens in [brackets] and bonus tokens in {braces} "
+            "(colours instead when the output is a terminal). --json prints a summary instead."
+        ),
+        epilog=proposer_kinds_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text (tokenised with the target's tokenizer)")
+    src.add_argument("--prompt-file", help="read the prompt text from this file")
+    src.add_argument("--prompt-ids", help="comma-separated token ids instead of text (at least one)")
+    p.add_argument("--proposer", default=None, metavar="SPEC",
+                   help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
+                        "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)")
+    p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
+    p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
+                   help="torch CPU threads for decoding (default: all cores but one, up to 8 cores)")
+    p.add_argument("--tree", default=None, metavar="SPEC",
+                   help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
+                        "dynamic:nodes=16,depth=5,topk=4 (shorthand for --proposer draft:tree=SPEC)")
+    p.add_argument("--children", default=None, choices=("topk", "sampled", "distinct"),
+                   help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
+                        "(without replacement)")
+    p.add_argument("--engine", choices=("specscope", "transformers"), default="specscope",
+                   help="who decodes: specscope's decoder, or transformers' own generate() recorded round by round "
+                        "(--proposer draft or lookup; see docs/transformers-engine.md) (default: specscope)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off (default)")
+    p.add_argument("--max-new", type=int, default=64,
+                   help="token budget (default: 64); the prompt plus this budget must fit the models' "
+                        "max_position_embeddings")
+    p.add_argument("--seed", type=int, default=0, help="seed of the run's random stream (default: 0)")
+    p.add_argument("--coupled", type=int, default=None, metavar="SEED",
+                   help="coupled lanes at temperature > 0: the target's draws come from Gumbel keys of (SEED, output "
+                        "position) and a draft model proposes by the same keys, so runs with the same SEED emit the "
+                        "same tokens wherever their prefixes agree, whatever the proposer (docs/coupling.md)")
+    p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
+    p.add_argument("--target", default=None,
+                   help="target checkpoint directory (default: the bundled target; 'target' names it too)")
+    p.add_argument("--draft", default=None,
+                   help="draft: 'small', 'tiny' (bundled) or a checkpoint directory (shorthand for --proposer draft:DRAFT); "
+                        "a bundled name always means the bundled model: write ./small for a folder named small")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)")
+    p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16", "float64"), help="model dtype (default: float32 on CPU)")
+    p.add_argument("--lookup-max-ngram", type=int, default=None,
+                   help="prompt lookup: longest suffix n-gram tried (default: 3; shorthand for lookup:max_ngram=N)")
+    p.add_argument("--lookup-min-ngram", type=int, default=None,
+                   help="prompt lookup: shortest suffix n-gram accepted (default: 1; shorthand for lookup:min_ngram=N)")
+    p.add_argument("--no-cache", action="store_true", help="recompute every forward from scratch (a reference run)")
+    p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
+    p.add_argument("--db", default=None, help="record the run in this trace store (SQLite path or SQLAlchemy URL)")
+    p.add_argument("--vectors", choices=("auto", "full", "top"), default="auto",
+                   help="what --db keeps of each p, q and residual besides the top-N and each vector's support, "
+                        "smallest entry and sum (enough for every checker rule): 'full' vectors too (about 40x the "
+                        "bytes at the bundled vocabulary of 4096), 'top' nothing more, 'auto' = full when the "
+                        "vocabulary is at most 1024 (default)")
+    p.add_argument("--top-n", type=int, default=20, help="entries of each top-N list in --db (default: 20; at least top-k + 1)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of the text")
+    p.set_defaults(func=cmd_run)
+
+
+def proposer_kinds_help() -> str:
+    """The registered proposer kinds, for `specscope run --help` (read from the registry)."""
+    from specscope.core.draft.registry import KINDS
+
+    lines = ["proposer kinds (--proposer KIND[:ARG][,KEY=VALUE...]):"]
+    width = max((len(name) for name in KINDS), default=0)
+    for kind in KINDS.values():
+        lines.append(f"  {kind.name:<{width}}  {kind.summary}")
+        if kind.needs_model:
+            lines.append(f"  {'':<{width}}    ARG: 'small', 'tiny' (bundled) or a checkpoint directory "
+                         f"(default: {kind.default_arg})")
+        for param in kind.params:
+            lines.append(f"  {'':<{width}}    {param.name}={param.type.__name__} (default {param.default}): {param.help}")
+    return "\n".join(lines)
+
+
+# (flag, attribute, the spec parameter it sets) of the prompt-lookup shorthands
+LOOKUP_FLAGS = (("--lookup-max-ngram", "lookup_max_ngram", "max_ngram"),
+                ("--lookup-min-ngram", "lookup_min_ngram", "min_ngram"))
+
+
+def run_spec(args: argparse.Namespace) -> Any:
+    """The ProposerSpec of `specscope run`: --proposer with the --draft and --lookup-*
+    shorthands folded in; a conflicting combination is a CliError."""
+    from specscope.core.draft.registry import KINDS, SpecError, parse_spec
+
+    lookup = {param: getattr(args, attr) for _, attr, param in LOOKUP_FLAGS if getattr(args, attr) is not None}
+    text = args.proposer
+    if text is None:
+        if args.draft is not None and lookup:
+            raise CliError("--draft and --lookup-* name two proposers: pass one, or --proposer SPEC")
+        text = "lookup" if lookup else "draft"
+    try:
+        spec = parse_spec(text)
+    except SpecError as exc:
+        raise CliError(f"--proposer: {exc}") from None
+    if args.draft is not None:
+        if not KINDS[spec.kind].needs_model:
+            raise CliError(f"--draft names a draft model, but --proposer {text} runs none")
+        if spec.arg is not None and spec.arg != args.draft:
+            raise CliError(f"--draft {args.draft} and --proposer {text} name two draft models: pass one")
+        spec = replace(spec, arg=args.draft)
+    for flag, attr, param in LOOKUP_FLAGS:
+        value = getattr(args, attr)
+        if value is None:
+            continue
+        if spec.kind != "lookup":
+            raise CliError(f"{flag} applies to prompt lookup, not to --proposer {text}")
+        if spec.params.get(param, value) != value:
+            raise CliError(f"{flag} {value} and --proposer {text} set {param} twice: pass one")
+    spec = replace(spec, params={**spec.params, **lookup}) if spec.kind == "lookup" and lookup else spec
+    return _fold_tree_flags(args, spec, text)
+
+
+def _fold_tree_flags(args: argparse.Namespace, spec: Any, text: str) -> Any:
+    """--tree and --children set the draft spec's tree and children (a conflict is a CliError)."""
+    flags = {param: getattr(args, param, None) for param in ("tree", "children")}
+    flags = {param: value for param, value in flags.items() if value is not None}
+    if not flags:
+        return spec
+    if spec.kind != "draft":
+        raise CliError(f"--{next(iter(flags))} applies to a draft model, not to --proposer {text}")
+    for param, value in flags.items():
+        if spec.params.get(param, value) != value:
+            raise CliError(f"--{param} {value} and --proposer {text} set {param} twice: pass one")
+    if "children" in flags and "tree" not in {**spec.params, **flags}:
+        raise CliError("--children applies to a tree: pass --tree SPEC too")
+    return replace(spec, params={**spec.params, **flags})
+
+
+def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
+    if args.prompt_ids is not None:
+        return parse_prompt_ids(args.prompt_ids)
+    if args.prompt_file:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise CliError(f"cannot read --prompt-file: {exc}") from None
+    else:
+        text = args.prompt
+    if text is None:
+        text = _default_prompt()
+    if tokenizer is None:
+        raise CliError("this target has no tokenizer: pass --prompt-ids")
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _default_prompt() -> str:
+    from specscope.core.loading.models import example_prompts
+
+    prompts = example_prompts()
+    return prompts[0].text if prompts else "def fibonacci(n):\n"
+
+
+def _load(args: argparse.Namespace, spec: Any):
+    """The ModelPair: the target, and the draft the spec names (None for kinds without a model)."""
+    from specscope.core.loading import models as loading
+
+    return loading.load_models(
+        target=args.target,
+        draft=spec.model_ref,
+        device=loading.resolve_device(args.device),
+        dtype=args.dtype,
+    )
+
+
+def _make_decoder(args: argparse.Namespace, spec: Any, pair: Any):
+    from specscope.core import SamplingConfig, SpeculativeDecoder
+    from specscope.core.draft.registry import SpecError, build_proposer
+
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    if getattr(args, "engine", "specscope") == "transformers":
+        if getattr(args, "coupled", None) is not None:
+            raise CliError("--coupled applies to the specscope engine only")
+        return _make_transformers_engine(args, spec, pair, sampling)
+    try:
+        proposer = build_proposer(spec, load_draft=lambda ref: (pair.draft, pair.draft_name))
+    except SpecError as exc:
+        raise CliError(f"--proposer: {exc}") from None
+    options = dict(
+        k=args.k,
+        sampling=sampling,
+        eos_token_id=parse_eos(args.eos_id, pair.tokenizer),
+        seed=args.seed,
+        use_cache=not args.no_cache,
+        target_name=pair.target_name,
+        # The round records keep what --db keeps: full vectors when asked, else top-N above
+        # 4096 tokens (core.dists), computed on the model's device.
+        vectors="full" if getattr(args, "vectors", "auto") == "full" else "auto",
+        top_n=max(1, getattr(args, "top_n", 20)),
+        coupling_seed=_coupling_seed(args, sampling),
+    )
+    if args.fault:
+        from specscope.core.faults.zoo import faulty_decoder
+
+        return faulty_decoder(args.fault, pair.target, proposer, **options)
+    return SpeculativeDecoder(pair.target, proposer, **options)
+
+
+def _coupling_seed(args: argparse.Namespace, sampling: Any) -> int | None:
+    """--coupled SEED: checked; None at temperature 0 (greedy has no randomness to share)."""
+    seed = getattr(args, "coupled", None)
+    if seed is None:
+        return None
+    if seed < 0:
+        raise CliError(f"--coupled must be a seed >= 0, got {seed}")
+    if args.tree or "tree" in str(args.proposer or ""):
+        raise CliError("--coupled verifies chain drafts: it cannot be combined with a tree")
+    if sampling.greedy:
+        print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
+        return None
+    return seed
+
+
+def _make_transformers_engine(args: argparse.Namespace, spec: Any, pair: Any, sampling: Any):
+    """--engine transformers: transformers' own generate() (assisted or prompt lookup), recorded."""
+    from specscope.core.engines import PrivateAPIChanged, TransformersEngine
+
+    if args.fault or args.no_cache:
+        raise CliError(f"{'--fault' if args.fault else '--no-cache'} applies to the specscope engine only")
+    if spec.kind not in ("draft", "lookup"):
+        raise CliError(f"--engine transformers runs --proposer draft or lookup, not {spec.kind}")
+    unknown = set(spec.params) - ({"max_ngram"} if spec.kind == "lookup" else set())
+    if unknown:
+        raise CliError(f"--engine transformers: {spec.kind} takes no {', '.join(sorted(unknown))} here")
+    try:
+        return TransformersEngine(
+            pair.target, kind="assisted" if spec.kind == "draft" else "lookup", draft=pair.draft, k=args.k,
+            sampling=sampling, eos_token_id=parse_eos(args.eos_id, pair.tokenizer), seed=args.seed,
+            target_name=pair.target_name, draft_name=pair.draft_name, max_ngram=int(spec.params.get("max_ngram", 2)))
+    except (PrivateAPIChanged, ValueError) as exc:
+        raise CliError(f"--engine transformers: {exc}") from None
+
+
+def _token_text(tokenizer: Any, token: int) -> str:
+    if tokenizer is None:
+        return f"<{token}>"
+    return tokenizer.decode([token])
+
+
+def _print_round(rnd: Any, tokenizer: Any, eos_id: int | None, color: bool) -> None:
+    out = []
+    for e in rnd.emitted:
+        text = _token_text(tokenizer, e.token)
+        if e.token == eos_id:
+            text = f"<eos:{e.token}>"
+        if color:
+            out.append(f"{ANSI[e.kind]}{text}{RESET}")
+        else:
+            left, right = PLAIN_MARKS[e.kind]
+            out.append(f"{left}{text}{right}")
+    sep = f"{ANSI['round']}|{RESET}" if color else "|"
+    sys.stdout.write("".join(out) + sep)
+    sys.stdout.flush()
+
+
+def _open_writer(args: argparse.Namespace, config: Any, pair: Any) -> Any:
+    """The TraceWriter of --db, or None."""
+    if not args.db:
+        return None
+    from specscope.storage import TraceStore, TraceWriter
+
+    if args.top_n < 1:
+        raise CliError(f"--top-n must be at least 1, got {args.top_n}")
+    store = TraceStore(args.db)
+    full = {"auto": None, "full": True, "top": False}[args.vectors]
+    return TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n)
+
+
+def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any) -> None:
+    from specscope.core import summarize
+
+    summary = summarize(result)
+    summary["text"] = pair.tokenizer.decode(result.new_tokens) if pair.tokenizer is not None else None
+    if args.db:
+        from specscope.storage.engine import mask_passwords
+
+        summary["db"] = mask_passwords(str(args.db))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    s = result.summary
+    print()
+    print(
+        f"-- run {result.config.run_id}: {s.new_tokens} tokens in {s.rounds} rounds, "
+        f"mean accepted length {s.mean_accepted_length:.2f}, acceptance rate {s.acceptance_rate:.2f}, "
+        f"{result.wall_s:.3f} s (draft {s.draft_s:.3f} s, verify {s.verify_s:.3f} s), stop: {result.stop_reason}",
+        file=sys.stderr,
+    )
+    if writer is not None:
+        print(f"-- recorded as run {result.config.run_id} in {writer.store.location}", file=sys.stderr)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from specscope.app.threads import apply_threads
+
+    apply_threads(args.threads)
+    spec = run_spec(args)
+    pair = _load(args, spec)
+    decoder = _make_decoder(args, spec, pair)
+    prompt = _prompt_ids(args, pair.tokenizer)
+    check_positions(prompt, args.max_new, pair)
+    config = decoder.run_config(prompt, args.max_new)
+    color = sys.stdout.isatty() and not args.json
+    writer = _open_writer(args, config, pair)
+    if not args.json:
+        sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
+
+    decoded = 0
+
+    def each(rnd: Any) -> None:
+        nonlocal decoded
+        with signals.whole_round():  # a signal now waits: the round is counted, stored and shown whole
+            decoded += 1
+            if writer is not None:
+                writer.write(rnd)  # raises at once once the writer has failed: decoding stops here
+            if not args.json:
+                _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
+
+    with run_signals() as signals:
+        try:
+            result = decoder.start(prompt, args.max_new, config=config).drain(each)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Cancelled)
+            return _cancelled(args, exc, writer, decoded)
+        except BaseException as exc:
+            if writer is not None and writer.error is not None:
+                return _recording_failed(args, writer, decoded)
+            if writer is not None:
+                writer.fail(exc)
+            raise
+        if writer is not None:
+            try:
+                writer.finish_with(result)
+            except Exception:
+                if writer.error is None:
+                    raise
+                return _recording_failed(args, writer, decoded)
+    _report(args, result, pair, writer)
+    return 0
+
+
+def _end_text_line(args: argparse.Namespace) -> None:
+    if not args.json:
+        print()
+
+
+def _rounds(n: int) -> str:
+    return f"{n} round{'' if n == 1 else 's'}"
+
+
+def _cancelled(args: argparse.Namespace, exc: KeyboardInterrupt, writer: Any, decoded: int) -> int:
+    """Ctrl-C or SIGTERM stopped the run: store what was decoded, closing the run as
+    cancelled (status interrupted, stop reason cancelled); one line; 130 or 143."""
+    from specscope.storage import TraceStoreError
+    from specscope.storage.engine import mask_passwords
+
+    _end_text_line(args)
+    line = f"cancelled after {_rounds(decoded)}"
+    if writer is not None:
+        try:
+            writer.fail(exc)
+        except TraceStoreError as err:
+            line += f"; recording run {writer.run_id} in {writer.store.location} failed: {mask_passwords(str(err))}"
+        else:
+            line += (f"; run {writer.run_id} kept in {writer.store.location} as interrupted (cancelled) "
+                     f"with {_rounds(writer.rounds_written)}")
+    print(f"specscope: {line}", file=sys.stderr)
+    return interrupt_status(exc)
+
+
+def _recording_failed(args: argparse.Namespace, writer: Any, decoded: int) -> int:
+    """The trace writer failed (a full disk, say): decoding has stopped at the round after
+    the failure; close the run as failed if the store still takes it; one line; 1."""
+    from specscope.storage import TraceStoreError
+    from specscope.storage.engine import mask_passwords
+
+    _end_text_line(args)
+    error = writer.error
+    try:
+        writer.fail(error)  # the writer is dead: this only closes it (and raises its error)
+    except TraceStoreError:
+        pass
+    reason = mask_passwords(str(error).replace(f"writing run {writer.run_id}: ", "")) or type(error).__name__
+    status = writer.stored_status()
+    where = writer.store.location
+    if status == "failed":
+        kept = f"run {writer.run_id} marked failed in {where} with {_rounds(writer.rounds_written)}"
+    else:
+        kept = (f"run {writer.run_id} could not be marked failed in {where} (it shows as {status or 'running'} "
+                f"until the store is opened with room to write, which marks it interrupted)")
+    print(f"specscope: recording failed after {_rounds(decoded)}, decoding stopped: {reason}; {kept}", file=sys.stderr)
+    return 1

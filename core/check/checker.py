@@ -1,0 +1,740 @@
+"""The trace checker: proves each round of a run right, or says where and why it is wrong.
+
+It reads only the records (RunConfig + Rounds), so it works on traces from any decoder that
+writes the specscope format. Distributions rebuilt from a top-N save carry a `partial`
+attribute and a `known_ids` array; rules that need a full vector skip them, and rules
+that need one entry use it only when that entry is known.
+
+`recompute_findings` is the optional deep replay: with the target model at hand it
+recomputes p for every round by a full forward over the recorded prefix, which catches
+stale-cache bugs whose traces look self-consistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from specscope.core.check.coupled import check_coupled_round, is_coupled_round
+from specscope.core.sampling.draws import draw_mismatch
+from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
+from specscope.core.records import Round, RunConfig, RunEnd
+from specscope.core.sampling.reference import process_logits
+from specscope.core.check.tree_rules import check_tree_round, is_tree_round, recompute_tree_rows
+from specscope.core.verify.chain import residual_of
+
+RULES: dict[str, str] = {
+    "prefix-continuity": "each round starts from the previous round's prefix plus its emitted tokens",
+    "budget": "the output never exceeds max_new_tokens; k is capped to the remaining budget",
+    "eos": "EOS ends the output at once: nothing after it, no round after it",
+    "round-structure": "accepted tokens follow one root path of the draft; one repair at the first rejection; a bonus only if all were accepted",
+    "acceptance-draw": "a stochastic decision is accepted iff u < min(1, p(x)/q(x))",
+    "residual": "the repair is drawn from normalise(max(p - q, 0))",
+    "draw": "a sampled repair or bonus is the token its recorded draw selects by inverse CDF, in token-id order",
+    "greedy": "greedy: accept iff the proposal is argmax p; repair and bonus are argmax p",
+    "sampler": "recorded p and q are distributions consistent with the run's sampler",
+    "target-cache": "the target cache holds exactly the accepted prefix (plus the recorded pending tokens)",
+    "draft-cache": "the draft cache keeps nothing of a rejected suffix",
+    "recompute": "recorded p equals a full recompute of the target over the recorded prefix",
+    "run-end": "the run's end record agrees with its rounds: stop reason, token count, status",
+    "coupled": "a coupled round: accept iff the proposal is y_j = argmax log p + G_j (keys regenerated from the "
+               "coupling seed and the output position); the repair and the bonus are y_j",
+    "tree-walk": "a tree round replays: each tried child against the running p', the path, the repair or bonus",
+    "tree-layout": "tree nodes ran at position prefix length + depth - 1, each seeing only its ancestors",
+}
+
+# Rules whose findings in later rounds usually follow from the first one (a cache that went
+# wrong once stays wrong; a missing round shifts every later prefix): one family each.
+FAMILY: dict[str, str] = {"target-cache": "cache", "draft-cache": "cache", "recompute": "cache",
+                          "prefix-continuity": "cache"}
+
+DEFAULT_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Finding:
+    run_id: str
+    round: int
+    position: int | None  # output position (index among the new tokens), when one token is concerned
+    rule: str
+    message: str
+    node: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        where = f"round {self.round}"
+        if self.position is not None:
+            where += f", position {self.position}"
+        if self.node is not None:
+            where += f", node {self.node}"
+        return f"[{self.rule}] {where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """A cause and the findings that follow from it (or repeat it) in later rounds."""
+
+    cause: Finding
+    follow_on: tuple[Finding, ...] = ()
+
+    @property
+    def rounds(self) -> tuple[int, int]:
+        last = self.follow_on[-1].round if self.follow_on else self.cause.round
+        return self.cause.round, last
+
+    def summary(self) -> str:
+        if not self.follow_on:
+            return str(self.cause)
+        first, last = self.rounds
+        return f"{self.cause}  (+{len(self.follow_on)} follow-on finding(s) in rounds {first}-{last})"
+
+    def to_dict(self) -> dict:
+        return {"cause": self.cause.to_dict(), "follow_on": [f.to_dict() for f in self.follow_on]}
+
+
+def group_findings(findings: Sequence[Finding]) -> list[FindingGroup]:
+    """Root causes first: the first finding of each rule family is a cause; later findings of
+    the same family follow on from it. Groups are ordered by their cause's round."""
+    causes: dict[str, Finding] = {}
+    follow: dict[str, list[Finding]] = {}
+    for f in sorted(findings, key=lambda f: f.round):  # stable: a round keeps its rule order
+        family = FAMILY.get(f.rule, f.rule)
+        if family in causes:
+            follow[family].append(f)
+        else:
+            causes[family], follow[family] = f, []
+    groups = [FindingGroup(cause, tuple(follow[family])) for family, cause in causes.items()]
+    return sorted(groups, key=lambda g: g.cause.round)
+
+
+@dataclass
+class CheckReport:
+    """What check_report() found, and which rules it could not run and why."""
+
+    findings: list[Finding]
+    not_checked: dict[str, str]  # rule -> why (an optional field the trace did not record)
+
+    @property
+    def groups(self) -> list[FindingGroup]:
+        return group_findings(self.findings)
+
+
+class _RoundChecker:
+    """Checks one round. Each rule is a method listed in ROUND_CHECKS (end of the class);
+    adding a rule = its RULES line, its method, its name in ROUND_CHECKS."""
+
+    def __init__(self, config: RunConfig, rnd: Round, out_start: int, tol: float, sink: list[Finding], *,
+                 position: int = 0, previous: Round | None = None, is_last: bool = False, caches: bool = True,
+                 not_checked: dict[str, str] | None = None):
+        self.config, self.rnd, self.out_start, self.tol, self.sink = config, rnd, out_start, tol, sink
+        self.position = position  # where the round stands in the run (0-based)
+        self.previous = previous  # the round before it, if any
+        self.is_last = is_last
+        self.check_caches = caches
+        self.not_checked = not_checked if not_checked is not None else {}
+        self.prefix_broken = False  # set by continuity(): a round may be missing before this one
+
+    def add(self, rule: str, message: str, position: int | None = None, node: int | None = None) -> None:
+        self.sink.append(Finding(self.config.run_id, self.rnd.index, position, rule, message, node))
+
+    def recorded(self, field: str, rule: str) -> bool:
+        """Whether the trace recorded `field`; if not, note once that `rule` skipped it."""
+        if field not in self.config.unrecorded:
+            return True
+        self.not_checked.setdefault(rule, f"field '{field}' not recorded")
+        return False
+
+    def position_of(self, emitted_index: int) -> int:
+        return self.out_start + emitted_index
+
+    # ---------------------------------------------------------------- structure
+
+    def structure(self) -> None:
+        rnd = self.rnd
+        nodes = rnd.nodes
+        path: list[int] = []
+        for n in nodes:
+            if n.parent >= n.index or n.parent < -1:
+                self.add("round-structure", f"node {n.index} has parent {n.parent}, which does not precede it", node=n.index)
+            if n.status == "accepted":
+                parent_ok = n.parent == -1 or (n.parent < len(nodes) and nodes[n.parent].status == "accepted")
+                if not parent_ok:
+                    self.add("round-structure", f"node {n.index} was accepted although its parent {n.parent} was not", node=n.index)
+                path.append(n.index)
+        depths = [nodes[i].depth for i in path]
+        if len(set(depths)) != len(depths):
+            self.add("round-structure", "accepted nodes do not form one root path (two accepted at the same depth)")
+        rejected = [n.index for n in nodes if n.status == "rejected"]
+        if rnd.rejected_node is not None and rnd.rejected_node not in rejected:
+            self.add("round-structure", f"round names node {rnd.rejected_node} as rejected but its status is not 'rejected'")
+        for i, n in enumerate(nodes):  # chains: accepted* rejected? unvisited*
+            if n.parent == i - 1 and i > 0 and n.status != "unvisited" and nodes[i - 1].status != "accepted":
+                self.add("round-structure", f"node {i} was visited after node {i - 1} was {nodes[i - 1].status}", node=i)
+
+        kinds = [e.kind for e in rnd.emitted]
+        accepted_emitted = [e for e in rnd.emitted if e.kind == "accepted"]
+        n_acc = len(accepted_emitted)
+        if kinds[:n_acc] != ["accepted"] * n_acc:
+            self.add("round-structure", f"emitted kinds out of order: {kinds}")
+        for j, e in enumerate(accepted_emitted):
+            if j >= len(path):
+                self.add("round-structure", "an accepted token was emitted with no accepted draft node behind it", self.position_of(j))
+                break
+            node = nodes[path[j]]
+            if e.node != node.index or e.token != node.token:
+                self.add(
+                    "round-structure",
+                    f"accepted token {e.token} does not match the proposed token {node.token} of node {node.index}",
+                    self.position_of(j),
+                    node.index,
+                )
+        if n_acc < len(path):
+            self.add("round-structure", f"{len(path)} nodes accepted but only {n_acc} accepted tokens emitted")
+        tail = rnd.emitted[n_acc:]
+        if len(tail) > 1:
+            self.add("round-structure", f"{len(tail)} tokens follow the accepted ones; at most one repair or bonus may", self.position_of(n_acc + 1))
+        repairs = [e for e in rnd.emitted if e.kind == "repaired"]
+        bonuses = [e for e in rnd.emitted if e.kind == "bonus"]
+        if rejected and not repairs and not self._eos_before_rejection() and not self._is_tree():
+            self.add("round-structure", f"node {rejected[0]} was rejected but no repair token was emitted", node=rejected[0])
+        if repairs:
+            if not rejected:
+                self.add("round-structure", "a repair token was emitted although no draft token was rejected", self.position_of(kinds.index("repaired")))
+            elif repairs[0].node != rejected[0] and not self._is_tree():  # a tree's repair names the last sibling
+                self.add("round-structure", f"the repair names node {repairs[0].node}, but the first rejection is node {rejected[0]}")
+        if bonuses:
+            pos = self.position_of(kinds.index("bonus"))
+            if rejected and not self._is_tree():  # a tree's bonus may follow a rejected sibling
+                self.add("round-structure", "a bonus token was emitted after a rejection", pos)
+            elif any(n.status == "unvisited" for n in nodes) and not self._is_tree():
+                self.add("round-structure", "a bonus token was emitted although some drafts were never verified", pos)
+        self._bonus_owed(bool(rejected), bool(bonuses), bool(repairs))
+
+    def _bonus_owed(self, rejected: bool, has_bonus: bool, has_repair: bool) -> None:
+        """All drafts accepted, no EOS and budget left: the target's last row owes a bonus.
+        All accepted, no EOS and the budget spent: the bonus is withheld, and only then."""
+        rnd = self.rnd
+        if self._is_tree():
+            return
+        all_accepted = not (rejected or has_repair or self._eos_before_rejection()) and all(
+            n.status == "accepted" for n in rnd.nodes)
+        budget_left = len(rnd.emitted) < rnd.remaining_budget
+        if all_accepted and not has_bonus and budget_left:
+            self.add("round-structure", f"all {len(rnd.nodes)} drafts were accepted with budget left and no EOS, "
+                     "but no bonus token was emitted", self.position_of(len(rnd.emitted)))
+        withheld = all_accepted and not has_bonus and not budget_left
+        if self.recorded("bonus_withheld", "round-structure") and rnd.bonus_withheld != withheld:
+            self.add("round-structure", f"bonus_withheld is {rnd.bonus_withheld}, but the round "
+                     f"{'withheld' if withheld else 'did not withhold'} a bonus ({len(rnd.emitted)} emitted of "
+                     f"{rnd.remaining_budget} left{', a bonus among them' if has_bonus else ''})")
+
+    def _run_over(self) -> bool:
+        """The last round of a run that ended at EOS or the budget: no round reads the caches
+        again (a decoder that trims its draft cache lazily, at the next round's start, as
+        transformers does, leaves it untrimmed here)."""
+        rnd = self.rnd
+        eos = self.config.eos_token_id
+        ended = (eos is not None and eos in rnd.tokens) or len(rnd.emitted) >= rnd.remaining_budget
+        return self.is_last and ended
+
+    def _eos_before_rejection(self) -> bool:
+        eos = self.config.eos_token_id
+        return eos is not None and any(e.token == eos for e in self.rnd.emitted)
+
+    def _is_tree(self) -> bool:
+        return is_tree_round(self.config, self.rnd)
+
+    # ---------------------------------------------------------------- decisions
+
+    def decisions(self) -> None:
+        if self._is_tree():  # siblings are judged against a running p' (core.tree_check)
+            check_tree_round(self)
+            return
+        if is_coupled_round(self.config):  # decided by the shared Gumbel keys (core.coupled_check)
+            check_coupled_round(self)
+            return
+        rnd = self.rnd
+        greedy = self.config.sampling.greedy
+        for n in rnd.nodes:
+            if n.status == "unvisited":
+                continue
+            p_x = self._scalar(n.p, n.token, n.p_token, "p_token", "acceptance-draw")
+            if p_x is not None and entry_known(n.p, n.token) and abs(float(n.p[n.token]) - p_x) > self.tol:
+                self.add("acceptance-draw", f"recorded p(x)={p_x:.6g} differs from the p vector ({float(n.p[n.token]):.6g})", node=n.index)
+            if greedy:
+                self._greedy_decision(n, p_x)
+                continue
+            if n.u is None and not self.recorded("u", "acceptance-draw"):
+                continue
+            q_x = self._scalar(n.q, n.token, n.q_token, "q_token", "acceptance-draw")
+            if n.q is None and n.q_token is None and not self.recorded("q", "acceptance-draw"):
+                continue
+            if n.u is None or q_x is None:
+                if n.u is None or self.recorded("q_token", "acceptance-draw"):
+                    self.add("acceptance-draw", "a visited stochastic decision has no recorded draw u or q(x)", node=n.index)
+                continue
+            if q_x <= 0:
+                self.add("sampler", f"proposal {n.token} has q(x)=0: it cannot have been drawn from q", node=n.index)
+                continue
+            if entry_known(n.q, n.token) and abs(float(n.q[n.token]) - q_x) > self.tol:
+                self.add("acceptance-draw", f"recorded q(x)={q_x:.6g} differs from the q vector ({float(n.q[n.token]):.6g})", node=n.index)
+            if p_x is None:
+                continue
+            threshold = min(1.0, p_x / q_x)
+            accepted = n.u < threshold
+            if accepted != (n.status == "accepted"):
+                verb = "accepted" if n.status == "accepted" else "rejected"
+                self.add("acceptance-draw", f"proposal {n.token} was {verb} with u={n.u:.6g} against min(1, p/q)={threshold:.6g}", node=n.index)
+
+    def _scalar(self, dist: np.ndarray | None, token: int, recorded: float | None, field: str, rule: str) -> float | None:
+        """p(x) or q(x): the recorded scalar, unless the trace did not record it; then the
+        vector's entry when it is known, else None (and the rule notes what it skipped)."""
+        if field not in self.config.unrecorded:
+            return recorded
+        if dist is not None and entry_known(dist, token):
+            return float(dist[token])
+        self.recorded(field, rule)
+        return None
+
+    def _greedy_decision(self, n, p_x: float | None) -> None:
+        accepted = n.token == n.target_argmax
+        if accepted != (n.status == "accepted"):
+            verb = "accepted" if n.status == "accepted" else "rejected"
+            self.add("greedy", f"proposal {n.token} was {verb} but the target argmax is {n.target_argmax}", node=n.index)
+        best = self._largest(n.p)
+        if best is None:
+            return
+        best_id, best_p = best
+        # an argmax outside the stored entries cannot be compared: top-N keeps the largest
+        # entries, but an exact extra entry of a lower rank may be stored too
+        argmax_p = float(n.p[n.target_argmax]) if entry_known(n.p, n.target_argmax) else None
+        if argmax_p is not None and best_p > argmax_p + self.tol:
+            self.add("greedy", f"recorded argmax {n.target_argmax} is not the argmax of p ({best_id}, p={best_p:.6g})", node=n.index)
+        elif n.status == "accepted" and p_x is not None and best_p > p_x + self.tol:
+            self.add("greedy", f"accepted proposal {n.token} has p={p_x:.6g}, but token {best_id} has p={best_p:.6g}: "
+                     "it was not the argmax", node=n.index)
+
+    @staticmethod
+    def _largest(dist: np.ndarray | None) -> tuple[int, float] | None:
+        """(id, value) of the largest entry: exact for full vectors and top-N saves alike."""
+        if dist is None:
+            return None
+        ids = known_ids(dist)
+        values = np.asarray(dist)
+        if ids is not None:
+            if not ids.size:
+                return None
+            at = int(ids[int(np.argmax(values[ids]))])
+        else:
+            at = int(np.argmax(values))
+        return at, float(values[at])
+
+    def repair_and_bonus(self) -> None:
+        if self._is_tree() or is_coupled_round(self.config):
+            return  # replayed with the walk / the coupled rule in decisions()
+        rnd = self.rnd
+        greedy = self.config.sampling.greedy
+        for j, e in enumerate(rnd.emitted):
+            pos = self.position_of(j)
+            if e.kind == "repaired" and e.node is not None and 0 <= e.node < len(rnd.nodes):
+                node = rnd.nodes[e.node]
+                if greedy:
+                    if e.token != node.target_argmax:
+                        self.add("greedy", f"repair {e.token} is not the target argmax {node.target_argmax}", pos, node.index)
+                    continue
+                self._residual(node, e.token, pos)
+                self._replay(e, self._repair_distribution(node), "the residual", pos, node.index)
+            elif e.kind == "bonus":
+                if greedy and rnd.bonus_p is not None:
+                    best = self._largest(rnd.bonus_p)
+                    if best is not None and e.token != best[0] and entry_known(rnd.bonus_p, e.token) \
+                            and best[1] > rnd.bonus_p[e.token] + self.tol:
+                        self.add("greedy", f"bonus {e.token} is not the argmax {best[0]} of the target's last conditional", pos)
+                elif not greedy and rnd.bonus_p is not None and entry_known(rnd.bonus_p, e.token) and rnd.bonus_p[e.token] <= 0:
+                    self.add("sampler", f"bonus {e.token} has probability 0 under the target", pos)
+                elif not greedy:
+                    self._replay(e, rnd.bonus_p, "the target's last row", pos, None)
+
+    def _repair_distribution(self, node) -> np.ndarray | None:
+        """The distribution a repair was drawn from: the recorded residual, else
+        normalise(max(p - q, 0)) from full p and q."""
+        if self.rnd.residual is not None:
+            return self.rnd.residual
+        if is_full(node.p) and is_full(node.q):
+            try:
+                return residual_of(np.asarray(node.p), np.asarray(node.q))[0]
+            except ArithmeticError:
+                return None
+        return None
+
+    def _replay(self, e, dist: np.ndarray | None, name: str, pos: int, node: int | None) -> None:
+        if e.draw is None:
+            self.not_checked.setdefault("draw", "a sampled repair or bonus has no recorded draw")
+            return
+        if dist is None:
+            self.not_checked.setdefault("draw", f"{name} was not recorded for a sampled token")
+            return
+        problem = draw_mismatch(dist, e.token, e.draw, self.tol)
+        if problem:
+            self.add("draw", f"{e.kind} {e.token} from {name}: {problem}", pos, node)
+
+    def _residual(self, node, token: int, pos: int) -> None:
+        rnd = self.rnd
+        p, q = node.p, node.q
+        if entry_known(p, token) and float(p[token]) <= 0:
+            self.add("residual", f"repair {token} has p=0: no residual max(p-q, 0) holds it", pos, node.index)
+            return
+        if q is None:
+            if self.recorded("q", "residual"):
+                self.add("residual", "a stochastic rejection has no recorded q", pos, node.index)
+            return
+        self._residual_facts(pos, node.index)
+        if entry_known(p, token) and entry_known(q, token):
+            gap = float(p[token]) - float(q[token])
+            if gap <= 0:
+                self.add(
+                    "residual",
+                    f"repair {token} has p-q={gap:.3g} <= 0: it cannot come from the residual max(p-q, 0)",
+                    pos,
+                    node.index,
+                )
+                return
+        if rnd.residual is not None and entry_known(rnd.residual, token) and rnd.residual[token] <= 0:
+            self.add("residual", f"repair {token} has zero mass in the recorded residual", pos, node.index)
+        if is_full(p) and is_full(q):
+            positive = np.maximum(p - q, 0.0)
+            mass = float(positive.sum())
+            if rnd.residual_mass is not None and abs(rnd.residual_mass - mass) > self.tol:
+                self.add("residual", f"recorded residual mass {rnd.residual_mass:.6g} differs from sum max(p-q, 0) = {mass:.6g}", pos, node.index)
+            if is_full(rnd.residual) and mass > 0:
+                diff = float(np.abs(rnd.residual - positive / mass).max())
+                if diff > self.tol:
+                    self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) (max diff {diff:.3g})", pos, node.index)
+        else:
+            self._residual_from_known_entries(node, pos)
+
+    def _residual_facts(self, pos: int, node: int) -> None:
+        """A residual saved top-N only still carries its whole-vector facts: a distribution
+        (sum 1, no negative entry)."""
+        stats = vector_stats(self.rnd.residual)
+        if stats is None:
+            return
+        if stats.minimum < 0:
+            self.add("residual", f"the recorded residual has a negative entry ({stats.minimum:.3g}): max(p-q, 0) has none",
+                     pos, node)
+        elif abs(stats.total - 1.0) > 1e-6:
+            self.add("residual", f"the recorded residual sums to {stats.total:.6g}, not 1: it was not normalised by its mass",
+                     pos, node)
+
+    def _residual_from_known_entries(self, node, pos: int) -> None:
+        """A top-N trace: the residual checks that its exact scalars and known entries allow.
+
+        sum max(p-q, 0) = 1 - sum min(p, q), and the node's overlap is sum min(p, q) computed
+        on the full vectors; where the residual, p and q are all known, the residual must
+        be max(p-q, 0) / mass exactly."""
+        rnd = self.rnd
+        mass = rnd.residual_mass
+        if mass is None:
+            return
+        if node.overlap is not None and abs(mass - (1.0 - node.overlap)) > self.tol:
+            self.add("residual", f"recorded residual mass {mass:.6g} differs from 1 - sum min(p, q) = {1.0 - node.overlap:.6g}",
+                     pos, node.index)
+            return
+        residual = rnd.residual
+        if residual is None or mass <= 0:
+            return
+        ids = known_ids(residual)
+        if ids is None:
+            ids = np.arange(np.asarray(residual).shape[-1])
+        for dist in (node.p, node.q):
+            known = known_ids(dist)
+            if known is not None:
+                ids = np.intersect1d(ids, known)
+        if ids.size:
+            expected = np.maximum(np.asarray(node.p)[ids] - np.asarray(node.q)[ids], 0.0) / mass
+            diff = float(np.abs(np.asarray(residual)[ids] - expected).max())
+            if diff > self.tol:
+                self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) where p, q and it are "
+                         f"known (max diff {diff:.3g} over {ids.size} tokens)", pos, node.index)
+
+    # ---------------------------------------------------------------- sampler
+
+    def sampler(self) -> None:
+        cfg = self.config.sampling
+        for n in self.rnd.nodes:
+            if cfg.greedy:
+                if n.q is not None:
+                    self.add("sampler", "a greedy run recorded a proposal distribution q", node=n.index)
+                continue
+            for name, dist in (("q", n.q), ("p", n.p)):
+                if dist is None:
+                    continue
+                # the whole-vector rules need the vector's stats: a full vector, or a top-N
+                # save that kept them (older saves: only the top-k rule applies)
+                stats = vector_stats(dist)
+                if stats is not None and not self._is_distribution(name, stats, n.index):
+                    continue
+                self._top_k(name, dist, n.index)
+                if stats is not None:
+                    self._top_p(name, stats, np.asarray(dist).shape[-1], n.index)
+
+    def _is_distribution(self, name: str, stats: VectorStats, node: int) -> bool:
+        if stats.minimum < 0:
+            self.add("sampler", f"{name} has a negative entry ({stats.minimum:.3g}): not a probability distribution",
+                     node=node)
+            return False
+        if abs(stats.total - 1.0) > 1e-6:
+            self.add("sampler", f"{name} sums to {stats.total:.6g}, not 1: not a probability distribution", node=node)
+            return False
+        return True
+
+    def _top_p(self, name: str, stats: VectorStats, vocab: int, node: int) -> None:
+        cfg = self.config.sampling
+        if cfg.top_p < 1.0 and (not cfg.top_k or cfg.top_k >= vocab) and stats.support == vocab:
+            # A full support can only survive top-p if dropping the least likely token
+            # would leave less than top_p of the mass.
+            if stats.minimum <= 1.0 - cfg.top_p:
+                self.add(
+                    "sampler",
+                    f"{name} keeps all {vocab} tokens under top-p={cfg.top_p:g}, though a smaller set reaches the mass",
+                    node=node,
+                )
+
+    def _top_k(self, name: str, dist: np.ndarray, node: int) -> None:
+        """Under top-k, the entry ranked k + 1 must be 0 unless it ties with the one ranked k
+        (the filter keeps ties). A distribution rebuilt from a top-N save knows its N
+        largest entries (plus exact extras at lower ranks), which decides this when N > k."""
+        k = self.config.sampling.top_k
+        if not k:
+            return
+        ids = known_ids(dist)
+        values = np.asarray(dist) if ids is None else np.asarray(dist)[ids]
+        with_mass = int(np.count_nonzero(values > 0))
+        if with_mass <= k:  # nothing beyond the k-th (and no sort of a whole vocabulary)
+            return
+        ranked = np.sort(values)[::-1]
+        if ranked[k] < ranked[k - 1]:
+            if ids is None:
+                message = f"{name} has {with_mass} tokens with mass but top-k is {k}"
+            else:
+                message = (f"{name} has mass on more than top-k={k} tokens (the {k + 1}th largest of its stored "
+                           f"entries is {ranked[k]:.3g})")
+            self.add("sampler", message, node=node)
+
+    # ---------------------------------------------------------------- budget, EOS
+
+    def continuity(self) -> None:
+        rnd, emitted = self.rnd, self.out_start
+        prompt_len = len(self.config.prompt_ids)
+        expected = self.previous.index + 1 if self.previous is not None else 0
+        if rnd.index != expected:
+            self.add("prefix-continuity", f"round index {rnd.index} where {expected} was expected: "
+                     "a round is missing from the trace, or rounds are out of order")
+        if rnd.emitted_before != emitted or rnd.prefix_len != prompt_len + emitted:
+            self.prefix_broken = True
+            self.add(
+                "prefix-continuity",
+                f"round starts from a prefix of {rnd.prefix_len} tokens ({rnd.emitted_before} emitted before), "
+                f"but the prompt plus earlier rounds make {prompt_len + emitted} ({emitted} emitted): "
+                "a round is missing from the trace, or a round's tokens were not counted",
+            )
+        if not self.prefix_broken and rnd.remaining_budget != self.config.max_new_tokens - emitted:
+            self.add("budget", f"remaining budget {rnd.remaining_budget} where {self.config.max_new_tokens - emitted} was left")
+
+    def budget(self) -> None:
+        rnd, cfg = self.rnd, self.config
+        emitted_total_after = self.out_start + len(rnd.emitted)
+        if rnd.k > rnd.remaining_budget:
+            self.add("budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}")
+        if len(rnd.emitted) > rnd.remaining_budget:
+            self.add(
+                "budget",
+                f"{len(rnd.emitted)} tokens emitted with only {rnd.remaining_budget} left of max_new_tokens={cfg.max_new_tokens}",
+                self.position_of(rnd.remaining_budget),
+            )
+        if self.recorded("budget_stop", "budget") and rnd.budget_stop != (emitted_total_after >= cfg.max_new_tokens):
+            self.add("budget", f"budget_stop flag is {rnd.budget_stop} after {emitted_total_after} of {cfg.max_new_tokens} tokens")
+
+    def eos(self) -> None:
+        rnd, eos, is_last_round = self.rnd, self.config.eos_token_id, self.is_last
+        if eos is None:
+            if rnd.eos:
+                self.add("eos", "the round is flagged EOS but the run has no EOS token")
+            return
+        tokens = rnd.tokens
+        if eos in tokens:
+            at = tokens.index(eos)
+            if at < len(tokens) - 1:
+                self.add("eos", f"{len(tokens) - 1 - at} token(s) emitted after EOS", self.position_of(at + 1))
+            if not rnd.eos and self.recorded("eos", "eos"):
+                self.add("eos", "EOS was emitted but the round is not flagged as the end", self.position_of(at))
+            if not is_last_round:
+                self.add("eos", "the run went on after EOS", self.position_of(at))
+        elif rnd.eos:
+            self.add("eos", "the round is flagged EOS but emitted no EOS token")
+
+    # ---------------------------------------------------------------- caches
+
+    def caches(self) -> None:
+        if not self.check_caches or not self.recorded("target_cache", "target-cache"):
+            return
+        rnd, previous = self.rnd, self.previous
+        # with the prefix broken here, a missing round explains a cache mismatch as well
+        # as a stale cache does: the message names both
+        either = "; or a round is missing from the trace before this one" if self.prefix_broken else ""
+        committed = rnd.prefix_len + rnd.accepted
+        final_len = rnd.prefix_len + len(rnd.emitted)
+        tc = rnd.target_cache
+        if previous is not None and tc.before != previous.target_cache.after:
+            self.add("target-cache", f"target cache starts at {tc.before}, the previous round left "
+                     f"{previous.target_cache.after}: the cache changed between rounds{either}")
+        if tc.after > committed:
+            self.add(
+                "target-cache",
+                f"target cache holds {tc.after} positions but only {committed} are accepted: "
+                f"{tc.after - committed} entr{'y' if tc.after - committed == 1 else 'ies'} of the rejected suffix survived",
+            )
+        elif tc.after + len(tc.pending) != final_len:
+            # a cache shorter than the accepted prefix is fine while the pending tokens cover
+            # the gap (transformers leaves the last accepted token pending at EOS/budget)
+            below = f", cropped below the accepted prefix {committed}" if tc.after < committed else ""
+            self.add("target-cache", f"cache length {tc.after} + pending {len(tc.pending)} != committed length "
+                     f"{final_len}{below}")
+        dc = rnd.draft_cache
+        if dc is None:
+            return
+        if previous is not None and previous.draft_cache is not None and dc.before != previous.draft_cache.after:
+            self.add("draft-cache", f"draft cache starts at {dc.before}, the previous round left "
+                     f"{previous.draft_cache.after}: the cache changed between rounds{either}")
+        if dc.after > committed and not self._run_over():
+            self.add(
+                "draft-cache",
+                f"draft cache holds {dc.after} positions but only {committed} are accepted: the rejected suffix was not cropped",
+            )
+
+
+# The round rules, in the order they run (a finding's order within a round follows it).
+ROUND_CHECKS: tuple[str, ...] = ("continuity", "structure", "decisions", "repair_and_bonus", "sampler", "budget", "eos",
+                                 "caches")
+
+
+def check_report(
+    config: RunConfig,
+    rounds: Sequence[Round] | Iterable[Round],
+    tol: float = DEFAULT_TOL,
+    check_caches: bool | None = None,
+    end: RunEnd | None = None,
+) -> CheckReport:
+    """Every violation of RULES in the run, in round order, and the rules it could not run.
+    `end` is the run's end record, when the trace has one.
+
+    `rounds` may be any iterable (a store's iter_rounds, a live generator): it is read once,
+    in order, and only three rounds are held at a time (the one checked, the one before it
+    and the one after it), so a run of any length is checked in bounded memory."""
+    findings: list[Finding] = []
+    not_checked: dict[str, str] = {}
+    emitted = 0
+    previous: Round | None = None
+    last: Round | None = None
+    caches = config.use_cache if check_caches is None else check_caches
+    rounds = iter(rounds)
+    rnd = next(rounds, None)
+    i = 0
+    while rnd is not None:
+        following = next(rounds, None)  # one round ahead, so a round knows whether it is the last
+        checker = _RoundChecker(config, rnd, emitted, tol, findings, position=i, previous=previous,
+                                is_last=following is None, caches=caches, not_checked=not_checked)
+        for name in ROUND_CHECKS:
+            getattr(checker, name)()
+        # after a broken prefix, later rounds are checked from the recorded one (one finding, not one per round)
+        emitted = (rnd.emitted_before if checker.prefix_broken else emitted) + len(rnd.emitted)
+        del checker  # it holds its round and the previous one: not kept while the next is read
+        previous, last, rnd, i = rnd, rnd, following, i + 1
+    if end is not None:
+        _check_end(config, end, last, emitted, i, findings)
+    return CheckReport(findings, not_checked)
+
+
+def _check_end(config: RunConfig, end: RunEnd, last: Round | None, emitted: int, n_rounds: int,
+               findings: list[Finding]) -> None:
+    def add(message: str) -> None:
+        findings.append(Finding(config.run_id, last.index if last is not None else 0, None, "run-end", message))
+
+    ended_eos = last is not None and config.eos_token_id is not None and config.eos_token_id in last.tokens
+    if end.new_tokens is not None and end.new_tokens != emitted:
+        add(f"the end record counts {end.new_tokens} new tokens, the rounds emitted {emitted}")
+    if end.status != "completed":
+        return
+    if end.stop_reason == "eos" and not ended_eos:
+        add("the run is marked as stopped at EOS, but its last round emitted no EOS")
+    elif end.stop_reason == "budget" and emitted < config.max_new_tokens and not ended_eos:
+        add(f"the run is marked as stopped by the budget after {emitted} of max_new_tokens={config.max_new_tokens} "
+            "tokens, with no EOS: it stopped early")
+    elif end.stop_reason == "budget" and ended_eos:
+        add("the run is marked as stopped by the budget, but it ended at EOS")
+    elif end.stop_reason not in ("eos", "budget"):
+        add(f"the run is marked completed with stop reason {end.stop_reason!r}: a completed run stops at EOS or the budget")
+
+
+def check_run(
+    config: RunConfig,
+    rounds: Sequence[Round] | Iterable[Round],
+    tol: float = DEFAULT_TOL,
+    check_caches: bool | None = None,
+    end: RunEnd | None = None,
+) -> list[Finding]:
+    """Every violation of RULES in the run, in round order (check_report also says which
+    rules could not run)."""
+    return check_report(config, rounds, tol, check_caches, end).findings
+
+
+def first_bad_round(findings: Sequence[Finding]) -> int | None:
+    return min((f.round for f in findings), default=None)
+
+
+def recompute_findings(config: RunConfig, rounds: Iterable[Round], target, tol: float = 1e-4) -> list[Finding]:
+    """Deep replay: recompute p for every node with a full target forward over the recorded
+    prefix (no cache) and report the rounds whose recorded p differs beyond `tol`. `rounds`
+    is read once, in order, one round held at a time."""
+    import torch
+
+    findings: list[Finding] = []
+    context = list(config.prompt_ids)
+    device = next(target.parameters()).device
+    for rnd in rounds:
+        if is_tree_round(config, rnd):  # one plain forward per visited parent (core.tree_check)
+            rows, bonus = recompute_tree_rows(config, rnd, context, target)
+        else:
+            sequence = context + [n.token for n in rnd.nodes if n.parent == n.index - 1]
+            keep = len(sequence) - len(context) + 1
+            with torch.inference_mode():
+                logits = target(torch.tensor([sequence], device=device)).logits[0, -keep:].float().cpu().numpy()
+            fresh = process_logits(logits, config.sampling)
+            rows, bonus = dict(enumerate(fresh[:-1])), fresh[-1]
+        worst, where = 0.0, None
+        for n in rnd.nodes:
+            if n.status != "unvisited":
+                d = max_abs_diff(n.p, rows[n.index])
+                if d > worst:
+                    worst, where = d, n.index
+        if rnd.bonus_p is not None:
+            d = max_abs_diff(rnd.bonus_p, bonus)
+            if d > worst:
+                worst, where = d, None
+        if worst > tol:
+            findings.append(
+                Finding(
+                    config.run_id,
+                    rnd.index,
+                    rnd.emitted_before,
+                    "recompute",
+                    f"recorded p differs from a full recompute of the target by {worst:.3g} (> {tol:g}): stale cache state?",
+                    where,
+                )
+            )
+        context += rnd.tokens
+    return findings

@@ -1,0 +1,201 @@
+"""The checker's rules for tree rounds (core.checker calls them for a round whose draft is
+not a chain).
+
+A round that carries its tree facts (TreeInfo: recorded by the decoder, kept by the store
+and by JSONL version 2) is proved step by step from them by core.tree_proof, with full
+vectors or top-N records. A round without them (a JSONL version-1 trace) is replayed as
+follows. The walk is replayed from the trace alone: the p row each node was judged against, the q
+row it was chosen from, the children mode (the run's proposer_params), each tried child's
+recorded u and the repair/bonus draw go through the production TreeVerifier.walk with a
+chooser that answers from the record. Every tried child's decision against its running p',
+every residual update, the accepted path, the repair/bonus and the emitted tokens are then
+compared with what was recorded; the first difference is the finding. The node positions,
+mask rows and kept cache rows are proved wherever they were recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specscope.core.sampling.partial import is_full
+from specscope.core.sampling.reference import sample_from
+from specscope.core.check.tree_proof import prove_tree_round
+from specscope.core.verify.tree import TreeTask, TreeVerifier, check_children_mode
+from specscope.core.draft.trees import ancestor_matrix, node_depths
+
+
+class _Unreplayable(Exception):
+    pass
+
+
+class _ReplayChooser:
+    """Answers the walk's decisions from the recorded draws."""
+
+    def __init__(self, rnd: Any):
+        self.u = {n.index: n.u for n in rnd.nodes}
+        tail = [e for e in rnd.emitted if e.kind in ("repaired", "bonus")]
+        self.draw = tail[0].draw if tail else None
+        self.thresholds: dict[int, float] = {}
+
+    def accept(self, probability: Any, node: int) -> tuple[bool, float | None]:
+        u = self.u.get(node)
+        if u is None:
+            raise _Unreplayable(f"node {node} must be tried, but it has no recorded draw u")
+        self.thresholds[node] = float(probability)
+        return u < probability, u
+
+    def sample(self, dist: np.ndarray, node: int) -> tuple[int, float | None]:
+        if self.draw is None:
+            raise _Unreplayable("a repair or bonus is due, but no draw was recorded for it")
+        return sample_from(dist, self.draw), self.draw
+
+
+def _task(chk: Any, mode: str) -> TreeTask:
+    rnd = chk.rnd
+    nodes = rnd.nodes
+    n = len(nodes)
+    parents = tuple(int(x.parent) for x in nodes)
+    rows: list[Any] = [None] * (n + 1)
+    argmax = np.full(n + 1, -1)
+    for x in nodes:
+        rows[x.parent + 1] = x.p
+        argmax[x.parent + 1] = x.target_argmax
+    path = [x.index for x in nodes if x.status == "accepted"]
+    leaf = path[-1] if path else -1
+    if rnd.bonus_p is not None and rows[leaf + 1] is None:
+        rows[leaf + 1] = rnd.bonus_p
+        argmax[leaf + 1] = int(np.argmax(rnd.bonus_p))
+    greedy = chk.config.sampling.greedy
+    q = None if greedy else [x.q for x in nodes]
+    return TreeTask(tokens=tuple(int(x.token) for x in nodes), q=q, p=rows, argmax=argmax, greedy=greedy,
+                    eos_token_id=chk.config.eos_token_id, remaining=rnd.remaining_budget, parents=parents,
+                    children=check_children_mode(mode))
+
+
+def children_mode(config: Any, rnd: Any) -> str:
+    tree = getattr(rnd, "tree", None)
+    if tree is not None:
+        return tree.children
+    return str(config.proposer_params.get("children", "topk"))
+
+
+def check_tree_round(chk: Any) -> None:
+    """The decisions, residual updates, path, repair/bonus and layout of one tree round."""
+    rnd = chk.rnd
+    try:
+        node_depths([n.parent for n in rnd.nodes])
+    except ValueError:
+        return  # round-structure reports a parent that does not precede its child
+    if getattr(rnd, "tree", None) is not None:  # the tried order and every p' were recorded (core.tree_proof)
+        prove_tree_round(chk)
+        _layout(chk)
+        return
+    greedy = chk.config.sampling.greedy
+    vectors = [n.p for n in rnd.nodes] + ([] if greedy else [n.q for n in rnd.nodes])
+    if not greedy and not all(v is not None and is_full(v) for v in vectors):
+        chk.not_checked.setdefault("tree-walk", "a tree round without its recorded tree facts (tried order, p' "
+                                   "updates: JSONL version 1) is replayed from full p and q vectors; the trace "
+                                   "stored top-N only")
+        _layout(chk)
+        return
+    chooser = _ReplayChooser(rnd)
+    try:
+        verdict = TreeVerifier().walk(_task(chk, children_mode(chk.config, rnd)), chooser)
+    except (_Unreplayable, TypeError, ValueError, ArithmeticError) as exc:
+        chk.add("tree-walk", f"the tree walk cannot be replayed from the trace: {exc}")
+        _layout(chk)
+        return
+    _compare(chk, verdict, chooser)
+    _layout(chk)
+
+
+def _compare(chk: Any, verdict: Any, chooser: _ReplayChooser) -> None:
+    rnd = chk.rnd
+    for n in rnd.nodes:
+        want = verdict.statuses[n.index]
+        if n.status != want:
+            where = chooser.thresholds.get(n.index)
+            against = f" with u={n.u:.6g} against the running min(1, p'/q)={where:.6g}" if where is not None else ""
+            chk.add("tree-walk", f"node {n.index} (token {n.token}) is {n.status}, the walk makes it {want}{against}",
+                    node=n.index)
+            return  # everything after the first difference follows from it
+    got = [(e.token, e.kind, e.node) for e in rnd.emitted]
+    want = [(e.token, e.kind, e.node) for e in verdict.emitted]
+    if got != want:
+        at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        chk.add("tree-walk", f"emitted {got[at:]} where the walk emits {want[at:]} (repair from the final p' after "
+                "the rejections at its node; bonus from the leaf's p)", chk.position_of(at))
+        return
+    if rnd.bonus_withheld != verdict.bonus_withheld and chk.recorded("bonus_withheld", "tree-walk"):
+        chk.add("tree-walk", f"bonus_withheld is {rnd.bonus_withheld}, the walk says {verdict.bonus_withheld}")
+    if verdict.residual is not None and rnd.residual is not None and is_full(rnd.residual):
+        diff = float(np.max(np.abs(np.asarray(rnd.residual, dtype=np.float64) - verdict.residual)))
+        if diff > max(chk.tol, 1e-9):
+            chk.add("residual", f"the recorded repair distribution is not the final p' of the walk (max diff {diff:.3g})",
+                    node=verdict.rejected_node)
+
+
+def _layout(chk: Any) -> None:
+    """A round in memory: node positions, mask rows and the kept target cache rows."""
+    rnd = chk.rnd
+    tree = getattr(rnd, "tree", None)
+    if tree is None or not tree.positions:
+        return
+    parents = [n.parent for n in rnd.nodes]
+    depths = node_depths(parents)
+    for n, depth, pos in zip(rnd.nodes, depths, tree.positions):
+        if pos != rnd.prefix_len + depth - 1:
+            chk.add("tree-layout", f"node {n.index} at depth {depth} ran at position {pos}, not prefix length + depth "
+                    f"- 1 = {rnd.prefix_len + depth - 1}", node=n.index)
+            break
+    seen = ancestor_matrix(parents)
+    for n, row in zip(rnd.nodes, tree.visible):
+        want = tuple(int(j) for j in np.flatnonzero(seen[n.index]))
+        if tuple(row) != want:
+            extra = sorted(set(row) - set(want))
+            chk.add("tree-layout", f"node {n.index}'s mask row sees nodes {list(row)}, not its ancestors {list(want)}"
+                    + (f" (also {extra}: not on its path)" if extra else ""), node=n.index)
+            break
+    path = [n.index for n in rnd.nodes if n.status == "accepted"]
+    if chk.rnd.target_cache.after > rnd.prefix_len and tuple(tree.kept_rows) != tuple(rnd.prefix_len + i for i in path):
+        chk.add("target-cache", f"the target cache kept rows {list(tree.kept_rows)} after the prefix, not the accepted "
+                f"path's {[rnd.prefix_len + i for i in path]}: entries of another branch survived")
+
+
+def is_tree_round(config: Any, rnd: Any) -> bool:
+    """A round of a tree draft: recorded as one, a run whose proposer drafts trees, or a
+    draft that is not a chain."""
+    return (getattr(rnd, "tree", None) is not None or bool(config.proposer_params.get("tree"))
+            or any(n.parent != n.index - 1 for n in rnd.nodes))
+
+
+def recompute_tree_rows(config: Any, rnd: Any, context: list[int], target: Any) -> tuple[dict[int, np.ndarray], Any]:
+    """Deep replay of a tree round, independent of tree attention: for each visited node, p
+    from a plain forward over the context and its parent's path; the bonus row likewise
+    after the accepted path. Returns (node -> fresh p, fresh bonus p or None)."""
+    import torch
+
+    from specscope.core.sampling.reference import process_logits
+
+    parents = [n.parent for n in rnd.nodes]
+    device = next(target.parameters()).device
+    cache: dict[int, np.ndarray] = {}
+
+    def row_after(node: int) -> np.ndarray:  # p after `node` (-1: after the context)
+        if node not in cache:
+            path: list[int] = []
+            at = node
+            while at >= 0:
+                path.insert(0, rnd.nodes[at].token)
+                at = parents[at]
+            with torch.inference_mode():
+                logits = target(torch.tensor([context + path], device=device)).logits[0, -1].float().cpu().numpy()
+            cache[node] = process_logits(logits, config.sampling)
+        return cache[node]
+
+    rows = {n.index: row_after(n.parent) for n in rnd.nodes if n.status != "unvisited"}
+    accepted = [n.index for n in rnd.nodes if n.status == "accepted"]
+    bonus = row_after(accepted[-1] if accepted else -1) if rnd.bonus_p is not None else None
+    return rows, bonus

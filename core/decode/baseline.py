@@ -1,0 +1,70 @@
+"""Plain autoregressive decoding with a KV cache: the baseline speculative decoding is
+measured against. Same sampler, same EOS and budget semantics, same random stream
+layout (one uniform per token), so greedy outputs must match the speculative decoder's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from specscope.core.decode.allocator import tune_allocator
+from specscope.core.decode.decoder import normalize_prompt
+from specscope.core.decode.kv import CachedLM, Stopwatch
+from specscope.core.sampling.row_ops import row_argmax
+from specscope.core.sampling.reference import SamplingConfig, check_finite, process_logits, sample_from
+
+
+@dataclass(frozen=True)
+class PlainResult:
+    new_tokens: list[int]
+    wall_s: float
+    forward_s: float  # time inside target forwards (synchronised on CUDA)
+    forwards: int
+    stop_reason: str
+
+    @property
+    def per_token_s(self) -> float:
+        return self.forward_s / max(self.forwards, 1)
+
+
+def plain_generate(
+    target: torch.nn.Module,
+    prompt_ids: Sequence[int] | torch.Tensor,
+    max_new_tokens: int,
+    sampling: SamplingConfig | None = None,
+    eos_token_id: int | None = None,
+    seed: int = 0,
+) -> PlainResult:
+    sampling = sampling or SamplingConfig()
+    lm = CachedLM(target)
+    context = normalize_prompt(prompt_ids, lm.vocab_size)
+    tune_allocator()  # as the speculative decoder does: the same malloc for both
+    rng = np.random.default_rng(seed)
+    clock = Stopwatch(lm.device)
+    new: list[int] = []
+    forward_s = 0.0
+    stop = "budget"
+    start = clock.now()
+    while len(new) < max_new_tokens:
+        t0 = clock.now()
+        logits = lm.forward(context, keep=1)[0]
+        if sampling.greedy:
+            if not bool(torch.isfinite(logits).all()):
+                raise ValueError("the target model produced non-finite logits")
+            token = int(row_argmax(logits))
+            forward_s += clock.now() - t0
+        else:
+            row = logits.cpu().numpy()
+            forward_s += clock.now() - t0
+            check_finite(row, "the target model")
+            token = sample_from(process_logits(row, sampling), float(rng.random()))
+        new.append(token)
+        context.append(token)
+        if token == eos_token_id:
+            stop = "eos"
+            break
+    return PlainResult(new, clock.now() - start, forward_s, lm.forwards, stop)

@@ -1,0 +1,184 @@
+"""One place that turns a proposer spec into a proposer, for the CLI, the GUI and the bench.
+
+A spec is a short string, and it is what a trace records as the run's proposer:
+
+    draft               the bundled draft-small (same as draft:small)
+    draft:small         a bundled draft by name (small, tiny)
+    draft:PATH          a local transformers checkpoint folder
+    lookup              prompt lookup with its defaults
+    lookup:max_ngram=4,min_ngram=2
+    draft:small,tree=3,2,1,children=sampled            a token tree (core.trees)
+    draft:tree=dynamic:nodes=16,depth=5,topk=4
+
+Grammar: KIND[:ARG][,KEY=VALUE...] where ARG (a model name or path) comes first. A value may
+itself hold commas (`tree=3,2,1`): an item without "=" after a KEY=VALUE item continues that
+value.
+
+Adding a proposer kind: write its class (it follows core.proposers.Proposer) and add one
+`register(ProposerKind(...))` line below; nothing in app/ changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specscope.core.draft.proposers import DraftModelProposer, PromptLookupProposer, Proposer
+
+# Loads the draft model a spec names ("small", "tiny" or a path): (model, label).
+DraftLoader = Callable[[str], tuple[Any, str]]
+
+
+class SpecError(ValueError):
+    """A proposer spec that cannot be parsed or built; the message says what to write."""
+
+
+@dataclass(frozen=True)
+class ProposerSpec:
+    kind: str
+    arg: str | None = None  # model name or path for kinds that take one
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        head = self.kind if self.arg is None else f"{self.kind}:{self.arg}"
+        items = [f"{k}={v}" for k, v in self.params.items()]
+        if not items:
+            return head
+        return f"{head},{','.join(items)}" if self.arg is not None else f"{head}:{','.join(items)}"
+
+    @property
+    def model_ref(self) -> str | None:
+        """The draft model this spec loads (None for kinds without a model)."""
+        kind = KINDS.get(self.kind)
+        if kind is None or not kind.needs_model:
+            return None
+        return self.arg or kind.default_arg
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class ProposerKind:
+    name: str
+    summary: str
+    build: Callable[[ProposerSpec, DraftLoader | None], Proposer]
+    params: tuple[Param, ...] = ()
+    needs_model: bool = False
+    default_arg: str | None = None  # the model when the spec names none
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+KINDS: dict[str, ProposerKind] = {}
+
+
+def register(kind: ProposerKind) -> ProposerKind:
+    if kind.name in KINDS:
+        raise ValueError(f"proposer kind {kind.name!r} is registered twice")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def _convert(kind: ProposerKind, key: str, raw: str) -> Any:
+    param = kind.param(key)
+    if param is None:
+        known = ", ".join(p.name for p in kind.params) or "none"
+        raise SpecError(f"proposer {kind.name!r} has no parameter {key!r} (its parameters: {known})")
+    if param.type is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise SpecError(f"{kind.name}: {key} must be an integer, got {raw!r}") from None
+    if param.type is float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise SpecError(f"{kind.name}: {key} must be a number, got {raw!r}") from None
+    return raw
+
+
+def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
+    """Parse (and validate the names and types of) a proposer spec string."""
+    if isinstance(text, ProposerSpec):
+        return text
+    text = str(text).strip()
+    name, _, rest = text.partition(":")
+    name = name.strip().lower()
+    if name not in KINDS:
+        raise SpecError(f"unknown proposer {name or text!r}; known: {', '.join(KINDS)}")
+    kind = KINDS[name]
+    positional: list[str] = []
+    params: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    last: str | None = None
+    for item in rest.split(",") if rest else []:
+        key, eq, value = item.partition("=")
+        if eq and last == "tree" and key.strip() in TREE_KEYS and kind.param(key.strip()) is None:
+            raw[last] += "," + item.strip()  # tree=dynamic:nodes=16,depth=5,topk=4 is one value
+        elif eq and key.strip().isidentifier():
+            last = key.strip()
+            raw[last] = value.strip()
+        elif last is not None:
+            raw[last] += "," + item.strip()
+        else:
+            positional.append(item)
+    for key, value in raw.items():
+        params[key] = _convert(kind, key, value)
+    arg = ",".join(positional).strip() or None
+    if arg is not None and not kind.needs_model:
+        raise SpecError(f"proposer {name!r} takes no model argument (got {arg!r}); write {name}:KEY=VALUE,...")
+    return ProposerSpec(name, arg, params)
+
+
+# Keys inside a tree spec's value (core.trees), not parameters of their own.
+TREE_KEYS = ("nodes", "depth", "topk")
+
+
+def build_proposer(spec: str | ProposerSpec, load_draft: DraftLoader | None = None) -> Proposer:
+    """Build the proposer a spec names. Kinds with a model load it through `load_draft`."""
+    parsed = parse_spec(spec)
+    kind = KINDS[parsed.kind]
+    if kind.needs_model and load_draft is None:
+        raise SpecError(f"proposer {parsed.kind!r} needs a model loader")
+    proposer = kind.build(parsed, load_draft)
+    proposer.spec = str(parsed)
+    return proposer
+
+
+def _build_draft(spec: ProposerSpec, load_draft: DraftLoader | None) -> Proposer:
+    assert load_draft is not None
+    model, label = load_draft(spec.model_ref or "small")
+    try:
+        return DraftModelProposer(model, label=label, tree=spec.params.get("tree"),
+                                  children=spec.params.get("children", "topk"))
+    except ValueError as exc:
+        raise SpecError(f"draft: {exc}") from None
+
+
+def _build_lookup(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
+    try:
+        return PromptLookupProposer(**spec.params)
+    except ValueError as exc:
+        raise SpecError(f"lookup: {exc}") from None
+
+
+register(ProposerKind(
+    "draft", "a small causal LM drafting k tokens with its own KV cache (draft:small, draft:tiny, draft:PATH)",
+    _build_draft, needs_model=True, default_arg="small",
+    params=(Param("tree", str, None, "draft a token tree: B1,B2,... | paths:0;1;0.0 | dynamic:nodes=N,depth=D,topk=K"),
+            Param("children", str, "topk", "how a tree's siblings are chosen: topk | sampled (i.i.d.) | distinct")),
+))
+register(ProposerKind(
+    "lookup", "prompt lookup: copy what followed the last match of the context's suffix n-gram",
+    _build_lookup,
+    params=(Param("max_ngram", int, 3, "longest suffix n-gram tried"),
+            Param("min_ngram", int, 1, "shortest suffix n-gram accepted")),
+))

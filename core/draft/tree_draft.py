@@ -1,0 +1,226 @@
+"""Growing a draft tree with a draft model: one draft forward per depth, tree attention.
+
+The first forward runs the pending context and gives q at the prefix; each later depth runs
+one forward over the nodes being expanded, each attending the prefix and its ancestors
+(which earlier depths put in the draft cache), at position prefix length + depth - 1.
+Children are chosen by the tree's children mode (core.tree_verify): i.i.d. draws from q,
+draws without replacement, or the top-k tokens of q (greedy runs always take the top-k).
+Nodes come out breadth first, siblings in the order they were chosen: the order the
+verifier tries them.
+
+The q rows stay on the draft model's device as float64 torch tensors (core.device_sampling):
+choosing children reads a few entries of a row (the top-k's cut, a draw's inverse CDF), and
+only the chosen tokens and their q values cross to the host.
+
+Between rounds the draft cache holds the committed prefix only: `TreeGrowth.keep_path`
+keeps the accepted path's rows (gathered by index) and drops every other node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from specscope.core.sampling.device import process_logits_torch
+from specscope.core.decode.kv import CachedLM
+from specscope.core.sampling.row_ops import row_topk
+from specscope.core.sampling.reference import SamplingConfig
+from specscope.core.decode.tree_kv import keep_positions, masked_feed
+from specscope.core.draft.trees import SLOT_ROOT, TreeSpec, select_dynamic
+from specscope.core.verify.chain import draw_token
+
+
+def choose_children(mode: str, q: torch.Tensor, count: int, greedy: bool,
+                    rng: np.random.Generator) -> tuple[list[int], list[float]]:
+    """(children tokens in the order chosen, the uniforms drawn), from a float64 q row."""
+    q = torch.as_tensor(q)
+    if greedy or mode == "topk":
+        return _top_tokens(q, count), []
+    tokens: list[int] = []
+    draws: list[float] = []
+    left = q.clone()
+    for _ in range(count):
+        if not bool(left.sum() > 0):
+            break  # without replacement: the support is used up
+        u = float(rng.random())
+        token = draw_token(q if mode == "sampled" else left, u)
+        tokens.append(token)
+        draws.append(u)
+        if mode == "distinct":
+            left[token] = 0.0
+    return tokens, draws
+
+
+def _top_tokens(q: torch.Tensor, count: int) -> list[int]:
+    """The `count` most probable tokens with q > 0, ties by the lower token id (as argmax and
+    a stable descending sort). One top-(count + 1) read of the row; only where the count-th
+    value is tied with the next does a second pass take the tied entries by ascending id."""
+    vocab = q.shape[-1]
+    count = min(count, vocab)
+    if count <= 0:
+        return []
+    values, ids = row_topk(q.reshape(1, -1), min(count + 1, vocab))
+    values, ids = values[0].tolist(), ids[0].tolist()
+    if len(values) > count and values[count] == values[count - 1] > 0:
+        cut = values[count - 1]  # tied across the boundary: every entry at or above it, by id
+        ids_t = torch.nonzero(q >= cut).flatten()  # ascending ids
+        order = torch.sort(-q[ids_t], stable=True).indices[:count]
+        return ids_t[order].tolist()
+    ranked = sorted(zip(values[:count], ids[:count]), key=lambda vi: (-vi[0], vi[1]))
+    return [t for v, t in ranked if v > 0]
+
+
+@dataclass
+class _Node:
+    token: int
+    parent: int  # candidate index; -1 = the prefix
+    depth: int
+    q: torch.Tensor  # the row it was chosen from (float64, the draft model's device)
+    score: float = 0.0  # cumulative draft log-probability
+    slot: int = SLOT_ROOT  # static: the spec slot it fills
+
+
+@dataclass
+class TreeGrowth:
+    """One round's growth: nodes, the draft cache rows of the expanded nodes."""
+
+    lm: CachedLM
+    prefix_len: int
+    sampling: SamplingConfig
+    rng: np.random.Generator
+    nodes: list[_Node] = field(default_factory=list)
+    rows: dict[int, int] = field(default_factory=dict)  # candidate -> draft cache row
+    draws: list[float] = field(default_factory=list)
+    forwards: int = 0
+    context_tokens: list[int] = field(default_factory=list)  # the first forward's tokens (refed without a cache)
+
+    def root_q(self, pending: list[int]) -> torch.Tensor:
+        self.context_tokens = pending
+        logits = self.lm.feed(pending, keep=1)[0]
+        self.forwards += 1
+        return self._q(logits)
+
+    def _q(self, logits: torch.Tensor) -> torch.Tensor:
+        # one read: a NaN or inf makes the sum non-finite (a finite row can overflow it, hence the full look then)
+        if not bool(torch.isfinite(logits.sum())) and not bool(torch.isfinite(logits).all()):
+            raise ValueError("the draft model produced non-finite logits; refusing to propose")
+        return process_logits_torch(logits, self.sampling, checked=True)
+
+    def expand(self, frontier: list[int]) -> list[torch.Tensor]:
+        """One forward over the candidates `frontier` (all of one depth); q after each."""
+        if self.lm.cache is not None:
+            tokens, allowed = self._cached_rows(frontier)
+            start = self.lm.processed
+            logits = masked_feed(self.lm, tokens, [self.prefix_len + self.nodes[c].depth - 1 for c in frontier],
+                                 allowed, keep=len(frontier))
+            self.rows.update({c: start + j for j, c in enumerate(frontier)})
+        else:
+            logits = self._uncached(frontier)
+        self.forwards += 1
+        return list(self._q(logits))
+
+    def _ancestors(self, c: int) -> list[int]:
+        out = []
+        while c >= 0:
+            out.append(c)
+            c = self.nodes[c].parent
+        return out
+
+    def _cached_rows(self, frontier: list[int]) -> tuple[list[int], np.ndarray]:
+        cached = self.lm.processed
+        allowed = np.zeros((len(frontier), cached + len(frontier)), dtype=bool)
+        allowed[:, : self.prefix_len] = True
+        for j, c in enumerate(frontier):
+            for a in self._ancestors(self.nodes[c].parent):
+                allowed[j, self.rows[a]] = True
+            allowed[j, cached + j] = True
+        return [self.nodes[c].token for c in frontier], allowed
+
+    def _uncached(self, frontier: list[int]):
+        """Without a cache: the whole context, every expanded node so far and the frontier."""
+        fed = list(self.rows) + frontier
+        local = {c: j for j, c in enumerate(fed)}
+        ctx = self.context_tokens
+        n = len(fed)
+        allowed = np.zeros((len(ctx) + n, len(ctx) + n), dtype=bool)
+        allowed[: len(ctx), : len(ctx)] = np.tril(np.ones((len(ctx), len(ctx)), dtype=bool))
+        allowed[len(ctx):, : len(ctx)] = True
+        for j, c in enumerate(fed):
+            for a in self._ancestors(c):
+                allowed[len(ctx) + j, len(ctx) + local[a]] = True
+        positions = list(range(len(ctx))) + [self.prefix_len + self.nodes[c].depth - 1 for c in fed]
+        tokens = list(ctx) + [self.nodes[c].token for c in fed]
+        self.rows.update({c: -1 for c in frontier})  # expanded (no cache rows to keep)
+        return masked_feed(self.lm, tokens, positions, allowed, keep=len(frontier))
+
+    def add_children(self, parent: int, q: torch.Tensor, count: int, mode: str, slots: Sequence[int] = ()) -> None:
+        tokens, draws = choose_children(mode, q, count, self.sampling.greedy, self.rng)
+        self.draws.extend(draws)
+        depth = 1 if parent < 0 else self.nodes[parent].depth + 1
+        base = 0.0 if parent < 0 else self.nodes[parent].score
+        probs = q[torch.as_tensor(tokens, dtype=torch.long, device=q.device)].tolist() if tokens else []
+        for j, (t, q_t) in enumerate(zip(tokens, probs)):
+            score = base + (math.log(q_t) if q_t > 0 else -math.inf)
+            self.nodes.append(_Node(t, parent, depth, q, score, slots[j] if slots else SLOT_ROOT))
+
+
+def grow_static(g: TreeGrowth, spec: TreeSpec, mode: str, max_depth: int, pending: list[int]) -> list[int]:
+    """Fill the spec's slots breadth first, down to max_depth; every candidate is kept."""
+    kids: dict[int, list[int]] = {}
+    for slot, (parent, _) in enumerate(spec.slots):
+        kids.setdefault(parent, []).append(slot)
+    g.add_children(-1, g.root_q(pending), len(kids[SLOT_ROOT]), mode, kids[SLOT_ROOT])
+    level = list(range(len(g.nodes)))
+    for _ in range(2, max_depth + 1):
+        frontier = [c for c in level if kids.get(g.nodes[c].slot)]
+        if not frontier:
+            break
+        start = len(g.nodes)
+        for c, q in zip(frontier, g.expand(frontier)):
+            slots = kids[g.nodes[c].slot]
+            g.add_children(c, q, len(slots), mode, slots)
+        level = list(range(start, len(g.nodes)))
+    return list(range(len(g.nodes)))
+
+
+def grow_dynamic(g: TreeGrowth, spec: TreeSpec, max_depth: int, pending: list[int]) -> list[int]:
+    """EAGLE-2: expand the `topk` best frontier candidates by cumulative log q at each depth
+    (`topk` children each, the top-k of q); keep the `nodes` best candidates overall."""
+    g.add_children(-1, g.root_q(pending), spec.topk, "topk")
+    level = list(range(len(g.nodes)))
+    for _ in range(2, min(spec.depth, max_depth) + 1):
+        frontier = sorted((c for c in level if g.nodes[c].score > -math.inf),
+                          key=lambda c: (-g.nodes[c].score, c))[: spec.topk]
+        if not frontier:
+            break
+        frontier.sort()  # candidate order: siblings stay together
+        start = len(g.nodes)
+        for c, q in zip(frontier, g.expand(frontier)):
+            g.add_children(c, q, spec.topk, "topk")
+        level = list(range(start, len(g.nodes)))
+    return select_dynamic([n.score for n in g.nodes], [n.parent for n in g.nodes], spec.nodes)
+
+
+def finish(g: TreeGrowth, kept: list[int]) -> tuple[tuple[int, ...], tuple[int, ...], list[torch.Tensor], dict[int, int]]:
+    """Tokens, parents and q rows of the kept candidates (reindexed), and node -> cache row."""
+    index = {c: i for i, c in enumerate(kept)}
+    tokens = tuple(g.nodes[c].token for c in kept)
+    parents = tuple(index[g.nodes[c].parent] if g.nodes[c].parent >= 0 else -1 for c in kept)
+    rows = {index[c]: r for c, r in g.rows.items() if c in index and r >= 0}
+    return tokens, parents, [g.nodes[c].q for c in kept], rows
+
+
+def keep_path(lm: CachedLM, prefix_len: int, rows: dict[int, int], path: Sequence[int]) -> None:
+    """After verification: the draft cache keeps the prefix and the accepted path's rows
+    (as far as they were computed); a cache that cannot gather is cut to the prefix."""
+    kept = []
+    for node in path:
+        if node not in rows:
+            break
+        kept.append(rows[node])
+    if not keep_positions(lm, prefix_len, kept):
+        lm.crop(prefix_len)

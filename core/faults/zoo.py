@@ -1,0 +1,292 @@
+"""A zoo of deliberate, documented speculative-decoding bugs.
+
+Each fault is a real bug class seen in implementations, injected by wrapping one of the
+decoder's public seams: the verifier (core.verify), the target's cache policy (core.kv),
+or the draft model's cache policy / sampling step (core.proposers). `faulty_decoder(name,
+...)` builds a decoder with exactly that bug, so people can see what it looks like in a
+trace and the checker can be tested against it. The decoder notes the rounds in which the
+bug actually changed something (`fault_rounds`): a fault that never fires in a run leaves
+a correct trace, and nothing can (or should) flag it.
+
+Adding a fault: write its `inject` function below and add one Fault entry to FAULTS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from specscope.core.verify.coupling import Coupling, CoupledVerifier
+from specscope.core.decode.decoder import SpeculativeDecoder
+from specscope.core.sampling.device import draft_distribution
+from specscope.core.decode.kv import CachedLM, CachePolicy
+from specscope.core.draft.proposers import DraftModelProposer, Proposer, SampleStep
+from specscope.core.records import GenerationResult, Round, RunConfig
+from specscope.core.decode.run import RunHandle
+from specscope.core.sampling.reference import SamplingConfig
+from specscope.core.faults.tree import TREE_FAULTS as TREE_FAULT_LIST
+from specscope.core.verify.chain import ChainVerifier, Verdict, Verifier, VerifyTask
+
+Fire = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Seams:
+    """The replaceable parts of a decoder: what a fault may wrap."""
+
+    verifier: Verifier
+    target_cache: CachePolicy
+    proposer: Proposer
+    tree_verifier: Any = None  # tree rounds (core.tree_decode); None = the exact TreeVerifier
+    tree_layout: Any = None  # mask rows, positions, kept cache rows of a tree; None = TreeLayout
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    summary: str
+    applies: str  # when it can fire
+    inject: Callable[[Seams, Fire], Seams]  # returns the seams with the bug; calls fire() when it changes something
+    # False: firing in the last round of a finished run changes nothing (no round reads the
+    # state it spoiled), so such a fire is not counted
+    final_round_matters: bool = True
+
+
+# ---------------------------------------------------------------------------- verifier faults
+
+
+@dataclass(frozen=True)
+class _EosBlindVerifier:
+    """Verifies as if there were no EOS, then marks the round as ending in EOS."""
+
+    inner: Verifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        verdict = self.inner.verify(dataclasses.replace(task, eos_token_id=None), rng)
+        tokens = [e.token for e in verdict.emitted]
+        eos = task.eos_token_id
+        if eos is not None and eos in tokens:
+            verdict.eos = True  # the run still stops after this round...
+            verdict.bonus_withheld = False  # (EOS ended it: nothing was withheld)
+            if tokens.index(eos) < len(tokens) - 1:
+                self.fire()  # ...but the tokens after EOS were kept
+        return verdict
+
+
+@dataclass(frozen=True)
+class _OneMoreTokenVerifier:
+    """Believes the budget allows one more token than it does."""
+
+    inner: Verifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        verdict = self.inner.verify(dataclasses.replace(task, remaining=task.remaining + 1), rng)
+        if len(verdict.emitted) > task.remaining:
+            self.fire()
+        return verdict
+
+
+def _eos_leak(seams: Seams, fire: Fire) -> Seams:
+    return dataclasses.replace(seams, verifier=_EosBlindVerifier(seams.verifier, fire))
+
+
+def _budget_overshoot(seams: Seams, fire: Fire) -> Seams:
+    return dataclasses.replace(seams, verifier=_OneMoreTokenVerifier(seams.verifier, fire))
+
+
+def _resample_p(seams: Seams, fire: Fire) -> Seams:
+    if not isinstance(seams.verifier, ChainVerifier):
+        raise ValueError("fault 'resample-p' replaces the residual rule of a ChainVerifier")
+
+    def from_p(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
+        fire()
+        return p, 1.0
+
+    return dataclasses.replace(seams, verifier=dataclasses.replace(seams.verifier, residual=from_p))
+
+
+# ---------------------------------------------------------------------------- cache faults
+
+
+class _TrustsItsCache(CachePolicy):
+    """A cache that is not cropped right, and a decoder that trusts whatever it holds: when
+    the cache already covers the context, only the newest token is fed again, on top of the
+    stale entries (every later position is shifted)."""
+
+    def __init__(self, inner: CachePolicy, fire: Fire, keep_extra: int | None):
+        self.inner, self.fire = inner, fire
+        self.keep_extra = keep_extra  # crop to committed + keep_extra; None = never crop
+
+    def pending(self, lm: CachedLM, context: Sequence[int]) -> list[int]:
+        if lm.use_cache and lm.processed >= len(context):
+            return [context[-1]]
+        return self.inner.pending(lm, context)
+
+    def crop(self, lm: CachedLM, committed: int) -> None:
+        if lm.processed > committed:
+            self.fire()
+        if self.keep_extra is not None:
+            self.inner.crop(lm, committed + self.keep_extra)
+
+
+def _target_crop_off_by_one(seams: Seams, fire: Fire) -> Seams:
+    return dataclasses.replace(seams, target_cache=_TrustsItsCache(seams.target_cache, fire, keep_extra=1))
+
+
+def _draft_model(seams: Seams, fault: str) -> DraftModelProposer:
+    if not isinstance(seams.proposer, DraftModelProposer):
+        raise ValueError(f"fault {fault!r} needs a draft-model proposer")
+    return seams.proposer
+
+
+def _with_draft(seams: Seams, base: DraftModelProposer, **changes: Any) -> Seams:
+    """A new draft proposer on the same model with one seam replaced (the caller's is untouched)."""
+    parts = {"cache": base.cache, "sample_step": base.sample_step, **changes}
+    proposer = DraftModelProposer(base.model, label=base.label, tree=base.tree, children=base.children, **parts)
+    proposer.spec = base.spec
+    return dataclasses.replace(seams, proposer=proposer)
+
+
+def _stale_draft_cache(seams: Seams, fire: Fire) -> Seams:
+    base = _draft_model(seams, "stale-draft-cache")
+    return _with_draft(seams, base, cache=_TrustsItsCache(base.cache, fire, keep_extra=None))
+
+
+def _raw_q(seams: Seams, fire: Fire) -> Seams:
+    base = _draft_model(seams, "raw-q")
+    step: SampleStep = base.sample_step
+
+    def samples_filtered_records_raw(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator,
+                                     out: torch.Tensor | None = None):
+        token, q, u, *_ = step(logits, sampling, rng, out)  # the record gets the raw q, not the kept entries
+        if q is None:
+            return token, q, u
+        raw = draft_distribution(logits, SamplingConfig(temperature=sampling.temperature))
+        if not torch.equal(raw, q):
+            fire()
+        return token, raw, u
+
+    return _with_draft(seams, base, sample_step=samples_filtered_records_raw)
+
+
+@dataclass(frozen=True)
+class _DraftPickVerifier:
+    """A coupled verifier that emits the draft's own Gumbel pick at a mismatch, not the target's y_j."""
+
+    inner: CoupledVerifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        honest = self.inner.verify(task, rng)  # the coupled verifier reads no stream: both see the same task
+        faulty = dataclasses.replace(self.inner, emit="draft").verify(task, rng)
+        if [e.token for e in faulty.emitted] != [e.token for e in honest.emitted]:
+            self.fire()
+        return faulty
+
+
+def _coupled_draft_pick(seams: Seams, fire: Fire) -> Seams:
+    if not isinstance(seams.verifier, CoupledVerifier):
+        raise ValueError("fault 'coupled-draft-pick' needs a coupled run (coupling_seed / --coupled SEED)")
+    return dataclasses.replace(seams, verifier=_DraftPickVerifier(seams.verifier, fire))
+
+
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in [
+        Fault("eos-leak", "tokens after an accepted EOS are kept (the round goes on past EOS)",
+              "an EOS id is set and a draft EOS is accepted", _eos_leak),
+        Fault("budget-overshoot", "the bonus token is emitted even when it exceeds max_new_tokens",
+              "a last round whose drafts are all accepted", _budget_overshoot),
+        Fault("resample-p", "the repair token is sampled from p instead of the residual max(p - q, 0)",
+              "sampling (temperature > 0), at a rejection", _resample_p),
+        Fault("raw-q", "the draft samples from filtered q but records and verifies with q before top-k/top-p",
+              "draft model, sampling with top-k or top-p", _raw_q),
+        Fault("stale-draft-cache", "the draft cache is not cropped after a rejection",
+              "draft model, a rejection before the last round", _stale_draft_cache, final_round_matters=False),
+        Fault("target-crop-off-by-one", "the target cache keeps one entry too many after a crop",
+              "a rejection", _target_crop_off_by_one),
+    ]
+}
+
+# Bugs of token-tree decoding (core.tree_faults): they fire only with a tree proposer.
+TREE_FAULTS: dict[str, Fault] = {name: Fault(name, summary, applies, inject)
+                                 for name, summary, applies, inject in TREE_FAULT_LIST}
+
+
+# Bugs of coupled lanes (core.coupling): they need a coupled run.
+COUPLED_FAULTS: dict[str, Fault] = {
+    "coupled-draft-pick": Fault("coupled-draft-pick", "a coupled round emits the draft's Gumbel pick at a mismatch "
+                                "instead of the target's y_j (the output follows q, not p)",
+                                "a coupled sampled run, at a rejection", _coupled_draft_pick),
+}
+
+
+def fault_named(name: str) -> Fault:
+    fault = FAULTS.get(name) or TREE_FAULTS.get(name) or COUPLED_FAULTS.get(name)
+    if fault is None:
+        known = ", ".join([*FAULTS, *TREE_FAULTS, *COUPLED_FAULTS])
+        raise ValueError(f"unknown fault {name!r}; known faults: {known}")
+    return fault
+
+
+class FaultyDecoder(SpeculativeDecoder):
+    """A SpeculativeDecoder built on faulty seams; it records its fault in the RunConfig and
+    the rounds in which the fault fired in `fault_rounds`."""
+
+    def __init__(self, fault: str, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fault = fault
+        self.fault_rounds: list[int] = []
+        self.fired = False  # set by the faulty seams during a round
+
+    def fire(self) -> None:
+        self.fired = True
+
+    def run_config(self, *args: Any, **kwargs: Any) -> RunConfig:
+        return dataclasses.replace(super().run_config(*args, **kwargs), fault=self.fault)
+
+    def rounds(self, *args: Any, **kwargs: Any) -> Generator[Round, None, GenerationResult]:
+        self.fault_rounds = []
+        self.fired = False
+        run = RunHandle(super().rounds(*args, **kwargs))
+        try:
+            for rnd in run:
+                if self.fired:
+                    self.fault_rounds.append(rnd.index)
+                    self.fired = False
+                yield rnd
+        finally:
+            run.close()
+        assert run.result is not None
+        finished = run.result.stop_reason in ("eos", "budget") and run.result.summary.rounds
+        if finished and not fault_named(self.fault).final_round_matters and self.fault_rounds[-1:] == [rnd.index]:
+            self.fault_rounds.pop()
+        return run.result
+
+
+def _default_verifier(coupling_seed: int | None) -> Verifier:
+    return ChainVerifier() if coupling_seed is None else CoupledVerifier(Coupling(coupling_seed))
+
+
+def faulty_decoder(name: str, target: torch.nn.Module, proposer: Proposer, **kwargs: Any) -> FaultyDecoder:
+    """A SpeculativeDecoder with the named bug (see FAULTS); kwargs as SpeculativeDecoder."""
+    fault = fault_named(name)
+    fired: list[Fire] = []
+    seams = Seams(
+        verifier=kwargs.pop("verifier", None) or _default_verifier(kwargs.get("coupling_seed")),
+        target_cache=kwargs.pop("target_cache", None) or CachePolicy(),
+        proposer=proposer,
+    )
+    seams = fault.inject(seams, lambda: fired[0]())
+    decoder = FaultyDecoder(name, target, seams.proposer, verifier=seams.verifier, target_cache=seams.target_cache,
+                            **kwargs)
+    decoder.tree_verifier, decoder.tree_layout = seams.tree_verifier, seams.tree_layout
+    fired.append(decoder.fire)
+    return decoder

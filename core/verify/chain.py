@@ -1,0 +1,191 @@
+"""Verification: the rule of speculative sampling, and the verifier the decoder is given.
+
+The three functions at the top use only elementwise numpy operations, so they work on
+float arrays in the decoder and on object arrays of fractions.Fraction in the exact oracle
+test. Below them, the seam: a Verifier turns one round's draft and target rows into a
+Verdict (statuses, draws, emitted tokens); ChainVerifier is the exact chain rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from specscope.core.sampling.device import sample_from_torch
+from specscope.core.records import EmittedToken
+from specscope.core.sampling.reference import sample_from
+
+
+def acceptance_probability(p_x, q_x):
+    """min(1, p(x) / q(x)) for a proposed token x with q(x) > 0."""
+    if not q_x > 0:
+        raise ValueError("a proposed token must have positive proposal probability q(x)")
+    ratio = p_x / q_x
+    return ratio if ratio < 1 else type(ratio)(1)
+
+
+def residual_distribution(p: np.ndarray, q: np.ndarray):
+    """(normalised max(p - q, 0), its mass r). Never divides a zero residual.
+
+    Works on float arrays, on object arrays of Fractions (the exact oracle) and on torch
+    tensors (the decoder's rows, on the model's device)."""
+    positive = torch.clamp_min(p - q, 0) if isinstance(p, torch.Tensor) else np.maximum(p - q, 0 * p)
+    mass = positive.sum()
+    if not mass > 0:
+        raise ArithmeticError(
+            "a draft token was rejected although max(p - q, 0) has zero mass: "
+            "p and q are numerically inconsistent"
+        )
+    return positive / mass, mass
+
+
+def draw_token(dist, u: float) -> int:
+    """The inverse-CDF draw of `u` from a row: on its device for a tensor (the decoder's
+    rows), with numpy for an array."""
+    return sample_from_torch(dist, u) if isinstance(dist, torch.Tensor) else sample_from(dist, u)
+
+
+def emitted_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Exact distribution of the token one verification step emits when x ~ q is proposed.
+
+    accepted mass min(p, q) plus the rejection mass spread over the residual; equals p
+    whenever the rule is implemented right.
+    """
+    accepted = np.minimum(p, q)
+    rejected = 1 - accepted.sum()
+    if not rejected > 0:
+        return accepted
+    residual, _ = residual_distribution(p, q)
+    return accepted + rejected * residual
+
+
+# ---------------------------------------------------------------------------- the seam
+
+ResidualRule = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, float]"]
+
+
+def residual_of(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
+    """residual_distribution with the mass as a float (the verifier's default rule)."""
+    residual, mass = residual_distribution(p, q)
+    return residual, float(mass)
+
+
+@dataclass(frozen=True)
+class VerifyTask:
+    """Everything a verifier needs to judge one round's draft."""
+
+    tokens: tuple[int, ...]  # the draft, a chain
+    q: np.ndarray | None  # (n, V) proposal rows; None when greedy
+    p: np.ndarray  # (n + 1, V) target rows after the sampling transforms (last: the bonus row)
+    argmax: np.ndarray  # (n + 1,) argmax of the target logits at each position
+    greedy: bool
+    eos_token_id: int | None
+    remaining: int  # tokens the budget still allows in this round
+    position: int = 0  # output position of the first draft token (new tokens emitted before the round)
+
+
+@dataclass
+class Verdict:
+    """A verifier's decisions for one round: per node status and draw, what is emitted."""
+
+    statuses: list[str]
+    draws: list[float | None]
+    emitted: list[EmittedToken]
+    rejected_node: int | None = None
+    residual: np.ndarray | None = None
+    residual_mass: float | None = None
+    eos: bool = False
+    bonus_withheld: bool = False
+
+    @property
+    def accepted(self) -> int:
+        return self.statuses.count("accepted")
+
+
+class Verifier(Protocol):
+    """Judges a draft against the target: decides, repairs or adds the bonus, and stops at
+    EOS and at the budget. The decoder is given one (ChainVerifier by default)."""
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict: ...
+
+
+class ChainWalk:
+    """The walk every chain verifier shares: judge the draft tokens in order, stop at the
+    first rejection (repair) or at an accepted EOS, else add the bonus where the budget
+    allows. A verifier built on it supplies the rule: `_accept`, `_repair`, `_bonus`."""
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        n = len(task.tokens)
+        verdict = Verdict(statuses=["unvisited"] * n, draws=[None] * n, emitted=[])
+        for i, token in enumerate(task.tokens):
+            if self._accept(task, i, token, verdict, rng):
+                verdict.statuses[i] = "accepted"
+                verdict.emitted.append(EmittedToken(token, "accepted", i))
+                if token == task.eos_token_id:
+                    verdict.eos = True
+                    return verdict
+                continue
+            verdict.statuses[i] = "rejected"
+            verdict.rejected_node = i
+            self._repair(task, i, verdict, rng)
+            return verdict
+        if len(verdict.emitted) >= task.remaining:  # every draft token accepted: the bonus, budget allowing
+            verdict.bonus_withheld = True
+            return verdict
+        self._bonus(task, verdict, rng)
+        return verdict
+
+    def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
+        raise NotImplementedError
+
+    def _repair(self, task: VerifyTask, i: int, verdict: Verdict, rng: np.random.Generator) -> None:
+        raise NotImplementedError
+
+    def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ChainVerifier(ChainWalk):
+    """Speculative sampling over a chain draft (Leviathan et al. / Chen et al.).
+
+    Stochastic: accept x_i with probability min(1, p_i(x)/q_i(x)); at the first rejection
+    draw the repair from the residual; if all are accepted, draw a bonus from the last p.
+    Greedy: accept while the draft equals the target argmax. EOS ends the round at once; the
+    bonus is withheld when the budget is spent. `residual` is the rule for the repair
+    distribution (a seam the fault zoo replaces).
+    """
+
+    residual: ResidualRule = residual_of
+
+    def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
+        if task.greedy:
+            return token == int(task.argmax[i])
+        u = float(rng.random())
+        verdict.draws[i] = u
+        return u < acceptance_probability(float(task.p[i][token]), float(task.q[i][token]))
+
+    def _repair(self, task: VerifyTask, i: int, verdict: Verdict, rng: np.random.Generator) -> None:
+        if task.greedy:
+            repair, draw = int(task.argmax[i]), None
+        else:
+            verdict.residual, verdict.residual_mass = self.residual(task.p[i], task.q[i])
+            draw = float(rng.random())
+            repair = draw_token(verdict.residual, draw)
+        verdict.emitted.append(EmittedToken(repair, "repaired", i, draw))
+        verdict.eos = repair == task.eos_token_id
+
+    def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
+        """Every draft token accepted: one more token from the target's last row."""
+        n = len(task.tokens)
+        if task.greedy:
+            bonus, draw = int(task.argmax[n]), None
+        else:
+            draw = float(rng.random())
+            bonus = draw_token(task.p[n], draw)
+        verdict.emitted.append(EmittedToken(bonus, "bonus", None, draw))
+        verdict.eos = bonus == task.eos_token_id

@@ -1,0 +1,217 @@
+"""Exact verification of a token tree (SpecInfer / SpecTr-Sequoia / EAGLE top-k children).
+
+The walk starts at the committed prefix (node -1). At each node its children are tried in
+their recorded order (their index order in the draft), each against the running target
+distribution p' of that node, with the proposal `q_c` the child was chosen from:
+
+- "sampled"  (children i.i.d. from q, SpecInfer):   q_c = q
+- "distinct" (children without replacement, SpecTr/Sequoia): q_c = q with the tokens of the
+             siblings tried before it removed, renormalised
+- "topk"     (deterministic children, EAGLE):        q_c = the point mass on the child
+
+A child x is accepted with probability min(1, p'(x) / q_c(x)); on rejection
+p' <- normalise(max(p' - q_c, 0)) before the next sibling (for a point mass this zeroes x
+and renormalises). An accepted child becomes the current node; when every child failed,
+one token is drawn from the final p' (the repair); at a node without children the bonus is
+drawn from its p. Greedy follows the target argmax. EOS on an emitted token ends the round;
+the budget cuts the path (the bonus only where the budget allows).
+
+Row layout, the chain's: p[0] is the target distribution at the prefix, p[i + 1] the one
+after node i; q[i] the draft distribution node i was chosen from (its parent's row).
+
+The maths uses only elementwise operations that numpy arrays and torch tensors share, and the
+chooser's decisions, so the one `walk` runs on float64 torch rows on the model's device in the
+decoder (the residual updates and draws stay there; only the two entries each acceptance test
+reads cross to the host), on float64 numpy rows in the checker's replay, and on object arrays
+of fractions.Fraction in the exact oracle (tests/core/test_tree_oracle.py), where a chooser
+enumerates every decision exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from specscope.core.records import EmittedToken, ResidualUpdate  # noqa: F401 (ResidualUpdate re-exported)
+from specscope.core.verify.chain import Verdict, VerifyTask, acceptance_probability, draw_token, residual_distribution
+
+CHILDREN_MODES: tuple[str, ...] = ("sampled", "distinct", "topk")
+
+
+def check_children_mode(mode: str) -> str:
+    if mode not in CHILDREN_MODES:
+        raise ValueError(f"children must be one of {', '.join(CHILDREN_MODES)}, got {mode!r}")
+    return mode
+
+
+def children_of(parents: tuple[int, ...]) -> dict[int, list[int]]:
+    """Node -> its children in index order (the tried order); -1 is the prefix."""
+    kids: dict[int, list[int]] = {-1: []}
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(f"node {i} has parent {parent}: a parent must be -1 or an earlier node")
+        kids.setdefault(parent, []).append(i)
+        kids.setdefault(i, [])
+    return kids
+
+
+def child_proposal(mode: str, q_row: np.ndarray, tried: list[int], token: int) -> np.ndarray:
+    """The distribution the child `token` was proposed from, given the siblings tried before it."""
+    if mode == "sampled":
+        return q_row
+    if mode == "topk":
+        point = 0 * q_row
+        point[token] = point[token] + 1  # keeps the element type (Fraction or float)
+        return point
+    if token in tried:
+        raise ValueError(f"children drawn without replacement repeat token {token}")
+    remaining = q_row.clone() if isinstance(q_row, torch.Tensor) else q_row.copy()
+    for t in tried:
+        remaining[t] = 0 * remaining[t]
+    mass = remaining.sum()
+    if not mass > 0:
+        raise ValueError("children drawn without replacement outnumber the proposal's support")
+    return remaining / mass
+
+
+def entries(p: Any, q: Any, token: int) -> tuple[Any, Any]:
+    """(p[token], q[token]): host floats from device rows in one transfer; the elements
+    themselves (floats, Fractions) from arrays."""
+    if isinstance(p, torch.Tensor):
+        p_x, q_x = torch.stack([p[token], q[token].to(p.device)]).tolist()
+        return p_x, q_x
+    return p[token], q[token]
+
+
+class Chooser(Protocol):
+    """Makes the walk's random decisions: (decision, the draw behind it or None). `node` is
+    the child being tried, or the node whose repair/bonus is drawn (-1 = the prefix)."""
+
+    def accept(self, probability: Any, node: int) -> tuple[bool, float | None]: ...
+
+    def sample(self, dist: np.ndarray, node: int) -> tuple[int, float | None]: ...
+
+
+@dataclass
+class RngChooser:
+    """The decoder's chooser: one uniform per decision, inverse-CDF sampling."""
+
+    rng: np.random.Generator
+
+    def accept(self, probability: Any, node: int) -> tuple[bool, float | None]:
+        u = float(self.rng.random())
+        return u < probability, u
+
+    def sample(self, dist: np.ndarray, node: int) -> tuple[int, float | None]:
+        u = float(self.rng.random())
+        return draw_token(dist, u), u
+
+
+@dataclass
+class TreeVerdict(Verdict):
+    """A Verdict plus what trees need: the accepted path, the order siblings were tried at
+    each visited node, and every residual update."""
+
+    path: list[int] = field(default_factory=list)
+    tried: dict[int, list[int]] = field(default_factory=dict)
+    updates: list[ResidualUpdate] = field(default_factory=list)
+    final_p: np.ndarray | None = None  # the distribution the repair or bonus was drawn from
+
+
+@dataclass(frozen=True)
+class TreeTask(VerifyTask):
+    """A VerifyTask for a tree: `parents` (-1 = the prefix) and how children were chosen."""
+
+    parents: tuple[int, ...] = ()
+    children: str = "sampled"
+
+
+def _no_update(p: np.ndarray, q: np.ndarray):
+    """Negative control (a fault): the residual is not updated after a rejection."""
+    return p, 0 * p.sum()
+
+
+@dataclass(frozen=True)
+class TreeVerifier:
+    """The exact tree rule; `residual` is the update after a rejection (a fault seam)."""
+
+    residual: Any = residual_distribution
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        if not isinstance(task, TreeTask):
+            task = TreeTask(**{f: getattr(task, f) for f in VerifyTask.__dataclass_fields__},
+                            parents=tuple(range(-1, len(task.tokens) - 1)))
+        verdict = self.walk(task, RngChooser(rng))
+        verdict.residual_mass = None if verdict.residual_mass is None else float(verdict.residual_mass)
+        return verdict
+
+    def walk(self, task: TreeTask, chooser: Chooser) -> TreeVerdict:
+        """The whole walk from the prefix; decisions come from `chooser`."""
+        check_children_mode(task.children)
+        n = len(task.tokens)
+        kids = children_of(task.parents)
+        verdict = TreeVerdict(statuses=["unvisited"] * n, draws=[None] * n, emitted=[])
+        node = -1
+        while True:
+            if len(verdict.emitted) >= task.remaining:  # the budget cuts the path here
+                verdict.bonus_withheld = True
+                return verdict
+            accepted = self._try_children(task, node, kids[node], verdict, chooser)
+            if accepted is None:
+                self._finish(task, node, kids[node], verdict, chooser)
+                return verdict
+            verdict.path.append(accepted)
+            token = task.tokens[accepted]
+            verdict.emitted.append(EmittedToken(token, "accepted", accepted))
+            if token == task.eos_token_id:
+                verdict.eos = True
+                return verdict
+            node = accepted
+
+    def _try_children(self, task: TreeTask, node: int, kids: list[int], verdict: TreeVerdict,
+                      chooser: Chooser) -> int | None:
+        """Try `node`'s children in order; the accepted one, or None (final p' in verdict)."""
+        p_prime = task.p[node + 1]
+        verdict.final_p = p_prime
+        if kids:
+            verdict.tried[node] = []
+        tried_tokens: list[int] = []
+        for child in kids:
+            token = task.tokens[child]
+            verdict.tried[node].append(child)
+            if task.greedy:
+                ok = token == int(task.argmax[node + 1])
+            else:
+                q_c = child_proposal(task.children, task.q[child], tried_tokens, token)
+                ok, verdict.draws[child] = chooser.accept(acceptance_probability(*entries(p_prime, q_c, token)), child)
+            if ok:
+                verdict.statuses[child] = "accepted"
+                return child
+            verdict.statuses[child] = "rejected"
+            tried_tokens.append(token)
+            if not task.greedy:
+                p_prime, mass = self.residual(p_prime, q_c)
+                verdict.updates.append(ResidualUpdate(node, child, p_prime, mass))
+                verdict.final_p = p_prime
+                verdict.residual, verdict.residual_mass = p_prime, mass
+        return None
+
+    def _finish(self, task: TreeTask, node: int, kids: list[int], verdict: TreeVerdict, chooser: Chooser) -> None:
+        """Every child of `node` failed (the repair) or it has none (the bonus)."""
+        if task.greedy:
+            token, draw = int(task.argmax[node + 1]), None
+        else:
+            token, draw = chooser.sample(verdict.final_p, node)
+        if kids:
+            verdict.rejected_node = kids[-1]
+            verdict.emitted.append(EmittedToken(token, "repaired", kids[-1], draw))
+        else:
+            verdict.emitted.append(EmittedToken(token, "bonus", None, draw))
+        verdict.eos = token == task.eos_token_id
+
+
+# The fault zoo's "sibling residual not updated" bug, and the oracle's negative control.
+STALE_RESIDUAL = TreeVerifier(residual=_no_update)

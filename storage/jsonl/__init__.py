@@ -1,0 +1,1 @@
+"""The JSONL trace format: export, import, reading and validating lines, and TraceFile for other decoders."""

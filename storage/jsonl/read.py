@@ -1,0 +1,876 @@
+"""Reading a JSONL trace (docs/trace-format.md): every line validated and parsed into the
+core records (RunConfig, Round with its DraftNodes, EmittedTokens, CacheStates), which are
+turned into table rows by the row builder that the TraceWriter uses (storage.rows).
+
+A distribution object becomes a PartialDistribution (top-N entries only) or a
+StoredFullDistribution (a full vector) that carries the top-N and whole-vector facts as the
+file gives them, so the row builder stores them unchanged. The first error is reported as a
+TraceFormatError with its 1-based line number and the dotted path of the field.
+
+Every field is bounded by what the store and the checker can hold (docs/trace-format.md,
+*Bounds*): integers fit in signed 64 bits (tighter for the vocabulary, k, depth and top-N),
+times are finite and formattable, free-form objects are finite JSON of bounded depth and size,
+strings are bounded and ids/names carry no control characters, and an encoded full vector may
+not inflate beyond what its vocabulary implies. A hostile file fails with one line naming the
+line and the field, whatever it holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import binascii
+import hashlib
+import json
+import math
+import os
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable
+
+import numpy as np
+
+from specscope.core.sampling.partial import VectorStats, entry_known
+from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
+                                    TreeRound)
+from specscope.core.sampling.reference import SamplingConfig
+
+from specscope.storage.codec import DEFAULT_TOP_N, FULL_DTYPES, PartialDistribution, StoredFullDistribution, VectorPolicy, top_entries
+from specscope.storage.errors import TraceFormatError
+from specscope.storage.info import ModelInfo, library_versions as current_versions
+from specscope.storage.rows import rounds_to_rows, run_row, tree_record
+
+FORMAT_NAME = "specscope-trace"
+FORMAT_VERSION = 2  # 2: a tree round's "tree" object (tried order, residual updates, layout)
+CHILDREN_MODES = ("sampled", "distinct", "topk")  # core.tree_verify's, without importing torch
+_ITEMSIZE = {"float32": 4, "float64": 8}
+_RUN_STATUSES = ("completed", "interrupted", "failed", "running")
+# Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
+# omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
+UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache")
+_STOP_REASONS = ("eos", "budget", "cancelled", "running")
+
+# ---------------------------------------------------------------------------- bounds
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # SQLite INTEGER
+MAX_VOCAB_SIZE = 2**24  # a vocabulary the checker can hold as dense float64 vectors (128 MiB each)
+MAX_K = 4096  # draft length / tree budget, nodes per round, node depth
+MAX_TOP_N = MAX_VOCAB_SIZE
+MAX_RUN_ID_CHARS = 64
+MAX_NAME_CHARS = 4096  # names, hashes, paths, devices: no control characters
+MAX_TEXT_CHARS = 1_000_000  # prompt_text, error: free text
+MAX_FREE_JSON_CHARS = 1_000_000  # extra, proposer_params, library_versions, serialised
+MAX_FREE_JSON_DEPTH = 32  # nesting inside a free-form object
+MIN_TIME, MAX_TIME = 0.0, 253402214400.0  # 1970-01-01 .. 9999-12-31T00:00Z: datetime formats it in any time zone
+_INT_CHARS = 20  # "-" and 19 digits: longer integer literals cannot fit in 64 bits
+
+
+# ============================================================================ validation
+
+
+class _BigInt:
+    """An integer literal too long for 64 bits, kept as its digit count (json's parse_int
+    hook): int() of more than 4300 digits raises a ValueError that names neither line nor
+    field, and huge ints cost quadratic time to convert."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, literal: str):
+        self.digits = len(literal.lstrip("-"))
+
+
+def _parse_int(literal: str) -> int | _BigInt:
+    return int(literal) if len(literal) <= _INT_CHARS else _BigInt(literal)
+
+
+def _loads(line: str) -> Any:
+    return json.loads(line, parse_int=_parse_int)
+
+
+def _deep_field(line: str) -> str:
+    """Where a line nests too deeply for json.loads: the object keys leading to the first
+    container nested deeper than MAX_FREE_JSON_DEPTH (at most 4 of them, up to the first
+    array), or "" when the scan cannot tell. Runs only on that error, in one pass."""
+    stack: list[list] = []  # [is_object, key or array index]
+    last = ""
+    i, n = 0, len(line)
+    while i < n:
+        ch = line[i]
+        if ch == '"':
+            j = i + 1
+            while True:
+                j = line.find('"', j)
+                if j < 0:
+                    return ""
+                k = j  # an escaped quote has an odd number of backslashes before it
+                while line[k - 1] == "\\":
+                    k -= 1
+                if (j - k) % 2 == 0:
+                    break
+                j += 1
+            last = line[i + 1:j]
+            i = j
+        elif ch in "{[":
+            stack.append([ch == "{", None if ch == "{" else 0])
+            if len(stack) > MAX_FREE_JSON_DEPTH + 1:
+                parts: list[str] = []
+                for is_obj, key in stack[:4]:  # a container holds its current key: its child's name
+                    if not is_obj or key is None:
+                        break
+                    try:
+                        parts.append(_key(json.loads(f'"{key}"')))
+                    except ValueError:
+                        parts.append(_key(key))
+                return ".".join(parts)
+        elif ch in "}]":
+            if stack:
+                stack.pop()
+        elif ch == ":" and stack and stack[-1][0]:
+            stack[-1][1] = last
+        elif ch == "," and stack and not stack[-1][0]:
+            stack[-1][1] += 1
+        i += 1
+    return ""
+
+
+def _is_control(ch: str) -> bool:
+    return ch < " " or "\x7f" <= ch <= "\x9f"
+
+
+def _control(s: str) -> str | None:
+    """The first control character of s (C0, DEL, C1), if any."""
+    for ch in s:
+        if _is_control(ch):
+            return ch
+    return None
+
+
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "num": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "blob": (lambda v: isinstance(v, str), "a string"),  # encoded data: bounded where it is decoded
+    "obj": (lambda v: isinstance(v, dict), "an object"),
+    "list": (lambda v: isinstance(v, list), "an array"),
+    "ints": (lambda v: isinstance(v, list), "an array of integers"),
+    "any": (lambda v: True, "anything"),
+}
+
+
+class _V:
+    """Field access with errors that name the line and the field."""
+
+    def __init__(self, line: int):
+        self.line = line
+
+    def fail(self, path: str, message: str) -> TraceFormatError:
+        return TraceFormatError(self.line, path, message)
+
+    def obj(self, value: Any, path: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected an object, got {_kind(value)}")
+        return value
+
+    def get(self, d: dict, key: str, path: str, kind: str, *, required: bool = True, default: Any = None,
+            nullable: bool = False, choices: tuple | None = None) -> Any:
+        full = f"{path}.{key}" if path else key
+        if key not in d:
+            if required:
+                raise self.fail(full, "missing")
+            return default
+        return self.check(d[key], full, kind, nullable=nullable, choices=choices)
+
+    def check(self, v: Any, path: str, kind: str, *, nullable: bool = False, choices: tuple | None = None) -> Any:
+        if v is None:
+            if nullable:
+                return None
+            raise self.fail(path, f"must not be null (expected {kind})")
+        ok, expected = _KINDS[kind]
+        if not ok(v):
+            if isinstance(v, _BigInt) and kind == "int":
+                raise self.fail(path, f"an integer of {v.digits} digits is out of range (integers must fit in signed 64 bits)")
+            raise self.fail(path, f"expected {expected}, got {_kind(v)}")
+        if kind == "int":
+            if not INT64_MIN <= v <= INT64_MAX:
+                raise self.fail(path, f"{v} is out of range (integers must fit in signed 64 bits)")
+        elif kind == "num":
+            v = float(v)
+        elif kind == "ints":
+            for i, x in enumerate(v):
+                self.check(x, f"{path}[{i}]", "int")
+        elif kind == "str" and choices is None:
+            self.name(v, path)
+        if choices is not None and v not in choices:
+            raise self.fail(path, f"expected one of {'|'.join(map(str, choices))}, got {_kind(v)}")
+        return v
+
+    def name(self, s: str, path: str, limit: int = MAX_NAME_CHARS, control: bool = False) -> str:
+        """A bounded string; ids and names (control=False) without control characters."""
+        if len(s) > limit:
+            raise self.fail(path, f"a string of {len(s)} characters, at most {limit} allowed")
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as exc:  # "\ud800" in JSON: SQLite cannot store it
+            raise self.fail(path, f"not valid Unicode (a lone surrogate U+{ord(s[exc.start]):04X})") from None
+        if not control:
+            ch = _control(s)
+            if ch is not None:
+                raise self.fail(path, f"contains the control character U+{ord(ch):04X} (not allowed in ids and names)")
+        return s
+
+    def text(self, d: dict, key: str, path: str = "") -> str | None:
+        """Optional free text (newlines allowed), bounded."""
+        full = f"{path}.{key}" if path else key
+        v = d.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise self.fail(full, f"expected a string, got {_kind(v)}")
+        return self.name(v, full, MAX_TEXT_CHARS, control=True)
+
+    def bounded(self, d: dict, key: str, path: str, lo: int, hi: int, **kw: Any) -> Any:
+        """An integer field within [lo, hi]."""
+        v = self.get(d, key, path, "int", **kw)
+        if v is not None and not lo <= v <= hi:
+            raise self.fail(f"{path}.{key}" if path else key, f"{v} is outside [{lo}, {hi}]")
+        return v
+
+    def time(self, d: dict, key: str, *, default: Any = None, nullable: bool = False) -> float | None:
+        """A UTC unix time that datetime can format: years 1970..9999."""
+        v = self.get(d, key, "", "num", required=False, default=default, nullable=nullable)
+        if v is not None and not MIN_TIME <= v <= MAX_TIME:
+            raise self.fail(key, f"{v!r} is not a unix time between 1970 and 9999 ({MIN_TIME:.0f}..{MAX_TIME:.0f})")
+        return v
+
+    def free(self, d: dict, key: str, path: str, default: Any) -> Any:
+        """A free-form JSON object (extra, proposer_params, library_versions): finite numbers,
+        64-bit integers, nesting and size bounded. Walked without recursion."""
+        full = f"{path}.{key}" if path else key
+        value = self.get(d, key, path, "obj", required=False, default=default, nullable=default is None)
+        if value is None:
+            return None
+        stack: list[tuple[Any, str, int]] = [(value, full, 0)]
+        while stack:
+            x, where, depth = stack.pop()
+            if isinstance(x, dict):
+                if depth >= MAX_FREE_JSON_DEPTH:
+                    raise self.fail(where, f"nested deeper than {MAX_FREE_JSON_DEPTH} levels")
+                stack.extend((item, f"{where}.{_key(k)}", depth + 1) for k, item in x.items())
+            elif isinstance(x, list):
+                if depth >= MAX_FREE_JSON_DEPTH:
+                    raise self.fail(where, f"nested deeper than {MAX_FREE_JSON_DEPTH} levels")
+                stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(x))
+            elif isinstance(x, _BigInt):
+                raise self.fail(where, f"an integer of {x.digits} digits is out of range (integers must fit in signed 64 bits)")
+            elif isinstance(x, float) and not math.isfinite(x):
+                raise self.fail(where, f"{x!r} is not a finite number (NaN and Infinity are not JSON)")
+            elif isinstance(x, int) and not isinstance(x, bool) and not INT64_MIN <= x <= INT64_MAX:
+                raise self.fail(where, f"{x} is out of range (integers must fit in signed 64 bits)")
+        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        if size > MAX_FREE_JSON_CHARS:
+            raise self.fail(full, f"{size} characters of JSON, at most {MAX_FREE_JSON_CHARS} allowed")
+        return value
+
+    def token(self, d: dict, key: str, path: str, vocab: int, *, required: bool = True, default: Any = None, nullable: bool = False) -> Any:
+        v = self.get(d, key, path, "int", required=required, default=default, nullable=nullable)
+        if v is not None and not 0 <= v < vocab:
+            raise self.fail(f"{path}.{key}" if path else key, f"token id {v} outside the vocabulary [0, {vocab})")
+        return v
+
+
+def _key(k: str) -> str:
+    """A free-form key as a (short) part of a field path."""
+    return k if len(k) <= 40 else k[:40] + "..."
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, _BigInt):
+        return f"an integer of {v.digits} digits"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return f"the number {v!r}"
+    if isinstance(v, str):
+        return f"the string {v[:40]!r}"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+class TraceSink:
+    """Where read_trace hands the rows as it parses (import_run: the database, one
+    transaction). header() once, after the header line; batch() whenever BATCH_ROUNDS rounds
+    are pending and once at the end: it takes run.rounds, run.nodes and run.tokens and
+    empties them, so a long trace is held one batch at a time."""
+
+    def header(self, run: "ParsedTrace") -> None:
+        pass
+
+    def batch(self, run: "ParsedTrace") -> None:
+        pass
+
+
+BATCH_ROUNDS = 500  # rounds parsed before the sink takes them
+
+
+@dataclass
+class ParsedTrace:
+    """A validated trace as table rows: the run row, then rounds and draft_nodes rows.
+
+    rounds, nodes and tokens are the rows and tokens not yet taken by the sink (all of them
+    when read_trace has no sink); n_rounds and n_tokens count every one parsed."""
+
+    config: RunConfig
+    policy: VectorPolicy  # top-N as the header says; full vectors wherever the file has them
+    row: dict
+    rounds: list[dict] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    end: dict | None = None
+    unrecorded: set[str] = field(default_factory=set)  # optional fields some line left out
+    n_rounds: int = 0
+    n_tokens: int = 0
+    sink: TraceSink | None = None
+    # the emitted tokens' digest: the end record's token list is compared with it, not with a
+    # list of every token
+    token_digest: Any = field(default_factory=hashlib.sha256)
+
+    @property
+    def vocab(self) -> int:
+        return self.config.vocab_size
+
+    def add(self, rnd: Round) -> None:
+        """Store one parsed round through the row builder."""
+        rows, nodes = rounds_to_rows([rnd], self.policy)
+        self.rounds.extend(rows)
+        self.nodes.extend(nodes)
+        tokens = rnd.tokens
+        self.tokens.extend(tokens)
+        self.token_digest.update(np.asarray(tokens, dtype="<i8").tobytes())
+        self.n_rounds += 1
+        self.n_tokens += len(tokens)
+        self.row["drafted"] += rows[0]["n_drafted"]
+        self.row["accepted"] += rows[0]["n_accepted"]
+        if self.sink is not None and len(self.rounds) >= BATCH_ROUNDS:
+            self.sink.batch(self)
+
+
+# ============================================================================ header
+
+
+def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
+    fmt = v.get(d, "format", "", "str")
+    if fmt != FORMAT_NAME:
+        raise v.fail("format", f"expected {FORMAT_NAME!r}, got {_kind(fmt)}: not a specscope trace")
+    version = v.get(d, "version", "", "int")
+    if version > FORMAT_VERSION or version < 1:
+        raise v.fail("version", f"format version {version} is not supported (this specscope reads versions 1..{FORMAT_VERSION})")
+    v.get(d, "record", "", "str", choices=("run",))
+    rid = v.get(d, "run_id", "", "str")
+    if not rid or len(rid) > MAX_RUN_ID_CHARS:
+        raise v.fail("run_id", f"must be a non-empty string of at most {MAX_RUN_ID_CHARS} characters")
+    if run_id is not None and (not run_id or len(run_id) > MAX_RUN_ID_CHARS or _control(run_id) is not None):
+        raise v.fail("run_id", f"the new id (--run-id) must have 1 to {MAX_RUN_ID_CHARS} characters and no control characters")
+    cfg = v.get(d, "config", "", "obj")
+    vocab = v.bounded(cfg, "vocab_size", "config", 1, MAX_VOCAB_SIZE)
+    prompt = v.get(d, "prompt_ids", "", "ints")
+    for i, t in enumerate(prompt):
+        if not 0 <= t < vocab:
+            raise v.fail(f"prompt_ids[{i}]", f"token id {t} outside the vocabulary [0, {vocab})")
+    sampling = _sampling(v, v.get(cfg, "sampling", "config", "obj", required=False, default={}))
+    models = v.get(d, "models", "", "obj", required=False, default={})
+    storage = v.get(d, "storage", "", "obj", required=False, default={})
+    policy = _policy(v, storage)
+    started_at = v.time(d, "started_at", default=time.time())
+    prompt_text = v.text(d, "prompt_text")
+    config = _config(v, cfg, models, run_id or rid, tuple(prompt), sampling)
+    declared = v.get(d, "unrecorded", "", "list", required=False, default=[])
+    for i, name in enumerate(declared):
+        if name not in UNRECORDABLE:
+            raise v.fail(f"unrecorded[{i}]", f"expected one of {'|'.join(UNRECORDABLE)}, got {_kind(name)}")
+    names = {key: v.get(models, key, "models", "str", required=False, nullable=True)
+             for key in ("target_hash", "tokenizer_name", "tokenizer_hash", "draft_hash")}
+    versions = v.free(d, "library_versions", "", default=None)
+    row = run_row(config, status="interrupted", started_at=started_at, models=ModelInfo(**names),
+                  library_versions=versions if versions is not None else {"imported_with": current_versions()},
+                  top_n=policy.top_n, full_dtype=policy.full_dtype, prompt_text=prompt_text,
+                  extra=v.free(d, "extra", "", default={}),
+                  full_vectors=v.get(storage, "full_vectors", "storage", "bool", required=False, default=False))
+    return ParsedTrace(config=config, policy=policy, row=row, unrecorded=set(declared))
+
+
+def _sampling(v: _V, sampling: dict) -> SamplingConfig:
+    temperature = v.get(sampling, "temperature", "config.sampling", "num", required=False, default=1.0)
+    top_k = v.get(sampling, "top_k", "config.sampling", "int", required=False, default=0)
+    top_p = v.get(sampling, "top_p", "config.sampling", "num", required=False, default=1.0)
+    if temperature < 0:
+        raise v.fail("config.sampling.temperature", "must be >= 0")
+    if top_k < 0:
+        raise v.fail("config.sampling.top_k", "must be >= 0")
+    if not 0 < top_p <= 1:
+        raise v.fail("config.sampling.top_p", "must lie in (0, 1]")
+    return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+
+
+def _policy(v: _V, storage: dict) -> VectorPolicy:
+    top_n = v.bounded(storage, "top_n", "storage", 1, MAX_TOP_N, required=False, default=DEFAULT_TOP_N)
+    full_dtype = v.get(storage, "full_dtype", "storage", "str", required=False, default="float32", choices=tuple(FULL_DTYPES))
+    return VectorPolicy(top_n=top_n, full=True, full_dtype=full_dtype)
+
+
+def _config(v: _V, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...], sampling: SamplingConfig) -> RunConfig:
+    vocab = cfg["vocab_size"]
+    k = v.bounded(cfg, "k", "config", 1, MAX_K)
+    max_new = v.get(cfg, "max_new_tokens", "config", "int")
+    if max_new < 0:
+        raise v.fail("config.max_new_tokens", "must be >= 0")
+    return RunConfig(
+        run_id=run_id,
+        prompt_ids=prompt,
+        max_new_tokens=max_new,
+        k=k,
+        sampling=sampling,
+        seed=v.get(cfg, "seed", "config", "int", required=False, default=0),
+        eos_token_id=v.token(cfg, "eos_token_id", "config", vocab, required=False, nullable=True),
+        proposer=v.get(cfg, "proposer", "config", "str", required=False, default="external"),
+        proposer_params=v.free(cfg, "proposer_params", "config", default={}),
+        device=v.get(cfg, "device", "config", "str", required=False, default="unknown"),
+        dtype=v.get(cfg, "dtype", "config", "str", required=False, default="unknown"),
+        vocab_size=vocab,
+        use_cache=v.get(cfg, "use_cache", "config", "bool", required=False, default=True),
+        fault=v.get(cfg, "fault", "config", "str", required=False, nullable=True),
+        target_name=v.get(models, "target_name", "models", "str", required=False, nullable=True) or "",
+        draft_name=v.get(models, "draft_name", "models", "str", required=False, nullable=True),
+    )
+
+
+# ============================================================================ distributions
+
+
+def _dist(v: _V, value: Any, path: str, run: ParsedTrace, *, nullable: bool = True) -> np.ndarray | None:
+    """A distribution object as an array that keeps its top-N and facts (None for null)."""
+    if value is None:
+        if nullable:
+            return None
+        raise v.fail(path, "must not be null (expected a distribution object)")
+    d = v.obj(value, path)
+    full_vec, dtype = _full(v, d, path, run)
+    if "top_ids" in d or "top_probs" in d or full_vec is None:
+        ids, probs = _top(v, d, path, run.vocab)
+    else:
+        ids, probs = top_entries(full_vec, run.policy.top_n)
+    stats = _stats(v, d, path, run.vocab, probs, full_vec)
+    if full_vec is not None:
+        return StoredFullDistribution(full_vec, stats, (ids, probs), dtype)
+    values = np.zeros(run.vocab, dtype=np.float64)
+    values[ids] = probs
+    return PartialDistribution(values, np.sort(ids), stats, (ids, probs))
+
+
+def _full(v: _V, d: dict, path: str, run: ParsedTrace) -> tuple[np.ndarray | None, str | None]:
+    """The full vector of a distribution object, if it has one, and the dtype to store it in."""
+    vocab = run.vocab
+    full = d.get("full")
+    if isinstance(full, list):
+        if len(full) != vocab:
+            raise v.fail(f"{path}.full", f"expected {vocab} probabilities (the vocabulary size), got {len(full)}")
+        for i, x in enumerate(full):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                raise v.fail(f"{path}.full[{i}]", f"expected a finite probability >= 0, got {_kind(x)}")
+        return np.asarray(full, dtype=np.float64), run.policy.full_dtype
+    if isinstance(full, dict):
+        dtype = v.get(full, "dtype", f"{path}.full", "str", choices=tuple(FULL_DTYPES))
+        data = v.get(full, "zlib_base64", f"{path}.full", "blob")
+        where = f"{path}.full.zlib_base64"
+        expected = vocab * _ITEMSIZE[dtype]
+        if len(data) > 4 * (2 * expected + 1024) // 3 + 4:  # far beyond any zlib stream of that many bytes
+            raise v.fail(where, f"{len(data)} characters of base64, too long for {vocab} {dtype} values")
+        try:
+            compressed = base64.b64decode(data.encode("ascii"), validate=True)
+            inflate = zlib.decompressobj()
+            raw = inflate.decompress(compressed, expected + 1)  # never more than the vocabulary implies
+        except (binascii.Error, ValueError, zlib.error) as exc:
+            raise v.fail(where, f"not base64 of zlib-compressed data ({exc})") from None
+        if len(raw) > expected:
+            raise v.fail(where, f"inflates beyond the {expected} bytes of {vocab} {dtype} values")
+        if not inflate.eof:
+            raise v.fail(where, "not base64 of zlib-compressed data (incomplete zlib stream)")
+        if len(raw) != expected:
+            raise v.fail(where, f"decodes to {len(raw) // _ITEMSIZE[dtype]} {dtype} values, expected {vocab}")
+        full_vec = np.frombuffer(raw, dtype="<f4" if dtype == "float32" else "<f8").astype(np.float64)
+        if not np.isfinite(full_vec).all() or (full_vec < 0).any():
+            raise v.fail(f"{path}.full", "holds negative or non-finite probabilities")
+        return full_vec, dtype
+    if full is not None:
+        raise v.fail(f"{path}.full", f"expected null, an array of {vocab} numbers or an object, got {_kind(full)}")
+    return None, None
+
+
+def _top(v: _V, d: dict, path: str, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top entries a distribution object lists, in its order."""
+    ids = v.get(d, "top_ids", path, "ints")
+    probs = v.get(d, "top_probs", path, "list")
+    if len(ids) != len(probs):
+        raise v.fail(f"{path}.top_probs", f"has {len(probs)} entries but top_ids has {len(ids)}")
+    if not ids:
+        raise v.fail(f"{path}.top_ids", "is empty: a distribution needs at least its most probable token")
+    seen = set()
+    for i, (t, p) in enumerate(zip(ids, probs)):
+        if not 0 <= t < vocab:
+            raise v.fail(f"{path}.top_ids[{i}]", f"token id {t} outside the vocabulary [0, {vocab})")
+        if t in seen:
+            raise v.fail(f"{path}.top_ids[{i}]", f"token id {t} appears twice")
+        seen.add(t)
+        p = v.check(p, f"{path}.top_probs[{i}]", "num")
+        if not 0 <= p <= 1 + 1e-6:
+            raise v.fail(f"{path}.top_probs[{i}]", f"probability {p!r} outside [0, 1]")
+    return np.asarray(ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
+
+
+_STATS_FIELDS = VectorStats._fields
+
+
+def _stats(v: _V, d: dict, path: str, vocab: int, top_probs: np.ndarray, full_vec: np.ndarray | None) -> VectorStats | None:
+    """The whole-vector stats of a distribution object: as given (all three fields or none),
+    else computed from its full vector, else None."""
+    given = [k for k in _STATS_FIELDS if d.get(k) is not None]
+    if not given:
+        return None if full_vec is None else VectorStats.of(full_vec)
+    if len(given) < len(_STATS_FIELDS):
+        missing = next(k for k in _STATS_FIELDS if k not in given)
+        raise v.fail(f"{path}.{missing}", f"missing: {', '.join(_STATS_FIELDS)} are given together")
+    stats = VectorStats(v.get(d, "support", path, "int"), v.get(d, "minimum", path, "num"), v.get(d, "total", path, "num"))
+    positive = int(np.count_nonzero(top_probs > 0))
+    if not positive <= stats.support <= vocab:
+        raise v.fail(f"{path}.support", f"{stats.support} is outside [{positive}, {vocab}] (the positive top entries, the vocabulary)")
+    if (stats.support == vocab) != (stats.minimum > 0) or (top_probs.size and stats.minimum > float(top_probs.min())):
+        raise v.fail(f"{path}.minimum", f"{stats.minimum!r} cannot be the smallest entry of a vector with {stats.support} of "
+                                        f"{vocab} entries > 0 and these top entries")
+    if full_vec is not None:
+        # a float32 full vector may have flushed entries below 1.4e-45 to 0: fewer > 0
+        computed = VectorStats.of(full_vec)
+        if not computed.support <= stats.support or not np.allclose(computed[1:], stats[1:], rtol=0, atol=1e-6):
+            raise v.fail(path, f"support/minimum/total {tuple(stats)} disagree with the full vector's {tuple(computed)}")
+    return stats
+
+
+# ============================================================================ rounds
+
+
+def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
+    index = v.get(d, "index", "", "int")
+    if index != expected_index:
+        raise v.fail("index", f"expected round {expected_index} (rounds must be consecutive from 0), got {index}")
+    emitted_before = v.get(d, "emitted_before", "", "int", required=False, default=run.n_tokens)
+    if emitted_before != run.n_tokens:
+        raise v.fail("emitted_before", f"earlier rounds emitted {run.n_tokens} tokens, the line says {emitted_before}")
+    raw_nodes = v.get(d, "nodes", "", "list")
+    if len(raw_nodes) > MAX_K:
+        raise v.fail("nodes", f"{len(raw_nodes)} nodes, at most {MAX_K} allowed")
+    nodes = tuple(_node(v, raw, i, run) for i, raw in enumerate(raw_nodes))
+    emitted = _emitted(v, d, nodes, run)
+    residual = _dist(v, d.get("residual"), "residual", run)
+    bonus_p = _dist(v, d.get("bonus_p"), "bonus_p", run)
+    k = v.bounded(d, "k", "", 0, MAX_K, required=False, default=max(1, len(nodes)))
+    if "target_cache" not in d:
+        run.unrecorded.add("target_cache")
+    target_cache = _cache_state(v, d, "target_cache") or CacheState(before=0, peak=0, after=0, pending=())
+    flags = _flags(v, d, run, nodes, emitted)
+    draft_cache = _cache_state(v, d, "draft_cache")
+    timings = v.get(d, "timings", "", "obj", required=False, default={})
+    first_rejected = next((n.index for n in nodes if n.status == "rejected"), None)
+    rnd = Round(
+        run_id=run.config.run_id,
+        index=index,
+        prefix_len=v.get(d, "prefix_len", "", "int", required=False, default=len(run.config.prompt_ids) + run.n_tokens),
+        emitted_before=emitted_before,
+        remaining_budget=v.get(d, "remaining_budget", "", "int", required=False,
+                               default=run.config.max_new_tokens - run.n_tokens),
+        k=k,
+        greedy=v.get(d, "greedy", "", "bool", required=False, default=run.config.sampling.greedy),
+        nodes=nodes,
+        bonus_p=bonus_p,
+        residual=residual,
+        emitted=emitted,
+        **flags,
+        rejected_node=v.get(d, "rejected_node", "", "int", required=False, default=first_rejected, nullable=True),
+        residual_mass=v.get(d, "residual_mass", "", "num", required=False, nullable=True),
+        target_cache=target_cache,
+        draft_cache=draft_cache,
+        timings=RoundTimings(**{key: v.get(timings, key, "timings", "num", required=False, default=0.0)
+                                for key in ("draft_s", "verify_s", "bookkeeping_s")}),
+        draft_forwards=v.get(d, "draft_forwards", "", "int", required=False, default=0),
+        target_forwards=v.get(d, "target_forwards", "", "int", required=False, default=1),
+    )
+    if rnd.rejected_node is not None and not 0 <= rnd.rejected_node < len(nodes):
+        raise v.fail("rejected_node", f"refers to node {rnd.rejected_node}, the round has {len(nodes)} nodes")
+    raw_tree = v.get(d, "tree", "", "obj", required=False, nullable=True)
+    if raw_tree is not None:
+        fields = {f.name: getattr(rnd, f.name) for f in dataclasses.fields(Round)}
+        rnd = TreeRound(**fields, tree=_tree(v, raw_tree, rnd, run))
+    run.add(rnd)
+
+
+def _tree(v: _V, d: dict, rnd: Round, run: ParsedTrace) -> Any:
+    """A round's "tree" object (format version 2) as a TreeInfo; node indices must refer to
+    the round's nodes."""
+    n = len(rnd.nodes)
+
+    def nodes_of(value: list, path: str, lo: int = 0) -> list[int]:
+        for i, x in enumerate(value):
+            if not lo <= x < n:
+                raise v.fail(f"{path}[{i}]", f"refers to node {x}, the round has {n} nodes")
+        return value
+
+    spec = v.get(d, "spec", "tree", "str", required=False, default="")
+    children = v.get(d, "children", "tree", "str", choices=CHILDREN_MODES)
+    path = nodes_of(v.get(d, "path", "tree", "ints"), "tree.path")
+    tried = []
+    raw_tried, raw_updates = v.get(d, "tried", "tree", "list"), v.get(d, "updates", "tree", "list", required=False, default=[])
+    if len(raw_tried) > n + 1 or len(raw_updates) > n:
+        raise v.fail("tree", f"{len(raw_tried)} tried lists and {len(raw_updates)} updates for {n} nodes (at most one "
+                             "per node reached and one per rejected node)")
+    for i, item in enumerate(raw_tried):
+        where = f"tree.tried[{i}]"
+        if not isinstance(item, list) or len(item) != 2:
+            raise v.fail(where, f"expected [node, [children...]], got {_kind(item)}")
+        node = v.check(item[0], f"{where}[0]", "int")
+        nodes_of([node], f"{where}[0]", lo=-1)
+        tried.append([node, nodes_of(v.check(item[1], f"{where}[1]", "ints"), f"{where}[1]")])
+    updates = [_tree_update(v, v.obj(u, f"tree.updates[{i}]"), f"tree.updates[{i}]", n, run)
+               for i, u in enumerate(raw_updates)]
+    positions = v.get(d, "positions", "tree", "ints", required=False, default=[])
+    visible = v.get(d, "visible", "tree", "list", required=False, default=[])
+    for key, value in (("positions", positions), ("visible", visible)):
+        if value and len(value) != n:
+            raise v.fail(f"tree.{key}", f"has {len(value)} entries, the round has {n} nodes")
+    visible = [nodes_of(v.check(row, f"tree.visible[{i}]", "ints"), f"tree.visible[{i}]") for i, row in enumerate(visible)]
+    facts = {"spec": spec, "children": children, "path": path, "tried": tried, "positions": positions,
+             "visible": visible, "kept_rows": v.get(d, "kept_rows", "tree", "ints", required=False, default=[])}
+    bonus = None if rnd.greedy else rnd.bonus_p
+    return tree_record(facts, updates, rnd.emitted, bonus)
+
+
+def _tree_update(v: _V, u: dict, path: str, n: int, run: ParsedTrace) -> ResidualUpdate:
+    parent = v.get(u, "parent", path, "int")
+    child = v.get(u, "child", path, "int")
+    if not -1 <= parent < n or not 0 <= child < n:
+        raise v.fail(path, f"parent {parent} / child {child} do not refer to the round's {n} nodes")
+    ids = v.get(u, "exact_ids", path, "ints", required=False, default=[])
+    probs = v.get(u, "exact_probs", path, "list", required=False, default=[])
+    if len(ids) != len(probs):
+        raise v.fail(f"{path}.exact_probs", f"has {len(probs)} entries but exact_ids has {len(ids)}")
+    exact: dict[int, float] = {}
+    for i, (t, x) in enumerate(zip(ids, probs)):
+        if not 0 <= t < run.vocab:
+            raise v.fail(f"{path}.exact_ids[{i}]", f"token id {t} outside the vocabulary [0, {run.vocab})")
+        x = v.check(x, f"{path}.exact_probs[{i}]", "num")
+        if not 0 <= x <= 1 + 1e-6:
+            raise v.fail(f"{path}.exact_probs[{i}]", f"probability {x!r} outside [0, 1]")
+        exact[t] = x
+    p_after = _dist(v, u.get("p_after"), f"{path}.p_after", run)
+    if p_after is not None and exact:
+        p_after = _with_exact(p_after, exact)
+    return ResidualUpdate(parent=parent, child=child, p_after=p_after,
+                          mass=v.get(u, "mass", path, "num", required=False, nullable=True))
+
+
+def _with_exact(dist: np.ndarray, exact: dict[int, float]) -> np.ndarray:
+    """The distribution with the entries the trace gives exactly (as the store rebuilds them)."""
+    ids = np.fromiter(exact, dtype=np.int64)
+    dist[ids] = np.fromiter(exact.values(), dtype=np.float64)
+    if isinstance(dist, PartialDistribution):
+        dist.known_ids = np.union1d(dist.known_ids, ids)
+    return dist
+
+
+def _node(v: _V, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
+    path = f"nodes[{i}]"
+    n = v.obj(raw, path)
+    ni = v.get(n, "index", path, "int", required=False, default=i)
+    if ni != i:
+        raise v.fail(f"{path}.index", f"expected {i} (nodes in index order), got {ni}")
+    token = v.token(n, "token", path, run.vocab)
+    parent = v.get(n, "parent", path, "int", required=False, default=i - 1)
+    if not -1 <= parent < i:
+        raise v.fail(f"{path}.parent", f"must be -1 or an earlier node index, got {parent}")
+    depth = v.bounded(n, "depth", path, 0, MAX_K, required=False, default=i + 1)
+    status = v.get(n, "status", path, "str", choices=("accepted", "rejected", "unvisited"))
+    p = _dist(v, n.get("p"), f"{path}.p", run, nullable=False)
+    q = _dist(v, n.get("q"), f"{path}.q", run)
+    assert p is not None
+    _note_left_out(n, status, token, p, q, run)
+    p_token = v.get(n, "p_token", path, "num", required=False, default=float(p[token]))
+    q_token = v.get(n, "q_token", path, "num", required=False, default=None if q is None else float(q[token]), nullable=True)
+    both_full = q is not None and not (p.partial or q.partial)  # type: ignore[attr-defined]
+    u = v.get(n, "u", path, "num", required=False, nullable=True)
+    if u is not None and not 0 <= u < 1:
+        raise v.fail(f"{path}.u", f"a uniform draw lies in [0, 1), got {u!r}")
+    return DraftNode(
+        index=i,
+        token=token,
+        parent=parent,
+        depth=depth,
+        p=p,
+        q=q,
+        status=status,
+        u=u,
+        p_token=p_token,
+        q_token=q_token,
+        ratio=v.get(n, "ratio", path, "num", required=False, default=(p_token / q_token) if q_token else None, nullable=True),
+        overlap=v.get(n, "overlap", path, "num", required=False, nullable=True,
+                      default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
+        target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False,
+                              default=int(np.argmax(np.asarray(p))) if not p.partial else int(p.top[0][0])),  # type: ignore[attr-defined]
+    )
+
+
+def _flags(v: _V, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]) -> dict:
+    """eos, budget_stop, bonus_withheld: as the line says, or, when it leaves one out, what
+    the round's tokens imply (and the field is noted unrecorded, so no rule relies on it)."""
+    eos_id = run.config.eos_token_id
+    tokens = [e.token for e in emitted]
+    all_accepted = all(n.status == "accepted" for n in nodes) and not any(e.kind != "accepted" for e in emitted)
+    implied = {
+        "eos": eos_id is not None and eos_id in tokens,
+        "budget_stop": run.n_tokens + len(tokens) >= run.config.max_new_tokens,
+        "bonus_withheld": all_accepted and (eos_id is None or eos_id not in tokens)
+        and len(tokens) >= run.config.max_new_tokens - run.n_tokens,
+    }
+    out = {}
+    for name, value in implied.items():
+        if name not in d:
+            run.unrecorded.add(name)
+        out[name] = v.get(d, name, "", "bool", required=False, default=value)
+    return out
+
+
+def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarray | None, run: ParsedTrace) -> None:
+    """Optional node fields this line leaves out where a rule would need them."""
+    if run.config.sampling.greedy or status == "unvisited":
+        return
+    if "u" not in n:
+        run.unrecorded.add("u")
+    if q is None:
+        run.unrecorded.add("q")
+    if "p_token" not in n and not entry_known(p, token):
+        run.unrecorded.add("p_token")
+    if "q_token" not in n and (q is None or not entry_known(q, token)):
+        run.unrecorded.add("q_token")
+
+
+def _emitted(v: _V, d: dict, nodes: tuple[DraftNode, ...], run: ParsedTrace) -> tuple[EmittedToken, ...]:
+    """The emitted tokens. A left-out `node` is what the format defines: the j-th accepted
+    token is the j-th accepted node, a repair replaces the first rejected node, a bonus has
+    none. A left-out `draw` of a sampled repair or bonus is noted unrecorded."""
+    accepted = [n.index for n in nodes if n.status == "accepted"]
+    rejected = next((n.index for n in nodes if n.status == "rejected"), None)
+    stochastic = not run.config.sampling.greedy
+    out = []
+    for i, raw in enumerate(v.get(d, "emitted", "", "list")):
+        path = f"emitted[{i}]"
+        e = v.obj(raw, path)
+        kind = v.get(e, "kind", path, "str", choices=("accepted", "repaired", "bonus"))
+        n_acc = sum(1 for x in out if x.kind == "accepted")
+        implied = (accepted[n_acc] if kind == "accepted" and n_acc < len(accepted)
+                   else rejected if kind == "repaired" else None)
+        node = v.get(e, "node", path, "int", required=False, nullable=True, default=implied)
+        if node is not None and not 0 <= node < len(nodes):
+            raise v.fail(f"{path}.node", f"refers to node {node}, the round has {len(nodes)} nodes")
+        if stochastic and kind != "accepted" and "draw" not in e:
+            run.unrecorded.add("draw")
+        draw = v.get(e, "draw", path, "num", required=False, nullable=True)
+        out.append(EmittedToken(token=v.token(e, "token", path, run.vocab), node=node, draw=draw, kind=kind))
+    return tuple(out)
+
+
+def _cache_state(v: _V, d: dict, key: str) -> CacheState | None:
+    c = v.get(d, key, "", "obj", required=False, nullable=True)
+    if c is None:
+        return None
+    return CacheState(before=v.get(c, "before", key, "int"), peak=v.get(c, "peak", key, "int"),
+                      after=v.get(c, "after", key, "int"),
+                      pending=tuple(v.get(c, "pending", key, "ints", required=False, default=[])))
+
+
+def _end(v: _V, d: dict, run: ParsedTrace) -> None:
+    status = v.get(d, "status", "", "str", choices=_RUN_STATUSES)
+    run.row["stop_reason"] = v.get(d, "stop_reason", "", "str", required=False, nullable=True, choices=_STOP_REASONS + (None,))
+    run.row["error"] = v.text(d, "error")
+    run.row["ended_at"] = v.time(d, "ended_at", nullable=True)
+    wall_s = v.get(d, "wall_s", "", "num", required=False, nullable=True)
+    if wall_s is not None and not 0 <= wall_s <= MAX_TIME:
+        raise v.fail("wall_s", f"{wall_s!r} is outside [0, {MAX_TIME:.0f}] seconds")
+    run.row["wall_s"] = wall_s
+    tokens = v.get(d, "new_tokens", "", "ints", required=False, default=None, nullable=True)
+    if tokens is not None and (len(tokens) != run.n_tokens or
+                               hashlib.sha256(np.asarray(tokens, dtype="<i8").tobytes()).digest() != run.token_digest.digest()):
+        raise v.fail("new_tokens", f"differ from the tokens the rounds emitted ({len(tokens)} vs {run.n_tokens} tokens)")
+    if status == "running":  # nobody writes an imported run: it was cut off
+        status = "interrupted"
+        run.row["error"] = run.row["error"] or "imported from a trace of a run in progress"
+    run.row["status"] = status
+    run.end = d
+
+
+def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None, sink: TraceSink | None = None) -> ParsedTrace:  # long: one loop over the lines, its errors in one place
+    """Parse and validate a JSONL trace (path or text file object) into table rows. Without
+    a sink the result holds every row; with one, the sink takes them in batches as they are
+    parsed (the file is read line by line: memory is bounded by a batch and the longest line)."""
+    fh: IO[str]
+    close = False
+    if isinstance(source, (str, os.PathLike)):
+        fh = open(source, "r", encoding="utf-8")
+        close = True
+    else:
+        fh = source
+    try:
+        run: ParsedTrace | None = None
+        line_no = 0
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            v = _V(line_no)
+            try:
+                d = _loads(line)
+            except json.JSONDecodeError as exc:
+                raise v.fail("", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except RecursionError:
+                raise v.fail(_deep_field(line), f"JSON nested too deeply to parse (free-form objects may nest "
+                                                f"{MAX_FREE_JSON_DEPTH} levels)") from None
+            d = v.obj(d, "")
+            if run is None:
+                run = _header(v, d, run_id)
+                run.sink = sink
+                if sink is not None:
+                    sink.header(run)
+                continue
+            if run.end is not None:
+                raise v.fail("record", "nothing may follow the end record")
+            record = v.get(d, "record", "", "str", choices=("round", "end"))
+            if record == "round":
+                _round(v, d, run, run.n_rounds)
+            else:
+                _end(v, d, run)
+        if run is None:
+            raise TraceFormatError(max(line_no, 1), "", "the file is empty: expected a run header on line 1")
+        if run.end is None:
+            run.row["status"] = "interrupted"
+            run.row["error"] = "the trace has no end record (cut off)"
+        run.row["n_rounds"] = run.n_rounds
+        run.row["n_new_tokens"] = run.n_tokens
+        run.config = dataclasses.replace(run.config, unrecorded=frozenset(run.unrecorded))
+        run.row["unrecorded"] = sorted(run.unrecorded) or None
+        if sink is not None:
+            sink.batch(run)
+        return run
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(line_no + 1, "", f"not UTF-8 text ({exc.reason})") from None
+    finally:
+        if close:
+            fh.close()
