@@ -74,7 +74,7 @@ def test_threads_default_setting_and_status_bar(qtbot, window):
 
 
 def test_cli_threads_and_open_run(monkeypatch, tmp_path, hub):
-    from specscope.app import cli
+    from specscope.app.cli import entry as cli
     from specscope.app import gui
     from specscope.core import DraftModelProposer, SpeculativeDecoder
     from specscope.storage import TraceStore, TraceWriter
