@@ -15,22 +15,22 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QWidget
 
-from .compare import CompareSession, CompareWidget
-from .compare_session import CompareRecorderFactory
-from .findings import FindingsWidget
-from .live_session import LiveSession
-from .pages import InspectPage
-from .plot_scroll import ScrollingPlots
-from .plots import LivePlotsWidget
-from .replay_session import ReplaySession
-from .runmodel import RunModel
-from .runpanel import RunPanelWidget
-from .session import ModelHub
-from .settings import RunSettings
-from .trace_dialogs import TraceDialogs
-from .window_actions import WindowActions
-from .window_menus import WindowMenus
-from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
+from specscope.app.gui.views.compare import CompareSession, CompareWidget
+from specscope.app.gui.sessions.compare import CompareRecorderFactory
+from specscope.app.gui.views.findings import FindingsWidget
+from specscope.app.gui.sessions.live import LiveSession
+from specscope.app.gui.views.pages import InspectPage
+from specscope.app.gui.views.plot_scroll import ScrollingPlots
+from specscope.app.gui.views.plots import LivePlotsWidget
+from specscope.app.gui.sessions.replay import ReplaySession
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.views.runpanel import RunPanelWidget
+from specscope.app.gui.sessions.hub import ModelHub
+from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.controllers.trace_dialogs import TraceDialogs
+from specscope.app.gui.controllers.run_actions import WindowActions
+from specscope.app.gui.controllers.exports import WindowMenus
+from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING, RunController
 
 log = logging.getLogger(__name__)
 

@@ -75,7 +75,7 @@ def test_coupled_lanes_box_is_off_at_temperature_zero(qtbot, window):
 def test_help_explains_the_coupling(qtbot, window, monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
-    from specscope.app.gui.compare import NOTE_HTML
+    from specscope.app.gui.views.compare import NOTE_HTML
 
     for words in ("Coupled lanes", "Gumbel", "exact", "prefixes agree", "sum min(p, q)"):
         assert words in NOTE_HTML  # the Compare tab's ? button

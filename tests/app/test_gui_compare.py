@@ -52,7 +52,7 @@ def test_lane_cells_give_the_whole_token_and_the_tab_has_the_legend(qtbot, windo
 def test_a_comparison_is_recorded_as_two_runs_and_replays_side_by_side(qtbot, make_window, tmp_path):
     from specscope.storage import TraceStore
 
-    from specscope.app.gui.compare_session import comparison_of
+    from specscope.app.gui.sessions.compare import comparison_of
 
     store = tmp_path / "cmp.sqlite"
     w = make_window(store_path=str(store))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QMessageBox
 
-from specscope.app.gui import trace_dialogs
+from specscope.app.gui.controllers import trace_dialogs
 
 from .test_gui_kvview import _faulty_trace
 

@@ -113,7 +113,7 @@ def test_greedy_rounds_say_what_the_draft_believed_in_token_text(qtbot, window):
 
 def test_drafts_after_an_accepted_eos_are_said_to_be(qtbot, window):
     """Greedy is deterministic: rerun with EOS = a draft token that was accepted mid-round."""
-    from specscope.app.gui.describe import after_accepted_eos, describe_node
+    from specscope.app.gui.views.describe import after_accepted_eos, describe_node
 
     configure(window, temperature="0", max_new_tokens="40")
     assert window.start_run()

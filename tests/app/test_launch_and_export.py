@@ -61,7 +61,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 import specscope.app.gui as gui
 from specscope.app.gui import main_window as mw
-from specscope.app.gui.session import TinyModelHub
+from specscope.app.gui.sessions.hub import TinyModelHub
 
 mw.ModelHub = TinyModelHub  # the tiny models, not the bundled ones
 store = sys.argv[1]

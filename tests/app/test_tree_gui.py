@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from specscope.app.gui.tree_inspect import is_tree, node_residuals
-from specscope.app.gui.worker import IDLE
+from specscope.app.gui.views.tree_inspect import is_tree, node_residuals
+from specscope.app.gui.sessions.worker import IDLE
 
 from .helpers import configure, wait_idle
 

@@ -13,9 +13,9 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QWidget
 
-from . import theme
-from .compare import COUPLING_HTML
-from .kvview import HELP_HTML as KV_HELP
+from specscope.app.gui import theme
+from specscope.app.gui.views.compare import COUPLING_HTML
+from specscope.app.gui.views.kvview import HELP_HTML as KV_HELP
 
 STEP_KEYS = (Qt.Key.Key_Space, Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
 
@@ -162,14 +162,14 @@ class WindowMenus:
     # ------------------------------------------------------------------ drag and drop
 
     def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt API)
-        from .traces import looks_like_trace
+        from specscope.app.gui.model.traces import looks_like_trace
 
         urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
         if any(u.isLocalFile() and looks_like_trace(u.toLocalFile()) for u in urls):
             event.acceptProposedAction()
 
     def dropEvent(self, event) -> None:  # noqa: N802 (Qt API)
-        from .traces import looks_like_trace
+        from specscope.app.gui.model.traces import looks_like_trace
 
         for u in event.mimeData().urls():
             if u.isLocalFile() and looks_like_trace(u.toLocalFile()):

@@ -9,8 +9,8 @@ from typing import Any, Iterable
 
 from PySide6.QtWidgets import QMessageBox
 
-from .settings import RunSettings
-from .worker import LOADING, RUNNING
+from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.sessions.worker import LOADING, RUNNING
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from .runmodel import visible_text
-from .settings import spec_of_run
-from .traces import TraceLibrary, describe_run
-from .worker import IDLE
+from specscope.app.gui.model.runmodel import visible_text
+from specscope.app.gui.model.settings import spec_of_run
+from specscope.app.gui.model.traces import TraceLibrary, describe_run
+from specscope.app.gui.sessions.worker import IDLE
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class TraceDialogs:
 
     def open_recording_store(self) -> None:
         """The store live runs are recorded to: pick one of its runs to replay."""
-        from .traces import default_trace_path
+        from specscope.app.gui.model.traces import default_trace_path
 
         path = self.store_path or default_trace_path()
         if os.path.exists(path):
@@ -220,7 +220,7 @@ class TraceDialogs:
 
     def _open_partner(self, library: TraceLibrary, path: str, info: Any) -> None:
         """A run recorded by compare mode: its comparison opens side by side on the Compare tab."""
-        from .compare_session import comparison_of
+        from specscope.app.gui.sessions.compare import comparison_of
 
         mine = comparison_of(info)
         if mine is None:

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from .runmodel import RunModel
-from .traces import TraceLibrary, describe_run
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.model.traces import TraceLibrary, describe_run
 
 log = logging.getLogger(__name__)
 
