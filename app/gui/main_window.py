@@ -1,36 +1,48 @@
 """The main window: it arranges the views (run panel, Inspect and Compare tabs, live plots,
-findings) and routes the user's actions to the session that is active.
+findings), owns the sessions and the controllers, and builds its menus and keys from one
+table of actions (controllers/table.py: actions as data, installed by actions.py).
 
-Three sessions, no widgets in any of them: `LiveSession` (a run of the decoder),
+Three sessions, no widgets in any of them (sessions/): `LiveSession` (a run of the decoder),
 `ReplaySession` (a stored run) and `CompareSession` (two lanes). Live and replay fill the
-Inspect tab's RunModel; the mode is which of the two is active.
+Inspect tab's RunModel; the mode is which of the two is active. The controllers (controllers/)
+do what the actions ask: `runs` (run, step, pause, stop, compare), `traces` (open, compare
+and diff stored runs), `replay_panel` (the run panel during a replay), `checks` (the checker,
+findings, the recompute check) and `exports`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QWidget
 
-from specscope.app.gui.views.compare import CompareSession, CompareWidget
-from specscope.app.gui.sessions.compare import CompareRecorderFactory
-from specscope.app.gui.views.findings import FindingsWidget
-from specscope.app.gui.sessions.live import LiveSession
-from specscope.app.gui.views.pages import InspectPage
-from specscope.app.gui.views.plot_scroll import ScrollingPlots
-from specscope.app.gui.views.plots import LivePlotsWidget
-from specscope.app.gui.sessions.replay import ReplaySession
-from specscope.app.gui.model.runmodel import RunModel
-from specscope.app.gui.views.runpanel import RunPanelWidget
-from specscope.app.gui.sessions.hub import ModelHub
-from specscope.app.gui.model.settings import RunSettings
-from specscope.app.gui.controllers.trace_dialogs import TraceDialogs
-from specscope.app.gui.controllers.run_actions import WindowActions
-from specscope.app.gui.controllers.exports import WindowMenus
-from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING, RunController
+from .actions import install_actions
+from .controllers.checks import CheckActions
+from .controllers.exports import Exports
+from .controllers.keys import StepKeys
+from .controllers.replay_panel import ReplayPanel
+from .controllers.run_actions import RunActions
+from .controllers.table import window_actions
+from .controllers.trace_dialogs import TraceDialogs
+from .model.runmodel import RunModel
+from .model.settings import RunSettings
+from .model.traces import looks_like_trace
+from .sessions.compare import CompareRecorderFactory, CompareSession
+from .sessions.hub import ModelHub
+from .sessions.live import LiveSession
+from .sessions.replay import ReplaySession, run_token_text
+from .sessions.worker import IDLE, LOADING, PAUSED, RUNNING, RunController
+from .views.compare import CompareWidget
+from .views.findings import FindingsWidget
+from .views.pages import InspectPage
+from .views.plot_scroll import ScrollingPlots
+from .views.plots import LivePlotsWidget
+from .views.runpanel import RunPanelWidget
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +74,7 @@ def scrolled(widget: QWidget) -> QScrollArea:
     return area
 
 
-class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
+class MainWindow(QMainWindow):
     def __init__(self, hub: ModelHub | None = None, settings: QSettings | None = None, record: bool = True,
                  store_path: str | None = None):
         super().__init__()
@@ -75,29 +87,60 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.error_box: QMessageBox | None = None
         self.record = record
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
-        self.replay_mismatch: list[str] = []
         self._shown_once = False
         self.checker = default_checker()  # callable(config, rounds) -> findings
 
         self.model = RunModel(self)
         self.live = LiveSession(self.model, self.hub, self.store_path, record, self)
-        self.replay = ReplaySession(self.model, self._token_text_for, self)
+        self.replay = ReplaySession(self.model, functools.partial(run_token_text, self.hub), self)
         self.session: Any = self.live  # the active one of live and replay
         self.compare_recording = CompareRecorderFactory(self.store_path) if record else None
         self.compare_controller = RunController(self.hub, self.compare_recording, self)
         self.compare_session = CompareSession(self.compare_controller, self, self.compare_recording)
 
         self._build_widgets()
+        # the controllers the window owns; the table of actions routes menus and keys to them
+        self.runs = RunActions(self)
+        self.traces = TraceDialogs(self)
+        self.replay_panel = ReplayPanel(self)
+        self.checks = CheckActions(self)
+        self.exports = Exports(self)
         self._wire()
-        self._build_menus()
+        self.qactions = install_actions(self, window_actions(self))
+        self.step_keys = StepKeys(self, (self.run_panel.prompt, self.run_panel.checkpoint), self)
+        QApplication.instance().installEventFilter(self.step_keys)
         self._restore()
         self._temperature_to_compare()
-        self._on_state(IDLE)
+        self.runs.on_state(IDLE)
         device = self.run_panel.texts().get("device") or "cpu"
         self.statusBar().showMessage(f"Loading {self.hub.description()}…", 10000)
         self.controller.preload(device if device in self.hub.devices() else "cpu")
 
-    # ------------------------------------------------------------------ the old names
+    # ------------------------------------------------------------------ what scripts call
+
+    def start_run(self, run: bool = True) -> bool:
+        """Start the run panel's settings live (False, with `last_error`, when they do not validate)."""
+        return self.runs.start_run(run)
+
+    def open_trace(self, path: str, run_id: str | None = None) -> bool:
+        """Replay run `run_id` (a prefix; asked when None) of the trace store at `path`."""
+        return self.traces.open_trace(path, run_id)
+
+    def action(self, action_id: str) -> QAction:
+        """The QAction of the table's action `action_id` ("file.compare_runs")."""
+        return self.qactions[action_id]
+
+    def jump_to(self, rnd: int, pos: int) -> None:
+        """Show round `rnd` (node or position `pos`, -1 for none) on the Inspect tab."""
+        self.follow_latest = False
+        self.tabs.setCurrentWidget(self.page)
+        self.model.select(rnd, pos)
+
+    @property
+    def replay_mismatch(self) -> list[str]:
+        return self.replay_panel.mismatch
+
+    # ------------------------------------------------------------------ the sessions' state
 
     @property
     def controller(self) -> RunController:
@@ -166,28 +209,29 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
 
     def _wire(self) -> None:
         """Connect the sessions, the panels and the timers to the window."""
+        runs, traces = self.runs, self.traces
         self.live.failed.connect(self._on_failed)
-        self.live.stateChanged.connect(self._on_state)
-        self.live.activity.connect(self._on_activity)
-        self.live.finished.connect(self._on_live_finished)
+        self.live.stateChanged.connect(runs.on_state)
+        self.live.activity.connect(self.on_activity)
+        self.live.finished.connect(runs.on_live_finished)
         self.controller.worker.preloaded.connect(self._on_preloaded)  # a slot: queued to the GUI thread
-        self.replay.loaded.connect(self._replay_done)
+        self.replay.loaded.connect(traces.replay_done)
         self.replay.progress.connect(lambda n: self.statusBar().showMessage(f"Loading… {n} rounds", 2000))
         self.replay.failed.connect(lambda message: self.show_error(message, title="Open trace"))
         self.replay.playingChanged.connect(self.navigator.set_playing)
         self.compare_session.failed.connect(self._on_failed)
-        self.run_panel.runClicked.connect(self.run_or_resume)
-        self.run_panel.pauseClicked.connect(self.pause)
-        self.run_panel.stepClicked.connect(self.step)
-        self.run_panel.stopClicked.connect(self.stop)
-        self.run_panel.edited.connect(self.panel_edited)
-        self.navigator.playToggled.connect(self.toggle_replay_play)
-        self.findings.findingActivated.connect(self.jump_to_finding)
+        self.run_panel.runClicked.connect(runs.run_or_resume)
+        self.run_panel.pauseClicked.connect(runs.pause)
+        self.run_panel.stepClicked.connect(runs.step)
+        self.run_panel.stopClicked.connect(runs.stop)
+        self.run_panel.edited.connect(self.replay_panel.panel_edited)
+        self.navigator.playToggled.connect(traces.toggle_replay_play)
+        self.findings.findingActivated.connect(self.checks.jump_to_finding)
         self.model.findingsChanged.connect(lambda: self.findings.set_findings(self.model.findings))
-        self.compare.compareRequested.connect(self.start_compare)
+        self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
         self.run_panel.edited.connect(self._temperature_to_compare)
-        self.live.follow_timer.timeout.connect(self._update_status)
+        self.live.follow_timer.timeout.connect(self.update_status)
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
         self.tabs.currentChanged.connect(self._tab_changed)
@@ -278,7 +322,6 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
             k = s.value(f"compare/{side}/k")
             if prop:
                 self.compare.set_side(side, str(prop), str(k or 4))
-        self.last_trace = s.value("trace/last") or None
 
     def save_settings(self) -> None:
         s = self.qsettings
@@ -308,6 +351,20 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         if self.compare_recording is not None:
             self.compare_recording.close()
         super().closeEvent(event)
+
+    # ------------------------------------------------------------------ drag and drop
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
+        if any(u.isLocalFile() and looks_like_trace(u.toLocalFile()) for u in urls):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        for u in event.mimeData().urls():
+            if u.isLocalFile() and looks_like_trace(u.toLocalFile()):
+                self.open_trace(u.toLocalFile())
+                event.acceptProposedAction()
+                return
 
     # ------------------------------------------------------------------ errors and status
 
@@ -342,15 +399,15 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
     def _on_failed(self, message: str, details: str) -> None:
         self.show_error(message, details)
 
-    def _on_activity(self, text: str) -> None:
+    def on_activity(self, text: str) -> None:
         if self.session.shows_run_state:
             if text:
                 self.run_panel.state_label.setText(text[0].upper() + text[1:])
             else:  # done: the panel's own words for the state again
                 self.run_panel.set_state(self.state)
-        self._update_status()
+        self.update_status()
 
-    def _update_status(self) -> None:
+    def update_status(self) -> None:
         m = self.model.metrics
         parts = [self.session.status_words()]
         if len(m):

@@ -55,7 +55,7 @@ def test_ticking_coupled_lanes_makes_both_lanes_emit_the_same_tokens(qtbot, wind
     assert all(coupling_seed_of(r.config) == 3 for r in runs)
     # replayed side by side from the store, the comparison still says it was coupled
     lane = {r.extra["lane"]: r.run_id for r in runs}
-    assert window.compare_stored(window.store_path, lane["A"], lane["B"])
+    assert window.traces.compare_stored(window.store_path, lane["A"], lane["B"])
     session = window.compare_session
     qtbot.waitUntil(lambda: session.source != "live" and len(session.models[1].output_tokens) == 30, timeout=20000)
     assert session.settings is None and session.coupled

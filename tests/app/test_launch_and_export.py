@@ -31,11 +31,11 @@ def test_export_views_and_jsonl(qtbot, window, tmp_path):
     configure(window, max_new_tokens="12")
     window.start_run()
     wait_idle(qtbot, window)
-    written = window.export_all(str(tmp_path))
+    written = window.exports.export_all(str(tmp_path))
     names = {p.rsplit("specscope-", 1)[1] for p in written}
     assert {"window.png", "timeline.png", "inspector.png", "tree.png", "plots.png"} <= names
     assert all((tmp_path / f"specscope-{n}").stat().st_size > 1000 for n in names)
-    assert window.export_jsonl(str(tmp_path / "run.jsonl"))
+    assert window.exports.export_jsonl(str(tmp_path / "run.jsonl"))
     assert (tmp_path / "run.jsonl").read_text().count("\n") >= len(window.model.rounds)
 
 

@@ -19,6 +19,17 @@ REPLAY_MS = 180
 REPLAY_BATCH = 256
 
 
+def run_token_text(hub: Any, info: Any) -> Any:
+    """Token text for a stored run: the hub's tokenizer when the run used the bundled target
+    (or a target of the same vocabulary), else the ids."""
+    try:
+        tok = hub.tokenizer()
+        if tok is not None and info.config.vocab_size and len(tok) > info.config.vocab_size:
+            tok = None
+        return hub.token_text(tok)
+    except Exception:  # noqa: BLE001 - fall back to ids
+        return hub.token_text(None)
+
 class ReplaySession(QObject):
     """Open a run of a trace store, load its rounds without blocking, play them."""
 
