@@ -7,7 +7,7 @@ Three sessions, no widgets in any of them (sessions/): `LiveSession` (a run of t
 Inspect tab's RunModel; the mode is which of the two is active. The controllers (controllers/)
 do what the actions ask: `runs` (run, step, pause, stop, compare), `traces` (open, compare
 and diff stored runs), `replay_panel` (the run panel during a replay), `checks` (the checker,
-findings, the recompute check) and `exports`.
+findings, the recompute check), `exports` and `docks` (the docks for the width).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QM
 
 from .actions import install_actions
 from .controllers.checks import CheckActions
+from .controllers.docks import RUN_DOCK_PX, DockLayout
 from .controllers.exports import Exports
 from .controllers.keys import StepKeys
 from .controllers.replay_panel import ReplayPanel
@@ -48,9 +49,6 @@ log = logging.getLogger(__name__)
 
 ORGANIZATION = "specscope"
 APPLICATION = "specscope"
-NARROW_PX = 1400  # below this width the live plots share the left column with the findings
-RUN_DOCK_PX = 320
-PLOTS_MIN_PX = 300
 
 
 def default_checker():
@@ -105,6 +103,7 @@ class MainWindow(QMainWindow):
         self.replay_panel = ReplayPanel(self)
         self.checks = CheckActions(self)
         self.exports = Exports(self)
+        self.docks = DockLayout(self)
         self._wire()
         self.qactions = install_actions(self, window_actions(self))
         self.step_keys = StepKeys(self, (self.run_panel.prompt, self.run_panel.checkpoint), self)
@@ -234,7 +233,7 @@ class MainWindow(QMainWindow):
         self.live.follow_timer.timeout.connect(self.update_status)
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
-        self.tabs.currentChanged.connect(self._tab_changed)
+        self.tabs.currentChanged.connect(self.docks.tab_changed)
 
     def _temperature_to_compare(self) -> None:
         """The Compare tab's coupled-lanes box follows the run panel's temperature (off at 0)."""
@@ -252,44 +251,12 @@ class MainWindow(QMainWindow):
         if not self._shown_once:
             self._shown_once = True
             if not isinstance(self.qsettings.value("window/state"), QByteArray):
-                QTimer.singleShot(0, self.default_dock_sizes)
-
-    _plots_tabbed_for_width = False
+                QTimer.singleShot(0, self.docks.default_sizes)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         super().resizeEvent(event)
         if self._shown_once:
-            self._adapt_docks()
-
-    def _adapt_docks(self) -> None:
-        """Below NARROW_PX wide the live plots dock becomes a tab beside the findings (a
-        column of its own would be clipped); wide again, it goes back to the right."""
-        plots = self.plots_dock
-        if plots.isFloating():
-            return
-        if self.width() < NARROW_PX and self.dockWidgetArea(plots) == Qt.DockWidgetArea.RightDockWidgetArea \
-                and not self.tabifiedDockWidgets(plots):
-            self.tabifyDockWidget(self.findings_dock, plots)
-            self.findings_dock.raise_()
-            self._plots_tabbed_for_width = True
-        elif self.width() >= NARROW_PX and self._plots_tabbed_for_width:
-            self._plots_tabbed_for_width = False
-            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, plots)
-            plots.show() if not self._plots_hidden_by_compare else None
-            self.resizeDocks([plots], [max(PLOTS_MIN_PX, self.width() // 4)], Qt.Orientation.Horizontal)
-
-    def default_dock_sizes(self) -> None:
-        """Docks for the window's size (see _adapt_docks), the run panel a fixed width."""
-        self._adapt_docks()
-        if self.width() < NARROW_PX:
-            self.resizeDocks([self.run_dock], [RUN_DOCK_PX], Qt.Orientation.Horizontal)
-        else:
-            self.resizeDocks([self.run_dock, self.plots_dock], [RUN_DOCK_PX, max(PLOTS_MIN_PX, self.width() // 4)],
-                             Qt.Orientation.Horizontal)
-        body = max(300, self.height() - 80)
-        self.resizeDocks([self.run_dock, self.findings_dock], [int(body * 0.62), int(body * 0.38)],
-                         Qt.Orientation.Vertical)
-        self.page.fit_sizes(max(400, self.height() - 140))
+            self.docks.adapt()
 
     # ------------------------------------------------------------------ settings
 
@@ -327,7 +294,7 @@ class MainWindow(QMainWindow):
         s = self.qsettings
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/state", self.saveState())
-        on_compare = self.tabs.currentWidget() is self.compare and self._plots_hidden_by_compare
+        on_compare = self.tabs.currentWidget() is self.compare and self.docks.plots_hidden_by_compare
         s.setValue("window/plots_hidden_by_compare", "true" if on_compare else "false")
         s.setValue("window/main_splitter", self.page.splitter.saveState())
         s.beginGroup("run")
@@ -380,18 +347,6 @@ class MainWindow(QMainWindow):
         box.setWindowModality(Qt.WindowModality.WindowModal)
         self.error_box = box
         box.open()
-
-    _plots_hidden_by_compare = False
-
-    def _tab_changed(self, index: int) -> None:
-        """Compare mode has its own plots per column: the single-run plots dock steps aside,
-        and comes back on leaving the tab (or at the next start)."""
-        if self.tabs.widget(index) is self.compare:
-            self._plots_hidden_by_compare = self.plots_dock.isVisible()
-            self.plots_dock.hide()
-        elif self._plots_hidden_by_compare:
-            self._plots_hidden_by_compare = False
-            self.plots_dock.show()
 
     def _on_preloaded(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
