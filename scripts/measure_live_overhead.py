@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from specscope.app.gui import create_app
     from specscope.app.gui.main_window import MainWindow
-    from specscope.app.gui.session import ModelHub
+    from specscope.app.gui.sessions.hub import ModelHub
     from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 
     app = create_app(["measure_live_overhead"])  # noqa: F841 - keeps the QApplication alive

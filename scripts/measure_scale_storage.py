@@ -198,7 +198,7 @@ def step_open(args: argparse.Namespace) -> dict:  # long: one event loop with it
 
     from specscope.app.gui import create_app
     from specscope.app.gui.main_window import MainWindow
-    from specscope.app.gui.timeline import TokenTimelineWidget
+    from specscope.app.gui.views.timeline import TokenTimelineWidget
 
     app = create_app([])
     window = MainWindow()

@@ -65,7 +65,7 @@ def render_tree(w, prompt: str, save) -> None:
     settle(0.4)
     save(w.inspector, "tree-inspector")
     # the plots on their own at a readable size (a small window tabs the dock narrow)
-    from specscope.app.gui.plots import LivePlotsWidget
+    from specscope.app.gui.views.plots import LivePlotsWidget
 
     plots = LivePlotsWidget(model, compact=True)
     plots.resize(max(640, w.width() // 2), max(480, w.height() * 2 // 3))
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from specscope.app.gui import create_app
     from specscope.app.gui.main_window import MainWindow
-    from specscope.app.gui.session import ModelHub, TinyModelHub
+    from specscope.app.gui.sessions.hub import ModelHub, TinyModelHub
 
     app = create_app(["render_screenshots"])  # noqa: F841 - keeps the QApplication alive
     tmp = Path(tempfile.mkdtemp(prefix="specscope-shots-"))
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     w.run_panel.set_texts({"prompt": copy, "temperature": "0", "max_new_tokens": "96"})
     w.compare.set_side(0, "draft-small", 4)
     w.compare.set_side(1, "lookup", 6)
-    w.start_compare()
+    w.runs.start_compare()
     wait(lambda: all(r.stop_reason for r in w.compare_session.results) and w.compare_controller.state == "idle")
     settle(0.6)
     save(w, "compare")
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             settle(0.3)
             if w.findings.findings:
                 w.findings.table.selectRow(0)
-                w.jump_to_finding(w.findings.findings[0])
+                w.checks.jump_to_finding(w.findings.findings[0])
             settle(0.6)
             save(w, "replay-findings")
             save(w.inspector.kv, "kv-cache-fault")

@@ -1,44 +1,54 @@
 """The main window: it arranges the views (run panel, Inspect and Compare tabs, live plots,
-findings) and routes the user's actions to the session that is active.
+findings), owns the sessions and the controllers, and builds its menus and keys from one
+table of actions (controllers/table.py: actions as data, installed by actions.py).
 
-Three sessions, no widgets in any of them: `LiveSession` (a run of the decoder),
+Three sessions, no widgets in any of them (sessions/): `LiveSession` (a run of the decoder),
 `ReplaySession` (a stored run) and `CompareSession` (two lanes). Live and replay fill the
-Inspect tab's RunModel; the mode is which of the two is active.
+Inspect tab's RunModel; the mode is which of the two is active. The controllers (controllers/)
+do what the actions ask: `runs` (run, step, pause, stop, compare), `traces` (open, compare
+and diff stored runs), `replay_panel` (the run panel during a replay), `checks` (the checker,
+findings, the recompute check), `exports` and `docks` (the docks for the width).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QWidget
 
-from .compare import CompareSession, CompareWidget
-from .compare_session import CompareRecorderFactory
-from .findings import FindingsWidget
-from .live_session import LiveSession
-from .pages import InspectPage
-from .plot_scroll import ScrollingPlots
-from .plots import LivePlotsWidget
-from .replay_session import ReplaySession
-from .runmodel import RunModel
-from .runpanel import RunPanelWidget
-from .session import ModelHub
-from .settings import RunSettings
-from .trace_dialogs import TraceDialogs
-from .window_actions import WindowActions
-from .window_menus import WindowMenus
-from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
+from .actions import install_actions
+from .controllers.checks import CheckActions
+from .controllers.docks import RUN_DOCK_PX, DockLayout
+from .controllers.exports import Exports
+from .controllers.keys import StepKeys
+from .controllers.replay_panel import ReplayPanel
+from .controllers.run_actions import RunActions
+from .controllers.table import window_actions
+from .controllers.trace_dialogs import TraceDialogs
+from .model.runmodel import RunModel
+from .model.settings import RunSettings
+from .model.traces import looks_like_trace
+from .sessions.compare import CompareRecorderFactory, CompareSession
+from .sessions.hub import ModelHub
+from .sessions.live import LiveSession
+from .sessions.replay import ReplaySession, run_token_text
+from .sessions.worker import IDLE, LOADING, PAUSED, RUNNING, RunController
+from .views.compare import CompareWidget
+from .views.findings import FindingsWidget
+from .views.pages import InspectPage
+from .views.plot_scroll import ScrollingPlots
+from .views.plots import LivePlotsWidget
+from .views.runpanel import RunPanelWidget
 
 log = logging.getLogger(__name__)
 
 ORGANIZATION = "specscope"
 APPLICATION = "specscope"
-NARROW_PX = 1400  # below this width the live plots share the left column with the findings
-RUN_DOCK_PX = 320
-PLOTS_MIN_PX = 300
 
 
 def default_checker():
@@ -62,7 +72,7 @@ def scrolled(widget: QWidget) -> QScrollArea:
     return area
 
 
-class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
+class MainWindow(QMainWindow):
     def __init__(self, hub: ModelHub | None = None, settings: QSettings | None = None, record: bool = True,
                  store_path: str | None = None):
         super().__init__()
@@ -75,29 +85,61 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.error_box: QMessageBox | None = None
         self.record = record
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
-        self.replay_mismatch: list[str] = []
         self._shown_once = False
         self.checker = default_checker()  # callable(config, rounds) -> findings
 
         self.model = RunModel(self)
         self.live = LiveSession(self.model, self.hub, self.store_path, record, self)
-        self.replay = ReplaySession(self.model, self._token_text_for, self)
+        self.replay = ReplaySession(self.model, functools.partial(run_token_text, self.hub), self)
         self.session: Any = self.live  # the active one of live and replay
         self.compare_recording = CompareRecorderFactory(self.store_path) if record else None
         self.compare_controller = RunController(self.hub, self.compare_recording, self)
         self.compare_session = CompareSession(self.compare_controller, self, self.compare_recording)
 
         self._build_widgets()
+        # the controllers the window owns; the table of actions routes menus and keys to them
+        self.runs = RunActions(self)
+        self.traces = TraceDialogs(self)
+        self.replay_panel = ReplayPanel(self)
+        self.checks = CheckActions(self)
+        self.exports = Exports(self)
+        self.docks = DockLayout(self)
         self._wire()
-        self._build_menus()
+        self.qactions = install_actions(self, window_actions(self))
+        self.step_keys = StepKeys(self, (self.run_panel.prompt, self.run_panel.checkpoint), self)
+        QApplication.instance().installEventFilter(self.step_keys)
         self._restore()
         self._temperature_to_compare()
-        self._on_state(IDLE)
+        self.runs.on_state(IDLE)
         device = self.run_panel.texts().get("device") or "cpu"
         self.statusBar().showMessage(f"Loading {self.hub.description()}…", 10000)
         self.controller.preload(device if device in self.hub.devices() else "cpu")
 
-    # ------------------------------------------------------------------ the old names
+    # ------------------------------------------------------------------ what scripts call
+
+    def start_run(self, run: bool = True) -> bool:
+        """Start the run panel's settings live (False, with `last_error`, when they do not validate)."""
+        return self.runs.start_run(run)
+
+    def open_trace(self, path: str, run_id: str | None = None) -> bool:
+        """Replay run `run_id` (a prefix; asked when None) of the trace store at `path`."""
+        return self.traces.open_trace(path, run_id)
+
+    def action(self, action_id: str) -> QAction:
+        """The QAction of the table's action `action_id` ("file.compare_runs")."""
+        return self.qactions[action_id]
+
+    def jump_to(self, rnd: int, pos: int) -> None:
+        """Show round `rnd` (node or position `pos`, -1 for none) on the Inspect tab."""
+        self.follow_latest = False
+        self.tabs.setCurrentWidget(self.page)
+        self.model.select(rnd, pos)
+
+    @property
+    def replay_mismatch(self) -> list[str]:
+        return self.replay_panel.mismatch
+
+    # ------------------------------------------------------------------ the sessions' state
 
     @property
     def controller(self) -> RunController:
@@ -166,31 +208,32 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
 
     def _wire(self) -> None:
         """Connect the sessions, the panels and the timers to the window."""
+        runs, traces = self.runs, self.traces
         self.live.failed.connect(self._on_failed)
-        self.live.stateChanged.connect(self._on_state)
-        self.live.activity.connect(self._on_activity)
-        self.live.finished.connect(self._on_live_finished)
+        self.live.stateChanged.connect(runs.on_state)
+        self.live.activity.connect(self.on_activity)
+        self.live.finished.connect(runs.on_live_finished)
         self.controller.worker.preloaded.connect(self._on_preloaded)  # a slot: queued to the GUI thread
-        self.replay.loaded.connect(self._replay_done)
+        self.replay.loaded.connect(traces.replay_done)
         self.replay.progress.connect(lambda n: self.statusBar().showMessage(f"Loading… {n} rounds", 2000))
         self.replay.failed.connect(lambda message: self.show_error(message, title="Open trace"))
         self.replay.playingChanged.connect(self.navigator.set_playing)
         self.compare_session.failed.connect(self._on_failed)
-        self.run_panel.runClicked.connect(self.run_or_resume)
-        self.run_panel.pauseClicked.connect(self.pause)
-        self.run_panel.stepClicked.connect(self.step)
-        self.run_panel.stopClicked.connect(self.stop)
-        self.run_panel.edited.connect(self.panel_edited)
-        self.navigator.playToggled.connect(self.toggle_replay_play)
-        self.findings.findingActivated.connect(self.jump_to_finding)
+        self.run_panel.runClicked.connect(runs.run_or_resume)
+        self.run_panel.pauseClicked.connect(runs.pause)
+        self.run_panel.stepClicked.connect(runs.step)
+        self.run_panel.stopClicked.connect(runs.stop)
+        self.run_panel.edited.connect(self.replay_panel.panel_edited)
+        self.navigator.playToggled.connect(traces.toggle_replay_play)
+        self.findings.findingActivated.connect(self.checks.jump_to_finding)
         self.model.findingsChanged.connect(lambda: self.findings.set_findings(self.model.findings))
-        self.compare.compareRequested.connect(self.start_compare)
+        self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
         self.run_panel.edited.connect(self._temperature_to_compare)
-        self.live.follow_timer.timeout.connect(self._update_status)
+        self.live.follow_timer.timeout.connect(self.update_status)
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
-        self.tabs.currentChanged.connect(self._tab_changed)
+        self.tabs.currentChanged.connect(self.docks.tab_changed)
 
     def _temperature_to_compare(self) -> None:
         """The Compare tab's coupled-lanes box follows the run panel's temperature (off at 0)."""
@@ -208,44 +251,12 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         if not self._shown_once:
             self._shown_once = True
             if not isinstance(self.qsettings.value("window/state"), QByteArray):
-                QTimer.singleShot(0, self.default_dock_sizes)
-
-    _plots_tabbed_for_width = False
+                QTimer.singleShot(0, self.docks.default_sizes)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         super().resizeEvent(event)
         if self._shown_once:
-            self._adapt_docks()
-
-    def _adapt_docks(self) -> None:
-        """Below NARROW_PX wide the live plots dock becomes a tab beside the findings (a
-        column of its own would be clipped); wide again, it goes back to the right."""
-        plots = self.plots_dock
-        if plots.isFloating():
-            return
-        if self.width() < NARROW_PX and self.dockWidgetArea(plots) == Qt.DockWidgetArea.RightDockWidgetArea \
-                and not self.tabifiedDockWidgets(plots):
-            self.tabifyDockWidget(self.findings_dock, plots)
-            self.findings_dock.raise_()
-            self._plots_tabbed_for_width = True
-        elif self.width() >= NARROW_PX and self._plots_tabbed_for_width:
-            self._plots_tabbed_for_width = False
-            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, plots)
-            plots.show() if not self._plots_hidden_by_compare else None
-            self.resizeDocks([plots], [max(PLOTS_MIN_PX, self.width() // 4)], Qt.Orientation.Horizontal)
-
-    def default_dock_sizes(self) -> None:
-        """Docks for the window's size (see _adapt_docks), the run panel a fixed width."""
-        self._adapt_docks()
-        if self.width() < NARROW_PX:
-            self.resizeDocks([self.run_dock], [RUN_DOCK_PX], Qt.Orientation.Horizontal)
-        else:
-            self.resizeDocks([self.run_dock, self.plots_dock], [RUN_DOCK_PX, max(PLOTS_MIN_PX, self.width() // 4)],
-                             Qt.Orientation.Horizontal)
-        body = max(300, self.height() - 80)
-        self.resizeDocks([self.run_dock, self.findings_dock], [int(body * 0.62), int(body * 0.38)],
-                         Qt.Orientation.Vertical)
-        self.page.fit_sizes(max(400, self.height() - 140))
+            self.docks.adapt()
 
     # ------------------------------------------------------------------ settings
 
@@ -278,13 +289,12 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
             k = s.value(f"compare/{side}/k")
             if prop:
                 self.compare.set_side(side, str(prop), str(k or 4))
-        self.last_trace = s.value("trace/last") or None
 
     def save_settings(self) -> None:
         s = self.qsettings
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/state", self.saveState())
-        on_compare = self.tabs.currentWidget() is self.compare and self._plots_hidden_by_compare
+        on_compare = self.tabs.currentWidget() is self.compare and self.docks.plots_hidden_by_compare
         s.setValue("window/plots_hidden_by_compare", "true" if on_compare else "false")
         s.setValue("window/main_splitter", self.page.splitter.saveState())
         s.beginGroup("run")
@@ -309,6 +319,20 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
             self.compare_recording.close()
         super().closeEvent(event)
 
+    # ------------------------------------------------------------------ drag and drop
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
+        if any(u.isLocalFile() and looks_like_trace(u.toLocalFile()) for u in urls):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        for u in event.mimeData().urls():
+            if u.isLocalFile() and looks_like_trace(u.toLocalFile()):
+                self.open_trace(u.toLocalFile())
+                event.acceptProposedAction()
+                return
+
     # ------------------------------------------------------------------ errors and status
 
     def show_error(self, message: str, details: str = "", title: str = "specscope") -> None:
@@ -324,33 +348,21 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
         self.error_box = box
         box.open()
 
-    _plots_hidden_by_compare = False
-
-    def _tab_changed(self, index: int) -> None:
-        """Compare mode has its own plots per column: the single-run plots dock steps aside,
-        and comes back on leaving the tab (or at the next start)."""
-        if self.tabs.widget(index) is self.compare:
-            self._plots_hidden_by_compare = self.plots_dock.isVisible()
-            self.plots_dock.hide()
-        elif self._plots_hidden_by_compare:
-            self._plots_hidden_by_compare = False
-            self.plots_dock.show()
-
     def _on_preloaded(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
 
     def _on_failed(self, message: str, details: str) -> None:
         self.show_error(message, details)
 
-    def _on_activity(self, text: str) -> None:
+    def on_activity(self, text: str) -> None:
         if self.session.shows_run_state:
             if text:
                 self.run_panel.state_label.setText(text[0].upper() + text[1:])
             else:  # done: the panel's own words for the state again
                 self.run_panel.set_state(self.state)
-        self._update_status()
+        self.update_status()
 
-    def _update_status(self) -> None:
+    def update_status(self) -> None:
         m = self.model.metrics
         parts = [self.session.status_words()]
         if len(m):

@@ -22,7 +22,7 @@ def gui_env(tmp_path, monkeypatch):
 def hub():
     """Tiny random Llama target + two perturbed drafts, built once for the session."""
     pytest.importorskip("PySide6")
-    from specscope.app.gui.session import TinyModelHub
+    from specscope.app.gui.sessions.hub import TinyModelHub
 
     return TinyModelHub()
 

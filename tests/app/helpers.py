@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specscope.app.gui.worker import IDLE
+from specscope.app.gui.sessions.worker import IDLE
 
 
 def configure(window, **texts):

@@ -10,7 +10,7 @@ from .helpers import wait_idle
 
 @pytest.fixture(scope="module")
 def bundled_hub():
-    from specscope.app.gui.session import ModelHub
+    from specscope.app.gui.sessions.hub import ModelHub
 
     hub = ModelHub()
     if hub.fallback:

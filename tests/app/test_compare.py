@@ -58,7 +58,7 @@ def test_sampled_compare_marks_the_first_divergence(qtbot, window):
     configure(window, max_new_tokens="40", temperature="1.0", seed="1")
     window.compare.set_side(0, "draft-small", 4)
     window.compare.set_side(1, "draft-tiny", 4)
-    window.start_compare()
+    window.runs.start_compare()
     wait_compare(qtbot, window)
     a, b = window.compare_session.models
     div = window.compare_session.first_divergence
@@ -71,7 +71,7 @@ def test_sampled_compare_marks_the_first_divergence(qtbot, window):
 def test_compare_rejects_a_bad_k(qtbot, window):
     configure(window)
     window.compare.set_side(1, "lookup", "x")
-    window.start_compare()
+    window.runs.start_compare()
     assert window.compare.errors[1].isVisible() and "whole number" in window.compare.errors[1].text()
     assert not window.compare.errors[0].text()
     assert window.compare_controller.state == "idle"

@@ -55,7 +55,7 @@ def test_ticking_coupled_lanes_makes_both_lanes_emit_the_same_tokens(qtbot, wind
     assert all(coupling_seed_of(r.config) == 3 for r in runs)
     # replayed side by side from the store, the comparison still says it was coupled
     lane = {r.extra["lane"]: r.run_id for r in runs}
-    assert window.compare_stored(window.store_path, lane["A"], lane["B"])
+    assert window.traces.compare_stored(window.store_path, lane["A"], lane["B"])
     session = window.compare_session
     qtbot.waitUntil(lambda: session.source != "live" and len(session.models[1].output_tokens) == 30, timeout=20000)
     assert session.settings is None and session.coupled
@@ -75,7 +75,7 @@ def test_coupled_lanes_box_is_off_at_temperature_zero(qtbot, window):
 def test_help_explains_the_coupling(qtbot, window, monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
-    from specscope.app.gui.compare import NOTE_HTML
+    from specscope.app.gui.views.compare import NOTE_HTML
 
     for words in ("Coupled lanes", "Gumbel", "exact", "prefixes agree", "sum min(p, q)"):
         assert words in NOTE_HTML  # the Compare tab's ? button

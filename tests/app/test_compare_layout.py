@@ -12,7 +12,7 @@ from .test_compare import wait_compare
 
 @pytest.mark.parametrize("size,cols", [((1024, 700), 1), ((1920, 1080), 2)])
 def test_lane_plots_keep_a_readable_size(qtbot, make_window, size, cols):
-    from specscope.app.gui.plot_scroll import ScrollingPlots
+    from specscope.app.gui.views.plot_scroll import ScrollingPlots
 
     w = make_window()
     w.resize(*size)

@@ -39,7 +39,7 @@ def test_cached_run_and_its_no_cache_reference_do_not_diverge(window, monkeypatc
     recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY),
                           SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, use_cache=False)])
     shown = pick_in_order(monkeypatch)
-    text = window.diff_runs_dialog(str(path))
+    text = window.traces.diff_runs_dialog(str(path))
     assert shown == [text] and "no divergence" in text and "compared 30 tokens" in text
 
 
@@ -49,7 +49,7 @@ def test_a_stale_cache_run_diverges(window, monkeypatch, tmp_path, pair):
     recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY),
                           faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft), k=4, sampling=GREEDY)])
     pick_in_order(monkeypatch)
-    text = window.diff_runs_dialog(str(path))
+    text = window.traces.diff_runs_dialog(str(path))
     assert "first [cache]" in text
 
 
@@ -59,5 +59,5 @@ def test_a_store_with_one_run_is_explained(window, monkeypatch, tmp_path):
     recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.05)), k=2)])
     errors = []
     monkeypatch.setattr(window, "show_error", lambda message, details="", title="": errors.append(message))
-    assert window.diff_runs_dialog(str(path)) is None
+    assert window.traces.diff_runs_dialog(str(path)) is None
     assert errors and "needs two" in errors[0]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from specscope.app.gui.settings import RunSettings, validate
-from specscope.app.gui.worker import PAUSED
+from specscope.app.gui.model.settings import RunSettings, validate
+from specscope.app.gui.sessions.worker import PAUSED
 
 from .helpers import configure, wait_idle
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_findings_are_one_line_each_and_the_selected_one_is_shown_whole(qtbot, gui_env):
-    from specscope.app.gui.findings import FindingsWidget
+    from specscope.app.gui.views.findings import FindingsWidget
 
     w = FindingsWidget()
     qtbot.addWidget(w)
@@ -29,7 +29,7 @@ def test_findings_are_one_line_each_and_the_selected_one_is_shown_whole(qtbot, g
 
 
 def test_findings_are_grouped_by_root_cause(qtbot, gui_env):
-    from specscope.app.gui.findings import FindingsWidget
+    from specscope.app.gui.views.findings import FindingsWidget
 
     w = FindingsWidget()
     qtbot.addWidget(w)

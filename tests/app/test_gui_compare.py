@@ -11,7 +11,7 @@ def _run_compare(qtbot, window):
     configure(window, max_new_tokens="20")
     window.compare.set_side(0, "draft-small", 4)
     window.compare.set_side(1, "draft-tiny", 2)
-    window.start_compare()
+    window.runs.start_compare()
     qtbot.waitUntil(lambda: all(r.stop_reason for r in window.compare_session.results)
                     and window.compare_controller.state == "idle", timeout=60000)
 
@@ -52,7 +52,7 @@ def test_lane_cells_give_the_whole_token_and_the_tab_has_the_legend(qtbot, windo
 def test_a_comparison_is_recorded_as_two_runs_and_replays_side_by_side(qtbot, make_window, tmp_path):
     from specscope.storage import TraceStore
 
-    from specscope.app.gui.compare_session import comparison_of
+    from specscope.app.gui.sessions.compare import comparison_of
 
     store = tmp_path / "cmp.sqlite"
     w = make_window(store_path=str(store))
@@ -74,5 +74,5 @@ def test_a_comparison_is_recorded_as_two_runs_and_replays_side_by_side(qtbot, ma
     assert r.compare_session.first_divergence is None  # greedy: both exact
     assert "no divergence" in r.compare.divergence.text()
     # any two runs side by side (File > Compare two runs)
-    assert r.compare_stored(str(store), lanes["B"].run_id, lanes["A"].run_id)
+    assert r.traces.compare_stored(str(store), lanes["B"].run_id, lanes["A"].run_id)
     assert r.tabs.currentWidget() is r.compare and a.config.run_id == lanes["B"].run_id

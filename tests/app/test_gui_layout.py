@@ -39,7 +39,7 @@ def test_the_window_fits_and_every_view_keeps_a_readable_minimum(qtbot, make_win
     assert w.inspector.res_plot.size().height() >= 100  # the residual plot has real height
     assert w.inspector.kv.graphics.height() >= 2 * 75
     # p/q token labels have room: no more bars than the plot's width gives each label
-    from specscope.app.gui.inspector import TICK_PX
+    from specscope.app.gui.views.inspector import TICK_PX
 
     qtbot.wait(150)  # a resize re-fits the bars after 50 ms
     bars = len(w.inspector.values["tokens"])
@@ -47,7 +47,7 @@ def test_the_window_fits_and_every_view_keeps_a_readable_minimum(qtbot, make_win
     # the live plots are either a dock of their own or a tab beside the findings, never clipped:
     # shown, every plot keeps a readable size (the dock scrolls them)
     assert w.plots_dock.width() >= 260 or w.tabifiedDockWidgets(w.plots_dock)
-    from specscope.app.gui.plot_scroll import ScrollingPlots
+    from specscope.app.gui.views.plot_scroll import ScrollingPlots
 
     w.plots_dock.raise_()
     qtbot.wait(150)

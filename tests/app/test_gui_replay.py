@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QMessageBox
 
-from specscope.app.gui import trace_dialogs
+from specscope.app.gui.controllers import trace_dialogs
+from specscope.app.gui.views import run_picker
 
 from .test_gui_kvview import _faulty_trace
 
@@ -74,14 +75,14 @@ def test_the_run_picker_tells_runs_apart(qtbot, window, hub, tmp_path, monkeypat
     seen = {}
 
     def pick(parent, runs, prompts, title="Open trace", findings=None):
-        seen["rows"] = [trace_dialogs.run_row(r, p, f) for r, p, f in zip(runs, prompts, findings)]
+        seen["rows"] = [run_picker.run_row(r, p, f) for r, p, f in zip(runs, prompts, findings)]
         return runs[1].run_id
 
     monkeypatch.setattr(trace_dialogs, "pick_run", pick)
     assert window.open_trace(str(path))
     assert window.model.config.run_id in ids
     rows = seen["rows"]
-    col = {name: i for i, name in enumerate(trace_dialogs.PICKER_COLUMNS)}
+    col = {name: i for i, name in enumerate(run_picker.PICKER_COLUMNS)}
     assert sorted(r[col["seed"]] for r in rows) == ["0", "1"]
     assert all(r[col["prompt starts"]].startswith("five six") for r in rows)
     assert all(r[col["stop"]] in ("budget", "eos") for r in rows)
@@ -95,12 +96,12 @@ def test_recompute_check_finds_the_stale_cache_from_the_gui(qtbot, window, hub, 
     run_id, _ = _faulty_trace(hub, path)
     assert window.open_trace(str(path), run_id=run_id)
     qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
-    found = window.recompute_check()
+    found = window.checks.recompute_check()
     assert found and all(f.rule == "recompute" for f in found)
     assert any(f.rule == "recompute" for f in window.findings.findings)
     clean = tmp_path / "clean.sqlite"
     clean_id = _stored_runs(hub, clean, seeds=(0,))[0]
     assert window.open_trace(str(clean), run_id=clean_id)
     qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
-    assert window.recompute_check() == []
+    assert window.checks.recompute_check() == []
     assert "matches a full recompute" in shown[-1]

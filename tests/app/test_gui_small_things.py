@@ -12,7 +12,7 @@ def test_the_first_step_says_it_loads_models_then_computes_round_0(qtbot, window
     said: list[str] = []
     window.live.activity.connect(said.append)
     configure(window)
-    window.step()
+    window.runs.step()
     qtbot.waitUntil(lambda: len(window.model.rounds) == 1, timeout=30000)
     words = [s for s in said if s]
     assert words and words[0].startswith("loading models")
@@ -32,10 +32,10 @@ def test_opening_a_trace_during_a_run_asks_first(qtbot, make_window, tmp_path):
     assert w.start_run(run=False)
     qtbot.waitUntil(lambda: w.state == "paused", timeout=30000)
     questions: list[str] = []
-    w.ask = lambda title, q: questions.append(q) or False
+    w.traces.ask = lambda title, q: questions.append(q) or False
     assert not w.open_trace(str(tmp_path / "rec.sqlite"))
     assert questions and w.mode == "live" and w.state == "paused"
-    w.ask = lambda title, q: questions.append(q) or True
+    w.traces.ask = lambda title, q: questions.append(q) or True
     assert w.open_trace(str(tmp_path / "rec.sqlite"))
     assert len(questions) == 2 and w.mode == "replay"
 
@@ -60,7 +60,7 @@ def test_threads_default_setting_and_status_bar(qtbot, window):
     assert default_threads(16) == 14
     assert f"{default_threads()} torch thread" in window.status_label.text()
     configure(window, threads="1")
-    window._update_status()
+    window.update_status()
     assert "1 torch thread " in window.status_label.text() + " "
     configure(window, threads="0")
     window.run_panel.validate()
@@ -113,7 +113,7 @@ def test_greedy_rounds_say_what_the_draft_believed_in_token_text(qtbot, window):
 
 def test_drafts_after_an_accepted_eos_are_said_to_be(qtbot, window):
     """Greedy is deterministic: rerun with EOS = a draft token that was accepted mid-round."""
-    from specscope.app.gui.describe import after_accepted_eos, describe_node
+    from specscope.app.gui.views.describe import after_accepted_eos, describe_node
 
     configure(window, temperature="0", max_new_tokens="40")
     assert window.start_run()

@@ -31,11 +31,11 @@ def test_export_views_and_jsonl(qtbot, window, tmp_path):
     configure(window, max_new_tokens="12")
     window.start_run()
     wait_idle(qtbot, window)
-    written = window.export_all(str(tmp_path))
+    written = window.exports.export_all(str(tmp_path))
     names = {p.rsplit("specscope-", 1)[1] for p in written}
     assert {"window.png", "timeline.png", "inspector.png", "tree.png", "plots.png"} <= names
     assert all((tmp_path / f"specscope-{n}").stat().st_size > 1000 for n in names)
-    assert window.export_jsonl(str(tmp_path / "run.jsonl"))
+    assert window.exports.export_jsonl(str(tmp_path / "run.jsonl"))
     assert (tmp_path / "run.jsonl").read_text().count("\n") >= len(window.model.rounds)
 
 
@@ -61,7 +61,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 import specscope.app.gui as gui
 from specscope.app.gui import main_window as mw
-from specscope.app.gui.session import TinyModelHub
+from specscope.app.gui.sessions.hub import TinyModelHub
 
 mw.ModelHub = TinyModelHub  # the tiny models, not the bundled ones
 store = sys.argv[1]

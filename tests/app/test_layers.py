@@ -7,9 +7,12 @@ from pathlib import Path
 
 import specscope.app.gui as gui
 
-VIEW_MODULES = ("timeline", "inspector", "tree", "plots", "findings", "runpanel", "navigator", "compare",
-                "describe", "runmodel", "metrics", "theme", "settings", "kvview", "pages", "tree_settings",
-                "tree_inspect", "plot_scroll")
+ROOT = Path(gui.__file__).parent
+# every view and model module (model/traces.py is the one GUI module that talks to storage)
+VIEW_MODULES = sorted([*ROOT.glob("views/*.py"), *(p for p in ROOT.glob("model/*.py") if p.name != "traces.py"),
+                       ROOT / "theme.py"])
+# app/gui's folders in layers, lowest first: a folder imports only the folders below it
+GUI_LAYERS = ("model", "sessions", "views", "controllers")
 FORBIDDEN = ("torch", "transformers", "sqlalchemy", "specscope.storage", "sqlite3")
 
 
@@ -25,10 +28,21 @@ def imports(path: Path) -> set[str]:
 
 
 def test_view_modules_import_no_torch_or_sql():
-    root = Path(gui.__file__).parent
-    for name in VIEW_MODULES:
-        bad = {m for m in imports(root / f"{name}.py") for f in FORBIDDEN if m == f or m.startswith(f + ".")}
-        assert not bad, f"{name}.py imports {bad}"
+    assert len(VIEW_MODULES) > 20
+    for path in VIEW_MODULES:
+        bad = {m for m in imports(path) for f in FORBIDDEN if m == f or m.startswith(f + ".")}
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_gui_folders_import_only_the_folders_below():
+    """model <- sessions <- views <- controllers <- main_window: the folders show the layers."""
+    offenders = []
+    for i, folder in enumerate(GUI_LAYERS):
+        above = tuple(f"specscope.app.gui.{name}" for name in (*GUI_LAYERS[i + 1:], "main_window"))
+        for path in sorted((ROOT / folder).glob("*.py")):
+            offenders += [f"{folder}/{path.name} imports {m}" for m in imports(path)
+                          if m.startswith(above)]
+    assert offenders == []
 
 
 def test_storage_and_core_do_not_import_qt():

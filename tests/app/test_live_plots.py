@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from specscope.app.gui.plots import FRAME_COST_SHARE, FRAME_MS, MAX_FRAME_MS, LivePlotsWidget
-from specscope.app.gui.runmodel import RunModel
-from specscope.app.gui.settings import RunSettings
+from specscope.app.gui.views.plots import FRAME_COST_SHARE, FRAME_MS, MAX_FRAME_MS, LivePlotsWidget
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.model.settings import RunSettings
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,7 @@ def test_cli_spec_errors_are_one_line(repeat_last, capsys, checkpoints):  # noqa
 
 
 def test_the_settings_offer_and_validate_a_newly_registered_kind(repeat_last):
-    from specscope.app.gui.settings import RunSettings, proposer_choices, validate
+    from specscope.app.gui.model.settings import RunSettings, proposer_choices, validate
 
     choices = {c.spec: c.label for c in proposer_choices()}
     assert choices["repeat-last"] == "repeat last (times=0)"
@@ -120,7 +120,7 @@ def test_the_settings_offer_and_validate_a_newly_registered_kind(repeat_last):
 
 
 def test_model_hub_builds_a_newly_registered_kind(repeat_last, hub):
-    from specscope.app.gui.settings import RunSettings
+    from specscope.app.gui.model.settings import RunSettings
 
     prep = hub.build(RunSettings(prompt=PROMPT, proposer="repeat-last:times=2", max_new_tokens=20))
     assert isinstance(prep.decoder.proposer, RepeatLastProposer) and prep.decoder.proposer.times == 2
@@ -129,7 +129,7 @@ def test_model_hub_builds_a_newly_registered_kind(repeat_last, hub):
 
 
 def test_the_run_panel_and_compare_lanes_run_a_newly_registered_kind(repeat_last, qtbot, make_window, hub):
-    from specscope.app.gui.settings import RunSettings
+    from specscope.app.gui.model.settings import RunSettings
 
     window = make_window()
     assert window.run_panel.proposer.findData("repeat-last") >= 0

@@ -68,7 +68,7 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
     assert not r.replay.playing
     # Export the run as JSONL through the storage format.
     out = tmp_path / "run.jsonl"
-    assert r.export_jsonl(str(out))
+    assert r.exports.export_jsonl(str(out))
     lines = out.read_text().splitlines()
     assert json.loads(lines[0])  # a header line
     assert len(lines) >= len(live_rounds)
@@ -137,7 +137,7 @@ def test_opening_a_trace_during_a_live_run_cancels_it(qtbot, make_window, tmp_pa
     w.start_run()
     qtbot.waitUntil(lambda: len(w.model.rounds) >= 2, timeout=20000)
     asked = []
-    w.ask = lambda title, question: asked.append(question) or True  # issue 20: it asks first
+    w.traces.ask = lambda title, question: asked.append(question) or True  # issue 20: it asks first
     assert w.open_trace(store, run_id=first_id)
     assert asked
     qtbot.waitUntil(lambda: w.replay_loaded and w.controller.state == "idle", timeout=20000)
@@ -154,10 +154,10 @@ def test_recording_keeps_full_vectors_when_asked(qtbot, make_window, tmp_path):
 
     store_path = str(tmp_path / "vectors.sqlite")
     w = make_window(store_path=store_path)
-    assert not w.full_vectors_action.isChecked()
+    assert not w.action("file.full_vectors").isChecked()
     default_id, _ = record_live(qtbot, w, temperature="1.0", max_new_tokens="8")
-    w.full_vectors_action.trigger()
-    assert w.full_vectors_action.isChecked() and "full probability vectors" in w.statusBar().currentMessage()
+    w.action("file.full_vectors").trigger()
+    assert w.action("file.full_vectors").isChecked() and "full probability vectors" in w.statusBar().currentMessage()
     full_id, rounds = record_live(qtbot, w, temperature="1.0", max_new_tokens="8")
     with TraceStore(store_path) as store:
         default, full = store.get_run(default_id), store.get_run(full_id)
@@ -167,4 +167,4 @@ def test_recording_keeps_full_vectors_when_asked(qtbot, make_window, tmp_path):
         assert not getattr(stored.nodes[0].p, "partial", False)
         assert stored.nodes[0].p == pytest.approx(rounds[0].nodes[0].p, rel=1e-6, abs=1e-12)
     # the choice is remembered
-    assert make_window(store_path=store_path).full_vectors_action.isChecked()
+    assert make_window(store_path=store_path).action("file.full_vectors").isChecked()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from specscope.app.gui import theme
-from specscope.app.gui.runmodel import RunModel, first_divergence, has_distributions, slim, top_tokens
-from specscope.app.gui.settings import RunSettings
+from specscope.app.gui.model.runmodel import RunModel, first_divergence, has_distributions, slim, top_tokens
+from specscope.app.gui.model.settings import RunSettings
 from specscope.core.records import RunSummary
 
 
@@ -79,7 +79,7 @@ def test_selection_defaults_to_the_interesting_position(qapp, sampled_run):
 
 def test_slim_rounds_come_back_full(qapp, sampled_run, monkeypatch):
     prep, result = sampled_run
-    import specscope.app.gui.runmodel as rm
+    import specscope.app.gui.model.runmodel as rm
 
     monkeypatch.setattr(rm, "FULL_BYTES", 0)  # force slimming at vocab 64
     monkeypatch.setattr(rm, "RECENT_FULL", 4)

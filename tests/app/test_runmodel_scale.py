@@ -10,9 +10,9 @@ import weakref
 import numpy as np
 import pytest
 
-from specscope.app.gui.compact import CompactRounds
-from specscope.app.gui.runmodel import RunModel, has_distributions, slim
-from specscope.app.gui.traces import TraceLibrary
+from specscope.app.gui.model.compact import CompactRounds
+from specscope.app.gui.model.runmodel import RunModel, has_distributions, slim
+from specscope.app.gui.model.traces import TraceLibrary
 from specscope.storage import TraceStore, TraceWriter
 
 from ..storage.helpers import synthetic_config, synthetic_rounds
@@ -106,7 +106,7 @@ def test_a_100k_round_run_loads_and_scrolls(qtbot):
     """100,000 slim rounds (as a replay reads them) into the model and the timeline: held in
     typed arrays (a few hundred bytes each), the timeline lays out every cell and paints its
     last rows, and the round under the last cell reads back."""
-    from specscope.app.gui.timeline import TokenTimelineWidget
+    from specscope.app.gui.views.timeline import TokenTimelineWidget
 
     config = synthetic_config(run_id="100k")
     base = [slim(r) for r in synthetic_rounds(config, 50)]
@@ -139,7 +139,7 @@ def test_a_100k_round_run_loads_and_scrolls(qtbot):
 def test_the_mean_accepted_length_is_a_running_sum():
     """The cost estimate each appended round updates uses a running sum (it summed the whole
     accepted-length buffer per round: quadratic over a long replay); same value."""
-    from specscope.app.gui.metrics import RunMetrics
+    from specscope.app.gui.model.metrics import RunMetrics
 
     config = synthetic_config(run_id="m")
     metrics = RunMetrics()

@@ -1,6 +1,6 @@
 """Run settings validation: every bad field gets its own message (no Qt needed)."""
 
-from specscope.app.gui.settings import RunSettings, validate
+from specscope.app.gui.model.settings import RunSettings, validate
 
 
 def texts(**over):

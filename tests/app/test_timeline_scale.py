@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from specscope.app.gui.runmodel import RunModel
-from specscope.app.gui.settings import RunSettings
-from specscope.app.gui.timeline import TokenTimelineWidget
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.views.timeline import TokenTimelineWidget
 
 
 def test_thousands_of_tokens_paint_fast(qtbot, hub):

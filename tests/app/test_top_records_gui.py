@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specscope.app.gui.inspector import RoundInspectorWidget
-from specscope.app.gui.runmodel import RunModel
-from specscope.app.gui.tree import DraftTreeView
+from specscope.app.gui.views.inspector import RoundInspectorWidget
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.views.tree import DraftTreeView
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.sampling.dists import TopDistribution
 

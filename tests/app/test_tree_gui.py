@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from specscope.app.gui.tree_inspect import is_tree, node_residuals
-from specscope.app.gui.worker import IDLE
+from specscope.app.gui.views.tree_inspect import is_tree, node_residuals
+from specscope.app.gui.sessions.worker import IDLE
 
 from .helpers import configure, wait_idle
 
@@ -102,7 +102,7 @@ def test_compare_lanes_offer_and_run_trees(qtbot, window, side, spec, tree):
     index = combo.findData(spec)
     assert index >= 0, "the lane's menu offers the tree"
     combo.setCurrentIndex(index)
-    window.start_compare()
+    window.runs.start_compare()
     qtbot.waitUntil(lambda: all(r.stop_reason for r in window.compare_session.results)
                     and window.compare_controller.state == "idle", timeout=60000)
     model = window.compare_session.models[side]

@@ -9,9 +9,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from specscope.app.gui.inspector import RoundInspectorWidget
-from specscope.app.gui.runmodel import RunModel
-from specscope.app.gui.tree_inspect import RECOMPUTED, RECORDED, node_residuals
+from specscope.app.gui.views.inspector import RoundInspectorWidget
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.views.tree_inspect import RECOMPUTED, RECORDED, node_residuals
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.storage.codec import PartialDistribution
 

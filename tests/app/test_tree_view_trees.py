@@ -2,8 +2,8 @@
 and draw of each tried node, the repair under the last rejected sibling, the nodes off the
 accepted path counted in the title."""
 
-from specscope.app.gui.runmodel import RunModel
-from specscope.app.gui.tree import DraftTreeView, build_tree, tree_notes
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.views.tree import DraftTreeView, build_tree, tree_notes
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 
 from ..tiny_models import noisy_copy, tiny_lm

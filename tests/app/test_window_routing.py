@@ -13,12 +13,12 @@ def test_keys_go_to_the_active_session(qtbot, make_window, tmp_path):
     store_path = str(tmp_path / "live.sqlite")
     w = make_window(store_path=store_path)
     configure(w, max_new_tokens="12")
-    w.step()  # live, idle: Step starts a run paused after round 0
+    w.runs.step()  # live, idle: Step starts a run paused after round 0
     qtbot.waitUntil(lambda: w.state == "paused" and len(w.model.rounds) == 1, timeout=20000)
     assert w.session is w.live and w.session.shows_run_state and w.trace_path == w.live.recorded_path
-    w.step_or_next()  # paused live run: Right steps one round
+    w.runs.step_or_next()  # paused live run: Right steps one round
     qtbot.waitUntil(lambda: len(w.model.rounds) == 2, timeout=20000)
-    w.stop()
+    w.runs.stop()
     qtbot.waitUntil(lambda: w.state == "idle", timeout=20000)
     run_id, rounds = record_live(qtbot, w, max_new_tokens="24")
 
@@ -27,11 +27,11 @@ def test_keys_go_to_the_active_session(qtbot, make_window, tmp_path):
     qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
     assert r.session is r.replay and not r.session.shows_run_state and r.trace_path == store_path
     r.model.select(0)
-    r.step_or_next()  # replay: Right browses, it starts nothing
+    r.runs.step_or_next()  # replay: Right browses, it starts nothing
     assert r.model.selected[0] == 1 and r.live.state == "idle"
-    r.toggle_run()  # replay: Space plays the stored rounds
+    r.runs.toggle_run()  # replay: Space plays the stored rounds
     assert r.replay.playing
-    r.toggle_run()
+    r.runs.toggle_run()
     assert not r.replay.playing
     qtbot.mouseClick(r.run_panel.run_button, Qt.MouseButton.LeftButton)  # Run from replay: a new live run
     wait_idle(qtbot, r)

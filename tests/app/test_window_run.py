@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from specscope.app.gui import theme
-from specscope.app.gui.worker import IDLE, PAUSED
+from specscope.app.gui.sessions.worker import IDLE, PAUSED
 
 from .helpers import configure, wait_idle
 

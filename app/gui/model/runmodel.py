@@ -18,7 +18,7 @@ from specscope.core.sampling.dists import TopDistribution
 from specscope.core.sampling.partial import is_full
 from specscope.core.records import Round, RunConfig
 
-from . import theme
+from specscope.app.gui import theme
 from .compact import CompactRounds
 from .metrics import RunMetrics
 from .traces import as_partial

@@ -11,11 +11,11 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from . import theme
-from .runmodel import RunModel, first_divergence
-from .session import PlainCost
-from .settings import RunSettings, proposer_label
-from .traces import Recorder, RecorderFactory
+from specscope.app.gui import theme
+from specscope.app.gui.model.runmodel import RunModel, first_divergence
+from .hub import PlainCost
+from specscope.app.gui.model.settings import RunSettings, proposer_label
+from specscope.app.gui.model.traces import Recorder, RecorderFactory
 from .worker import RunController
 
 SUMMARY_ROWS = (

@@ -7,8 +7,8 @@ from html import escape
 
 from specscope.core.records import DraftNode, Round
 
-from . import theme
-from .runmodel import Cell, RunModel, TokenText, visible_text
+from specscope.app.gui import theme
+from specscope.app.gui.model.runmodel import Cell, RunModel, TokenText, visible_text
 
 
 def fmt(x: float | None, digits: int = 4) -> str:

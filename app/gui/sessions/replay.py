@@ -10,14 +10,25 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from .runmodel import RunModel
-from .traces import TraceLibrary, describe_run
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.model.traces import TraceLibrary, describe_run
 
 log = logging.getLogger(__name__)
 
 REPLAY_MS = 180
 REPLAY_BATCH = 256
 
+
+def run_token_text(hub: Any, info: Any) -> Any:
+    """Token text for a stored run: the hub's tokenizer when the run used the bundled target
+    (or a target of the same vocabulary), else the ids."""
+    try:
+        tok = hub.tokenizer()
+        if tok is not None and info.config.vocab_size and len(tok) > info.config.vocab_size:
+            tok = None
+        return hub.token_text(tok)
+    except Exception:  # noqa: BLE001 - fall back to ids
+        return hub.token_text(None)
 
 class ReplaySession(QObject):
     """Open a run of a trace store, load its rounds without blocking, play them."""

@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from .runmodel import RunModel, has_distributions
-from .session import ModelHub
-from .settings import RunSettings
-from .traces import RecorderFactory, warm_up_trace_writer
+from specscope.app.gui.model.runmodel import RunModel, has_distributions
+from .hub import ModelHub
+from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.traces import RecorderFactory, warm_up_trace_writer
 from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, S
 
 from specscope.core import RunHandle, parse_spec
 
-from .session import ModelHub, Prepared
-from .settings import DEFAULT_PROPOSER, RunSettings
+from .hub import ModelHub, Prepared
+from specscope.app.gui.model.settings import DEFAULT_PROPOSER, RunSettings
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from . import theme
-from .metrics import ROLLING_WINDOW
-from .runmodel import RunModel
+from specscope.app.gui import theme
+from specscope.app.gui.model.metrics import ROLLING_WINDOW
+from specscope.app.gui.model.runmodel import RunModel
 
 FRAME_MS = 34  # <= 30 Hz
 MAX_FRAME_MS = 1000  # at least one frame a second while rounds arrive

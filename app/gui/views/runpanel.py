@@ -20,11 +20,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .settings import ENGINES, PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, proposer_choices, proposer_label, \
-    spec_text, validate
-from .tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, TREE_EXAMPLES, fold_tree, grows_trees, is_chain, \
-    split_tree
-from .worker import IDLE, LOADING, PAUSED, RUNNING
+from specscope.app.gui.model.settings import ENGINES, PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, \
+    proposer_choices, proposer_label, spec_text, validate
+from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, TREE_EXAMPLES, fold_tree, grows_trees, \
+    is_chain, split_tree
+from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING
 
 ERROR_STYLE = "color:#b00020; font-size:8pt;"
 ERROR_PX = 13  # every error line keeps this height, shown or not, so the form never jumps

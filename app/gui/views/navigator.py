@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
 
-from .runmodel import RunModel
+from specscope.app.gui.model.runmodel import RunModel
 
 
 class RoundNavigatorWidget(QWidget):

@@ -27,7 +27,7 @@ from specscope.core.records import Round
 from specscope.core.verify.tree import CHILDREN_MODES, child_proposal
 from specscope.core.verify.chain import residual_distribution
 
-from .traces import as_partial
+from specscope.app.gui.model.traces import as_partial
 
 RECORDED = "recorded"
 # what a child's acceptance test divides by, per children mode (core.tree_verify)

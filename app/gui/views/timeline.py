@@ -20,9 +20,9 @@ from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPen, QPolygon
 from PySide6.QtWidgets import QAbstractScrollArea, QToolTip
 
-from . import theme
+from specscope.app.gui import theme
 from .describe import badge_text, describe_cell, describe_tree_round, is_coupled, is_tree_run
-from .runmodel import RunModel
+from specscope.app.gui.model.runmodel import RunModel
 
 PAD_X = 4
 PAD_Y = 2

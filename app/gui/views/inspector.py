@@ -22,10 +22,10 @@ from PySide6.QtWidgets import QBoxLayout, QFrame, QLabel, QScrollArea, QSizePoli
 from specscope.core.sampling.partial import known_ids
 from specscope.core.records import Round
 
-from . import theme
+from specscope.app.gui import theme
 from .describe import COUPLED_REPAIR, after_accepted_eos, fmt, is_coupled, node_decision, tok
 from .kvview import KVCacheView
-from .runmodel import RunModel, top_tokens, visible_text
+from specscope.app.gui.model.runmodel import RunModel, top_tokens, visible_text
 from .tree_inspect import NodeResiduals, children_mode, decision_html, is_tree, node_residuals, updates_html
 
 TOP_N = 10

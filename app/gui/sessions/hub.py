@@ -20,7 +20,7 @@ from specscope.core import SamplingConfig, SpeculativeDecoder, build_proposer
 from specscope.core.loading import models as loading
 from specscope.core.records import RunConfig
 
-from .settings import RunSettings
+from specscope.app.gui.model.settings import RunSettings
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
-from . import theme
+from specscope.app.gui import theme
 from .inspector import RoundInspectorWidget
 from .navigator import RoundNavigatorWidget
-from .runmodel import RunModel
+from specscope.app.gui.model.runmodel import RunModel
 from .timeline import TokenTimelineWidget
 from .tree import DraftTreeView
 

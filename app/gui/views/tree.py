@@ -27,9 +27,9 @@ from PySide6.QtWidgets import (
 
 from specscope.core.records import Round
 
-from . import theme
+from specscope.app.gui import theme
 from .describe import after_accepted_eos, describe_node, fmt, tok
-from .runmodel import RunModel, visible_text
+from specscope.app.gui.model.runmodel import RunModel, visible_text
 
 DX = 104  # room for the edges of wide trees to fan out
 DY = 44

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QMessageBox, QTool
 
 from specscope.core.records import CacheState, Round
 
-from . import theme
-from .runmodel import RunModel
+from specscope.app.gui import theme
+from specscope.app.gui.model.runmodel import RunModel
 
 ROW_MIN_PX = 80  # a cache row's plot never gets shorter than this (its four labels need it)
 WRONG = "#b00020"

@@ -28,12 +28,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import theme
-from .compare_session import SUMMARY_ROWS, CompareSession, LaneSettings
+from specscope.app.gui import theme
+from specscope.app.gui.sessions.compare import SUMMARY_ROWS, CompareSession, LaneSettings
 from .inspector import RoundInspectorWidget
 from .plot_scroll import ScrollingPlots
 from .plots import LivePlotsWidget
-from .settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
+from specscope.app.gui.model.settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
 from .timeline import TokenTimelineWidget
 from .tree import DraftTreeView
 

@@ -1,0 +1,78 @@
+"""The checker's side of the window: run it when a run ends or a replay is loaded, show its
+findings, jump to one, and the deep recompute check (Run > Recompute check). Owned by the
+window (`window.checks`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+from PySide6.QtWidgets import QMessageBox
+
+log = logging.getLogger(__name__)
+
+
+class CheckActions:
+    def __init__(self, window: Any):
+        self.w = window
+
+    def recompute_check(self) -> list | None:
+        """Recompute every round's p with the target from the full prefix (no cache) and
+        compare with the recorded p: the check that catches stale cache state. Needs the
+        run's target (the bundled one, or the tiny model for tiny runs)."""
+        from specscope.core.check.checker import recompute_findings
+
+        w = self.w
+        if w.model.config is None or not w.model.rounds:
+            w.show_error("Nothing to check yet: run or open a trace first.", title="Recompute check")
+            return None
+        if w.live.busy:
+            w.show_error("Wait for the run to finish (or stop it) before recomputing.", title="Recompute check")
+            return None
+        w.statusBar().showMessage("Recomputing every round with the target…")
+        try:
+            device = w.run_panel.texts().get("device") or "cpu"
+            target, _ = w.hub.target(device if device in w.hub.devices() else "cpu")
+            found = recompute_findings(w.model.config, self.rounds_for_checking(), target)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
+            w.show_error(f"The recompute check failed: {exc}", title="Recompute check")
+            return None
+        self.set_findings(list(w.model.findings) + list(found))
+        text = (f"{len(found)} round(s) whose recorded p differs from a full recompute of the target"
+                if found else "every round's recorded p matches a full recompute of the target")
+        w.statusBar().showMessage(f"Recompute check: {text}", 15000)
+        QMessageBox.information(w, "Recompute check", text[0].upper() + text[1:] + ".")
+        return list(found)
+
+    def set_findings(self, findings: Iterable[Any]) -> None:
+        """Show the checker's findings (objects/dicts with round, position, rule, message)."""
+        self.w.model.set_findings(findings)
+
+    def rounds_for_checking(self) -> list:
+        return self.w.session.rounds_for_checking()
+
+    def run_checker(self) -> None:
+        w = self.w
+        if w.checker is None or not w.model.rounds or w.model.config is None:
+            return
+        try:
+            found = w.checker(w.model.config, self.rounds_for_checking())
+        except Exception as exc:  # noqa: BLE001
+            log.exception("the checker failed")
+            w.findings.set_error(str(exc))
+            return
+        self.set_findings(found)
+        if found:
+            w.findings_dock.raise_()
+            w.statusBar().showMessage(f"The checker found {len(found)} problem(s); see Findings.", 15000)
+
+    def jump_to_finding(self, f) -> None:
+        cells = self.w.model.cells
+        pos = -1
+        if f.node is not None:
+            pos = f.node
+        elif f.position is not None and 0 <= f.position < len(cells.out_cell):
+            cell = cells.cell(cells.out_cell[f.position])
+            if cell.round == f.round:
+                pos = cell.pos
+        self.w.jump_to(f.round, pos)

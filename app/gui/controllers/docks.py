@@ -1,0 +1,61 @@
+"""The window's docks for its width: below NARROW_PX the live plots dock becomes a tab beside
+the findings (a column of its own would be clipped) and goes back to the right when the
+window is wide again; the Compare tab, with its own plots per lane, hides the single-run plots
+dock while it is shown. Owned by the window (`window.docks`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+
+NARROW_PX = 1400  # below this width the live plots share the left column with the findings
+RUN_DOCK_PX = 320
+PLOTS_MIN_PX = 300
+
+
+class DockLayout:
+    def __init__(self, window: Any):
+        self.w = window
+        self.plots_tabbed_for_width = False
+        self.plots_hidden_by_compare = False
+
+    def adapt(self) -> None:
+        """The plots dock tabbed with the findings below NARROW_PX wide, on the right above it."""
+        w, plots = self.w, self.w.plots_dock
+        if plots.isFloating():
+            return
+        if w.width() < NARROW_PX and w.dockWidgetArea(plots) == Qt.DockWidgetArea.RightDockWidgetArea \
+                and not w.tabifiedDockWidgets(plots):
+            w.tabifyDockWidget(w.findings_dock, plots)
+            w.findings_dock.raise_()
+            self.plots_tabbed_for_width = True
+        elif w.width() >= NARROW_PX and self.plots_tabbed_for_width:
+            self.plots_tabbed_for_width = False
+            w.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, plots)
+            if not self.plots_hidden_by_compare:
+                plots.show()
+            w.resizeDocks([plots], [max(PLOTS_MIN_PX, w.width() // 4)], Qt.Orientation.Horizontal)
+
+    def default_sizes(self) -> None:
+        """Docks for the window's size (see adapt), the run panel a fixed width."""
+        w = self.w
+        self.adapt()
+        if w.width() < NARROW_PX:
+            w.resizeDocks([w.run_dock], [RUN_DOCK_PX], Qt.Orientation.Horizontal)
+        else:
+            w.resizeDocks([w.run_dock, w.plots_dock], [RUN_DOCK_PX, max(PLOTS_MIN_PX, w.width() // 4)],
+                          Qt.Orientation.Horizontal)
+        body = max(300, w.height() - 80)
+        w.resizeDocks([w.run_dock, w.findings_dock], [int(body * 0.62), int(body * 0.38)], Qt.Orientation.Vertical)
+        w.page.fit_sizes(max(400, w.height() - 140))
+
+    def tab_changed(self, index: int) -> None:
+        """The plots dock steps aside on the Compare tab and comes back on leaving it."""
+        w = self.w
+        if w.tabs.widget(index) is w.compare:
+            self.plots_hidden_by_compare = w.plots_dock.isVisible()
+            w.plots_dock.hide()
+        elif self.plots_hidden_by_compare:
+            self.plots_hidden_by_compare = False
+            w.plots_dock.show()

@@ -1,0 +1,90 @@
+"""The run panel while a stored run replays: it holds the run's settings, so Run reproduces
+it, and says where the panel no longer matches the trace. Owned by the window
+(`window.replay_panel`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from specscope.app.gui.model.settings import spec_of_run
+from specscope.app.gui.sessions.worker import IDLE
+
+log = logging.getLogger(__name__)
+
+
+class ReplayPanel:
+    def __init__(self, window: Any):
+        self.w = window
+        self.trace_texts: dict[str, str] | None = None  # the panel's texts as the trace set them
+        self.trace_label = ""
+        self.mismatch: list[str] = []  # what the panel cannot reproduce of the replayed run
+
+    def decode_prompt(self, info: Any) -> str | None:
+        """The run's prompt text: stored, or decoded from its prompt ids with the tokenizer
+        when the run's vocabulary is the bundled one's (None otherwise)."""
+        if info.prompt_text:
+            return info.prompt_text
+        try:
+            tok = self.w.hub.tokenizer()
+            if tok is None or (info.config.vocab_size and len(tok) > info.config.vocab_size):
+                return None
+            return tok.decode(list(info.config.prompt_ids))
+        except Exception:  # noqa: BLE001 - only a convenience
+            log.exception("could not decode the prompt")
+            return None
+
+    def show_trace_settings(self, info: Any) -> None:
+        """Put the replayed run's settings in the run panel, so Run reproduces it; say what
+        differs when the panel cannot hold the trace's exact settings."""
+        cfg = info.config
+        panel = self.w.run_panel
+        proposer = spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name)
+        texts = {"k": str(cfg.k), "temperature": f"{cfg.sampling.temperature:g}", "top_k": str(cfg.sampling.top_k),
+                 "top_p": f"{cfg.sampling.top_p:g}", "seed": str(cfg.seed), "max_new_tokens": str(cfg.max_new_tokens),
+                 "eos": "none" if cfg.eos_token_id is None else str(cfg.eos_token_id)}
+        if proposer:
+            texts["proposer"] = proposer
+        prompt = self.decode_prompt(info)
+        if prompt is not None:
+            texts["prompt"] = prompt
+        self.trace_texts = None  # set_texts below must not compare against another trace
+        panel.set_texts(texts)
+        self.trace_texts = {k: v for k, v in panel.texts().items() if k in texts}
+        self.mismatch = self.panel_mismatch(info)
+        note = f" Not reproducible from the panel: {'; '.join(self.mismatch)}." if self.mismatch else ""
+        self.trace_label = f"Replaying run {info.run_id[:8]} ({info.status}); Run starts these settings live.{note}"
+        panel.set_state(IDLE, self.trace_label)
+
+    def panel_edited(self) -> None:
+        """While replaying: say when the run panel no longer holds the trace's settings."""
+        texts, info = self.trace_texts, self.w.replay.info
+        if self.w.mode != "replay" or not texts or info is None:
+            return
+        now = self.w.run_panel.texts()
+        changed = [k for k, v in texts.items() if now.get(k) != v]
+        if changed:
+            self.w.run_panel.state_label.setText(
+                f"Replaying run {info.run_id[:8]}; the panel no longer matches the trace ({', '.join(changed)} "
+                f"changed): Run starts the panel's settings.")
+        else:
+            self.w.run_panel.state_label.setText(self.trace_label)
+
+    def panel_mismatch(self, info: Any) -> list[str]:
+        """What in the run panel does not reproduce the trace (empty when Run would)."""
+        out = []
+        cfg = info.config
+        prompt = self.decode_prompt(info)
+        if prompt is None:
+            out.append("the prompt (no text stored and the run's tokenizer is not the bundled one)")
+        else:
+            try:
+                hub = self.w.hub
+                ids = hub.encode(prompt, hub.tokenizer(), cfg.vocab_size or 1)
+                if tuple(ids) != tuple(cfg.prompt_ids):
+                    out.append("the prompt (its text re-encodes to other token ids)")
+            except Exception:  # noqa: BLE001
+                out.append("the prompt (it could not be re-encoded)")
+        if spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name) is None:
+            out.append(f"the proposer {cfg.draft_name or cfg.proposer}")
+        return out

@@ -1,0 +1,105 @@
+"""What the run buttons and keys do, routed to the active session: run, step, pause and stop
+a live run; play a replay; start a comparison; what full vectors the next recordings keep.
+Owned by the window (`window.runs`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.sessions.worker import LOADING, RUNNING
+
+FULL_VECTORS_KEY = "recording/full_vectors"
+
+
+class RunActions:
+    def __init__(self, window: Any):
+        self.w = window
+        self.full_vectors = str(window.qsettings.value(FULL_VECTORS_KEY, "false")) == "true"
+        window.live.recording.full_vectors = self.full_vectors
+
+    def set_full_vectors(self, checked: bool) -> None:
+        """File > Record full probability vectors (for the next recorded runs)."""
+        self.full_vectors = checked
+        self.w.live.recording.full_vectors = checked
+        self.w.qsettings.setValue(FULL_VECTORS_KEY, "true" if checked else "false")
+        self.w.statusBar().showMessage(
+            "The next recorded runs keep full probability vectors" if checked
+            else "The next recorded runs keep the top-N of each distribution (full vectors for vocabularies up to 1024)", 8000)
+
+    def validated_settings(self) -> RunSettings | None:
+        v = self.w.run_panel.validate()
+        if not v.ok:
+            first = next(iter(v.errors.values()))
+            self.w.statusBar().showMessage(f"Cannot run: {first}", 10000)
+            self.w.last_error = first
+            return None
+        return v.settings
+
+    def start_run(self, run: bool = True) -> bool:
+        """Start the run panel's settings live (leaving a replay); False when they do not validate."""
+        settings = self.validated_settings()
+        if settings is None:
+            return False
+        self.w.traces.leave_replay()
+        self.w.findings.set_findings([], checked=False)
+        self.w.live.start(settings, run=run)
+        self.w.setWindowTitle(f"specscope — live: {settings.describe()}")
+        return True
+
+    def run_or_resume(self) -> None:
+        self.w.session.run_key(self.start_run)
+
+    def toggle_run(self) -> None:
+        """Space: run/pause (replay: play; the Compare tab: start or stop the comparison)."""
+        w = self.w
+        if w.tabs.currentWidget() is w.compare:
+            if w.compare_controller.state in (RUNNING, LOADING):
+                w.compare_session.stop()
+            else:
+                self.start_compare()
+            return
+        w.session.space_key(self.start_run)
+
+    def pause(self) -> None:
+        self.w.live.pause()
+
+    def step(self) -> None:
+        self.w.session.step_key(self.start_run)
+
+    def step_or_next(self) -> None:
+        if self.w.session.browses():
+            self.w.follow_latest = False
+            self.w.navigator.next()
+        else:
+            self.step()
+
+    def stop(self) -> None:
+        self.w.live.stop()
+
+    def start_compare(self) -> None:
+        w = self.w
+        w.tabs.setCurrentWidget(w.compare)
+        pair = w.compare.settings_pair(w.run_panel.texts(), w.hub.devices())
+        if pair is None:
+            base = w.run_panel.validate()
+            msg = next(iter(base.errors.values()), "check the proposers and k of A and B")
+            w.statusBar().showMessage(f"Cannot compare: {msg}", 10000)
+            w.last_error = msg
+            return
+        w.compare_session.start(*pair)
+
+    def on_state(self, state: str) -> None:
+        w = self.w
+        if w.session.shows_run_state:
+            w.run_panel.set_state(state)
+            if w.live.activity_text:
+                w.on_activity(w.live.activity_text)
+        w.update_status()
+
+    def on_live_finished(self, reason: str) -> None:
+        self.w.checks.run_checker()
+        m = self.w.model.metrics
+        self.w.statusBar().showMessage(
+            f"Run finished ({reason}): {m.emitted_total} tokens in {len(m)} rounds, "
+            f"mean accepted length {m.mean_accepted_length:.2f}", 15000)

@@ -1,0 +1,74 @@
+"""The main window's actions, as data: every menu entry and key of the window in one table,
+routed to the controller that does it. `install_actions` (app/gui/actions.py) builds the
+menus and shortcuts from it; tests trigger each entry by its id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
+
+from specscope.app.gui.actions import Action
+
+from . import help_pages
+
+FULL_VECTORS_TIP = ("Recordings keep every p, q and residual in full (about 40x the bytes of the top-N at a vocabulary "
+                    "of 4096, and slower to record); otherwise the top-N and each vector's support, minimum and sum")
+Key = Qt.Key
+
+
+def window_actions(w: Any) -> tuple[Action, ...]:
+    """The table for window `w` (its controllers: runs, traces, exports, checks; its docks)."""
+    return (*file_actions(w), *run_actions(w), *view_actions(w), *help_actions(w))
+
+
+def file_actions(w: Any) -> tuple[Action, ...]:
+    traces, exports = w.traces, w.exports
+    return (
+        Action("file.open", "&Open trace…", traces.open_trace_dialog, "&File", QKeySequence.StandardKey.Open),
+        Action("file.open_last", "Open &last trace", traces.open_last_trace, "&File", "Ctrl+Shift+O"),
+        Action("file.open_recording_store", "Open the &recording store", traces.open_recording_store, "&File"),
+        Action("file.full_vectors", "Record &full probability vectors", w.runs.set_full_vectors, "&File",
+               tip=FULL_VECTORS_TIP, checkable=True, checked=lambda: w.runs.full_vectors),
+        Action("file.compare_runs", "&Compare two runs…", traces.compare_stored_dialog, "&File",
+               tip="Put two stored runs of a trace store side by side on the Compare tab"),
+        Action("file.diff_runs", "&Diff two runs of a trace…", traces.diff_runs_dialog, "&File",
+               tip="Align two stored runs and report the first divergence in tokens, p and caches"),
+        Action("file.export_view", "Export current view as &PNG…", exports.export_view_dialog, "&File", "Ctrl+E",
+               group="export"),
+        Action("file.export_all", "Export all views as PNG to a folder…", exports.export_all_dialog, "&File",
+               group="export"),
+        Action("file.export_jsonl", "Export run as &JSONL…", exports.export_jsonl_dialog, "&File", "Ctrl+J",
+               group="export"),
+        Action("file.quit", "&Quit", w.close, "&File", QKeySequence.StandardKey.Quit, group="quit"),
+    )
+
+
+def run_actions(w: Any) -> tuple[Action, ...]:
+    runs, nav = w.runs, w.navigator
+    return (
+        Action("run.toggle", "Run / Pause", runs.toggle_run, "&Run", Key.Key_Space),
+        Action("run.step", "Step one round / next round", runs.step_or_next, "&Run", Key.Key_Right),
+        Action("run.previous", "Previous round", nav.prev, "&Run", Key.Key_Left),
+        Action("run.first", "First round", nav.first, "&Run", Key.Key_Home),
+        Action("run.last", "Last round", nav.last, "&Run", Key.Key_End),
+        Action("run.stop", "Stop", runs.stop, "&Run", "Ctrl+."),
+        Action("run.recompute_check", "Re&compute check (replay the target)", w.checks.recompute_check, "&Run",
+               tip="Recompute every round's p with the target from the full prefix and compare with the recorded p",
+               group="check"),
+    )
+
+
+def view_actions(w: Any) -> tuple[Action, ...]:
+    """Show or hide each dock: Qt's own toggle, which also follows a dock closed by its button."""
+    docks = (("view.run_dock", w.run_dock), ("view.plots_dock", w.plots_dock), ("view.findings_dock", w.findings_dock))
+    return tuple(Action(name, dock.windowTitle(), None, "&View", qaction=dock.toggleViewAction) for name, dock in docks)
+
+
+def help_actions(w: Any) -> tuple[Action, ...]:
+    return (
+        Action("help.legend", "Legend and keys", lambda: help_pages.show_legend(w), "&Help"),
+        Action("help.kv_caches", "KV caches", lambda: help_pages.show_kv_help(w), "&Help"),
+        Action("help.coupled_lanes", "Coupled lanes", lambda: help_pages.show_coupling_help(w), "&Help"),
+    )

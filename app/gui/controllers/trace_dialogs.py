@@ -1,0 +1,259 @@
+"""Everything that opens a trace store: open one of its runs for replay (asking which, and
+before replacing a live run), compare two stored runs side by side, diff two runs. Owned by
+the window (`window.traces`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
+
+from specscope.app.gui.model.traces import TraceLibrary, describe_run
+from specscope.app.gui.sessions.replay import run_token_text
+from specscope.app.gui.views.run_picker import pick_run
+
+log = logging.getLogger(__name__)
+
+TRACE_FILTER = "Trace stores (*.sqlite *.sqlite3 *.db);;All files (*)"
+CHECK_ROUNDS = 20_000  # the picker checks runs (for their finding counts) up to this many rounds in all
+
+
+def finding_counts(library: TraceLibrary, runs: list[Any]) -> list[str]:
+    """Each run's finding count from the checker ("—" past CHECK_ROUNDS rounds in all)."""
+    from specscope.core.check.checker import check_run
+
+    out, budget = [], CHECK_ROUNDS
+    for info in runs:
+        if info.n_rounds > budget:
+            out.append("—")
+            continue
+        budget -= info.n_rounds
+        try:
+            out.append(str(len(check_run(info.config, list(library.store.iter_rounds(info.run_id, full=True))))))
+        except Exception:  # noqa: BLE001 - a count is a convenience
+            out.append("?")
+    return out
+
+
+class TraceDialogs:
+    def __init__(self, window: Any):
+        self.w = window
+        self.last_trace = window.qsettings.value("trace/last") or None
+
+    def ask(self, title: str, question: str) -> bool:
+        """A yes/no question (tests replace it)."""
+        answer = QMessageBox.question(self.w, title, question)
+        return answer == QMessageBox.StandardButton.Yes
+
+    def choose_file(self, title: str) -> str:
+        """A trace store picked in a file dialog ("" when cancelled)."""
+        path, _ = QFileDialog.getOpenFileName(self.w, title, str(self.last_trace or ""), TRACE_FILTER)
+        return path
+
+    # ------------------------------------------------------------------ opening a run
+
+    def open_trace_dialog(self) -> None:
+        path = self.choose_file("Open a trace")
+        if path:
+            self.open_trace(path)
+
+    def open_last_trace(self) -> None:
+        if self.last_trace and os.path.exists(str(self.last_trace)):
+            self.open_trace(str(self.last_trace))
+        else:
+            self.w.show_error("No trace was opened before (or it has moved).")
+
+    def open_recording_store(self) -> None:
+        """The store live runs are recorded to: pick one of its runs to replay."""
+        from specscope.app.gui.model.traces import default_trace_path
+
+        path = self.w.store_path or default_trace_path()
+        if os.path.exists(path):
+            self.open_trace(path)
+        else:
+            self.w.show_error(f"No run has been recorded yet ({path} does not exist).")
+
+    def _choose_run(self, library: TraceLibrary, runs: list[Any]) -> str | None:
+        if len(runs) == 1:
+            return runs[0].run_id
+        prompts = [r.prompt_text or self.w.replay_panel.decode_prompt(r) for r in runs]
+        return pick_run(self.w, runs, prompts, findings=finding_counts(library, runs))
+
+    def open_trace(self, path: str, run_id: str | None = None) -> bool:
+        """Open a trace store (a file, or a database URL) and replay one of its runs (asks
+        which when there are several, and before replacing a live run that is going)."""
+        if "://" not in path and not os.path.exists(path):
+            self.w.show_error(f"No such trace file: {path}")
+            return False
+        try:
+            library = TraceLibrary(path)
+            runs = library.runs()
+        except Exception as exc:  # noqa: BLE001 - not a trace, corrupt, newer schema...
+            self.w.show_error(f"Cannot open {os.path.basename(path)}: {exc}", title="Open trace")
+            return False
+        info = self._open_run(library, path, runs, run_id)
+        if info is None:
+            library.close()
+            return False
+        try:
+            self._open_partner(library, path, info)
+        except Exception:  # noqa: BLE001 - the single run still replays
+            log.exception("could not open the run's comparison")
+        self.replay_trace(library, path, info)
+        return True
+
+    def _open_run(self, library: TraceLibrary, path: str, runs: list[Any], run_id: str | None) -> Any:
+        show_error = self.w.show_error
+        if not runs:
+            show_error(f"{os.path.basename(path)} holds no runs.", title="Open trace")
+            return None
+        if run_id is None:
+            run_id = self._choose_run(library, runs)
+            if run_id is None:
+                return None
+        matches = [r.run_id for r in runs if r.run_id.startswith(run_id)]
+        if len(matches) != 1:
+            show_error(f"{os.path.basename(path)} has {'no' if not matches else 'several'} run(s) "
+                       f"matching {run_id!r}.", title="Open trace")
+            return None
+        try:
+            info = library.run(matches[0])
+        except Exception as exc:  # noqa: BLE001
+            show_error(f"Cannot read run {run_id}: {exc}", title="Open trace")
+            return None
+        if self.w.live.busy and not self.ask("Open trace", "A live run is going. Stop it and replay the trace?"):
+            return None
+        return info
+
+    # ------------------------------------------------------------------ two runs
+
+    def compare_stored_dialog(self, path: str | None = None) -> bool:
+        """File > Compare two runs: any two runs of a store side by side on the Compare tab."""
+        path = path or self.choose_file("Compare two runs")
+        if not path:
+            return False
+        try:
+            library = TraceLibrary(path)
+            runs = library.runs()
+        except Exception as exc:  # noqa: BLE001
+            self.w.show_error(f"Cannot open {os.path.basename(path)}: {exc}", title="Compare two runs")
+            return False
+        try:
+            if len(runs) < 2:
+                self.w.show_error(f"{os.path.basename(path)} holds {len(runs)} run(s); a comparison needs two.",
+                                  title="Compare two runs")
+                return False
+            prompts = [r.prompt_text or self.w.replay_panel.decode_prompt(r) for r in runs]
+            picked = [pick_run(self.w, runs, prompts, f"Compare two runs: run {which}") for which in "AB"]
+        finally:
+            library.close()
+        if None in picked:
+            return False
+        return self.compare_stored(path, picked[0], picked[1])
+
+    def compare_stored(self, path: str, run_a: str, run_b: str, show: bool = True) -> bool:
+        """Read two stored runs into the Compare tab's lanes."""
+        try:
+            library = TraceLibrary(path)
+            try:
+                infos = [library.run(r) for r in (run_a, run_b)]
+                lanes = [(info, library.rounds(info.run_id), run_token_text(self.w.hub, info)) for info in infos]
+            finally:
+                library.close()
+        except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
+            self.w.show_error(f"Cannot read these runs: {exc}", title="Compare two runs")
+            return False
+        self.w.compare_session.load(lanes, path)
+        if show:
+            self.w.tabs.setCurrentWidget(self.w.compare)
+        return True
+
+    def _open_partner(self, library: TraceLibrary, path: str, info: Any) -> None:
+        """A run recorded by compare mode: its comparison opens side by side on the Compare tab."""
+        from specscope.app.gui.sessions.compare import comparison_of
+
+        mine = comparison_of(info)
+        if mine is None:
+            return
+        partner = next((r for r in library.runs() if r.run_id != info.run_id
+                        and (comparison_of(r) or ("", ""))[0] == mine[0]), None)
+        if partner is None:
+            return
+        a, b = (info.run_id, partner.run_id) if mine[1] == "A" else (partner.run_id, info.run_id)
+        if self.compare_stored(path, a, b, show=False):
+            self.w.statusBar().showMessage(f"Run {info.run_id[:8]} is lane {mine[1]} of a comparison: both lanes "
+                                           f"are on the Compare tab.", 15000)
+
+    def diff_runs_dialog(self, path: str | None = None) -> str | None:
+        """Pick a trace store and two of its runs; show `specscope diff` of them."""
+        path = path or self.choose_file("Diff two runs")
+        if not path:
+            return None
+        try:
+            library = TraceLibrary(path)
+        except Exception as exc:  # noqa: BLE001 - not a trace, corrupt, newer schema...
+            self.w.show_error(f"Cannot open {os.path.basename(path)}: {exc}", title="Diff runs")
+            return None
+        try:
+            text = self._diff_two(library, path)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
+            self.w.show_error(f"Cannot diff these runs: {exc}", title="Diff runs")
+            return None
+        finally:
+            library.close()
+        if text is not None:
+            QMessageBox.information(self.w, "Diff runs", text)
+        return text
+
+    def _diff_two(self, library: TraceLibrary, path: str) -> str | None:
+        """Ask for runs A and B of `library`; their diff (None when cancelled or too few runs)."""
+        runs = library.runs()
+        if len(runs) < 2:
+            self.w.show_error(f"{os.path.basename(path)} holds {len(runs)} run(s); a diff needs two.",
+                              title="Diff runs")
+            return None
+        labels = [describe_run(r) for r in runs]
+        picked = []
+        for which in ("A", "B"):
+            choice, ok = QInputDialog.getItem(self.w, "Diff runs", f"Run {which}:", labels, len(picked), False)
+            if not ok:
+                return None
+            picked.append(runs[labels.index(choice)].run_id)
+        return library.diff(*picked)
+
+    # ------------------------------------------------------------------ replay
+
+    def replay_trace(self, library, path: str, info) -> None:
+        """Make the replay session active on `info`'s run (the live run, if any, stops)."""
+        w = self.w
+        w.live.stop()
+        w.live.active = False
+        w.session = w.replay
+        w.replay.open(library, path, info)
+        w.findings.set_findings([], checked=False)
+        try:
+            w.replay_panel.show_trace_settings(info)
+        except Exception:  # noqa: BLE001 - only a convenience
+            log.exception("could not show the trace's settings")
+        w.setWindowTitle(f"specscope — {path.rsplit('/', 1)[-1]} · {describe_run(info)}")
+        w.tabs.setCurrentWidget(w.page)
+        w.qsettings.setValue("trace/last", path)
+        self.last_trace = path
+        w.update_status()
+
+    def replay_done(self) -> None:
+        self.w.checks.run_checker()
+        self.w.statusBar().showMessage(f"Loaded {len(self.w.model.rounds)} rounds from {self.w.replay.trace_path}",
+                                       8000)
+
+    def leave_replay(self) -> None:
+        self.w.replay.close()
+        self.w.session = self.w.live
+        self.w.live.active = True
+
+    def toggle_replay_play(self) -> None:
+        if self.w.session.can_play():
+            self.w.follow_latest = False
+            self.w.replay.toggle_play()
