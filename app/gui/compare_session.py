@@ -115,7 +115,12 @@ class CompareSession(QObject):
         w.laneFinished.connect(self._on_lane_finished)
         w.baseline.connect(self._on_baseline)
         w.failed.connect(self.failed)
+        w.refused.connect(self._on_refused)
         w.stateChanged.connect(self.stateChanged)
+
+    def _on_refused(self, errors: dict) -> None:
+        """A lane's settings cannot run with its models (core.decode.factory: the position limit)."""
+        self.failed.emit("Cannot compare: " + "; ".join(errors.values()), "")
 
     def start(self, a: RunSettings, b: RunSettings) -> None:
         self.settings = (a, b)

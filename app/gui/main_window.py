@@ -167,6 +167,7 @@ class MainWindow(WindowActions, WindowMenus, TraceDialogs, QMainWindow):
     def _wire(self) -> None:
         """Connect the sessions, the panels and the timers to the window."""
         self.live.failed.connect(self._on_failed)
+        self.live.refused.connect(self.refused)
         self.live.stateChanged.connect(self._on_state)
         self.live.activity.connect(self._on_activity)
         self.live.finished.connect(self._on_live_finished)
