@@ -61,6 +61,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "max_new_tokens": (1, INT32_MAX),
     "top_n": (1, INT32_MAX),
 }
+DEFAULTED = frozenset({"top_n"})  # integer settings whose None means the core's default
 
 
 class SettingsError(ValueError):
@@ -123,8 +124,9 @@ class RunSettings:
         name = {**FIELD_NAMES, **(names or {})}
         errors: dict[str, str] = {}
         for key, (lo, hi) in INT_RANGES.items():
-            if getattr(self, key) is not None or key != "top_n":
-                _put(errors, key, name, _int_problem(getattr(self, key), lo, hi))
+            value = getattr(self, key)
+            if value is not None or key not in DEFAULTED:
+                _put(errors, key, name, _int_problem(value, lo, hi))
         _put(errors, "temperature", name, _temperature_problem(self.temperature))
         _put(errors, "top_p", name, _top_p_problem(self.top_p))
         _put(errors, "eos", name, _eos_problem(self.eos))
