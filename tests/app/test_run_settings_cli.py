@@ -54,3 +54,17 @@ def test_every_bad_value_is_named_on_the_one_line(capsys):
     line = cli_error(capsys, "--temperature", "nan", "--top-p", "2", "--k", "0")
     assert line == ("specscope: --k (draft length) must be at least 1, got 0; --temperature must be a finite number, "
                     "got nan; --top-p must lie in (0, 1] (1 = off), got 2")
+
+
+@pytest.mark.parametrize("k, max_new, message", [("2,0", None, "--k must be at least 1, got 0"),
+                                                  ("5000", 8, "--k must be at most 4096, got 5000"),
+                                                  ("4", 0, "--max-new must be at least 1, got 0")])
+def test_the_bench_checks_k_and_the_budget_with_the_same_check(k, max_new, message):
+    import argparse
+
+    from specscope.app.bench.command import UsageError, settings_of
+
+    args = argparse.Namespace(quick=False, k=k, max_new=max_new, reps=None, prompts=None, kinds=None)
+    with pytest.raises(UsageError) as caught:
+        settings_of(args)
+    assert str(caught.value) == message
