@@ -194,40 +194,34 @@ FLAG_NAMES = {"proposer": "--proposer", "tree": "--tree", "children": "--childre
 
 
 def run_settings(args: argparse.Namespace, spec: Any) -> Any:
-    """The core's RunSettings of `specscope run`'s flags, checked (a CliError names the flags)."""
-    from specscope.core.decode.settings import RunSettings, SettingsError
+    """The core's RunSettings of `specscope run`'s flags (not yet checked)."""
+    from specscope.core.decode.settings import RunSettings
 
     eos, no_eos = parse_eos(args.eos_id)
-    settings = RunSettings(
+    return RunSettings(
         proposer=str(spec), engine=args.engine, k=args.k, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new, eos=eos, eos_disabled=no_eos,
         coupling_seed=args.coupled, use_cache=not args.no_cache, fault=args.fault, vectors=args.vectors,
         top_n=args.top_n, device=args.device, dtype=args.dtype, threads=args.threads)
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
+    """(model pair, decoder, prompt ids, RunConfig) of the run: the settings checked before
+    anything loads, the decoder made and the prompt plus budget checked against the models'
+    positions by core.decode.factory, the one place the window and the bench make theirs too;
+    a refusal is one CliError line naming the flags."""
+    from specscope.core.decode.factory import SettingsError, build_decoder, run_config
+
+    spec = run_spec(args)
+    settings = run_settings(args, spec)
     try:
         settings.check(FLAG_NAMES)
-    except SettingsError as exc:
-        raise CliError(str(exc)) from None
-    if settings.coupling_seed is not None and settings.greedy:
-        print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
-    return settings
-
-
-def _make_decoder(settings: Any, pair: Any) -> Any:
-    """The decoder (or transformers engine) of the settings over the loaded pair (core.decode.factory)."""
-    from specscope.core.decode.factory import SettingsError, build_decoder
-
-    try:
-        return build_decoder(settings, pair, FLAG_NAMES)
-    except SettingsError as exc:
-        raise CliError(str(exc)) from None
-
-
-def _run_config(decoder: Any, settings: Any, pair: Any, prompt: list[int]) -> Any:
-    """The run's RunConfig, once the prompt and budget fit the models' positions."""
-    from specscope.core.decode.factory import SettingsError, run_config
-
-    try:
-        return run_config(decoder, settings, pair, prompt, names=FLAG_NAMES)
+        if settings.coupling_seed is not None and settings.greedy:
+            print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
+        pair = _load(args, spec)
+        decoder = build_decoder(settings, pair, FLAG_NAMES)
+        prompt = _prompt_ids(args, pair.tokenizer)
+        return pair, decoder, prompt, run_config(decoder, settings, pair, prompt, names=FLAG_NAMES)
     except SettingsError as exc:
         raise CliError(str(exc)) from None
 
@@ -293,12 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specscope.app.threads import apply_threads
 
     apply_threads(args.threads)
-    spec = run_spec(args)
-    settings = run_settings(args, spec)
-    pair = _load(args, spec)
-    decoder = _make_decoder(settings, pair)
-    prompt = _prompt_ids(args, pair.tokenizer)
-    config = _run_config(decoder, settings, pair, prompt)
+    pair, decoder, prompt, config = _prepare(args)
     color = sys.stdout.isatty() and not args.json
     writer = _open_writer(args, config, pair)
     if not args.json:
