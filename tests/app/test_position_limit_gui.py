@@ -20,7 +20,8 @@ def test_a_budget_past_the_position_limit_is_refused_under_the_field(qtbot, wind
     assert "needs 100012 positions" in text and f"at most {limit} (max_position_embeddings)" in text
     assert text.endswith(f"max new tokens must be at most {limit - 12}")
     assert window.last_error == text and "Cannot run" in window.statusBar().currentMessage()
-    assert len(window.model.rounds) == 0 and window.live.recorded_path is None  # nothing decoded or recorded
+    # nothing prepared, decoded or recorded
+    assert window.model.config is None and len(window.model.rounds) == 0 and window.live.recorded_path is None
     configure(window, max_new_tokens=str(limit - 12))
     window.run_panel.validate()  # editing clears the refusal; the largest budget runs
     assert label.text() == ""
