@@ -36,9 +36,7 @@ SUMMARY_ROWS = (
 @dataclass(frozen=True)
 class LaneSettings(RunSettings):
     """A compare lane's settings: the run panel's, the side's proposer and k, and the coupling
-    seed of coupled lanes (core.coupling; None = uncoupled). session.ModelHub.build reads it."""
-
-    coupling_seed: int | None = None
+    seed of coupled lanes (RunSettings.coupling_seed, core.coupling; None = uncoupled)."""
 
     def describe(self) -> str:
         return super().describe() + ("" if self.coupling_seed is None else f", coupled (seed {self.coupling_seed})")
