@@ -19,8 +19,10 @@ _EXPORTS = {
     "cost": ("expected_tokens", "expected_tokens_from_survival", "predicted_speedup", "speedup"),
     "decode.baseline": ("plain_generate",),
     "decode.decoder": ("SpeculativeDecoder", "normalize_prompt", "summarize"),
+    "decode.factory": ("Models", "build_decoder"),
     "decode.kv": ("CachedLM",),
     "decode.run": ("RunHandle",),
+    "decode.settings": ("RunSettings", "SettingsError"),
     "draft.proposers": ("Draft", "DraftModelProposer", "PromptLookupProposer", "Proposer"),
     "draft.registry": ("KINDS", "ProposerSpec", "SpecError", "build_proposer", "parse_spec"),
     "check.checker": ("check_report", "check_run", "first_bad_round", "group_findings"),
@@ -36,6 +38,10 @@ __all__ = [
     "KINDS",
     "ProposerSpec",
     "RunHandle",
+    "RunSettings",
+    "SettingsError",
+    "Models",
+    "build_decoder",
     "SpecError",
     "build_proposer",
     "parse_spec",
@@ -94,6 +100,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from specscope.core.faults.zoo import FAULTS, faulty_decoder
     from specscope.core.cost import expected_tokens, expected_tokens_from_survival, predicted_speedup, speedup
     from specscope.core.decode.decoder import SpeculativeDecoder, normalize_prompt, summarize
+    from specscope.core.decode.factory import Models, build_decoder
+    from specscope.core.decode.settings import RunSettings, SettingsError
     from specscope.core.draft.proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
     from specscope.core.records import (CacheState, DraftNode, EmittedToken, GenerationResult, ResidualUpdate, Round, RoundTimings,
                           RunConfig, RunSummary, TreeInfo, TreeRound)

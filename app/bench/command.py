@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specscope.core.decode.settings import RunSettings  # torch-free: the parser is built at every start
+
 SCHEMA = "specscope-bench/2"
 
 
@@ -66,12 +68,17 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         ks = [int(k) for k in args.k.split(",")] if args.k else ([4] if quick else [2, 4, 6])
     except ValueError:
         raise UsageError(f"--k takes comma-separated integers, got {args.k!r}") from None
-    for name, value in (("--k", min(ks)), ("--max-new", args.max_new), ("--reps", args.reps), ("--prompts", args.prompts)):
+    for name, value in (("--reps", args.reps), ("--prompts", args.prompts)):
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1")
+    max_new = (24 if quick else 128) if args.max_new is None else args.max_new
+    for k in ks:  # the run settings' own check, as `specscope run` and the window make it
+        problems = RunSettings(k=k, max_new_tokens=max_new).validate({"k": "--k", "max_new_tokens": "--max-new"})
+        if problems:
+            raise UsageError("; ".join(problems.values()))
     return dict(
         ks=ks,
-        max_new=args.max_new or (24 if quick else 128),
+        max_new=max_new,
         reps=args.reps or (3 if quick else 5),
         prompts_per_kind=args.prompts or (1 if quick else None),
         kinds=[k.strip() for k in args.kinds.split(",")] if args.kinds else None,

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from specscope.core import SamplingConfig, SpeculativeDecoder
+from specscope.core import SamplingConfig
 from specscope.core.decode.baseline import plain_generate
+from specscope.core.decode.factory import Models, RunSettings, build_decoder, check_positions
 from specscope.core.decode.kv import CachedLM
-from specscope.core.draft.registry import KINDS, SpecError, build_proposer, parse_spec
+from specscope.core.draft.registry import KINDS, SpecError, parse_spec
 
 from .metrics import RoundCounts, counts_of
 
@@ -177,7 +178,7 @@ class Bench:
             if include_transformers:  # transformers' own generate(), recorded by the transformers engine
                 twin = f"transformers assisted draft-{label} k={k}"
                 self.methods.append(Method(f"{twin} traced+stored", "transformers", k,
-                                           self._hf_traced(drafts[label], label, k), draft=label, untraced=twin))
+                                           self._hf_traced(label, k), draft=label, untraced=twin))
 
     # ------------------------------------------------------------------ runners
 
@@ -196,14 +197,27 @@ class Bench:
         res, wall = _clocked(self.device, go)
         return Sample(res.new_tokens, wall, res.forward_s, res.forwards, emissions=stamps[: len(res.new_tokens)])
 
-    def _load_draft(self, name: str) -> tuple[torch.nn.Module, str]:
-        if name not in self.drafts:
-            raise SpecError(f"the bench has no draft named {name!r} (drafts: {', '.join(self.drafts)})")
-        return self.drafts[name], name
+    def _settings(self, spec: str, k: int, engine: str = "specscope") -> RunSettings:
+        """A method's settings: the bench's sampler, EOS and seed with its proposer and k."""
+        return RunSettings(proposer=spec, engine=engine, k=k, temperature=self.sampling.temperature,
+                           top_k=self.sampling.top_k, top_p=self.sampling.top_p, seed=self.seed, max_new_tokens=self.max_new,
+                           eos=self.eos, eos_disabled=self.eos is None)
 
-    def _decoder(self, spec: str, k: int) -> SpeculativeDecoder:
-        proposer = build_proposer(spec, load_draft=self._load_draft)
-        return SpeculativeDecoder(self.target, proposer, k=k, sampling=self.sampling, eos_token_id=self.eos, seed=self.seed)
+    def _models(self, spec: str) -> Models:
+        """The target and the draft a method's spec names, by the bench's name for it."""
+        name = parse_spec(spec).model_ref
+        if name is not None and name not in self.drafts:
+            raise SpecError(f"the bench has no draft named {name!r} (drafts: {', '.join(self.drafts)})")
+        return Models(self.target, draft=self.drafts.get(name) if name else None, draft_name=name)
+
+    def _decoder(self, spec: str, k: int, engine: str = "specscope") -> Any:
+        """A method's decoder (or transformers engine), made as the CLI and the window make theirs
+        (core.decode.factory)."""
+        settings, models = self._settings(spec, k, engine), self._models(spec)
+        decoder = build_decoder(settings, models)
+        if self.prompts:  # the longest prompt plus the budget within the models' positions
+            check_positions(max(self.prompts, key=len), settings, models)
+        return decoder
 
     def _sample_from(self, dec: Any, result, wall: float, tap: _Tap) -> Sample:
         """A Sample with the rounds reduced to their counts (the full vectors are dropped)."""
@@ -229,14 +243,10 @@ class Bench:
     def _traced(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
         return self._recorded(self._decoder(spec, k))
 
-    def _hf_traced(self, draft, label: str, k: int) -> Callable[[list[int]], Sample]:
+    def _hf_traced(self, label: str, k: int) -> Callable[[list[int]], Sample]:
         """transformers' assisted generate() recorded round by round into a store (the
         transformers engine, core/engines), beside the same call untraced."""
-        from specscope.core.engines import TransformersEngine
-
-        engine = TransformersEngine(self.target, kind="assisted", draft=draft, k=k, sampling=self.sampling,
-                                    eos_token_id=self.eos, seed=self.seed, draft_name=label)
-        return self._recorded(engine)
+        return self._recorded(self._decoder(f"draft:{label}", k, engine="transformers"))
 
     def _recorded(self, dec: Any) -> Callable[[list[int]], Sample]:
         """Runs of `dec` (a decoder or an engine) written to a trace store as they decode."""

@@ -1,11 +1,11 @@
-"""Shared pieces of the command line: the one-line error, integer option limits, prompt ids, position limits."""
+"""Shared pieces of the command line: the one-line error, integer option limits, prompt ids, --eos-id."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any, Sequence
 
+from specscope.core.decode.settings import INT32_MAX, INT64_MAX  # the store's column limits (torch-free)
 from specscope.core.records import TOKEN_KINDS
 
 
@@ -25,12 +25,6 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
-INT32_MAX = 2**31 - 1  # the store's INTEGER columns (k, max_new_tokens, top_k, eos id, top_n) on every database
-
-
-INT64_MAX = 2**63 - 1  # the store's seed column (BIGINT); numpy's default_rng wants a seed >= 0
-
-
 # dest -> (flag, smallest, largest) of the integer options whose values reach the core or the store
 INT_LIMITS: dict[str, tuple[str, int, int]] = {
     "seed": ("--seed", 0, INT64_MAX),
@@ -38,6 +32,7 @@ INT_LIMITS: dict[str, tuple[str, int, int]] = {
     "max_new": ("--max-new", 0, INT32_MAX),
     "top_k": ("--top-k", 0, INT32_MAX),
     "top_n": ("--top-n", 1, INT32_MAX),
+    "coupled": ("--coupled", 0, INT64_MAX),
     "lookup_max_ngram": ("--lookup-max-ngram", 1, INT32_MAX),
     "lookup_min_ngram": ("--lookup-min-ngram", 1, INT32_MAX),
     "round": ("--round", 0, INT32_MAX),
@@ -46,13 +41,19 @@ INT_LIMITS: dict[str, tuple[str, int, int]] = {
 }
 
 
+# `specscope run`'s options that are RunSettings fields: core.decode.settings checks them (the
+# checks and messages the window's run panel shows), so they are not checked twice here
+RUN_SETTINGS_DESTS = frozenset({"seed", "k", "max_new", "top_k", "top_n", "coupled"})
+
+
 def check_int_options(args: argparse.Namespace) -> None:
     """Every integer option within what the core and the store can hold (CliError otherwise):
     the options of INT_LIMITS in their ranges, any other integer within a signed 64-bit one,
     --eos-id / --prompt-ids parsed, and run --db's database driver installed. Runs before
     anything is loaded or opened."""
+    skip = RUN_SETTINGS_DESTS if getattr(args, "command", None) == "run" else frozenset()
     for dest, value in vars(args).items():
-        if not isinstance(value, int) or isinstance(value, bool):
+        if not isinstance(value, int) or isinstance(value, bool) or dest in skip:
             continue
         flag, lo, hi = INT_LIMITS.get(dest, ("--" + dest.replace("_", "-"), -INT64_MAX - 1, INT64_MAX))
         if value < lo:
@@ -60,7 +61,7 @@ def check_int_options(args: argparse.Namespace) -> None:
         if value > hi:
             raise CliError(f"{flag} must be at most {hi}, got {value}")
     if isinstance(getattr(args, "eos_id", None), str):
-        parse_eos(args.eos_id, None)
+        parse_eos(args.eos_id)
     if getattr(args, "prompt_ids", None) is not None:
         parse_prompt_ids(args.prompt_ids)
     if getattr(args, "command", None) == "run" and args.db:  # a missing driver is known before the models load
@@ -88,22 +89,6 @@ def parse_prompt_ids(text: str) -> list[int]:
     return ids
 
 
-def check_positions(prompt: Sequence[int], max_new: int, pair: Any) -> None:
-    """Refuse a prompt that, with --max-new tokens after it, would pass the models' position
-    limit (max_position_embeddings): a model reads nothing sensible past it."""
-    found = pair.position_limit()
-    if found is None:
-        return
-    limit, name = found
-    if len(prompt) > limit:
-        raise CliError(f"the prompt is {len(prompt)} tokens, but {name} reads at most {limit} positions "
-                       f"(max_position_embeddings): shorten the prompt")
-    if len(prompt) + max_new > limit:
-        raise CliError(f"the prompt ({len(prompt)} tokens) plus --max-new {max_new} needs {len(prompt) + max_new} "
-                       f"positions, but {name} reads at most {limit} (max_position_embeddings): "
-                       f"pass --max-new {limit - len(prompt)} or less")
-
-
 def threads_arg(text: str) -> int:
     from specscope.app.threads import MAX_THREADS
 
@@ -116,16 +101,14 @@ def threads_arg(text: str) -> int:
     return n
 
 
-def parse_eos(value: str, tokenizer: Any) -> int | None:
+def parse_eos(value: str) -> tuple[int | None, bool]:
+    """--eos-id as RunSettings' (eos, eos_disabled): 'auto' = the tokenizer's, 'none' = no EOS,
+    else a token id (its range is the settings' check)."""
     if value == "none":
-        return None
+        return None, True
     if value == "auto":
-        return getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+        return None, False
     try:
-        eos = int(value)
+        return int(value), False
     except ValueError:
         raise CliError(f"--eos-id must be an integer, 'auto' or 'none', got {value!r}") from None
-    if not 0 <= eos <= INT32_MAX:
-        raise CliError(f"--eos-id must be a token id from 0 to {INT32_MAX}, 'auto' or 'none', got {value}")
-    return eos
-

@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from specscope.app.cli.options import parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, check_positions, parse_prompt_ids
+from specscope.app.cli.options import parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, parse_prompt_ids
 from specscope.app.cli.signals import interrupt_status, run_signals
 
 
@@ -186,72 +186,44 @@ def _load(args: argparse.Namespace, spec: Any):
     )
 
 
-def _make_decoder(args: argparse.Namespace, spec: Any, pair: Any):
-    from specscope.core import SamplingConfig, SpeculativeDecoder
-    from specscope.core.draft.registry import SpecError, build_proposer
+# How a settings message names each field here: by its flag.
+FLAG_NAMES = {"proposer": "--proposer", "tree": "--tree", "children": "--children", "engine": "--engine",
+              "k": "--k (draft length)", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+              "seed": "--seed", "max_new_tokens": "--max-new", "eos": "--eos-id", "coupling_seed": "--coupled",
+              "use_cache": "--no-cache", "fault": "--fault", "vectors": "--vectors", "top_n": "--top-n"}
 
-    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    if getattr(args, "engine", "specscope") == "transformers":
-        if getattr(args, "coupled", None) is not None:
-            raise CliError("--coupled applies to the specscope engine only")
-        return _make_transformers_engine(args, spec, pair, sampling)
+
+def run_settings(args: argparse.Namespace, spec: Any) -> Any:
+    """The core's RunSettings of `specscope run`'s flags (not yet checked)."""
+    from specscope.core.decode.settings import RunSettings
+
+    eos, no_eos = parse_eos(args.eos_id)
+    return RunSettings(
+        proposer=str(spec), engine=args.engine, k=args.k, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new, eos=eos, eos_disabled=no_eos,
+        coupling_seed=args.coupled, use_cache=not args.no_cache, fault=args.fault, vectors=args.vectors,
+        top_n=args.top_n, device=args.device, dtype=args.dtype, threads=args.threads)
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
+    """(model pair, decoder, prompt ids, RunConfig) of the run: the settings checked before
+    anything loads, the decoder made and the prompt plus budget checked against the models'
+    positions by core.decode.factory, the one place the window and the bench make theirs too;
+    a refusal is one CliError line naming the flags."""
+    from specscope.core.decode.factory import SettingsError, build_decoder, run_config
+
+    spec = run_spec(args)
+    settings = run_settings(args, spec)
     try:
-        proposer = build_proposer(spec, load_draft=lambda ref: (pair.draft, pair.draft_name))
-    except SpecError as exc:
-        raise CliError(f"--proposer: {exc}") from None
-    options = dict(
-        k=args.k,
-        sampling=sampling,
-        eos_token_id=parse_eos(args.eos_id, pair.tokenizer),
-        seed=args.seed,
-        use_cache=not args.no_cache,
-        target_name=pair.target_name,
-        # The round records keep what --db keeps: full vectors when asked, else top-N above
-        # 4096 tokens (core.dists), computed on the model's device.
-        vectors="full" if getattr(args, "vectors", "auto") == "full" else "auto",
-        top_n=max(1, getattr(args, "top_n", 20)),
-        coupling_seed=_coupling_seed(args, sampling),
-    )
-    if args.fault:
-        from specscope.core.faults.zoo import faulty_decoder
-
-        return faulty_decoder(args.fault, pair.target, proposer, **options)
-    return SpeculativeDecoder(pair.target, proposer, **options)
-
-
-def _coupling_seed(args: argparse.Namespace, sampling: Any) -> int | None:
-    """--coupled SEED: checked; None at temperature 0 (greedy has no randomness to share)."""
-    seed = getattr(args, "coupled", None)
-    if seed is None:
-        return None
-    if seed < 0:
-        raise CliError(f"--coupled must be a seed >= 0, got {seed}")
-    if args.tree or "tree" in str(args.proposer or ""):
-        raise CliError("--coupled verifies chain drafts: it cannot be combined with a tree")
-    if sampling.greedy:
-        print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
-        return None
-    return seed
-
-
-def _make_transformers_engine(args: argparse.Namespace, spec: Any, pair: Any, sampling: Any):
-    """--engine transformers: transformers' own generate() (assisted or prompt lookup), recorded."""
-    from specscope.core.engines import PrivateAPIChanged, TransformersEngine
-
-    if args.fault or args.no_cache:
-        raise CliError(f"{'--fault' if args.fault else '--no-cache'} applies to the specscope engine only")
-    if spec.kind not in ("draft", "lookup"):
-        raise CliError(f"--engine transformers runs --proposer draft or lookup, not {spec.kind}")
-    unknown = set(spec.params) - ({"max_ngram"} if spec.kind == "lookup" else set())
-    if unknown:
-        raise CliError(f"--engine transformers: {spec.kind} takes no {', '.join(sorted(unknown))} here")
-    try:
-        return TransformersEngine(
-            pair.target, kind="assisted" if spec.kind == "draft" else "lookup", draft=pair.draft, k=args.k,
-            sampling=sampling, eos_token_id=parse_eos(args.eos_id, pair.tokenizer), seed=args.seed,
-            target_name=pair.target_name, draft_name=pair.draft_name, max_ngram=int(spec.params.get("max_ngram", 2)))
-    except (PrivateAPIChanged, ValueError) as exc:
-        raise CliError(f"--engine transformers: {exc}") from None
+        settings.check(FLAG_NAMES)
+        if settings.coupling_seed is not None and settings.greedy:
+            print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
+        pair = _load(args, spec)
+        decoder = build_decoder(settings, pair, FLAG_NAMES)
+        prompt = _prompt_ids(args, pair.tokenizer)
+        return pair, decoder, prompt, run_config(decoder, settings, pair, prompt, names=FLAG_NAMES)
+    except SettingsError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _token_text(tokenizer: Any, token: int) -> str:
@@ -282,9 +254,7 @@ def _open_writer(args: argparse.Namespace, config: Any, pair: Any) -> Any:
         return None
     from specscope.storage import TraceStore, TraceWriter
 
-    if args.top_n < 1:
-        raise CliError(f"--top-n must be at least 1, got {args.top_n}")
-    store = TraceStore(args.db)
+    store = TraceStore(args.db)  # --top-n was checked with the settings
     full = {"auto": None, "full": True, "top": False}[args.vectors]
     return TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n)
 
@@ -317,12 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specscope.app.threads import apply_threads
 
     apply_threads(args.threads)
-    spec = run_spec(args)
-    pair = _load(args, spec)
-    decoder = _make_decoder(args, spec, pair)
-    prompt = _prompt_ids(args, pair.tokenizer)
-    check_positions(prompt, args.max_new, pair)
-    config = decoder.run_config(prompt, args.max_new)
+    pair, decoder, prompt, config = _prepare(args)
     color = sys.stdout.isatty() and not args.json
     writer = _open_writer(args, config, pair)
     if not args.json:

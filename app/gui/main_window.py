@@ -210,6 +210,7 @@ class MainWindow(QMainWindow):
         """Connect the sessions, the panels and the timers to the window."""
         runs, traces = self.runs, self.traces
         self.live.failed.connect(self._on_failed)
+        self.live.refused.connect(runs.refused)
         self.live.stateChanged.connect(runs.on_state)
         self.live.activity.connect(self.on_activity)
         self.live.finished.connect(runs.on_live_finished)

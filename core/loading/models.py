@@ -261,6 +261,20 @@ def max_positions(model: torch.nn.Module) -> int | None:
     return None
 
 
+def position_limit(models: Any) -> tuple[int, str] | None:
+    """The most positions (prompt + new tokens) both of `models` (anything with target,
+    draft, target_name and draft_name: a ModelPair, core.decode.factory.Models) can read, and
+    the name of the model that sets it; None when neither config states a limit."""
+    limits = []
+    for role in ("target", "draft"):
+        model = getattr(models, role, None)
+        n = max_positions(model) if model is not None else None
+        if n is not None:
+            name = getattr(models, f"{role}_name", None) or getattr(model.config, "_name_or_path", "") or f"the {role}"
+            limits.append((n, name))
+    return min(limits, key=lambda item: item[0]) if limits else None
+
+
 @dataclass
 class ModelPair:
     """A target, an optional draft, and their shared tokenizer, ready for the decoder.
@@ -294,9 +308,7 @@ class ModelPair:
     def position_limit(self) -> tuple[int, str] | None:
         """The most positions (prompt + new tokens) both models can read, and the name of the
         model that sets it; None when neither config states a limit."""
-        limits = [(n, name) for model, name in ((self.target, self.target_name), (self.draft, self.draft_name))
-                  if model is not None and (n := max_positions(model)) is not None]
-        return min(limits, key=lambda item: item[0]) if limits else None
+        return position_limit(self)
 
     def model_info(self) -> dict[str, str | None]:
         """Names and sha256 hashes of the weights and tokenizer (storage's ModelInfo keys)."""

@@ -111,7 +111,7 @@ def test_bad_input_is_one_line_not_a_traceback(capsys, checkpoints):
     code, _, err = run_cli(capsys, *base_args(checkpoints), "--fault", "no-such-bug")
     assert code == 2 and "unknown fault" in err
     code, _, err = run_cli(capsys, *base_args(checkpoints), "--top-p", "1.5")
-    assert code == 2 and "top_p" in err
+    assert code == 2 and "--top-p must lie in (0, 1]" in err
 
 
 def test_faults_lists_the_zoo(capsys):

@@ -48,7 +48,7 @@ def test_the_coupled_fault_is_flagged(capsys, checkpoints, tmp_path):
     assert code != 0 and "[coupled]" in out
 
 
-@pytest.mark.parametrize("extra,words", [(("--coupled", "-1"), "seed >= 0"),
+@pytest.mark.parametrize("extra,words", [(("--coupled", "-1"), "--coupled must be at least 0"),
                                          (("--coupled", "1", "--tree", "2,1"), "tree"),
                                          (("--coupled", "1", "--engine", "transformers"), "specscope engine"),
                                          (("--fault", "coupled-draft-pick"), "coupled run")])

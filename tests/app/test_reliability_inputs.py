@@ -220,7 +220,7 @@ def test_prompt_plus_budget_past_the_limit_is_refused_and_names_the_largest_budg
     code, out, err = run_cli(capsys, *tiny_run(checkpoints, "--prompt-ids", ids(500), "--max-new", "20"))
     assert code == 2 and out == ""
     line = one_line_error(err)
-    assert "needs 520 positions" in line and "at most 512" in line and "--max-new 12 or less" in line
+    assert "needs 520 positions" in line and "at most 512" in line and "--max-new must be at most 12" in line
     code, out, err = run_cli(capsys, *tiny_run(checkpoints, "--prompt-ids", ids(500), "--max-new", "12", "--json"))
     assert code == 0, err
     assert len(json.loads(out)["new_tokens"]) == 12
@@ -232,9 +232,11 @@ def test_prompt_plus_budget_past_the_limit_is_refused_and_names_the_largest_budg
 @pytest.mark.parametrize("option, value, expected", [
     ("--seed", BIG, "--seed must be at most 9223372036854775807"),
     ("--seed", "-1", "--seed must be at least 0"),
-    ("--k", BIG, "--k (draft length) must be at most 2147483647"),
+    ("--k", BIG, "--k (draft length) must be at most 4096"),
+    ("--k", "4097", "--k (draft length) must be at most 4096"),
     ("--max-new", BIG, "--max-new must be at most 2147483647"),
-    ("--max-new", "-1", "--max-new must be at least 0"),
+    ("--max-new", "-1", "--max-new must be at least 1"),
+    ("--max-new", "0", "--max-new must be at least 1"),
     ("--top-k", BIG, "--top-k must be at most 2147483647"),
     ("--top-k", "-1", "--top-k must be at least 0"),
     ("--top-n", BIG, "--top-n must be at most 2147483647"),

@@ -133,7 +133,7 @@ def test_opening_a_trace_during_a_live_run_cancels_it(qtbot, make_window, tmp_pa
     w.start_run()
     wait_idle(qtbot, w)
     first_id, tokens = w.model.config.run_id, w.model.output_tokens
-    configure(w, max_new_tokens="5000")
+    configure(w, max_new_tokens="4000")  # a long run within the tiny models' 4096 positions
     w.start_run()
     qtbot.waitUntil(lambda: len(w.model.rounds) >= 2, timeout=20000)
     asked = []

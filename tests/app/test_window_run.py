@@ -85,7 +85,7 @@ def test_bad_settings_are_explained_next_to_the_field(qtbot, window):
     qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.wait(50)
     errors = window.run_panel.errors
-    assert errors["k"].isVisible() and "[1, 64]" in errors["k"].text()
+    assert errors["k"].isVisible() and "k (draft length) must be at least 1, got 0" == errors["k"].text()
     assert errors["top_p"].isVisible() and "(0, 1]" in errors["top_p"].text()
     assert errors["prompt"].text()
     assert not errors["seed"].text()

@@ -30,11 +30,21 @@ class RunActions:
     def validated_settings(self) -> RunSettings | None:
         v = self.w.run_panel.validate()
         if not v.ok:
-            first = next(iter(v.errors.values()))
-            self.w.statusBar().showMessage(f"Cannot run: {first}", 10000)
-            self.w.last_error = first
+            self._cannot_run(v.errors)
             return None
         return v.settings
+
+    def refused(self, errors: dict[str, str]) -> None:
+        """The worker refused the settings with the models loaded (core.decode.factory: the
+        prompt plus the budget past the position limit, an EOS outside the vocabulary): each
+        message under its field, as the CLI refuses them; no run started."""
+        self.w.run_panel.show_errors(errors)
+        self._cannot_run(errors)
+
+    def _cannot_run(self, errors: dict[str, str]) -> None:
+        first = next(iter(errors.values()), "")
+        self.w.statusBar().showMessage(f"Cannot run: {first}", 10000)
+        self.w.last_error = first
 
     def start_run(self, run: bool = True) -> bool:
         """Start the run panel's settings live (leaving a replay); False when they do not validate."""

@@ -1,7 +1,10 @@
 """Run settings as typed values, validated field by field (no Qt).
 
-The run panel keeps every field as text; `validate` turns the texts into a RunSettings or
-a dict field -> message that the panel shows next to each field.
+The run panel keeps every field as text; `validate` turns the texts into a RunSettings (the
+core's, core.decode.settings, with the prompt) or a dict field -> message that the panel
+shows next to each field. Only the text -> number step and what the window alone has (the
+prompt text, the checkpoint folder, the device menu, threads) are checked here: every value
+is checked by the core's RunSettings.validate, with the messages the CLI gives.
 
 The proposer is a core.registry spec ("draft:small", "draft:/path/to/ckpt", "lookup",
 "lookup:max_ngram=4"), and the choices offered are derived from the registry, so a newly
@@ -13,19 +16,20 @@ problems reported under "tree" and "children".
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from specscope.core.decode.settings import DEFAULT_PROPOSER, FIELD_NAMES, eos_vocab_problem
+from specscope.core.decode.settings import ENGINES, MAX_K  # noqa: F401 (the run panel's and compare's names)
+from specscope.core.decode.settings import RunSettings as CoreRunSettings
 from specscope.core.loading.models import BUNDLED_DRAFTS
-from specscope.core.draft.registry import KINDS, ProposerKind, ProposerSpec, SpecError, build_proposer, parse_spec
+from specscope.core.draft.registry import KINDS, ProposerKind, ProposerSpec, SpecError, parse_spec
 
-from .tree_settings import check_tree, describe_tree, grows_trees, tree_choice_specs
+from .tree_settings import describe_tree, tree_choice_specs
 
 PATH_ARG = "PATH"  # KIND:PATH = the "local checkpoint…" entry; the folder is the checkpoint field
-DEFAULT_PROPOSER = "draft:small"
 # Proposer names of settings saved before the registry: name -> spec.
 LEGACY_PROPOSERS = {"draft-small": "draft:small", "draft-tiny": "draft:tiny", "checkpoint": f"draft:{PATH_ARG}"}
 
@@ -155,34 +159,23 @@ FIELDS = (
     "eos",
     "device",
 )
-MAX_K = 64
-# Who decodes: specscope's SpeculativeDecoder, or transformers' own generate() recorded
-# round by round (core.engines.TransformersEngine; proposers: draft models and lookup).
-ENGINES = ("specscope", "transformers")
-MAX_NEW_TOKENS = 100_000
+# The text of the run panel's fields (FIELDS, the tree fields folded into the proposer, threads).
+TEXT_FIELDS = FIELDS + ("threads",)
 
 
 @dataclass(frozen=True)
-class RunSettings:
+class RunSettings(CoreRunSettings):
+    """The core's RunSettings (core.decode.settings: validated there, built into a decoder by
+    core.decode.factory) with what the run panel adds: the prompt text and the folder of a
+    "local checkpoint…" (KIND:PATH) proposer."""
+
     prompt: str = ""
-    proposer: str = DEFAULT_PROPOSER  # a core.registry spec
     checkpoint: str = ""  # the folder of a KIND:PATH spec, "" otherwise
-    k: int = 4
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    max_new_tokens: int = 64
-    eos: int | None = None  # None = the tokenizer's EOS (or none when it has none)
-    eos_disabled: bool = False
-    device: str = "cpu"
-    engine: str = "specscope"  # one of ENGINES
-    threads: int | None = None  # torch CPU threads; None = threads.default_threads()
 
     def to_texts(self) -> dict[str, str]:
-        texts = {k: ("" if v is None else str(v)) for k, v in asdict(self).items()}
+        values = asdict(self)
+        texts = {k: ("" if values[k] is None else str(values[k])) for k in TEXT_FIELDS}
         texts["eos"] = "none" if self.eos_disabled else ("auto" if self.eos is None else str(self.eos))
-        texts.pop("eos_disabled")
         texts["threads"] = "auto" if self.threads is None else str(self.threads)
         return texts
 
@@ -190,10 +183,6 @@ class RunSettings:
     def spec(self) -> str:
         """The proposer spec (also for settings written with a legacy proposer name)."""
         return spec_text(self.proposer, self.checkpoint)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
 
     def describe(self) -> str:
         path = checkpoint_of(self.spec)
@@ -216,28 +205,14 @@ class Validation:
 
 
 def _parse(text: str, name: str, convert, noun: str, errors: dict[str, str], key: str):
+    """A field's text as a number (None, with errors[key] set, when it is not one); the
+    number's range is the core settings' check."""
     s = text.strip()
     try:
         return convert(s)
     except ValueError:
         errors[key] = f"{name} must be {noun}" + (f", got “{s}”" if s else "")
         return None
-
-
-def _int(text: str, name: str, lo: int, hi: int, errors: dict[str, str], key: str) -> int | None:
-    value = _parse(text, name, int, "a whole number", errors, key)
-    if value is not None and not lo <= value <= hi:
-        errors[key] = f"{name} must lie in [{lo}, {hi}], got {value}"
-        return None
-    return value
-
-
-def _float(text: str, name: str, errors: dict[str, str], key: str) -> float | None:
-    value = _parse(text, name, float, "a number", errors, key)
-    if value is not None and not math.isfinite(value):
-        errors[key] = f"{name} must be finite"
-        return None
-    return value
 
 
 def _checkpoint_error(folder: str) -> str | None:
@@ -251,21 +226,17 @@ def _checkpoint_error(folder: str) -> str | None:
 
 
 def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, str]:
-    """(spec, checkpoint folder) of the proposer fields; problems go to errors["proposer"] or
-    errors["checkpoint"]. A kind without a model is built once, which checks its parameters."""
+    """(spec, checkpoint folder) of the proposer fields, a model kind's spec naming its model;
+    a missing or unusable checkpoint folder goes to errors["checkpoint"]. The spec itself
+    (kind, parameters, tree) is the core settings' check."""
     text = text.strip() or DEFAULT_PROPOSER
     if _needs_path(LEGACY_PROPOSERS.get(text, text)) and not checkpoint:
         errors["checkpoint"] = _checkpoint_error("")
         return text, checkpoint
     try:
         spec = parse_spec(spec_text(text, checkpoint))
-        if not _model_kind(spec):
-            build_proposer(spec)
-    except (SpecError, ValueError) as exc:
-        errors["proposer"] = str(exc)
+    except SpecError:
         return text, checkpoint
-    if grows_trees(str(spec)):
-        check_tree(spec.params, errors)  # the parser the CLI and the proposer use
     if _model_kind(spec):
         spec = replace(spec, arg=spec.model_ref)
         path = checkpoint_of(str(spec))
@@ -276,54 +247,55 @@ def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, 
     return str(spec), checkpoint
 
 
+def _numbers(get, errors: dict[str, str]) -> dict[str, Any]:
+    """The numeric fields that parse, as numbers (the others' errors say why)."""
+    whole = lambda s: int(s)  # noqa: E731
+    fields = {"k": (whole, "a whole number"), "temperature": (float, "a number"), "top_k": (whole, "a whole number"),
+              "top_p": (float, "a number"), "seed": (whole, "a whole number"),
+              "max_new_tokens": (whole, "a whole number")}
+    values = {}
+    for key, (convert, noun) in fields.items():
+        value = _parse(get(key), FIELD_NAMES[key], convert, noun, errors, key)
+        if value is not None:
+            values[key] = value
+    return values
+
+
+def _eos(text: str, errors: dict[str, str]) -> tuple[int | None, bool]:
+    """The EOS field: (token id or None for the tokenizer's, disabled)."""
+    text = text.strip().lower()
+    if text in ("", "auto", "default"):
+        return None, False
+    if text in ("none", "off", "-"):
+        return None, True
+    eos = _parse(text, FIELD_NAMES["eos"], int, "a token id, “auto” or “none”", errors, "eos")
+    return eos, False
+
+
 def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_size: int | None = None) -> Validation:
-    """Check every field; never raises. `texts` maps FIELDS to their text."""
+    """Check every field; never raises. `texts` maps FIELDS to their text. Each value is
+    checked by the core's RunSettings.validate, the check the CLI makes, with its messages."""
     errors: dict[str, str] = {}
     get = lambda key: str(texts.get(key, ""))  # noqa: E731
 
     prompt = get("prompt")
     if not prompt.strip():
         errors["prompt"] = "the prompt is empty: speculative decoding needs at least one token"
-
     proposer, checkpoint = _proposer(get("proposer"), get("checkpoint").strip(), errors)
-
-    k = _int(get("k"), "k (draft length)", 1, MAX_K, errors, "k")
-    temperature = _float(get("temperature"), "temperature", errors, "temperature")
-    if temperature is not None and temperature < 0:
-        errors["temperature"] = "temperature must be >= 0 (0 = greedy)"
-    top_k = _int(get("top_k"), "top-k", 0, 10**9, errors, "top_k")
-    top_p = _float(get("top_p"), "top-p", errors, "top_p")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        errors["top_p"] = f"top-p must lie in (0, 1] (1 = off), got {top_p:g}"
-    seed = _int(get("seed"), "seed", 0, 2**63 - 1, errors, "seed")
-    max_new = _int(get("max_new_tokens"), "max new tokens", 1, MAX_NEW_TOKENS, errors, "max_new_tokens")
-
-    eos_text = get("eos").strip().lower()
-    eos: int | None = None
-    eos_disabled = False
-    if eos_text in ("", "auto", "default"):
-        pass
-    elif eos_text in ("none", "off", "-"):
-        eos_disabled = True
-    else:
-        hi = (vocab_size - 1) if vocab_size else 10**9
-        eos = _int(eos_text, "EOS token id", 0, hi, errors, "eos")
-        if "eos" in errors:
-            errors["eos"] += " (or “auto” / “none”)"
-
-    engine = _engine(get("engine"), proposer, errors)
+    numbers = _numbers(get, errors)
+    eos, eos_disabled = _eos(get("eos"), errors)
     threads = _threads(get("threads"), errors)
     device = get("device").strip() or "cpu"
     if device not in devices:
         errors["device"] = f"device “{device}” is not available here; available: {', '.join(devices)}"
-
-    if errors:
-        return Validation(None, errors)
-    return Validation(RunSettings(
-        prompt=prompt, proposer=proposer, checkpoint=checkpoint, k=k, temperature=temperature, top_k=top_k,
-        top_p=top_p, seed=seed, max_new_tokens=max_new, eos=eos, eos_disabled=eos_disabled, device=device,
-        engine=engine, threads=threads,
-    ))
+    settings = RunSettings(prompt=prompt, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
+                           device=device, engine=get("engine").strip().lower() or "specscope", threads=threads,
+                           **numbers)
+    for key, message in settings.validate().items():
+        errors.setdefault(key, message)  # a field whose text did not parse keeps that message
+    if vocab_size and "eos" not in errors and (problem := eos_vocab_problem(eos, vocab_size)):
+        errors["eos"] = problem
+    return Validation(None, errors) if errors else Validation(settings)
 
 
 def _threads(text: str, errors: dict[str, str]) -> int | None:
@@ -333,26 +305,10 @@ def _threads(text: str, errors: dict[str, str]) -> int | None:
     text = text.strip().lower()
     if text in ("", "auto"):
         return None
-    value = _int(text, "threads", 1, MAX_THREADS, errors, "threads")
+    value = _parse(text, "threads", int, "a whole number", errors, "threads")
+    if value is not None and not 1 <= value <= MAX_THREADS:
+        errors["threads"] = f"threads must lie in [1, {MAX_THREADS}], got {value}"
     if "threads" in errors:
         errors["threads"] += " (or “auto”)"
+        return None
     return value
-
-
-def _engine(text: str, proposer: str, errors: dict[str, str]) -> str:
-    """The engine field; transformers runs draft models and prompt lookup (max_ngram) only."""
-    engine = text.strip().lower() or "specscope"
-    if engine not in ENGINES:
-        errors["engine"] = f"engine must be one of {', '.join(ENGINES)}, got “{text.strip()}”"
-    elif engine == "transformers" and "proposer" not in errors:
-        try:
-            spec = parse_spec(proposer)
-        except SpecError:
-            return engine
-        extra = set(spec.params) - ({"max_ngram"} if spec.kind == "lookup" else set())
-        if "tree" in extra:
-            errors["tree"] = "the transformers engine drafts chains: choose the specscope engine for a tree"
-        elif spec.kind not in ("draft", "lookup") or extra:
-            errors["proposer"] = ("the transformers engine runs draft models and prompt lookup (max_ngram only), "
-                                  f"not {spec}")
-    return engine

@@ -4,20 +4,17 @@ A tree is part of the proposer spec (`draft:small,tree=3,2,1,children=sampled`, 
 core.registry), as on the command line. The run panel edits it as two fields, the tree and
 the children mode, folded into the spec it validates (`fold_tree`) and split out of a spec
 it is given (`split_tree`); a compare lane picks a whole spec from the proposer menu, where
-`TREE_CHOICES` add tree entries. The tree is parsed by core.trees' parser, the one the CLI
-and the proposer use, so the panel says what the CLI would.
+`TREE_CHOICES` add tree entries. The folded spec is checked by the core's RunSettings
+(core.decode.settings), with the parser the CLI and the proposer use, so the panel says what
+the CLI would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
-from specscope.core.draft.proposers import tree_options  # the proposer's own check of a tree + children pair
 from specscope.core.draft.registry import KINDS, ProposerSpec, SpecError, parse_spec
-from specscope.core.verify.tree import CHILDREN_MODES, check_children_mode
-from specscope.core.draft.trees import TreeSpecError, parse_tree
+from specscope.core.verify.tree import CHILDREN_MODES
 
 CHAIN = "chain"  # the tree field's text for "no tree": a chain of k tokens
 DEFAULT_CHILDREN = "topk"
@@ -65,26 +62,6 @@ def fold_tree(spec: str, tree: str, children: str) -> str:
     return str(replace(parsed, params=params))
 
 
-def check_tree(params: Mapping[str, Any], errors: dict[str, str]) -> None:
-    """A spec's tree and children, checked as the proposer will: problems go to errors["tree"]
-    or errors["children"]."""
-    tree, children = params.get("tree"), params.get("children")
-    if tree is None:
-        if children is not None:
-            errors["children"] = "children applies to a tree: choose a tree too"
-        return
-    try:
-        parse_tree(str(tree))
-    except TreeSpecError as exc:
-        errors["tree"] = str(exc)
-        return
-    try:
-        check_children_mode(str(children or DEFAULT_CHILDREN))
-        tree_options(str(tree), str(children or DEFAULT_CHILDREN))
-    except ValueError as exc:
-        errors["children"] = str(exc)
-
-
 def tree_choice_specs(kind: str, model: str) -> list[tuple[str, str]]:
     """(spec, label) of the tree menu entries for one model of a kind that grows trees."""
     out = []
@@ -100,5 +77,5 @@ def describe_tree(spec: str) -> str | None:
     return None if tree == CHAIN else f"tree {tree} ({children})"
 
 
-__all__ = ["CHAIN", "CHILDREN_MODES", "DEFAULT_CHILDREN", "TREE_CHOICES", "TREE_EXAMPLES", "check_tree",
-           "describe_tree", "fold_tree", "grows_trees", "is_chain", "split_tree", "tree_choice_specs"]
+__all__ = ["CHAIN", "CHILDREN_MODES", "DEFAULT_CHILDREN", "TREE_CHOICES", "TREE_EXAMPLES", "describe_tree", "fold_tree",
+           "grows_trees", "is_chain", "split_tree", "tree_choice_specs"]

@@ -36,9 +36,7 @@ SUMMARY_ROWS = (
 @dataclass(frozen=True)
 class LaneSettings(RunSettings):
     """A compare lane's settings: the run panel's, the side's proposer and k, and the coupling
-    seed of coupled lanes (core.coupling; None = uncoupled). session.ModelHub.build reads it."""
-
-    coupling_seed: int | None = None
+    seed of coupled lanes (RunSettings.coupling_seed, core.coupling; None = uncoupled)."""
 
     def describe(self) -> str:
         return super().describe() + ("" if self.coupling_seed is None else f", coupled (seed {self.coupling_seed})")
@@ -115,7 +113,12 @@ class CompareSession(QObject):
         w.laneFinished.connect(self._on_lane_finished)
         w.baseline.connect(self._on_baseline)
         w.failed.connect(self.failed)
+        w.refused.connect(self._on_refused)
         w.stateChanged.connect(self.stateChanged)
+
+    def _on_refused(self, errors: dict) -> None:
+        """A lane's settings cannot run with its models (core.decode.factory: the position limit)."""
+        self.failed.emit("Cannot compare: " + "; ".join(errors.values()), "")
 
     def start(self, a: RunSettings, b: RunSettings) -> None:
         self.settings = (a, b)

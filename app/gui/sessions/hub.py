@@ -3,9 +3,9 @@ never in a widget). Runs in the worker thread.
 
 `ModelHub` loads the bundled target, drafts and tokenizer through
 `specscope.core.loading.models` when the bundled models are installed, and otherwise (or when
-asked) uses tiny random-initialised Llama models so the app always starts. Proposers are
-built from the settings' spec by `core.registry.build_proposer`. `TinyModelHub` is the
-small, deterministic hub the tests use.
+asked) uses tiny random-initialised Llama models so the app always starts. The decoder is
+built from the settings by core.decode.factory, as the CLI's and the bench's are.
+`TinyModelHub` is the small, deterministic hub the tests use.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from specscope.core import SamplingConfig, SpeculativeDecoder, build_proposer
+from specscope.core.decode.factory import Models, build_decoder, run_config
 from specscope.core.loading import models as loading
 from specscope.core.records import RunConfig
 
@@ -274,39 +274,22 @@ class ModelHub:
 
     # ------------------------------------------------------------------ build
 
+    def models(self, settings: RunSettings) -> Models:
+        """The target, tokenizer and the draft the settings' spec names, through the hub's caches."""
+        target, tokenizer = self.target(settings.device)
+        ref = settings.model_ref
+        draft, draft_name = self.draft_loader(settings.device)(ref) if ref is not None else (None, None)
+        return Models(target, tokenizer, "tiny-target" if self.fallback else "", draft, draft_name)
+
     def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
-        device = settings.device
-        target, tokenizer = self.target(device)
-        proposer = build_proposer(settings.spec, load_draft=self.draft_loader(device))
-        eos = None
-        if not settings.eos_disabled:
-            eos = settings.eos
-            if eos is None and tokenizer is not None:
-                eos = getattr(tokenizer, "eos_token_id", None)
-        sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
-        if getattr(settings, "engine", "specscope") == "transformers":
-            decoder = self._transformers_engine(settings, target, proposer, sampling, eos)
-        else:
-            decoder = SpeculativeDecoder(target, proposer, k=settings.k, sampling=sampling, eos_token_id=eos,
-                                         seed=settings.seed, target_name="tiny-target" if self.fallback else "",
-                                         coupling_seed=getattr(settings, "coupling_seed", None))  # compare's coupled lanes
-        ids = self.encode(settings.prompt, tokenizer, decoder.vocab_size)
-        config = decoder.run_config(ids, settings.max_new_tokens, run_id)
-        return Prepared(decoder, ids, config, self.token_text(tokenizer), settings.describe())
-
-    def _transformers_engine(self, settings: RunSettings, target: Any, proposer: Any, sampling: SamplingConfig,
-                             eos: int | None) -> Any:
-        """transformers' own generate() with the proposer's draft model (or prompt lookup), recorded."""
-        from specscope.core.engines import TransformersEngine
-        from specscope.core.draft.registry import parse_spec
-
-        spec = parse_spec(settings.spec)
-        draft = getattr(proposer, "model", None) if spec.kind == "draft" else None
-        return TransformersEngine(target, kind="assisted" if spec.kind == "draft" else "lookup", draft=draft,
-                                  k=settings.k, sampling=sampling, eos_token_id=eos, seed=settings.seed,
-                                  target_name="tiny-target" if self.fallback else "",
-                                  draft_name=getattr(proposer, "label", None),
-                                  max_ngram=int(spec.params.get("max_ngram", 2)))
+        """The decoder of `settings` (core.decode.factory: the CLI's checks, EOS default and
+        position limit); a core SettingsError names the fields that cannot run."""
+        settings.check()  # before any model loads
+        models = self.models(settings)
+        decoder = build_decoder(settings, models)
+        ids = self.encode(settings.prompt, models.tokenizer, decoder.vocab_size)
+        config = run_config(decoder, settings, models, ids, run_id)
+        return Prepared(decoder, ids, config, self.token_text(models.tokenizer), settings.describe())
 
     def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
         """What plain cached decoding of the target costs on this prompt with the run's sampler
@@ -317,7 +300,7 @@ class ModelHub:
 
         target, _ = self.target(settings.device)
         n = max(2, min(steps, settings.max_new_tokens))
-        sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+        sampling = settings.sampling()
 
         def wall(tokens: int) -> float:
             return plain_generate(target, prompt_ids, tokens, sampling=sampling, seed=settings.seed).wall_s

@@ -34,6 +34,7 @@ class LiveSession(QObject):
     activity = Signal(str)  # what the worker is doing, in words ("" = nothing special)
     stateChanged = Signal(str)
     failed = Signal(str, str)
+    refused = Signal(object)  # {field: message}: the settings cannot run (the worker started nothing)
 
     def __init__(self, model: RunModel, hub: ModelHub, store_path: str | None, record: bool = True, parent=None):
         super().__init__(parent)
@@ -55,6 +56,7 @@ class LiveSession(QObject):
         w.roundReady.connect(self._on_round)
         w.laneFinished.connect(self._on_lane_finished)
         w.failed.connect(self.failed)
+        w.refused.connect(self.refused)
         w.stateChanged.connect(self._on_state)
         w.recorded.connect(self._on_recorded)
         self.follow_timer = QTimer(self)

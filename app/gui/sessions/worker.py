@@ -23,6 +23,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
 from specscope.core import RunHandle, parse_spec
+from specscope.core.decode.settings import SettingsError
 
 from .hub import ModelHub, Prepared
 from specscope.app.gui.model.settings import DEFAULT_PROPOSER, RunSettings
@@ -59,6 +60,7 @@ class DecodeWorker(QObject):
     laneFinished = Signal(int, str, float, object)  # lane, stop reason, wall seconds, GenerationResult | None
     finished = Signal()
     failed = Signal(str, str)  # message, details
+    refused = Signal(object)  # {field: message}: settings that cannot run (core SettingsError); nothing started
     stateChanged = Signal(str)
     recorded = Signal(int, str)  # lane, where the trace is being written
     preloaded = Signal(str)  # a status line once the default models are in memory
@@ -149,10 +151,13 @@ class DecodeWorker(QObject):
             if measure_baseline and lanes:
                 self.baseline.emit(self.hub.measure_plain(settings_list[0], lanes[0].prepared.prompt_ids))
         except Exception as exc:  # noqa: BLE001 - shown in a dialog, never a traceback
-            log.exception("cannot start the run")
             self.lanes = []
             self._set_state(IDLE)
-            self.failed.emit(_message(exc), traceback.format_exc())
+            if isinstance(exc, SettingsError):  # shown under the run panel's fields, as the CLI refuses them
+                self.refused.emit(dict(exc.errors))
+            else:
+                log.exception("cannot start the run")
+                self.failed.emit(_message(exc), traceback.format_exc())
             return
         self._set_state(PAUSED)
 

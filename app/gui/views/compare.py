@@ -330,14 +330,14 @@ class CompareWidget(QWidget):
         ticked and the lanes sample; a ticked box at temperature 0 is ignored, with a note."""
         coupled = self.coupled.isChecked() and not a.greedy
         self.update_coupling_note(a.temperature)
-        if coupled and "transformers" in (a.engine, b.engine):
-            self.errors[0 if a.engine == "transformers" else 1].setText("coupled lanes need the specscope engine")
-            return None
-        if coupled and any("tree=" in s.spec for s in (a, b)):
-            self.errors[0 if "tree=" in a.spec else 1].setText("coupled lanes verify chains: no tree")
-            return None
         seed = a.seed if coupled else None
-        return tuple(LaneSettings(**{**vars(s), "coupling_seed": seed}) for s in (a, b))  # type: ignore[return-value]
+        lanes = tuple(LaneSettings(**{**vars(s), "coupling_seed": seed}) for s in (a, b))
+        for side, lane in enumerate(lanes):  # the core's check: the transformers engine and trees cannot couple
+            problem = lane.validate({"coupling_seed": "coupling"}).get("coupling_seed")
+            if problem:
+                self.errors[side].setText(problem)
+                return None
+        return lanes  # type: ignore[return-value]
 
     def update_coupling_note(self, temperature: float | str) -> None:
         """The note beside the coupled-lanes box: it does nothing at temperature 0."""

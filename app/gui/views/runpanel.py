@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.app.gui.model.settings import ENGINES, PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, \
+from specscope.app.gui.model.settings import ENGINES, MAX_K, PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, \
     proposer_choices, proposer_label, spec_text, validate
 from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, TREE_EXAMPLES, fold_tree, grows_trees, \
     is_chain, split_tree
@@ -29,7 +29,7 @@ from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING
 ERROR_STYLE = "color:#b00020; font-size:8pt;"
 ERROR_PX = 13  # every error line keeps this height, shown or not, so the form never jumps
 FIELD_HELP = {
-    "k": "draft tokens per round (1–64); a chain's length (a tree's shape sets its own)",
+    "k": f"draft tokens per round (1–{MAX_K}); a chain's length (a tree's shape sets its own)",
     "tree": "chain (k tokens) · branching per depth 3,2,1,1 · paths:0;1;0.0 · dynamic:nodes=16,depth=5,topk=4",
     "children": "how a tree's siblings are chosen: topk (most probable) · sampled (i.i.d. from q) · distinct "
                 "(without replacement)",

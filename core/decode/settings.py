@@ -1,0 +1,276 @@
+"""One run's settings, as every front end fills them in, validated once.
+
+`RunSettings` holds what turns a target (and a draft) into a decoder: the proposer spec
+(core.draft.registry), the engine, k, the sampler, the seed, the budget, EOS, coupling, the
+record policy (vectors, top-N), and where it runs. The CLI's flags, the GUI's run panel and
+the bench fill in the same object; `validate()` checks every value the same way for all of
+them and returns field -> message, so the GUI shows each message under its field and the CLI
+joins them into one line. A message names its field as the caller does (`names`: the CLI
+passes its flags, "--max-new"; the GUI keeps the default words, "max new tokens"), so both say
+the same thing in their own terms. core.decode.factory builds the decoder from it.
+
+Importing this module does not import torch (the CLI's option checks use its limits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specscope.core.draft.registry import ProposerSpec
+    from specscope.core.sampling.reference import SamplingConfig
+
+INT32_MAX = 2**31 - 1  # the store's INTEGER columns (k, max_new_tokens, top_k, eos id, top_n) on every database
+INT64_MAX = 2**63 - 1  # the store's seed column (BIGINT); numpy's default_rng wants a seed >= 0
+MAX_K = 4096  # the longest draft (or largest tree budget) a trace may hold (storage/jsonl's import limit)
+ENGINES = ("specscope", "transformers")  # specscope's SpeculativeDecoder, or transformers' own generate() recorded
+VECTOR_POLICIES = ("auto", "full", "top")  # what a record keeps besides the top-N (core.dists)
+DEFAULT_PROPOSER = "draft:small"
+# transformers' own default max_matching_ngram_size: its prompt lookup's n when a spec names none
+# (specscope's own lookup proposer defaults to the registry's max_ngram)
+HF_LOOKUP_MAX_NGRAM = 2
+
+# How a message names each field unless the caller names it otherwise (the GUI's words).
+FIELD_NAMES: dict[str, str] = {
+    "proposer": "proposer",
+    "tree": "tree",
+    "children": "children",
+    "engine": "engine",
+    "k": "k (draft length)",
+    "temperature": "temperature",
+    "top_k": "top-k",
+    "top_p": "top-p",
+    "seed": "seed",
+    "max_new_tokens": "max new tokens",
+    "eos": "EOS",
+    "coupling_seed": "coupling seed",
+    "use_cache": "no-cache",
+    "fault": "fault",
+    "vectors": "vectors",
+    "top_n": "top-N",
+}
+
+# field -> (smallest, largest) of the integer settings
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "k": (1, MAX_K),
+    "top_k": (0, INT32_MAX),
+    "seed": (0, INT64_MAX),
+    "max_new_tokens": (1, INT32_MAX),
+    "top_n": (1, INT32_MAX),
+}
+DEFAULTED = frozenset({"top_n"})  # integer settings whose None means the core's default
+
+
+class SettingsError(ValueError):
+    """Settings that cannot run: `errors` maps each bad field to its message; str() is
+    every message on one line."""
+
+    def __init__(self, errors: Mapping[str, str]):
+        self.errors = dict(errors)
+        super().__init__("; ".join(self.errors.values()))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    proposer: str = DEFAULT_PROPOSER  # a core.draft.registry spec, tree included
+    engine: str = "specscope"  # one of ENGINES
+    k: int = 4
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 64
+    eos: int | None = None  # None = the tokenizer's EOS (none when it has none)
+    eos_disabled: bool = False  # no EOS at all
+    coupling_seed: int | None = None  # couple the run's draws to positions (core.verify.coupling)
+    use_cache: bool = True
+    fault: str | None = None  # a deliberate bug from core.faults
+    vectors: str = "auto"  # one of VECTOR_POLICIES
+    top_n: int | None = None  # None = core.sampling.dists.DEFAULT_TOP_N
+    device: str = "cpu"
+    dtype: str | None = None
+    threads: int | None = None  # torch CPU threads; None = the front end's default
+
+    @property
+    def spec(self) -> str:
+        """The proposer spec the decoder is built from."""
+        return self.proposer
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def model_ref(self) -> str | None:
+        """The draft model the spec loads ("small", a folder), None without one (or when the
+        spec does not parse: validate() says why)."""
+        from specscope.core.draft.registry import SpecError, parse_spec
+
+        try:
+            return parse_spec(self.spec).model_ref
+        except SpecError:
+            return None
+
+    def sampling(self) -> SamplingConfig:
+        from specscope.core.sampling.reference import SamplingConfig
+
+        return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    def validate(self, names: Mapping[str, str] | None = None) -> dict[str, str]:
+        """field -> message for every value that cannot run (empty when all can)."""
+        name = {**FIELD_NAMES, **(names or {})}
+        errors: dict[str, str] = {}
+        for key, (lo, hi) in INT_RANGES.items():
+            value = getattr(self, key)
+            if value is not None or key not in DEFAULTED:
+                _put(errors, key, name, _int_problem(value, lo, hi))
+        _put(errors, "temperature", name, _temperature_problem(self.temperature))
+        _put(errors, "top_p", name, _top_p_problem(self.top_p))
+        _put(errors, "eos", name, _eos_problem(self.eos))
+        if self.coupling_seed is not None:
+            _put(errors, "coupling_seed", name, _int_problem(self.coupling_seed, 0, INT64_MAX))
+        if self.vectors not in VECTOR_POLICIES:
+            errors["vectors"] = f"{name['vectors']} must be one of {', '.join(VECTOR_POLICIES)}, got {self.vectors!r}"
+        if self.engine not in ENGINES:
+            errors["engine"] = f"{name['engine']} must be one of {', '.join(ENGINES)}, got {self.engine!r}"
+        spec = _spec_problems(self.spec, errors, name)
+        if self.fault is not None and (problem := _fault_problem(self.fault)):
+            errors["fault"] = f"{name['fault']}: {problem}"
+        if spec is not None:
+            _combination_problems(self, spec, errors, name)
+        return errors
+
+    def check(self, names: Mapping[str, str] | None = None) -> None:
+        """Raise SettingsError when validate() finds anything."""
+        errors = self.validate(names)
+        if errors:
+            raise SettingsError(errors)
+
+
+def _put(errors: dict[str, str], key: str, name: Mapping[str, str], problem: str | None) -> None:
+    if problem is not None:
+        errors[key] = f"{name[key]} {problem}"
+
+
+def _int_problem(value: Any, lo: int, hi: int) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be a whole number, got {value!r}"
+    if value < lo:
+        return f"must be at least {lo}, got {value}"
+    if value > hi:
+        return f"must be at most {hi}, got {value}"
+    return None
+
+
+def _finite_problem(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    return None
+
+
+def _temperature_problem(value: Any) -> str | None:
+    problem = _finite_problem(value)
+    if problem is None and value < 0:
+        problem = f"must be at least 0 (0 = greedy), got {value:g}"
+    return problem
+
+
+def _top_p_problem(value: Any) -> str | None:
+    problem = _finite_problem(value)
+    if problem is None and not 0.0 < value <= 1.0:
+        problem = f"must lie in (0, 1] (1 = off), got {value:g}"
+    return problem
+
+
+def _eos_problem(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
+        return f"must be a token id from 0 to {INT32_MAX}, 'auto' or 'none', got {value!r}"
+    return None
+
+
+def eos_vocab_problem(eos: int | None, vocab_size: int, names: Mapping[str, str] | None = None) -> str | None:
+    """The message when an EOS id lies outside a vocabulary of `vocab_size` tokens."""
+    if eos is None or 0 <= eos < vocab_size:
+        return None
+    name = {**FIELD_NAMES, **(names or {})}["eos"]
+    return f"{name} must be a token id below the vocabulary size {vocab_size}, got {eos}"
+
+
+def _fault_problem(fault: str) -> str | None:
+    from specscope.core.faults.zoo import fault_named
+
+    try:
+        fault_named(fault)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _spec_problems(text: str, errors: dict[str, str], name: Mapping[str, str]) -> ProposerSpec | None:
+    """The parsed spec, its tree and children checked as the proposer will (errors under
+    "tree" / "children") and a kind without a model built once (which checks its parameters);
+    None when it does not parse."""
+    from specscope.core.draft.registry import KINDS, SpecError, build_proposer, parse_spec
+
+    try:
+        spec = parse_spec(text)
+    except SpecError as exc:
+        errors["proposer"] = f"{name['proposer']}: {exc}"
+        return None
+    kind = KINDS[spec.kind]
+    if kind.param("tree") is not None:
+        _tree_problems(spec.params, errors, name)
+    if not kind.needs_model and "tree" not in errors and "children" not in errors:
+        try:
+            build_proposer(spec)
+        except (SpecError, ValueError) as exc:
+            errors["proposer"] = f"{name['proposer']}: {exc}"
+    return spec
+
+
+def _tree_problems(params: Mapping[str, Any], errors: dict[str, str], name: Mapping[str, str]) -> None:
+    """A spec's tree and children, parsed by the parser the proposer uses."""
+    from specscope.core.draft.proposers import tree_options
+    from specscope.core.draft.trees import TreeSpecError, parse_tree
+    from specscope.core.verify.tree import check_children_mode
+
+    tree, children = params.get("tree"), params.get("children")
+    if tree is None:
+        if children is not None:
+            errors["children"] = f"{name['children']} applies to a tree: choose a tree too"
+        return
+    try:
+        parse_tree(str(tree))
+    except TreeSpecError as exc:
+        errors["tree"] = f"{name['tree']}: {exc}"
+        return
+    try:
+        check_children_mode(str(children or "topk"))
+        tree_options(str(tree), str(children or "topk"))
+    except ValueError as exc:
+        errors["children"] = f"{name['children']}: {exc}"
+
+
+def _combination_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, str],
+                          name: Mapping[str, str]) -> None:
+    """Settings valid alone that cannot run together: what the transformers engine cannot
+    run, and coupling a tree."""
+    tree = bool(spec.params.get("tree"))
+    if s.coupling_seed is not None and tree:
+        errors["coupling_seed"] = f"{name['coupling_seed']} verifies chain drafts: it cannot be combined with a tree"
+    if s.engine != "transformers":
+        return
+    for key, off in (("coupling_seed", s.coupling_seed is not None), ("fault", s.fault is not None),
+                     ("use_cache", not s.use_cache)):
+        if off:
+            errors[key] = f"{name[key]} applies to the specscope engine only"
+    extra = set(spec.params) - ({"max_ngram"} if spec.kind == "lookup" else set())
+    if tree:
+        errors["tree"] = "the transformers engine drafts chains: choose the specscope engine for a tree"
+    elif spec.kind not in ("draft", "lookup") or extra:
+        errors["proposer"] = f"the transformers engine runs draft models and prompt lookup (max_ngram only), not {spec}"
