@@ -4,7 +4,7 @@ decoder comes from core.decode.factory, as the CLI's does)."""
 
 from __future__ import annotations
 
-from specscope.app.gui.worker import IDLE
+from specscope.app.gui.sessions.worker import IDLE
 
 from .helpers import configure
 

@@ -38,7 +38,7 @@ def cli_error(capsys, *argv) -> str:
 
 @pytest.mark.parametrize("flag, value, field, name", CASES)
 def test_cli_and_run_panel_refuse_with_the_same_message(capsys, flag, value, field, name):
-    from specscope.app.gui.settings import RunSettings, validate
+    from specscope.app.gui.model.settings import RunSettings, validate
 
     line = cli_error(capsys, flag, value)
     flag_name = "--k (draft length)" if flag == "--k" else flag
