@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import logging
 from typing import Any, Sequence
 
@@ -129,3 +130,7 @@ def parse_eos(value: str, tokenizer: Any) -> int | None:
         raise CliError(f"--eos-id must be a token id from 0 to {INT32_MAX}, 'auto' or 'none', got {value}")
     return eos
 
+
+def stderr_progress(message: str) -> None:
+    """Long loading work (a GGUF conversion, a download) said on stderr, one line a step."""
+    print(f"specscope: {message}", file=sys.stderr, flush=True)
