@@ -9,6 +9,7 @@ import sys
 from typing import Sequence
 
 from specscope.app.cli.check import add_check_parsers, check_trace_file, open_existing_store
+from specscope.app.cli.models import add_models_parser
 from specscope.app.cli.options import CliError, threads_arg, check_int_options
 from specscope.app.cli.run import add_run_parser
 from specscope.app.cli.signals import interrupt_status
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_open)
     add_run_parser(sub)
     add_check_parsers(sub)
+    add_models_parser(sub)
     from specscope.app import bench
     from specscope.app.cli import traces
 

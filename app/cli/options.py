@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import logging
 
 from specscope.core.decode.settings import INT32_MAX, INT64_MAX  # the store's column limits (torch-free)
@@ -112,3 +113,8 @@ def parse_eos(value: str) -> tuple[int | None, bool]:
         return int(value), False
     except ValueError:
         raise CliError(f"--eos-id must be an integer, 'auto' or 'none', got {value!r}") from None
+
+
+def stderr_progress(message: str) -> None:
+    """Long loading work (a GGUF conversion, a download) said on stderr, one line a step."""
+    print(f"specscope: {message}", file=sys.stderr, flush=True)

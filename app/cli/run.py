@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from specscope.app.cli.options import parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, parse_prompt_ids
+from specscope.app.cli.options import stderr_progress, parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, parse_prompt_ids
 from specscope.app.cli.signals import interrupt_status, run_signals
 
 
@@ -56,7 +56,8 @@ def add_run_parser(subparsers: Any) -> None:
                         "same tokens wherever their prefixes agree, whatever the proposer (docs/coupling.md)")
     p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
     p.add_argument("--target", default=None,
-                   help="target checkpoint directory (default: the bundled target; 'target' names it too)")
+                   help="target: a checkpoint directory, a GGUF file (converted once and cached), a fetched model's "
+                        "name (`specscope models`), or the bundled target (the default; 'target' names it too)")
     p.add_argument("--draft", default=None,
                    help="draft: 'small', 'tiny' (bundled) or a checkpoint directory (shorthand for --proposer draft:DRAFT); "
                         "a bundled name always means the bundled model: write ./small for a folder named small")
@@ -183,6 +184,7 @@ def _load(args: argparse.Namespace, spec: Any):
         draft=spec.model_ref,
         device=loading.resolve_device(args.device),
         dtype=args.dtype,
+        progress=stderr_progress,
     )
 
 

@@ -29,6 +29,8 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from specscope.core.decode.kv import model_vocab_size
+from specscope.core.loading import catalog, gguf
+from specscope.core.loading.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,6 @@ _DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
     "double": torch.float64,
 }
-
-
-class CheckpointError(ValueError):
-    """A checkpoint path that cannot be loaded (missing, not a model folder, unreadable)."""
 
 
 # ---------------------------------------------------------------------------- paths
@@ -347,8 +345,16 @@ def _weights_sha256(folder: Path) -> str | None:
     return h.hexdigest()
 
 
-def _checkpoint_dir(path: str | os.PathLike, role: str) -> Path:
+def _checkpoint_dir(path: str | os.PathLike, role: str, progress: gguf.Progress | None = None) -> Path:
+    """The checkpoint folder `path` names: the folder itself, a GGUF file's cached conversion
+    (converted first when needed), or a fetched model's by name (core.loading.catalog)."""
     p = Path(path).expanduser()
+    if p.is_file() and gguf.is_gguf(p):
+        return gguf.converted_checkpoint(p, progress)
+    if p.is_file() and p.suffix.lower() == ".gguf":
+        raise CheckpointError(f"{role} {p} is named .gguf but is not a GGUF file (it lacks the GGUF magic bytes)")
+    if not p.exists() and catalog.lookup(str(path)) is not None:
+        return catalog.resolve(str(path), progress)
     if not p.exists():
         raise CheckpointError(f"{role} checkpoint not found: {p} does not exist (expected a local folder saved with save_pretrained)")
     if not p.is_dir():
@@ -368,6 +374,8 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
     from transformers import AutoTokenizer
 
     folder = Path(path).expanduser()
+    if folder.is_file() and gguf.is_gguf(folder):
+        folder = gguf.converted_checkpoint(folder)
     if not folder.is_dir() or not _has_tokenizer(folder):
         raise CheckpointError(f"no tokenizer in {folder} (expected tokenizer.json / tokenizer_config.json)")
     try:
@@ -378,7 +386,8 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
                role: str = "model", device_map: str | dict[str, Any] | None = None,
-               offload_folder: str | os.PathLike | None = None) -> torch.nn.Module:
+               offload_folder: str | os.PathLike | None = None,
+               progress: gguf.Progress | None = None) -> torch.nn.Module:
     """One local causal LM, in eval mode on `device`, with float parameters cast to `dtype`.
 
     `device_map` (needs the accelerate package) spreads the model's layers over several
@@ -387,7 +396,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dty
     with such a model."""
     from transformers import AutoModelForCausalLM
 
-    folder = _checkpoint_dir(path, role)
+    folder = _checkpoint_dir(path, role, progress)
     dt = resolve_dtype(dtype)
     extra: dict[str, Any] = {}
     if device_map is not None:
@@ -412,14 +421,15 @@ def load_pair(
     dtype: str | torch.dtype | None = None,
     target_name: str | None = None,
     draft_name: str | None = None,
+    progress: gguf.Progress | None = None,
 ) -> ModelPair:
     """Any local transformers checkpoint pair (draft optional), with the tokenizer contract checked.
 
     The tokenizer comes from the target folder (None when it has none: pass token ids). When
     the draft folder also has a tokenizer, the two must agree (`check_tokenizers`).
     """
-    t_dir = _checkpoint_dir(target_path, "target")
-    d_dir = _checkpoint_dir(draft_path, "draft") if draft_path is not None else None
+    t_dir = _checkpoint_dir(target_path, "target", progress)
+    d_dir = _checkpoint_dir(draft_path, "draft", progress) if draft_path is not None else None
     tokenizer = load_tokenizer(t_dir) if _has_tokenizer(t_dir) else None
     if d_dir is not None and _has_tokenizer(d_dir):
         draft_tok = load_tokenizer(d_dir)
@@ -483,10 +493,12 @@ def load_models(
     draft: str | os.PathLike | None = "small",
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
+    progress: gguf.Progress | None = None,
 ) -> ModelPair:
     """What the CLI's --target / --draft flags mean.
 
-    target: None (or "target"/"specscope/target") = the bundled target, else a local path.
+    target: None (or "target"/"specscope/target") = the bundled target; a fetched model's name
+    ("smollm2", core.loading.catalog); else a local path: a checkpoint folder or a GGUF file.
     draft: None = no draft; "small"/"tiny" (or "specscope/draft-small", ...) = bundled; else a path.
 
     A bundled name always means the bundled model, even when the working directory holds a
@@ -508,14 +520,23 @@ def load_models(
         d_path,
         device=device,
         dtype=dtype,
-        target_name=BUNDLED_PREFIX + "target" if bundled_target else None,
-        draft_name=(BUNDLED_PREFIX + d_key) if bundled_draft else None,
+        target_name=BUNDLED_PREFIX + "target" if bundled_target else _catalog_name(t_spec),
+        draft_name=(BUNDLED_PREFIX + d_key) if bundled_draft else _catalog_name(d_spec),
+        progress=progress,
     )
     if bundled_target:
         pair.target.config._name_or_path = pair.target_name
     if bundled_draft and pair.draft is not None:
         pair.draft.config._name_or_path = pair.draft_name
     return pair
+
+
+def _catalog_name(spec: str | None) -> str | None:
+    """A fetched model's name when `spec` names one (and is not a path that exists)."""
+    if spec is None or Path(spec).expanduser().exists():
+        return None
+    model = catalog.lookup(spec)
+    return model.name if model is not None else None
 
 
 def bundled_available() -> bool:
