@@ -28,6 +28,10 @@ def add_run_parser(subparsers: Any) -> None:
     src.add_argument("--prompt", help="prompt text (tokenised with the target's tokenizer)")
     src.add_argument("--prompt-file", help="read the prompt text from this file")
     src.add_argument("--prompt-ids", help="comma-separated token ids instead of text (at least one)")
+    p.add_argument("--chat", action="store_true",
+                   help="the prompt is a user's message: apply the model's chat template (system turn from --system), "
+                        "and stop at the token that ends the model's turn (--eos-id auto)")
+    p.add_argument("--system", default=None, metavar="TEXT", help="with --chat: the system turn's text")
     p.add_argument("--proposer", default=None, metavar="SPEC",
                    help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
                         "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)")
@@ -162,13 +166,21 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
     else:
         text = args.prompt
     if text is None:
-        text = _default_prompt()
+        text = _default_prompt(args.chat)
     if tokenizer is None:
         raise CliError("this target has no tokenizer: pass --prompt-ids")
+    if args.chat:
+        from specscope.core.loading.chat import chat_prompt_ids
+
+        return chat_prompt_ids(tokenizer, text, args.system)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _default_prompt() -> str:
+def _default_prompt(chat: bool = False) -> str:
+    if chat:
+        from specscope.core.loading.chat import chat_prompts
+
+        return chat_prompts("chat")[0].user
     from specscope.core.loading.models import example_prompts
 
     prompts = example_prompts()
@@ -214,6 +226,10 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
     a refusal is one CliError line naming the flags."""
     from specscope.core.decode.factory import SettingsError, build_decoder, run_config
 
+    if args.chat and args.prompt_ids is not None:
+        raise CliError("--chat applies the chat template to prompt text: it cannot take --prompt-ids")
+    if args.system is not None and not args.chat:
+        raise CliError("--system is the system turn of a chat prompt: add --chat")
     spec = run_spec(args)
     settings = run_settings(args, spec)
     try:
@@ -221,11 +237,22 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
         if settings.coupling_seed is not None and settings.greedy:
             print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
         pair = _load(args, spec)
+        settings = _chat_eos(args, settings, pair)
         decoder = build_decoder(settings, pair, FLAG_NAMES)
         prompt = _prompt_ids(args, pair.tokenizer)
         return pair, decoder, prompt, run_config(decoder, settings, pair, prompt, names=FLAG_NAMES)
     except SettingsError as exc:
         raise CliError(str(exc)) from None
+
+
+def _chat_eos(args: argparse.Namespace, settings: Any, pair: Any) -> Any:
+    """With --chat and --eos-id auto, the run stops where the model's turn ends (its generation
+    config's EOS; the template's end-of-turn token where it names several)."""
+    if not args.chat or args.eos_id != "auto":
+        return settings
+    from specscope.core.loading.chat import turn_end_id
+
+    return replace(settings, eos=turn_end_id(pair.target, pair.tokenizer))
 
 
 def _token_text(tokenizer: Any, token: int) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 def model_vocab_size(model: torch.nn.Module) -> int:
@@ -201,12 +201,20 @@ PLAIN_LAYERS = (DynamicLayer, GrowingLayer)
 
 
 def growing_cache(config) -> DynamicCache:
-    """A DynamicCache for `config` whose full-attention layers are GrowingLayers (sliding
-    window and other layer kinds stay transformers' own)."""
+    """A DynamicCache for `config` whose attention layers are all GrowingLayers.
+
+    Sliding-window layers too: transformers' own DynamicSlidingWindowLayer keeps only the
+    last `window` positions, so a rejected draft that ran past the window could not be
+    cropped away. A full layer keeps every position and is cropped like any other; the
+    window is still applied, by the mask: transformers builds a sliding layer's mask from
+    absolute positions (the query offset and kv length a full layer reports), so its
+    attention sees exactly the last `window` positions, as with its own cache. The cost is
+    memory: a sliding layer's cache grows with the context like a full layer's.
+    Other layer kinds (linear attention, state-space layers) stay transformers' own."""
     cache = DynamicCache(config=config)
     layers = getattr(cache, "layers", None)
     if layers:
         for i, layer in enumerate(layers):
-            if type(layer) is DynamicLayer:
+            if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer):
                 layers[i] = GrowingLayer()
     return cache

