@@ -20,7 +20,7 @@ import torch
 
 from specscope.core.decode.kv import CachedLM
 from specscope.core.loading.models import example_prompts, load_bundled
-from specscope.core.decode.tree_kv import masked_feed
+from specscope.core.decode.layout import masked_feed
 from specscope.core.draft.trees import ancestor_matrix, context_and_tree, tree_positions
 
 

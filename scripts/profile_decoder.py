@@ -56,6 +56,8 @@ def load_core_at(rev: str, into: Path) -> Any:
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
         tar.extractall(into / "pkg", filter="data")
     (into / "pkg" / "core").rename(into / "pkg" / name)
+    for path in (into / "pkg" / name).rglob("*.py"):  # its own absolute imports, not the working tree's
+        path.write_text(path.read_text(encoding="utf-8").replace("specscope.core", name), encoding="utf-8")
     sys.path.insert(0, str(into / "pkg"))
     return importlib.import_module(name)
 

@@ -2,7 +2,9 @@
 
 - a new fault is one entry (and its inject function) in core/faults/zoo.py;
 - a new checker rule is one RULES line, one method and one ROUND_CHECKS name in core/check/checker.py;
-- a new proposer is its class and one registry entry in core/ (tests/app covers the GUI side).
+- a new proposer is its class and one registry entry in core/ (tests/app covers the GUI side);
+- a new layout (how a draft is laid out in the verify forward and kept in the cache) is its
+  class, given to the decoder's `layout` argument (core/decode/layout.py has the two built in).
 
 Each test makes the change the way a maintainer would, at run time and in that one module
 only, and then uses it through the public API and the CLI, which were not touched.
@@ -21,6 +23,8 @@ from specscope.core.faults import zoo as faults_module
 from specscope.core.draft import registry
 from specscope.core.check.checker import check_run, first_bad_round
 from specscope.core.decode.kv import CachePolicy
+from specscope.core.decode.layout import TreeLayout
+from specscope.core.records import TreeRound
 
 from .core.scripted import ScriptedProposer
 from .tiny_models import noisy_copy, save_pair, tiny_lm
@@ -143,3 +147,31 @@ def test_a_proposer_added_in_core_alone_is_built_from_its_spec_and_checked_clean
     assert check_run(out.config, out.rounds) == []
     with pytest.raises(registry.SpecError, match="no parameter 'nope'"):
         registry.build_proposer("repeat:nope=1")
+
+
+class ChainAsTree(TreeLayout):
+    """A new layout: a chain draft laid out as the tree whose node i has parent i - 1 (one
+    masked forward, the kept rows gathered by index), drafting k tokens as a chain does."""
+
+    def draft_length(self, k, remaining):
+        return min(k, remaining)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_layout_added_alone_gives_the_chains_tokens_and_is_checked_clean(temperature):
+    target = tiny_lm("llama", seed=0, init_range=0.3)
+    draft = noisy_copy(target, 0.3)
+    cfg = SamplingConfig(temperature=temperature)
+    from specscope.core import SpeculativeDecoder
+
+    chain = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=3, seed=5)
+    as_tree = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=3, seed=5,
+                                 layout=ChainAsTree())
+    for prompt in ([1, 2, 3, 4, 1, 2], [7, 7, 9, 11, 2]):
+        a, b = chain.generate(prompt, 30), as_tree.generate(prompt, 30)
+        assert a.new_tokens == b.new_tokens
+        assert [[n.status for n in r.nodes] for r in a.rounds] == [[n.status for n in r.nodes] for r in b.rounds]
+        assert [r.target_cache for r in a.rounds] == [r.target_cache for r in b.rounds]
+        assert all(isinstance(r, TreeRound) and r.tree.kept_rows == tuple(r.prefix_len + i for i in r.tree.path)
+                   for r in b.rounds)
+        assert check_run(b.config, b.rounds) == []

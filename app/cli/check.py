@@ -143,10 +143,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_faults(args: argparse.Namespace) -> int:
-    from specscope.core.faults.zoo import COUPLED_FAULTS, FAULTS, TREE_FAULTS
+    from specscope.core.faults.zoo import FAULTS
 
-    width = max(len(n) for n in [*FAULTS, *TREE_FAULTS, *COUPLED_FAULTS])
-    for f in [*FAULTS.values(), *TREE_FAULTS.values(), *COUPLED_FAULTS.values()]:
+    width = max(len(n) for n in FAULTS)
+    for f in FAULTS.values():
         print(f"{f.name:<{width}}  {f.summary}\n{'':<{width}}  fires when: {f.applies}")
     return 0
 

@@ -151,9 +151,11 @@ class _RoundChecker:
     def position_of(self, emitted_index: int) -> int:
         return self.out_start + emitted_index
 
-    # ---------------------------------------------------------------- structure
+    # ---------------------------------------------------------------- structure (every shape)
 
     def structure(self) -> None:
+        """What holds for every draft shape: parents precede their children, the accepted
+        nodes are one root path and are what was emitted, at most one token follows them."""
         rnd = self.rnd
         nodes = rnd.nodes
         path: list[int] = []
@@ -171,10 +173,18 @@ class _RoundChecker:
         rejected = [n.index for n in nodes if n.status == "rejected"]
         if rnd.rejected_node is not None and rnd.rejected_node not in rejected:
             self.add("round-structure", f"round names node {rnd.rejected_node} as rejected but its status is not 'rejected'")
-        for i, n in enumerate(nodes):  # chains: accepted* rejected? unvisited*
+        for i, n in enumerate(nodes):  # a child is visited only after its parent was accepted
             if n.parent == i - 1 and i > 0 and n.status != "unvisited" and nodes[i - 1].status != "accepted":
                 self.add("round-structure", f"node {i} was visited after node {i - 1} was {nodes[i - 1].status}", node=i)
+        self._emitted_follow(path)
+        kinds = [e.kind for e in rnd.emitted]
+        if "repaired" in kinds and not rejected:
+            self.add("round-structure", "a repair token was emitted although no draft token was rejected",
+                     self.position_of(kinds.index("repaired")))
 
+    def _emitted_follow(self, path: list[int]) -> None:
+        """The accepted tokens come first and are the accepted path's; one repair or bonus at most after them."""
+        rnd, nodes = self.rnd, self.rnd.nodes
         kinds = [e.kind for e in rnd.emitted]
         accepted_emitted = [e for e in rnd.emitted if e.kind == "accepted"]
         n_acc = len(accepted_emitted)
@@ -197,20 +207,39 @@ class _RoundChecker:
         tail = rnd.emitted[n_acc:]
         if len(tail) > 1:
             self.add("round-structure", f"{len(tail)} tokens follow the accepted ones; at most one repair or bonus may", self.position_of(n_acc + 1))
+
+    # ---------------------------------------------------------------- the shape's rules
+
+    def shape(self) -> None:
+        """The rules of the round's draft shape, chosen once: a tree is proved by its walk
+        (core.check.tree_rules), a chain by the chain rule or the coupled rule."""
+        if is_tree_round(self.config, self.rnd):
+            check_tree_round(self)
+        elif is_coupled_round(self.config):  # decided by the shared Gumbel keys (core.check.coupled)
+            self._chain_structure()
+            check_coupled_round(self)
+        else:
+            self._chain_structure()
+            self.decisions()
+            self.repair_and_bonus()
+
+    def _chain_structure(self) -> None:
+        """A chain's order: accepted* then (rejected and its repair) or the bonus, which is owed
+        when every draft was accepted with budget left and no EOS."""
+        rnd = self.rnd
+        rejected = [n.index for n in rnd.nodes if n.status == "rejected"]
+        kinds = [e.kind for e in rnd.emitted]
         repairs = [e for e in rnd.emitted if e.kind == "repaired"]
         bonuses = [e for e in rnd.emitted if e.kind == "bonus"]
-        if rejected and not repairs and not self._eos_before_rejection() and not self._is_tree():
+        if rejected and not repairs and not self._eos_before_rejection():
             self.add("round-structure", f"node {rejected[0]} was rejected but no repair token was emitted", node=rejected[0])
-        if repairs:
-            if not rejected:
-                self.add("round-structure", "a repair token was emitted although no draft token was rejected", self.position_of(kinds.index("repaired")))
-            elif repairs[0].node != rejected[0] and not self._is_tree():  # a tree's repair names the last sibling
-                self.add("round-structure", f"the repair names node {repairs[0].node}, but the first rejection is node {rejected[0]}")
+        if repairs and rejected and repairs[0].node != rejected[0]:
+            self.add("round-structure", f"the repair names node {repairs[0].node}, but the first rejection is node {rejected[0]}")
         if bonuses:
             pos = self.position_of(kinds.index("bonus"))
-            if rejected and not self._is_tree():  # a tree's bonus may follow a rejected sibling
+            if rejected:
                 self.add("round-structure", "a bonus token was emitted after a rejection", pos)
-            elif any(n.status == "unvisited" for n in nodes) and not self._is_tree():
+            elif any(n.status == "unvisited" for n in rnd.nodes):
                 self.add("round-structure", "a bonus token was emitted although some drafts were never verified", pos)
         self._bonus_owed(bool(rejected), bool(bonuses), bool(repairs))
 
@@ -218,8 +247,6 @@ class _RoundChecker:
         """All drafts accepted, no EOS and budget left: the target's last row owes a bonus.
         All accepted, no EOS and the budget spent: the bonus is withheld, and only then."""
         rnd = self.rnd
-        if self._is_tree():
-            return
         all_accepted = not (rejected or has_repair or self._eos_before_rejection()) and all(
             n.status == "accepted" for n in rnd.nodes)
         budget_left = len(rnd.emitted) < rnd.remaining_budget
@@ -245,18 +272,10 @@ class _RoundChecker:
         eos = self.config.eos_token_id
         return eos is not None and any(e.token == eos for e in self.rnd.emitted)
 
-    def _is_tree(self) -> bool:
-        return is_tree_round(self.config, self.rnd)
-
     # ---------------------------------------------------------------- decisions
 
     def decisions(self) -> None:
-        if self._is_tree():  # siblings are judged against a running p' (core.tree_check)
-            check_tree_round(self)
-            return
-        if is_coupled_round(self.config):  # decided by the shared Gumbel keys (core.coupled_check)
-            check_coupled_round(self)
-            return
+        """A chain's decisions: accept iff u < min(1, p(x)/q(x)); greedy: iff x is the argmax."""
         rnd = self.rnd
         greedy = self.config.sampling.greedy
         for n in rnd.nodes:
@@ -334,8 +353,7 @@ class _RoundChecker:
         return at, float(values[at])
 
     def repair_and_bonus(self) -> None:
-        if self._is_tree() or is_coupled_round(self.config):
-            return  # replayed with the walk / the coupled rule in decisions()
+        """A chain's repair (from the residual) and bonus (from the last row), replayed by their draws."""
         rnd = self.rnd
         greedy = self.config.sampling.greedy
         for j, e in enumerate(rnd.emitted):
@@ -617,9 +635,9 @@ class _RoundChecker:
             )
 
 
-# The round rules, in the order they run (a finding's order within a round follows it).
-ROUND_CHECKS: tuple[str, ...] = ("continuity", "structure", "decisions", "repair_and_bonus", "sampler", "budget", "eos",
-                                 "caches")
+# The round rules, in the order they run (a finding's order within a round follows it): the
+# shape-free rules apply to every round; `shape` runs the rules of the round's draft shape.
+ROUND_CHECKS: tuple[str, ...] = ("continuity", "structure", "shape", "sampler", "budget", "eos", "caches")
 
 
 def check_report(

@@ -1,9 +1,11 @@
 """Proposers: where draft tokens come from.
 
-The interface has two methods, as in transformers' candidate generators:
+The interface has two main methods, as in transformers' candidate generators:
 `propose(context, k, ...)` returns a Draft (a tree; chains are the degenerate case), and
 `observe(committed_len)` tells the proposer how much of the context it saw is still valid
-after verification, so it can crop whatever state it keeps.
+after verification, so it can crop whatever state it keeps. A proposer that drafts trees
+says so by its `tree` (the decoder lays its drafts out as trees: core.decode.layout) and
+keeps the accepted branch in `keep_path`; `ProposerBase` gives a chain proposer's defaults.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Proposer(Protocol):
     name: str
     spec: str
     label: str | None
+    tree: Any  # the tree spec it drafts (core.draft.trees), None for a chain proposer
 
     def bind(self, vocab_size: int, use_cache: bool) -> None:
         """Called once by the decoder: check (or adopt) the target's vocabulary width and
@@ -73,8 +76,18 @@ class Proposer(Protocol):
         self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
     ) -> Draft: ...
 
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After verification, before observe: the accepted nodes, from the prefix down (a
+        tree proposer keeps that branch of its state)."""
+        ...
+
     def observe(self, committed_len: int) -> int | None:
         """Crop state to the first committed_len context tokens; return the cache length."""
+        ...
+
+    def couple(self, coupling: Any, prompt_len: int) -> None:
+        """At the start of a run: the coupling (core.verify.coupling) a sampling proposer draws
+        by, or None."""
         ...
 
     def params(self) -> dict[str, Any]: ...
@@ -83,7 +96,25 @@ class Proposer(Protocol):
     def cache_length(self) -> int | None: ...
 
 
-PROTOCOL_MEMBERS = ("name", "spec", "bind", "reset", "propose", "observe", "params")
+PROTOCOL_MEMBERS = ("name", "spec", "bind", "reset", "propose", "observe", "params", "tree", "keep_path", "couple")
+
+
+class ProposerBase:
+    """A chain proposer's defaults for the protocol's optional parts: no tree, nothing to
+    keep of a path beyond what observe crops, nothing drawn by a coupling, no cache."""
+
+    label: str | None = None
+    tree: Any = None
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        return None
+
+    def couple(self, coupling: Any, prompt_len: int) -> None:
+        return None
+
+    @property
+    def cache_length(self) -> int | None:
+        return None
 
 
 def check_protocol(proposer: object) -> None:
@@ -92,7 +123,7 @@ def check_protocol(proposer: object) -> None:
     if missing:
         raise TypeError(
             f"{type(proposer).__name__} is not a specscope Proposer: it lacks {', '.join(missing)} "
-            "(see specscope.core.draft.proposers.Proposer)"
+            "(see specscope.core.draft.proposers.Proposer; ProposerBase has the defaults of a chain proposer)"
         )
 
 
@@ -135,7 +166,7 @@ def _all_finite(rows: list[torch.Tensor]) -> bool:
     return bool(torch.isfinite(torch.stack(rows)).all())
 
 
-class DraftModelProposer:
+class DraftModelProposer(ProposerBase):
     """A small causal LM drafting k tokens autoregressively with its own KV cache."""
 
     name = "draft"
@@ -307,8 +338,10 @@ class DraftModelProposer:
         )
 
     def keep_path(self, path: Sequence[int]) -> None:
-        """After a tree round: keep the prefix and the accepted path's rows in the draft cache."""
-        keep_tree_path(self.lm, self._tree_prefix, self._tree_rows, path)
+        """After a tree round: keep the prefix and the accepted path's rows in the draft cache
+        (a chain's accepted prefix is what observe crops to)."""
+        if self.tree is not None:
+            keep_tree_path(self.lm, self._tree_prefix, self._tree_rows, path)
 
 
 def tree_options(tree: Any, children: str) -> tuple[Any, str]:
@@ -324,7 +357,7 @@ def tree_options(tree: Any, children: str) -> tuple[Any, str]:
     return spec, children
 
 
-class PromptLookupProposer:
+class PromptLookupProposer(ProposerBase):
     """Prompt lookup: copy what followed the most recent earlier occurrence of the context's
     longest matching suffix n-gram. A point-mass proposal (q = one-hot)."""
 
@@ -339,7 +372,6 @@ class PromptLookupProposer:
         self.min_ngram = min_ngram
         self.vocab_size = vocab_size  # adopted from the target by bind() when left None
         self.spec = f"lookup:max_ngram={max_ngram},min_ngram={min_ngram}"
-        self.label = None
         self.index = NgramIndex(min_ngram, max_ngram)
 
     def bind(self, vocab_size: int, use_cache: bool) -> None:
@@ -352,10 +384,6 @@ class PromptLookupProposer:
 
     def reset(self) -> None:
         self.index.reset()
-
-    @property
-    def cache_length(self) -> int | None:
-        return None
 
     def params(self) -> dict[str, Any]:
         return {"max_ngram": self.max_ngram, "min_ngram": self.min_ngram}

@@ -29,7 +29,7 @@ from specscope.core.sampling.device import process_logits_torch
 from specscope.core.decode.kv import CachedLM
 from specscope.core.sampling.row_ops import row_topk
 from specscope.core.sampling.reference import SamplingConfig
-from specscope.core.decode.tree_kv import keep_positions, masked_feed
+from specscope.core.decode.layout import keep_positions, masked_feed
 from specscope.core.draft.trees import SLOT_ROOT, TreeSpec, select_dynamic
 from specscope.core.verify.chain import draw_token
 

@@ -1,8 +1,10 @@
 """A zoo of deliberate, documented speculative-decoding bugs.
 
 Each fault is a real bug class seen in implementations, injected by wrapping one of the
-decoder's public seams: the verifier (core.verify), the target's cache policy (core.kv),
-or the draft model's cache policy / sampling step (core.proposers). `faulty_decoder(name,
+decoder's public seams: the verifier (core.verify), the layout (core.decode.layout), the
+target's cache policy (core.decode.kv), or the draft model's cache policy / sampling step
+(core.draft.proposers). Chain, tree and coupled faults alike are one list, FAULTS; `needs`
+says which runs a fault can be injected into. `faulty_decoder(name,
 ...)` builds a decoder with exactly that bug, so people can see what it looks like in a
 trace and the checker can be tested against it. The decoder notes the rounds in which the
 bug actually changed something (`fault_rounds`): a fault that never fires in a run leaves
@@ -23,14 +25,16 @@ import torch
 
 from specscope.core.verify.coupling import Coupling, CoupledVerifier
 from specscope.core.decode.decoder import SpeculativeDecoder
+from specscope.core.decode.layout import Layout, layout_for
+from specscope.core.faults import layouts
 from specscope.core.sampling.device import draft_distribution
 from specscope.core.decode.kv import CachedLM, CachePolicy
 from specscope.core.draft.proposers import DraftModelProposer, Proposer, SampleStep
 from specscope.core.records import GenerationResult, Round, RunConfig
 from specscope.core.decode.run import RunHandle
 from specscope.core.sampling.reference import SamplingConfig
-from specscope.core.faults.tree import TREE_FAULTS as TREE_FAULT_LIST
-from specscope.core.verify.chain import ChainVerifier, Verdict, Verifier, VerifyTask
+from specscope.core.verify.chain import ChainVerifier, Verdict, Verifier, VerifyTask, residual_distribution, stale_residual
+from specscope.core.verify.tree import TreeVerifier
 
 Fire = Callable[[], None]
 
@@ -40,10 +44,9 @@ class Seams:
     """The replaceable parts of a decoder: what a fault may wrap."""
 
     verifier: Verifier
+    layout: Layout
     target_cache: CachePolicy
     proposer: Proposer
-    tree_verifier: Any = None  # tree rounds (core.tree_decode); None = the exact TreeVerifier
-    tree_layout: Any = None  # mask rows, positions, kept cache rows of a tree; None = TreeLayout
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Fault:
     # False: firing in the last round of a finished run changes nothing (no round reads the
     # state it spoiled), so such a fire is not counted
     final_round_matters: bool = True
+    needs: str = ""  # "tree": a tree proposer; "coupled": a coupled run; "": any run
 
 
 # ---------------------------------------------------------------------------- verifier faults
@@ -101,15 +105,23 @@ def _budget_overshoot(seams: Seams, fire: Fire) -> Seams:
     return dataclasses.replace(seams, verifier=_OneMoreTokenVerifier(seams.verifier, fire))
 
 
-def _resample_p(seams: Seams, fire: Fire) -> Seams:
-    if not isinstance(seams.verifier, ChainVerifier):
-        raise ValueError("fault 'resample-p' replaces the residual rule of a ChainVerifier")
+def _stale_residual(seams: Seams, fire: Fire) -> Seams:
+    """The residual is not taken after a rejection (core.verify.chain.stale_residual): a
+    chain's repair, and a tree's next sibling and repair, see p itself."""
+    if not isinstance(seams.verifier, (ChainVerifier, TreeVerifier)):
+        raise ValueError("the stale-residual faults replace the residual rule of a ChainVerifier or TreeVerifier")
 
-    def from_p(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
-        fire()
-        return p, 1.0
+    def stale(p: Any, q: Any) -> tuple[Any, Any]:
+        right, _ = residual_distribution(p, q)
+        if float(abs(right - p).max()) > 1e-9:  # disjoint p and q: the residual is p, nothing goes wrong
+            fire()
+        return stale_residual(p, q)
 
-    return dataclasses.replace(seams, verifier=dataclasses.replace(seams.verifier, residual=from_p))
+    return dataclasses.replace(seams, verifier=dataclasses.replace(seams.verifier, residual=stale))
+
+
+def _layout_fault(wrong: Callable[[Any, Fire], Layout]) -> Callable[[Seams, Fire], Seams]:
+    return lambda seams, fire: dataclasses.replace(seams, layout=wrong(seams.layout, fire))
 
 
 # ---------------------------------------------------------------------------- cache faults
@@ -205,33 +217,34 @@ FAULTS: dict[str, Fault] = {
         Fault("budget-overshoot", "the bonus token is emitted even when it exceeds max_new_tokens",
               "a last round whose drafts are all accepted", _budget_overshoot),
         Fault("resample-p", "the repair token is sampled from p instead of the residual max(p - q, 0)",
-              "sampling (temperature > 0), at a rejection", _resample_p),
+              "sampling (temperature > 0), at a rejection", _stale_residual),
         Fault("raw-q", "the draft samples from filtered q but records and verifies with q before top-k/top-p",
               "draft model, sampling with top-k or top-p", _raw_q),
         Fault("stale-draft-cache", "the draft cache is not cropped after a rejection",
               "draft model, a rejection before the last round", _stale_draft_cache, final_round_matters=False),
         Fault("target-crop-off-by-one", "the target cache keeps one entry too many after a crop",
               "a rejection", _target_crop_off_by_one),
+        # the stale residual again, in the tree walk: a sibling is judged against p, not p'
+        Fault("tree-stale-residual", "a sibling's residual is not updated after a rejection (p' stays p)",
+              "a tree draft, sampling, a rejected child", _stale_residual, needs="tree"),
+        Fault("tree-sibling-mask", "the tree mask lets a node see its elder siblings",
+              "a tree draft with two children at one node", _layout_fault(layouts.sibling_mask), needs="tree"),
+        Fault("tree-wrong-branch-kv", "the target cache keeps the first branch's rows instead of the accepted path's",
+              "a tree draft whose accepted path leaves the first child", _layout_fault(layouts.wrong_branch_kv),
+              needs="tree"),
+        Fault("tree-positions-by-index", "tree nodes get position prefix + node index instead of prefix + depth - 1",
+              "a tree draft with two nodes at one depth", _layout_fault(layouts.positions_by_index), needs="tree"),
+        Fault("coupled-draft-pick", "a coupled round emits the draft's Gumbel pick at a mismatch instead of the "
+              "target's y_j (the output follows q, not p)", "a coupled sampled run, at a rejection",
+              _coupled_draft_pick, needs="coupled"),
     ]
-}
-
-# Bugs of token-tree decoding (core.tree_faults): they fire only with a tree proposer.
-TREE_FAULTS: dict[str, Fault] = {name: Fault(name, summary, applies, inject)
-                                 for name, summary, applies, inject in TREE_FAULT_LIST}
-
-
-# Bugs of coupled lanes (core.coupling): they need a coupled run.
-COUPLED_FAULTS: dict[str, Fault] = {
-    "coupled-draft-pick": Fault("coupled-draft-pick", "a coupled round emits the draft's Gumbel pick at a mismatch "
-                                "instead of the target's y_j (the output follows q, not p)",
-                                "a coupled sampled run, at a rejection", _coupled_draft_pick),
 }
 
 
 def fault_named(name: str) -> Fault:
-    fault = FAULTS.get(name) or TREE_FAULTS.get(name) or COUPLED_FAULTS.get(name)
+    fault = FAULTS.get(name)
     if fault is None:
-        known = ", ".join([*FAULTS, *TREE_FAULTS, *COUPLED_FAULTS])
+        known = ", ".join(FAULTS)
         raise ValueError(f"unknown fault {name!r}; known faults: {known}")
     return fault
 
@@ -271,22 +284,20 @@ class FaultyDecoder(SpeculativeDecoder):
         return run.result
 
 
-def _default_verifier(coupling_seed: int | None) -> Verifier:
-    return ChainVerifier() if coupling_seed is None else CoupledVerifier(Coupling(coupling_seed))
-
-
 def faulty_decoder(name: str, target: torch.nn.Module, proposer: Proposer, **kwargs: Any) -> FaultyDecoder:
     """A SpeculativeDecoder with the named bug (see FAULTS); kwargs as SpeculativeDecoder."""
     fault = fault_named(name)
     fired: list[Fire] = []
+    layout = kwargs.pop("layout", None) or layout_for(proposer)
+    seed = kwargs.get("coupling_seed")
     seams = Seams(
-        verifier=kwargs.pop("verifier", None) or _default_verifier(kwargs.get("coupling_seed")),
+        verifier=kwargs.pop("verifier", None) or layout.verifier(None if seed is None else Coupling(seed)),
+        layout=layout,
         target_cache=kwargs.pop("target_cache", None) or CachePolicy(),
         proposer=proposer,
     )
     seams = fault.inject(seams, lambda: fired[0]())
     decoder = FaultyDecoder(name, target, seams.proposer, verifier=seams.verifier, target_cache=seams.target_cache,
-                            **kwargs)
-    decoder.tree_verifier, decoder.tree_layout = seams.tree_verifier, seams.tree_layout
+                            layout=seams.layout, **kwargs)
     fired.append(decoder.fire)
     return decoder

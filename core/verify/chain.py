@@ -9,8 +9,8 @@ Verdict (statuses, draws, emitted tokens); ChainVerifier is the exact chain rule
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -65,20 +65,29 @@ def emitted_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- the seam
 
-ResidualRule = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, float]"]
+# The one residual rule every verifier takes (a seam: the fault zoo replaces it): (p, q) ->
+# (the distribution the repair is drawn from, its mass). Chain and tree verifiers alike.
+ResidualRule = Callable[[Any, Any], "tuple[Any, Any]"]
 
 
 def residual_of(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
-    """residual_distribution with the mass as a float (the verifier's default rule)."""
+    """residual_distribution with the mass as a float."""
     residual, mass = residual_distribution(p, q)
     return residual, float(mass)
+
+
+def stale_residual(p: Any, q: Any) -> tuple[Any, Any]:
+    """The stale-residual bug (the fault zoo's, and the oracles' negative control): the
+    residual is not taken after a rejection, so the repair (and, in a tree, the next
+    sibling) sees p itself."""
+    return p, p.sum()
 
 
 @dataclass(frozen=True)
 class VerifyTask:
     """Everything a verifier needs to judge one round's draft."""
 
-    tokens: tuple[int, ...]  # the draft, a chain
+    tokens: tuple[int, ...]  # the draft (a chain; core.verify.tree.TreeTask adds the parents)
     q: np.ndarray | None  # (n, V) proposal rows; None when greedy
     p: np.ndarray  # (n + 1, V) target rows after the sampling transforms (last: the bonus row)
     argmax: np.ndarray  # (n + 1,) argmax of the target logits at each position
@@ -90,7 +99,9 @@ class VerifyTask:
 
 @dataclass
 class Verdict:
-    """A verifier's decisions for one round: per node status and draw, what is emitted."""
+    """A verifier's decisions for one round: per node status and draw, what is emitted, the
+    accepted path (node indices from the prefix; a chain's is 0, 1, ..., accepted - 1) and,
+    for the tree walk, the order siblings were tried in and every residual update."""
 
     statuses: list[str]
     draws: list[float | None]
@@ -100,6 +111,10 @@ class Verdict:
     residual_mass: float | None = None
     eos: bool = False
     bonus_withheld: bool = False
+    path: list[int] = field(default_factory=list)
+    tried: dict[int, list[int]] = field(default_factory=dict)
+    updates: list = field(default_factory=list)  # core.records.ResidualUpdate, one per rejection in a tree
+    final_p: Any = None  # the tree walk: the distribution the repair or bonus was drawn from
 
     @property
     def accepted(self) -> int:
@@ -124,6 +139,7 @@ class ChainWalk:
         for i, token in enumerate(task.tokens):
             if self._accept(task, i, token, verdict, rng):
                 verdict.statuses[i] = "accepted"
+                verdict.path.append(i)
                 verdict.emitted.append(EmittedToken(token, "accepted", i))
                 if token == task.eos_token_id:
                     verdict.eos = True
@@ -157,10 +173,11 @@ class ChainVerifier(ChainWalk):
     draw the repair from the residual; if all are accepted, draw a bonus from the last p.
     Greedy: accept while the draft equals the target argmax. EOS ends the round at once; the
     bonus is withheld when the budget is spent. `residual` is the rule for the repair
-    distribution (a seam the fault zoo replaces).
+    distribution (a seam the fault zoo replaces): the tree walk's rule, of which this is the
+    width-1 case.
     """
 
-    residual: ResidualRule = residual_of
+    residual: ResidualRule = residual_distribution
 
     def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
         if task.greedy:
@@ -173,7 +190,8 @@ class ChainVerifier(ChainWalk):
         if task.greedy:
             repair, draw = int(task.argmax[i]), None
         else:
-            verdict.residual, verdict.residual_mass = self.residual(task.p[i], task.q[i])
+            verdict.residual, mass = self.residual(task.p[i], task.q[i])
+            verdict.residual_mass = float(mass)
             draw = float(rng.random())
             repair = draw_token(verdict.residual, draw)
         verdict.emitted.append(EmittedToken(repair, "repaired", i, draw))

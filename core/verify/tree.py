@@ -29,14 +29,15 @@ enumerates every decision exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from specscope.core.records import EmittedToken, ResidualUpdate  # noqa: F401 (ResidualUpdate re-exported)
-from specscope.core.verify.chain import Verdict, VerifyTask, acceptance_probability, draw_token, residual_distribution
+from specscope.core.verify.chain import (ResidualRule, Verdict, VerifyTask, acceptance_probability, draw_token,
+                                         residual_distribution, stale_residual)
 
 CHILDREN_MODES: tuple[str, ...] = ("sampled", "distinct", "topk")
 
@@ -110,15 +111,8 @@ class RngChooser:
         return draw_token(dist, u), u
 
 
-@dataclass
-class TreeVerdict(Verdict):
-    """A Verdict plus what trees need: the accepted path, the order siblings were tried at
-    each visited node, and every residual update."""
-
-    path: list[int] = field(default_factory=list)
-    tried: dict[int, list[int]] = field(default_factory=dict)
-    updates: list[ResidualUpdate] = field(default_factory=list)
-    final_p: np.ndarray | None = None  # the distribution the repair or bonus was drawn from
+# A Verdict carries the path, the tried order and the residual updates for every shape.
+TreeVerdict = Verdict
 
 
 @dataclass(frozen=True)
@@ -129,16 +123,12 @@ class TreeTask(VerifyTask):
     children: str = "sampled"
 
 
-def _no_update(p: np.ndarray, q: np.ndarray):
-    """Negative control (a fault): the residual is not updated after a rejection."""
-    return p, 0 * p.sum()
-
-
 @dataclass(frozen=True)
 class TreeVerifier:
-    """The exact tree rule; `residual` is the update after a rejection (a fault seam)."""
+    """The exact tree rule; `residual` is the update after a rejection (the chain verifier's
+    rule and seam: the fault zoo replaces it)."""
 
-    residual: Any = residual_distribution
+    residual: ResidualRule = residual_distribution
 
     def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
         if not isinstance(task, TreeTask):
@@ -148,12 +138,12 @@ class TreeVerifier:
         verdict.residual_mass = None if verdict.residual_mass is None else float(verdict.residual_mass)
         return verdict
 
-    def walk(self, task: TreeTask, chooser: Chooser) -> TreeVerdict:
+    def walk(self, task: TreeTask, chooser: Chooser) -> Verdict:
         """The whole walk from the prefix; decisions come from `chooser`."""
         check_children_mode(task.children)
         n = len(task.tokens)
         kids = children_of(task.parents)
-        verdict = TreeVerdict(statuses=["unvisited"] * n, draws=[None] * n, emitted=[])
+        verdict = Verdict(statuses=["unvisited"] * n, draws=[None] * n, emitted=[])
         node = -1
         while True:
             if len(verdict.emitted) >= task.remaining:  # the budget cuts the path here
@@ -171,7 +161,7 @@ class TreeVerifier:
                 return verdict
             node = accepted
 
-    def _try_children(self, task: TreeTask, node: int, kids: list[int], verdict: TreeVerdict,
+    def _try_children(self, task: TreeTask, node: int, kids: list[int], verdict: Verdict,
                       chooser: Chooser) -> int | None:
         """Try `node`'s children in order; the accepted one, or None (final p' in verdict)."""
         p_prime = task.p[node + 1]
@@ -199,7 +189,7 @@ class TreeVerifier:
                 verdict.residual, verdict.residual_mass = p_prime, mass
         return None
 
-    def _finish(self, task: TreeTask, node: int, kids: list[int], verdict: TreeVerdict, chooser: Chooser) -> None:
+    def _finish(self, task: TreeTask, node: int, kids: list[int], verdict: Verdict, chooser: Chooser) -> None:
         """Every child of `node` failed (the repair) or it has none (the bonus)."""
         if task.greedy:
             token, draw = int(task.argmax[node + 1]), None
@@ -213,5 +203,5 @@ class TreeVerifier:
         verdict.eos = token == task.eos_token_id
 
 
-# The fault zoo's "sibling residual not updated" bug, and the oracle's negative control.
-STALE_RESIDUAL = TreeVerifier(residual=_no_update)
+# The stale-residual bug (core.verify.chain.stale_residual) in the walk: the oracle's negative control.
+STALE_RESIDUAL = TreeVerifier(residual=stale_residual)

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from specscope.core.draft.proposers import Draft, chain_parents
+from specscope.core.draft.proposers import Draft, ProposerBase, chain_parents
 from specscope.core.draft.registry import KINDS, Param, ProposerKind, register
 
 from .helpers import configure, wait_idle
@@ -21,7 +21,7 @@ from .test_cli import checkpoints, run_cli  # noqa: F401  (the tiny checkpoints 
 PROMPT = "1 2 3 4 5 6 7 8 1 2 3 4"
 
 
-class RepeatLastProposer:
+class RepeatLastProposer(ProposerBase):
     """Proposes the last context token again, as a point mass (q = one-hot)."""
 
     name = "repeat-last"

@@ -6,10 +6,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from specscope.core.draft.proposers import Draft, chain_parents
+from specscope.core.draft.proposers import Draft, ProposerBase, chain_parents
 
 
-class ScriptedProposer:
+class ScriptedProposer(ProposerBase):
     name = "scripted"
     spec = "scripted"
     label = None

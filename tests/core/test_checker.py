@@ -74,7 +74,7 @@ def test_clean_prompt_lookup_runs_have_no_findings(models):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("fault", [name for name, f in FAULTS.items() if not f.needs])
 def test_every_fired_fault_is_flagged_at_its_first_round(models, eos_id, fault):
     fired = flagged = 0
     for dec, out in runs(models, lambda t, d, cfg, eos: faulty_decoder(fault, t, DraftModelProposer(d), k=4, sampling=cfg, eos_token_id=eos), eos_id):

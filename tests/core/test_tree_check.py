@@ -7,7 +7,7 @@ import pytest
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report, first_bad_round
-from specscope.core.faults.zoo import FAULTS, TREE_FAULTS, faulty_decoder
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
 
 from ..tiny_models import noisy_copy, tiny_lm
 
@@ -41,13 +41,15 @@ def test_clean_tree_runs_have_no_findings(models):
     assert count == len(TREES) * len(SETTINGS) * len(PROMPTS)
 
 
-def test_tree_faults_are_their_own_family():
-    assert not set(TREE_FAULTS) & set(FAULTS)
+TREE_FAULTS = [name for name, f in FAULTS.items() if f.needs == "tree"]
+
+
+def test_tree_faults_are_in_the_one_list_and_need_a_tree():
     assert set(TREE_FAULTS) == {"tree-stale-residual", "tree-sibling-mask", "tree-wrong-branch-kv",
                                 "tree-positions-by-index"}
 
 
-@pytest.mark.parametrize("fault", list(TREE_FAULTS))
+@pytest.mark.parametrize("fault", TREE_FAULTS)
 def test_every_fired_tree_fault_is_flagged_at_its_first_round(models, fault):
     fired = 0
     for dec, out in runs(models, lambda t, p, cfg: faulty_decoder(fault, t, p, sampling=cfg)):

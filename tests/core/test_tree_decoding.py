@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.decode.tree_decode import TreeRound
+from specscope.core.records import TreeRound
 
 from ..tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 from .test_greedy_equality import prompts, reference_greedy

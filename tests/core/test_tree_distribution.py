@@ -22,9 +22,8 @@ def tree_draws(spec, seeds):
     """The tree decoder's continuation for each seed (run in a worker: the models are rebuilt there)."""
     cfg, children, stale = spec
     target, draft = stat_models()
-    dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2", children=children), sampling=cfg)
-    if stale:
-        dec.tree_verifier = STALE_RESIDUAL
+    dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2", children=children), sampling=cfg,
+                             verifier=STALE_RESIDUAL if stale else None)
     return [tuple(dec.generate(PROMPT, LENGTH, seed=seed).new_tokens) for seed in seeds]
 
 
