@@ -217,4 +217,9 @@ def growing_cache(config) -> DynamicCache:
         for i, layer in enumerate(layers):
             if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer):
                 layers[i] = GrowingLayer()
+        others = sorted({type(layer).__name__ for layer in layers if type(layer) is not GrowingLayer})
+        if others:  # e.g. linear-attention or convolution states: no per-position crop
+            raise ValueError(f"specscope cannot decode {getattr(config, 'model_type', 'this model')!r} models: their "
+                             f"{', '.join(others)} cache layers cannot be rolled back to an accepted prefix "
+                             f"(it decodes models whose layers are full or sliding-window attention)")
     return cache

@@ -203,7 +203,7 @@ def masked_feed(lm: CachedLM, tokens: Sequence[int], positions: Sequence[int], a
         raise RuntimeError(f"tree mask of shape {allowed.shape} for {n} tokens after {cached} cached")
     ids = torch.tensor([list(tokens)], dtype=torch.long, device=lm.device)
     pos = torch.tensor([list(positions)], dtype=torch.long, device=lm.device)
-    mask = additive_mask(allowed, model_dtype(lm), lm.device)
+    mask = attention_masks(lm, allowed, positions)
     started = lm.stopwatch.now()
     out = lm.model(input_ids=ids, cache=lm.cache, use_cache=lm.use_cache, attention_mask=mask, position_ids=pos,
                    logits_to_keep=keep)
@@ -211,6 +211,29 @@ def masked_feed(lm: CachedLM, tokens: Sequence[int], positions: Sequence[int], a
     lm.forward_s += lm.stopwatch.now() - started
     lm.forwards += 1
     return logits
+
+
+def attention_masks(lm: CachedLM, allowed: np.ndarray, positions: Sequence[int]) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The additive 4D mask(s) of a masked feed. A given 4D mask is used as it is, so a model
+    with sliding-window layers needs the window applied here: a token at position i sees a
+    column at position j only when i - j < window, as transformers' own sliding mask rules
+    (the cache's columns sit at positions 0..cached-1, the fed tokens at `positions`). Models
+    whose layers differ (Gemma 2 and 3: `layer_types`) take one mask per layer type; a model
+    whose every layer slides (Mistral with `sliding_window`) takes the windowed mask alone."""
+    dtype, device = model_dtype(lm), lm.device
+    config = lm.model.config
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    slides = window is not None and (layer_types is None or "sliding_attention" in layer_types)
+    if not slides:
+        return additive_mask(allowed, dtype, device)
+    cached = allowed.shape[1] - len(positions)
+    columns = np.concatenate([np.arange(cached), np.asarray(positions)])
+    windowed = allowed & ((np.asarray(positions)[:, None] - columns[None, :]) < window)
+    if layer_types is None:
+        return additive_mask(windowed, dtype, device)
+    return {"full_attention": additive_mask(allowed, dtype, device),
+            "sliding_attention": additive_mask(windowed, dtype, device)}
 
 
 def keep_positions(lm: CachedLM, prefix_len: int, rows: Sequence[int]) -> bool:

@@ -70,3 +70,14 @@ def test_prompt_lookup_past_the_window_equals_plain_greedy(models):
     _, target, reference = models
     decoder = SpeculativeDecoder(target, PromptLookupProposer(max_ngram=2), k=4, sampling=GREEDY)
     assert decoder.generate(PROMPT, NEW).new_tokens == reference
+
+
+def test_a_model_whose_cache_cannot_be_rolled_back_is_refused_before_decoding():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("lfm2", vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention"])
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with pytest.raises(ValueError, match="cannot decode 'lfm2' models: their LinearAttentionLayer") as err:
+        SpeculativeDecoder(model, PromptLookupProposer())
+    assert "\n" not in str(err.value)
