@@ -43,12 +43,13 @@ def add_check_parsers(subparsers: Any) -> None:
 
 
 def open_existing_store(location: str) -> Any:
-    """A trace store a read-only command reads: a missing path or an empty file is refused
-    (CliError, exit 2) and nothing is created."""
+    """A trace store a read-only command reads, opened read-only: a missing path or an empty
+    file is refused (CliError, exit 2), and nothing is created or changed (a store on a
+    read-only mount, or only readable by this user, reads as any other)."""
     from specscope.storage import TraceStore, TraceStoreError
 
     try:
-        return TraceStore(location, create=False)
+        return TraceStore(location, create=False, readonly=True)
     except TraceStoreError as exc:
         raise CliError(str(exc)) from None
 
@@ -154,6 +155,8 @@ def cmd_faults(args: argparse.Namespace) -> int:
 def check_trace_file(path: str) -> None:
     """`specscope open PATH` before the window opens: PATH must be a trace store file, or a
     database URL that opens as one (CliError otherwise; nothing is created or changed)."""
-    if "://" not in path and not os.path.isfile(path):
+    from specscope.storage.engine import is_url
+
+    if not is_url(path) and not os.path.isfile(path):
         raise CliError(f"no trace store at {path}" + (" (a directory)" if os.path.isdir(path) else ""))
     open_existing_store(path).close()

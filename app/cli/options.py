@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import math
+import os
+import sys
 from typing import Any, Sequence
 
 from specscope.core.records import TOKEN_KINDS
@@ -46,6 +50,62 @@ INT_LIMITS: dict[str, tuple[str, int, int]] = {
 }
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """Every option checked before a command starts: integers, numbers, store locations."""
+    check_int_options(args)
+    check_float_options(args)
+    check_store_options(args)
+
+
+# dest -> (flag, smallest allowed) of the non-run commands' real-valued options
+FLOAT_LIMITS: dict[str, tuple[str, float]] = {
+    "tol": ("--tol", 0.0),
+    "p_tol": ("--p-tol", 0.0),
+}
+
+
+def finite_number(flag: str, value: float, lo: float | None = None, hi: float | None = None) -> float:
+    """`value` when it is a finite number in [lo, hi]; CliError otherwise (one message for every option)."""
+    if not math.isfinite(value):
+        raise CliError(f"{flag} must be a finite number, got {value}")
+    if lo is not None and value < lo:
+        raise CliError(f"{flag} must be at least {lo:g}, got {value:g}")
+    if hi is not None and value > hi:
+        raise CliError(f"{flag} must be at most {hi:g}, got {value:g}")
+    return value
+
+
+def check_float_options(args: argparse.Namespace) -> None:
+    """The real-valued options of check, diff and the other trace commands: finite, and not
+    below what they mean (a tolerance is never negative). `run`'s own options are checked
+    by its settings."""
+    if getattr(args, "command", None) == "run":
+        return
+    for dest, value in vars(args).items():
+        if isinstance(value, float):
+            flag, lo = FLOAT_LIMITS.get(dest, ("--" + dest.replace("_", "-"), None))
+            finite_number(flag, value, lo)
+
+
+
+
+def check_store_options(args: argparse.Namespace) -> None:
+    """Every store location a command was given (or, for `import`, the default one) names a
+    store that can keep runs: not empty, not an in-memory database."""
+    from specscope.storage import TraceStoreError
+    from specscope.storage.engine import check_store_location
+
+    for dest in ("db", "trace"):
+        value = getattr(args, dest, None)
+        if value is None and not (dest == "db" and getattr(args, "command", None) == "import"):
+            continue
+        try:
+            check_store_location(value)
+        except TraceStoreError as exc:
+            flag = "--db: " if dest == "db" and args.command in ("run", "import") else ""
+            raise CliError(f"{flag}{exc}") from None
+
+
 def check_int_options(args: argparse.Namespace) -> None:
     """Every integer option within what the core and the store can hold (CliError otherwise):
     the options of INT_LIMITS in their ranges, any other integer within a signed 64-bit one,
@@ -71,6 +131,26 @@ def check_int_options(args: argparse.Namespace) -> None:
             check_driver(to_url(args.db))
         except TraceStoreError as exc:
             raise CliError(f"--db: {exc}") from None
+
+
+def is_broken_pipe(exc: BaseException) -> bool:
+    """The reader of our output went away (`specscope ... | head`)."""
+    return isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
+
+
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a tool the closed pipe stopped
+
+
+def leave_quietly() -> int:
+    """Exit like other Unix tools when the reader of stdout is gone: no message, no
+    traceback (stdout is pointed at /dev/null so the interpreter's last flush cannot fail)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing left to flush there
+        pass
+    return SIGPIPE_STATUS
 
 
 def parse_prompt_ids(text: str) -> list[int]:

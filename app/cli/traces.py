@@ -21,16 +21,17 @@ from typing import Any, Callable
 
 import numpy as np
 
+from specscope.app.cli.options import is_broken_pipe
 from specscope.core.records import TOKEN_KINDS
 from specscope.storage import (
     TraceStore,
     TraceStoreError,
-    default_db_location,
     export_run,
     import_run,
     is_partial,
 )
 from specscope.storage.codec import top_entries
+from specscope.storage.paths import describe_default_location
 from specscope.storage.jsonl.transfer import header_json, iter_export
 
 _KIND_MARK = dict(zip(TOKEN_KINDS, ("", "!", "+")))
@@ -61,12 +62,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
     p.add_argument("run", help="run id, a unique prefix of one, or 'last'")
     p.add_argument("-o", "--output", required=True, metavar="FILE.jsonl", help="output file ('-' for stdout)")
+    p.add_argument("--force", action="store_true",
+                   help="replace FILE.jsonl if it exists (a trace store or other SQLite file is never replaced)")
     p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser("import", help="import a JSONL trace into a trace store",
                               description="Validate a JSONL trace and add it to a store (all or nothing).")
     p.add_argument("file", metavar="FILE.jsonl", help="trace file ('-' for stdin)")
-    p.add_argument("--db", default=None, help=f"trace store (default: {default_db_location()})")
+    p.add_argument("--db", default=None, help=f"trace store (default: {describe_default_location()})")
     p.add_argument("--run-id", default=None, help="store the run under this id instead of the file's")
     p.set_defaults(func=cmd_import)
 
@@ -109,9 +112,9 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         except TraceStoreError as exc:
             return _fail(str(exc))
         except OSError as exc:
+            if is_broken_pipe(exc):  # the reader went away (`| head`): main() exits quietly
+                raise
             return _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
-        except BrokenPipeError:  # pragma: no cover - e.g. `| head`
-            return 0
 
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__
@@ -128,7 +131,9 @@ def _when(ts: float | None) -> str:
 
 
 def _open(db: str | None, create: bool = False) -> TraceStore:
-    return TraceStore(db, create=create)
+    """A writer (create=True: import) may create the store; a reader opens it read-only and
+    creates or changes nothing (no journal mode, no recovery written, no migration)."""
+    return TraceStore(db, create=create, readonly=not create)
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:
@@ -307,7 +312,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.output == "-":
             n = export_run(store, run_id, sys.stdout)
         else:
-            n = export_run(store, run_id, args.output)
+            n = export_run(store, run_id, args.output, overwrite=args.force)
             print(f"exported run {_safe(run_id)}: {n} rounds -> {args.output}", file=sys.stderr)
     return 0
 
