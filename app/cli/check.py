@@ -74,7 +74,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         checked = check_report(info.config, rounds(), tol=args.tol, end=info.end)
         n_rounds = counted[0]
         if args.recompute:
-            target = _target_for_recompute(args, info.config, target_cache)
+            target = _target_for_recompute(args, info, target_cache)
             checked.findings += recompute_findings(info.config, store.iter_rounds(run_id, full=True), target)
         total += len(checked.findings)
         report.append({"run_id": run_id, "rounds": n_rounds, "findings": [f.to_dict() for f in checked.findings],
@@ -109,15 +109,26 @@ def _print_check(run_id: str, n_rounds: int, checked: Any, show_all: bool) -> No
         print(f"  not checked: {rule} ({why})")
 
 
-def _target_for_recompute(args: argparse.Namespace, config: Any, cache: dict[str, Any]) -> Any:
+def _target_for_recompute(args: argparse.Namespace, info: Any, cache: dict[str, Any]) -> Any:
+    """The target --recompute runs, loaded once per checkpoint; refused (CliError) when its
+    vocabulary is not the run's: its token ids would mean other tokens, or none."""
+    from specscope.core.decode.kv import model_vocab_size
     from specscope.core.loading import models as loading
 
+    config = info.config
     key = args.target or config.target_name
     if key not in cache:
-        pair = loading.load_models(target=args.target or config.target_name, draft=None,
-                                   device=loading.resolve_device(args.device), dtype=None)
-        cache[key] = pair.target
-    return cache[key]
+        cache[key] = loading.load_models(target=key, draft=None, device=loading.resolve_device(args.device), dtype=None)
+    pair = cache[key]
+    ours, theirs = model_vocab_size(pair.target), int(config.vocab_size)
+    run_tok, our_tok = info.models.tokenizer_hash, pair.hashes.get("tokenizer")
+    if ours != theirs or (args.target and run_tok and our_tok and run_tok != our_tok):
+        what = (f"a vocabulary of {ours} tokens" if ours != theirs
+                else f"the same size of vocabulary ({ours}) but another tokenizer ({our_tok[:12]})")
+        raise CliError(f"--recompute: {key} has {what}, but run {config.run_id} was recorded with {config.target_name}'s "
+                       f"vocabulary of {theirs} tokens" + ("" if ours != theirs else f" (tokenizer {run_tok[:12]})")
+                       + "; recompute with the run's own target or one of its vocabulary")
+    return pair.target
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

@@ -47,6 +47,9 @@ INT_LIMITS: dict[str, tuple[str, int, int]] = {
     "round": ("--round", 0, INT32_MAX),
     "top": ("--top", 0, INT32_MAX),
     "limit": ("--limit", 0, INT64_MAX),
+    "threads": ("--threads", 1, INT32_MAX),
+    "reps": ("--reps", 1, INT32_MAX),
+    "prompts": ("--prompts", 1, INT32_MAX),
 }
 
 

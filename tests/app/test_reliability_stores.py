@@ -347,3 +347,42 @@ def test_a_default_store_folder_that_cannot_be_made_is_one_line(tmp_path, capsys
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     code, _, err = cli(capsys, "import", trace_file(tmp_path))
     assert code == 1 and "is a file, not a folder" in one_line(err)
+
+
+# ---------------------------------------------------------------------------- 7. recompute's vocabulary
+
+
+def test_recompute_with_a_target_of_another_vocabulary_is_refused(tmp_path, capsys):
+    from ..tiny_models import tiny_lm
+
+    db = tmp_path / "store.sqlite"
+    run = ["run", "--device", "cpu", "--prompt-ids", "1,2,3", "--max-new", "4", "--eos-id", "none", "--db", db]
+    assert cli(capsys, *run)[0] == 0  # the bundled target's vocabulary
+    for vocab in (64, 100_000):
+        other = tmp_path / f"other{vocab}"
+        tiny_lm("llama", vocab=vocab, hidden=16, layers=1).save_pretrained(other)
+        code, out, err = cli(capsys, "check", db, "--recompute", "--target", other, "--device", "cpu")
+        line = one_line(err)
+        assert code == 2 and f"vocabulary of {vocab} tokens" in line and "specscope/target" in line, line
+
+
+# ---------------------------------------------------------------------------- 8. numeric options
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["check", "{db}", "--tol", "nan"], "--tol must be a finite number"),
+    (["check", "{db}", "--tol", "inf"], "--tol must be a finite number"),
+    (["check", "{db}", "--tol", "-1"], "--tol must be at least 0"),
+    (["diff", "{db}", "ok", "ok", "--p-tol", "nan"], "--p-tol must be a finite number"),
+    (["diff", "{db}", "ok", "ok", "--p-tol=-0.001"], "--p-tol must be at least 0"),
+    (["show", "{db}", "last", "--top", "-1"], "--top must be at least 0"),
+    (["show", "{db}", "last", "--round", "-2"], "--round must be at least 0"),
+    (["runs", "{db}", "--limit", "-1"], "--limit must be at least 0"),
+    (["bench", "--threads", "0"], "--threads must be at least 1"),
+    (["bench", "--reps", "-3"], "--reps must be at least 1"),
+])
+def test_numeric_options_that_mean_nothing_are_refused(tmp_path, capsys, argv, flag):
+    db = make_store(tmp_path / "store.sqlite", capsys)
+    code, out, err = cli(capsys, *[a.format(db=db) for a in argv])
+    assert code == 2 and one_line(err) == f"specscope: {flag}, got {argv[-1].split('=')[-1]}"
+    assert out == ""
