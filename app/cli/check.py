@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from specscope.app.cli.options import CliError
+from specscope.app.cli.options import CliError, Progress
 
 
 def add_check_parsers(subparsers: Any) -> None:
@@ -66,16 +66,18 @@ def cmd_check(args: argparse.Namespace) -> int:
         info = store.get_run(run_id)
         counted = [0]  # rounds are streamed from the store in batches: memory is one batch, not the run
 
-        def rounds() -> Any:
-            for rnd in store.iter_rounds(run_id, full=True):
-                counted[0] += 1
-                yield rnd
+        def rounds(what: str, count: bool) -> Any:
+            with Progress(f"{what} run {run_id[:12]}", info.n_rounds, quiet=args.json) as progress:
+                for rnd in store.iter_rounds(run_id, full=True):
+                    counted[0] += count
+                    progress.advance()
+                    yield rnd
 
-        checked = check_report(info.config, rounds(), tol=args.tol, end=info.end)
+        checked = check_report(info.config, rounds("checking", True), tol=args.tol, end=info.end)
         n_rounds = counted[0]
         if args.recompute:
             target = _target_for_recompute(args, info, target_cache)
-            checked.findings += recompute_findings(info.config, store.iter_rounds(run_id, full=True), target)
+            checked.findings += recompute_findings(info.config, rounds("recomputing", False), target)
         total += len(checked.findings)
         report.append({"run_id": run_id, "rounds": n_rounds, "findings": [f.to_dict() for f in checked.findings],
                        "groups": [g.to_dict() for g in checked.groups], "not_checked": checked.not_checked})

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import sys
+import time
 from typing import Any, Sequence
 
 from specscope.core.records import TOKEN_KINDS
@@ -154,6 +155,50 @@ def leave_quietly() -> int:
     except (OSError, ValueError):  # no real stdout (a test's capture): nothing left to flush there
         pass
     return SIGPIPE_STATUS
+
+
+class Progress:
+    """Progress of long work as one line on stderr, rewritten in place: only on a terminal,
+    never with --json or when stderr is piped, and only once the work has taken DELAY_S
+    (short commands print nothing). Cleared when the work ends, also by Ctrl-C."""
+
+    DELAY_S = 1.0
+    EVERY_S = 0.25
+
+    def __init__(self, what: str, total: int | None = None, unit: str = "rounds", quiet: bool = False):
+        self.enabled = not quiet and _is_tty(sys.stderr)
+        self.what, self.total, self.unit = what, total, unit
+        self.done = 0
+        self.started = time.monotonic()
+        self.shown_at = 0.0
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and now - self.started >= self.DELAY_S and now - self.shown_at >= self.EVERY_S:
+            self.shown_at = now
+            of = f" of {self.total}" if self.total else ""
+            sys.stderr.write(f"\r{self.what}: {self.done}{of} {self.unit}\033[K")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.shown_at:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown_at = 0.0
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.close()
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def parse_prompt_ids(text: str) -> list[int]:

@@ -13,15 +13,17 @@ run's odd values (a time datetime cannot format, ...) never stop a whole listing
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
+import os
 import sys
 import unicodedata
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from specscope.app.cli.options import is_broken_pipe
+from specscope.app.cli.options import Progress, is_broken_pipe
 from specscope.core.records import TOKEN_KINDS
 from specscope.storage import (
     TraceStore,
@@ -308,11 +310,13 @@ def _print_round(rnd: Any, top: int, full: bool) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     """specscope export DB RUN -o FILE.jsonl"""
     with _open(args.db) as store:
-        run_id = store.resolve_run_id(args.run)
+        info = store.get_run(args.run)
+        run_id = info.run_id
         if args.output == "-":
             n = export_run(store, run_id, sys.stdout)
         else:
-            n = export_run(store, run_id, args.output, overwrite=args.force)
+            with Progress(f"exporting run {_safe(run_id, 12)}", info.n_rounds) as progress:
+                n = export_run(store, run_id, args.output, overwrite=args.force, on_round=progress.advance)
             print(f"exported run {_safe(run_id)}: {n} rounds -> {args.output}", file=sys.stderr)
     return 0
 
@@ -320,12 +324,35 @@ def cmd_export(args: argparse.Namespace) -> int:
 @_guard
 def cmd_import(args: argparse.Namespace) -> int:
     """specscope import FILE.jsonl --db DB"""
-    with _open(args.db, create=True) as store:
-        source = sys.stdin if args.file == "-" else args.file
+    with _open(args.db, create=True) as store, contextlib.ExitStack() as stack:
+        source: Any = sys.stdin
+        if args.file != "-":
+            source = stack.enter_context(_TickingFile(args.file))
         run_id = import_run(store, source, run_id=args.run_id)
         info = store.get_run(run_id)
     print(f"imported run {_safe(run_id)}: {info.n_rounds} rounds, {info.n_new_tokens} tokens, status {info.status}")
     return 0
+
+
+class _TickingFile:
+    """A trace file read line by line for import, its progress (lines read) on a terminal."""
+
+    def __init__(self, path: str):
+        self.name = path
+        self._fh = open(path, encoding="utf-8")
+        self._progress = Progress(f"importing {_safe(os.path.basename(path), 40)}", unit="lines")
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._fh:
+            self._progress.advance()
+            yield line
+
+    def __enter__(self) -> "_TickingFile":
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self._progress.close()
+        self._fh.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -386,3 +386,60 @@ def test_numeric_options_that_mean_nothing_are_refused(tmp_path, capsys, argv, f
     code, out, err = cli(capsys, *[a.format(db=db) for a in argv])
     assert code == 2 and one_line(err) == f"specscope: {flag}, got {argv[-1].split('=')[-1]}"
     assert out == ""
+
+
+# ---------------------------------------------------------------------------- 10. progress
+
+
+class _Terminal:
+    """A stderr that says it is a terminal, and keeps what is written to it."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["check", "{db}", "--run", "big"], "checking run big"),
+    (["export", "{db}", "big", "-o", "{out}"], "exporting run big"),
+    (["import", "{trace}", "--db", "{other}"], "importing big.jsonl"),
+])
+def test_long_work_shows_progress_on_a_terminal_only(tmp_path, capsys, monkeypatch, argv, what):
+    from specscope.app.cli.options import Progress
+
+    db = make_store(tmp_path / "store.sqlite", capsys)
+    big = tmp_path / "big.jsonl"
+    big.write_text(json.dumps({**HEADER, "run_id": "big", "config": {**HEADER["config"], "max_new_tokens": 8000}})
+                   + "\n" + "".join(json.dumps({**ROUND, "index": i}) + "\n" for i in range(3000)))
+    assert cli(capsys, "import", big, "--db", db)[0] == 0
+    monkeypatch.setattr(Progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(Progress, "EVERY_S", 0.0)
+    args = [a.format(db=db, out=tmp_path / "out.jsonl", trace=big, other=tmp_path / "other.sqlite") for a in argv]
+    cli(capsys, *args)  # piped (pytest's capture is no terminal): no progress
+    assert what not in capsys.readouterr().err
+    for path in (tmp_path / "out.jsonl", tmp_path / "other.sqlite"):
+        path.unlink(missing_ok=True)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(args) in (0, 1)
+    assert f"\r{what}: " in terminal.text and "\r\033[K" in terminal.text  # shown, then cleared
+
+
+def test_check_json_shows_no_progress(tmp_path, capsys, monkeypatch):
+    from specscope.app.cli.options import Progress
+
+    db = make_store(tmp_path / "store.sqlite", capsys)
+    monkeypatch.setattr(Progress, "DELAY_S", 0.0)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["check", str(db), "--json"]) == 0
+    assert terminal.text == ""
