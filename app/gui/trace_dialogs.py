@@ -357,15 +357,19 @@ class TraceDialogs:
         self._update_status()
 
     def _token_text_for(self, info):
-        """Token text for a replayed run: the bundled tokenizer when the run used the bundled
-        target (or a target of the same vocabulary), else the ids."""
+        """Token text for a replayed run, decoded with the tokenizer the run recorded
+        (traces.replay_tokenizer); where it is not here, the ids, and the status bar says why."""
+        from specscope.core.loading.models import bundled_path
+
+        from .traces import replay_tokenizer
+
         try:
-            tok = self.hub.tokenizer()
-            if tok is not None and info.config.vocab_size and len(tok) > info.config.vocab_size:
-                tok = None
-            return self.hub.token_text(tok)
-        except Exception:  # noqa: BLE001 - fall back to ids
-            return self.hub.token_text(None)
+            tok, why = replay_tokenizer(info, self.hub.tokenizer, bundled_path("target"))
+        except Exception as exc:  # noqa: BLE001 - fall back to ids, and say so
+            tok, why = None, f"cannot load this run's tokenizer ({exc}): showing token ids"
+        if why:
+            self.statusBar().showMessage(why, 15000)
+        return self.hub.token_text(tok)
 
     def _replay_done(self) -> None:
         self._run_checker()

@@ -395,6 +395,11 @@ def _warn_remote_code(folder: Path, config: Mapping[str, Any], model: torch.nn.M
                     "transformers' %s instead", role, folder, remote, type(model).__name__)
 
 
+def tokenizer_sha256(folder: str | os.PathLike) -> str | None:
+    """What a run records as its tokenizer_hash: the sha256 of the folder's tokenizer.json."""
+    return _file_sha256(Path(folder) / "tokenizer.json")
+
+
 def _has_tokenizer(folder: Path) -> bool:
     return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model"))
 
@@ -475,7 +480,7 @@ def load_pair(
     hashes = {
         "target": _weights_sha256(t_dir),
         "draft": _weights_sha256(d_dir) if d_dir is not None else None,
-        "tokenizer": _file_sha256(t_dir / "tokenizer.json"),
+        "tokenizer": tokenizer_sha256(t_dir),
     }
     return ModelPair(
         target=target,
