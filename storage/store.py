@@ -50,7 +50,10 @@ class TraceStore:
     whose writer died as interrupted (recover=True).
 
     readonly=True opens an SQLite file with mode=ro (no pragmas that write, no recovery, no
-    migration): for shared or bundled stores. storage.jsonl.open_jsonl(path) is an in-memory
+    migration in the file: an older schema is migrated in a copy in memory): for shared or
+    bundled stores and every reading command. With presume_interrupted=True a read-only store
+    shows a 'running' run whose writer is gone as interrupted, as a writer would mark it,
+    without writing it (what the CLI's readers show). storage.jsonl.open_jsonl(path) is an in-memory
     store holding one imported trace.
     """
 
@@ -61,6 +64,7 @@ class TraceStore:
         create: bool = True,
         recover: bool = True,
         readonly: bool = False,
+        presume_interrupted: bool = False,
         stale_after_s: float = STALE_AFTER_S,
         echo: bool = False,
         _migrations: Sequence[Migration] = MIGRATIONS,
@@ -80,7 +84,7 @@ class TraceStore:
         try:
             with translate_errors(f"opening {where}"):
                 self._schema(_migrations)
-            if recover and readonly:
+            if recover and readonly and presume_interrupted:
                 self._presumed_dead = self._dead_writers(time.time())
             self.recovered: list[str] = self.recover_interrupted() if recover and not readonly else []
         except TraceStoreError as exc:

@@ -49,7 +49,7 @@ def open_existing_store(location: str) -> Any:
     from specscope.storage import TraceStore, TraceStoreError
 
     try:
-        return TraceStore(location, create=False, readonly=True)
+        return TraceStore(location, create=False, readonly=True, presume_interrupted=True)
     except TraceStoreError as exc:
         raise CliError(str(exc)) from None
 

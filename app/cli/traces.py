@@ -135,7 +135,7 @@ def _when(ts: float | None) -> str:
 def _open(db: str | None, create: bool = False) -> TraceStore:
     """A writer (create=True: import) may create the store; a reader opens it read-only and
     creates or changes nothing (no journal mode, no recovery written, no migration)."""
-    return TraceStore(db, create=create, readonly=not create)
+    return TraceStore(db, create=create, readonly=not create, presume_interrupted=not create)
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:
