@@ -114,7 +114,13 @@ class TraceDialogs:
         """The store live runs are recorded to: pick one of its runs to replay."""
         from .traces import default_trace_path
 
-        path = self.store_path or default_trace_path()
+        from specscope.storage import TraceStoreError
+
+        try:
+            path = self.store_path or default_trace_path()
+        except TraceStoreError as exc:  # no home directory: there is no default store
+            self.show_error(str(exc))
+            return
         if os.path.exists(path):
             self.open_trace(path)
         else:

@@ -443,3 +443,16 @@ def test_check_json_shows_no_progress(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stderr", terminal)
     assert main(["check", str(db), "--json"]) == 0
     assert terminal.text == ""
+
+
+def test_the_window_without_a_home_says_there_is_no_default_store(no_home, monkeypatch):
+    """The window's 'open the recording store' (and recording, through the worker's one-line
+    failure) name the missing home instead of a RuntimeError."""
+    pytest.importorskip("PySide6")
+    shown = []
+    window = type("W", (), {"store_path": None, "show_error": lambda self, m: shown.append(m),
+                            "open_trace": lambda self, p: shown.append(("opened", p))})()
+    from specscope.app.gui.trace_dialogs import TraceDialogs
+
+    TraceDialogs.open_recording_store(window)
+    assert len(shown) == 1 and "no home directory" in shown[0]
