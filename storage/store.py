@@ -4,6 +4,7 @@ the read API."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -15,7 +16,8 @@ from sqlalchemy import delete, func, select, update
 
 from specscope.core.records import Round, RunConfig
 
-from specscope.storage.engine import is_sqlite, make_engine, precheck_sqlite_file, printable, sqlite_path, to_url
+from specscope.storage.engine import (is_memory, is_sqlite, make_engine, memory_copy, precheck_sqlite_file, printable,
+                                      sqlite_path, to_url)
 from specscope.storage.errors import NotATraceStoreError, RunNotFoundError, SchemaVersionError, TraceStoreError
 from specscope.storage.info import RoundSummary, RunInfo
 from specscope.storage.liveness import STALE_AFTER_S, writer_is_dead
@@ -48,7 +50,10 @@ class TraceStore:
     whose writer died as interrupted (recover=True).
 
     readonly=True opens an SQLite file with mode=ro (no pragmas that write, no recovery, no
-    migration): for shared or bundled stores. storage.jsonl.open_jsonl(path) is an in-memory
+    migration in the file: an older schema is migrated in a copy in memory): for shared or
+    bundled stores and every reading command. With presume_interrupted=True a read-only store
+    shows a 'running' run whose writer is gone as interrupted, as a writer would mark it,
+    without writing it (what the CLI's readers show). storage.jsonl.open_jsonl(path) is an in-memory
     store holding one imported trace.
     """
 
@@ -59,6 +64,7 @@ class TraceStore:
         create: bool = True,
         recover: bool = True,
         readonly: bool = False,
+        presume_interrupted: bool = False,
         stale_after_s: float = STALE_AFTER_S,
         echo: bool = False,
         _migrations: Sequence[Migration] = MIGRATIONS,
@@ -69,32 +75,17 @@ class TraceStore:
         where = self.path or printable(self.url)
         self._where = where
         self.readonly = readonly
-        if readonly and self.path is None:
-            raise TraceStoreError("readonly=True needs an SQLite file")
+        self._presumed_dead: dict[str, tuple[float | None, str]] = {}  # readonly: dead writers, not written back
+        if readonly and is_memory(self.url):
+            raise TraceStoreError("readonly=True needs an SQLite file or a database server")
         if self.path is not None:
-            file = Path(self.path)
-            if not file.exists():
-                if not create or readonly:
-                    raise TraceStoreError(f"no trace store at {self.path}")
-                file.parent.mkdir(parents=True, exist_ok=True)
-            elif (not create or readonly) and file.is_file() and file.stat().st_size == 0:
-                # only a writer may turn an empty file into a store; a reader leaves it as it is
-                raise NotATraceStoreError(f"{self.path} is an empty file, not a trace store")
-            precheck_sqlite_file(self.path, _migrations)
+            self._check_file(create and not readonly, _migrations)
         self.engine = make_engine(self.url, echo=echo, readonly_path=self.path if readonly else None)
         try:
             with translate_errors(f"opening {where}"):
-                with self.engine.connect() as conn:  # a read first: opening an up-to-date store writes nothing
-                    version = stored_version(conn)
-                check_version(version, _migrations)
-                if version == _migrations[-1].version:
-                    self.schema_version = version
-                elif readonly:
-                    raise SchemaVersionError(
-                        f"{where} has schema version {version}; open it once read-write to migrate it to {_migrations[-1].version}")
-                else:
-                    with self.transaction() as conn:
-                        self.schema_version = ensure_schema(conn, _migrations)
+                self._schema(_migrations)
+            if recover and readonly and presume_interrupted:
+                self._presumed_dead = self._dead_writers(time.time())
             self.recovered: list[str] = self.recover_interrupted() if recover and not readonly else []
         except TraceStoreError as exc:
             self.engine.dispose()
@@ -104,6 +95,41 @@ class TraceStore:
         except BaseException:
             self.engine.dispose()
             raise
+
+    def _check_file(self, writer: bool, migrations: Sequence[Migration]) -> None:
+        """Before the engine: only a writer creates a store, with its folder, or turns an
+        empty file (or an SQLite database without tables) into one."""
+        file = Path(self.path)
+        if not file.exists():
+            if not writer:
+                raise TraceStoreError(f"no trace store at {self.path}")
+            try:
+                file.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # e.g. a file where a folder should be, or a folder it may not write
+                blocker = next((p for p in file.parents if p.exists() and not p.is_dir()), None)
+                why = f"{blocker} is a file, not a folder" if blocker else (exc.strerror or str(exc))
+                raise TraceStoreError(f"cannot create the trace store {self.path}: {why}") from None
+        elif not writer and file.is_file() and file.stat().st_size == 0:
+            raise NotATraceStoreError(f"{self.path} is an empty file, not a trace store")
+        precheck_sqlite_file(self.path, migrations, reader=not writer)
+
+    def _schema(self, migrations: Sequence[Migration]) -> None:
+        """Check the schema version; migrate an older store (a read-only one in a copy in
+        memory: the file stays as it is)."""
+        with self.engine.connect() as conn:  # a read first: opening an up-to-date store writes nothing
+            version = stored_version(conn)
+        check_version(version, migrations)
+        if version == migrations[-1].version:
+            self.schema_version = version
+            return
+        if self.readonly and self.path is None:
+            raise SchemaVersionError(f"{self._where} has schema version {version}; open it once read-write to "
+                                     f"migrate it to {migrations[-1].version}")
+        if self.readonly:
+            self.engine.dispose()
+            self.engine = memory_copy(self.path)
+        with self.transaction() as conn:
+            self.schema_version = ensure_schema(conn, migrations)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -130,36 +156,51 @@ class TraceStore:
 
     # ------------------------------------------------------------------ maintenance
 
-    def recover_interrupted(self, now: float | None = None) -> list[str]:
-        """Mark 'running' runs whose writer is gone as interrupted; return their ids."""
-        now = time.time() if now is None else now
-        marked = []
+    def _dead_writers(self, now: float) -> dict[str, tuple[float | None, str]]:
+        """'running' runs whose writer is gone: run id -> (its last sign of life, why)."""
         query = select(runs_table.c.run_id, runs_table.c.writer_host, runs_table.c.writer_pid,
                        runs_table.c.heartbeat_at, runs_table.c.started_at).where(runs_table.c.status == "running")
         with translate_errors(f"recovering runs in {self._where}"):
             with self.engine.connect() as conn:
                 rows = conn.execute(query).all()
-            dead = [r for r in rows if writer_is_dead(r.run_id, r.writer_host, r.writer_pid, r.heartbeat_at,
-                                                        r.started_at, now, self.stale_after_s)]
-            if not dead:
-                return []
+        return {r.run_id: (r.heartbeat_at, f"the writer (pid {r.writer_pid} on {r.writer_host}) stopped without "
+                                            f"finishing; marked interrupted when the store was opened")
+                for r in rows if writer_is_dead(r.run_id, r.writer_host, r.writer_pid, r.heartbeat_at, r.started_at,
+                                                now, self.stale_after_s)}
+
+    def recover_interrupted(self, now: float | None = None) -> list[str]:
+        """Mark 'running' runs whose writer is gone as interrupted; return their ids."""
+        dead = self._dead_writers(time.time() if now is None else now)
+        if not dead:
+            return []
+        marked = []
+        with translate_errors(f"recovering runs in {self._where}"):
             with self.transaction() as conn:
-                for r in dead:
-                    last = r.heartbeat_at if r.heartbeat_at is not None else r.started_at
+                for run_id, (beat_at, why) in dead.items():
+                    started = conn.execute(select(runs_table.c.started_at).where(runs_table.c.run_id == run_id)).scalar()
                     beat = runs_table.c.heartbeat_at
                     res = conn.execute(  # only if the writer has not beaten since we looked
                         update(runs_table)
-                        .where(runs_table.c.run_id == r.run_id, runs_table.c.status == "running",
-                               beat.is_(None) if r.heartbeat_at is None else beat == r.heartbeat_at)
-                        .values(status="interrupted", ended_at=last,
-                                error=f"the writer (pid {r.writer_pid} on {r.writer_host}) stopped without finishing; "
-                                      f"marked interrupted when the store was opened")
+                        .where(runs_table.c.run_id == run_id, runs_table.c.status == "running",
+                               beat.is_(None) if beat_at is None else beat == beat_at)
+                        .values(status="interrupted", ended_at=beat_at if beat_at is not None else started, error=why)
                     )
                     if res.rowcount:
-                        marked.append(r.run_id)
+                        marked.append(run_id)
         for run_id in marked:
             log.warning("run %s was cut off; marked interrupted", run_id)
         return marked
+
+    def _info(self, row: Mapping[str, Any]) -> RunInfo:
+        """A stored run; on a read-only store a run whose writer is gone reads as interrupted
+        (as a writer would mark it), while the store itself is left as it is."""
+        info = run_info(row)
+        dead = self._presumed_dead.get(info.run_id)
+        if dead is None or info.status != "running":
+            return info
+        beat_at, why = dead
+        return dataclasses.replace(info, status="interrupted", error=why,
+                                   ended_at=beat_at if beat_at is not None else info.started_at)
 
     def integrity_check(self) -> list[str]:
         """SQLite's PRAGMA integrity_check (['ok'] when healthy); [] for other databases."""
@@ -210,7 +251,7 @@ class TraceStore:
             q = q.limit(limit)
         with translate_errors(f"reading {self._where}"):
             with self.engine.connect() as conn:
-                return [run_info(r._mapping) for r in conn.execute(q)]
+                return [self._info(r._mapping) for r in conn.execute(q)]
 
     def get_run(self, run_id: str) -> RunInfo:
         run_id = self.resolve_run_id(run_id)
@@ -219,7 +260,7 @@ class TraceStore:
                 row = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).first()
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self._where}")
-        return run_info(row._mapping)
+        return self._info(row._mapping)
 
     def run_config(self, run_id: str) -> RunConfig:
         return self.get_run(run_id).config

@@ -30,6 +30,8 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable results (raw samples included)")
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="write the tables (with machine and versions) to FILE, keeping its scale and notes sections")
+    p.add_argument("--force", action="store_true",
+                   help="let --markdown replace a file the bench did not write (never a trace store)")
     p.add_argument("--from-json", default=None, metavar="FILE",
                    help="run nothing: read the results of an earlier `bench --json` from FILE (with --markdown)")
     p.add_argument("--target", default=None, help="target checkpoint (default: bundled)")
@@ -225,9 +227,18 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .markdown import write_markdown
+    from .markdown import is_bench_markdown, write_markdown
     from .measurement import BenchError
 
+    if args.markdown:  # before anything runs: a store, or a file the bench did not write, is kept
+        from specscope.storage import TraceStoreError
+        from specscope.storage.outputs import check_output
+
+        try:
+            check_output(args.markdown, overwrite=args.force or is_bench_markdown(Path(args.markdown)))
+        except TraceStoreError as exc:
+            print(f"specscope bench: --markdown: {exc}", file=sys.stderr)
+            return 1
     try:
         if args.from_json:
             results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))

@@ -251,6 +251,16 @@ def generated_text(results: dict[str, Any]) -> list[str]:  # long: the file's fi
     return lines
 
 
+def is_bench_markdown(path: Path) -> bool:
+    """A file this bench wrote (its title, or a section it keeps), which --markdown updates."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20)
+    except OSError:
+        return False
+    return text.startswith("# Benchmarks\n") or NOTES_MARKER in text or SCALE_BEGIN in text
+
+
 def write_markdown(path: Path, results: dict[str, Any]) -> None:
     """Write the generated sections; keep the scale block and the notes of an existing file."""
     old = path.read_text(encoding="utf-8") if path.exists() else ""

@@ -11,6 +11,6 @@ One module per command group: run (and its signals), check/diff/faults, the trac
 commands (traces), shared options; main builds the parser.
 """
 
-from specscope.app.cli.entry import main
+from specscope.app.cli.entry import build_parser, main
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from specscope.app.cli.options import CliError
+from specscope.app.cli.options import CliError, Progress
 
 
 def add_check_parsers(subparsers: Any) -> None:
@@ -43,12 +43,13 @@ def add_check_parsers(subparsers: Any) -> None:
 
 
 def open_existing_store(location: str) -> Any:
-    """A trace store a read-only command reads: a missing path or an empty file is refused
-    (CliError, exit 2) and nothing is created."""
+    """A trace store a read-only command reads, opened read-only: a missing path or an empty
+    file is refused (CliError, exit 2), and nothing is created or changed (a store on a
+    read-only mount, or only readable by this user, reads as any other)."""
     from specscope.storage import TraceStore, TraceStoreError
 
     try:
-        return TraceStore(location, create=False)
+        return TraceStore(location, create=False, readonly=True, presume_interrupted=True)
     except TraceStoreError as exc:
         raise CliError(str(exc)) from None
 
@@ -65,16 +66,18 @@ def cmd_check(args: argparse.Namespace) -> int:
         info = store.get_run(run_id)
         counted = [0]  # rounds are streamed from the store in batches: memory is one batch, not the run
 
-        def rounds() -> Any:
-            for rnd in store.iter_rounds(run_id, full=True):
-                counted[0] += 1
-                yield rnd
+        def rounds(what: str, count: bool) -> Any:
+            with Progress(f"{what} run {run_id[:12]}", info.n_rounds, quiet=args.json) as progress:
+                for rnd in store.iter_rounds(run_id, full=True):
+                    counted[0] += count
+                    progress.advance()
+                    yield rnd
 
-        checked = check_report(info.config, rounds(), tol=args.tol, end=info.end)
+        checked = check_report(info.config, rounds("checking", True), tol=args.tol, end=info.end)
         n_rounds = counted[0]
         if args.recompute:
-            target = _target_for_recompute(args, info.config, target_cache)
-            checked.findings += recompute_findings(info.config, store.iter_rounds(run_id, full=True), target)
+            target = _target_for_recompute(args, info, target_cache)
+            checked.findings += recompute_findings(info.config, rounds("recomputing", False), target)
         total += len(checked.findings)
         report.append({"run_id": run_id, "rounds": n_rounds, "findings": [f.to_dict() for f in checked.findings],
                        "groups": [g.to_dict() for g in checked.groups], "not_checked": checked.not_checked})
@@ -108,15 +111,26 @@ def _print_check(run_id: str, n_rounds: int, checked: Any, show_all: bool) -> No
         print(f"  not checked: {rule} ({why})")
 
 
-def _target_for_recompute(args: argparse.Namespace, config: Any, cache: dict[str, Any]) -> Any:
+def _target_for_recompute(args: argparse.Namespace, info: Any, cache: dict[str, Any]) -> Any:
+    """The target --recompute runs, loaded once per checkpoint; refused (CliError) when its
+    vocabulary is not the run's: its token ids would mean other tokens, or none."""
+    from specscope.core.decode.kv import model_vocab_size
     from specscope.core.loading import models as loading
 
+    config = info.config
     key = args.target or config.target_name
     if key not in cache:
-        pair = loading.load_models(target=args.target or config.target_name, draft=None,
-                                   device=loading.resolve_device(args.device), dtype=None)
-        cache[key] = pair.target
-    return cache[key]
+        cache[key] = loading.load_models(target=key, draft=None, device=loading.resolve_device(args.device), dtype=None)
+    pair = cache[key]
+    ours, theirs = model_vocab_size(pair.target), int(config.vocab_size)
+    run_tok, our_tok = info.models.tokenizer_hash, pair.hashes.get("tokenizer")
+    if ours != theirs or (args.target and run_tok and our_tok and run_tok != our_tok):
+        what = (f"a vocabulary of {ours} tokens" if ours != theirs
+                else f"the same size of vocabulary ({ours}) but another tokenizer ({our_tok[:12]})")
+        raise CliError(f"--recompute: {key} has {what}, but run {config.run_id} was recorded with {config.target_name}'s "
+                       f"vocabulary of {theirs} tokens" + ("" if ours != theirs else f" (tokenizer {run_tok[:12]})")
+                       + "; recompute with the run's own target or one of its vocabulary")
+    return pair.target
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -154,6 +168,8 @@ def cmd_faults(args: argparse.Namespace) -> int:
 def check_trace_file(path: str) -> None:
     """`specscope open PATH` before the window opens: PATH must be a trace store file, or a
     database URL that opens as one (CliError otherwise; nothing is created or changed)."""
-    if "://" not in path and not os.path.isfile(path):
+    from specscope.storage.engine import is_url
+
+    if not is_url(path) and not os.path.isfile(path):
         raise CliError(f"no trace store at {path}" + (" (a directory)" if os.path.isdir(path) else ""))
     open_existing_store(path).close()

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from specscope.app.cli.check import add_check_parsers, check_trace_file, open_existing_store
 from specscope.app.cli.models import add_models_parser
-from specscope.app.cli.options import CliError, threads_arg, check_int_options
+from specscope.app.cli.options import CliError, check_options, is_broken_pipe, leave_quietly, threads_arg
 from specscope.app.cli.run import add_run_parser
 from specscope.app.cli.signals import interrupt_status
 
@@ -150,14 +150,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return launch(**_app_threads(args))
     try:
-        check_int_options(args)
-        return int(args.func(args) or 0)
+        check_options(args)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return status
     except CliError as exc:
         print(f"specscope: {masker.mask(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C outside a run's rounds (`specscope run` reports its own)
         print("specscope: cancelled", file=sys.stderr)
         return interrupt_status(exc)
+    except OSError as exc:
+        if is_broken_pipe(exc):  # `specscope ... | head`: the reader has what it wanted
+            return leave_quietly()
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"specscope: error: {masker.mask(where + (exc.strerror or str(exc)))}", file=sys.stderr)
+        return 1
     except ValueError as exc:  # bad input caught by the core: one clear line, no traceback
         print(f"specscope: error: {masker.mask(str(exc))}", file=sys.stderr)
         return 2

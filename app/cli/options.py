@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import errno
 import logging
+import math
+import os
+import sys
+import time
+from typing import Any, Sequence
 
 from specscope.core.decode.settings import INT32_MAX, INT64_MAX  # the store's column limits (torch-free)
 from specscope.core.records import TOKEN_KINDS
@@ -39,12 +44,71 @@ INT_LIMITS: dict[str, tuple[str, int, int]] = {
     "round": ("--round", 0, INT32_MAX),
     "top": ("--top", 0, INT32_MAX),
     "limit": ("--limit", 0, INT64_MAX),
+    "threads": ("--threads", 1, INT32_MAX),
+    "reps": ("--reps", 1, INT32_MAX),
+    "prompts": ("--prompts", 1, INT32_MAX),
 }
 
 
 # `specscope run`'s options that are RunSettings fields: core.decode.settings checks them (the
 # checks and messages the window's run panel shows), so they are not checked twice here
 RUN_SETTINGS_DESTS = frozenset({"seed", "k", "max_new", "top_k", "top_n", "coupled"})
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Every option checked before a command starts: integers, numbers, store locations."""
+    check_int_options(args)
+    check_float_options(args)
+    check_store_options(args)
+
+
+# dest -> (flag, smallest allowed) of the non-run commands' real-valued options
+FLOAT_LIMITS: dict[str, tuple[str, float]] = {
+    "tol": ("--tol", 0.0),
+    "p_tol": ("--p-tol", 0.0),
+}
+
+
+def finite_number(flag: str, value: float, lo: float | None = None, hi: float | None = None) -> float:
+    """`value` when it is a finite number in [lo, hi]; CliError otherwise (one message for every option)."""
+    if not math.isfinite(value):
+        raise CliError(f"{flag} must be a finite number, got {value}")
+    if lo is not None and value < lo:
+        raise CliError(f"{flag} must be at least {lo:g}, got {value:g}")
+    if hi is not None and value > hi:
+        raise CliError(f"{flag} must be at most {hi:g}, got {value:g}")
+    return value
+
+
+def check_float_options(args: argparse.Namespace) -> None:
+    """The real-valued options of check, diff and the other trace commands: finite, and not
+    below what they mean (a tolerance is never negative). `run`'s own options are checked
+    by its settings."""
+    if getattr(args, "command", None) == "run":
+        return
+    for dest, value in vars(args).items():
+        if isinstance(value, float):
+            flag, lo = FLOAT_LIMITS.get(dest, ("--" + dest.replace("_", "-"), None))
+            finite_number(flag, value, lo)
+
+
+
+
+def check_store_options(args: argparse.Namespace) -> None:
+    """Every store location a command was given (or, for `import`, the default one) names a
+    store that can keep runs: not empty, not an in-memory database."""
+    from specscope.storage import TraceStoreError
+    from specscope.storage.engine import check_store_location
+
+    for dest in ("db", "trace"):
+        value = getattr(args, dest, None)
+        if value is None and not (dest == "db" and getattr(args, "command", None) == "import"):
+            continue
+        try:
+            check_store_location(value)
+        except TraceStoreError as exc:
+            flag = "--db: " if dest == "db" and args.command in ("run", "import") else ""
+            raise CliError(f"{flag}{exc}") from None
 
 
 def check_int_options(args: argparse.Namespace) -> None:
@@ -73,6 +137,70 @@ def check_int_options(args: argparse.Namespace) -> None:
             check_driver(to_url(args.db))
         except TraceStoreError as exc:
             raise CliError(f"--db: {exc}") from None
+
+
+def is_broken_pipe(exc: BaseException) -> bool:
+    """The reader of our output went away (`specscope ... | head`)."""
+    return isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
+
+
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a tool the closed pipe stopped
+
+
+def leave_quietly() -> int:
+    """Exit like other Unix tools when the reader of stdout is gone: no message, no
+    traceback (stdout is pointed at /dev/null so the interpreter's last flush cannot fail)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing left to flush there
+        pass
+    return SIGPIPE_STATUS
+
+
+class Progress:
+    """Progress of long work as one line on stderr, rewritten in place: only on a terminal,
+    never with --json or when stderr is piped, and only once the work has taken DELAY_S
+    (short commands print nothing). Cleared when the work ends, also by Ctrl-C."""
+
+    DELAY_S = 1.0
+    EVERY_S = 0.25
+
+    def __init__(self, what: str, total: int | None = None, unit: str = "rounds", quiet: bool = False):
+        self.enabled = not quiet and _is_tty(sys.stderr)
+        self.what, self.total, self.unit = what, total, unit
+        self.done = 0
+        self.started = time.monotonic()
+        self.shown_at = 0.0
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and now - self.started >= self.DELAY_S and now - self.shown_at >= self.EVERY_S:
+            self.shown_at = now
+            of = f" of {self.total}" if self.total else ""
+            sys.stderr.write(f"\r{self.what}: {self.done}{of} {self.unit}\033[K")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.shown_at:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown_at = 0.0
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.close()
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def parse_prompt_ids(text: str) -> list[int]:

@@ -13,24 +13,27 @@ run's odd values (a time datetime cannot format, ...) never stop a whole listing
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
+import os
 import sys
 import unicodedata
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from specscope.app.cli.options import Progress, is_broken_pipe
 from specscope.core.records import TOKEN_KINDS
 from specscope.storage import (
     TraceStore,
     TraceStoreError,
-    default_db_location,
     export_run,
     import_run,
     is_partial,
 )
 from specscope.storage.codec import top_entries
+from specscope.storage.paths import describe_default_location
 from specscope.storage.jsonl.transfer import header_json, iter_export
 
 _KIND_MARK = dict(zip(TOKEN_KINDS, ("", "!", "+")))
@@ -61,12 +64,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
     p.add_argument("run", help="run id, a unique prefix of one, or 'last'")
     p.add_argument("-o", "--output", required=True, metavar="FILE.jsonl", help="output file ('-' for stdout)")
+    p.add_argument("--force", action="store_true",
+                   help="replace FILE.jsonl if it exists (a trace store or other SQLite file is never replaced)")
     p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser("import", help="import a JSONL trace into a trace store",
                               description="Validate a JSONL trace and add it to a store (all or nothing).")
     p.add_argument("file", metavar="FILE.jsonl", help="trace file ('-' for stdin)")
-    p.add_argument("--db", default=None, help=f"trace store (default: {default_db_location()})")
+    p.add_argument("--db", default=None, help=f"trace store (default: {describe_default_location()})")
     p.add_argument("--run-id", default=None, help="store the run under this id instead of the file's")
     p.set_defaults(func=cmd_import)
 
@@ -109,9 +114,9 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         except TraceStoreError as exc:
             return _fail(str(exc))
         except OSError as exc:
+            if is_broken_pipe(exc):  # the reader went away (`| head`): main() exits quietly
+                raise
             return _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
-        except BrokenPipeError:  # pragma: no cover - e.g. `| head`
-            return 0
 
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__
@@ -128,7 +133,9 @@ def _when(ts: float | None) -> str:
 
 
 def _open(db: str | None, create: bool = False) -> TraceStore:
-    return TraceStore(db, create=create)
+    """A writer (create=True: import) may create the store; a reader opens it read-only and
+    creates or changes nothing (no journal mode, no recovery written, no migration)."""
+    return TraceStore(db, create=create, readonly=not create, presume_interrupted=not create)
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:
@@ -303,11 +310,13 @@ def _print_round(rnd: Any, top: int, full: bool) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     """specscope export DB RUN -o FILE.jsonl"""
     with _open(args.db) as store:
-        run_id = store.resolve_run_id(args.run)
+        info = store.get_run(args.run)
+        run_id = info.run_id
         if args.output == "-":
             n = export_run(store, run_id, sys.stdout)
         else:
-            n = export_run(store, run_id, args.output)
+            with Progress(f"exporting run {_safe(run_id, 12)}", info.n_rounds) as progress:
+                n = export_run(store, run_id, args.output, overwrite=args.force, on_round=progress.advance)
             print(f"exported run {_safe(run_id)}: {n} rounds -> {args.output}", file=sys.stderr)
     return 0
 
@@ -315,12 +324,35 @@ def cmd_export(args: argparse.Namespace) -> int:
 @_guard
 def cmd_import(args: argparse.Namespace) -> int:
     """specscope import FILE.jsonl --db DB"""
-    with _open(args.db, create=True) as store:
-        source = sys.stdin if args.file == "-" else args.file
+    with _open(args.db, create=True) as store, contextlib.ExitStack() as stack:
+        source: Any = sys.stdin
+        if args.file != "-":
+            source = stack.enter_context(_TickingFile(args.file))
         run_id = import_run(store, source, run_id=args.run_id)
         info = store.get_run(run_id)
     print(f"imported run {_safe(run_id)}: {info.n_rounds} rounds, {info.n_new_tokens} tokens, status {info.status}")
     return 0
+
+
+class _TickingFile:
+    """A trace file read line by line for import, its progress (lines read) on a terminal."""
+
+    def __init__(self, path: str):
+        self.name = path
+        self._fh = open(path, encoding="utf-8")
+        self._progress = Progress(f"importing {_safe(os.path.basename(path), 40)}", unit="lines")
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._fh:
+            self._progress.advance()
+            yield line
+
+    def __enter__(self) -> "_TickingFile":
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self._progress.close()
+        self._fh.close()
 
 
 def main(argv: list[str] | None = None) -> int:

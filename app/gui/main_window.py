@@ -90,7 +90,7 @@ class MainWindow(QMainWindow):
 
         self.model = RunModel(self)
         self.live = LiveSession(self.model, self.hub, self.store_path, record, self)
-        self.replay = ReplaySession(self.model, functools.partial(run_token_text, self.hub), self)
+        self.replay = ReplaySession(self.model, functools.partial(run_token_text, self.hub, say=self.say_long), self)
         self.session: Any = self.live  # the active one of live and replay
         self.compare_recording = CompareRecorderFactory(self.store_path) if record else None
         self.compare_controller = RunController(self.hub, self.compare_recording, self)
@@ -335,6 +335,9 @@ class MainWindow(QMainWindow):
                 return
 
     # ------------------------------------------------------------------ errors and status
+
+    def say_long(self, message: str) -> None:
+        self.statusBar().showMessage(message, 15000)
 
     def show_error(self, message: str, details: str = "", title: str = "specscope") -> None:
         self.last_error = message

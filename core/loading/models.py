@@ -366,6 +366,58 @@ def _checkpoint_dir(path: str | os.PathLike, role: str, progress: gguf.Progress 
     return p.resolve()
 
 
+def _model_config(folder: Path, role: str) -> dict[str, Any]:
+    """config.json of a checkpoint folder (a CheckpointError when it is not a JSON object)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{role} checkpoint {folder}: config.json is unreadable ({exc})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{role} checkpoint {folder}: config.json is not a JSON object")
+    return config
+
+
+def check_causal(folder: Path, role: str = "model") -> dict[str, Any]:
+    """Refuse, in one line, a checkpoint transformers cannot load as a causal language model
+    (an encoder-decoder such as T5, an encoder such as BERT, a model_type it does not know);
+    return its config."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config = _model_config(folder, role)
+    kind = config.get("model_type")
+    if kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return config
+    shape = ("an encoder-decoder model" if config.get("is_encoder_decoder") else
+             "a model whose type transformers does not know" if kind is None or _remote_class(config) else
+             "not a causal language model")
+    classes = ", ".join(map(str, config.get("architectures") or [])) or "no architectures listed"
+    raise CheckpointError(f"{role} checkpoint {folder} is {shape} (model_type {kind!r}: {classes}); specscope decodes "
+                          f"causal language models (decoder-only, what AutoModelForCausalLM loads) and never runs a "
+                          f"checkpoint's own code")
+
+
+def _remote_class(config: Mapping[str, Any]) -> str | None:
+    """The causal-LM class a config's auto_map asks transformers to import from the
+    checkpoint's own code (None when it asks for none)."""
+    auto_map = config.get("auto_map")
+    if not isinstance(auto_map, dict):
+        return None
+    found = auto_map.get("AutoModelForCausalLM") or next(iter(auto_map.values()), None)
+    return str(found[0] if isinstance(found, (list, tuple)) and found else found) if found else None
+
+
+def _warn_remote_code(folder: Path, config: Mapping[str, Any], model: torch.nn.Module, role: str) -> None:
+    remote = _remote_class(config)
+    if remote:
+        log.warning("%s checkpoint %s asks for its own code (auto_map: %s); that code was not run: loaded with "
+                    "transformers' %s instead", role, folder, remote, type(model).__name__)
+
+
+def tokenizer_sha256(folder: str | os.PathLike) -> str | None:
+    """What a run records as its tokenizer_hash: the sha256 of the folder's tokenizer.json."""
+    return _file_sha256(Path(folder) / "tokenizer.json")
+
+
 def _has_tokenizer(folder: Path) -> bool:
     return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model"))
 
@@ -397,6 +449,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dty
     from transformers import AutoModelForCausalLM
 
     folder = _checkpoint_dir(path, role, progress)
+    config = check_causal(folder, role)
     dt = resolve_dtype(dtype)
     extra: dict[str, Any] = {}
     if device_map is not None:
@@ -408,6 +461,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dty
                                                      **extra)
     except Exception as exc:  # noqa: BLE001 - report which folder failed and why
         raise CheckpointError(f"cannot load the {role} checkpoint {folder}: {exc}") from exc
+    _warn_remote_code(folder, config, model, role)
     model = model.eval() if device_map is not None else model.to(device=resolve_device(device), dtype=dt).eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -448,7 +502,7 @@ def load_pair(
     hashes = {
         "target": _weights_sha256(t_dir),
         "draft": _weights_sha256(d_dir) if d_dir is not None else None,
-        "tokenizer": _file_sha256(t_dir / "tokenizer.json"),
+        "tokenizer": tokenizer_sha256(t_dir),
     }
     return ModelPair(
         target=target,

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from specscope.storage.outputs import check_output
 from specscope.storage.jsonl.read import FORMAT_NAME, FORMAT_VERSION
 
 # Optional round fields this writer declares unrecorded until a round gives them.
@@ -54,6 +55,8 @@ class TraceFile:
         if unknown:
             raise ValueError(f"unknown optional fields {sorted(unknown)}; known: {', '.join(OPTIONAL)}")
         self._own = isinstance(path, (str, os.PathLike))
+        if self._own:
+            check_output(path, overwrite=True)  # a trace file may replace a file, never a trace store
         self._fh: IO[str] = open(path, "w", encoding="utf-8") if self._own else path  # type: ignore[arg-type]
         self.index = 0
         self.new_tokens: list[int] = []

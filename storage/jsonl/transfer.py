@@ -15,12 +15,13 @@ import json
 import math
 import os
 import zlib
-from typing import IO, Any, Iterator, Mapping
+from typing import IO, Any, Callable, Iterator, Mapping
 
 from sqlalchemy import insert, select, update
 
 from specscope.storage.codec import ZLIB_LEVEL, decode_top_stats, full_raw, unpack_blobs
 from specscope.storage.errors import RunExistsError, TraceStoreError
+from specscope.storage.outputs import write_atomically
 from specscope.storage.jsonl.read import FORMAT_NAME, FORMAT_VERSION, ParsedTrace, TraceSink, read_trace
 from specscope.storage.rows import chunk_tokens, token_chunk
 from specscope.storage.schema import nodes_table, rounds_table, runs_table, tokens_table
@@ -253,9 +254,12 @@ def iter_export(store: TraceStore, run_id: str, batch_size: int = 256) -> Iterat
                 yield _end_line(conn, run, f"run {run_id}: its end record")
 
 
-def export_run(store: TraceStore, run_id: str, out: str | os.PathLike | IO[str]) -> int:
+def export_run(store: TraceStore, run_id: str, out: str | os.PathLike | IO[str], *, overwrite: bool = False,
+               on_round: Callable[[], None] | None = None) -> int:
     """Write a run as JSONL to a path (atomically) or a text file object; return the number
-    of rounds written."""
+    of rounds written. A path that exists is replaced only with overwrite=True, and never
+    when it is an SQLite database (a trace store: storage.outputs.check_output). on_round is
+    called after each round written (a progress report)."""
     rounds = 0
 
     def write(fh: IO[str]) -> None:
@@ -263,17 +267,14 @@ def export_run(store: TraceStore, run_id: str, out: str | os.PathLike | IO[str])
         for line in iter_export(store, run_id):
             fh.write(line)
             fh.write("\n")
-            rounds += line.startswith('{"record":"round"')
+            if line.startswith('{"record":"round"'):
+                rounds += 1
+                if on_round is not None:
+                    on_round()
 
     if isinstance(out, (str, os.PathLike)):
-        tmp = f"{os.fspath(out)}.part"
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                write(fh)
-            os.replace(tmp, out)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        with write_atomically(out, overwrite) as fh:
+            write(fh)
     else:
         write(out)
     return rounds

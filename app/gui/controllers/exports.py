@@ -57,7 +57,7 @@ class Exports:
             where = self.w.session.store_and_run()
             if where is None:
                 raise RuntimeError("this run was not recorded, so it cannot be exported")
-            export_run(where[0], where[1], path)
+            export_run(where[0], where[1], path, overwrite=True)  # the save dialog asked; a store is still refused
         except Exception as exc:  # noqa: BLE001
             self.w.show_error(f"Export failed: {exc}")
             return False

@@ -69,7 +69,13 @@ class TraceDialogs:
         """The store live runs are recorded to: pick one of its runs to replay."""
         from specscope.app.gui.model.traces import default_trace_path
 
-        path = self.w.store_path or default_trace_path()
+        from specscope.storage import TraceStoreError
+
+        try:
+            path = self.w.store_path or default_trace_path()
+        except TraceStoreError as exc:  # no home directory: there is no default store
+            self.w.show_error(str(exc))
+            return
         if os.path.exists(path):
             self.open_trace(path)
         else:
@@ -159,7 +165,7 @@ class TraceDialogs:
             library = TraceLibrary(path)
             try:
                 infos = [library.run(r) for r in (run_a, run_b)]
-                lanes = [(info, library.rounds(info.run_id), run_token_text(self.w.hub, info)) for info in infos]
+                lanes = [(info, library.rounds(info.run_id), run_token_text(self.w.hub, info, say=self.w.say_long)) for info in infos]
             finally:
                 library.close()
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI

@@ -22,6 +22,29 @@ def default_trace_path() -> str:
     return default_db_location()
 
 
+def replay_tokenizer(info: Any, bundled: Callable[[], Any | None], bundled_dir: Any) -> tuple[Any | None, str | None]:
+    """The tokenizer a replayed run's text is decoded with: the one the run recorded (its
+    tokenizer_hash), found as the bundled one or in the folder the run names; else None and
+    why (the window then shows token ids and says so). Runs recorded before tokenizers were
+    hashed fall back to the bundled tokenizer when it fits their vocabulary."""
+    from specscope.core.loading import models as loading
+
+    name, digest = info.models.tokenizer_name, info.models.tokenizer_hash
+    if digest is not None and digest == loading.tokenizer_sha256(bundled_dir):
+        return bundled(), None
+    if digest is not None and name and os.path.isdir(name) and loading.tokenizer_sha256(name) == digest:
+        return loading.load_tokenizer(name), None
+    if digest is not None:
+        return None, (f"this run used another tokenizer ({name or 'unnamed'}, sha256 {digest[:12]}…), which is not "
+                      f"here: showing token ids")
+    if name is None and info.models.target_name and not info.models.target_name.startswith(loading.BUNDLED_PREFIX):
+        return None, "this run recorded no tokenizer: showing token ids"
+    tok = bundled()
+    if tok is not None and info.config.vocab_size and len(tok) > info.config.vocab_size:
+        return None, "the bundled tokenizer does not fit this run's vocabulary: showing token ids"
+    return tok, None
+
+
 def warm_up_trace_writer() -> None:
     """With SPECSCOPE_TRACE_WRITER=process, start the writer process in the background, so
     the first recorded run does not wait for its imports. A failure here is not an error:

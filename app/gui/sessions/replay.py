@@ -11,7 +11,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from specscope.app.gui.model.runmodel import RunModel
-from specscope.app.gui.model.traces import TraceLibrary, describe_run
+from specscope.app.gui.model.traces import TraceLibrary, describe_run, replay_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -19,16 +19,19 @@ REPLAY_MS = 180
 REPLAY_BATCH = 256
 
 
-def run_token_text(hub: Any, info: Any) -> Any:
-    """Token text for a stored run: the hub's tokenizer when the run used the bundled target
-    (or a target of the same vocabulary), else the ids."""
+def run_token_text(hub: Any, info: Any, say: Callable[[str], None] | None = None) -> Any:
+    """Token text for a stored run, decoded with the tokenizer the run recorded
+    (traces.replay_tokenizer); where it is not here, the ids, and `say` is told why."""
+    from specscope.core.loading.models import bundled_path
+
     try:
-        tok = hub.tokenizer()
-        if tok is not None and info.config.vocab_size and len(tok) > info.config.vocab_size:
-            tok = None
-        return hub.token_text(tok)
-    except Exception:  # noqa: BLE001 - fall back to ids
-        return hub.token_text(None)
+        tok, why = replay_tokenizer(info, hub.tokenizer, bundled_path("target"))
+    except Exception as exc:  # noqa: BLE001 - fall back to ids, and say so
+        tok, why = None, f"cannot load this run's tokenizer ({exc}): showing token ids"
+    if why and say is not None:
+        say(why)
+    return hub.token_text(tok)
+
 
 class ReplaySession(QObject):
     """Open a run of a trace store, load its rounds without blocking, play them."""
