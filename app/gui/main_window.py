@@ -19,7 +19,8 @@ from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, \
+    QWidget
 
 from .actions import install_actions
 from .controllers.checks import CheckActions
@@ -61,6 +62,17 @@ def default_checker():
 def app_settings() -> QSettings:
     """The user's settings (honours QSettings.setDefaultFormat/setPath, as the tests use)."""
     return QSettings(QSettings.defaultFormat(), QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
+
+
+def pinned_above(top: QWidget, body: QWidget) -> QWidget:
+    """`top` always visible, `body` scrolling under it."""
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(0)
+    layout.addWidget(top)
+    layout.addWidget(scrolled(body), 1)
+    return box
 
 
 def scrolled(widget: QWidget) -> QScrollArea:
@@ -196,7 +208,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.page, "Inspect")
         self.tabs.addTab(self.compare, "Compare")
         self.setCentralWidget(self.tabs)
-        self.run_dock = self._dock("Run", scrolled(self.run_panel), Qt.DockWidgetArea.LeftDockWidgetArea)
+        # Run, Pause, Step and Stop above the fields: visible without scrolling at any height
+        self.run_dock = self._dock("Run", pinned_above(self.run_panel.action_row, self.run_panel),
+                                   Qt.DockWidgetArea.LeftDockWidgetArea)
         self.plots_dock = self._dock("Live plots", ScrollingPlots(self.plots), Qt.DockWidgetArea.RightDockWidgetArea)
         self.findings_dock = self._dock("Findings", self.findings, Qt.DockWidgetArea.LeftDockWidgetArea)
         # never narrower than the panel's own minimum (a sideways scrollbar otherwise)
@@ -235,6 +249,7 @@ class MainWindow(QMainWindow):
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
         self.tabs.currentChanged.connect(self.docks.tab_changed)
+        self.navigator.can_play = lambda: self.session.can_play()
 
     def _temperature_to_compare(self) -> None:
         """The Compare tab's coupled-lanes box follows the run panel's temperature (off at 0)."""

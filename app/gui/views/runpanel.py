@@ -1,5 +1,7 @@
 """The run panel: prompt, proposer and sampler settings, with errors shown next to each
-field, and the Run / Pause / Step / Stop buttons."""
+field, and the Run / Pause / Step / Stop buttons. The buttons and the state line form their own
+widget (`action_row`): the window pins it above the scrolling fields, so Run is visible at any
+window height."""
 
 from __future__ import annotations
 
@@ -61,11 +63,8 @@ class RunPanelWidget(QWidget):
         outer.setContentsMargins(6, 6, 6, 6)
         outer.addWidget(self._prompt_box())
         outer.addWidget(self._settings_box(devices))
-        outer.addLayout(self._buttons())
-        self.state_label = QLabel("")
-        self.state_label.setWordWrap(True)
-        outer.addWidget(self.state_label)
         outer.addStretch(1)
+        self.action_row = self._action_row()  # placed by the window, outside the scroll area
 
         self.set_texts(RunSettings().to_texts())
         self.set_state(IDLE)
@@ -135,6 +134,10 @@ class RunPanelWidget(QWidget):
         self.tree = QComboBox()
         self.tree.setEditable(True)
         self.tree.addItems(TREE_EXAMPLES)
+        # a typed shape is that shape: no inline completion ("3,2,1" became "3,2,1,1" on Tab),
+        # and what is typed is not added to the menu
+        self.tree.setCompleter(None)
+        self.tree.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.tree.setToolTip(FIELD_HELP["tree"])
         self.tree.currentTextChanged.connect(self._proposer_changed)
         self.fields["tree"] = self.tree
@@ -160,15 +163,29 @@ class RunPanelWidget(QWidget):
         self.fields["checkpoint"] = self.checkpoint
         return ck
 
+    def _action_row(self) -> QWidget:
+        """The four buttons, two by two (the panel stays narrow), and the state line under them."""
+        row = QWidget()
+        layout = QVBoxLayout(row)
+        layout.setContentsMargins(6, 4, 6, 2)
+        layout.setSpacing(2)
+        layout.addLayout(self._buttons())
+        self.state_label = QLabel("")
+        self.state_label.setWordWrap(True)
+        layout.addWidget(self.state_label)
+        return row
+
     def _buttons(self) -> QGridLayout:
-        buttons = QGridLayout()  # two by two: the panel stays narrow
+        buttons = QGridLayout()
         style = self.style()
         self.run_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPlay), "Run")
         self.pause_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPause), "Pause")
         self.step_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaSkipForward), "Step")
         self.stop_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaStop), "Stop")
-        self.run_button.setToolTip("Run (Space)")
-        self.step_button.setToolTip("Step one round (Right)")
+        self.run_button.setToolTip("Run the settings below (Space)")
+        self.pause_button.setToolTip("Pause the run (Space)")
+        self.step_button.setToolTip("Run one round, then pause (Right)")
+        self.stop_button.setToolTip("Stop the run (Ctrl+.)")
         self.run_button.setDefault(True)
         for i, (b, sig) in enumerate(((self.run_button, self.runClicked), (self.pause_button, self.pauseClicked),
                                       (self.step_button, self.stepClicked), (self.stop_button, self.stopClicked))):

@@ -1,0 +1,90 @@
+"""Issue 32: what a new user trips on at first contact and in daily use."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from specscope.app.gui.views.timeline import EMPTY_TEXT
+
+from .helpers import wait_idle
+from .test_replay import record_live
+
+
+def visible_in_window(widget) -> bool:
+    """Drawn at least in part (not scrolled away, not hidden behind a collapsed dock)."""
+    return widget.isVisible() and not widget.visibleRegion().isEmpty()
+
+
+def test_run_is_visible_without_scrolling_at_1024x700(qtbot, make_window):
+    """Item 3: Run and Step sat below the fold of the scrolling run panel."""
+    w = make_window()
+    w.resize(1024, 700)
+    qtbot.wait(300)
+    for button in (w.run_panel.run_button, w.run_panel.step_button, w.run_panel.stop_button):
+        assert visible_in_window(button), button.text()
+    assert visible_in_window(w.run_panel.state_label)
+
+
+def test_empty_window_says_how_to_start_and_the_transport_waits_for_rounds(qtbot, window):
+    """Item 3: the empty timeline names the key and the button; the replay transport's play
+    does nothing before a run, so it is disabled then, and while a live run owns the rounds."""
+    assert "Space" in EMPTY_TEXT and "Run button" in EMPTY_TEXT
+    assert not window.navigator.play_button.isEnabled()
+    window.runs.step()
+    qtbot.waitUntil(lambda: window.state == "paused" and len(window.model.rounds) == 1, timeout=20000)
+    assert not window.navigator.play_button.isEnabled()  # the worker owns the rounds
+    window.runs.stop()
+    qtbot.waitUntil(lambda: window.state == "idle", timeout=20000)
+    assert window.navigator.play_button.isEnabled()
+
+
+def test_space_runs_from_a_replay_and_p_plays_it(qtbot, make_window, tmp_path):
+    """Item 3: once a trace was open, Space played the replay instead of running."""
+    store_path = str(tmp_path / "live.sqlite")
+    w = make_window(store_path=store_path)
+    run_id, _ = record_live(qtbot, w, max_new_tokens="16")
+    r = make_window(store_path=str(tmp_path / "other.sqlite"))
+    assert r.open_trace(store_path, run_id=run_id)
+    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    assert r.navigator.play_button.isEnabled()
+    r.activateWindow()
+    r.model.select(0)
+    qtbot.keyClick(r.tabs, Qt.Key.Key_P)
+    assert r.replay.playing
+    qtbot.keyClick(r.tabs, Qt.Key.Key_P)
+    assert not r.replay.playing
+    qtbot.keyClick(r.tabs, Qt.Key.Key_Space)
+    wait_idle(qtbot, r)
+    assert r.session is r.live and r.model.config.run_id != run_id
+
+
+def test_cursor_keys_edit_the_number_field_that_has_focus(qtbot, window):
+    """Item 4: with the cursor in a number field, End and Left stepped rounds and a typed 9
+    landed elsewhere."""
+    window.activateWindow()
+    field = window.run_panel.fields["max_new_tokens"]
+    field.setText("24")
+    field.setFocus()
+    field.setCursorPosition(1)
+    qtbot.keyClick(field, Qt.Key.Key_End)
+    qtbot.keyClicks(field, "9")
+    qtbot.keyClick(field, Qt.Key.Key_Home)
+    qtbot.keyClicks(field, "1")
+    qtbot.keyClick(field, Qt.Key.Key_Right)
+    qtbot.keyClick(field, Qt.Key.Key_Right)
+    qtbot.keyClick(field, Qt.Key.Key_Left)
+    qtbot.keyClicks(field, "0")
+    qtbot.wait(100)
+    assert field.text() == "12049"
+    assert window.state == "idle" and not window.model.rounds  # nothing stepped
+
+
+def test_a_typed_tree_shape_is_that_shape(qtbot, window):
+    """Item 4: the Tree box completed 3,2,1 to 3,2,1,1 and Tab accepted it."""
+    tree = window.run_panel.tree
+    tree.setFocus()
+    tree.lineEdit().selectAll()
+    qtbot.keyClicks(tree.lineEdit(), "3,2,1")
+    qtbot.keyClick(tree.lineEdit(), Qt.Key.Key_Tab)
+    assert tree.currentText() == "3,2,1"
+    assert "tree=3,2,1" in window.run_panel.texts()["proposer"]
