@@ -234,6 +234,7 @@ class MainWindow(QMainWindow):
         self.replay.failed.connect(lambda message: self.show_error(message, title="Open trace"))
         self.replay.playingChanged.connect(self.navigator.set_playing)
         self.compare_session.failed.connect(self._on_failed)
+        self.compare_session.stateChanged.connect(lambda _state: self.update_status())
         self.run_panel.runClicked.connect(runs.run_or_resume)
         self.run_panel.pauseClicked.connect(runs.pause)
         self.run_panel.stepClicked.connect(runs.step)
@@ -288,6 +289,8 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
         if str(s.value("window/plots_hidden_by_compare", "false")) == "true":
             self.plots_dock.show()  # hidden only because the window closed on the Compare tab
+        if str(s.value("window/findings_hidden_by_compare", "false")) == "true":
+            self.findings_dock.show()
         st = s.value("window/main_splitter")
         if isinstance(st, QByteArray):
             self.page.splitter.restoreState(st)
@@ -310,8 +313,10 @@ class MainWindow(QMainWindow):
         s = self.qsettings
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/state", self.saveState())
-        on_compare = self.tabs.currentWidget() is self.compare and self.docks.plots_hidden_by_compare
-        s.setValue("window/plots_hidden_by_compare", "true" if on_compare else "false")
+        on_compare = self.tabs.currentWidget() is self.compare
+        for name, dock in (("plots", self.plots_dock), ("findings", self.findings_dock)):
+            hidden = on_compare and dock in self.docks.hidden_by_compare
+            s.setValue(f"window/{name}_hidden_by_compare", "true" if hidden else "false")
         s.setValue("window/main_splitter", self.page.splitter.saveState())
         s.beginGroup("run")
         for key, value in self.run_panel.texts().items():
@@ -381,7 +386,9 @@ class MainWindow(QMainWindow):
     def update_status(self) -> None:
         m = self.model.metrics
         parts = [self.session.status_words()]
-        if len(m):
+        if self.tabs.currentWidget() is self.compare or self.compare_session.running:
+            parts = [self.compare_session.status_words()]  # not the Inspect tab's run
+        elif len(m):
             parts.append(f"{len(m)} rounds · {m.emitted_total} tokens · acceptance {m.acceptance_rate:.2f}")
         n = self.torch_threads()
         parts.append(f"{n} torch thread{'s' if n != 1 else ''}")

@@ -88,3 +88,27 @@ def test_a_typed_tree_shape_is_that_shape(qtbot, window):
     qtbot.keyClick(tree.lineEdit(), Qt.Key.Key_Tab)
     assert tree.currentText() == "3,2,1"
     assert "tree=3,2,1" in window.run_panel.texts()["proposer"]
+
+
+def test_state_follows_the_mode(qtbot, make_window, tmp_path):
+    """Item 5: the live summary lagged the finished run; replaying a specscope trace left
+    Engine at transformers; the Compare tab showed the replay's findings and status."""
+    store_path = str(tmp_path / "live.sqlite")
+    w = make_window(store_path=store_path)
+    w.plots.timer.stop()  # the throttled frame never comes: only the finish may draw the summary
+    run_id, rounds = record_live(qtbot, w, max_new_tokens="16")
+    m = w.model.metrics
+    assert f"<b>{len(rounds)}</b> rounds" in w.plots.summary.text()
+    assert f"<b>{m.emitted_total}</b> tokens" in w.plots.summary.text()
+
+    r = make_window(store_path=str(tmp_path / "other.sqlite"))
+    r.run_panel.set_field("engine", "transformers")
+    assert r.open_trace(store_path, run_id=run_id)
+    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    assert r.run_panel.texts()["engine"] == "specscope"
+    assert r.findings_dock.isVisible() and "replay" in r.status_label.text()
+    r.tabs.setCurrentWidget(r.compare)
+    assert not r.findings_dock.isVisible() and not r.plots_dock.isVisible()
+    assert r.status_label.text().startswith("compare") and "replay" not in r.status_label.text()
+    r.tabs.setCurrentWidget(r.page)
+    assert r.findings_dock.isVisible() and "replay" in r.status_label.text()

@@ -79,7 +79,7 @@ class LivePlotsWidget(QWidget):
         self.timer.start()
         model.reset.connect(self.mark_dirty)
         model.appended.connect(self.mark_dirty)
-        model.finished.connect(self.mark_dirty)
+        model.finished.connect(self._on_finished)
         model.selectionChanged.connect(self._on_selection)
 
     def _build(self) -> None:
@@ -163,6 +163,11 @@ class LivePlotsWidget(QWidget):
 
     def mark_dirty(self, *args) -> None:
         self._dirty = True
+
+    def _on_finished(self, *args) -> None:
+        """The finished run's last picture now, not at the next throttled frame (the summary
+        once read 31 rounds while the status bar had the finished run's 33)."""
+        self.refresh()
 
     def _on_selection(self, rnd: int, pos: int) -> None:
         if self.model.source == "live" and self.model.stop_reason is None and self.model.rounds:
