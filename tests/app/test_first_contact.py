@@ -112,3 +112,60 @@ def test_state_follows_the_mode(qtbot, make_window, tmp_path):
     assert r.status_label.text().startswith("compare") and "replay" not in r.status_label.text()
     r.tabs.setCurrentWidget(r.page)
     assert r.findings_dock.isVisible() and "replay" in r.status_label.text()
+
+
+def test_empty_views_say_what_will_appear(qtbot, window):
+    """Item 6: before any run the KV view's axis read 5e-306 .. 1.5e-305 and the acceptance
+    plot spanned -400..400 ("x0.001")."""
+    kv = window.inspector.kv
+    assert "Select a round" in kv.verdict.text()
+    assert all(not row.plot.getAxis("bottom").isVisible() for row in kv.rows)
+    window.plots.refresh()
+    for name, plot in window.plots.plots.items():
+        assert plot.viewRange()[0] == [0, 10], name
+        assert not plot.getAxis("bottom").autoSIPrefix, name
+    assert "fill as a run's rounds arrive" in window.plots.summary.text()
+
+
+def test_field_errors_wrap_whole(qtbot, make_window):
+    """Item 6: errors under fields were cut ("seed must lie in [0, 92233")."""
+    from PySide6.QtCore import QRect
+
+    w = make_window()
+    w.resize(1024, 700)
+    message = "seed must lie in [0, 9223372036854775807], got 99999999999999999999999"
+    w.run_panel.show_errors({"seed": message})
+    qtbot.wait(100)
+    label = w.run_panel.errors["seed"]
+    needed = label.fontMetrics().boundingRect(QRect(0, 0, label.width(), 10000), int(Qt.TextFlag.TextWordWrap),
+                                              message).height()
+    assert label.height() >= needed > label.fontMetrics().height()  # wrapped, and every line shown
+
+
+def test_decisions_say_what_was_not_recorded_or_not_reached():
+    """Item 6: a transformers round (no u) read "u = — >= min(1, p/q) = 0.30 -> rejected"; a
+    node never reached was said to be discarded after a rejection (a tree's may follow an
+    accepted sibling)."""
+    from types import SimpleNamespace
+
+    from specscope.app.gui.views.describe import node_decision
+
+    text = node_decision(SimpleNamespace(status="rejected", u=None, ratio=0.3), greedy=False)
+    assert "u was not recorded" in text and "u = —" not in text and "0.3" in text
+    text = node_decision(SimpleNamespace(status="unvisited"), greedy=False)
+    assert "never reached" in text and "rejection" not in text
+
+
+def test_the_tree_pane_grows_to_show_a_tree(qtbot, window):
+    """Item 6: the draft-tree pane opened about 50 px tall and clipped a 15-node tree."""
+    from .helpers import configure
+
+    configure(window, proposer="draft:small,tree=3,2,1", max_new_tokens="8")
+    assert window.start_run(), window.last_error
+    wait_idle(qtbot, window)
+    window.jump_to(0, -1)
+    qtbot.wait(100)
+    tree = window.tree
+    assert tree.height() >= tree.wanted_height() - 2 or \
+        window.page.splitter.sizes()[2] <= 220 + 2  # grown, or the inspector gave all it has
+    assert tree.view.transform().m11() == 1.0  # the whole tree at 1:1

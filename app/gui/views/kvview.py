@@ -103,6 +103,11 @@ def diagnose(r: Round, previous: Round | None = None, run_over: bool = False) ->
     return out
 
 
+# what the view says before a round is selected (an empty plot's axis read 5e-306 .. 1.5e-305)
+EMPTY_KV = ("<span style='color:#777777'>Select a round: each KV cache (target, draft) appears here as a bar, "
+            "with its length before the round, at its peak, after the crop, and the expected length.</span>")
+
+
 class KVCacheView(QWidget):
     """Shows diagnose() of the RunModel's selected round."""
 
@@ -139,6 +144,7 @@ class KVCacheView(QWidget):
         self.graphics.setMinimumHeight(2 * ROW_MIN_PX)
         self.diagnoses: list[CacheDiagnosis] = []
         self.round_index = -1
+        self.clear()
 
     def show_help(self) -> None:
         QMessageBox.information(self, "KV caches", HELP_HTML)
@@ -146,7 +152,7 @@ class KVCacheView(QWidget):
     def clear(self) -> None:
         self.diagnoses = []
         self.round_index = -1
-        self.verdict.setText("")
+        self.verdict.setText(EMPTY_KV)
         for row in self.rows:
             row.clear()
 
@@ -174,6 +180,8 @@ class KVCacheView(QWidget):
         if self.diagnoses and not lines:
             lines.append(f"<span style='color:{OK}'>✔ every cache holds the committed context minus its "
                          f"pending token</span>")
+        if not self.diagnoses:
+            lines.append(EMPTY_KV)
         self.verdict.setText("<br>".join(lines))
         self.graphics.setToolTip("\n".join(self.tooltip_of(d) for d in self.diagnoses))
         self.title.setText(f"<b>KV caches</b> · round {self.round_index}" if self.diagnoses else "<b>KV caches</b>")
@@ -221,7 +229,9 @@ class _CacheRow:
             label.y_at = y  # type: ignore[attr-defined]
 
     def clear(self) -> None:
+        """Nothing drawn, no axis (an empty axis shows meaningless numbers)."""
         self.plot.setTitle("")
+        self.plot.hideAxis("bottom")
         for item in self.bars.values():
             item.setOpts(x0=[], x1=[], y=[])
         for key in self.lines:
@@ -229,6 +239,7 @@ class _CacheRow:
             self.labels[key].setText("")
 
     def show(self, d: CacheDiagnosis, whole: bool) -> None:
+        self.plot.showAxis("bottom")
         c = d.state
         color = WRONG if d.problems else OK
         mark = "✗" if d.problems else "✔"

@@ -29,7 +29,7 @@ from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDR
 from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING
 
 ERROR_STYLE = "color:#b00020; font-size:8pt;"
-ERROR_PX = 13  # every error line keeps this height, shown or not, so the form never jumps
+ERROR_PX = 13  # an error line's height when empty; a message wraps onto as many lines as it needs
 FIELD_HELP = {
     "k": f"draft tokens per round (1–{MAX_K}); a chain's length (a tree's shape sets its own)",
     "tree": "chain (k tokens) · branching per depth 3,2,1,1 · paths:0;1;0.0 · dynamic:nodes=16,depth=5,topk=4",
@@ -196,10 +196,11 @@ class RunPanelWidget(QWidget):
     def _error_label(self, key: str) -> QLabel:
         label = QLabel("")
         label.setStyleSheet(ERROR_STYLE)
-        # one line of fixed height whose width follows the field (the whole text is its tooltip):
-        # showing an error moves nothing
-        label.setFixedHeight(ERROR_PX)
-        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        # as wide as the field, wrapped: a one-line label cut messages short ("seed must lie in
+        # [0, 92233"); the empty line keeps its height, so the form moves only for an error
+        label.setWordWrap(True)
+        label.setMinimumHeight(ERROR_PX)
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
         label.setObjectName(f"error_{key}")
         self.errors[key] = label
         return label

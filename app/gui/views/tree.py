@@ -195,6 +195,7 @@ class DraftTreeView(QWidget):
     """The selected round's draft tree; clicking a node selects that position."""
 
     nodeClicked = Signal(int, int)
+    heightWanted = Signal(int)  # the pane height that shows the round's tree 1:1 (the page grows it)
 
     def __init__(self, model: RunModel, parent=None):
         super().__init__(parent)
@@ -271,7 +272,15 @@ class DraftTreeView(QWidget):
         self.title.setText(legend)
         rect = self.scene.itemsBoundingRect().adjusted(-10, -10, 10, 10)
         self.scene.setSceneRect(rect)
+        self.heightWanted.emit(self.wanted_height())
         self._fit()
+
+    def wanted_height(self) -> int:
+        """The height showing title and tree whole at 1:1."""
+        margins = self.layout().contentsMargins()
+        title = self.title.heightForWidth(max(self.width(), 200))
+        frame = 2 * self.view.frameWidth() + 4
+        return int(self.scene.sceneRect().height()) + max(title, 0) + margins.top() + margins.bottom() + frame + 4
 
     def _fit(self) -> None:
         """1:1 when the tree fits, else scaled down to fit (never up), but not below a
