@@ -332,6 +332,10 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         self.save_settings()
+        # gone from the screen at once: stopping the decoder waits for the round or the model
+        # load in progress (3-8 s on a loaded machine), which the user need not watch
+        self.hide()
+        QApplication.processEvents()
         QApplication.instance().removeEventFilter(self.step_keys)
         self.replay.close()
         self.live.close()
