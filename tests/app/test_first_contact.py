@@ -118,7 +118,7 @@ def test_empty_views_say_what_will_appear(qtbot, window):
     """Item 6: before any run the KV view's axis read 5e-306 .. 1.5e-305 and the acceptance
     plot spanned -400..400 ("x0.001")."""
     kv = window.inspector.kv
-    assert "Select a round" in kv.verdict.text()
+    assert "select a round" in kv.rows[0].plot.titleLabel.text
     assert all(not row.plot.getAxis("bottom").isVisible() for row in kv.rows)
     window.plots.refresh()
     for name, plot in window.plots.plots.items():

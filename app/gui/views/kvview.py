@@ -104,8 +104,8 @@ def diagnose(r: Round, previous: Round | None = None, run_over: bool = False) ->
 
 
 # what the view says before a round is selected (an empty plot's axis read 5e-306 .. 1.5e-305)
-EMPTY_KV = ("<span style='color:#777777'>Select a round: each KV cache (target, draft) appears here as a bar, "
-            "with its length before the round, at its peak, after the crop, and the expected length.</span>")
+# (a plot title: a wrapped label here once made the whole inspector taller)
+EMPTY_KV = "select a round: its target and draft caches appear here (before, peak, after the crop, expected)"
 
 
 class KVCacheView(QWidget):
@@ -152,9 +152,10 @@ class KVCacheView(QWidget):
     def clear(self) -> None:
         self.diagnoses = []
         self.round_index = -1
-        self.verdict.setText(EMPTY_KV)
+        self.verdict.setText("")
         for row in self.rows:
             row.clear()
+        self.rows[0].plot.setTitle(EMPTY_KV, size="8pt", color="#777777")
 
     def show_round(self, r: Round) -> None:
         i = r.index
@@ -180,8 +181,6 @@ class KVCacheView(QWidget):
         if self.diagnoses and not lines:
             lines.append(f"<span style='color:{OK}'>✔ every cache holds the committed context minus its "
                          f"pending token</span>")
-        if not self.diagnoses:
-            lines.append(EMPTY_KV)
         self.verdict.setText("<br>".join(lines))
         self.graphics.setToolTip("\n".join(self.tooltip_of(d) for d in self.diagnoses))
         self.title.setText(f"<b>KV caches</b> · round {self.round_index}" if self.diagnoses else "<b>KV caches</b>")
@@ -190,6 +189,8 @@ class KVCacheView(QWidget):
                 row.show(self.diagnoses[j], self.whole.isChecked())
             else:
                 row.clear()
+        if not self.diagnoses:
+            self.rows[0].plot.setTitle(EMPTY_KV, size="8pt", color="#777777")
 
 
 class _CacheRow:
