@@ -169,3 +169,24 @@ def test_the_tree_pane_grows_to_show_a_tree(qtbot, window):
     assert tree.height() >= tree.wanted_height() - 2 or \
         window.page.splitter.sizes()[2] <= 220 + 2  # grown, or the inspector gave all it has
     assert tree.view.transform().m11() == 1.0  # the whole tree at 1:1
+
+
+def test_tree_labels_do_not_overlap(qtbot, window):
+    """Item 6: stacked sibling labels overlapped ("rejected" over "#2 u=0.59")."""
+    from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+    from .helpers import configure
+
+    configure(window, proposer="draft:small,tree=3,2,1", temperature="0.8", seed="3", max_new_tokens="12")
+    assert window.start_run(), window.last_error
+    wait_idle(qtbot, window)
+    checked = 0
+    for r in window.model.rounds:
+        window.jump_to(r.index, -1)
+        texts = [i for i in window.tree.scene.items() if isinstance(i, QGraphicsSimpleTextItem) and i.text()]
+        rects = [t.sceneBoundingRect() for t in texts]
+        for a in range(len(rects)):
+            for b in range(a + 1, len(rects)):
+                assert not rects[a].intersects(rects[b]), (r.index, texts[a].text(), texts[b].text())
+        checked += len(texts)
+    assert checked

@@ -32,7 +32,7 @@ from .describe import after_accepted_eos, describe_node, fmt, tok
 from specscope.app.gui.model.runmodel import RunModel, visible_text
 
 DX = 104  # room for the edges of wide trees to fan out
-DY = 44
+DY = 54  # a node's tag below it ("rejected") and the next sibling's note above it ("#2 u=0.59") both fit between
 NODE_W = 78
 NODE_H = 30
 MIN_SCALE = 0.6  # smaller, and the node labels cannot be read
