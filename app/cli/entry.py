@@ -6,7 +6,8 @@ import argparse
 import logging
 import os
 import sys
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 from specscope.app.cli.check import add_check_parsers, check_trace_file, open_existing_store
 from specscope.app.cli.models import add_models_parser
@@ -36,7 +37,47 @@ def _app_threads(args: argparse.Namespace) -> dict:
     return {"threads": args.app_threads} if getattr(args, "app_threads", None) else {}
 
 
-def build_parser() -> argparse.ArgumentParser:
+# global options that take a value: skipped when looking for the command in argv
+VALUE_OPTIONS = ("--threads",)
+
+
+def command_of(argv: Sequence[str] | None) -> str | None:
+    """The command word of `argv` (sys.argv's when None): the first token that is not a
+    global option or its value."""
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token in VALUE_OPTIONS:
+            i += 2
+            continue
+        if not token.startswith("-"):
+            return token
+        i += 1
+    return None
+
+
+@contextmanager
+def _kinds_listed(listed: bool) -> Iterator[None]:
+    """`specscope run --help` lists the registered proposer kinds, and reading the registry
+    imports torch (5 of the 9 s `specscope --help` took on a loaded 2-core machine): every
+    other command builds the run parser without that list, which only run's help shows."""
+    from specscope.app.cli import run as run_cli
+
+    if listed:
+        yield
+        return
+    real = run_cli.proposer_kinds_help
+    run_cli.proposer_kinds_help = lambda: "proposer kinds: see `specscope run --help`"
+    try:
+        yield
+    finally:
+        run_cli.proposer_kinds_help = real
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; `argv` (when known) lets a command other than `run` skip run's
+    torch-importing list of proposer kinds."""
     parser = argparse.ArgumentParser(
         prog="specscope",
         description="An inspector for speculative decoding. Without a command, opens the window.",
@@ -50,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", help="an SQLite trace store")
     p.add_argument("--run", default=None, metavar="ID", help="the run to replay (an id or a unique prefix)")
     p.set_defaults(func=cmd_open)
-    add_run_parser(sub)
+    with _kinds_listed(argv is None or command_of(argv) == "run"):
+        add_run_parser(sub)
     add_check_parsers(sub)
     add_models_parser(sub)
     from specscope.app import bench
@@ -74,15 +116,23 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 
 def _mask_help(parser: argparse.ArgumentParser) -> None:
     """No help text shows a database password (e.g. a default taken from $SPECSCOPE_DB)."""
+    parsers = _subparsers(parser)
+    if not any("://" in text for p in parsers for text in _help_texts(p)):
+        return  # no URL, no password: the storage package (about 1 s to import) is not needed
     from specscope.storage.engine import mask_passwords
 
-    for p in _subparsers(parser):
+    for p in parsers:
         for action in p._actions:
             if isinstance(action.help, str):
                 action.help = mask_passwords(action.help)
         for attr in ("description", "epilog"):
             if isinstance(getattr(p, attr), str):
                 setattr(p, attr, mask_passwords(getattr(p, attr)))
+
+
+def _help_texts(p: argparse.ArgumentParser) -> list[str]:
+    texts = [a.help for a in p._actions if isinstance(a.help, str)]
+    return texts + [t for t in (p.description, p.epilog) if isinstance(t, str)]
 
 
 def _secrets(args: argparse.Namespace) -> list[str]:
@@ -135,7 +185,7 @@ def _hide_loading_bars() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ:

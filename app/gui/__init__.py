@@ -11,12 +11,15 @@ worker thread (worker.py) and talks to the GUI only through queued signals.
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from ._compat import guard_none_refcount
 
-__all__ = ["launch", "create_app"]
+__all__ = ["launch", "create_app", "missing_xcb_cursor"]
+
+XCB_FIX = "sudo apt-get install libxcb-cursor0"
 
 log = logging.getLogger(__name__)
 
@@ -24,22 +27,69 @@ log = logging.getLogger(__name__)
 guard_none_refcount()
 
 
-def create_app(argv: Sequence[str] | None = None):
-    """The QApplication (created once), with the organisation/app names QSettings uses."""
-    from PySide6.QtWidgets import QApplication
+def missing_xcb_cursor() -> bool:
+    """Whether Qt's xcb platform plugin will fail for want of libxcb-cursor (Qt 6.5 and later
+    need it; a fresh Debian lacks it, and Qt then only says it "could not load the Qt platform
+    plugin xcb")."""
+    platform = os.environ.get("QT_QPA_PLATFORM", "")
+    if not sys.platform.startswith("linux") or (platform and not platform.startswith("xcb")):
+        return False
+    if not platform and (os.environ.get("WAYLAND_DISPLAY") or not os.environ.get("DISPLAY")):
+        return False  # Wayland, or no display at all: xcb is not what Qt tries
+    import ctypes
 
-    from .main_window import APPLICATION, ORGANIZATION
+    try:
+        ctypes.CDLL("libxcb-cursor.so.0")
+    except OSError:
+        return True
+    return False
+
+
+def create_app(argv: Sequence[str] | None = None, plots: bool = True):
+    """The QApplication (created once), with the organisation/app names QSettings uses;
+    pyqtgraph configured too unless `plots` is False (launch does it after showing the
+    start-up window: importing pyqtgraph takes a second or two)."""
+    from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance()
     if app is None:
         app = QApplication(list(argv) if argv is not None else [sys.argv[0] if sys.argv else "specscope"])
-    app.setOrganizationName(ORGANIZATION)
-    app.setApplicationName(APPLICATION)
+    app.setOrganizationName("specscope")  # main_window's ORGANIZATION and APPLICATION
+    app.setApplicationName("specscope")
     app.setApplicationDisplayName("specscope")
+    if plots:
+        configure_plots()
+    return app
+
+
+def configure_plots() -> None:
     import pyqtgraph as pg
 
     pg.setConfigOptions(antialias=True, background="w", foreground="#333333")
-    return app
+
+
+def starting_window() -> Any:
+    """A small window shown the moment Qt is up, saying what start-up is doing; the main
+    window (torch, transformers and pyqtgraph imported, models loading in the background)
+    replaces it."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication, QLabel
+
+    label = QLabel()
+    label.setWindowTitle("specscope")
+    label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+    label.setMinimumSize(420, 120)
+    label.setStyleSheet("font-size: 11pt; padding: 16px;")
+
+    def say(text: str) -> None:
+        label.setText(f"<b>specscope</b> is starting…<br>{text}")
+        label.repaint()
+        QApplication.processEvents()
+
+    label.say = say  # type: ignore[attr-defined]
+    label.show()
+    say("importing torch and transformers")
+    return label
 
 
 def _install_excepthook(window) -> None:
@@ -66,13 +116,21 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run
            threads: int | None = None) -> int:
     """Open the main window (replaying `trace_path`, run `run_id` when given, else asking
     which run); `threads` sets the run panel's torch threads; return the exit code."""
-    app = create_app(argv)
+    if missing_xcb_cursor():
+        print("specscope: Qt's xcb platform plugin needs libxcb-cursor0, which is not installed; install it "
+              f"with: {XCB_FIX}", file=sys.stderr)
+        return 1
+    app = create_app(argv, plots=False)
+    starting = starting_window()  # visible at once: the imports below take seconds on a busy machine
+    configure_plots()
     from .main_window import MainWindow
 
+    starting.say("building the window")
     window = MainWindow()
     if threads:
         window.run_panel.set_field("threads", str(threads))
     window.show()
+    starting.close()
     _install_excepthook(window)
     if trace_path:
         from PySide6.QtCore import QTimer

@@ -19,7 +19,8 @@ from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, \
+    QWidget
 
 from .actions import install_actions
 from .controllers.checks import CheckActions
@@ -61,6 +62,17 @@ def default_checker():
 def app_settings() -> QSettings:
     """The user's settings (honours QSettings.setDefaultFormat/setPath, as the tests use)."""
     return QSettings(QSettings.defaultFormat(), QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
+
+
+def pinned_above(top: QWidget, body: QWidget) -> QWidget:
+    """`top` always visible, `body` scrolling under it."""
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(0)
+    layout.addWidget(top)
+    layout.addWidget(scrolled(body), 1)
+    return box
 
 
 def scrolled(widget: QWidget) -> QScrollArea:
@@ -196,7 +208,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.page, "Inspect")
         self.tabs.addTab(self.compare, "Compare")
         self.setCentralWidget(self.tabs)
-        self.run_dock = self._dock("Run", scrolled(self.run_panel), Qt.DockWidgetArea.LeftDockWidgetArea)
+        # Run, Pause, Step and Stop above the fields: visible without scrolling at any height
+        self.run_dock = self._dock("Run", pinned_above(self.run_panel.action_row, self.run_panel),
+                                   Qt.DockWidgetArea.LeftDockWidgetArea)
         self.plots_dock = self._dock("Live plots", ScrollingPlots(self.plots), Qt.DockWidgetArea.RightDockWidgetArea)
         self.findings_dock = self._dock("Findings", self.findings, Qt.DockWidgetArea.LeftDockWidgetArea)
         # never narrower than the panel's own minimum (a sideways scrollbar otherwise)
@@ -220,6 +234,7 @@ class MainWindow(QMainWindow):
         self.replay.failed.connect(lambda message: self.show_error(message, title="Open trace"))
         self.replay.playingChanged.connect(self.navigator.set_playing)
         self.compare_session.failed.connect(self._on_failed)
+        self.compare_session.stateChanged.connect(lambda _state: self.update_status())
         self.run_panel.runClicked.connect(runs.run_or_resume)
         self.run_panel.pauseClicked.connect(runs.pause)
         self.run_panel.stepClicked.connect(runs.step)
@@ -235,6 +250,7 @@ class MainWindow(QMainWindow):
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
         self.tabs.currentChanged.connect(self.docks.tab_changed)
+        self.navigator.can_play = lambda: self.session.can_play()
 
     def _temperature_to_compare(self) -> None:
         """The Compare tab's coupled-lanes box follows the run panel's temperature (off at 0)."""
@@ -273,6 +289,8 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
         if str(s.value("window/plots_hidden_by_compare", "false")) == "true":
             self.plots_dock.show()  # hidden only because the window closed on the Compare tab
+        if str(s.value("window/findings_hidden_by_compare", "false")) == "true":
+            self.findings_dock.show()
         st = s.value("window/main_splitter")
         if isinstance(st, QByteArray):
             self.page.splitter.restoreState(st)
@@ -295,8 +313,10 @@ class MainWindow(QMainWindow):
         s = self.qsettings
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/state", self.saveState())
-        on_compare = self.tabs.currentWidget() is self.compare and self.docks.plots_hidden_by_compare
-        s.setValue("window/plots_hidden_by_compare", "true" if on_compare else "false")
+        on_compare = self.tabs.currentWidget() is self.compare
+        for name, dock in (("plots", self.plots_dock), ("findings", self.findings_dock)):
+            hidden = on_compare and dock in self.docks.hidden_by_compare
+            s.setValue(f"window/{name}_hidden_by_compare", "true" if hidden else "false")
         s.setValue("window/main_splitter", self.page.splitter.saveState())
         s.beginGroup("run")
         for key, value in self.run_panel.texts().items():
@@ -312,6 +332,10 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         self.save_settings()
+        # gone from the screen at once: stopping the decoder waits for the round or the model
+        # load in progress (3-8 s on a loaded machine), which the user need not watch
+        self.hide()
+        QApplication.processEvents()
         QApplication.instance().removeEventFilter(self.step_keys)
         self.replay.close()
         self.live.close()
@@ -369,7 +393,9 @@ class MainWindow(QMainWindow):
     def update_status(self) -> None:
         m = self.model.metrics
         parts = [self.session.status_words()]
-        if len(m):
+        if self.tabs.currentWidget() is self.compare or self.compare_session.running:
+            parts = [self.compare_session.status_words()]  # not the Inspect tab's run
+        elif len(m):
             parts.append(f"{len(m)} rounds · {m.emitted_total} tokens · acceptance {m.acceptance_rate:.2f}")
         n = self.torch_threads()
         parts.append(f"{n} torch thread{'s' if n != 1 else ''}")

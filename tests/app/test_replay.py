@@ -60,11 +60,11 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
     assert values["u"] == pytest.approx(node.u)
     j = values["tokens"].index(node.token)
     assert values["p"][j] == pytest.approx(node.p_token, rel=1e-5)
-    # Space plays the replay.
+    # P plays the replay (Space runs).
     r.model.select(0)
-    qtbot.keyClick(r.tabs, Qt.Key.Key_Space)
+    qtbot.keyClick(r.tabs, Qt.Key.Key_P)
     qtbot.waitUntil(lambda: r.model.selected[0] >= 2, timeout=5000)
-    qtbot.keyClick(r.tabs, Qt.Key.Key_Space)
+    qtbot.keyClick(r.tabs, Qt.Key.Key_P)
     assert not r.replay.playing
     # Export the run as JSONL through the storage format.
     out = tmp_path / "run.jsonl"

@@ -73,7 +73,8 @@ def test_a_bad_tree_spec_is_explained_and_starts_nothing(qtbot, window):
     qtbot.wait(200)
     assert "branching factor" in panel.errors["tree"].text()
     assert window.state == IDLE and len(window.model.rounds) == 0
-    assert panel.errors["tree"].height() == panel.errors["k"].height()  # the fixed-height error line
+    # issue 32: the message wraps and shows whole (a one-line label had cut it)
+    assert panel.errors["tree"].height() >= panel.errors["tree"].heightForWidth(panel.errors["tree"].width())
     # a dynamic tree with sampled children: the proposer's own rule, next to the children field
     panel.tree.setEditText("dynamic:nodes=16,depth=5,topk=4")
     panel.children_mode.setCurrentText("sampled")

@@ -22,7 +22,8 @@ SAYS_WHY_NOT = {"file.open_last": "No trace was opened before", "file.open_recor
                 "file.export_jsonl": "Nothing to export yet"}
 HELP_TITLES = {"help.legend": "specscope", "help.kv_caches": "KV caches", "help.coupled_lanes": "Coupled lanes"}
 DOCKS = {"view.run_dock": "run_dock", "view.plots_dock": "plots_dock", "view.findings_dock": "findings_dock"}
-RUN_ACTIONS = ("run.step", "run.toggle", "run.stop", "run.first", "run.last", "run.previous", "run.recompute_check")
+RUN_ACTIONS = ("run.step", "run.toggle", "run.stop", "run.first", "run.last", "run.previous", "run.play",
+               "run.recompute_check")
 
 
 @pytest.fixture
@@ -96,6 +97,8 @@ def _run_actions(qtbot, w, dialogs) -> None:
     assert w.model.selected[0] == n - 1
     w.action("run.previous").trigger()
     assert w.model.selected[0] == n - 2
+    w.action("run.play").trigger()  # a finished run plays back from where it is
+    qtbot.waitUntil(lambda: w.model.selected[0] == n - 1, timeout=5000)
     dialogs.clear()
     w.action("run.recompute_check").trigger()
     assert dialogs == ["Recompute check"]

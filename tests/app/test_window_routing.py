@@ -1,4 +1,4 @@
-"""The window routes Run, Step, Space and Right to the active session (no mode checks):
+"""The window routes Run, Step, Space, P and Right to the active session (no mode checks):
 the same keys step a paused live run and browse a replayed one."""
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def test_keys_go_to_the_active_session(qtbot, make_window, tmp_path):
     r.model.select(0)
     r.runs.step_or_next()  # replay: Right browses, it starts nothing
     assert r.model.selected[0] == 1 and r.live.state == "idle"
-    r.runs.toggle_run()  # replay: Space plays the stored rounds
+    r.action("run.play").trigger()  # replay: P plays the stored rounds
     assert r.replay.playing
-    r.runs.toggle_run()
+    r.action("run.play").trigger()
     assert not r.replay.playing
     qtbot.mouseClick(r.run_panel.run_button, Qt.MouseButton.LeftButton)  # Run from replay: a new live run
     wait_idle(qtbot, r)

@@ -1,7 +1,8 @@
 """The window's docks for its width: below NARROW_PX the live plots dock becomes a tab beside
 the findings (a column of its own would be clipped) and goes back to the right when the
 window is wide again; the Compare tab, with its own plots per lane, hides the single-run plots
-dock while it is shown. Owned by the window (`window.docks`)."""
+and findings docks while it is shown (they are the Inspect tab's run's: a Compare run once ran
+beside a replay's findings). Owned by the window (`window.docks`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class DockLayout:
     def __init__(self, window: Any):
         self.w = window
         self.plots_tabbed_for_width = False
-        self.plots_hidden_by_compare = False
+        self.hidden_by_compare: list[Any] = []  # the docks the Compare tab hid, shown again on leaving it
 
     def adapt(self) -> None:
         """The plots dock tabbed with the findings below NARROW_PX wide, on the right above it."""
@@ -50,12 +51,19 @@ class DockLayout:
         w.resizeDocks([w.run_dock, w.findings_dock], [int(body * 0.62), int(body * 0.38)], Qt.Orientation.Vertical)
         w.page.fit_sizes(max(400, w.height() - 140))
 
+    @property
+    def plots_hidden_by_compare(self) -> bool:
+        return self.w.plots_dock in self.hidden_by_compare
+
     def tab_changed(self, index: int) -> None:
-        """The plots dock steps aside on the Compare tab and comes back on leaving it."""
+        """The single-run docks step aside on the Compare tab and come back on leaving it."""
         w = self.w
         if w.tabs.widget(index) is w.compare:
-            self.plots_hidden_by_compare = w.plots_dock.isVisible()
-            w.plots_dock.hide()
-        elif self.plots_hidden_by_compare:
-            self.plots_hidden_by_compare = False
-            w.plots_dock.show()
+            self.hidden_by_compare = [d for d in (w.plots_dock, w.findings_dock) if d.isVisible()]
+            for dock in self.hidden_by_compare:
+                dock.hide()
+        else:
+            for dock in self.hidden_by_compare:
+                dock.show()
+            self.hidden_by_compare = []
+        w.update_status()

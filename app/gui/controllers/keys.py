@@ -1,19 +1,23 @@
-"""The stepping keys (Space, Right, Left, Home, End) step wherever the focus is in the window:
-a text field would otherwise take them (it claims them through a ShortcutOverride event), so
-an application event filter withholds them from every field but the prompt (and the
-checkpoint path), where they still type."""
+"""The stepping keys. Space runs or pauses wherever the focus is in the window: a field would
+otherwise take it (it claims keys through a ShortcutOverride event), so an application event
+filter withholds Space from every field but the prompt (and the checkpoint path), where it
+still types. Right, Left, Home and End step only where they edit nothing: in a text field they
+move its cursor (a number field once lost End and Left to the rounds, and the next digit
+landed somewhere else)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QAbstractSpinBox, QLineEdit, QPlainTextEdit, QTextEdit, QWidget
 
 STEP_KEYS = (Qt.Key.Key_Space, Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
+CURSOR_KEYS = (Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
+TEXT_FIELDS = (QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit)  # an editable combo box's is a QLineEdit
 
 
 class StepKeys(QObject):
-    """Withholds the stepping keys from the window's fields (but `typing_fields`), so the
-    window's shortcuts get them."""
+    """Withholds the stepping keys from the window's fields (but `typing_fields`, and the
+    cursor keys from any text field), so the window's shortcuts get them."""
 
     def __init__(self, window, typing_fields, parent=None):
         super().__init__(parent)
@@ -27,5 +31,7 @@ class StepKeys(QObject):
             return False
         if not isinstance(obj, QWidget) or obj.window() is not self.window or obj in self.typing_fields:
             return False  # dialogs, and the prompt, keep their keys
+        if event.key() in CURSOR_KEYS and isinstance(obj, TEXT_FIELDS):
+            return False  # they move the field's cursor
         event.ignore()  # not overridden: the shortcut fires
         return True

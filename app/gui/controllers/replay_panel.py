@@ -13,6 +13,11 @@ from specscope.app.gui.sessions.worker import IDLE
 log = logging.getLogger(__name__)
 
 
+def engine_of_run(config: Any) -> str:
+    """The engine that recorded a run (transformers' runs say so in their proposer params)."""
+    return "transformers" if (config.proposer_params or {}).get("engine") == "transformers" else "specscope"
+
+
 class ReplayPanel:
     def __init__(self, window: Any):
         self.w = window
@@ -40,7 +45,7 @@ class ReplayPanel:
         cfg = info.config
         panel = self.w.run_panel
         proposer = spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name)
-        texts = {"k": str(cfg.k), "temperature": f"{cfg.sampling.temperature:g}", "top_k": str(cfg.sampling.top_k),
+        texts = {"engine": engine_of_run(cfg), "k": str(cfg.k), "temperature": f"{cfg.sampling.temperature:g}", "top_k": str(cfg.sampling.top_k),
                  "top_p": f"{cfg.sampling.top_p:g}", "seed": str(cfg.seed), "max_new_tokens": str(cfg.max_new_tokens),
                  "eos": "none" if cfg.eos_token_id is None else str(cfg.eos_token_id)}
         if proposer:

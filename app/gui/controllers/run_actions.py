@@ -61,7 +61,7 @@ class RunActions:
         self.w.session.run_key(self.start_run)
 
     def toggle_run(self) -> None:
-        """Space: run/pause (replay: play; the Compare tab: start or stop the comparison)."""
+        """Space: run/pause (from a replay: a new live run; the Compare tab: start or stop the comparison)."""
         w = self.w
         if w.tabs.currentWidget() is w.compare:
             if w.compare_controller.state in (RUNNING, LOADING):
@@ -105,6 +105,7 @@ class RunActions:
             w.run_panel.set_state(state)
             if w.live.activity_text:
                 w.on_activity(w.live.activity_text)
+        w.navigator.refresh_play()
         w.update_status()
 
     def on_live_finished(self, reason: str) -> None:

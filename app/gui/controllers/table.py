@@ -48,7 +48,10 @@ def file_actions(w: Any) -> tuple[Action, ...]:
 def run_actions(w: Any) -> tuple[Action, ...]:
     runs, nav = w.runs, w.navigator
     return (
-        Action("run.toggle", "Run / Pause", runs.toggle_run, "&Run", Key.Key_Space),
+        Action("run.toggle", "Run / Pause", runs.toggle_run, "&Run", Key.Key_Space,
+               tip="Run the run panel's settings (also from a replay), or pause the run"),
+        Action("run.play", "Play / pause the rounds", w.traces.toggle_replay_play, "&Run", Key.Key_P,
+               tip="Play the rounds shown back one by one (a replay, or a finished run)"),
         Action("run.step", "Step one round / next round", runs.step_or_next, "&Run", Key.Key_Right),
         Action("run.previous", "Previous round", nav.prev, "&Run", Key.Key_Left),
         Action("run.first", "First round", nav.first, "&Run", Key.Key_Home),

@@ -248,6 +248,7 @@ class TraceDialogs:
         w.qsettings.setValue("trace/last", path)
         self.last_trace = path
         w.update_status()
+        w.navigator.refresh_play()
 
     def replay_done(self) -> None:
         self.w.checks.run_checker()
@@ -258,6 +259,7 @@ class TraceDialogs:
         self.w.replay.close()
         self.w.session = self.w.live
         self.w.live.active = True
+        self.w.navigator.refresh_play()
 
     def toggle_replay_play(self) -> None:
         if self.w.session.can_play():

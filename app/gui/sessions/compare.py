@@ -221,6 +221,15 @@ class CompareSession(QObject):
             "stop": res.stop_reason or ("running" if len(met) else "—"),
         }
 
+    def status_words(self) -> str:
+        """The status bar's words for the comparison: running or not, each lane's rounds."""
+        lanes = [f"{'AB'[i]}: {len(m.metrics)} rounds · {m.metrics.emitted_total} tokens"
+                 for i, m in enumerate(self.models) if m.config is not None]
+        head = "comparing" if self.running else "comparison" if lanes else "compare: no lanes yet"
+        if self.settings and self.running:
+            head += " " + " vs ".join(proposer_label(s.proposer) for s in self.settings)
+        return " · ".join([head, *lanes])
+
     def divergence_text(self) -> str:
         a, b = (m.output_tokens for m in self.models)
         n = min(len(a), len(b))

@@ -140,8 +140,8 @@ class ReplaySession(QObject):
 
     # ------------------------------------------------------------------ the window's keys
     #
-    # As LiveSession's: Run and Step start a new live run from the run panel; Space plays the
-    # stored rounds; Right and Play browse them.
+    # As LiveSession's: Run, Space and Step start a new live run from the run panel; Right,
+    # P and the play button browse the stored rounds.
 
     shows_run_state = False  # the run panel keeps its settings, not a run state
 
@@ -152,7 +152,7 @@ class ReplaySession(QObject):
         start(False)
 
     def space_key(self, start: Callable[[bool], Any]) -> None:
-        self.toggle_play()
+        start(True)  # Space runs, as everywhere: the replay plays with P or the play button
 
     def browses(self) -> bool:
         return True

@@ -42,8 +42,9 @@ COUPLED_REPAIR = ("coupled repair: the target's pick y_j = argmax log p + G_j at
 def node_decision(n: DraftNode, greedy: bool, token_text: TokenText | None = None, after_eos: bool = False,
                   coupled: bool = False) -> str:
     if n.status == "unvisited":
+        # a tree's untried node may follow an accepted sibling as well as a rejection
         return ("not visited: discarded after an accepted EOS" if after_eos
-                else "not visited: discarded after an earlier rejection")
+                else "never reached: not tested (the round's walk ended before this node)")
     if greedy:
         verdict = "accepted" if n.status == "accepted" else "rejected"
         argmax = tok(n.target_argmax, token_text) if token_text is not None else str(n.target_argmax)
@@ -53,6 +54,8 @@ def node_decision(n: DraftNode, greedy: bool, token_text: TokenText | None = Non
         rel = "=" if n.status == "accepted" else "≠"
         return f"coupled: the draft's token {rel} the target's pick y_j (argmax log p + G_j) → {n.status}"
     accept_p = min(1.0, n.ratio) if n.ratio is not None else None
+    if n.u is None:  # transformers' generate() draws u inside its loop and keeps none
+        return f"u was not recorded (this engine keeps no draws); min(1, p/q) = {fmt(accept_p)} → {n.status}"
     rel = "<" if n.status == "accepted" else "≥"
     return f"u = {fmt(n.u)} {rel} min(1, p/q) = {fmt(accept_p)} → {n.status}"
 

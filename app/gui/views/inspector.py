@@ -338,6 +338,10 @@ class RoundInspectorWidget(QWidget):
             # the numbers are in the header and on the axis: the title stays short enough for a narrow plot
             test = "p′/q_c" if tree is not None and tree.accept_p is not None else "p/q"
             self._ratio_title(f"u {rel} min(1, {test}) → <b>{node.status}</b>")
+        elif node is not None and ratio is not None and node.status in ("accepted", "rejected") and not r.greedy:
+            self.accept_bar.setOpts(x0=[0], x1=[min(1.0, ratio)], y=[0])
+            self.u_line.hide()  # transformers' generate() draws u inside its loop and keeps none
+            self._ratio_title(f"u was not recorded; min(1, p/q) = {min(1.0, ratio):.2f} → <b>{node.status}</b>")
         elif node is not None and r.greedy:
             ok = node.status == "accepted"
             self.accept_bar.setOpts(x0=[0], x1=[1.0 if ok else 0.0], y=[0])
@@ -350,7 +354,7 @@ class RoundInspectorWidget(QWidget):
             self.u_line.hide()
             self._ratio_title("bonus position: no acceptance test" if node is None else
                               "not visited (after an accepted EOS): no test" if after_accepted_eos(r, node)
-                              else "not visited: no test")
+                              else "never reached: no test")
 
     def _ratio_title(self, text: str) -> None:
         self.ratio_plot.setTitle(text, size="9pt")

@@ -103,6 +103,11 @@ def diagnose(r: Round, previous: Round | None = None, run_over: bool = False) ->
     return out
 
 
+# what the view says before a round is selected (an empty plot's axis read 5e-306 .. 1.5e-305)
+# (a plot title: a wrapped label here once made the whole inspector taller)
+EMPTY_KV = "select a round: its target and draft caches appear here (before, peak, after the crop, expected)"
+
+
 class KVCacheView(QWidget):
     """Shows diagnose() of the RunModel's selected round."""
 
@@ -139,6 +144,7 @@ class KVCacheView(QWidget):
         self.graphics.setMinimumHeight(2 * ROW_MIN_PX)
         self.diagnoses: list[CacheDiagnosis] = []
         self.round_index = -1
+        self.clear()
 
     def show_help(self) -> None:
         QMessageBox.information(self, "KV caches", HELP_HTML)
@@ -149,6 +155,7 @@ class KVCacheView(QWidget):
         self.verdict.setText("")
         for row in self.rows:
             row.clear()
+        self.rows[0].plot.setTitle(EMPTY_KV, size="8pt", color="#777777")
 
     def show_round(self, r: Round) -> None:
         i = r.index
@@ -182,6 +189,8 @@ class KVCacheView(QWidget):
                 row.show(self.diagnoses[j], self.whole.isChecked())
             else:
                 row.clear()
+        if not self.diagnoses:
+            self.rows[0].plot.setTitle(EMPTY_KV, size="8pt", color="#777777")
 
 
 class _CacheRow:
@@ -221,7 +230,9 @@ class _CacheRow:
             label.y_at = y  # type: ignore[attr-defined]
 
     def clear(self) -> None:
+        """Nothing drawn, no axis (an empty axis shows meaningless numbers)."""
         self.plot.setTitle("")
+        self.plot.hideAxis("bottom")
         for item in self.bars.values():
             item.setOpts(x0=[], x1=[], y=[])
         for key in self.lines:
@@ -229,6 +240,7 @@ class _CacheRow:
             self.labels[key].setText("")
 
     def show(self, d: CacheDiagnosis, whole: bool) -> None:
+        self.plot.showAxis("bottom")
         c = d.state
         color = WRONG if d.problems else OK
         mark = "✗" if d.problems else "✔"

@@ -1,6 +1,10 @@
-"""Round navigation: first / previous / slider / next / last and play (for replay)."""
+"""Round navigation: first / previous / slider / next / last, and play: the rounds shown, played
+back one by one (a replay, or a finished live run). Play is enabled only when there are rounds
+and the window's `can_play` allows it (not while a live run owns them)."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
@@ -14,6 +18,7 @@ class RoundNavigatorWidget(QWidget):
     def __init__(self, model: RunModel, parent=None):
         super().__init__(parent)
         self.model = model
+        self.can_play: Callable[[], bool] = lambda: True  # the window's: whether its session may play now
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
         style = self.style()
@@ -29,7 +34,7 @@ class RoundNavigatorWidget(QWidget):
 
         self.first_button = button(QStyle.StandardPixmap.SP_MediaSkipBackward, "First round (Home)", self.first)
         self.prev_button = button(QStyle.StandardPixmap.SP_MediaSeekBackward, "Previous round (Left)", self.prev)
-        self.play_button = button(QStyle.StandardPixmap.SP_MediaPlay, "Play the replay (Space)", self.playToggled.emit)
+        self.play_button = button(QStyle.StandardPixmap.SP_MediaPlay, "Play the rounds back (P)", self.playToggled.emit)
         self.next_button = button(QStyle.StandardPixmap.SP_MediaSeekForward, "Next round (Right)", self.next)
         self.last_button = button(QStyle.StandardPixmap.SP_MediaSkipForward, "Last round (End)", self.last)
         self.slider = QSlider(Qt.Orientation.Horizontal)
@@ -61,11 +66,16 @@ class RoundNavigatorWidget(QWidget):
         enabled = n > 0
         for w in (self.first_button, self.prev_button, self.next_button, self.last_button, self.slider):
             w.setEnabled(enabled)
+        self.refresh_play()
         if not n:
             self.label.setText("no rounds")
         else:
             pos = self.model.selected[1]
             self.label.setText(f"round {max(cur, 0)} / {n - 1}" + (f" · position {pos + 1}" if cur >= 0 else ""))
+
+    def refresh_play(self) -> None:
+        """Play only with rounds to play and while the session allows it."""
+        self.play_button.setEnabled(bool(self.model.rounds) and self.can_play())
 
     def _slid(self, value: int) -> None:
         if not self._updating:

@@ -42,9 +42,28 @@ class InspectPage(QWidget):
             self.splitter.setStretchFactor(i, (3, 1, 6)[i])
         self.splitter.setSizes([270, 150, 540])
         layout.addWidget(self.splitter, 1)
+        self.tree_asked = 0  # the tallest tree the pane has grown for
+        self.tree.heightWanted.connect(self.grow_tree)
 
     def fit_sizes(self, height: int) -> None:
         """Share `height` between timeline, tree and inspector (first layout, or no saved one)."""
         timeline = max(TIMELINE_MIN_PX, int(height * 0.24))
         tree = max(TREE_MIN_PX, int(height * 0.13))
         self.splitter.setSizes([timeline, tree, max(INSPECTOR_MIN_PX, height - timeline - tree)])
+
+    def grow_tree(self, wanted: int) -> None:
+        """Make the tree pane tall enough for a tree taller than any shown before (it opened
+        about 50 px tall and clipped a 15-node tree): room from the inspector, then the
+        timeline, never below their minimums. Only growth, once per height: a pane the user
+        dragged smaller stays so for trees it has seen."""
+        if wanted <= self.tree_asked:
+            return
+        self.tree_asked = wanted
+        timeline, tree, inspector = self.splitter.sizes()
+        if tree >= wanted or not (timeline + tree + inspector):
+            return
+        need = wanted - tree
+        from_inspector = min(need, max(0, inspector - INSPECTOR_MIN_PX))
+        from_timeline = min(need - from_inspector, max(0, timeline - TIMELINE_MIN_PX))
+        self.splitter.setSizes([timeline - from_timeline, tree + from_inspector + from_timeline,
+                                inspector - from_inspector])

@@ -70,6 +70,9 @@ class LivePlotsWidget(QWidget):
         self.summary.setVisible(show_summary)
         self.plots: dict[str, pg.PlotItem] = {}
         self._build()
+        for plot in self.plots.values():  # rounds are counts: never "round (x0.001)"
+            plot.getAxis("bottom").enableAutoSIPrefix(False)
+        self._empty_axes: bool | None = None  # whether the axes show the empty run's fixed range
         self._dirty = True
         self._line_at: int | None = None  # a selection to show at the next frame
         self.frames = 0  # redraws done (tests check the throttle)
@@ -79,7 +82,7 @@ class LivePlotsWidget(QWidget):
         self.timer.start()
         model.reset.connect(self.mark_dirty)
         model.appended.connect(self.mark_dirty)
-        model.finished.connect(self.mark_dirty)
+        model.finished.connect(self._on_finished)
         model.selectionChanged.connect(self._on_selection)
 
     def _build(self) -> None:
@@ -164,6 +167,11 @@ class LivePlotsWidget(QWidget):
     def mark_dirty(self, *args) -> None:
         self._dirty = True
 
+    def _on_finished(self, *args) -> None:
+        """The finished run's last picture now, not at the next throttled frame (the summary
+        once read 31 rounds while the status bar had the finished run's 33)."""
+        self.refresh()
+
     def _on_selection(self, rnd: int, pos: int) -> None:
         if self.model.source == "live" and self.model.stop_reason is None and self.model.rounds:
             # while rounds arrive, the next frame moves the line: an immediate move would
@@ -190,6 +198,7 @@ class LivePlotsWidget(QWidget):
             self._line_at = None
         m = self.model.metrics
         x = m["round"]
+        self._fix_empty_axes(not len(m))
         self._set_tree_mode(m.tree_rounds > 0)
         if self.tree_mode:
             lengths = m["accepted_length"]
@@ -224,6 +233,18 @@ class LivePlotsWidget(QWidget):
         self.cost_alpha.setData(*((empty, empty) if self.tree_mode else (x, m["pred_alpha"])), connect="finite")
         self.cost_pos.setData(*((empty, empty) if self.tree_mode else (x, m["pred_positions"])), connect="finite")
         self.summary.setText(self.summary_html())
+
+    def _fix_empty_axes(self, empty: bool) -> None:
+        """Before any round, rounds 0..10 (autoranging nothing but the round line once gave
+        -400..400); with rounds, the axes follow the data again."""
+        if empty == self._empty_axes:
+            return
+        self._empty_axes = empty
+        for plot in self.plots.values():
+            if empty:
+                plot.setXRange(0, 10, padding=0)
+            else:
+                plot.enableAutoRange(axis="x")
 
     def _set_tree_mode(self, tree: bool) -> None:
         """Token trees: accepted length per round, and acceptance by depth (accepted / tried)."""
@@ -271,7 +292,7 @@ class LivePlotsWidget(QWidget):
     def summary_html(self) -> str:
         m = self.model.metrics
         if not len(m):
-            return "<i>no rounds yet</i>"
+            return "<i>no rounds yet: these plots fill as a run's rounds arrive</i>"
         est = m.cost_estimate()
         parts = [
             f"<b>{len(m)}</b> rounds",

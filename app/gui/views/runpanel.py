@@ -1,5 +1,7 @@
 """The run panel: prompt, proposer and sampler settings, with errors shown next to each
-field, and the Run / Pause / Step / Stop buttons."""
+field, and the Run / Pause / Step / Stop buttons. The buttons and the state line form their own
+widget (`action_row`): the window pins it above the scrolling fields, so Run is visible at any
+window height."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDR
 from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING
 
 ERROR_STYLE = "color:#b00020; font-size:8pt;"
-ERROR_PX = 13  # every error line keeps this height, shown or not, so the form never jumps
+ERROR_PX = 13  # an error line's height when empty; a message wraps onto as many lines as it needs
 FIELD_HELP = {
     "k": f"draft tokens per round (1–{MAX_K}); a chain's length (a tree's shape sets its own)",
     "tree": "chain (k tokens) · branching per depth 3,2,1,1 · paths:0;1;0.0 · dynamic:nodes=16,depth=5,topk=4",
@@ -61,11 +63,8 @@ class RunPanelWidget(QWidget):
         outer.setContentsMargins(6, 6, 6, 6)
         outer.addWidget(self._prompt_box())
         outer.addWidget(self._settings_box(devices))
-        outer.addLayout(self._buttons())
-        self.state_label = QLabel("")
-        self.state_label.setWordWrap(True)
-        outer.addWidget(self.state_label)
         outer.addStretch(1)
+        self.action_row = self._action_row()  # placed by the window, outside the scroll area
 
         self.set_texts(RunSettings().to_texts())
         self.set_state(IDLE)
@@ -135,6 +134,10 @@ class RunPanelWidget(QWidget):
         self.tree = QComboBox()
         self.tree.setEditable(True)
         self.tree.addItems(TREE_EXAMPLES)
+        # a typed shape is that shape: no inline completion ("3,2,1" became "3,2,1,1" on Tab),
+        # and what is typed is not added to the menu
+        self.tree.setCompleter(None)
+        self.tree.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.tree.setToolTip(FIELD_HELP["tree"])
         self.tree.currentTextChanged.connect(self._proposer_changed)
         self.fields["tree"] = self.tree
@@ -160,15 +163,29 @@ class RunPanelWidget(QWidget):
         self.fields["checkpoint"] = self.checkpoint
         return ck
 
+    def _action_row(self) -> QWidget:
+        """The four buttons, two by two (the panel stays narrow), and the state line under them."""
+        row = QWidget()
+        layout = QVBoxLayout(row)
+        layout.setContentsMargins(6, 4, 6, 2)
+        layout.setSpacing(2)
+        layout.addLayout(self._buttons())
+        self.state_label = QLabel("")
+        self.state_label.setWordWrap(True)
+        layout.addWidget(self.state_label)
+        return row
+
     def _buttons(self) -> QGridLayout:
-        buttons = QGridLayout()  # two by two: the panel stays narrow
+        buttons = QGridLayout()
         style = self.style()
         self.run_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPlay), "Run")
         self.pause_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaPause), "Pause")
         self.step_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaSkipForward), "Step")
         self.stop_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_MediaStop), "Stop")
-        self.run_button.setToolTip("Run (Space)")
-        self.step_button.setToolTip("Step one round (Right)")
+        self.run_button.setToolTip("Run the settings below (Space)")
+        self.pause_button.setToolTip("Pause the run (Space)")
+        self.step_button.setToolTip("Run one round, then pause (Right)")
+        self.stop_button.setToolTip("Stop the run (Ctrl+.)")
         self.run_button.setDefault(True)
         for i, (b, sig) in enumerate(((self.run_button, self.runClicked), (self.pause_button, self.pauseClicked),
                                       (self.step_button, self.stepClicked), (self.stop_button, self.stopClicked))):
@@ -179,10 +196,11 @@ class RunPanelWidget(QWidget):
     def _error_label(self, key: str) -> QLabel:
         label = QLabel("")
         label.setStyleSheet(ERROR_STYLE)
-        # one line of fixed height whose width follows the field (the whole text is its tooltip):
-        # showing an error moves nothing
-        label.setFixedHeight(ERROR_PX)
-        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        # as wide as the field, wrapped: a one-line label cut messages short ("seed must lie in
+        # [0, 92233"); the empty line keeps its height, so the form moves only for an error
+        label.setWordWrap(True)
+        label.setMinimumHeight(ERROR_PX)
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
         label.setObjectName(f"error_{key}")
         self.errors[key] = label
         return label

@@ -32,6 +32,9 @@ MARGIN = 6
 MAX_CELL_CHARS = 16
 ALIGNED_CHARS = 6
 DISCARDED = (theme.REJECTED, theme.UNVISITED)
+# what an empty timeline says: which key and which button start a run
+EMPTY_TEXT = ("No rounds yet.\nPress Space, or the Run button at the top of the Run panel, to start a run;\n"
+              "Right runs one round at a time. Ctrl+O opens a stored trace.")
 
 
 class TokenTimelineWidget(QAbstractScrollArea):
@@ -272,7 +275,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
         if not self._row_start:
             painter.setPen(QColor("#888888"))
             painter.drawText(self.viewport().rect(), Qt.AlignmentFlag.AlignCenter,
-                             "No tokens yet — press Run (or open a trace)")
+                             EMPTY_TEXT)
             painter.end()
             return
         cells = self.model.cells

@@ -32,7 +32,7 @@ from .describe import after_accepted_eos, describe_node, fmt, tok
 from specscope.app.gui.model.runmodel import RunModel, visible_text
 
 DX = 104  # room for the edges of wide trees to fan out
-DY = 44
+DY = 54  # a node's tag below it ("rejected") and the next sibling's note above it ("#2 u=0.59") both fit between
 NODE_W = 78
 NODE_H = 30
 MIN_SCALE = 0.6  # smaller, and the node labels cannot be read
@@ -195,6 +195,7 @@ class DraftTreeView(QWidget):
     """The selected round's draft tree; clicking a node selects that position."""
 
     nodeClicked = Signal(int, int)
+    heightWanted = Signal(int)  # the pane height that shows the round's tree 1:1 (the page grows it)
 
     def __init__(self, model: RunModel, parent=None):
         super().__init__(parent)
@@ -271,7 +272,15 @@ class DraftTreeView(QWidget):
         self.title.setText(legend)
         rect = self.scene.itemsBoundingRect().adjusted(-10, -10, 10, 10)
         self.scene.setSceneRect(rect)
+        self.heightWanted.emit(self.wanted_height())
         self._fit()
+
+    def wanted_height(self) -> int:
+        """The height showing title and tree whole at 1:1."""
+        margins = self.layout().contentsMargins()
+        title = self.title.heightForWidth(max(self.width(), 200))
+        frame = 2 * self.view.frameWidth() + 4
+        return int(self.scene.sceneRect().height()) + max(title, 0) + margins.top() + margins.bottom() + frame + 4
 
     def _fit(self) -> None:
         """1:1 when the tree fits, else scaled down to fit (never up), but not below a

@@ -1,0 +1,192 @@
+"""Issue 32: what a new user trips on at first contact and in daily use."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from specscope.app.gui.views.timeline import EMPTY_TEXT
+
+from .helpers import wait_idle
+from .test_replay import record_live
+
+
+def visible_in_window(widget) -> bool:
+    """Drawn at least in part (not scrolled away, not hidden behind a collapsed dock)."""
+    return widget.isVisible() and not widget.visibleRegion().isEmpty()
+
+
+def test_run_is_visible_without_scrolling_at_1024x700(qtbot, make_window):
+    """Item 3: Run and Step sat below the fold of the scrolling run panel."""
+    w = make_window()
+    w.resize(1024, 700)
+    qtbot.wait(300)
+    for button in (w.run_panel.run_button, w.run_panel.step_button, w.run_panel.stop_button):
+        assert visible_in_window(button), button.text()
+    assert visible_in_window(w.run_panel.state_label)
+
+
+def test_empty_window_says_how_to_start_and_the_transport_waits_for_rounds(qtbot, window):
+    """Item 3: the empty timeline names the key and the button; the replay transport's play
+    does nothing before a run, so it is disabled then, and while a live run owns the rounds."""
+    assert "Space" in EMPTY_TEXT and "Run button" in EMPTY_TEXT
+    assert not window.navigator.play_button.isEnabled()
+    window.runs.step()
+    qtbot.waitUntil(lambda: window.state == "paused" and len(window.model.rounds) == 1, timeout=20000)
+    assert not window.navigator.play_button.isEnabled()  # the worker owns the rounds
+    window.runs.stop()
+    qtbot.waitUntil(lambda: window.state == "idle", timeout=20000)
+    assert window.navigator.play_button.isEnabled()
+
+
+def test_space_runs_from_a_replay_and_p_plays_it(qtbot, make_window, tmp_path):
+    """Item 3: once a trace was open, Space played the replay instead of running."""
+    store_path = str(tmp_path / "live.sqlite")
+    w = make_window(store_path=store_path)
+    run_id, _ = record_live(qtbot, w, max_new_tokens="16")
+    r = make_window(store_path=str(tmp_path / "other.sqlite"))
+    assert r.open_trace(store_path, run_id=run_id)
+    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    assert r.navigator.play_button.isEnabled()
+    r.activateWindow()
+    r.model.select(0)
+    qtbot.keyClick(r.tabs, Qt.Key.Key_P)
+    assert r.replay.playing
+    qtbot.keyClick(r.tabs, Qt.Key.Key_P)
+    assert not r.replay.playing
+    qtbot.keyClick(r.tabs, Qt.Key.Key_Space)
+    wait_idle(qtbot, r)
+    assert r.session is r.live and r.model.config.run_id != run_id
+
+
+def test_cursor_keys_edit_the_number_field_that_has_focus(qtbot, window):
+    """Item 4: with the cursor in a number field, End and Left stepped rounds and a typed 9
+    landed elsewhere."""
+    window.activateWindow()
+    field = window.run_panel.fields["max_new_tokens"]
+    field.setText("24")
+    field.setFocus()
+    field.setCursorPosition(1)
+    qtbot.keyClick(field, Qt.Key.Key_End)
+    qtbot.keyClicks(field, "9")
+    qtbot.keyClick(field, Qt.Key.Key_Home)
+    qtbot.keyClicks(field, "1")
+    qtbot.keyClick(field, Qt.Key.Key_Right)
+    qtbot.keyClick(field, Qt.Key.Key_Right)
+    qtbot.keyClick(field, Qt.Key.Key_Left)
+    qtbot.keyClicks(field, "0")
+    qtbot.wait(100)
+    assert field.text() == "12049"
+    assert window.state == "idle" and not window.model.rounds  # nothing stepped
+
+
+def test_a_typed_tree_shape_is_that_shape(qtbot, window):
+    """Item 4: the Tree box completed 3,2,1 to 3,2,1,1 and Tab accepted it."""
+    tree = window.run_panel.tree
+    tree.setFocus()
+    tree.lineEdit().selectAll()
+    qtbot.keyClicks(tree.lineEdit(), "3,2,1")
+    qtbot.keyClick(tree.lineEdit(), Qt.Key.Key_Tab)
+    assert tree.currentText() == "3,2,1"
+    assert "tree=3,2,1" in window.run_panel.texts()["proposer"]
+
+
+def test_state_follows_the_mode(qtbot, make_window, tmp_path):
+    """Item 5: the live summary lagged the finished run; replaying a specscope trace left
+    Engine at transformers; the Compare tab showed the replay's findings and status."""
+    store_path = str(tmp_path / "live.sqlite")
+    w = make_window(store_path=store_path)
+    w.plots.timer.stop()  # the throttled frame never comes: only the finish may draw the summary
+    run_id, rounds = record_live(qtbot, w, max_new_tokens="16")
+    m = w.model.metrics
+    assert f"<b>{len(rounds)}</b> rounds" in w.plots.summary.text()
+    assert f"<b>{m.emitted_total}</b> tokens" in w.plots.summary.text()
+
+    r = make_window(store_path=str(tmp_path / "other.sqlite"))
+    r.run_panel.set_field("engine", "transformers")
+    assert r.open_trace(store_path, run_id=run_id)
+    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    assert r.run_panel.texts()["engine"] == "specscope"
+    assert r.findings_dock.isVisible() and "replay" in r.status_label.text()
+    r.tabs.setCurrentWidget(r.compare)
+    assert not r.findings_dock.isVisible() and not r.plots_dock.isVisible()
+    assert r.status_label.text().startswith("compare") and "replay" not in r.status_label.text()
+    r.tabs.setCurrentWidget(r.page)
+    assert r.findings_dock.isVisible() and "replay" in r.status_label.text()
+
+
+def test_empty_views_say_what_will_appear(qtbot, window):
+    """Item 6: before any run the KV view's axis read 5e-306 .. 1.5e-305 and the acceptance
+    plot spanned -400..400 ("x0.001")."""
+    kv = window.inspector.kv
+    assert "select a round" in kv.rows[0].plot.titleLabel.text
+    assert all(not row.plot.getAxis("bottom").isVisible() for row in kv.rows)
+    window.plots.refresh()
+    for name, plot in window.plots.plots.items():
+        assert plot.viewRange()[0] == [0, 10], name
+        assert not plot.getAxis("bottom").autoSIPrefix, name
+    assert "fill as a run's rounds arrive" in window.plots.summary.text()
+
+
+def test_field_errors_wrap_whole(qtbot, make_window):
+    """Item 6: errors under fields were cut ("seed must lie in [0, 92233")."""
+    from PySide6.QtCore import QRect
+
+    w = make_window()
+    w.resize(1024, 700)
+    message = "seed must lie in [0, 9223372036854775807], got 99999999999999999999999"
+    w.run_panel.show_errors({"seed": message})
+    qtbot.wait(100)
+    label = w.run_panel.errors["seed"]
+    needed = label.fontMetrics().boundingRect(QRect(0, 0, label.width(), 10000), int(Qt.TextFlag.TextWordWrap),
+                                              message).height()
+    assert label.height() >= needed > label.fontMetrics().height()  # wrapped, and every line shown
+
+
+def test_decisions_say_what_was_not_recorded_or_not_reached():
+    """Item 6: a transformers round (no u) read "u = — >= min(1, p/q) = 0.30 -> rejected"; a
+    node never reached was said to be discarded after a rejection (a tree's may follow an
+    accepted sibling)."""
+    from types import SimpleNamespace
+
+    from specscope.app.gui.views.describe import node_decision
+
+    text = node_decision(SimpleNamespace(status="rejected", u=None, ratio=0.3), greedy=False)
+    assert "u was not recorded" in text and "u = —" not in text and "0.3" in text
+    text = node_decision(SimpleNamespace(status="unvisited"), greedy=False)
+    assert "never reached" in text and "rejection" not in text
+
+
+def test_the_tree_pane_grows_to_show_a_tree(qtbot, window):
+    """Item 6: the draft-tree pane opened about 50 px tall and clipped a 15-node tree."""
+    from .helpers import configure
+
+    configure(window, proposer="draft:small,tree=3,2,1", max_new_tokens="8")
+    assert window.start_run(), window.last_error
+    wait_idle(qtbot, window)
+    window.jump_to(0, -1)
+    qtbot.wait(100)
+    tree = window.tree
+    assert tree.height() >= tree.wanted_height() - 2 or \
+        window.page.splitter.sizes()[2] <= 220 + 2  # grown, or the inspector gave all it has
+    assert tree.view.transform().m11() == 1.0  # the whole tree at 1:1
+
+
+def test_tree_labels_do_not_overlap(qtbot, window):
+    """Item 6: stacked sibling labels overlapped ("rejected" over "#2 u=0.59")."""
+    from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+    from .helpers import configure
+
+    configure(window, proposer="draft:small,tree=3,2,1", temperature="0.8", seed="3", max_new_tokens="12")
+    assert window.start_run(), window.last_error
+    wait_idle(qtbot, window)
+    checked = 0
+    for r in window.model.rounds:
+        window.jump_to(r.index, -1)
+        texts = [i for i in window.tree.scene.items() if isinstance(i, QGraphicsSimpleTextItem) and i.text()]
+        rects = [t.sceneBoundingRect() for t in texts]
+        for a in range(len(rects)):
+            for b in range(a + 1, len(rects)):
+                assert not rects[a].intersects(rects[b]), (r.index, texts[a].text(), texts[b].text())
+        checked += len(texts)
+    assert checked

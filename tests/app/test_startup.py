@@ -1,0 +1,55 @@
+"""Issue 32 item 8: start-up and the platform."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_help_imports_no_torch():
+    """`specscope --help` spent 5 of its 9 s importing torch (the run parser's list of
+    proposer kinds, and the bench package)."""
+    code = ("import sys\nfrom specscope.app.cli.entry import main\ntry:\n    main(['--help'])\n"
+            "except SystemExit:\n    pass\nprint('TORCH', 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "usage: specscope" in out and "TORCH False" in out
+
+
+def test_run_help_still_lists_the_proposer_kinds(capsys):
+    from specscope.app.cli.entry import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "proposer kinds (--proposer" in capsys.readouterr().out
+
+
+def test_a_missing_libxcb_cursor_is_named_with_its_apt_command(monkeypatch, capsys):
+    """A fresh Debian failed with Qt's "Could not load the Qt platform plugin xcb"."""
+    import ctypes
+
+    from specscope.app import gui
+
+    def no_library(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    assert gui.missing_xcb_cursor()
+    assert gui.launch() == 1
+    assert "sudo apt-get install libxcb-cursor0" in capsys.readouterr().err
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    assert not gui.missing_xcb_cursor()
+
+
+def test_quitting_hides_the_window_before_stopping_the_decoder(qtbot, window, monkeypatch):
+    """Quitting took 3-8 s: the worker finishes the model load or round in progress first."""
+    seen = []
+    real = window.live.close
+    monkeypatch.setattr(window.live, "close", lambda: (seen.append(window.isVisible()), real()))
+    window.close()
+    assert seen == [False]
