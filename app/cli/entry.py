@@ -6,8 +6,7 @@ import argparse
 import logging
 import os
 import sys
-from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from specscope.app.cli.check import add_check_parsers, check_trace_file, open_existing_store
 from specscope.app.cli.models import add_models_parser
@@ -57,24 +56,6 @@ def command_of(argv: Sequence[str] | None) -> str | None:
     return None
 
 
-@contextmanager
-def _kinds_listed(listed: bool) -> Iterator[None]:
-    """`specscope run --help` lists the registered proposer kinds, and reading the registry
-    imports torch (5 of the 9 s `specscope --help` took on a loaded 2-core machine): every
-    other command builds the run parser without that list, which only run's help shows."""
-    from specscope.app.cli import run as run_cli
-
-    if listed:
-        yield
-        return
-    real = run_cli.proposer_kinds_help
-    run_cli.proposer_kinds_help = lambda: "proposer kinds: see `specscope run --help`"
-    try:
-        yield
-    finally:
-        run_cli.proposer_kinds_help = real
-
-
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; `argv` (when known) lets a command other than `run` skip run's
     torch-importing list of proposer kinds."""
@@ -91,8 +72,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("trace", help="an SQLite trace store")
     p.add_argument("--run", default=None, metavar="ID", help="the run to replay (an id or a unique prefix)")
     p.set_defaults(func=cmd_open)
-    with _kinds_listed(argv is None or command_of(argv) == "run"):
-        add_run_parser(sub)
+    # run's help lists the registered proposer kinds, and reading the registry imports torch
+    # (5 of the 9 s `specscope --help` took on a loaded 2-core machine): only run's own help shows it
+    add_run_parser(sub, list_kinds=argv is None or command_of(argv) == "run")
     add_check_parsers(sub)
     add_models_parser(sub)
     from specscope.app import bench

@@ -12,7 +12,7 @@ from specscope.app.cli.options import stderr_progress, parse_eos, ANSI, CliError
 from specscope.app.cli.signals import interrupt_status, run_signals
 
 
-def add_run_parser(subparsers: Any) -> None:
+def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
     p = subparsers.add_parser(
         "run",
         help="decode one prompt headless and print the text with round markers",
@@ -21,7 +21,7 @@ def add_run_parser(subparsers: Any) -> None:
             "round boundaries (|), repaired tokens in [brackets] and bonus tokens in {braces} "
             "(colours instead when the output is a terminal). --json prints a summary instead."
         ),
-        epilog=proposer_kinds_help(),
+        epilog=proposer_kinds_help() if list_kinds else "proposer kinds: see `specscope run --help`",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_mutually_exclusive_group()
