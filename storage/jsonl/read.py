@@ -1,4 +1,4 @@
-"""Reading a JSONL trace (docs/trace-format.md): every line validated and parsed into the
+"""Reading a JSONL trace (docs/trace-format.md): every line validated (storage.jsonl.fields) and parsed into the
 core records (RunConfig, Round with its DraftNodes, EmittedTokens, CacheStates), which are
 turned into table rows by the row builder that the TraceWriter uses (storage.rows).
 
@@ -27,7 +27,7 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from specscope.storage.codec import DEFAULT_TOP_N, FULL_DTYPES, PartialDistribut
 from specscope.storage.errors import TraceFormatError
 from specscope.storage.info import ModelInfo, library_versions as current_versions
 from specscope.storage.rows import rounds_to_rows, run_row, tree_record
+from specscope.storage.jsonl.fields import (MAX_FREE_JSON_DEPTH, MAX_K, MAX_RUN_ID_CHARS, MAX_TIME, MAX_TOP_N,
+                                            MAX_VOCAB_SIZE, FieldReader, control_char, deep_field, kind_of,
+                                            loads_line)
 
 FORMAT_NAME = "specscope-trace"
 FORMAT_VERSION = 2  # 2: a tree round's "tree" object (tried order, residual updates, layout)
@@ -50,257 +53,6 @@ _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
 UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache")
 _STOP_REASONS = ("eos", "budget", "cancelled", "running")
-
-# ---------------------------------------------------------------------------- bounds
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # SQLite INTEGER
-MAX_VOCAB_SIZE = 2**24  # a vocabulary the checker can hold as dense float64 vectors (128 MiB each)
-MAX_K = 4096  # draft length / tree budget, nodes per round, node depth
-MAX_TOP_N = MAX_VOCAB_SIZE
-MAX_RUN_ID_CHARS = 64
-MAX_NAME_CHARS = 4096  # names, hashes, paths, devices: no control characters
-MAX_TEXT_CHARS = 1_000_000  # prompt_text, error: free text
-MAX_FREE_JSON_CHARS = 1_000_000  # extra, proposer_params, library_versions, serialised
-MAX_FREE_JSON_DEPTH = 32  # nesting inside a free-form object
-MIN_TIME, MAX_TIME = 0.0, 253402214400.0  # 1970-01-01 .. 9999-12-31T00:00Z: datetime formats it in any time zone
-_INT_CHARS = 20  # "-" and 19 digits: longer integer literals cannot fit in 64 bits
-
-
-# ============================================================================ validation
-
-
-class _BigInt:
-    """An integer literal too long for 64 bits, kept as its digit count (json's parse_int
-    hook): int() of more than 4300 digits raises a ValueError that names neither line nor
-    field, and huge ints cost quadratic time to convert."""
-
-    __slots__ = ("digits",)
-
-    def __init__(self, literal: str):
-        self.digits = len(literal.lstrip("-"))
-
-
-def _parse_int(literal: str) -> int | _BigInt:
-    return int(literal) if len(literal) <= _INT_CHARS else _BigInt(literal)
-
-
-def _loads(line: str) -> Any:
-    return json.loads(line, parse_int=_parse_int)
-
-
-def _deep_field(line: str) -> str:
-    """Where a line nests too deeply for json.loads: the object keys leading to the first
-    container nested deeper than MAX_FREE_JSON_DEPTH (at most 4 of them, up to the first
-    array), or "" when the scan cannot tell. Runs only on that error, in one pass."""
-    stack: list[list] = []  # [is_object, key or array index]
-    last = ""
-    i, n = 0, len(line)
-    while i < n:
-        ch = line[i]
-        if ch == '"':
-            j = i + 1
-            while True:
-                j = line.find('"', j)
-                if j < 0:
-                    return ""
-                k = j  # an escaped quote has an odd number of backslashes before it
-                while line[k - 1] == "\\":
-                    k -= 1
-                if (j - k) % 2 == 0:
-                    break
-                j += 1
-            last = line[i + 1:j]
-            i = j
-        elif ch in "{[":
-            stack.append([ch == "{", None if ch == "{" else 0])
-            if len(stack) > MAX_FREE_JSON_DEPTH + 1:
-                parts: list[str] = []
-                for is_obj, key in stack[:4]:  # a container holds its current key: its child's name
-                    if not is_obj or key is None:
-                        break
-                    try:
-                        parts.append(_key(json.loads(f'"{key}"')))
-                    except ValueError:
-                        parts.append(_key(key))
-                return ".".join(parts)
-        elif ch in "}]":
-            if stack:
-                stack.pop()
-        elif ch == ":" and stack and stack[-1][0]:
-            stack[-1][1] = last
-        elif ch == "," and stack and not stack[-1][0]:
-            stack[-1][1] += 1
-        i += 1
-    return ""
-
-
-def _is_control(ch: str) -> bool:
-    return ch < " " or "\x7f" <= ch <= "\x9f"
-
-
-def _control(s: str) -> str | None:
-    """The first control character of s (C0, DEL, C1), if any."""
-    for ch in s:
-        if _is_control(ch):
-            return ch
-    return None
-
-
-_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "num": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number"),
-    "bool": (lambda v: isinstance(v, bool), "true or false"),
-    "str": (lambda v: isinstance(v, str), "a string"),
-    "blob": (lambda v: isinstance(v, str), "a string"),  # encoded data: bounded where it is decoded
-    "obj": (lambda v: isinstance(v, dict), "an object"),
-    "list": (lambda v: isinstance(v, list), "an array"),
-    "ints": (lambda v: isinstance(v, list), "an array of integers"),
-    "any": (lambda v: True, "anything"),
-}
-
-
-class _V:
-    """Field access with errors that name the line and the field."""
-
-    def __init__(self, line: int):
-        self.line = line
-
-    def fail(self, path: str, message: str) -> TraceFormatError:
-        return TraceFormatError(self.line, path, message)
-
-    def obj(self, value: Any, path: str) -> dict:
-        if not isinstance(value, dict):
-            raise self.fail(path, f"expected an object, got {_kind(value)}")
-        return value
-
-    def get(self, d: dict, key: str, path: str, kind: str, *, required: bool = True, default: Any = None,
-            nullable: bool = False, choices: tuple | None = None) -> Any:
-        full = f"{path}.{key}" if path else key
-        if key not in d:
-            if required:
-                raise self.fail(full, "missing")
-            return default
-        return self.check(d[key], full, kind, nullable=nullable, choices=choices)
-
-    def check(self, v: Any, path: str, kind: str, *, nullable: bool = False, choices: tuple | None = None) -> Any:
-        if v is None:
-            if nullable:
-                return None
-            raise self.fail(path, f"must not be null (expected {kind})")
-        ok, expected = _KINDS[kind]
-        if not ok(v):
-            if isinstance(v, _BigInt) and kind == "int":
-                raise self.fail(path, f"an integer of {v.digits} digits is out of range (integers must fit in signed 64 bits)")
-            raise self.fail(path, f"expected {expected}, got {_kind(v)}")
-        if kind == "int":
-            if not INT64_MIN <= v <= INT64_MAX:
-                raise self.fail(path, f"{v} is out of range (integers must fit in signed 64 bits)")
-        elif kind == "num":
-            v = float(v)
-        elif kind == "ints":
-            for i, x in enumerate(v):
-                self.check(x, f"{path}[{i}]", "int")
-        elif kind == "str" and choices is None:
-            self.name(v, path)
-        if choices is not None and v not in choices:
-            raise self.fail(path, f"expected one of {'|'.join(map(str, choices))}, got {_kind(v)}")
-        return v
-
-    def name(self, s: str, path: str, limit: int = MAX_NAME_CHARS, control: bool = False) -> str:
-        """A bounded string; ids and names (control=False) without control characters."""
-        if len(s) > limit:
-            raise self.fail(path, f"a string of {len(s)} characters, at most {limit} allowed")
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError as exc:  # "\ud800" in JSON: SQLite cannot store it
-            raise self.fail(path, f"not valid Unicode (a lone surrogate U+{ord(s[exc.start]):04X})") from None
-        if not control:
-            ch = _control(s)
-            if ch is not None:
-                raise self.fail(path, f"contains the control character U+{ord(ch):04X} (not allowed in ids and names)")
-        return s
-
-    def text(self, d: dict, key: str, path: str = "") -> str | None:
-        """Optional free text (newlines allowed), bounded."""
-        full = f"{path}.{key}" if path else key
-        v = d.get(key)
-        if v is None:
-            return None
-        if not isinstance(v, str):
-            raise self.fail(full, f"expected a string, got {_kind(v)}")
-        return self.name(v, full, MAX_TEXT_CHARS, control=True)
-
-    def bounded(self, d: dict, key: str, path: str, lo: int, hi: int, **kw: Any) -> Any:
-        """An integer field within [lo, hi]."""
-        v = self.get(d, key, path, "int", **kw)
-        if v is not None and not lo <= v <= hi:
-            raise self.fail(f"{path}.{key}" if path else key, f"{v} is outside [{lo}, {hi}]")
-        return v
-
-    def time(self, d: dict, key: str, *, default: Any = None, nullable: bool = False) -> float | None:
-        """A UTC unix time that datetime can format: years 1970..9999."""
-        v = self.get(d, key, "", "num", required=False, default=default, nullable=nullable)
-        if v is not None and not MIN_TIME <= v <= MAX_TIME:
-            raise self.fail(key, f"{v!r} is not a unix time between 1970 and 9999 ({MIN_TIME:.0f}..{MAX_TIME:.0f})")
-        return v
-
-    def free(self, d: dict, key: str, path: str, default: Any) -> Any:
-        """A free-form JSON object (extra, proposer_params, library_versions): finite numbers,
-        64-bit integers, nesting and size bounded. Walked without recursion."""
-        full = f"{path}.{key}" if path else key
-        value = self.get(d, key, path, "obj", required=False, default=default, nullable=default is None)
-        if value is None:
-            return None
-        stack: list[tuple[Any, str, int]] = [(value, full, 0)]
-        while stack:
-            x, where, depth = stack.pop()
-            if isinstance(x, dict):
-                if depth >= MAX_FREE_JSON_DEPTH:
-                    raise self.fail(where, f"nested deeper than {MAX_FREE_JSON_DEPTH} levels")
-                stack.extend((item, f"{where}.{_key(k)}", depth + 1) for k, item in x.items())
-            elif isinstance(x, list):
-                if depth >= MAX_FREE_JSON_DEPTH:
-                    raise self.fail(where, f"nested deeper than {MAX_FREE_JSON_DEPTH} levels")
-                stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(x))
-            elif isinstance(x, _BigInt):
-                raise self.fail(where, f"an integer of {x.digits} digits is out of range (integers must fit in signed 64 bits)")
-            elif isinstance(x, float) and not math.isfinite(x):
-                raise self.fail(where, f"{x!r} is not a finite number (NaN and Infinity are not JSON)")
-            elif isinstance(x, int) and not isinstance(x, bool) and not INT64_MIN <= x <= INT64_MAX:
-                raise self.fail(where, f"{x} is out of range (integers must fit in signed 64 bits)")
-        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-        if size > MAX_FREE_JSON_CHARS:
-            raise self.fail(full, f"{size} characters of JSON, at most {MAX_FREE_JSON_CHARS} allowed")
-        return value
-
-    def token(self, d: dict, key: str, path: str, vocab: int, *, required: bool = True, default: Any = None, nullable: bool = False) -> Any:
-        v = self.get(d, key, path, "int", required=required, default=default, nullable=nullable)
-        if v is not None and not 0 <= v < vocab:
-            raise self.fail(f"{path}.{key}" if path else key, f"token id {v} outside the vocabulary [0, {vocab})")
-        return v
-
-
-def _key(k: str) -> str:
-    """A free-form key as a (short) part of a field path."""
-    return k if len(k) <= 40 else k[:40] + "..."
-
-
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, _BigInt):
-        return f"an integer of {v.digits} digits"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return f"the number {v!r}"
-    if isinstance(v, str):
-        return f"the string {v[:40]!r}"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, dict):
-        return "an object"
-    return type(v).__name__
-
 
 class TraceSink:
     """Where read_trace hands the rows as it parses (import_run: the database, one
@@ -363,10 +115,10 @@ class ParsedTrace:
 # ============================================================================ header
 
 
-def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
+def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
     fmt = v.get(d, "format", "", "str")
     if fmt != FORMAT_NAME:
-        raise v.fail("format", f"expected {FORMAT_NAME!r}, got {_kind(fmt)}: not a specscope trace")
+        raise v.fail("format", f"expected {FORMAT_NAME!r}, got {kind_of(fmt)}: not a specscope trace")
     version = v.get(d, "version", "", "int")
     if version > FORMAT_VERSION or version < 1:
         raise v.fail("version", f"format version {version} is not supported (this specscope reads versions 1..{FORMAT_VERSION})")
@@ -374,7 +126,7 @@ def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
     rid = v.get(d, "run_id", "", "str")
     if not rid or len(rid) > MAX_RUN_ID_CHARS:
         raise v.fail("run_id", f"must be a non-empty string of at most {MAX_RUN_ID_CHARS} characters")
-    if run_id is not None and (not run_id or len(run_id) > MAX_RUN_ID_CHARS or _control(run_id) is not None):
+    if run_id is not None and (not run_id or len(run_id) > MAX_RUN_ID_CHARS or control_char(run_id) is not None):
         raise v.fail("run_id", f"the new id (--run-id) must have 1 to {MAX_RUN_ID_CHARS} characters and no control characters")
     cfg = v.get(d, "config", "", "obj")
     vocab = v.bounded(cfg, "vocab_size", "config", 1, MAX_VOCAB_SIZE)
@@ -392,7 +144,7 @@ def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
     declared = v.get(d, "unrecorded", "", "list", required=False, default=[])
     for i, name in enumerate(declared):
         if name not in UNRECORDABLE:
-            raise v.fail(f"unrecorded[{i}]", f"expected one of {'|'.join(UNRECORDABLE)}, got {_kind(name)}")
+            raise v.fail(f"unrecorded[{i}]", f"expected one of {'|'.join(UNRECORDABLE)}, got {kind_of(name)}")
     names = {key: v.get(models, key, "models", "str", required=False, nullable=True)
              for key in ("target_hash", "tokenizer_name", "tokenizer_hash", "draft_hash")}
     versions = v.free(d, "library_versions", "", default=None)
@@ -404,7 +156,7 @@ def _header(v: _V, d: dict, run_id: str | None) -> ParsedTrace:
     return ParsedTrace(config=config, policy=policy, row=row, unrecorded=set(declared))
 
 
-def _sampling(v: _V, sampling: dict) -> SamplingConfig:
+def _sampling(v: FieldReader, sampling: dict) -> SamplingConfig:
     temperature = v.get(sampling, "temperature", "config.sampling", "num", required=False, default=1.0)
     top_k = v.get(sampling, "top_k", "config.sampling", "int", required=False, default=0)
     top_p = v.get(sampling, "top_p", "config.sampling", "num", required=False, default=1.0)
@@ -417,13 +169,13 @@ def _sampling(v: _V, sampling: dict) -> SamplingConfig:
     return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
 
 
-def _policy(v: _V, storage: dict) -> VectorPolicy:
+def _policy(v: FieldReader, storage: dict) -> VectorPolicy:
     top_n = v.bounded(storage, "top_n", "storage", 1, MAX_TOP_N, required=False, default=DEFAULT_TOP_N)
     full_dtype = v.get(storage, "full_dtype", "storage", "str", required=False, default="float32", choices=tuple(FULL_DTYPES))
     return VectorPolicy(top_n=top_n, full=True, full_dtype=full_dtype)
 
 
-def _config(v: _V, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...], sampling: SamplingConfig) -> RunConfig:
+def _config(v: FieldReader, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...], sampling: SamplingConfig) -> RunConfig:
     vocab = cfg["vocab_size"]
     k = v.bounded(cfg, "k", "config", 1, MAX_K)
     max_new = v.get(cfg, "max_new_tokens", "config", "int")
@@ -452,7 +204,7 @@ def _config(v: _V, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...]
 # ============================================================================ distributions
 
 
-def _dist(v: _V, value: Any, path: str, run: ParsedTrace, *, nullable: bool = True) -> np.ndarray | None:
+def _dist(v: FieldReader, value: Any, path: str, run: ParsedTrace, *, nullable: bool = True) -> np.ndarray | None:
     """A distribution object as an array that keeps its top-N and facts (None for null)."""
     if value is None:
         if nullable:
@@ -472,7 +224,7 @@ def _dist(v: _V, value: Any, path: str, run: ParsedTrace, *, nullable: bool = Tr
     return PartialDistribution(values, np.sort(ids), stats, (ids, probs))
 
 
-def _full(v: _V, d: dict, path: str, run: ParsedTrace) -> tuple[np.ndarray | None, str | None]:
+def _full(v: FieldReader, d: dict, path: str, run: ParsedTrace) -> tuple[np.ndarray | None, str | None]:
     """The full vector of a distribution object, if it has one, and the dtype to store it in."""
     vocab = run.vocab
     full = d.get("full")
@@ -481,7 +233,7 @@ def _full(v: _V, d: dict, path: str, run: ParsedTrace) -> tuple[np.ndarray | Non
             raise v.fail(f"{path}.full", f"expected {vocab} probabilities (the vocabulary size), got {len(full)}")
         for i, x in enumerate(full):
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-                raise v.fail(f"{path}.full[{i}]", f"expected a finite probability >= 0, got {_kind(x)}")
+                raise v.fail(f"{path}.full[{i}]", f"expected a finite probability >= 0, got {kind_of(x)}")
         return np.asarray(full, dtype=np.float64), run.policy.full_dtype
     if isinstance(full, dict):
         dtype = v.get(full, "dtype", f"{path}.full", "str", choices=tuple(FULL_DTYPES))
@@ -507,11 +259,11 @@ def _full(v: _V, d: dict, path: str, run: ParsedTrace) -> tuple[np.ndarray | Non
             raise v.fail(f"{path}.full", "holds negative or non-finite probabilities")
         return full_vec, dtype
     if full is not None:
-        raise v.fail(f"{path}.full", f"expected null, an array of {vocab} numbers or an object, got {_kind(full)}")
+        raise v.fail(f"{path}.full", f"expected null, an array of {vocab} numbers or an object, got {kind_of(full)}")
     return None, None
 
 
-def _top(v: _V, d: dict, path: str, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+def _top(v: FieldReader, d: dict, path: str, vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """The top entries a distribution object lists, in its order."""
     ids = v.get(d, "top_ids", path, "ints")
     probs = v.get(d, "top_probs", path, "list")
@@ -535,7 +287,7 @@ def _top(v: _V, d: dict, path: str, vocab: int) -> tuple[np.ndarray, np.ndarray]
 _STATS_FIELDS = VectorStats._fields
 
 
-def _stats(v: _V, d: dict, path: str, vocab: int, top_probs: np.ndarray, full_vec: np.ndarray | None) -> VectorStats | None:
+def _stats(v: FieldReader, d: dict, path: str, vocab: int, top_probs: np.ndarray, full_vec: np.ndarray | None) -> VectorStats | None:
     """The whole-vector stats of a distribution object: as given (all three fields or none),
     else computed from its full vector, else None."""
     given = [k for k in _STATS_FIELDS if d.get(k) is not None]
@@ -562,7 +314,7 @@ def _stats(v: _V, d: dict, path: str, vocab: int, top_probs: np.ndarray, full_ve
 # ============================================================================ rounds
 
 
-def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
+def _round(v: FieldReader, d: dict, run: ParsedTrace, expected_index: int) -> None:
     index = v.get(d, "index", "", "int")
     if index != expected_index:
         raise v.fail("index", f"expected round {expected_index} (rounds must be consecutive from 0), got {index}")
@@ -616,7 +368,7 @@ def _round(v: _V, d: dict, run: ParsedTrace, expected_index: int) -> None:
     run.add(rnd)
 
 
-def _tree(v: _V, d: dict, rnd: Round, run: ParsedTrace) -> Any:
+def _tree(v: FieldReader, d: dict, rnd: Round, run: ParsedTrace) -> Any:
     """A round's "tree" object (format version 2) as a TreeInfo; node indices must refer to
     the round's nodes."""
     n = len(rnd.nodes)
@@ -638,7 +390,7 @@ def _tree(v: _V, d: dict, rnd: Round, run: ParsedTrace) -> Any:
     for i, item in enumerate(raw_tried):
         where = f"tree.tried[{i}]"
         if not isinstance(item, list) or len(item) != 2:
-            raise v.fail(where, f"expected [node, [children...]], got {_kind(item)}")
+            raise v.fail(where, f"expected [node, [children...]], got {kind_of(item)}")
         node = v.check(item[0], f"{where}[0]", "int")
         nodes_of([node], f"{where}[0]", lo=-1)
         tried.append([node, nodes_of(v.check(item[1], f"{where}[1]", "ints"), f"{where}[1]")])
@@ -656,7 +408,7 @@ def _tree(v: _V, d: dict, rnd: Round, run: ParsedTrace) -> Any:
     return tree_record(facts, updates, rnd.emitted, bonus)
 
 
-def _tree_update(v: _V, u: dict, path: str, n: int, run: ParsedTrace) -> ResidualUpdate:
+def _tree_update(v: FieldReader, u: dict, path: str, n: int, run: ParsedTrace) -> ResidualUpdate:
     parent = v.get(u, "parent", path, "int")
     child = v.get(u, "child", path, "int")
     if not -1 <= parent < n or not 0 <= child < n:
@@ -689,7 +441,7 @@ def _with_exact(dist: np.ndarray, exact: dict[int, float]) -> np.ndarray:
     return dist
 
 
-def _node(v: _V, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
+def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
     path = f"nodes[{i}]"
     n = v.obj(raw, path)
     ni = v.get(n, "index", path, "int", required=False, default=i)
@@ -730,7 +482,7 @@ def _node(v: _V, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
     )
 
 
-def _flags(v: _V, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]) -> dict:
+def _flags(v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]) -> dict:
     """eos, budget_stop, bonus_withheld: as the line says, or, when it leaves one out, what
     the round's tokens imply (and the field is noted unrecorded, so no rule relies on it)."""
     eos_id = run.config.eos_token_id
@@ -764,7 +516,7 @@ def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarra
         run.unrecorded.add("q_token")
 
 
-def _emitted(v: _V, d: dict, nodes: tuple[DraftNode, ...], run: ParsedTrace) -> tuple[EmittedToken, ...]:
+def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedTrace) -> tuple[EmittedToken, ...]:
     """The emitted tokens. A left-out `node` is what the format defines: the j-th accepted
     token is the j-th accepted node, a repair replaces the first rejected node, a bonus has
     none. A left-out `draw` of a sampled repair or bonus is noted unrecorded."""
@@ -789,7 +541,7 @@ def _emitted(v: _V, d: dict, nodes: tuple[DraftNode, ...], run: ParsedTrace) -> 
     return tuple(out)
 
 
-def _cache_state(v: _V, d: dict, key: str) -> CacheState | None:
+def _cache_state(v: FieldReader, d: dict, key: str) -> CacheState | None:
     c = v.get(d, key, "", "obj", required=False, nullable=True)
     if c is None:
         return None
@@ -798,7 +550,7 @@ def _cache_state(v: _V, d: dict, key: str) -> CacheState | None:
                       pending=tuple(v.get(c, "pending", key, "ints", required=False, default=[])))
 
 
-def _end(v: _V, d: dict, run: ParsedTrace) -> None:
+def _end(v: FieldReader, d: dict, run: ParsedTrace) -> None:
     status = v.get(d, "status", "", "str", choices=_RUN_STATUSES)
     run.row["stop_reason"] = v.get(d, "stop_reason", "", "str", required=False, nullable=True, choices=_STOP_REASONS + (None,))
     run.row["error"] = v.text(d, "error")
@@ -835,13 +587,13 @@ def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None, s
         for line_no, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            v = _V(line_no)
+            v = FieldReader(line_no)
             try:
-                d = _loads(line)
+                d = loads_line(line)
             except json.JSONDecodeError as exc:
                 raise v.fail("", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
             except RecursionError:
-                raise v.fail(_deep_field(line), f"JSON nested too deeply to parse (free-form objects may nest "
+                raise v.fail(deep_field(line), f"JSON nested too deeply to parse (free-form objects may nest "
                                                 f"{MAX_FREE_JSON_DEPTH} levels)") from None
             d = v.obj(d, "")
             if run is None:
