@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 
 
+from specscope.core.decode.settings import MAX_K as RUN_MAX_K
 from specscope.storage.errors import TraceFormatError
 
 
