@@ -40,3 +40,14 @@ def test_checkpoint_must_be_a_model_folder(tmp_path):
     assert "no such folder" in v.errors["checkpoint"]
     v = validate(texts(proposer="checkpoint", checkpoint=str(tmp_path)))
     assert "config.json" in v.errors["checkpoint"]
+
+
+def test_a_gguf_file_is_a_checkpoint_and_another_file_is_not(tmp_path):
+    gguf = tmp_path / "draft.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))  # the magic bytes are what the field checks; the loader reads the rest
+    v = validate(texts(proposer="checkpoint", checkpoint=str(gguf)))
+    assert "checkpoint" not in v.errors
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"not a model")
+    v = validate(texts(proposer="checkpoint", checkpoint=str(other)))
+    assert "not a GGUF file" in v.errors["checkpoint"]

@@ -215,9 +215,20 @@ def _parse(text: str, name: str, convert, noun: str, errors: dict[str, str], key
         return None
 
 
+def _is_gguf(path: str) -> bool:
+    """A GGUF file (its magic bytes), which the loader converts once and caches (core.loading.gguf)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 def _checkpoint_error(folder: str) -> str | None:
     if not folder:
-        return "choose a local checkpoint folder (a transformers model directory)"
+        return "choose a local checkpoint folder (a transformers model directory) or a GGUF file"
+    if os.path.isfile(folder):
+        return None if _is_gguf(folder) else f"{folder} is a file but not a GGUF file: choose a checkpoint folder"
     if not os.path.isdir(folder):
         return f"no such folder: {folder}"
     if not os.path.exists(os.path.join(folder, "config.json")):

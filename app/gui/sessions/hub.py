@@ -237,7 +237,8 @@ class ModelHub:
         def make():
             tok = self.tokenizer()
             folder = Path(path)
-            if tok is not None and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            has_tokenizer = folder.is_file() or any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+            if tok is not None and has_tokenizer:  # a GGUF file carries its tokenizer
                 loading.check_tokenizers(tok, loading.load_tokenizer(folder))
             return loading.load_model(folder, device, role="draft")
 

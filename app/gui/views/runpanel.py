@@ -153,13 +153,18 @@ class RunPanelWidget(QWidget):
         ckl = QHBoxLayout(ck)
         ckl.setContentsMargins(0, 0, 0, 0)
         self.checkpoint = QLineEdit()
-        self.checkpoint.setPlaceholderText("folder with config.json + weights")
+        self.checkpoint.setPlaceholderText("folder with config.json + weights, or a .gguf file")
         self.checkpoint.setMinimumWidth(60)
         self.browse = QPushButton("…")
         self.browse.setFixedWidth(28)
+        self.browse.setToolTip("choose a checkpoint folder")
         self.browse.clicked.connect(self._browse)
+        self.browse_gguf = QPushButton("GGUF")
+        self.browse_gguf.setToolTip("choose a GGUF file (converted once and cached; the first load takes a while)")
+        self.browse_gguf.clicked.connect(self._browse_gguf)
         ckl.addWidget(self.checkpoint, 1)
         ckl.addWidget(self.browse)
+        ckl.addWidget(self.browse_gguf)
         self.fields["checkpoint"] = self.checkpoint
         return ck
 
@@ -316,6 +321,7 @@ class RunPanelWidget(QWidget):
         is_ckpt = str(self.proposer.currentData() or "").endswith(f":{PATH_ARG}")
         self.checkpoint.setEnabled(is_ckpt)
         self.browse.setEnabled(is_ckpt)
+        self.browse_gguf.setEnabled(is_ckpt)
         # prompt lookup (and any kind without a `tree` parameter) drafts chains only
         trees = grows_trees(str(self.proposer.currentData() or ""))
         self.tree.setEnabled(trees)
@@ -324,6 +330,11 @@ class RunPanelWidget(QWidget):
 
     def _browse(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Choose a draft checkpoint folder")
+        if path:
+            self.checkpoint.setText(path)
+
+    def _browse_gguf(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a draft GGUF file", "", "GGUF files (*.gguf);;All files (*)")
         if path:
             self.checkpoint.setText(path)
 
