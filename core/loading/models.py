@@ -324,13 +324,7 @@ class ModelPair:
 
 
 def _file_sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return gguf.file_sha256(path) if path.is_file() else None
 
 
 def _weights_sha256(folder: Path) -> str | None:
