@@ -160,6 +160,7 @@ class RunPanelWidget(QWidget):
         self.browse.setToolTip("choose a checkpoint folder")
         self.browse.clicked.connect(self._browse)
         self.browse_gguf = QPushButton("GGUF")
+        self.browse_gguf.setFixedWidth(48)  # the path field keeps the width at 1024 px
         self.browse_gguf.setToolTip("choose a GGUF file (converted once and cached; the first load takes a while)")
         self.browse_gguf.clicked.connect(self._browse_gguf)
         ckl.addWidget(self.checkpoint, 1)
