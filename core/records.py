@@ -25,11 +25,12 @@ from typing import Any, Iterable, Literal, Mapping
 
 import numpy as np
 
+from specscope.core.decode.stops import StopMatch
 from specscope.core.sampling.reference import SamplingConfig
 
 TokenKind = Literal["accepted", "repaired", "bonus"]
 NodeStatus = Literal["accepted", "rejected", "unvisited"]
-StopReason = Literal["eos", "budget", "cancelled", "running"]
+StopReason = Literal["eos", "stop", "budget", "cancelled", "running"]
 
 TOKEN_KINDS: tuple[str, ...] = ("accepted", "repaired", "bonus")
 NODE_STATUSES: tuple[str, ...] = ("accepted", "rejected", "unvisited")
@@ -110,6 +111,11 @@ class Round:
     timings: RoundTimings
     draft_forwards: int
     target_forwards: int
+    # a stop string or token sequence completed by the round's last token (core.decode.stops)
+    stop: StopMatch | None = None
+    # what each emitted token adds to the text, recorded when the run has stop strings (the
+    # checker matches them on it); None = not recorded
+    pieces: tuple[str, ...] | None = None
 
     @property
     def tokens(self) -> list[int]:
@@ -221,11 +227,23 @@ class RunConfig:
     vocab_size: int = 0
     use_cache: bool = True
     fault: str | None = None
+    # every EOS id of the run when it has several (eos_token_id is the first); () = just eos_token_id
+    eos_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()  # core.decode.stops
+    stop_ids: tuple[tuple[int, ...], ...] = ()
     # Optional trace fields this run's trace did not record (a minimal trace of another
     # decoder): the checker skips the rules that need them and says so once. Names as in
     # docs/trace-format.md: "u", "draw", "q", "p_token", "q_token", "eos", "budget_stop",
-    # "bonus_withheld", "target_cache".
+    # "bonus_withheld", "target_cache"; "stops" (a trace that does not say which stops the run
+    # had: the stop rules are not checked).
     unrecorded: frozenset[str] = frozenset()
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """Every token id that ends the run."""
+        if self.eos_token_ids:
+            return frozenset(self.eos_token_ids)
+        return frozenset() if self.eos_token_id is None else frozenset({self.eos_token_id})
 
 
 @dataclass(frozen=True)
@@ -234,7 +252,7 @@ class RunEnd:
     its rounds."""
 
     status: str  # running | completed | interrupted | failed
-    stop_reason: str | None  # eos | budget | cancelled | None
+    stop_reason: str | None  # eos | stop | budget | cancelled | None
     new_tokens: int | None = None  # tokens the end record counts, when it counts them
 
 

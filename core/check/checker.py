@@ -22,6 +22,7 @@ from specscope.core.sampling.draws import draw_mismatch
 from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
 from specscope.core.records import Round, RunConfig, RunEnd
 from specscope.core.sampling.reference import process_logits
+from specscope.core.check.stop_rules import STOP_RULES, StopRules
 from specscope.core.check.tree_rules import check_tree_round, is_tree_round, recompute_tree_rows
 from specscope.core.verify.chain import residual_of
 
@@ -43,6 +44,7 @@ RULES: dict[str, str] = {
                "coupling seed and the output position); the repair and the bonus are y_j",
     "tree-walk": "a tree round replays: each tried child against the running p', the path, the repair or bonus",
     "tree-layout": "tree nodes ran at position prefix length + depth - 1, each seeing only its ancestors",
+    **STOP_RULES,  # stop strings and sequences, finish reason, end count (core.check.stop_rules)
 }
 
 # Rules whose findings in later rounds usually follow from the first one (a cache that went
@@ -264,13 +266,13 @@ class _RoundChecker:
         again (a decoder that trims its draft cache lazily, at the next round's start, as
         transformers does, leaves it untrimmed here)."""
         rnd = self.rnd
-        eos = self.config.eos_token_id
-        ended = (eos is not None and eos in rnd.tokens) or len(rnd.emitted) >= rnd.remaining_budget
+        ended = self._eos_before_rejection() or len(rnd.emitted) >= rnd.remaining_budget
         return self.is_last and ended
 
     def _eos_before_rejection(self) -> bool:
-        eos = self.config.eos_token_id
-        return eos is not None and any(e.token == eos for e in self.rnd.emitted)
+        """The round ended at an EOS (any of the run's) or a recorded stop (stop_rules checks it)."""
+        eos = self.config.eos_ids
+        return getattr(self.rnd, "stop", None) is not None or any(e.token in eos for e in self.rnd.emitted)
 
     # ---------------------------------------------------------------- decisions
 
@@ -578,14 +580,14 @@ class _RoundChecker:
             self.add("budget", f"budget_stop flag is {rnd.budget_stop} after {emitted_total_after} of {cfg.max_new_tokens} tokens")
 
     def eos(self) -> None:
-        rnd, eos, is_last_round = self.rnd, self.config.eos_token_id, self.is_last
-        if eos is None:
+        rnd, eos, is_last_round = self.rnd, self.config.eos_ids, self.is_last
+        if not eos:
             if rnd.eos:
                 self.add("eos", "the round is flagged EOS but the run has no EOS token")
             return
         tokens = rnd.tokens
-        if eos in tokens:
-            at = tokens.index(eos)
+        if any(t in eos for t in tokens):
+            at = next(i for i, t in enumerate(tokens) if t in eos)
             if at < len(tokens) - 1:
                 self.add("eos", f"{len(tokens) - 1 - at} token(s) emitted after EOS", self.position_of(at + 1))
             if not rnd.eos and self.recorded("eos", "eos"):
@@ -659,6 +661,7 @@ def check_report(
     previous: Round | None = None
     last: Round | None = None
     caches = config.use_cache if check_caches is None else check_caches
+    stops = StopRules(config, findings, not_checked, Finding)
     rounds = iter(rounds)
     rnd = next(rounds, None)
     i = 0
@@ -668,24 +671,26 @@ def check_report(
                                 is_last=following is None, caches=caches, not_checked=not_checked)
         for name in ROUND_CHECKS:
             getattr(checker, name)()
+        stops.round(rnd)
         # after a broken prefix, later rounds are checked from the recorded one (one finding, not one per round)
         emitted = (rnd.emitted_before if checker.prefix_broken else emitted) + len(rnd.emitted)
         del checker  # it holds its round and the previous one: not kept while the next is read
         previous, last, rnd, i = rnd, rnd, following, i + 1
     if end is not None:
-        _check_end(config, end, last, emitted, i, findings)
+        stops.end(end, last)
+        _check_end(config, end, last, emitted, i, findings, stopped=stops.at_stop or end.stop_reason == "stop")
     return CheckReport(findings, not_checked)
 
 
 def _check_end(config: RunConfig, end: RunEnd, last: Round | None, emitted: int, n_rounds: int,
-               findings: list[Finding]) -> None:
+               findings: list[Finding], stopped: bool = False) -> None:
     def add(message: str) -> None:
         findings.append(Finding(config.run_id, last.index if last is not None else 0, None, "run-end", message))
 
-    ended_eos = last is not None and config.eos_token_id is not None and config.eos_token_id in last.tokens
+    ended_eos = last is not None and any(t in config.eos_ids for t in last.tokens)
     if end.new_tokens is not None and end.new_tokens != emitted:
         add(f"the end record counts {end.new_tokens} new tokens, the rounds emitted {emitted}")
-    if end.status != "completed":
+    if end.status != "completed" or stopped:  # a stop's finish reason: core.check.stop_rules
         return
     if end.stop_reason == "eos" and not ended_eos:
         add("the run is marked as stopped at EOS, but its last round emitted no EOS")

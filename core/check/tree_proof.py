@@ -92,7 +92,8 @@ class _Walk:
             path.append(accepted)
             self._emitted(out, self.nodes[accepted].token, "accepted", accepted)
             out += 1
-            if self.nodes[accepted].token == self.chk.config.eos_token_id:
+            stop = getattr(rnd, "stop", None)
+            if self.nodes[accepted].token in self.chk.config.eos_ids or (stop is not None and stop.position == out - 1):
                 break
             node = accepted
         self._leftovers(path, out, visited, tried)

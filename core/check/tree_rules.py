@@ -70,8 +70,20 @@ def _task(chk: Any, mode: str) -> TreeTask:
     greedy = chk.config.sampling.greedy
     q = None if greedy else [x.q for x in nodes]
     return TreeTask(tokens=tuple(int(x.token) for x in nodes), q=q, p=rows, argmax=argmax, greedy=greedy,
-                    eos_token_id=chk.config.eos_token_id, remaining=rnd.remaining_budget, parents=parents,
+                    eos_token_id=chk.config.eos_token_id, more_eos=chk.config.eos_ids, remaining=rnd.remaining_budget,
+                    stops=RecordedStop(getattr(rnd, "stop", None)), parents=parents,
                     children=check_children_mode(mode))
+
+
+class RecordedStop:
+    """The replayed walk ends where the round records its stop (core.check.stop_rules proves
+    the record from the tokens)."""
+
+    def __init__(self, stop: Any):
+        self.stop = stop
+
+    def check(self, round_tokens: Any) -> Any:
+        return self.stop if self.stop is not None and len(round_tokens) - 1 == self.stop.position else None
 
 
 def children_mode(config: Any, rnd: Any) -> str:

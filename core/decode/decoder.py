@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ from specscope.core.records import (
     SummaryTally,
 )
 from specscope.core.decode.run import RunHandle
+from specscope.core.decode.stops import Stops, StopTracker
 from specscope.core.sampling.reference import SamplingConfig
 from specscope.core.decode.layout import Layout, layout_for
 from specscope.core.decode.vectors import RoundVectors
@@ -91,7 +92,7 @@ class SpeculativeDecoder:
         proposer: Proposer,
         k: int = 4,
         sampling: SamplingConfig | None = None,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
         seed: int = 0,
         use_cache: bool = True,
         target_name: str = "",
@@ -101,6 +102,8 @@ class SpeculativeDecoder:
         top_n: int = DEFAULT_TOP_N,
         coupling_seed: int | None = None,
         layout: Layout | None = None,
+        stops: Stops | None = None,
+        token_piece: Callable[[int], str] | None = None,
     ):
         """`vectors`: what each Round record carries of its full-vocabulary rows: "full"
         (float64 numpy vectors), "top" (a TopDistribution: the top-N entries, the drawn
@@ -110,6 +113,9 @@ class SpeculativeDecoder:
         `coupling_seed`: couple this decoder's randomness to output positions (core.coupling:
         the CoupledVerifier, and a draft model proposing by the same Gumbel keys), so that
         decoders with the same seed emit the same tokens wherever their prefixes agree.
+        `eos_token_id`: one id or several (every one ends the output). `stops`: stop strings
+        and token sequences (core.decode.stops); stop strings need `token_piece` (the text
+        each token adds, core.decode.stops.token_piece_function).
 
         The seams, each with its default: `verifier` (core.verify: the layout's, the
         CoupledVerifier when coupled), `target_cache` (core.decode.kv.CachePolicy) and
@@ -125,8 +131,12 @@ class SpeculativeDecoder:
         self.target = target
         self.target_lm = CachedLM(target, use_cache=use_cache)
         self.vocab_size = self.target_lm.vocab_size
-        if eos_token_id is not None and (not _is_int(eos_token_id) or not 0 <= eos_token_id < self.vocab_size):
-            raise ValueError(f"eos_token_id must be None or a token id in [0, {self.vocab_size}), got {eos_token_id!r}")
+        self.eos_token_ids = _eos_ids(eos_token_id, self.vocab_size)
+        self.stops = stops if stops is not None else Stops()
+        if self.stops.strings and token_piece is None:
+            raise ValueError("stop strings need token_piece (the text of each token): give the decoder a tokenizer")
+        self.token_piece = token_piece
+        self._tracker = StopTracker(Stops(), None)  # the run in progress's (rounds() makes one per run)
         check_protocol(proposer)
         self.proposer = proposer
         proposer.bind(self.vocab_size, use_cache)
@@ -136,7 +146,7 @@ class SpeculativeDecoder:
         self.verifier: Verifier = verifier if verifier is not None else default_verifier
         self.target_cache: CachePolicy = target_cache if target_cache is not None else CachePolicy()
         self.k = int(k)
-        self.eos_token_id = None if eos_token_id is None else int(eos_token_id)
+        self.eos_token_id = self.eos_token_ids[0] if self.eos_token_ids else None
         self.seed = int(seed)
         self.use_cache = use_cache
         self.target_name = target_name or getattr(target.config, "_name_or_path", "") or type(target).__name__
@@ -184,6 +194,9 @@ class SpeculativeDecoder:
             dtype=str(param.dtype).removeprefix("torch."),
             vocab_size=self.vocab_size,
             use_cache=self.use_cache,
+            eos_token_ids=self.eos_token_ids if len(self.eos_token_ids) > 1 else (),
+            stop_strings=self.stops.strings,
+            stop_ids=self.stops.sequences,
         )
 
     def rounds(
@@ -214,17 +227,19 @@ class SpeculativeDecoder:
         tally = SummaryTally()
         stop_reason = "budget"
         started = time.perf_counter()
+        self._tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
         try:
             while len(new_tokens) < budget:
                 rnd = self._round(config.run_id, tally.rounds, context, len(new_tokens), budget, rng)
+                self._tracker.commit(rnd.tokens)
                 tally.add(rnd)
                 if keep_rounds:
                     rounds.append(rnd)
                 new_tokens.extend(rnd.tokens)
                 context.extend(rnd.tokens)
                 yield rnd
-                if rnd.eos:
-                    stop_reason = "eos"
+                if rnd.eos or rnd.stop is not None:
+                    stop_reason = "eos" if rnd.eos else "stop"
                     break
         except GeneratorExit:  # the consumer closed the generator: a cancel
             log.info("run %s cancelled after %d rounds", config.run_id, tally.rounds)
@@ -287,7 +302,9 @@ class SpeculativeDecoder:
         rows = target_rows(logits, self.sampling)  # checks the logits are finite
         q = None if draft.q is None else torch.as_tensor(draft.q, dtype=torch.float64).to(rows.p.device)
         task = layout.task(draft, q=q, p=rows.p, argmax=rows.argmax, greedy=self.sampling.greedy,
-                           eos_token_id=self.eos_token_id, remaining=remaining, position=emitted_before)
+                           eos_token_id=self.eos_token_id, more_eos=frozenset(self.eos_token_ids[1:]),
+                           stops=self._tracker if self._tracker.stops else None, remaining=remaining,
+                           position=emitted_before)
         verdict = self.verifier.verify(task, rng)
         committed = prefix_len + len(verdict.path)  # context positions whose cache entries stay valid
         placed = layout.keep(lm, self.target_cache, prefix_len, verdict.path, draft, placed)
@@ -307,7 +324,8 @@ class SpeculativeDecoder:
             run_id=run_id, index=index, prefix_len=prefix_len, emitted_before=emitted_before,
             remaining_budget=remaining, k=k, greedy=task.greedy, nodes=vectors.nodes(), bonus_p=vectors.bonus_p,
             rejected_node=verdict.rejected_node, residual=vectors.residual, residual_mass=verdict.residual_mass,
-            emitted=tuple(verdict.emitted), eos=verdict.eos,
+            emitted=tuple(verdict.emitted), eos=verdict.eos, stop=verdict.stop,
+            pieces=self._tracker.pieces([e.token for e in verdict.emitted]),
             budget_stop=emitted_before + len(verdict.emitted) >= budget, bonus_withheld=verdict.bonus_withheld,
             target_cache=target_cache, draft_cache=draft_cache,
             timings=RoundTimings(draft_s=t1 - t0, verify_s=t2 - t1, bookkeeping_s=t3 - t2),
@@ -325,6 +343,15 @@ class SpeculativeDecoder:
             if not 0 <= t < self.vocab_size:
                 raise ValueError(f"proposer {self.proposer.name!r} proposed token {t} outside the vocabulary")
         return draft
+
+
+def _eos_ids(eos: int | Sequence[int] | None, vocab_size: int) -> tuple[int, ...]:
+    """The run's EOS ids, in order, without repeats; ValueError for an id outside the vocabulary."""
+    ids = [] if eos is None else [eos] if not isinstance(eos, (list, tuple, set, frozenset)) else list(eos)
+    for t in ids:
+        if not _is_int(t) or not 0 <= t < vocab_size:
+            raise ValueError(f"eos_token_id must be None or token ids in [0, {vocab_size}), got {eos!r}")
+    return tuple(dict.fromkeys(int(t) for t in ids))
 
 
 def cache_state(before: int, peak: int, after: int, final_context: list[int]) -> CacheState:

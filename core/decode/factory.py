@@ -4,7 +4,8 @@ faulty one, core.faults) or a TransformersEngine, for the CLI, the GUI and the b
 The front ends load the models their own way (the CLI from paths, the GUI through its cached
 hub, the bench from its dict of drafts) and hand them over as `Models` (a core.loading
 ModelPair serves as well). Here the settings are validated (core.decode.settings), the EOS
-default is taken from the tokenizer, the proposer is built from the spec, and a run's prompt
+default is taken from the model (generation config and tokenizer), prompt text becomes ids
+(through the chat template for a chat run: `prompt_ids`), the stops get the token texts, the proposer is built from the spec, and a run's prompt
 plus budget is checked against the models' position limit. Every refusal is a SettingsError
 whose messages name the fields as the caller does (`names`).
 """
@@ -36,20 +37,63 @@ def _names(names: Mapping[str, str] | None) -> dict[str, str]:
     return {**FIELD_NAMES, **(names or {})}
 
 
-def resolve_eos(settings: RunSettings, models: Any, names: Mapping[str, str] | None = None) -> int | None:
-    """The run's EOS id: none when disabled, the settings' id, else the tokenizer's (None
-    without a tokenizer); refused when outside the target's vocabulary."""
+def resolve_eos(settings: RunSettings, models: Any, names: Mapping[str, str] | None = None) -> tuple[int, ...]:
+    """The run's EOS ids: none when disabled, the settings' ids, else the model's: every id its
+    generation config names (a chat model ends its turn with one, e.g. Gemma's <end_of_turn>)
+    and the tokenizer's; refused when one lies outside the target's vocabulary."""
     from specscope.core.decode.kv import model_vocab_size
 
-    if settings.eos_disabled:
-        return None
-    eos = settings.eos
-    if eos is None and models.tokenizer is not None:
-        eos = getattr(models.tokenizer, "eos_token_id", None)
-    problem = eos_vocab_problem(eos, model_vocab_size(models.target), names) if eos is not None else None
-    if problem:
+    ids = settings.eos_ids
+    if ids is None:
+        config = getattr(getattr(models.target, "generation_config", None), "eos_token_id", None)
+        tokenizer_eos = getattr(models.tokenizer, "eos_token_id", None) if models.tokenizer is not None else None
+        ids = tuple(_as_ids(config)) + tuple(_as_ids(tokenizer_eos))
+    ids = tuple(dict.fromkeys(int(i) for i in ids))
+    vocab = model_vocab_size(models.target)
+    if problem := eos_vocab_problem(ids, vocab, names):
         raise SettingsError({"eos": problem})
-    return None if eos is None else int(eos)
+    for seq in settings.stop_ids:
+        if problem := eos_vocab_problem(seq, vocab, names, field="stop_ids"):
+            raise SettingsError({"stop_ids": problem})
+    return ids
+
+
+def _as_ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [int(v) for v in values if int(v) >= 0]  # transformers writes -1 for "no EOS"
+
+
+def _stops(settings: RunSettings, models: Any, names: Mapping[str, str] | None) -> tuple[Any, Any]:
+    """The run's Stops and, for stop strings, the text of each token (from the tokenizer)."""
+    from specscope.core.decode.stops import Stops, token_piece_function
+
+    stops = Stops(tuple(settings.stop_strings), tuple(tuple(s) for s in settings.stop_ids))
+    if not stops.strings:
+        return stops, None
+    if models.tokenizer is None:
+        raise SettingsError({"stop_strings": f"{_names(names)['stop_strings']} need a tokenizer (the text of each "
+                                             f"token): this target has none; stop on token ids instead"})
+    return stops, token_piece_function(models.tokenizer)
+
+
+def prompt_ids(settings: RunSettings, models: Any, text: str) -> list[int]:
+    """The ids of prompt text: with settings.chat, the tokenizer's chat template around it (the
+    user's turn, settings.system the system turn, then the assistant's turn header); else the
+    text's tokens. SettingsError (under "prompt") without a tokenizer or a template."""
+    from specscope.core.loading.errors import CheckpointError
+
+    if models.tokenizer is None:
+        raise SettingsError({"prompt": "this target has no tokenizer: give the prompt as token ids"})
+    if not settings.chat:
+        return [int(i) for i in models.tokenizer(text, add_special_tokens=False)["input_ids"]]
+    from specscope.core.loading.chat import chat_prompt_ids
+
+    try:
+        return chat_prompt_ids(models.tokenizer, text, settings.system)
+    except CheckpointError as exc:
+        raise SettingsError({"prompt": str(exc)}) from None
 
 
 def build_decoder(settings: RunSettings, models: Any, names: Mapping[str, str] | None = None) -> Any:
@@ -58,8 +102,9 @@ def build_decoder(settings: RunSettings, models: Any, names: Mapping[str, str] |
     cannot run."""
     settings.check(names)
     eos = resolve_eos(settings, models, names)
+    stops, piece = _stops(settings, models, names)
     if settings.engine == "transformers":
-        return _transformers_engine(settings, models, eos, names)
+        return _transformers_engine(settings, models, eos, names, stops, piece)
     from specscope.core.decode.decoder import SpeculativeDecoder
     from specscope.core.draft.registry import SpecError, build_proposer
 
@@ -75,6 +120,7 @@ def build_decoder(settings: RunSettings, models: Any, names: Mapping[str, str] |
         vectors="full" if settings.vectors == "full" else "auto", top_n=_top_n(settings),
         # greedy decoding draws nothing: there is no randomness to couple
         coupling_seed=None if settings.greedy else settings.coupling_seed,
+        stops=stops, token_piece=piece,
     )
     if settings.fault:
         from specscope.core.faults.zoo import faulty_decoder
@@ -89,7 +135,8 @@ def _top_n(settings: RunSettings) -> int:
     return DEFAULT_TOP_N if settings.top_n is None else settings.top_n
 
 
-def _transformers_engine(settings: RunSettings, models: Any, eos: int | None, names: Mapping[str, str] | None) -> Any:
+def _transformers_engine(settings: RunSettings, models: Any, eos: tuple[int, ...], names: Mapping[str, str] | None,
+                         stops: Any, piece: Any) -> Any:
     """transformers' own generate() with the spec's draft model (assisted) or prompt lookup, recorded."""
     from specscope.core.draft.registry import parse_spec
     from specscope.core.engines import PrivateAPIChanged, TransformersEngine
@@ -100,7 +147,8 @@ def _transformers_engine(settings: RunSettings, models: Any, eos: int | None, na
             models.target, kind="assisted" if spec.kind == "draft" else "lookup", draft=models.draft, k=settings.k,
             sampling=settings.sampling(), eos_token_id=eos, seed=settings.seed, target_name=models.target_name,
             draft_name=models.draft_name, max_ngram=int(spec.params.get("max_ngram", HF_LOOKUP_MAX_NGRAM)),
-            vectors="full" if settings.vectors == "full" else "auto", top_n=_top_n(settings))
+            vectors="full" if settings.vectors == "full" else "auto", top_n=_top_n(settings), stops=stops,
+            token_piece=piece)
     except (PrivateAPIChanged, ValueError) as exc:
         raise SettingsError({"engine": f"{_names(names)['engine']} transformers: {exc}"}) from None
 
@@ -133,4 +181,5 @@ def run_config(decoder: Any, settings: RunSettings, models: Any, prompt_ids: Seq
     return decoder.run_config(prompt_ids, settings.max_new_tokens, run_id)
 
 
-__all__ = ["Models", "RunSettings", "SettingsError", "build_decoder", "check_positions", "resolve_eos", "run_config"]
+__all__ = ["Models", "RunSettings", "SettingsError", "build_decoder", "check_positions", "prompt_ids", "resolve_eos",
+           "run_config"]

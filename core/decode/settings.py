@@ -1,8 +1,10 @@
 """One run's settings, as every front end fills them in, validated once.
 
 `RunSettings` holds what turns a target (and a draft) into a decoder: the proposer spec
-(core.draft.registry), the engine, k, the sampler, the seed, the budget, EOS, coupling, the
-record policy (vectors, top-N), and where it runs. The CLI's flags, the GUI's run panel and
+(core.draft.registry), the engine, k, the sampler, the seed, the budget, EOS (one id or
+several), stop strings and token sequences (core.decode.stops), a chat prompt (the prompt is
+the user's turn, `system` the system turn), coupling, the record policy (vectors, top-N), and
+where it runs. The CLI's flags, the GUI's run panel and
 the bench fill in the same object; `validate()` checks every value the same way for all of
 them and returns field -> message, so the GUI shows each message under its field and the CLI
 joins them into one line. A message names its field as the caller does (`names`: the CLI
@@ -51,6 +53,9 @@ FIELD_NAMES: dict[str, str] = {
     "fault": "fault",
     "vectors": "vectors",
     "top_n": "top-N",
+    "stop_strings": "stop strings",
+    "stop_ids": "stop token sequences",
+    "system": "system text",
 }
 
 # field -> (smallest, largest) of the integer settings
@@ -83,7 +88,8 @@ class RunSettings:
     top_p: float = 1.0
     seed: int = 0
     max_new_tokens: int = 64
-    eos: int | None = None  # None = the tokenizer's EOS (none when it has none)
+    # an id or several; None = the model's: its generation config's EOS ids and the tokenizer's
+    eos: int | tuple[int, ...] | None = None
     eos_disabled: bool = False  # no EOS at all
     coupling_seed: int | None = None  # couple the run's draws to positions (core.verify.coupling)
     use_cache: bool = True
@@ -93,6 +99,19 @@ class RunSettings:
     device: str = "cpu"
     dtype: str | None = None
     threads: int | None = None  # torch CPU threads; None = the front end's default
+    stop_strings: tuple[str, ...] = ()  # the output ends at the token completing one (core.decode.stops)
+    stop_ids: tuple[tuple[int, ...], ...] = ()  # token sequences that end the output likewise
+    chat: bool = False  # the prompt is the user's turn of a chat: the tokenizer's chat template applies
+    system: str | None = None  # with chat: the system turn's text
+
+    @property
+    def eos_ids(self) -> tuple[int, ...] | None:
+        """The EOS ids the settings name (None: the model's; () with eos_disabled)."""
+        if self.eos_disabled:
+            return ()
+        if self.eos is None:
+            return None
+        return (self.eos,) if isinstance(self.eos, int) else tuple(self.eos)
 
     @property
     def spec(self) -> str:
@@ -130,6 +149,10 @@ class RunSettings:
         _put(errors, "temperature", name, _temperature_problem(self.temperature))
         _put(errors, "top_p", name, _top_p_problem(self.top_p))
         _put(errors, "eos", name, _eos_problem(self.eos))
+        _put(errors, "stop_strings", name, _stop_strings_problem(self.stop_strings))
+        _put(errors, "stop_ids", name, _stop_ids_problem(self.stop_ids))
+        if self.system is not None and not self.chat:
+            errors["system"] = f"{name['system']} is the system turn of a chat prompt: turn chat on"
         if self.coupling_seed is not None:
             _put(errors, "coupling_seed", name, _int_problem(self.coupling_seed, 0, INT64_MAX))
         if self.vectors not in VECTOR_POLICIES:
@@ -185,20 +208,46 @@ def _top_p_problem(value: Any) -> str | None:
     return problem
 
 
+def _is_token_id(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= INT32_MAX
+
+
 def _eos_problem(value: Any) -> str | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
-        return f"must be a token id from 0 to {INT32_MAX}, 'auto' or 'none', got {value!r}"
+    ids = value if isinstance(value, tuple) else (value,)
+    if not ids or not all(_is_token_id(v) for v in ids):
+        return f"must be a token id from 0 to {INT32_MAX} (or several, comma-separated), 'auto' or 'none', got {value!r}"
     return None
 
 
-def eos_vocab_problem(eos: int | None, vocab_size: int, names: Mapping[str, str] | None = None) -> str | None:
-    """The message when an EOS id lies outside a vocabulary of `vocab_size` tokens."""
-    if eos is None or 0 <= eos < vocab_size:
+def _stop_strings_problem(value: Any) -> str | None:
+    if not isinstance(value, tuple) or not all(isinstance(s, str) for s in value):
+        return f"must be a tuple of strings, got {value!r}"
+    if any(not s for s in value):
+        return "cannot hold an empty string (it would match before any token)"
+    return None
+
+
+def _stop_ids_problem(value: Any) -> str | None:
+    if not isinstance(value, tuple) or not all(isinstance(s, tuple) for s in value):
+        return f"must be a tuple of token-id tuples, got {value!r}"
+    for seq in value:
+        if not seq or not all(_is_token_id(t) for t in seq):
+            return f"must each be one or more token ids from 0 to {INT32_MAX}, got {seq!r}"
+    return None
+
+
+def eos_vocab_problem(eos: int | tuple[int, ...] | None, vocab_size: int,
+                      names: Mapping[str, str] | None = None, field: str = "eos") -> str | None:
+    """The message when an EOS id (or a stop sequence's id) lies outside a vocabulary of
+    `vocab_size` tokens."""
+    ids = () if eos is None else (eos,) if isinstance(eos, int) else eos
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is None:
         return None
-    name = {**FIELD_NAMES, **(names or {})}["eos"]
-    return f"{name} must be a token id below the vocabulary size {vocab_size}, got {eos}"
+    name = {**FIELD_NAMES, **(names or {})}[field]
+    return f"{name} must be token ids below the vocabulary size {vocab_size}, got {bad}"
 
 
 def _fault_problem(fault: str) -> str | None:

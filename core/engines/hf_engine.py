@@ -33,6 +33,7 @@ from specscope.core.decode.kv import model_vocab_size
 from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.records import GenerationResult, Round, RunConfig, SummaryTally
 from specscope.core.decode.run import RunHandle
+from specscope.core.decode.stops import Stops, StopTracker
 from specscope.core.sampling.reference import SamplingConfig
 
 from specscope.core.engines.hf_handover import COMPUTE, DONE, Baton, CancelCriterion, Channel
@@ -57,10 +58,12 @@ class TransformersEngine:
     """
 
     def __init__(self, target: torch.nn.Module, kind: str = "assisted", draft: torch.nn.Module | None = None,
-                 k: int = 4, sampling: SamplingConfig | None = None, eos_token_id: int | None = None, seed: int = 0,
+                 k: int = 4, sampling: SamplingConfig | None = None, eos_token_id: int | Sequence[int] | None = None,
+                 seed: int = 0,
                  target_name: str = "", draft_name: str | None = None, max_ngram: int = 2,
                  schedule: str = "constant", confidence: float | None = None, vectors: str = "auto",
-                 top_n: int = DEFAULT_TOP_N):
+                 top_n: int = DEFAULT_TOP_N, stops: Stops | None = None,
+                 token_piece: Callable[[int], str] | None = None):
         self.transformers_version = check_private_api()
         if kind not in KINDS:
             raise ValueError(f"transformers engine kind must be one of {KINDS}, got {kind!r}")
@@ -73,7 +76,12 @@ class TransformersEngine:
         self.schedule, self.confidence = schedule, confidence
         self.sampling = sampling if sampling is not None else SamplingConfig()
         self.vocab_size = model_vocab_size(target)
-        self.eos_token_id = None if eos_token_id is None else int(eos_token_id)
+        self.eos_token_ids = _eos_ids(eos_token_id, self.vocab_size)
+        self.eos_token_id = self.eos_token_ids[0] if self.eos_token_ids else None
+        self.stops = stops if stops is not None else Stops()
+        if self.stops.strings and token_piece is None:
+            raise ValueError("stop strings need token_piece (the text of each token): give the engine a tokenizer")
+        self.token_piece = token_piece
         self.target_name = target_name or getattr(target.config, "_name_or_path", "") or type(target).__name__
         self.draft_name = draft_name if self.draft is not None else None
         self.use_cache = True  # transformers' assisted loop requires a cache
@@ -121,11 +129,11 @@ class TransformersEngine:
         from transformers import GenerationConfig
 
         s = config.sampling
-        eos = config.eos_token_id
+        eos = sorted(config.eos_ids) if config.eos_ids else None
         # generate() fills every None field from the model's own generation_config: "no EOS" is
         # -1 (transformers' documented "never stops at EOS"), and the processors are off explicitly
         options: dict[str, Any] = dict(max_new_tokens=config.max_new_tokens, eos_token_id=-1 if eos is None else eos,
-                                       pad_token_id=0 if eos is None else eos, do_sample=not s.greedy, num_beams=1,
+                                       pad_token_id=0 if eos is None else eos[0], do_sample=not s.greedy, num_beams=1,
                                        min_length=0, repetition_penalty=1.0, no_repeat_ngram_size=0, typical_p=1.0,
                                        epsilon_cutoff=0.0, eta_cutoff=0.0, encoder_repetition_penalty=1.0)
         if not s.greedy:  # top_k=0 said explicitly: transformers' default is 50
@@ -134,16 +142,16 @@ class TransformersEngine:
             options.update(prompt_lookup_num_tokens=self.k, max_matching_ngram_size=self.max_ngram)
         return GenerationConfig(**options)
 
-    def _call_generate(self, config: RunConfig, stopping: Any = None) -> list[int]:
+    def _call_generate(self, config: RunConfig, stopping: Sequence[Any] = ()) -> list[int]:
         """transformers' generate() for `config`, seeded with config.seed; the new tokens."""
         device = next(self.target.parameters()).device
         ids = torch.tensor([list(config.prompt_ids)], dtype=torch.long, device=device)
         kwargs: dict[str, Any] = dict(generation_config=self.generation_config(config),
                                       attention_mask=torch.ones_like(ids))
-        if stopping is not None:
+        if stopping:
             from transformers import StoppingCriteriaList
 
-            kwargs["stopping_criteria"] = StoppingCriteriaList([stopping])
+            kwargs["stopping_criteria"] = StoppingCriteriaList(list(stopping))
         saved = None
         if self.draft is not None:
             kwargs["assistant_model"] = self.draft
@@ -180,6 +188,8 @@ class TransformersEngine:
             proposer=self.name, proposer_params={"spec": self.spec, **self.params()}, target_name=self.target_name,
             draft_name=self.draft_name, device=str(param.device), dtype=str(param.dtype).removeprefix("torch."),
             vocab_size=self.vocab_size, use_cache=True, unrecorded=UNRECORDED,
+            eos_token_ids=self.eos_token_ids if len(self.eos_token_ids) > 1 else (),
+            stop_strings=self.stops.strings, stop_ids=self.stops.sequences,
         )
 
     def rounds(self, prompt_ids: Sequence[int] | torch.Tensor = (), max_new_tokens: int = 32, run_id: str | None = None,
@@ -224,12 +234,14 @@ class TransformersEngine:
 
     def _record(self, config: RunConfig, emit: Callable[[Round], None], cancelled: threading.Event) -> None:
         """One recorded generate() in the calling thread, `emit` called with each Round in it."""
+        tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
         recorder = RoundRecorder(config, self.target, self.draft, emit, greedy=config.sampling.greedy,
-                                 lookup=self.kind == "lookup", full_vectors=self.full_vectors, top_n=self.top_n)
+                                 lookup=self.kind == "lookup", full_vectors=self.full_vectors, top_n=self.top_n,
+                                 stops=tracker)
         undo = install_candidate_hook(self.target, recorder.wrap)
         recorder.attach()
         try:
-            self._call_generate(config, stopping=CancelCriterion(cancelled))
+            self._call_generate(config, stopping=(CancelCriterion(cancelled), recorder.stop_criterion()))
             recorder.finish()
         finally:
             recorder.detach()
@@ -314,18 +326,27 @@ class _Collected:
         self.tokens: list[int] = []
         self.tally = SummaryTally()
         self.eos = False
+        self.stop = False
 
     def add(self, rnd: Round) -> None:
         self.tally.add(rnd)
         if self.keep_rounds:
             self.rounds.append(rnd)
         self.tokens.extend(rnd.tokens)
-        self.eos = rnd.eos
+        self.eos, self.stop = rnd.eos, rnd.stop is not None
 
     def result(self, config: RunConfig, started: float) -> GenerationResult:
         return GenerationResult(config=config, new_tokens=self.tokens, rounds=self.rounds,
-                                stop_reason="eos" if self.eos else "budget", wall_s=time.perf_counter() - started,
+                                stop_reason="eos" if self.eos else "stop" if self.stop else "budget", wall_s=time.perf_counter() - started,
                                 tallied=self.tally.summary())
+
+
+def _eos_ids(eos: int | Sequence[int] | None, vocab_size: int) -> tuple[int, ...]:
+    ids = [] if eos is None else [eos] if not isinstance(eos, (list, tuple, set, frozenset)) else list(eos)
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+            raise ValueError(f"eos_token_id must be None or token ids in [0, {vocab_size}), got {eos!r}")
+    return tuple(dict.fromkeys(int(t) for t in ids))
 
 
 def _set_assistant(draft: torch.nn.Module, k: int, schedule: str, confidence: float | None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ needs no channel.
 from __future__ import annotations
 
 import queue
+from collections.abc import Callable
 import threading
 from typing import Any
 
@@ -91,3 +92,13 @@ class CancelCriterion(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         return torch.full((input_ids.shape[0],), self.cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class FlagCriterion(StoppingCriteria):
+    """A stopping criterion that is true once `flag()` is (the recorder's stop match)."""
+
+    def __init__(self, flag: Callable[[], bool]):
+        self.flag = flag
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), bool(self.flag()), dtype=torch.bool, device=input_ids.device)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from specscope.core.decode.kv import Stopwatch
+from specscope.core.decode.stops import StopTracker
 from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
 
 from specscope.core.engines.hf_private import cache_length, output_cache
@@ -61,8 +62,10 @@ class RoundRecorder:
 
     def __init__(self, config: RunConfig, target: torch.nn.Module, draft_model: torch.nn.Module | None,
                  emit: Callable[[Round], None], greedy: bool, lookup: bool, full_vectors: bool = True,
-                 top_n: int = 20):
+                 top_n: int = 20, stops: StopTracker | None = None):
         self.config, self.target, self.draft_model = config, target, draft_model
+        self.stops = stops  # the run's stop strings and sequences (core.decode.stops)
+        self.stopped = False  # a round's tokens completed a stop: generate() must end after it
         self.emit, self.greedy, self.lookup = emit, greedy, lookup
         self.full_vectors, self.top_n = full_vectors, top_n
         self.stopwatch = Stopwatch(next(target.parameters()).device)
@@ -113,6 +116,28 @@ class RoundRecorder:
         generator.get_candidates = observed_get_candidates
         generator.update_candidate_strategy = observed_update
         return generator
+
+    def stop_criterion(self) -> Any:
+        """A stopping criterion that turns true once a round completed a stop. transformers
+        cuts a round's tokens at EOS and the length only; the recorder cuts them at the stop
+        (`_cut_at_stop`), and this ends the loop after that round."""
+        from specscope.core.engines.hf_handover import FlagCriterion
+
+        return FlagCriterion(lambda: self.stopped)
+
+    def _cut_at_stop(self, emitted: list[int]) -> tuple[list[int], Any]:
+        """The round's tokens up to the one that completes a stop (checked on every token in
+        order, EOS first), and the StopMatch (None: no stop)."""
+        if self.stops is None or not self.stops.stops:
+            return emitted, None
+        for j, token in enumerate(emitted):
+            if token in self.config.eos_ids:
+                break
+            match = self.stops.check(emitted[: j + 1])
+            if match is not None:
+                self.stopped = True
+                return emitted[: j + 1], match
+        return emitted, None
 
     def _mine(self) -> bool:
         return threading.get_ident() == self.thread
@@ -174,8 +199,12 @@ class RoundRecorder:
     def _read_round(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> dict:
         """Everything the round keeps, read now (the rows are computed on their device)."""
         obs = self.current
-        emitted = [int(t) for t in input_ids[0, obs.prefix_len:].tolist()]
-        statuses, kinds = _statuses(obs, emitted, int(num_matches))
+        emitted, stop = self._cut_at_stop([int(t) for t in input_ids[0, obs.prefix_len:].tolist()])
+        if stop is not None and len(emitted) <= int(num_matches):  # cut inside the accepted block
+            n = len(obs.candidates)
+            statuses, kinds = ["accepted"] * len(emitted) + ["unvisited"] * (n - len(emitted)), ["accepted"] * len(emitted)
+        else:
+            statuses, kinds = _statuses(obs, emitted, int(num_matches))
         rejected = next((i for i, s in enumerate(statuses) if s == "rejected"), None)
         drawn = emitted[-1] if kinds and kinds[-1] in ("bonus", "repaired") else None
         q = q_rows(obs.candidate_logits, obs.candidates, self.config.vocab_size, greedy=self.greedy,
@@ -184,8 +213,11 @@ class RoundRecorder:
         sampling = self.config.sampling
         vectors = read_vectors(scores, q, obs.candidates, rejected, drawn, full=self.full_vectors, top_n=self.top_n,
                                sparse=sampling.sparse_rows)  # as the decoder's records
+        pieces = self.stops.pieces(emitted) if self.stops is not None else None
+        if self.stops is not None:
+            self.stops.commit(emitted)
         return dict(emitted=emitted, statuses=statuses, kinds=kinds, rejected=rejected, vectors=vectors,
-                    target_after=cache_length(self.target_cache) or 0)
+                    target_after=cache_length(self.target_cache) or 0, stop=stop, pieces=pieces)
 
     def _round_done(self, facts: dict, t_verified: float) -> None:
         obs = self.current
@@ -237,7 +269,8 @@ def build_round(config: RunConfig, obs: _Observed, facts: dict, draft_after: int
     context, end = facts["context"], obs.prefix_len + len(emitted)  # not copied: a run's context grows long
     nodes = tuple(_node(i, token, vec, statuses[i]) for i, token in enumerate(obs.candidates))
     out = tuple(EmittedToken(t, kind, None if kind == "bonus" else i) for i, (t, kind) in enumerate(zip(emitted, kinds)))
-    eos = config.eos_token_id is not None and config.eos_token_id in emitted
+    eos = any(t in config.eos_ids for t in emitted)
+    stop = facts.get("stop")
     remaining = config.max_new_tokens - obs.emitted_before
     all_accepted = all(s == "accepted" for s in statuses)
     n = len(obs.candidates)
@@ -252,12 +285,13 @@ def build_round(config: RunConfig, obs: _Observed, facts: dict, draft_after: int
         greedy=greedy, nodes=nodes, bonus_p=vec.p_rows[n] if all_accepted and len(vec.p_rows) > n else None,
         rejected_node=rejected, residual=vec.residual, residual_mass=vec.residual_mass, emitted=out, eos=eos,
         budget_stop=obs.emitted_before + len(emitted) >= config.max_new_tokens,
-        bonus_withheld=all_accepted and "bonus" not in kinds and not eos and len(emitted) >= remaining,
+        bonus_withheld=all_accepted and "bonus" not in kinds and not eos and stop is None and len(emitted) >= remaining,
         target_cache=_cache(obs.target_before, obs.target_peak if obs.target_peak is not None else obs.target_before,
                             facts["target_after"], context, end),
         draft_cache=draft_cache,
         timings=RoundTimings(draft_s=draft_s, verify_s=verify_s, bookkeeping_s=book_s),
-        draft_forwards=obs.draft_forwards, target_forwards=obs.target_forwards,
+        draft_forwards=obs.draft_forwards, target_forwards=obs.target_forwards, stop=stop,
+        pieces=facts.get("pieces"),
     )
 
 

@@ -72,13 +72,14 @@ class _EosBlindVerifier:
     fire: Fire
 
     def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
-        verdict = self.inner.verify(dataclasses.replace(task, eos_token_id=None), rng)
+        verdict = self.inner.verify(dataclasses.replace(task, eos_token_id=None, more_eos=frozenset()), rng)
         tokens = [e.token for e in verdict.emitted]
-        eos = task.eos_token_id
-        if eos is not None and eos in tokens:
+        at = next((i for i, t in enumerate(tokens) if task.is_eos(t)), None)
+        if at is not None:
             verdict.eos = True  # the run still stops after this round...
+            verdict.stop = None
             verdict.bonus_withheld = False  # (EOS ended it: nothing was withheld)
-            if tokens.index(eos) < len(tokens) - 1:
+            if at < len(tokens) - 1:
                 self.fire()  # ...but the tokens after EOS were kept
         return verdict
 
@@ -95,6 +96,98 @@ class _OneMoreTokenVerifier:
         if len(verdict.emitted) > task.remaining:
             self.fire()
         return verdict
+
+
+def _first_stop(task: VerifyTask, tokens: list[int]) -> int | None:
+    """Where the run's stop rule (core.decode.stops) ends these round tokens: the index of
+    the first token that is an EOS or completes a stop, None when none does."""
+    for j, token in enumerate(tokens):
+        if task.is_eos(token) or (task.stops is not None and task.stops.check(tokens[: j + 1]) is not None):
+            return j
+    return None
+
+
+@dataclass(frozen=True)
+class _LastTokenStopVerifier:
+    """Checks the stops only on the round's last emitted token (transformers #47912's bug
+    class): a stop completed inside the accepted block goes by, and the tokens after it stay."""
+
+    inner: Verifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        verdict = self.inner.verify(dataclasses.replace(task, stops=None), rng)
+        tokens = [e.token for e in verdict.emitted]
+        if task.stops is None or not tokens or verdict.eos:
+            return verdict
+        verdict.stop = task.stops.check(tokens)
+        if verdict.stop is not None:
+            verdict.bonus_withheld = False
+        honest = _first_stop(task, tokens)
+        if honest is not None and honest < len(tokens) - 1:
+            self.fire()
+        return verdict
+
+
+@dataclass(frozen=True)
+class _BudgetFirstVerifier:
+    """Checks the budget before the stops (SGLang #31599): in the round that reaches
+    max_new_tokens the stop check is skipped, so the tokens after a stop stay and the run
+    ends as if by the budget."""
+
+    inner: Verifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        state = rng.bit_generator.state
+        blind = self.inner.verify(dataclasses.replace(task, stops=None), rng)
+        if task.stops is None or len(blind.emitted) < task.remaining:
+            rng.bit_generator.state = state  # the same draws again, the stops on
+            return self.inner.verify(task, rng)
+        honest = _first_stop(task, [e.token for e in blind.emitted])
+        if honest is not None and honest < len(blind.emitted) - 1:
+            self.fire()
+        return blind
+
+
+class _PerTokenStops:
+    """A stop tracker that looks for each stop string inside the newest token's own text,
+    not in the output's text: a string spread over two tokens is never found."""
+
+    def __init__(self, inner: Any, fire: Fire):
+        self.inner, self.fire = inner, fire
+        self.stops = inner.stops
+
+    def check(self, round_tokens: list[int]) -> Any:
+        from specscope.core.decode.stops import StopMatch, Stops
+
+        honest = self.inner.check(round_tokens)
+        piece = self.inner.piece(round_tokens[-1]) if self.stops.strings else ""
+        found = next((i for i, s in enumerate(self.stops.strings) if s in piece), None)
+        if found is not None:
+            mine = StopMatch("text", found, len(round_tokens) - 1)
+        else:
+            ids = Stops((), self.stops.sequences)
+            hit = ids.match(self.inner.tokens + list(round_tokens), None, "")
+            mine = None if hit is None else StopMatch(hit[0], hit[1], len(round_tokens) - 1)
+        if mine != honest:
+            self.fire()
+        return mine
+
+
+@dataclass(frozen=True)
+class _PerTokenStopVerifier:
+    inner: Verifier
+    fire: Fire
+
+    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
+        if task.stops is None:
+            return self.inner.verify(task, rng)
+        return self.inner.verify(dataclasses.replace(task, stops=_PerTokenStops(task.stops, self.fire)), rng)
+
+
+def _stop_fault(kind: type) -> Callable[[Seams, Fire], Seams]:
+    return lambda seams, fire: dataclasses.replace(seams, verifier=kind(seams.verifier, fire))
 
 
 def _eos_leak(seams: Seams, fire: Fire) -> Seams:
@@ -237,6 +330,17 @@ FAULTS: dict[str, Fault] = {
         Fault("coupled-draft-pick", "a coupled round emits the draft's Gumbel pick at a mismatch instead of the "
               "target's y_j (the output follows q, not p)", "a coupled sampled run, at a rejection",
               _coupled_draft_pick, needs="coupled"),
+        # stops (core.decode.stops): needs "stops" = a run with stop strings or token sequences
+        Fault("stop-last-token", "the stop is checked only on a round's last token: a stop completed inside the "
+              "accepted block is missed and the tokens after it kept", "a stop completed before a round's last token",
+              _stop_fault(_LastTokenStopVerifier), needs="stops"),
+        Fault("budget-before-stop", "the budget is checked before the stop: in the round that reaches "
+              "max_new_tokens the tokens after a stop are kept and the run ends as if by the budget",
+              "a stop completed inside the round that reaches the budget", _stop_fault(_BudgetFirstVerifier),
+              needs="stops"),
+        Fault("stop-per-token", "a stop string is looked for in each token's own text, not in the output's text: "
+              "a string spread over two tokens is missed", "a stop string completed across tokens",
+              _stop_fault(_PerTokenStopVerifier), needs="stops"),
     ]
 }
 
@@ -278,7 +382,7 @@ class FaultyDecoder(SpeculativeDecoder):
         finally:
             run.close()
         assert run.result is not None
-        finished = run.result.stop_reason in ("eos", "budget") and run.result.summary.rounds
+        finished = run.result.stop_reason in ("eos", "stop", "budget") and run.result.summary.rounds
         if finished and not fault_named(self.fault).final_round_matters and self.fault_rounds[-1:] == [rnd.index]:
             self.fault_rounds.pop()
         return run.result

@@ -95,6 +95,11 @@ class VerifyTask:
     eos_token_id: int | None
     remaining: int  # tokens the budget still allows in this round
     position: int = 0  # output position of the first draft token (new tokens emitted before the round)
+    more_eos: frozenset[int] = frozenset()  # the run's other EOS ids (a chat model's end of turn)
+    stops: Any = None  # core.decode.stops.StopTracker: stop strings and token sequences; None = none
+
+    def is_eos(self, token: int) -> bool:
+        return token == self.eos_token_id or token in self.more_eos
 
 
 @dataclass
@@ -110,6 +115,7 @@ class Verdict:
     residual: np.ndarray | None = None
     residual_mass: float | None = None
     eos: bool = False
+    stop: Any = None  # core.decode.stops.StopMatch: a stop the last emitted token completed
     bonus_withheld: bool = False
     path: list[int] = field(default_factory=list)
     tried: dict[int, list[int]] = field(default_factory=dict)
@@ -119,6 +125,16 @@ class Verdict:
     @property
     def accepted(self) -> int:
         return self.statuses.count("accepted")
+
+
+def mark_end(task: VerifyTask, verdict: Verdict) -> bool:
+    """After each emitted token, in order: does it end the output (EOS first, then a stop)?
+    Sets verdict.eos / verdict.stop. Runs before any budget check."""
+    token = verdict.emitted[-1].token
+    verdict.eos = task.is_eos(token)
+    if not verdict.eos and task.stops is not None:
+        verdict.stop = task.stops.check([e.token for e in verdict.emitted])
+    return verdict.eos or verdict.stop is not None
 
 
 class Verifier(Protocol):
@@ -141,8 +157,7 @@ class ChainWalk:
                 verdict.statuses[i] = "accepted"
                 verdict.path.append(i)
                 verdict.emitted.append(EmittedToken(token, "accepted", i))
-                if token == task.eos_token_id:
-                    verdict.eos = True
+                if mark_end(task, verdict):
                     return verdict
                 continue
             verdict.statuses[i] = "rejected"
@@ -195,7 +210,7 @@ class ChainVerifier(ChainWalk):
             draw = float(rng.random())
             repair = draw_token(verdict.residual, draw)
         verdict.emitted.append(EmittedToken(repair, "repaired", i, draw))
-        verdict.eos = repair == task.eos_token_id
+        mark_end(task, verdict)
 
     def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
         """Every draft token accepted: one more token from the target's last row."""
@@ -206,4 +221,4 @@ class ChainVerifier(ChainWalk):
             draw = float(rng.random())
             bonus = draw_token(task.p[n], draw)
         verdict.emitted.append(EmittedToken(bonus, "bonus", None, draw))
-        verdict.eos = bonus == task.eos_token_id
+        mark_end(task, verdict)

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from specscope.core.records import EmittedToken
-from specscope.core.verify.chain import ChainVerifier, ChainWalk, Verdict, VerifyTask
+from specscope.core.verify.chain import ChainVerifier, ChainWalk, Verdict, VerifyTask, mark_end
 
 COUPLED_VERIFIER = "coupled"  # what a run's proposer_params["verifier"] says
 
@@ -121,13 +121,13 @@ class CoupledVerifier(ChainWalk):
         row = task.q[i] if self.emit == "draft" and task.q is not None else task.p[i]
         y = self.coupling.pick(row, task.position + i)
         verdict.emitted.append(EmittedToken(y, "repaired", i))
-        verdict.eos = y == task.eos_token_id
+        mark_end(task, verdict)
 
     def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
         n = len(task.tokens)
         bonus = self.coupling.pick(task.p[n], task.position + n)
         verdict.emitted.append(EmittedToken(bonus, "bonus", None))
-        verdict.eos = bonus == task.eos_token_id
+        mark_end(task, verdict)
 
 
 def coupling_seed_of(config: Any) -> int | None:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from specscope.core.records import EmittedToken, ResidualUpdate  # noqa: F401 (ResidualUpdate re-exported)
-from specscope.core.verify.chain import (ResidualRule, Verdict, VerifyTask, acceptance_probability, draw_token,
+from specscope.core.verify.chain import (ResidualRule, Verdict, VerifyTask, acceptance_probability, draw_token, mark_end,
                                          residual_distribution, stale_residual)
 
 CHILDREN_MODES: tuple[str, ...] = ("sampled", "distinct", "topk")
@@ -156,8 +156,7 @@ class TreeVerifier:
             verdict.path.append(accepted)
             token = task.tokens[accepted]
             verdict.emitted.append(EmittedToken(token, "accepted", accepted))
-            if token == task.eos_token_id:
-                verdict.eos = True
+            if mark_end(task, verdict):
                 return verdict
             node = accepted
 
@@ -200,7 +199,7 @@ class TreeVerifier:
             verdict.emitted.append(EmittedToken(token, "repaired", kids[-1], draw))
         else:
             verdict.emitted.append(EmittedToken(token, "bonus", None, draw))
-        verdict.eos = token == task.eos_token_id
+        mark_end(task, verdict)
 
 
 # The stale-residual bug (core.verify.chain.stale_residual) in the walk: the oracle's negative control.

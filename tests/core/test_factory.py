@@ -108,13 +108,14 @@ def test_build_decoder_refuses_before_building(models):
 
 
 def test_eos_defaults_to_the_tokenizer_and_must_fit_the_vocabulary(models):
-    assert resolve_eos(RunSettings(), models) == 5
-    assert resolve_eos(RunSettings(eos=9), models) == 9
-    assert resolve_eos(RunSettings(eos_disabled=True), models) is None
-    assert resolve_eos(RunSettings(), replace(models, tokenizer=None)) is None
+    assert resolve_eos(RunSettings(), models) == (5,)
+    assert resolve_eos(RunSettings(eos=9), models) == (9,)
+    assert resolve_eos(RunSettings(eos=(9, 3, 9)), models) == (9, 3)
+    assert resolve_eos(RunSettings(eos_disabled=True), models) == ()
+    assert resolve_eos(RunSettings(), replace(models, tokenizer=None)) == ()
     with pytest.raises(SettingsError) as caught:
-        build_decoder(RunSettings(eos=64), models, {"eos": "--eos-id"})
-    assert caught.value.errors == {"eos": "--eos-id must be a token id below the vocabulary size 64, got 64"}
+        build_decoder(RunSettings(eos=(3, 64)), models, {"eos": "--eos-id"})
+    assert caught.value.errors == {"eos": "--eos-id must be token ids below the vocabulary size 64, got 64"}
     assert build_decoder(RunSettings(), models).eos_token_id == 5
 
 
@@ -157,3 +158,12 @@ def test_the_factory_decodes_what_the_decoder_does(models):
     direct = SpeculativeDecoder(models.target, DraftModelProposer(models.draft), k=3,
                                 sampling=SamplingConfig(temperature=1.0), seed=11).generate(PROMPT, 20)
     assert built.new_tokens == direct.new_tokens and len(built.new_tokens) == 20
+
+
+def test_eos_defaults_to_every_id_of_the_generation_config_and_the_tokenizer(models, monkeypatch):
+    # a chat model (Gemma: <eos> and <end_of_turn>) names several: the run ends at any of them
+    monkeypatch.setattr(models.target.generation_config, "eos_token_id", [7, 5])
+    assert resolve_eos(RunSettings(), models) == (7, 5)
+    decoder = build_decoder(RunSettings(), models)
+    assert decoder.eos_token_ids == (7, 5) and decoder.run_config([1, 2], 4).eos_ids == {5, 7}
+    assert resolve_eos(RunSettings(eos=3), models) == (3,)  # the settings' ids replace the model's

@@ -1,0 +1,197 @@
+"""Stop strings, stop token sequences and several EOS ids (core.decode.stops): where the
+output ends, the same in both engines, the checker's stop rules and the stop faults."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core.check.checker import RULES, check_report, first_bad_round
+from specscope.core.decode.stops import StopMatch, Stops, StopTracker
+from specscope.core.engines import TransformersEngine
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
+from specscope.core.records import RunEnd
+
+from ..tiny_models import noisy_copy, tiny_lm
+
+GREEDY = SamplingConfig(temperature=0)
+PROMPT = [1, 2, 3, 4, 5]
+BUDGET = 40
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def piece(token: int) -> str:
+    """A fake tokenizer's text: pieces of one to three characters, so strings span tokens."""
+    return LETTERS[token % 26] * (1 + token % 3)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_lm("llama", seed=0, init_range=0.3)
+    return target, noisy_copy(target, 0.1)
+
+
+@pytest.fixture(scope="module")
+def plain(pair):
+    """Plain greedy output of the target (speculation off: k=1 lookup with nothing to find is
+    still exact; transformers' generate is the reference)."""
+    target, _ = pair
+    ids = torch.tensor([PROMPT])
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=BUDGET, do_sample=False,
+                          pad_token_id=0)
+    return out[0, len(PROMPT):].tolist()
+
+
+def text_of(tokens):
+    return "".join(piece(t) for t in tokens)
+
+
+def cut_by_string(tokens, s):
+    """The reference cut: up to and including the first token whose piece completes `s`."""
+    for j in range(len(tokens)):
+        if s in text_of(tokens[: j + 1]):
+            return tokens[: j + 1]
+    return tokens
+
+
+def proposers(draft):
+    return {"chain k=1": lambda: (DraftModelProposer(draft), 1), "chain k=4": lambda: (DraftModelProposer(draft), 4),
+            "tree": lambda: (DraftModelProposer(draft, tree="3,2,1"), 4),
+            "lookup": lambda: (PromptLookupProposer(), 3)}
+
+
+def test_tracker_matches_on_the_text_and_does_not_cut_it():
+    pieces = {0: "la", 1: "st", 2: "opper", 3: "x"}
+    tracker = StopTracker(Stops(strings=("stop",)), pieces.__getitem__)
+    assert tracker.check([0]) is None and tracker.check([0, 1]) is None
+    assert tracker.check([0, 1, 2]) == StopMatch("text", 0, 2)  # "st" + "opper": the match ends inside "opper"
+    tracker.commit([0, 1])  # "st" came in an earlier round: the match spans the round boundary
+    assert tracker.check([2]) == StopMatch("text", 0, 0)
+    seq = StopTracker(Stops(sequences=((5, 6),)), None)
+    seq.commit([5])
+    assert seq.check([6]) == StopMatch("ids", 0, 0) and seq.check([7]) is None
+
+
+@pytest.mark.parametrize("name", ["chain k=1", "chain k=4", "tree", "lookup"])
+def test_greedy_speculative_output_with_a_stop_is_plain_greedy_cut_the_same_way(pair, plain, name):
+    target, draft = pair
+    mid_block = 0
+    cases = [Stops(sequences=(tuple(plain[a:b]),)) for a, b in ((3, 5), (0, 1), (12, 15), (30, 31))]
+    cases += [Stops(strings=(text_of(plain[a:b])[1:-1] or text_of(plain[a:b]),)) for a, b in ((4, 7), (10, 12))]
+    for stops in cases:
+        proposer, k = proposers(draft)[name]()
+        out = SpeculativeDecoder(target, proposer, k=k, sampling=GREEDY, stops=stops,
+                                 token_piece=piece).generate(PROMPT, BUDGET)
+        if stops.sequences:
+            seq = list(stops.sequences[0])
+            end = next(j for j in range(len(plain)) if plain[max(0, j + 1 - len(seq)):j + 1] == seq)
+            expected = plain[: end + 1]
+        else:
+            expected = cut_by_string(plain, stops.strings[0])
+        assert out.new_tokens == expected, (name, stops)
+        assert out.stop_reason == "stop" and out.rounds[-1].stop is not None
+        assert out.rounds[-1].stop.position == len(out.rounds[-1].emitted) - 1
+        mid_block += out.rounds[-1].stop.position < out.rounds[-1].drafted
+        report = check_report(out.config, out.rounds, end=RunEnd("completed", "stop", len(out.new_tokens)))
+        assert report.findings == [], [str(f) for f in report.findings]
+    if name != "lookup":
+        assert mid_block, "no stop completed inside an accepted block: the test does not exercise it"
+
+
+@pytest.mark.parametrize("kind", ["assisted", "lookup"])
+def test_both_engines_emit_the_same_tokens_for_the_same_stop(pair, plain, kind):
+    target, draft = pair
+    for stops in [Stops(sequences=(tuple(plain[6:8]),)), Stops(strings=(text_of(plain[9:12])[1:],)),
+                  Stops(sequences=(tuple(plain[20:21]),), strings=("zzzzzzzz",))]:
+        ours = SpeculativeDecoder(target, DraftModelProposer(draft) if kind == "assisted" else PromptLookupProposer(),
+                                  k=3, sampling=GREEDY, stops=stops, token_piece=piece).generate(PROMPT, BUDGET)
+        engine = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops,
+                                    token_piece=piece)
+        theirs = engine.generate(PROMPT, BUDGET)
+        assert theirs.new_tokens == ours.new_tokens and theirs.stop_reason == ours.stop_reason == "stop"
+        assert theirs.rounds[-1].stop.position == len(theirs.rounds[-1].emitted) - 1
+        report = check_report(theirs.config, theirs.rounds, end=RunEnd("completed", "stop", len(theirs.new_tokens)))
+        assert [f for f in report.findings if f.rule != "acceptance-draw"] == [], [str(f) for f in report.findings]
+
+
+def test_several_eos_ids_each_end_the_output_in_both_engines(pair, plain):
+    target, draft = pair
+    first = next(t for t in plain[8:] if t not in plain[:8])
+    eos = (next(t for t in range(64) if t not in plain), first)  # the first id never comes: the second ends it
+    ours = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, eos_token_id=eos).generate(
+        PROMPT, BUDGET)
+    assert ours.new_tokens == plain[: plain.index(first) + 1] and ours.stop_reason == "eos"
+    assert ours.config.eos_token_ids == eos and ours.config.eos_ids == set(eos)
+    theirs = TransformersEngine(target, draft=draft, k=4, sampling=GREEDY, eos_token_id=eos).generate(PROMPT, BUDGET)
+    assert theirs.new_tokens == ours.new_tokens and theirs.stop_reason == "eos"
+    assert check_report(ours.config, ours.rounds, end=RunEnd("completed", "eos", len(ours.new_tokens))).findings == []
+    # the checker's EOS rule knows every id: a round that went past the second one is flagged
+    leak = faulty_decoder("eos-leak", target, DraftModelProposer(draft), k=4, sampling=GREEDY, eos_token_id=eos)
+    out = leak.generate(PROMPT, BUDGET)
+    if leak.fault_rounds:
+        findings = check_report(out.config, out.rounds).findings
+        assert first_bad_round(findings) == leak.fault_rounds[0] and findings[0].rule == "eos"
+
+
+def test_the_checker_flags_a_wrong_stop_record_finish_reason_and_end_count(pair, plain):
+    target, draft = pair
+    stops = Stops(sequences=(tuple(plain[12:14]),))
+    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=stops).generate(
+        PROMPT, BUDGET)
+    n = len(out.new_tokens)
+    rules = lambda rounds, end=None: {f.rule for f in check_report(out.config, rounds, end=end).findings}  # noqa: E731
+    assert rules(out.rounds, RunEnd("completed", "budget", n)) == {"finish-reason"}
+    assert rules(out.rounds, RunEnd("completed", "stop", n + 2)) >= {"end-count"}
+    unflagged = out.rounds[:-1] + [dataclasses.replace(out.rounds[-1], stop=None)]
+    assert rules(unflagged) == {"stop-flag"}
+    wrong = [dataclasses.replace(r, stop=StopMatch("ids", 0, 0)) if r.stop is None else r for r in out.rounds]
+    assert "stop-flag" in rules(wrong)
+    assert all(name in RULES for name in ("stop-leak", "stop-flag", "stop-budget", "finish-reason", "end-count"))
+
+
+def test_stop_rules_never_guess_without_the_recorded_stops(pair, plain):
+    target, draft = pair
+    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY,
+                             stops=Stops(strings=(text_of(plain[5:8])[1:],)), token_piece=piece).generate(PROMPT, BUDGET)
+    blind = dataclasses.replace(out.config, unrecorded=frozenset({"stops"}), stop_strings=())
+    report = check_report(blind, out.rounds, end=RunEnd("completed", "stop", len(out.new_tokens)))
+    assert report.findings == [] and "stop-leak" in report.not_checked and "finish-reason" in report.not_checked
+    textless = [dataclasses.replace(r, pieces=None) for r in out.rounds]
+    report = check_report(out.config, textless, end=RunEnd("completed", "stop", len(out.new_tokens)))
+    assert report.findings == [] and "pieces" in report.not_checked["stop-leak"]
+
+
+STOP_FAULTS = [name for name, f in FAULTS.items() if f.needs == "stops"]
+
+
+def test_the_stop_faults_are_listed():
+    assert set(STOP_FAULTS) == {"stop-last-token", "budget-before-stop", "stop-per-token"}
+
+
+@pytest.mark.parametrize("fault", STOP_FAULTS)
+def test_every_stop_fault_is_flagged_at_its_first_round(pair, plain, fault):
+    target, draft = pair
+    fired = 0
+    for a in range(2, 30, 5):
+        for b in (2, 3):
+            stops = Stops(strings=(text_of(plain[a:a + b])[1:],)) if fault == "stop-per-token" else \
+                Stops(sequences=(tuple(plain[a:a + b]),))
+            budget = a + b + 1 if fault == "budget-before-stop" else BUDGET  # the stop lands in the last round
+            for k in (4,):
+                dec = faulty_decoder(fault, target, DraftModelProposer(draft), k=k, sampling=GREEDY, stops=stops,
+                                     token_piece=piece)
+                out = dec.generate(PROMPT, budget)
+                end = RunEnd("completed", out.stop_reason, len(out.new_tokens))
+                findings = check_report(out.config, out.rounds, end=end).findings
+                if not dec.fault_rounds:
+                    assert findings == [], (fault, [str(f) for f in findings])
+                    continue
+                fired += 1
+                assert first_bad_round(findings) == dec.fault_rounds[0], (fault, [str(f) for f in findings])
+                assert {f.rule for f in findings} <= {"stop-leak", "stop-flag", "stop-budget", "finish-reason",
+                                                       "end-count", "budget", "round-structure"}
+                assert "stop-leak" in {f.rule for f in findings}
+                # otherwise plausible: every token is the target's own greedy choice
+                assert out.new_tokens == plain[: len(out.new_tokens)]
+    assert fired >= 3, f"{fault} fired in only {fired} runs"
