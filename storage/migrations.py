@@ -66,11 +66,20 @@ def _add_tree_facts(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE rounds ADD COLUMN {name} {kind}"))
 
 
+def _add_stops(conn: Connection) -> None:
+    """Version 5: runs.stops (the run's EOS ids, stop strings and sequences) and rounds.stop
+    (the stop a round completed, each token's text). Older runs keep null: not recorded."""
+    for table, name in (("runs", "stops"), ("rounds", "stop")):
+        kind = Base.metadata.tables[table].c[name].type.compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema: runs, rounds, draft_nodes", _baseline),
     Migration(2, "runs.unrecorded: optional trace fields a run did not record", _add_unrecorded),
     Migration(3, "run_tokens: the token list appended in chunks; runs.n_new_tokens", _append_only_tokens),
     Migration(4, "rounds.tree, tree_top, tree_full: tree rounds' tried order, residual updates and layout", _add_tree_facts),
+    Migration(5, "runs.stops, rounds.stop: EOS ids, stop strings and sequences, the stop a round completed", _add_stops),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 TABLES = frozenset(Base.metadata.tables)

@@ -15,6 +15,7 @@ import numpy as np
 from specscope.core.sampling.partial import entry_known
 from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
                                     TreeInfo, TreeRound)
+from specscope.core.decode.stops import StopMatch
 from specscope.core.sampling.reference import SamplingConfig
 
 from specscope.storage.codec import VectorPolicy, pack_blobs, rebuild, unpack_blobs
@@ -59,6 +60,7 @@ def run_row(config: RunConfig, *, status: str, started_at: float, models: ModelI
         "use_cache": bool(config.use_cache),
         "fault": config.fault,
         "unrecorded": sorted(config.unrecorded) or None,
+        "stops": None if "stops" in config.unrecorded else stops_json(config),
         "target_name": models.target_name if models.target_name is not None else config.target_name,
         "target_hash": models.target_hash,
         "draft_name": models.draft_name if models.draft_name is not None else config.draft_name,
@@ -97,8 +99,38 @@ def run_config(r: Mapping[str, Any]) -> RunConfig:
         vocab_size=r["vocab_size"],
         use_cache=bool(r["use_cache"]),
         fault=r["fault"],
-        unrecorded=frozenset(r.get("unrecorded") or ()),
+        **_stops_fields(r.get("stops")),
+        unrecorded=frozenset(r.get("unrecorded") or ()) | ({"stops"} if r.get("stops") is None else set()),
     )
+
+
+def stops_json(config: RunConfig) -> dict:
+    """What a run records of how it may end besides the budget (runs.stops, the JSONL header's
+    `stops`)."""
+    return {"eos_token_ids": [int(t) for t in config.eos_token_ids], "strings": list(config.stop_strings),
+            "ids": [[int(t) for t in seq] for seq in config.stop_ids]}
+
+
+def _stops_fields(stops: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not stops:
+        return {}
+    return dict(eos_token_ids=tuple(int(t) for t in stops.get("eos_token_ids") or ()),
+                stop_strings=tuple(str(s) for s in stops.get("strings") or ()),
+                stop_ids=tuple(tuple(int(t) for t in seq) for seq in stops.get("ids") or ()))
+
+
+def round_stop_json(rnd: Round) -> dict | None:
+    """rounds.stop: the stop the round completed and its tokens' text; None when neither."""
+    stop, pieces = getattr(rnd, "stop", None), getattr(rnd, "pieces", None)
+    if stop is None and pieces is None:
+        return None
+    return {"match": None if stop is None else stop.to_dict(), "pieces": None if pieces is None else list(pieces)}
+
+
+def round_stop_fields(data: Mapping[str, Any] | None) -> dict[str, Any]:
+    match, pieces = (data or {}).get("match"), (data or {}).get("pieces")
+    return dict(stop=None if match is None else StopMatch.from_dict(match),
+                pieces=None if pieces is None else tuple(str(p) for p in pieces))
 
 
 def run_info(r: Mapping[str, Any]) -> RunInfo:
@@ -235,6 +267,7 @@ def _round_row(rnd: Round, run_id: str, blobs: _Blobs) -> dict:
         "bookkeeping_s": float(t.bookkeeping_s),
         "draft_forwards": int(rnd.draft_forwards),
         "target_forwards": int(rnd.target_forwards),
+        "stop": round_stop_json(rnd),
     }
 
 
@@ -326,6 +359,7 @@ def _round_fields(row: Mapping[str, Any]) -> dict[str, Any]:
         timings=RoundTimings(draft_s=row["draft_s"], verify_s=row["verify_s"], bookkeeping_s=row["bookkeeping_s"]),
         draft_forwards=int(row["draft_forwards"]),
         target_forwards=int(row["target_forwards"]),
+        **round_stop_fields(row.get("stop")),
     )
 
 

@@ -96,6 +96,9 @@ class RunRow(Base):
     tokenizer_name: Mapped[Optional[str]] = mapped_column(String(512))
     tokenizer_hash: Mapped[Optional[str]] = mapped_column(String(128))
     library_versions: Mapped[dict[str, Any]]
+    # schema version 5: the run's EOS ids and stops ({"eos_token_ids", "strings", "ids"});
+    # null = a run written before stops were recorded (the checker's stop rules do not run)
+    stops: Mapped[Optional[dict[str, Any]]]
     extra: Mapped[dict[str, Any]]
     # what the storage layer persisted
     top_n: Mapped[int] = mapped_column(Integer)
@@ -151,6 +154,10 @@ class RoundRow(Base):
     tree: Mapped[Optional[dict[str, Any]]]
     tree_top: Mapped[Optional[bytes]]
     tree_full: Mapped[Optional[bytes]]
+    # schema version 5: the stop the round's last token completed ({"kind", "index", "position"})
+    # and, in a run with stop strings, each emitted token's text: {"match": ..., "pieces": [...]};
+    # null = neither
+    stop: Mapped[Optional[dict[str, Any]]]
     # cache bookkeeping
     tc_before: Mapped[int] = mapped_column(Integer)
     tc_peak: Mapped[int] = mapped_column(Integer)

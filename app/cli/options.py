@@ -230,17 +230,30 @@ def threads_arg(text: str) -> int:
     return n
 
 
-def parse_eos(value: str) -> tuple[int | None, bool]:
-    """--eos-id as RunSettings' (eos, eos_disabled): 'auto' = the tokenizer's, 'none' = no EOS,
-    else a token id (its range is the settings' check)."""
+def parse_eos(value: str) -> tuple[int | tuple[int, ...] | None, bool]:
+    """--eos-id as RunSettings' (eos, eos_disabled): 'auto' = the model's (its generation
+    config's ids and the tokenizer's), 'none' = no EOS, else a token id or a comma list of
+    them (their range is the settings' check)."""
     if value == "none":
         return None, True
     if value == "auto":
         return None, False
     try:
-        return int(value), False
+        ids = tuple(int(part) for part in value.split(","))
     except ValueError:
-        raise CliError(f"--eos-id must be an integer, 'auto' or 'none', got {value!r}") from None
+        raise CliError(f"--eos-id must be an integer (or integers separated by commas), 'auto' or 'none', "
+                       f"got {value!r}") from None
+    return (ids[0] if len(ids) == 1 else ids), False
+
+
+def parse_stop_ids(values: list[str] | None) -> tuple[tuple[int, ...], ...]:
+    """Each --stop-ids as a token sequence (a comma list of ids)."""
+    from specscope.core.decode.stops import parse_stop_ids as parse
+
+    try:
+        return tuple(parse(v) for v in values or ())
+    except ValueError as exc:
+        raise CliError(f"--stop-ids: {exc}") from None
 
 
 def stderr_progress(message: str) -> None:

@@ -8,7 +8,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from specscope.app.cli.options import stderr_progress, parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, parse_prompt_ids
+from specscope.app.cli.options import stderr_progress, parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, \
+    parse_prompt_ids, parse_stop_ids
 from specscope.app.cli.signals import interrupt_status, run_signals
 
 
@@ -29,8 +30,9 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
     src.add_argument("--prompt-file", help="read the prompt text from this file")
     src.add_argument("--prompt-ids", help="comma-separated token ids instead of text (at least one)")
     p.add_argument("--chat", action="store_true",
-                   help="the prompt is a user's message: apply the model's chat template (system turn from --system), "
-                        "and stop at the token that ends the model's turn (--eos-id auto)")
+                   help="the prompt is a user's message: apply the model's chat template (system turn from --system); "
+                        "with --eos-id auto the run ends at any EOS the model's generation config names (a chat "
+                        "model's end of turn among them)")
     p.add_argument("--system", default=None, metavar="TEXT", help="with --chat: the system turn's text")
     p.add_argument("--proposer", default=None, metavar="SPEC",
                    help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
@@ -58,7 +60,14 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
                    help="coupled lanes at temperature > 0: the target's draws come from Gumbel keys of (SEED, output "
                         "position) and a draft model proposes by the same keys, so runs with the same SEED emit the "
                         "same tokens wherever their prefixes agree, whatever the proposer (docs/coupling.md)")
-    p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
+    p.add_argument("--eos-id", "--eos", dest="eos_id", default="auto",
+                   help="EOS token id or ids (comma list: 2,107), 'auto' = the model's (every id its generation "
+                        "config names, and the tokenizer's), 'none' = no EOS")
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop string (repeatable): the output ends at the token whose text completes it, that token "
+                        "included; the text is not cut (docs/trace-format.md, Stops)")
+    p.add_argument("--stop-ids", action="append", default=None, metavar="IDS",
+                   help="stop token sequence, a comma list of ids (repeatable): the output ends at its last token")
     p.add_argument("--target", default=None,
                    help="target: a checkpoint directory, a GGUF file (converted once and cached), a fetched model's "
                         "name (`specscope models`), or the bundled target (the default; 'target' names it too)")
@@ -154,7 +163,7 @@ def _fold_tree_flags(args: argparse.Namespace, spec: Any, text: str) -> Any:
     return replace(spec, params={**spec.params, **flags})
 
 
-def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
+def _prompt_ids(args: argparse.Namespace, tokenizer: Any, settings: Any) -> list[int]:
     if args.prompt_ids is not None:
         return parse_prompt_ids(args.prompt_ids)
     if args.prompt_file:
@@ -169,11 +178,9 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
         text = _default_prompt(args.chat)
     if tokenizer is None:
         raise CliError("this target has no tokenizer: pass --prompt-ids")
-    if args.chat:
-        from specscope.core.loading.chat import chat_prompt_ids
+    from specscope.core.decode.factory import Models, prompt_ids
 
-        return chat_prompt_ids(tokenizer, text, args.system)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return prompt_ids(settings, Models(target=None, tokenizer=tokenizer), text)
 
 
 def _default_prompt(chat: bool = False) -> str:
@@ -204,7 +211,8 @@ def _load(args: argparse.Namespace, spec: Any):
 FLAG_NAMES = {"proposer": "--proposer", "tree": "--tree", "children": "--children", "engine": "--engine",
               "k": "--k (draft length)", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
               "seed": "--seed", "max_new_tokens": "--max-new", "eos": "--eos-id", "coupling_seed": "--coupled",
-              "use_cache": "--no-cache", "fault": "--fault", "vectors": "--vectors", "top_n": "--top-n"}
+              "use_cache": "--no-cache", "fault": "--fault", "vectors": "--vectors", "top_n": "--top-n",
+              "stop_strings": "--stop", "stop_ids": "--stop-ids", "system": "--system"}
 
 
 def run_settings(args: argparse.Namespace, spec: Any) -> Any:
@@ -216,7 +224,9 @@ def run_settings(args: argparse.Namespace, spec: Any) -> Any:
         proposer=str(spec), engine=args.engine, k=args.k, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new, eos=eos, eos_disabled=no_eos,
         coupling_seed=args.coupled, use_cache=not args.no_cache, fault=args.fault, vectors=args.vectors,
-        top_n=args.top_n, device=args.device, dtype=args.dtype, threads=args.threads)
+        top_n=args.top_n, device=args.device, dtype=args.dtype, threads=args.threads,
+        stop_strings=tuple(args.stop or ()), stop_ids=parse_stop_ids(args.stop_ids), chat=args.chat,
+        system=args.system)
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
@@ -237,22 +247,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
         if settings.coupling_seed is not None and settings.greedy:
             print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
         pair = _load(args, spec)
-        settings = _chat_eos(args, settings, pair)
         decoder = build_decoder(settings, pair, FLAG_NAMES)
-        prompt = _prompt_ids(args, pair.tokenizer)
+        prompt = _prompt_ids(args, pair.tokenizer, settings)
         return pair, decoder, prompt, run_config(decoder, settings, pair, prompt, names=FLAG_NAMES)
     except SettingsError as exc:
         raise CliError(str(exc)) from None
-
-
-def _chat_eos(args: argparse.Namespace, settings: Any, pair: Any) -> Any:
-    """With --chat and --eos-id auto, the run stops where the model's turn ends (its generation
-    config's EOS; the template's end-of-turn token where it names several)."""
-    if not args.chat or args.eos_id != "auto":
-        return settings
-    from specscope.core.loading.chat import turn_end_id
-
-    return replace(settings, eos=turn_end_id(pair.target, pair.tokenizer))
 
 
 def _token_text(tokenizer: Any, token: int) -> str:
@@ -261,11 +260,11 @@ def _token_text(tokenizer: Any, token: int) -> str:
     return tokenizer.decode([token])
 
 
-def _print_round(rnd: Any, tokenizer: Any, eos_id: int | None, color: bool) -> None:
+def _print_round(rnd: Any, tokenizer: Any, eos_ids: Any, color: bool) -> None:
     out = []
     for e in rnd.emitted:
         text = _token_text(tokenizer, e.token)
-        if e.token == eos_id:
+        if e.token in eos_ids:
             text = f"<eos:{e.token}>"
         if color:
             out.append(f"{ANSI[e.kind]}{text}{RESET}")
@@ -331,7 +330,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if writer is not None:
                 writer.write(rnd)  # raises at once once the writer has failed: decoding stops here
             if not args.json:
-                _print_round(rnd, pair.tokenizer, decoder.eos_token_id, color)
+                _print_round(rnd, pair.tokenizer, decoder.eos_token_ids, color)
 
     with run_signals() as signals:
         try:

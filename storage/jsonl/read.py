@@ -34,6 +34,7 @@ import numpy as np
 from specscope.core.sampling.partial import VectorStats, entry_known
 from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
                                     TreeRound)
+from specscope.core.decode.stops import STOP_KINDS, StopMatch
 from specscope.core.sampling.reference import SamplingConfig
 
 from specscope.storage.codec import DEFAULT_TOP_N, FULL_DTYPES, PartialDistribution, StoredFullDistribution, VectorPolicy, top_entries
@@ -52,7 +53,7 @@ _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
 # omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
 UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache")
-_STOP_REASONS = ("eos", "budget", "cancelled", "running")
+_STOP_REASONS = ("eos", "stop", "budget", "cancelled", "running")
 
 class TraceSink:
     """Where read_trace hands the rows as it parses (import_run: the database, one
@@ -141,6 +142,9 @@ def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
     started_at = v.time(d, "started_at", default=time.time())
     prompt_text = v.text(d, "prompt_text")
     config = _config(v, cfg, models, run_id or rid, tuple(prompt), sampling)
+    stops = _stops(v, d, vocab)
+    if stops is not None:
+        config = dataclasses.replace(config, **stops)
     declared = v.get(d, "unrecorded", "", "list", required=False, default=[])
     for i, name in enumerate(declared):
         if name not in UNRECORDABLE:
@@ -153,7 +157,51 @@ def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
                   top_n=policy.top_n, full_dtype=policy.full_dtype, prompt_text=prompt_text,
                   extra=v.free(d, "extra", "", default={}),
                   full_vectors=v.get(storage, "full_vectors", "storage", "bool", required=False, default=False))
-    return ParsedTrace(config=config, policy=policy, row=row, unrecorded=set(declared))
+    if stops is None:  # a trace that does not say how its run could stop: the stop rules do not run
+        row["stops"] = None
+    return ParsedTrace(config=config, policy=policy, row=row,
+                       unrecorded=set(declared) | ({"stops"} if stops is None else set()))
+
+
+def _stops(v: FieldReader, d: dict, vocab: int) -> dict | None:
+    """The header's `stops` (EOS ids, stop strings, stop token sequences) as RunConfig
+    fields; None when the header has none."""
+    raw = v.get(d, "stops", "", "obj", required=False, nullable=True)
+    if raw is None:
+        return None
+    eos = v.get(raw, "eos_token_ids", "stops", "ints", required=False, default=[])
+    strings = v.get(raw, "strings", "stops", "list", required=False, default=[])
+    seqs = v.get(raw, "ids", "stops", "list", required=False, default=[])
+    for i, t in enumerate(eos):
+        if not 0 <= t < vocab:
+            raise v.fail(f"stops.eos_token_ids[{i}]", f"token id {t} outside the vocabulary [0, {vocab})")
+    for i, text in enumerate(strings):
+        if not isinstance(text, str) or not text or len(text) > 1000:
+            raise v.fail(f"stops.strings[{i}]", "expected a non-empty string of at most 1000 characters")
+    for i, seq in enumerate(seqs):
+        if not isinstance(seq, list) or not seq or len(seq) > MAX_K or any(
+                isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in seq):
+            raise v.fail(f"stops.ids[{i}]", f"expected a non-empty list of token ids in [0, {vocab})")
+    return dict(eos_token_ids=tuple(eos), stop_strings=tuple(strings), stop_ids=tuple(tuple(s) for s in seqs))
+
+
+def _round_stop(v: FieldReader, d: dict, run: ParsedTrace, n_emitted: int) -> dict:
+    """A round's `stop` (the stop its last token completed) and `pieces` (each token's text)."""
+    if "stop" not in d and (run.config.stop_strings or run.config.stop_ids):
+        run.unrecorded.add("stop")
+    raw = v.get(d, "stop", "", "obj", required=False, nullable=True)
+    stop = None
+    if raw is not None:
+        kind = v.get(raw, "kind", "stop", "str", choices=STOP_KINDS)
+        index = v.get(raw, "index", "stop", "int")
+        position = v.get(raw, "position", "stop", "int")
+        if not 0 <= position < n_emitted:
+            raise v.fail("stop.position", f"expected an emitted token's index in [0, {n_emitted}), got {position}")
+        stop = StopMatch(kind, index, position)
+    pieces = v.get(d, "pieces", "", "list", required=False, nullable=True)
+    if pieces is not None and (len(pieces) != n_emitted or not all(isinstance(p, str) for p in pieces)):
+        raise v.fail("pieces", f"expected {n_emitted} strings (one per emitted token)")
+    return dict(stop=stop, pieces=None if pieces is None else tuple(pieces))
 
 
 def _sampling(v: FieldReader, sampling: dict) -> SamplingConfig:
@@ -358,6 +406,7 @@ def _round(v: FieldReader, d: dict, run: ParsedTrace, expected_index: int) -> No
                                 for key in ("draft_s", "verify_s", "bookkeeping_s")}),
         draft_forwards=v.get(d, "draft_forwards", "", "int", required=False, default=0),
         target_forwards=v.get(d, "target_forwards", "", "int", required=False, default=1),
+        **_round_stop(v, d, run, len(emitted)),
     )
     if rnd.rejected_node is not None and not 0 <= rnd.rejected_node < len(nodes):
         raise v.fail("rejected_node", f"refers to node {rnd.rejected_node}, the round has {len(nodes)} nodes")

@@ -71,6 +71,8 @@ class TraceFile:
                        "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p},
                        "seed": seed, "eos_token_id": eos_token_id, "proposer": proposer},
             "unrecorded": [f for f in OPTIONAL if f not in records],
+            # a TraceFile run ends at its EOS id or the budget only: it has no stop strings or sequences
+            "stops": {"eos_token_ids": [], "strings": [], "ids": []},
         }
         self._write(header)
 

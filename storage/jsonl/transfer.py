@@ -113,7 +113,9 @@ def header_json(run: Mapping[str, Any]) -> dict:
         "storage": {"top_n": run["top_n"], "full_vectors": bool(run["full_vectors"]), "full_dtype": run["full_dtype"]},
     }
     if run.get("unrecorded"):  # only traces of other decoders leave optional fields out
-        header["unrecorded"] = list(run["unrecorded"])
+        header["unrecorded"] = [name for name in run["unrecorded"] if name not in ("stops", "stop")]
+    if run.get("stops") is not None:  # runs stored before schema version 5 did not record their stops
+        header["stops"] = run["stops"]
     return header
 
 
@@ -184,7 +186,17 @@ def _round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
         "timings": {"draft_s": r["draft_s"], "verify_s": r["verify_s"], "bookkeeping_s": r["bookkeeping_s"]},
         "draft_forwards": r["draft_forwards"],
         "target_forwards": r["target_forwards"],
+        **_stop_json(r.get("stop")),
     }
+
+
+def _stop_json(stop: Mapping[str, Any] | None) -> dict:
+    """A round's `stop` (null when none) and, when recorded, its `pieces`."""
+    stop = stop or {}
+    out: dict[str, Any] = {"stop": stop.get("match")}
+    if stop.get("pieces") is not None:
+        out["pieces"] = stop["pieces"]
+    return out
 
 
 def end_json(run: Mapping[str, Any], new_tokens: list[int] | None = None) -> dict:

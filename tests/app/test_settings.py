@@ -51,3 +51,20 @@ def test_a_gguf_file_is_a_checkpoint_and_another_file_is_not(tmp_path):
     other.write_bytes(b"not a model")
     v = validate(texts(proposer="checkpoint", checkpoint=str(other)))
     assert "not a GGUF file" in v.errors["checkpoint"]
+
+
+def test_chat_system_stops_and_several_eos_ids_round_trip():
+    v = validate(texts(chat="on", system="Be brief.", stop_strings="\\n\\nEnd\nstop", stop_ids="1,2,3; 7",
+                       eos="2,107"))
+    assert v.ok, v.errors
+    s = v.settings
+    assert s.chat and s.system == "Be brief." and s.eos == (2, 107)
+    assert s.stop_strings == ("\n\nEnd", "stop") and s.stop_ids == ((1, 2, 3), (7,))
+    assert validate(s.to_texts()).settings == s  # the panel's texts give back the same settings
+    assert validate(texts(system="x")).settings.system is None  # the system text counts only with chat on
+
+
+def test_bad_stop_sequences_are_explained():
+    v = validate(texts(stop_ids="1,,2"))
+    assert not v.ok and "stop token sequences" in v.errors["stop_ids"]
+    assert "EOS" in validate(texts(eos="2,x")).errors["eos"]

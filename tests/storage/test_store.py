@@ -293,13 +293,28 @@ def _old_store(tmp_path, version: int):
 
 def test_a_version_1_store_is_upgraded_and_its_runs_read_as_before(tmp_path):
     """Schema 2 adds runs.unrecorded; a store written before it opens, upgrades in place and
-    its runs load with nothing unrecorded."""
+    its runs load with nothing unrecorded but their stops (schema 5)."""
     path, expected = _old_store(tmp_path, 1)
     with TraceStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 4
-        assert s.run_config("old-run").unrecorded == frozenset()
+        assert s.schema_version == SCHEMA_VERSION == 5
+        assert s.run_config("old-run").unrecorded == frozenset({"stops"})
         assert len(s.load_rounds("old-run")) > 0
         assert s.new_tokens("old-run") == expected
+
+
+def test_a_version_4_store_reads_with_its_stops_unrecorded(tmp_path):
+    """Schema 5 adds runs.stops and rounds.stop: an older run does not say how it could stop,
+    so the checker's stop rules say they were not checked rather than assume none."""
+    from specscope.core.check.checker import check_report
+
+    path, expected = _old_store(tmp_path, 4)
+    with TraceStore(path) as s:
+        assert s.schema_version == 5
+        config = s.run_config("old-run")
+        assert "stops" in config.unrecorded and config.stop_strings == () and config.stop_ids == ()
+        rounds = s.load_rounds("old-run")
+        assert all(r.stop is None and r.pieces is None for r in rounds) and s.new_tokens("old-run") == expected
+        assert "stop-leak" in check_report(config, rounds).not_checked
 
 
 def test_a_version_2_store_gets_its_token_list_as_a_chunk(tmp_path):

@@ -161,6 +161,8 @@ FIELDS = (
 )
 # The text of the run panel's fields (FIELDS, the tree fields folded into the proposer, threads).
 TEXT_FIELDS = FIELDS + ("threads",)
+# The run panel's chat and stop fields (texts of their own: see to_texts and _stops)
+CHAT_STOP_FIELDS = ("chat", "system", "stop_strings", "stop_ids")
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,13 @@ class RunSettings(CoreRunSettings):
     def to_texts(self) -> dict[str, str]:
         values = asdict(self)
         texts = {k: ("" if values[k] is None else str(values[k])) for k in TEXT_FIELDS}
-        texts["eos"] = "none" if self.eos_disabled else ("auto" if self.eos is None else str(self.eos))
+        eos = self.eos if not isinstance(self.eos, tuple) else ",".join(str(i) for i in self.eos)
+        texts["eos"] = "none" if self.eos_disabled else ("auto" if eos is None else str(eos))
         texts["threads"] = "auto" if self.threads is None else str(self.threads)
+        texts["chat"] = "on" if self.chat else ""
+        texts["system"] = self.system or ""
+        texts["stop_strings"] = "\n".join(s.replace("\\", "\\\\").replace("\n", "\\n") for s in self.stop_strings)
+        texts["stop_ids"] = "; ".join(",".join(str(t) for t in seq) for seq in self.stop_ids)
         return texts
 
     @property
@@ -272,15 +279,50 @@ def _numbers(get, errors: dict[str, str]) -> dict[str, Any]:
     return values
 
 
-def _eos(text: str, errors: dict[str, str]) -> tuple[int | None, bool]:
-    """The EOS field: (token id or None for the tokenizer's, disabled)."""
+def _eos(text: str, errors: dict[str, str]) -> tuple[int | tuple[int, ...] | None, bool]:
+    """The EOS field: (a token id, several separated by commas, or None for the model's; disabled)."""
     text = text.strip().lower()
     if text in ("", "auto", "default"):
         return None, False
     if text in ("none", "off", "-"):
         return None, True
-    eos = _parse(text, FIELD_NAMES["eos"], int, "a token id, “auto” or “none”", errors, "eos")
-    return eos, False
+    ids = [_parse(part, FIELD_NAMES["eos"], int, "token ids separated by commas, “auto” or “none”", errors, "eos")
+           for part in text.split(",")]
+    if "eos" in errors:
+        return None, False
+    return (ids[0] if len(ids) == 1 else tuple(ids)), False
+
+
+def _stops(get, errors: dict[str, str]) -> dict[str, Any]:
+    """The chat and stop fields: chat on/off, the system text, stop strings (one per line; \\n
+    writes a newline, \\\\ a backslash), stop token sequences ("1,2,3; 7,8")."""
+    from specscope.core.decode.stops import parse_stop_ids
+
+    lines = [line for line in get("stop_strings").split("\n") if line]
+    strings = tuple(_unescape(line) for line in lines)
+    seqs = []
+    for part in (p.strip() for p in get("stop_ids").split(";")):
+        if not part:
+            continue
+        try:
+            seqs.append(parse_stop_ids(part))
+        except ValueError as exc:
+            errors["stop_ids"] = f"{FIELD_NAMES['stop_ids']}: {exc}"
+    chat = get("chat").strip().lower() in ("on", "true", "1", "yes")
+    system = get("system").strip() or None
+    return dict(stop_strings=strings, stop_ids=tuple(seqs), chat=chat, system=system if chat else None)
+
+
+def _unescape(line: str) -> str:
+    out, i = [], 0
+    while i < len(line):
+        if line[i] == "\\" and i + 1 < len(line) and line[i + 1] in "n\\":
+            out.append("\n" if line[i + 1] == "n" else "\\")
+            i += 2
+        else:
+            out.append(line[i])
+            i += 1
+    return "".join(out)
 
 
 def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_size: int | None = None) -> Validation:
@@ -296,12 +338,13 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     numbers = _numbers(get, errors)
     eos, eos_disabled = _eos(get("eos"), errors)
     threads = _threads(get("threads"), errors)
+    stops = _stops(get, errors)
     device = get("device").strip() or "cpu"
     if device not in devices:
         errors["device"] = f"device “{device}” is not available here; available: {', '.join(devices)}"
     settings = RunSettings(prompt=prompt, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
                            device=device, engine=get("engine").strip().lower() or "specscope", threads=threads,
-                           **numbers)
+                           **stops, **numbers)
     for key, message in settings.validate().items():
         errors.setdefault(key, message)  # a field whose text did not parse keeps that message
     if vocab_size and "eos" not in errors and (problem := eos_vocab_problem(eos, vocab_size)):

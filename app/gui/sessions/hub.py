@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from specscope.core.decode.factory import Models, build_decoder, run_config
+from specscope.core.decode.factory import Models, build_decoder, prompt_ids, run_config
 from specscope.core.loading import models as loading
 from specscope.core.records import RunConfig
 
@@ -288,7 +288,10 @@ class ModelHub:
         settings.check()  # before any model loads
         models = self.models(settings)
         decoder = build_decoder(settings, models)
-        ids = self.encode(settings.prompt, models.tokenizer, decoder.vocab_size)
+        if settings.chat:  # the prompt is the user's turn: the tokenizer's chat template (core.decode.factory)
+            ids = prompt_ids(settings, models, settings.prompt)
+        else:
+            ids = self.encode(settings.prompt, models.tokenizer, decoder.vocab_size)
         config = run_config(decoder, settings, models, ids, run_id)
         return Prepared(decoder, ids, config, self.token_text(models.tokenizer), settings.describe())
 

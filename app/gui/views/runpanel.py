@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QGridLayout,
@@ -40,8 +41,11 @@ FIELD_HELP = {
     "top_p": "1 = off",
     "seed": "seeds every draw; stored with the run",
     "max_new_tokens": "stop after this many new tokens",
-    "eos": "auto = tokenizer's EOS · none · or a token id",
+    "eos": "auto = the model's EOS ids · none · or token ids (2,107)",
     "threads": "torch CPU threads for decoding · auto = all cores but one (up to 8 cores)",
+    "system": "the system turn of the chat (optional)",
+    "stop_strings": "stop strings, one per line (\\n = newline): the output ends at the token completing one",
+    "stop_ids": "stop token sequences: 1,2,3; 7,8",
 }
 
 
@@ -69,7 +73,8 @@ class RunPanelWidget(QWidget):
         self.set_texts(RunSettings().to_texts())
         self.set_state(IDLE)
         for key, w in self.fields.items():
-            sig = w.currentTextChanged if isinstance(w, QComboBox) else w.textChanged
+            sig = w.currentTextChanged if isinstance(w, QComboBox) else w.toggled if isinstance(w, QCheckBox) \
+                else w.textChanged
             sig.connect(self._live_validate)
             sig.connect(self.edited)
         self._proposer_changed()
@@ -94,7 +99,30 @@ class RunPanelWidget(QWidget):
         bl.addWidget(self.prompt)
         self.fields["prompt"] = self.prompt
         bl.addWidget(self._error_label("prompt"))
+        self._chat_rows(bl)
         return box
+
+    def _chat_rows(self, layout: QVBoxLayout) -> None:
+        """Chat (the prompt is the user's turn; the system text its system turn) and the stops."""
+        self.chat = QCheckBox("Chat: the prompt is the user's turn (the model's chat template)")
+        self.chat.toggled.connect(lambda on: self.system.setEnabled(on))
+        self.fields["chat"] = self.chat
+        layout.addWidget(self.chat)
+        self.system = QLineEdit()
+        self.system.setEnabled(False)
+        self.fields["system"] = self.system
+        self.stop_strings = QPlainTextEdit()
+        self.stop_strings.setFixedHeight(40)
+        self.stop_strings.setTabChangesFocus(True)
+        self.fields["stop_strings"] = self.stop_strings
+        self.stop_ids = QLineEdit()
+        self.fields["stop_ids"] = self.stop_ids
+        for key, widget in (("system", self.system), ("stop_strings", self.stop_strings),
+                            ("stop_ids", self.stop_ids)):
+            widget.setToolTip(FIELD_HELP[key])
+            widget.setPlaceholderText(FIELD_HELP[key])
+            layout.addWidget(widget)
+            layout.addWidget(self._error_label(key))
 
     def _settings_box(self, devices: tuple[str, ...]) -> QGroupBox:
         box = QGroupBox("Proposer and sampler")
@@ -230,6 +258,8 @@ class RunPanelWidget(QWidget):
         for key, w in self.fields.items():
             if isinstance(w, QPlainTextEdit):
                 out[key] = w.toPlainText()
+            elif isinstance(w, QCheckBox):
+                out[key] = "on" if w.isChecked() else ""
             elif isinstance(w, QComboBox):
                 out[key] = w.currentText()
             else:
@@ -251,6 +281,8 @@ class RunPanelWidget(QWidget):
                 self._set_proposer(value)
             elif isinstance(w, QPlainTextEdit):
                 w.setPlainText(value)
+            elif isinstance(w, QCheckBox):
+                w.setChecked(value.strip().lower() in ("on", "true", "1", "yes"))
             elif isinstance(w, QComboBox):
                 idx = w.findText(value)
                 if idx >= 0:
@@ -352,6 +384,7 @@ class RunPanelWidget(QWidget):
         self.stop_button.setEnabled(active)
         for key, w in self.fields.items():
             w.setEnabled(not active)
+        self.system.setEnabled(not active and self.chat.isChecked())  # the system turn belongs to a chat
         self.example.setEnabled(not active)
         if not active:
             self._proposer_changed()
