@@ -23,6 +23,7 @@ _EXPORTS = {
     "decode.kv": ("CachedLM",),
     "decode.run": ("RunHandle",),
     "decode.settings": ("RunSettings", "SettingsError"),
+    "decode.stops": ("StopMatch", "Stops", "token_piece_function"),
     "draft.proposers": ("Draft", "DraftModelProposer", "PromptLookupProposer", "Proposer"),
     "draft.registry": ("KINDS", "ProposerSpec", "SpecError", "build_proposer", "parse_spec"),
     "check.checker": ("check_report", "check_run", "first_bad_round", "group_findings"),
@@ -40,6 +41,9 @@ __all__ = [
     "RunHandle",
     "RunSettings",
     "SettingsError",
+    "StopMatch",
+    "Stops",
+    "token_piece_function",
     "Models",
     "build_decoder",
     "SpecError",
@@ -102,6 +106,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from specscope.core.decode.decoder import SpeculativeDecoder, normalize_prompt, summarize
     from specscope.core.decode.factory import Models, build_decoder
     from specscope.core.decode.settings import RunSettings, SettingsError
+    from specscope.core.decode.stops import StopMatch, Stops, token_piece_function
     from specscope.core.draft.proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
     from specscope.core.records import (CacheState, DraftNode, EmittedToken, GenerationResult, ResidualUpdate, Round, RoundTimings,
                           RunConfig, RunSummary, TreeInfo, TreeRound)

@@ -23,7 +23,12 @@ import torch
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.loading import models as loading
 from specscope.core.check.checker import check_run, first_bad_round, group_findings
+from specscope.core.decode.stops import Stops, token_piece_function
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
+
+# the stop faults' runs stop at these strings (common in the bundled target's Python output,
+# often spread over two tokens)
+STOP_STRINGS = ("):\n", "return ")
 from specscope.storage import TraceStore, TraceWriter
 
 SETTINGS = [
@@ -86,10 +91,14 @@ def main(argv=None) -> int:
                     findings = stored_check(store, dec, prompt, args.max_new, seed, full)
                     clean["runs"] += 1
                     clean["false_positive_runs"] += bool(findings)
-        for name in [name for name, f in FAULTS.items() if not f.needs]:  # the chain draft model's faults
+        # the chain draft model's faults, and the stop faults on runs with stop strings (core.decode.stops)
+        stops = dict(stops=Stops(strings=STOP_STRINGS), token_piece=token_piece_function(tok))
+        for name in [name for name, f in FAULTS.items() if f.needs in ("", "stops")]:
             c = table[name] = Counter()
+            extra = stops if FAULTS[name].needs == "stops" else {}
             for cfg in SETTINGS:
-                dec = faulty_decoder(name, pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos)
+                dec = faulty_decoder(name, pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg,
+                                     eos_token_id=eos, **extra)
                 for prompt in prompts:
                     for seed in range(args.seeds):
                         findings = stored_check(store, dec, prompt, args.max_new, seed, full)

@@ -195,3 +195,62 @@ def test_every_stop_fault_is_flagged_at_its_first_round(pair, plain, fault):
                 # otherwise plausible: every token is the target's own greedy choice
                 assert out.new_tokens == plain[: len(out.new_tokens)]
     assert fired >= 3, f"{fault} fired in only {fired} runs"
+
+
+@pytest.mark.parametrize("tree, children", [(None, None), ("3,2,1", "sampled"), ("2,2", "topk")])
+def test_sampled_runs_that_stop_check_clean(pair, tree, children):
+    target, draft = pair
+    sampled = SamplingConfig(temperature=1.0, top_k=20)
+    stopped = 0
+    for seed in range(4):
+        proposer = DraftModelProposer(draft) if tree is None else DraftModelProposer(draft, tree=tree, children=children)
+        out = SpeculativeDecoder(target, proposer, k=4, sampling=sampled, seed=seed, token_piece=piece,
+                                 stops=Stops(strings=("aa", "cb"), sequences=((5,),))).generate(PROMPT[:3], BUDGET)
+        stopped += out.stop_reason == "stop"
+        report = check_report(out.config, out.rounds, end=RunEnd("completed", out.stop_reason, len(out.new_tokens)))
+        assert report.findings == [], [str(f) for f in report.findings]
+    assert stopped >= 2
+
+
+def test_token_pieces_of_a_real_tokenizer_concatenate_to_the_decoded_text():
+    from specscope.core.decode.stops import token_piece_function
+    from specscope.core.loading import models as loading
+
+    if not loading.bundled_available():
+        pytest.skip("needs the bundled tokenizer")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(loading.bundled_path("tokenizer")))
+    piece = token_piece_function(tokenizer)
+    text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1)"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert "".join(piece(i) for i in ids) == tokenizer.decode(ids) == text
+    assert any(piece(i).startswith(" ") for i in ids)  # a leading space belongs to its token
+
+
+def test_the_factory_refuses_stop_strings_without_a_tokenizer_and_a_chat_without_a_template(pair):
+    from specscope.core.decode.factory import Models, build_decoder, prompt_ids
+    from specscope.core.decode.settings import RunSettings, SettingsError
+
+    target, draft = pair
+    models = Models(target, None, "t", draft, "d")
+    with pytest.raises(SettingsError) as caught:
+        build_decoder(RunSettings(stop_strings=("x",)), models, {"stop_strings": "--stop"})
+    assert set(caught.value.errors) == {"stop_strings"} and "--stop" in str(caught.value)
+    with pytest.raises(SettingsError) as caught:
+        build_decoder(RunSettings(stop_ids=((1, 64),)), models)
+    assert "vocabulary size 64" in caught.value.errors["stop_ids"]
+    assert build_decoder(RunSettings(stop_ids=((1, 2),)), models).stops == Stops(sequences=((1, 2),))
+
+    class NoTemplate:
+        chat_template = None
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [1, 2]}
+
+    chat = RunSettings(chat=True, system="be brief")
+    with pytest.raises(SettingsError) as caught:
+        prompt_ids(chat, Models(target, NoTemplate()), "hi")
+    assert "chat template" in caught.value.errors["prompt"]
+    assert prompt_ids(RunSettings(), Models(target, NoTemplate()), "hi") == [1, 2]
+    assert RunSettings(system="x").validate()["system"].endswith("turn chat on")
