@@ -40,14 +40,16 @@ def _names(names: Mapping[str, str] | None) -> dict[str, str]:
 def resolve_eos(settings: RunSettings, models: Any, names: Mapping[str, str] | None = None) -> tuple[int, ...]:
     """The run's EOS ids: none when disabled, the settings' ids, else the model's: every id its
     generation config names (a chat model ends its turn with one, e.g. Gemma's <end_of_turn>)
-    and the tokenizer's; refused when one lies outside the target's vocabulary."""
+    and the tokenizer's (none without a tokenizer); refused when one lies outside the target's
+    vocabulary."""
     from specscope.core.decode.kv import model_vocab_size
 
     ids = settings.eos_ids
-    if ids is None:
+    if ids is None and models.tokenizer is None:
+        ids = ()  # token ids only (a random test model): no EOS unless the settings name one
+    elif ids is None:
         config = getattr(getattr(models.target, "generation_config", None), "eos_token_id", None)
-        tokenizer_eos = getattr(models.tokenizer, "eos_token_id", None) if models.tokenizer is not None else None
-        ids = tuple(_as_ids(config)) + tuple(_as_ids(tokenizer_eos))
+        ids = tuple(_as_ids(config)) + tuple(_as_ids(getattr(models.tokenizer, "eos_token_id", None)))
     ids = tuple(dict.fromkeys(int(i) for i in ids))
     vocab = model_vocab_size(models.target)
     if problem := eos_vocab_problem(ids, vocab, names):

@@ -174,7 +174,7 @@ class Cells:
         for t in ids:
             self._add(theme.PROMPT, -1, -1, int(t), -1, False)
 
-    def add_round(self, r: Round, token_text: TokenText | None, eos_id: int | None) -> None:
+    def add_round(self, r: Round, token_text: TokenText | None, eos_ids: frozenset[int]) -> None:
         self.round_first.append(len(self.kind))
         out = r.emitted_before
         accepted_nodes = {e.node for e in r.emitted if e.kind == "accepted"}
@@ -184,7 +184,7 @@ class Cells:
         for e in emitted:
             if e.kind != "accepted":
                 continue
-            self._add(theme.ACCEPTED, r.index, e.node, e.token, out, eos_id is not None and e.token == eos_id)
+            self._add(theme.ACCEPTED, r.index, e.node, e.token, out, e.token in eos_ids)
             out += 1
         for n in r.nodes:
             if n.index in accepted_nodes or n.status == "accepted":
@@ -195,7 +195,7 @@ class Cells:
                 continue
             kind = theme.KIND_OF_EMITTED[e.kind]
             pos = e.node if e.kind == "repaired" and e.node is not None else len(r.nodes)
-            self._add(kind, r.index, pos, e.token, out, eos_id is not None and e.token == eos_id)
+            self._add(kind, r.index, pos, e.token, out, e.token in eos_ids)
             out += 1
 
 
@@ -276,7 +276,7 @@ class RunModel(QObject):
 
     def extend(self, rounds: Iterable[Round]) -> None:
         first = len(self.rounds)
-        eos = self.config.eos_token_id if self.config is not None else None
+        eos = self.config.eos_ids if self.config is not None else frozenset()  # every EOS id of the run
         batch = list(rounds)
         self.rounds.extend(batch, [self._keep(r) for r in batch])
         for r in batch:
