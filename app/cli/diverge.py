@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from specscope.app.cli.options import CliError, threads_arg
@@ -157,32 +156,11 @@ def _prompts(args: argparse.Namespace, tokenizer: Any, prompt_ids: Any) -> list[
     return [(e.name, list(tokenizer(e.text, add_special_tokens=False)["input_ids"])) for e in examples]
 
 
-def _text(tokenizer: Any, token: int | None) -> str:
-    if token is None:
-        return "(none: the output had ended)"
-    shown = repr(tokenizer.decode([token])) if tokenizer is not None else ""
-    return f"{shown} (id {token})".strip()
-
-
 def _print(name: str, d: Any, tokenizer: Any) -> None:
-    head = f"{name}: run {d.run_id[:12]}, {d.dtype}"
-    if d.identical:
-        print(f"{head}: identical to plain greedy decoding ({len(d.plain)} tokens)")
-        return
-    node = "" if d.node is None and d.margin is None else f", node {d.node}" if d.node is not None else ", prefix row"
-    print(f"{head}: first difference at output position {d.position} (round {d.round}{node}): {d.verdict.upper()}")
-    print(f"  speculative: {_text(tokenizer, d.speculative_token)}   plain: {_text(tokenizer, d.plain_token)}")
-    if d.margin is not None:
-        print(f"  one-token forward: plain minus speculative token {d.margin:.4g} (top-2 margin {d.top2_margin:.4g})")
-        print(f"  verify forward vs one-token forward: logits differ by up to {d.logit_diff:.4g} "
-              f"(can flip a margin up to {2 * d.logit_diff:.4g}); verify margin {d.verify_margin:.4g}")
-    print(f"  {d.reason}")
-    if d.findings:
-        print(f"  checker: {len(d.findings)} finding(s) up to round {d.round}, first at round {d.blame_round}:")
-        for f in d.findings[:3]:
-            print(f"    {f}")
-    else:
-        print(f"  checker: no findings in rounds 0-{d.round}")
-    for rule, why in d.not_checked.items():
-        print(f"  not checked: {rule} ({why})")
-    sys.stdout.flush()
+    def text(token: int) -> str:
+        return f"{tokenizer.decode([token])!r} (id {token})" if tokenizer is not None else f"id {token}"
+
+    first, *rest = d.lines(text)
+    print(f"{name}: run {d.run_id[:12]}: {first}")
+    for line in rest:
+        print(line)

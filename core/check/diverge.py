@@ -34,7 +34,7 @@ torch is imported inside the functions: `specscope check` imports this package w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -77,6 +77,33 @@ class Divergence:
     @property
     def identical(self) -> bool:
         return self.verdict == IDENTICAL
+
+    def lines(self, token_text: Callable[[int], str] = lambda t: f"id {t}") -> list[str]:
+        """The comparison in words, one line each (the CLI prints them, the window shows them)."""
+        if self.identical:
+            return [f"identical to plain greedy decoding ({len(self.plain)} tokens, {self.dtype})"]
+
+        def shown(token: int | None) -> str:
+            return "(none: the output had ended)" if token is None else token_text(token)
+
+        row = "" if self.margin is None else ", prefix row" if self.node is None else f", node {self.node}"
+        out = [f"first difference at output position {self.position} (round {self.round}{row}, {self.dtype}): "
+               f"{self.verdict.upper()}",
+               f"  speculative: {shown(self.speculative_token)}   plain: {shown(self.plain_token)}"]
+        if self.margin is not None:
+            out += [f"  one-token forward: plain minus speculative token {self.margin:.4g} "
+                    f"(top-2 margin {self.top2_margin:.4g})",
+                    f"  verify forward vs one-token forward: logits differ by up to {self.logit_diff:.4g} "
+                    f"(can flip a margin up to {2 * self.logit_diff:.4g}); verify margin {self.verify_margin:.4g}"]
+        out.append(f"  {self.reason}")
+        if self.findings:
+            out.append(f"  checker: {len(self.findings)} finding(s) up to round {self.round}, first at round "
+                       f"{self.blame_round}:")
+            out += [f"    {f}" for f in self.findings[:3]]
+        else:
+            out.append(f"  checker: no findings in rounds 0-{self.round}")
+        out += [f"  not checked: {rule} ({why})" for rule, why in self.not_checked.items()]
+        return out
 
     def to_dict(self) -> dict:
         out = asdict(self)
