@@ -14,6 +14,11 @@ RUN_DEFAULTS = dict(chat=False, system=None, lookup_max_ngram=None, lookup_min_n
                     top_p=1.0, seed=0, coupled=None, no_cache=False, vectors="auto", top_n=20)
 
 
+# the flags that set up a live run: meaningless with --db (a stored run brings its own)
+LIVE_ONLY = ("--prompt", "--prompt-file", "--prompt-ids", "--example", "--examples", "--proposer", "--draft", "--tree",
+             "--children", "--fault")
+
+
 def add_diverge_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "diverge",
@@ -88,6 +93,9 @@ def _stored(args: argparse.Namespace) -> tuple[str, Any, Any]:
 
     if args.run is None:
         raise CliError("--db needs --run ID: the stored run to compare with plain greedy decoding")
+    live = [flag for flag in LIVE_ONLY if getattr(args, flag.removeprefix("--").replace("-", "_")) not in (None, False)]
+    if live:
+        raise CliError(f"{live[0]} sets up a new run; a stored run (--db, --run) is compared with its own settings")
     store = open_existing_store(args.db)
     try:
         try:

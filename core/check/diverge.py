@@ -160,7 +160,8 @@ def predicting_node(rnd: Round, offset: int) -> int | None:
     accepted node, so the row is the one after the previous emitted token's node."""
     if offset == 0:
         return None
-    return rnd.emitted[offset - 1].node
+    node = rnd.emitted[offset - 1].node
+    return offset - 1 if node is None else node  # a trace that leaves out `node`: a chain's accepted node i is i
 
 
 def verify_row(target: Any, rnd: Round, context: Sequence[int], node: int | None) -> Any:

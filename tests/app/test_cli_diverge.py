@@ -27,7 +27,7 @@ def models(checkpoints):
 
 def test_identical_live_run(capsys, checkpoints):
     code, out, _ = run_cli(capsys, "diverge", *models(checkpoints))
-    assert code == 0 and "identical to plain greedy decoding (12 tokens)" in out
+    assert code == 0 and "identical to plain greedy decoding (12 tokens, float32)" in out
 
 
 def test_a_fault_is_a_logic_bug_with_the_checker_s_word(capsys, checkpoints):
@@ -66,3 +66,5 @@ def test_stored_runs_and_their_errors(capsys, checkpoints, tmp_path):
     assert code == 2 and "--db" in err
     code, _, err = run_cli(capsys, "diverge", "--db", db)
     assert code == 2 and "--run" in err
+    code, _, err = run_cli(capsys, "diverge", "--db", db, "--run", recorded["0"], "--prompt", "x")
+    assert code == 2 and "--prompt sets up a new run" in err
