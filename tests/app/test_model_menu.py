@@ -252,3 +252,15 @@ def test_a_draft_with_another_tokenizer_than_the_target_is_refused_under_the_pro
     same.write_bytes(catalog.fetched_gguf(index).read_bytes())
     models = hub.models(RunSettings(prompt="hi", target=index.name, proposer=f"draft:{same}"))
     assert models.target_name == index.name and models.draft is not None
+
+
+def test_a_replayed_run_names_its_target_when_the_menu_can(cache):
+    from specscope.app.gui.model.targets import target_of_run
+
+    _fake_conversion(cache, "a" * 64, "/models/have.gguf")
+    catalog.CATALOG.update({"have": _model("have", "a" * 64, "Apache-2.0", 93),
+                            "want": _model("want", "c" * 64, "Own Terms", 227)})
+    assert target_of_run("specscope/target") == "" and target_of_run("tiny-target") == "" and target_of_run("") == ""
+    assert target_of_run("have") == "have"
+    assert target_of_run("want") is None  # catalogued, not on this machine: the panel cannot rerun it
+    assert target_of_run("LlamaForCausalLM") == "" and target_of_run(str(cache)) == str(cache)

@@ -9,6 +9,8 @@ from typing import Any, Iterable
 
 from PySide6.QtWidgets import QMessageBox
 
+from specscope.app.gui.model.targets import target_of_run
+
 log = logging.getLogger(__name__)
 
 
@@ -32,7 +34,10 @@ class CheckActions:
         w.statusBar().showMessage("Recomputing every round with the target…")
         try:
             device = w.run_panel.texts().get("device") or "cpu"
-            target, _ = w.hub.target(device if device in w.hub.devices() else "cpu")
+            name = target_of_run(w.model.config.target_name)  # the run's own target, not the menu's
+            if name is None:
+                raise ValueError(f"the run's target {w.model.config.target_name} is not on this machine")
+            target, _ = w.hub.target(device if device in w.hub.devices() else "cpu", name)
             found = recompute_findings(w.model.config, self.rounds_for_checking(), target)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
             w.show_error(f"The recompute check failed: {exc}", title="Recompute check")

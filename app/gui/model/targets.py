@@ -24,6 +24,7 @@ class TargetChoice:
     label: str
     tip: str = ""
     default_draft: str | None = None  # a proposer spec this target proposes with by default
+    short: str = ""  # what the closed menu shows in a narrow panel (the label when empty)
 
 
 def _short(text: str) -> str:
@@ -37,14 +38,15 @@ def target_choices(table: dict[str, list[dict[str, Any]]] | None = None) -> list
         from specscope.core.loading.models import model_table
 
         table = model_table()
-    out = [TargetChoice(BUNDLED, "", "bundled target (no download)", "the small model shipped with specscope")]
+    out = [TargetChoice(BUNDLED, "", "bundled target (no download)", "the small model shipped with specscope",
+                        short="bundled target")]
     cached_size = {c["name"]: c["size"] for c in table["cached"] if c.get("name")}
     for m in table["fetchable"]:
         tip = f"{m['title']}\nlicence: {m['licence']}"
         if m["fetched"]:
             out.append(TargetChoice(FETCHED, m["name"], f"{m['name']} — {_short(m['title'])} · cached "
                                                         f"{cached_size.get(m['name'], '')}".rstrip(),
-                                    tip, m.get("default_draft")))
+                                    tip, m.get("default_draft"), short=m["name"]))
         else:
             out.append(TargetChoice(FETCHABLE, m["name"], f"fetch {m['name']} — {m['download_mb']} MB · "
                                                           f"{_short(m['licence'])}…",
@@ -54,7 +56,7 @@ def target_choices(table: dict[str, list[dict[str, Any]]] | None = None) -> list
         if not c.get("name"):  # a GGUF file converted earlier (a catalogued model is listed above)
             source = os.path.basename(str(c.get("source") or c["path"]))
             out.append(TargetChoice(CACHED, c["path"], f"cached {source} · {c.get('architecture') or '?'}, {c['size']}",
-                                    f"converted from {c.get('source')}\n{c['path']}"))
+                                    f"converted from {c.get('source')}\n{c['path']}", short=source))
     out.append(TargetChoice(PICK, "", "Local checkpoint or GGUF…", "a folder saved with save_pretrained, or a .gguf file"))
     return out
 
@@ -62,3 +64,18 @@ def target_choices(table: dict[str, list[dict[str, Any]]] | None = None) -> list
 def local_choice(path: str) -> TargetChoice:
     """The entry of a folder or GGUF file chosen by hand."""
     return TargetChoice(LOCAL, path, f"local {os.path.basename(os.path.normpath(path))}", path)
+
+
+def target_of_run(target_name: str | None) -> str | None:
+    """The target menu's value that reruns a recorded run: a catalogued model's name once it
+    is on this machine (None while it is not: the panel cannot rerun it), a checkpoint folder
+    or GGUF file that is still there; else "" (the bundled target; the app ran no other
+    before the menu, and models built in-process record only their class name)."""
+    from specscope.core.loading import catalog
+
+    name = (target_name or "").strip()
+    model = catalog.lookup(name) if name else None
+    if model is not None and not os.path.exists(name):
+        fetched = catalog.cached_checkpoint(model) is not None or catalog.fetched_gguf(model).is_file()
+        return model.name if fetched else None
+    return name if name and os.path.isabs(name) and os.path.exists(name) else ""

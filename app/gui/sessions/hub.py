@@ -164,13 +164,11 @@ def _target_folder(name: str) -> Path:
     return path
 
 
-def _target_label(name: str) -> str:
-    """How a run records a named target: the catalog name, else the file or folder's name (a
-    cached conversion's: the GGUF file it came from)."""
-    path = Path(name).expanduser()
-    model = catalog.lookup(name) if not path.exists() else None
-    info = gguf.conversion_info(path) if path.is_dir() else None
-    return model.name if model is not None else Path(str((info or {}).get("source") or path)).name
+def _target_label(name: str, folder: Path) -> str:
+    """How a run records a named target, as the CLI's --target does: the catalog name, else
+    the checkpoint folder (a GGUF file's cached conversion)."""
+    model = catalog.lookup(name) if not Path(name).expanduser().exists() else None
+    return model.name if model is not None else str(Path(folder).resolve())
 
 
 class ModelHub:
@@ -324,7 +322,8 @@ class ModelHub:
         if ref is not None:
             self.check_draft_tokenizer(ref, tokenizer, name)
         draft, draft_name = self.draft_loader(settings.device)(ref) if ref is not None else (None, None)
-        target_name = _target_label(name) if name else ("tiny-target" if self.fallback else "")
+        folder = self._cached(("folder", name), lambda: _target_folder(name)) if name else None
+        target_name = _target_label(name, folder) if folder else ("tiny-target" if self.fallback else "")
         return Models(target, tokenizer, target_name, draft, draft_name)
 
     def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
@@ -344,7 +343,7 @@ class ModelHub:
         spread over every token of a longer run."""
         from specscope.core.decode.baseline import plain_generate
 
-        target, _ = self.target(settings.device)
+        target, _ = self.target(settings.device, getattr(settings, "target", ""))
         n = max(2, min(steps, settings.max_new_tokens))
         sampling = settings.sampling()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QFileDialog
+from PySide6.QtWidgets import QComboBox, QFileDialog, QStyle, QStyleOptionComboBox, QStylePainter
 
 from specscope.app.gui.model.targets import FETCHABLE, LOCAL, PICK, TargetChoice, local_choice, target_choices
 
@@ -50,6 +50,24 @@ class TargetMenu(QComboBox):
         self.setItemData(index, choice.tip or choice.label, Qt.ItemDataRole.ToolTipRole)
         return index
 
+    def paintEvent(self, _event) -> None:
+        """The closed menu shows the entry's short name ("smollm2"): the whole label (size,
+        licence) is in the open list and the tooltip, and the panel stays narrow."""
+        painter = QStylePainter(self)
+        option = QStyleOptionComboBox()
+        self.initStyleOption(option)
+        choice = self.itemData(self.currentIndex(), CHOICE_ROLE) if self.count() else None
+        if choice is not None and choice.short:
+            option.currentText = choice.short
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, option)
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, option)
+
+    def _select(self, index: int) -> None:
+        self._chosen = index
+        self.setCurrentIndex(index)
+        choice = self.itemData(index, CHOICE_ROLE)
+        self.setToolTip(choice.tip or choice.label if choice is not None else "")
+
     def spec(self) -> str:
         """The target field's value: "" = the bundled target."""
         choice = self.itemData(self._chosen, CHOICE_ROLE) if self.count() else None
@@ -68,10 +86,6 @@ class TargetMenu(QComboBox):
                 return
         if spec and os.path.exists(spec):
             self._select(self._add(local_choice(spec)))
-
-    def _select(self, index: int) -> None:
-        self._chosen = index
-        self.setCurrentIndex(index)
 
     def _activated(self, index: int) -> None:
         choice: TargetChoice = self.itemData(index, CHOICE_ROLE)
