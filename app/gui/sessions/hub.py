@@ -268,6 +268,10 @@ class ModelHub:
         if target_tokenizer is None or (not target_name and ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS):
             return
         if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
+            if self.fallback:  # tiny random stand-ins: token ids of a 64-token vocabulary
+                raise SettingsError({"proposer": f"the bundled drafts are not installed here (tiny random stand-ins "
+                                                 f"without a tokenizer): choose a draft that shares {target_name}'s "
+                                                 f"tokenizer, or prompt lookup"})
             draft_tokenizer = self.tokenizer()
         else:
             folder = Path(ref)
