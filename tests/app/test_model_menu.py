@@ -314,3 +314,17 @@ def test_closing_the_window_cancels_a_running_fetch(panel, index, cache, qtbot, 
     started = time.perf_counter()
     window.close()
     assert job.isFinished() and time.perf_counter() - started < 5 and _leftovers(cache) == []
+
+
+def test_a_default_draft_checkpoint_fills_the_checkpoint_field_and_a_hand_picked_proposer_stays(panel, cache, tmp_path):
+    draft = tmp_path / "draft-for-have"
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    _fake_conversion(cache, "a" * 64, "/models/have.gguf")
+    catalog.CATALOG["have"] = _model("have", "a" * 64, "Apache-2.0", 93, default_draft=f"draft:{draft}")
+    run_panel = panel().run_panel
+    run_panel.target.choose("have")
+    assert run_panel.texts()["proposer"] == f"draft:{draft}" and run_panel.checkpoint.text() == str(draft)
+    run_panel.set_field("proposer", "draft:tiny")  # picked by hand: a later target leaves it alone
+    run_panel.target.choose("")
+    assert run_panel.texts()["proposer"] == "draft:tiny"
