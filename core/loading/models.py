@@ -587,6 +587,15 @@ def _catalog_name(spec: str | None) -> str | None:
     return model.name if model is not None else None
 
 
+def model_table() -> dict[str, list[dict[str, Any]]]:
+    """Every model specscope can name, by where it comes from: bundled, converted in the cache,
+    fetchable (core.loading.catalog.listing). `specscope models` prints it; the app's target
+    menu lists it."""
+    bundled = [{"name": name, "path": str(models_dir() / key)}
+               for name, key in (("target", "target"), *((f"draft-{d}", f"draft-{d}") for d in BUNDLED_DRAFTS))]
+    return {"bundled": bundled, **catalog.listing()}
+
+
 def bundled_available() -> bool:
     try:
         return all((bundled_path(n) / "config.json").is_file() for n in ("target", "small", "tiny"))

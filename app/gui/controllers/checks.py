@@ -10,6 +10,8 @@ from typing import Any, Iterable
 
 from PySide6.QtWidgets import QMessageBox
 
+from specscope.app.gui.model.targets import target_of_run
+
 log = logging.getLogger(__name__)
 
 
@@ -20,7 +22,8 @@ class CheckActions:
     def recompute_check(self) -> list | None:
         """Recompute every round's p with the target from the full prefix (no cache) and
         compare with the recorded p: the check that catches stale cache state. Needs the
-        run's target (the bundled one, or the tiny model for tiny runs)."""
+        run's target (the bundled one, the tiny model for tiny runs, a fetched model by name
+        or a checkpoint folder that is still there)."""
         from specscope.core.check.checker import recompute_findings
 
         w = self.w
@@ -33,7 +36,10 @@ class CheckActions:
         w.statusBar().showMessage("Recomputing every round with the target…")
         try:
             device = w.run_panel.texts().get("device") or "cpu"
-            target, _ = w.hub.target(device if device in w.hub.devices() else "cpu")
+            name = target_of_run(w.model.config.target_name)  # the run's own target, not the menu's
+            if name is None:
+                raise ValueError(f"the run's target {w.model.config.target_name} is not on this machine")
+            target, _ = w.hub.target(device if device in w.hub.devices() else "cpu", name)
             found = recompute_findings(w.model.config, self.rounds_for_checking(), target)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
             w.show_error(f"The recompute check failed: {exc}", title="Recompute check")

@@ -147,6 +147,7 @@ def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None
 
 FIELDS = (
     "prompt",
+    "target",
     "engine",
     "proposer",
     "checkpoint",
@@ -171,6 +172,7 @@ class RunSettings(CoreRunSettings):
 
     prompt: str = ""
     checkpoint: str = ""  # the folder of a KIND:PATH spec, "" otherwise
+    target: str = ""  # "" = the bundled target; a fetched model's name, a checkpoint folder or a GGUF file
 
     def to_texts(self) -> dict[str, str]:
         values = asdict(self)
@@ -191,7 +193,8 @@ class RunSettings(CoreRunSettings):
         engine = "" if self.engine == "specscope" else f"{self.engine}: "
         # with a tree, k does not apply (the spec names the tree)
         length = "" if describe_tree(self.spec) else f", k={self.k}"
-        return f"{engine}{prop}{length}, {samp}, seed={self.seed}"
+        target = f"{os.path.basename(os.path.normpath(self.target))} · " if self.target else ""
+        return f"{target}{engine}{prop}{length}, {samp}, seed={self.seed}"
 
 
 @dataclass
@@ -234,6 +237,18 @@ def _checkpoint_error(folder: str) -> str | None:
     if not os.path.exists(os.path.join(folder, "config.json")):
         return "this folder has no config.json: not a transformers checkpoint"
     return None
+
+
+def _target_error(target: str) -> str | None:
+    """Why a target the menu names cannot load (None: it can): a catalogued model not fetched
+    yet, or a folder or file that is not a checkpoint."""
+    from specscope.core.loading import catalog
+
+    model = catalog.lookup(target) if not os.path.exists(target) else None
+    if model is not None:
+        fetched = catalog.cached_checkpoint(model) is not None or catalog.fetched_gguf(model).is_file()
+        return None if fetched else f"{model.name} is not on this machine yet: choose it in the menu to fetch it"
+    return _checkpoint_error(target)
 
 
 def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, str]:
@@ -293,13 +308,16 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     if not prompt.strip():
         errors["prompt"] = "the prompt is empty: speculative decoding needs at least one token"
     proposer, checkpoint = _proposer(get("proposer"), get("checkpoint").strip(), errors)
+    target = get("target").strip()
+    if target and (problem := _target_error(target)):
+        errors["target"] = problem
     numbers = _numbers(get, errors)
     eos, eos_disabled = _eos(get("eos"), errors)
     threads = _threads(get("threads"), errors)
     device = get("device").strip() or "cpu"
     if device not in devices:
         errors["device"] = f"device “{device}” is not available here; available: {', '.join(devices)}"
-    settings = RunSettings(prompt=prompt, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
+    settings = RunSettings(prompt=prompt, target=target, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
                            device=device, engine=get("engine").strip().lower() or "specscope", threads=threads,
                            **numbers)
     for key, message in settings.validate().items():
