@@ -59,6 +59,7 @@ def run_row(config: RunConfig, *, status: str, started_at: float, models: ModelI
         "use_cache": bool(config.use_cache),
         "fault": config.fault,
         "unrecorded": sorted(config.unrecorded) or None,
+        "position_limit": config.position_limit,
         "target_name": models.target_name if models.target_name is not None else config.target_name,
         "target_hash": models.target_hash,
         "draft_name": models.draft_name if models.draft_name is not None else config.draft_name,
@@ -98,6 +99,7 @@ def run_config(r: Mapping[str, Any]) -> RunConfig:
         use_cache=bool(r["use_cache"]),
         fault=r["fault"],
         unrecorded=frozenset(r.get("unrecorded") or ()),
+        position_limit=r.get("position_limit"),
     )
 
 

@@ -585,6 +585,19 @@ class _RoundChecker:
 
     # ---------------------------------------------------------------- budget, EOS
 
+    def positions(self) -> None:
+        """The first round whose tokens need more positions than the target reads (the front
+        ends refuse such runs: core.decode.factory.check_positions); unknown without a limit."""
+        limit, rnd = self.config.position_limit, self.rnd
+        if limit is None:
+            self.not_checked.setdefault("position-limit", "the run records no position limit for its target")
+            return
+        needed = rnd.prefix_len + len(rnd.emitted)
+        if rnd.prefix_len <= limit < needed:
+            self.add("position-limit", f"the round's tokens need {needed} positions, but the target reads at most {limit} "
+                     "(max_position_embeddings): what it decodes past that is not a model's output",
+                     self.position_of(limit - rnd.prefix_len))
+
     def continuity(self) -> None:
         rnd, emitted = self.rnd, self.out_start
         prompt_len = len(self.config.prompt_ids)
@@ -606,9 +619,13 @@ class _RoundChecker:
     def budget(self) -> None:
         rnd, cfg = self.rnd, self.config
         emitted_total_after = self.out_start + len(rnd.emitted)
-        if rnd.k > rnd.remaining_budget:
+        deepest = _deepest(rnd.nodes)
+        if "k" not in cfg.unrecorded and rnd.k > rnd.remaining_budget:
             self.add("draft-budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}: "
                      f"{rnd.k - rnd.remaining_budget} draft token(s) could never be emitted")
+        elif deepest > rnd.remaining_budget:
+            self.add("draft-budget", f"the draft reaches depth {deepest} with only {rnd.remaining_budget} token(s) left "
+                     "of the budget: its deepest tokens could never be emitted")
         if len(rnd.emitted) > rnd.remaining_budget:
             self.add(
                 "budget",
@@ -639,8 +656,13 @@ class _RoundChecker:
     # ---------------------------------------------------------------- caches
 
     def caches(self) -> None:
-        if not self.check_caches or not self.recorded("target_cache", "target-cache"):
+        if not self.check_caches:
             return
+        if self.recorded("target_cache", "target-cache"):
+            self._target_cache()
+        self._draft_cache()
+
+    def _target_cache(self) -> None:
         rnd, previous = self.rnd, self.previous
         # with the prefix broken here, a missing round explains a cache mismatch as well
         # as a stale cache does: the message names both
@@ -663,8 +685,15 @@ class _RoundChecker:
             below = f", cropped below the accepted prefix {committed}" if tc.after < committed else ""
             self.add("target-cache", f"cache length {tc.after} + pending {len(tc.pending)} != committed length "
                      f"{final_len}{below}")
+
+    def _draft_cache(self) -> None:
+        rnd, previous = self.rnd, self.previous
+        either = "; or a round is missing from the trace before this one" if self.prefix_broken else ""
+        committed = rnd.prefix_len + rnd.accepted
         dc = rnd.draft_cache
         if dc is None:
+            self.not_checked.setdefault("draft-cache", "the trace records no draft cache (a proposer without one, or a "
+                                        "decoder that does not record it)")
             return
         if previous is not None and previous.draft_cache is not None and dc.before != previous.draft_cache.after:
             self.add("draft-cache", f"draft cache starts at {dc.before}, the previous round left "
@@ -676,9 +705,18 @@ class _RoundChecker:
             )
 
 
+def _deepest(nodes: Sequence) -> int:
+    """The depth of the deepest node, from the parents (a chain: its length); a parent that
+    does not precede its child (round-structure's finding) counts as the prefix."""
+    depth: list[int] = []
+    for n in nodes:
+        depth.append(depth[n.parent] + 1 if 0 <= n.parent < len(depth) else 1)
+    return max(depth, default=0)
+
+
 # The round rules, in the order they run (a finding's order within a round follows it): the
 # shape-free rules apply to every round; `shape` runs the rules of the round's draft shape.
-ROUND_CHECKS: tuple[str, ...] = ("continuity", "structure", "shape", "sampler", "budget", "eos", "caches")
+ROUND_CHECKS: tuple[str, ...] = ("continuity", "positions", "structure", "shape", "sampler", "budget", "eos", "caches")
 
 
 def check_report(

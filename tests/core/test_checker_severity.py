@@ -89,3 +89,18 @@ def test_an_end_line_without_a_stop_reason_is_not_checked_not_wrong(run):
     assert report.findings == [] and "run-end" in report.not_checked
     wrong = check_report(run.config, run.rounds, end=RunEnd("completed", "eos", n))
     assert [f.rule for f in wrong.findings] == ["run-end"] and "run-end" not in wrong.not_checked
+
+
+def test_the_first_round_past_the_position_limit_is_flagged(run):
+    import dataclasses
+
+    assert run.config.position_limit == 512  # the tiny target's max_position_embeddings, recorded
+    assert check_report(run.config, run.rounds).findings == []
+    prompt = len(run.config.prompt_ids)
+    limit = prompt + 6  # the run emitted 12 tokens: it passes this limit once
+    found = check_report(dataclasses.replace(run.config, position_limit=limit), run.rounds).findings
+    assert [(f.rule, f.position, f.severity) for f in found] == [("position-limit", 6, WRONG_OUTPUT)]
+    crossing = next(r for r in run.rounds if r.prefix_len + len(r.emitted) > limit)
+    assert found[0].round == crossing.index
+    unknown = check_report(dataclasses.replace(run.config, position_limit=None), run.rounds)
+    assert unknown.findings == [] and "position-limit" in unknown.not_checked
