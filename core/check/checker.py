@@ -530,6 +530,8 @@ class _RoundChecker:
                 continue
             for name, dist in (("q", n.q), ("p", n.p)):
                 if dist is None:
+                    if name == "q" and n.status != "unvisited":
+                        self.recorded("q", "sampler")  # the filters on q: not checked, and said so
                     continue
                 # the whole-vector rules need the vector's stats: a full vector, or a top-N
                 # save that kept them (older saves: only the top-k rule applies)

@@ -47,9 +47,14 @@ class _Stop(Exception):
 def prove_tree_round(chk: Any) -> None:
     """The walk of a round that carries its TreeInfo (chk.rnd.tree), proved step by step."""
     walk = _Walk(chk)
+    before = len(chk.sink)
     try:
         walk.run()
     except _Stop:
+        if len(chk.sink) == before and not chk.config.sampling.greedy:  # stopped where the record left a value out
+            for rule in ("residual", "draw"):
+                chk.not_checked.setdefault(rule, "a tree walk stopped where its record left out what the next step "
+                                           "needs (see tree-walk): the updates and draws after it are not checked")
         return
     if walk.partly and not chk.config.sampling.greedy:
         chk.not_checked.setdefault("residual", PARTLY_PROVED)

@@ -183,15 +183,12 @@ def check_tree_round(chk: Any) -> None:
     mode = children_mode(chk.config, rnd)
     vectors = [n.p for n in rnd.nodes] + ([] if greedy else [n.q for n in rnd.nodes])
     if not greedy and not all(v is not None and is_full(v) for v in vectors):
-        chk.not_checked.setdefault("tree-walk", "a tree round without its recorded tree facts (tried order, p' "
-                                   "updates: JSONL version 1) is replayed from full p and q vectors; the trace "
-                                   "stored top-N only")
-        _layout(chk)
+        _not_replayed(chk, "a tree round without its recorded tree facts (tried order, p' updates: JSONL version 1) "
+                      "is replayed from full p and q vectors; the trace stored top-N only")
         return
     if mode is None and not greedy:
-        chk.not_checked.setdefault("tree-walk", "a sampled tree round without its tree facts, in a run that does not "
-                                   "record its children mode (proposer_params.children), cannot be replayed")
-        _layout(chk)
+        _not_replayed(chk, "a sampled tree round without its tree facts, in a run that does not record its children "
+                      "mode (proposer_params.children), cannot be replayed")
         return
     chooser = _ReplayChooser(rnd)
     try:
@@ -204,6 +201,13 @@ def check_tree_round(chk: Any) -> None:
         _layout(chk)
         return
     _compare(chk, verdict, chooser)
+    _layout(chk)
+
+
+def _not_replayed(chk: Any, why: str) -> None:
+    """The walk (its decisions, and so its residual updates and draws) cannot be replayed."""
+    for rule in ("tree-walk", "residual", "draw"):
+        chk.not_checked.setdefault(rule, why)
     _layout(chk)
 
 
@@ -241,11 +245,18 @@ def _layout(chk: Any) -> None:
     """A round in memory: node positions, mask rows and the kept target cache rows."""
     rnd = chk.rnd
     tree = getattr(rnd, "tree", None)
-    if tree is None or not tree.positions:
+    kept_known = tree is not None and "kept_rows" not in chk.config.unrecorded
+    if not kept_known:
+        chk.not_checked.setdefault("target-cache", "a tree round records no kept cache rows (tree.kept_rows): which "
+                                   "branch's rows the target cache kept is not checked")
+    if tree is None or not tree.positions or not tree.visible:
+        chk.not_checked.setdefault("tree-layout", "a tree round records no positions or mask rows (tree.positions, "
+                                   "tree.visible)")
+    if tree is None:
         return
     parents = [n.parent for n in rnd.nodes]
     depths = node_depths(parents)
-    for n, depth, pos in zip(rnd.nodes, depths, tree.positions):
+    for n, depth, pos in zip(rnd.nodes, depths, tree.positions):  # zip: nothing to check without positions
         if pos != rnd.prefix_len + depth - 1:
             chk.add("tree-layout", f"node {n.index} at depth {depth} ran at position {pos}, not prefix length + depth "
                     f"- 1 = {rnd.prefix_len + depth - 1}", node=n.index)
@@ -259,7 +270,8 @@ def _layout(chk: Any) -> None:
                     + (f" (also {extra}: not on its path)" if extra else ""), node=n.index)
             break
     path = [n.index for n in rnd.nodes if n.status == "accepted"]
-    if chk.rnd.target_cache.after > rnd.prefix_len and tuple(tree.kept_rows) != tuple(rnd.prefix_len + i for i in path):
+    kept, want_kept = tuple(tree.kept_rows), tuple(rnd.prefix_len + i for i in path)
+    if kept_known and chk.rnd.target_cache.after > rnd.prefix_len and kept != want_kept:
         chk.add("target-cache", f"the target cache kept rows {list(tree.kept_rows)} after the prefix, not the accepted "
                 f"path's {[rnd.prefix_len + i for i in path]}: entries of another branch survived")
 

@@ -52,7 +52,7 @@ _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
 # omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
 UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache", "k",
-                "updates")
+                "updates", "kept_rows")
 _STOP_REASONS = ("eos", "budget", "cancelled", "running")
 
 class TraceSink:
@@ -389,8 +389,9 @@ def _tree(v: FieldReader, d: dict, rnd: Round, run: ParsedTrace) -> Any:
     children = v.get(d, "children", "tree", "str", choices=CHILDREN_MODES)
     path = nodes_of(v.get(d, "path", "tree", "ints"), "tree.path")
     tried = []
-    if "updates" not in d:
-        run.unrecorded.add("updates")
+    for key in ("updates", "kept_rows"):  # their defaults ([]) are facts when given: noted when left out
+        if key not in d:
+            run.unrecorded.add(key)
     raw_tried, raw_updates = v.get(d, "tried", "tree", "list"), v.get(d, "updates", "tree", "list", required=False, default=[])
     if len(raw_tried) > n + 1 or len(raw_updates) > n:
         raise v.fail("tree", f"{len(raw_tried)} tried lists and {len(raw_updates)} updates for {n} nodes (at most one "
@@ -465,8 +466,15 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
     q = _dist(v, n.get("q"), f"{path}.q", run)
     assert p is not None
     _note_left_out(n, status, token, p, q, run)
-    p_token = v.get(n, "p_token", path, "num", required=False, default=float(p[token]))
-    q_token = v.get(n, "q_token", path, "num", required=False, default=None if q is None else float(q[token]), nullable=True)
+    # left out and not in the vector: unknown. q_token is then null; p_token (a non-null
+    # column) keeps 0 as a placeholder, which the store does not read back as an entry of p
+    # once the run declares p_token unrecorded (storage.rows.rows_to_round)
+    p_known = entry_known(p, token)
+    p_token = v.get(n, "p_token", path, "num", required=False, default=float(p[token]) if p_known else 0.0)
+    q_token = v.get(n, "q_token", path, "num", required=False, nullable=True,
+                    default=float(q[token]) if q is not None and entry_known(q, token) else None)
+    if "p_token" not in n and not p_known:
+        run.unrecorded.add("p_token")
     both_full = q is not None and not (p.partial or q.partial)  # type: ignore[attr-defined]
     u = v.get(n, "u", path, "num", required=False, nullable=True)
     if u is not None and not 0 <= u < 1:
@@ -482,7 +490,8 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
         u=u,
         p_token=p_token,
         q_token=q_token,
-        ratio=v.get(n, "ratio", path, "num", required=False, default=(p_token / q_token) if q_token else None, nullable=True),
+        ratio=v.get(n, "ratio", path, "num", required=False, nullable=True,
+                    default=(p_token / q_token) if q_token and ("p_token" in n or p_known) else None),
         overlap=v.get(n, "overlap", path, "num", required=False, nullable=True,
                       default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
         target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False,

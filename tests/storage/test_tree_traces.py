@@ -265,7 +265,8 @@ def test_a_version_1_tree_trace_still_imports_and_checks(tmp_path):
         assert rounds and all(getattr(r, "tree", None) is None for r in rounds)
         assert any(n.parent != n.index - 1 for r in rounds for n in r.nodes)
         report = check_report(config, rounds)
-        assert report.findings == [] and set(report.not_checked) == {"position-limit"}  # version 1 did not record it
+        # version 1 recorded neither the position limit nor a tree's layout
+        assert report.findings == [] and set(report.not_checked) == {"position-limit", "tree-layout", "target-cache"}
         export_run(store, run_id, tmp_path / "again.jsonl")
     lines = (tmp_path / "again.jsonl").read_text().splitlines()
     assert '"version":2' in lines[0] and not any('"tree":{"spec"' in line for line in lines)
