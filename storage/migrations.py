@@ -66,11 +66,18 @@ def _add_tree_facts(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE rounds ADD COLUMN {name} {kind}"))
 
 
+def _add_position_limit(conn: Connection) -> None:
+    """Version 5: runs.position_limit, the most positions the run's target reads."""
+    column = Base.metadata.tables["runs"].c.position_limit
+    conn.execute(text(f"ALTER TABLE runs ADD COLUMN position_limit {column.type.compile(dialect=conn.dialect)}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema: runs, rounds, draft_nodes", _baseline),
     Migration(2, "runs.unrecorded: optional trace fields a run did not record", _add_unrecorded),
     Migration(3, "run_tokens: the token list appended in chunks; runs.n_new_tokens", _append_only_tokens),
     Migration(4, "rounds.tree, tree_top, tree_full: tree rounds' tried order, residual updates and layout", _add_tree_facts),
+    Migration(5, "runs.position_limit: the most positions the run's target reads", _add_position_limit),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 TABLES = frozenset(Base.metadata.tables)

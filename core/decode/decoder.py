@@ -54,6 +54,14 @@ def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+def target_position_limit(model: torch.nn.Module) -> int | None:
+    """The most positions the target reads (its config's max_position_embeddings), for the
+    RunConfig: the checker flags a round past it."""
+    from specscope.core.loading.models import max_positions  # core.loading imports core.decode
+
+    return max_positions(model)
+
+
 def normalize_prompt(prompt_ids: Sequence[int] | torch.Tensor, vocab_size: int) -> list[int]:
     """Validate a prompt (list of ints or LongTensor of shape (n,) or (1, n))."""
     if isinstance(prompt_ids, torch.Tensor):
@@ -184,6 +192,7 @@ class SpeculativeDecoder:
             dtype=str(param.dtype).removeprefix("torch."),
             vocab_size=self.vocab_size,
             use_cache=self.use_cache,
+            position_limit=target_position_limit(self.target),
         )
 
     def rounds(

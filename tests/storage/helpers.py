@@ -108,15 +108,17 @@ def assert_rounds_equal(a: Round, b: Round, atol: float = 0.0, vectors: bool = T
 
 
 def downgrade_sqlite_store(path: Any, version: int) -> None:
-    """Turn a store written by this specscope into one of an older schema `version` (1, 2 or
-    3), as that specscope wrote it: version 3 has no tree columns on rounds; version 2 keeps
+    """Turn a store written by this specscope into one of an older schema `version` (1 to 4),
+    as that specscope wrote it: version 4 has no runs.position_limit; version 3 has no tree
+    columns on rounds either; version 2 keeps
     each run's whole token list in runs.new_tokens and has no run_tokens table either;
     version 1 has no runs.unrecorded either."""
     import json
     import sqlite3
 
     con = sqlite3.connect(path)
-    for column in ("tree", "tree_top", "tree_full"):
+    con.execute("ALTER TABLE runs DROP COLUMN position_limit")
+    for column in ("tree", "tree_top", "tree_full") if version < 4 else ():
         con.execute(f"ALTER TABLE rounds DROP COLUMN {column}")
     if version >= 3:
         con.execute("DELETE FROM schema_version")

@@ -265,7 +265,8 @@ def test_a_version_1_tree_trace_still_imports_and_checks(tmp_path):
         assert rounds and all(getattr(r, "tree", None) is None for r in rounds)
         assert any(n.parent != n.index - 1 for r in rounds for n in r.nodes)
         report = check_report(config, rounds)
-        assert report.findings == [] and not report.not_checked
+        # version 1 recorded neither the position limit nor a tree's layout
+        assert report.findings == [] and set(report.not_checked) == {"position-limit", "tree-layout", "target-cache"}
         export_run(store, run_id, tmp_path / "again.jsonl")
     lines = (tmp_path / "again.jsonl").read_text().splitlines()
     assert '"version":2' in lines[0] and not any('"tree":{"spec"' in line for line in lines)
@@ -337,7 +338,7 @@ def test_a_version_3_store_migrates_and_then_keeps_tree_rounds(tmp_path, models)
     downgrade_sqlite_store(path, 3)
     target, draft = models
     with TraceStore(path) as s:
-        assert s.schema_version == CURRENT_VERSION == 4
+        assert s.schema_version == CURRENT_VERSION == 5
         assert [r.tokens for r in s.load_rounds("chain-run")] == before
         assert all(type(r).__name__ == "Round" for r in s.load_rounds("chain-run"))
         dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
