@@ -39,3 +39,26 @@ def test_a_greedy_run_of_a_sampling_fault_is_told_to_sample(capsys, checkpoints)
     report = _fault_run(capsys, checkpoints, "--fault", "resample-p")
     assert not report["fired"] and report["to_fire"]["settings"] == {"temperature": 1.0}
     assert "rejection" in report["fires_when"]
+
+
+def test_the_window_says_a_replayed_fault_never_fired(qtbot, make_window, hub, tmp_path):
+    """Where the GUI shows a fault run (a replayed trace), 'no findings' alone hid that the
+    injected fault never fired."""
+    from specscope.core import DraftModelProposer
+    from specscope.core.faults.zoo import faulty_decoder
+    from specscope.storage import TraceStore, TraceWriter
+
+    target, _ = hub.target("cpu")
+    decoder = faulty_decoder("eos-leak", target, DraftModelProposer(hub.draft("draft-small", "cpu")), k=4, seed=0)
+    path = tmp_path / "fault.sqlite"
+    with TraceStore(path) as store:
+        config = decoder.run_config([1, 2, 3, 4, 5], 12)
+        with TraceWriter(store, config) as writer:
+            writer.record(decoder.rounds([1, 2, 3, 4, 5], 12, config=config))
+    assert decoder.fault_rounds == []  # no EOS id: eos-leak cannot fire
+    w = make_window(store_path=str(tmp_path / "other.sqlite"))
+    assert w.open_trace(str(path), run_id=config.run_id)
+    qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: "eos-leak" in w.findings.status.text(), timeout=20000)
+    text = w.findings.status.text()
+    assert "no findings" in text and "never fired" in text and "specscope run --fault eos-leak" in text
