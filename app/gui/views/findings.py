@@ -54,6 +54,19 @@ def as_finding(obj: Any) -> Finding:
     )
 
 
+def fault_note(fault: str, flagged: bool) -> str:
+    """What the findings of a run recorded with a deliberate bug say about that bug."""
+    if flagged:
+        return f"This run was recorded with the fault <b>{fault}</b> injected."
+    from specscope.core.faults.zoo import FAULTS
+
+    known = FAULTS.get(fault)
+    when = f" (it fires when: {known.applies})" if known is not None else ""
+    return (f"<span style='color:#8a5a00'>This run was recorded with the fault <b>{fault}</b> injected, and no round "
+            f"shows it: it never fired in this run{when}. <code>specscope run --fault {fault}</code> names the "
+            f"setting that makes it fire.</span>")
+
+
 class FindingsWidget(QWidget):
     """A table of findings; activating a row emits findingActivated(round, position)."""
 
@@ -94,9 +107,10 @@ class FindingsWidget(QWidget):
         self.table.cellActivated.connect(self._activate)
         self.table.currentCellChanged.connect(self._current_changed)
 
-    def set_findings(self, findings: Iterable[Any] | None, checked: bool = True) -> None:
+    def set_findings(self, findings: Iterable[Any] | None, checked: bool = True, fault: str | None = None) -> None:
         """Wrong output, then wasted work; within each, root causes first: each cause, then
-        (indented, dimmed) the findings that follow from it in later rounds."""
+        (indented, dimmed) the findings that follow from it in later rounds. `fault`: the bug
+        the run was recorded with (a fault run)."""
         every = [as_finding(f) for f in (findings or [])]
         by_severity = {s: group_findings([f for f in every if f.severity == s]) for s in (WRONG_OUTPUT, WASTED_WORK)}
         others = group_findings([f for f in every if f.severity not in by_severity])
@@ -132,6 +146,8 @@ class FindingsWidget(QWidget):
             self.status.setText(f"{', '.join(parts)}: first bad round {first}{tail} — click one to jump to its round")
         else:
             self.status.setText("<span style='color:#007a4d'>✔ no findings: every round passed the checks</span>")
+        if checked and fault:
+            self.status.setText(self.status.text() + "<br>" + fault_note(fault, bool(self.findings)))
 
     def set_error(self, message: str) -> None:
         self.findings = []
