@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from specscope.core.check.checker import Finding, check_report, recompute_findings
+from specscope.core.check.checker import WASTED_WORK, WRONG_OUTPUT, Finding, check_report, recompute_findings
 from specscope.core.records import Round, RunConfig, RunEnd
 
 NEAR_TIE = "near tie"
@@ -202,7 +202,7 @@ def numbers_at(verify: Any, one_token: Any, plain_token: int, spec_token: int) -
 
 def wrong_output(finding: Finding) -> bool:
     """A finding that can change the output (a severity of "wasted work" cannot)."""
-    return getattr(finding, "severity", "wrong output") != "wasted work"
+    return getattr(finding, "severity", WRONG_OUTPUT) != WASTED_WORK
 
 
 def checker_findings(config: RunConfig, rounds: Sequence[Round], target: Any, upto: int,
