@@ -151,12 +151,12 @@ class LivePlotsWidget(QWidget):
         # cost model
         p = self.plots["cost"]
         _style(p, "cost model vs measured", "tokens / round", "round")
-        self._legend(p, columns=2)  # three long names: two rows
-        self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured (mean)")
+        self._legend(p)
+        self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured")
         self.cost_alpha = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED, width=2, style=Qt.PenStyle.DashLine),
-                                          name="predicted from α")
+                                          name="model: α")
         self.cost_pos = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED_2, width=2, style=Qt.PenStyle.DotLine),
-                                        name="predicted from per-position rates")
+                                        name="model: positions")
         for item in (self.cost_meas, self.cost_alpha, self.cost_pos):
             p.addItem(item)
 
