@@ -154,9 +154,9 @@ class LivePlotsWidget(QWidget):
         self._legend(p)
         self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured")
         self.cost_alpha = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED, width=2, style=Qt.PenStyle.DashLine),
-                                          name="model: α")
+                                          name="from α")
         self.cost_pos = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED_2, width=2, style=Qt.PenStyle.DotLine),
-                                        name="model: positions")
+                                        name="per position")
         for item in (self.cost_meas, self.cost_alpha, self.cost_pos):
             p.addItem(item)
 
