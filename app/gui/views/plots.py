@@ -154,9 +154,9 @@ class LivePlotsWidget(QWidget):
         self._legend(p)
         self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured")
         self.cost_alpha = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED, width=2, style=Qt.PenStyle.DashLine),
-                                          name="from α")
+                                          name="α")
         self.cost_pos = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED_2, width=2, style=Qt.PenStyle.DotLine),
-                                        name="per position")
+                                        name="positions")
         for item in (self.cost_meas, self.cost_alpha, self.cost_pos):
             p.addItem(item)
 
@@ -165,7 +165,7 @@ class LivePlotsWidget(QWidget):
         data (_clear_legend_strips): a legend in a corner covered points and lines."""
         if self.legends:
             legend = plot.addLegend(offset=offset, labelTextSize="7pt", colCount=columns, brush=pg.mkBrush(255, 255, 255, 200),
-                                    pen=None, horSpacing=8)
+                                    pen=None, horSpacing=2)
             legend.layout.setContentsMargins(1, 0, 1, 0)  # one thin row: the strip it takes from a small plot
             legend.layout.setVerticalSpacing(0)
 
