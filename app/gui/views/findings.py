@@ -54,10 +54,8 @@ def as_finding(obj: Any) -> Finding:
     )
 
 
-def fault_note(fault: str, flagged: bool) -> str:
-    """What the findings of a run recorded with a deliberate bug say about that bug."""
-    if flagged:
-        return f"This run was recorded with the fault <b>{fault}</b> injected."
+def fault_never_fired(fault: str) -> str:
+    """What the findings of a clean run recorded with a deliberate bug say about that bug."""
     from specscope.core.faults.zoo import FAULTS
 
     known = FAULTS.get(fault)
@@ -146,8 +144,8 @@ class FindingsWidget(QWidget):
             self.status.setText(f"{', '.join(parts)}: first bad round {first}{tail} — click one to jump to its round")
         else:
             self.status.setText("<span style='color:#007a4d'>✔ no findings: every round passed the checks</span>")
-        if checked and fault:
-            self.status.setText(self.status.text() + "<br>" + fault_note(fault, bool(self.findings)))
+        if checked and fault and not self.findings:  # (a flagged fault speaks for itself: the table keeps its room)
+            self.status.setText(self.status.text() + "<br>" + fault_never_fired(fault))
 
     def set_error(self, message: str) -> None:
         self.findings = []
