@@ -193,8 +193,8 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     from specscope.core.draft.heads import LOADERS
 
     if spec.arg is None:
-        raise SpecError(f"{spec.kind} needs a head checkpoint: write {spec.kind}:PATH (a folder in the "
-                        f"{HEAD_FORMATS[spec.kind]} format; no trained head ships with specscope yet)")
+        raise SpecError(f"{spec.kind} needs a head checkpoint: write {spec.kind}:PATH, a folder in the "
+                        f"{HEAD_FORMATS[spec.kind]} format (no trained head ships with specscope yet)")
     try:
         return LOADERS[spec.kind](spec.arg)
     except ValueError as exc:  # HeadFormatError: its message names the kind
@@ -202,10 +202,10 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
 
 
 HEAD_FORMATS = {
-    "eagle": "EAGLE repository's (config.json, fc + layers.N weights)",
-    "eagle3": "EAGLE-3 / SpecForge (config.json with draft_vocab_size, fc + midlayer + d2t/t2d weights)",
-    "medusa": "Medusa repository's (config.json with medusa_num_heads, medusa_lm_head.safetensors or .pt)",
-    "mtp": "DeepSeek-V3 MTP (config.json with num_nextn_predict_layers, model.layers.L.* weights)",
+    "eagle": "EAGLE repository's",
+    "eagle3": "EAGLE-3 (EAGLE repository, SpecForge)",
+    "medusa": "Medusa repository's",
+    "mtp": "DeepSeek-V3 MTP",
 }
 for _kind, _summary in (
     ("eagle", "EAGLE-1/2 head: the target's last feature + the next token's embedding, one layer, the target's lm_head"),

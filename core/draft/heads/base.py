@@ -46,7 +46,7 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 def head_folder(path: str | Path, kind: str) -> Path:
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        raise HeadFormatError(f"{kind}: {path} is not a folder (a {kind} head is a folder with config.json and its weights)")
+        raise HeadFormatError(f"{kind}: {path} is not a folder (a {kind} head is a folder: config.json and its weights)")
     return folder
 
 
