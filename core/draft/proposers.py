@@ -157,7 +157,9 @@ def requested_features(proposer: object, target: torch.nn.Module) -> tuple[int, 
     layer count."""
     ask = getattr(proposer, "target_features", None)
     layers = tuple(int(i) for i in ask(target)) if ask is not None else ()
-    if layers and not hasattr(proposer, "take_features"):
+    if not layers:
+        return ()
+    if not hasattr(proposer, "take_features"):
         raise TypeError(f"{type(proposer).__name__} asks for the target's features but has no take_features method")
     count = int(target.config.get_text_config().num_hidden_layers)
     bad = [i for i in layers if not 0 <= i <= count]

@@ -73,7 +73,7 @@ def write_eagle(folder: Path, target, seed: int = 0, bias: bool = True, embeddin
 
 
 def write_eagle3(folder: Path, target, seed: int = 0, draft_vocab: int | None = None, layers=None,
-                 file: str = "model.safetensors") -> Path:
+                 file: str = "model.safetensors", head_scale: float = 1.0) -> Path:
     """EAGLE-3: fc (3H -> H), midlayer with 2H-wide q/k/v and hidden_norm, norm, lm_head over
     a draft vocabulary of `draft_vocab` target ids (every other id from the top), d2t, t2d."""
     gen, s = torch.Generator().manual_seed(seed), _shapes(target)
@@ -82,7 +82,7 @@ def write_eagle3(folder: Path, target, seed: int = 0, draft_vocab: int | None = 
     ids = torch.sort(torch.randperm(vocab, generator=gen)[:draft_vocab]).values
     weights = {"fc.weight": _rand(gen, h, 3 * h), **_layer(gen, "midlayer.", s, 2 * h),
                "midlayer.hidden_norm.weight": _norm(gen, h), "norm.weight": _norm(gen, h),
-               "lm_head.weight": _rand(gen, draft_vocab, h, scale=1.0),
+               "lm_head.weight": _rand(gen, draft_vocab, h, scale=head_scale),
                "d2t": ids - torch.arange(draft_vocab), "t2d": torch.zeros(vocab, dtype=torch.bool).index_fill_(0, ids, True)}
     extra = {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": draft_vocab}
     if layers is not None:
@@ -91,7 +91,7 @@ def write_eagle3(folder: Path, target, seed: int = 0, draft_vocab: int | None = 
 
 
 def write_medusa(folder: Path, target, seed: int = 0, heads: int = 3, blocks: int = 1,
-                 file: str = "medusa_lm_head.safetensors") -> Path:
+                 file: str = "medusa_lm_head.safetensors", head_scale: float = 1.0) -> Path:
     """Medusa: `heads` Sequentials of `blocks` ResBlocks ({i}.{j}.linear) and an output layer ({i}.{blocks})."""
     gen, s = torch.Generator().manual_seed(seed), _shapes(target)
     h = s["hidden"]
@@ -100,7 +100,7 @@ def write_medusa(folder: Path, target, seed: int = 0, heads: int = 3, blocks: in
         for j in range(blocks):
             weights[f"{i}.{j}.linear.weight"] = _rand(gen, h, h)
             weights[f"{i}.{j}.linear.bias"] = _rand(gen, h)
-        weights[f"{i}.{blocks}.weight"] = _rand(gen, s["vocab"], h, scale=1.0)
+        weights[f"{i}.{blocks}.weight"] = _rand(gen, s["vocab"], h, scale=head_scale)
     config = {"medusa_num_heads": heads, "medusa_num_layers": blocks, "base_model_name_or_path": "tiny-llama"}
     return _save(folder, config, weights, file)
 

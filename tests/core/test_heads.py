@@ -283,3 +283,29 @@ def test_the_cli_runs_a_head_spec(tmp_path, capsys):
     assert json.loads(head_out)["new_tokens"] == json.loads(capsys.readouterr().out)["new_tokens"]
     assert main(args + ["--proposer", "eagle3"]) != 0
     assert "eagle3 needs a head checkpoint" in capsys.readouterr().err
+
+
+def test_a_proposer_asking_for_a_layer_the_target_lacks_is_refused(small_vocab_target):
+    recorder = FeatureRecorder(noisy_copy(small_vocab_target, 0.5), layers=(0, 5))
+    with pytest.raises(TargetMismatch) as exc:
+        SpeculativeDecoder(small_vocab_target, recorder, k=3)
+    assert "hidden states [5] of a target with 4 layers" in one_line(exc)
+
+
+def test_a_coupled_head_draws_its_drafts_by_the_coupling_keys(small_vocab_target, tmp_path):
+    """Coupled lanes (core.verify.coupling): each sampled draft token is the Gumbel argmax of
+    its q with the keys of its output position, as the draft model draws, and the lane
+    emits what any other coupled lane emits."""
+    from specscope.core.verify.coupling import Coupling
+
+    spec = head_spec("eagle3", tmp_path, small_vocab_target)
+    cfg = SamplingConfig(temperature=1.0)
+    lanes = [SpeculativeDecoder(small_vocab_target, build_proposer(s), k=3, sampling=cfg, coupling_seed=11,
+                                vectors="full").generate(PROMPT, 24) for s in (spec, "lookup")]
+    assert lanes[0].new_tokens == lanes[1].new_tokens
+    keys, drafted = Coupling(11), 0
+    for rnd in lanes[0].rounds:
+        for i, node in enumerate(rnd.nodes):
+            assert node.token == keys.pick(torch.as_tensor(node.q), rnd.emitted_before + i)
+            drafted += 1
+    assert drafted >= 10
