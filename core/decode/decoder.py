@@ -31,7 +31,7 @@ from specscope.core.decode.allocator import tune_allocator
 from specscope.core.sampling.device import target_rows
 from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.decode.kv import CachedLM, CachePolicy, Stopwatch
-from specscope.core.draft.proposers import Draft, Proposer, check_protocol
+from specscope.core.draft.proposers import Draft, Proposer, check_protocol, requested_features
 from specscope.core.records import (
     CacheState,
     GenerationResult,
@@ -138,6 +138,8 @@ class SpeculativeDecoder:
         check_protocol(proposer)
         self.proposer = proposer
         proposer.bind(self.vocab_size, use_cache)
+        # a draft head's layers: the verify forward returns hidden states only when asked
+        self.target_lm.hidden_layers = requested_features(proposer, target)
         self.coupling = None if coupling_seed is None else Coupling(coupling_seed)
         self.layout: Layout = layout if layout is not None else layout_for(proposer)
         default_verifier = self.layout.verifier(self.coupling)  # refuses a coupling it cannot verify
@@ -302,6 +304,9 @@ class SpeculativeDecoder:
         placed = layout.keep(lm, self.target_cache, prefix_len, verdict.path, draft, placed)
         self.proposer.keep_path(verdict.path)
         draft_after = self.proposer.observe(committed)
+        if lm.hidden_layers:  # the features of the committed positions this forward fed, for the head
+            kept = list(range(len(pending))) + [len(pending) + i for i in verdict.path]
+            self.proposer.take_features(committed - len(kept), lm.take_features(kept))
         final_context = context + [e.token for e in verdict.emitted]
         target_cache = cache_state(target_before, target_peak, lm.processed, final_context)
         draft_cache = None

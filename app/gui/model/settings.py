@@ -60,6 +60,10 @@ def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True) -> l
     its defaults, per other kind. The run panel has its own tree fields (with_trees=False)."""
     out: list[ProposerChoice] = []
     for kind in KINDS.values():
+        if kind.takes_path:  # a draft head: its checkpoint folder is the checkpoint field
+            if with_checkpoint:
+                out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", f"{kind.name}: head checkpoint…"))
+            continue
         if kind.needs_model:
             out += [ProposerChoice(f"{kind.name}:{name}", f"{kind.name} model: {name}") for name in BUNDLED_DRAFTS]
             if with_trees and kind.param("tree") is not None and BUNDLED_DRAFTS:
@@ -80,7 +84,7 @@ def _model_kind(spec: ProposerSpec) -> bool:
 
 def _needs_path(text: str) -> bool:
     kind, _, arg = text.partition(":")
-    return arg == PATH_ARG and kind in KINDS and KINDS[kind].needs_model
+    return arg == PATH_ARG and kind in KINDS and (KINDS[kind].needs_model or KINDS[kind].takes_path)
 
 
 def spec_text(proposer: str, checkpoint: str = "") -> str:
@@ -113,7 +117,7 @@ def checkpoint_of(spec: str) -> str | None:
         parsed = parse_spec(spec)
     except SpecError:
         return None
-    ref = parsed.model_ref
+    ref = parsed.arg if KINDS[parsed.kind].takes_path else parsed.model_ref
     return ref if ref is not None and ref not in BUNDLED_DRAFTS and ref != PATH_ARG else None
 
 
