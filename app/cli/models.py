@@ -36,9 +36,11 @@ def _size(folder: Path) -> str:
 def model_table() -> dict[str, list[dict[str, Any]]]:
     """Every model specscope can name, by where it comes from."""
     from specscope.core.loading import BUNDLED_DRAFTS, bundled_path, catalog, gguf
+    from specscope.core.loading.models import BUNDLED_REAL_DRAFTS
 
     bundled = [{"name": name, "path": str(bundled_path(key))}
-               for name, key in (("target", "target"), *((f"draft-{d}", d) for d in BUNDLED_DRAFTS))]
+               for name, key in (("target", "target"), *((f"draft-{d}", d) for d in BUNDLED_DRAFTS),
+                                 *((d, d) for d in BUNDLED_REAL_DRAFTS))]
     cached = []
     root = gguf.cache_root() / "gguf"
     for folder in sorted(root.iterdir()) if root.is_dir() else ():
