@@ -41,3 +41,10 @@ def test_one_click_on_run_with_the_bundled_models(qtbot, bundled_hub, settings_f
     first = m.cells.cell(m.cells.out_cell[0])
     assert m.token_text(first.token) != str(first.token) or tok.decode([first.token]) == str(first.token)
     w.close()
+
+
+def test_the_hub_finds_a_named_targets_bundled_draft_by_name(bundled_hub):
+    # "smollm2-draft" (catalog.default_draft of smollm2) names the bundled folder, not a path in
+    # the working directory; beside the bundled target the tokenizer contract refuses it
+    with pytest.raises(ValueError, match="the target and draft tokenizers differ"):
+        bundled_hub.draft_loader("cpu")("smollm2-draft")

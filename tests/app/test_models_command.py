@@ -129,3 +129,13 @@ def test_a_named_target_drafts_with_its_default_draft_unless_the_run_names_one(i
     assert _run_spec(["run", "--proposer", "draft"]).model_ref == "small"  # the bundled target: the bundled draft
     assert catalog.default_proposer("smollm2") == "draft:smollm2-draft" and catalog.default_proposer(None) is None
 
+
+def test_the_shipped_smollm2_draft_is_named_like_a_bundled_model(capsys):
+    from specscope.core.loading import bundled_path
+
+    folder = bundled_path("smollm2-draft")
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    assert 0 < size <= 25_000_000, size  # the budget for the shipped draft, on disk
+    assert main(["models"]) == 0
+    assert "smollm2-draft" in capsys.readouterr().out

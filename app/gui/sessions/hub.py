@@ -245,13 +245,16 @@ class ModelHub:
         return self._cached(("checkpoint", path, device), make)
 
     def draft_loader(self, device: str) -> Callable[[str], tuple[Any, str]]:
-        """core.registry's load_draft for this hub: a bundled draft by name ("small", "tiny")
-        or a checkpoint folder -> (model, label), through the hub's caches."""
+        """core.registry's load_draft for this hub: a bundled draft by name ("small", "tiny"; a
+        fetchable target's bundled default draft, "smollm2-draft") or a checkpoint folder ->
+        (model, label), through the hub's caches."""
 
         def load(ref: str) -> tuple[Any, str]:
             if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
                 label = "draft-" + ref.removeprefix("draft-")
                 return self.draft(label, device), label
+            if ref in loading.BUNDLED_REAL_DRAFTS:  # catalog.default_draft of a named target
+                return self.checkpoint(str(loading.bundled_path(ref)), device), ref
             return self.checkpoint(ref, device), ref
 
         return load
