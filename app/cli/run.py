@@ -126,6 +126,8 @@ def run_spec(args: argparse.Namespace) -> Any:
         if spec.arg is not None and spec.arg != args.draft:
             raise CliError(f"--draft {args.draft} and --proposer {text} name two draft models: pass one")
         spec = replace(spec, arg=args.draft)
+    if spec.kind == "draft" and spec.arg is None:
+        spec = replace(spec, arg=_target_default_draft(args.target))
     for flag, attr, param in LOOKUP_FLAGS:
         value = getattr(args, attr)
         if value is None:
@@ -136,6 +138,16 @@ def run_spec(args: argparse.Namespace) -> Any:
             raise CliError(f"{flag} {value} and --proposer {text} set {param} twice: pass one")
     spec = replace(spec, params={**spec.params, **lookup}) if spec.kind == "lookup" and lookup else spec
     return _fold_tree_flags(args, spec, text)
+
+
+def _target_default_draft(target: str | None) -> str | None:
+    """The draft model a named target comes with (catalog.default_draft: `--target smollm2
+    --proposer draft` drafts with the project's SmolLM2 draft), None for the kind's default."""
+    from specscope.core.draft.registry import parse_spec
+    from specscope.core.loading.catalog import default_proposer
+
+    spec = default_proposer(target)
+    return parse_spec(spec).arg if spec else None
 
 
 def _fold_tree_flags(args: argparse.Namespace, spec: Any, text: str) -> Any:

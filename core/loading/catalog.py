@@ -66,6 +66,7 @@ CATALOG: dict[str, FetchableModel] = {
             gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             size_mb=93,
+            default_draft="draft:smollm2-draft",  # resources/models/smollm2-draft, trained by the project
         ),
         FetchableModel(
             name="gemma3-270m",
@@ -105,6 +106,13 @@ class FetchCancelled(CheckpointError):
 def lookup(name: str) -> FetchableModel | None:
     key = name.strip().lower()
     return next((m for m in CATALOG.values() if key in m.aliases), None)
+
+
+def default_proposer(target: str | None) -> str | None:
+    """The proposer spec a named target drafts with when a run asks for a draft without naming
+    one (`--target smollm2 --proposer draft`), None for targets without one."""
+    model = lookup(target) if target else None
+    return model.default_draft if model is not None else None
 
 
 def gguf_store() -> Path:

@@ -274,7 +274,7 @@ class ModelHub:
                                                  f"tokenizer, or prompt lookup"})
             draft_tokenizer = self.tokenizer()
         else:
-            folder = Path(ref)
+            folder = loading.bundled_path(ref) if ref in loading.BUNDLED_REAL_DRAFTS else Path(ref)
             has_tokenizer = folder.is_file() or any((folder / f).is_file()
                                                     for f in ("tokenizer.json", "tokenizer_config.json"))
             draft_tokenizer = self._cached(("tokenizer", ref), lambda: loading.load_tokenizer(folder)) \
@@ -288,13 +288,16 @@ class ModelHub:
                                              f"tokenizer"})
 
     def draft_loader(self, device: str) -> Callable[[str], tuple[Any, str]]:
-        """core.registry's load_draft for this hub: a bundled draft by name ("small", "tiny")
-        or a checkpoint folder -> (model, label), through the hub's caches."""
+        """core.registry's load_draft for this hub: a bundled draft by name ("small", "tiny"; a
+        fetchable target's bundled default draft, "smollm2-draft") or a checkpoint folder ->
+        (model, label), through the hub's caches."""
 
         def load(ref: str) -> tuple[Any, str]:
             if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
                 label = "draft-" + ref.removeprefix("draft-")
                 return self.draft(label, device), label
+            if ref in loading.BUNDLED_REAL_DRAFTS:  # catalog.default_draft of a named target
+                return self.checkpoint(str(loading.bundled_path(ref)), device), ref
             return self.checkpoint(ref, device), ref
 
         return load
