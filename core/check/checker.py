@@ -497,6 +497,8 @@ class _RoundChecker:
         rnd = self.rnd
         mass = rnd.residual_mass
         if mass is None:
+            self.not_checked.setdefault("residual", "a top-N repair without its recorded residual_mass: the residual is "
+                                        "checked only where p and q hold the repair token")
             return
         if node.overlap is not None and abs(mass - (1.0 - node.overlap)) > self.tol:
             self.add("residual", f"recorded residual mass {mass:.6g} differs from 1 - sum min(p, q) = {1.0 - node.overlap:.6g}",

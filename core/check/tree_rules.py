@@ -55,9 +55,7 @@ class _ReplayChooser:
         return u < probability, u
 
     def sample(self, dist: np.ndarray | None, node: int) -> tuple[int, float | None]:
-        if self.draw is None:
-            raise _Unreplayable("a repair or bonus is due, but no draw was recorded for it", "draw")
-        if dist is None:  # the leaf's p (bonus_p) was not recorded: the token cannot be replayed
+        if self.draw is None or dist is None:  # no draw, or no leaf p (bonus_p): the token cannot be replayed
             return UNKNOWN_TOKEN, self.draw
         return sample_from(dist, self.draw), self.draw
 
@@ -196,9 +194,9 @@ def check_tree_round(chk: Any) -> None:
     except _Unreplayable as exc:
         if exc.field not in chk.config.unrecorded:  # the trace records it elsewhere: its absence here is the fault
             chk.add("tree-walk", f"the tree walk cannot be replayed from the trace: {exc}")
+            _layout(chk)
         else:
-            chk.not_checked.setdefault("tree-walk", f"a tree round could not be replayed: {exc}")
-        _layout(chk)
+            _not_replayed(chk, f"a tree round could not be replayed: {exc}")
         return
     _compare(chk, verdict, chooser)
     _layout(chk)
@@ -223,9 +221,15 @@ def _compare(chk: Any, verdict: Any, chooser: _ReplayChooser) -> None:
             return  # everything after the first difference follows from it
     got = [(e.token, e.kind, e.node) for e in rnd.emitted]
     want = [(e.token, e.kind, e.node) for e in verdict.emitted]
-    if want and want[-1][0] == UNKNOWN_TOKEN and len(got) == len(want):  # its distribution was not recorded
-        chk.not_checked.setdefault("tree-walk", "a tree round's repair or bonus token: the distribution it was drawn "
-                                   "from (bonus_p) was not recorded")
+    if want and want[-1][0] == UNKNOWN_TOKEN and len(got) == len(want):  # no draw, or no distribution, for it
+        if chooser.draw is None and "draw" not in chk.config.unrecorded and not chk.config.sampling.greedy:
+            chk.add("tree-walk", f"a {want[-1][1]} token is due, but no draw was recorded for it",
+                    chk.position_of(len(want) - 1))
+            return
+        rules = ("tree-walk", "draw") + (("residual",) if want[-1][1] == "repaired" and rnd.residual is None else ())
+        for rule in rules:  # the final p' shows only through the repair's draw when the residual is not recorded
+            chk.not_checked.setdefault(rule, "a tree round's repair or bonus token: its draw or the distribution it "
+                                       "was drawn from (bonus_p) was not recorded")
         want[-1] = (got[-1][0],) + want[-1][1:]
     if got != want:
         at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
