@@ -234,9 +234,12 @@ class RunConfig:
     # Optional trace fields this run's trace did not record (a minimal trace of another
     # decoder): the checker skips the rules that need them and says so once. Names as in
     # docs/trace-format.md: "u", "draw", "q", "p_token", "q_token", "eos", "budget_stop",
-    # "bonus_withheld", "target_cache"; "stops" (a trace that does not say which stops the run
-    # had: the stop rules are not checked).
+    # "bonus_withheld", "target_cache", "k", "updates"; "stops" (a trace that does not say which
+    # stops the run had: the stop rules are not checked).
     unrecorded: frozenset[str] = frozenset()
+    # The most positions the target reads (prompt + new tokens; its max_position_embeddings),
+    # None when its config states none or the trace does not record it.
+    position_limit: int | None = None
 
     @property
     def eos_ids(self) -> frozenset[int]:

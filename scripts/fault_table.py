@@ -22,7 +22,7 @@ import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.loading import models as loading
-from specscope.core.check.checker import check_run, first_bad_round, group_findings
+from specscope.core.check.checker import SEVERITY, check_run, first_bad_round, group_findings
 from specscope.core.decode.stops import Stops, token_piece_function
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
 
@@ -119,13 +119,15 @@ def main(argv=None) -> int:
           f"(EOS id {eos} = {tok.decode([eos])!r}; "
           f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
           f"{time.time() - started:.0f} s)\n")
-    print("| fault | runs | fault fired | flagged | first bad round right | root cause at it | findings -> causes | rules at that round |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| fault | runs | fault fired | flagged | first bad round right | root cause at it | findings -> causes | "
+          "rules at that round | severity |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, c in table.items():
-        rules = ", ".join(sorted(k[5:] for k in c if k.startswith("rule:")))
+        names = sorted(k[5:] for k in c if k.startswith("rule:"))
+        severity = ", ".join(sorted({SEVERITY[r] for r in names})) or "-"
         print(f"| {name} | {c['runs']} | {c['fired']} | {c['flagged']} | {c['first_round_right']} | "
-              f"{c['root_cause_right']} | {c['findings']} -> {c['causes']} | {rules} |")
-    print(f"| (clean runs) | {clean['runs']} | - | {clean['false_positive_runs']} false positives | - | - | - | - |")
+              f"{c['root_cause_right']} | {c['findings']} -> {c['causes']} | {', '.join(names)} | {severity} |")
+    print(f"| (clean runs) | {clean['runs']} | - | {clean['false_positive_runs']} false positives | - | - | - | - | - |")
     return 0
 
 

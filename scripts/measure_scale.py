@@ -21,6 +21,13 @@ Usage (numbers in BENCHMARKS.md come from a quiet machine):
 
     .venv/bin/python scripts/measure_scale.py --rounds 1000 --threads 2 --markdown
     .venv/bin/python scripts/measure_scale.py --rounds 200 --modes t1     # a quick look
+    .venv/bin/python scripts/measure_scale.py --target gemma3-270m --rounds 500 --modes greedy  # a real model
+
+`--target` takes a real model instead of the random target (a fetched model's name, a
+checkpoint folder or a GGUF file), prompted with the text of the bundled `read-config` example;
+its draft is `--draft` (a checkpoint sharing its tokenizer) or else a random-initialised
+1-layer Llama (hidden 128) with the target's vocabulary, which the target rejects almost
+always: each round then verifies k drafted tokens and emits about one.
 
 `--vectors full` keeps full vectors in every round record (the trace policy `full`); the
 default is what a run that stores top-N needs. `--tree SPEC` drafts a token tree instead of a
@@ -66,6 +73,18 @@ def llama(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Module:
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config.pad_token_id = 0
     return model
+
+
+def real_models(args: argparse.Namespace) -> tuple[torch.nn.Module, torch.nn.Module, list[int]]:
+    """--target's model, its draft (--draft, else random with its vocabulary) and a real prompt;
+    sets args.vocab to the target's vocabulary (for the table)."""
+    from specscope.core.loading.models import example_prompts, load_models, model_vocab_size
+
+    pair = load_models(target=args.target, draft=args.draft, device="cpu", dtype="float32")
+    args.vocab = model_vocab_size(pair.target)
+    draft = pair.draft if pair.draft is not None else llama(args.vocab, 128, 1, seed=1)
+    text = next(p.text for p in example_prompts() if p.name == "read-config")
+    return pair.target, draft, list(pair.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def rss_kb(field: str = "VmHWM") -> int:
@@ -139,18 +158,23 @@ def main() -> int:
     ap.add_argument("--tree", help="draft a token tree of this spec (e.g. 3,2,1) instead of a chain")
     ap.add_argument("--children", choices=("sampled", "distinct", "topk"), default="topk",
                     help="how a tree's children are chosen (with --tree)")
+    ap.add_argument("--target", help="a real target: a fetched model's name (gemma3-270m), a folder or a GGUF file")
+    ap.add_argument("--draft", help="with --target: a draft checkpoint (default: a random 1-layer Llama, hidden 128)")
     ap.add_argument("--json", type=Path, help="write the raw measurements here")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    target = llama(args.vocab, 256, args.target_layers, seed=0)
-    draft = llama(args.vocab, 128, 1, seed=1)
-    prompt = torch.randint(0, args.vocab, (32,), generator=torch.Generator().manual_seed(0)).tolist()
+    if args.target:
+        target, draft, prompt = real_models(args)
+    else:
+        target = llama(args.vocab, 256, args.target_layers, seed=0)
+        draft = llama(args.vocab, 128, 1, seed=1)
+        prompt = torch.randint(0, args.vocab, (32,), generator=torch.Generator().manual_seed(0)).tolist()
     marks = (100, args.rounds)
     rows = []
     for mode in args.modes:
         tree = dict(tree=args.tree, children=args.children) if args.tree else {}
-        decoder = SpeculativeDecoder(target, DraftModelProposer(draft, label="random-draft", **tree), k=args.k,
+        decoder = SpeculativeDecoder(target, DraftModelProposer(draft, label=args.draft or "random-draft", **tree), k=args.k,
                                      sampling=MODES[mode], vectors=args.vectors)
         m = measure(decoder, prompt, args.rounds, marks)
         lo, hi = m["peak_rss_kb"].get(100), m["peak_rss_kb"].get(args.rounds)

@@ -66,8 +66,14 @@ def _add_tree_facts(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE rounds ADD COLUMN {name} {kind}"))
 
 
+def _add_position_limit(conn: Connection) -> None:
+    """Version 5: runs.position_limit, the most positions the run's target reads."""
+    column = Base.metadata.tables["runs"].c.position_limit
+    conn.execute(text(f"ALTER TABLE runs ADD COLUMN position_limit {column.type.compile(dialect=conn.dialect)}"))
+
+
 def _add_stops(conn: Connection) -> None:
-    """Version 5: runs.stops (the run's EOS ids, stop strings and sequences) and rounds.stop
+    """Version 6: runs.stops (the run's EOS ids, stop strings and sequences) and rounds.stop
     (the stop a round completed, each token's text). Older runs keep null: not recorded."""
     for table, name in (("runs", "stops"), ("rounds", "stop")):
         kind = Base.metadata.tables[table].c[name].type.compile(dialect=conn.dialect)
@@ -79,7 +85,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "runs.unrecorded: optional trace fields a run did not record", _add_unrecorded),
     Migration(3, "run_tokens: the token list appended in chunks; runs.n_new_tokens", _append_only_tokens),
     Migration(4, "rounds.tree, tree_top, tree_full: tree rounds' tried order, residual updates and layout", _add_tree_facts),
-    Migration(5, "runs.stops, rounds.stop: EOS ids, stop strings and sequences, the stop a round completed", _add_stops),
+    Migration(5, "runs.position_limit: the most positions the run's target reads", _add_position_limit),
+    Migration(6, "runs.stops, rounds.stop: EOS ids, stop strings and sequences, the stop a round completed", _add_stops),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 TABLES = frozenset(Base.metadata.tables)

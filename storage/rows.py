@@ -61,6 +61,7 @@ def run_row(config: RunConfig, *, status: str, started_at: float, models: ModelI
         "fault": config.fault,
         "unrecorded": sorted(config.unrecorded) or None,
         "stops": None if "stops" in config.unrecorded else stops_json(config),
+        "position_limit": config.position_limit,
         "target_name": models.target_name if models.target_name is not None else config.target_name,
         "target_hash": models.target_hash,
         "draft_name": models.draft_name if models.draft_name is not None else config.draft_name,
@@ -100,6 +101,7 @@ def run_config(r: Mapping[str, Any]) -> RunConfig:
         use_cache=bool(r["use_cache"]),
         fault=r["fault"],
         **_stops_fields(r.get("stops")),
+        position_limit=r.get("position_limit"),
         unrecorded=frozenset(r.get("unrecorded") or ()) | ({"stops"} if r.get("stops") is None else set()),
     )
 
@@ -369,10 +371,11 @@ def round_summary(row: Mapping[str, Any]) -> RoundSummary:
 
 
 def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]], vocab_size: int, full: bool = True,
-                  vectors: bool = True) -> Round:
+                  vectors: bool = True, p_token_unrecorded: bool = False) -> Round:
     """Rebuild a core Round. With full=False (or no stored full vectors) the distributions
     are PartialDistribution arrays built from the top-N; with vectors=False (rows read
-    without their blobs) they are None."""
+    without their blobs) they are None. The stored p_token is an exact entry of p, except a
+    0 in a run whose trace left p_token out (the column's placeholder: p(token) unknown)."""
 
     def dist(r: Mapping[str, Any], name: str, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
         # only the columns that were read are looked up (a missing key is slow on a Row)
@@ -391,7 +394,7 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
                 token=token,
                 parent=int(n["parent"]),
                 depth=int(n["depth"]),
-                p=dist(n, "p", {token: n["p_token"]}),
+                p=dist(n, "p", None if p_token_unrecorded and n["p_token"] == 0 else {token: n["p_token"]}),
                 q=dist(n, "q", None if q_token is None else {token: q_token}),
                 status=n["status"],
                 u=n["u"],

@@ -88,6 +88,8 @@ class RunRow(Base):
     fault: Mapped[Optional[str]] = mapped_column(String(64))
     # optional trace fields the run's trace did not record (schema version 2; null = none)
     unrecorded: Mapped[Optional[list[Any]]]
+    # the most positions the target reads (schema version 5; null = not recorded)
+    position_limit: Mapped[Optional[int]] = mapped_column(BigInteger)
     # model identities (names from the RunConfig; hashes passed in by the caller)
     target_name: Mapped[str] = mapped_column(String(512))
     target_hash: Mapped[Optional[str]] = mapped_column(String(128))

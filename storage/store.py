@@ -310,7 +310,7 @@ class TraceStore:
         full=True uses the full vectors where the run stored them. vectors=False reads no
         blob at all: every distribution is None (what a timeline of a long run holds).
         """
-        vocab = self._vocab(run_id)
+        vocab, p_token_unrecorded = self._vocab(run_id)
         rcols = list(rounds_table.c) if full else _TOP_ONLY_ROUND if vectors else _SUMMARY_COLUMNS
         ncols = list(nodes_table.c) if full else _TOP_ONLY_NODE if vectors else _NO_BLOB_NODE
         with translate_errors(f"reading {self._where}"):
@@ -327,7 +327,8 @@ class TraceStore:
                     .order_by(nodes_table.c.round_index, nodes_table.c.node_index)
                 ):
                     nodes.setdefault(n.round_index, []).append(n._mapping)
-        return [rows_to_round(r, nodes.get(r["round_index"], []), vocab, full=full, vectors=vectors) for r in rows]
+        return [rows_to_round(r, nodes.get(r["round_index"], []), vocab, full=full, vectors=vectors,
+                              p_token_unrecorded=p_token_unrecorded) for r in rows]
 
     def iter_rounds(self, run_id: str, batch_size: int | None = None, full: bool = False) -> Iterator[Round]:
         """Rounds in order, read `batch_size` rounds at a time: at most one batch is held
@@ -375,10 +376,13 @@ class TraceStore:
             conds.append(rounds_table.c.round_index < stop)
         return conds
 
-    def _vocab(self, run_id: str) -> int:
+    def _vocab(self, run_id: str) -> tuple[int, bool]:
+        """(the run's vocabulary size, whether its trace left p_token out somewhere: a stored 0
+        is then no fact about p)."""
         with translate_errors(f"reading {self._where}"):
             with self.engine.connect() as conn:
-                vocab = conn.execute(select(runs_table.c.vocab_size).where(runs_table.c.run_id == run_id)).scalar()
-        if vocab is None:
+                row = conn.execute(select(runs_table.c.vocab_size, runs_table.c.unrecorded)
+                                   .where(runs_table.c.run_id == run_id)).first()
+        if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self._where}")
-        return int(vocab)
+        return int(row[0]), "p_token" in (row[1] or ())

@@ -1,7 +1,7 @@
 """The three everyday changes each touch one place (architecture issue):
 
 - a new fault is one entry (and its inject function) in core/faults/zoo.py;
-- a new checker rule is one RULES line, one method and one ROUND_CHECKS name in core/check/checker.py;
+- a new checker rule is one RULES line, its SEVERITY, one method and one ROUND_CHECKS name in core/check/checker.py;
 - a new proposer is its class and one registry entry in core/ (tests/app covers the GUI side);
 - a new layout (how a draft is laid out in the verify forward and kept in the cache) is its
   class, given to the decoder's `layout` argument (core/decode/layout.py has the two built in).
@@ -98,6 +98,7 @@ def new_rule(monkeypatch):
             self.add("empty-draft", "the proposer drafted nothing: the round cost a target forward for one token")
 
     monkeypatch.setitem(checker_module.RULES, "empty-draft", "every round drafts at least one token")
+    monkeypatch.setitem(checker_module.SEVERITY, "empty-draft", checker_module.WRONG_OUTPUT)
     monkeypatch.setattr(checker_module._RoundChecker, "drafted_something", drafted_something, raising=False)
     monkeypatch.setattr(checker_module, "ROUND_CHECKS", checker_module.ROUND_CHECKS + ("drafted_something",))
     return "empty-draft"

@@ -34,9 +34,14 @@ def add_bench_parser(subparsers: Any) -> None:
                    help="let --markdown replace a file the bench did not write (never a trace store)")
     p.add_argument("--from-json", default=None, metavar="FILE",
                    help="run nothing: read the results of an earlier `bench --json` from FILE (with --markdown)")
-    p.add_argument("--target", default=None, help="target checkpoint (default: bundled)")
+    p.add_argument("--target", default=None,
+                   help="target checkpoint, GGUF file or fetched model's name, e.g. smollm2 (default: bundled)")
     p.add_argument("--draft", action="append", default=None, metavar="DRAFT",
-                   help="'small', 'tiny' or a checkpoint path; repeat for several (default: small and tiny)")
+                   help="'small', 'tiny' or a checkpoint path; repeat for several (default: small and tiny; for a "
+                        "named target with a default draft, that draft)")
+    p.add_argument("--chat", action="store_true",
+                   help="the chat prompts (resources/prompts/chat.json: chat, summary, code) through the target's "
+                        "chat template, stopping at the end of its turn, instead of the code prompts")
     p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
                    help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4; repeat "
                         "for several (default: every registered kind without a model, at its defaults)")
@@ -174,6 +179,32 @@ def tree_specs(args: argparse.Namespace, drafts: dict[str, Any]) -> list[str]:
     return specs
 
 
+def _bench_prompts(chat: bool) -> list[Any]:
+    from specscope.core.loading import models as loading
+    from specscope.core.loading.chat import chat_prompts
+
+    return chat_prompts() if chat else loading.example_prompts()
+
+
+def _default_drafts(target: str | None) -> list[str]:
+    """The bundled drafts for the bundled target; a named target's own default draft (catalog)."""
+    from specscope.core.draft.registry import parse_spec
+    from specscope.core.loading.catalog import default_proposer
+
+    spec = default_proposer(target)
+    return [parse_spec(spec).arg] if spec else ["small", "tiny"]
+
+
+def _encode_prompts(chosen: list[Any], chat: bool, target: Any, tokenizer: Any) -> tuple[list[list[int]], int | None]:
+    """The prompts' ids and the EOS the runs stop at (a chat run: the token that ends the model's turn)."""
+    if not chat:
+        ids = [list(tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in chosen]
+        return ids, getattr(tokenizer, "eos_token_id", None)
+    from specscope.core.loading.chat import chat_prompt_ids, turn_end_id
+
+    return [chat_prompt_ids(tokenizer, p.user, p.system) for p in chosen], turn_end_id(target, tokenizer)
+
+
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs both modes, then the memory children
     import torch
     from specscope.core import SamplingConfig
@@ -186,9 +217,9 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = settings_of(args)
-    chosen = select_prompts(loading.example_prompts(), settings["prompts_per_kind"], settings["kinds"])
+    chosen = select_prompts(_bench_prompts(args.chat), settings["prompts_per_kind"], settings["kinds"])
     device = loading.resolve_device(args.device)
-    draft_names = args.draft or ["small", "tiny"]
+    draft_names = args.draft or _default_drafts(args.target)
     pairs = {name: loading.load_models(target=args.target, draft=name, device=device, dtype=args.dtype) for name in draft_names}
     first = next(iter(pairs.values()))
     target, tokenizer = first.target, first.tokenizer
@@ -196,9 +227,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     drafts = {labels[name]: p.draft for name, p in pairs.items()}
     draft_refs = {labels[name]: name for name in draft_names}
     trees = tree_specs(args, drafts)
-    prompt_ids = [list(tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in chosen]
+    prompt_ids, eos = _encode_prompts(chosen, args.chat, target, tokenizer)
     kinds = [p.kind for p in chosen]
-    eos = getattr(tokenizer, "eos_token_id", None)
     modes = ["greedy", "sampled"] if args.mode == "both" else [args.mode]
     results = new_results(machine_info(device), settings, chosen, prompt_ids)
     specs_of_memory = []

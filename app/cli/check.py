@@ -14,12 +14,14 @@ def add_check_parsers(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "check",
         help="check the rounds of saved runs for rollback, EOS, budget and sampler bugs",
-        description="Check every round of a run from its trace alone; exit status 1 when a rule is violated.",
+        description="Check every round of a run from its trace alone. Each finding is wrong output or wasted work; "
+                    "exit status 1 when a run has wrong output (with --strict, wasted work too).",
     )
     p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
     p.add_argument("--run", default=None, help="run id (or unique prefix); default: every run in the store")
     p.add_argument("--json", action="store_true", help="print the findings (and their grouping by cause) as JSON")
     p.add_argument("--all", action="store_true", help="list every follow-on finding under its cause, not just a count")
+    p.add_argument("--strict", action="store_true", help="exit 1 for wasted-work findings too (k past the budget, ...)")
     p.add_argument("--tol", type=float, default=1e-6, help="tolerance for recorded scalars (default: 1e-6)")
     p.add_argument("--recompute", action="store_true", help="also recompute p with the target model (deep replay)")
     p.add_argument("--target", default=None, help="target checkpoint for --recompute (default: the run's bundled target)")
@@ -55,58 +57,84 @@ def open_existing_store(location: str) -> Any:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from specscope.core.check.checker import check_report, recompute_findings
+    from specscope.core.check.checker import WASTED_WORK, WRONG_OUTPUT
 
     store = open_existing_store(args.db)
     run_ids = [store.resolve_run_id(args.run)] if args.run else [r.run_id for r in store.list_runs(newest_first=False)]
     target_cache: dict[str, Any] = {}
     report = []
-    total = 0
+    counts = {WRONG_OUTPUT: 0, WASTED_WORK: 0}
     for run_id in run_ids:
-        info = store.get_run(run_id)
-        counted = [0]  # rounds are streamed from the store in batches: memory is one batch, not the run
-
-        def rounds(what: str, count: bool) -> Any:
-            with Progress(f"{what} run {run_id[:12]}", info.n_rounds, quiet=args.json) as progress:
-                for rnd in store.iter_rounds(run_id, full=True):
-                    counted[0] += count
-                    progress.advance()
-                    yield rnd
-
-        checked = check_report(info.config, rounds("checking", True), tol=args.tol, end=info.end)
-        n_rounds = counted[0]
-        if args.recompute:
-            target = _target_for_recompute(args, info, target_cache)
-            checked.findings += recompute_findings(info.config, rounds("recomputing", False), target)
-        total += len(checked.findings)
+        n_rounds, checked = _check_one(args, store, run_id, target_cache)
+        for f in checked.findings:
+            counts[f.severity] += 1
         report.append({"run_id": run_id, "rounds": n_rounds, "findings": [f.to_dict() for f in checked.findings],
-                       "groups": [g.to_dict() for g in checked.groups], "not_checked": checked.not_checked})
+                       "groups": [g.to_dict() for g in checked.groups], "not_checked": checked.not_checked,
+                       "wrong_output": len(checked.of_severity(WRONG_OUTPUT)),
+                       "wasted_work": len(checked.of_severity(WASTED_WORK))})
         if not args.json:
             _print_check(run_id, n_rounds, checked, args.all)
     if args.json:
-        print(json.dumps({"runs": report, "findings": total}, indent=2))
-    return 1 if total else 0
+        print(json.dumps({"runs": report, "findings": sum(counts.values()), "wrong_output": counts[WRONG_OUTPUT],
+                          "wasted_work": counts[WASTED_WORK]}, indent=2))
+    return 1 if counts[WRONG_OUTPUT] or (args.strict and counts[WASTED_WORK]) else 0
+
+
+def _check_one(args: argparse.Namespace, store: Any, run_id: str, target_cache: dict[str, Any]) -> tuple[int, Any]:
+    """(rounds read, CheckReport) of one run. A run the store cannot hand over whole (a row it
+    cannot decode) is reported as an internal finding at the round it reached: the other runs
+    of the store are still checked."""
+    from specscope.core.check.checker import CheckReport, check_report, internal_finding, recompute_findings
+
+    info = store.get_run(run_id)
+    counted = [0]  # rounds are streamed from the store in batches: memory is one batch, not the run
+
+    def rounds(what: str, count: bool) -> Any:
+        with Progress(f"{what} run {run_id[:12]}", info.n_rounds, quiet=args.json) as progress:
+            for rnd in store.iter_rounds(run_id, full=True):
+                counted[0] += count
+                progress.advance()
+                yield rnd
+
+    try:
+        checked = check_report(info.config, rounds("checking", True), tol=args.tol, end=info.end)
+    except Exception as exc:  # one run the store cannot hand over must not stop the check of the others
+        where = f"the store's round {counted[0]}"
+        checked = CheckReport([internal_finding(run_id, counted[0], where, exc)],
+                              {"internal": f"reading the run stopped at round {counted[0]}: later rounds not checked"})
+    if args.recompute:
+        target = _target_for_recompute(args, info, target_cache)
+        checked.findings += recompute_findings(info.config, rounds("recomputing", False), target)
+    return counted[0], checked
 
 
 def _print_check(run_id: str, n_rounds: int, checked: Any, show_all: bool) -> None:
-    """Root causes first: each cause on its line, what follows from it counted (or listed
-    with --all), then the rules the trace's unrecorded fields kept from running."""
+    """Wrong output first, then wasted work; within each, root causes first: each cause on its
+    line, what follows from it counted (or listed with --all); then the rules the trace's
+    unrecorded fields kept from running."""
+    from specscope.core.check.checker import WASTED_WORK, WRONG_OUTPUT, group_findings
+
     head = f"run {run_id}: {n_rounds} rounds, "
-    groups = checked.groups
-    if not groups:
+    if not checked.findings:
         print(head + "no findings")
     else:
-        first = groups[0].cause.round
-        print(head + f"{len(checked.findings)} finding(s) from {len(groups)} cause(s), first bad round {first}")
+        first = min(f.round for f in checked.findings)
+        print(head + f"{len(checked.findings)} finding(s), first bad round {first}")
+    for severity in (WRONG_OUTPUT, WASTED_WORK):
+        groups = group_findings(checked.of_severity(severity))
+        if not groups:
+            continue
+        n = sum(1 + len(g.follow_on) for g in groups)
+        print(f"  {severity}: {n} finding(s) from {len(groups)} cause(s)")
         for g in groups:
-            print(f"  {g.cause}")
+            print(f"    {g.cause}")
             if g.follow_on and show_all:
                 for f in g.follow_on:
-                    print(f"      follows: {f}")
+                    print(f"        follows: {f}")
             elif g.follow_on:
                 lo, hi = g.rounds
                 rules = ", ".join(sorted({f.rule for f in g.follow_on}))
-                print(f"      + {len(g.follow_on)} follow-on finding(s) ({rules}) in rounds {lo}-{hi}; --all lists them")
+                print(f"        + {len(g.follow_on)} follow-on finding(s) ({rules}) in rounds {lo}-{hi}; --all lists them")
     for rule, why in checked.not_checked.items():
         print(f"  not checked: {rule} ({why})")
 

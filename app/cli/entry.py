@@ -9,6 +9,7 @@ import sys
 from typing import Sequence
 
 from specscope.app.cli.check import add_check_parsers, check_trace_file, open_existing_store
+from specscope.app.cli.diverge import add_diverge_parser
 from specscope.app.cli.models import add_models_parser
 from specscope.app.cli.options import CliError, check_options, is_broken_pipe, leave_quietly, threads_arg
 from specscope.app.cli.run import add_run_parser
@@ -76,6 +77,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     # (5 of the 9 s `specscope --help` took on a loaded 2-core machine): only run's own help shows it
     add_run_parser(sub, list_kinds=argv is None or command_of(argv) == "run")
     add_check_parsers(sub)
+    add_diverge_parser(sub)
     add_models_parser(sub)
     from specscope.app import bench
     from specscope.app.cli import traces

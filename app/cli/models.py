@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -28,30 +27,9 @@ def add_models_parser(subparsers: Any) -> None:
     f.set_defaults(func=cmd_fetch)
 
 
-def _size(folder: Path) -> str:
-    total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
-    return f"{total / 1e6:.0f} MB"
-
-
-def model_table() -> dict[str, list[dict[str, Any]]]:
-    """Every model specscope can name, by where it comes from."""
-    from specscope.core.loading import BUNDLED_DRAFTS, bundled_path, catalog, gguf
-
-    bundled = [{"name": name, "path": str(bundled_path(key))}
-               for name, key in (("target", "target"), *((f"draft-{d}", d) for d in BUNDLED_DRAFTS))]
-    cached = []
-    root = gguf.cache_root() / "gguf"
-    for folder in sorted(root.iterdir()) if root.is_dir() else ():
-        info = gguf.conversion_info(folder)
-        if info is not None:
-            cached.append({"source": info.get("source"), "architecture": info.get("architecture"),
-                           "path": str(folder), "size": _size(folder)})
-    fetchable = [{"name": m.name, "title": m.title, "download_mb": m.size_mb, "licence": m.licence,
-                  "fetched": catalog.cached_checkpoint(m) is not None} for m in catalog.CATALOG.values()]
-    return {"bundled": bundled, "cached": cached, "fetchable": fetchable}
-
-
 def cmd_models(args: argparse.Namespace) -> int:
+    from specscope.core.loading.models import model_table
+
     table = model_table()
     if args.json:
         print(json.dumps(table, indent=2))

@@ -135,6 +135,8 @@ def run_spec(args: argparse.Namespace) -> Any:
         if spec.arg is not None and spec.arg != args.draft:
             raise CliError(f"--draft {args.draft} and --proposer {text} name two draft models: pass one")
         spec = replace(spec, arg=args.draft)
+    if spec.kind == "draft" and spec.arg is None:
+        spec = replace(spec, arg=_target_default_draft(args.target))
     for flag, attr, param in LOOKUP_FLAGS:
         value = getattr(args, attr)
         if value is None:
@@ -145,6 +147,16 @@ def run_spec(args: argparse.Namespace) -> Any:
             raise CliError(f"{flag} {value} and --proposer {text} set {param} twice: pass one")
     spec = replace(spec, params={**spec.params, **lookup}) if spec.kind == "lookup" and lookup else spec
     return _fold_tree_flags(args, spec, text)
+
+
+def _target_default_draft(target: str | None) -> str | None:
+    """The draft model a named target comes with (catalog.default_draft: `--target smollm2
+    --proposer draft` drafts with the project's SmolLM2 draft), None for the kind's default."""
+    from specscope.core.draft.registry import parse_spec
+    from specscope.core.loading.catalog import default_proposer
+
+    spec = default_proposer(target)
+    return parse_spec(spec).arg if spec else None
 
 
 def _fold_tree_flags(args: argparse.Namespace, spec: Any, text: str) -> Any:
@@ -287,7 +299,7 @@ def _open_writer(args: argparse.Namespace, config: Any, pair: Any) -> Any:
     return TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n)
 
 
-def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any) -> None:
+def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any, fault: Any = None) -> None:
     from specscope.core import summarize
 
     summary = summarize(result)
@@ -296,6 +308,8 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any) -> No
         from specscope.storage.engine import mask_passwords
 
         summary["db"] = mask_passwords(str(args.db))
+    if fault is not None:
+        summary["fault"] = fault.to_dict()
     if args.json:
         print(json.dumps(summary, indent=2))
         return
@@ -307,6 +321,8 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any) -> No
         f"{result.wall_s:.3f} s (draft {s.draft_s:.3f} s, verify {s.verify_s:.3f} s), stop: {result.stop_reason}",
         file=sys.stderr,
     )
+    for line in fault_lines(fault) if fault is not None else ():
+        print(line, file=sys.stderr)
     if writer is not None:
         print(f"-- recorded as run {result.config.run_id} in {writer.store.location}", file=sys.stderr)
 
@@ -322,11 +338,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
 
     decoded = 0
+    scan = _fire_scan(args, config)
 
     def each(rnd: Any) -> None:
         nonlocal decoded
         with signals.whole_round():  # a signal now waits: the round is counted, stored and shown whole
             decoded += 1
+            if scan is not None:
+                scan.observe(rnd)
             if writer is not None:
                 writer.write(rnd)  # raises at once once the writer has failed: decoding stops here
             if not args.json:
@@ -350,8 +369,42 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if writer.error is None:
                     raise
                 return _recording_failed(args, writer, decoded)
-    _report(args, result, pair, writer)
+    _report(args, result, pair, writer, _fire_report(decoder, scan))
     return 0
+
+
+def _fire_scan(args: argparse.Namespace, config: Any) -> Any:
+    """With --fault: what the run meets that would make the fault fire (core.faults.firing)."""
+    if not args.fault:
+        return None
+    from specscope.core.faults.firing import FireScan
+
+    return FireScan(config)
+
+
+def _fire_report(decoder: Any, scan: Any) -> Any:
+    if scan is None:
+        return None
+    from specscope.core.faults.zoo import fire_report
+
+    return fire_report(decoder.fault, decoder.fault_rounds, scan)
+
+
+def fault_lines(report: Any) -> list[str]:
+    """Where the fault fired, or that it never did and which flags would make it fire."""
+    name, fired = report.fault, report.fired_rounds
+    if fired:
+        shown = ", ".join(str(i) for i in fired[:20]) + (", …" if len(fired) > 20 else "")
+        return [f"-- fault {name} fired in {_rounds(len(fired))}: {shown}"]
+    lines = [f"-- fault {name} never fired: this run is correct, and `specscope check` rightly finds nothing in it "
+             f"(it fires when: {report.applies})"]
+    s = report.suggestion
+    if s is None:
+        lines.append("-- this run met nothing a setting could turn into a fire: try another --seed, prompt or --max-new")
+    else:
+        flags = " ".join(f"{FLAG_NAMES[key].split()[0]} {value}" for key, value in s.settings.items())
+        lines.append(f"-- to make it fire, run again with {flags} ({s.why})")
+    return lines
 
 
 def _end_text_line(args: argparse.Namespace) -> None:

@@ -19,22 +19,15 @@ import json
 import os
 import sys
 import unicodedata
-from typing import Any, Callable, Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from specscope.app.cli.options import Progress, is_broken_pipe
 from specscope.core.records import TOKEN_KINDS
-from specscope.storage import (
-    TraceStore,
-    TraceStoreError,
-    export_run,
-    import_run,
-    is_partial,
-)
-from specscope.storage.codec import top_entries
-from specscope.storage.paths import describe_default_location
-from specscope.storage.jsonl.transfer import header_json, iter_export
+
+if TYPE_CHECKING:  # the storage package (SQLAlchemy: about 2 s) is imported by the commands that read a store
+    import numpy as np
+
+    from specscope.storage import TraceStore
 
 _KIND_MARK = dict(zip(TOKEN_KINDS, ("", "!", "+")))
 SAFE_WIDTH = 80  # untrusted strings are cut to this many characters + "…"
@@ -71,12 +64,28 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("import", help="import a JSONL trace into a trace store",
                               description="Validate a JSONL trace and add it to a store (all or nothing).")
     p.add_argument("file", metavar="FILE.jsonl", help="trace file ('-' for stdin)")
-    p.add_argument("--db", default=None, help=f"trace store (default: {describe_default_location()})")
+    p.add_argument("--db", default=None, help=f"trace store (default: {DEFAULT_STORE})")
+    p.formatter_class = _DefaultStoreFormatter
     p.add_argument("--run-id", default=None, help="store the run under this id instead of the file's")
     p.set_defaults(func=cmd_import)
 
 
 # ---------------------------------------------------------------------------- helpers
+
+DEFAULT_STORE = "<the default store>"  # named in a help text only when that help is printed
+
+
+class _DefaultStoreFormatter(argparse.HelpFormatter):
+    """Names the default trace store when a help text is shown: finding it imports the
+    storage package, which `specscope --help` and the other commands' help do not need."""
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        text = super()._expand_help(action)
+        if DEFAULT_STORE in text:
+            from specscope.storage.paths import describe_default_location
+
+            text = text.replace(DEFAULT_STORE, describe_default_location())
+        return text
 
 
 def _fail(message: str) -> int:
@@ -109,6 +118,8 @@ def _safe(value: Any, width: int = SAFE_WIDTH) -> str:
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
+        from specscope.storage import TraceStoreError
+
         try:
             return fn(args)
         except TraceStoreError as exc:
@@ -135,6 +146,8 @@ def _when(ts: float | None) -> str:
 def _open(db: str | None, create: bool = False) -> TraceStore:
     """A writer (create=True: import) may create the store; a reader opens it read-only and
     creates or changes nothing (no journal mode, no recovery written, no migration)."""
+    from specscope.storage import TraceStore
+
     return TraceStore(db, create=create, readonly=not create, presume_interrupted=not create)
 
 
@@ -192,6 +205,9 @@ def _run_line(r: Any) -> str:
 def _top(dist: np.ndarray | None, n: int) -> str:
     if dist is None:
         return "-"
+    from specscope.storage import is_partial
+    from specscope.storage.codec import top_entries
+
     ids, probs = top_entries(dist, n)
     text = " ".join(f"{i}:{p:.3f}" for i, p in zip(ids.tolist(), probs.tolist()))
     stats = getattr(dist, "stats", None) if is_partial(dist) else None  # a top-N save's whole-vector facts
@@ -204,6 +220,8 @@ def _top(dist: np.ndarray | None, n: int) -> str:
 @_guard
 def cmd_show(args: argparse.Namespace) -> int:
     """specscope show DB RUN [--round N]"""
+    from specscope.storage.jsonl.transfer import header_json, iter_export
+
     with _open(args.db) as store:
         info = store.get_run(args.run)
         if args.round is not None:
@@ -309,6 +327,8 @@ def _print_round(rnd: Any, top: int, full: bool) -> None:
 @_guard
 def cmd_export(args: argparse.Namespace) -> int:
     """specscope export DB RUN -o FILE.jsonl"""
+    from specscope.storage import export_run
+
     with _open(args.db) as store:
         info = store.get_run(args.run)
         run_id = info.run_id
@@ -324,6 +344,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 @_guard
 def cmd_import(args: argparse.Namespace) -> int:
     """specscope import FILE.jsonl --db DB"""
+    from specscope.storage import import_run
+
     with _open(args.db, create=True) as store, contextlib.ExitStack() as stack:
         source: Any = sys.stdin
         if args.file != "-":

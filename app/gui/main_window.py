@@ -27,6 +27,7 @@ from .controllers.checks import CheckActions
 from .controllers.docks import RUN_DOCK_PX, DockLayout
 from .controllers.exports import Exports
 from .controllers.keys import StepKeys
+from .controllers.model_fetch import ModelFetchController
 from .controllers.replay_panel import ReplayPanel
 from .controllers.run_actions import RunActions
 from .controllers.table import window_actions
@@ -198,6 +199,7 @@ class MainWindow(QMainWindow):
     def _build_widgets(self) -> None:
         """The run panel, the Inspect and Compare tabs and the docks."""
         self.run_panel = RunPanelWidget(self.hub.devices(), self.hub.example_prompts())
+        self.model_fetch = ModelFetchController(self.run_panel, self)  # the target menu's fetchable models
         self.page = InspectPage(self.model)
         self.timeline, self.inspector = self.page.timeline, self.page.inspector
         self.tree, self.navigator = self.page.tree, self.page.navigator
@@ -242,7 +244,8 @@ class MainWindow(QMainWindow):
         self.run_panel.edited.connect(self.replay_panel.panel_edited)
         self.navigator.playToggled.connect(traces.toggle_replay_play)
         self.findings.findingActivated.connect(self.checks.jump_to_finding)
-        self.model.findingsChanged.connect(lambda: self.findings.set_findings(self.model.findings))
+        self.model.findingsChanged.connect(lambda: self.findings.set_findings(
+            self.model.findings, fault=self.model.config.fault if self.model.config is not None else None))
         self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
         self.run_panel.edited.connect(self._temperature_to_compare)

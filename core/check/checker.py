@@ -28,7 +28,8 @@ from specscope.core.verify.chain import residual_of
 
 RULES: dict[str, str] = {
     "prefix-continuity": "each round starts from the previous round's prefix plus its emitted tokens",
-    "budget": "the output never exceeds max_new_tokens; k is capped to the remaining budget",
+    "budget": "the output never exceeds max_new_tokens, and the budget left is counted from the tokens emitted",
+    "draft-budget": "k is capped to the remaining budget (a longer draft is verified for nothing)",
     "eos": "EOS ends the output at once: nothing after it, no round after it",
     "round-structure": "accepted tokens follow one root path of the draft; one repair at the first rejection; a bonus only if all were accepted",
     "acceptance-draw": "a stochastic decision is accepted iff u < min(1, p(x)/q(x))",
@@ -44,7 +45,31 @@ RULES: dict[str, str] = {
                "coupling seed and the output position); the repair and the bonus are y_j",
     "tree-walk": "a tree round replays: each tried child against the running p', the path, the repair or bonus",
     "tree-layout": "tree nodes ran at position prefix length + depth - 1, each seeing only its ancestors",
+    "tree-shape": "a tree keeps its declared shape: no more nodes than its budget, no node deeper than its depth, "
+                  "the children mode its spec allows",
+    "distinct-siblings": "siblings drawn without replacement (children mode distinct, or topk) are distinct tokens",
+    "position-limit": "no round reads a position past the target's position limit (max_position_embeddings)",
+    "internal": "the checker itself failed on a round: the rule named in the message was not checked there",
     **STOP_RULES,  # stop strings and sequences, finish reason, end count (core.check.stop_rules)
+}
+
+# How bad a finding of each rule is: WRONG_OUTPUT, the run's tokens (or their record) may be
+# wrong; WASTED_WORK, the output stays right but compute was spent for nothing. Every rule
+# declares one (tests/core/test_checker_severity.py holds RULES and SEVERITY to the same names);
+# `specscope check` exits non-zero for wrong output, and for wasted work only with --strict.
+WRONG_OUTPUT = "wrong output"
+WASTED_WORK = "wasted work"
+SEVERITY: dict[str, str] = {
+    "prefix-continuity": WRONG_OUTPUT, "budget": WRONG_OUTPUT, "draft-budget": WASTED_WORK, "eos": WRONG_OUTPUT,
+    "round-structure": WRONG_OUTPUT, "acceptance-draw": WRONG_OUTPUT, "residual": WRONG_OUTPUT, "draw": WRONG_OUTPUT,
+    "greedy": WRONG_OUTPUT, "sampler": WRONG_OUTPUT, "target-cache": WRONG_OUTPUT,
+    # a draft cache that kept a rejected suffix only makes later proposals worse: the target decides
+    "draft-cache": WASTED_WORK,
+    "recompute": WRONG_OUTPUT, "run-end": WRONG_OUTPUT, "coupled": WRONG_OUTPUT, "tree-walk": WRONG_OUTPUT,
+    "tree-layout": WRONG_OUTPUT, "tree-shape": WRONG_OUTPUT, "distinct-siblings": WRONG_OUTPUT,
+    "position-limit": WRONG_OUTPUT,
+    "internal": WRONG_OUTPUT,  # the checker cannot vouch for what it failed to check
+    **{name: WRONG_OUTPUT for name in STOP_RULES},  # output past a stop, a wrong finish reason or count
 }
 
 # Rules whose findings in later rounds usually follow from the first one (a cache that went
@@ -64,8 +89,13 @@ class Finding:
     message: str
     node: int | None = None
 
+    @property
+    def severity(self) -> str:
+        """WRONG_OUTPUT or WASTED_WORK (SEVERITY: every rule declares one)."""
+        return SEVERITY[self.rule]
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "severity": self.severity}
 
     def __str__(self) -> str:
         where = f"round {self.round}"
@@ -123,6 +153,17 @@ class CheckReport:
     @property
     def groups(self) -> list[FindingGroup]:
         return group_findings(self.findings)
+
+    def of_severity(self, severity: str) -> list[Finding]:
+        return [f for f in self.findings if f.severity == severity]
+
+
+def internal_finding(run_id: str, round_index: int, what: str, exc: BaseException) -> Finding:
+    """A check that raised: named as the checker's own failure (its exception's type, never
+    its text, is in the message), so it is not mistaken for a finding about the decoder."""
+    return Finding(run_id, round_index, None, "internal",
+                   f"the checker failed while checking {what} ({type(exc).__name__}): it is not checked here; "
+                   "this is a bug in the checker, not necessarily in the decoder")
 
 
 class _RoundChecker:
@@ -459,6 +500,8 @@ class _RoundChecker:
         rnd = self.rnd
         mass = rnd.residual_mass
         if mass is None:
+            self.not_checked.setdefault("residual", "a top-N repair without its recorded residual_mass: the residual is "
+                                        "checked only where p and q hold the repair token")
             return
         if node.overlap is not None and abs(mass - (1.0 - node.overlap)) > self.tol:
             self.add("residual", f"recorded residual mass {mass:.6g} differs from 1 - sum min(p, q) = {1.0 - node.overlap:.6g}",
@@ -492,6 +535,8 @@ class _RoundChecker:
                 continue
             for name, dist in (("q", n.q), ("p", n.p)):
                 if dist is None:
+                    if name == "q" and n.status != "unvisited":
+                        self.recorded("q", "sampler")  # the filters on q: not checked, and said so
                     continue
                 # the whole-vector rules need the vector's stats: a full vector, or a top-N
                 # save that kept them (older saves: only the top-k rule applies)
@@ -547,6 +592,19 @@ class _RoundChecker:
 
     # ---------------------------------------------------------------- budget, EOS
 
+    def positions(self) -> None:
+        """The first round whose tokens need more positions than the target reads (the front
+        ends refuse such runs: core.decode.factory.check_positions); unknown without a limit."""
+        limit, rnd = self.config.position_limit, self.rnd
+        if limit is None:
+            self.not_checked.setdefault("position-limit", "the run records no position limit for its target")
+            return
+        needed = rnd.prefix_len + len(rnd.emitted)
+        if rnd.prefix_len <= limit < needed:
+            self.add("position-limit", f"the round's tokens need {needed} positions, but the target reads at most {limit} "
+                     "(max_position_embeddings): what it decodes past that is not a model's output",
+                     self.position_of(limit - rnd.prefix_len))
+
     def continuity(self) -> None:
         rnd, emitted = self.rnd, self.out_start
         prompt_len = len(self.config.prompt_ids)
@@ -568,8 +626,13 @@ class _RoundChecker:
     def budget(self) -> None:
         rnd, cfg = self.rnd, self.config
         emitted_total_after = self.out_start + len(rnd.emitted)
-        if rnd.k > rnd.remaining_budget:
-            self.add("budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}")
+        deepest = _deepest(rnd.nodes)
+        if "k" not in cfg.unrecorded and rnd.k > rnd.remaining_budget:
+            self.add("draft-budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}: "
+                     f"{rnd.k - rnd.remaining_budget} draft token(s) could never be emitted")
+        elif deepest > rnd.remaining_budget:
+            self.add("draft-budget", f"the draft reaches depth {deepest} with only {rnd.remaining_budget} token(s) left "
+                     "of the budget: its deepest tokens could never be emitted")
         if len(rnd.emitted) > rnd.remaining_budget:
             self.add(
                 "budget",
@@ -600,8 +663,13 @@ class _RoundChecker:
     # ---------------------------------------------------------------- caches
 
     def caches(self) -> None:
-        if not self.check_caches or not self.recorded("target_cache", "target-cache"):
+        if not self.check_caches:
             return
+        if self.recorded("target_cache", "target-cache"):
+            self._target_cache()
+        self._draft_cache()
+
+    def _target_cache(self) -> None:
         rnd, previous = self.rnd, self.previous
         # with the prefix broken here, a missing round explains a cache mismatch as well
         # as a stale cache does: the message names both
@@ -624,8 +692,15 @@ class _RoundChecker:
             below = f", cropped below the accepted prefix {committed}" if tc.after < committed else ""
             self.add("target-cache", f"cache length {tc.after} + pending {len(tc.pending)} != committed length "
                      f"{final_len}{below}")
+
+    def _draft_cache(self) -> None:
+        rnd, previous = self.rnd, self.previous
+        either = "; or a round is missing from the trace before this one" if self.prefix_broken else ""
+        committed = rnd.prefix_len + rnd.accepted
         dc = rnd.draft_cache
         if dc is None:
+            self.not_checked.setdefault("draft-cache", "the trace records no draft cache (a proposer without one, or a "
+                                        "decoder that does not record it)")
             return
         if previous is not None and previous.draft_cache is not None and dc.before != previous.draft_cache.after:
             self.add("draft-cache", f"draft cache starts at {dc.before}, the previous round left "
@@ -637,9 +712,18 @@ class _RoundChecker:
             )
 
 
+def _deepest(nodes: Sequence) -> int:
+    """The depth of the deepest node, from the parents (a chain: its length); a parent that
+    does not precede its child (round-structure's finding) counts as the prefix."""
+    depth: list[int] = []
+    for n in nodes:
+        depth.append(depth[n.parent] + 1 if 0 <= n.parent < len(depth) else 1)
+    return max(depth, default=0)
+
+
 # The round rules, in the order they run (a finding's order within a round follows it): the
 # shape-free rules apply to every round; `shape` runs the rules of the round's draft shape.
-ROUND_CHECKS: tuple[str, ...] = ("continuity", "structure", "shape", "sampler", "budget", "eos", "caches")
+ROUND_CHECKS: tuple[str, ...] = ("continuity", "positions", "structure", "shape", "sampler", "budget", "eos", "caches")
 
 
 def check_report(
@@ -670,20 +754,32 @@ def check_report(
         checker = _RoundChecker(config, rnd, emitted, tol, findings, position=i, previous=previous,
                                 is_last=following is None, caches=caches, not_checked=not_checked)
         for name in ROUND_CHECKS:
-            getattr(checker, name)()
-        stops.round(rnd)
+            try:
+                getattr(checker, name)()
+            except Exception as exc:  # a checker bug: named, and the other rules and rounds go on
+                findings.append(internal_finding(config.run_id, rnd.index, f"rule group '{name}'", exc))
+                not_checked.setdefault(f"internal: {name}", f"the checker failed on round {rnd.index}")
+        try:
+            stops.round(rnd)
+        except Exception as exc:
+            findings.append(internal_finding(config.run_id, rnd.index, "the stop rules", exc))
+            not_checked.setdefault("internal: stops", f"the checker failed on round {rnd.index}")
         # after a broken prefix, later rounds are checked from the recorded one (one finding, not one per round)
         emitted = (rnd.emitted_before if checker.prefix_broken else emitted) + len(rnd.emitted)
         del checker  # it holds its round and the previous one: not kept while the next is read
         previous, last, rnd, i = rnd, rnd, following, i + 1
     if end is not None:
-        stops.end(end, last)
-        _check_end(config, end, last, emitted, i, findings, stopped=stops.at_stop or end.stop_reason == "stop")
+        try:
+            stops.end(end, last)
+            _check_end(config, end, last, emitted, i, findings, not_checked,
+                       stopped=stops.at_stop or end.stop_reason == "stop")
+        except Exception as exc:
+            findings.append(internal_finding(config.run_id, last.index if last is not None else 0, "the end record", exc))
     return CheckReport(findings, not_checked)
 
 
 def _check_end(config: RunConfig, end: RunEnd, last: Round | None, emitted: int, n_rounds: int,
-               findings: list[Finding], stopped: bool = False) -> None:
+               findings: list[Finding], not_checked: dict[str, str], stopped: bool = False) -> None:
     def add(message: str) -> None:
         findings.append(Finding(config.run_id, last.index if last is not None else 0, None, "run-end", message))
 
@@ -692,7 +788,9 @@ def _check_end(config: RunConfig, end: RunEnd, last: Round | None, emitted: int,
         add(f"the end record counts {end.new_tokens} new tokens, the rounds emitted {emitted}")
     if end.status != "completed" or stopped:  # a stop's finish reason: core.check.stop_rules
         return
-    if end.stop_reason == "eos" and not ended_eos:
+    if end.stop_reason is None:  # the format lets an end line leave it out: unknown, not wrong
+        not_checked.setdefault("run-end", "the end record gives no stop_reason: why the run stopped is not checked")
+    elif end.stop_reason == "eos" and not ended_eos:
         add("the run is marked as stopped at EOS, but its last round emitted no EOS")
     elif end.stop_reason == "budget" and emitted < config.max_new_tokens and not ended_eos:
         add(f"the run is marked as stopped by the budget after {emitted} of max_new_tokens={config.max_new_tokens} "

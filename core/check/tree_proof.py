@@ -47,9 +47,14 @@ class _Stop(Exception):
 def prove_tree_round(chk: Any) -> None:
     """The walk of a round that carries its TreeInfo (chk.rnd.tree), proved step by step."""
     walk = _Walk(chk)
+    before = len(chk.sink)
     try:
         walk.run()
     except _Stop:
+        if len(chk.sink) == before and not chk.config.sampling.greedy:  # stopped where the record left a value out
+            for rule in ("residual", "draw"):
+                chk.not_checked.setdefault(rule, "a tree walk stopped where its record left out what the next step "
+                                           "needs (see tree-walk): the updates and draws after it are not checked")
         return
     if walk.partly and not chk.config.sampling.greedy:
         chk.not_checked.setdefault("residual", PARTLY_PROVED)
@@ -69,6 +74,32 @@ class _Walk:
     def fail(self, rule: str, message: str, node: int | None = None, position: int | None = None) -> None:
         self.chk.add(rule, message, position, node)
         raise _Stop
+
+    def unknown(self, rule: str, why: str) -> None:
+        """The record leaves out what the next step needs: the rest of the round is not
+        checked (and the report says so), never judged with a default."""
+        self.chk.not_checked.setdefault(rule, why)
+        raise _Stop
+
+    def known(self, c: Any, field: str) -> float | None:
+        """p(token) or q(token) of node c: the recorded scalar, or the vector's entry when the
+        trace left the scalar out; None (not 0) when neither holds it."""
+        dist, value = (c.p, c.p_token) if field == "p_token" else (c.q, c.q_token)
+        if field in self.chk.config.unrecorded and (dist is None or not entry_known(dist, c.token)):
+            return None
+        return None if value is None else float(value)
+
+    def _scalar(self, c: Any, field: str) -> float:
+        """known(c, field), or the round stops being checked (a finding when the trace records
+        the field elsewhere)."""
+        dist, value = (c.p, c.p_token) if field == "p_token" else (c.q, c.q_token)
+        if field in self.chk.config.unrecorded and (dist is None or not entry_known(dist, c.token)):
+            self.unknown("tree-walk", f"a tried child's {field} was not recorded and its vector does not hold it")
+        if value is None:
+            if self.chk.recorded(field, "tree-walk"):
+                self.fail("tree-walk", f"node {c.index} was tried but its {field} was not recorded", node=c.index)
+            raise _Stop
+        return float(value)
 
     def run(self) -> None:
         rnd, tried = self.rnd, dict(self.tree.tried)
@@ -95,8 +126,17 @@ class _Walk:
             stop = getattr(rnd, "stop", None)
             if self.nodes[accepted].token in self.chk.config.eos_ids or (stop is not None and stop.position == out - 1):
                 break
+            if stop is None and out == len(rnd.emitted) and self.chk.is_last and self._stop_unrecorded():
+                self.chk.not_checked.setdefault("tree-walk", "a round's tokens end where a stop the trace does not record "
+                                                "may have ended them: the rest of its walk is not checked")
+                break
             node = accepted
         self._leftovers(path, out, visited, tried)
+
+    def _stop_unrecorded(self) -> bool:
+        """Whether a stop may have ended this round without the trace saying so."""
+        config = self.chk.config
+        return "stops" in config.unrecorded or ("stop" in config.unrecorded and bool(config.stop_strings or config.stop_ids))
 
     def _try_children(self, node: int, kids: list[int]) -> tuple[int | None, Any]:
         """Each child in order against the running p'; (the accepted child or None, the final p')."""
@@ -126,7 +166,7 @@ class _Walk:
             if self.chk.recorded("u", "tree-walk"):
                 self.fail("tree-walk", f"node {c.index} was tried but has no recorded draw u", node=c.index)
             raise _Stop
-        p_c = c.p_token if first else self._entry(running, c.token, c.index)
+        p_c = self._scalar(c, "p_token") if first else self._entry(running, c.token, c.index)
         q_c = self._q_c(c, tried_q)
         threshold = min(1.0, p_c / q_c) if q_c > 0 else 0.0
         self._why = f" with u={c.u:.6g} against min(1, p'(x)/q_c(x)) = {p_c:.6g}/{q_c:.6g}"
@@ -135,9 +175,12 @@ class _Walk:
         return c.u < threshold
 
     def _entry(self, dist: Any, token: int, node: int) -> float:
-        if dist is None or not entry_known(dist, token):
-            self.fail("tree-walk", f"node {node} is judged against a p' whose entry for its token {token} was not "
-                      "recorded (every p' record keeps its node's children)", node=node)
+        if dist is None:
+            self.unknown("tree-walk", "a later sibling's decision needs the p' after the earlier rejections, which the "
+                         "trace did not record (tree.updates or their p_after)")
+        if not entry_known(dist, token):
+            self.unknown("tree-walk", "a later sibling's decision needs p'(its token), which the recorded p' does not "
+                         "hold (exact_ids)")
         return float(dist[token])
 
     def _q_c(self, c: Any, tried_q: list[float]) -> float:
@@ -145,18 +188,19 @@ class _Walk:
         mode = self.tree.children
         if mode == "topk":
             return 1.0
-        if c.q_token is None:
-            if self.chk.recorded("q_token", "tree-walk"):
-                self.fail("tree-walk", f"node {c.index} was tried but its q(token) was not recorded", node=c.index)
-            raise _Stop
+        q_token = self._scalar(c, "q_token")
         if mode == "sampled":
-            return float(c.q_token)
+            return q_token
         stats = vector_stats(c.q)
         remaining = (stats.total if stats is not None else 1.0) - sum(tried_q)
-        return float(c.q_token) / remaining if remaining > 0 else float("inf")
+        return q_token / remaining if remaining > 0 else float("inf")
 
     def _update(self, node: int, c: Any, running: Any, first: bool, tried_tokens: list[int], tried_q: list[float]) -> Any:
         """The recorded p' after child c's rejection, proved against the running p'; returns it."""
+        if not self.pending and "updates" in self.chk.config.unrecorded:
+            self.partly = True
+            self.chk.not_checked.setdefault("residual", "the tree's residual updates (tree.updates) were not recorded")
+            return None
         if not self.pending or (self.pending[0].parent, self.pending[0].child) != (node, c.index):
             self.fail("residual", f"child {c.index} of node {node} was rejected but the next recorded residual update "
                       + (f"is at node {self.pending[0].parent} after child {self.pending[0].child}" if self.pending
@@ -197,7 +241,7 @@ class _Walk:
     def _partial_update(self, node: int, c: Any, running: Any, first: bool, tried_tokens: list[int],  # long: mass, facts and entries of one top-N update, each with its message
                         tried_q: list[float], upd: Any) -> None:
         mode, p_after = self.tree.children, upd.p_after
-        p_c = c.p_token if first else self._entry(running, c.token, c.index)
+        p_c = self._scalar(c, "p_token") if first else self._entry(running, c.token, c.index)
         run_stats = vector_stats(running)
         total = run_stats.total if run_stats is not None else 1.0
         if mode == "topk":
@@ -225,7 +269,8 @@ class _Walk:
         q_known = self._q_entries(c, tried_tokens, tried_q, running)
         p_known = {t: float(running[t]) for t in q_known if entry_known(running, t)}
         if first:  # the node's p row: its children's p(token) scalars are exact entries of it
-            p_known.update({n.token: float(n.p_token) for n in self.nodes if n.parent == c.parent})
+            p_known.update({n.token: x for n in self.nodes if n.parent == c.parent
+                            and (x := self.known(n, "p_token")) is not None})
         p_known[c.token] = p_c
         for t in sorted(set(q_known) & set(p_known)):
             if not entry_known(p_after, t):
@@ -252,8 +297,9 @@ class _Walk:
             for t in (ids.tolist() if ids is not None else range(len(q))):
                 values[int(t)] = float(q[t])
         for n in siblings:
-            if n.q_token is not None:
-                values[n.token] = float(n.q_token)
+            x = self.known(n, "q_token")
+            if x is not None:
+                values[n.token] = x
         if mode == "distinct":
             stats = vector_stats(q)
             remaining = (stats.total if stats is not None else 1.0) - sum(tried_q)
@@ -282,6 +328,10 @@ class _Walk:
             if want is not None and e.token != want:
                 self.fail("tree-walk", f"greedy {kind} {e.token} is not the target argmax {want}", position=pos)
             return
+        if running is not None and entry_known(running, e.token) and not float(running[e.token]) > 0:
+            source = f"the final p' at node {node}" if kids else "the leaf's p"
+            self.fail("residual" if kids else "sampler", f"{kind} {e.token} has probability {float(running[e.token]):.3g} "
+                      f"in {source}: it cannot have been drawn from it", node=owner, position=pos)
         if kids and self.rnd.residual is not None and running is not None:
             diff = max_abs_diff(self.rnd.residual, running)
             if diff > self.tol:

@@ -6,7 +6,7 @@ layout (one uniform per token), so greedy outputs must match the speculative dec
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -38,7 +38,10 @@ def plain_generate(
     sampling: SamplingConfig | None = None,
     eos_token_id: int | None = None,
     seed: int = 0,
+    on_logits: Callable[[int, torch.Tensor], None] | None = None,
 ) -> PlainResult:
+    """`on_logits(position, row)`, when given, sees each output position's (V,) float32
+    logits row from its one-token forward (core.check.diverge compares it with a verify forward's)."""
     sampling = sampling or SamplingConfig()
     lm = CachedLM(target)
     context = normalize_prompt(prompt_ids, lm.vocab_size)
@@ -52,6 +55,8 @@ def plain_generate(
     while len(new) < max_new_tokens:
         t0 = clock.now()
         logits = lm.forward(context, keep=1)[0]
+        if on_logits is not None:
+            on_logits(len(new), logits)
         if sampling.greedy:
             if not bool(torch.isfinite(logits).all()):
                 raise ValueError("the target model produced non-finite logits")

@@ -31,7 +31,7 @@ from specscope.core.decode.allocator import tune_allocator
 from specscope.core.sampling.device import target_rows
 from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.decode.kv import CachedLM, CachePolicy, Stopwatch
-from specscope.core.draft.proposers import Draft, Proposer, check_protocol
+from specscope.core.draft.proposers import Draft, Proposer, check_protocol, requested_features
 from specscope.core.records import (
     CacheState,
     GenerationResult,
@@ -53,6 +53,14 @@ log = logging.getLogger(__name__)
 
 def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def target_position_limit(model: torch.nn.Module) -> int | None:
+    """The most positions the target reads (its config's max_position_embeddings), for the
+    RunConfig: the checker flags a round past it."""
+    from specscope.core.loading.models import max_positions  # core.loading imports core.decode
+
+    return max_positions(model)
 
 
 def normalize_prompt(prompt_ids: Sequence[int] | torch.Tensor, vocab_size: int) -> list[int]:
@@ -140,6 +148,8 @@ class SpeculativeDecoder:
         check_protocol(proposer)
         self.proposer = proposer
         proposer.bind(self.vocab_size, use_cache)
+        # a draft head's layers: the verify forward returns hidden states only when asked
+        self.target_lm.hidden_layers = requested_features(proposer, target)
         self.coupling = None if coupling_seed is None else Coupling(coupling_seed)
         self.layout: Layout = layout if layout is not None else layout_for(proposer)
         default_verifier = self.layout.verifier(self.coupling)  # refuses a coupling it cannot verify
@@ -197,6 +207,7 @@ class SpeculativeDecoder:
             eos_token_ids=self.eos_token_ids if len(self.eos_token_ids) > 1 else (),
             stop_strings=self.stops.strings,
             stop_ids=self.stops.sequences,
+            position_limit=target_position_limit(self.target),
         )
 
     def rounds(
@@ -310,6 +321,9 @@ class SpeculativeDecoder:
         placed = layout.keep(lm, self.target_cache, prefix_len, verdict.path, draft, placed)
         self.proposer.keep_path(verdict.path)
         draft_after = self.proposer.observe(committed)
+        if lm.hidden_layers:  # the features of the committed positions this forward fed, for the head
+            kept = list(range(len(pending))) + [len(pending) + i for i in verdict.path]
+            self.proposer.take_features(committed - len(kept), lm.take_features(kept))
         final_context = context + [e.token for e in verdict.emitted]
         target_cache = cache_state(target_before, target_peak, lm.processed, final_context)
         draft_cache = None

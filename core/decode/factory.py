@@ -124,11 +124,16 @@ def build_decoder(settings: RunSettings, models: Any, names: Mapping[str, str] |
         coupling_seed=None if settings.greedy else settings.coupling_seed,
         stops=stops, token_piece=piece,
     )
-    if settings.fault:
-        from specscope.core.faults.zoo import faulty_decoder
+    from specscope.core.draft.proposers import TargetMismatch
 
-        return faulty_decoder(settings.fault, models.target, proposer, **options)
-    return SpeculativeDecoder(models.target, proposer, **options)
+    try:
+        if settings.fault:
+            from specscope.core.faults.zoo import faulty_decoder
+
+            return faulty_decoder(settings.fault, models.target, proposer, **options)
+        return SpeculativeDecoder(models.target, proposer, **options)
+    except TargetMismatch as exc:  # a draft head trained for another model
+        raise SettingsError({"proposer": f"{_names(names)['proposer']}: {exc}"}) from None
 
 
 def _top_n(settings: RunSettings) -> int:

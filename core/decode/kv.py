@@ -53,6 +53,11 @@ class CachedLM:
         self.stopwatch = Stopwatch(self.device)
         self.forwards = 0
         self.forward_s = 0.0  # time spent inside model forwards since the last reset
+        # The hidden-state indices a draft head reads (core.draft.proposers: target_features):
+        # only then does a forward ask the model for its hidden states, and `features` keeps
+        # those layers of the last forward alone, (n fed, layers, H), until they are taken.
+        self.hidden_layers: tuple[int, ...] = ()
+        self.features: torch.Tensor | None = None
         # Explicit positions when the model takes them: the same values the model would
         # derive from the cache length itself, sliced from one preallocated arange.
         try:
@@ -107,13 +112,35 @@ class CachedLM:
         if self._positions is not None and self.cache is not None:
             kwargs["position_ids"] = self._position_ids(self.cache.get_seq_length(), n)
         started = self.stopwatch.now()
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep, **kwargs)
+        out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep,
+                         **self.hidden_kwargs(), **kwargs)
+        self.keep_features(out)
         logits = out.logits[0, -keep:]
         if logits.dtype != torch.float32:
             logits = logits.float()
         self.forward_s += self.stopwatch.now() - started
         self.forwards += 1
         return logits
+
+    def hidden_kwargs(self) -> dict[str, bool]:
+        """What a forward passes for the features a head asked for: nothing when none did."""
+        return {"output_hidden_states": True} if self.hidden_layers else {}
+
+    def keep_features(self, out) -> None:
+        """Keep the asked-for layers of a forward's hidden states (the others are dropped
+        with the output): (n fed, layers, H), on the model's device."""
+        if self.hidden_layers:
+            states = out.hidden_states
+            self.features = torch.stack([states[i][0] for i in self.hidden_layers], dim=1)
+
+    def take_features(self, rows: Sequence[int]) -> torch.Tensor:
+        """The kept features of the fed positions `rows` (indices into the last forward's
+        inputs); the rest are released."""
+        if self.features is None:
+            raise RuntimeError("no features were kept: the last forward asked for no hidden states")
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.features.device)
+        taken, self.features = self.features.index_select(0, index), None
+        return taken
 
     def crop(self, length: int) -> None:
         """Drop cached positions beyond `length` (keeps what is already shorter)."""

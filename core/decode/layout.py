@@ -206,7 +206,8 @@ def masked_feed(lm: CachedLM, tokens: Sequence[int], positions: Sequence[int], a
     mask = attention_masks(lm, allowed, positions)
     started = lm.stopwatch.now()
     out = lm.model(input_ids=ids, cache=lm.cache, use_cache=lm.use_cache, attention_mask=mask, position_ids=pos,
-                   logits_to_keep=keep)
+                   logits_to_keep=keep, **lm.hidden_kwargs())
+    lm.keep_features(out)
     logits = out.logits[0, -keep:].float()
     lm.forward_s += lm.stopwatch.now() - started
     lm.forwards += 1

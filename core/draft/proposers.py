@@ -6,6 +6,12 @@ The interface has two main methods, as in transformers' candidate generators:
 after verification, so it can crop whatever state it keeps. A proposer that drafts trees
 says so by its `tree` (the decoder lays its drafts out as trees: core.decode.layout) and
 keeps the accepted branch in `keep_path`; `ProposerBase` gives a chain proposer's defaults.
+
+A draft head (core.draft.heads) reads the target's hidden states: it names the layers it
+needs in `target_features(target)` (called once by the decoder; the default asks for none,
+so the target's forward returns no hidden states), and after each round the decoder hands
+it the accepted path's features through `take_features`: from the verify forward the round
+runs anyway, never from a second target pass.
 """
 
 from __future__ import annotations
@@ -95,6 +101,28 @@ class Proposer(Protocol):
     @property
     def cache_length(self) -> int | None: ...
 
+    # Optional (ProposerBase has the defaults): the target's hidden states a head reads.
+
+    def target_features(self, target: torch.nn.Module) -> tuple[int, ...]:
+        """Called once by the decoder with the target model: the indices into its
+        `output_hidden_states` (0 = the embeddings' output, i = the output of layer i - 1 =
+        the input of layer i, L = the last layer's output after the final norm) whose
+        features the proposer reads; () for none. Raises TargetMismatch for a target it
+        cannot serve."""
+        ...
+
+    def take_features(self, first_position: int, features: torch.Tensor) -> None:
+        """After each round (the prefill too), when target_features named layers: the
+        (n, layers, H) features of context positions first_position .. first_position + n - 1,
+        the positions this round's verify forward committed (pending tokens and the accepted
+        path; a rejected node's features are never handed over)."""
+        ...
+
+
+class TargetMismatch(ValueError):
+    """A proposer that cannot serve this target (a head trained for another hidden size or
+    vocabulary); the message is one line that says why."""
+
 
 PROTOCOL_MEMBERS = ("name", "spec", "bind", "reset", "propose", "observe", "params", "tree", "keep_path", "couple")
 
@@ -115,6 +143,30 @@ class ProposerBase:
     @property
     def cache_length(self) -> int | None:
         return None
+
+    def target_features(self, target: torch.nn.Module) -> tuple[int, ...]:
+        return ()
+
+    def take_features(self, first_position: int, features: torch.Tensor) -> None:
+        return None
+
+
+def requested_features(proposer: object, target: torch.nn.Module) -> tuple[int, ...]:
+    """The hidden-state indices a proposer reads from the target (an object without
+    `target_features`, written before the seam, reads none), checked against the target's
+    layer count."""
+    ask = getattr(proposer, "target_features", None)
+    layers = tuple(int(i) for i in ask(target)) if ask is not None else ()
+    if not layers:
+        return ()
+    if not hasattr(proposer, "take_features"):
+        raise TypeError(f"{type(proposer).__name__} asks for the target's features but has no take_features method")
+    count = int(target.config.get_text_config().num_hidden_layers)
+    bad = [i for i in layers if not 0 <= i <= count]
+    if bad:
+        raise TargetMismatch(f"the proposer asks for hidden states {bad} of a target with {count} layers "
+                             f"(indices 0..{count}: 0 = embeddings, {count} = the last layer after the final norm)")
+    return layers
 
 
 def check_protocol(proposer: object) -> None:

@@ -9,6 +9,10 @@ A spec is a short string, and it is what a trace records as the run's proposer:
     lookup:max_ngram=4,min_ngram=2
     draft:small,tree=3,2,1,children=sampled            a token tree (core.trees)
     draft:tree=dynamic:nodes=16,depth=5,topk=4
+    eagle:PATH          a draft head on the target's hidden states, from its checkpoint folder
+    eagle3:PATH         (EAGLE, EAGLE-3, Medusa, MTP: core.draft.heads, docs/heads.md)
+    medusa:PATH
+    mtp:PATH
 
 Grammar: KIND[:ARG][,KEY=VALUE...] where ARG (a model name or path) comes first. A value may
 itself hold commas (`tree=3,2,1`): an item without "=" after a KEY=VALUE item continues that
@@ -72,6 +76,7 @@ class ProposerKind:
     params: tuple[Param, ...] = ()
     needs_model: bool = False
     default_arg: str | None = None  # the model when the spec names none
+    takes_path: bool = False  # ARG is a checkpoint the kind loads itself (a draft head), not a draft model
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -133,7 +138,7 @@ def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
     for key, value in raw.items():
         params[key] = _convert(kind, key, value)
     arg = ",".join(positional).strip() or None
-    if arg is not None and not kind.needs_model:
+    if arg is not None and not (kind.needs_model or kind.takes_path):
         raise SpecError(f"proposer {name!r} takes no model argument (got {arg!r}); write {name}:KEY=VALUE,...")
     return ProposerSpec(name, arg, params)
 
@@ -182,3 +187,30 @@ register(ProposerKind(
     params=(Param("max_ngram", int, 3, "longest suffix n-gram tried"),
             Param("min_ngram", int, 1, "shortest suffix n-gram accepted")),
 ))
+
+
+def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
+    from specscope.core.draft.heads import LOADERS
+
+    if spec.arg is None:
+        raise SpecError(f"{spec.kind} needs a head checkpoint: write {spec.kind}:PATH, a folder in the "
+                        f"{HEAD_FORMATS[spec.kind]} format (no trained head ships with specscope yet)")
+    try:
+        return LOADERS[spec.kind](spec.arg)
+    except ValueError as exc:  # HeadFormatError: its message names the kind
+        raise SpecError(str(exc)) from None
+
+
+HEAD_FORMATS = {
+    "eagle": "EAGLE repository's",
+    "eagle3": "EAGLE-3 (EAGLE repository, SpecForge)",
+    "medusa": "Medusa repository's",
+    "mtp": "DeepSeek-V3 MTP",
+}
+for _kind, _summary in (
+    ("eagle", "EAGLE-1/2 head: the target's last feature + the next token's embedding, one layer, the target's lm_head"),
+    ("eagle3", "EAGLE-3 head: three target layers fused, one layer, its own reduced-vocabulary output head"),
+    ("medusa", "Medusa heads: K residual heads on the target's last feature, one token position each (k <= K)"),
+    ("mtp", "MTP module (DeepSeek-V3 style): normed embedding + hidden state, one layer, the target's head"),
+):
+    register(ProposerKind(_kind, f"{_summary} ({_kind}:PATH, a head checkpoint folder)", _build_head, takes_path=True))

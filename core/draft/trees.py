@@ -23,9 +23,12 @@ its position is prefix length + depth - 1, where it would sit in the accepted se
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_NODES = 256  # a tree wider than this is almost surely a typo
 SLOT_ROOT = -1
@@ -216,6 +219,8 @@ def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device) -> torch.Tens
     """(rows, cols) bool -> the (1, 1, rows, cols) additive mask: 0 where allowed, else the
     dtype's minimum (transformers passes a 4D mask through as it is; eager and SDPA
     attention both add it to the scores)."""
+    import torch  # here: the checker reads trees without importing torch
+
     mask = torch.zeros((1, 1) + allowed.shape, dtype=dtype, device=device)
     mask[0, 0][~torch.from_numpy(np.ascontiguousarray(allowed)).to(device)] = torch.finfo(dtype).min
     return mask

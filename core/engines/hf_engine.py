@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from specscope.core.decode.decoder import normalize_prompt
+from specscope.core.decode.decoder import normalize_prompt, target_position_limit
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.records import GenerationResult, Round, RunConfig, SummaryTally
@@ -190,6 +190,7 @@ class TransformersEngine:
             vocab_size=self.vocab_size, use_cache=True, unrecorded=UNRECORDED,
             eos_token_ids=self.eos_token_ids if len(self.eos_token_ids) > 1 else (),
             stop_strings=self.stops.strings, stop_ids=self.stops.sequences,
+            position_limit=target_position_limit(self.target),
         )
 
     def rounds(self, prompt_ids: Sequence[int] | torch.Tensor = (), max_new_tokens: int = 32, run_id: str | None = None,

@@ -27,6 +27,8 @@ from specscope.core.verify.coupling import Coupling, CoupledVerifier
 from specscope.core.decode.decoder import SpeculativeDecoder
 from specscope.core.decode.layout import Layout, layout_for
 from specscope.core.faults import layouts
+from specscope.core.faults.firing import (FireScan, Suggestion, budget_to_fire, eos_to_fire, filters_to_fire,
+                                          sampling_to_fire)
 from specscope.core.sampling.device import draft_distribution
 from specscope.core.decode.kv import CachedLM, CachePolicy
 from specscope.core.draft.proposers import DraftModelProposer, Proposer, SampleStep
@@ -59,6 +61,8 @@ class Fault:
     # state it spoiled), so such a fire is not counted
     final_round_matters: bool = True
     needs: str = ""  # "tree": a tree proposer; "coupled": a coupled run; "": any run
+    # a setting that makes a run like the one scanned meet `applies` (core.faults.firing)
+    to_fire: Callable[[FireScan], Suggestion | None] | None = None
 
 
 # ---------------------------------------------------------------------------- verifier faults
@@ -306,20 +310,21 @@ FAULTS: dict[str, Fault] = {
     f.name: f
     for f in [
         Fault("eos-leak", "tokens after an accepted EOS are kept (the round goes on past EOS)",
-              "an EOS id is set and a draft EOS is accepted", _eos_leak),
+              "an EOS id is set and a draft EOS is accepted", _eos_leak, to_fire=eos_to_fire),
         Fault("budget-overshoot", "the bonus token is emitted even when it exceeds max_new_tokens",
-              "a last round whose drafts are all accepted", _budget_overshoot),
+              "a last round whose drafts are all accepted", _budget_overshoot, to_fire=budget_to_fire),
         Fault("resample-p", "the repair token is sampled from p instead of the residual max(p - q, 0)",
-              "sampling (temperature > 0), at a rejection", _stale_residual),
+              "sampling (temperature > 0), at a rejection", _stale_residual, to_fire=sampling_to_fire),
         Fault("raw-q", "the draft samples from filtered q but records and verifies with q before top-k/top-p",
-              "draft model, sampling with top-k or top-p", _raw_q),
+              "draft model, sampling with top-k or top-p", _raw_q, to_fire=filters_to_fire),
         Fault("stale-draft-cache", "the draft cache is not cropped after a rejection",
               "draft model, a rejection before the last round", _stale_draft_cache, final_round_matters=False),
         Fault("target-crop-off-by-one", "the target cache keeps one entry too many after a crop",
               "a rejection", _target_crop_off_by_one),
         # the stale residual again, in the tree walk: a sibling is judged against p, not p'
         Fault("tree-stale-residual", "a sibling's residual is not updated after a rejection (p' stays p)",
-              "a tree draft, sampling, a rejected child", _stale_residual, needs="tree"),
+              "a tree draft, sampling, a rejected child", _stale_residual, needs="tree",
+              to_fire=sampling_to_fire),
         Fault("tree-sibling-mask", "the tree mask lets a node see its elder siblings",
               "a tree draft with two children at one node", _layout_fault(layouts.sibling_mask), needs="tree"),
         Fault("tree-wrong-branch-kv", "the target cache keeps the first branch's rows instead of the accepted path's",
@@ -329,7 +334,7 @@ FAULTS: dict[str, Fault] = {
               "a tree draft with two nodes at one depth", _layout_fault(layouts.positions_by_index), needs="tree"),
         Fault("coupled-draft-pick", "a coupled round emits the draft's Gumbel pick at a mismatch instead of the "
               "target's y_j (the output follows q, not p)", "a coupled sampled run, at a rejection",
-              _coupled_draft_pick, needs="coupled"),
+              _coupled_draft_pick, needs="coupled", to_fire=sampling_to_fire),
         # stops (core.decode.stops): needs "stops" = a run with stop strings or token sequences
         Fault("stop-last-token", "the stop is checked only on a round's last token: a stop completed inside the "
               "accepted block is missed and the tokens after it kept", "a stop completed before a round's last token",
@@ -351,6 +356,28 @@ def fault_named(name: str) -> Fault:
         known = ", ".join(FAULTS)
         raise ValueError(f"unknown fault {name!r}; known faults: {known}")
     return fault
+
+
+@dataclass(frozen=True)
+class FireReport:
+    """Where a fault run's fault fired; when it never did, what would make it fire."""
+
+    fault: str
+    fired_rounds: tuple[int, ...]
+    applies: str  # the fault's condition, in words
+    suggestion: Suggestion | None  # only when it never fired
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.fault, "fired": bool(self.fired_rounds), "fired_rounds": list(self.fired_rounds),
+                "fires_when": self.applies,
+                "to_fire": None if self.suggestion is None else {"settings": self.suggestion.settings,
+                                                                  "why": self.suggestion.why}}
+
+
+def fire_report(fault: str, fired_rounds: Sequence[int], scan: FireScan) -> FireReport:
+    spec = fault_named(fault)
+    suggestion = None if fired_rounds or spec.to_fire is None else spec.to_fire(scan)
+    return FireReport(fault, tuple(fired_rounds), spec.applies, suggestion)
 
 
 class FaultyDecoder(SpeculativeDecoder):

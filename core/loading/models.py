@@ -35,6 +35,8 @@ from specscope.core.loading.errors import CheckpointError
 log = logging.getLogger(__name__)
 
 BUNDLED_DRAFTS = ("small", "tiny")
+# Drafts bundled for a fetchable target (core.loading.catalog's default_draft), by folder name.
+BUNDLED_REAL_DRAFTS = ("smollm2-draft",)
 BUNDLED_PREFIX = "specscope/"  # config._name_or_path of bundled models: "specscope/target", ...
 _TARGET_ALIASES = {"target", "bundled", "specscope/target", "bundled:target"}
 
@@ -89,6 +91,8 @@ def _bundled_key(name: str) -> str | None:
     n = str(name).strip().lower().removeprefix(BUNDLED_PREFIX).removeprefix("bundled:")
     if n in ("target", "bundled", "tokenizer"):
         return "target" if n == "bundled" else n
+    if n in BUNDLED_REAL_DRAFTS:
+        return n
     n = n.removeprefix("draft-")
     if n in BUNDLED_DRAFTS:
         return f"draft-{n}"
@@ -556,8 +560,8 @@ def load_models(
     d_spec = None if draft is None else str(draft)
     bundled_target = t_spec is None or t_spec.strip().lower() in _TARGET_ALIASES
     d_key = _bundled_key(d_spec) if d_spec is not None else None
-    bundled_draft = d_key is not None and d_key.startswith("draft-")
-    if bundled_target and (d_spec is None or bundled_draft):
+    bundled_draft = d_key is not None and (d_key.startswith("draft-") or d_key in BUNDLED_REAL_DRAFTS)
+    if bundled_target and (d_spec is None or (bundled_draft and d_key.startswith("draft-"))):
         return load_bundled(d_key.removeprefix("draft-") if bundled_draft else "target", device=device, dtype=dtype)
     t_path = bundled_path("target") if bundled_target else Path(t_spec)
     d_path = None
@@ -585,6 +589,16 @@ def _catalog_name(spec: str | None) -> str | None:
         return None
     model = catalog.lookup(spec)
     return model.name if model is not None else None
+
+
+def model_table() -> dict[str, list[dict[str, Any]]]:
+    """Every model specscope can name, by where it comes from: bundled, converted in the cache,
+    fetchable (core.loading.catalog.listing). `specscope models` prints it; the app's target
+    menu lists it."""
+    bundled = [{"name": name, "path": str(models_dir() / key)}
+               for name, key in (("target", "target"), *((f"draft-{d}", f"draft-{d}") for d in BUNDLED_DRAFTS),
+                                 *((d, d) for d in BUNDLED_REAL_DRAFTS))]
+    return {"bundled": bundled, **catalog.listing()}
 
 
 def bundled_available() -> bool:

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
-from specscope.core.sampling.device import sample_from_torch
+from specscope.core.sampling.tensors import is_tensor
 from specscope.core.records import EmittedToken
 from specscope.core.sampling.reference import sample_from
 
@@ -33,7 +32,7 @@ def residual_distribution(p: np.ndarray, q: np.ndarray):
 
     Works on float arrays, on object arrays of Fractions (the exact oracle) and on torch
     tensors (the decoder's rows, on the model's device)."""
-    positive = torch.clamp_min(p - q, 0) if isinstance(p, torch.Tensor) else np.maximum(p - q, 0 * p)
+    positive = (p - q).clamp_min(0) if is_tensor(p) else np.maximum(p - q, 0 * p)
     mass = positive.sum()
     if not mass > 0:
         raise ArithmeticError(
@@ -46,7 +45,11 @@ def residual_distribution(p: np.ndarray, q: np.ndarray):
 def draw_token(dist, u: float) -> int:
     """The inverse-CDF draw of `u` from a row: on its device for a tensor (the decoder's
     rows), with numpy for an array."""
-    return sample_from_torch(dist, u) if isinstance(dist, torch.Tensor) else sample_from(dist, u)
+    if is_tensor(dist):
+        from specscope.core.sampling.device import sample_from_torch  # torch only where tensors are
+
+        return sample_from_torch(dist, u)
+    return sample_from(dist, u)
 
 
 def emitted_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:

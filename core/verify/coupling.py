@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from specscope.core.records import EmittedToken
+from specscope.core.sampling.tensors import is_tensor
 from specscope.core.verify.chain import ChainVerifier, ChainWalk, Verdict, VerifyTask, mark_end
 
 COUPLED_VERIFIER = "coupled"  # what a run's proposer_params["verifier"] says
@@ -58,7 +58,9 @@ def check_coupling_seed(seed: Any) -> int:
 def gumbel_argmax(row: Any, gumbel: Any) -> int:
     """argmax over the support of `row` of log row(v) + G(v): a torch row (on its device,
     with `gumbel` a tensor there) or a numpy row."""
-    if isinstance(row, torch.Tensor):
+    if is_tensor(row):
+        import torch
+
         scores = torch.where(row > 0, torch.log(row) + gumbel, torch.full_like(row, float("-inf")))
         return int(torch.argmax(scores))
     values = np.asarray(row, dtype=np.float64)
@@ -79,7 +81,7 @@ class Coupling:
     def __post_init__(self) -> None:
         self.seed = check_coupling_seed(self.seed)
 
-    def gumbel(self, position: int, vocab_size: int, device: torch.device | str | None = None) -> Any:
+    def gumbel(self, position: int, vocab_size: int, device: Any = None) -> Any:
         """G_j as a float64 numpy vector, or as a tensor on `device`."""
         key = (int(position), int(vocab_size), None if device is None else str(device))
         hit = self._cache.get(key)
@@ -87,7 +89,12 @@ class Coupling:
             self._cache.move_to_end(key)
             return hit
         g = gumbel_vector(self.seed, position, vocab_size)
-        value = g if device is None else torch.from_numpy(g).to(device)
+        if device is None:
+            value = g
+        else:
+            import torch
+
+            value = torch.from_numpy(g).to(device)
         self._cache[key] = value
         if len(self._cache) > self.keep:
             self._cache.popitem(last=False)
@@ -96,7 +103,7 @@ class Coupling:
     def pick(self, row: Any, position: int) -> int:
         """The coupled token of `row` at output position `position`: argmax log row + G_j."""
         vocab = int(row.shape[-1])
-        device = row.device if isinstance(row, torch.Tensor) else None
+        device = row.device if is_tensor(row) else None
         return gumbel_argmax(row, self.gumbel(position, vocab, device))
 
 

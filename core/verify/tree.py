@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from specscope.core.records import EmittedToken, ResidualUpdate  # noqa: F401 (ResidualUpdate re-exported)
+from specscope.core.sampling.tensors import is_tensor
 from specscope.core.verify.chain import (ResidualRule, Verdict, VerifyTask, acceptance_probability, draw_token, mark_end,
                                          residual_distribution, stale_residual)
 
@@ -69,7 +69,7 @@ def child_proposal(mode: str, q_row: np.ndarray, tried: list[int], token: int) -
         return point
     if token in tried:
         raise ValueError(f"children drawn without replacement repeat token {token}")
-    remaining = q_row.clone() if isinstance(q_row, torch.Tensor) else q_row.copy()
+    remaining = q_row.clone() if is_tensor(q_row) else q_row.copy()
     for t in tried:
         remaining[t] = 0 * remaining[t]
     mass = remaining.sum()
@@ -81,7 +81,9 @@ def child_proposal(mode: str, q_row: np.ndarray, tried: list[int], token: int) -
 def entries(p: Any, q: Any, token: int) -> tuple[Any, Any]:
     """(p[token], q[token]): host floats from device rows in one transfer; the elements
     themselves (floats, Fractions) from arrays."""
-    if isinstance(p, torch.Tensor):
+    if is_tensor(p):
+        import torch
+
         p_x, q_x = torch.stack([p[token], q[token].to(p.device)]).tolist()
         return p_x, q_x
     return p[token], q[token]

@@ -52,7 +52,8 @@ _ITEMSIZE = {"float32": 4, "float64": 8}
 _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
 # omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
-UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache")
+UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache", "k",
+                "updates", "kept_rows")
 _STOP_REASONS = ("eos", "stop", "budget", "cancelled", "running")
 
 class TraceSink:
@@ -244,6 +245,7 @@ def _config(v: FieldReader, cfg: dict, models: dict, run_id: str, prompt: tuple[
         vocab_size=vocab,
         use_cache=v.get(cfg, "use_cache", "config", "bool", required=False, default=True),
         fault=v.get(cfg, "fault", "config", "str", required=False, nullable=True),
+        position_limit=v.bounded(cfg, "position_limit", "config", 1, 2**62, required=False, nullable=True),
         target_name=v.get(models, "target_name", "models", "str", required=False, nullable=True) or "",
         draft_name=v.get(models, "draft_name", "models", "str", required=False, nullable=True),
     )
@@ -372,10 +374,14 @@ def _round(v: FieldReader, d: dict, run: ParsedTrace, expected_index: int) -> No
     raw_nodes = v.get(d, "nodes", "", "list")
     if len(raw_nodes) > MAX_K:
         raise v.fail("nodes", f"{len(raw_nodes)} nodes, at most {MAX_K} allowed")
-    nodes = tuple(_node(v, raw, i, run) for i, raw in enumerate(raw_nodes))
+    nodes: tuple[DraftNode, ...] = ()
+    for i, raw in enumerate(raw_nodes):  # a node's default depth is its parent's + 1
+        nodes += (_node(v, raw, i, run, nodes),)
     emitted = _emitted(v, d, nodes, run)
     residual = _dist(v, d.get("residual"), "residual", run)
     bonus_p = _dist(v, d.get("bonus_p"), "bonus_p", run)
+    if "k" not in d:  # the default is a length, not the decoder's budget: no rule relies on it
+        run.unrecorded.add("k")
     k = v.bounded(d, "k", "", 0, MAX_K, required=False, default=max(1, len(nodes)))
     if "target_cache" not in d:
         run.unrecorded.add("target_cache")
@@ -432,6 +438,9 @@ def _tree(v: FieldReader, d: dict, rnd: Round, run: ParsedTrace) -> Any:
     children = v.get(d, "children", "tree", "str", choices=CHILDREN_MODES)
     path = nodes_of(v.get(d, "path", "tree", "ints"), "tree.path")
     tried = []
+    for key in ("updates", "kept_rows"):  # their defaults ([]) are facts when given: noted when left out
+        if key not in d:
+            run.unrecorded.add(key)
     raw_tried, raw_updates = v.get(d, "tried", "tree", "list"), v.get(d, "updates", "tree", "list", required=False, default=[])
     if len(raw_tried) > n + 1 or len(raw_updates) > n:
         raise v.fail("tree", f"{len(raw_tried)} tried lists and {len(raw_updates)} updates for {n} nodes (at most one "
@@ -490,7 +499,7 @@ def _with_exact(dist: np.ndarray, exact: dict[int, float]) -> np.ndarray:
     return dist
 
 
-def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
+def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[DraftNode, ...]) -> DraftNode:
     path = f"nodes[{i}]"
     n = v.obj(raw, path)
     ni = v.get(n, "index", path, "int", required=False, default=i)
@@ -500,14 +509,21 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
     parent = v.get(n, "parent", path, "int", required=False, default=i - 1)
     if not -1 <= parent < i:
         raise v.fail(f"{path}.parent", f"must be -1 or an earlier node index, got {parent}")
-    depth = v.bounded(n, "depth", path, 0, MAX_K, required=False, default=i + 1)
+    depth = v.bounded(n, "depth", path, 0, MAX_K, required=False, default=before[parent].depth + 1 if parent >= 0 else 1)
     status = v.get(n, "status", path, "str", choices=("accepted", "rejected", "unvisited"))
     p = _dist(v, n.get("p"), f"{path}.p", run, nullable=False)
     q = _dist(v, n.get("q"), f"{path}.q", run)
     assert p is not None
     _note_left_out(n, status, token, p, q, run)
-    p_token = v.get(n, "p_token", path, "num", required=False, default=float(p[token]))
-    q_token = v.get(n, "q_token", path, "num", required=False, default=None if q is None else float(q[token]), nullable=True)
+    # left out and not in the vector: unknown. q_token is then null; p_token (a non-null
+    # column) keeps 0 as a placeholder, which the store does not read back as an entry of p
+    # once the run declares p_token unrecorded (storage.rows.rows_to_round)
+    p_known = entry_known(p, token)
+    p_token = v.get(n, "p_token", path, "num", required=False, default=float(p[token]) if p_known else 0.0)
+    q_token = v.get(n, "q_token", path, "num", required=False, nullable=True,
+                    default=float(q[token]) if q is not None and entry_known(q, token) else None)
+    if "p_token" not in n and not p_known:
+        run.unrecorded.add("p_token")
     both_full = q is not None and not (p.partial or q.partial)  # type: ignore[attr-defined]
     u = v.get(n, "u", path, "num", required=False, nullable=True)
     if u is not None and not 0 <= u < 1:
@@ -523,7 +539,8 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace) -> DraftNode:
         u=u,
         p_token=p_token,
         q_token=q_token,
-        ratio=v.get(n, "ratio", path, "num", required=False, default=(p_token / q_token) if q_token else None, nullable=True),
+        ratio=v.get(n, "ratio", path, "num", required=False, nullable=True,
+                    default=(p_token / q_token) if q_token and ("p_token" in n or p_known) else None),
         overlap=v.get(n, "overlap", path, "num", required=False, nullable=True,
                       default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
         target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False,
@@ -567,10 +584,11 @@ def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarra
 
 def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedTrace) -> tuple[EmittedToken, ...]:
     """The emitted tokens. A left-out `node` is what the format defines: the j-th accepted
-    token is the j-th accepted node, a repair replaces the first rejected node, a bonus has
-    none. A left-out `draw` of a sampled repair or bonus is noted unrecorded."""
+    token is the j-th accepted node, a repair replaces the last rejected node (a chain's only
+    one; a tree's walk tries nodes in index order, so the rejection it stopped at is the last),
+    a bonus has none. A left-out `draw` of a sampled repair or bonus is noted unrecorded."""
     accepted = [n.index for n in nodes if n.status == "accepted"]
-    rejected = next((n.index for n in nodes if n.status == "rejected"), None)
+    rejected = max((n.index for n in nodes if n.status == "rejected"), default=None)
     stochastic = not run.config.sampling.greedy
     out = []
     for i, raw in enumerate(v.get(d, "emitted", "", "list")):

@@ -82,17 +82,21 @@ class TraceFile:
     def round(self, *, draft: Sequence[int], statuses: Sequence[str], p: Sequence[Any],
               emitted: Sequence[tuple[int, str] | tuple[int, str, float | None]], q: Sequence[Any] | None = None,
               u: Sequence[float | None] | None = None, residual: Any = None, bonus_p: Any = None,
-              **extra_fields: Any) -> None:
-        """One round: the draft (chain), each node's status and p (and q when sampled), the
-        emitted tokens as (token, kind[, draw]). `extra_fields` are written as given (any
-        round field of the format, e.g. target_cache={...}, eos=True)."""
+              parents: Sequence[int] | None = None, **extra_fields: Any) -> None:
+        """One round: the draft (a chain, or a token tree given each node's parent, -1 = the
+        prefix), each node's status and p (and q when sampled), the emitted tokens as
+        (token, kind[, draw]). `extra_fields` are written as given (any round field of the
+        format, e.g. target_cache={...}, eos=True, tree={...})."""
         if self.closed:
             raise ValueError("the trace is closed")
-        if len(statuses) != len(draft) or len(p) != len(draft) or (q is not None and len(q) != len(draft)):
-            raise ValueError("draft, statuses, p (and q) need one entry per draft token")
+        if len(statuses) != len(draft) or len(p) != len(draft) or (q is not None and len(q) != len(draft)) \
+                or (parents is not None and len(parents) != len(draft)):
+            raise ValueError("draft, statuses, p (and q, parents) need one entry per draft token")
         nodes = []
         for i, token in enumerate(draft):
             node: dict[str, Any] = {"token": int(token), "status": statuses[i], "p": _dist(p[i])}
+            if parents is not None:
+                node["parent"] = int(parents[i])
             if q is not None:
                 node["q"] = _dist(q[i])
             if u is not None and u[i] is not None:

@@ -112,6 +112,8 @@ def header_json(run: Mapping[str, Any]) -> dict:
         "extra": run["extra"],
         "storage": {"top_n": run["top_n"], "full_vectors": bool(run["full_vectors"]), "full_dtype": run["full_dtype"]},
     }
+    if run.get("position_limit") is not None:  # stores before schema 5 and other decoders' traces may not know it
+        header["config"]["position_limit"] = run["position_limit"]
     if run.get("unrecorded"):  # only traces of other decoders leave optional fields out
         header["unrecorded"] = [name for name in run["unrecorded"] if name not in ("stops", "stop")]
     if run.get("stops") is not None:  # runs stored before schema version 5 did not record their stops

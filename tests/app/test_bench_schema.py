@@ -133,3 +133,23 @@ def test_markdown_from_saved_results_and_bad_input(results, tmp_path, capsys):
         assert main(["bench", *argv]) == 1
         err = capsys.readouterr().err.strip()
         assert message in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+def test_chat_prompts_go_through_the_chat_template_and_stop_at_the_end_of_the_turn():
+    from specscope.app.bench.command import _bench_prompts, _default_drafts, _encode_prompts
+    from specscope.core.loading import bundled_path, load_tokenizer
+    from specscope.core.loading.chat import chat_prompt_ids
+
+    tok = load_tokenizer(bundled_path("target"))
+    tok.chat_template = "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}<|endoftext|>{% endfor %}[assistant]"
+    other = 4000  # a merged token the template does not write
+    assert tok.convert_ids_to_tokens(other) not in tok.chat_template
+    target = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[other, 0]))  # 0 ends a turn
+    prompts = _bench_prompts(chat=True)
+    assert {p.kind for p in prompts} == {"chat", "summary", "code"}
+    ids, eos = _encode_prompts(prompts[:2], True, target, tok)
+    assert ids == [chat_prompt_ids(tok, p.user, p.system) for p in prompts[:2]] and eos == 0
+    assert tok.decode(ids[1]).startswith("[system]")  # the second bundled chat prompt has a system turn
+    plain_ids, plain_eos = _encode_prompts(_bench_prompts(chat=False)[:1], False, target, tok)
+    assert plain_eos == tok.eos_token_id and not tok.decode(plain_ids[0]).startswith("[")
+    assert _default_drafts("smollm2") == ["smollm2-draft"] and _default_drafts(None) == ["small", "tiny"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from specscope.core.decode.settings import SettingsError
 from PySide6.QtCore import Qt
 
 from .helpers import wait_idle
@@ -41,3 +43,10 @@ def test_one_click_on_run_with_the_bundled_models(qtbot, bundled_hub, settings_f
     first = m.cells.cell(m.cells.out_cell[0])
     assert m.token_text(first.token) != str(first.token) or tok.decode([first.token]) == str(first.token)
     w.close()
+
+
+def test_the_hub_finds_a_named_targets_bundled_draft_by_name(bundled_hub):
+    # "smollm2-draft" (catalog.default_draft of smollm2) names the bundled folder, not a path in
+    # the working directory; beside the bundled target the tokenizer contract refuses it
+    with pytest.raises(SettingsError, match="its tokenizer differs"):
+        bundled_hub.check_draft_tokenizer("smollm2-draft", bundled_hub.tokenizer())

@@ -24,26 +24,24 @@ def test_greedy_compare_has_no_divergence_and_fills_the_table(qtbot, window):
     assert a.output_tokens == b.output_tokens and len(a.output_tokens) == 40
     assert window.compare_session.first_divergence is None
     assert "no divergence" in window.compare.divergence.text()
-    table = window.compare.table
-    labels = [table.verticalHeaderItem(i).text() for i in range(table.rowCount())]
-    row = labels.index("mean accepted length")
-    assert float(table.item(row, 0).text()) == round(a.metrics.mean_accepted_length, 3)
-    speed = table.item(labels.index("speedup over plain decoding"), 0).text()
+    cell = window.compare.summary_cell
+    assert float(cell("mean accepted length", 0).text()) == round(a.metrics.mean_accepted_length, 3)
+    speed = cell("speedup over plain decoding", 0).text()
     assert speed.endswith("×")
     # times are each lane's own rounds: the lanes run interleaved, so a lane's wall time from
     # start to end also holds the other lane's rounds
     session = window.compare_session
     for lane, m in enumerate((a, b)):
         decode = m.metrics.time_total
-        assert float(table.item(labels.index("decoding time (s)"), lane).text()) == round(decode, 3)
+        assert float(cell("decoding time (s)", lane).text()) == round(decode, 3)
         assert decode < session.results[lane].wall_s
-        shown = float(table.item(labels.index("speedup over plain decoding"), lane).text().rstrip("×"))
+        shown = float(cell("speedup over plain decoding", lane).text().rstrip("×"))
         assert shown == round(session.plain.total_s(len(m.output_tokens)) / decode, 2)
     # plain decoding's first token (the prompt's forward) counts once, not in every token
     plain = session.plain
     assert plain.first_s > 0 and plain.step_s > 0
     assert plain.total_s(1) == plain.first_s and plain.total_s(40) == pytest.approx(plain.first_s + 39 * plain.step_s)
-    assert table.item(labels.index("proposer"), 1).text().startswith("prompt lookup")
+    assert cell("proposer", 1).text().startswith("prompt lookup")
     assert a.config.k == 2 and b.config.k == 6
     # Both timelines use the aligned layout: output position n sits at the same place.
     ta, tb = window.compare.timelines

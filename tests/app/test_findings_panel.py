@@ -43,3 +43,19 @@ def test_findings_are_grouped_by_root_cause(qtbot, gui_env):
     assert "2 cause(s)" in w.status.text() and "first bad round 3" in w.status.text() and "5 follow-on" in w.status.text()
     w.table.setCurrentCell(2, 0)
     assert "follows from an earlier finding" in w.detail.text()
+
+
+def test_wrong_output_is_listed_apart_from_wasted_work(qtbot, gui_env):
+    from specscope.app.gui.views.findings import FindingsWidget
+    from specscope.core.check.checker import Finding
+
+    w = FindingsWidget()
+    qtbot.addWidget(w)
+    w.set_findings([Finding("r", 1, None, "draft-budget", "k=4 past the budget"),
+                    Finding("r", 4, 2, "eos", "tokens after EOS")])
+    rows = [(w.table.item(r, 3).text(), w.table.item(r, 4).text()) for r in range(w.table.rowCount())]
+    assert rows == [("eos", "wrong output"), ("draft-budget", "wasted work")]  # wrong output first
+    text = w.status.text()
+    assert "1 cause(s) of wrong output" in text and "1 cause(s) of wasted work" in text
+    w.table.setCurrentCell(1, 0)
+    assert "(wasted work)" in w.detail.text()

@@ -190,3 +190,78 @@ def test_tree_labels_do_not_overlap(qtbot, window):
                 assert not rects[a].intersects(rects[b]), (r.index, texts[a].text(), texts[b].text())
         checked += len(texts)
     assert checked
+
+
+def test_compare_shows_its_whole_summary_and_whole_lane_tokens(qtbot, make_window):
+    """Item 6: the compare summary showed 4 rows of its table; lane tokens were cut ("·boun…")."""
+    from .test_compare import wait_compare
+
+    w = make_window()
+    w.resize(1024, 700)
+    w.tabs.setCurrentWidget(w.compare)
+    from .helpers import configure
+
+    configure(w, max_new_tokens="12")
+    qtbot.mouseClick(w.compare.compare_button, Qt.MouseButton.LeftButton)
+    wait_compare(qtbot, w)
+    qtbot.wait(100)
+    table = w.compare.table
+    for row in range(table.rowCount()):
+        for col in range(table.columnCount()):
+            if table.item(row, col) is not None:
+                assert table.viewport().rect().contains(table.visualItemRect(table.item(row, col))), (row, col)
+    lane = w.compare.timelines[0]
+    room = lane._aligned_cell_width() - 8
+    for token in ("·boundary", "·return", "ances"):
+        shown, _ = lane.cell_text(token, room)
+        assert shown == token
+
+
+def test_legends_leave_the_data_free(qtbot, window):
+    """Item 6: legends covered points and lines of the live plots."""
+    import numpy as np
+    from PySide6.QtCore import QPointF
+
+    from .helpers import configure
+
+    configure(window, temperature="0.8", max_new_tokens="40")
+    window.resize(1500, 920)
+    assert window.start_run(), window.last_error
+    wait_idle(qtbot, window)
+    window.plots_dock.raise_()
+    qtbot.wait(200)
+    window.plots.refresh()
+    qtbot.wait(100)
+    checked = 0
+    for name in ("acceptance", "latency", "throughput", "cost"):
+        plot = window.plots.plots[name]
+        box = plot.legend.sceneBoundingRect()
+        values = np.concatenate([np.asarray(i.getData()[1], dtype=float) for i in plot.listDataItems()])
+        values = values[np.isfinite(values)]
+        # a warm-up spike above the 98th percentile may rise into the strip (the range is robust)
+        robust = np.percentile(values, 98) * 1.1 if len(values) >= 12 else values.max()
+        for item in plot.listDataItems():
+            xs, ys = item.getData()
+            for x, y in zip(xs, ys):
+                if y == y and y <= robust:  # not NaN, not a spike
+                    assert not box.contains(plot.vb.mapViewToScene(QPointF(float(x), float(y)))), (
+                        name, x, y, plot.vb.height(), plot.viewRange(), plot.vb.sceneBoundingRect())
+                    checked += 1
+    assert checked
+
+
+def test_the_residual_note_fits_its_plot(qtbot, make_window):
+    """Item 6: 'no rejection at this position: residual unused' was clipped on both sides."""
+    from .helpers import configure
+
+    w = make_window()
+    w.resize(1024, 700)
+    configure(w, max_new_tokens="8")
+    assert w.start_run(), w.last_error
+    wait_idle(qtbot, w)
+    w.jump_to(0, 0)
+    qtbot.wait(200)
+    inspector = w.inspector
+    note = inspector.res_text
+    assert note.toPlainText().strip()
+    assert inspector.res_plot.vb.sceneBoundingRect().contains(note.sceneBoundingRect())

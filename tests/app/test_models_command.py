@@ -108,3 +108,34 @@ def test_the_list_names_bundled_and_fetchable_models_with_their_licences(index, 
     out = capsys.readouterr().out
     assert "draft-small" in out and "smollm2" in out and "gemma3-270m" in out and "Apache-2.0" in out
     assert "Gemma Terms of Use" in out
+
+
+def _run_spec(argv: list[str]):
+    from specscope.app.cli.entry import build_parser
+    from specscope.app.cli.run import run_spec
+
+    return run_spec(build_parser(argv).parse_args(argv))
+
+
+def test_a_named_target_drafts_with_its_default_draft_unless_the_run_names_one(index, monkeypatch):
+    model, _ = index
+    monkeypatch.setitem(catalog.CATALOG, model.name, dataclasses.replace(model, default_draft="draft:/some/draft"))
+    assert str(_run_spec(["run", "--target", model.name, "--proposer", "draft"])) == "draft:/some/draft"
+    assert str(_run_spec(["run", "--target", model.name])) == "draft:/some/draft"  # the default proposer is a draft
+    tree = _run_spec(["run", "--target", model.name, "--proposer", "draft", "--tree", "2,2,1"])
+    assert (tree.arg, tree.params["tree"]) == ("/some/draft", "2,2,1")
+    assert _run_spec(["run", "--target", model.name, "--proposer", "draft:tiny"]).arg == "tiny"
+    assert _run_spec(["run", "--target", model.name, "--draft", "tiny"]).arg == "tiny"
+    assert _run_spec(["run", "--proposer", "draft"]).model_ref == "small"  # the bundled target: the bundled draft
+    assert catalog.default_proposer("smollm2") == "draft:smollm2-draft" and catalog.default_proposer(None) is None
+
+
+def test_the_shipped_smollm2_draft_is_named_like_a_bundled_model(capsys):
+    from specscope.core.loading import bundled_path
+
+    folder = bundled_path("smollm2-draft")
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    assert 0 < size <= 25_000_000, size  # the budget for the shipped draft, on disk
+    assert main(["models"]) == 0
+    assert "smollm2-draft" in capsys.readouterr().out

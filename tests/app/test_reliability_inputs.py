@@ -80,6 +80,7 @@ READ_ONLY = {
     "export": ["export", "{db}", "last", "-o", "{out}"],
     "diff": ["diff", "{db}", "a", "b"],
     "open": ["open", "{db}"],
+    "diverge": ["diverge", "--db", "{db}", "--run", "a"],
 }
 
 

@@ -23,7 +23,7 @@ SAYS_WHY_NOT = {"file.open_last": "No trace was opened before", "file.open_recor
 HELP_TITLES = {"help.legend": "specscope", "help.kv_caches": "KV caches", "help.coupled_lanes": "Coupled lanes"}
 DOCKS = {"view.run_dock": "run_dock", "view.plots_dock": "plots_dock", "view.findings_dock": "findings_dock"}
 RUN_ACTIONS = ("run.step", "run.toggle", "run.stop", "run.first", "run.last", "run.previous", "run.play",
-               "run.recompute_check")
+               "run.recompute_check", "run.reference")
 
 
 @pytest.fixture
@@ -101,7 +101,8 @@ def _run_actions(qtbot, w, dialogs) -> None:
     qtbot.waitUntil(lambda: w.model.selected[0] == n - 1, timeout=5000)
     dialogs.clear()
     w.action("run.recompute_check").trigger()
-    assert dialogs == ["Recompute check"]
+    w.action("run.reference").trigger()
+    assert dialogs == ["Recompute check", "Compare with plain greedy"]
 
 
 def test_a_callback_never_gets_qts_checked_argument(qtbot, make_window):

@@ -44,7 +44,7 @@ def _expected(finding) -> bool:
     """The findings docs/transformers-engine.md classifies (not recorder errors)."""
     message = finding.message
     return (
-        (finding.rule == "budget" and message.startswith("draft length k="))  # lookup drafts past the budget
+        (finding.rule == "draft-budget" and message.startswith("draft length k="))  # lookup drafts past the budget
         or (finding.rule == "target-cache" and "below the accepted prefix" in message)  # last token left pending
         or (finding.rule == "draft-cache" and "rejected suffix was not cropped" in message)  # last round, never cropped
     )

@@ -35,7 +35,7 @@ def test_specs_parse_and_print_back(text, kind, arg, params, canonical):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("medusa", "unknown proposer 'medusa'; known: draft, lookup"),
+    ("hydra", "unknown proposer 'hydra'; known: draft, lookup, eagle, eagle3, medusa, mtp"),
     ("lookup:n=3", "has no parameter 'n'"),
     ("lookup:max_ngram=three", "max_ngram must be an integer"),
     ("lookup:max_ngram=0", "max_ngram must be an integer >= 1"),

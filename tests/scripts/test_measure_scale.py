@@ -30,3 +30,25 @@ def test_measure_scale_reports_every_column(tmp_path):
             assert early > 0 and late > 0
         assert r["forward_ms_per_round_50_150"] < r["ms_per_round_50_150"]
         assert r["steal_jiffies_last_100"] >= 0
+
+
+def test_measure_scale_takes_a_real_target_with_a_random_draft_of_its_vocabulary(tmp_path):
+    import os
+
+    import pytest
+
+    pytest.importorskip("gguf")
+    sys.path.insert(0, str(REPO))
+    from tests.gguf_files import tokenizer_metadata, write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    vocab = len(tokenizer_metadata()[0])
+    out = tmp_path / "scale.json"
+    cmd = [sys.executable, str(REPO / "scripts" / "measure_scale.py"), "--target", str(model), "--rounds", "110",
+           "--threads", "1", "--modes", "greedy", "--json", str(out), "--markdown"]
+    env = {**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"Vocabulary {vocab:,}," in done.stdout  # the real target's vocabulary, not the default 151,936
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["rounds"] == 110 and row["growth_kb_per_round"] is not None and 0 < row["bookkeeping_share"] < 1

@@ -109,8 +109,9 @@ def assert_rounds_equal(a: Round, b: Round, atol: float = 0.0, vectors: bool = T
 
 def downgrade_sqlite_store(path: Any, version: int) -> None:
     """Turn a store written by this specscope into one of an older schema `version` (1 to 4),
-    as that specscope wrote it: version 4 has no stop columns (runs.stops, rounds.stop);
-    version 3 has no tree columns on rounds either; version 2 keeps
+    as that specscope wrote it: version 5 has no stop columns (runs.stops, rounds.stop);
+    version 4 has no runs.position_limit either; version 3 has no tree columns on rounds
+    either; version 2 keeps
     each run's whole token list in runs.new_tokens and has no run_tokens table either;
     version 1 has no runs.unrecorded either."""
     import json
@@ -119,13 +120,9 @@ def downgrade_sqlite_store(path: Any, version: int) -> None:
     con = sqlite3.connect(path)
     con.execute("ALTER TABLE runs DROP COLUMN stops")
     con.execute("ALTER TABLE rounds DROP COLUMN stop")
-    if version >= 4:
-        con.execute("DELETE FROM schema_version")
-        con.execute("INSERT INTO schema_version VALUES (?, 'older schema', 0)", (version,))
-        con.commit()
-        con.close()
-        return
-    for column in ("tree", "tree_top", "tree_full"):
+    if version < 5:
+        con.execute("ALTER TABLE runs DROP COLUMN position_limit")
+    for column in ("tree", "tree_top", "tree_full") if version < 4 else ():
         con.execute(f"ALTER TABLE rounds DROP COLUMN {column}")
     if version >= 3:
         con.execute("DELETE FROM schema_version")

@@ -227,7 +227,7 @@ def test_a_version_2_store_on_the_server_is_migrated_and_appends():
                 conn.execute(text("DELETE FROM schema_version"))
                 conn.execute(text("INSERT INTO schema_version VALUES (2, 'older schema', 0)"))
         with TraceStore(url) as store:
-            assert store.schema_version == 5
+            assert store.schema_version == 6
             assert store.new_tokens("old-pg") == expected and store.get_run("old-pg").n_new_tokens == len(expected)
         more = synthetic_config(run_id="new-pg")
         with TraceStore(url) as store, TraceWriter(store, more, flush_interval=0.01) as writer:
@@ -271,7 +271,7 @@ def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
                                  sampling=SamplingConfig(temperature=1.0))
         out = dec.generate([1, 2, 3, 4], 20, seed=4)
         with TraceStore(url) as store:
-            assert store.schema_version == 5
+            assert store.schema_version == 6
             assert [r.tokens for r in store.load_rounds("chain-pg")] == before and len(before) == 4
             with TraceWriter(store, out.config) as writer:
                 for rnd in out.rounds:

@@ -296,20 +296,20 @@ def test_a_version_1_store_is_upgraded_and_its_runs_read_as_before(tmp_path):
     its runs load with nothing unrecorded but their stops (schema 5)."""
     path, expected = _old_store(tmp_path, 1)
     with TraceStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 5
+        assert s.schema_version == SCHEMA_VERSION == 6
         assert s.run_config("old-run").unrecorded == frozenset({"stops"})
         assert len(s.load_rounds("old-run")) > 0
         assert s.new_tokens("old-run") == expected
 
 
-def test_a_version_4_store_reads_with_its_stops_unrecorded(tmp_path):
-    """Schema 5 adds runs.stops and rounds.stop: an older run does not say how it could stop,
+def test_a_version_5_store_reads_with_its_stops_unrecorded(tmp_path):
+    """Schema 6 adds runs.stops and rounds.stop: an older run does not say how it could stop,
     so the checker's stop rules say they were not checked rather than assume none."""
     from specscope.core.check.checker import check_report
 
-    path, expected = _old_store(tmp_path, 4)
+    path, expected = _old_store(tmp_path, 5)
     with TraceStore(path) as s:
-        assert s.schema_version == 5
+        assert s.schema_version == 6
         config = s.run_config("old-run")
         assert "stops" in config.unrecorded and config.stop_strings == () and config.stop_ids == ()
         rounds = s.load_rounds("old-run")
@@ -339,3 +339,29 @@ def test_a_version_2_store_gets_its_token_list_as_a_chunk(tmp_path):
         export_run(s, "old-run", tmp_path / "old.jsonl")
     with open_jsonl(tmp_path / "old.jsonl") as mem:
         assert mem.new_tokens("old-run") == expected
+
+
+def test_a_version_4_store_gets_runs_position_limit(tmp_path):
+    """Schema 5 adds runs.position_limit: a store written before it opens, upgrades in place,
+    its runs have no limit (the checker names position-limit as not checked); a run written
+    afterwards keeps its limit, and a JSONL export carries it (and none for the old run)."""
+    import dataclasses
+
+    from specscope.core.check.checker import check_report
+    from specscope.storage import export_run
+
+    path, _ = _old_store(tmp_path, 4)
+    with TraceStore(path) as s:
+        assert s.schema_version == SCHEMA_VERSION == 6
+        old = s.run_config("old-run")
+        assert old.position_limit is None
+        assert "position-limit" in check_report(old, s.load_rounds("old-run")).not_checked
+        config = dataclasses.replace(synthetic_config(run_id="new-run"), position_limit=4096)
+        with TraceWriter(s, config) as writer:
+            for rnd in synthetic_rounds(config, 2):
+                writer.write(rnd)
+        assert s.run_config("new-run").position_limit == 4096
+        export_run(s, "new-run", tmp_path / "new.jsonl")
+        export_run(s, "old-run", tmp_path / "old.jsonl")
+    assert json.loads((tmp_path / "new.jsonl").read_text().splitlines()[0])["config"]["position_limit"] == 4096
+    assert "position_limit" not in json.loads((tmp_path / "old.jsonl").read_text().splitlines()[0])["config"]

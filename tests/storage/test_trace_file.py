@@ -41,7 +41,7 @@ def test_the_documented_toy_decoder_passes_the_checker(tmp_path, monkeypatch):
     assert info.status == "completed" and info.n_new_tokens == 200
     assert report.findings == [], [str(f) for f in report.findings[:3]]
     assert {"draw", "target-cache"} <= set(report.not_checked)
-    assert info.config.unrecorded == {"draw", "target_cache", "eos", "budget_stop", "bonus_withheld"}
+    assert info.config.unrecorded == {"draw", "target_cache", "eos", "budget_stop", "bonus_withheld", "k"}
 
 
 def test_the_documented_bug_is_found(tmp_path, monkeypatch):

@@ -265,8 +265,9 @@ def test_a_version_1_tree_trace_still_imports_and_checks(tmp_path):
         assert rounds and all(getattr(r, "tree", None) is None for r in rounds)
         assert any(n.parent != n.index - 1 for r in rounds for n in r.nodes)
         report = check_report(config, rounds)
-        # written before traces recorded their stops: the stop rules say so, nothing else is unchecked
-        assert report.findings == [] and set(report.not_checked) == {"stop-leak", "stop-flag", "stop-budget"}
+        # version 1 recorded neither its stops, nor the position limit, nor a tree's layout
+        assert report.findings == [] and set(report.not_checked) == {"stop-leak", "stop-flag", "stop-budget",
+                                                                     "position-limit", "tree-layout", "target-cache"}
         export_run(store, run_id, tmp_path / "again.jsonl")
     lines = (tmp_path / "again.jsonl").read_text().splitlines()
     assert '"version":2' in lines[0] and not any('"tree":{"spec"' in line for line in lines)
@@ -338,7 +339,7 @@ def test_a_version_3_store_migrates_and_then_keeps_tree_rounds(tmp_path, models)
     downgrade_sqlite_store(path, 3)
     target, draft = models
     with TraceStore(path) as s:
-        assert s.schema_version == CURRENT_VERSION == 5
+        assert s.schema_version == CURRENT_VERSION == 6
         assert [r.tokens for r in s.load_rounds("chain-run")] == before
         assert all(type(r).__name__ == "Round" for r in s.load_rounds("chain-run"))
         dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),

@@ -5,9 +5,12 @@ window (`window.checks`)."""
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any, Iterable
 
 from PySide6.QtWidgets import QMessageBox
+
+from specscope.app.gui.model.targets import target_of_run
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +22,8 @@ class CheckActions:
     def recompute_check(self) -> list | None:
         """Recompute every round's p with the target from the full prefix (no cache) and
         compare with the recorded p: the check that catches stale cache state. Needs the
-        run's target (the bundled one, or the tiny model for tiny runs)."""
+        run's target (the bundled one, the tiny model for tiny runs, a fetched model by name
+        or a checkpoint folder that is still there)."""
         from specscope.core.check.checker import recompute_findings
 
         w = self.w
@@ -32,7 +36,10 @@ class CheckActions:
         w.statusBar().showMessage("Recomputing every round with the target…")
         try:
             device = w.run_panel.texts().get("device") or "cpu"
-            target, _ = w.hub.target(device if device in w.hub.devices() else "cpu")
+            name = target_of_run(w.model.config.target_name)  # the run's own target, not the menu's
+            if name is None:
+                raise ValueError(f"the run's target {w.model.config.target_name} is not on this machine")
+            target, _ = w.hub.target(device if device in w.hub.devices() else "cpu", name)
             found = recompute_findings(w.model.config, self.rounds_for_checking(), target)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
             w.show_error(f"The recompute check failed: {exc}", title="Recompute check")
@@ -43,6 +50,53 @@ class CheckActions:
         w.statusBar().showMessage(f"Recompute check: {text}", 15000)
         QMessageBox.information(w, "Recompute check", text[0].upper() + text[1:] + ".")
         return list(found)
+
+    def reference_check(self) -> Any | None:
+        """Run > Compare with plain greedy: decode the run's prompt plainly with its target
+        and classify the first difference from the run's output as a near tie or a logic bug
+        (core.check.diverge); the timeline jumps to it. Greedy runs only."""
+        from specscope.core.check.diverge import diverge_report
+
+        w = self.w
+        title = "Compare with plain greedy"
+        if w.model.config is None or not w.model.rounds:
+            w.show_error("Nothing to compare yet: run or open a trace first.", title=title)
+            return None
+        if w.live.busy:
+            w.show_error("Wait for the run to finish (or stop it) before comparing.", title=title)
+            return None
+        config = w.model.config
+        if not config.sampling.greedy:
+            w.show_error(f"This run was sampled at temperature {config.sampling.temperature:g}: divergence from plain "
+                         "greedy decoding is only defined at temperature 0.", title=title)
+            return None
+        w.statusBar().showMessage("Decoding the prompt plainly with the target…")
+        try:
+            target, tokenizer = self._target_at(config.dtype)
+            found = diverge_report(config, self.rounds_for_checking(), target)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
+            w.show_error(f"The comparison with plain greedy decoding failed: {exc}", title=title)
+            return None
+        lines = found.lines(lambda t: f"{tokenizer.decode([t])!r} (id {t})" if tokenizer is not None else f"id {t}")
+        w.statusBar().showMessage(f"{title}: {lines[0]}", 15000)
+        if found.round is not None:
+            self.jump_to_finding(SimpleNamespace(round=found.round, position=found.position, node=None))
+        QMessageBox.information(w, title, "\n".join(lines))
+        return found
+
+    def _target_at(self, dtype: str) -> tuple[Any, Any]:
+        """The hub's target (and tokenizer) in the run's dtype: a near tie is a fact of the dtype."""
+        import copy
+
+        import torch
+
+        w = self.w
+        device = w.run_panel.texts().get("device") or "cpu"
+        target, tokenizer = w.hub.target(device if device in w.hub.devices() else "cpu")
+        wanted = getattr(torch, dtype, None)
+        if isinstance(wanted, torch.dtype) and next(target.parameters()).dtype != wanted:
+            target = copy.deepcopy(target).to(wanted)  # the hub's model stays as the run panel uses it
+        return target, tokenizer
 
     def set_findings(self, findings: Iterable[Any]) -> None:
         """Show the checker's findings (objects/dicts with round, position, rule, message)."""

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from specscope.app.gui.model.settings import spec_of_run
+from specscope.app.gui.model.targets import target_of_run
 from specscope.app.gui.sessions.worker import IDLE
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ class ReplayPanel:
                  "eos": "none" if cfg.eos_token_id is None else str(cfg.eos_token_id)}
         if proposer:
             texts["proposer"] = proposer
+        target = target_of_run(cfg.target_name)
+        if target is not None:
+            texts["target"] = target
         prompt = self.decode_prompt(info)
         if prompt is not None:
             texts["prompt"] = prompt
@@ -90,6 +94,8 @@ class ReplayPanel:
                     out.append("the prompt (its text re-encodes to other token ids)")
             except Exception:  # noqa: BLE001
                 out.append("the prompt (it could not be re-encoded)")
+        if target_of_run(cfg.target_name) is None:
+            out.append(f"the target {cfg.target_name}")
         if spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name) is None:
             out.append(f"the proposer {cfg.draft_name or cfg.proposer}")
         return out

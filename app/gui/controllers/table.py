@@ -60,6 +60,9 @@ def run_actions(w: Any) -> tuple[Action, ...]:
         Action("run.recompute_check", "Re&compute check (replay the target)", w.checks.recompute_check, "&Run",
                tip="Recompute every round's p with the target from the full prefix and compare with the recorded p",
                group="check"),
+        Action("run.reference", "Compare with plain &greedy (reference)", w.checks.reference_check, "&Run",
+               tip="Decode the prompt plainly with the target and say whether the first difference from this greedy "
+                   "run is a near tie (numerics) or a logic bug", group="check"),
     )
 
 

@@ -60,6 +60,10 @@ def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True) -> l
     its defaults, per other kind. The run panel has its own tree fields (with_trees=False)."""
     out: list[ProposerChoice] = []
     for kind in KINDS.values():
+        if kind.takes_path:  # a draft head: its checkpoint folder is the checkpoint field
+            if with_checkpoint:
+                out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", f"{kind.name}: head checkpoint…"))
+            continue
         if kind.needs_model:
             out += [ProposerChoice(f"{kind.name}:{name}", f"{kind.name} model: {name}") for name in BUNDLED_DRAFTS]
             if with_trees and kind.param("tree") is not None and BUNDLED_DRAFTS:
@@ -80,7 +84,7 @@ def _model_kind(spec: ProposerSpec) -> bool:
 
 def _needs_path(text: str) -> bool:
     kind, _, arg = text.partition(":")
-    return arg == PATH_ARG and kind in KINDS and KINDS[kind].needs_model
+    return arg == PATH_ARG and kind in KINDS and (KINDS[kind].needs_model or KINDS[kind].takes_path)
 
 
 def spec_text(proposer: str, checkpoint: str = "") -> str:
@@ -113,7 +117,7 @@ def checkpoint_of(spec: str) -> str | None:
         parsed = parse_spec(spec)
     except SpecError:
         return None
-    ref = parsed.model_ref
+    ref = parsed.arg if KINDS[parsed.kind].takes_path else parsed.model_ref
     return ref if ref is not None and ref not in BUNDLED_DRAFTS and ref != PATH_ARG else None
 
 
@@ -147,6 +151,7 @@ def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None
 
 FIELDS = (
     "prompt",
+    "target",
     "engine",
     "proposer",
     "checkpoint",
@@ -173,6 +178,7 @@ class RunSettings(CoreRunSettings):
 
     prompt: str = ""
     checkpoint: str = ""  # the folder of a KIND:PATH spec, "" otherwise
+    target: str = ""  # "" = the bundled target; a fetched model's name, a checkpoint folder or a GGUF file
 
     def to_texts(self) -> dict[str, str]:
         values = asdict(self)
@@ -198,7 +204,8 @@ class RunSettings(CoreRunSettings):
         engine = "" if self.engine == "specscope" else f"{self.engine}: "
         # with a tree, k does not apply (the spec names the tree)
         length = "" if describe_tree(self.spec) else f", k={self.k}"
-        return f"{engine}{prop}{length}, {samp}, seed={self.seed}"
+        target = f"{os.path.basename(os.path.normpath(self.target))} · " if self.target else ""
+        return f"{target}{engine}{prop}{length}, {samp}, seed={self.seed}"
 
 
 @dataclass
@@ -241,6 +248,18 @@ def _checkpoint_error(folder: str) -> str | None:
     if not os.path.exists(os.path.join(folder, "config.json")):
         return "this folder has no config.json: not a transformers checkpoint"
     return None
+
+
+def _target_error(target: str) -> str | None:
+    """Why a target the menu names cannot load (None: it can): a catalogued model not fetched
+    yet, or a folder or file that is not a checkpoint."""
+    from specscope.core.loading import catalog
+
+    model = catalog.lookup(target) if not os.path.exists(target) else None
+    if model is not None:
+        fetched = catalog.cached_checkpoint(model) is not None or catalog.fetched_gguf(model).is_file()
+        return None if fetched else f"{model.name} is not on this machine yet: choose it in the menu to fetch it"
+    return _checkpoint_error(target)
 
 
 def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, str]:
@@ -335,6 +354,9 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     if not prompt.strip():
         errors["prompt"] = "the prompt is empty: speculative decoding needs at least one token"
     proposer, checkpoint = _proposer(get("proposer"), get("checkpoint").strip(), errors)
+    target = get("target").strip()
+    if target and (problem := _target_error(target)):
+        errors["target"] = problem
     numbers = _numbers(get, errors)
     eos, eos_disabled = _eos(get("eos"), errors)
     threads = _threads(get("threads"), errors)
@@ -342,7 +364,7 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     device = get("device").strip() or "cpu"
     if device not in devices:
         errors["device"] = f"device “{device}” is not available here; available: {', '.join(devices)}"
-    settings = RunSettings(prompt=prompt, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
+    settings = RunSettings(prompt=prompt, target=target, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
                            device=device, engine=get("engine").strip().lower() or "specscope", threads=threads,
                            **stops, **numbers)
     for key, message in settings.validate().items():

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specscope.core.decode.factory import Models, build_decoder, prompt_ids, run_config
+from specscope.core.decode.settings import SettingsError
+from specscope.core.loading import catalog, gguf
 from specscope.core.loading import models as loading
 from specscope.core.records import RunConfig
 
@@ -151,6 +153,24 @@ def perturbed_copy(model, noise: float, seed: int):
     return draft
 
 
+def _target_folder(name: str) -> Path:
+    """The checkpoint folder a target name means: a fetched model's (by catalog name), a GGUF
+    file's cached conversion (converted first), or the folder itself."""
+    path = Path(name).expanduser()
+    if not path.exists() and catalog.lookup(name) is not None:
+        return catalog.resolve(name)
+    if path.is_file():
+        return gguf.converted_checkpoint(path)
+    return path
+
+
+def _target_label(name: str, folder: Path) -> str:
+    """How a run records a named target, as the CLI's --target does: the catalog name, else
+    the checkpoint folder (a GGUF file's cached conversion)."""
+    model = catalog.lookup(name) if not Path(name).expanduser().exists() else None
+    return model.name if model is not None else str(Path(folder).resolve())
+
+
 class ModelHub:
     """Loads and caches models; `build(settings)` returns a Prepared decoder.
 
@@ -217,8 +237,13 @@ class ModelHub:
             return None
         return self._cached(("tokenizer",), lambda: loading.load_tokenizer(loading.bundled_path("target")))
 
-    def target(self, device: str):
-        """(target model, tokenizer or None)."""
+    def target(self, device: str, name: str = ""):
+        """(target model, tokenizer or None): the bundled target, or (`name`) a fetched model by
+        its catalog name, a checkpoint folder or a GGUF file, with the tokenizer it carries."""
+        if name:
+            folder = self._cached(("folder", name), lambda: _target_folder(name))
+            model = self._cached(("target", name, device), lambda: loading.load_model(folder, device, role="target"))
+            return model, self._cached(("tokenizer", name), lambda: loading.load_tokenizer(folder))
         if self.fallback:
             return self._tiny("target", device), None
         model = self._cached(("bundled", "target", device),
@@ -234,24 +259,45 @@ class ModelHub:
                             lambda: loading.load_model(loading.bundled_path(name), device, role="draft"))
 
     def checkpoint(self, path: str, device: str):
-        def make():
-            tok = self.tokenizer()
-            folder = Path(path)
-            has_tokenizer = folder.is_file() or any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-            if tok is not None and has_tokenizer:  # a GGUF file carries its tokenizer
-                loading.check_tokenizers(tok, loading.load_tokenizer(folder))
-            return loading.load_model(folder, device, role="draft")
+        return self._cached(("checkpoint", path, device), lambda: loading.load_model(path, device, role="draft"))
 
-        return self._cached(("checkpoint", path, device), make)
+    def check_draft_tokenizer(self, ref: str, target_tokenizer: Any | None, target_name: str = "") -> None:
+        """Refuse (a SettingsError on the proposer field, before any draft weights load) a
+        draft whose tokenizer differs from the target's: the bundled drafts share the bundled
+        target's; a checkpoint folder or GGUF file carries its own (none: nothing to compare)."""
+        if target_tokenizer is None or (not target_name and ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS):
+            return
+        if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
+            if self.fallback:  # tiny random stand-ins: token ids of a 64-token vocabulary
+                raise SettingsError({"proposer": f"the bundled drafts are not installed here (tiny random stand-ins "
+                                                 f"without a tokenizer): choose a draft that shares {target_name}'s "
+                                                 f"tokenizer, or prompt lookup"})
+            draft_tokenizer = self.tokenizer()
+        else:
+            folder = loading.bundled_path(ref) if ref in loading.BUNDLED_REAL_DRAFTS else Path(ref)
+            has_tokenizer = folder.is_file() or any((folder / f).is_file()
+                                                    for f in ("tokenizer.json", "tokenizer_config.json"))
+            draft_tokenizer = self._cached(("tokenizer", ref), lambda: loading.load_tokenizer(folder)) \
+                if has_tokenizer else None
+        if draft_tokenizer is None:
+            return
+        problem = loading.tokenizer_difference(target_tokenizer, draft_tokenizer)
+        if problem:
+            raise SettingsError({"proposer": f"this draft cannot propose for {target_name or 'the bundled target'}: "
+                                             f"its tokenizer differs ({problem}); a draft must share the target's "
+                                             f"tokenizer"})
 
     def draft_loader(self, device: str) -> Callable[[str], tuple[Any, str]]:
-        """core.registry's load_draft for this hub: a bundled draft by name ("small", "tiny")
-        or a checkpoint folder -> (model, label), through the hub's caches."""
+        """core.registry's load_draft for this hub: a bundled draft by name ("small", "tiny"; a
+        fetchable target's bundled default draft, "smollm2-draft") or a checkpoint folder ->
+        (model, label), through the hub's caches."""
 
         def load(ref: str) -> tuple[Any, str]:
             if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
                 label = "draft-" + ref.removeprefix("draft-")
                 return self.draft(label, device), label
+            if ref in loading.BUNDLED_REAL_DRAFTS:  # catalog.default_draft of a named target
+                return self.checkpoint(str(loading.bundled_path(ref)), device), ref
             return self.checkpoint(ref, device), ref
 
         return load
@@ -277,10 +323,15 @@ class ModelHub:
 
     def models(self, settings: RunSettings) -> Models:
         """The target, tokenizer and the draft the settings' spec names, through the hub's caches."""
-        target, tokenizer = self.target(settings.device)
+        name = getattr(settings, "target", "")  # the run panel's target menu ("" = bundled)
+        target, tokenizer = self.target(settings.device, name)
         ref = settings.model_ref
+        if ref is not None:
+            self.check_draft_tokenizer(ref, tokenizer, name)
         draft, draft_name = self.draft_loader(settings.device)(ref) if ref is not None else (None, None)
-        return Models(target, tokenizer, "tiny-target" if self.fallback else "", draft, draft_name)
+        folder = self._cached(("folder", name), lambda: _target_folder(name)) if name else None
+        target_name = _target_label(name, folder) if folder else ("tiny-target" if self.fallback else "")
+        return Models(target, tokenizer, target_name, draft, draft_name)
 
     def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
         """The decoder of `settings` (core.decode.factory: the CLI's checks, EOS default and
@@ -302,7 +353,7 @@ class ModelHub:
         spread over every token of a longer run."""
         from specscope.core.decode.baseline import plain_generate
 
-        target, _ = self.target(settings.device)
+        target, _ = self.target(settings.device, getattr(settings, "target", ""))
         n = max(2, min(steps, settings.max_new_tokens))
         sampling = settings.sampling()
 

@@ -42,6 +42,8 @@ __all__ = ["CompareSession", "CompareWidget"]
 DEFAULT_SIDES = (("draft:small", "4"), ("lookup", "4"))  # (proposer spec, k) of A and B
 TABLE_REFRESH_MS = 250  # the summary table's refresh while the lanes run
 LANE_MIN_PX = 110  # a lane's timeline never gets shorter
+SUMMARY_BLOCKS = 2  # the summary's rows in this many blocks side by side
+SUMMARY_ROW_PX = 21
 COUPLING_HTML = (
     "<p><b>Coupled lanes</b> (sampling only). Normally each lane draws its own random numbers, and the two "
     "proposers use them differently, so sampled lanes part at the first token. Coupled, both lanes share one "
@@ -181,17 +183,32 @@ class CompareWidget(QWidget):
         return box
 
     def _summary_table(self) -> QTableWidget:
-        self.table = QTableWidget(len(SUMMARY_ROWS), 2)
-        self.table.setHorizontalHeaderLabels(["A", "B"])
-        self.table.setVerticalHeaderLabels([label for _, label in SUMMARY_ROWS])
+        """The summary in two blocks side by side (metric | A | B, twice): every row shows at
+        1024x700 (one tall column of 11 rows showed 4 and scrolled the rest away)."""
+        rows = -(-len(SUMMARY_ROWS) // 2)
+        self.table = QTableWidget(rows, 3 * SUMMARY_BLOCKS)
+        self.table.setHorizontalHeaderLabels(["", "A", "B"] * SUMMARY_BLOCKS)
+        self.table.verticalHeader().hide()
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.table.verticalHeader().setDefaultSectionSize(21)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        for block in range(SUMMARY_BLOCKS):
+            header.setSectionResizeMode(3 * block, QHeaderView.ResizeMode.ResizeToContents)
+        for i, (_, label) in enumerate(SUMMARY_ROWS):
+            item = QTableWidgetItem(label)
+            item.setForeground(Qt.GlobalColor.darkGray)
+            self.table.setItem(i % rows, 3 * (i // rows), item)
+        self.table.verticalHeader().setDefaultSectionSize(SUMMARY_ROW_PX)
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        # scrolls when the window is small; never taller than its rows
-        self.table.setMinimumHeight(21 * 4 + self.table.horizontalHeader().sizeHint().height())
-        self.table.setMaximumHeight(21 * len(SUMMARY_ROWS) + self.table.horizontalHeader().sizeHint().height() + 4)
+        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setFixedHeight(SUMMARY_ROW_PX * rows + header.sizeHint().height() + 2 * self.table.frameWidth())
         return self.table
+
+    def summary_cell(self, label: str, side: int) -> QTableWidgetItem:
+        """The summary table's cell of row `label` (as SUMMARY_ROWS names it) for side 0 (A) or 1 (B)."""
+        i = [name for _, name in SUMMARY_ROWS].index(label)
+        rows = self.table.rowCount()
+        return self.table.item(i % rows, 3 * (i // rows) + 1 + side)
 
     def _lane_columns(self) -> QSplitter:
         """One column per side: its header, aligned timeline and compact plots."""
@@ -353,10 +370,12 @@ class CompareWidget(QWidget):
         self._refresh_timer.stop()
         for side in range(2):
             summary = self.session.summary(side)
-            for row, (key, _) in enumerate(SUMMARY_ROWS):
+            rows = self.table.rowCount()
+            for i, (key, _) in enumerate(SUMMARY_ROWS):
                 item = QTableWidgetItem(summary[key])
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
-                self.table.setItem(row, side, item)
+                item.setToolTip(summary[key])
+                self.table.setItem(i % rows, 3 * (i // rows) + 1 + side, item)
             s = self.session.settings[side] if self.session.settings else None
             label = summary["proposer"] if s else ""
             self.headers[side].setText(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b> {label}")

@@ -1,8 +1,10 @@
 """The findings panel: the trace checker's findings, each clickable to its round.
 
 Takes any iterable of findings with `round`, `position` (output position), `rule` and
-`message` (attributes or dict keys; `node` = draft node and `severity` optional), so the
-checker's Finding records plug in without adapters:
+`message` (attributes or dict keys; `node` = draft node and `severity` optional: the
+checker's "wrong output" or "wasted work", default wrong output), so the checker's Finding
+records plug in without adapters. Wrong output is listed first, then wasted work, each by
+root cause:
 
     window.set_findings(check(rounds))          # or findings_widget.set_findings(...)
 """
@@ -17,7 +19,9 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
-from specscope.core.check.checker import group_findings
+from specscope.core.check.checker import WASTED_WORK, WRONG_OUTPUT, group_findings
+
+_SEVERITY_COLOUR = {WRONG_OUTPUT: "#a0001e", WASTED_WORK: "#8a5a00"}
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,7 @@ class Finding:
     position: int | None  # output position (index among the new tokens)
     rule: str
     message: str
-    severity: str = "error"
+    severity: str = WRONG_OUTPUT
     node: int | None = None  # draft node, when the finding concerns one
     follows: bool = False  # follows from (or repeats) an earlier cause of the same kind
 
@@ -45,9 +49,20 @@ def as_finding(obj: Any) -> Finding:
         position=None if pos is None else int(pos),
         rule=str(get("rule", "")),
         message=str(get("message", "")),
-        severity=str(get("severity", "error")),
+        severity=str(get("severity", WRONG_OUTPUT)),
         node=None if node is None else int(node),
     )
+
+
+def fault_never_fired(fault: str) -> str:
+    """What the findings of a clean run recorded with a deliberate bug say about that bug."""
+    from specscope.core.faults.zoo import FAULTS
+
+    known = FAULTS.get(fault)
+    when = f" (it fires when: {known.applies})" if known is not None else ""
+    return (f"<span style='color:#8a5a00'>This run was recorded with the fault <b>{fault}</b> injected, and no round "
+            f"shows it: it never fired in this run{when}. <code>specscope run --fault {fault}</code> names the "
+            f"setting that makes it fire.</span>")
 
 
 class FindingsWidget(QWidget):
@@ -59,8 +74,8 @@ class FindingsWidget(QWidget):
         super().__init__(parent)
         self.status = QLabel("No checker results yet.")
         self.status.setWordWrap(True)  # a long summary must not widen the dock
-        self.table = QTableWidget(0, 5)
-        self.table.setHorizontalHeaderLabels(["round", "position", "node", "rule", "message"])
+        self.table = QTableWidget(0, 6)
+        self.table.setHorizontalHeaderLabels(["round", "position", "node", "rule", "severity", "message"])
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
@@ -70,6 +85,7 @@ class FindingsWidget(QWidget):
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(4, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
         # One line a finding, so that a long list stays scannable in a narrow dock; the
         # selected finding's whole message is shown below the table (and in tooltips).
@@ -89,10 +105,14 @@ class FindingsWidget(QWidget):
         self.table.cellActivated.connect(self._activate)
         self.table.currentCellChanged.connect(self._current_changed)
 
-    def set_findings(self, findings: Iterable[Any] | None, checked: bool = True) -> None:
-        """Root causes first: each cause, then (indented, dimmed) the findings that follow
-        from it in later rounds."""
-        groups = group_findings([as_finding(f) for f in (findings or [])])
+    def set_findings(self, findings: Iterable[Any] | None, checked: bool = True, fault: str | None = None) -> None:
+        """Wrong output, then wasted work; within each, root causes first: each cause, then
+        (indented, dimmed) the findings that follow from it in later rounds. `fault`: the bug
+        the run was recorded with (a fault run)."""
+        every = [as_finding(f) for f in (findings or [])]
+        by_severity = {s: group_findings([f for f in every if f.severity == s]) for s in (WRONG_OUTPUT, WASTED_WORK)}
+        others = group_findings([f for f in every if f.severity not in by_severity])
+        groups = by_severity[WRONG_OUTPUT] + by_severity[WASTED_WORK] + others
         self.findings = []
         for g in groups:
             self.findings.append(g.cause)
@@ -101,16 +121,14 @@ class FindingsWidget(QWidget):
         for row, f in enumerate(self.findings):
             rule = f"  ↳ {f.rule}" if f.follows else f.rule
             values = [str(f.round), "" if f.position is None else str(f.position),
-                      "" if f.node is None else str(f.node), rule, f.message]
+                      "" if f.node is None else str(f.node), rule, f.severity, f.message]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
                 item.setToolTip(f.message if not f.follows else f"follows from an earlier finding: {f.message}")
                 if f.follows:
                     item.setForeground(QColor("#7a5a60"))
-                elif f.severity == "error":
-                    item.setForeground(QColor("#a0001e"))
-                elif f.severity == "warning":
-                    item.setForeground(QColor("#8a5a00"))
+                elif f.severity in _SEVERITY_COLOUR:
+                    item.setForeground(QColor(_SEVERITY_COLOUR[f.severity]))
                 self.table.setItem(row, col, item)
         self._show_detail(self.table.currentRow())
         if not checked:
@@ -118,10 +136,16 @@ class FindingsWidget(QWidget):
         elif self.findings:
             follow = len(self.findings) - len(groups)
             tail = f", {follow} follow-on" if follow else ""
-            self.status.setText(f"<b style='color:#a0001e'>{len(groups)} cause(s)</b>: first bad round "
-                                f"{groups[0].cause.round}{tail} — click one to jump to its round")
+            parts = [f"<b style='color:{_SEVERITY_COLOUR[s]}'>{len(g)} cause(s) of {s}</b>"
+                     for s, g in by_severity.items() if g]
+            if others:
+                parts.append(f"<b>{len(others)} other cause(s)</b>")
+            first = min(g.cause.round for g in groups)
+            self.status.setText(f"{', '.join(parts)}: first bad round {first}{tail} — click one to jump to its round")
         else:
             self.status.setText("<span style='color:#007a4d'>✔ no findings: every round passed the checks</span>")
+        if checked and fault and not self.findings:  # (a flagged fault speaks for itself: the table keeps its room)
+            self.status.setText(self.status.text() + "<br>" + fault_never_fired(fault))
 
     def set_error(self, message: str) -> None:
         self.findings = []
@@ -145,7 +169,8 @@ class FindingsWidget(QWidget):
         if f.node is not None:
             where.append(f"node {f.node}")
         lead = "follows from an earlier finding · " if f.follows else ""
-        self.detail.setText(f"{lead}<b>{html.escape(f.rule)}</b> · {', '.join(where)}: {html.escape(f.message)}")
+        self.detail.setText(f"{lead}<b>{html.escape(f.rule)}</b> ({html.escape(f.severity)}) · {', '.join(where)}: "
+                            f"{html.escape(f.message)}")
         self.detail.setVisible(True)
 
     def _activate(self, row: int, col: int) -> None:

@@ -33,6 +33,7 @@ PLOT_MIN_PX = 170  # the p/q plot's readable minimum height
 SIDE_BY_SIDE_PX = 1000  # from this width the KV caches sit beside p/q
 TICK_PX = 58  # width one bar's token label needs
 MAX_LABEL = 7
+AXIS_PX = 66  # the p/q plot's left axis: its label and ticks such as "0.0005"
 
 
 def _short(text: str) -> str:
@@ -74,6 +75,7 @@ class RoundInspectorWidget(QWidget):
         self._refit_timer.setInterval(50)
         self._refit_timer.timeout.connect(self._refit)
         self.pq_plot.vb.sigResized.connect(lambda *_: self._refit_timer.start())
+        self.res_plot.vb.sigResized.connect(lambda *_: self._refit_timer.start())
         self.shown: tuple[int, int] = (-1, -1)
         self._fit_n = 0  # token bars the p/q plot was last drawn with
         self.values: dict[str, object] = {}  # what is displayed, for tests and export
@@ -90,6 +92,7 @@ class RoundInspectorWidget(QWidget):
 
     def _refit(self) -> None:
         """Redraw the shown position when a new width fits another number of token bars."""
+        self._note_width()
         if self.shown[0] >= 0 and self._bars_fitting(self.pq_plot) != self._fit_n:
             self.show_position(*self.shown)
 
@@ -103,6 +106,9 @@ class RoundInspectorWidget(QWidget):
         self._pq_title("p")
         self.pq_plot.getAxis("left").enableAutoSIPrefix(False)
         self.pq_plot.setLabel("left", "probability")
+        # room for the label and ticks as long as "0.0005" from the start: the axis widened
+        # only after a paint, and the label overlapped the ticks until then
+        self.pq_plot.getAxis("left").setWidth(AXIS_PX)
         self.p_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=theme.P_COLOR, pen=None)
         self.q_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=theme.Q_COLOR, pen=None)
         self.min_bars = pg.BarGraphItem(x=[], height=[], width=0.86, brush=None, pen=pg.mkPen(theme.MIN_COLOR, width=2))
@@ -116,10 +122,11 @@ class RoundInspectorWidget(QWidget):
 
         self.res_plot = right.addPlot(row=0, col=0)
         self.res_plot.getAxis("left").enableAutoSIPrefix(False)
+        self.res_plot.getAxis("left").setWidth(AXIS_PX - 18)  # ticks, no label
         self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
         self.res_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=theme.RESIDUAL_COLOR, pen=None)
         self.res_plot.addItem(self.res_bars)
-        self.res_text = pg.TextItem("", color="#555555", anchor=(0.5, 0.5))
+        self.res_text = pg.TextItem("", color="#555555", anchor=(0.5, 0.5))  # wrapped to the plot's width
         self.res_plot.addItem(self.res_text)
         self.res_plot.setMouseEnabled(x=False, y=False)
         self.res_plot.hideButtons()
@@ -323,8 +330,15 @@ class RoundInspectorWidget(QWidget):
                   else "no rejection at this position: residual unused")
         self.res_plot.setXRange(0, 1, padding=0)
         self.res_plot.setYRange(0, 1, padding=0)
-        self.res_text.setText(reason)
+        self._note_width()
+        self.res_text.setHtml(f"<div style='text-align:center; color:#555555'>{reason}</div>")
         self.res_text.setPos(0.5, 0.5)
+
+    def _note_width(self) -> None:
+        """The residual plot's note wraps inside the plot (one line of it was clipped on both
+        sides of a narrow plot)."""
+        width = self.res_plot.vb.width()
+        self.res_text.setTextWidth(max(60.0, (width if width > 0 else 200.0) - 12))
 
     def _show_acceptance(self, r: Round, node, tree: NodeResiduals | None = None) -> None:
         # a tree node's test is min(1, p'(x)/q_c(x)), not the p/q of its parent's first p

@@ -22,6 +22,7 @@ from specscope.app.gui.model.runmodel import RunModel
 
 FRAME_MS = 34  # <= 30 Hz
 MAX_FRAME_MS = 1000  # at least one frame a second while rounds arrive
+LEGEND_PLOTS = ("acceptance", "latency", "throughput", "cost")  # the plots with a legend
 FRAME_COST_SHARE = 10  # frame interval >= 10 x (last refresh + the paints since the frame before)
 
 
@@ -72,6 +73,8 @@ class LivePlotsWidget(QWidget):
         self._build()
         for plot in self.plots.values():  # rounds are counts: never "round (x0.001)"
             plot.getAxis("bottom").enableAutoSIPrefix(False)
+        for name in LEGEND_PLOTS:  # the legend's strip is a share of the plot's height
+            self.plots[name].vb.sigResized.connect(self._on_plot_resized)
         self._empty_axes: bool | None = None  # whether the axes show the empty run's fixed range
         self._dirty = True
         self._line_at: int | None = None  # a selection to show at the next frame
@@ -100,7 +103,7 @@ class LivePlotsWidget(QWidget):
         # acceptance per round + rolling mean
         p = self.plots["acceptance"]
         _style(p, "acceptance per round", "accepted / drafted", "round")
-        self._legend(p, offset=(5, -5))
+        self._legend(p)
         self.acc_scatter = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(c or theme.ACCEPT_RATE), pen=None,
                                               name="per round")
         self.acc_mean = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name=f"rolling mean ({ROLLING_WINDOW})")
@@ -149,18 +152,45 @@ class LivePlotsWidget(QWidget):
         p = self.plots["cost"]
         _style(p, "cost model vs measured", "tokens / round", "round")
         self._legend(p)
-        self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured (mean)")
+        self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured")
         self.cost_alpha = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED, width=2, style=Qt.PenStyle.DashLine),
-                                          name="predicted from α")
+                                          name="α")
         self.cost_pos = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED_2, width=2, style=Qt.PenStyle.DotLine),
-                                        name="predicted from per-position rates")
+                                        name="positions")
         for item in (self.cost_meas, self.cost_alpha, self.cost_pos):
             p.addItem(item)
 
-    def _legend(self, plot: pg.PlotItem, offset: tuple[int, int] = (5, 5)) -> None:
+    def _legend(self, plot: pg.PlotItem, offset: tuple[int, int] = (5, 1), columns: int = 3) -> None:
+        """A one-row legend along the top of the plot; the y range keeps that strip free of
+        data (_clear_legend_strips): a legend in a corner covered points and lines."""
         if self.legends:
-            plot.addLegend(offset=offset, labelTextSize="7pt", brush=pg.mkBrush(255, 255, 255, 160),
-                           pen=pg.mkPen("#dddddd"))
+            legend = plot.addLegend(offset=offset, labelTextSize="7pt", colCount=columns, brush=pg.mkBrush(255, 255, 255, 200),
+                                    pen=None, horSpacing=2)
+            legend.layout.setContentsMargins(1, 0, 1, 0)  # one thin row: the strip it takes from a small plot
+            legend.layout.setVerticalSpacing(0)
+
+    def _on_plot_resized(self, *args) -> None:
+        self._clear_legend_strips()
+
+    def _clear_legend_strips(self) -> None:
+        """Each y range from 0 to above the data's top (its 98th percentile, so that a warm-up
+        spike does not flatten the rest, once there are 12 points) by the legend's strip."""
+        for name in LEGEND_PLOTS:
+            plot = self.plots[name]
+            ys = [np.asarray(item.getData()[1], dtype=float) for item in plot.listDataItems()
+                  if item.getData()[1] is not None]
+            values = np.concatenate(ys) if ys else np.zeros(0)
+            values = values[np.isfinite(values)]
+            if not len(values):
+                continue
+            if name == "acceptance" and not self.tree_mode:
+                top = 1.05
+            else:
+                top = float(np.percentile(values, 98) if len(values) >= 12 else values.max()) * 1.1
+                top = max(top, 1.0 if name == "acceptance" else 1e-9)
+            legend, height = plot.legend, plot.vb.height()
+            strip = (legend.boundingRect().height() + 2) / height if legend is not None and height > 0 else 0.0
+            plot.setYRange(0, top / (1 - min(strip, 0.5)), padding=0)
 
     # ------------------------------------------------------------------ refresh
 
@@ -204,8 +234,6 @@ class LivePlotsWidget(QWidget):
             lengths = m["accepted_length"]
             self.len_scatter.setData(x, lengths)
             self.len_mean.setData(x, m["rolling_length"], connect="finite")
-            self.plots["acceptance"].setYRange(0, max(float(lengths.max()) if len(lengths) else 1.0, 1.0) + 0.6,
-                                               padding=0)
         else:
             acc = m["acceptance"]
             ok = np.isfinite(acc)  # rounds without a proposal have no acceptance rate
@@ -223,15 +251,14 @@ class LivePlotsWidget(QWidget):
         self.plots["positions"].getAxis("bottom").setTicks([[(float(i), str(i)) for i in range(1, len(rates) + 1)]])
         self.lat_total.setData(x, (m["draft_s"] + m["verify_s"]) * 1e3)
         self.lat_draft.setData(x, m["draft_s"] * 1e3)
-        self._robust_range("latency", (m["draft_s"] + m["verify_s"]) * 1e3)
         self.tps_round.setData(x, m["tokens_per_s"], connect="finite")
-        self._robust_range("throughput", m["tokens_per_s"])
         self.tps_cum.setData(x, m["cumulative_tokens_per_s"], connect="finite")
         self.cost_meas.setData(x, m["measured_mean"], connect="finite")
         # the cost model is a chain's (k drafts, i.i.d. acceptance): no prediction for a tree
         empty = x[:0]
         self.cost_alpha.setData(*((empty, empty) if self.tree_mode else (x, m["pred_alpha"])), connect="finite")
         self.cost_pos.setData(*((empty, empty) if self.tree_mode else (x, m["pred_positions"])), connect="finite")
+        self._clear_legend_strips()
         self.summary.setText(self.summary_html())
 
     def _fix_empty_axes(self, empty: bool) -> None:
@@ -260,7 +287,7 @@ class LivePlotsWidget(QWidget):
         for item in shown:
             acc.addItem(item)
         if legend is not None:  # removeItem/addItem keep the legend in step with the items
-            legend.setOffset((5, -5))
+            legend.setOffset((5, 1))
         cost = self.plots["cost"]
         if cost.legend is not None:  # no prediction lines for a tree: none in the legend either
             for item in (self.cost_alpha, self.cost_pos):
@@ -274,20 +301,8 @@ class LivePlotsWidget(QWidget):
             _style(cost, "mean accepted length (no tree cost model)", "tokens / round", "round")
         else:
             _style(cost, "cost model vs measured", "tokens / round", "round")
-            acc.setYRange(0, 1.05, padding=0)
             _style(acc, "acceptance per round", "accepted / drafted", "round")
             _style(pos, "acceptance by position", "P(accept | reached)", "draft position")
-
-    def _robust_range(self, name: str, values: np.ndarray) -> None:
-        """Y range up to the 98th percentile, so a warm-up spike does not flatten the rest."""
-        finite = values[np.isfinite(values)]
-        plot = self.plots[name]
-        if len(finite) < 12:
-            plot.enableAutoRange(axis="y")
-            return
-        top = float(np.percentile(finite, 98)) * 1.25
-        if top > 0:
-            plot.setYRange(0, top, padding=0)
 
     def summary_html(self) -> str:
         m = self.model.metrics

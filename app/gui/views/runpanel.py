@@ -23,11 +23,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.app.gui.model.settings import ENGINES, MAX_K, PATH_ARG, RunSettings, Validation, checkpoint_of, menu_spec, \
-    proposer_choices, proposer_label, spec_text, validate
+from specscope.app.gui.model.settings import DEFAULT_PROPOSER, ENGINES, MAX_K, PATH_ARG, RunSettings, Validation, \
+    checkpoint_of, menu_spec, proposer_choices, proposer_label, spec_text, validate
 from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, TREE_EXAMPLES, fold_tree, grows_trees, \
     is_chain, split_tree
 from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING
+from specscope.app.gui.views.target_menu import TargetMenu
 
 ERROR_STYLE = "color:#b00020; font-size:8pt;"
 ERROR_PX = 13  # an error line's height when empty; a message wraps onto as many lines as it needs
@@ -71,6 +72,7 @@ class RunPanelWidget(QWidget):
         self.action_row = self._action_row()  # placed by the window, outside the scroll area
 
         self.set_texts(RunSettings().to_texts())
+        self._auto_proposer = self.texts()["proposer"]  # the proposer a target chose, until the person picks another
         self.set_state(IDLE)
         for key, w in self.fields.items():
             sig = w.currentTextChanged if isinstance(w, QComboBox) else w.toggled if isinstance(w, QCheckBox) \
@@ -128,11 +130,15 @@ class RunPanelWidget(QWidget):
         box = QGroupBox("Proposer and sampler")
         grid = QGridLayout(box)
         grid.setVerticalSpacing(1)
+        self.target = TargetMenu()  # bundled, fetched, fetchable and local models
+        self.target.targetChosen.connect(self._follow_target)
+        self.fields["target"] = self.target
+        first = self._add_row(grid, 0, "target", "Target", self.target)
         self.engine = QComboBox()
         self.engine.addItems(ENGINES)
         self.engine.setToolTip("specscope's decoder, or transformers' own generate() recorded round by round")
         self.fields["engine"] = self.engine
-        first = self._add_row(grid, 0, "engine", "Engine", self.engine)
+        first = self._add_row(grid, first, "engine", "Engine", self.engine)
         self.proposer = QComboBox()
         for choice in proposer_choices(with_trees=False):  # the tree is its own field here
             self.proposer.addItem(choice.label, choice.spec)
@@ -269,6 +275,7 @@ class RunPanelWidget(QWidget):
         # proposer replaces the whole spec, tree and all)
         base = spec_text(self.proposer.currentData() or "", self.checkpoint.text())
         out["proposer"] = fold_tree(base, out["tree"], out["children"])
+        out["target"] = self.target.spec()
         return out
 
     def set_texts(self, texts: dict[str, str]) -> None:
@@ -279,6 +286,8 @@ class RunPanelWidget(QWidget):
             value = str(value)
             if key == "proposer":
                 self._set_proposer(value)
+            elif key == "target":
+                self.target.set_spec(value)
             elif isinstance(w, QPlainTextEdit):
                 w.setPlainText(value)
             elif isinstance(w, QCheckBox):
@@ -360,6 +369,23 @@ class RunPanelWidget(QWidget):
         self.tree.setEnabled(trees)
         self.children_mode.setEnabled(trees and not is_chain(self.tree.currentText()))
         self.tree.setToolTip(FIELD_HELP["tree"] if trees else "this proposer drafts chains only")
+
+    def _follow_target(self, choice) -> None:
+        """A target's default proposer (its catalog `default_draft`; the bundled draft for the
+        bundled target; prompt lookup for others, whose tokenizer no bundled draft shares)
+        replaces the proposer, unless the person chose another since the last such choice."""
+        if self.texts()["proposer"] != self._auto_proposer:
+            return
+        default = choice.default_draft or (DEFAULT_PROPOSER if not choice.spec else "lookup")
+        if menu_spec(default) is not None:
+            self._set_proposer(default)
+            self._auto_proposer = self.texts()["proposer"]
+
+    def show_target_message(self, message: str) -> None:
+        """One line under the target menu (a fetch that failed or was cancelled)."""
+        line = " ".join(message.split())
+        self.errors["target"].setText(line)
+        self.errors["target"].setToolTip(line)
 
     def _browse(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Choose a draft checkpoint folder")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPen, QPolygon
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QMouseEvent, QPainter, QPen, QPolygon
 from PySide6.QtWidgets import QAbstractScrollArea, QToolTip
 
 from specscope.app.gui import theme
@@ -30,7 +30,8 @@ GAP = 2
 ROUND_GAP = 7
 MARGIN = 6
 MAX_CELL_CHARS = 16
-ALIGNED_CHARS = 6
+ALIGNED_CHARS = 7
+ALIGNED_MIN_SCALE = 0.65  # an aligned cell draws a long token down to this share of the font size
 DISCARDED = (theme.REJECTED, theme.UNVISITED)
 # what an empty timeline says: which key and which button start a run
 EMPTY_TEXT = ("No rounds yet.\nPress Space, or the Run button at the top of the Run panel, to start a run;\n"
@@ -56,6 +57,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
         self.marker_pos: int | None = None  # output position to mark (first divergence)
         self._hover = -1
         self._width_cache: dict[str, int] = {}
+        self._fit_cache: dict[tuple[str, int], tuple[str, QFont | None]] = {}
         self._reset_layout()
         model.reset.connect(self._on_reset)
         model.appended.connect(self._on_appended)
@@ -94,6 +96,32 @@ class TokenTimelineWidget(QAbstractScrollArea):
             w = max(w, fm.horizontalAdvance("00") + 2 * PAD_X)
             self._width_cache[text] = w
         return w
+
+    def cell_text(self, text: str, room: int) -> tuple[str, QFont | None]:
+        """What a cell shows of its token, and the smaller font it needs (None: the view's).
+        A flow cell shows up to MAX_CELL_CHARS characters. An aligned cell has a fixed width:
+        a longer token is drawn smaller (down to ALIGNED_MIN_SCALE) before it is elided
+        (compare lanes read "·boun…" for "·boundary")."""
+        if not self.aligned:
+            return (text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"), None
+        key = (text, room)
+        hit = self._fit_cache.get(key)
+        if hit is None:
+            width = QFontMetrics(self.font()).horizontalAdvance(text)
+            if width <= room:
+                hit = (text, None)
+            else:
+                font = QFont(self.font())
+                scale = max(ALIGNED_MIN_SCALE, room / width)
+                if font.pointSizeF() > 0:
+                    font.setPointSizeF(font.pointSizeF() * scale)
+                else:  # a font sized in pixels
+                    font.setPixelSize(max(1, int(font.pixelSize() * scale)))
+                hit = (QFontMetrics(font).elidedText(text, Qt.TextElideMode.ElideRight, room), font)
+            if len(self._fit_cache) > 4096:
+                self._fit_cache.clear()
+            self._fit_cache[key] = hit
+        return hit
 
     def _aligned_cell_width(self) -> int:
         return QFontMetrics(self.font()).horizontalAdvance("0" * ALIGNED_CHARS) + 2 * PAD_X
@@ -318,12 +346,13 @@ class TokenTimelineWidget(QAbstractScrollArea):
             edge = theme.KIND_EDGE[kind]
             painter.setPen(QPen(edge, 1))
             painter.drawRect(rect.adjusted(0, 0, -1, -1))
-            text = cells.text[i]
-            max_chars = ALIGNED_CHARS if self.aligned else MAX_CELL_CHARS
-            if len(text) > max_chars:
-                text = text[: max_chars - 1] + "…"
+            text, font = self.cell_text(cells.text[i], w - 2 * PAD_X)
             painter.setPen(theme.KIND_TEXT[kind])
+            if font is not None:
+                painter.setFont(font)
             painter.drawText(x + PAD_X, y + PAD_Y + ascent, text)
+            if font is not None:
+                painter.setFont(self.font())
             if kind in (theme.REJECTED, theme.UNVISITED):
                 painter.setPen(strike_pen if kind == theme.REJECTED else QPen(theme.KIND_EDGE[kind], 1.2))
                 my = y + text_h // 2

@@ -1,0 +1,413 @@
+"""What the draft heads share: reading a head checkpoint in its authors' format, the one
+Llama-style layer a head runs with its own KV cache, and the chain proposer of a recurrent
+head (EAGLE, EAGLE-3, MTP: each step feeds its own output back as the next feature).
+
+Positions. The target's feature f_j is its hidden state at context position j (what it read
+up to token x_j). A recurrent head's cache entry j pairs f_j with the embedding of x_{j+1},
+the token one position ahead, and its output there predicts x_{j+2}. After a round the
+target has committed positions 0..c-1 (c = prefix + accepted) and the context ends with
+the repair or bonus x_c, so the head's last entry c-1 (f_{c-1}, x_c) predicts the first
+draft token x_{c+1}. Each further draft step pairs the head's own output with the token it
+just drafted. Those entries were computed from the head's outputs, not the target's
+features, so `observe` drops them: after a round the head's cache holds exactly the entries
+built from the target's own features of the accepted path, and the next round adds the
+newly committed positions from the features the verify forward handed over.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents
+from specscope.core.decode.kv import model_vocab_size
+from specscope.core.sampling.device import draft_distribution, sample_from_torch
+from specscope.core.sampling.reference import SamplingConfig
+from specscope.core.sampling.row_ops import row_argmax
+
+
+class HeadFormatError(ValueError):
+    """A head checkpoint that is not in the format its kind reads; one line says why."""
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def head_folder(path: str | Path, kind: str) -> Path:
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise HeadFormatError(f"{kind}: {path} is not a folder (a {kind} head is a folder: config.json and its weights)")
+    return folder
+
+
+def read_config(folder: Path, kind: str) -> dict[str, Any]:
+    file = folder / "config.json"
+    if not file.is_file():
+        raise HeadFormatError(f"{kind}: {folder} has no config.json")
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise HeadFormatError(f"{kind}: {file} is not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise HeadFormatError(f"{kind}: {file} does not hold a JSON object")
+    return config
+
+
+def read_weights(folder: Path, kind: str, names: Sequence[str] = WEIGHT_FILES) -> dict[str, torch.Tensor]:
+    """The tensors of the first of `names` found in the folder (safetensors or a torch
+    pickle, read with weights_only), or of its sharded index (NAME.index.json)."""
+    for name in names:
+        file, index = folder / name, folder / f"{name}.index.json"
+        if file.is_file():
+            return _read_file(file, kind)
+        if index.is_file():
+            try:
+                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError) as exc:
+                raise HeadFormatError(f"{kind}: {index} is not a weight index ({exc})") from None
+            weights: dict[str, torch.Tensor] = {}
+            for shard in shards:
+                weights.update(_read_file(folder / shard, kind))
+            return weights
+    raise HeadFormatError(f"{kind}: {folder} holds none of {', '.join(names)}")
+
+
+def _read_file(file: Path, kind: str) -> dict[str, torch.Tensor]:
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return dict(load_file(str(file)))
+        loaded = torch.load(str(file), map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file: one line, not a traceback
+        raise HeadFormatError(f"{kind}: cannot read {file.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+        raise HeadFormatError(f"{kind}: {file.name} is not a state dict of tensors")
+    return dict(loaded)
+
+
+def load_exactly(module: nn.Module, weights: dict[str, torch.Tensor], kind: str, optional: Sequence[str] = ()) -> None:
+    """Load `weights` into `module` by name: every name the module has (but `optional`) must
+    be there with its shape, and nothing else may be (a foreign format is refused, not
+    half-loaded)."""
+    expected = module.state_dict()
+    missing = [n for n in expected if n not in weights and n not in optional]
+    unexpected = [n for n in weights if n not in expected]
+    if missing:
+        raise HeadFormatError(f"{kind}: the checkpoint lacks {_some(missing)} (is it a {kind} head?)")
+    if unexpected:
+        raise HeadFormatError(f"{kind}: the checkpoint has weights a {kind} head does not: {_some(unexpected)}")
+    for name, tensor in weights.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise HeadFormatError(f"{kind}: {name} has shape {tuple(tensor.shape)}, config.json implies "
+                                  f"{tuple(expected[name].shape)}")
+    module.load_state_dict(weights, strict=False)
+
+
+def _some(names: Sequence[str]) -> str:
+    shown = ", ".join(sorted(names)[:4])
+    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def llama_config(config: dict[str, Any], kind: str) -> LlamaConfig:
+    """The head's layer shapes as a LlamaConfig (the published heads are Llama layers)."""
+    needed = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+    missing = [key for key in needed if key not in config]
+    if missing:
+        raise HeadFormatError(f"{kind}: config.json lacks {', '.join(missing)} (is it a {kind} head?)")
+    known = {k: v for k, v in config.items() if k not in ("architectures", "auto_map", "transformers_version")}
+    try:
+        return LlamaConfig(**known)
+    except (TypeError, ValueError) as exc:
+        raise HeadFormatError(f"{kind}: config.json does not describe a Llama layer ({exc})") from None
+
+
+def check_width(kind: str, what: str, head: int, target: int) -> None:
+    if head != target:
+        raise TargetMismatch(f"{kind}: the head's {what} is {head}, the target's is {target}: it was trained for another model")
+
+
+def target_hidden_size(target: nn.Module) -> int:
+    return int(target.config.get_text_config().hidden_size)
+
+
+def target_layers(target: nn.Module) -> int:
+    return int(target.config.get_text_config().num_hidden_layers)
+
+
+# ---------------------------------------------------------------------------- the head's layer
+
+
+class HeadKV:
+    """One layer's keys and values, (1, kv heads, T, d): appended by a forward, cut by crop."""
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else int(self.keys.shape[2])
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        else:
+            self.keys, self.values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
+        return self.keys, self.values
+
+    def crop(self, length: int) -> None:
+        if self.keys is not None and self.length > length:
+            self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
+
+
+class HeadAttention(nn.Module):
+    """Llama attention (grouped keys/values, rotary positions) whose input is `width` wide:
+    the hidden size, or twice it for EAGLE-3's layer, which attends over [embedding; feature]."""
+
+    def __init__(self, config: LlamaConfig, width: int):
+        super().__init__()
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        bias = bool(getattr(config, "attention_bias", False))
+        self.q_proj = nn.Linear(width, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV) -> torch.Tensor:
+        n = x.shape[1]  # x: (1, n, width), the n newest positions after what kv holds
+        q = self.q_proj(x).view(1, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, *rope)
+        keys, values = kv.append(k, v)
+        total = keys.shape[2]
+        groups = self.heads // self.kv_heads
+        keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
+        # causal: query i (at cache row total - n + i) sees rows 0 .. total - n + i
+        seen = torch.arange(total, device=x.device)[None, :] <= (total - n + torch.arange(n, device=x.device))[:, None]
+        out = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=seen)
+        return self.o_proj(out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
+
+
+class HeadLayer(nn.Module):
+    """A Llama decoder layer with its own cache. `forward(attn_in, residual)`: residual +
+    attention(attn_in), then residual + MLP(norm(...)). A plain Llama layer passes
+    attn_in = input_layernorm(x), residual = x (`plain`); EAGLE's first layer has no
+    input_layernorm, EAGLE-3's builds attn_in from two normed halves."""
+
+    def __init__(self, config: LlamaConfig, width: int | None = None, input_norm: bool = True):
+        super().__init__()
+        self.self_attn = HeadAttention(config, width or config.hidden_size)
+        self.mlp = LlamaMLP(config)
+        if input_norm:
+            self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, attn_in: torch.Tensor, residual: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                kv: HeadKV) -> torch.Tensor:
+        x = residual + self.self_attn(attn_in, rope, kv)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def plain(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV) -> torch.Tensor:
+        norm = getattr(self, "input_layernorm", None)
+        return self.forward(norm(x) if norm is not None else x, x, rope, kv)
+
+
+class RecurrentHead(nn.Module):
+    """A head that drafts by feeding its own output back (EAGLE, EAGLE-3, MTP). A kind
+    gives `feature_layers`, `attach` (check the target, share its embedding / output head),
+    `step` (pairs of features and next tokens -> the head's outputs, appended to its cache)
+    and `logits` (over `draft_to_target`'s ids when the head has its own smaller vocabulary)."""
+
+    kind = "head"
+
+    def __init__(self, config: LlamaConfig, layers: int = 1):
+        super().__init__()
+        self.rope = LlamaRotaryEmbedding(config)
+        self.kvs = [HeadKV() for _ in range(layers)]
+        self.shared: dict[str, nn.Module] = {}  # the target's modules the head uses (not its own weights)
+        self.vocab_size = int(config.vocab_size)  # the target vocabulary the head was trained with
+        self.draft_to_target: torch.Tensor | None = None  # a reduced vocabulary's ids in the target's
+
+    @property
+    def length(self) -> int:
+        return self.kvs[0].length
+
+    def crop(self, length: int) -> None:
+        for kv in self.kvs:
+            kv.crop(length)
+
+    def reset(self) -> None:
+        self.kvs = [HeadKV() for _ in self.kvs]
+
+    def positions(self, start: int, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.arange(start, start + n, device=like.device)[None]
+        return self.rope(like, ids)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        own = getattr(self, "embed_tokens", None)
+        return (own if own is not None else self.shared["embed"])(tokens)
+
+    def place(self, target: nn.Module) -> None:
+        """Onto the target's device and dtype (the features come in those)."""
+        param = next(target.parameters())
+        self.to(device=param.device, dtype=param.dtype)
+
+    def feature_layers(self, target_layers: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def attach(self, target: nn.Module) -> None:
+        raise NotImplementedError
+
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool) -> torch.Tensor:
+        raise NotImplementedError
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def share_embedding(head: RecurrentHead, target: nn.Module) -> None:
+    if getattr(head, "embed_tokens", None) is None:
+        head.shared["embed"] = target.get_input_embeddings()
+
+
+# ---------------------------------------------------------------------------- drafting
+
+
+class HeadDrafting(ProposerBase):
+    """What every head proposer shares: the target it reads, the features handed over after
+    each round, drawing a token from a head's logits (greedy argmax, or a sample from q
+    reported exactly as it was drawn from; by the coupling's keys when coupled)."""
+
+    name = "head"
+
+    def __init__(self, label: str):
+        self.label = label
+        self.spec = f"{self.name}:{label}"
+        self.coupling: Any = None
+        self._prompt_len = 0
+        self.vocab_size = 0
+        self._features: torch.Tensor | None = None  # (m, F) handed over, not yet fed to the head
+        self._feature_end = 0  # features are known for context positions < this
+
+    def bind(self, vocab_size: int, use_cache: bool) -> None:
+        if self.vocab_size and self.vocab_size != vocab_size:
+            raise TargetMismatch(f"{self.name}: the head predicts {self.vocab_size} tokens, the target {vocab_size}")
+        self.vocab_size = vocab_size
+
+    def couple(self, coupling: Any, prompt_len: int) -> None:
+        self.coupling, self._prompt_len = coupling, int(prompt_len)
+
+    def params(self) -> dict[str, Any]:
+        return {"head": self.label}
+
+    def reset(self) -> None:
+        self._features, self._feature_end = None, 0
+
+    def take_features(self, first_position: int, features: torch.Tensor) -> None:
+        """Append the new positions' features (their layers concatenated, low to high);
+        positions already known (a run without a target cache re-feeds them) are skipped."""
+        if first_position > self._feature_end:
+            raise RuntimeError(f"{self.name}: features start at position {first_position} but only "
+                               f"{self._feature_end} are known: a gap the head cannot fill")
+        flat = features.reshape(features.shape[0], -1)[self._feature_end - first_position:]
+        if flat.shape[0]:
+            self._features = flat if self._features is None else torch.cat([self._features, flat])
+            self._feature_end = first_position + features.shape[0]
+
+    def draw(self, logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, position: int,
+             to_target: torch.Tensor | None) -> tuple[int, torch.Tensor | None, float | None]:
+        """One token from a row of head logits: (target id, q over the target vocabulary or
+        None when greedy, the uniform used or None). A reduced vocabulary's q is placed at
+        its target ids (zero elsewhere): the distribution the token was drawn from."""
+        if sampling.greedy:
+            if not bool(torch.isfinite(logits).all()):
+                raise ValueError(f"the {self.name} head produced non-finite logits; refusing to propose")
+            pick = int(row_argmax(logits))
+            return (pick if to_target is None else int(to_target[pick])), None, None
+        q = draft_distribution(logits, sampling)
+        if to_target is not None:
+            q = torch.zeros(self.vocab_size, dtype=torch.float64, device=q.device).index_copy_(0, to_target, q)
+        if self.coupling is not None:
+            return self.coupling.pick(q, position), q, None
+        u = float(rng.random())
+        return sample_from_torch(q, u), q, u
+
+
+def make_draft(tokens: list[int], qs: list[torch.Tensor], draws: list[float], forwards: int,
+               before: int | None, peak: int | None) -> Draft:
+    return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=torch.stack(qs) if qs else None,
+                 forwards=forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(draws))
+
+
+class RecurrentHeadProposer(HeadDrafting):
+    """A chain of k tokens from a recurrent head (module docstring: the positions)."""
+
+    def __init__(self, head: RecurrentHead, label: str):
+        self.name = head.kind
+        super().__init__(label)
+        self.head = head
+        self._real = 0  # head cache entries built from the target's own features
+
+    def target_features(self, target: nn.Module) -> tuple[int, ...]:
+        self.head.attach(target)
+        self.vocab_size = model_vocab_size(target)
+        check_width(self.name, "vocabulary", self.head.vocab_size, self.vocab_size)
+        return self.head.feature_layers(target_layers(target))
+
+    def reset(self) -> None:
+        super().reset()
+        self.head.reset()
+        self._real = 0
+
+    @property
+    def cache_length(self) -> int | None:
+        return self.head.length
+
+    @torch.inference_mode()
+    def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft:
+        before = self.head.length
+        if self._feature_end == 0:  # the prefill round: the target has read nothing yet
+            return make_draft([], [], [], 0, before, before)
+        if self._feature_end != len(context) - 1:
+            raise RuntimeError(f"{self.name}: features are known up to position {self._feature_end}, but the "
+                               f"context has {len(context)} tokens (the decoder must hand over every committed position)")
+        start = self.head.length
+        device = self._features.device
+        nexts = torch.tensor(list(context[start + 1:]), dtype=torch.long, device=device)
+        hidden = self.head.step(self._features[None], nexts[None], from_target=True)[0, -1]
+        self._features, self._real = None, self.head.length
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
+        draws: list[float] = []
+        for i in range(k):
+            token, q, u = self.draw(self.head.logits(hidden), sampling, rng, len(context) - self._prompt_len + i,
+                                    self.head.draft_to_target)
+            tokens.append(token)
+            if q is not None:
+                qs.append(q)
+            if u is not None:
+                draws.append(u)
+            if i + 1 < k:  # the head's own output is the next step's feature
+                fed = torch.tensor([[token]], dtype=torch.long, device=device)
+                hidden = self.head.step(hidden[None, None], fed, from_target=False)[0, -1]
+        return make_draft(tokens, qs, draws, k, before, self.head.length)
+
+    def observe(self, committed_len: int) -> int | None:
+        """Drop the entries the draft steps added (built from the head's outputs): the cache
+        keeps the accepted path's entries built from the target's features."""
+        self.head.crop(min(self._real, committed_len))
+        self._real = self.head.length
+        return self.head.length

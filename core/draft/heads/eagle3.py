@@ -1,0 +1,155 @@
+"""EAGLE-3: features of three target layers, concatenated (low, middle, high) and fused by
+one projection `fc` (3 x target hidden -> H, no bias); the head's one layer attends over
+[input_layernorm(embedding); hidden_norm(feature)] (its q/k/v projections are 2H wide) with
+the fused feature as the residual; then its own `norm` and `lm_head` over a reduced draft
+vocabulary, whose id d is the target's id d + d2t[d]. Each further draft step feeds the
+layer's output back as the feature (without `fc`).
+
+The format read is the EAGLE repository's (SpecForge writes it too, and vLLM's
+llama_eagle3.py reads it): config.json with hidden_size, draft_vocab_size, vocab_size (the
+target's), optional target_hidden_size and the target layers
+`eagle_aux_hidden_state_layer_ids` (at the top level or in `eagle_config`; indices into the
+target's output_hidden_states, 0 = embeddings; default the published (2, L//2, L-3), L = the
+target's layer count), and weights `fc.weight`, `midlayer.{hidden_norm,input_layernorm,
+post_attention_layernorm}.weight`, `midlayer.self_attn.{q,k,v,o}_proj.weight`,
+`midlayer.mlp.{gate,up,down}_proj.weight`, `norm.weight`, `lm_head.weight`, `d2t` (draft ->
+target offsets), `t2d` (which target ids the draft vocabulary holds) and optionally
+`embed_tokens.weight`. A `layers.0.` spelling of `midlayer.` and a `model.` prefix are accepted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+from specscope.core.draft.heads.base import (
+    HeadFormatError,
+    HeadLayer,
+    RecurrentHead,
+    RecurrentHeadProposer,
+    check_width,
+    head_folder,
+    llama_config,
+    load_exactly,
+    read_config,
+    read_weights,
+    share_embedding,
+    target_hidden_size,
+)
+from specscope.core.draft.heads.eagle import strip_prefix
+from specscope.core.draft.proposers import TargetMismatch
+
+
+def published_layers(target_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's default feature layers: (2, L//2, L-3) (they repeat on shallow targets)."""
+    return (2, target_layers // 2, target_layers - 3)
+
+
+class Eagle3Layer(HeadLayer):
+    """The head's layer: attention over [norm(embedding); norm(feature)], 2H wide."""
+
+    def __init__(self, config):
+        super().__init__(config, width=2 * config.hidden_size)
+        self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def fused(self, embedded: torch.Tensor, feature: torch.Tensor, rope, kv) -> torch.Tensor:
+        attn_in = torch.cat([self.input_layernorm(embedded), self.hidden_norm(feature)], dim=-1)
+        return self.forward(attn_in, feature, rope, kv)
+
+
+class Eagle3Head(RecurrentHead):
+    kind = "eagle3"
+
+    def __init__(self, config, own_embedding: bool, layers: tuple[int, ...] | None):
+        super().__init__(config, 1)
+        hidden = config.hidden_size
+        self.hidden_size = hidden
+        self.target_hidden = int(getattr(config, "target_hidden_size", None) or hidden)
+        self.draft_vocab = int(getattr(config, "draft_vocab_size", None) or config.vocab_size)
+        self.layer_ids = layers
+        if own_embedding:
+            self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
+        self.fc = nn.Linear(3 * self.target_hidden, hidden, bias=False)
+        self.midlayer = Eagle3Layer(config)
+        self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(hidden, self.draft_vocab, bias=False)
+        self.register_buffer("d2t", torch.zeros(self.draft_vocab, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
+
+    def feature_layers(self, target_layers: int) -> tuple[int, ...]:
+        layers = self.layer_ids if self.layer_ids is not None else published_layers(target_layers)
+        bad = [i for i in layers if not 0 <= i < target_layers]
+        if bad:
+            raise TargetMismatch(f"eagle3: feature layers {tuple(layers)} do not exist in a {target_layers}-layer "
+                                 f"target (each is the input of a target layer, 0..{target_layers - 1}); name them "
+                                 f"in config.json's eagle_aux_hidden_state_layer_ids")
+        return tuple(layers)
+
+    def attach(self, target: nn.Module) -> None:
+        check_width(self.kind, "target hidden size", self.target_hidden, target_hidden_size(target))
+        share_embedding(self, target)
+        table = getattr(self, "embed_tokens", None) or self.shared["embed"]
+        if int(table.weight.shape[-1]) != self.hidden_size:
+            raise TargetMismatch(f"eagle3: the head is {self.hidden_size} wide but carries no embedding of that width "
+                                 f"and the target's is {target_hidden_size(target)}")
+        self.place(target)
+        ids = torch.arange(self.draft_vocab, device=self.d2t.device)
+        self.draft_to_target = ids + self.d2t
+
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool) -> torch.Tensor:
+        feature = self.fc(features) if from_target else features
+        rope = self.positions(self.length, feature.shape[1], feature)
+        return self.midlayer.fused(self.embed(tokens).to(feature.dtype), feature, rope, self.kvs[0])
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(hidden)).float()  # over the draft vocabulary
+
+
+def layer_ids(raw: dict[str, Any]) -> tuple[int, ...] | None:
+    ids = raw.get("eagle_aux_hidden_state_layer_ids")
+    nested = raw.get("eagle_config")
+    if ids is None and isinstance(nested, dict):
+        ids = nested.get("eagle_aux_hidden_state_layer_ids")
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or len(ids) != 3 or not all(isinstance(i, int) for i in ids):
+        raise HeadFormatError(f"eagle3: eagle_aux_hidden_state_layer_ids must be three layer indices, got {ids!r}")
+    return tuple(ids)
+
+
+def eagle3_names(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    weights = strip_prefix(weights)
+    return {("midlayer." + name[len("layers.0."):] if name.startswith("layers.0.") else name): tensor
+            for name, tensor in weights.items()}
+
+
+def check_vocab_map(head: Eagle3Head, vocab: int) -> None:
+    targets = torch.arange(head.draft_vocab) + head.d2t
+    if bool((targets < 0).any() or (targets >= vocab).any()):
+        raise HeadFormatError(f"eagle3: d2t maps draft ids outside the target vocabulary [0, {vocab})")
+    if int(torch.unique(targets).numel()) != head.draft_vocab:
+        raise HeadFormatError("eagle3: d2t maps two draft ids to one target id")
+    if bool(head.t2d.any()) and not bool(torch.equal(head.t2d.nonzero().flatten(), torch.sort(targets).values)):
+        raise HeadFormatError("eagle3: t2d and d2t disagree on which target ids the draft vocabulary holds")
+
+
+def load_eagle3(path: str | Path) -> RecurrentHeadProposer:
+    kind = Eagle3Head.kind
+    folder = head_folder(path, kind)
+    raw = read_config(folder, kind)
+    config = llama_config(raw, kind)
+    weights = eagle3_names(read_weights(folder, kind))
+    if "fc.weight" not in weights or "midlayer.hidden_norm.weight" not in weights:
+        raise HeadFormatError(f"{kind}: the checkpoint has no fc.weight / midlayer.hidden_norm.weight (an EAGLE-1 "
+                              f"head? use eagle:{path})")
+    draft_vocab = int(raw.get("draft_vocab_size") or config.vocab_size)
+    if draft_vocab < config.vocab_size and "d2t" not in weights:
+        raise HeadFormatError(f"{kind}: a draft vocabulary of {draft_vocab} < {config.vocab_size} needs the d2t map")
+    head = Eagle3Head(config, own_embedding="embed_tokens.weight" in weights, layers=layer_ids(raw))
+    load_exactly(head, weights, kind, optional=("d2t", "t2d"))
+    check_vocab_map(head, config.vocab_size)
+    return RecurrentHeadProposer(head.eval(), str(path))

@@ -1,0 +1,125 @@
+"""Medusa: K heads on the target's last feature (its last hidden state, after the final
+norm), head i a stack of residual blocks x + SiLU(W x + b) and a linear output layer over the
+vocabulary, predicting the token i + 2 positions ahead of the feature (the target's own
+lm_head predicts the next one: here that token is the round's repair or bonus). The heads
+do not read each other's tokens, so drafting is one pass over the last feature: draft token
+i comes from head i, and a chain has at most K tokens. Each q_i is the distribution token i
+was drawn from whatever was drawn before it, so the chain's verification is exact.
+
+The format read is the Medusa repository's: a folder with config.json (`medusa_num_heads`,
+`medusa_num_layers`, `base_model_name_or_path`) and `medusa_lm_head.safetensors` or
+`medusa_lm_head.pt`, a state dict with `{i}.{j}.linear.weight` / `.bias` for block j of
+head i and `{i}.{medusa_num_layers}.weight` for its output layer. Hidden size and
+vocabulary are read from the weights and checked against the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from specscope.core.decode.kv import model_vocab_size
+from specscope.core.draft.heads.base import (
+    HeadDrafting,
+    HeadFormatError,
+    check_width,
+    head_folder,
+    load_exactly,
+    read_config,
+    read_weights,
+    target_hidden_size,
+    target_layers,
+)
+from specscope.core.draft.heads.base import make_draft
+from specscope.core.draft.proposers import Draft
+from specscope.core.sampling.reference import SamplingConfig
+
+MEDUSA_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
+
+
+class ResBlock(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + nn.functional.silu(self.linear(x))
+
+
+class MedusaHeads(nn.ModuleList):
+    """The K heads, a list of Sequentials: its state dict names are the format's."""
+
+    def __init__(self, heads: int, blocks: int, hidden: int, vocab: int):
+        super().__init__([nn.Sequential(*[ResBlock(hidden) for _ in range(blocks)], nn.Linear(hidden, vocab, bias=False))
+                          for _ in range(heads)])
+        self.hidden_size, self.vocab_size = hidden, vocab
+
+
+class MedusaProposer(HeadDrafting):
+    name = "medusa"
+
+    def __init__(self, heads: MedusaHeads, label: str):
+        super().__init__(label)
+        self.heads = heads
+
+    def target_features(self, target: nn.Module) -> tuple[int, ...]:
+        check_width(self.name, "hidden size", self.heads.hidden_size, target_hidden_size(target))
+        self.vocab_size = model_vocab_size(target)
+        check_width(self.name, "vocabulary", self.heads.vocab_size, self.vocab_size)
+        param = next(target.parameters())
+        self.heads.to(device=param.device, dtype=param.dtype)
+        return (target_layers(target),)
+
+    def params(self) -> dict[str, Any]:
+        return {"head": self.label, "heads": len(self.heads)}
+
+    def take_features(self, first_position: int, features: torch.Tensor) -> None:
+        super().take_features(first_position, features)
+        self._features = self._features[-1:]  # only the last position's feature is read
+
+    @torch.inference_mode()
+    def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft:
+        if self._feature_end == 0:  # the prefill round
+            return make_draft([], [], [], 0, None, None)
+        if self._feature_end != len(context) - 1:
+            raise RuntimeError(f"medusa: the last feature is of position {self._feature_end - 1}, but the context "
+                               f"has {len(context)} tokens")
+        last = self._features[0]
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
+        draws: list[float] = []
+        for i, head in enumerate(list(self.heads)[:k]):
+            token, q, u = self.draw(head(last).float(), sampling, rng, len(context) - self._prompt_len + i, None)
+            tokens.append(token)
+            qs += [q] if q is not None else []
+            draws += [u] if u is not None else []
+        return make_draft(tokens, qs, draws, 1, None, None)
+
+    def observe(self, committed_len: int) -> int | None:
+        return None
+
+
+def load_medusa(path: str | Path) -> MedusaProposer:
+    kind = "medusa"
+    folder = head_folder(path, kind)
+    raw = read_config(folder, kind)
+    try:
+        count, blocks = int(raw["medusa_num_heads"]), int(raw.get("medusa_num_layers", 1))
+    except (KeyError, TypeError, ValueError):
+        raise HeadFormatError(f"{kind}: config.json needs medusa_num_heads (an integer)") from None
+    if count < 1 or blocks < 0:
+        raise HeadFormatError(f"{kind}: medusa_num_heads must be >= 1 and medusa_num_layers >= 0")
+    weights = read_weights(folder, kind, MEDUSA_FILES)
+    out = weights.get(f"0.{blocks}.weight")
+    if out is None or out.ndim != 2:
+        raise HeadFormatError(f"{kind}: the checkpoint has no 0.{blocks}.weight (head 0's output layer with "
+                              f"medusa_num_layers={blocks})")
+    vocab, hidden = (int(n) for n in out.shape)
+    heads = MedusaHeads(count, blocks, hidden, vocab)
+    load_exactly(heads, weights, kind)
+    return MedusaProposer(heads.eval(), str(path))

@@ -1,0 +1,28 @@
+"""The draft-head kinds (core.draft.heads) in the run panel's proposer menu: one
+"KIND: head checkpoint…" entry each, whose folder is the checkpoint field (no Qt here: the
+settings model the panel reads)."""
+
+from __future__ import annotations
+
+from specscope.app.gui.model.settings import PATH_ARG, RunSettings, checkpoint_of, proposer_choices, validate
+
+from ..core.head_checkpoints import write_eagle3
+from ..tiny_models import tiny_lm
+
+
+def test_each_head_kind_is_offered_with_the_checkpoint_field():
+    choices = {c.spec: c.label for c in proposer_choices()}
+    for kind in ("eagle", "eagle3", "medusa", "mtp"):
+        assert choices[f"{kind}:{PATH_ARG}"] == f"{kind}: head checkpoint…"
+        assert kind not in choices  # a head without its checkpoint cannot run
+    assert not any(c.spec.startswith("eagle") for c in proposer_choices(with_checkpoint=False))
+
+
+def test_the_checkpoint_field_names_the_head_folder(tmp_path):
+    write_eagle3(tmp_path, tiny_lm("llama", layers=4), draft_vocab=40)
+    texts = dict(RunSettings(prompt="1 2 3").to_texts(), proposer=f"eagle3:{PATH_ARG}", checkpoint=str(tmp_path))
+    result = validate(texts)
+    assert result.settings.proposer == f"eagle3:{tmp_path}"
+    assert checkpoint_of(f"eagle3:{tmp_path}") == str(tmp_path)
+    assert "checkpoint" in validate(dict(texts, checkpoint="")).errors
+    assert "is not a folder" in validate(dict(texts, checkpoint=str(tmp_path / "nothing"))).errors["proposer"]
