@@ -44,7 +44,7 @@ def add_bench_parser(subparsers: Any) -> None:
                         "chat template, stopping at the end of its turn, instead of the code prompts")
     p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
                    help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4; repeat "
-                        "for several (default: every registered kind without a model, at its defaults)")
+                        "for several (default: every registered kind that needs no model or head checkpoint, at its defaults)")
     p.add_argument("--tree", action="append", default=None, metavar="SPEC",
                    help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
                         "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)")

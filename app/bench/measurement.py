@@ -105,9 +105,11 @@ class _Tap:
 
 def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None) -> list[str]:
     """The proposer specs a bench runs: every kind with a model over each named draft
-    (draft:NAME), then `extra`, or else every registered kind without a model at its defaults."""
+    (draft:NAME), then `extra`, or else every registered kind at its defaults that needs no
+    model and no head checkpoint (a head kind has no default checkpoint yet)."""
     with_model = [f"{kind.name}:{name}" for kind in KINDS.values() if kind.needs_model for name in drafts]
-    return with_model + list(extra if extra is not None else [k.name for k in KINDS.values() if not k.needs_model])
+    alone = [k.name for k in KINDS.values() if not k.needs_model and not k.takes_path]
+    return with_model + list(extra if extra is not None else alone)
 
 
 def method_name(spec: str) -> str:
