@@ -106,7 +106,9 @@ class RunPanelWidget(QWidget):
 
     def _chat_rows(self, layout: QVBoxLayout) -> None:
         """Chat (the prompt is the user's turn; the system text its system turn) and the stops."""
-        self.chat = QCheckBox("Chat: the prompt is the user's turn (the model's chat template)")
+        self.chat = QCheckBox("Chat template")  # short: the run panel must fit a 1024 px window
+        self.chat.setToolTip("The prompt is the user's turn and the system text the system turn, "
+                             "through the model's chat template")
         self.chat.toggled.connect(lambda on: self.system.setEnabled(on))
         self.fields["chat"] = self.chat
         layout.addWidget(self.chat)
