@@ -139,7 +139,7 @@ def _live(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
         pair = _load(args, spec)
         decoder = build_decoder(settings, pair, FLAG_NAMES)
         found = []
-        for name, prompt in _prompts(args, pair.tokenizer, _prompt_ids):
+        for name, prompt in _prompts(args, pair.tokenizer, lambda a, t: _prompt_ids(a, t, settings)):
             config = run_config(decoder, settings, pair, prompt, names=FLAG_NAMES)
             found.append((name, diverge_run(decoder, pair.target, prompt, args.max_new, config), pair.tokenizer))
         return found

@@ -187,7 +187,7 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any, settings: Any) -> list
     else:
         text = args.prompt
     if text is None:
-        text = _default_prompt(args.chat)
+        text = _default_prompt(getattr(args, "chat", False))
     if tokenizer is None:
         raise CliError("this target has no tokenizer: pass --prompt-ids")
     from specscope.core.decode.factory import Models, prompt_ids
@@ -237,8 +237,9 @@ def run_settings(args: argparse.Namespace, spec: Any) -> Any:
         top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new, eos=eos, eos_disabled=no_eos,
         coupling_seed=args.coupled, use_cache=not args.no_cache, fault=args.fault, vectors=args.vectors,
         top_n=args.top_n, device=args.device, dtype=args.dtype, threads=args.threads,
-        stop_strings=tuple(args.stop or ()), stop_ids=parse_stop_ids(args.stop_ids), chat=args.chat,
-        system=args.system)
+        # commands that share run's flags without the stop and chat ones (diverge) stop at EOS only
+        stop_strings=tuple(getattr(args, "stop", None) or ()), stop_ids=parse_stop_ids(getattr(args, "stop_ids", None)),
+        chat=getattr(args, "chat", False), system=getattr(args, "system", None))
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:

@@ -82,9 +82,11 @@ class _DefaultStoreFormatter(argparse.HelpFormatter):
     def _expand_help(self, action: argparse.Action) -> str:
         text = super()._expand_help(action)
         if DEFAULT_STORE in text:
+            from specscope.storage.engine import mask_passwords
             from specscope.storage.paths import describe_default_location
 
-            text = text.replace(DEFAULT_STORE, describe_default_location())
+            # $SPECSCOPE_DB may be a URL with a password: never shown
+            text = text.replace(DEFAULT_STORE, mask_passwords(describe_default_location()))
         return text
 
 

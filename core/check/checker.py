@@ -503,6 +503,9 @@ class _RoundChecker:
             self.not_checked.setdefault("residual", "a top-N repair without its recorded residual_mass: the residual is "
                                         "checked only where p and q hold the repair token")
             return
+        # without full p and q the residual is never proved whole: say so even when nothing below fails
+        self.not_checked.setdefault("residual", "a top-N repair: the residual is checked by its mass and where its "
+                                    "recorded entries, p and q are known, not over the whole vocabulary")
         if node.overlap is not None and abs(mass - (1.0 - node.overlap)) > self.tol:
             self.add("residual", f"recorded residual mass {mass:.6g} differs from 1 - sum min(p, q) = {1.0 - node.overlap:.6g}",
                      pos, node.index)

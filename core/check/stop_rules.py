@@ -109,14 +109,19 @@ class StopRules:
         if "stop" in self.config.unrecorded:
             self.not_checked.setdefault("stop-flag", "field 'stop' not recorded")
             return
+        if self.stops.strings and not self.text_known:
+            self.not_checked.setdefault("stop-flag", "the trace does not record the text of each token (pieces): "
+                                                     "whether a stop string ended a round is not checked")
         if recorded == match:
             return
         if recorded is not None and not self._known_kind(recorded):
             self._add(rnd, "stop-flag", f"the round records stop {recorded.kind}[{recorded.index}], which the run "
                       "does not have")
         elif match is None and recorded is not None:
-            if recorded.kind == "text" and not self.text_known:
-                return  # the strings could not be replayed: the record is not contradicted
+            if recorded.kind == "text" and not self.text_known:  # the strings cannot be replayed
+                self.not_checked.setdefault("stop-flag", "the trace does not record the text of each token (pieces): "
+                                                         "a recorded stop string is not checked against the text")
+                return
             self._add(rnd, "stop-flag", f"the round records the stop {self._name(recorded)} at token "
                       f"{recorded.position}, but its tokens complete no stop there")
         elif match is not None and recorded is None:

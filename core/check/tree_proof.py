@@ -126,7 +126,7 @@ class _Walk:
             stop = getattr(rnd, "stop", None)
             if self.nodes[accepted].token in self.chk.config.eos_ids or (stop is not None and stop.position == out - 1):
                 break
-            if stop is None and out == len(rnd.emitted) and self.chk.is_last and self._stop_unrecorded():
+            if stop is None and out == len(rnd.emitted) < rnd.remaining_budget and self.chk.is_last and self._stop_unrecorded():
                 self.chk.not_checked.setdefault("tree-walk", "a round's tokens end where a stop the trace does not record "
                                                 "may have ended them: the rest of its walk is not checked")
                 break

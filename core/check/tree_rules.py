@@ -88,7 +88,8 @@ def _unrecorded_stop_end(chk: Any) -> int | None:
     when the trace says which stops the run had (and so whether this round met one)."""
     config, rnd = chk.config, chk.rnd
     unknown = "stops" in config.unrecorded or ("stop" in config.unrecorded and bool(config.stop_strings or config.stop_ids))
-    return len(rnd.emitted) if unknown and getattr(rnd, "stop", None) is None and chk.is_last else None
+    ended_early = len(rnd.emitted) < rnd.remaining_budget  # a round that spent the budget ended by it
+    return len(rnd.emitted) if unknown and ended_early and getattr(rnd, "stop", None) is None and chk.is_last else None
 
 
 class RecordedStop:

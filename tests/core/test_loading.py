@@ -99,8 +99,14 @@ def test_bundled_tiny_and_target_alone(offline):
 
 
 def test_bundled_weights_fit_the_budget():
-    total = sum(p.stat().st_size for p in loading.models_dir().glob("*/*.safetensors"))
-    assert 0 < total <= 30_000_000
+    """The bundled target and its drafts within 30 MB; the SmolLM2 draft (issue 29) within
+    25 MB on its own, tokenizer and log included."""
+    toy = sum(p.stat().st_size for p in loading.models_dir().glob("*/*.safetensors")
+              if p.parent.name not in loading.BUNDLED_REAL_DRAFTS)
+    assert 0 < toy <= 30_000_000
+    for name in loading.BUNDLED_REAL_DRAFTS:
+        folder = loading.models_dir() / name
+        assert 0 < sum(p.stat().st_size for p in folder.iterdir()) <= 25 * 2**20, name
 
 
 def test_bundled_dtype_can_be_asked_for():

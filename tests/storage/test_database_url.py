@@ -220,7 +220,8 @@ def test_a_version_2_store_on_the_server_is_migrated_and_appends():
                 conn.execute(text("UPDATE runs SET new_tokens = CAST(:t AS JSON)"), {"t": json.dumps(expected)})
                 conn.execute(text("DROP TABLE run_tokens"))
                 conn.execute(text("ALTER TABLE runs DROP COLUMN n_new_tokens"))
-                conn.execute(text("ALTER TABLE runs DROP COLUMN stops"))  # schema 5
+                conn.execute(text("ALTER TABLE runs DROP COLUMN stops"))  # schema 6
+                conn.execute(text("ALTER TABLE runs DROP COLUMN position_limit"))  # schema 5
                 conn.execute(text("ALTER TABLE rounds DROP COLUMN stop"))
                 for column in ("tree", "tree_top", "tree_full"):  # schema 4
                     conn.execute(text(f"ALTER TABLE rounds DROP COLUMN {column}"))
@@ -261,6 +262,7 @@ def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
             before = [r.tokens for r in store.load_rounds("chain-pg")]
             with store.transaction() as conn:  # back to how version 3 kept it
                 conn.execute(text("ALTER TABLE runs DROP COLUMN stops"))
+                conn.execute(text("ALTER TABLE runs DROP COLUMN position_limit"))
                 conn.execute(text("ALTER TABLE rounds DROP COLUMN stop"))
                 for column in ("tree", "tree_top", "tree_full"):
                     conn.execute(text(f"ALTER TABLE rounds DROP COLUMN {column}"))
