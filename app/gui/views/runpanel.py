@@ -124,7 +124,7 @@ class RunPanelWidget(QWidget):
         for key, widget in (("system", self.system), ("stop_strings", self.stop_strings),
                             ("stop_ids", self.stop_ids)):
             widget.setToolTip(FIELD_HELP[key])
-            widget.setPlaceholderText(FIELD_HELP[key])
+            widget.setPlaceholderText(FIELD_HELP[key].split(" (")[0].split(":")[0])  # the whole text is the tooltip
             layout.addWidget(widget)
             layout.addWidget(self._error_label(key))
 
