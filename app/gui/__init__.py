@@ -16,6 +16,7 @@ import sys
 from typing import Any, Sequence
 
 from ._compat import guard_none_refcount
+from .startup import mark
 
 __all__ = ["launch", "create_app", "missing_xcb_cursor"]
 
@@ -120,16 +121,20 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run
         print("specscope: Qt's xcb platform plugin needs libxcb-cursor0, which is not installed; install it "
               f"with: {XCB_FIX}", file=sys.stderr)
         return 1
+    mark("launch-called")
     app = create_app(argv, plots=False)
-    starting = starting_window()  # visible at once: the imports below take seconds on a busy machine
+    starting = starting_window()
+    mark("starting-window-shown")  # visible at once: the imports below take seconds on a busy machine
     configure_plots()
     from .main_window import MainWindow
 
+    mark("imports-done")
     starting.say("building the window")
     window = MainWindow()
     if threads:
         window.run_panel.set_field("threads", str(threads))
     window.show()
+    mark("main-window-shown")
     starting.close()
     _install_excepthook(window)
     if trace_path:

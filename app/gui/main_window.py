@@ -22,6 +22,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, \
     QWidget
 
+from . import startup
 from .actions import install_actions
 from .controllers.checks import CheckActions
 from .controllers.docks import RUN_DOCK_PX, DockLayout
@@ -381,6 +382,10 @@ class MainWindow(QMainWindow):
 
     def _on_preloaded(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
+        startup.mark("models-ready")
+        if startup.quit_when_ready():
+            startup.mark("close-requested")
+            self.close()
 
     def _on_failed(self, message: str, details: str) -> None:
         self.show_error(message, details)
