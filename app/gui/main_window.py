@@ -47,6 +47,7 @@ from .views.pages import InspectPage
 from .views.plot_scroll import ScrollingPlots
 from .views.plots import LivePlotsWidget
 from .views.runpanel import RunPanelWidget
+from .views.status_bar import ElidingStatusBar
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,8 @@ class MainWindow(QMainWindow):
         self._shown_once = False
         self.checker = default_checker()  # callable(config, rounds) -> findings
 
+        self.status_bar = ElidingStatusBar(self)
+        self.setStatusBar(self.status_bar)
         self.model = RunModel(self)
         self.live = LiveSession(self.model, self.hub, self.store_path, record, self)
         self.replay = ReplaySession(self.model, functools.partial(run_token_text, self.hub, say=self.say_long), self)
@@ -218,8 +221,7 @@ class MainWindow(QMainWindow):
         self.findings_dock = self._dock("Findings", self.findings, Qt.DockWidgetArea.LeftDockWidgetArea)
         # never narrower than the panel's own minimum (a sideways scrollbar otherwise)
         self.run_dock.setMinimumWidth(max(RUN_DOCK_PX - 40, self.run_panel.minimumSizeHint().width() + 24))
-        self.status_label = QLabel("")
-        self.statusBar().addPermanentWidget(self.status_label)
+        self.status_label = self.status_bar.state_label
         if self.hub.fallback:
             self.statusBar().showMessage("Bundled models not found: using tiny random models.", 8000)
 
@@ -247,6 +249,7 @@ class MainWindow(QMainWindow):
         self.findings.findingActivated.connect(self.checks.jump_to_finding)
         self.model.findingsChanged.connect(lambda: self.findings.set_findings(
             self.model.findings, fault=self.model.config.fault if self.model.config is not None else None))
+        self.model.findingsChanged.connect(lambda: self.docks.room_for_findings(len(self.model.findings)))
         self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
         self.run_panel.edited.connect(self._temperature_to_compare)
@@ -407,7 +410,7 @@ class MainWindow(QMainWindow):
             parts.append(f"{len(m)} rounds · {m.emitted_total} tokens · acceptance {m.acceptance_rate:.2f}")
         n = self.torch_threads()
         parts.append(f"{n} torch thread{'s' if n != 1 else ''}")
-        self.status_label.setText(" · ".join(parts))
+        self.status_bar.set_state(" · ".join(parts))
 
     def torch_threads(self) -> int:
         """The torch threads the next (or current) run decodes with."""

@@ -265,3 +265,39 @@ def test_the_residual_note_fits_its_plot(qtbot, make_window):
     note = inspector.res_text
     assert note.toPlainText().strip()
     assert inspector.res_plot.vb.sceneBoundingRect().contains(note.sceneBoundingRect())
+
+
+def test_proposer_rows_come_before_the_chat_and_stop_fields(qtbot, make_window):
+    """At 1024x700 the chat and stop fields sat between the prompt and the proposer rows and
+    pushed "Proposer and sampler" below the fold; they come after the sampler now."""
+    w = make_window()
+    w.resize(1024, 700)
+    qtbot.wait(300)
+    panel = w.run_panel
+
+    def top(widget) -> int:
+        return widget.mapTo(panel, widget.rect().topLeft()).y()
+
+    assert top(panel.fields["proposer"]) < top(panel.chat) < top(panel.stop_strings)
+    assert visible_in_window(panel.fields["target"]) and visible_in_window(panel.fields["proposer"])
+
+
+def test_findings_table_gets_room_for_several_rows_at_1024x700(qtbot, make_window, hub, tmp_path):
+    """Replaying a faulty trace at 1024x700 left the Findings table about one row tall."""
+    from .test_gui_kvview import _faulty_trace
+
+    w = make_window()
+    w.resize(1024, 700)
+    qtbot.wait(300)
+    w.docks.default_sizes()  # as a first start at this size lays the docks out
+    qtbot.wait(100)
+    path = tmp_path / "faulty.sqlite"
+    run_id, _ = _faulty_trace(hub, path)
+    assert w.open_trace(str(path), run_id=run_id)
+    qtbot.waitUntil(lambda: w.replay_loaded and bool(w.findings.findings), timeout=30000)
+    w.findings.table.selectRow(0)  # its whole message shows below the table, taking room too
+    w.checks.jump_to_finding(w.findings.findings[0])
+    qtbot.wait(200)
+    table = w.findings.table
+    row = table.verticalHeader().defaultSectionSize()
+    assert table.viewport().height() >= 3 * row, (table.viewport().height(), row)

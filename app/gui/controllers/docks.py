@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 
 NARROW_PX = 1400  # below this width the live plots share the left column with the findings
 RUN_DOCK_PX = 320
+FINDINGS_SHARE = 0.55  # of the left column, once there are findings
 PLOTS_MIN_PX = 300
 
 
@@ -50,6 +51,19 @@ class DockLayout:
         body = max(300, w.height() - 80)
         w.resizeDocks([w.run_dock, w.findings_dock], [int(body * 0.62), int(body * 0.38)], Qt.Orientation.Vertical)
         w.page.fit_sizes(max(400, w.height() - 140))
+
+    def room_for_findings(self, count: int) -> None:
+        """With findings to read, the Findings dock takes at least FINDINGS_SHARE of the left
+        column's height (at 1024x700 its default share left the table one row); the run panel
+        above it scrolls."""
+        w = self.w
+        dock = w.findings_dock
+        if not count or dock.isFloating() or not dock.isVisible() or w.run_dock.isFloating():
+            return
+        column = dock.height() + w.run_dock.height()
+        if dock.height() < column * FINDINGS_SHARE - 4:
+            share = int(column * FINDINGS_SHARE)
+            w.resizeDocks([w.run_dock, dock], [column - share, share], Qt.Orientation.Vertical)
 
     @property
     def plots_hidden_by_compare(self) -> bool:

@@ -68,6 +68,7 @@ class RunPanelWidget(QWidget):
         outer.setContentsMargins(6, 6, 6, 6)
         outer.addWidget(self._prompt_box())
         outer.addWidget(self._settings_box(devices))
+        outer.addWidget(self._chat_box())  # after the sampler: at 1024x700 the proposer rows stay in view
         outer.addStretch(1)
         self.action_row = self._action_row()  # placed by the window, outside the scroll area
 
@@ -101,11 +102,12 @@ class RunPanelWidget(QWidget):
         bl.addWidget(self.prompt)
         self.fields["prompt"] = self.prompt
         bl.addWidget(self._error_label("prompt"))
-        self._chat_rows(bl)
         return box
 
-    def _chat_rows(self, layout: QVBoxLayout) -> None:
+    def _chat_box(self) -> QGroupBox:
         """Chat (the prompt is the user's turn; the system text its system turn) and the stops."""
+        box = QGroupBox("Chat and stops")
+        layout = QVBoxLayout(box)
         self.chat = QCheckBox("Chat template")  # short: the run panel must fit a 1024 px window
         self.chat.setToolTip("The prompt is the user's turn and the system text the system turn, "
                              "through the model's chat template")
@@ -127,6 +129,7 @@ class RunPanelWidget(QWidget):
             widget.setPlaceholderText(FIELD_HELP[key].split(" (")[0].split(":")[0])  # the whole text is the tooltip
             layout.addWidget(widget)
             layout.addWidget(self._error_label(key))
+        return box
 
     def _settings_box(self, devices: tuple[str, ...]) -> QGroupBox:
         box = QGroupBox("Proposer and sampler")
