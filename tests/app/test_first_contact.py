@@ -301,3 +301,29 @@ def test_findings_table_gets_room_for_several_rows_at_1024x700(qtbot, make_windo
     table = w.findings.table
     row = table.verticalHeader().defaultSectionSize()
     assert table.viewport().height() >= 3 * row, (table.viewport().height(), row)
+
+
+def test_residual_title_follows_the_selected_round(qtbot, window):
+    """Item 5: the residual plot's title once showed an earlier round's r. Each selection
+    (rounds back and forth, then a position without a residual) must title the plot with
+    the selected round's own mass, or with no mass at all."""
+    from .helpers import configure
+
+    configure(window, temperature="1.5", max_new_tokens="200", seed="3")
+    assert window.start_run()
+    wait_idle(qtbot, window)
+    rounds = window.model.rounds
+    repaired = [r for r in rounds if r.rejected_node is not None and r.residual_mass is not None]
+    assert len(repaired) >= 2
+    title = window.inspector.res_plot.titleLabel
+    for r in repaired + repaired[::-1]:
+        window.model.select(r.index, r.rejected_node)
+        qtbot.wait(20)
+        assert f"r = {r.residual_mass:.3g}" in title.text, (r.index, title.text, r.residual_mass)
+        assert window.inspector.values["round"] == r.index
+        assert window.inspector.values["residual_mass"] == r.residual_mass
+    last = repaired[-1]
+    accepted = next((i for i, n in enumerate(last.nodes) if n.status == "accepted"), None)
+    if accepted is not None:
+        window.model.select(last.index, accepted)
+        assert "r =" not in title.text
