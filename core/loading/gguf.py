@@ -16,6 +16,8 @@ conversion leaves nothing that a later load could mistake for a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import json
 import os
@@ -130,7 +132,8 @@ def _convert(src: Path, arch: str, digest: str, folder: Path, progress: Progress
         say(f"reading the tokenizer of {src.name}")
         tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
         say(f"dequantising the weights of {src.name} ({arch}) to float32")
-        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+        with _tensor_progress(say):
+            model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
         # the weights are plain float32 tensors now: save them as an unquantised checkpoint
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -154,6 +157,39 @@ def _convert(src: Path, arch: str, digest: str, folder: Path, progress: Progress
         raise CheckpointError(f"transformers cannot convert {src.name} ({arch}): {exc}") from exc
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _tensor_progress(say: Progress):
+    """transformers dequantises with its own tqdm bar on stderr ("Converting and de-quantizing
+    GGUF tensors...", one carriage-returned line per tensor in a log or a pipe): report it
+    as specscope's progress lines instead, one every quarter, while the conversion runs."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # another transformers layout: its own bar stays
+        yield
+        return
+    if not hasattr(gguf_utils, "tqdm"):
+        yield
+        return
+
+    def quarters(items, desc=None, **_kwargs):
+        items = list(items)
+        shown = -1
+        for i, item in enumerate(items):
+            quarter = 4 * i // max(1, len(items))
+            if quarter != shown:
+                shown = quarter
+                say(f"dequantising: {25 * quarter}% of {len(items)} tensors")
+            yield item
+        say(f"dequantising: 100% of {len(items)} tensors")
+
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = quarters
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
 
 
 def conversion_info(folder: Path) -> dict | None:

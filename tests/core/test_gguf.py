@@ -104,3 +104,17 @@ def test_a_draft_whose_gguf_tokenizer_differs_from_the_targets_is_refused(tiny_g
     other = gguf_files.write_tiny_llama(tmp_path / "other.gguf", seed=1)
     with pytest.raises(ValueError, match="tokenizers differ"):
         load_models(target=str(tiny_gguf), draft=str(other), device="cpu")
+
+
+def test_dequantising_reports_progress_lines_not_transformers_bar(tmp_path, cache, capfd):
+    """transformers' own tqdm bar wrote one carriage-returned line per tensor into the
+    CLI's output; the conversion reports quarters through specscope's progress instead."""
+    path = write_tiny_llama(tmp_path / "other.gguf", seed=7)
+    messages = []
+    gguf.converted_checkpoint(path, messages.append)
+    quarters = [m for m in messages if m.startswith("dequantising:")]
+    assert quarters and quarters[-1].startswith("dequantising: 100% of")
+    assert "Converting and de-quantizing" not in capfd.readouterr().err
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    assert gguf_utils.tqdm.__module__.startswith("tqdm")  # put back afterwards
