@@ -76,3 +76,45 @@ def test_a_comparison_is_recorded_as_two_runs_and_replays_side_by_side(qtbot, ma
     # any two runs side by side (File > Compare two runs)
     assert r.traces.compare_stored(str(store), lanes["B"].run_id, lanes["A"].run_id)
     assert r.tabs.currentWidget() is r.compare and a.config.run_id == lanes["B"].run_id
+
+
+def test_greedy_lanes_are_compared_with_plain_greedy_decoding(qtbot, window):
+    """Issue 31's reference lane: after a greedy comparison each lane's output is compared
+    with plain greedy decoding of the target (core.check.diverge), in the summary table."""
+    _run_compare(qtbot, window)
+    session = window.compare_session
+    qtbot.waitUntil(lambda: all(r is not None and r != "checking" for r in session.references), timeout=60000)
+    window.compare.refresh()
+    for side in range(2):
+        result = session.references[side]
+        assert result.identical, result.lines()
+        assert result.plain == tuple(session.models[side].output_tokens)
+        cell = window.compare.summary_cell("vs plain greedy", side)
+        assert cell.text() == "identical" and "identical to plain greedy decoding" in cell.toolTip()
+
+
+def test_sampled_lanes_are_not_compared_with_plain_greedy(qtbot, window):
+    configure(window, max_new_tokens="12", temperature="1.0")
+    window.compare.set_side(0, "draft-small", 4)
+    window.compare.set_side(1, "draft-tiny", 2)
+    window.runs.start_compare()
+    qtbot.waitUntil(lambda: all(r.stop_reason for r in window.compare_session.results)
+                    and window.compare_controller.state == "idle", timeout=60000)
+    assert window.compare_session.references == [None, None]
+    assert window.compare.summary_cell("vs plain greedy", 0).text() == "—"
+
+
+def test_reference_cells_name_the_verdict_and_where():
+    from specscope.app.gui.sessions.compare import CHECKING, reference_text
+    from specscope.core.check.diverge import LOGIC_BUG, NEAR_TIE, Divergence
+
+    def div(verdict):
+        return Divergence(run_id="r", verdict=verdict, reason="why", speculative=(1, 2), plain=(1, 3), dtype="bfloat16",
+                          position=1, speculative_token=2, plain_token=3, round=4, margin=0.01, top2_margin=0.01,
+                          logit_diff=0.02, verify_margin=-0.01)
+
+    assert reference_text(div(NEAR_TIE))[0] == "near tie at token 1 (round 4)"
+    text, tip = reference_text(div(LOGIC_BUG))
+    assert text == "LOGIC BUG at token 1 (round 4)" and "first difference at output position 1" in tip
+    assert reference_text("no target")[0] == "failed" and "no target" in reference_text("no target")[1]
+    assert reference_text(CHECKING)[0] == "checking…" and reference_text(None)[0] == "—"

@@ -30,7 +30,26 @@ SUMMARY_ROWS = (
     ("tokens_per_s", "tokens / s"),
     ("speedup", "speedup over plain decoding"),
     ("stop", "stop reason"),
+    ("reference", "vs plain greedy"),
 )
+
+CHECKING = "checking"  # a lane's reference comparison queued on the worker
+
+
+def reference_text(result: Any) -> tuple[str, str]:
+    """A lane's reference cell and its tooltip: the comparison with plain greedy decoding
+    (core.check.diverge.Divergence), the error's text, CHECKING, or None (not compared)."""
+    if result is None:
+        return "—", "Compared with plain greedy decoding after a greedy live comparison"
+    if result == CHECKING:
+        return "checking…", "Decoding the prompt plainly with the target"
+    if isinstance(result, str):
+        return "failed", f"The comparison with plain greedy decoding failed: {result}"
+    full = "\n".join(result.lines())
+    if result.identical:
+        return "identical", full
+    kind = "near tie" if result.verdict == "near tie" else "LOGIC BUG"
+    return f"{kind} at token {result.position} (round {result.round})", full
 
 
 @dataclass(frozen=True)
@@ -106,12 +125,14 @@ class CompareSession(QObject):
         self.settings: tuple[RunSettings, RunSettings] | None = None
         self.results = [SideResult(), SideResult()]
         self.plain: PlainCost | None = None  # plain decoding of the target, measured before the run
+        self.references: list[Any] = [None, None]  # per lane: reference_text's input
         self.first_divergence: int | None = None
         w = controller.worker
         w.prepared.connect(self._on_prepared)
         w.roundReady.connect(self._on_round)
         w.laneFinished.connect(self._on_lane_finished)
         w.baseline.connect(self._on_baseline)
+        w.referenced.connect(self._on_referenced)
         w.failed.connect(self.failed)
         w.refused.connect(self._on_refused)
         w.stateChanged.connect(self.stateChanged)
@@ -127,6 +148,7 @@ class CompareSession(QObject):
             self.recording.begin(a.prompt, getattr(a, "coupling_seed", None))
         self.results = [SideResult(), SideResult()]
         self.plain = None
+        self.references = [None, None]
         self.first_divergence = None
         for m in self.models:
             m.clear()
@@ -141,6 +163,7 @@ class CompareSession(QObject):
         self.settings = None
         self.source = source
         self.plain = None
+        self.references = [None, None]
         self.results = []
         for side, (info, rounds, token_text) in enumerate(lanes):
             m = self.models[side]
@@ -184,6 +207,30 @@ class CompareSession(QObject):
     def _on_lane_finished(self, lane: int, reason: str, wall: float, result) -> None:
         self.results[lane] = SideResult(reason, wall)
         self.models[lane].finish(reason, wall)
+        self._ask_reference()
+        self.changed.emit()
+
+    def _ask_reference(self) -> None:
+        """Once both lanes of a greedy live comparison are done, the worker compares each
+        with plain greedy decoding (a cancelled lane has no whole output to compare)."""
+        if not self.settings or not all(s.greedy for s in self.settings) or any(self.references):
+            return
+        if not all(r.stop_reason and r.stop_reason != "cancelled" for r in self.results):
+            return
+        lanes = []
+        for lane, (settings, m) in enumerate(zip(self.settings, self.models)):
+            if m.config is None:
+                return
+            lanes.append((lane, settings, m.config, [m.full_round(i) for i in range(len(m.rounds))]))
+        self.references = [CHECKING, CHECKING]
+        self.controller.reference(lanes)
+
+    def _on_referenced(self, lane: int, result: Any) -> None:
+        cfg = self.models[lane].config
+        if self.references[lane] != CHECKING or (hasattr(result, "run_id") and cfg is not None
+                                                  and result.run_id != cfg.run_id):
+            return  # a comparison started since
+        self.references[lane] = result
         self.changed.emit()
 
     def _on_baseline(self, plain: PlainCost) -> None:
@@ -219,6 +266,7 @@ class CompareSession(QObject):
             "tokens_per_s": f"{tps:.1f}" if not math.isnan(tps) else "—",
             "speedup": f"{speed:.2f}×" if not math.isnan(speed) else "—",
             "stop": res.stop_reason or ("running" if len(met) else "—"),
+            "reference": reference_text(self.references[lane])[0],
         }
 
     def status_words(self) -> str:

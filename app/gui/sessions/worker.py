@@ -64,6 +64,7 @@ class DecodeWorker(QObject):
     stateChanged = Signal(str)
     recorded = Signal(int, str)  # lane, where the trace is being written
     preloaded = Signal(str)  # a status line once the default models are in memory
+    referenced = Signal(int, object)  # lane, core.check.diverge.Divergence or the error's text
 
     def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None):
         super().__init__()
@@ -112,6 +113,21 @@ class DecodeWorker(QObject):
             self.preloaded.emit(f"Models not preloaded: {exc}")
             return
         self.preloaded.emit(f"Models ready ({self.hub.description()}).")
+
+    @Slot(object)
+    def reference(self, lanes: list) -> None:
+        """Compare mode's reference lane: each finished greedy lane, (lane, settings, config,
+        rounds), against plain greedy decoding of its target, the first difference classified
+        as a near tie or a logic bug (core.check.diverge)."""
+        from specscope.core.check.diverge import diverge_report
+
+        for lane, settings, config, rounds in lanes:
+            try:
+                result: Any = diverge_report(config, rounds, self.hub.models(settings).target)
+            except Exception as exc:  # noqa: BLE001 - shown in the lane's summary, never a traceback
+                log.warning("comparing lane %d with plain greedy decoding failed: %s", lane, exc)
+                result = str(exc) or type(exc).__name__
+            self.referenced.emit(lane, result)
 
     @Slot(object, bool, int)
     def prepare(self, settings_list: list[RunSettings], measure_baseline: bool = False, session: int = 0) -> None:
@@ -289,6 +305,7 @@ class RunController(QObject):
     _step = Signal()
     _shutdown = Signal()
     _preload = Signal(str)
+    _reference = Signal(object)
 
     def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None, parent=None):
         super().__init__(parent)
@@ -301,6 +318,7 @@ class RunController(QObject):
         self._step.connect(self.worker.step)
         self._shutdown.connect(self.worker.shutdown)
         self._preload.connect(self.worker.preload)
+        self._reference.connect(self.worker.reference)
         self.worker.stateChanged.connect(self._on_state)
         self.state = IDLE
         self._session = 0
@@ -327,6 +345,10 @@ class RunController(QObject):
 
     def preload(self, device: str = "cpu") -> None:
         self._preload.emit(device)
+
+    def reference(self, lanes: list) -> None:
+        """Queue DecodeWorker.reference for (lane, settings, config, rounds) each."""
+        self._reference.emit(list(lanes))
 
     def run(self) -> None:
         self._run.emit()

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.app.gui import theme
-from specscope.app.gui.sessions.compare import SUMMARY_ROWS, CompareSession, LaneSettings
+from specscope.app.gui.sessions.compare import SUMMARY_ROWS, CompareSession, LaneSettings, reference_text
 from .inspector import RoundInspectorWidget
 from .plot_scroll import ScrollingPlots
 from .plots import LivePlotsWidget
@@ -374,7 +374,8 @@ class CompareWidget(QWidget):
             for i, (key, _) in enumerate(SUMMARY_ROWS):
                 item = QTableWidgetItem(summary[key])
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
-                item.setToolTip(summary[key])
+                item.setToolTip(reference_text(self.session.references[side])[1] if key == "reference"
+                                else summary[key])
                 self.table.setItem(i % rows, 3 * (i // rows) + 1 + side, item)
             s = self.session.settings[side] if self.session.settings else None
             label = summary["proposer"] if s else ""
