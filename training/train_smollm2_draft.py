@@ -26,6 +26,7 @@ The teacher data is cached under --work (re-running skips what is there). Output
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import platform
@@ -475,7 +476,10 @@ def main(argv: list[str] | None = None) -> dict:
         if args.stage == "answers":
             return {}
     windows, text_prov = text_corpus(tok, cfg, rng)
-    text_file = args.work / f"text-{cfg.top_k}-{len(windows)}x{cfg.text_len}.pt"
+    # named by the windows' contents: the teacher's distributions belong to these exact windows
+    # (another corpus, e.g. without the documentation sources, gives other windows of the same shape)
+    digest = hashlib.sha256(np.ascontiguousarray(windows).tobytes()).hexdigest()[:12]
+    text_file = args.work / f"text-{cfg.top_k}-{len(windows)}x{cfg.text_len}-{digest}.pt"
     shard_files = f"train-{tag}-{len(train_p)}-s*of{shards}.pt"
     while args.stage == "train" and not (text_file.is_file() and len(list(args.work.glob(shard_files))) == shards):
         time.sleep(10)  # the text worker or an answering worker has not saved yet
