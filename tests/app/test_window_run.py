@@ -173,6 +173,8 @@ def test_worker_thread_messages_reach_the_status_bar_through_the_gui_thread(qtbo
 
     from PySide6.QtCore import qInstallMessageHandler
 
+    # the window's own preload (started after its first paint) would overwrite the message
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Models ready ("), timeout=30000)
     warnings: list[str] = []
     previous = qInstallMessageHandler(lambda mode, ctx, msg: warnings.append(msg))
     try:
