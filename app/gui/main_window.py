@@ -132,7 +132,8 @@ class MainWindow(QMainWindow):
         # in the worker's queue.
         self._preload_started = False
         self._painted = False
-        self.statusBar().showMessage(f"Loading torch and the {self.hub.description()}…")
+        self.loading_message = f"Loading torch and the {self.hub.description()}…"
+        self.statusBar().showMessage(self.loading_message)
         self.live.preloading()
 
     # ------------------------------------------------------------------ what scripts call
@@ -414,7 +415,8 @@ class MainWindow(QMainWindow):
         self.runs.devices_known()
 
     def _on_preloaded(self, message: str) -> None:
-        self.statusBar().showMessage(message, 8000)
+        if self.statusBar().currentMessage() in ("", self.loading_message):  # never over a run's own message
+            self.statusBar().showMessage(message, 8000)
         self.live.preloaded()
         self.runs.devices_known(listed=False)  # a failed import lists none: a waiting Run then says why
         startup.mark("models-ready")
