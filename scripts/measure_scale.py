@@ -78,7 +78,8 @@ def llama(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Module:
 def real_models(args: argparse.Namespace) -> tuple[torch.nn.Module, torch.nn.Module, list[int]]:
     """--target's model, its draft (--draft, else random with its vocabulary) and a real prompt;
     sets args.vocab to the target's vocabulary (for the table)."""
-    from specscope.core.loading.models import example_prompts, load_models, model_vocab_size
+    from specscope.core.decode.kv import model_vocab_size
+    from specscope.core.loading.models import example_prompts, load_models
 
     pair = load_models(target=args.target, draft=args.draft, device="cpu", dtype="float32")
     args.vocab = model_vocab_size(pair.target)

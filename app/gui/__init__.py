@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from ._compat import guard_none_refcount
 from .startup import mark
@@ -71,8 +71,8 @@ def configure_plots() -> None:
 
 def starting_window() -> Any:
     """A small window shown the moment Qt is up, saying what start-up is doing; the main
-    window (torch, transformers and pyqtgraph imported, models loading in the background)
-    replaces it."""
+    window (built without torch and transformers: its worker thread imports them and loads
+    the models once the window is on screen) replaces it a second or two later."""
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication, QLabel
 
@@ -89,7 +89,7 @@ def starting_window() -> Any:
 
     label.say = say  # type: ignore[attr-defined]
     label.show()
-    say("importing torch and transformers")
+    say("building the window (the models load next, in the background)")
     return label
 
 
@@ -113,10 +113,33 @@ def _install_excepthook(window) -> None:
     sys.excepthook = hook
 
 
+def end_process(code: int) -> NoReturn:
+    """Exit now, skipping the interpreter's teardown: freeing torch's, transformers' and Qt's
+    modules and objects took 2-3 s after the window closed. What the teardown would have done
+    that matters is done first: the atexit handlers (the trace writers' last rounds and
+    finish, storage.writer.api; logging's flush), waiting for non-daemon threads, flushing
+    stdout and stderr."""
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed or absent: nothing left to write
+            pass
+    os._exit(code)
+
+
 def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run_id: str | None = None,
            threads: int | None = None) -> int:
     """Open the main window (replaying `trace_path`, run `run_id` when given, else asking
-    which run); `threads` sets the run panel's torch threads; return the exit code."""
+    which run); `threads` sets the run panel's torch threads. Once the window has closed
+    (its recordings finished), the process ends with the exit code (end_process); only a
+    refusal to start returns one."""
     if missing_xcb_cursor():
         print("specscope: Qt's xcb platform plugin needs libxcb-cursor0, which is not installed; install it "
               f"with: {XCB_FIX}", file=sys.stderr)
@@ -124,12 +147,11 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run
     mark("launch-called")
     app = create_app(argv, plots=False)
     starting = starting_window()
-    mark("starting-window-shown")  # visible at once: the imports below take seconds on a busy machine
+    mark("starting-window-shown")  # visible at once: pyqtgraph and the window take a second or two on a busy machine
     configure_plots()
-    from .main_window import MainWindow
+    from .main_window import MainWindow  # imports neither torch nor transformers (tests/app/test_fast_window.py)
 
     mark("imports-done")
-    starting.say("building the window")
     window = MainWindow()
     if threads:
         window.run_panel.set_field("threads", str(threads))
@@ -141,5 +163,7 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run
         from PySide6.QtCore import QTimer
 
         QTimer.singleShot(0, lambda: window.open_trace(str(trace_path), run_id=run_id))
-    code = app.exec()
-    return int(code)
+    code = int(app.exec())
+    if not window.closed:  # the application quit without closing the window: finish its runs and recordings
+        window.close()
+    end_process(code)

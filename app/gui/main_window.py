@@ -101,6 +101,7 @@ class MainWindow(QMainWindow):
         self.record = record
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
         self._shown_once = False
+        self.closed = False  # set once closeEvent has stopped the decoders and closed the recordings
         self.checker = default_checker()  # callable(config, rounds) -> findings
 
         self.status_bar = ElidingStatusBar(self)
@@ -128,9 +129,15 @@ class MainWindow(QMainWindow):
         self._restore()
         self._temperature_to_compare()
         self.runs.on_state(IDLE)
-        device = self.run_panel.texts().get("device") or "cpu"
-        self.statusBar().showMessage(f"Loading {self.hub.description()}…", 10000)
-        self.controller.preload(device if device in self.hub.devices() else "cpu")
+        # Built without torch: the worker imports it, lists the devices and loads the models,
+        # starting once the window has painted (importing torch meanwhile would hold the GIL the
+        # first paint needs); until then the panel and the status bar say so, and a Run waits
+        # in the worker's queue.
+        self._preload_started = False
+        self._painted = False
+        self.loading_message = f"Loading torch and the {self.hub.description()}…"
+        self.statusBar().showMessage(self.loading_message)
+        self.live.preloading()
 
     # ------------------------------------------------------------------ what scripts call
 
@@ -234,6 +241,7 @@ class MainWindow(QMainWindow):
         self.live.activity.connect(self.on_activity)
         self.live.finished.connect(runs.on_live_finished)
         self.controller.worker.preloaded.connect(self._on_preloaded)  # a slot: queued to the GUI thread
+        self.controller.worker.devicesFound.connect(self._on_devices)
         self.replay.loaded.connect(traces.replay_done)
         self.replay.progress.connect(lambda n: self.statusBar().showMessage(f"Loading… {n} rounds", 2000))
         self.replay.failed.connect(lambda message: self.show_error(message, title="Open trace"))
@@ -269,6 +277,19 @@ class MainWindow(QMainWindow):
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
         return dock
+
+    def start_preload(self) -> None:
+        """Have the worker import torch and load the default models (once)."""
+        if not self._preload_started:
+            self._preload_started = True
+            self.controller.preload(self.run_panel.texts().get("device") or "cpu")
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().paintEvent(event)
+        if not self._painted:
+            self._painted = True
+            startup.mark("main-window-painted")
+            QTimer.singleShot(0, self.start_preload)  # after this paint has reached the screen
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt API)
         super().showEvent(event)
@@ -349,6 +370,7 @@ class MainWindow(QMainWindow):
         self.compare_controller.close()
         if self.compare_recording is not None:
             self.compare_recording.close()
+        self.closed = True
         super().closeEvent(event)
 
     # ------------------------------------------------------------------ drag and drop
@@ -383,8 +405,23 @@ class MainWindow(QMainWindow):
         self.error_box = box
         box.open()
 
+    def _on_devices(self, devices: tuple[str, ...]) -> None:
+        """torch is imported (in the worker): the device menu and the run panel's check get
+        the real list, and a Run that waited for it starts."""
+        panel = self.run_panel
+        panel.devices = tuple(devices)
+        chosen = panel.device.currentText()
+        for device in devices:
+            if panel.device.findText(device) < 0:
+                panel.device.addItem(device)
+        panel.set_field("device", chosen)
+        self.runs.devices_known()
+
     def _on_preloaded(self, message: str) -> None:
-        self.statusBar().showMessage(message, 8000)
+        if self.statusBar().currentMessage() in ("", self.loading_message):  # never over a run's own message
+            self.statusBar().showMessage(message, 8000)
+        self.live.preloaded()
+        self.runs.devices_known(listed=False)  # a failed import lists none: a waiting Run then says why
         startup.mark("models-ready")
         if startup.quit_when_ready():
             startup.mark("close-requested")

@@ -262,8 +262,8 @@ def _fault_problem(fault: str) -> str | None:
 
 def _spec_problems(text: str, errors: dict[str, str], name: Mapping[str, str]) -> ProposerSpec | None:
     """The parsed spec, its tree and children checked as the proposer will (errors under
-    "tree" / "children") and a kind without a model built once (which checks its parameters);
-    None when it does not parse."""
+    "tree" / "children") and a kind without a model checked (its `check`, else built once, which
+    checks its parameters); None when it does not parse."""
     from specscope.core.draft.registry import KINDS, SpecError, build_proposer, parse_spec
 
     try:
@@ -276,7 +276,10 @@ def _spec_problems(text: str, errors: dict[str, str], name: Mapping[str, str]) -
         _tree_problems(spec.params, errors, name)
     if not kind.needs_model and "tree" not in errors and "children" not in errors:
         try:
-            build_proposer(spec)
+            if kind.check is not None:
+                kind.check(spec)  # no build: prompt lookup's would import torch
+            else:
+                build_proposer(spec)
         except (SpecError, ValueError) as exc:
             errors["proposer"] = f"{name['proposer']}: {exc}"
     return spec
@@ -284,8 +287,7 @@ def _spec_problems(text: str, errors: dict[str, str], name: Mapping[str, str]) -
 
 def _tree_problems(params: Mapping[str, Any], errors: dict[str, str], name: Mapping[str, str]) -> None:
     """A spec's tree and children, parsed by the parser the proposer uses."""
-    from specscope.core.draft.proposers import tree_options
-    from specscope.core.draft.trees import TreeSpecError, parse_tree
+    from specscope.core.draft.trees import TreeSpecError, parse_tree, tree_options
     from specscope.core.verify.tree import check_children_mode
 
     tree, children = params.get("tree"), params.get("children")

@@ -15,6 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def check_ngram_range(min_ngram: int, max_ngram: int) -> None:
+    """Raise ValueError unless 1 <= min_ngram <= max_ngram are integers (prompt lookup's parameters)."""
+    if isinstance(max_ngram, bool) or not isinstance(max_ngram, int) or max_ngram < 1:
+        raise ValueError(f"max_ngram must be an integer >= 1, got {max_ngram!r}")
+    if isinstance(min_ngram, bool) or not isinstance(min_ngram, int) or not 1 <= min_ngram <= max_ngram:
+        raise ValueError(f"min_ngram must be an integer in [1, max_ngram={max_ngram}], got {min_ngram!r}")
+
+
 class NgramIndex:
     def __init__(self, min_ngram: int, max_ngram: int):
         self.min_ngram, self.max_ngram = min_ngram, max_ngram

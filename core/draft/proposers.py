@@ -25,12 +25,11 @@ import torch
 
 from specscope.core.sampling.dists import RowFacts
 from specscope.core.decode.kv import CachedLM, CachePolicy
-from specscope.core.draft.ngram_index import NgramIndex
+from specscope.core.draft.ngram_index import NgramIndex, check_ngram_range
 from specscope.core.sampling.row_ops import fast_rows, row_argmax
 from specscope.core.draft.tree_draft import TreeGrowth, finish, grow_dynamic, grow_static
 from specscope.core.draft.tree_draft import keep_path as keep_tree_path
-from specscope.core.verify.tree import check_children_mode
-from specscope.core.draft.trees import parse_tree
+from specscope.core.draft.trees import tree_options
 from specscope.core.sampling.device import draft_distribution, sample_from_torch
 from specscope.core.sampling.kept_rows import applies, draw_kept, kept_row
 from specscope.core.sampling.reference import SamplingConfig
@@ -396,19 +395,6 @@ class DraftModelProposer(ProposerBase):
             keep_tree_path(self.lm, self._tree_prefix, self._tree_rows, path)
 
 
-def tree_options(tree: Any, children: str) -> tuple[Any, str]:
-    """The parsed tree spec (None for a chain) and the children mode, checked together: what
-    DraftModelProposer accepts, for any front end that validates before building one."""
-    check_children_mode(children)
-    if tree is None:
-        return None, children
-    spec = parse_tree(tree)
-    if spec.kind == "dynamic" and children != "topk":
-        raise ValueError("a dynamic tree keeps the most probable candidates, so its children are the top-k "
-                         "tokens: use children='topk' (sampled children pruned by value are not exact)")
-    return spec, children
-
-
 class PromptLookupProposer(ProposerBase):
     """Prompt lookup: copy what followed the most recent earlier occurrence of the context's
     longest matching suffix n-gram. A point-mass proposal (q = one-hot)."""
@@ -416,10 +402,7 @@ class PromptLookupProposer(ProposerBase):
     name = "lookup"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, vocab_size: int | None = None):
-        if isinstance(max_ngram, bool) or not isinstance(max_ngram, int) or max_ngram < 1:
-            raise ValueError(f"max_ngram must be an integer >= 1, got {max_ngram!r}")
-        if isinstance(min_ngram, bool) or not isinstance(min_ngram, int) or not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"min_ngram must be an integer in [1, max_ngram={max_ngram}], got {min_ngram!r}")
+        check_ngram_range(min_ngram, max_ngram)
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.vocab_size = vocab_size  # adopted from the target by bind() when left None

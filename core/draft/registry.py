@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specscope.core.draft.proposers import DraftModelProposer, PromptLookupProposer, Proposer
+if TYPE_CHECKING:  # the builders import the proposers (and so torch) when they build one:
+    from specscope.core.draft.proposers import Proposer  # parsing a spec stays torch-free for the window
 
 # Loads the draft model a spec names ("small", "tiny" or a path): (model, label).
 DraftLoader = Callable[[str], tuple[Any, str]]
@@ -77,6 +78,9 @@ class ProposerKind:
     needs_model: bool = False
     default_arg: str | None = None  # the model when the spec names none
     takes_path: bool = False  # ARG is a checkpoint the kind loads itself (a draft head), not a draft model
+    # checks a spec's parameters as `build` would, without building (raises SpecError); the
+    # settings check uses it instead of a build that imports torch (the window validates before torch loads)
+    check: Callable[[ProposerSpec], None] | None = None
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -159,6 +163,8 @@ def build_proposer(spec: str | ProposerSpec, load_draft: DraftLoader | None = No
 
 
 def _build_draft(spec: ProposerSpec, load_draft: DraftLoader | None) -> Proposer:
+    from specscope.core.draft.proposers import DraftModelProposer
+
     assert load_draft is not None
     model, label = load_draft(spec.model_ref or "small")
     try:
@@ -168,7 +174,18 @@ def _build_draft(spec: ProposerSpec, load_draft: DraftLoader | None) -> Proposer
         raise SpecError(f"draft: {exc}") from None
 
 
+def _check_lookup(spec: ProposerSpec) -> None:
+    from specscope.core.draft.ngram_index import check_ngram_range
+
+    try:
+        check_ngram_range(spec.params.get("min_ngram", 1), spec.params.get("max_ngram", 3))
+    except ValueError as exc:
+        raise SpecError(f"lookup: {exc}") from None
+
+
 def _build_lookup(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
+    from specscope.core.draft.proposers import PromptLookupProposer
+
     try:
         return PromptLookupProposer(**spec.params)
     except ValueError as exc:
@@ -183,7 +200,7 @@ register(ProposerKind(
 ))
 register(ProposerKind(
     "lookup", "prompt lookup: copy what followed the last match of the context's suffix n-gram",
-    _build_lookup,
+    _build_lookup, check=_check_lookup,
     params=(Param("max_ngram", int, 3, "longest suffix n-gram tried"),
             Param("min_ngram", int, 1, "shortest suffix n-gram accepted")),
 ))

@@ -23,9 +23,11 @@ its position is prefix length + depth - 1, where it would sit in the accepted se
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from specscope.core.verify.tree import check_children_mode
 
 if TYPE_CHECKING:
     import torch
@@ -110,6 +112,19 @@ def parse_tree(text: str | TreeSpec) -> TreeSpec:
     _check_size(len(slots), text)
     depth = max(_depths_of_slots(slots))
     return TreeSpec("static", text, slots=tuple(slots), nodes=len(slots), depth=depth)
+
+
+def tree_options(tree: Any, children: str) -> tuple[Any, str]:
+    """The parsed tree spec (None for a chain) and the children mode, checked together: what
+    DraftModelProposer accepts, for any front end that validates before building one."""
+    check_children_mode(children)
+    if tree is None:
+        return None, children
+    spec = parse_tree(tree)
+    if spec.kind == "dynamic" and children != "topk":
+        raise ValueError("a dynamic tree keeps the most probable candidates, so its children are the top-k "
+                         "tokens: use children='topk' (sampled children pruned by value are not exact)")
+    return spec, children
 
 
 def _check_size(nodes: int, text: str) -> None:

@@ -13,6 +13,9 @@ upcast to float32 on load unless another dtype is asked for.
 The tokenizer contract (`check_tokenizers`): a target and a draft may only be paired when
 their tokenizers have identical token -> id maps, special tokens, and normalizer,
 pre-tokenizer and model (merges) pieces. Equal vocabulary sizes are not enough.
+
+Importing this module imports neither torch nor transformers (the functions that load import
+them): the window reads its constants and paths while torch is still loading in the background.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-import torch
-
-from specscope.core.decode.kv import model_vocab_size
 from specscope.core.loading import catalog, gguf
 from specscope.core.loading.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +43,19 @@ BUNDLED_REAL_DRAFTS = ("smollm2-draft",)
 BUNDLED_PREFIX = "specscope/"  # config._name_or_path of bundled models: "specscope/target", ...
 _TARGET_ALIASES = {"target", "bundled", "specscope/target", "bundled:target"}
 
-_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float64": torch.float64,
-    "fp64": torch.float64,
-    "double": torch.float64,
+# dtype names -> torch's attribute names (torch.float32, ...): looked up when asked for.
+_DTYPE_NAMES: dict[str, str] = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float64": "float64",
+    "fp64": "float64",
+    "double": "float64",
 }
 
 
@@ -104,6 +108,8 @@ def _bundled_key(name: str) -> str | None:
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """"auto" -> cuda when available, else cpu; "cpu"; "cuda" / "cuda:N" (must be available)."""
+    import torch
+
     if isinstance(device, torch.device):
         spec = str(device)
     else:
@@ -128,14 +134,16 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
     """None -> float32 (exact p/q for the inspector); names like "bf16", "float16" or a torch.dtype."""
+    import torch
+
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype):
         return dtype
     key = str(dtype).strip().lower().removeprefix("torch.")
-    if key not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}: use one of {sorted(set(_DTYPES))}")
-    return _DTYPES[key]
+    if key not in _DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {sorted(_DTYPE_NAMES)}")
+    return getattr(torch, _DTYPE_NAMES[key])
 
 
 # ---------------------------------------------------------------------------- tokenizer contract
@@ -494,6 +502,8 @@ def load_pair(
     target = load_model(t_dir, dev, dt, role="target")
     draft = load_model(d_dir, dev, dt, role="draft") if d_dir is not None else None
     if draft is not None:
+        from specscope.core.decode.kv import model_vocab_size
+
         vt, vd = model_vocab_size(target), model_vocab_size(draft)
         if vt != vd:
             raise ValueError(f"target and draft vocabularies differ: the target's logits have {vt} entries, the draft's {vd}")

@@ -173,6 +173,10 @@ def test_worker_thread_messages_reach_the_status_bar_through_the_gui_thread(qtbo
 
     from PySide6.QtCore import qInstallMessageHandler
 
+    # the window's own preload (started after its first paint) would overwrite the message; a
+    # preload's message shows over the loading message or none, never over another one
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Models ready ("), timeout=30000)
+    window.statusBar().clearMessage()
     warnings: list[str] = []
     previous = qInstallMessageHandler(lambda mode, ctx, msg: warnings.append(msg))
     try:

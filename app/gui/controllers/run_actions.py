@@ -17,6 +17,7 @@ class RunActions:
         self.w = window
         self.full_vectors = str(window.qsettings.value(FULL_VECTORS_KEY, "false")) == "true"
         window.live.recording.full_vectors = self.full_vectors
+        self.waiting_run: bool | None = None  # a Run (True) or Step (False) waiting for the device list
 
     def set_full_vectors(self, checked: bool) -> None:
         """File > Record full probability vectors (for the next recorded runs)."""
@@ -47,7 +48,16 @@ class RunActions:
         self.w.last_error = first
 
     def start_run(self, run: bool = True) -> bool:
-        """Start the run panel's settings live (leaving a replay); False when they do not validate."""
+        """Start the run panel's settings live (leaving a replay); False when they do not validate.
+        A device other than cpu asked for while torch still loads waits for the device list."""
+        w = self.w
+        device = (w.run_panel.texts().get("device") or "").strip()
+        if device and not w.hub.devices_known and device not in w.hub.devices():
+            self.waiting_run = run
+            w.start_preload()  # lists the devices (a window driven before its first paint has not started it)
+            w.statusBar().showMessage(f"The run starts once torch has loaded and can say whether {device} is "
+                                      "available…")
+            return True
         settings = self.validated_settings()
         if settings is None:
             return False
@@ -56,6 +66,17 @@ class RunActions:
         self.w.live.start(settings, run=run)
         self.w.setWindowTitle(f"specscope — live: {settings.describe()}")
         return True
+
+    def devices_known(self, listed: bool = True) -> None:
+        """The worker listed the devices (or, `listed` False, gave up loading): start the Run
+        that waited for them; unlisted, the run panel's check refuses an unknown device."""
+        if self.waiting_run is None:
+            return
+        run, self.waiting_run = self.waiting_run, None
+        if listed or self.w.hub.devices_known:
+            self.start_run(run)
+        else:
+            self.validated_settings()  # refuses the device under its field: torch did not load
 
     def run_or_resume(self) -> None:
         self.w.session.run_key(self.start_run)

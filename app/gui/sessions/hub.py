@@ -11,6 +11,7 @@ built from the settings by core.decode.factory, as the CLI's and the bench's are
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,7 @@ class CachedTokenText:
 
 
 def available_devices() -> tuple[str, ...]:
+    """The devices torch can decode on here (imports torch: seconds, the first time)."""
     import torch
 
     devices = ["cpu"]
@@ -185,6 +187,7 @@ class ModelHub:
         self._models: dict[tuple, Any] = {}
         self._tokenizer: Any | None = None
         self._token_text: CachedTokenText | None = None
+        self._devices: tuple[str, ...] | None = None
         bundled = False
         if prefer_bundled:
             try:
@@ -198,8 +201,23 @@ class ModelHub:
     def description(self) -> str:
         return "tiny random models (bundled models not installed)" if self.fallback else "bundled models"
 
+    @property
+    def devices_known(self) -> bool:
+        """Whether devices() is the real list: it is known once torch is imported (the worker's
+        preload imports it; the window never waits for that)."""
+        return self._devices is not None or "torch" in sys.modules
+
     def devices(self) -> tuple[str, ...]:
-        return available_devices()
+        """The devices to offer: ("cpu",) until torch is imported (see detect_devices)."""
+        if self._devices is None and "torch" in sys.modules:
+            self._devices = available_devices()
+        return self._devices or ("cpu",)
+
+    def detect_devices(self) -> tuple[str, ...]:
+        """The real device list, importing torch when it is not yet (the worker thread calls this)."""
+        if self._devices is None:
+            self._devices = available_devices()
+        return self._devices
 
     def example_prompts(self) -> list[tuple[str, str]]:
         """(name, text) pairs: the bundled examples, or the fallback ones."""

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 # thread needs (scripts/measure_live_overhead.py measures what a live run costs).
 FOLLOW_MS = 250
 
+# What the run panel and the status bar say while the worker imports torch and loads the
+# default models (the window shows before either: a Run meanwhile queues behind the load).
+PRELOADING = "loading models (torch, then the bundled pair)…"
+
 
 class LiveSession(QObject):
     """Start, run, step, pause and stop live runs; follow the newest round."""
@@ -75,6 +79,15 @@ class LiveSession(QObject):
     def _say(self, text: str) -> None:
         self.activity_text = text
         self.activity.emit(text)
+
+    def preloading(self) -> None:
+        """The worker is importing torch and loading the default models (no run yet)."""
+        if not self.activity_text and self.state == IDLE:
+            self._say(PRELOADING)
+
+    def preloaded(self) -> None:
+        if self.activity_text == PRELOADING:
+            self._say("")
 
     # ------------------------------------------------------------------ control
 

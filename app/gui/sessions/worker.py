@@ -63,6 +63,7 @@ class DecodeWorker(QObject):
     refused = Signal(object)  # {field: message}: settings that cannot run (core SettingsError); nothing started
     stateChanged = Signal(str)
     recorded = Signal(int, str)  # lane, where the trace is being written
+    devicesFound = Signal(object)  # tuple of device names, once torch is imported (the preload's first step)
     preloaded = Signal(str)  # a status line once the default models are in memory
     referenced = Signal(int, object)  # lane, core.check.diverge.Divergence or the error's text
 
@@ -101,9 +102,14 @@ class DecodeWorker(QObject):
 
     @Slot(str)
     def preload(self, device: str) -> None:
-        """Load the target and the default proposer's draft ahead of the first Run (errors
-        surface at Run)."""
+        """Import torch (the window is built without it), say which devices there are, then load
+        the target and the default proposer's draft ahead of the first Run (errors surface at
+        Run). `device` is the run panel's; cpu when it is not available here."""
         try:
+            devices = self.hub.detect_devices()
+            self.devicesFound.emit(devices)
+            if device not in devices:
+                device = "cpu"
             self.hub.target(device)
             model_ref = parse_spec(DEFAULT_PROPOSER).model_ref
             if model_ref is not None:
