@@ -165,3 +165,34 @@ def test_ending_the_process_keeps_a_writers_pending_rounds(tmp_path):
         info = store.get_run("end-process-run")
         assert store.count_rounds("end-process-run") == 9
     assert info.status == "interrupted"
+
+
+def test_the_tokenizer_is_not_held_up_by_a_model_load_under_another_key():
+    """`specscope open TRACE` asks for the tokenizer on the GUI thread while the worker loads
+    the target: one lock for every cached value froze the window for the whole load."""
+    import threading
+
+    from specscope.app.gui.sessions.hub import ModelHub
+
+    hub = ModelHub(prefer_bundled=False)
+    loading_started, release = threading.Event(), threading.Event()
+
+    def slow_model():
+        loading_started.set()
+        release.wait(10)
+        return "model"
+
+    worker = threading.Thread(target=lambda: hub._cached(("target", "slow"), slow_model))
+    worker.start()
+    assert loading_started.wait(10)
+    got = []
+    asker = threading.Thread(target=lambda: got.append(hub._cached(("tokenizer", "fast"), lambda: "tokenizer")))
+    try:
+        asker.start()
+        asker.join(3)
+        assert got == ["tokenizer"]  # answered while the model was still loading
+    finally:
+        release.set()
+        worker.join(10)
+    made = []
+    assert hub._cached(("target", "slow"), lambda: made.append(1)) == "model" and not made  # made once

@@ -183,7 +183,8 @@ class ModelHub:
 
     def __init__(self, prefer_bundled: bool = True):
         self.prefer_bundled = prefer_bundled
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # guards the dicts only, never held while a value is made
+        self._key_locks: dict[tuple, threading.Lock] = {}
         self._models: dict[tuple, Any] = {}
         self._tokenizer: Any | None = None
         self._token_text: CachedTokenText | None = None
@@ -233,10 +234,21 @@ class ModelHub:
     # ------------------------------------------------------------------ models
 
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """One value per key, made once. Each key has its own lock: the GUI thread asking for
+        the tokenizer (opening a trace) must not wait while the worker loads a model under
+        another key (one lock for all froze the window for the whole load)."""
         with self._lock:
-            if key not in self._models:
-                self._models[key] = make()
-            return self._models[key]
+            if key in self._models:
+                return self._models[key]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if key in self._models:  # made by another thread while this one waited
+                    return self._models[key]
+            value = make()
+            with self._lock:
+                self._models[key] = value
+            return value
 
     def _tiny(self, role: str, device: str):
         """role: "target", "draft-small" or "draft-tiny"."""
