@@ -196,3 +196,41 @@ def test_the_tokenizer_is_not_held_up_by_a_model_load_under_another_key():
         worker.join(10)
     made = []
     assert hub._cached(("target", "slow"), lambda: made.append(1)) == "model" and not made  # made once
+
+
+def test_a_fresh_tiny_hub_makes_its_target_and_drafts_without_hanging():
+    """The tiny drafts are made from the tiny target: with one non-re-entrant lock per key, a
+    value that asked for its own key while being made hung the preload thread for ever (CI
+    timed out, and a window closed over the hung thread aborted the interpreter)."""
+    import threading
+
+    from specscope.app.gui.sessions.hub import TinyModelHub
+
+    hub = TinyModelHub()
+    got = {}
+
+    def load():
+        got["target"] = hub.target("cpu")[0]
+        got["small"] = hub.draft("small", "cpu")
+        got["tiny"] = hub.draft("tiny", "cpu")
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    loader.join(120)
+    assert not loader.is_alive(), "the tiny hub hung while making its models"
+    assert got["target"] is hub.target("cpu")[0]  # cached, made once
+    assert got["small"] is not got["target"] and got["tiny"] is not got["small"]
+
+
+def test_a_value_that_asks_for_its_own_key_while_being_made_does_not_hang():
+    import threading
+
+    from specscope.app.gui.sessions.hub import ModelHub
+
+    hub = ModelHub(prefer_bundled=False)
+    got = []
+    asker = threading.Thread(
+        target=lambda: got.append(hub._cached(("k",), lambda: hub._cached(("k",), lambda: "inner"))), daemon=True)
+    asker.start()
+    asker.join(10)
+    assert got == ["inner"]

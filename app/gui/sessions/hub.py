@@ -184,7 +184,7 @@ class ModelHub:
     def __init__(self, prefer_bundled: bool = True):
         self.prefer_bundled = prefer_bundled
         self._lock = threading.Lock()  # guards the dicts only, never held while a value is made
-        self._key_locks: dict[tuple, threading.Lock] = {}
+        self._key_locks: dict[tuple, threading.RLock] = {}
         self._models: dict[tuple, Any] = {}
         self._tokenizer: Any | None = None
         self._token_text: CachedTokenText | None = None
@@ -240,7 +240,8 @@ class ModelHub:
         with self._lock:
             if key in self._models:
                 return self._models[key]
-            key_lock = self._key_locks.setdefault(key, threading.Lock())
+            # re-entrant: a value whose making asks for its own key again must not hang forever
+            key_lock = self._key_locks.setdefault(key, threading.RLock())
         with key_lock:
             with self._lock:
                 if key in self._models:  # made by another thread while this one waited
@@ -253,14 +254,14 @@ class ModelHub:
     def _tiny(self, role: str, device: str):
         """role: "target", "draft-small" or "draft-tiny"."""
 
-        def make():
-            target = self._cached(("tiny", "target", device), lambda: tiny_llama(seed=0).to(device))
-            if role == "target":
-                return target
-            noise = {"draft-small": 0.25, "draft-tiny": 0.9}[role]
-            return perturbed_copy(target, noise, seed=1 if role == "draft-small" else 2).to(device)
-
-        return self._cached(("tiny", role, device), make)
+        # The drafts are made from the target, so the target is cached first under its own
+        # key; making a value never asks for the key it is being made under.
+        target = self._cached(("tiny", "target", device), lambda: tiny_llama(seed=0).to(device))
+        if role == "target":
+            return target
+        noise = {"draft-small": 0.25, "draft-tiny": 0.9}[role]
+        seed = 1 if role == "draft-small" else 2
+        return self._cached(("tiny", role, device), lambda: perturbed_copy(target, noise, seed=seed).to(device))
 
     def tokenizer(self) -> Any | None:
         if self.fallback:
