@@ -53,7 +53,7 @@ def entry_known(dist: np.ndarray | None, token: int) -> bool:
     if dist is None:
         return False
     ids = known_ids(dist)
-    return True if ids is None else bool(np.isin(token, ids))
+    return True if ids is None else bool((ids == token).any())  # np.isin costs ~10x more on these few ids
 
 
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:

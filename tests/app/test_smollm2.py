@@ -23,16 +23,16 @@ NEW_TOKENS = 32
 
 @pytest.fixture(scope="module")
 def pair():
-    import torch
-
     from specscope.core.loading import load_models
 
     try:
         catalog.fetch("smollm2")
     except CheckpointError as exc:
         pytest.skip(f"SmolLM2 could not be fetched: {exc}")
-    torch.set_num_threads(2)
-    # the named target's default draft; the tokenizer contract is checked on load
+    # torch keeps the one thread of tests/conftest.py: two threads in this process, with the
+    # other test processes busy on a 2-core machine, made these runs 5-8x slower (and stayed
+    # set for every later test in the process). The named target's default draft; the
+    # tokenizer contract is checked on load.
     return load_models(target="smollm2", draft="smollm2-draft", device="cpu")
 
 
