@@ -339,3 +339,40 @@ def test_both_engines_stop_at_the_token_that_completes_a_split_character(pair, p
         across += starts != ours.rounds[-1].index  # the character's first byte came in an earlier round
         checked += 1
     assert checked >= 3 and across >= 1, (checked, across)
+
+
+# ---------------------------------------------------------------- plain decoding with the same stops
+
+
+def test_plain_decoding_ends_at_the_same_stops_in_both_engines(pair, plain):
+    from specscope.core.decode.baseline import plain_generate
+
+    target, draft = pair
+    cases = [Stops(sequences=(tuple(plain[6:8]),)), Stops(strings=(text_of(plain[9:12])[1:],)),
+             Stops(sequences=(tuple(plain[20:21]),), strings=("zzzzzzzz",))]
+    for stops in cases:
+        reference = plain_generate(target, PROMPT, BUDGET, GREEDY, stops=stops, token_piece=piece)
+        assert reference.stop_reason == "stop" and len(reference.new_tokens) < BUDGET, stops
+        assert reference.new_tokens == plain[: len(reference.new_tokens)]
+        for kind in ("assisted", "lookup"):
+            engine = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops,
+                                        token_piece=piece)
+            assert engine.plain_generate(PROMPT, BUDGET) == engine.generate(PROMPT, BUDGET).new_tokens \
+                == reference.new_tokens, (kind, stops)
+    # sampled: the unrecorded generate() ends where the recorded one does, seed for seed
+    sampled = SamplingConfig(temperature=1.0, top_k=20)
+    engine = TransformersEngine(target, draft=draft, k=4, sampling=sampled, stops=Stops(strings=("aa", "cb")),
+                                token_piece=piece)
+    ends = [engine.generate(PROMPT[:3], BUDGET, seed=seed) for seed in range(4)]
+    assert [engine.plain_generate(PROMPT[:3], BUDGET, seed=seed) for seed in range(4)] == [e.new_tokens for e in ends]
+    assert sum(e.stop_reason == "stop" for e in ends) >= 2
+
+
+def test_plain_decoding_ends_at_any_of_several_eos_ids(pair, plain):
+    from specscope.core.decode.baseline import plain_generate
+
+    target, _ = pair
+    first = next(t for t in plain[8:] if t not in plain[:8])
+    eos = (next(t for t in range(64) if t not in plain), first)
+    out = plain_generate(target, PROMPT, BUDGET, GREEDY, eos_token_id=eos)
+    assert out.new_tokens == plain[: plain.index(first) + 1] and out.stop_reason == "eos"

@@ -56,6 +56,7 @@ class CheckActions:
         and classify the first difference from the run's output as a near tie or a logic bug
         (core.check.diverge); the timeline jumps to it. Greedy runs only."""
         from specscope.core.check.diverge import diverge_report
+        from specscope.core.decode.stops import token_piece_function
 
         w = self.w
         title = "Compare with plain greedy"
@@ -73,7 +74,8 @@ class CheckActions:
         w.statusBar().showMessage("Decoding the prompt plainly with the target…")
         try:
             target, tokenizer = self._target_at(config.dtype)
-            found = diverge_report(config, self.rounds_for_checking(), target)
+            piece = token_piece_function(tokenizer) if tokenizer is not None else None  # the run's stop strings
+            found = diverge_report(config, self.rounds_for_checking(), target, token_piece=piece)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
             w.show_error(f"The comparison with plain greedy decoding failed: {exc}", title=title)
             return None
