@@ -55,10 +55,11 @@ APPLICATION = "specscope"
 
 
 def default_checker():
-    """The core trace checker: callable(config, rounds) -> findings."""
-    from specscope.core.check.checker import check_run
+    """The core trace checker: callable(config, rounds) -> CheckReport (its findings and the
+    rules it could not check); any callable returning a list of findings will do."""
+    from specscope.core.check.checker import check_report
 
-    return lambda config, rounds: check_run(config, rounds)
+    return lambda config, rounds: check_report(config, rounds)
 
 
 def app_settings() -> QSettings:
@@ -100,7 +101,7 @@ class MainWindow(QMainWindow):
         self.record = record
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
         self._shown_once = False
-        self.checker = default_checker()  # callable(config, rounds) -> findings
+        self.checker = default_checker()  # callable(config, rounds) -> CheckReport (or a list of findings)
 
         self.model = RunModel(self)
         self.live = LiveSession(self.model, self.hub, self.store_path, record, self)
@@ -246,7 +247,8 @@ class MainWindow(QMainWindow):
         self.navigator.playToggled.connect(traces.toggle_replay_play)
         self.findings.findingActivated.connect(self.checks.jump_to_finding)
         self.model.findingsChanged.connect(lambda: self.findings.set_findings(
-            self.model.findings, fault=self.model.config.fault if self.model.config is not None else None))
+            self.model.findings, fault=self.model.config.fault if self.model.config is not None else None,
+            not_checked=self.model.not_checked))
         self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
         self.run_panel.edited.connect(self._temperature_to_compare)

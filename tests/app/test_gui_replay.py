@@ -156,3 +156,14 @@ def test_a_trace_without_its_stops_says_the_panel_cannot_reproduce_them(qtbot, w
     qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
     assert any("stops" in m for m in window.replay_mismatch), window.replay_mismatch
     assert "the stops" in window.run_panel.state_label.text()
+
+
+def test_the_findings_panel_lists_the_rules_a_replayed_trace_does_not_allow(qtbot, window, hub, tmp_path):
+    path = tmp_path / "blind.sqlite"
+    run_id = _stored_run_with_stops(hub, path, unrecorded=frozenset({"stops"}))
+    assert window.open_trace(str(path), run_id=run_id)
+    qtbot.waitUntil(lambda: window.replay_loaded and window.findings.not_checked != {}, timeout=30000)
+    assert {"stop-leak", "stop-flag", "stop-budget"} <= set(window.findings.not_checked)
+    assert "does not record the run's stops" in window.findings.not_checked["stop-leak"]
+    assert window.findings.not_checked_label.isVisible() and window.findings.findings == []
+    assert window.model.not_checked == window.findings.not_checked
