@@ -101,7 +101,7 @@ class MainWindow(QMainWindow):
         self.record = record
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
         self._shown_once = False
-        self.checker = default_checker()  # callable(config, rounds) -> CheckReport (or a list of findings)
+        self.checker = default_checker()  # callable(config, rounds) -> findings
 
         self.model = RunModel(self)
         self.live = LiveSession(self.model, self.hub, self.store_path, record, self)
