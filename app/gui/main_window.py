@@ -247,8 +247,7 @@ class MainWindow(QMainWindow):
         self.navigator.playToggled.connect(traces.toggle_replay_play)
         self.findings.findingActivated.connect(self.checks.jump_to_finding)
         self.model.findingsChanged.connect(lambda: self.findings.set_findings(
-            self.model.findings, fault=self.model.config.fault if self.model.config is not None else None,
-            not_checked=self.model.not_checked))
+            self.model.findings, fault=self.model.config.fault if self.model.config is not None else None))
         self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
         self.run_panel.edited.connect(self._temperature_to_compare)

@@ -85,11 +85,15 @@ def test_what_the_checker_could_not_check_is_listed_apart_and_greyed(qtbot, gui_
     w.set_findings([], not_checked=not_checked)
     assert "every round passed" not in w.status.text() and "2 rule(s) not checked" in w.status.text()
     assert w.not_checked_label.isVisible()
+    # findings set without a report (the recompute check adding its own) keep the list
+    w.set_findings([Finding("r", 2, None, "recompute", "p differs")])
+    assert w.not_checked == not_checked and w.not_checked_label.isVisible()
     # a report that could check everything, a cleared panel and a failed checker show no such section
-    w.set_findings([])
+    w.set_findings([], not_checked={})
     assert not w.not_checked_label.isVisible() and "every round passed" in w.status.text()
-    w.set_findings([], not_checked=not_checked)
-    w.set_findings([], checked=False, not_checked=not_checked)
+    w.set_not_checked(not_checked)  # the status follows
+    assert "2 rule(s) not checked" in w.status.text() and w.not_checked_label.isVisible()
+    w.set_findings([], checked=False)
     assert not w.not_checked_label.isVisible() and w.not_checked == {}
     w.set_findings([], not_checked=not_checked)
     w.set_error("boom")

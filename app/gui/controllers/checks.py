@@ -104,6 +104,7 @@ class CheckActions:
         """Show the checker's findings (objects/dicts with round, position, rule, message) and
         what it could not check (rule -> why; None: as before)."""
         self.w.model.set_findings(findings, not_checked)
+        self.w.findings.set_not_checked(self.w.model.not_checked)
 
     def rounds_for_checking(self) -> list:
         return self.w.session.rounds_for_checking()

@@ -112,6 +112,7 @@ class FindingsWidget(QWidget):
         layout.addWidget(self.not_checked_label)
         self.findings: list[Finding] = []
         self.not_checked: dict[str, str] = {}
+        self._summary: tuple = (False, None, {}, [], [])  # what the status line says (set_findings)
         self.table.cellClicked.connect(self._activate)
         self.table.cellActivated.connect(self._activate)
         self.table.currentCellChanged.connect(self._current_changed)
@@ -121,8 +122,10 @@ class FindingsWidget(QWidget):
         """Wrong output, then wasted work; within each, root causes first: each cause, then
         (indented, dimmed) the findings that follow from it in later rounds. `fault`: the bug
         the run was recorded with (a fault run). `not_checked`: rule -> why the checker could
-        not run it (CheckReport.not_checked), listed apart under the table."""
-        self._show_not_checked(not_checked if checked else None)
+        not run it (CheckReport.not_checked), listed apart under the table; None leaves the
+        list as set_not_checked left it, and `checked=False` (no results yet) empties it."""
+        if not checked or not_checked is not None:
+            self._show_not_checked(not_checked if checked else None)
         every = [as_finding(f) for f in (findings or [])]
         by_severity = {s: group_findings([f for f in every if f.severity == s]) for s in (WRONG_OUTPUT, WASTED_WORK)}
         others = group_findings([f for f in every if f.severity not in by_severity])
@@ -145,6 +148,16 @@ class FindingsWidget(QWidget):
                     item.setForeground(QColor(_SEVERITY_COLOUR[f.severity]))
                 self.table.setItem(row, col, item)
         self._show_detail(self.table.currentRow())
+        self._summary = (checked, fault, by_severity, others, groups)
+        self._show_status()
+
+    def set_not_checked(self, not_checked: dict[str, str] | None) -> None:
+        """What the checker could not check (rule -> why), apart from the findings."""
+        self._show_not_checked(not_checked)
+        self._show_status()
+
+    def _show_status(self) -> None:
+        checked, fault, by_severity, others, groups = self._summary
         if not checked:
             self.status.setText("No checker results yet.")
         elif self.findings:
