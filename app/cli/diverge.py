@@ -90,6 +90,7 @@ def _stored(args: argparse.Namespace) -> tuple[str, Any, Any]:
     """The reference recomputed for a stored run with its recorded prompt, budget, EOS and target."""
     from specscope.app.cli.check import open_existing_store
     from specscope.core.check.diverge import diverge_report, require_greedy
+    from specscope.core.decode.stops import token_piece_function
 
     if args.run is None:
         raise CliError("--db needs --run ID: the stored run to compare with plain greedy decoding")
@@ -108,7 +109,8 @@ def _stored(args: argparse.Namespace) -> tuple[str, Any, Any]:
     finally:
         store.close()
     pair = _stored_target(args, info.config)
-    return "stored", diverge_report(info.config, rounds, pair.target, end=end), pair.tokenizer
+    piece = token_piece_function(pair.tokenizer) if pair.tokenizer is not None else None  # the run's stop strings
+    return "stored", diverge_report(info.config, rounds, pair.target, end=end, token_piece=piece), pair.tokenizer
 
 
 def _stored_target(args: argparse.Namespace, config: Any) -> Any:

@@ -56,10 +56,11 @@ APPLICATION = "specscope"
 
 
 def default_checker():
-    """The core trace checker: callable(config, rounds) -> findings."""
-    from specscope.core.check.checker import check_run
+    """The core trace checker: callable(config, rounds) -> CheckReport (its findings and the
+    rules it could not check); any callable returning a list of findings will do."""
+    from specscope.core.check.checker import check_report
 
-    return lambda config, rounds: check_run(config, rounds)
+    return lambda config, rounds: check_report(config, rounds)
 
 
 def app_settings() -> QSettings:

@@ -127,10 +127,14 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def plain_reference(target: Any, config: RunConfig, speculative: Sequence[int]) -> tuple[list[int], Any]:
-    """Plain greedy decoding of `target` on the run's prompt, budget and EOS: (tokens, the
-    one-token logits row at the first position where it differs from `speculative`, or None)."""
+def plain_reference(target: Any, config: RunConfig, speculative: Sequence[int],
+                    token_piece: Callable[[int], str] | None = None) -> tuple[list[int], Any]:
+    """Plain greedy decoding of `target` on the run's prompt, budget, EOS ids and stops (stop
+    strings need `token_piece`, the tokenizer's text: core.decode.stops.token_piece_function):
+    (tokens, the one-token logits row at the first position where it differs from
+    `speculative`, or None)."""
     from specscope.core.decode.baseline import plain_generate
+    from specscope.core.decode.stops import Stops
     from specscope.core.sampling.row_ops import row_argmax
 
     kept: list[Any] = []
@@ -140,9 +144,13 @@ def plain_reference(target: Any, config: RunConfig, speculative: Sequence[int]) 
         if not kept and (position >= len(speculative) or int(row_argmax(row)) != speculative[position]):
             kept.append(row.clone())
 
+    if config.stop_strings and token_piece is None:
+        raise ValueError(f"run {config.run_id} stops at strings {list(config.stop_strings)}: plain decoding needs "
+                         "the tokenizer to match them")
     result = plain_generate(target, list(config.prompt_ids), config.max_new_tokens, sampling=config.sampling,
-                            eos_token_id=config.eos_token_id,
-                            on_logits=watch)
+                            eos_token_id=tuple(sorted(config.eos_ids)), on_logits=watch,
+                            stops=Stops(tuple(config.stop_strings), tuple(tuple(s) for s in config.stop_ids)),
+                            token_piece=token_piece)
     return list(result.new_tokens), (kept[0] if kept else None)
 
 
@@ -219,13 +227,15 @@ def checker_findings(config: RunConfig, rounds: Sequence[Round], target: Any, up
     return sorted(found, key=lambda f: f.round), not_checked
 
 
-def diverge_report(config: RunConfig, rounds: Iterable[Round], target: Any, end: RunEnd | None = None) -> Divergence:
+def diverge_report(config: RunConfig, rounds: Iterable[Round], target: Any, end: RunEnd | None = None,
+                   token_piece: Callable[[int], str] | None = None) -> Divergence:
     """Compare a greedy speculative run (its config and every round) with plain greedy
-    decoding of `target`, and classify the first difference (module docstring)."""
+    decoding of `target`, and classify the first difference (module docstring). A run with
+    stop strings needs `token_piece` (its tokenizer's text) for the reference to stop there too."""
     require_greedy(config)
     rounds = list(rounds)
     speculative = [t.token for rnd in rounds for t in rnd.emitted]
-    plain, one_token = plain_reference(target, config, speculative)
+    plain, one_token = plain_reference(target, config, speculative, token_piece)
     common = dict(run_id=config.run_id, speculative=tuple(speculative), plain=tuple(plain), dtype=config.dtype)
     at = first_difference(speculative, plain)
     if at is None:
@@ -240,7 +250,7 @@ def diverge_report(config: RunConfig, rounds: Iterable[Round], target: Any, end:
                  speculative_token=speculative[at] if at < len(speculative) else None,
                  plain_token=plain[at] if at < len(plain) else None)
     if where["speculative_token"] is None or where["plain_token"] is None:
-        return Divergence(verdict=LOGIC_BUG, reason=_length_reason(config, where), **common, **where)
+        return Divergence(verdict=LOGIC_BUG, reason=_length_reason(config, where, plain), **common, **where)
     context = list(config.prompt_ids) + speculative
     node = predicting_node(rnd, at - rnd.emitted_before)
     numbers = numbers_at(verify_row(target, rnd, context, node), one_token, where["plain_token"],
@@ -250,10 +260,10 @@ def diverge_report(config: RunConfig, rounds: Iterable[Round], target: Any, end:
     return Divergence(verdict=NEAR_TIE if near else LOGIC_BUG, reason=reason, node=node, **numbers, **common, **where)
 
 
-def _length_reason(config: RunConfig, where: dict) -> str:
+def _length_reason(config: RunConfig, where: dict, plain: Sequence[int]) -> str:
     if where["plain_token"] is None:
-        why = "stopped at EOS" if config.eos_token_id is not None and where["position"] < config.max_new_tokens \
-            else f"reached the budget of {config.max_new_tokens} tokens"
+        why = f"reached the budget of {config.max_new_tokens} tokens" if len(plain) >= config.max_new_tokens \
+            else "stopped at EOS" if plain and plain[-1] in config.eos_ids else "stopped at a stop"
         return f"plain decoding {why} here, but the speculative output goes on"
     return "the speculative output ends here, but plain decoding goes on"
 
@@ -278,4 +288,4 @@ def diverge_run(decoder: Any, target: Any, prompt_ids: Sequence[int], max_new_to
     rounds: list[Round] = []
     result = decoder.start(prompt_ids, max_new_tokens, config=config).drain(rounds.append)
     end = RunEnd(status="completed", stop_reason=result.stop_reason, new_tokens=len(result.new_tokens))
-    return diverge_report(config, rounds, target, end=end)
+    return diverge_report(config, rounds, target, end=end, token_piece=getattr(decoder, "token_piece", None))

@@ -36,7 +36,7 @@ from specscope.core.decode.run import RunHandle
 from specscope.core.decode.stops import Stops, StopTracker
 from specscope.core.sampling.reference import SamplingConfig
 
-from specscope.core.engines.hf_handover import COMPUTE, DONE, Baton, CancelCriterion, Channel
+from specscope.core.engines.hf_handover import COMPUTE, DONE, Baton, CancelCriterion, Channel, StopCriterion
 from specscope.core.engines.hf_private import check_private_api, install_candidate_hook
 from specscope.core.engines.hf_recorder import RoundRecorder
 
@@ -167,12 +167,21 @@ class TransformersEngine:
 
     def plain_generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int = 32,
                        seed: int | None = None) -> list[int]:
-        """The same generate() call with nothing recorded: the reference a recorded run must equal."""
+        """The same generate() call with nothing recorded: the reference a recorded run must
+        equal. It ends where a recorded run ends: at EOS, the budget, or the token that
+        completes one of the engine's stops (the tokens transformers computed past it in that
+        round are not returned, as the recorder does not emit them)."""
         config = self.run_config(prompt_ids, max_new_tokens, seed=seed)
         if config.max_new_tokens == 0:
             return []
+        stopping = ()
+        if self.stops:
+            tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
+            stopping = (StopCriterion(tracker, len(config.prompt_ids), frozenset(config.eos_ids)),)
         with COMPUTE:
-            return self._call_generate(config)
+            tokens = self._call_generate(config, stopping=stopping)
+        end = stopping[0].end if stopping else None
+        return tokens if end is None else tokens[:end]
 
     # ------------------------------------------------------------------ the decoder surface
 

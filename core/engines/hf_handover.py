@@ -102,3 +102,27 @@ class FlagCriterion(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         return torch.full((input_ids.shape[0],), bool(self.flag()), dtype=torch.bool, device=input_ids.device)
+
+
+class StopCriterion(StoppingCriteria):
+    """A stopping criterion for an unrecorded generate() with stops: it checks every new token
+    in order (core.decode.stops: the tracker's rule, EOS first) and turns true once one
+    completes a stop. transformers may have added tokens past it in the same round: `end`
+    says where the output ends (the new tokens up to and including the first EOS or the
+    token that completes a stop), None: at neither."""
+
+    def __init__(self, tracker: Any, start: int, eos_ids: frozenset[int]):
+        self.tracker, self.start, self.eos_ids = tracker, start, eos_ids
+        self.seen = 0  # new tokens checked so far
+        self.end: int | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        for token in input_ids[0, self.start + self.seen:].tolist():
+            self.seen += 1
+            if self.end is not None:
+                continue
+            if token in self.eos_ids or self.tracker.check([token]) is not None:
+                self.end = self.seen
+            else:
+                self.tracker.commit([token])
+        return torch.full((input_ids.shape[0],), self.end is not None, dtype=torch.bool, device=input_ids.device)

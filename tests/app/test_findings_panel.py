@@ -59,3 +59,42 @@ def test_wrong_output_is_listed_apart_from_wasted_work(qtbot, gui_env):
     assert "1 cause(s) of wrong output" in text and "1 cause(s) of wasted work" in text
     w.table.setCurrentCell(1, 0)
     assert "(wasted work)" in w.detail.text()
+
+
+def test_what_the_checker_could_not_check_is_listed_apart_and_greyed(qtbot, gui_env):
+    from specscope.app.gui.views.findings import FindingsWidget
+    from specscope.core.check.checker import Finding
+
+    w = FindingsWidget()
+    qtbot.addWidget(w)
+    w.resize(320, 400)
+    w.show()
+    not_checked = {"stop-leak": "the trace does not record the text of each token (pieces): stop strings not matched",
+                   "acceptance-draw": "field 'u' not recorded"}
+    w.set_findings([Finding("r", 4, 2, "eos", "tokens after EOS"), Finding("r", 1, None, "draft-budget", "k=4 past")],
+                   not_checked=not_checked)
+    # the findings keep their table and severities; the unchecked rules are not rows of it
+    rows = [(w.table.item(r, 3).text(), w.table.item(r, 4).text()) for r in range(w.table.rowCount())]
+    assert rows == [("eos", "wrong output"), ("draft-budget", "wasted work")]
+    assert w.not_checked == not_checked
+    assert w.not_checked_label.isVisible()
+    text = w.not_checked_label.text()
+    assert "Not checked" in text and "stop-leak" in text and "pieces" in text and "acceptance-draw" in text
+    assert "#6e6e6e" in text  # greyed: neither passed nor failed
+    # with no findings the status does not claim that every check passed
+    w.set_findings([], not_checked=not_checked)
+    assert "every round passed" not in w.status.text() and "2 rule(s) not checked" in w.status.text()
+    assert w.not_checked_label.isVisible()
+    # findings set without a report (the recompute check adding its own) keep the list
+    w.set_findings([Finding("r", 2, None, "recompute", "p differs")])
+    assert w.not_checked == not_checked and w.not_checked_label.isVisible()
+    # a report that could check everything, a cleared panel and a failed checker show no such section
+    w.set_findings([], not_checked={})
+    assert not w.not_checked_label.isVisible() and "every round passed" in w.status.text()
+    w.set_not_checked(not_checked)  # the status follows
+    assert "2 rule(s) not checked" in w.status.text() and w.not_checked_label.isVisible()
+    w.set_findings([], checked=False)
+    assert not w.not_checked_label.isVisible() and w.not_checked == {}
+    w.set_findings([], not_checked=not_checked)
+    w.set_error("boom")
+    assert not w.not_checked_label.isVisible()

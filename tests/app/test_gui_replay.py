@@ -105,3 +105,65 @@ def test_recompute_check_finds_the_stale_cache_from_the_gui(qtbot, window, hub, 
     qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
     assert window.checks.recompute_check() == []
     assert "matches a full recompute" in shown[-1]
+
+
+def _stored_run_with_stops(hub, path, unrecorded=frozenset()):
+    """A run whose EOS ids are several and that has stop strings and token sequences."""
+    import dataclasses
+
+    from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
+    from specscope.core.decode.stops import Stops
+    from specscope.storage import TraceStore, TraceWriter
+
+    target, _ = hub.target("cpu")
+    stops = Stops(strings=("zz\nq", "a\\b"), sequences=((60, 61), (62,)))
+    dec = SpeculativeDecoder(target, DraftModelProposer(hub.draft("draft-small", "cpu"), label="draft-small"), k=3,
+                             sampling=SamplingConfig(temperature=0.8), seed=2, eos_token_id=(63, 7, 9), stops=stops,
+                             token_piece=lambda t: "abcdefgh"[t % 8])
+    config = dec.run_config([5, 6, 7, 8], 12)
+    config = dataclasses.replace(config, unrecorded=config.unrecorded | unrecorded)
+    with TraceStore(path) as store, TraceWriter(store, config) as writer:
+        writer.record(dec.rounds([5, 6, 7, 8], 12, config=config))
+    return config.run_id
+
+
+def test_the_replayed_panel_shows_every_eos_id_and_the_stops(qtbot, window, hub, tmp_path, monkeypatch):
+    path = tmp_path / "stops.sqlite"
+    run_id = _stored_run_with_stops(hub, path)
+    monkeypatch.setattr(window.hub, "tokenizer", lambda: WordTokenizer())
+    assert window.open_trace(str(path), run_id=run_id)
+    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    texts = window.run_panel.texts()
+    assert texts["eos"] == "63,7,9"
+    assert texts["stop_strings"] == "zz\\nq\na\\\\b" and texts["stop_ids"] == "60,61; 62"
+    settings = window.run_panel.validate_quietly()  # Run would start the trace's EOS ids and stops
+    assert settings.eos == (63, 7, 9)
+    assert settings.stop_strings == ("zz\nq", "a\\b") and settings.stop_ids == ((60, 61), (62,))
+    assert window.replay_mismatch == []
+    # a run without stops empties the stop fields (Run must not add the previous run's)
+    other = _stored_runs(hub, tmp_path / "plain.sqlite", seeds=(0,))[0]
+    assert window.open_trace(str(tmp_path / "plain.sqlite"), run_id=other)
+    qtbot.waitUntil(lambda: window.replay_loaded and window.model.config.run_id == other, timeout=30000)
+    texts = window.run_panel.texts()
+    assert texts["stop_strings"] == "" and texts["stop_ids"] == "" and texts["eos"] == "none"
+
+
+def test_a_trace_without_its_stops_says_the_panel_cannot_reproduce_them(qtbot, window, hub, tmp_path, monkeypatch):
+    path = tmp_path / "blind.sqlite"
+    run_id = _stored_run_with_stops(hub, path, unrecorded=frozenset({"stops"}))
+    monkeypatch.setattr(window.hub, "tokenizer", lambda: WordTokenizer())
+    assert window.open_trace(str(path), run_id=run_id)
+    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    assert any("stops" in m for m in window.replay_mismatch), window.replay_mismatch
+    assert "the stops" in window.run_panel.state_label.text()
+
+
+def test_the_findings_panel_lists_the_rules_a_replayed_trace_does_not_allow(qtbot, window, hub, tmp_path):
+    path = tmp_path / "blind.sqlite"
+    run_id = _stored_run_with_stops(hub, path, unrecorded=frozenset({"stops"}))
+    assert window.open_trace(str(path), run_id=run_id)
+    qtbot.waitUntil(lambda: window.replay_loaded and window.findings.not_checked != {}, timeout=30000)
+    assert {"stop-leak", "stop-flag", "stop-budget"} <= set(window.findings.not_checked)
+    assert "does not record the run's stops" in window.findings.not_checked["stop-leak"]
+    assert window.findings.not_checked_label.isVisible() and window.findings.findings == []
+    assert window.model.not_checked == window.findings.not_checked

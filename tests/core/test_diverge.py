@@ -105,7 +105,7 @@ def test_a_token_far_from_a_tie_is_a_logic_bug(pair, plain):
 EOS_AT = {"eos-leak": 5}
 
 
-# the stop faults need a run with stops, and plain greedy decoding has none to compare with
+# the stop faults need a run with stops: test_each_stop_fault_is_a_logic_bug_at_its_round
 @pytest.mark.parametrize("name", [n for n, f in FAULTS.items() if f.needs not in ("coupled", "stops")])
 def test_each_fault_that_changes_greedy_output_is_a_logic_bug_at_its_round(pair, plain, name):
     target, draft = pair
@@ -146,3 +146,55 @@ def test_transformers_engine_runs_are_compared_too(pair, plain):
     finally:
         handle.remove()
     assert d.verdict == NEAR_TIE and d.position == plain.index(plain[3]), d.reason
+
+
+def _piece(token: int) -> str:
+    """A fake tokenizer's text: one to three letters a token, so a stop string spans tokens."""
+    return "abcdefghijklmnopqrstuvwxyz"[token % 26] * (1 + token % 3)
+
+
+def _stops_in(plain, a: int, strings: bool):
+    from specscope.core.decode.stops import Stops
+
+    if strings:
+        return Stops(strings=("".join(_piece(t) for t in plain[a:a + 2])[1:],))
+    return Stops(sequences=(tuple(plain[a:a + 2]),))
+
+
+@pytest.mark.parametrize("strings", [False, True])
+def test_a_correct_run_with_stops_is_identical_to_plain_decoding_with_them(pair, plain, strings):
+    target, draft = pair
+    for a in (2, 5):
+        stops = _stops_in(plain, a, strings)
+        decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=stops,
+                                     token_piece=_piece)
+        d = diverge_run(decoder, target, PROMPT, BUDGET)
+        assert d.verdict == IDENTICAL and len(d.plain) < BUDGET, d.reason  # plain decoding stopped there too
+
+
+@pytest.mark.parametrize("name", [n for n, f in FAULTS.items() if f.needs == "stops"])
+def test_each_stop_fault_is_a_logic_bug_at_its_round(pair, plain, name):
+    target, draft = pair
+    fired = 0
+    for a in range(1, BUDGET - 3):
+        stops = _stops_in(plain, a, strings=name == "stop-per-token")
+        budget = a + 3 if name == "budget-before-stop" else BUDGET  # the stop lands in the last round
+        decoder = faulty_decoder(name, target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=stops,
+                                 token_piece=_piece)
+        d = diverge_run(decoder, target, PROMPT, budget)
+        if not decoder.fault_rounds:
+            assert d.verdict == IDENTICAL, (name, a, d.reason)
+            continue
+        fired += 1
+        assert d.verdict == LOGIC_BUG and d.blame_round == decoder.fault_rounds[0], (name, a, d.reason)
+    assert fired >= 2, f"{name} fired in {fired} runs"
+
+
+def test_stop_strings_without_the_tokenizer_are_refused(pair, plain):
+    target, draft = pair
+    decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY,
+                                 stops=_stops_in(plain, 2, True), token_piece=_piece)
+    config = decoder.run_config(PROMPT, BUDGET)
+    rounds = list(decoder.start(PROMPT, BUDGET, config=config))
+    with pytest.raises(ValueError, match="needs the tokenizer"):
+        diverge_report(config, rounds, target)

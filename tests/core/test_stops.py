@@ -254,3 +254,125 @@ def test_the_factory_refuses_stop_strings_without_a_tokenizer_and_a_chat_without
     assert "chat template" in caught.value.errors["prompt"]
     assert prompt_ids(RunSettings(), Models(target, NoTemplate()), "hi") == [1, 2]
     assert RunSettings(system="x").validate()["system"].endswith("turn chat on")
+
+
+# ---------------------------------------------------------------- characters split across byte-level tokens
+
+
+def bundled_tokenizer():
+    from specscope.core.loading import models as loading
+
+    if not loading.bundled_available():
+        pytest.skip("needs the bundled tokenizer")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(loading.bundled_path("tokenizer")))
+
+
+def test_a_stop_string_ending_in_a_character_split_across_byte_level_tokens_is_matched():
+    from specscope.core.decode.stops import token_piece_function
+
+    tokenizer = bundled_tokenizer()  # byte-level BPE: an emoji is four one-byte tokens
+    text = "say 日本 then 😀 ok"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    emoji = [i for i in ids if tokenizer.convert_ids_to_tokens(i) in ("ð", "Ł", "ĺ", "Ģ")]
+    assert len(emoji) == 4, "the bundled tokenizer no longer splits the emoji into bytes: pick another character"
+    last = ids.index(emoji[-1])
+    piece = token_piece_function(tokenizer)
+    for stop in ("😀", " 😀", "日", "日本", "n 😀 o"):
+        tracker = StopTracker(Stops(strings=(stop,)), piece)
+        found = next((j for j in range(len(ids)) if tracker.check(ids[: j + 1]) is not None), None)
+        # the token that completes the string in the text of the tokens decoded together
+        expected = next(j for j in range(len(ids)) if stop in tokenizer.decode(ids[: j + 1]))
+        assert found == expected, (stop, found, expected)
+    assert expected == last + 1  # "n 😀 o": the token " ok" completes it
+    pieces = StopTracker(Stops(strings=("x",)), piece).pieces(ids)
+    assert "".join(pieces) == tokenizer.decode(ids) == text  # the pieces are the decoded text
+    assert pieces[ids.index(emoji[0]):last] == ("", "", "") and pieces[last] == "😀"
+    # the emoji's first two bytes came in one round, the rest in the next: still matched there
+    tracker = StopTracker(Stops(strings=("😀",)), piece)
+    split = ids.index(emoji[1]) + 1
+    assert all(tracker.check(ids[: j + 1]) is None for j in range(split))
+    assert tracker.pieces(ids[:split])[-2:] == ("", "")
+    tracker.commit(ids[:split])
+    rest = ids[split:]
+    assert tracker.check(rest[:1]) is None and tracker.check(rest[:2]) == StopMatch("text", 0, 1)
+    assert tracker.pieces(rest[:2]) == ("", "😀")
+
+
+EMOJI = "😀".encode()  # four bytes: the fake tokenizer below gives them to three tokens
+
+
+def byte_level_text(table: dict[int, bytes]):
+    """A byte-level tokenizer's text (core.decode.stops.TokenText) over a token -> bytes table:
+    tokens decode together as their bytes do, so a character split across tokens decodes whole."""
+    from specscope.core.decode.stops import TokenText
+
+    return TokenText(lambda ids: b"".join(table[int(t)] for t in ids).decode("utf-8", errors="replace"))
+
+
+def test_both_engines_stop_at_the_token_that_completes_a_split_character(pair, plain):
+    target, draft = pair
+    checked = across = 0
+    for a in range(2, BUDGET - 3, 3):
+        split = plain[a:a + 3]
+        if len(set(split)) < 3:
+            continue
+        table = {t: LETTERS[t % 26].encode() for t in range(64)}
+        table.update({split[0]: EMOJI[:2], split[1]: EMOJI[2:3], split[2]: EMOJI[3:]})
+        text = byte_level_text(table)
+        stop = text.joined(plain[a - 1:a]) + "😀"  # the character before, then the emoji
+        full = lambda n: b"".join(table[t] for t in plain[:n]).decode("utf-8", errors="replace")  # noqa: E731
+        expected = plain[: next(n for n in range(1, len(plain) + 1) if stop in full(n))]
+        stops = Stops(strings=(stop,))
+        ours = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=GREEDY, stops=stops,
+                                  token_piece=text).generate(PROMPT, BUDGET)
+        theirs = TransformersEngine(target, kind="assisted", draft=draft, k=3, sampling=GREEDY, stops=stops,
+                                    token_piece=text).generate(PROMPT, BUDGET)
+        assert ours.new_tokens == theirs.new_tokens == expected, a
+        assert ours.stop_reason == theirs.stop_reason == "stop"
+        for out in (ours, theirs):
+            assert "".join(p for r in out.rounds for p in r.pieces) == full(len(expected))
+            report = check_report(out.config, out.rounds, end=RunEnd("completed", "stop", len(out.new_tokens)))
+            assert [f for f in report.findings if f.rule != "acceptance-draw"] == [], [str(f) for f in report.findings]
+        starts = next(r.index for r in ours.rounds if r.emitted_before + len(r.emitted) > len(expected) - 3)
+        across += starts != ours.rounds[-1].index  # the character's first byte came in an earlier round
+        checked += 1
+    assert checked >= 3 and across >= 1, (checked, across)
+
+
+# ---------------------------------------------------------------- plain decoding with the same stops
+
+
+def test_plain_decoding_ends_at_the_same_stops_in_both_engines(pair, plain):
+    from specscope.core.decode.baseline import plain_generate
+
+    target, draft = pair
+    cases = [Stops(sequences=(tuple(plain[6:8]),)), Stops(strings=(text_of(plain[9:12])[1:],)),
+             Stops(sequences=(tuple(plain[20:21]),), strings=("zzzzzzzz",))]
+    for stops in cases:
+        reference = plain_generate(target, PROMPT, BUDGET, GREEDY, stops=stops, token_piece=piece)
+        assert reference.stop_reason == "stop" and len(reference.new_tokens) < BUDGET, stops
+        assert reference.new_tokens == plain[: len(reference.new_tokens)]
+        for kind in ("assisted", "lookup"):
+            engine = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops,
+                                        token_piece=piece)
+            assert engine.plain_generate(PROMPT, BUDGET) == engine.generate(PROMPT, BUDGET).new_tokens \
+                == reference.new_tokens, (kind, stops)
+    # sampled: the unrecorded generate() ends where the recorded one does, seed for seed
+    sampled = SamplingConfig(temperature=1.0, top_k=20)
+    engine = TransformersEngine(target, draft=draft, k=4, sampling=sampled, stops=Stops(strings=("aa", "cb")),
+                                token_piece=piece)
+    ends = [engine.generate(PROMPT[:3], BUDGET, seed=seed) for seed in range(4)]
+    assert [engine.plain_generate(PROMPT[:3], BUDGET, seed=seed) for seed in range(4)] == [e.new_tokens for e in ends]
+    assert sum(e.stop_reason == "stop" for e in ends) >= 2
+
+
+def test_plain_decoding_ends_at_any_of_several_eos_ids(pair, plain):
+    from specscope.core.decode.baseline import plain_generate
+
+    target, _ = pair
+    first = next(t for t in plain[8:] if t not in plain[:8])
+    eos = (next(t for t in range(64) if t not in plain), first)
+    out = plain_generate(target, PROMPT, BUDGET, GREEDY, eos_token_id=eos)
+    assert out.new_tokens == plain[: plain.index(first) + 1] and out.stop_reason == "eos"

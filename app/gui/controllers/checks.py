@@ -56,6 +56,7 @@ class CheckActions:
         and classify the first difference from the run's output as a near tie or a logic bug
         (core.check.diverge); the timeline jumps to it. Greedy runs only."""
         from specscope.core.check.diverge import diverge_report
+        from specscope.core.decode.stops import token_piece_function
 
         w = self.w
         title = "Compare with plain greedy"
@@ -73,7 +74,8 @@ class CheckActions:
         w.statusBar().showMessage("Decoding the prompt plainly with the target…")
         try:
             target, tokenizer = self._target_at(config.dtype)
-            found = diverge_report(config, self.rounds_for_checking(), target)
+            piece = token_piece_function(tokenizer) if tokenizer is not None else None  # the run's stop strings
+            found = diverge_report(config, self.rounds_for_checking(), target, token_piece=piece)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
             w.show_error(f"The comparison with plain greedy decoding failed: {exc}", title=title)
             return None
@@ -98,9 +100,11 @@ class CheckActions:
             target = copy.deepcopy(target).to(wanted)  # the hub's model stays as the run panel uses it
         return target, tokenizer
 
-    def set_findings(self, findings: Iterable[Any]) -> None:
-        """Show the checker's findings (objects/dicts with round, position, rule, message)."""
-        self.w.model.set_findings(findings)
+    def set_findings(self, findings: Iterable[Any], not_checked: dict[str, str] | None = None) -> None:
+        """Show the checker's findings (objects/dicts with round, position, rule, message) and
+        what it could not check (rule -> why; None: as before)."""
+        self.w.model.set_findings(findings, not_checked)
+        self.w.findings.set_not_checked(self.w.model.not_checked)
 
     def rounds_for_checking(self) -> list:
         return self.w.session.rounds_for_checking()
@@ -110,12 +114,14 @@ class CheckActions:
         if w.checker is None or not w.model.rounds or w.model.config is None:
             return
         try:
-            found = w.checker(w.model.config, self.rounds_for_checking())
+            report = w.checker(w.model.config, self.rounds_for_checking())
         except Exception as exc:  # noqa: BLE001
             log.exception("the checker failed")
             w.findings.set_error(str(exc))
             return
-        self.set_findings(found)
+        # a CheckReport (the default checker) says what it could not check; a plain list does not
+        found = list(getattr(report, "findings", report))
+        self.set_findings(found, dict(getattr(report, "not_checked", {})))
         if found:
             w.findings_dock.raise_()
             w.statusBar().showMessage(f"The checker found {len(found)} problem(s); see Findings.", 15000)

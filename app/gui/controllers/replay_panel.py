@@ -19,6 +19,21 @@ def engine_of_run(config: Any) -> str:
     return "transformers" if (config.proposer_params or {}).get("engine") == "transformers" else "specscope"
 
 
+def stop_texts(config: Any) -> dict[str, str]:
+    """The run panel's EOS and stop fields for a run: every EOS id (not only the first), its
+    stop strings and token sequences, written as the panel reads them (RunSettings.to_texts).
+    A trace that does not record its stops leaves the stop fields as they are."""
+    from specscope.app.gui.model.settings import RunSettings
+
+    ids = tuple(config.eos_token_ids) or (() if config.eos_token_id is None else (config.eos_token_id,))
+    texts = {"eos": ",".join(str(t) for t in ids) if ids else "none"}
+    if "stops" not in config.unrecorded:
+        written = RunSettings(stop_strings=tuple(config.stop_strings),
+                              stop_ids=tuple(tuple(s) for s in config.stop_ids)).to_texts()
+        texts.update(stop_strings=written["stop_strings"], stop_ids=written["stop_ids"])
+    return texts
+
+
 class ReplayPanel:
     def __init__(self, window: Any):
         self.w = window
@@ -48,7 +63,7 @@ class ReplayPanel:
         proposer = spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name)
         texts = {"engine": engine_of_run(cfg), "k": str(cfg.k), "temperature": f"{cfg.sampling.temperature:g}", "top_k": str(cfg.sampling.top_k),
                  "top_p": f"{cfg.sampling.top_p:g}", "seed": str(cfg.seed), "max_new_tokens": str(cfg.max_new_tokens),
-                 "eos": "none" if cfg.eos_token_id is None else str(cfg.eos_token_id)}
+                 **stop_texts(cfg)}
         if proposer:
             texts["proposer"] = proposer
         target = target_of_run(cfg.target_name)
@@ -98,4 +113,6 @@ class ReplayPanel:
             out.append(f"the target {cfg.target_name}")
         if spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name) is None:
             out.append(f"the proposer {cfg.draft_name or cfg.proposer}")
+        if "stops" in cfg.unrecorded:
+            out.append("the stops (the trace does not record them)")
         return out

@@ -243,6 +243,7 @@ class RunModel(QObject):
         self.wall_s: float | None = None
         self.source: str = ""  # "live", or the trace path being replayed
         self.findings: list[Any] = []
+        self.not_checked: dict[str, str] = {}  # rule -> why the checker could not run it
         self.selected: tuple[int, int] = (-1, -1)
         self.label: str = ""
         self.loader: Callable[[int], Round] | None = None
@@ -263,6 +264,7 @@ class RunModel(QObject):
         self.source = source
         self.label = label
         self.findings = []
+        self.not_checked = {}
         self.selected = (-1, -1)
         self.loader = None
         self._full = OrderedDict()
@@ -347,8 +349,12 @@ class RunModel(QObject):
             self.selected = (round_index, pos)
             self.selectionChanged.emit(round_index, pos)
 
-    def set_findings(self, findings: Iterable[Any]) -> None:
+    def set_findings(self, findings: Iterable[Any], not_checked: dict[str, str] | None = None) -> None:
+        """The checker's findings, and what it could not check (rule -> why; None: unchanged,
+        as when the recompute check adds its findings to the checker's)."""
         self.findings = list(findings)
+        if not_checked is not None:
+            self.not_checked = dict(not_checked)
         self.findingsChanged.emit()
 
     # -------------------------------------------------------------- reading

@@ -4,9 +4,12 @@ Takes any iterable of findings with `round`, `position` (output position), `rule
 `message` (attributes or dict keys; `node` = draft node and `severity` optional: the
 checker's "wrong output" or "wasted work", default wrong output), so the checker's Finding
 records plug in without adapters. Wrong output is listed first, then wasted work, each by
-root cause:
+root cause. What the checker could not check (CheckReport.not_checked: rule -> why, an
+optional field the trace did not record) is listed apart, greyed, under the table: those
+rules neither passed nor failed.
 
-    window.set_findings(check(rounds))          # or findings_widget.set_findings(...)
+    report = check_report(config, rounds)
+    findings_widget.set_findings(report.findings, not_checked=report.not_checked)
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetIte
 from specscope.core.check.checker import WASTED_WORK, WRONG_OUTPUT, group_findings
 
 _SEVERITY_COLOUR = {WRONG_OUTPUT: "#a0001e", WASTED_WORK: "#8a5a00"}
+_NOT_CHECKED_COLOUR = "#6e6e6e"  # grey: neither passed nor failed
 
 
 @dataclass(frozen=True)
@@ -95,20 +99,33 @@ class FindingsWidget(QWidget):
         self.detail.setWordWrap(True)
         self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.detail.setVisible(False)
+        # the rules the trace's fields did not allow, apart from the findings (not a pass)
+        self.not_checked_label = QLabel()
+        self.not_checked_label.setWordWrap(True)
+        self.not_checked_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.not_checked_label.setVisible(False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.status)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.detail)
+        layout.addWidget(self.not_checked_label)
         self.findings: list[Finding] = []
+        self.not_checked: dict[str, str] = {}
+        self._summary: tuple = (False, None, {}, [], [])  # what the status line says (set_findings)
         self.table.cellClicked.connect(self._activate)
         self.table.cellActivated.connect(self._activate)
         self.table.currentCellChanged.connect(self._current_changed)
 
-    def set_findings(self, findings: Iterable[Any] | None, checked: bool = True, fault: str | None = None) -> None:
+    def set_findings(self, findings: Iterable[Any] | None, checked: bool = True, fault: str | None = None,
+                     not_checked: dict[str, str] | None = None) -> None:
         """Wrong output, then wasted work; within each, root causes first: each cause, then
         (indented, dimmed) the findings that follow from it in later rounds. `fault`: the bug
-        the run was recorded with (a fault run)."""
+        the run was recorded with (a fault run). `not_checked`: rule -> why the checker could
+        not run it (CheckReport.not_checked), listed apart under the table; None leaves the
+        list as set_not_checked left it, and `checked=False` (no results yet) empties it."""
+        if not checked or not_checked is not None:
+            self._show_not_checked(not_checked if checked else None)
         every = [as_finding(f) for f in (findings or [])]
         by_severity = {s: group_findings([f for f in every if f.severity == s]) for s in (WRONG_OUTPUT, WASTED_WORK)}
         others = group_findings([f for f in every if f.severity not in by_severity])
@@ -131,6 +148,16 @@ class FindingsWidget(QWidget):
                     item.setForeground(QColor(_SEVERITY_COLOUR[f.severity]))
                 self.table.setItem(row, col, item)
         self._show_detail(self.table.currentRow())
+        self._summary = (checked, fault, by_severity, others, groups)
+        self._show_status()
+
+    def set_not_checked(self, not_checked: dict[str, str] | None) -> None:
+        """What the checker could not check (rule -> why), apart from the findings."""
+        self._show_not_checked(not_checked)
+        self._show_status()
+
+    def _show_status(self) -> None:
+        checked, fault, by_severity, others, groups = self._summary
         if not checked:
             self.status.setText("No checker results yet.")
         elif self.findings:
@@ -142,15 +169,32 @@ class FindingsWidget(QWidget):
                 parts.append(f"<b>{len(others)} other cause(s)</b>")
             first = min(g.cause.round for g in groups)
             self.status.setText(f"{', '.join(parts)}: first bad round {first}{tail} — click one to jump to its round")
+        elif self.not_checked:
+            self.status.setText(f"<span style='color:#007a4d'>✔ no findings in what the trace allows checking</span>; "
+                                f"{len(self.not_checked)} rule(s) not checked (below)")
         else:
             self.status.setText("<span style='color:#007a4d'>✔ no findings: every round passed the checks</span>")
         if checked and fault and not self.findings:  # (a flagged fault speaks for itself: the table keeps its room)
             self.status.setText(self.status.text() + "<br>" + fault_never_fired(fault))
 
+    def _show_not_checked(self, not_checked: dict[str, str] | None) -> None:
+        self.not_checked = dict(not_checked or {})
+        if not self.not_checked:
+            self.not_checked_label.clear()
+            self.not_checked_label.setVisible(False)
+            return
+        rows = "".join(f"<br>· <b>{html.escape(rule)}</b>: {html.escape(why)}" for rule, why in self.not_checked.items())
+        self.not_checked_label.setText(f"<span style='color:{_NOT_CHECKED_COLOUR}'><b>Not checked</b> "
+                                       f"({len(self.not_checked)}: neither passed nor failed){rows}</span>")
+        self.not_checked_label.setToolTip("Rules the checker could not run: the trace leaves out a field they need. "
+                                          "Unknown stays unknown; nothing is guessed.")
+        self.not_checked_label.setVisible(True)
+
     def set_error(self, message: str) -> None:
         self.findings = []
         self.table.setRowCount(0)
         self._show_detail(-1)
+        self._show_not_checked(None)
         self.status.setText(f"<span style='color:#a0001e'>checker failed: {message}</span>")
 
     def _current_changed(self, row: int, col: int, previous_row: int, previous_col: int) -> None:
