@@ -483,8 +483,15 @@ def save_head(head, config: dict, out: Path) -> int:
     weights = {name: (t.detach().to(torch.bfloat16) if t.is_floating_point() else t.detach()).contiguous()
                for name, t in head.state_dict().items()}
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "model.safetensors").chmod(0o644)  # save_file leaves it readable by its owner only
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return (out / "model.safetensors").stat().st_size
+
+
+def target_name(path: str) -> str:
+    """How the config names the target: the bundled one by its name, any other by its path."""
+    bundled = (REPO / "resources" / "models" / "target").resolve()
+    return "specscope/target" if Path(path).expanduser().resolve() == bundled else str(path)
 
 
 def parse_args(argv):
@@ -549,7 +556,7 @@ def main(argv: list[str] | None = None) -> dict:
     final = evals[-1]
     config["specscope"] = {
         "trained_by": "training/train_head.py" + (" --smoke" if args.smoke else ""),
-        "target": str(getattr(target.config, "_name_or_path", "") or args.target),
+        "target": target_name(args.target),
         "unroll_depth": cfg.depth,
         "accuracy_by_depth": final["all"],
         "heldout": {k: v for k, v in final.items() if k not in ("step", "all")},

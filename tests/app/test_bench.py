@@ -89,3 +89,13 @@ def test_lookup_prediction_uses_measured_drafted_count_and_search_time(models):
     assert 2.5 < draft["mean_drafted_per_round"] <= 3
     assert draft["predicted_speedup"] == pytest.approx(
         draft["expected_tokens_per_round"] / (draft["mean_drafted_per_round"] * draft["cost_c"] + draft["cost_v"]))
+
+
+def test_the_default_rows_run_the_bundled_head_only_on_a_target_it_fits(models):
+    from specscope.app.bench import default_specs
+    from specscope.core.loading import bundled_path, load_model
+
+    bundled = load_model(bundled_path("target"), device="cpu", dtype="float32")
+    assert default_specs(["small"], target=bundled) == ["draft:small", "lookup", "eagle3"]
+    assert default_specs(["small"], target=models[0]) == ["draft:small", "lookup"]  # another hidden size and vocabulary
+    assert default_specs(["small"], ["lookup:max_ngram=4"], target=bundled) == ["draft:small", "lookup:max_ngram=4"]

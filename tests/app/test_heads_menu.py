@@ -14,8 +14,11 @@ def test_each_head_kind_is_offered_with_the_checkpoint_field():
     choices = {c.spec: c.label for c in proposer_choices()}
     for kind in ("eagle", "eagle3", "medusa", "mtp"):
         assert choices[f"{kind}:{PATH_ARG}"] == f"{kind}: head checkpoint…"
-        assert kind not in choices  # a head without its checkpoint cannot run
-    assert not any(c.spec.startswith("eagle") for c in proposer_choices(with_checkpoint=False))
+    for kind in ("eagle", "medusa", "mtp"):
+        assert kind not in choices  # no head of these kinds ships: without a checkpoint it cannot run
+    assert choices["eagle3"] == "eagle3: the bundled target's head"
+    # the compare lanes (no checkpoint field) offer the bundled head only
+    assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == ["eagle3"]
 
 
 def test_the_checkpoint_field_names_the_head_folder(tmp_path):

@@ -52,6 +52,7 @@ def test_the_smoke_head_records_its_accuracy_and_is_stored_small(smoke_head, tra
     assert 1.0 <= record["heldout"]["greedy"]["accepted_length"] <= 1 + depth
     assert config["draft_vocab_size"] == train_head.SMOKE.draft_vocab < config["vocab_size"]
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 7]  # (2, L // 2, L - 1), L = 8
+    assert record["target"] == "specscope/target"  # the bundled target by name, not this machine's path
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         dtypes = {name: f.get_tensor(name).dtype for name in f.keys()}
     assert dtypes.pop("d2t") == torch.int64 and dtypes.pop("t2d") == torch.bool

@@ -296,6 +296,7 @@ class HeadDrafting(ProposerBase):
     def __init__(self, label: str):
         self.label = label
         self.spec = f"{self.name}:{label}"
+        self.hint = ""  # added to a TargetMismatch message (the bundled head: which target it is for)
         self.coupling: Any = None
         self._prompt_len = 0
         self.vocab_size = 0
@@ -362,10 +363,15 @@ class RecurrentHeadProposer(HeadDrafting):
         self._real = 0  # head cache entries built from the target's own features
 
     def target_features(self, target: nn.Module) -> tuple[int, ...]:
-        self.head.attach(target)
-        self.vocab_size = model_vocab_size(target)
-        check_width(self.name, "vocabulary", self.head.vocab_size, self.vocab_size)
-        return self.head.feature_layers(target_layers(target))
+        try:
+            self.head.attach(target)
+            self.vocab_size = model_vocab_size(target)
+            check_width(self.name, "vocabulary", self.head.vocab_size, self.vocab_size)
+            return self.head.feature_layers(target_layers(target))
+        except TargetMismatch as exc:
+            if not self.hint:
+                raise
+            raise TargetMismatch(f"{exc}; {self.hint}") from None
 
     def reset(self) -> None:
         super().reset()
