@@ -4,7 +4,7 @@ settings model the panel reads)."""
 
 from __future__ import annotations
 
-from specscope.app.gui.model.settings import PATH_ARG, RunSettings, checkpoint_of, proposer_choices, validate
+from specscope.app.gui.model.settings import PATH_ARG, RunSettings, checkpoint_of, proposer_choices, spec_of_run, validate
 
 from ..core.head_checkpoints import write_eagle3
 from ..tiny_models import tiny_lm
@@ -29,3 +29,10 @@ def test_the_checkpoint_field_names_the_head_folder(tmp_path):
     assert checkpoint_of(f"eagle3:{tmp_path}") == str(tmp_path)
     assert "checkpoint" in validate(dict(texts, checkpoint="")).errors
     assert "is not a folder" in validate(dict(texts, checkpoint=str(tmp_path / "nothing"))).errors["proposer"]
+
+
+def test_the_bundled_head_needs_no_checkpoint_and_reruns_from_a_trace():
+    result = validate(dict(RunSettings(prompt="1 2 3").to_texts(), proposer="eagle3"))
+    assert result.errors == {} and result.settings.proposer == "eagle3" and checkpoint_of("eagle3") is None
+    assert spec_of_run("eagle3", {"spec": "eagle3", "head": "bundled:eagle3-target"}, None) == "eagle3"
+    assert spec_of_run("eagle3", {"spec": "eagle3:/some/head"}, None) is None  # a folder's head is not the bundled one
