@@ -237,11 +237,13 @@ class Bench:
         """A Sample with the rounds reduced to their counts (the full vectors are dropped)."""
         target_lm = getattr(dec, "target_lm", None)
         draft_lm = getattr(getattr(dec, "proposer", None), "lm", None)
+        draft_s, draft_forwards = (draft_lm.forward_s, draft_lm.forwards) if draft_lm else (0.0, 0)
+        if getattr(target_lm, "hidden_layers", ()):  # a draft head: its propose calls are its forwards, one per token
+            draft_s, draft_forwards = sum(c.draft_s for c in tap.counts), sum(c.drafted for c in tap.counts)
         return Sample(
             result.new_tokens, wall,
             target_lm.forward_s if target_lm else 0.0, target_lm.forwards if target_lm else 0,
-            draft_lm.forward_s if draft_lm else 0.0, draft_lm.forwards if draft_lm else 0,
-            tap.counts, tap.stamps,
+            draft_s, draft_forwards, tap.counts, tap.stamps,
         )
 
     def _spec(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
