@@ -27,7 +27,7 @@ to s), on held-out text and on held-out greedy and sampled generations; and the 
 accepted length of a greedy chain of `depth` drafts on the held-out greedy generations
 (1 + the mean run of correct depths), which is what greedy speculative decoding accepts.
 
-    nice -n 10 python training/train_head.py --minutes 30            # the bundled target's head
+    nice -n 10 python training/train_head.py --minutes 26            # the bundled target's head
     python training/train_head.py --smoke --out /tmp/head             # about a minute
     python training/train_head.py --target PATH --out PATH --layers 2,10,21
 
