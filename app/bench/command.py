@@ -43,8 +43,9 @@ def add_bench_parser(subparsers: Any) -> None:
                    help="the chat prompts (resources/prompts/chat.json: chat, summary, code) through the target's "
                         "chat template, stopping at the end of its turn, instead of the code prompts")
     p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
-                   help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4; repeat "
-                        "for several (default: every registered kind that needs no model or head checkpoint, at its defaults)")
+                   help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4 or "
+                        "eagle3:PATH; repeat for several (default: every registered kind that needs no model, at its "
+                        "defaults, and the bundled target's head where it fits the target: eagle3)")
     p.add_argument("--tree", action="append", default=None, metavar="SPEC",
                    help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
                         "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)")
@@ -238,7 +239,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
              f"{settings['max_new']} tokens, {settings['reps']} repetitions")
         bench = Bench(target, drafts, prompt_ids, ks=settings["ks"], max_new=settings["max_new"], reps=settings["reps"],
                       sampling=sampling, eos=eos, device=device, include_transformers=not args.no_transformers,
-                      progress=_say, specs=default_specs(list(drafts), args.proposer) + trees, kinds=kinds,
+                      progress=_say, specs=default_specs(list(drafts), args.proposer, target) + trees, kinds=kinds,
                       warm_every_prompt=not args.quick)
         bench.run()
         results["modes"][mode] = bench.rows()

@@ -27,7 +27,8 @@ from specscope.core import SamplingConfig
 from specscope.core.decode.baseline import plain_generate
 from specscope.core.decode.factory import Models, RunSettings, build_decoder, check_positions
 from specscope.core.decode.kv import CachedLM
-from specscope.core.draft.registry import KINDS, SpecError, parse_spec
+from specscope.core.draft.proposers import TargetMismatch
+from specscope.core.draft.registry import KINDS, SpecError, build_proposer, parse_spec
 
 from .metrics import RoundCounts, counts_of
 
@@ -103,13 +104,24 @@ class _Tap:
         return handle.drain(note)
 
 
-def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None) -> list[str]:
+def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None, target: Any = None) -> list[str]:
     """The proposer specs a bench runs: every kind with a model over each named draft
     (draft:NAME), then `extra`, or else every registered kind at its defaults that needs no
-    model and no head checkpoint (a head kind has no default checkpoint yet)."""
+    model, and each head kind whose bundled head fits `target` (the bundled target's head:
+    a head kind without one needs a checkpoint folder)."""
     with_model = [f"{kind.name}:{name}" for kind in KINDS.values() if kind.needs_model for name in drafts]
     alone = [k.name for k in KINDS.values() if not k.needs_model and not k.takes_path]
-    return with_model + list(extra if extra is not None else alone)
+    heads = [k.name for k in KINDS.values() if k.bundled_head and target is not None and bundled_head_fits(k.name, target)]
+    return with_model + list(extra if extra is not None else alone + heads)
+
+
+def bundled_head_fits(kind: str, target: Any) -> bool:
+    """Whether the head kind's bundled head can serve this target (hidden size, vocabulary, layers)."""
+    try:
+        build_proposer(kind).target_features(target)
+    except (SpecError, TargetMismatch):
+        return False
+    return True
 
 
 def method_name(spec: str) -> str:
@@ -151,7 +163,7 @@ class Bench:
         self.sampling, self.eos, self.device, self.seed = sampling, eos, device, seed
         self.progress = progress or (lambda msg: None)
         self.warm_prompts = self.prompts if warm_every_prompt else self.prompts[:1]
-        self.specs = list(specs) if specs is not None else default_specs(list(drafts))
+        self.specs = list(specs) if specs is not None else default_specs(list(drafts), target=target)
         self._prefill_lms: dict[str, CachedLM] = {}
         self.methods: list[Method] = [Method("plain (KV cache)", "plain", None, self._plain)]
         for k in self.ks:
@@ -225,11 +237,13 @@ class Bench:
         """A Sample with the rounds reduced to their counts (the full vectors are dropped)."""
         target_lm = getattr(dec, "target_lm", None)
         draft_lm = getattr(getattr(dec, "proposer", None), "lm", None)
+        draft_s, draft_forwards = (draft_lm.forward_s, draft_lm.forwards) if draft_lm else (0.0, 0)
+        if getattr(target_lm, "hidden_layers", ()):  # a draft head: its propose calls are its forwards, one per token
+            draft_s, draft_forwards = sum(c.draft_s for c in tap.counts), sum(c.drafted for c in tap.counts)
         return Sample(
             result.new_tokens, wall,
             target_lm.forward_s if target_lm else 0.0, target_lm.forwards if target_lm else 0,
-            draft_lm.forward_s if draft_lm else 0.0, draft_lm.forwards if draft_lm else 0,
-            tap.counts, tap.stamps,
+            draft_s, draft_forwards, tap.counts, tap.stamps,
         )
 
     def _spec(self, spec: str, k: int) -> Callable[[list[int]], Sample]:

@@ -11,6 +11,7 @@ A spec is a short string, and it is what a trace records as the run's proposer:
     draft:tree=dynamic:nodes=16,depth=5,topk=4
     eagle:PATH          a draft head on the target's hidden states, from its checkpoint folder
     eagle3:PATH         (EAGLE, EAGLE-3, Medusa, MTP: core.draft.heads, docs/heads.md)
+    eagle3              the bundled target's trained EAGLE-3 head (resources/models/eagle3-target)
     medusa:PATH
     mtp:PATH
 
@@ -81,6 +82,7 @@ class ProposerKind:
     # checks a spec's parameters as `build` would, without building (raises SpecError); the
     # settings check uses it instead of a build that imports torch (the window validates before torch loads)
     check: Callable[[ProposerSpec], None] | None = None
+    bundled_head: str | None = None  # a head kind's checkpoint when the spec names none (resources/models/NAME)
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -206,18 +208,54 @@ register(ProposerKind(
 ))
 
 
+def _refuse_unnamed_head(spec: ProposerSpec) -> None:
+    if spec.arg is None and KINDS[spec.kind].bundled_head is None:
+        shipped = ", ".join(k.name for k in KINDS.values() if k.bundled_head) or "none"
+        raise SpecError(f"{spec.kind} needs a head checkpoint: write {spec.kind}:PATH, a folder in the "
+                        f"{HEAD_FORMATS[spec.kind]} format (specscope ships a trained head for: {shipped})")
+
+
 def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
+    _refuse_unnamed_head(spec)
     from specscope.core.draft.heads import LOADERS
 
-    if spec.arg is None:
-        raise SpecError(f"{spec.kind} needs a head checkpoint: write {spec.kind}:PATH, a folder in the "
-                        f"{HEAD_FORMATS[spec.kind]} format (no trained head ships with specscope yet)")
+    bundled = KINDS[spec.kind].bundled_head
     try:
-        return LOADERS[spec.kind](spec.arg)
-    except ValueError as exc:  # HeadFormatError: its message names the kind
+        if spec.arg is not None:
+            return LOADERS[spec.kind](spec.arg)
+        return _bundled_head(spec.kind, bundled)
+    except ValueError as exc:  # HeadFormatError, CheckpointError: their messages name the kind
         raise SpecError(str(exc)) from None
 
 
+def _check_head(spec: ProposerSpec) -> None:
+    """What the settings check can say without torch: a head named nowhere, or a checkpoint
+    folder that is missing or has no readable config.json (the weights are checked on load)."""
+    from specscope.core.draft.head_folders import head_folder, read_config
+
+    _refuse_unnamed_head(spec)
+    if spec.arg is None:
+        return
+    try:
+        read_config(head_folder(spec.arg, spec.kind), spec.kind)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _bundled_head(kind: str, name: str) -> Proposer:
+    """The head specscope ships for its bundled target, labelled by its name; a target it
+    does not fit is refused with a hint to name a checkpoint."""
+    from specscope.core.draft.heads import LOADERS
+    from specscope.core.loading.models import bundled_head_path
+
+    proposer = LOADERS[kind](bundled_head_path(name))
+    proposer.label = f"bundled:{name}"
+    proposer.hint = f"the bundled {kind} head is the bundled target's: for another target write {kind}:PATH"
+    return proposer
+
+
+# The heads trained for the bundled target (training/train_head.py), by kind: resources/models/NAME.
+BUNDLED_HEADS = {"eagle3": "eagle3-target"}
 HEAD_FORMATS = {
     "eagle": "EAGLE repository's",
     "eagle3": "EAGLE-3 (EAGLE repository, SpecForge)",
@@ -230,4 +268,7 @@ for _kind, _summary in (
     ("medusa", "Medusa heads: K residual heads on the target's last feature, one token position each (k <= K)"),
     ("mtp", "MTP module (DeepSeek-V3 style): normed embedding + hidden state, one layer, the target's head"),
 ):
-    register(ProposerKind(_kind, f"{_summary} ({_kind}:PATH, a head checkpoint folder)", _build_head, takes_path=True))
+    bundled = BUNDLED_HEADS.get(_kind)
+    usage = f"{_kind}:PATH, a head checkpoint folder" + (f"; {_kind} alone: the bundled target's head" if bundled else "")
+    register(ProposerKind(_kind, f"{_summary} ({usage})", _build_head, takes_path=True, bundled_head=bundled,
+                          check=_check_head))

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 BUNDLED_DRAFTS = ("small", "tiny")
 # Drafts bundled for a fetchable target (core.loading.catalog's default_draft), by folder name.
 BUNDLED_REAL_DRAFTS = ("smollm2-draft",)
+# Draft heads trained for the bundled target (core.draft.registry's BUNDLED_HEADS), by folder name.
+BUNDLED_HEADS = ("eagle3-target",)
 BUNDLED_PREFIX = "specscope/"  # config._name_or_path of bundled models: "specscope/target", ...
 _TARGET_ALIASES = {"target", "bundled", "specscope/target", "bundled:target"}
 
@@ -88,6 +90,16 @@ def bundled_path(name: str) -> Path:
     path = models_dir() / key
     if not (path / "config.json").is_file() and key != "tokenizer":
         raise CheckpointError(f"the bundled model {key!r} is missing from {path} (is the package installed with its resources?)")
+    return path
+
+
+def bundled_head_path(name: str) -> Path:
+    """Folder of a bundled draft head (config.json and its weights)."""
+    if name not in BUNDLED_HEADS:
+        raise ValueError(f"unknown bundled head {name!r}: choose {', '.join(repr(h) for h in BUNDLED_HEADS)}")
+    path = models_dir() / name
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"the bundled head {name!r} is missing from {path} (is the package installed with its resources?)")
     return path
 
 

@@ -89,3 +89,29 @@ def test_lookup_prediction_uses_measured_drafted_count_and_search_time(models):
     assert 2.5 < draft["mean_drafted_per_round"] <= 3
     assert draft["predicted_speedup"] == pytest.approx(
         draft["expected_tokens_per_round"] / (draft["mean_drafted_per_round"] * draft["cost_c"] + draft["cost_v"]))
+
+
+def test_the_default_rows_run_the_bundled_head_only_on_a_target_it_fits(models):
+    from specscope.app.bench import default_specs
+    from specscope.core.loading import bundled_path, load_model
+
+    bundled = load_model(bundled_path("target"), device="cpu", dtype="float32")
+    assert default_specs(["small"], target=bundled) == ["draft:small", "lookup", "eagle3"]
+    assert default_specs(["small"], target=models[0]) == ["draft:small", "lookup"]  # another hidden size and vocabulary
+    assert default_specs(["small"], ["lookup:max_ngram=4"], target=bundled) == ["draft:small", "lookup:max_ngram=4"]
+
+
+def test_a_heads_propose_calls_are_its_draft_time_not_orchestration(models, tmp_path):
+    from ..core.head_checkpoints import write_eagle3
+
+    target, _ = models
+    write_eagle3(tmp_path / "head", target, draft_vocab=target.config.vocab_size - 3, layers=(0, 1, 1))  # 2 layers
+    bench = Bench(target, {}, PROMPTS, ks=[3], max_new=8, reps=1, sampling=SamplingConfig(temperature=0), eos=None,
+                  device=torch.device("cpu"), include_transformers=False, specs=[f"eagle3:{tmp_path / 'head'}"])
+    bench.run()
+    head = bench.methods[1]
+    sample = head.samples[0][0]
+    assert sample.draft_forwards == sum(r.drafted for r in sample.rounds) > 0
+    assert sample.draft_forward_s == pytest.approx(sum(r.draft_s for r in sample.rounds)) and sample.draft_forward_s > 0
+    row = next(r for r in bench.rows() if r["method"] == head.name)
+    assert row["draft_forward_share"] > 0 and row["cost_c"] > 0

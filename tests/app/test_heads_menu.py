@@ -4,7 +4,7 @@ settings model the panel reads)."""
 
 from __future__ import annotations
 
-from specscope.app.gui.model.settings import PATH_ARG, RunSettings, checkpoint_of, proposer_choices, validate
+from specscope.app.gui.model.settings import PATH_ARG, RunSettings, checkpoint_of, proposer_choices, spec_of_run, validate
 
 from ..core.head_checkpoints import write_eagle3
 from ..tiny_models import tiny_lm
@@ -14,8 +14,11 @@ def test_each_head_kind_is_offered_with_the_checkpoint_field():
     choices = {c.spec: c.label for c in proposer_choices()}
     for kind in ("eagle", "eagle3", "medusa", "mtp"):
         assert choices[f"{kind}:{PATH_ARG}"] == f"{kind}: head checkpoint…"
-        assert kind not in choices  # a head without its checkpoint cannot run
-    assert not any(c.spec.startswith("eagle") for c in proposer_choices(with_checkpoint=False))
+    for kind in ("eagle", "medusa", "mtp"):
+        assert kind not in choices  # no head of these kinds ships: without a checkpoint it cannot run
+    assert choices["eagle3"] == "eagle3: the bundled target's head"
+    # the compare lanes (no checkpoint field) offer the bundled head only
+    assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == ["eagle3"]
 
 
 def test_the_checkpoint_field_names_the_head_folder(tmp_path):
@@ -26,3 +29,10 @@ def test_the_checkpoint_field_names_the_head_folder(tmp_path):
     assert checkpoint_of(f"eagle3:{tmp_path}") == str(tmp_path)
     assert "checkpoint" in validate(dict(texts, checkpoint="")).errors
     assert "is not a folder" in validate(dict(texts, checkpoint=str(tmp_path / "nothing"))).errors["proposer"]
+
+
+def test_the_bundled_head_needs_no_checkpoint_and_reruns_from_a_trace():
+    result = validate(dict(RunSettings(prompt="1 2 3").to_texts(), proposer="eagle3"))
+    assert result.errors == {} and result.settings.proposer == "eagle3" and checkpoint_of("eagle3") is None
+    assert spec_of_run("eagle3", {"spec": "eagle3", "head": "bundled:eagle3-target"}, None) == "eagle3"
+    assert spec_of_run("eagle3", {"spec": "eagle3:/some/head"}, None) is None  # a folder's head is not the bundled one

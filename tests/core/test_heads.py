@@ -204,12 +204,20 @@ def one_line(exc) -> str:
     return text
 
 
-@pytest.mark.parametrize("kind", sorted(WRITERS))
+@pytest.mark.parametrize("kind", sorted(set(WRITERS) - {"eagle3"}))
 def test_a_spec_without_a_path_asks_for_a_head_checkpoint(kind):
     with pytest.raises(SpecError) as exc:
         build_proposer(kind)
-    assert f"{kind} needs a head checkpoint" in one_line(exc)
+    assert f"{kind} needs a head checkpoint" in one_line(exc) and "trained head for: eagle3" in one_line(exc)
     assert parse_spec(f"{kind}:/some/folder").arg == "/some/folder"
+
+
+def test_eagle3_without_a_path_is_the_bundled_targets_head_and_refuses_another_target(target):
+    proposer = build_proposer("eagle3")
+    assert proposer.spec == "eagle3" and proposer.params() == {"head": "bundled:eagle3-target"}
+    with pytest.raises(TargetMismatch) as exc:
+        SpeculativeDecoder(target, proposer, k=3)
+    assert "the bundled eagle3 head is the bundled target's: for another target write eagle3:PATH" in one_line(exc)
 
 
 def test_wrong_formats_are_refused_in_one_line(target, tmp_path):
@@ -281,8 +289,10 @@ def test_the_cli_runs_a_head_spec(tmp_path, capsys):
     import json
 
     assert json.loads(head_out)["new_tokens"] == json.loads(capsys.readouterr().out)["new_tokens"]
-    assert main(args + ["--proposer", "eagle3"]) != 0
-    assert "eagle3 needs a head checkpoint" in capsys.readouterr().err
+    assert main(args + ["--proposer", "medusa"]) != 0
+    assert "medusa needs a head checkpoint" in capsys.readouterr().err
+    assert main(args + ["--proposer", "eagle3"]) != 0  # the bundled head, for the bundled target only
+    assert "for another target write eagle3:PATH" in capsys.readouterr().err
 
 
 def test_a_proposer_asking_for_a_layer_the_target_lacks_is_refused(small_vocab_target):

@@ -99,11 +99,14 @@ def test_bundled_tiny_and_target_alone(offline):
 
 
 def test_bundled_weights_fit_the_budget():
-    """The bundled target and its drafts within 30 MB; the SmolLM2 draft (issue 29) within
-    25 MB on its own, tokenizer and log included."""
-    toy = sum(p.stat().st_size for p in loading.models_dir().glob("*/*.safetensors")
-              if p.parent.name not in loading.BUNDLED_REAL_DRAFTS)
+    """The bundled target, its drafts and its EAGLE-3 head (issue 30) within 30 MB, the head
+    within 5 MB of it; the SmolLM2 draft (issue 29) within 25 MB on its own, tokenizer and
+    log included."""
+    weights = {p.parent.name: p.stat().st_size for p in loading.models_dir().glob("*/*.safetensors")}
+    toy = sum(size for name, size in weights.items() if name not in loading.BUNDLED_REAL_DRAFTS)
+    assert {"target", "draft-small", "draft-tiny", *loading.BUNDLED_HEADS} <= set(weights)
     assert 0 < toy <= 30_000_000
+    assert all(0 < weights[head] <= 5_000_000 for head in loading.BUNDLED_HEADS)
     for name in loading.BUNDLED_REAL_DRAFTS:
         folder = loading.models_dir() / name
         assert 0 < sum(p.stat().st_size for p in folder.iterdir()) <= 25 * 2**20, name

@@ -56,11 +56,14 @@ def _defaults(kind: ProposerKind) -> str:
 
 def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True) -> list[ProposerChoice]:
     """What a proposer menu offers, from the registry: for a kind with a model, the bundled
-    drafts, (optionally) token trees of the first one and a local checkpoint; one entry, with
-    its defaults, per other kind. The run panel has its own tree fields (with_trees=False)."""
+    drafts, (optionally) token trees of the first one and a local checkpoint; for a head kind,
+    the bundled target's head where one ships and (optionally) a head checkpoint; one entry,
+    with its defaults, per other kind. The run panel has its own tree fields (with_trees=False)."""
     out: list[ProposerChoice] = []
     for kind in KINDS.values():
         if kind.takes_path:  # a draft head: its checkpoint folder is the checkpoint field
+            if kind.bundled_head:
+                out.append(ProposerChoice(kind.name, f"{kind.name}: the bundled target's head"))
             if with_checkpoint:
                 out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", f"{kind.name}: head checkpoint…"))
             continue
@@ -140,6 +143,8 @@ def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None
     except SpecError:
         return None
     kind = KINDS[spec.kind]
+    if kind.takes_path and spec.arg is not None:  # a head from a checkpoint folder (not the bundled one)
+        return None
     if kind.needs_model:
         name = (spec.arg or draft_name or "").removeprefix("specscope/").removeprefix("draft-")
         given = {**spec.params, **(params or {})}  # a tree run's params name its tree and children

@@ -27,6 +27,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.sampling.device import draft_distribution, sample_from_torch
@@ -34,33 +35,9 @@ from specscope.core.sampling.reference import SamplingConfig
 from specscope.core.sampling.row_ops import row_argmax
 
 
-class HeadFormatError(ValueError):
-    """A head checkpoint that is not in the format its kind reads; one line says why."""
-
-
 # ---------------------------------------------------------------------------- checkpoints
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-
-
-def head_folder(path: str | Path, kind: str) -> Path:
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise HeadFormatError(f"{kind}: {path} is not a folder (a {kind} head is a folder: config.json and its weights)")
-    return folder
-
-
-def read_config(folder: Path, kind: str) -> dict[str, Any]:
-    file = folder / "config.json"
-    if not file.is_file():
-        raise HeadFormatError(f"{kind}: {folder} has no config.json")
-    try:
-        config = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
-        raise HeadFormatError(f"{kind}: {file} is not valid JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise HeadFormatError(f"{kind}: {file} does not hold a JSON object")
-    return config
 
 
 def read_weights(folder: Path, kind: str, names: Sequence[str] = WEIGHT_FILES) -> dict[str, torch.Tensor]:
@@ -296,6 +273,7 @@ class HeadDrafting(ProposerBase):
     def __init__(self, label: str):
         self.label = label
         self.spec = f"{self.name}:{label}"
+        self.hint = ""  # added to a TargetMismatch message (the bundled head: which target it is for)
         self.coupling: Any = None
         self._prompt_len = 0
         self.vocab_size = 0
@@ -362,10 +340,15 @@ class RecurrentHeadProposer(HeadDrafting):
         self._real = 0  # head cache entries built from the target's own features
 
     def target_features(self, target: nn.Module) -> tuple[int, ...]:
-        self.head.attach(target)
-        self.vocab_size = model_vocab_size(target)
-        check_width(self.name, "vocabulary", self.head.vocab_size, self.vocab_size)
-        return self.head.feature_layers(target_layers(target))
+        try:
+            self.head.attach(target)
+            self.vocab_size = model_vocab_size(target)
+            check_width(self.name, "vocabulary", self.head.vocab_size, self.vocab_size)
+            return self.head.feature_layers(target_layers(target))
+        except TargetMismatch as exc:
+            if not self.hint:
+                raise
+            raise TargetMismatch(f"{exc}; {self.hint}") from None
 
     def reset(self) -> None:
         super().reset()

@@ -1,0 +1,86 @@
+"""Acceptance of the bundled EAGLE-3 head against the bundled drafts, on every bundled example
+prompt: mean accepted length per proposer (all prompts, and per prompt kind), and for each
+proposer the acceptance at each draft depth given that the depth was tested (accepted /
+tested), the number the head's config records as its held-out accuracy per depth
+(`specscope.accuracy_by_depth`, measured on its training distribution): where they differ,
+the head serves text it was not trained on.
+
+Acceptance does not depend on the machine's speed, so this runs on a loaded machine too
+(the bench measures the speed). Greedy is deterministic; T=1 uses the given seed.
+
+    .venv/bin/python scripts/measure_head.py --threads 1 --k 4 --max-new 128
+    .venv/bin/python scripts/measure_head.py --proposers eagle3,draft:small --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+
+import torch
+
+from specscope.core import SamplingConfig
+from specscope.core.decode.factory import Models, RunSettings, build_decoder
+from specscope.core.loading import bundled_head_path, example_prompts, load_bundled
+
+
+def measure(models: Models, spec: str, prompts, k: int, max_new: int, temperature: float, seed: int) -> dict:
+    """Rounds that drafted, over every prompt: accepted lengths by kind, tested and accepted by depth."""
+    settings = RunSettings(proposer=spec, k=k, temperature=temperature, seed=seed, max_new_tokens=max_new)
+    decoder = build_decoder(settings, models)
+    lengths: dict[str, list[int]] = defaultdict(list)
+    tested, accepted = [0] * k, [0] * k
+    for prompt in prompts:
+        ids = models.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+        rounds = []
+        decoder.start(ids, max_new).drain(rounds.append)  # the result keeps no rounds
+        for rnd in rounds:
+            if not rnd.nodes:
+                continue
+            statuses = [n.status for n in rnd.nodes]
+            hits = statuses.count("accepted")
+            lengths[prompt.kind].append(hits + 1)
+            for depth, status in enumerate(statuses[:k]):
+                if status in ("accepted", "rejected"):
+                    tested[depth] += 1
+                    accepted[depth] += status == "accepted"
+    every = [n for values in lengths.values() for n in values]
+    return {"mean_accepted_length": round(sum(every) / len(every), 3), "rounds": len(every),
+            "by_kind": {kind: round(sum(v) / len(v), 3) for kind, v in lengths.items()},
+            "acceptance_by_depth": [round(a / t, 3) if t else None for a, t in zip(accepted, tested)],
+            "tested_by_depth": tested}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--proposers", default="eagle3,draft:small,draft:tiny")
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    pair = load_bundled("small", device="cpu")
+    drafts = {"small": pair.draft, "tiny": load_bundled("tiny", device="cpu").draft}
+    prompts = example_prompts()
+    record = json.loads((bundled_head_path("eagle3-target") / "config.json").read_text())["specscope"]
+    out = {"k": args.k, "max_new": args.max_new, "prompts": [p.name for p in prompts],
+           "head_accuracy_by_depth": record["accuracy_by_depth"], "modes": {}}
+    for mode, temperature in (("greedy", 0.0), ("T=1", 1.0)):
+        rows = {}
+        for spec in args.proposers.split(","):
+            name = spec.partition(":")[2] or None
+            models = Models(pair.target, draft=drafts.get(name), draft_name=name, tokenizer=pair.tokenizer)
+            rows[spec] = measure(models, spec, prompts, args.k, args.max_new, temperature, args.seed)
+            if not args.json:
+                print(f"{mode} {spec}: {json.dumps(rows[spec])}", flush=True)
+        out["modes"][mode] = rows
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

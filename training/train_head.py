@@ -1,0 +1,581 @@
+"""Train an EAGLE-3 draft head on a local target's hidden states (issue 30).
+
+Data (offline): windows of the CPython standard library's .py files, split by file exactly
+as training/train_models.py splits them (the bundled target never saw the held-out files),
+and the target's own continuations of prompts cut from the same files, greedy and sampled
+at temperature 1. One pass of the target over every sequence caches what training needs:
+the chosen layers' features (bfloat16) and the target's top-K next-token log-probabilities;
+the target is not run again while the head trains.
+
+The head is core/draft/heads/eagle3.py's module, trained as it serves: three layers' features
+concatenated and fused by `fc`, one decoder layer over [norm(embedding); norm(feature)], its
+own norm and lm_head over a reduced draft vocabulary (the target ids with the most
+probability mass under the target's own next-token distributions on the training data; d2t,
+t2d). The target's embedding is shared and frozen; lm_head and norm start from the target's.
+
+Training-time test (EAGLE-3): each step unrolls the head `depth` times. Depth 0 reads the
+target's features at every position; depth s reads the head's own output of depth s - 1 and
+the next token, at rotary position j + s, attending to the depth-0 entries up to its anchor j
+and to its own chain's deeper entries: exactly what the serving proposer computes when it
+drafts s tokens past the committed context. The loss at depth s is KL(p || q) between the
+target's distribution at position j + s + 1 and the head's, coarsened to the target's top-K
+tokens inside the draft vocabulary plus one bucket for the rest, weighted `decay`**s.
+
+Held-out measures, written into the head's config.json ("specscope" block): per depth s, the
+fraction of positions where the head's argmax equals the target's (given correct inputs up
+to s), on held-out text and on held-out greedy and sampled generations; and the expected
+accepted length of a greedy chain of `depth` drafts on the held-out greedy generations
+(1 + the mean run of correct depths), which is what greedy speculative decoding accepts.
+
+    nice -n 10 python training/train_head.py --minutes 26            # the bundled target's head
+    python training/train_head.py --smoke --out /tmp/head             # about a minute
+    python training/train_head.py --target PATH --out PATH --layers 2,10,21
+
+Output (--out, default resources/models/eagle3-target): config.json and model.safetensors
+in the EAGLE-3 format core/draft/heads/eagle3.py reads (bfloat16 weights; d2t int64, t2d
+bool), train_log.txt and training.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_models as tm  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 1234
+    layers: tuple[int, ...] | None = None  # target hidden-state indices; None: (2, L // 2, L - 1)
+    draft_vocab: int = 3072
+    intermediate: int | None = None  # the head's MLP width; None: the target's
+    heldout_percent: int = 3  # train_models.py's split: the bundled target's held-out files
+    max_files: int | None = None  # every n-th stdlib file only (smoke runs)
+    seq_len: int = 256
+    text_windows: int = 768  # training windows of seq_len tokens
+    heldout_text_windows: int = 48
+    gen_prompt_len: int = 64  # generations: prompt + continuation = seq_len tokens
+    gen_prompts: int = 384  # training continuations, half greedy, half sampled at T = 1
+    heldout_gen_prompts: int = 48
+    gen_batch: int = 32
+    top_k: int = 16  # target tokens kept per position (plus a rest bucket)
+    depth: int = 4  # training-time-test unroll
+    decay: float = 0.8  # loss weight of depth s: decay ** s
+    batch: int = 8
+    steps: int = 20_000  # in practice --minutes ends training
+    lr: float = 3e-3
+    warmup: int = 50
+    log_every: int = 25
+    eval_every: int = 250
+    threads: int = 1
+
+
+SMOKE = replace(Config(), max_files=80, draft_vocab=1024, seq_len=64, text_windows=48, heldout_text_windows=4, gen_prompt_len=16,
+                gen_prompts=8, heldout_gen_prompts=4, gen_batch=8, depth=3, batch=4, steps=40, warmup=5,
+                log_every=10, eval_every=20)
+
+
+# ---------------------------------------------------------------------------- the cache
+
+
+@dataclass
+class Cached:
+    """Sequences with what training reads: tokens (N, T), features (N, T, 3, H) bfloat16, the
+    target's top-K ids (N, T, K) int16 and log-probabilities float16, `valid` (N, T): the
+    positions whose next-token distribution is a label (a generation's positions after its
+    EOS are padding), and `first` (N,): the first position whose next token was generated
+    (0 for text)."""
+
+    tokens: torch.Tensor
+    features: torch.Tensor
+    top_ids: torch.Tensor
+    top_logp: torch.Tensor
+    valid: torch.Tensor
+    first: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def rows(self, index) -> "Cached":
+        return Cached(*(t[index] for t in (self.tokens, self.features, self.top_ids, self.top_logp, self.valid,
+                                           self.first)))
+
+    @staticmethod
+    def join(parts: list["Cached"]) -> "Cached":
+        return Cached(*(torch.cat(ts) for ts in zip(*((p.tokens, p.features, p.top_ids, p.top_logp, p.valid, p.first)
+                                                        for p in parts))))
+
+
+@torch.no_grad()
+def cache_sequences(target, layers: tuple[int, ...], tokens: torch.Tensor, valid: torch.Tensor, first: torch.Tensor,
+                    top_k: int, batch: int, log=None) -> Cached:
+    """One float32 forward of the target per batch of sequences: features and top-K."""
+    feats, ids, logps = [], [], []
+    t0 = time.perf_counter()
+    for b in range(0, len(tokens), batch):
+        if log is not None and b and (b // batch) % 8 == 0:
+            log(f"  {b}/{len(tokens)} sequences through the target, {time.perf_counter() - t0:.0f}s")
+        out = target(input_ids=tokens[b:b + batch], output_hidden_states=True, use_cache=False)
+        feats.append(torch.stack([out.hidden_states[i] for i in layers], dim=2).to(torch.bfloat16))
+        v, i = F.log_softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
+        ids.append(i.to(torch.int16))
+        logps.append(v.to(torch.float16))
+    return Cached(tokens, torch.cat(feats), torch.cat(ids), torch.cat(logps), valid, first)
+
+
+def text_windows(stream: np.ndarray, n: int, seq_len: int, rng: np.random.Generator | None) -> torch.Tensor:
+    """n windows of the token stream: random starts, or evenly spaced ones without an rng."""
+    span = len(stream) - seq_len
+    starts = rng.integers(0, span, size=n) if rng is not None else np.linspace(0, span, num=n, dtype=np.int64)
+    return torch.from_numpy(np.stack([stream[s:s + seq_len] for s in starts]).astype(np.int64))
+
+
+@torch.no_grad()
+def generate(target, prompts: torch.Tensor, new: int, sample: bool, eos: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's continuations of equal-length prompts (no padding needed): (tokens, valid).
+    A continuation that emits EOS ends there: later positions are padding, not labels."""
+    from transformers import GenerationConfig
+
+    pure = {"temperature": 1.0, "top_k": 0, "top_p": 1.0} if sample else {}  # T = 1, nothing cut (None means 50)
+    gen = GenerationConfig(do_sample=sample, max_new_tokens=new, eos_token_id=eos, pad_token_id=eos, **pure)
+    width = prompts.shape[1]
+    tokens = torch.full((len(prompts), width + new), eos, dtype=torch.long)
+    for b in range(0, len(prompts), batch):
+        rows = target.generate(input_ids=prompts[b:b + batch], attention_mask=torch.ones_like(prompts[b:b + batch]),
+                               generation_config=gen)
+        tokens[b:b + len(rows), :rows.shape[1]] = rows  # a batch that all ended early is shorter: EOS-padded
+    valid = torch.ones_like(tokens, dtype=torch.bool)
+    for r in range(len(tokens)):
+        ends = (tokens[r, width:] == eos).nonzero()
+        if len(ends):  # the EOS position itself is no label (nothing follows EOS in a run)
+            valid[r, width + int(ends[0]):] = False
+    return tokens, valid
+
+
+def build_cache(target, tok, cfg: Config, layers: tuple[int, ...], log) -> tuple[Cached, dict[str, Cached], dict]:
+    """Training sequences (text and generations, shuffled) and the held-out sets by name."""
+    root = tm.stdlib_root()
+    files = tm.list_stdlib_files(root)
+    if cfg.max_files:
+        files = files[:: max(1, len(files) // cfg.max_files)][: cfg.max_files]
+    train_files, held_files = tm.split_files(files, cfg.heldout_percent)
+    if not held_files:  # a small subset: hold out its last file
+        train_files, held_files = train_files[:-1], train_files[-1:]
+    rng = np.random.default_rng(cfg.seed)
+    train_ids = tm.encode_corpus(tok, [tm.read_text(root, f) for f in train_files])
+    held_ids = tm.encode_corpus(tok, [tm.read_text(root, f) for f in held_files])
+    log(f"data: {len(train_files)} training files ({len(train_ids)} tokens), {len(held_files)} held-out files "
+        f"({len(held_ids)} tokens) from {root}")
+    eos = tok.eos_token_id
+    new = cfg.seq_len - cfg.gen_prompt_len
+
+    def text(stream, n, random):
+        t0 = time.perf_counter()
+        tokens = text_windows(stream, n, cfg.seq_len, rng if random else None)
+        ones = torch.ones_like(tokens, dtype=torch.bool)
+        out = cache_sequences(target, layers, tokens, ones, torch.zeros(n, dtype=torch.long), cfg.top_k, cfg.gen_batch, log)
+        log(f"cached {n} text windows ({n * cfg.seq_len} tokens) in {time.perf_counter() - t0:.0f}s")
+        return out
+
+    def continuations(stream, n, sample, random):
+        t0 = time.perf_counter()
+        prompts = text_windows(stream, n, cfg.gen_prompt_len, rng if random else None)
+        tokens, valid = generate(target, prompts, new, sample, eos, cfg.gen_batch)
+        first = torch.full((n,), cfg.gen_prompt_len - 1, dtype=torch.long)
+        out = cache_sequences(target, layers, tokens, valid, first, cfg.top_k, cfg.gen_batch)
+        log(f"cached {n} {'sampled' if sample else 'greedy'} continuations ({int(valid[:, cfg.gen_prompt_len:].sum())} "
+            f"generated tokens before EOS) in {time.perf_counter() - t0:.0f}s")
+        return out
+
+    half, held_half = cfg.gen_prompts // 2, cfg.heldout_gen_prompts // 2
+    train = Cached.join([text(train_ids, cfg.text_windows, True), continuations(train_ids, half, False, True),
+                         continuations(train_ids, cfg.gen_prompts - half, True, True)])
+    train = train.rows(torch.from_numpy(rng.permutation(len(train))))
+    held = {"text": text(held_ids, cfg.heldout_text_windows, False),
+            "greedy": continuations(held_ids, held_half, False, False),
+            "sampled": continuations(held_ids, cfg.heldout_gen_prompts - held_half, True, False)}
+    prov = {"source": "CPython standard library (.py files), train_models.py's split", "stdlib_path": str(root),
+            "python_version": platform.python_version(), "heldout_percent": cfg.heldout_percent,
+            "train_files": len(train_files), "heldout_files": len(held_files),
+            "file_list_sha256": tm.provenance(root, files, train_files, held_files)["file_list_sha256"]}
+    return train, held, prov
+
+
+# ---------------------------------------------------------------------------- the head
+
+
+def choose_draft_vocab(train: Cached, vocab: int, size: int) -> torch.Tensor:
+    """The `size` target ids with the most probability mass in the target's top-K
+    distributions over the training positions, ascending (EAGLE-3 takes the most frequent
+    tokens of its training data; the mass also counts what sampling draws)."""
+    ids = train.top_ids[train.valid].long().reshape(-1)
+    mass = torch.zeros(vocab, dtype=torch.float64).index_add_(0, ids, train.top_logp[train.valid].double().exp().reshape(-1))
+    return torch.sort(torch.topk(mass, min(size, vocab)).indices).values
+
+
+def default_layers(target_layers: int) -> tuple[int, int, int]:
+    """Low, middle and the deepest layer input EAGLE-3's format can name (the published
+    (2, L // 2, L - 3) reads nothing of the top three layers; on an 8-layer target that is
+    most of the depth)."""
+    return (min(2, target_layers - 1), target_layers // 2, target_layers - 1)
+
+
+def head_config(target, cfg: Config, layers: tuple[int, ...], draft_vocab: int) -> dict:
+    t = target.config.get_text_config()
+    hidden = int(t.hidden_size)
+    heads = int(t.num_attention_heads)
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+        "hidden_size": hidden, "target_hidden_size": hidden,
+        "intermediate_size": int(cfg.intermediate or t.intermediate_size),
+        "num_attention_heads": heads, "num_key_value_heads": int(getattr(t, "num_key_value_heads", None) or heads),
+        "head_dim": int(getattr(t, "head_dim", None) or hidden // heads), "num_hidden_layers": 1,
+        "vocab_size": int(target.get_output_embeddings().weight.shape[0]), "draft_vocab_size": draft_vocab,
+        "rms_norm_eps": float(t.rms_norm_eps), "max_position_embeddings": int(t.max_position_embeddings),
+        "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(layers)},
+    }
+    rope = getattr(t, "rope_parameters", None)
+    if rope:
+        config["rope_parameters"] = dict(rope)
+    return config
+
+
+def new_head(target, config: dict, vocab_ids: torch.Tensor):
+    """An Eagle3Head (the serving module) with lm_head and norm from the target's."""
+    from specscope.core.draft.heads.base import llama_config
+    from specscope.core.draft.heads.eagle3 import Eagle3Head, layer_ids
+
+    head = Eagle3Head(llama_config(config, "eagle3"), own_embedding=False, layers=layer_ids(config))
+    with torch.no_grad():
+        head.d2t.copy_(vocab_ids - torch.arange(len(vocab_ids)))
+        head.t2d.zero_().index_fill_(0, vocab_ids, True)
+        head.lm_head.weight.copy_(target.get_output_embeddings().weight[vocab_ids])
+        final_norm = getattr(getattr(target, "model", None), "norm", None)
+        if final_norm is not None and final_norm.weight.shape == head.norm.weight.shape:
+            head.norm.weight.copy_(final_norm.weight)
+    head.attach(target)
+    return head
+
+
+def unroll(head, embed, features: torch.Tensor, tokens: torch.Tensor, depth: int) -> list[torch.Tensor]:
+    """The head's outputs (B, n, H) at depths 0..depth-1 for every anchor j = 0..n-1 (n = T - 1):
+    depth s reads token x_{j+s+1} at rotary position j + s and attends to the depth-0 entries
+    0..j and its own chain's entries of depths 1..s, as RecurrentHeadProposer.propose does.
+    features: (B, T, 3H); tokens: (B, T). Tokens past the end are id 0 (their outputs are
+    masked by the caller)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    layer = head.midlayer
+    attn = layer.self_attn
+    b, t = tokens.shape
+    n = t - 1
+    nh, nkv, d = attn.heads, attn.kv_heads, attn.head_dim
+    padded = torch.cat([tokens, tokens.new_zeros(b, depth)], dim=1)
+    hidden = head.fc(features[:, :n])
+    causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
+    real_k = real_v = None
+    chain_k: list[torch.Tensor] = []
+    chain_v: list[torch.Tensor] = []
+    outs = []
+    for s in range(depth):
+        x = torch.cat([layer.input_layernorm(embed(padded[:, s + 1:s + 1 + n]).to(hidden.dtype)),
+                       layer.hidden_norm(hidden)], dim=-1)
+        q = attn.q_proj(x).view(b, n, nh, d).transpose(1, 2)
+        k = attn.k_proj(x).view(b, n, nkv, d).transpose(1, 2)
+        v = attn.v_proj(x).view(b, n, nkv, d).transpose(1, 2)
+        positions = (torch.arange(n, device=tokens.device) + s)[None].expand(b, n)
+        q, k = apply_rotary_pos_emb(q, k, *head.rope(hidden, positions))
+        k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
+        if s == 0:
+            real_k, real_v = k, v
+            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+        else:
+            chain_k.append(k)
+            chain_v.append(v)
+            scale = 1.0 / math.sqrt(d)
+            to_real = (q @ real_k.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))  # (B, h, n, n)
+            to_chain = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale  # (B, h, n, s)
+            weights = torch.softmax(torch.cat([to_real, to_chain], dim=-1).float(), dim=-1).to(q.dtype)
+            mixed = weights[..., :n] @ real_v + (weights[..., n:, None] * torch.stack(chain_v, dim=-2)).sum(-2)
+        out = hidden + attn.o_proj(mixed.transpose(1, 2).reshape(b, n, nh * d))
+        hidden = out + layer.mlp(layer.post_attention_layernorm(out))
+        outs.append(hidden)
+    return outs
+
+
+def depth_labels(batch: Cached, s: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Depth s's labels for anchors 0..n-1: the target's top-K at position j + s + 1, and
+    whether that position exists and is a label."""
+    pos = torch.arange(n) + s + 1
+    inside = pos < batch.tokens.shape[1]
+    pos = pos.clamp(max=batch.tokens.shape[1] - 1)
+    mask = batch.valid[:, pos] & inside[None]
+    return batch.top_ids[:, pos].long(), batch.top_logp[:, pos].float(), mask
+
+
+def coarse_kl(logits: torch.Tensor, top_ids: torch.Tensor, top_logp: torch.Tensor, to_draft: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) per row, p = the target's top-K inside the draft vocabulary plus one bucket
+    for the rest of its mass, q = the head's distribution coarsened the same way."""
+    log_q = F.log_softmax(logits.float(), dim=-1)
+    draft_ids = to_draft[top_ids]
+    inside = draft_ids >= 0
+    lq_top = log_q.gather(-1, draft_ids.clamp(min=0))
+    p_top = top_logp.exp() * inside
+    p_rest = (1 - p_top.sum(-1)).clamp_min(1e-6)
+    q_rest = (1 - (lq_top.exp() * inside).sum(-1)).clamp_min(1e-6)
+    return (p_top * (top_logp - lq_top)).sum(-1) + p_rest * (p_rest.log() - q_rest.log())
+
+
+def losses(head, embed, batch: Cached, cfg: Config, to_draft: torch.Tensor):
+    """Per depth: (mean coarse KL, correct argmax count, label count); the weighted loss."""
+    features = batch.features.flatten(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        outs = unroll(head, embed, features, batch.tokens, cfg.depth)
+    n = batch.tokens.shape[1] - 1
+    total, stats = 0.0, []
+    for s, hidden in enumerate(outs):
+        ids, logp, mask = depth_labels(batch, s, n)
+        logits = head.lm_head(head.norm(hidden.float()))
+        kl = coarse_kl(logits[mask], ids[mask], logp[mask], to_draft)
+        correct = (head.draft_to_target[logits[mask].argmax(-1)] == ids[mask][:, 0]).sum()
+        total = total + cfg.decay ** s * kl.mean()
+        stats.append((kl.mean().detach(), int(correct), int(mask.sum())))
+    return total, stats
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def evaluate(head, embed, held: dict[str, Cached], cfg: Config, to_draft: torch.Tensor) -> dict:
+    """Held-out per-depth accuracy (head argmax == target argmax) per set, the coarse KL, and
+    on the greedy generations the expected accepted length of a greedy chain of cfg.depth."""
+    head.eval()
+    result: dict = {}
+    for name, data in held.items():
+        correct = np.zeros(cfg.depth)
+        count = np.zeros(cfg.depth)
+        kl_sum = 0.0
+        runs, anchors = 0.0, 0
+        for b in range(0, len(data), cfg.batch):
+            batch = data.rows(slice(b, b + cfg.batch))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                outs = unroll(head, embed, batch.features.flatten(2), batch.tokens, cfg.depth)
+            n = batch.tokens.shape[1] - 1
+            hits = []
+            for s, hidden in enumerate(outs):
+                ids, logp, mask = depth_labels(batch, s, n)
+                logits = head.lm_head(head.norm(hidden.float()))
+                hit = head.draft_to_target[logits.argmax(-1)] == ids[..., 0]
+                correct[s] += float((hit & mask).sum())
+                count[s] += float(mask.sum())
+                if s == 0:
+                    kl_sum += float(coarse_kl(logits[mask], ids[mask], logp[mask], to_draft).sum())
+                hits.append(hit & mask)
+            if name == "greedy":  # anchors whose next token was generated and whose whole chain is labelled
+                _, _, last = depth_labels(batch, cfg.depth - 1, n)
+                anchor = (torch.arange(n)[None] >= batch.first[:, None]) & last
+                run = torch.cumprod(torch.stack(hits, -1).float(), dim=-1).sum(-1)
+                runs += float(run[anchor].sum())
+                anchors += int(anchor.sum())
+        result[name] = {"accuracy_by_depth": [round(float(c / max(1.0, m)), 4) for c, m in zip(correct, count)],
+                        "kl_depth0": round(kl_sum / max(1.0, count[0]), 4), "positions": int(count[0])}
+        if name == "greedy":
+            result[name]["accepted_length"] = round(1 + runs / max(1, anchors), 4)
+            result[name]["chains"] = anchors
+    weights = {name: r["positions"] for name, r in result.items()}
+    total = sum(weights.values())
+    result["all"] = [round(sum(result[nm]["accuracy_by_depth"][s] * w for nm, w in weights.items()) / max(1, total), 4)
+                     for s in range(cfg.depth)]
+    head.train()
+    return result
+
+
+def coverage(held: dict[str, Cached], vocab_ids: torch.Tensor, vocab: int) -> float:
+    """Fraction of held-out positions whose target argmax the draft vocabulary holds."""
+    inside = torch.zeros(vocab, dtype=torch.bool).index_fill_(0, vocab_ids, True)
+    hits = total = 0
+    for data in held.values():
+        top1 = data.top_ids[..., 0].long()[data.valid]
+        hits += int(inside[top1].sum())
+        total += int(top1.numel())
+    return round(hits / max(1, total), 4)
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def lr_factor(step: int, progress: float, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def train(head, embed, data: Cached, held: dict[str, Cached], cfg: Config, to_draft: torch.Tensor, log,
+          minutes: float | None) -> list[dict]:
+    """AdamW on the depth-weighted coarse KL until cfg.steps or the wall-clock budget, whichever
+    ends first (the cosine schedule follows whichever is further used)."""
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    rng = np.random.default_rng([cfg.seed, 7])
+    start = time.perf_counter()
+    budget = minutes * 60 if minutes else None
+    evals = []
+    running = np.zeros((cfg.depth, 3))
+    done = 0
+    for step in range(cfg.steps):
+        progress = step / cfg.steps
+        if budget is not None:
+            used = time.perf_counter() - start
+            if used >= budget:
+                log(f"step {step}: time budget of {minutes} min reached")
+                break
+            progress = max(progress, used / budget)
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * lr_factor(step, progress, cfg.warmup)
+        batch = data.rows(torch.from_numpy(rng.choice(len(data), size=cfg.batch, replace=False)))
+        loss, stats = losses(head, embed, batch, cfg, to_draft)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        done = step + 1
+        running += np.array([[kl.item(), c, m] for kl, c, m in stats])
+        if (step + 1) % cfg.log_every == 0:
+            n = cfg.log_every
+            acc = " ".join(f"{c / max(1, m):.3f}" for _, c, m in running)
+            kls = " ".join(f"{kl / n:.3f}" for kl, _, _ in running)
+            log(f"step {step + 1}: KL by depth {kls}; accuracy by depth {acc}; lr {opt.param_groups[0]['lr']:.2e}; "
+                f"{(time.perf_counter() - start) / (step + 1):.2f}s/step")
+            running[:] = 0
+        if (step + 1) % cfg.eval_every == 0:
+            evals.append({"step": step + 1, **evaluate(head, embed, held, cfg, to_draft)})
+            log(f"step {step + 1}: held-out {json.dumps(evals[-1])}")
+    if not evals or evals[-1]["step"] != done:
+        evals.append({"step": done, **evaluate(head, embed, held, cfg, to_draft)})
+        log(f"step {done}: held-out {json.dumps(evals[-1])}")
+    return evals
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def save_head(head, config: dict, out: Path) -> int:
+    """config.json and model.safetensors in the EAGLE-3 format; the weights' bytes."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {name: (t.detach().to(torch.bfloat16) if t.is_floating_point() else t.detach()).contiguous()
+               for name, t in head.state_dict().items()}
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "model.safetensors").chmod(0o644)  # save_file leaves it readable by its owner only
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return (out / "model.safetensors").stat().st_size
+
+
+def target_name(path: str) -> str:
+    """How the config names the target: the bundled one by its name, any other by its path."""
+    bundled = (REPO / "resources" / "models" / "target").resolve()
+    return "specscope/target" if Path(path).expanduser().resolve() == bundled else str(path)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=str(REPO / "resources" / "models" / "target"),
+                    help="the target checkpoint folder (default: the bundled target)")
+    ap.add_argument("--out", type=Path, default=REPO / "resources" / "models" / "eagle3-target")
+    ap.add_argument("--smoke", action="store_true", help="a small cache and a few steps (about a minute)")
+    ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of the training loop")
+    ap.add_argument("--layers", help="three target hidden-state indices, e.g. 2,4,7 (default: 2, L//2, L-1)")
+    for name in ("draft_vocab", "depth", "steps", "batch", "text_windows", "gen_prompts", "threads", "seq_len",
+                 "eval_every", "seed"):
+        ap.add_argument("--" + name.replace("_", "-"), type=int)
+    ap.add_argument("--lr", type=float)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    cfg = SMOKE if args.smoke else Config()
+    cfg = replace(cfg, **{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__ and v is not None
+                          and k != "layers"})
+    from specscope.core.loading import load_model, load_tokenizer
+    from specscope.core.loading.errors import CheckpointError
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    try:
+        target = load_model(args.target, device="cpu", dtype="float32", role="target")
+        tok = load_tokenizer(args.target)
+    except CheckpointError as exc:
+        raise SystemExit(f"train_head: {exc}") from None
+    target_layers = int(target.config.get_text_config().num_hidden_layers)
+    layers = tuple(int(v) for v in args.layers.split(",")) if args.layers else default_layers(target_layers)
+    if len(layers) != 3 or not all(0 <= i < target_layers for i in layers):
+        raise SystemExit(f"train_head: --layers needs three indices in 0..{target_layers - 1} (the inputs of the "
+                         f"target's layers), got {layers}")
+    cfg = replace(cfg, layers=layers)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    log = tm.Log(out / "train_log.txt")
+    t_start = time.perf_counter()
+    log(f"train_head ({'smoke' if args.smoke else 'full'}): target {args.target}, python {platform.python_version()}, "
+        f"torch {torch.__version__}, threads {cfg.threads}; config {json.dumps(asdict(cfg))}")
+
+    data, held, prov = build_cache(target, tok, cfg, layers, log)
+    vocab = int(target.get_output_embeddings().weight.shape[0])
+    vocab_ids = choose_draft_vocab(data, vocab, cfg.draft_vocab)
+    to_draft = torch.full((vocab,), -1, dtype=torch.long).index_copy_(0, vocab_ids, torch.arange(len(vocab_ids)))
+    cover = coverage(held, vocab_ids, vocab)
+    log(f"cache: {len(data)} training sequences of {cfg.seq_len} tokens, {data.features.numel() * 2 / 1e6:.0f} MB of "
+        f"features; draft vocabulary {len(vocab_ids)} of {vocab} ids holds {cover:.1%} of the held-out target argmaxes")
+    config = head_config(target, cfg, layers, len(vocab_ids))
+    torch.manual_seed(cfg.seed + 1)
+    head = new_head(target, config, vocab_ids).train()
+    embed = target.get_input_embeddings()
+    n_params = sum(p.numel() for p in head.parameters())
+    log(f"head: {n_params / 1e6:.2f}M parameters, layers {layers}, depth {cfg.depth}")
+    t_train = time.perf_counter()
+    evals = train(head, embed, data, held, cfg, to_draft, log, args.minutes)
+    train_s = time.perf_counter() - t_train
+    final = evals[-1]
+    config["specscope"] = {
+        "trained_by": "training/train_head.py" + (" --smoke" if args.smoke else ""),
+        "target": target_name(args.target),
+        "unroll_depth": cfg.depth,
+        "accuracy_by_depth": final["all"],
+        "heldout": {k: v for k, v in final.items() if k not in ("step", "all")},
+        "draft_vocab_coverage": cover,
+        "steps": final["step"],
+    }
+    weight_bytes = save_head(head, config, out)
+    total = time.perf_counter() - t_start
+    log(f"done in {total / 60:.1f} min ({train_s / 60:.1f} min training); weights {weight_bytes / 1e6:.2f} MB; "
+        f"held-out accuracy by depth {final['all']}")
+    summary = {"mode": "smoke" if args.smoke else "full", "config": asdict(cfg), "data": prov,
+               "draft_vocab_coverage": cover, "params": n_params, "evals": evals, "train_s": round(train_s, 1),
+               "total_s": round(total, 1), "weight_bytes": weight_bytes,
+               "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                            "transformers": __import__("transformers").__version__}}
+    (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    log.close()
+    return summary
+
+
+if __name__ == "__main__":
+    main()
