@@ -234,3 +234,45 @@ def test_a_value_that_asks_for_its_own_key_while_being_made_does_not_hang():
     asker.start()
     asker.join(10)
     assert got == ["inner"]
+
+
+CLOSE_DURING_LOAD = r"""
+import gc, threading
+from PySide6.QtCore import QCoreApplication
+from specscope.app.gui.sessions.hub import ModelHub
+from specscope.app.gui.sessions.worker import RunController
+
+app = QCoreApplication([])
+started, release = threading.Event(), threading.Event()
+
+class SlowHub(ModelHub):
+    def detect_devices(self):
+        return ["cpu"]
+    def target(self, device, name=""):
+        started.set()
+        release.wait(20)  # a model load nothing can interrupt
+        raise RuntimeError("load abandoned")
+
+controller = RunController(SlowHub(prefer_bundled=False))
+controller.preload("cpu")
+assert started.wait(20)
+controller.close(timeout_ms=200)
+del controller
+gc.collect()
+print("survived the close", flush=True)
+from specscope.app.gui.sessions import worker
+release.set()  # the load ends; the kept thread then finishes (the app itself ends with os._exit)
+assert all(thread.wait(20000) for thread, _ in worker._STILL_RUNNING)
+"""
+
+
+def test_closing_while_the_worker_is_still_loading_does_not_abort_the_process(tmp_path):
+    """A window closed during a model load that outlasted the close's wait destroyed the
+    running QThread: Qt aborted the process (the clean-clone CI under load, SIGABRT)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CLOSE_DURING_LOAD], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "survived the close" in done.stdout

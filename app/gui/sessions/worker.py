@@ -303,6 +303,10 @@ class DecodeWorker(QObject):
         self._close_all("cancelled")
 
 
+# Decoder threads that did not stop when their controller closed (RunController.close).
+_STILL_RUNNING: list[tuple[QThread, QObject]] = []
+
+
 class RunController(QObject):
     """GUI-thread handle on a DecodeWorker living in its own QThread."""
 
@@ -380,4 +384,8 @@ class RunController(QObject):
         self._shutdown.emit()
         self.thread.quit()
         if not self.thread.wait(timeout_ms):
-            log.warning("the decoder thread did not stop within %d ms", timeout_ms)
+            # Still inside a model load or torch's import, which nothing can interrupt. Keep the
+            # thread and its worker referenced for the life of the process: a QThread destroyed
+            # while running aborts the interpreter (the window's quit ends the process anyway).
+            log.warning("the decoder thread did not stop within %d ms; it is left to finish", timeout_ms)
+            _STILL_RUNNING.append((self.thread, self.worker))
