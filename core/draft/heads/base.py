@@ -315,6 +315,11 @@ class HeadDrafting(ProposerBase):
         ValueError (one line) for a spec or mode the draft model would refuse too."""
         self.tree, self.children = tree_options(tree, children)
 
+    @property
+    def tree_children(self) -> str | None:
+        """A tree draft's children mode (None for a chain): what the verifier and the checker read."""
+        return None if self.tree is None else self.children
+
     def params(self) -> dict[str, Any]:
         trees = {"tree": str(self.tree), "children": self.children} if self.tree is not None else {}
         return {"head": self.label, **trees}
@@ -362,9 +367,9 @@ def tree_draft(growth: Any, kept: list[int], sampling: SamplingConfig, children:
 
 
 def make_draft(tokens: list[int], qs: list[torch.Tensor], draws: list[float], forwards: int,
-               before: int | None, peak: int | None) -> Draft:
+               before: int | None, peak: int | None, children: str | None = None) -> Draft:
     return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=torch.stack(qs) if qs else None,
-                 forwards=forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(draws))
+                 forwards=forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(draws), children=children)
 
 
 class RecurrentHeadProposer(HeadDrafting):
@@ -401,7 +406,7 @@ class RecurrentHeadProposer(HeadDrafting):
         """A chain of k tokens, or with a tree, a tree at most k deep."""
         before = self.head.length
         if self._feature_end == 0:  # the prefill round: the target has read nothing yet
-            return make_draft([], [], [], 0, before, before)
+            return make_draft([], [], [], 0, before, before, self.tree_children)
         hidden = self._feed_real(context)
         if self.tree is not None:
             return self._propose_tree(hidden, context, k, sampling, rng, before)
