@@ -7,9 +7,9 @@ under the tree mask (core.draft.heads.trees).
 
 The negative control runs the same head and seeds with the tree verifier's stale residual
 (core.verify.tree.STALE_RESIDUAL: a rejected sibling leaves p' as it was, so the next
-sibling is judged against the un-updated target row), which the test must reject. Sizes:
-see SAMPLES and CONTROL_SAMPLES (both measured; the whole file runs in well under a minute
-on two workers)."""
+sibling is judged against the un-updated target row), which the test must reject. Measured (Dec 3 2026, two workers on a 2-core machine at load
+average 7): the correct decoder p = 0.53 on 1,000 seeds and 0.60 on these 600; the stale
+residual p = 2e-14 on these 200 seeds (1e-53 on 600); the file ran in 53 s."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from .chi_square import count_outputs, fit_pvalue, stat_models
 from .head_checkpoints import write_eagle3
 from .test_distribution import ALPHA, LENGTH, PROMPT, exact_distribution
 
-SAMPLES = 1000
-CONTROL_SAMPLES = 600
+SAMPLES = 600
+CONTROL_SAMPLES = 200
 SAMPLING = SamplingConfig(temperature=1.0)
 TREE = "2,2"
 
