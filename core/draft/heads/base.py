@@ -29,9 +29,9 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 
 from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.heads.trees import HeadGrowth, TreeAttention
+from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents
 from specscope.core.draft.tree_draft import finish, grow_dynamic, grow_static
 from specscope.core.draft.trees import tree_options
-from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.sampling.device import draft_distribution, sample_from_torch
 from specscope.core.sampling.reference import SamplingConfig

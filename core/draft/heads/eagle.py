@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specscope.core.draft.heads.trees import TreeAttention
 from specscope.core.draft.heads.base import (
     HeadFormatError,
     HeadLayer,
@@ -36,6 +35,7 @@ from specscope.core.draft.heads.base import (
     share_embedding,
     target_hidden_size,
 )
+from specscope.core.draft.heads.trees import TreeAttention
 
 
 class EagleHead(RecurrentHead):

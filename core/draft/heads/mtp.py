@@ -26,7 +26,6 @@ import torch
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from specscope.core.draft.heads.trees import TreeAttention
 from specscope.core.draft.heads.base import (
     HeadFormatError,
     HeadLayer,
@@ -42,6 +41,7 @@ from specscope.core.draft.heads.base import (
     target_hidden_size,
     target_layers,
 )
+from specscope.core.draft.heads.trees import TreeAttention
 from specscope.core.draft.proposers import TargetMismatch
 
 
