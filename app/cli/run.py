@@ -42,7 +42,7 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
                    help="torch CPU threads for decoding (default: all cores but one, up to 8 cores)")
     p.add_argument("--tree", default=None, metavar="SPEC",
                    help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
-                        "dynamic:nodes=16,depth=5,topk=4 (shorthand for --proposer draft:tree=SPEC)")
+                        "dynamic:nodes=16,depth=5,topk=4 (shorthand for the spec's tree=SPEC: a draft model or a draft head)")
     p.add_argument("--children", default=None, choices=("topk", "sampled", "distinct"),
                    help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
                         "(without replacement)")

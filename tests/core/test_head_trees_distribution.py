@@ -7,9 +7,10 @@ under the tree mask (core.draft.heads.trees).
 
 The negative control runs the same head and seeds with the tree verifier's stale residual
 (core.verify.tree.STALE_RESIDUAL: a rejected sibling leaves p' as it was, so the next
-sibling is judged against the un-updated target row), which the test must reject. Measured (Dec 3 2026, two workers on a 2-core machine at load
-average 7): the correct decoder p = 0.53 on 1,000 seeds and 0.60 on these 600; the stale
-residual p = 2e-14 on these 200 seeds (1e-53 on 600); the file ran in 53 s."""
+sibling is judged against the un-updated target row), which the test must reject.
+Measured (Dec 3 2026, two workers on a 2-core machine at load average 7): the correct
+decoder p = 0.53 on 1,000 seeds and 0.60 on these 600; the stale residual p = 2e-14 on these
+200 seeds (1e-53 on 600); the file ran in 53 s."""
 
 from __future__ import annotations
 
