@@ -157,6 +157,17 @@ def test_the_head_cache_keeps_what_a_chain_keeps_and_the_trace_checks_clean(kind
     assert report.findings == [] and not report.not_checked, [str(f) for f in report.findings[:3]]
 
 
+@pytest.mark.parametrize("tree, children", [(STATIC, "sampled"), (DYNAMIC, "topk")])
+def test_a_tree_run_without_target_cache_gives_the_same_output(tree, children, small_vocab_target, tmp_path):
+    spec = tree_spec("eagle3", tmp_path, small_vocab_target, tree, children)
+    for temperature in (0.0, 1.0):
+        cfg = SamplingConfig(temperature=temperature)
+        runs = [SpeculativeDecoder(small_vocab_target, build_proposer(spec), sampling=cfg, seed=4, use_cache=cache)
+                .generate(PROMPT, 20) for cache in (True, False)]
+        assert runs[0].new_tokens == runs[1].new_tokens
+        assert [len(r.nodes) for r in runs[0].rounds] == [len(r.nodes) for r in runs[1].rounds]
+
+
 def test_tree_parameters_of_the_head_kinds():
     for kind in ("eagle", "eagle3", "medusa", "mtp"):
         assert KINDS[kind].param("tree") is not None and KINDS[kind].param("children").default == "topk"
