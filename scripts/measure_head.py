@@ -10,6 +10,9 @@ Acceptance does not depend on the machine's speed, so this runs on a loaded mach
 
     .venv/bin/python scripts/measure_head.py --threads 1 --k 4 --max-new 128
     .venv/bin/python scripts/measure_head.py --proposers eagle3,draft:small --json
+    .venv/bin/python scripts/measure_head.py --proposer eagle3 --proposer "eagle3,tree=dynamic:nodes=16,depth=5,topk=4"
+
+A tree's "by depth" counts every node tried at that depth (siblings too).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 
 from specscope.core import SamplingConfig
 from specscope.core.decode.factory import Models, RunSettings, build_decoder
+from specscope.core.draft.registry import parse_spec
 from specscope.core.loading import bundled_head_path, example_prompts, load_bundled
 
 
@@ -30,7 +34,8 @@ def measure(models: Models, spec: str, prompts, k: int, max_new: int, temperatur
     settings = RunSettings(proposer=spec, k=k, temperature=temperature, seed=seed, max_new_tokens=max_new)
     decoder = build_decoder(settings, models)
     lengths: dict[str, list[int]] = defaultdict(list)
-    tested, accepted = [0] * k, [0] * k
+    tested: dict[int, int] = defaultdict(int)
+    accepted: dict[int, int] = defaultdict(int)
     for prompt in prompts:
         ids = models.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
         rounds = []
@@ -38,23 +43,25 @@ def measure(models: Models, spec: str, prompts, k: int, max_new: int, temperatur
         for rnd in rounds:
             if not rnd.nodes:
                 continue
-            statuses = [n.status for n in rnd.nodes]
-            hits = statuses.count("accepted")
+            hits = [n.status for n in rnd.nodes].count("accepted")
             lengths[prompt.kind].append(hits + 1)
-            for depth, status in enumerate(statuses[:k]):
-                if status in ("accepted", "rejected"):
-                    tested[depth] += 1
-                    accepted[depth] += status == "accepted"
+            for node in rnd.nodes:
+                if node.status in ("accepted", "rejected"):
+                    tested[node.depth] += 1
+                    accepted[node.depth] += node.status == "accepted"
     every = [n for values in lengths.values() for n in values]
     return {"mean_accepted_length": round(sum(every) / len(every), 3), "rounds": len(every),
             "by_kind": {kind: round(sum(v) / len(v), 3) for kind, v in lengths.items()},
-            "acceptance_by_depth": [round(a / t, 3) if t else None for a, t in zip(accepted, tested)],
-            "tested_by_depth": tested}
+            "acceptance_by_depth": [round(accepted[d] / tested[d], 3) if tested[d] else None
+                                    for d in range(1, max(tested, default=0) + 1)],
+            "tested_by_depth": [tested[d] for d in range(1, max(tested, default=0) + 1)]}
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--proposers", default="eagle3,draft:small,draft:tiny")
+    ap.add_argument("--proposers", default="eagle3,draft:small,draft:tiny", help="comma-separated specs without commas")
+    ap.add_argument("--proposer", action="append", default=None, metavar="SPEC",
+                    help="one spec (a tree's has commas); repeat for several; replaces --proposers")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
@@ -70,8 +77,9 @@ def main(argv: list[str] | None = None) -> dict:
            "head_accuracy_by_depth": record["accuracy_by_depth"], "modes": {}}
     for mode, temperature in (("greedy", 0.0), ("T=1", 1.0)):
         rows = {}
-        for spec in args.proposers.split(","):
-            name = spec.partition(":")[2] or None
+        for spec in args.proposer or args.proposers.split(","):
+            parsed = parse_spec(spec)
+            name = parsed.arg if parsed.kind == "draft" else None
             models = Models(pair.target, draft=drafts.get(name), draft_name=name, tokenizer=pair.tokenizer)
             rows[spec] = measure(models, spec, prompts, args.k, args.max_new, temperature, args.seed)
             if not args.json:

@@ -42,7 +42,7 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
                    help="torch CPU threads for decoding (default: all cores but one, up to 8 cores)")
     p.add_argument("--tree", default=None, metavar="SPEC",
                    help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
-                        "dynamic:nodes=16,depth=5,topk=4 (shorthand for --proposer draft:tree=SPEC)")
+                        "dynamic:nodes=16,depth=5,topk=4 (shorthand for the spec's tree=SPEC: a draft model or a draft head)")
     p.add_argument("--children", default=None, choices=("topk", "sampled", "distinct"),
                    help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
                         "(without replacement)")
@@ -160,13 +160,16 @@ def _target_default_draft(target: str | None) -> str | None:
 
 
 def _fold_tree_flags(args: argparse.Namespace, spec: Any, text: str) -> Any:
-    """--tree and --children set the draft spec's tree and children (a conflict is a CliError)."""
+    """--tree and --children set the spec's tree and children, for a kind that drafts trees (a
+    draft model, a draft head); a conflict is a CliError."""
+    from specscope.core.draft.registry import KINDS
+
     flags = {param: getattr(args, param, None) for param in ("tree", "children")}
     flags = {param: value for param, value in flags.items() if value is not None}
     if not flags:
         return spec
-    if spec.kind != "draft":
-        raise CliError(f"--{next(iter(flags))} applies to a draft model, not to --proposer {text}")
+    if KINDS[spec.kind].param("tree") is None:
+        raise CliError(f"--{next(iter(flags))} applies to a draft model or head, not to --proposer {text}")
     for param, value in flags.items():
         if spec.params.get(param, value) != value:
             raise CliError(f"--{param} {value} and --proposer {text} set {param} twice: pass one")

@@ -287,7 +287,7 @@ def _layout(chk: Any) -> None:
     if not kept_known:
         chk.not_checked.setdefault("target-cache", "a tree round records no kept cache rows (tree.kept_rows): which "
                                    "branch's rows the target cache kept is not checked")
-    if tree is None or not tree.positions or not tree.visible:
+    if tree is None or (rnd.nodes and (not tree.positions or not tree.visible)):  # an empty tree has none to record
         chk.not_checked.setdefault("tree-layout", "a tree round records no positions or mask rows (tree.positions, "
                                    "tree.visible)")
     if tree is None:

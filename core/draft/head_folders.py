@@ -31,3 +31,9 @@ def read_config(folder: Path, kind: str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise HeadFormatError(f"{kind}: {file} does not hold a JSON object")
     return config
+
+
+def tree_too_deep(depth: int, heads: int) -> str:
+    """Why a Medusa tree deeper than its heads is refused (the loader and the settings check say it alike)."""
+    return (f"a tree {depth} deep needs {depth} Medusa heads, this checkpoint has {heads} "
+            f"(head d drafts depth d + 1: cut the tree to depth {heads})")

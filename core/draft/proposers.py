@@ -27,7 +27,7 @@ from specscope.core.sampling.dists import RowFacts
 from specscope.core.decode.kv import CachedLM, CachePolicy
 from specscope.core.draft.ngram_index import NgramIndex, check_ngram_range
 from specscope.core.sampling.row_ops import fast_rows, row_argmax
-from specscope.core.draft.tree_draft import TreeGrowth, finish, grow_dynamic, grow_static
+from specscope.core.draft.tree_draft import ModelGrowth, finish, grow_dynamic, grow_static
 from specscope.core.draft.tree_draft import keep_path as keep_tree_path
 from specscope.core.draft.trees import tree_options
 from specscope.core.sampling.device import draft_distribution, sample_from_torch
@@ -374,12 +374,12 @@ class DraftModelProposer(ProposerBase):
     def _propose_tree(self, context: Sequence[int], depth: int, sampling: SamplingConfig,
                       rng: np.random.Generator) -> Draft:
         before = self.lm.processed
-        growth = TreeGrowth(self.lm, len(context), sampling, rng)
-        pending = self.cache.pending(self.lm, context)
+        growth = ModelGrowth(self.lm, len(context), sampling, rng)
+        root = growth.root_q(self.cache.pending(self.lm, context))
         if self.tree.kind == "dynamic":
-            kept = grow_dynamic(growth, self.tree, depth, pending)
+            kept = grow_dynamic(growth, self.tree, depth, root)
         else:
-            kept = grow_static(growth, self.tree, self.children, depth, pending)
+            kept = grow_static(growth, self.tree, self.children, depth, root)
         tokens, parents, qs, self._tree_rows = finish(growth, kept)
         self._tree_prefix = len(context)
         return Draft(

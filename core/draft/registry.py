@@ -14,6 +14,8 @@ A spec is a short string, and it is what a trace records as the run's proposer:
     eagle3              the bundled target's trained EAGLE-3 head (resources/models/eagle3-target)
     medusa:PATH
     mtp:PATH
+    eagle3,tree=dynamic:nodes=16,depth=5,topk=4        a head drafting a token tree (EAGLE-2)
+    medusa:PATH,tree=3,2,1,children=sampled            (static trees, Medusa at most K deep)
 
 Grammar: KIND[:ARG][,KEY=VALUE...] where ARG (a model name or path) comes first. A value may
 itself hold commas (`tree=3,2,1`): an item without "=" after a KEY=VALUE item continues that
@@ -121,7 +123,9 @@ def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
     if isinstance(text, ProposerSpec):
         return text
     text = str(text).strip()
-    name, _, rest = text.partition(":")
+    # KIND:ARG,... or, without ARG, KIND,KEY=VALUE (eagle3,tree=3,2,1): the kind ends at the first ":" or ","
+    cut = min((i for i in (text.find(":"), text.find(",")) if i >= 0), default=len(text))
+    name, rest = text[:cut], text[cut + 1:]
     name = name.strip().lower()
     if name not in KINDS:
         raise SpecError(f"unknown proposer {name or text!r}; known: {', '.join(KINDS)}")
@@ -194,11 +198,12 @@ def _build_lookup(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
         raise SpecError(f"lookup: {exc}") from None
 
 
+# A kind that drafts token trees takes these two (the settings check parses them for any kind that does).
+TREE_PARAMS = (Param("tree", str, None, "draft a token tree: B1,B2,... | paths:0;1;0.0 | dynamic:nodes=N,depth=D,topk=K"),
+               Param("children", str, "topk", "how a tree's siblings are chosen: topk | sampled (i.i.d.) | distinct"))
 register(ProposerKind(
     "draft", "a small causal LM drafting k tokens with its own KV cache (draft:small, draft:tiny, draft:PATH)",
-    _build_draft, needs_model=True, default_arg="small",
-    params=(Param("tree", str, None, "draft a token tree: B1,B2,... | paths:0;1;0.0 | dynamic:nodes=N,depth=D,topk=K"),
-            Param("children", str, "topk", "how a tree's siblings are chosen: topk | sampled (i.i.d.) | distinct")),
+    _build_draft, needs_model=True, default_arg="small", params=TREE_PARAMS,
 ))
 register(ProposerKind(
     "lookup", "prompt lookup: copy what followed the last match of the context's suffix n-gram",
@@ -221,11 +226,14 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
 
     bundled = KINDS[spec.kind].bundled_head
     try:
-        if spec.arg is not None:
-            return LOADERS[spec.kind](spec.arg)
-        return _bundled_head(spec.kind, bundled)
+        proposer = LOADERS[spec.kind](spec.arg) if spec.arg is not None else _bundled_head(spec.kind, bundled)
     except ValueError as exc:  # HeadFormatError, CheckpointError: their messages name the kind
         raise SpecError(str(exc)) from None
+    try:
+        proposer.draft_trees(spec.params.get("tree"), spec.params.get("children", "topk"))
+    except ValueError as exc:
+        raise SpecError(f"{spec.kind}: {exc}") from None
+    return proposer
 
 
 def _check_head(spec: ProposerSpec) -> None:
@@ -237,9 +245,23 @@ def _check_head(spec: ProposerSpec) -> None:
     if spec.arg is None:
         return
     try:
-        read_config(head_folder(spec.arg, spec.kind), spec.kind)
+        config = read_config(head_folder(spec.arg, spec.kind), spec.kind)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    if spec.kind == "medusa" and spec.params.get("tree"):
+        _check_medusa_depth(str(spec.params["tree"]), config.get("medusa_num_heads"))
+
+
+def _check_medusa_depth(tree: str, heads: Any) -> None:
+    from specscope.core.draft.head_folders import tree_too_deep
+    from specscope.core.draft.trees import TreeSpecError, parse_tree
+
+    try:
+        depth = parse_tree(tree).depth
+    except TreeSpecError:
+        return  # the settings check reports the tree itself
+    if isinstance(heads, int) and depth > heads:
+        raise SpecError(f"medusa: {tree_too_deep(depth, heads)}")
 
 
 def _bundled_head(kind: str, name: str) -> Proposer:
@@ -271,4 +293,4 @@ for _kind, _summary in (
     bundled = BUNDLED_HEADS.get(_kind)
     usage = f"{_kind}:PATH, a head checkpoint folder" + (f"; {_kind} alone: the bundled target's head" if bundled else "")
     register(ProposerKind(_kind, f"{_summary} ({usage})", _build_head, takes_path=True, bundled_head=bundled,
-                          check=_check_head))
+                          check=_check_head, params=TREE_PARAMS))

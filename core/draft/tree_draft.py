@@ -1,4 +1,6 @@
-"""Growing a draft tree with a draft model: one draft forward per depth, tree attention.
+"""Growing a draft tree: one draft step per depth, tree attention. The selection (which
+candidates are expanded, which children each gets, which are kept) is the same whatever
+runs the steps: a draft model here (`ModelGrowth`), a draft head in core.draft.heads.trees.
 
 The first forward runs the pending context and gives q at the prefix; each later depth runs
 one forward over the nodes being expanded, each attending the prefix and its ancestors
@@ -12,7 +14,7 @@ The q rows stay on the draft model's device as float64 torch tensors (core.devic
 choosing children reads a few entries of a row (the top-k's cut, a draw's inverse CDF), and
 only the chosen tokens and their q values cross to the host.
 
-Between rounds the draft cache holds the committed prefix only: `TreeGrowth.keep_path`
+Between rounds the draft cache holds the committed prefix only: `keep_path`
 keeps the accepted path's rows (gathered by index) and drops every other node.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -84,44 +86,30 @@ class _Node:
     slot: int = SLOT_ROOT  # static: the spec slot it fills
 
 
-@dataclass
 class TreeGrowth:
-    """One round's growth: nodes, the draft cache rows of the expanded nodes."""
+    """One round's growth, whatever runs the draft: the candidates chosen so far, the
+    uniforms drawn, the forwards spent and each expanded candidate's draft cache row. A
+    subclass says how q rows come: `expand(frontier)` runs one step over candidates of one
+    depth and returns q after each (a draft model: `ModelGrowth`; a draft head:
+    core.draft.heads.trees). grow_static / grow_dynamic choose; they start from the root's q."""
 
-    lm: CachedLM
-    prefix_len: int
-    sampling: SamplingConfig
-    rng: np.random.Generator
-    nodes: list[_Node] = field(default_factory=list)
-    rows: dict[int, int] = field(default_factory=dict)  # candidate -> draft cache row
-    draws: list[float] = field(default_factory=list)
-    forwards: int = 0
-    context_tokens: list[int] = field(default_factory=list)  # the first forward's tokens (refed without a cache)
+    source = "the draft model"  # who produced the logits, for the non-finite refusal
 
-    def root_q(self, pending: list[int]) -> torch.Tensor:
-        self.context_tokens = pending
-        logits = self.lm.feed(pending, keep=1)[0]
-        self.forwards += 1
-        return self._q(logits)
+    def __init__(self, prefix_len: int, sampling: SamplingConfig, rng: np.random.Generator):
+        self.prefix_len, self.sampling, self.rng = prefix_len, sampling, rng
+        self.nodes: list[_Node] = []
+        self.rows: dict[int, int] = {}  # expanded candidate -> draft cache row (-1: none kept)
+        self.draws: list[float] = []
+        self.forwards = 0
+
+    def expand(self, frontier: list[int]) -> list[torch.Tensor]:
+        raise NotImplementedError
 
     def _q(self, logits: torch.Tensor) -> torch.Tensor:
         # one read: a NaN or inf makes the sum non-finite (a finite row can overflow it, hence the full look then)
         if not bool(torch.isfinite(logits.sum())) and not bool(torch.isfinite(logits).all()):
-            raise ValueError("the draft model produced non-finite logits; refusing to propose")
+            raise ValueError(f"{self.source} produced non-finite logits; refusing to propose")
         return process_logits_torch(logits, self.sampling, checked=True)
-
-    def expand(self, frontier: list[int]) -> list[torch.Tensor]:
-        """One forward over the candidates `frontier` (all of one depth); q after each."""
-        if self.lm.cache is not None:
-            tokens, allowed = self._cached_rows(frontier)
-            start = self.lm.processed
-            logits = masked_feed(self.lm, tokens, [self.prefix_len + self.nodes[c].depth - 1 for c in frontier],
-                                 allowed, keep=len(frontier))
-            self.rows.update({c: start + j for j, c in enumerate(frontier)})
-        else:
-            logits = self._uncached(frontier)
-        self.forwards += 1
-        return list(self._q(logits))
 
     def _ancestors(self, c: int) -> list[int]:
         out = []
@@ -130,15 +118,57 @@ class TreeGrowth:
             c = self.nodes[c].parent
         return out
 
-    def _cached_rows(self, frontier: list[int]) -> tuple[list[int], np.ndarray]:
-        cached = self.lm.processed
+    def visibility(self, frontier: list[int], cached: int, prefix_rows: int) -> np.ndarray:
+        """(frontier, cached + frontier) bool: the columns each frontier candidate attends when
+        it is appended after `cached` cache rows: the first `prefix_rows` (the committed
+        prefix), its ancestors' rows and itself."""
         allowed = np.zeros((len(frontier), cached + len(frontier)), dtype=bool)
-        allowed[:, : self.prefix_len] = True
+        allowed[:, :prefix_rows] = True
         for j, c in enumerate(frontier):
             for a in self._ancestors(self.nodes[c].parent):
                 allowed[j, self.rows[a]] = True
             allowed[j, cached + j] = True
-        return [self.nodes[c].token for c in frontier], allowed
+        return allowed
+
+    def add_children(self, parent: int, q: torch.Tensor, count: int, mode: str, slots: Sequence[int] = ()) -> None:
+        tokens, draws = choose_children(mode, q, count, self.sampling.greedy, self.rng)
+        self.draws.extend(draws)
+        depth = 1 if parent < 0 else self.nodes[parent].depth + 1
+        base = 0.0 if parent < 0 else self.nodes[parent].score
+        probs = q[torch.as_tensor(tokens, dtype=torch.long, device=q.device)].tolist() if tokens else []
+        for j, (t, q_t) in enumerate(zip(tokens, probs)):
+            score = base + (math.log(q_t) if q_t > 0 else -math.inf)
+            self.nodes.append(_Node(t, parent, depth, q, score, slots[j] if slots else SLOT_ROOT))
+
+
+class ModelGrowth(TreeGrowth):
+    """A draft model's growth: its first forward runs the pending context and gives q at the
+    prefix; each later depth one masked forward over the frontier (module docstring)."""
+
+    def __init__(self, lm: CachedLM, prefix_len: int, sampling: SamplingConfig, rng: np.random.Generator):
+        super().__init__(prefix_len, sampling, rng)
+        self.lm = lm
+        self.context_tokens: list[int] = []  # the first forward's tokens (refed without a cache)
+
+    def root_q(self, pending: list[int]) -> torch.Tensor:
+        self.context_tokens = pending
+        logits = self.lm.feed(pending, keep=1)[0]
+        self.forwards += 1
+        return self._q(logits)
+
+    def expand(self, frontier: list[int]) -> list[torch.Tensor]:
+        """One forward over the candidates `frontier` (all of one depth); q after each."""
+        if self.lm.cache is not None:
+            start = self.lm.processed
+            allowed = self.visibility(frontier, start, self.prefix_len)
+            logits = masked_feed(self.lm, [self.nodes[c].token for c in frontier],
+                                 [self.prefix_len + self.nodes[c].depth - 1 for c in frontier], allowed,
+                                 keep=len(frontier))
+            self.rows.update({c: start + j for j, c in enumerate(frontier)})
+        else:
+            logits = self._uncached(frontier)
+        self.forwards += 1
+        return list(self._q(logits))
 
     def _uncached(self, frontier: list[int]):
         """Without a cache: the whole context, every expanded node so far and the frontier."""
@@ -157,23 +187,14 @@ class TreeGrowth:
         self.rows.update({c: -1 for c in frontier})  # expanded (no cache rows to keep)
         return masked_feed(self.lm, tokens, positions, allowed, keep=len(frontier))
 
-    def add_children(self, parent: int, q: torch.Tensor, count: int, mode: str, slots: Sequence[int] = ()) -> None:
-        tokens, draws = choose_children(mode, q, count, self.sampling.greedy, self.rng)
-        self.draws.extend(draws)
-        depth = 1 if parent < 0 else self.nodes[parent].depth + 1
-        base = 0.0 if parent < 0 else self.nodes[parent].score
-        probs = q[torch.as_tensor(tokens, dtype=torch.long, device=q.device)].tolist() if tokens else []
-        for j, (t, q_t) in enumerate(zip(tokens, probs)):
-            score = base + (math.log(q_t) if q_t > 0 else -math.inf)
-            self.nodes.append(_Node(t, parent, depth, q, score, slots[j] if slots else SLOT_ROOT))
 
-
-def grow_static(g: TreeGrowth, spec: TreeSpec, mode: str, max_depth: int, pending: list[int]) -> list[int]:
-    """Fill the spec's slots breadth first, down to max_depth; every candidate is kept."""
+def grow_static(g: TreeGrowth, spec: TreeSpec, mode: str, max_depth: int, root: torch.Tensor) -> list[int]:
+    """Fill the spec's slots breadth first, down to max_depth, from the prefix's q row
+    `root`; every candidate is kept."""
     kids: dict[int, list[int]] = {}
     for slot, (parent, _) in enumerate(spec.slots):
         kids.setdefault(parent, []).append(slot)
-    g.add_children(-1, g.root_q(pending), len(kids[SLOT_ROOT]), mode, kids[SLOT_ROOT])
+    g.add_children(-1, root, len(kids[SLOT_ROOT]), mode, kids[SLOT_ROOT])
     level = list(range(len(g.nodes)))
     for _ in range(2, max_depth + 1):
         frontier = [c for c in level if kids.get(g.nodes[c].slot)]
@@ -187,10 +208,11 @@ def grow_static(g: TreeGrowth, spec: TreeSpec, mode: str, max_depth: int, pendin
     return list(range(len(g.nodes)))
 
 
-def grow_dynamic(g: TreeGrowth, spec: TreeSpec, max_depth: int, pending: list[int]) -> list[int]:
-    """EAGLE-2: expand the `topk` best frontier candidates by cumulative log q at each depth
-    (`topk` children each, the top-k of q); keep the `nodes` best candidates overall."""
-    g.add_children(-1, g.root_q(pending), spec.topk, "topk")
+def grow_dynamic(g: TreeGrowth, spec: TreeSpec, max_depth: int, root: torch.Tensor) -> list[int]:
+    """EAGLE-2: from the prefix's q row `root`, expand the `topk` best frontier candidates by
+    cumulative log q at each depth (`topk` children each, the top-k of q); keep the `nodes`
+    best candidates overall."""
+    g.add_children(-1, root, spec.topk, "topk")
     level = list(range(len(g.nodes)))
     for _ in range(2, min(spec.depth, max_depth) + 1):
         frontier = sorted((c for c in level if g.nodes[c].score > -math.inf),

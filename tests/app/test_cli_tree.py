@@ -37,7 +37,7 @@ def test_tree_flag_errors_are_one_line(capsys, checkpoints):  # noqa: F811
         (["--tree", "3,x"], "branching factor must be an integer"),
         (["--tree", "dynamic:nodes=8,depth=3,topk=2", "--children", "sampled"], "children='topk'"),
         (["--children", "sampled"], "pass --tree"),
-        (["--tree", "2,2", "--proposer", "lookup"], "applies to a draft model"),
+        (["--tree", "2,2", "--proposer", "lookup"], "applies to a draft model or head"),
         (["--tree", "2,2", "--proposer", "draft:tree=3,3"], "set tree twice"),
     ]
     for extra, message in cases:

@@ -36,3 +36,23 @@ def test_the_bundled_head_needs_no_checkpoint_and_reruns_from_a_trace():
     assert result.errors == {} and result.settings.proposer == "eagle3" and checkpoint_of("eagle3") is None
     assert spec_of_run("eagle3", {"spec": "eagle3", "head": "bundled:eagle3-target"}, None) == "eagle3"
     assert spec_of_run("eagle3", {"spec": "eagle3:/some/head"}, None) is None  # a folder's head is not the bundled one
+
+
+def test_the_tree_fields_apply_to_the_head_kinds(tmp_path):
+    """The run panel enables its tree fields for a kind with a `tree` parameter and folds
+    them into the spec it validates: a head's tree is checked as a draft model's."""
+    from specscope.app.gui.model.settings import spec_text
+    from specscope.app.gui.model.tree_settings import fold_tree, grows_trees
+
+    for kind in ("eagle", "eagle3", "medusa", "mtp"):
+        assert grows_trees(f"{kind}:{PATH_ARG}") and grows_trees(kind)
+    write_eagle3(tmp_path, tiny_lm("llama", layers=4), draft_vocab=40)
+    texts = dict(RunSettings(prompt="1 2 3").to_texts(), checkpoint=str(tmp_path))
+    chosen = spec_text(f"eagle3:{PATH_ARG}", str(tmp_path))  # as the panel does: the folder, then the tree fields
+    folded = fold_tree(chosen, "dynamic:nodes=16,depth=5,topk=4", "topk")
+    result = validate(dict(texts, proposer=folded))
+    assert result.errors == {} and result.settings.proposer == f"eagle3:{tmp_path},tree=dynamic:nodes=16,depth=5,topk=4"
+    bad = validate(dict(texts, proposer=fold_tree(chosen, "dynamic:nodes=16,depth=5,topk=4", "sampled")))
+    assert "children='topk'" in bad.errors["children"]
+    bundled = validate(dict(RunSettings(prompt="1 2 3").to_texts(), proposer=fold_tree("eagle3", "3,2,1", "sampled")))
+    assert bundled.errors == {} and bundled.settings.proposer == "eagle3:tree=3,2,1,children=sampled"

@@ -28,7 +28,10 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
+from specscope.core.draft.heads.trees import HeadGrowth, TreeAttention
 from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents
+from specscope.core.draft.tree_draft import finish, grow_dynamic, grow_static
+from specscope.core.draft.trees import tree_options
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.sampling.device import draft_distribution, sample_from_torch
 from specscope.core.sampling.reference import SamplingConfig
@@ -162,8 +165,11 @@ class HeadAttention(nn.Module):
         self.v_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV) -> torch.Tensor:
-        n = x.shape[1]  # x: (1, n, width), the n newest positions after what kv holds
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV,
+                allowed: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (1, n, width), the n newest entries after what kv holds. `allowed` (n, held + n)
+        bool: the cache rows, then the new entries, each attends (tree nodes); None: causal."""
+        n = x.shape[1]
         q = self.q_proj(x).view(1, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -172,8 +178,12 @@ class HeadAttention(nn.Module):
         total = keys.shape[2]
         groups = self.heads // self.kv_heads
         keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
-        # causal: query i (at cache row total - n + i) sees rows 0 .. total - n + i
-        seen = torch.arange(total, device=x.device)[None, :] <= (total - n + torch.arange(n, device=x.device))[:, None]
+        if allowed is None:  # causal: query i (at cache row total - n + i) sees rows 0 .. total - n + i
+            seen = torch.arange(total, device=x.device)[None, :] <= (total - n + torch.arange(n, device=x.device))[:, None]
+        elif tuple(allowed.shape) != (n, total):
+            raise RuntimeError(f"a head tree mask of shape {tuple(allowed.shape)} for {n} entries after {total - n} held")
+        else:
+            seen = allowed
         out = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=seen)
         return self.o_proj(out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
 
@@ -193,19 +203,21 @@ class HeadLayer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, attn_in: torch.Tensor, residual: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                kv: HeadKV) -> torch.Tensor:
-        x = residual + self.self_attn(attn_in, rope, kv)
+                kv: HeadKV, at: TreeAttention | None = None) -> torch.Tensor:
+        x = residual + self.self_attn(attn_in, rope, kv, None if at is None else at.allowed)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def plain(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV) -> torch.Tensor:
+    def plain(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV,
+              at: TreeAttention | None = None) -> torch.Tensor:
         norm = getattr(self, "input_layernorm", None)
-        return self.forward(norm(x) if norm is not None else x, x, rope, kv)
+        return self.forward(norm(x) if norm is not None else x, x, rope, kv, at)
 
 
 class RecurrentHead(nn.Module):
     """A head that drafts by feeding its own output back (EAGLE, EAGLE-3, MTP). A kind
     gives `feature_layers`, `attach` (check the target, share its embedding / output head),
-    `step` (pairs of features and next tokens -> the head's outputs, appended to its cache)
+    `step` (pairs of features and next tokens -> the head's outputs, appended to its cache,
+    causally or as tree nodes)
     and `logits` (over `draft_to_target`'s ids when the head has its own smaller vocabulary)."""
 
     kind = "head"
@@ -229,8 +241,11 @@ class RecurrentHead(nn.Module):
     def reset(self) -> None:
         self.kvs = [HeadKV() for _ in self.kvs]
 
-    def positions(self, start: int, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.arange(start, start + n, device=like.device)[None]
+    def positions(self, start: int, n: int, like: torch.Tensor,
+                  at: TreeAttention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables of n new entries: at cache rows start.. (a chain), or at the
+        positions a tree step names."""
+        ids = torch.arange(start, start + n, device=like.device)[None] if at is None else at.positions[None]
         return self.rope(like, ids)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -248,7 +263,10 @@ class RecurrentHead(nn.Module):
     def attach(self, target: nn.Module) -> None:
         raise NotImplementedError
 
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool) -> torch.Tensor:
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
+             at: TreeAttention | None = None) -> torch.Tensor:
+        """(1, n, F) features and (1, n) next tokens -> (1, n, H) outputs, appended to the
+        cache; `at` places them as tree nodes (else causally after the cache)."""
         raise NotImplementedError
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -266,13 +284,16 @@ def share_embedding(head: RecurrentHead, target: nn.Module) -> None:
 class HeadDrafting(ProposerBase):
     """What every head proposer shares: the target it reads, the features handed over after
     each round, drawing a token from a head's logits (greedy argmax, or a sample from q
-    reported exactly as it was drawn from; by the coupling's keys when coupled)."""
+    reported exactly as it was drawn from; by the coupling's keys when coupled), and the
+    token tree it drafts instead of a chain, if any (`draft_trees`; core.draft.heads.trees)."""
 
     name = "head"
 
     def __init__(self, label: str):
         self.label = label
         self.spec = f"{self.name}:{label}"
+        self.tree: Any = None  # a core.draft.trees.TreeSpec when the head drafts trees
+        self.children = "topk"
         self.hint = ""  # added to a TargetMismatch message (the bundled head: which target it is for)
         self.coupling: Any = None
         self._prompt_len = 0
@@ -288,8 +309,20 @@ class HeadDrafting(ProposerBase):
     def couple(self, coupling: Any, prompt_len: int) -> None:
         self.coupling, self._prompt_len = coupling, int(prompt_len)
 
+    def draft_trees(self, tree: Any, children: str = "topk") -> None:
+        """Draft token trees of this spec (core.draft.trees: "3,2,1", "paths:...",
+        "dynamic:nodes=N,depth=D,topk=K"), siblings chosen by `children`; None: chains.
+        ValueError (one line) for a spec or mode the draft model would refuse too."""
+        self.tree, self.children = tree_options(tree, children)
+
+    @property
+    def tree_children(self) -> str | None:
+        """A tree draft's children mode (None for a chain): what the verifier and the checker read."""
+        return None if self.tree is None else self.children
+
     def params(self) -> dict[str, Any]:
-        return {"head": self.label}
+        trees = {"tree": str(self.tree), "children": self.children} if self.tree is not None else {}
+        return {"head": self.label, **trees}
 
     def reset(self) -> None:
         self._features, self._feature_end = None, 0
@@ -324,10 +357,19 @@ class HeadDrafting(ProposerBase):
         return sample_from_torch(q, u), q, u
 
 
+def tree_draft(growth: Any, kept: list[int], sampling: SamplingConfig, children: str, before: int | None,
+               peak: int | None) -> Draft:
+    """The Draft of a grown tree's kept candidates."""
+    tokens, parents, qs, _ = finish(growth, kept)
+    return Draft(tokens=tokens, parents=parents, q=None if sampling.greedy or not qs else torch.stack(qs),
+                 forwards=growth.forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(growth.draws),
+                 children=children)
+
+
 def make_draft(tokens: list[int], qs: list[torch.Tensor], draws: list[float], forwards: int,
-               before: int | None, peak: int | None) -> Draft:
+               before: int | None, peak: int | None, children: str | None = None) -> Draft:
     return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=torch.stack(qs) if qs else None,
-                 forwards=forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(draws))
+                 forwards=forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(draws), children=children)
 
 
 class RecurrentHeadProposer(HeadDrafting):
@@ -361,17 +403,14 @@ class RecurrentHeadProposer(HeadDrafting):
 
     @torch.inference_mode()
     def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft:
+        """A chain of k tokens, or with a tree, a tree at most k deep."""
         before = self.head.length
         if self._feature_end == 0:  # the prefill round: the target has read nothing yet
-            return make_draft([], [], [], 0, before, before)
-        if self._feature_end != len(context) - 1:
-            raise RuntimeError(f"{self.name}: features are known up to position {self._feature_end}, but the "
-                               f"context has {len(context)} tokens (the decoder must hand over every committed position)")
-        start = self.head.length
-        device = self._features.device
-        nexts = torch.tensor(list(context[start + 1:]), dtype=torch.long, device=device)
-        hidden = self.head.step(self._features[None], nexts[None], from_target=True)[0, -1]
-        self._features, self._real = None, self.head.length
+            return make_draft([], [], [], 0, before, before, self.tree_children)
+        hidden = self._feed_real(context)
+        if self.tree is not None:
+            return self._propose_tree(hidden, context, k, sampling, rng, before)
+        device = hidden.device
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         draws: list[float] = []
@@ -387,6 +426,36 @@ class RecurrentHeadProposer(HeadDrafting):
                 fed = torch.tensor([[token]], dtype=torch.long, device=device)
                 hidden = self.head.step(hidden[None, None], fed, from_target=False)[0, -1]
         return make_draft(tokens, qs, draws, k, before, self.head.length)
+
+    def _feed_real(self, context: Sequence[int]) -> torch.Tensor:
+        """Feed the features handed over since the last round (paired with the tokens one
+        position ahead) as real entries; the output at the last one, which predicts the
+        first draft token."""
+        if self._feature_end != len(context) - 1:
+            raise RuntimeError(f"{self.name}: features are known up to position {self._feature_end}, but the "
+                               f"context has {len(context)} tokens (the decoder must hand over every committed position)")
+        start = self.head.length
+        nexts = torch.tensor(list(context[start + 1:]), dtype=torch.long, device=self._features.device)
+        hidden = self.head.step(self._features[None], nexts[None], from_target=True)[0, -1]
+        self._features, self._real = None, self.head.length
+        return hidden
+
+    def _propose_tree(self, hidden: torch.Tensor, context: Sequence[int], depth: int, sampling: SamplingConfig,
+                      rng: np.random.Generator, before: int) -> Draft:
+        growth = HeadGrowth(self.head, hidden, self.vocab_size, len(context), sampling, rng)
+        growth.forwards = 1  # the real entries' step gave the root
+        if self.tree.kind == "dynamic":
+            kept = grow_dynamic(growth, self.tree, depth, growth.root_q())
+        else:
+            kept = grow_static(growth, self.tree, self.children, depth, growth.root_q())
+        return tree_draft(growth, kept, sampling, self.children, before, self.head.length)
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After a tree round: every node's entry was built from the head's outputs, so the
+        cache keeps the real entries only (the accepted path's come from the target's
+        features next round, as after a chain)."""
+        if self.tree is not None:
+            self.head.crop(self._real)
 
     def observe(self, committed_len: int) -> int | None:
         """Drop the entries the draft steps added (built from the head's outputs): the cache

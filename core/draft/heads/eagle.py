@@ -35,6 +35,7 @@ from specscope.core.draft.heads.base import (
     share_embedding,
     target_hidden_size,
 )
+from specscope.core.draft.heads.trees import TreeAttention
 
 
 class EagleHead(RecurrentHead):
@@ -59,11 +60,12 @@ class EagleHead(RecurrentHead):
         self.shared["lm_head"] = target.get_output_embeddings()
         self.place(target)
 
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool) -> torch.Tensor:
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
+             at: TreeAttention | None = None) -> torch.Tensor:
         x = self.fc(torch.cat([self.embed(tokens).to(features.dtype), features], dim=-1))
-        rope = self.positions(self.length, x.shape[1], x)
+        rope = self.positions(self.length, x.shape[1], x, at)
         for layer, kv in zip(self.layers, self.kvs):
-            x = layer.plain(x, rope, kv)
+            x = layer.plain(x, rope, kv, at)
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ from specscope.core.draft.heads.base import (
     target_hidden_size,
 )
 from specscope.core.draft.heads.eagle import strip_prefix
+from specscope.core.draft.heads.trees import TreeAttention
 from specscope.core.draft.proposers import TargetMismatch
 
 
@@ -56,9 +57,9 @@ class Eagle3Layer(HeadLayer):
         super().__init__(config, width=2 * config.hidden_size)
         self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def fused(self, embedded: torch.Tensor, feature: torch.Tensor, rope, kv) -> torch.Tensor:
+    def fused(self, embedded: torch.Tensor, feature: torch.Tensor, rope, kv, at=None) -> torch.Tensor:
         attn_in = torch.cat([self.input_layernorm(embedded), self.hidden_norm(feature)], dim=-1)
-        return self.forward(attn_in, feature, rope, kv)
+        return self.forward(attn_in, feature, rope, kv, at)
 
 
 class Eagle3Head(RecurrentHead):
@@ -100,10 +101,11 @@ class Eagle3Head(RecurrentHead):
         ids = torch.arange(self.draft_vocab, device=self.d2t.device)
         self.draft_to_target = ids + self.d2t
 
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool) -> torch.Tensor:
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
+             at: TreeAttention | None = None) -> torch.Tensor:
         feature = self.fc(features) if from_target else features
-        rope = self.positions(self.length, feature.shape[1], feature)
-        return self.midlayer.fused(self.embed(tokens).to(feature.dtype), feature, rope, self.kvs[0])
+        rope = self.positions(self.length, feature.shape[1], feature, at)
+        return self.midlayer.fused(self.embed(tokens).to(feature.dtype), feature, rope, self.kvs[0], at)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(hidden)).float()  # over the draft vocabulary

@@ -4,7 +4,9 @@ vocabulary, predicting the token i + 2 positions ahead of the feature (the targe
 lm_head predicts the next one: here that token is the round's repair or bonus). The heads
 do not read each other's tokens, so drafting is one pass over the last feature: draft token
 i comes from head i, and a chain has at most K tokens. Each q_i is the distribution token i
-was drawn from whatever was drawn before it, so the chain's verification is exact.
+was drawn from whatever was drawn before it, so the chain's verification is exact. A tree
+(`medusa,tree=3,2,1` or Medusa's own `paths:...` choices) is at most K deep; the children of
+every node at depth d come from head d's one distribution (core.draft.heads.trees).
 
 The format read is the Medusa repository's: a folder with config.json (`medusa_num_heads`,
 `medusa_num_layers`, `base_model_name_or_path`) and `medusa_lm_head.safetensors` or
@@ -35,7 +37,11 @@ from specscope.core.draft.heads.base import (
     target_hidden_size,
     target_layers,
 )
-from specscope.core.draft.heads.base import make_draft
+from specscope.core.draft.head_folders import tree_too_deep
+from specscope.core.draft.heads.base import make_draft, tree_draft
+from specscope.core.draft.heads.trees import DepthRowsGrowth
+from specscope.core.draft.tree_draft import grow_dynamic, grow_static
+from specscope.core.draft.trees import tree_options
 from specscope.core.draft.proposers import Draft
 from specscope.core.sampling.reference import SamplingConfig
 
@@ -76,7 +82,14 @@ class MedusaProposer(HeadDrafting):
         return (target_layers(target),)
 
     def params(self) -> dict[str, Any]:
-        return {"head": self.label, "heads": len(self.heads)}
+        return {**super().params(), "heads": len(self.heads)}
+
+    def draft_trees(self, tree: Any, children: str = "topk") -> None:
+        """A tree at most as deep as there are heads (head d drafts depth d + 1)."""
+        spec, children = tree_options(tree, children)
+        if spec is not None and spec.depth > len(self.heads):
+            raise ValueError(tree_too_deep(spec.depth, len(self.heads)))
+        self.tree, self.children = spec, children
 
     def take_features(self, first_position: int, features: torch.Tensor) -> None:
         super().take_features(first_position, features)
@@ -85,11 +98,20 @@ class MedusaProposer(HeadDrafting):
     @torch.inference_mode()
     def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft:
         if self._feature_end == 0:  # the prefill round
-            return make_draft([], [], [], 0, None, None)
+            return make_draft([], [], [], 0, None, None, self.tree_children)
         if self._feature_end != len(context) - 1:
             raise RuntimeError(f"medusa: the last feature is of position {self._feature_end - 1}, but the context "
                                f"has {len(context)} tokens")
         last = self._features[0]
+        if self.tree is not None:
+            depth = min(self.tree.depth, k)
+            growth = DepthRowsGrowth([head(last).float() for head in list(self.heads)[:depth]], len(context),
+                                     sampling, rng)
+            if self.tree.kind == "dynamic":
+                kept = grow_dynamic(growth, self.tree, depth, growth.root_q())
+            else:
+                kept = grow_static(growth, self.tree, self.children, depth, growth.root_q())
+            return tree_draft(growth, kept, sampling, self.children, None, None)
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         draws: list[float] = []

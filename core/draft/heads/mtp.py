@@ -41,6 +41,7 @@ from specscope.core.draft.heads.base import (
     target_hidden_size,
     target_layers,
 )
+from specscope.core.draft.heads.trees import TreeAttention
 from specscope.core.draft.proposers import TargetMismatch
 
 
@@ -80,10 +81,11 @@ class MtpHead(RecurrentHead):
             self.shared["lm_head"] = target.get_output_embeddings()
         self.place(target)
 
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool) -> torch.Tensor:
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
+             at: TreeAttention | None = None) -> torch.Tensor:
         embedded = self.enorm(self.embed(tokens).to(features.dtype))
         x = self.eh_proj(torch.cat([embedded, self.hnorm(features)], dim=-1))
-        return self.layer.plain(x, self.positions(self.length, x.shape[1], x), self.kvs[0])
+        return self.layer.plain(x, self.positions(self.length, x.shape[1], x, at), self.kvs[0], at)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = getattr(self.shared_head, "head", None) or self.shared["lm_head"]
