@@ -12,6 +12,7 @@ A spec is a short string, and it is what a trace records as the run's proposer:
     eagle:PATH          a draft head on the target's hidden states, from its checkpoint folder
     eagle3:PATH         (EAGLE, EAGLE-3, Medusa, MTP: core.draft.heads, docs/heads.md)
     eagle3              the bundled target's trained EAGLE-3 head (resources/models/eagle3-target)
+    eagle3:draw=onehot  ... drafting q's top token as a point mass at T > 0 (vLLM #40149's shape)
     medusa:PATH
     mtp:PATH
 
@@ -215,25 +216,39 @@ def _refuse_unnamed_head(spec: ProposerSpec) -> None:
                         f"{HEAD_FORMATS[spec.kind]} format (specscope ships a trained head for: {shipped})")
 
 
+# How a head draws at T > 0 (core.draft.heads.base.HEAD_DRAWS, kept here so parsing stays torch-free).
+HEAD_DRAWS = ("sampled", "onehot")
+
+
+def _head_draw(spec: ProposerSpec) -> str:
+    draw = spec.params.get("draw", "sampled")
+    if draw not in HEAD_DRAWS:
+        raise SpecError(f"{spec.kind}: draw must be {' or '.join(HEAD_DRAWS)}, got {draw!r}")
+    return draw
+
+
 def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     _refuse_unnamed_head(spec)
+    draw = _head_draw(spec)
     from specscope.core.draft.heads import LOADERS
 
     bundled = KINDS[spec.kind].bundled_head
     try:
-        if spec.arg is not None:
-            return LOADERS[spec.kind](spec.arg)
-        return _bundled_head(spec.kind, bundled)
+        proposer = LOADERS[spec.kind](spec.arg) if spec.arg is not None else _bundled_head(spec.kind, bundled)
     except ValueError as exc:  # HeadFormatError, CheckpointError: their messages name the kind
         raise SpecError(str(exc)) from None
+    proposer.draw_mode = draw
+    return proposer
 
 
 def _check_head(spec: ProposerSpec) -> None:
-    """What the settings check can say without torch: a head named nowhere, or a checkpoint
-    folder that is missing or has no readable config.json (the weights are checked on load)."""
+    """What the settings check can say without torch: a head named nowhere, a draw that is not
+    one of HEAD_DRAWS, or a checkpoint folder that is missing or has no readable config.json
+    (the weights are checked on load)."""
     from specscope.core.draft.head_folders import head_folder, read_config
 
     _refuse_unnamed_head(spec)
+    _head_draw(spec)
     if spec.arg is None:
         return
     try:
@@ -256,6 +271,8 @@ def _bundled_head(kind: str, name: str) -> Proposer:
 
 # The heads trained for the bundled target (training/train_head.py), by kind: resources/models/NAME.
 BUNDLED_HEADS = {"eagle3": "eagle3-target"}
+HEAD_DRAW_PARAM = Param("draw", str, "sampled", "how a draft token is drawn at T > 0: sampled (from the head's q) | "
+                                                 "onehot (q's top token, verified as a point mass: vLLM #40149)")
 HEAD_FORMATS = {
     "eagle": "EAGLE repository's",
     "eagle3": "EAGLE-3 (EAGLE repository, SpecForge)",
@@ -271,4 +288,4 @@ for _kind, _summary in (
     bundled = BUNDLED_HEADS.get(_kind)
     usage = f"{_kind}:PATH, a head checkpoint folder" + (f"; {_kind} alone: the bundled target's head" if bundled else "")
     register(ProposerKind(_kind, f"{_summary} ({usage})", _build_head, takes_path=True, bundled_head=bundled,
-                          check=_check_head))
+                          check=_check_head, params=(HEAD_DRAW_PARAM,)))

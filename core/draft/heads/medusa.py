@@ -76,7 +76,7 @@ class MedusaProposer(HeadDrafting):
         return (target_layers(target),)
 
     def params(self) -> dict[str, Any]:
-        return {"head": self.label, "heads": len(self.heads)}
+        return {**super().params(), "heads": len(self.heads)}
 
     def take_features(self, first_position: int, features: torch.Tensor) -> None:
         super().take_features(first_position, features)
