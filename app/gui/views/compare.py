@@ -164,8 +164,8 @@ class CompareWidget(QWidget):
         self.coupled_note.setStyleSheet("color:#666666")
         controls.addWidget(self.coupled, 0, 7)
         controls.addWidget(self.coupled_note, 1, 7)
-        controls.setColumnStretch(3, 1)
-        controls.setColumnStretch(6, 2)
+        controls.setColumnStretch(3, 3)  # the proposer menus: room for their labels (lane C: "prompt lookup (max_ngram=3, ...)")
+        controls.setColumnStretch(6, 2)  # the errors (cut short: whole in their tooltips)
         return controls
 
     def _note(self) -> QWidget:
