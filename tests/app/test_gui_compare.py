@@ -196,3 +196,38 @@ def test_three_coupled_lanes_emit_the_same_tokens(qtbot, bundled_window):
     assert len(outputs[0]) == 20 and outputs[1] == outputs[0] and outputs[2] == outputs[0]
     assert "coupled lanes" in window.compare.divergence.text()
     assert session.references == [None, None, None]  # sampled lanes: no plain greedy reference
+
+
+def test_a_three_lane_comparison_is_recorded_and_reopens_with_its_three_lanes(qtbot, make_window, tmp_path):
+    from specscope.storage import TraceStore
+
+    from specscope.app.gui.sessions.compare import comparison_of
+
+    store = tmp_path / "cmp3.sqlite"
+    w = make_window(store_path=str(store))
+    configure(w, max_new_tokens="12")
+    for side, spec in enumerate(("draft-small", "draft-tiny", "lookup")):
+        w.compare.set_side(side, spec, 3)
+    w.runs.start_compare()
+    qtbot.waitUntil(lambda: len(w.compare_session.results) == 3 and all(r.stop_reason for r in w.compare_session.results)
+                    and w.compare_controller.state == "idle", timeout=60000)
+    live = [m.output_tokens for m in w.compare_session.models]
+    w.close()
+    gc.collect()
+    with TraceStore(store) as s:
+        lanes = {comparison_of(r)[1]: r for r in s.list_runs() if comparison_of(r)}
+    assert set(lanes) == {"A", "B", "C"} and len({comparison_of(r)[0] for r in lanes.values()}) == 1
+    r = make_window(store_path=str(tmp_path / "other.sqlite"))
+    assert r.open_trace(str(store), run_id=lanes["B"].run_id)  # any lane opens the whole comparison, in order
+    qtbot.waitUntil(lambda: r.replay_loaded, timeout=30000)
+    session = r.compare_session
+    assert session.count == 3
+    assert [m.config.run_id for m in session.models] == [lanes[n].run_id for n in "ABC"]
+    assert [m.output_tokens for m in session.models] == live
+    r.compare.refresh()
+    assert not r.compare.table.isColumnHidden(3) and r.compare.columns.widget(2).isVisibleTo(r.compare)
+    assert "no divergence" in r.compare.divergence.text()
+    # two stored runs side by side again: lane C's columns are hidden
+    assert r.traces.compare_stored(str(store), lanes["A"].run_id, lanes["C"].run_id)
+    assert session.count == 2 and r.compare.table.isColumnHidden(3)
+    assert not r.compare.columns.widget(2).isVisibleTo(r.compare)
