@@ -216,7 +216,7 @@ def _refuse_unnamed_head(spec: ProposerSpec) -> None:
                         f"{HEAD_FORMATS[spec.kind]} format (specscope ships a trained head for: {shipped})")
 
 
-# How a head draws at T > 0 (core.draft.heads.base.HEAD_DRAWS, kept here so parsing stays torch-free).
+# How a head draws at T > 0 (HeadDrafting.draw_mode in core.draft.heads.base; named here, torch-free, for the check).
 HEAD_DRAWS = ("sampled", "onehot")
 
 

@@ -324,9 +324,11 @@ class HeadDrafting(ProposerBase):
         q = draft_distribution(logits, sampling)
         if to_target is not None:
             q = torch.zeros(self.vocab_size, dtype=torch.float64, device=q.device).index_copy_(0, to_target, q)
-        if self.draw_mode == "onehot":  # q's top token and the point mass it is then drawn from
+        if self.draw_mode == "onehot":  # q's top token, and the point mass it is then drawn from
             pick = int(row_argmax(q))
-            return pick, torch.zeros_like(q).index_fill_(0, torch.tensor([pick], device=q.device), 1.0), None
+            point = torch.zeros_like(q)
+            point[pick] = 1.0
+            return pick, point, None
         if self.coupling is not None:
             return self.coupling.pick(q, position), q, None
         u = float(rng.random())
