@@ -43,10 +43,12 @@ __all__ = ["CompareSession", "CompareWidget"]
 DEFAULT_SIDES = (("draft:small", "4"), ("lookup", "4"), (None, "4"))  # (proposer spec, k) of A, B, C (None: off)
 LANE_OFF = "(no lane C)"  # lane C's menu entry that leaves it out
 TABLE_REFRESH_MS = 250  # the summary table's refresh while the lanes run
-LANE_MIN_PX = 110  # a lane's timeline never gets shorter
+LANE_MIN_PX = 100  # a lane's timeline never gets shorter (about four rows of cells; 100, not 110, since lane C's controls row: 1024x700 still fits)
 SUMMARY_BLOCKS = 2  # the summary's rows in this many blocks side by side
 SUMMARY_ROW_PX = 21
 BLOCK_COLUMNS = 1 + len(LANE_NAMES)  # a summary block: the metric, then one column per lane
+IDLE_NOTE_HTML = ("<span style='color:#666666'>Prompt, sampler, seed and budget come from the run panel; the "
+                  "speedup is against plain decoding measured before the run.</span>")
 COUPLING_HTML = (
     "<p><b>Coupled lanes</b> (sampling only). Normally each lane draws its own random numbers, and the two "
     "proposers use them differently, so sampled lanes part at the first token. Coupled, both lanes share one "
@@ -174,18 +176,13 @@ class CompareWidget(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         self.legend = QLabel(theme.kind_legend_html())
         self.legend.setTextFormat(Qt.TextFormat.RichText)
-        self.note = QLabel("Prompt, sampler, seed and budget come from the run panel; the speedup is against "
-                           "plain decoding measured before the run.")
-        self.note.setWordWrap(True)
-        self.note.setStyleSheet("color:#666666")
-        self.note.setToolTip(NOTE_HTML)
+        self.legend.setToolTip(NOTE_HTML)
         help_button = QToolButton()
         help_button.setText("?")
         help_button.setToolTip("How compare mode measures, and what the plots show")
         help_button.clicked.connect(lambda: QMessageBox.information(self, "Compare", NOTE_HTML))
         row.addWidget(self.legend, 0, 0)
         row.addWidget(help_button, 0, 1)
-        row.addWidget(self.note, 1, 0, 1, 2)
         row.setColumnStretch(0, 1)
         return box
 
@@ -236,6 +233,9 @@ class CompareWidget(QWidget):
             bl.setContentsMargins(0, 0, 0, 0)
             head = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b>")
             head.setTextFormat(Qt.TextFormat.RichText)
+            # cut at the lane's edge, whole in the tooltip: three long labels ("prompt lookup
+            # (max_ngram=3, min_ngram=1), k=4") widened the window past 1024 px
+            head.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             bl.addWidget(head)
             tl = TokenTimelineWidget(self.session.slots[side], aligned=True)
             tl.setMinimumHeight(LANE_MIN_PX)
@@ -409,9 +409,15 @@ class CompareWidget(QWidget):
             s = self.session.settings[side] if self.session.settings else None
             label = summary["proposer"] if s else ""
             self.headers[side].setText(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b> {label}")
-        self.divergence.setText(self.session.divergence_text())
+            self.headers[side].setToolTip(label)
+        self._show_divergence()
+
+    def _show_divergence(self) -> None:
+        """The first divergence; before any comparison, where the lanes' settings come from
+        (the line is shared: a third lane's controls row took the note's own line at 1024x700)."""
+        self.divergence.setText(self.session.divergence_text() or IDLE_NOTE_HTML)
 
     def _on_divergence(self, pos) -> None:
         for t in self.timelines:
             t.set_marker(pos)
-        self.divergence.setText(self.session.divergence_text())
+        self._show_divergence()
