@@ -4,11 +4,14 @@
     python scripts/render_screenshots.py                 # -> docs/screenshots/*.png
     python scripts/render_screenshots.py --out /tmp/shots --tiny
     python scripts/render_screenshots.py --size 1024x700     # -> docs/screenshots/*-1024x700.png
+    python scripts/render_screenshots.py --size 1500x920 --only compare-heads
 
 Uses the bundled models when they are installed (else tiny random models, or always with
 --tiny). Runs a sampled speculative decode, selects a round with a rejection, and saves the
-main window and each view; runs a token tree (tree-*.png); runs compare mode; and opens a trace
-recorded with a deliberate bug so the Findings panel has something to show.
+main window and each view; runs a token tree (tree-*.png); runs compare mode (draft vs lookup;
+with the bundled models also the bundled EAGLE-3 head, draft-small and prompt lookup as three
+coupled lanes, compare-heads*.png); and opens a trace recorded with a deliberate bug so the
+Findings panel has something to show. `--only compare-heads` renders just that comparison.
 """
 
 from __future__ import annotations
@@ -77,12 +80,31 @@ def render_tree(w, prompt: str, save) -> None:
     w.run_panel.set_texts({"proposer": "draft:small"})  # back to a chain for what follows
 
 
+def render_compare_heads(w, prompt: str, save) -> None:
+    """The bundled EAGLE-3 head (A), draft-small (B) and prompt lookup (C) on one prompt,
+    coupled at T = 0.7: all three lanes emit the same tokens, their acceptance differs."""
+    w.run_panel.set_texts({"prompt": prompt, "temperature": "0.7", "top_k": "0", "top_p": "1.0", "seed": "3",
+                           "max_new_tokens": "64", "eos": "auto"})
+    for side, spec in enumerate(("eagle3", "draft:small", "lookup")):
+        w.compare.set_side(side, spec, 4)
+    w.compare.coupled.setChecked(True)
+    w.runs.start_compare()
+    assert w.last_error is None, w.last_error
+    wait(lambda: len(w.compare_session.results) == 3 and all(r.stop_reason for r in w.compare_session.results)
+         and w.compare_controller.state == "idle")
+    settle(0.6)
+    save(w, "compare-heads")
+    w.compare.set_side(2, None, 4)  # back to two uncoupled lanes for what follows
+    w.compare.coupled.setChecked(False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
     parser.add_argument("--tiny", action="store_true", help="use tiny random models even if the bundled ones exist")
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
     parser.add_argument("--tokens", type=int, default=160, help="max new tokens of the main run")
+    parser.add_argument("--only", choices=["compare-heads"], help="render just this one screenshot")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,8 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         widget.grab().save(str(path))
         print(f"wrote {path}")
 
-    # ---- a live sampled run
     prompts = hub.example_prompts()
+    copy = next((t for n, t in prompts if "copy" in n), prompts[0][1])
+    if args.only == "compare-heads":
+        w.tabs.setCurrentWidget(w.compare)
+        render_compare_heads(w, copy, save)
+        w.close()
+        return 0
+
+    # ---- a live sampled run
     novel = next((t for n, t in prompts if "novel" in n), prompts[0][1])
     w.run_panel.set_texts({"prompt": novel, "proposer": "draft-small", "k": "4", "temperature": "0.8",
                            "top_k": "0", "top_p": "0.95", "seed": "7", "max_new_tokens": str(args.tokens),
@@ -141,7 +170,6 @@ def main(argv: list[str] | None = None) -> int:
     w.findings_dock.raise_()
 
     # ---- compare: draft model vs prompt lookup on a copy-heavy prompt, greedy
-    copy = next((t for n, t in prompts if "copy" in n), prompts[0][1])
     w.run_panel.set_texts({"prompt": copy, "temperature": "0", "max_new_tokens": "96"})
     w.compare.set_side(0, "draft-small", 4)
     w.compare.set_side(1, "lookup", 6)
@@ -149,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     wait(lambda: all(r.stop_reason for r in w.compare_session.results) and w.compare_controller.state == "idle")
     settle(0.6)
     save(w, "compare")
+    if not args.tiny and not getattr(hub, "fallback", True):  # the bundled head is the bundled target's
+        render_compare_heads(w, copy, save)
 
     # ---- a token tree (issue 18): a static tree of sampled children (after compare: a tree
     # round's inspector widens the window beyond 1024 px, which the compare shot would inherit)

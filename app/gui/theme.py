@@ -65,7 +65,7 @@ CACHE_KEPT = "#0072b2"
 CACHE_NEW = "#56b4e9"
 CACHE_CROPPED = "#d55e00"
 CACHE_PENDING = "#f0e442"
-SIDE_COLORS = ("#0072b2", "#d55e00")  # compare mode: A, B
+SIDE_COLORS = ("#0072b2", "#d55e00", "#cc79a7")  # compare mode: A, B, C (Okabe-Ito blue, vermillion, purple)
 
 
 def mono_font(point_size: int = 10) -> QFont:

@@ -12,6 +12,7 @@ A spec is a short string, and it is what a trace records as the run's proposer:
     eagle:PATH          a draft head on the target's hidden states, from its checkpoint folder
     eagle3:PATH         (EAGLE, EAGLE-3, Medusa, MTP: core.draft.heads, docs/heads.md)
     eagle3              the bundled target's trained EAGLE-3 head (resources/models/eagle3-target)
+    eagle3:draw=onehot  ... drafting q's top token as a point mass at T > 0 (vLLM #40149's shape)
     medusa:PATH
     mtp:PATH
     eagle3,tree=dynamic:nodes=16,depth=5,topk=4        a head drafting a token tree (EAGLE-2)
@@ -220,8 +221,23 @@ def _refuse_unnamed_head(spec: ProposerSpec) -> None:
                         f"{HEAD_FORMATS[spec.kind]} format (specscope ships a trained head for: {shipped})")
 
 
+# How a head draws at T > 0 (HeadDrafting.draw_mode in core.draft.heads.base; named here, torch-free, for the check).
+HEAD_DRAWS = ("sampled", "onehot")
+
+
+def _head_draw(spec: ProposerSpec) -> str:
+    draw = spec.params.get("draw", "sampled")
+    if draw not in HEAD_DRAWS:
+        raise SpecError(f"{spec.kind}: draw must be {' or '.join(HEAD_DRAWS)}, got {draw!r}")
+    if draw == "onehot" and spec.params.get("tree"):
+        raise SpecError(f"{spec.kind}: draw=onehot applies to chains; a tree's siblings are chosen by "
+                        "children=topk|sampled|distinct")
+    return draw
+
+
 def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     _refuse_unnamed_head(spec)
+    draw = _head_draw(spec)
     from specscope.core.draft.heads import LOADERS
 
     bundled = KINDS[spec.kind].bundled_head
@@ -233,15 +249,18 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
         proposer.draft_trees(spec.params.get("tree"), spec.params.get("children", "topk"))
     except ValueError as exc:
         raise SpecError(f"{spec.kind}: {exc}") from None
+    proposer.draw_mode = draw
     return proposer
 
 
 def _check_head(spec: ProposerSpec) -> None:
-    """What the settings check can say without torch: a head named nowhere, or a checkpoint
-    folder that is missing or has no readable config.json (the weights are checked on load)."""
+    """What the settings check can say without torch: a head named nowhere, a draw that is not
+    one of HEAD_DRAWS, or a checkpoint folder that is missing or has no readable config.json
+    (the weights are checked on load)."""
     from specscope.core.draft.head_folders import head_folder, read_config
 
     _refuse_unnamed_head(spec)
+    _head_draw(spec)
     if spec.arg is None:
         return
     try:
@@ -278,6 +297,8 @@ def _bundled_head(kind: str, name: str) -> Proposer:
 
 # The heads trained for the bundled target (training/train_head.py), by kind: resources/models/NAME.
 BUNDLED_HEADS = {"eagle3": "eagle3-target"}
+HEAD_DRAW_PARAM = Param("draw", str, "sampled", "how a draft token is drawn at T > 0: sampled (from the head's q) | "
+                                                 "onehot (q's top token, verified as a point mass: vLLM #40149)")
 HEAD_FORMATS = {
     "eagle": "EAGLE repository's",
     "eagle3": "EAGLE-3 (EAGLE repository, SpecForge)",
@@ -293,4 +314,4 @@ for _kind, _summary in (
     bundled = BUNDLED_HEADS.get(_kind)
     usage = f"{_kind}:PATH, a head checkpoint folder" + (f"; {_kind} alone: the bundled target's head" if bundled else "")
     register(ProposerKind(_kind, f"{_summary} ({usage})", _build_head, takes_path=True, bundled_head=bundled,
-                          check=_check_head, params=TREE_PARAMS))
+                          check=_check_head, params=(*TREE_PARAMS, HEAD_DRAW_PARAM)))

@@ -27,6 +27,18 @@ def hub():
     return TinyModelHub()
 
 
+@pytest.fixture(scope="session")
+def bundled_hub():
+    """The bundled models (target, drafts, the EAGLE-3 head's target), loaded once."""
+    pytest.importorskip("PySide6")
+    from specscope.app.gui.sessions.hub import ModelHub
+
+    hub = ModelHub()
+    if hub.fallback:
+        pytest.skip("the bundled models are not installed")
+    return hub
+
+
 @pytest.fixture
 def settings_file(gui_env, tmp_path):
     from PySide6.QtCore import QSettings

@@ -10,16 +10,6 @@ from PySide6.QtCore import Qt
 from .helpers import wait_idle
 
 
-@pytest.fixture(scope="module")
-def bundled_hub():
-    from specscope.app.gui.sessions.hub import ModelHub
-
-    hub = ModelHub()
-    if hub.fallback:
-        pytest.skip("the bundled models are not installed")
-    return hub
-
-
 def test_one_click_on_run_with_the_bundled_models(qtbot, bundled_hub, settings_file, tmp_path):
     from specscope.app.gui.main_window import MainWindow
 

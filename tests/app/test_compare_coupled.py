@@ -93,9 +93,9 @@ def test_lanes_that_cannot_be_coupled_are_refused_with_the_cores_message(qtbot, 
     window.compare.coupled.setChecked(True)
     window.compare.set_side(0, "draft-small", 4)
     window.compare.set_side(1, "draft:small,tree=2,1", 4)
-    assert window.compare.settings_pair(window.run_panel.texts(), window.hub.devices()) is None
+    assert window.compare.lane_settings(window.run_panel.texts(), window.hub.devices()) is None
     assert window.compare.errors[1].text() == "coupling verifies chain drafts: it cannot be combined with a tree"
     window.compare.set_side(1, "lookup", 3)
     window.compare.engines[0].setCurrentText("transformers")
-    assert window.compare.settings_pair(window.run_panel.texts(), window.hub.devices()) is None
+    assert window.compare.lane_settings(window.run_panel.texts(), window.hub.devices()) is None
     assert window.compare.errors[0].text() == "coupling applies to the specscope engine only"

@@ -21,7 +21,8 @@ def test_lane_plots_keep_a_readable_size(qtbot, make_window, size, cols):
     qtbot.mouseClick(w.compare.compare_button, Qt.MouseButton.LeftButton)
     wait_compare(qtbot, w)
     qtbot.wait(150)
-    for tabs in w.compare.details:
+    assert w.compare_session.count == 2  # lane C is off by default
+    for tabs in w.compare.details[:2]:
         lane = tabs.widget(0)
         assert isinstance(lane, ScrollingPlots) and lane.cols == cols
         shown = [lane.plots.plots[name] for name in lane.plots.shown]
@@ -61,3 +62,27 @@ def test_a_tree_round_does_not_widen_the_window(qtbot, make_window):
         w.jump_to(r.index, len(r.nodes) - 1)
         qtbot.wait(20)
         assert w.width() == 1024 and w.minimumSizeHint().width() <= 1024, (r.index, w.minimumSizeHint())
+
+
+def test_three_lanes_keep_the_window_at_1024x700(qtbot, make_window):
+    """Three lanes with long labels (the status text names every proposer while they run)
+    once widened the window to 1300 px: it stays 1024 px wide, and each lane's plots keep
+    their readable width (scrolling sideways)."""
+    from specscope.app.gui.views.plot_scroll import ScrollingPlots
+
+    w = make_window()
+    w.resize(1024, 700)
+    w.tabs.setCurrentWidget(w.compare)
+    configure(w, max_new_tokens="16")
+    for side, spec in enumerate(("draft-small", "draft-tiny", "lookup:max_ngram=4,min_ngram=2")):
+        w.compare.set_side(side, spec, 3)
+    qtbot.mouseClick(w.compare.compare_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(w.compare_session.results) == 3 and all(r.stop_reason for r in w.compare_session.results)
+                    and w.compare_controller.state == "idle", timeout=60000)
+    qtbot.wait(150)
+    assert (w.width(), w.height()) == (1024, 700) and w.minimumSizeHint().height() <= 700
+    assert w.compare_session.count == 3
+    for tabs in w.compare.details:
+        lane = tabs.widget(0)
+        assert lane.isVisibleTo(w) and lane.plots.width() >= ScrollingPlots.PLOT_W
+    assert w.status_bar.full_state.startswith("comparison") and "C: " in w.status_bar.full_state

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
+from .conftest import dispose
 from .helpers import configure
 
 
@@ -118,3 +121,113 @@ def test_reference_cells_name_the_verdict_and_where():
     assert text == "LOGIC BUG at token 1 (round 4)" and "first difference at output position 1" in tip
     assert reference_text("no target")[0] == "failed" and "no target" in reference_text("no target")[1]
     assert reference_text(CHECKING)[0] == "checking…" and reference_text(None)[0] == "—"
+
+
+@pytest.fixture
+def bundled_window(qtbot, bundled_hub, settings_file, tmp_path):
+    """A window on the bundled models: the bundled EAGLE-3 head is the bundled target's."""
+    from specscope.app.gui import create_app
+    from specscope.app.gui.main_window import MainWindow
+
+    create_app()
+    w = MainWindow(hub=bundled_hub, settings=settings_file, store_path=str(tmp_path / "traces.sqlite"))
+    qtbot.addWidget(w)
+    w.resize(1400, 900)
+    w.show()
+    yield w
+    dispose(w)
+
+
+def _run_three_lanes(qtbot, window, **texts):
+    """The bundled EAGLE-3 head, draft-small and prompt lookup side by side (lanes A, B, C)."""
+    configure(window, **{"max_new_tokens": "20", **texts})
+    for side, spec in enumerate(("eagle3", "draft:small", "lookup")):
+        window.compare.set_side(side, spec, 4)
+    window.runs.start_compare()
+    session = window.compare_session
+    assert window.last_error is None, window.last_error
+    qtbot.waitUntil(lambda: window.last_error is not None or (
+        len(session.results) == 3 and all(r.stop_reason for r in session.results)
+        and window.compare_controller.state == "idle"), timeout=120000)
+    assert window.last_error is None, window.last_error
+    window.compare.refresh()
+    return session
+
+
+def test_a_head_a_draft_and_lookup_run_side_by_side(qtbot, bundled_window):
+    window = bundled_window
+    """Issue 30: three lanes on one prompt, each exact (greedy: plain greedy decoding's output),
+    each with its own summary column and timeline."""
+    session = _run_three_lanes(qtbot, window)
+    c = window.compare
+    assert session.count == 3 and [s.proposer for s in session.settings] == ["eagle3", "draft:small", "lookup"]
+    outputs = [m.output_tokens for m in session.models]
+    assert len(outputs[0]) == 20 and outputs[1] == outputs[0] and outputs[2] == outputs[0]
+    assert session.first_divergence is None and "no divergence in the first 20 tokens" in c.divergence.text()
+    qtbot.waitUntil(lambda: all(r is not None and r != "checking" for r in session.references), timeout=60000)
+    c.refresh()
+    labels = ("eagle3: the bundled target's head, k=4", "draft model: small, k=4", "prompt lookup")
+    for side, label in enumerate(labels):
+        assert session.references[side].identical, session.references[side].lines()
+        assert c.summary_cell("proposer", side).text().startswith(label)
+        assert c.summary_cell("new tokens", side).text() == "20"
+        assert float(c.summary_cell("mean accepted length", side).text()) >= 1.0
+        assert c.summary_cell("stop reason", side).text() == "budget"
+        assert c.summary_cell("vs plain greedy", side).text() == "identical"
+        assert not c.table.isColumnHidden(1 + side) and c.columns.widget(side).isVisibleTo(c)
+        assert label.split(",")[0] in c.headers[side].text()
+        assert session.models[side].cells.out_cell  # its timeline has the tokens
+    assert int(c.summary_cell("draft forward passes", 0).text()) > 0  # the head drafted
+    # clicking a position in lane C shows every lane's round there
+    c.timelines[2].click_cell(session.models[2].cells.out_cell[9])
+    for m in session.models:
+        assert m.selected[0] == _round_of(m, 9).index
+    # lane C left out again: two lanes, its columns hidden
+    c.set_side(2, None, 4)
+    assert len(c.lane_settings(window.run_panel.texts(), window.hub.devices())) == 2
+
+
+def test_three_coupled_lanes_emit_the_same_tokens(qtbot, bundled_window):
+    window = bundled_window
+    window.compare.coupled.setChecked(True)
+    session = _run_three_lanes(qtbot, window, temperature="1.0", seed="3")
+    assert all(s.coupling_seed == 3 for s in session.settings)
+    outputs = [m.output_tokens for m in session.models]
+    assert len(outputs[0]) == 20 and outputs[1] == outputs[0] and outputs[2] == outputs[0]
+    assert "coupled lanes" in window.compare.divergence.text()
+    assert session.references == [None, None, None]  # sampled lanes: no plain greedy reference
+
+
+def test_a_three_lane_comparison_is_recorded_and_reopens_with_its_three_lanes(qtbot, make_window, tmp_path):
+    from specscope.storage import TraceStore
+
+    from specscope.app.gui.sessions.compare import comparison_of
+
+    store = tmp_path / "cmp3.sqlite"
+    w = make_window(store_path=str(store))
+    configure(w, max_new_tokens="12")
+    for side, spec in enumerate(("draft-small", "draft-tiny", "lookup")):
+        w.compare.set_side(side, spec, 3)
+    w.runs.start_compare()
+    qtbot.waitUntil(lambda: len(w.compare_session.results) == 3 and all(r.stop_reason for r in w.compare_session.results)
+                    and w.compare_controller.state == "idle", timeout=60000)
+    live = [m.output_tokens for m in w.compare_session.models]
+    w.close()
+    gc.collect()
+    with TraceStore(store) as s:
+        lanes = {comparison_of(r)[1]: r for r in s.list_runs() if comparison_of(r)}
+    assert set(lanes) == {"A", "B", "C"} and len({comparison_of(r)[0] for r in lanes.values()}) == 1
+    r = make_window(store_path=str(tmp_path / "other.sqlite"))
+    assert r.open_trace(str(store), run_id=lanes["B"].run_id)  # any lane opens the whole comparison, in order
+    qtbot.waitUntil(lambda: r.replay_loaded, timeout=30000)
+    session = r.compare_session
+    assert session.count == 3
+    assert [m.config.run_id for m in session.models] == [lanes[n].run_id for n in "ABC"]
+    assert [m.output_tokens for m in session.models] == live
+    r.compare.refresh()
+    assert not r.compare.table.isColumnHidden(3) and r.compare.columns.widget(2).isVisibleTo(r.compare)
+    assert "no divergence" in r.compare.divergence.text()
+    # two stored runs side by side again: lane C's columns are hidden
+    assert r.traces.compare_stored(str(store), lanes["A"].run_id, lanes["C"].run_id)
+    assert session.count == 2 and r.compare.table.isColumnHidden(3)
+    assert not r.compare.columns.widget(2).isVisibleTo(r.compare)

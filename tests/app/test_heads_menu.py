@@ -56,3 +56,16 @@ def test_the_tree_fields_apply_to_the_head_kinds(tmp_path):
     assert "children='topk'" in bad.errors["children"]
     bundled = validate(dict(RunSettings(prompt="1 2 3").to_texts(), proposer=fold_tree("eagle3", "3,2,1", "sampled")))
     assert bundled.errors == {} and bundled.settings.proposer == "eagle3:tree=3,2,1,children=sampled"
+
+
+def test_a_onehot_head_validates_reruns_and_keeps_the_menu():
+    """draw=onehot (core.draft.registry) is checked by the settings check without loading the
+    head, reruns from a trace's params, and leaves the menu's entries as they were."""
+    texts = dict(RunSettings(prompt="1 2 3").to_texts(), proposer="eagle3:draw=onehot")
+    result = validate(texts)
+    assert result.errors == {} and result.settings.proposer == "eagle3:draw=onehot"
+    assert "draw must be sampled or onehot, got 'top'" in validate(dict(texts, proposer="eagle3:draw=top")).errors["proposer"]
+    recorded = {"spec": "eagle3:draw=onehot", "head": "bundled:eagle3-target", "draw": "onehot"}
+    assert spec_of_run("eagle3", recorded, None) == "eagle3:draw=onehot"
+    assert spec_of_run("eagle3", {"spec": "eagle3", "head": "bundled:eagle3-target", "draw": "sampled"}, None) == "eagle3"
+    assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == ["eagle3"]

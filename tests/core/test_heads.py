@@ -214,7 +214,7 @@ def test_a_spec_without_a_path_asks_for_a_head_checkpoint(kind):
 
 def test_eagle3_without_a_path_is_the_bundled_targets_head_and_refuses_another_target(target):
     proposer = build_proposer("eagle3")
-    assert proposer.spec == "eagle3" and proposer.params() == {"head": "bundled:eagle3-target"}
+    assert proposer.spec == "eagle3" and proposer.params() == {"head": "bundled:eagle3-target", "draw": "sampled"}
     with pytest.raises(TargetMismatch) as exc:
         SpeculativeDecoder(target, proposer, k=3)
     assert "the bundled eagle3 head is the bundled target's: for another target write eagle3:PATH" in one_line(exc)

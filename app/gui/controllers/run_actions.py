@@ -111,14 +111,14 @@ class RunActions:
     def start_compare(self) -> None:
         w = self.w
         w.tabs.setCurrentWidget(w.compare)
-        pair = w.compare.settings_pair(w.run_panel.texts(), w.hub.devices())
-        if pair is None:
+        lanes = w.compare.lane_settings(w.run_panel.texts(), w.hub.devices())
+        if lanes is None:
             base = w.run_panel.validate()
-            msg = next(iter(base.errors.values()), "check the proposers and k of A and B")
+            msg = next(iter(base.errors.values()), "check the proposers and k of the lanes")
             w.statusBar().showMessage(f"Cannot compare: {msg}", 10000)
             w.last_error = msg
             return
-        w.compare_session.start(*pair)
+        w.compare_session.start(*lanes)
 
     def on_state(self, state: str) -> None:
         w = self.w

@@ -159,12 +159,12 @@ class TraceDialogs:
             return False
         return self.compare_stored(path, picked[0], picked[1])
 
-    def compare_stored(self, path: str, run_a: str, run_b: str, show: bool = True) -> bool:
-        """Read two stored runs into the Compare tab's lanes."""
+    def compare_stored(self, path: str, *run_ids: str, show: bool = True) -> bool:
+        """Read two or three stored runs into the Compare tab's lanes (A, B, C in order)."""
         try:
             library = TraceLibrary(path)
             try:
-                infos = [library.run(r) for r in (run_a, run_b)]
+                infos = [library.run(r) for r in run_ids]
                 lanes = [(info, library.rounds(info.run_id), run_token_text(self.w.hub, info, say=self.w.say_long)) for info in infos]
             finally:
                 library.close()
@@ -183,14 +183,14 @@ class TraceDialogs:
         mine = comparison_of(info)
         if mine is None:
             return
-        partner = next((r for r in library.runs() if r.run_id != info.run_id
-                        and (comparison_of(r) or ("", ""))[0] == mine[0]), None)
-        if partner is None:
+        lanes = {comparison_of(r)[1]: r.run_id for r in library.runs()
+                 if r.run_id != info.run_id and (comparison_of(r) or ("", ""))[0] == mine[0]}
+        if not lanes:
             return
-        a, b = (info.run_id, partner.run_id) if mine[1] == "A" else (partner.run_id, info.run_id)
-        if self.compare_stored(path, a, b, show=False):
-            self.w.statusBar().showMessage(f"Run {info.run_id[:8]} is lane {mine[1]} of a comparison: both lanes "
-                                           f"are on the Compare tab.", 15000)
+        lanes[mine[1]] = info.run_id
+        if self.compare_stored(path, *(lanes[name] for name in sorted(lanes)), show=False):
+            self.w.statusBar().showMessage(f"Run {info.run_id[:8]} is lane {mine[1]} of a comparison: its "
+                                           f"{len(lanes)} lanes are on the Compare tab.", 15000)
 
     def diff_runs_dialog(self, path: str | None = None) -> str | None:
         """Pick a trace store and two of its runs; show `specscope diff` of them."""

@@ -1,6 +1,7 @@
-"""The compare session: the same prompt, target and sampler with two proposers. No widgets:
-it drives a RunController with two lanes, fills two RunModels and keeps the summary and the
-first divergence (compare.CompareWidget shows them)."""
+"""The compare session: the same prompt, target and sampler with two or three proposers (lanes
+A, B and an optional C). No widgets: it drives a RunController with the lanes, fills one
+RunModel per lane and keeps the summary and the first divergence (compare.CompareWidget shows
+them)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ SUMMARY_ROWS = (
 )
 
 CHECKING = "checking"  # a lane's reference comparison queued on the worker
+LANE_NAMES = "ABC"  # the lanes a comparison can have; A and B always run, C when it is chosen
 
 
 def reference_text(result: Any) -> tuple[str, str]:
@@ -62,16 +64,22 @@ class LaneSettings(RunSettings):
 
 
 def lanes_coupled(configs: Any) -> bool:
-    """Whether both lanes' runs were coupled with the same seed (their RunConfigs say so)."""
+    """Whether every lane's run was coupled with the same seed (their RunConfigs say so)."""
     from specscope.core.verify.coupling import coupling_seed_of
 
-    seeds = [coupling_seed_of(c) if c is not None else None for c in configs]
-    return seeds[0] is not None and len(set(seeds)) == 1
+    seeds = [coupling_seed_of(c) for c in configs if c is not None]
+    return bool(seeds) and seeds[0] is not None and len(set(seeds)) == 1
+
+
+def first_divergence_of(outputs: Any) -> int | None:
+    """The first output position where some lane's tokens differ from lane A's."""
+    found = [first_divergence(outputs[0], other) for other in outputs[1:]]
+    return min((i for i in found if i is not None), default=None)
 
 
 class CompareRecorderFactory(RecorderFactory):
-    """Records a comparison's two lanes as one comparison of two runs: each run's `extra`
-    names the comparison and its lane (the worker prepares lane A, then lane B)."""
+    """Records a comparison's lanes as one comparison of two or three runs: each run's `extra`
+    names the comparison and its lane (the worker prepares lane A, then B, then C)."""
 
     def __init__(self, store_path: str | None):
         super().__init__(store_path)
@@ -87,7 +95,7 @@ class CompareRecorderFactory(RecorderFactory):
 
     def __call__(self, config) -> Recorder:
         lane, self.next_lane = self.next_lane, self.next_lane + 1
-        extra = {"comparison": self.comparison, "lane": "AB"[min(lane, 1)]}
+        extra = {"comparison": self.comparison, "lane": LANE_NAMES[min(lane, len(LANE_NAMES) - 1)]}
         if getattr(self, "coupling_seed", None) is not None:
             extra["coupled"] = self.coupling_seed  # the comparison was run with coupled lanes
         return Recorder(self.open_store(), config, prompt_text=self.prompt_text, extra=extra,
@@ -97,7 +105,7 @@ class CompareRecorderFactory(RecorderFactory):
 def comparison_of(info: Any) -> tuple[str, str] | None:
     """(comparison id, lane) of a stored run recorded by compare mode, else None."""
     extra = getattr(info, "extra", None) or {}
-    if extra.get("comparison") and extra.get("lane") in ("A", "B"):
+    if extra.get("comparison") and extra.get("lane") in tuple(LANE_NAMES):
         return str(extra["comparison"]), str(extra["lane"])
     return None
 
@@ -109,7 +117,9 @@ class SideResult:
 
 
 class CompareSession(QObject):
-    """Two lanes of one worker; fills models[0] and models[1]."""
+    """Two or three lanes of one worker. `slots` holds a RunModel for every lane a comparison
+    can have (the view binds its columns to them once); `models` are the first `count`, the
+    lanes of the comparison shown."""
 
     changed = Signal()
     divergence = Signal(object)  # output position or None
@@ -121,11 +131,12 @@ class CompareSession(QObject):
         self.controller = controller
         self.recording = recording  # the factory the controller's worker records with, or None
         self.source = "live"  # or the trace store the lanes were read from
-        self.models = (RunModel(self), RunModel(self))
-        self.settings: tuple[RunSettings, RunSettings] | None = None
-        self.results = [SideResult(), SideResult()]
+        self.slots = tuple(RunModel(self) for _ in LANE_NAMES)
+        self.count = 2  # lanes in the comparison shown
+        self.settings: tuple[RunSettings, ...] | None = None
+        self.results = [SideResult() for _ in range(self.count)]
         self.plain: PlainCost | None = None  # plain decoding of the target, measured before the run
-        self.references: list[Any] = [None, None]  # per lane: reference_text's input
+        self.references: list[Any] = [None] * self.count  # per lane: reference_text's input
         self.first_divergence: int | None = None
         w = controller.worker
         w.prepared.connect(self._on_prepared)
@@ -141,39 +152,50 @@ class CompareSession(QObject):
         """A lane's settings cannot run with its models (core.decode.factory: the position limit)."""
         self.failed.emit("Cannot compare: " + "; ".join(errors.values()), "")
 
-    def start(self, a: RunSettings, b: RunSettings) -> None:
-        self.settings = (a, b)
+    @property
+    def models(self) -> tuple[RunModel, ...]:
+        """The models of the comparison's lanes (the other slots are empty)."""
+        return self.slots[:self.count]
+
+    def start(self, *lanes: RunSettings) -> None:
+        """Run two or three lanes (A, B and maybe C) side by side."""
+        if not 2 <= len(lanes) <= len(LANE_NAMES):
+            raise ValueError(f"a comparison has 2 to {len(LANE_NAMES)} lanes, got {len(lanes)}")
+        self.settings = tuple(lanes)
+        self.count = len(lanes)
         self.source = "live"
         if self.recording is not None:
-            self.recording.begin(a.prompt, getattr(a, "coupling_seed", None))
-        self.results = [SideResult(), SideResult()]
+            self.recording.begin(lanes[0].prompt, getattr(lanes[0], "coupling_seed", None))
+        self.results = [SideResult() for _ in lanes]
         self.plain = None
-        self.references = [None, None]
+        self.references = [None] * self.count
         self.first_divergence = None
-        for m in self.models:
+        for m in self.slots:
             m.clear()
-        self.controller.start([a, b], run=True, measure_baseline=True)
+        self.controller.start(list(lanes), run=True, measure_baseline=True)
 
     def stop(self) -> None:
         self.controller.stop()
 
     def load(self, lanes: list[tuple[Any, list, Any]], source: str) -> None:
-        """Show two stored runs side by side: per lane (RunInfo, rounds, token_text)."""
+        """Show two or three stored runs side by side: per lane (RunInfo, rounds, token_text)."""
         self.controller.stop()
         self.settings = None
         self.source = source
         self.plain = None
-        self.references = [None, None]
+        self.count = len(lanes)
+        self.references = [None] * self.count
         self.results = []
+        for m in self.slots:
+            m.clear()
         for side, (info, rounds, token_text) in enumerate(lanes):
             m = self.models[side]
-            m.begin(info.config, token_text, source=source, label=f"{'AB'[side]}: {info.run_id[:8]}")
+            m.begin(info.config, token_text, source=source, label=f"{LANE_NAMES[side]}: {info.run_id[:8]}")
             m.extend(rounds)
             reason = info.stop_reason or info.status
             m.finish(reason, info.wall_s)
             self.results.append(SideResult(reason, info.wall_s))
-        a, b = (m.output_tokens for m in self.models)
-        self.first_divergence = first_divergence(a, b)
+        self.first_divergence = first_divergence_of([m.output_tokens for m in self.models])
         self.divergence.emit(self.first_divergence)
         self.changed.emit()
 
@@ -190,28 +212,33 @@ class CompareSession(QObject):
         return self.controller.busy
 
     def _on_prepared(self, lane: int, config, token_text, label: str) -> None:
+        if lane >= self.count:
+            return  # a lane of an earlier comparison with more lanes
         self.models[lane].begin(config, token_text, source="compare", label=label)
 
     def _on_round(self, lane: int, rnd) -> None:
+        if lane >= self.count:
+            return  # a lane of an earlier comparison with more lanes
         cfg = self.models[lane].config
         if cfg is None or rnd.run_id != cfg.run_id:
             return  # a round of a cancelled comparison
         self.models[lane].append(rnd)
-        a, b = (m.output_tokens for m in self.models)
-        div = first_divergence(a, b)
+        div = first_divergence_of([m.output_tokens for m in self.models])
         if div != self.first_divergence:
             self.first_divergence = div
             self.divergence.emit(div)
         self.changed.emit()
 
     def _on_lane_finished(self, lane: int, reason: str, wall: float, result) -> None:
+        if lane >= self.count:
+            return  # a lane of an earlier comparison with more lanes
         self.results[lane] = SideResult(reason, wall)
         self.models[lane].finish(reason, wall)
         self._ask_reference()
         self.changed.emit()
 
     def _ask_reference(self) -> None:
-        """Once both lanes of a greedy live comparison are done, the worker compares each
+        """Once every lane of a greedy live comparison is done, the worker compares each
         with plain greedy decoding (a cancelled lane has no whole output to compare)."""
         if not self.settings or not all(s.greedy for s in self.settings) or any(self.references):
             return
@@ -222,10 +249,12 @@ class CompareSession(QObject):
             if m.config is None:
                 return
             lanes.append((lane, settings, m.config, [m.full_round(i) for i in range(len(m.rounds))]))
-        self.references = [CHECKING, CHECKING]
+        self.references = [CHECKING] * self.count
         self.controller.reference(lanes)
 
     def _on_referenced(self, lane: int, result: Any) -> None:
+        if lane >= self.count:
+            return  # a lane of an earlier comparison with more lanes
         cfg = self.models[lane].config
         if self.references[lane] != CHECKING or (hasattr(result, "run_id") and cfg is not None
                                                   and result.run_id != cfg.run_id):
@@ -271,7 +300,7 @@ class CompareSession(QObject):
 
     def status_words(self) -> str:
         """The status bar's words for the comparison: running or not, each lane's rounds."""
-        lanes = [f"{'AB'[i]}: {len(m.metrics)} rounds · {m.metrics.emitted_total} tokens"
+        lanes = [f"{LANE_NAMES[i]}: {len(m.metrics)} rounds · {m.metrics.emitted_total} tokens"
                  for i, m in enumerate(self.models) if m.config is not None]
         head = "comparing" if self.running else "comparison" if lanes else "compare: no lanes yet"
         if self.settings and self.running:
@@ -279,8 +308,8 @@ class CompareSession(QObject):
         return " · ".join([head, *lanes])
 
     def divergence_text(self) -> str:
-        a, b = (m.output_tokens for m in self.models)
-        n = min(len(a), len(b))
+        outputs = [m.output_tokens for m in self.models]
+        n = min(len(o) for o in outputs)
         cfg = self.models[0].config
         greedy = bool(self.settings[0].greedy) if self.settings else bool(cfg and cfg.sampling.temperature == 0)
         if self.first_divergence is None:
@@ -291,13 +320,14 @@ class CompareSession(QObject):
             return f"<span style='color:#007a4d'>✔ no divergence in the first {n} tokens{note}</span>"
         i = self.first_divergence
         tt = self.models[0].token_text
+        tokens = " vs ".join(f"{LANE_NAMES[lane]} “{tt(out[i])}”" for lane, out in enumerate(outputs) if i < len(out))
         text = (f"<b style='color:{theme.DIVERGENCE_COLOR.name()}'>first divergence at output position {i}</b>: "
-                f"A “{tt(a[i])}” vs B “{tt(b[i])}”")
+                + tokens)
         if greedy:
             text += " — <b style='color:#b00020'>greedy outputs must be identical: this is a bug</b>"
         elif self.coupled:
             text += (" (coupled lanes emit the same token wherever their prefixes agree, up to float differences "
-                     "between the two lanes' target forwards: a near-tie of log p + G decided differently)")
+                     "between the lanes' target forwards: a near-tie of log p + G decided differently)")
         else:
-            text += " (expected when sampling: the two proposers consume the random stream differently)"
+            text += " (expected when sampling: the proposers consume the random stream differently)"
         return text

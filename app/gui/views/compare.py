@@ -1,7 +1,8 @@
-"""Compare mode's view: two proposers side by side on the same prompt, target and sampler.
+"""Compare mode's view: two or three proposers side by side on the same prompt, target and
+sampler (lanes A, B and, when its menu names a proposer, C).
 
-`CompareWidget` shows a `compare_session.CompareSession`: both timelines (aligned by output
-position, scrolled together), both sets of plots, a summary table and the first divergence.
+`CompareWidget` shows a `compare_session.CompareSession`: the lanes' timelines (aligned by
+output position, scrolled together), their plots, a summary table and the first divergence.
 The table and the lanes share a splitter and every part has a readable minimum, so the tab
 works from 1024x700 up.
 """
@@ -29,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.app.gui import theme
-from specscope.app.gui.sessions.compare import SUMMARY_ROWS, CompareSession, LaneSettings, reference_text
+from specscope.app.gui.sessions.compare import LANE_NAMES, SUMMARY_ROWS, CompareSession, LaneSettings, reference_text
 from .inspector import RoundInspectorWidget
 from .plot_scroll import ScrollingPlots
 from .plots import LivePlotsWidget
@@ -39,11 +40,15 @@ from .tree import DraftTreeView
 
 __all__ = ["CompareSession", "CompareWidget"]
 
-DEFAULT_SIDES = (("draft:small", "4"), ("lookup", "4"))  # (proposer spec, k) of A and B
+DEFAULT_SIDES = (("draft:small", "4"), ("lookup", "4"), (None, "4"))  # (proposer spec, k) of A, B, C (None: off)
+LANE_OFF = "(no lane C)"  # lane C's menu entry that leaves it out
 TABLE_REFRESH_MS = 250  # the summary table's refresh while the lanes run
-LANE_MIN_PX = 110  # a lane's timeline never gets shorter
+LANE_MIN_PX = 100  # a lane's timeline never gets shorter (about four rows of cells; 100, not 110, since lane C's controls row: 1024x700 still fits)
 SUMMARY_BLOCKS = 2  # the summary's rows in this many blocks side by side
 SUMMARY_ROW_PX = 21
+BLOCK_COLUMNS = 1 + len(LANE_NAMES)  # a summary block: the metric, then one column per lane
+IDLE_NOTE_HTML = ("<span style='color:#666666'>Prompt, sampler, seed and budget come from the run panel; the "
+                  "speedup is against plain decoding measured before the run.</span>")
 COUPLING_HTML = (
     "<p><b>Coupled lanes</b> (sampling only). Normally each lane draws its own random numbers, and the two "
     "proposers use them differently, so sampled lanes part at the first token. Coupled, both lanes share one "
@@ -93,9 +98,9 @@ class CompareWidget(QWidget):
         self.body.setStretchFactor(1, 5)
         outer.addWidget(self.body, 1)
         self._syncing = False
-        a, b = (t.verticalScrollBar() for t in self.timelines)
-        a.valueChanged.connect(lambda v: self._sync(b, v))
-        b.valueChanged.connect(lambda v: self._sync(a, v))
+        bars = [t.verticalScrollBar() for t in self.timelines]
+        for bar in bars:
+            bar.valueChanged.connect(lambda v, bar=bar: self._sync([b for b in bars if b is not bar], v))
         # The table follows the lanes at most 4 times a second while they run (each refresh
         # rebuilds and repaints it, on the thread whose GIL the decoder needs), and at once
         # when they stop.
@@ -113,7 +118,8 @@ class CompareWidget(QWidget):
 
     def _controls(self) -> QGridLayout:
         """One row per side: engine, proposer menu (from the registry, without a local
-        checkpoint) and k, its error beside; Compare and Stop at the left of the rows."""
+        checkpoint; lane C's starts with LANE_OFF) and k, its error beside; Compare and Stop at
+        the left of the rows."""
         controls = QGridLayout()
         controls.setVerticalSpacing(2)
         self.proposers: list[QComboBox] = []
@@ -121,18 +127,21 @@ class CompareWidget(QWidget):
         self.ks: list[QLineEdit] = []
         self.errors: list[QLabel] = []
         self.compare_button = QPushButton("Compare")
-        self.compare_button.setToolTip("Run the prompt and sampler of the run panel with proposers A and B")
+        self.compare_button.setToolTip("Run the prompt and sampler of the run panel with proposers A and B "
+                                       "(and C when its menu names one)")
         self.stop_button = QPushButton("Stop")
         self.compare_button.clicked.connect(self.compareRequested.emit)
         self.stop_button.clicked.connect(self.stopRequested.emit)
         controls.addWidget(self.compare_button, 0, 0)
         controls.addWidget(self.stop_button, 1, 0)
         for side, (prop, k) in enumerate(DEFAULT_SIDES):
-            name = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b>")
+            name = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b>")
             combo = QComboBox()
+            if prop is None:
+                combo.addItem(LANE_OFF, "")
             for choice in proposer_choices(with_checkpoint=False):
                 combo.addItem(choice.label, choice.spec)
-            combo.setCurrentIndex(combo.findData(prop))
+            combo.setCurrentIndex(combo.findData(prop or ""))
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(18)
             kedit = QLineEdit(k)
@@ -142,7 +151,7 @@ class CompareWidget(QWidget):
             err.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             engine = QComboBox()
             engine.addItems(ENGINES)
-            engine.setToolTip(f"who decodes side {'AB'[side]}: specscope, or transformers' own generate()")
+            engine.setToolTip(f"who decodes side {LANE_NAMES[side]}: specscope, or transformers' own generate()")
             self.engines.append(engine)
             for col, widget in enumerate((name, engine, combo, QLabel("k"), kedit, err)):
                 controls.addWidget(widget, side, 1 + col)
@@ -157,8 +166,8 @@ class CompareWidget(QWidget):
         self.coupled_note.setStyleSheet("color:#666666")
         controls.addWidget(self.coupled, 0, 7)
         controls.addWidget(self.coupled_note, 1, 7)
-        controls.setColumnStretch(3, 1)
-        controls.setColumnStretch(6, 2)
+        controls.setColumnStretch(3, 3)  # the proposer menus: room for their labels (lane C: "prompt lookup (max_ngram=3, ...)")
+        controls.setColumnStretch(6, 2)  # the errors (cut short: whole in their tooltips)
         return controls
 
     def _note(self) -> QWidget:
@@ -167,37 +176,33 @@ class CompareWidget(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         self.legend = QLabel(theme.kind_legend_html())
         self.legend.setTextFormat(Qt.TextFormat.RichText)
-        self.note = QLabel("Prompt, sampler, seed and budget come from the run panel; the speedup is against "
-                           "plain decoding measured before the run.")
-        self.note.setWordWrap(True)
-        self.note.setStyleSheet("color:#666666")
-        self.note.setToolTip(NOTE_HTML)
+        self.legend.setToolTip(NOTE_HTML)
         help_button = QToolButton()
         help_button.setText("?")
         help_button.setToolTip("How compare mode measures, and what the plots show")
         help_button.clicked.connect(lambda: QMessageBox.information(self, "Compare", NOTE_HTML))
         row.addWidget(self.legend, 0, 0)
         row.addWidget(help_button, 0, 1)
-        row.addWidget(self.note, 1, 0, 1, 2)
         row.setColumnStretch(0, 1)
         return box
 
     def _summary_table(self) -> QTableWidget:
-        """The summary in two blocks side by side (metric | A | B, twice): every row shows at
-        1024x700 (one tall column of 11 rows showed 4 and scrolled the rest away)."""
+        """The summary in two blocks side by side (metric | A | B | C, twice; C's columns hidden
+        without lane C): every row shows at 1024x700 (one tall column of 11 rows showed 4 and
+        scrolled the rest away)."""
         rows = -(-len(SUMMARY_ROWS) // 2)
-        self.table = QTableWidget(rows, 3 * SUMMARY_BLOCKS)
-        self.table.setHorizontalHeaderLabels(["", "A", "B"] * SUMMARY_BLOCKS)
+        self.table = QTableWidget(rows, BLOCK_COLUMNS * SUMMARY_BLOCKS)
+        self.table.setHorizontalHeaderLabels(["", *LANE_NAMES] * SUMMARY_BLOCKS)
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         for block in range(SUMMARY_BLOCKS):
-            header.setSectionResizeMode(3 * block, QHeaderView.ResizeMode.ResizeToContents)
+            header.setSectionResizeMode(BLOCK_COLUMNS * block, QHeaderView.ResizeMode.ResizeToContents)
         for i, (_, label) in enumerate(SUMMARY_ROWS):
             item = QTableWidgetItem(label)
             item.setForeground(Qt.GlobalColor.darkGray)
-            self.table.setItem(i % rows, 3 * (i // rows), item)
+            self.table.setItem(i % rows, BLOCK_COLUMNS * (i // rows), item)
         self.table.verticalHeader().setDefaultSectionSize(SUMMARY_ROW_PX)
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -205,10 +210,10 @@ class CompareWidget(QWidget):
         return self.table
 
     def summary_cell(self, label: str, side: int) -> QTableWidgetItem:
-        """The summary table's cell of row `label` (as SUMMARY_ROWS names it) for side 0 (A) or 1 (B)."""
+        """The summary table's cell of row `label` (as SUMMARY_ROWS names it) for side 0 (A), 1 (B) or 2 (C)."""
         i = [name for _, name in SUMMARY_ROWS].index(label)
         rows = self.table.rowCount()
-        return self.table.item(i % rows, 3 * (i // rows) + 1 + side)
+        return self.table.item(i % rows, BLOCK_COLUMNS * (i // rows) + 1 + side)
 
     def _lane_columns(self) -> QSplitter:
         """One column per side: its header, aligned timeline and compact plots."""
@@ -220,20 +225,23 @@ class CompareWidget(QWidget):
         self.details: list[QTabWidget] = []  # per lane: plots | the selected round
         self.trees: list[DraftTreeView] = []
         self.inspectors: list[RoundInspectorWidget] = []
-        for side in range(2):
+        for side in range(len(LANE_NAMES)):
             col = QSplitter(Qt.Orientation.Vertical)
             col.setChildrenCollapsible(False)
             box = QWidget()
             bl = QVBoxLayout(box)
             bl.setContentsMargins(0, 0, 0, 0)
-            head = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b>")
+            head = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b>")
             head.setTextFormat(Qt.TextFormat.RichText)
+            # cut at the lane's edge, whole in the tooltip: three long labels ("prompt lookup
+            # (max_ngram=3, min_ngram=1), k=4") widened the window past 1024 px
+            head.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             bl.addWidget(head)
-            tl = TokenTimelineWidget(self.session.models[side], aligned=True)
+            tl = TokenTimelineWidget(self.session.slots[side], aligned=True)
             tl.setMinimumHeight(LANE_MIN_PX)
             bl.addWidget(tl, 1)
             col.addWidget(box)
-            plots = LivePlotsWidget(self.session.models[side], compact=True, color=theme.SIDE_COLORS[side],
+            plots = LivePlotsWidget(self.session.slots[side], compact=True, color=theme.SIDE_COLORS[side],
                                     shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
                                     legends=False)
             col.addWidget(self._lane_details(side, plots))
@@ -243,7 +251,15 @@ class CompareWidget(QWidget):
             self.timelines.append(tl)
             self.plots.append(plots)
             self.headers.append(head)
+        self._show_lanes(2)
         return self.columns
+
+    def _show_lanes(self, count: int) -> None:
+        """Show the first `count` lanes' columns (and summary columns), hide the others."""
+        for side in range(len(LANE_NAMES)):
+            self.columns.widget(side).setVisible(side < count)
+            for block in range(SUMMARY_BLOCKS):
+                self.table.setColumnHidden(BLOCK_COLUMNS * block + 1 + side, side >= count)
 
     def _lane_details(self, side: int, plots: LivePlotsWidget) -> QTabWidget:
         """Below a lane: its plots, or the clicked round's draft tree, p/q and caches."""
@@ -252,9 +268,9 @@ class CompareWidget(QWidget):
         tabs.addTab(ScrollingPlots(plots), "Plots")
         round_view = QSplitter(Qt.Orientation.Vertical)
         round_view.setChildrenCollapsible(False)
-        tree = DraftTreeView(self.session.models[side])
+        tree = DraftTreeView(self.session.slots[side])
         tree.setMinimumHeight(90)
-        inspector = RoundInspectorWidget(self.session.models[side])
+        inspector = RoundInspectorWidget(self.session.slots[side])
         round_view.addWidget(tree)
         round_view.addWidget(inspector)
         round_view.setSizes([120, 400])
@@ -265,7 +281,7 @@ class CompareWidget(QWidget):
         return tabs
 
     def follow(self, side: int, rnd: int, pos: int) -> int | None:
-        """A position clicked in one lane: both lanes show their round at that output
+        """A position clicked in one lane: every lane shows its round at that output
         position (the tree, p/q and caches of each); returns the output position."""
         models = self.session.models
         m = models[side]
@@ -276,12 +292,13 @@ class CompareWidget(QWidget):
         out = r.emitted_before + (r.emitted.index(emitted[0]) if emitted else 0)
         if pos >= len(r.nodes) and r.emitted:  # the bonus position
             out = r.emitted_before + len(r.emitted) - 1
-        other = models[1 - side]
-        if out < len(other.cells.out_cell):
-            cell_index = other.cells.out_cell[out]
-            cell = other.cells.cell(cell_index)
-            other.select(cell.round, cell.pos)
-            self.timelines[1 - side].ensure_cell_visible(cell_index)
+        for lane in range(self.session.count):
+            other = models[lane]
+            if lane != side and out < len(other.cells.out_cell):
+                cell_index = other.cells.out_cell[out]
+                cell = other.cells.cell(cell_index)
+                other.select(cell.round, cell.pos)
+                self.timelines[lane].ensure_cell_visible(cell_index)
         for tabs in self.details:
             tabs.setCurrentIndex(1)
         return out
@@ -295,11 +312,12 @@ class CompareWidget(QWidget):
         else:
             self.refresh()
 
-    def _sync(self, other, value: int) -> None:
+    def _sync(self, others, value: int) -> None:
         if self._syncing:
             return
         self._syncing = True
-        other.setValue(value)
+        for other in others:
+            other.setValue(value)
         self._syncing = False
 
     def _on_state(self, state: str) -> None:
@@ -313,9 +331,14 @@ class CompareWidget(QWidget):
     def side_texts(self, side: int) -> tuple[str, str]:
         return self.proposers[side].currentData(), self.ks[side].text()
 
-    def set_side(self, side: int, proposer: str, k: int | str) -> None:
-        """Choose a side's proposer (a spec or a legacy name; a spec not in the menu is added)."""
+    def set_side(self, side: int, proposer: str | None, k: int | str) -> None:
+        """Choose a side's proposer (a spec or a legacy name; a spec not in the menu is added;
+        None or "" leaves lane C out)."""
         combo = self.proposers[side]
+        if not proposer:
+            combo.setCurrentIndex(combo.findData(""))
+            self.ks[side].setText(str(k))
+            return
         spec = menu_spec(proposer)
         if spec is not None:
             if combo.findData(spec) < 0:
@@ -323,12 +346,16 @@ class CompareWidget(QWidget):
             combo.setCurrentIndex(combo.findData(spec))
         self.ks[side].setText(str(k))
 
-    def settings_pair(self, base_texts: dict[str, str], devices: tuple[str, ...]) -> tuple[RunSettings, RunSettings] | None:
-        """Validate both sides on top of the run panel's texts; show errors next to the fields."""
+    def lane_settings(self, base_texts: dict[str, str], devices: tuple[str, ...]) -> tuple[LaneSettings, ...] | None:
+        """Validate the lanes (A, B and C when chosen) on top of the run panel's texts; show
+        errors next to the fields."""
         out = []
         all_ok = True
-        for side in range(2):
+        for side in range(len(LANE_NAMES)):
             prop, k = self.side_texts(side)
+            self.errors[side].setText("")
+            if not prop:  # lane C left out
+                continue
             texts = dict(base_texts, proposer=prop, k=k, checkpoint="", engine=self.engines[side].currentText())
             v = validate(texts, devices)
             own = {key: msg for key, msg in v.errors.items() if key in ("k", "proposer", "engine")}
@@ -340,15 +367,16 @@ class CompareWidget(QWidget):
             out.append(v)
         if not all_ok:
             return None
-        return self._lanes(out[0].settings, out[1].settings)
+        return self._lanes([v.settings for v in out])
 
-    def _lanes(self, a: RunSettings, b: RunSettings) -> tuple[LaneSettings, LaneSettings] | None:
-        """The two lanes' settings, coupled (seed = the run panel's seed) when the box is
-        ticked and the lanes sample; a ticked box at temperature 0 is ignored, with a note."""
+    def _lanes(self, settings: list[RunSettings]) -> tuple[LaneSettings, ...] | None:
+        """The lanes' settings, coupled (seed = the run panel's seed) when the box is ticked
+        and the lanes sample; a ticked box at temperature 0 is ignored, with a note."""
+        a = settings[0]
         coupled = self.coupled.isChecked() and not a.greedy
         self.update_coupling_note(a.temperature)
         seed = a.seed if coupled else None
-        lanes = tuple(LaneSettings(**{**vars(s), "coupling_seed": seed}) for s in (a, b))
+        lanes = tuple(LaneSettings(**{**vars(s), "coupling_seed": seed}) for s in settings)
         for side, lane in enumerate(lanes):  # the core's check: the transformers engine and trees cannot couple
             problem = lane.validate({"coupling_seed": "coupling"}).get("coupling_seed")
             if problem:
@@ -368,7 +396,8 @@ class CompareWidget(QWidget):
 
     def refresh(self) -> None:
         self._refresh_timer.stop()
-        for side in range(2):
+        self._show_lanes(self.session.count)
+        for side in range(self.session.count):
             summary = self.session.summary(side)
             rows = self.table.rowCount()
             for i, (key, _) in enumerate(SUMMARY_ROWS):
@@ -376,13 +405,19 @@ class CompareWidget(QWidget):
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 item.setToolTip(reference_text(self.session.references[side])[1] if key == "reference"
                                 else summary[key])
-                self.table.setItem(i % rows, 3 * (i // rows) + 1 + side, item)
+                self.table.setItem(i % rows, BLOCK_COLUMNS * (i // rows) + 1 + side, item)
             s = self.session.settings[side] if self.session.settings else None
             label = summary["proposer"] if s else ""
-            self.headers[side].setText(f"<b style='color:{theme.SIDE_COLORS[side]}'>{'AB'[side]}</b> {label}")
-        self.divergence.setText(self.session.divergence_text())
+            self.headers[side].setText(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b> {label}")
+            self.headers[side].setToolTip(label)
+        self._show_divergence()
+
+    def _show_divergence(self) -> None:
+        """The first divergence; before any comparison, where the lanes' settings come from
+        (the line is shared: a third lane's controls row took the note's own line at 1024x700)."""
+        self.divergence.setText(self.session.divergence_text() or IDLE_NOTE_HTML)
 
     def _on_divergence(self, pos) -> None:
         for t in self.timelines:
             t.set_marker(pos)
-        self.divergence.setText(self.session.divergence_text())
+        self._show_divergence()

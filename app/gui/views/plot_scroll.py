@@ -12,7 +12,8 @@ from .plots import LivePlotsWidget
 
 class ScrollingPlots(QScrollArea):
     """Plots at a readable size: two columns when there is room, else one below the other,
-    scrolling vertically (a narrow window squeezed them into clipped slivers)."""
+    scrolling vertically (a narrow window squeezed them into clipped slivers), and sideways
+    where the room is narrower than one plot (three compare lanes at 1024 px)."""
 
     PLOT_W, PLOT_H = 290, 150  # the least a plot needs for its title, ticks and axis labels
 
@@ -22,8 +23,9 @@ class ScrollingPlots(QScrollArea):
         self.cols = 2
         self.setWidgetResizable(True)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setWidget(plots)
+        plots.setMinimumWidth(self.PLOT_W)  # narrower, it scrolls sideways instead of cutting the axes
         self._fit(self.viewport().width())
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)

@@ -2,7 +2,9 @@
 
 QStatusBar draws a long message up to the permanent widget and cuts it there, mid-word and
 touching the state text ("…length 2.5idle"). This one elides the message with "…" to leave a
-gap, keeps the whole text as its tooltip, and elides again when the window is resized.
+gap, keeps the whole text as its tooltip, and elides again when the window is resized. The
+state text is elided to the bar's width too (whole in its tooltip): a label's text is its
+minimum width, and a long one (three compare lanes' proposers) widened the window past 1024 px.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class ElidingStatusBar(QStatusBar):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.full_message = ""
+        self.full_state = ""
         self._deadline: float | None = None  # monotonic time the message expires; None: until replaced
         self.state_label = QLabel("")
         self.state_label.setTextInteractionFlags(Qt.TextInteractionFlag.NoTextInteraction)
@@ -50,9 +53,16 @@ class ElidingStatusBar(QStatusBar):
 
     def set_state(self, text: str) -> None:
         """The state text on the right (the message is elided again to leave it room)."""
-        if text != self.state_label.text():
-            self.state_label.setText(text)
+        if text != self.full_state:
+            self.full_state = text
+            self._fit_state()
             self.refit()
+
+    def _fit_state(self) -> None:
+        room = max(80, self.width() - 2 * GAP_PX)
+        shown = self.fontMetrics().elidedText(self.full_state, Qt.TextElideMode.ElideRight, room)
+        self.state_label.setText(shown)
+        self.state_label.setToolTip(self.full_state if shown != self.full_state else "")
 
     def refit(self) -> None:
         """Elide the message shown again (after a resize or a new state text), keeping its expiry."""
@@ -67,4 +77,6 @@ class ElidingStatusBar(QStatusBar):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         super().resizeEvent(event)
+        if self.full_state:
+            self._fit_state()
         self.refit()

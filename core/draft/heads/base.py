@@ -284,13 +284,19 @@ def share_embedding(head: RecurrentHead, target: nn.Module) -> None:
 class HeadDrafting(ProposerBase):
     """What every head proposer shares: the target it reads, the features handed over after
     each round, drawing a token from a head's logits (greedy argmax, or a sample from q
-    reported exactly as it was drawn from; by the coupling's keys when coupled), and the
-    token tree it drafts instead of a chain, if any (`draft_trees`; core.draft.heads.trees)."""
+    reported exactly as it was drawn from; by the coupling's keys when coupled; or, with
+    draw="onehot", q's top token reported as a point mass), and the token tree it drafts
+    instead of a chain, if any (`draft_trees`; core.draft.heads.trees)."""
 
     name = "head"
 
     def __init__(self, label: str):
         self.label = label
+        # How a draft token is drawn at T > 0 (the registry's `draw` parameter): "sampled" from q,
+        # the head's distribution after the sampling transforms; or "onehot", q's top token
+        # reported as a point mass, as servers did that treated T > 0 drafts as one-hot (vLLM
+        # #40149): still exact (accepted with p(x), the residual is p without x), accepted less.
+        self.draw_mode = "sampled"
         self.spec = f"{self.name}:{label}"
         self.tree: Any = None  # a core.draft.trees.TreeSpec when the head drafts trees
         self.children = "topk"
@@ -322,7 +328,7 @@ class HeadDrafting(ProposerBase):
 
     def params(self) -> dict[str, Any]:
         trees = {"tree": str(self.tree), "children": self.children} if self.tree is not None else {}
-        return {"head": self.label, **trees}
+        return {"head": self.label, "draw": self.draw_mode, **trees}
 
     def reset(self) -> None:
         self._features, self._feature_end = None, 0
@@ -351,6 +357,11 @@ class HeadDrafting(ProposerBase):
         q = draft_distribution(logits, sampling)
         if to_target is not None:
             q = torch.zeros(self.vocab_size, dtype=torch.float64, device=q.device).index_copy_(0, to_target, q)
+        if self.draw_mode == "onehot":  # q's top token, and the point mass it is then drawn from
+            pick = int(row_argmax(q))
+            point = torch.zeros_like(q)
+            point[pick] = 1.0
+            return pick, point, None
         if self.coupling is not None:
             return self.coupling.pick(q, position), q, None
         u = float(rng.random())
