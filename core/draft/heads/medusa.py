@@ -35,7 +35,7 @@ from specscope.core.draft.heads.base import (
     target_hidden_size,
     target_layers,
 )
-from specscope.core.draft.heads.base import make_draft
+from specscope.core.draft.heads.base import head_confidence, make_draft
 from specscope.core.draft.proposers import Draft
 from specscope.core.sampling.reference import SamplingConfig
 
@@ -93,12 +93,15 @@ class MedusaProposer(HeadDrafting):
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         draws: list[float] = []
+        confidence: list[torch.Tensor] = []
         for i, head in enumerate(list(self.heads)[:k]):
-            token, q, u = self.draw(head(last).float(), sampling, rng, len(context) - self._prompt_len + i, None)
+            logits = head(last).float()
+            token, q, u = self.draw(logits, sampling, rng, len(context) - self._prompt_len + i, None)
+            confidence.append(head_confidence(logits, token, None))
             tokens.append(token)
             qs += [q] if q is not None else []
             draws += [u] if u is not None else []
-        return make_draft(tokens, qs, draws, 1, None, None)
+        return make_draft(tokens, qs, draws, 1, None, None, confidence)
 
     def observe(self, committed_len: int) -> int | None:
         return None
