@@ -85,7 +85,7 @@ CONFIG_FIELDS = ("seed", "proposer", "device", "dtype", "use_cache", "fault", "p
 ROUND_FIELDS = ("emitted_before", "prefix_len", "remaining_budget", "k", "greedy", "bonus_p", "rejected_node",
                 "residual", "residual_mass", "eos", "budget_stop", "bonus_withheld", "target_cache", "draft_cache",
                 "timings", "draft_forwards", "target_forwards", "tree", "stop", "pieces")
-NODE_FIELDS = ("index", "depth", "q", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax")
+NODE_FIELDS = ("index", "depth", "q", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax", "confidence")
 EMITTED_FIELDS = ("node", "draw")
 END_FIELDS = ("stop_reason", "new_tokens", "error", "ended_at", "wall_s")
 
