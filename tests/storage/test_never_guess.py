@@ -318,7 +318,10 @@ FAULT_SETUPS = {
 
 
 def test_every_fault_of_the_zoo_has_a_setup():
-    assert set(FAULT_SETUPS) == set(FAULTS)
+    # but the head faults: a draft head's fault leaves a correct record of every round (the
+    # verifier is untouched), so there is nothing for a rule to flag with or without fields;
+    # tests/core/test_head_faults.py shows where it does show (acceptance by depth)
+    assert set(FAULT_SETUPS) == {name for name, f in FAULTS.items() if f.needs != "head"}
 
 
 @pytest.fixture(scope="module")
