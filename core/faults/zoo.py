@@ -63,6 +63,9 @@ class Fault:
     needs: str = ""  # "tree": a tree proposer; "coupled": a coupled run; "stops": a run with stops; "head": a draft head; "": any run
     # a setting that makes a run like the one scanned meet `applies` (core.faults.firing)
     to_fire: Callable[[FireScan], Suggestion | None] | None = None
+    # a fault no checker rule can see from the record (its rounds are correct rounds: wasted
+    # work, not wrong output): where it shows instead; "" = the checker flags it when it fires
+    shows_in: str = ""
 
 
 # ---------------------------------------------------------------------------- verifier faults
@@ -388,7 +391,8 @@ FAULTS: dict[str, Fault] = {
               "to (off by one): the output stays exact but acceptance collapses. Wasted work, not wrong output: "
               "no checker rule can see it from the record; the calibration view shows acceptance by depth far "
               "below the head's training accuracy", "a draft-head proposer (eagle, eagle3, mtp, medusa), every round",
-              _head_feature_shift, final_round_matters=False, needs="head"),
+              _head_feature_shift, final_round_matters=False, needs="head",
+              shows_in="the Calibration tab: acceptance by depth far below the head's training accuracy"),
     ]
 }
 

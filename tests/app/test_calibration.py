@@ -66,7 +66,7 @@ def test_the_head_reference_comes_from_the_heads_config_or_says_why_not(tmp_path
     bundled = {"head": "bundled:eagle3-target"}
     greedy, _ = known_run(bundled, greedy=True)
     ref = head_reference(greedy)
-    assert ref.label == "held-out greedy continuations" and ref.source == str(models_dir() / "eagle3-target" / "config.json")
+    assert ref.label == "held-out greedy" and ref.source == str(models_dir() / "eagle3-target" / "config.json")
     assert ref.accuracy[0] == pytest.approx(0.6721)
     sampled, _ = known_run(bundled)
     assert head_reference(sampled).label == "held-out, all sets" and head_reference(sampled).accuracy[0] == pytest.approx(0.5291)
@@ -159,8 +159,18 @@ def test_the_calibration_model_says_where_the_head_feature_shift_shows():
     clean = SpeculativeDecoder(target, build_proposer("eagle3"), k=4, sampling=greedy).generate(prompt, 48)
     faulty = faulty_decoder("head-feature-shift", target, build_proposer("eagle3"), k=4, sampling=greedy).generate(prompt, 48)
     bad, good = calibration_of(faulty.rounds, faulty.config), calibration_of(clean.rounds, clean.config)
-    assert bad.reference.label == "held-out greedy continuations"
+    assert bad.reference.label == "held-out greedy"
     assert [s.depth for s in bad.shortfalls][:1] == [1]
     assert bad.shortfalls[0].realised < bad.shortfalls[0].training - 0.2
     assert "depth 1" in bad.verdict() and "exact" in bad.verdict()
     assert good.shortfalls == () and good.with_confidence == good.reached > 0
+
+
+def test_the_findings_panel_does_not_call_a_head_fault_silent():
+    """A run recorded with head-feature-shift has no findings because no rule can see it,
+    not because it never fired: the panel says where it shows instead."""
+    from specscope.app.gui.views.findings import fault_never_fired
+
+    text = fault_never_fired("head-feature-shift")
+    assert "No checker rule can see it" in text and "Calibration tab" in text and "never fired" not in text
+    assert "never fired" in fault_never_fired("eos-leak")

@@ -67,7 +67,7 @@ class HeadReference:
     accuracy: tuple[float, ...] | None
     source: str  # the config.json it came from ("" when none)
     why_none: str  # when accuracy is None: one sentence for the view
-    label: str = ""  # which record: "held-out greedy continuations" or "held-out, all sets"
+    label: str = ""  # which record: "held-out greedy" (the target's greedy continuations) or "held-out, all sets"
 
 
 @dataclass(frozen=True)
@@ -233,9 +233,9 @@ def head_reference(config: RunConfig | None) -> HeadReference:
         return HeadReference(None, "", "No run.")
     folder = head_folder_of(config)
     if folder is None:
-        kind = config.proposer or "the proposer"
-        return HeadReference(None, "", f"Only the realised acceptance is shown: {kind} is not a draft head, so "
-                                       f"there is no training accuracy to compare with.")
+        kind = {"draft": "a draft model", "lookup": "prompt lookup"}.get(config.proposer, config.proposer or "the proposer")
+        return HeadReference(None, "", f"Only the realised acceptance is shown: the run's proposer ({kind}) is not "
+                                       f"a draft head, so there is no training accuracy to compare with.")
     file = folder / "config.json"
     try:
         import json
@@ -248,7 +248,7 @@ def head_reference(config: RunConfig | None) -> HeadReference:
     record = record if isinstance(record, dict) else raw if isinstance(raw, dict) else {}
     greedy = (record.get("heldout") or {}).get("greedy") if isinstance(record.get("heldout"), dict) else None
     if config.sampling.greedy and isinstance(greedy, dict) and _accuracies(greedy.get("accuracy_by_depth")):
-        return HeadReference(_accuracies(greedy["accuracy_by_depth"]), str(file), "", "held-out greedy continuations")
+        return HeadReference(_accuracies(greedy["accuracy_by_depth"]), str(file), "", "held-out greedy")
     accuracy = _accuracies(record.get("accuracy_by_depth"))
     if accuracy is None:
         return HeadReference(None, str(file), f"Only the realised acceptance is shown: the head's config.json "

@@ -25,6 +25,7 @@ from specscope.app.gui.model.calibration import Calibration, CalibrationTally, h
 from specscope.app.gui.model.runmodel import RunModel
 
 REFRESH_MS = 250
+HEADROOM = 1.32  # the plots' first y range: 0 .. 1 for the data, above it the legend's rows (fit to its height)
 NARROW_PX = 760  # below this width the two plots stack
 DEPTH_COLORS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7")  # depth 1 .. 4+ (Okabe-Ito)
 TRAINED = "#d55e00"
@@ -82,8 +83,10 @@ class CalibrationView(QWidget):
     def _build(self) -> None:
         self.reliability = self.graphics.addPlot(row=0, col=0)
         _style(self.reliability, "confidence against acceptance", "fraction accepted", "draft confidence (bin mean)")
-        self.reliability.setRange(xRange=(0, 1), yRange=(0, 1.05), padding=0.02)
-        self.reliability_legend = self.reliability.addLegend(offset=(6, 6), labelTextSize="8pt")
+        # headroom above 1 for the legend's rows, so that it never covers a point
+        self.reliability.setRange(xRange=(0, 1), yRange=(0, HEADROOM), padding=0.02)
+        self.reliability.getAxis("left").setTicks([[(v / 5, f"{v / 5:.1f}") for v in range(6)]])
+        self.reliability_legend = self.reliability.addLegend(offset=(4, 2), labelTextSize="8pt", colCount=3)
         self.diagonal = pg.PlotDataItem([0, 1], [0, 1], pen=pg.mkPen("#9a9a9a", style=Qt.PenStyle.DashLine))
         self.reliability.addItem(self.diagonal)
         self.all_curve = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), symbol="o", symbolSize=7,
@@ -91,21 +94,35 @@ class CalibrationView(QWidget):
         self.reliability.addItem(self.all_curve)
         self.depth_curves = []
         for i, color in enumerate(DEPTH_COLORS):
-            curve = pg.PlotDataItem(pen=pg.mkPen(color, width=1), symbol="o", symbolSize=5, symbolBrush=color,
+            curve = pg.PlotDataItem(pen=pg.mkPen(color + "90", width=1), symbol="o", symbolSize=5, symbolBrush=color,
                                     symbolPen=None)
             self.reliability.addItem(curve)
             self.depth_curves.append(curve)
         self.count_labels: list[pg.TextItem] = []
         self.depths = self.graphics.addPlot(row=0, col=1)
         _style(self.depths, "acceptance by depth", "P(accept | reached)", "depth")
-        self.depths.setYRange(0, 1.1, padding=0)
-        self.depths_legend = self.depths.addLegend(offset=(-6, 6), labelTextSize="8pt")
+        self.depths.setYRange(0, HEADROOM, padding=0)
+        self.depths.getAxis("left").setTicks([[(v / 5, f"{v / 5:.1f}") for v in range(6)]])
+        self.depths_legend = self.depths.addLegend(offset=(4, 2), labelTextSize="8pt", colCount=2)
+        for plot, legend in ((self.reliability, self.reliability_legend), (self.depths, self.depths_legend)):
+            plot.vb.sigResized.connect(lambda _vb, plot=plot, legend=legend: self._fit_headroom(plot, legend))
         self.realised_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=theme.P_COLOR + "b0")
         self.depths.addItem(self.realised_bars)
         self.trained_line = pg.PlotDataItem(pen=pg.mkPen(TRAINED, width=2), symbol="s", symbolSize=7,
                                             symbolBrush=TRAINED, symbolPen=None)
         self.depths.addItem(self.trained_line)
         self.depth_labels: list[pg.TextItem] = []
+
+    @staticmethod
+    def _fit_headroom(plot: pg.PlotItem, legend: pg.LegendItem) -> None:
+        """The y range above 1 that the legend's rows take at the plot's height: its points
+        never hide under it, and a tall plot wastes no room on it."""
+        height = plot.vb.height()
+        need = legend.boundingRect().height() + 30  # and a bar's two-line label at 1.0
+        if height <= need:
+            return
+        top = 1.0 + min(1.0, max(0.08, need / (height - need))) * 1.02
+        plot.setYRange(0, top, padding=0)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         super().resizeEvent(event)
@@ -145,13 +162,16 @@ class CalibrationView(QWidget):
         self.header.setText(self._header(c))
         self.verdict.setText(c.verdict())
         self.verdict.setVisible(not c.empty)
+        self._fit_headroom(self.reliability, self.reliability_legend)
+        self._fit_headroom(self.depths, self.depths_legend)
 
     def _header(self, c: Calibration) -> str:
         if self.model.config is None or c.empty:
             return EMPTY_TEXT
         cfg = self.model.config
-        what = f"{cfg.proposer}" + (f" ({cfg.proposer_params.get('head') or cfg.proposer_params.get('draft')})"
-                                    if cfg.proposer_params.get("head") or cfg.proposer_params.get("draft") else "")
+        params = cfg.proposer_params or {}
+        what = (f"draft model {params['draft']}" if cfg.proposer == "draft" and params.get("draft") else
+                f"{cfg.proposer} head {params['head']}" if params.get("head") else cfg.proposer)
         sampling = "greedy" if cfg.sampling.greedy else f"T={cfg.sampling.temperature:g}"
         known = (f"{c.with_confidence} of {c.reached} reached nodes recorded a confidence"
                  if c.with_confidence < c.reached else f"{c.reached} reached nodes")
@@ -203,7 +223,7 @@ class CalibrationView(QWidget):
             legend.addItem(self.realised_bars, "this run")
         if trained is not None and not c.empty:
             self.trained_line.setData(np.arange(1, len(trained) + 1, dtype=float), np.asarray(trained))
-            legend.addItem(self.trained_line, f"head's training ({self.reference.label})")
+            legend.addItem(self.trained_line, f"training ({self.reference.label})")
         else:
             self.trained_line.setData([], [])
         for d, rate, n in zip(depths[shown], rates[shown], c.depth_reached[shown]):
