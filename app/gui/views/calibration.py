@@ -182,6 +182,9 @@ class CalibrationView(QWidget):
         else:
             ece = c.curves[0].calibration_error()
             text += f" Calibration error (count-weighted |confidence - accepted|): {ece:.3f}."
+            if not cfg.sampling.greedy:  # why a sampled run's points sit above the diagonal
+                text += (" <i>Sampled: a drawn token is accepted with probability min(1, p/q), so an unlikely "
+                         "draw can still be accepted.</i>")
         return text
 
     def _draw_reliability(self, c: Calibration) -> None:
