@@ -225,41 +225,47 @@ def _all_finite(rows: list[torch.Tensor]) -> bool:
 def token_confidence(logits: torch.Tensor, token: int | torch.Tensor) -> torch.Tensor:
     """The proposer's own probability for `token` under the untransformed softmax of its
     logits row (temperature 1, no top-k/top-p): a device scalar, one entry of the row."""
-    row = logits.reshape(-1).float()
+    row = logits.reshape(-1).double()  # float64: a confident draft's 1 - 1e-9 stays below 1
     return (row[token].reshape(()) - torch.logsumexp(row, 0)).exp()
 
 
 class _ConfidentGrowth(TreeGrowth):
-    """A draft tree's growth that also keeps each expanded row's log-softmax at temperature 1
-    (the logits' own, before the sampling transforms), so each node's confidence is one entry
+    """A draft tree's growth that also keeps each expanded row's logits and their logsumexp
+    (temperature 1, before the sampling transforms), so each node's confidence is one entry
     of its parent's row (core.draft.tree_draft grows the tree; this only watches its rows)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._log_rows: dict[int, torch.Tensor] = {}  # expanded candidate (-1 = the prefix) -> log-softmax row
-        self._last: torch.Tensor | None = None
+        # expanded candidate (-1 = the prefix) -> (its logits row, their logsumexp in float64)
+        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _q(self, logits: torch.Tensor) -> torch.Tensor:
         q = super()._q(logits)  # checks the logits are finite first
-        self._last = torch.log_softmax(logits.float(), dim=-1)
+        self._last = (logits, torch.logsumexp(logits.double(), dim=-1))
         return q
 
     def root_q(self, pending: list[int]) -> torch.Tensor:
         q = super().root_q(pending)
-        self._log_rows[-1] = self._last.reshape(-1)
+        logits, norm = self._last
+        self._rows[-1] = (logits.reshape(-1), norm.reshape(()))
         return q
 
     def expand(self, frontier: list[int]) -> list[torch.Tensor]:
         qs = super().expand(frontier)
+        logits, norm = self._last
         for j, c in enumerate(frontier):
-            self._log_rows[c] = self._last[j]
+            self._rows[c] = (logits[j], norm[j])
         return qs
 
     def confidence(self, kept: list[int]) -> tuple[float, ...]:
         if not kept:
             return ()
-        entries = torch.stack([self._log_rows[self.nodes[c].parent][self.nodes[c].token] for c in kept])
-        return tuple(entries.exp().tolist())
+        entries = []
+        for c in kept:
+            logits, norm = self._rows[self.nodes[c].parent]
+            entries.append(logits[self.nodes[c].token].double() - norm)
+        return tuple(torch.stack(entries).exp().tolist())
 
 
 class DraftModelProposer(ProposerBase):
@@ -418,7 +424,7 @@ class DraftModelProposer(ProposerBase):
         if not rows:
             return [], []
         tokens = torch.cat(picks)
-        block = torch.stack(rows).float()  # (k, V): the confidences in one pass over the rows
+        block = torch.stack(rows).double()  # (k, V): the confidences in one pass over the rows
         confidence = (block.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(block, dim=-1)).exp()
         both = torch.stack([tokens.to(torch.float64), confidence.to(torch.float64)]).tolist()
         return [int(t) for t in both[0]], both[1]

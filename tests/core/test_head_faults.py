@@ -54,3 +54,28 @@ def test_no_checker_rule_can_see_it_from_the_record(runs):
     _, faulty, _ = runs
     assert check_report(faulty.config, faulty.rounds).findings == []
 
+
+
+# --------------------------------------------------------------------------- head confidence
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa", "mtp"])
+def test_every_head_records_its_confidence_greedy_and_sampled(kind, tmp_path):
+    """At T=1 without filters q is the head's own softmax, so the confidence equals q(token)
+    (EAGLE-3 with a reduced vocabulary too: its q is placed at the target ids); greedy, q is a
+    point mass and the confidence is still the head's softmax entry, below 1."""
+    from .head_checkpoints import write_eagle, write_eagle3, write_medusa, write_mtp
+
+    target = tiny_lm("llama", seed=0, init_range=0.3, layers=4, vocab=64)
+    write = {"eagle": write_eagle, "eagle3": lambda f, t: write_eagle3(f, t, draft_vocab=40),
+             "medusa": write_medusa, "mtp": write_mtp}[kind]
+    write(tmp_path, target)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    sampled = SpeculativeDecoder(target, build_proposer(f"{kind}:{tmp_path}"), k=3,
+                                 sampling=SamplingConfig(temperature=1.0)).generate(prompt, 16, seed=1)
+    nodes = [n for r in sampled.rounds for n in r.nodes]
+    assert nodes and all(n.confidence == pytest.approx(n.q_token, rel=1e-4, abs=1e-6) for n in nodes)
+    greedy = SpeculativeDecoder(target, build_proposer(f"{kind}:{tmp_path}"), k=3, sampling=GREEDY).generate(prompt, 16)
+    nodes = [n for r in greedy.rounds for n in r.nodes]
+    assert nodes and all(n.q_token is None and 0 < n.confidence <= 1 for n in nodes)
+    assert any(n.confidence < 0.999 for n in nodes)  # a softmax entry, not the point mass

@@ -329,7 +329,7 @@ def head_confidence(logits: torch.Tensor, token: int, to_target: torch.Tensor | 
     softmax of its logits (over its own vocabulary when it has a reduced one): a device scalar."""
     if to_target is None:
         return token_confidence(logits, token)
-    return (torch.softmax(logits.reshape(-1).float(), dim=-1) * (to_target == token)).sum()
+    return (torch.softmax(logits.reshape(-1).double(), dim=-1) * (to_target == token)).sum()
 
 
 def make_draft(tokens: list[int], qs: list[torch.Tensor], draws: list[float], forwards: int,
