@@ -53,6 +53,10 @@ class DraftNode:
     ratio: float | None  # p(token) / q(token)
     overlap: float | None  # sum_x min(p(x), q(x)): this position's acceptance probability
     target_argmax: int  # argmax of the target logits at this position
+    # the proposer's own probability for its token, from its untransformed softmax
+    # (temperature 1, no top-k/top-p), recorded in greedy runs too; None = unknown (prompt
+    # lookup, the transformers engine, traces written before it was recorded)
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ Uses the bundled models when they are installed (else tiny random models, or alw
 main window and each view; runs a token tree (tree-*.png); runs compare mode (draft vs lookup;
 with the bundled models also the bundled EAGLE-3 head, draft-small and prompt lookup as three
 coupled lanes, compare-heads*.png); and opens a trace recorded with a deliberate bug so the
-Findings panel has something to show. `--only compare-heads` renders just that comparison.
+Findings panel has something to show. `--only compare-heads` renders just that comparison. The Calibration tab is shown
+for the sampled run and for the bundled EAGLE-3 head, clean and with the fault
+head-feature-shift (calibration*.png; `--only calibration` renders just these).
 """
 
 from __future__ import annotations
@@ -98,13 +100,46 @@ def render_compare_heads(w, prompt: str, save) -> None:
     w.compare.coupled.setChecked(False)
 
 
+def render_head_calibration(w, hub, prompt: str, tmp: Path, save, tokens: int = 96) -> None:
+    """Record two greedy runs of the bundled EAGLE-3 head on the bundled target, clean and
+    with fault head-feature-shift, open each and save the window on its Calibration tab."""
+    from specscope.core import SamplingConfig, SpeculativeDecoder
+    from specscope.core.draft.registry import build_proposer
+    from specscope.core.faults.zoo import faulty_decoder
+    from specscope.storage import TraceStore, TraceWriter
+
+    target, tokenizer = hub.target("cpu")
+    prompt_ids = hub.encode(prompt, tokenizer, int(target.config.vocab_size))
+    greedy = SamplingConfig(temperature=0)
+    path = tmp / "head.sqlite"
+    runs = {}
+    with TraceStore(path) as store:
+        for name, fault in (("calibration-head", None), ("calibration-head-fault", "head-feature-shift")):
+            proposer = build_proposer("eagle3")
+            dec = SpeculativeDecoder(target, proposer, k=4, sampling=greedy) if fault is None else \
+                faulty_decoder(fault, target, proposer, k=4, sampling=greedy)
+            config = dec.run_config(prompt_ids, tokens)
+            with TraceWriter(store, config) as writer:
+                writer.record(dec.rounds(prompt_ids, tokens, config=config))
+            runs[name] = config.run_id
+    for name, run_id in runs.items():
+        assert w.open_trace(str(path), run_id=run_id), w.last_error
+        wait(lambda: w.replay_loaded)
+        w.tabs.setCurrentWidget(w.calibration)
+        settle(0.6)
+        save(w, name)
+    w.tabs.setCurrentWidget(w.page)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
     parser.add_argument("--tiny", action="store_true", help="use tiny random models even if the bundled ones exist")
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
     parser.add_argument("--tokens", type=int, default=160, help="max new tokens of the main run")
-    parser.add_argument("--only", choices=["compare-heads"], help="render just this one screenshot")
+    parser.add_argument("--only", choices=("compare-heads", "calibration"), default=None,
+                        help="render only these screenshots (compare-heads: the three-lane comparison; "
+                             "calibration: the Calibration tab's three)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -157,6 +192,20 @@ def main(argv: list[str] | None = None) -> int:
                 next((r for r in rounds if r.rejected_node is not None), rounds[-1]))
     w.jump_to(pick.index, pick.rejected_node if pick.rejected_node is not None else -1)
     settle(0.6)
+    # ---- the Calibration tab: draft-small's confidence against acceptance (the sampled run),
+    # then the bundled EAGLE-3 head, clean and with a train/serve mismatch
+    w.tabs.setCurrentWidget(w.calibration)
+    settle(0.6)
+    save(w, "calibration")
+    w.tabs.setCurrentWidget(w.page)
+    settle(0.3)
+    if args.only == "calibration":
+        try:
+            render_head_calibration(w, hub, prompts[2][1] if len(prompts) > 2 else novel, tmp, save)
+        except Exception as exc:  # noqa: BLE001 - tiny models have no head
+            print(f"skipped the head's calibration screenshots: {exc}", file=sys.stderr)
+        w.close()
+        return 0
     save(w, "main-window")
     save(w.timeline, "timeline")
     save(w.inspector, "round-inspector")
@@ -216,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             save(w.inspector.kv, "kv-cache-fault")
     except Exception as exc:  # noqa: BLE001 - the other screenshots are still useful
         print(f"skipped the findings screenshot: {exc}", file=sys.stderr)
+    try:
+        render_head_calibration(w, hub, prompts[2][1] if len(prompts) > 2 else novel, tmp, save)
+    except Exception as exc:  # noqa: BLE001 - tiny models have no head
+        print(f"skipped the head's calibration screenshots: {exc}", file=sys.stderr)
 
     w.close()
     return 0

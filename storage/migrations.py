@@ -80,6 +80,13 @@ def _add_stops(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"))
 
 
+def _add_confidence(conn: Connection) -> None:
+    """Version 7: draft_nodes.confidence, the proposer's own probability for its token.
+    Older nodes keep null: unknown."""
+    kind = Base.metadata.tables["draft_nodes"].c.confidence.type.compile(dialect=conn.dialect)
+    conn.execute(text(f"ALTER TABLE draft_nodes ADD COLUMN confidence {kind}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema: runs, rounds, draft_nodes", _baseline),
     Migration(2, "runs.unrecorded: optional trace fields a run did not record", _add_unrecorded),
@@ -87,6 +94,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "rounds.tree, tree_top, tree_full: tree rounds' tried order, residual updates and layout", _add_tree_facts),
     Migration(5, "runs.position_limit: the most positions the run's target reads", _add_position_limit),
     Migration(6, "runs.stops, rounds.stop: EOS ids, stop strings and sequences, the stop a round completed", _add_stops),
+    Migration(7, "draft_nodes.confidence: the proposer's own probability for its token", _add_confidence),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 TABLES = frozenset(Base.metadata.tables)

@@ -320,6 +320,7 @@ def _node_row(n: DraftNode, run_id: str, round_index: int, blobs: _Blobs) -> dic
         "ratio": _opt_float(n.ratio),
         "overlap": _opt_float(n.overlap),
         "target_argmax": int(n.target_argmax),
+        "confidence": _opt_float(getattr(n, "confidence", None)),
         "p_top": blobs.top(n.p),
         "q_top": blobs.top(n.q),
         "p_full": blobs.full(n.p),
@@ -403,6 +404,7 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
                 ratio=n["ratio"],
                 overlap=n["overlap"],
                 target_argmax=int(n["target_argmax"]),
+                confidence=n["confidence"],
             )
         )
     fields = dict(**_round_fields(row), nodes=tuple(nodes), bonus_p=dist(row, "bonus"), residual=dist(row, "residual"))

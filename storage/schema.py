@@ -197,6 +197,9 @@ class NodeRow(Base):
     ratio: Mapped[Optional[float]]
     overlap: Mapped[Optional[float]]
     target_argmax: Mapped[int] = mapped_column(Integer)
+    # schema version 7: the proposer's own probability for its token (untransformed softmax,
+    # T=1); null = unknown (prompt lookup, the transformers engine, nodes written before it)
+    confidence: Mapped[Optional[float]]
     p_top: Mapped[bytes]
     q_top: Mapped[Optional[bytes]]
     p_full: Mapped[Optional[bytes]]

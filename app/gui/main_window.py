@@ -41,6 +41,7 @@ from .sessions.hub import ModelHub
 from .sessions.live import LiveSession
 from .sessions.replay import ReplaySession, run_token_text
 from .sessions.worker import IDLE, LOADING, PAUSED, RUNNING, RunController
+from .views.calibration import CalibrationView
 from .views.compare import CompareWidget
 from .views.findings import FindingsWidget
 from .views.pages import InspectPage
@@ -218,9 +219,11 @@ class MainWindow(QMainWindow):
         self.plots = LivePlotsWidget(self.model, compact=True)
         self.findings = FindingsWidget()
         self.compare = CompareWidget(self.compare_session)
+        self.calibration = CalibrationView(self.model)  # the Inspect tab's run, its proposer judged as a whole
         self.tabs = QTabWidget()
         self.tabs.addTab(self.page, "Inspect")
         self.tabs.addTab(self.compare, "Compare")
+        self.tabs.addTab(self.calibration, "Calibration")
         self.setCentralWidget(self.tabs)
         # Run, Pause, Step and Stop above the fields: visible without scrolling at any height
         self.run_dock = self._dock("Run", pinned_above(self.run_panel.action_row, self.run_panel),

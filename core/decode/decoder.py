@@ -336,7 +336,7 @@ class SpeculativeDecoder:
 
         fields = dict(
             run_id=run_id, index=index, prefix_len=prefix_len, emitted_before=emitted_before,
-            remaining_budget=remaining, k=k, greedy=task.greedy, nodes=vectors.nodes(), bonus_p=vectors.bonus_p,
+            remaining_budget=remaining, k=k, greedy=task.greedy, nodes=vectors.nodes(draft.confidence), bonus_p=vectors.bonus_p,
             rejected_node=verdict.rejected_node, residual=vectors.residual, residual_mass=verdict.residual_mass,
             emitted=tuple(verdict.emitted), eos=verdict.eos, stop=verdict.stop,
             pieces=self._tracker.pieces([e.token for e in verdict.emitted]),

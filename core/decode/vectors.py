@@ -110,9 +110,9 @@ class RoundVectors:
             overlap = torch.stack([torch.minimum(p[par + 1], q[i]).sum() for i, par in enumerate(self.parents)])
         return torch.stack([p_tok, q_tok, overlap], dim=1).cpu().numpy()
 
-    def nodes(self) -> tuple[DraftNode, ...]:
-        """The draft as recorded: each node with p (its parent's row), q, the decision and the
-        checker's scalars."""
+    def nodes(self, confidence: tuple[float, ...] | None = None) -> tuple[DraftNode, ...]:
+        """The draft as recorded: each node with p (its parent's row), q, the decision, the
+        checker's scalars and the proposer's confidence in its token (Draft.confidence)."""
         task, verdict = self.task, self.verdict
         has_q = self.q_rows is not None
         out = []
@@ -125,6 +125,7 @@ class RoundVectors:
                 p_token=p_token, q_token=q_token if has_q else None,
                 ratio=(p_token / q_token) if has_q and q_token else None,
                 overlap=overlap if has_q else None, target_argmax=int(task.argmax[row]),
+                confidence=None if confidence is None else float(confidence[i]),
             ))
         return tuple(out)
 

@@ -46,12 +46,17 @@ class Draft:
     sample_draws: tuple[float, ...] = field(default=())  # uniforms used to sample each token
     children: str | None = None  # tree drafts: how siblings were chosen (core.tree_verify); None for chains
     q_facts: RowFacts | None = None  # q's whole-row facts, taken while each row was in cache (or None)
+    # per token, the proposer's own probability for it from its untransformed softmax
+    # (temperature 1), in greedy runs too; None when the proposer has none (prompt lookup)
+    confidence: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.parents) != len(self.tokens):
             raise ValueError("a draft needs one parent per token")
         if self.q is not None and self.q.shape[0] != len(self.tokens):
             raise ValueError("a draft needs one q row per token")
+        if self.confidence is not None and len(self.confidence) != len(self.tokens):
+            raise ValueError("a draft needs one confidence per token")
 
     @property
     def is_chain(self) -> bool:
@@ -217,6 +222,52 @@ def _all_finite(rows: list[torch.Tensor]) -> bool:
     return bool(torch.isfinite(torch.stack(rows)).all())
 
 
+def token_confidence(logits: torch.Tensor, token: int | torch.Tensor) -> torch.Tensor:
+    """The proposer's own probability for `token` under the untransformed softmax of its
+    logits row (temperature 1, no top-k/top-p): a device scalar, one entry of the row."""
+    row = logits.reshape(-1).double()  # float64: a confident draft's 1 - 1e-9 stays below 1
+    return (row[token].reshape(()) - torch.logsumexp(row, 0)).exp()
+
+
+class _ConfidentGrowth(ModelGrowth):
+    """A draft tree's growth that also keeps each expanded row's logits and their logsumexp
+    (temperature 1, before the sampling transforms), so each node's confidence is one entry
+    of its parent's row (core.draft.tree_draft grows the tree; this only watches its rows)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # expanded candidate (-1 = the prefix) -> (its logits row, their logsumexp in float64)
+        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _q(self, logits: torch.Tensor) -> torch.Tensor:
+        q = super()._q(logits)  # checks the logits are finite first
+        self._last = (logits, torch.logsumexp(logits.double(), dim=-1))
+        return q
+
+    def root_q(self, pending: list[int]) -> torch.Tensor:
+        q = super().root_q(pending)
+        logits, norm = self._last
+        self._rows[-1] = (logits.reshape(-1), norm.reshape(()))
+        return q
+
+    def expand(self, frontier: list[int]) -> list[torch.Tensor]:
+        qs = super().expand(frontier)
+        logits, norm = self._last
+        for j, c in enumerate(frontier):
+            self._rows[c] = (logits[j], norm[j])
+        return qs
+
+    def confidence(self, kept: list[int]) -> tuple[float, ...]:
+        if not kept:
+            return ()
+        entries = []
+        for c in kept:
+            logits, norm = self._rows[self.nodes[c].parent]
+            entries.append(logits[self.nodes[c].token].double() - norm)
+        return tuple(torch.stack(entries).exp().tolist())
+
+
 class DraftModelProposer(ProposerBase):
     """A small causal LM drafting k tokens autoregressively with its own KV cache."""
 
@@ -300,7 +351,7 @@ class DraftModelProposer(ProposerBase):
             return self._propose_tree(context, k, sampling, rng)
         before = self.lm.processed
         if sampling.greedy and self.lm.use_cache:
-            tokens = self._propose_greedy(self.cache.pending(self.lm, context), k)
+            tokens, confidence = self._propose_greedy(self.cache.pending(self.lm, context), k)
             return Draft(
                 tokens=tuple(tokens),
                 parents=chain_parents(len(tokens)),
@@ -308,6 +359,7 @@ class DraftModelProposer(ProposerBase):
                 forwards=k,
                 cache_before=before,
                 cache_peak=self.lm.processed,
+                confidence=tuple(confidence),
             )
         tokens: list[int] = []
         # (k, V) float64: each step writes its q into its row (or the row takes a copy), and
@@ -315,12 +367,14 @@ class DraftModelProposer(ProposerBase):
         qs = None if sampling.greedy else torch.empty((k, self.lm.vocab_size), dtype=torch.float64, device=self.lm.device)
         facts: list[RowFacts | None] = []
         draws: list[float] = []
+        confidence: list[torch.Tensor] = []  # device scalars, moved to the host once
         feed = self.cache.pending(self.lm, context)
         coupled = self.coupling is not None and not sampling.greedy
         for i in range(k):
             logits = self.lm.feed(feed, keep=1)[0]
             step = self._coupled_step(len(context) - self._prompt_len + i) if coupled else self.sample_step
             token, q, u, *kept = step(logits, sampling, rng, out=None if qs is None else qs[i])
+            confidence.append(token_confidence(logits, token))
             if q is not None:
                 if qs is None or q.shape[-1] != qs.shape[-1]:
                     raise ValueError(f"the draft step returned a q of shape {tuple(q.shape)} for a "
@@ -344,15 +398,17 @@ class DraftModelProposer(ProposerBase):
             cache_peak=self.lm.processed,
             sample_draws=tuple(draws),
             q_facts=RowFacts.stack(facts),
+            confidence=tuple(torch.stack(confidence).tolist()) if confidence else (),
         )
 
     @torch.inference_mode()
-    def _propose_greedy(self, feed: list[int], k: int) -> list[int]:
-        """k greedy draft tokens; the argmax stays on the device and is fed back as is.
+    def _propose_greedy(self, feed: list[int], k: int) -> tuple[list[int], list[float]]:
+        """k greedy draft tokens and the draft's confidence in each; the argmax stays on the
+        device and is fed back as is.
 
         Greedy needs no q and no host-side distribution: one argmax per step, then one
         finite check over the k logit rows and one device -> host transfer of the k tokens
-        per round (instead of a check and an .item() sync per step).
+        and their confidences per round (instead of a check and an .item() sync per step).
         """
         rows: list[torch.Tensor] = []
         picks: list[torch.Tensor] = []
@@ -365,7 +421,13 @@ class DraftModelProposer(ProposerBase):
             fed = token
         if not _all_finite(rows):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
-        return torch.cat(picks).tolist()
+        if not rows:
+            return [], []
+        tokens = torch.cat(picks)
+        block = torch.stack(rows).double()  # (k, V): the confidences in one pass over the rows
+        confidence = (block.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(block, dim=-1)).exp()
+        both = torch.stack([tokens.to(torch.float64), confidence.to(torch.float64)]).tolist()
+        return [int(t) for t in both[0]], both[1]
 
     def observe(self, committed_len: int) -> int | None:
         self.cache.crop(self.lm, committed_len)
@@ -374,7 +436,7 @@ class DraftModelProposer(ProposerBase):
     def _propose_tree(self, context: Sequence[int], depth: int, sampling: SamplingConfig,
                       rng: np.random.Generator) -> Draft:
         before = self.lm.processed
-        growth = ModelGrowth(self.lm, len(context), sampling, rng)
+        growth = _ConfidentGrowth(self.lm, len(context), sampling, rng)
         root = growth.root_q(self.cache.pending(self.lm, context))
         if self.tree.kind == "dynamic":
             kept = grow_dynamic(growth, self.tree, depth, root)
@@ -385,7 +447,7 @@ class DraftModelProposer(ProposerBase):
         return Draft(
             tokens=tokens, parents=parents, q=None if sampling.greedy or not qs else torch.stack(qs),
             forwards=growth.forwards, cache_before=before, cache_peak=self.lm.processed,
-            sample_draws=tuple(growth.draws), children=self.children,
+            sample_draws=tuple(growth.draws), children=self.children, confidence=growth.confidence(kept),
         )
 
     def keep_path(self, path: Sequence[int]) -> None:

@@ -60,9 +60,12 @@ class Fault:
     # False: firing in the last round of a finished run changes nothing (no round reads the
     # state it spoiled), so such a fire is not counted
     final_round_matters: bool = True
-    needs: str = ""  # "tree": a tree proposer; "coupled": a coupled run; "": any run
+    needs: str = ""  # "tree": a tree proposer; "coupled": a coupled run; "stops": a run with stops; "head": a draft head; "": any run
     # a setting that makes a run like the one scanned meet `applies` (core.faults.firing)
     to_fire: Callable[[FireScan], Suggestion | None] | None = None
+    # a fault no checker rule can see from the record (its rounds are correct rounds: wasted
+    # work, not wrong output): where it shows instead; "" = the checker flags it when it fires
+    shows_in: str = ""
 
 
 # ---------------------------------------------------------------------------- verifier faults
@@ -306,6 +309,40 @@ def _coupled_draft_pick(seams: Seams, fire: Fire) -> Seams:
     return dataclasses.replace(seams, verifier=_DraftPickVerifier(seams.verifier, fire))
 
 
+class _ShiftedFeatures:
+    """A draft head fed the target's feature of the position before the one it belongs to
+    (f_{j-1} where f_j belongs: an off-by-one in slicing the verify forward's hidden states).
+    Everything else is the head's own (attribute reads go to it). The prefill's position 0
+    has no predecessor and gets its own feature."""
+
+    def __init__(self, inner: Proposer, fire: Fire):
+        self._inner, self._fire = inner, fire
+        self._previous: torch.Tensor | None = None  # the last position's feature handed over
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def reset(self) -> None:
+        self._previous = None
+        self._inner.reset()
+
+    def take_features(self, first_position: int, features: torch.Tensor) -> None:
+        if features.shape[0]:
+            before = self._previous if self._previous is not None and first_position > 0 else features[:1]
+            self._previous = features[-1:]
+            features = torch.cat([before, features[:-1]])
+            self._fire()
+        self._inner.take_features(first_position, features)
+
+
+def _head_feature_shift(seams: Seams, fire: Fire) -> Seams:
+    from specscope.core.draft.heads.base import HeadDrafting  # torch + the heads' layers: only when asked for
+
+    if not isinstance(seams.proposer, HeadDrafting):
+        raise ValueError("fault 'head-feature-shift' needs a draft-head proposer (eagle, eagle3, mtp or medusa)")
+    return dataclasses.replace(seams, proposer=_ShiftedFeatures(seams.proposer, fire))
+
+
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in [
@@ -346,6 +383,16 @@ FAULTS: dict[str, Fault] = {
         Fault("stop-per-token", "a stop string is looked for in each token's own text, not in the output's text: "
               "a string spread over two tokens is missed", "a stop string completed across tokens",
               _stop_fault(_PerTokenStopVerifier), needs="stops"),
+        # heads (core.draft.heads): needs "head" = a draft-head proposer. The verifier is
+        # untouched, so the output stays exact: only acceptance falls. No checker rule can see
+        # it from the record (every round is a correct round of a poor draft); the inspector's
+        # calibration view shows it, acceptance by depth far below the head's training accuracy.
+        Fault("head-feature-shift", "the head reads the target's feature of the position before the one it belongs "
+              "to (off by one): the output stays exact but acceptance collapses. Wasted work, not wrong output: "
+              "no checker rule can see it from the record; the calibration view shows acceptance by depth far "
+              "below the head's training accuracy", "a draft-head proposer (eagle, eagle3, mtp, medusa), every round",
+              _head_feature_shift, final_round_matters=False, needs="head",
+              shows_in="the Calibration tab: acceptance by depth far below the head's training accuracy"),
     ]
 }
 

@@ -528,6 +528,9 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
     u = v.get(n, "u", path, "num", required=False, nullable=True)
     if u is not None and not 0 <= u < 1:
         raise v.fail(f"{path}.u", f"a uniform draw lies in [0, 1), got {u!r}")
+    confidence = v.get(n, "confidence", path, "num", required=False, nullable=True)  # left out: unknown
+    if confidence is not None and not 0 <= confidence <= 1:
+        raise v.fail(f"{path}.confidence", f"a probability lies in [0, 1], got {confidence!r}")
     return DraftNode(
         index=i,
         token=token,
@@ -545,6 +548,7 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
                       default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
         target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False,
                               default=int(np.argmax(np.asarray(p))) if not p.partial else int(p.top[0][0])),  # type: ignore[attr-defined]
+        confidence=confidence,
     )
 
 

@@ -170,6 +170,7 @@ def _round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
                 "ratio": n["ratio"],
                 "overlap": n["overlap"],
                 "target_argmax": n["target_argmax"],
+                **({"confidence": n["confidence"]} if n["confidence"] is not None else {}),
                 "p": _dist_json(n["p_top"], n["p_full"]),
                 "q": _dist_json(n["q_top"], n["q_full"]),
             }

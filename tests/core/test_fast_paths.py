@@ -16,17 +16,19 @@ from ..tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
 
 class StepwiseGreedyProposer(DraftModelProposer):
-    """The reference greedy draft: one feed, one finite check and one int() per step."""
+    """The reference greedy draft: one feed, one finite check and one int() per step, and the
+    confidence as a softmax entry."""
 
     def _propose_greedy(self, feed, k):
-        tokens = []
+        tokens, confidence = [], []
         for _ in range(k):
             logits = self.lm.feed(feed, keep=1)[0]
             assert bool(torch.isfinite(logits).all())
             token = int(torch.argmax(logits))
             tokens.append(token)
+            confidence.append(float(torch.softmax(logits.double(), dim=-1)[token]))
             feed = [token]
-        return tokens
+        return tokens, confidence
 
 
 def _round_fields(r):
@@ -54,6 +56,7 @@ def test_greedy_draft_fast_path_gives_identical_records(arch, k):
         for na, nb in zip(ra.nodes, rb.nodes):
             assert na.p.dtype == np.float64 and na.p.shape == (target.config.vocab_size,)
             assert np.array_equal(na.p, nb.p)
+            assert na.confidence == pytest.approx(nb.confidence, rel=1e-5) and 0 < na.confidence <= 1
     # k draft forwards per round and one target forward: no extra pass anywhere.
     assert fast.proposer.lm.forwards == sum(r.draft_forwards for r in a.rounds)
     assert fast.target_lm.forwards == len(a.rounds)

@@ -97,7 +97,8 @@ def assert_rounds_equal(a: Round, b: Round, atol: float = 0.0, vectors: bool = T
         assert getattr(a, name) == getattr(b, name), f"round {a.index}: {name} differs: {getattr(a, name)!r} != {getattr(b, name)!r}"
     assert len(a.nodes) == len(b.nodes)
     for x, y in zip(a.nodes, b.nodes):
-        for name in ("index", "token", "parent", "depth", "status", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax"):
+        for name in ("index", "token", "parent", "depth", "status", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax",
+                     "confidence"):
             assert getattr(x, name) == getattr(y, name), f"round {a.index} node {x.index}: {name} differs"
         if vectors:
             assert _same_vec(x.p, y.p, atol), f"round {a.index} node {x.index}: p differs"
@@ -108,8 +109,9 @@ def assert_rounds_equal(a: Round, b: Round, atol: float = 0.0, vectors: bool = T
 
 
 def downgrade_sqlite_store(path: Any, version: int) -> None:
-    """Turn a store written by this specscope into one of an older schema `version` (1 to 4),
-    as that specscope wrote it: version 5 has no stop columns (runs.stops, rounds.stop);
+    """Turn a store written by this specscope into one of an older schema `version` (1 to 6),
+    as that specscope wrote it: version 6 has no draft_nodes.confidence; version 5 has no
+    stop columns either (runs.stops, rounds.stop);
     version 4 has no runs.position_limit either; version 3 has no tree columns on rounds
     either; version 2 keeps
     each run's whole token list in runs.new_tokens and has no run_tokens table either;
@@ -118,8 +120,10 @@ def downgrade_sqlite_store(path: Any, version: int) -> None:
     import sqlite3
 
     con = sqlite3.connect(path)
-    con.execute("ALTER TABLE runs DROP COLUMN stops")
-    con.execute("ALTER TABLE rounds DROP COLUMN stop")
+    con.execute("ALTER TABLE draft_nodes DROP COLUMN confidence")
+    if version < 6:
+        con.execute("ALTER TABLE runs DROP COLUMN stops")
+        con.execute("ALTER TABLE rounds DROP COLUMN stop")
     if version < 5:
         con.execute("ALTER TABLE runs DROP COLUMN position_limit")
     for column in ("tree", "tree_top", "tree_full") if version < 4 else ():

@@ -220,6 +220,7 @@ def test_a_version_2_store_on_the_server_is_migrated_and_appends():
                 conn.execute(text("UPDATE runs SET new_tokens = CAST(:t AS JSON)"), {"t": json.dumps(expected)})
                 conn.execute(text("DROP TABLE run_tokens"))
                 conn.execute(text("ALTER TABLE runs DROP COLUMN n_new_tokens"))
+                conn.execute(text("ALTER TABLE draft_nodes DROP COLUMN confidence"))  # schema 7
                 conn.execute(text("ALTER TABLE runs DROP COLUMN stops"))  # schema 6
                 conn.execute(text("ALTER TABLE runs DROP COLUMN position_limit"))  # schema 5
                 conn.execute(text("ALTER TABLE rounds DROP COLUMN stop"))
@@ -228,7 +229,7 @@ def test_a_version_2_store_on_the_server_is_migrated_and_appends():
                 conn.execute(text("DELETE FROM schema_version"))
                 conn.execute(text("INSERT INTO schema_version VALUES (2, 'older schema', 0)"))
         with TraceStore(url) as store:
-            assert store.schema_version == 6
+            assert store.schema_version == 7
             assert store.new_tokens("old-pg") == expected and store.get_run("old-pg").n_new_tokens == len(expected)
         more = synthetic_config(run_id="new-pg")
         with TraceStore(url) as store, TraceWriter(store, more, flush_interval=0.01) as writer:
@@ -261,6 +262,7 @@ def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
                     writer.write(rnd)
             before = [r.tokens for r in store.load_rounds("chain-pg")]
             with store.transaction() as conn:  # back to how version 3 kept it
+                conn.execute(text("ALTER TABLE draft_nodes DROP COLUMN confidence"))
                 conn.execute(text("ALTER TABLE runs DROP COLUMN stops"))
                 conn.execute(text("ALTER TABLE runs DROP COLUMN position_limit"))
                 conn.execute(text("ALTER TABLE rounds DROP COLUMN stop"))
@@ -273,7 +275,7 @@ def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
                                  sampling=SamplingConfig(temperature=1.0))
         out = dec.generate([1, 2, 3, 4], 20, seed=4)
         with TraceStore(url) as store:
-            assert store.schema_version == 6
+            assert store.schema_version == 7
             assert [r.tokens for r in store.load_rounds("chain-pg")] == before and len(before) == 4
             with TraceWriter(store, out.config) as writer:
                 for rnd in out.rounds:

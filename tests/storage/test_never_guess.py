@@ -85,7 +85,7 @@ CONFIG_FIELDS = ("seed", "proposer", "device", "dtype", "use_cache", "fault", "p
 ROUND_FIELDS = ("emitted_before", "prefix_len", "remaining_budget", "k", "greedy", "bonus_p", "rejected_node",
                 "residual", "residual_mass", "eos", "budget_stop", "bonus_withheld", "target_cache", "draft_cache",
                 "timings", "draft_forwards", "target_forwards", "tree", "stop", "pieces")
-NODE_FIELDS = ("index", "depth", "q", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax")
+NODE_FIELDS = ("index", "depth", "q", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax", "confidence")
 EMITTED_FIELDS = ("node", "draw")
 END_FIELDS = ("stop_reason", "new_tokens", "error", "ended_at", "wall_s")
 
@@ -318,7 +318,10 @@ FAULT_SETUPS = {
 
 
 def test_every_fault_of_the_zoo_has_a_setup():
-    assert set(FAULT_SETUPS) == set(FAULTS)
+    # but the head faults: a draft head's fault leaves a correct record of every round (the
+    # verifier is untouched), so there is nothing for a rule to flag with or without fields;
+    # tests/core/test_head_faults.py shows where it does show (acceptance by depth)
+    assert set(FAULT_SETUPS) == {name for name, f in FAULTS.items() if f.needs != "head"}
 
 
 @pytest.fixture(scope="module")

@@ -296,7 +296,7 @@ def test_a_version_1_store_is_upgraded_and_its_runs_read_as_before(tmp_path):
     its runs load with nothing unrecorded but their stops (schema 5)."""
     path, expected = _old_store(tmp_path, 1)
     with TraceStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 6
+        assert s.schema_version == SCHEMA_VERSION == 7
         assert s.run_config("old-run").unrecorded == frozenset({"stops"})
         assert len(s.load_rounds("old-run")) > 0
         assert s.new_tokens("old-run") == expected
@@ -309,7 +309,7 @@ def test_a_version_5_store_reads_with_its_stops_unrecorded(tmp_path):
 
     path, expected = _old_store(tmp_path, 5)
     with TraceStore(path) as s:
-        assert s.schema_version == 6
+        assert s.schema_version == 7
         config = s.run_config("old-run")
         assert "stops" in config.unrecorded and config.stop_strings == () and config.stop_ids == ()
         rounds = s.load_rounds("old-run")
@@ -352,7 +352,7 @@ def test_a_version_4_store_gets_runs_position_limit(tmp_path):
 
     path, _ = _old_store(tmp_path, 4)
     with TraceStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 6
+        assert s.schema_version == SCHEMA_VERSION == 7
         old = s.run_config("old-run")
         assert old.position_limit is None
         assert "position-limit" in check_report(old, s.load_rounds("old-run")).not_checked

@@ -339,7 +339,7 @@ def test_a_version_3_store_migrates_and_then_keeps_tree_rounds(tmp_path, models)
     downgrade_sqlite_store(path, 3)
     target, draft = models
     with TraceStore(path) as s:
-        assert s.schema_version == CURRENT_VERSION == 6
+        assert s.schema_version == CURRENT_VERSION == 7
         assert [r.tokens for r in s.load_rounds("chain-run")] == before
         assert all(type(r).__name__ == "Round" for r in s.load_rounds("chain-run"))
         dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),

@@ -63,6 +63,10 @@ def fault_never_fired(fault: str) -> str:
     from specscope.core.faults.zoo import FAULTS
 
     known = FAULTS.get(fault)
+    if known is not None and known.shows_in:
+        return (f"<span style='color:#8a5a00'>This run was recorded with the fault <b>{fault}</b> injected. No checker "
+                f"rule can see it from the record (the output stays exact: wasted work, not wrong output); it shows "
+                f"in {known.shows_in}.</span>")
     when = f" (it fires when: {known.applies})" if known is not None else ""
     return (f"<span style='color:#8a5a00'>This run was recorded with the fault <b>{fault}</b> injected, and no round "
             f"shows it: it never fired in this run{when}. <code>specscope run --fault {fault}</code> names the "

@@ -29,7 +29,7 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 
 from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.heads.trees import HeadGrowth, TreeAttention
-from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents
+from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents, token_confidence
 from specscope.core.draft.tree_draft import finish, grow_dynamic, grow_static
 from specscope.core.draft.trees import tree_options
 from specscope.core.decode.kv import model_vocab_size
@@ -377,10 +377,22 @@ def tree_draft(growth: Any, kept: list[int], sampling: SamplingConfig, children:
                  children=children)
 
 
+def head_confidence(logits: torch.Tensor, token: int, to_target: torch.Tensor | None) -> torch.Tensor:
+    """The head's own probability for the target token it proposed, from the untransformed
+    softmax of its logits (over its own vocabulary when it has a reduced one): a device scalar."""
+    if to_target is None:
+        return token_confidence(logits, token)
+    return (torch.softmax(logits.reshape(-1).double(), dim=-1) * (to_target == token)).sum()
+
+
 def make_draft(tokens: list[int], qs: list[torch.Tensor], draws: list[float], forwards: int,
-               before: int | None, peak: int | None, children: str | None = None) -> Draft:
+               before: int | None, peak: int | None, confidence: Sequence[torch.Tensor] = (),
+               children: str | None = None) -> Draft:
+    """A chain draft; `confidence` holds one device scalar per token (head_confidence), moved
+    to the host in one transfer."""
     return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=torch.stack(qs) if qs else None,
-                 forwards=forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(draws), children=children)
+                 forwards=forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(draws), children=children,
+                 confidence=tuple(torch.stack(list(confidence)).tolist()) if len(confidence) else ())
 
 
 class RecurrentHeadProposer(HeadDrafting):
@@ -425,9 +437,12 @@ class RecurrentHeadProposer(HeadDrafting):
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         draws: list[float] = []
+        confidence: list[torch.Tensor] = []
         for i in range(k):
-            token, q, u = self.draw(self.head.logits(hidden), sampling, rng, len(context) - self._prompt_len + i,
+            logits = self.head.logits(hidden)
+            token, q, u = self.draw(logits, sampling, rng, len(context) - self._prompt_len + i,
                                     self.head.draft_to_target)
+            confidence.append(head_confidence(logits, token, self.head.draft_to_target))
             tokens.append(token)
             if q is not None:
                 qs.append(q)
@@ -436,7 +451,7 @@ class RecurrentHeadProposer(HeadDrafting):
             if i + 1 < k:  # the head's own output is the next step's feature
                 fed = torch.tensor([[token]], dtype=torch.long, device=device)
                 hidden = self.head.step(hidden[None, None], fed, from_target=False)[0, -1]
-        return make_draft(tokens, qs, draws, k, before, self.head.length)
+        return make_draft(tokens, qs, draws, k, before, self.head.length, confidence)
 
     def _feed_real(self, context: Sequence[int]) -> torch.Tensor:
         """Feed the features handed over since the last round (paired with the tokens one

@@ -38,7 +38,7 @@ from specscope.core.draft.heads.base import (
     target_layers,
 )
 from specscope.core.draft.head_folders import tree_too_deep
-from specscope.core.draft.heads.base import make_draft, tree_draft
+from specscope.core.draft.heads.base import head_confidence, make_draft, tree_draft
 from specscope.core.draft.heads.trees import DepthRowsGrowth
 from specscope.core.draft.tree_draft import grow_dynamic, grow_static
 from specscope.core.draft.trees import tree_options
@@ -115,12 +115,15 @@ class MedusaProposer(HeadDrafting):
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         draws: list[float] = []
+        confidence: list[torch.Tensor] = []
         for i, head in enumerate(list(self.heads)[:k]):
-            token, q, u = self.draw(head(last).float(), sampling, rng, len(context) - self._prompt_len + i, None)
+            logits = head(last).float()
+            token, q, u = self.draw(logits, sampling, rng, len(context) - self._prompt_len + i, None)
+            confidence.append(head_confidence(logits, token, None))
             tokens.append(token)
             qs += [q] if q is not None else []
             draws += [u] if u is not None else []
-        return make_draft(tokens, qs, draws, 1, None, None)
+        return make_draft(tokens, qs, draws, 1, None, None, confidence)
 
     def observe(self, committed_len: int) -> int | None:
         return None
