@@ -183,7 +183,7 @@ def test_tree_parameters_of_the_head_kinds():
 def test_the_bundled_head_builds_with_a_tree():
     proposer = build_proposer(f"eagle3,tree={DYNAMIC}")
     assert str(proposer.tree) == DYNAMIC and proposer.children == "topk"
-    assert proposer.params() == {"head": "bundled:eagle3-target", "tree": DYNAMIC, "children": "topk"}
+    assert proposer.params() == {"head": "bundled:eagle3-target", "draw": "sampled", "tree": DYNAMIC, "children": "topk"}
 
 
 def test_a_medusa_tree_deeper_than_its_heads_is_refused_in_one_line(target, tmp_path):

@@ -429,7 +429,7 @@ class RecurrentHeadProposer(HeadDrafting):
         """A chain of k tokens, or with a tree, a tree at most k deep."""
         before = self.head.length
         if self._feature_end == 0:  # the prefill round: the target has read nothing yet
-            return make_draft([], [], [], 0, before, before, self.tree_children)
+            return make_draft([], [], [], 0, before, before, children=self.tree_children)
         hidden = self._feed_real(context)
         if self.tree is not None:
             return self._propose_tree(hidden, context, k, sampling, rng, before)

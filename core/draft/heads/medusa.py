@@ -98,7 +98,7 @@ class MedusaProposer(HeadDrafting):
     @torch.inference_mode()
     def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft:
         if self._feature_end == 0:  # the prefill round
-            return make_draft([], [], [], 0, None, None, self.tree_children)
+            return make_draft([], [], [], 0, None, None, children=self.tree_children)
         if self._feature_end != len(context) - 1:
             raise RuntimeError(f"medusa: the last feature is of position {self._feature_end - 1}, but the context "
                                f"has {len(context)} tokens")
