@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     w.compare.set_side(1, "lookup", 6)
     w.runs.start_compare()
     wait(lambda: all(r.stop_reason for r in w.compare_session.results) and w.compare_controller.state == "idle")
+    # greedy lanes: the "vs plain greedy" row fills in once the reference decode has run
+    from specscope.app.gui.sessions.compare import CHECKING
+    wait(lambda: all(ref is not None and ref != CHECKING for ref in w.compare_session.references[:2]))
     settle(0.6)
     save(w, "compare")
     if not args.tiny and not getattr(hub, "fallback", True):  # the bundled head is the bundled target's
