@@ -86,3 +86,20 @@ def test_three_lanes_keep_the_window_at_1024x700(qtbot, make_window):
         lane = tabs.widget(0)
         assert lane.isVisibleTo(w) and lane.plots.width() >= ScrollingPlots.PLOT_W
     assert w.status_bar.full_state.startswith("comparison") and "C: " in w.status_bar.full_state
+
+
+def test_lane_c_is_built_only_when_a_comparison_has_three_lanes(make_window):
+    """Lane C's column (plots, tree, inspector) cost about half a second of the window's
+    start-up; it is built when first needed, with its summary column."""
+    from specscope.app.gui.views.compare import BLOCK_COLUMNS
+
+    w = make_window()
+    c = w.compare
+    assert len(c.timelines) == len(c.plots) == len(c.inspectors) == 2
+    assert c.table.isColumnHidden(BLOCK_COLUMNS * 0 + 1 + 2)  # lane C's summary column, hidden
+    c._show_lanes(3)
+    assert len(c.timelines) == len(c.plots) == len(c.inspectors) == len(c.details) == 3
+    assert c.columns.count() == 3 and not c.columns.widget(2).isHidden()
+    assert not c.table.isColumnHidden(BLOCK_COLUMNS * 0 + 1 + 2)
+    c._show_lanes(2)
+    assert c.columns.widget(2).isHidden() and len(c.timelines) == 3  # kept, hidden

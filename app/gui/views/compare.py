@@ -90,6 +90,7 @@ class CompareWidget(QWidget):
         self.divergence.setTextFormat(Qt.TextFormat.RichText)
         self.divergence.setWordWrap(True)
         outer.addWidget(self.divergence)
+        self._syncing = False
         self.body = QSplitter(Qt.Orientation.Vertical)
         self.body.setChildrenCollapsible(False)
         self.body.addWidget(self._summary_table())
@@ -97,10 +98,6 @@ class CompareWidget(QWidget):
         self.body.setStretchFactor(0, 2)
         self.body.setStretchFactor(1, 5)
         outer.addWidget(self.body, 1)
-        self._syncing = False
-        bars = [t.verticalScrollBar() for t in self.timelines]
-        for bar in bars:
-            bar.valueChanged.connect(lambda v, bar=bar: self._sync([b for b in bars if b is not bar], v))
         # The table follows the lanes at most 4 times a second while they run (each refresh
         # rebuilds and repaints it, on the thread whose GIL the decoder needs), and at once
         # when they stop.
@@ -225,39 +222,54 @@ class CompareWidget(QWidget):
         self.details: list[QTabWidget] = []  # per lane: plots | the selected round
         self.trees: list[DraftTreeView] = []
         self.inspectors: list[RoundInspectorWidget] = []
-        for side in range(len(LANE_NAMES)):
-            col = QSplitter(Qt.Orientation.Vertical)
-            col.setChildrenCollapsible(False)
-            box = QWidget()
-            bl = QVBoxLayout(box)
-            bl.setContentsMargins(0, 0, 0, 0)
-            head = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b>")
-            head.setTextFormat(Qt.TextFormat.RichText)
-            # cut at the lane's edge, whole in the tooltip: three long labels ("prompt lookup
-            # (max_ngram=3, min_ngram=1), k=4") widened the window past 1024 px
-            head.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-            bl.addWidget(head)
-            tl = TokenTimelineWidget(self.session.slots[side], aligned=True)
-            tl.setMinimumHeight(LANE_MIN_PX)
-            bl.addWidget(tl, 1)
-            col.addWidget(box)
-            plots = LivePlotsWidget(self.session.slots[side], compact=True, color=theme.SIDE_COLORS[side],
-                                    shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
-                                    legends=False)
-            col.addWidget(self._lane_details(side, plots))
-            tl.cellClicked.connect(lambda rnd, pos, side=side: self.follow(side, rnd, pos))
-            col.setSizes([260, 340])
-            self.columns.addWidget(col)
-            self.timelines.append(tl)
-            self.plots.append(plots)
-            self.headers.append(head)
+        # Lane C's column (plots, tree, inspector: about half a second to build) is made the
+        # first time a comparison has three lanes, not with the window.
+        for side in range(2):
+            self._add_lane(side)
         self._show_lanes(2)
         return self.columns
 
+    def _add_lane(self, side: int) -> None:
+        """Build lane `side`'s column: header, aligned timeline, plots and round details."""
+        col = QSplitter(Qt.Orientation.Vertical)
+        col.setChildrenCollapsible(False)
+        box = QWidget()
+        bl = QVBoxLayout(box)
+        bl.setContentsMargins(0, 0, 0, 0)
+        head = QLabel(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b>")
+        head.setTextFormat(Qt.TextFormat.RichText)
+        # cut at the lane's edge, whole in the tooltip: three long labels ("prompt lookup
+        # (max_ngram=3, min_ngram=1), k=4") widened the window past 1024 px
+        head.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        bl.addWidget(head)
+        tl = TokenTimelineWidget(self.session.slots[side], aligned=True)
+        tl.setMinimumHeight(LANE_MIN_PX)
+        bl.addWidget(tl, 1)
+        col.addWidget(box)
+        plots = LivePlotsWidget(self.session.slots[side], compact=True, color=theme.SIDE_COLORS[side],
+                                shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
+                                legends=False)
+        col.addWidget(self._lane_details(side, plots))
+        tl.cellClicked.connect(lambda rnd, pos, side=side: self.follow(side, rnd, pos))
+        col.setSizes([260, 340])
+        self.columns.addWidget(col)
+        self.timelines.append(tl)
+        self.plots.append(plots)
+        self.headers.append(head)
+        bar = tl.verticalScrollBar()
+        bar.valueChanged.connect(lambda v, side=side: self._sync(
+            [t.verticalScrollBar() for i, t in enumerate(self.timelines) if i != side], v))
+
     def _show_lanes(self, count: int) -> None:
         """Show the first `count` lanes' columns (and summary columns), hide the others."""
+        while len(self.timelines) < count:
+            self._add_lane(len(self.timelines))
+            model = self.session.slots[len(self.timelines) - 1]
+            if model.rounds:  # built after its lane filled (a stored comparison reopened)
+                model.reset.emit()
         for side in range(len(LANE_NAMES)):
-            self.columns.widget(side).setVisible(side < count)
+            if side < len(self.timelines):
+                self.columns.widget(side).setVisible(side < count)
             for block in range(SUMMARY_BLOCKS):
                 self.table.setColumnHidden(BLOCK_COLUMNS * block + 1 + side, side >= count)
 
