@@ -216,18 +216,41 @@ class CompareWidget(QWidget):
         """One column per side: its header, aligned timeline and compact plots."""
         self.columns = QSplitter(Qt.Orientation.Horizontal)
         self.columns.setChildrenCollapsible(False)
-        self.timelines: list[TokenTimelineWidget] = []
-        self.plots: list[LivePlotsWidget] = []
-        self.headers: list[QLabel] = []
-        self.details: list[QTabWidget] = []  # per lane: plots | the selected round
-        self.trees: list[DraftTreeView] = []
-        self.inspectors: list[RoundInspectorWidget] = []
-        # Lane C's column (plots, tree, inspector: about half a second to build) is made the
-        # first time a comparison has three lanes, not with the window.
-        for side in range(2):
-            self._add_lane(side)
-        self._show_lanes(2)
+        self._timelines: list[TokenTimelineWidget] = []
+        self._plots: list[LivePlotsWidget] = []
+        self._headers: list[QLabel] = []
+        self._details: list[QTabWidget] = []  # per lane: plots | the selected round
+        self._trees: list[DraftTreeView] = []
+        self._inspectors: list[RoundInspectorWidget] = []
+        # The lanes' columns (plots, tree, inspector: about half a second each to build) are
+        # made when first shown or asked for (`timelines` etc.), lane C when a comparison has
+        # three lanes: not with the window, whose start-up they slowed.
         return self.columns
+
+    def _ensure_lanes(self, count: int) -> None:
+        while len(self._timelines) < count:
+            self._add_lane(len(self._timelines))
+            model = self.session.slots[len(self._timelines) - 1]
+            if model.rounds:  # built after its lane filled (a stored comparison reopened)
+                model.reset.emit()
+
+    timelines = property(lambda self: self._lanes_built()._timelines)
+    plots = property(lambda self: self._lanes_built()._plots)
+    headers = property(lambda self: self._lanes_built()._headers)
+    details = property(lambda self: self._lanes_built()._details)  # per lane: plots | the selected round
+    trees = property(lambda self: self._lanes_built()._trees)
+    inspectors = property(lambda self: self._lanes_built()._inspectors)
+
+    def _lanes_built(self) -> "CompareWidget":
+        if len(self._timelines) < max(2, self.session.count):
+            self._show_lanes(max(2, self.session.count))
+        return self
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if not self._timelines:
+            self._show_lanes(max(2, self.session.count))
+            self.refresh()
+        super().showEvent(event)
 
     def _add_lane(self, side: int) -> None:
         """Build lane `side`'s column: header, aligned timeline, plots and round details."""
@@ -253,22 +276,20 @@ class CompareWidget(QWidget):
         tl.cellClicked.connect(lambda rnd, pos, side=side: self.follow(side, rnd, pos))
         col.setSizes([260, 340])
         self.columns.addWidget(col)
-        self.timelines.append(tl)
-        self.plots.append(plots)
-        self.headers.append(head)
+        self._timelines.append(tl)
+        self._plots.append(plots)
+        self._headers.append(head)
         bar = tl.verticalScrollBar()
         bar.valueChanged.connect(lambda v, side=side: self._sync(
-            [t.verticalScrollBar() for i, t in enumerate(self.timelines) if i != side], v))
+            [t.verticalScrollBar() for i, t in enumerate(self._timelines) if i != side], v))
 
-    def _show_lanes(self, count: int) -> None:
-        """Show the first `count` lanes' columns (and summary columns), hide the others."""
-        while len(self.timelines) < count:
-            self._add_lane(len(self.timelines))
-            model = self.session.slots[len(self.timelines) - 1]
-            if model.rounds:  # built after its lane filled (a stored comparison reopened)
-                model.reset.emit()
+    def _show_lanes(self, count: int, build: bool = True) -> None:
+        """Show the first `count` lanes' columns (and summary columns), hide the others;
+        build=False: only the columns already built."""
+        if build:
+            self._ensure_lanes(count)
         for side in range(len(LANE_NAMES)):
-            if side < len(self.timelines):
+            if side < len(self._timelines):
                 self.columns.widget(side).setVisible(side < count)
             for block in range(SUMMARY_BLOCKS):
                 self.table.setColumnHidden(BLOCK_COLUMNS * block + 1 + side, side >= count)
@@ -287,9 +308,9 @@ class CompareWidget(QWidget):
         round_view.addWidget(inspector)
         round_view.setSizes([120, 400])
         tabs.addTab(round_view, "Round")
-        self.details.append(tabs)
-        self.trees.append(tree)
-        self.inspectors.append(inspector)
+        self._details.append(tabs)
+        self._trees.append(tree)
+        self._inspectors.append(inspector)
         return tabs
 
     def follow(self, side: int, rnd: int, pos: int) -> int | None:
@@ -408,7 +429,9 @@ class CompareWidget(QWidget):
 
     def refresh(self) -> None:
         self._refresh_timer.stop()
-        self._show_lanes(self.session.count)
+        needed = (self._timelines or self.session.settings or self.isVisible()
+                  or any(m.rounds for m in self.session.slots))  # a stored comparison reopened
+        self._show_lanes(self.session.count, build=bool(needed))
         for side in range(self.session.count):
             summary = self.session.summary(side)
             rows = self.table.rowCount()
@@ -420,8 +443,9 @@ class CompareWidget(QWidget):
                 self.table.setItem(i % rows, BLOCK_COLUMNS * (i // rows) + 1 + side, item)
             s = self.session.settings[side] if self.session.settings else None
             label = summary["proposer"] if s else ""
-            self.headers[side].setText(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b> {label}")
-            self.headers[side].setToolTip(label)
+            if side < len(self._headers):
+                self._headers[side].setText(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b> {label}")
+                self._headers[side].setToolTip(label)
         self._show_divergence()
 
     def _show_divergence(self) -> None:
@@ -430,6 +454,6 @@ class CompareWidget(QWidget):
         self.divergence.setText(self.session.divergence_text() or IDLE_NOTE_HTML)
 
     def _on_divergence(self, pos) -> None:
-        for t in self.timelines:
+        for t in self._timelines:
             t.set_marker(pos)
         self._show_divergence()
