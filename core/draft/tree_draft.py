@@ -130,6 +130,11 @@ class TreeGrowth:
             allowed[j, cached + j] = True
         return allowed
 
+    def confidence(self, kept: list[int]) -> tuple[float, ...]:
+        """Each kept candidate's draft confidence (the drafter's T=1 probability for its token);
+        () when this growth does not know it."""
+        return ()
+
     def add_children(self, parent: int, q: torch.Tensor, count: int, mode: str, slots: Sequence[int] = ()) -> None:
         tokens, draws = choose_children(mode, q, count, self.sampling.greedy, self.rng)
         self.draws.extend(draws)

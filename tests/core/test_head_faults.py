@@ -79,3 +79,28 @@ def test_every_head_records_its_confidence_greedy_and_sampled(kind, tmp_path):
     nodes = [n for r in greedy.rounds for n in r.nodes]
     assert nodes and all(n.q_token is None and 0 < n.confidence <= 1 for n in nodes)
     assert any(n.confidence < 0.999 for n in nodes)  # a softmax entry, not the point mass
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "medusa", "mtp"])
+@pytest.mark.parametrize("tree", ["2,2,children=sampled", "dynamic:nodes=6,depth=3,topk=2"])
+def test_a_head_tree_records_each_nodes_confidence(kind, tree, tmp_path):
+    """A tree node's confidence is the head's softmax entry for its token from its parent's
+    output: at T=1 with sampled children, exactly the q row it was drawn from; greedy, a
+    softmax entry below 1 (EAGLE-3 through its reduced vocabulary; Medusa by depth)."""
+    from .head_checkpoints import write_eagle3, write_medusa, write_mtp
+
+    target = tiny_lm("llama", seed=0, init_range=0.3, layers=4, vocab=64)
+    write = {"eagle3": lambda f, t: write_eagle3(f, t, draft_vocab=40), "medusa": write_medusa,
+             "mtp": write_mtp}[kind]
+    write(tmp_path, target)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    spec = f"{kind}:{tmp_path},tree={tree}"
+    if "sampled" in tree:
+        sampled = SpeculativeDecoder(target, build_proposer(spec), k=3,
+                                     sampling=SamplingConfig(temperature=1.0)).generate(prompt, 16, seed=1)
+        nodes = [n for r in sampled.rounds for n in r.nodes]
+        assert nodes and all(n.confidence == pytest.approx(n.q_token, rel=1e-4, abs=1e-6) for n in nodes)
+    greedy = SpeculativeDecoder(target, build_proposer(spec), k=3, sampling=GREEDY).generate(prompt, 16)
+    nodes = [n for r in greedy.rounds for n in r.nodes]
+    assert nodes and all(n.confidence is not None and 0 < n.confidence <= 1 for n in nodes)
+    assert any(n.confidence < 0.999 for n in nodes)

@@ -374,7 +374,7 @@ def tree_draft(growth: Any, kept: list[int], sampling: SamplingConfig, children:
     tokens, parents, qs, _ = finish(growth, kept)
     return Draft(tokens=tokens, parents=parents, q=None if sampling.greedy or not qs else torch.stack(qs),
                  forwards=growth.forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(growth.draws),
-                 children=children)
+                 children=children, confidence=growth.confidence(kept))
 
 
 def head_confidence(logits: torch.Tensor, token: int, to_target: torch.Tensor | None) -> torch.Tensor:

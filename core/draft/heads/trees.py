@@ -61,6 +61,17 @@ class HeadGrowth(TreeGrowth):
         full = torch.zeros((q.shape[0], self.vocab_size), dtype=torch.float64, device=q.device)
         return full.index_copy_(1, to_target, q)
 
+    def confidence(self, kept: list[int]) -> tuple[float, ...]:
+        """The head's T=1 probability for each kept node's token, from its parent's output (one
+        logits pass over the distinct parents; a reduced vocabulary's rows at their target ids)."""
+        if not kept:
+            return ()
+        parents = sorted({self.nodes[c].parent for c in kept})
+        probs = torch.softmax(self.head.logits(torch.stack([self.outputs[p] for p in parents])).double(), dim=-1)
+        return _entries(probs, self.head.draft_to_target, self.vocab_size, [parents.index(self.nodes[c].parent)
+                                                                            for c in kept],
+                        [self.nodes[c].token for c in kept])
+
     def expand(self, frontier: list[int]) -> list[torch.Tensor]:
         held = self.head.length
         device = self.outputs[-1].device
@@ -84,6 +95,7 @@ class DepthRowsGrowth(TreeGrowth):
                  rng: np.random.Generator):
         super().__init__(prefix_len, sampling, rng)
         self.source = "a medusa head"
+        self.depth_logits = depth_logits
         self.by_depth = list(self._q(torch.stack(depth_logits))) if depth_logits else []
         self.forwards = 1
 
@@ -92,3 +104,23 @@ class DepthRowsGrowth(TreeGrowth):
 
     def expand(self, frontier: list[int]) -> list[torch.Tensor]:
         return [self.by_depth[self.nodes[c].depth] for c in frontier]
+
+    def confidence(self, kept: list[int]) -> tuple[float, ...]:
+        """Head d's T=1 probability for each kept node's token at depth d + 1."""
+        if not kept:
+            return ()
+        probs = torch.softmax(torch.stack(self.depth_logits).double(), dim=-1)
+        return _entries(probs, None, probs.shape[-1], [self.nodes[c].depth - 1 for c in kept],
+                        [self.nodes[c].token for c in kept])
+
+
+def _entries(probs: torch.Tensor, to_target: torch.Tensor | None, vocab_size: int, rows: list[int],
+             tokens: list[int]) -> tuple[float, ...]:
+    """probs[row, token] for each pair, in one transfer; rows over a reduced vocabulary are
+    first placed at their target ids (`to_target`)."""
+    if to_target is not None:
+        probs = torch.zeros((probs.shape[0], vocab_size), dtype=torch.float64,
+                            device=probs.device).index_copy_(1, to_target, probs)
+    index = torch.tensor(rows, dtype=torch.long, device=probs.device)
+    cols = torch.tensor(tokens, dtype=torch.long, device=probs.device)
+    return tuple(probs[index, cols].tolist())
