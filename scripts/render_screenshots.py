@@ -100,6 +100,15 @@ def render_compare_heads(w, prompt: str, save) -> None:
     w.compare.coupled.setChecked(False)
 
 
+def head_calibration_shots(w, hub, prompts, fallback: str, tmp: Path, save) -> None:
+    """The head's Calibration screenshots on example prompt 2; skipped, with a line, where
+    the bundled head cannot run (the tiny random models)."""
+    try:
+        render_head_calibration(w, hub, prompts[2][1] if len(prompts) > 2 else fallback, tmp, save)
+    except Exception as exc:  # noqa: BLE001 - tiny models have no head
+        print(f"skipped the head's calibration screenshots: {exc}", file=sys.stderr)
+
+
 def render_head_calibration(w, hub, prompt: str, tmp: Path, save, tokens: int = 96) -> None:
     """Record two greedy runs of the bundled EAGLE-3 head on the bundled target, clean and
     with fault head-feature-shift, open each and save the window on its Calibration tab."""
@@ -200,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     w.tabs.setCurrentWidget(w.page)
     settle(0.3)
     if args.only == "calibration":
-        try:
-            render_head_calibration(w, hub, prompts[2][1] if len(prompts) > 2 else novel, tmp, save)
-        except Exception as exc:  # noqa: BLE001 - tiny models have no head
-            print(f"skipped the head's calibration screenshots: {exc}", file=sys.stderr)
+        head_calibration_shots(w, hub, prompts, novel, tmp, save)
         w.close()
         return 0
     save(w, "main-window")
@@ -268,10 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             save(w.inspector.kv, "kv-cache-fault")
     except Exception as exc:  # noqa: BLE001 - the other screenshots are still useful
         print(f"skipped the findings screenshot: {exc}", file=sys.stderr)
-    try:
-        render_head_calibration(w, hub, prompts[2][1] if len(prompts) > 2 else novel, tmp, save)
-    except Exception as exc:  # noqa: BLE001 - tiny models have no head
-        print(f"skipped the head's calibration screenshots: {exc}", file=sys.stderr)
+    head_calibration_shots(w, hub, prompts, novel, tmp, save)
 
     w.close()
     return 0

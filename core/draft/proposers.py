@@ -229,45 +229,6 @@ def token_confidence(logits: torch.Tensor, token: int | torch.Tensor) -> torch.T
     return (row[token].reshape(()) - torch.logsumexp(row, 0)).exp()
 
 
-class _ConfidentGrowth(ModelGrowth):
-    """A draft tree's growth that also keeps each expanded row's logits and their logsumexp
-    (temperature 1, before the sampling transforms), so each node's confidence is one entry
-    of its parent's row (core.draft.tree_draft grows the tree; this only watches its rows)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        # expanded candidate (-1 = the prefix) -> (its logits row, their logsumexp in float64)
-        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def _q(self, logits: torch.Tensor) -> torch.Tensor:
-        q = super()._q(logits)  # checks the logits are finite first
-        self._last = (logits, torch.logsumexp(logits.double(), dim=-1))
-        return q
-
-    def root_q(self, pending: list[int]) -> torch.Tensor:
-        q = super().root_q(pending)
-        logits, norm = self._last
-        self._rows[-1] = (logits.reshape(-1), norm.reshape(()))
-        return q
-
-    def expand(self, frontier: list[int]) -> list[torch.Tensor]:
-        qs = super().expand(frontier)
-        logits, norm = self._last
-        for j, c in enumerate(frontier):
-            self._rows[c] = (logits[j], norm[j])
-        return qs
-
-    def confidence(self, kept: list[int]) -> tuple[float, ...]:
-        if not kept:
-            return ()
-        entries = []
-        for c in kept:
-            logits, norm = self._rows[self.nodes[c].parent]
-            entries.append(logits[self.nodes[c].token].double() - norm)
-        return tuple(torch.stack(entries).exp().tolist())
-
-
 class DraftModelProposer(ProposerBase):
     """A small causal LM drafting k tokens autoregressively with its own KV cache."""
 
@@ -436,7 +397,7 @@ class DraftModelProposer(ProposerBase):
     def _propose_tree(self, context: Sequence[int], depth: int, sampling: SamplingConfig,
                       rng: np.random.Generator) -> Draft:
         before = self.lm.processed
-        growth = _ConfidentGrowth(self.lm, len(context), sampling, rng)
+        growth = ModelGrowth(self.lm, len(context), sampling, rng)
         root = growth.root_q(self.cache.pending(self.lm, context))
         if self.tree.kind == "dynamic":
             kept = grow_dynamic(growth, self.tree, depth, root)

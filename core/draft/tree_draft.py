@@ -154,12 +154,31 @@ class ModelGrowth(TreeGrowth):
         super().__init__(prefix_len, sampling, rng)
         self.lm = lm
         self.context_tokens: list[int] = []  # the first forward's tokens (refed without a cache)
+        # expanded candidate (-1: the prefix) -> its logits row and their logsumexp (float64):
+        # a node's confidence is one entry of its parent's row
+        self._logits: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _keep_logits(self, candidates: list[int], logits: torch.Tensor) -> None:
+        norms = torch.logsumexp(logits.double(), dim=-1)
+        for j, c in enumerate(candidates):
+            self._logits[c] = (logits[j], norms[j])
+
+    def confidence(self, kept: list[int]) -> tuple[float, ...]:
+        if not kept:
+            return ()
+        entries = []
+        for c in kept:
+            logits, norm = self._logits[self.nodes[c].parent]
+            entries.append(logits[self.nodes[c].token].double() - norm)
+        return tuple(torch.stack(entries).exp().tolist())
 
     def root_q(self, pending: list[int]) -> torch.Tensor:
         self.context_tokens = pending
         logits = self.lm.feed(pending, keep=1)[0]
         self.forwards += 1
-        return self._q(logits)
+        q = self._q(logits)  # checks the logits are finite first
+        self._keep_logits([-1], logits.reshape(1, -1))
+        return q
 
     def expand(self, frontier: list[int]) -> list[torch.Tensor]:
         """One forward over the candidates `frontier` (all of one depth); q after each."""
@@ -173,7 +192,9 @@ class ModelGrowth(TreeGrowth):
         else:
             logits = self._uncached(frontier)
         self.forwards += 1
-        return list(self._q(logits))
+        qs = list(self._q(logits))
+        self._keep_logits(frontier, logits)
+        return qs
 
     def _uncached(self, frontier: list[int]):
         """Without a cache: the whole context, every expanded node so far and the frontier."""
