@@ -26,7 +26,7 @@ from specscope.storage.codec import VectorPolicy
 from specscope.storage.errors import WriterError
 from specscope.storage.liveness import HEARTBEAT_S
 from specscope.storage.writer.sink import RunSink
-from specscope.storage.writer.process import writer_process
+from specscope.storage.writer.process import START_TIMEOUT_S, writer_process
 
 log = logging.getLogger(__name__)
 
@@ -225,9 +225,20 @@ class ProcessBackend(_BackendBase):
         self._started_at = started_at
         self._flushes_waiting: dict[int, _Flush] = {}
         self._closed = threading.Event()
+        self._opened = threading.Event()
         self.service = writer_process()
         self.service.register(run_id, self._on_message)
         self.service.send(("open", run_id, url, (policy.top_n, policy.full, policy.full_dtype), started_at, flush_interval))
+        # Wait until the writer process holds the run (its database driver imported and a
+        # connection made: seconds on a loaded machine at its lower priority), so that the
+        # flush-interval promise starts from the first round written and an open error is
+        # raised here, not later.
+        if not self._wait(self._opened, START_TIMEOUT_S) or self.error is not None:
+            self.service.unregister(run_id)
+            if self.service.alive:  # it may still open the run later: it must not write it
+                self.service.send(("abandon", run_id, url))
+            reason = self.error or f"no answer within {START_TIMEOUT_S:.0f} s"
+            raise WriterError(f"the trace writer process could not open run {run_id}: {reason}")
 
     @property
     def alive(self) -> bool:
@@ -255,7 +266,9 @@ class ProcessBackend(_BackendBase):
     def _on_message(self, m: tuple) -> None:
         """Called on the receiving thread with each answer of the writer process."""
         kind = m[0]
-        if kind == "committed":
+        if kind == "opened":
+            self._opened.set()
+        elif kind == "committed":
             self.rounds_written, self.flushes = m[2], m[3]
         elif kind == "flushed":
             marker = self._flushes_waiting.pop(m[2], None)
@@ -267,9 +280,11 @@ class ProcessBackend(_BackendBase):
             self._closed.set()
         elif kind == "died":
             self._fail(WriterError(f"the trace writer process stopped: {m[2]}"))
-            RunSink(self._engine, self.run_id, self._policy, self._started_at).mark(
-                "failed", f"trace writer process stopped: {m[2]}")
+            if self._opened.is_set():  # before that, the writer falls back to a thread
+                RunSink(self._engine, self.run_id, self._policy, self._started_at).mark(
+                    "failed", f"trace writer process stopped: {m[2]}")
             self._closed.set()
         if kind in ("error", "died", "finished"):
+            self._opened.set()
             for marker in list(self._flushes_waiting.values()):
                 marker.done.set()

@@ -7,8 +7,9 @@ neither torch nor Qt. stdin carries frames (storage.frames) of messages:
     ("rounds", run_id, [Round, ...])
     ("flush", run_id, token)
     ("finish", run_id, {status, stop_reason, error, wall_s})
+    ("abandon", run_id, url)       drop the run unwritten (its recorder no longer waits for it)
 
-and stdout answers with ("ready", pid), ("committed", run_id, rounds_written, flushes),
+and stdout answers with ("ready", pid), ("opened", run_id), ("committed", run_id, rounds_written, flushes),
 ("flushed", run_id, token), ("finished", run_id, error | None) and ("error", run_id, message).
 
 Rounds are encoded as they arrive and committed at least every EAGER_COMMIT_S (and every
@@ -132,11 +133,22 @@ class _Server:
         elif kind == "open":
             _, run_id, url, (top_n, full, full_dtype), started_at, flush_interval = m
             try:
-                sink = RunSink(self.engines.acquire(url), run_id, VectorPolicy(top_n, full, full_dtype), started_at)
+                engine = self.engines.acquire(url)
             except Exception as exc:
                 replies.append(("error", run_id, f"{type(exc).__name__}: {exc}"))
                 return
+            try:  # connect now (driver, pool, dialect): the first commit is then as quick as the rest
+                engine.connect().close()
+                sink = RunSink(engine, run_id, VectorPolicy(top_n, full, full_dtype), started_at)
+            except Exception as exc:
+                self.engines.release(url)
+                replies.append(("error", run_id, f"{type(exc).__name__}: {exc}"))
+                return
             self.runs[run_id] = _Run(sink, url, flush_interval)
+            replies.append(("opened", run_id))
+        elif kind == "abandon":  # the recording process gave up waiting and records from a thread
+            if self.runs.pop(m[1], None) is not None:
+                self.engines.release(url=m[2])
         elif m[1] in self.runs:
             run = self.runs[m[1]]
             if kind == "rounds":

@@ -113,3 +113,31 @@ def test_writer_process_imports_neither_torch_nor_qt():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_writer_process_that_does_not_open_the_run_leaves_it_to_a_thread(store, monkeypatch):
+    """The constructor waits until the writer process holds the run (so the flush promise
+    starts at the first round). One that does not answer in time: the run is recorded from a
+    thread, and the writer process, once it wakes, drops the run instead of marking it
+    interrupted over the thread's result."""
+    from specscope.storage.writer import backends
+
+    service = writer_process()
+    warm = synthetic_config()
+    with TraceWriter(store, warm, mode="process") as w:
+        assert w.mode == "process" and w._backend._opened.is_set()  # answered before returning
+        w.write(synthetic_rounds(warm, 1)[0])
+    monkeypatch.setattr(backends, "START_TIMEOUT_S", 1.0)
+    config = synthetic_config()
+    os.kill(service.pid, signal.SIGSTOP)
+    try:
+        writer = TraceWriter(store, config, mode="process")
+    finally:
+        os.kill(service.pid, signal.SIGCONT)
+    assert writer.mode == "thread"
+    for rnd in synthetic_rounds(config, 4):
+        writer.write(rnd)
+    writer.finish("completed")
+    service.close()  # end of its input: it would mark every run it still holds interrupted
+    info = store.get_run(config.run_id)
+    assert info.status == "completed" and info.n_rounds == 4
