@@ -17,8 +17,11 @@ def test_each_head_kind_is_offered_with_the_checkpoint_field():
     for kind in ("eagle", "medusa", "mtp"):
         assert kind not in choices  # no head of these kinds ships: without a checkpoint it cannot run
     assert choices["eagle3"] == "eagle3: the bundled target's head"
-    # the compare lanes (no checkpoint field) offer the bundled head only
-    assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == ["eagle3"]
+    # the compare lanes pick whole specs: the bundled head also drafting one-hot; the run panel has a Draws field
+    assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == \
+        ["eagle3", "eagle3:draw=onehot"]
+    assert choices["eagle3:draw=onehot"] == "eagle3: the bundled target's head, one-hot drafts"
+    assert "eagle3:draw=onehot" not in {c.spec for c in proposer_choices(with_trees=False)}
 
 
 def test_the_checkpoint_field_names_the_head_folder(tmp_path):
@@ -68,4 +71,15 @@ def test_a_onehot_head_validates_reruns_and_keeps_the_menu():
     recorded = {"spec": "eagle3:draw=onehot", "head": "bundled:eagle3-target", "draw": "onehot"}
     assert spec_of_run("eagle3", recorded, None) == "eagle3:draw=onehot"
     assert spec_of_run("eagle3", {"spec": "eagle3", "head": "bundled:eagle3-target", "draw": "sampled"}, None) == "eagle3"
-    assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == ["eagle3"]
+
+
+def test_the_draw_field_splits_out_of_a_spec_and_folds_back():
+    from specscope.app.gui.model.tree_settings import fold_draw, split_draw, takes_draw
+
+    assert takes_draw("eagle3") and takes_draw(f"medusa:{PATH_ARG}") and not takes_draw("draft:small")
+    assert not takes_draw("lookup") and not takes_draw("no such kind")
+    assert split_draw("eagle3:/heads/h,draw=onehot") == ("eagle3:/heads/h", "onehot")
+    assert split_draw("eagle3:/heads/h") == ("eagle3:/heads/h", "sampled")
+    assert fold_draw("eagle3:/heads/h", "onehot") == "eagle3:/heads/h,draw=onehot"
+    assert fold_draw("eagle3", "onehot") == "eagle3:draw=onehot"
+    assert fold_draw("eagle3", "sampled") == "eagle3" and fold_draw("draft:small", "onehot") == "draft:small"

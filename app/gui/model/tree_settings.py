@@ -1,4 +1,4 @@
-"""Token-tree choices of the run panel and the compare lanes (pure: no Qt).
+"""Token-tree choices of the run panel and the compare lanes, and a head's draw mode (pure: no Qt).
 
 A tree is part of the proposer spec (`draft:small,tree=3,2,1,children=sampled`, see
 core.registry), as on the command line. The run panel edits it as two fields, the tree and
@@ -6,18 +6,20 @@ the children mode, folded into the spec it validates (`fold_tree`) and split out
 it is given (`split_tree`); a compare lane picks a whole spec from the proposer menu, where
 `TREE_CHOICES` add tree entries. The folded spec is checked by the core's RunSettings
 (core.decode.settings), with the parser the CLI and the proposer use, so the panel says what
-the CLI would.
+the CLI would. A draft head's `draw` (sampled | onehot: how a chain's tokens are drawn at
+T > 0) is a third such field (`split_draw`, `fold_draw`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from specscope.core.draft.registry import KINDS, ProposerSpec, SpecError, parse_spec
+from specscope.core.draft.registry import HEAD_DRAWS, KINDS, ProposerSpec, SpecError, parse_spec
 from specscope.core.verify.tree import CHILDREN_MODES
 
 CHAIN = "chain"  # the tree field's text for "no tree": a chain of k tokens
 DEFAULT_CHILDREN = "topk"
+DRAW_MODES = HEAD_DRAWS  # a head's draw field; the first is the default
 # The tree field's menu; any other spec can be typed.
 TREE_EXAMPLES = (CHAIN, "2,1,1,1", "3,2,1,1", "3,2,1,1,nodes=12", "paths:0;1;0.0;0.1;0.0.0",
                  "dynamic:nodes=16,depth=5,topk=4")
@@ -62,6 +64,35 @@ def fold_tree(spec: str, tree: str, children: str) -> str:
     return str(replace(parsed, params=params))
 
 
+def takes_draw(spec: str) -> bool:
+    """Whether the proposer a spec names has a `draw` mode (the draft heads)."""
+    try:
+        kind = KINDS[parse_spec(spec).kind]
+    except (SpecError, KeyError):
+        return False
+    return kind.param("draw") is not None
+
+
+def split_draw(spec: str) -> tuple[str, str]:
+    """(spec without `draw`, the draw mode: DRAW_MODES[0] when the spec names none)."""
+    try:
+        parsed = parse_spec(spec)
+    except SpecError:
+        return spec, DRAW_MODES[0]
+    params = dict(parsed.params)
+    draw = str(params.pop("draw", None) or DRAW_MODES[0])
+    return str(replace(parsed, params=params)), draw
+
+
+def fold_draw(spec: str, draw: str) -> str:
+    """The spec with its draw mode (unchanged for the default or a kind without one)."""
+    draw = draw.strip()
+    if not draw or draw == DRAW_MODES[0] or not takes_draw(spec):
+        return spec
+    parsed = parse_spec(spec)  # parses: takes_draw said so
+    return str(replace(parsed, params={**parsed.params, "draw": draw}))
+
+
 def tree_choice_specs(kind: str, model: str) -> list[tuple[str, str]]:
     """(spec, label) of the tree menu entries for one model of a kind that grows trees."""
     out = []
@@ -77,5 +108,5 @@ def describe_tree(spec: str) -> str | None:
     return None if tree == CHAIN else f"tree {tree} ({children})"
 
 
-__all__ = ["CHAIN", "CHILDREN_MODES", "DEFAULT_CHILDREN", "TREE_CHOICES", "TREE_EXAMPLES", "describe_tree", "fold_tree",
-           "grows_trees", "is_chain", "split_tree", "tree_choice_specs"]
+__all__ = ["CHAIN", "CHILDREN_MODES", "DEFAULT_CHILDREN", "DRAW_MODES", "TREE_CHOICES", "TREE_EXAMPLES", "describe_tree",
+           "fold_draw", "fold_tree", "grows_trees", "is_chain", "split_draw", "split_tree", "takes_draw", "tree_choice_specs"]

@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QFileDialog,
     QGridLayout,
     QHeaderView,
     QLabel,
@@ -34,7 +35,8 @@ from specscope.app.gui.sessions.compare import LANE_NAMES, SUMMARY_ROWS, Compare
 from .inspector import RoundInspectorWidget
 from .plot_scroll import ScrollingPlots
 from .plots import LivePlotsWidget
-from specscope.app.gui.model.settings import ENGINES, RunSettings, menu_spec, proposer_choices, proposer_label, validate
+from specscope.app.gui.model.settings import ENGINES, PATH_ARG, RunSettings, menu_spec, proposer_choices, proposer_label, \
+    validate
 from .timeline import TokenTimelineWidget
 from .tree import DraftTreeView
 
@@ -120,6 +122,7 @@ class CompareWidget(QWidget):
         controls = QGridLayout()
         controls.setVerticalSpacing(2)
         self.proposers: list[QComboBox] = []
+        self._picked: list[str] = []  # per side: the last spec chosen, restored when a folder dialog is cancelled
         self.engines: list[QComboBox] = []  # per side: ENGINES
         self.ks: list[QLineEdit] = []
         self.errors: list[QLabel] = []
@@ -136,9 +139,11 @@ class CompareWidget(QWidget):
             combo = QComboBox()
             if prop is None:
                 combo.addItem(LANE_OFF, "")
-            for choice in proposer_choices(with_checkpoint=False):
+            for choice in proposer_choices():  # a "checkpoint…" entry asks for the folder (_lane_picked)
                 combo.addItem(choice.label, choice.spec)
             combo.setCurrentIndex(combo.findData(prop or ""))
+            self._picked.append(prop or "")
+            combo.activated.connect(lambda index, side=side: self._lane_picked(side, index))
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(18)
             kedit = QLineEdit(k)
@@ -361,6 +366,26 @@ class CompareWidget(QWidget):
             self._refresh_timer.stop()
             self.refresh()
 
+    def _lane_picked(self, side: int, index: int) -> None:
+        """A lane's menu choice: a "checkpoint…" entry (KIND:PATH) asks for the folder and
+        selects KIND:FOLDER (added to the menu); cancelled, the lane keeps its last choice."""
+        combo = self.proposers[side]
+        spec = str(combo.itemData(index) or "")
+        kind, _, arg = spec.partition(":")
+        if arg != PATH_ARG:
+            self._picked[side] = spec
+            return
+        path = self.choose_checkpoint(kind)
+        if path:
+            self.set_side(side, f"{kind}:{path}", self.ks[side].text())
+        else:
+            combo.setCurrentIndex(max(0, combo.findData(self._picked[side])))
+
+    def choose_checkpoint(self, kind: str) -> str:
+        """The folder of a lane's `kind` checkpoint ("" when cancelled)."""
+        what = "draft model" if kind == "draft" else f"{kind} head"
+        return QFileDialog.getExistingDirectory(self, f"Choose a {what} checkpoint folder")
+
     def side_texts(self, side: int) -> tuple[str, str]:
         return self.proposers[side].currentData(), self.ks[side].text()
 
@@ -370,13 +395,16 @@ class CompareWidget(QWidget):
         combo = self.proposers[side]
         if not proposer:
             combo.setCurrentIndex(combo.findData(""))
+            self._picked[side] = ""
             self.ks[side].setText(str(k))
             return
         spec = menu_spec(proposer)
         if spec is not None:
             if combo.findData(spec) < 0:
                 combo.addItem(proposer_label(spec), spec)
+                combo.setItemData(combo.count() - 1, spec, Qt.ItemDataRole.ToolTipRole)
             combo.setCurrentIndex(combo.findData(spec))
+            self._picked[side] = spec
         self.ks[side].setText(str(k))
 
     def lane_settings(self, base_texts: dict[str, str], devices: tuple[str, ...]) -> tuple[LaneSettings, ...] | None:
@@ -391,7 +419,7 @@ class CompareWidget(QWidget):
                 continue
             texts = dict(base_texts, proposer=prop, k=k, checkpoint="", engine=self.engines[side].currentText())
             v = validate(texts, devices)
-            own = {key: msg for key, msg in v.errors.items() if key in ("k", "proposer", "engine")}
+            own = {key: msg for key, msg in v.errors.items() if key in ("k", "proposer", "checkpoint", "engine")}
             self.errors[side].setText("; ".join(own.values()))
             self.errors[side].setToolTip("; ".join(own.values()))
             self.ks[side].setStyleSheet("border: 1px solid #b00020;" if "k" in own else "")

@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
 
 from specscope.app.gui.model.settings import DEFAULT_PROPOSER, ENGINES, MAX_K, PATH_ARG, RunSettings, Validation, \
     checkpoint_of, menu_spec, proposer_choices, proposer_label, spec_text, validate
-from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, TREE_EXAMPLES, fold_tree, grows_trees, \
-    is_chain, split_tree
+from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, DRAW_MODES, TREE_EXAMPLES, fold_draw, \
+    fold_tree, grows_trees, is_chain, split_draw, split_tree, takes_draw
 from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING
 from specscope.app.gui.views.target_menu import TargetMenu
 
@@ -37,6 +37,8 @@ FIELD_HELP = {
     "tree": "chain (k tokens) · branching per depth 3,2,1,1 · paths:0;1;0.0 · dynamic:nodes=16,depth=5,topk=4",
     "children": "how a tree's siblings are chosen: topk (most probable) · sampled (i.i.d. from q) · distinct "
                 "(without replacement)",
+    "draw": "a draft head's chain tokens at T > 0: sampled (from its q) · onehot (q's top token as a point mass, "
+            "as servers that dropped draft probabilities did: vLLM #40149)",
     "temperature": "0 = greedy",
     "top_k": "0 = off",
     "top_p": "1 = off",
@@ -185,7 +187,13 @@ class RunPanelWidget(QWidget):
         self.children_mode.addItems([DEFAULT_CHILDREN] + [m for m in CHILDREN_MODES if m != DEFAULT_CHILDREN])
         self.children_mode.setToolTip(FIELD_HELP["children"])
         self.fields["children"] = self.children_mode
-        return self._add_row(grid, row, "children", "Children", self.children_mode)
+        row = self._add_row(grid, row, "children", "Children", self.children_mode)
+        self.draw = QComboBox()
+        self.draw.addItems(DRAW_MODES)
+        self.draw.setToolTip(FIELD_HELP["draw"])
+        self.draw.currentTextChanged.connect(self._proposer_changed)
+        self.fields["draw"] = self.draw
+        return self._add_row(grid, row, "draw", "Draws", self.draw)
 
     def _checkpoint_row(self) -> QWidget:
         ck = QWidget()
@@ -279,6 +287,8 @@ class RunPanelWidget(QWidget):
         # the tree fields folded in as the CLI's --tree/--children are (a compare lane's own
         # proposer replaces the whole spec, tree and all)
         base = spec_text(self.proposer.currentData() or "", self.checkpoint.text())
+        if self.draw.isEnabled():  # a head drafting a chain
+            base = fold_draw(base, out["draw"])
         out["proposer"] = fold_tree(base, out["tree"], out["children"])
         out["target"] = self.target.spec()
         return out
@@ -312,9 +322,11 @@ class RunPanelWidget(QWidget):
         spec = menu_spec(value)
         if spec is None:
             return  # not a proposer (any more): the menu keeps its choice
-        spec, tree, children = split_tree(spec)  # the tree goes to its own fields
+        spec, tree, children = split_tree(spec)  # the tree and the draw mode go to their own fields
+        spec, draw = split_draw(spec)
         self._set_combo(self.tree, tree)
         self._set_combo(self.children_mode, children)
+        self._set_combo(self.draw, draw)
         path = checkpoint_of(spec)
         if path is not None:
             self.checkpoint.setText(path)
@@ -374,6 +386,11 @@ class RunPanelWidget(QWidget):
         self.tree.setEnabled(trees)
         self.children_mode.setEnabled(trees and not is_chain(self.tree.currentText()))
         self.tree.setToolTip(FIELD_HELP["tree"] if trees else "this proposer drafts chains only")
+        heads = takes_draw(str(self.proposer.currentData() or ""))
+        chain = is_chain(self.tree.currentText()) or not trees
+        self.draw.setEnabled(heads and chain)  # onehot applies to a chain; a tree's siblings follow Children
+        self.draw.setToolTip(FIELD_HELP["draw"] if heads and chain else
+                             "a tree's siblings are chosen by Children" if heads else "a draft head's setting")
 
     def _follow_target(self, choice) -> None:
         """A target's default proposer (its catalog `default_draft`; the bundled draft for the
