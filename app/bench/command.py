@@ -45,7 +45,8 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
                    help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4 or "
                         "eagle3:PATH; repeat for several (default: every registered kind that needs no model, at its "
-                        "defaults, and the bundled target's head where it fits the target: eagle3)")
+                        "defaults, and the bundled target's head where it fits the target: eagle3); eagle3 alone "
+                        "with a named target that ships its own head is that head (--target smollm2: eagle3-smollm2)")
     p.add_argument("--tree", action="append", default=None, metavar="SPEC",
                    help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
                         "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)")
