@@ -312,8 +312,8 @@ def _bundled_head(kind: str, name: str) -> Proposer:
     proposer = LOADERS[kind](folder)
     proposer.label = f"bundled:{name}"
     owner = read_config(folder, kind).get("specscope", {}).get("target", "specscope/target")
-    whose = "the bundled target's" if owner == "specscope/target" else f"{owner}'s (--target {owner})"
-    proposer.hint = f"the bundled {kind} head {name} is {whose}: for another target write {kind}:PATH"
+    whose = "is the bundled target's" if owner == "specscope/target" else f"{name} is {owner}'s (--target {owner})"
+    proposer.hint = f"the bundled {kind} head {whose}: for another target write {kind}:PATH"
     return proposer
 
 
