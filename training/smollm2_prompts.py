@@ -73,9 +73,11 @@ def rst_to_text(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip()
 
 
-def doc_paragraphs(docs_root: Path) -> list[str]:
+def doc_paragraphs(docs_root: Path | None) -> list[str]:
     """Plain prose paragraphs (not directives, code, tables or headings) of 40-120 words."""
     out = []
+    if docs_root is None:  # no python3-doc: no summaries
+        return out
     for path in sorted(glob.glob(str(docs_root / "**" / "*.rst.txt"), recursive=True)):
         text = Path(path).read_text(encoding="utf-8", errors="replace")
         for block in re.split(r"\n\s*\n", text):
@@ -87,9 +89,9 @@ def doc_paragraphs(docs_root: Path) -> list[str]:
     return out
 
 
-def glossary_terms(docs_root: Path) -> list[str]:
-    path = docs_root / "glossary.rst.txt"
-    if not path.is_file():
+def glossary_terms(docs_root: Path | None) -> list[str]:
+    path = docs_root / "glossary.rst.txt" if docs_root is not None else None
+    if path is None or not path.is_file():
         return []
     return sorted({m.strip() for m in re.findall(r"^   ([a-zA-Z][^\n]{1,40})\n      \S", path.read_text(), re.M)})
 
@@ -98,7 +100,7 @@ def _split(text: str) -> list[str]:
     return [" ".join(t.split()) for t in text.split(";") if t.strip()]
 
 
-def build_prompts(docs_root: Path, n_summaries: int = 400) -> list[dict]:
+def build_prompts(docs_root: Path | None, n_summaries: int = 400) -> list[dict]:
     """Every candidate prompt, deterministic order; each a dict like chat.json's entries."""
     prompts: list[dict] = []
 

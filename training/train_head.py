@@ -31,6 +31,16 @@ accepted length of a greedy chain of `depth` drafts on the held-out greedy gener
     python training/train_head.py --smoke --out /tmp/head             # about a minute
     python training/train_head.py --target PATH --out PATH --layers 2,10,21
 
+A chat target (its tokenizer has a chat template; `--target smollm2` names the fetched one)
+trains on chat data instead: its own answers under its chat template to the training prompts
+of training/smollm2_prompts.py (the SmolLM2 draft's hash split: held-out and bundled prompts
+never train), greedy and sampled at T = 1, plus windows of stdlib training files and of the
+Python documentation sources (a documentation file holding a held-out summary's paragraph is
+left out). Its held-out sets: greedy answers per prompt kind (greedy-chat, greedy-summary,
+greedy-code, each with its expected accepted length), sampled answers and stdlib text.
+Sampled answers train_smollm2_draft.py cached may be reused (--reuse-answers). The recipe of
+resources/models/eagle3-smollm2 is in docs/models.md ("The SmolLM2 head").
+
 Output (--out, default resources/models/eagle3-target): config.json and model.safetensors
 in the EAGLE-3 format core/draft/heads/eagle3.py reads (bfloat16 weights; d2t int64, t2d
 bool), train_log.txt and training.json.
@@ -82,11 +92,21 @@ class Config:
     log_every: int = 25
     eval_every: int = 250
     threads: int = 1
+    # chat targets (a tokenizer with a chat template) train on answers instead of continuations:
+    answer_prompts: int = 512  # training prompts of training/smollm2_prompts.py, alternately greedy and T = 1
+    answer_max_new: int = 160
+    heldout_answer_prompts: int = 8  # per kind (chat, summary, code), answered greedily; as many sampled in all
+    text_files: int = 400  # stdlib and documentation files tokenized for a chat target's text windows
 
 
 SMOKE = replace(Config(), max_files=80, draft_vocab=1024, seq_len=64, text_windows=48, heldout_text_windows=4, gen_prompt_len=16,
                 gen_prompts=8, heldout_gen_prompts=4, gen_batch=8, depth=3, batch=4, steps=40, warmup=5,
-                log_every=10, eval_every=20)
+                log_every=10, eval_every=20, answer_prompts=6, answer_max_new=12, heldout_answer_prompts=1,
+                text_files=12)
+# A chat target's defaults: fewer text windows (its answers are the data), a wider draft vocabulary
+# (49,152-token vocabularies spread their mass), smaller generation batches (a 30-layer target).
+CHAT = replace(Config(), draft_vocab=8192, text_windows=128, heldout_text_windows=16, gen_batch=16, batch=6)
+CHAT_SMOKE = replace(SMOKE, text_windows=6, heldout_text_windows=2, gen_batch=4)
 
 
 # ---------------------------------------------------------------------------- the cache
@@ -95,7 +115,7 @@ SMOKE = replace(Config(), max_files=80, draft_vocab=1024, seq_len=64, text_windo
 @dataclass
 class Cached:
     """Sequences with what training reads: tokens (N, T), features (N, T, 3, H) bfloat16, the
-    target's top-K ids (N, T, K) int16 and log-probabilities float16, `valid` (N, T): the
+    target's top-K ids (N, T, K) int16 (int32 above 32,768 ids) and log-probabilities float16, `valid` (N, T): the
     positions whose next-token distribution is a label (a generation's positions after its
     EOS are padding), and `first` (N,): the first position whose next token was generated
     (0 for text)."""
@@ -132,9 +152,14 @@ def cache_sequences(target, layers: tuple[int, ...], tokens: torch.Tensor, valid
         out = target(input_ids=tokens[b:b + batch], output_hidden_states=True, use_cache=False)
         feats.append(torch.stack([out.hidden_states[i] for i in layers], dim=2).to(torch.bfloat16))
         v, i = F.log_softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
-        ids.append(i.to(torch.int16))
+        ids.append(i.to(top_id_dtype(out.logits.shape[-1])))
         logps.append(v.to(torch.float16))
     return Cached(tokens, torch.cat(feats), torch.cat(ids), torch.cat(logps), valid, first)
+
+
+def top_id_dtype(vocab: int) -> torch.dtype:
+    """int16 holds ids below 32,768 (the bundled target's 4,096); a larger vocabulary needs int32."""
+    return torch.int16 if vocab <= torch.iinfo(torch.int16).max + 1 else torch.int32
 
 
 def text_windows(stream: np.ndarray, n: int, seq_len: int, rng: np.random.Generator | None) -> torch.Tensor:
@@ -212,6 +237,175 @@ def build_cache(target, tok, cfg: Config, layers: tuple[int, ...], log) -> tuple
             "python_version": platform.python_version(), "heldout_percent": cfg.heldout_percent,
             "train_files": len(train_files), "heldout_files": len(held_files),
             "file_list_sha256": tm.provenance(root, files, train_files, held_files)["file_list_sha256"]}
+    return train, held, prov
+
+
+@torch.no_grad()
+def cache_answers(target, layers: tuple[int, ...], rows: list[tuple[list[int], list[int]]], eos: int, seq_len: int,
+                  top_k: int, batch: int) -> Cached:
+    """Chat sequences (prompt ids, answer ids) cached like cache_sequences: one float32 forward
+    over each whole sequence (right-padded: padding is read by nothing before it), of which the
+    last seq_len positions are kept (a long prompt loses its start, never the answer). An
+    answer's closing turn end is no label, nor is padding; `first` is the prompt's last position."""
+    full = [p + a for p, a in rows]
+    order = sorted(range(len(full)), key=lambda r: len(full[r]))
+    tokens = torch.full((len(full), seq_len), eos, dtype=torch.long)
+    valid = torch.zeros(len(full), seq_len, dtype=torch.bool)
+    first = torch.zeros(len(full), dtype=torch.long)
+    feats = top_ids = top_logp = None
+    for b in range(0, len(order), batch):
+        chunk = order[b:b + batch]
+        width = max(len(full[r]) for r in chunk)
+        x = torch.full((len(chunk), width), eos, dtype=torch.long)
+        for i, r in enumerate(chunk):
+            x[i, :len(full[r])] = torch.tensor(full[r])
+        out = target(input_ids=x, output_hidden_states=True, use_cache=False)
+        f = torch.stack([out.hidden_states[i] for i in layers], dim=2).to(torch.bfloat16)
+        v, ids = F.log_softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
+        if feats is None:
+            feats = torch.zeros(len(full), seq_len, *f.shape[2:], dtype=torch.bfloat16)
+            top_ids = torch.zeros(len(full), seq_len, top_k, dtype=top_id_dtype(out.logits.shape[-1]))
+            top_logp = torch.zeros(len(full), seq_len, top_k, dtype=torch.float16)
+        for i, r in enumerate(chunk):
+            prompt, answer = rows[r]
+            start = max(0, len(full[r]) - seq_len)
+            n = len(full[r]) - start
+            tokens[r, :n] = x[i, start:start + n]
+            feats[r, :n] = f[i, start:start + n]
+            top_ids[r, :n] = ids[i, start:start + n].to(top_ids.dtype)
+            top_logp[r, :n] = v[i, start:start + n].to(torch.float16)
+            valid[r, :n - (1 if answer and answer[-1] == eos else 0)] = True
+            first[r] = max(0, len(prompt) - 1 - start)
+    return Cached(tokens, feats, top_ids, top_logp, valid, first)
+
+
+def chat_text_stream(tok, cfg: Config, files: list[str], root: Path, held_summaries: list[str],
+                     rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """A token stream of stdlib training files and Python documentation sources, half each (up to
+    cfg.text_files files); a documentation file holding a held-out summary prompt's paragraph is left out."""
+    import smollm2_prompts as prompts_mod
+
+    docs = prompts_mod.docs_root()
+    doc_files = []
+    for f in sorted(docs.rglob("*.rst.txt")) if docs else []:
+        plain = prompts_mod.rst_to_text(f.read_text(encoding="utf-8", errors="replace"))
+        if not any(p in plain for p in held_summaries):
+            doc_files.append(f)
+    half = cfg.text_files // 2 if doc_files else cfg.text_files
+    stdlib = [files[i] for i in sorted(rng.choice(len(files), size=min(len(files), half), replace=False))]
+    picked = [doc_files[i] for i in sorted(rng.choice(len(doc_files), size=min(len(doc_files), half), replace=False))]
+    texts = [tm.read_text(root, f) for f in stdlib] + [f.read_text(encoding="utf-8", errors="replace") for f in picked]
+    prov = {"stdlib_files": len(stdlib), "docs_files": len(picked), "docs_path": str(docs),
+            "docs_files_left_out_for_heldout_summaries": None if docs is None else
+            len(sorted(docs.rglob("*.rst.txt"))) - len(doc_files)}
+    return tm.encode_corpus(tok, texts), prov
+
+
+def reused_answers(files: list[Path], allowed: set[tuple[int, ...]], what: str) -> list[dict]:
+    """Answers cached by training/train_smollm2_draft.py (its --work files: the target's answers
+    sampled at T = 1, with the prompt ids), kept only where the prompt is one of `allowed` (the
+    encoded training prompts for training, the held-out ones for measuring): a file of the
+    other split is refused."""
+    rows = [r for f in files for r in torch.load(f, weights_only=False)]
+    foreign = [r for r in rows if tuple(r["prompt"]) not in allowed]
+    if foreign:
+        raise SystemExit(f"train_head: {len(foreign)} of {len(rows)} reused answers in {', '.join(map(str, files))} "
+                         f"answer prompts outside the {what} split: refused")
+    return rows
+
+
+def build_chat_cache(target, tok, cfg: Config, layers: tuple[int, ...], log, reuse: list[Path] = (),
+                     reuse_heldout: list[Path] = ()) -> tuple[Cached, dict[str, Cached], dict]:
+    """A chat target's training sequences: its own answers (greedy and sampled at T = 1, alternately)
+    to the training prompts of training/smollm2_prompts.py under its chat template, and text
+    windows; held out: greedy answers per prompt kind, sampled answers and stdlib text. Sampled
+    answers cached by train_smollm2_draft.py may be reused (`reuse`, `reuse_heldout`): then the
+    fresh prompts (others than theirs) are all answered greedily."""
+    import smollm2_prompts as prompts_mod
+    import train_smollm2_draft as sd
+    from specscope.core.loading.chat import chat_prompt_ids, turn_end_id
+
+    percent = sd.Config().heldout_percent  # the SmolLM2 draft's split: the same prompts stay held out
+    docs = prompts_mod.docs_root()
+    train_p, held_p = prompts_mod.split_prompts(prompts_mod.build_prompts(docs), percent)
+    encode = {"train": {}, "held": {}}
+    for split, prompts in (("train", train_p), ("held", held_p)):
+        for p in prompts:
+            encode[split][tuple(chat_prompt_ids(tok, p["user"], p.get("system")))] = p
+    reused = reused_answers(list(reuse), set(encode["train"]), "training") if reuse else []
+    reused_held = reused_answers(list(reuse_heldout), set(encode["held"]), "held-out") if reuse_heldout else []
+    taken = {tuple(r["prompt"]) for r in reused}
+    fresh = [p for ids, p in encode["train"].items() if ids not in taken]
+    rng = np.random.default_rng(cfg.seed)
+    fresh = [fresh[i] for i in rng.permutation(len(fresh))[:cfg.answer_prompts]]
+    kinds = ("chat", "summary", "code")
+    n = cfg.heldout_answer_prompts
+    held_by_kind = {k: [p for p in held_p if p["kind"] == k][:n if reused_held else 2 * n] for k in kinds}
+    eos = turn_end_id(target, tok)
+    log(f"prompts: {len(train_p)} training ({len(reused)} reused sampled answers, {len(fresh)} fresh prompts), "
+        f"held out per kind {({k: len(v) for k, v in held_by_kind.items()})} (split {percent}%, docs {docs})")
+
+    def answered(prompts: list[dict], sample: bool, what: str) -> list[tuple[list[int], list[int], str]]:
+        t0 = time.perf_counter()
+        rows = []
+        for b in range(0, len(prompts), cfg.gen_batch):
+            chunk = prompts[b:b + cfg.gen_batch]
+            batch = [chat_prompt_ids(tok, p["user"], p.get("system")) for p in chunk]
+            rows += [(ids, ans, p["kind"]) for p, ids, (ans, _, _) in
+                     zip(chunk, batch, sd.answer_batch(target, tok, batch, cfg, eos, cfg.answer_max_new, sample))]
+            made = sum(len(r[1]) for r in rows)
+            log(f"  {what}: {len(rows)}/{len(prompts)} answered, {made} tokens, "
+                f"{made / (time.perf_counter() - t0):.1f} tokens/s")
+        return rows
+
+    def cached(rows, what):
+        t0 = time.perf_counter()
+        out = cache_answers(target, layers, [(p, a) for p, a, *_ in rows], eos, cfg.seq_len, cfg.top_k,
+                            max(1, cfg.gen_batch // 4))
+        log(f"cached {len(rows)} {what} ({int(out.valid.sum())} label positions) in {time.perf_counter() - t0:.0f}s")
+        return out
+
+    if reused:
+        greedy, sampled = answered(fresh, False, "training prompts, greedy"), []
+    else:
+        greedy = answered(fresh[0::2], False, "training prompts, greedy")
+        sampled = answered(fresh[1::2], True, "training prompts, sampled")
+    sampled += [(r["prompt"], r["answer"], r["kind"]) for r in reused]
+    held_greedy = answered([p for v in held_by_kind.values() for p in v[:n]], False, "held-out prompts, greedy")
+    if reused_held:
+        held_sampled = [(r["prompt"], r["answer"], r["kind"]) for r in reused_held]
+    else:
+        held_sampled = answered([p for v in held_by_kind.values() for p in v[n:]], True, "held-out prompts, sampled")
+
+    root = tm.stdlib_root()
+    files = tm.list_stdlib_files(root)
+    train_files, held_files = tm.split_files(files, cfg.heldout_percent)
+    held_summaries = [p["user"].split(": ", 1)[-1] for p in held_p if p["kind"] == "summary"]
+    stream, text_prov = chat_text_stream(tok, cfg, train_files, root, held_summaries, rng)
+    held_stream = tm.encode_corpus(tok, [tm.read_text(root, f) for f in held_files[:40]])
+
+    def text(stream, count, random):
+        t0 = time.perf_counter()
+        tokens = text_windows(stream, count, cfg.seq_len, rng if random else None)
+        out = cache_sequences(target, layers, tokens, torch.ones_like(tokens, dtype=torch.bool),
+                              torch.zeros(count, dtype=torch.long), cfg.top_k, max(1, cfg.gen_batch // 4))
+        log(f"cached {count} text windows ({count * cfg.seq_len} tokens) in {time.perf_counter() - t0:.0f}s")
+        return out
+
+    train = Cached.join([cached(greedy + sampled, "training answers"), text(stream, cfg.text_windows, True)])
+    train = train.rows(torch.from_numpy(rng.permutation(len(train))))
+    held = {"text": text(held_stream, cfg.heldout_text_windows, False),
+            **{f"greedy-{k}": cached([r for r in held_greedy if r[2] == k], f"held-out {k} answers") for k in kinds},
+            "sampled": cached(held_sampled, "held-out sampled answers")}
+    prov = {"source": "the target's answers to training/smollm2_prompts.py's training prompts under its chat "
+                      "template (greedy, and sampled at T = 1), CPython stdlib and Python documentation windows",
+            "prompt_heldout_percent": percent, "train_prompts_answered": {"greedy": len(greedy), "sampled": len(sampled)},
+            "reused_sampled_answers": [str(f) for f in reuse], "reused_heldout_sampled_answers": [str(f) for f in reuse_heldout],
+            "heldout_prompts": {"greedy": {k: sum(r[2] == k for r in held_greedy) for k in kinds},
+                                "sampled": len(held_sampled)},
+            "answer_tokens": {"greedy": sum(len(r[1]) for r in greedy), "sampled": sum(len(r[1]) for r in sampled)},
+            "python_version": platform.python_version(), "stdlib_path": str(root),
+            "stdlib_heldout_percent": cfg.heldout_percent, **text_prov}
     return train, held, prov
 
 
@@ -364,7 +558,8 @@ def losses(head, embed, batch: Cached, cfg: Config, to_draft: torch.Tensor):
 @torch.no_grad()
 def evaluate(head, embed, held: dict[str, Cached], cfg: Config, to_draft: torch.Tensor) -> dict:
     """Held-out per-depth accuracy (head argmax == target argmax) per set, the coarse KL, and
-    on the greedy generations the expected accepted length of a greedy chain of cfg.depth."""
+    on the greedy generations (each set named greedy*) the expected accepted length of a greedy
+    chain of cfg.depth."""
     head.eval()
     result: dict = {}
     for name, data in held.items():
@@ -387,7 +582,7 @@ def evaluate(head, embed, held: dict[str, Cached], cfg: Config, to_draft: torch.
                 if s == 0:
                     kl_sum += float(coarse_kl(logits[mask], ids[mask], logp[mask], to_draft).sum())
                 hits.append(hit & mask)
-            if name == "greedy":  # anchors whose next token was generated and whose whole chain is labelled
+            if name.startswith("greedy"):  # anchors whose next token was generated and whose whole chain is labelled
                 _, _, last = depth_labels(batch, cfg.depth - 1, n)
                 anchor = (torch.arange(n)[None] >= batch.first[:, None]) & last
                 run = torch.cumprod(torch.stack(hits, -1).float(), dim=-1).sum(-1)
@@ -395,7 +590,7 @@ def evaluate(head, embed, held: dict[str, Cached], cfg: Config, to_draft: torch.
                 anchors += int(anchor.sum())
         result[name] = {"accuracy_by_depth": [round(float(c / max(1.0, m)), 4) for c, m in zip(correct, count)],
                         "kl_depth0": round(kl_sum / max(1.0, count[0]), 4), "positions": int(count[0])}
-        if name == "greedy":
+        if name.startswith("greedy"):
             result[name]["accepted_length"] = round(1 + runs / max(1, anchors), 4)
             result[name]["chains"] = anchors
     weights = {name: r["positions"] for name, r in result.items()}
@@ -489,41 +684,70 @@ def save_head(head, config: dict, out: Path) -> int:
 
 
 def target_name(path: str) -> str:
-    """How the config names the target: the bundled one by its name, any other by its path."""
+    """How the config names the target: the bundled one by its name, a fetched one by its
+    catalog name (`smollm2`), any other by its path."""
+    from specscope.core.loading import catalog
+
     bundled = (REPO / "resources" / "models" / "target").resolve()
-    return "specscope/target" if Path(path).expanduser().resolve() == bundled else str(path)
+    if Path(path).expanduser().resolve() == bundled:
+        return "specscope/target"
+    named = catalog.lookup(path) if not Path(path).expanduser().exists() else None
+    return named.name if named is not None else str(path)
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=str(REPO / "resources" / "models" / "target"),
-                    help="the target checkpoint folder (default: the bundled target)")
+                    help="the target: a checkpoint folder or a fetched model's name, e.g. smollm2 (default: the "
+                         "bundled target); one with a chat template trains on its chat answers")
     ap.add_argument("--out", type=Path, default=REPO / "resources" / "models" / "eagle3-target")
     ap.add_argument("--smoke", action="store_true", help="a small cache and a few steps (about a minute)")
     ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of the training loop")
     ap.add_argument("--layers", help="three target hidden-state indices, e.g. 2,4,7 (default: 2, L//2, L-1)")
     for name in ("draft_vocab", "depth", "steps", "batch", "text_windows", "gen_prompts", "threads", "seq_len",
-                 "eval_every", "seed"):
+                 "eval_every", "seed", "answer_prompts", "answer_max_new", "heldout_answer_prompts", "gen_batch",
+                 "intermediate"):
         ap.add_argument("--" + name.replace("_", "-"), type=int)
     ap.add_argument("--lr", type=float)
+    ap.add_argument("--reuse-answers", type=Path, nargs="*", default=[],
+                    help="a chat target: training/train_smollm2_draft.py's cached answers to training prompts "
+                         "(--work/train-*.pt, sampled at T = 1) to train on instead of sampling afresh")
+    ap.add_argument("--reuse-heldout-answers", type=Path, nargs="*", default=[],
+                    help="a chat target: its cached held-out answers (--work/held-*.pt) as the held-out sampled set")
     return ap.parse_args(argv)
+
+
+def target_folder(target: str) -> Path:
+    """The checkpoint folder --target names: a path, or a fetched model's name (`smollm2`)."""
+    from specscope.core.loading import catalog
+
+    if not Path(target).expanduser().exists() and catalog.lookup(target) is not None:
+        return catalog.resolve(target)
+    return Path(target).expanduser()
+
+
+def is_chat(tok) -> bool:
+    """A target whose tokenizer ships a chat template trains on its chat answers."""
+    return bool(getattr(tok, "chat_template", None))
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    cfg = SMOKE if args.smoke else Config()
-    cfg = replace(cfg, **{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__ and v is not None
-                          and k != "layers"})
     from specscope.core.loading import load_model, load_tokenizer
     from specscope.core.loading.errors import CheckpointError
 
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
     try:
-        target = load_model(args.target, device="cpu", dtype="float32", role="target")
-        tok = load_tokenizer(args.target)
+        folder = target_folder(args.target)
+        target = load_model(folder, device="cpu", dtype="float32", role="target")
+        tok = load_tokenizer(folder)
     except CheckpointError as exc:
         raise SystemExit(f"train_head: {exc}") from None
+    chat = is_chat(tok)
+    cfg = (CHAT_SMOKE if args.smoke else CHAT) if chat else (SMOKE if args.smoke else Config())
+    cfg = replace(cfg, **{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__ and v is not None
+                          and k != "layers"})
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
     target_layers = int(target.config.get_text_config().num_hidden_layers)
     layers = tuple(int(v) for v in args.layers.split(",")) if args.layers else default_layers(target_layers)
     if len(layers) != 3 or not all(0 <= i < target_layers for i in layers):
@@ -534,10 +758,13 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     log = tm.Log(out / "train_log.txt")
     t_start = time.perf_counter()
-    log(f"train_head ({'smoke' if args.smoke else 'full'}): target {args.target}, python {platform.python_version()}, "
+    log(f"train_head ({'smoke' if args.smoke else 'full'}{', chat' if chat else ''}): target {args.target}, python {platform.python_version()}, "
         f"torch {torch.__version__}, threads {cfg.threads}; config {json.dumps(asdict(cfg))}")
 
-    data, held, prov = build_cache(target, tok, cfg, layers, log)
+    if chat:
+        data, held, prov = build_chat_cache(target, tok, cfg, layers, log, args.reuse_answers, args.reuse_heldout_answers)
+    else:
+        data, held, prov = build_cache(target, tok, cfg, layers, log)
     vocab = int(target.get_output_embeddings().weight.shape[0])
     vocab_ids = choose_draft_vocab(data, vocab, cfg.draft_vocab)
     to_draft = torch.full((vocab,), -1, dtype=torch.long).index_copy_(0, vocab_ids, torch.arange(len(vocab_ids)))

