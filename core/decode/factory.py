@@ -108,10 +108,12 @@ def build_decoder(settings: RunSettings, models: Any, names: Mapping[str, str] |
     if settings.engine == "transformers":
         return _transformers_engine(settings, models, eos, names, stops, piece)
     from specscope.core.decode.decoder import SpeculativeDecoder
-    from specscope.core.draft.registry import SpecError, build_proposer
+    from specscope.core.draft.registry import SpecError, build_proposer, for_target
 
     try:
-        proposer = build_proposer(settings.spec, load_draft=lambda ref: (models.draft, models.draft_name))
+        # `eagle3` alone: a named target's own head (catalog default_heads), for every front end
+        spec = for_target(settings.spec, models.target_name)
+        proposer = build_proposer(spec, load_draft=lambda ref: (models.draft, models.draft_name))
     except SpecError as exc:
         raise SettingsError({"proposer": f"{_names(names)['proposer']}: {exc}"}) from None
     options = dict(

@@ -349,6 +349,6 @@ for _kind, _summary in (
     ("mtp", "MTP module (DeepSeek-V3 style): normed embedding + hidden state, one layer, the target's head"),
 ):
     bundled = BUNDLED_HEADS.get(_kind)
-    usage = f"{_kind}:PATH, a head checkpoint folder" + (f"; {_kind} alone: the bundled target's head" if bundled else "")
+    usage = f"{_kind}:PATH, a head checkpoint folder" + (f"; {_kind} alone: the target's trained head (the bundled target's, or a named target's own)" if bundled else "")
     register(ProposerKind(_kind, f"{_summary} ({usage})", _build_head, takes_path=True, bundled_head=bundled,
                           check=_check_head, params=(*TREE_PARAMS, HEAD_DRAW_PARAM)))

@@ -166,7 +166,7 @@ def test_a_head_a_draft_and_lookup_run_side_by_side(qtbot, bundled_window):
     assert session.first_divergence is None and "no divergence in the first 20 tokens" in c.divergence.text()
     qtbot.waitUntil(lambda: all(r is not None and r != "checking" for r in session.references), timeout=60000)
     c.refresh()
-    labels = ("eagle3: the bundled target's head, k=4", "draft model: small, k=4", "prompt lookup")
+    labels = ("eagle3: the target's trained head, k=4", "draft model: small, k=4", "prompt lookup")
     for side, label in enumerate(labels):
         assert session.references[side].identical, session.references[side].lines()
         assert c.summary_cell("proposer", side).text().startswith(label)

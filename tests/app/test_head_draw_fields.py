@@ -38,7 +38,7 @@ def test_a_lane_asks_for_a_head_folder_and_keeps_its_choice_when_cancelled(windo
     widget = window.compare
     combo = widget.proposers[0]
     widget.set_side(0, "eagle3:draw=onehot", 4)
-    assert combo.currentText() == "eagle3: the bundled target's head, one-hot drafts"
+    assert combo.currentText() == "eagle3: the target's trained head, one-hot drafts"
     asked: list[str] = []
     answers = iter([str(tmp_path / "my-head"), ""])
     monkeypatch.setattr(widget, "choose_checkpoint", lambda kind: asked.append(kind) or next(answers))

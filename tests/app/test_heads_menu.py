@@ -16,11 +16,11 @@ def test_each_head_kind_is_offered_with_the_checkpoint_field():
         assert choices[f"{kind}:{PATH_ARG}"] == f"{kind}: head checkpoint…"
     for kind in ("eagle", "medusa", "mtp"):
         assert kind not in choices  # no head of these kinds ships: without a checkpoint it cannot run
-    assert choices["eagle3"] == "eagle3: the bundled target's head"
+    assert choices["eagle3"] == "eagle3: the target's trained head"
     # the compare lanes pick whole specs: the bundled head also drafting one-hot; the run panel has a Draws field
     assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == \
         ["eagle3", "eagle3:draw=onehot"]
-    assert choices["eagle3:draw=onehot"] == "eagle3: the bundled target's head, one-hot drafts"
+    assert choices["eagle3:draw=onehot"] == "eagle3: the target's trained head, one-hot drafts"
     assert "eagle3:draw=onehot" not in {c.spec for c in proposer_choices(with_trees=False)}
 
 

@@ -54,3 +54,18 @@ def test_the_shipped_smollm2_head_loads_by_name_and_refuses_the_bundled_target()
     with pytest.raises(TargetMismatch, match="eagle3-smollm2 is smollm2's"):
         proposer.target_features(bundled_target)
     build_proposer("eagle3").target_features(bundled_target)  # the bundled target's own head still fits
+
+
+def test_the_factory_resolves_eagle3_alone_by_the_loaded_target_for_every_front_end():
+    """The window, the CLI and the bench build decoders through core.decode.factory: `eagle3`
+    alone there means the loaded target's own head, so a run on SmolLM2 picked in the window
+    drafts with eagle3-smollm2 (here a target that is not SmolLM2 but carries its name is
+    refused with the words of that head), and the bundled target keeps its own."""
+    from specscope.core.decode.factory import Models, build_decoder
+    from specscope.core.decode.settings import RunSettings, SettingsError
+
+    bundled_target = load_model(bundled_path("target"), device="cpu", dtype="float32")
+    with pytest.raises(SettingsError, match="eagle3-smollm2 is smollm2's"):
+        build_decoder(RunSettings(proposer="eagle3"), Models(bundled_target, target_name="smollm2"))
+    decoder = build_decoder(RunSettings(proposer="eagle3"), Models(bundled_target, target_name="specscope/target"))
+    assert decoder.proposer.label == "bundled:eagle3-target"

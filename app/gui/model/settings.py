@@ -57,17 +57,18 @@ def _defaults(kind: ProposerKind) -> str:
 def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True) -> list[ProposerChoice]:
     """What a proposer menu offers, from the registry: for a kind with a model, the bundled
     drafts, (optionally) token trees of the first one and a local checkpoint; for a head kind,
-    the bundled target's head where one ships (and, with_trees, its one-hot drafting) and
+    the target's trained head where one ships (the bundled target's, or a named target's own:
+    catalog default_heads; with_trees, also drafting one-hot) and
     (optionally) a head checkpoint; one entry, with its defaults, per other kind. The run panel
     has its own tree and draw fields (with_trees=False)."""
     out: list[ProposerChoice] = []
     for kind in KINDS.values():
         if kind.takes_path:  # a draft head: its checkpoint folder is the checkpoint field
             if kind.bundled_head:
-                out.append(ProposerChoice(kind.name, f"{kind.name}: the bundled target's head"))
+                out.append(ProposerChoice(kind.name, f"{kind.name}: the target's trained head"))
                 if with_trees and kind.param("draw") is not None:
                     out.append(ProposerChoice(f"{kind.name}:draw=onehot",
-                                              f"{kind.name}: the bundled target's head, one-hot drafts"))
+                                              f"{kind.name}: the target's trained head, one-hot drafts"))
             if with_checkpoint:
                 out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", f"{kind.name}: head checkpoint…"))
             continue
