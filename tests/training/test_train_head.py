@@ -3,24 +3,18 @@ proposer registry and decodes exactly, and its training unroll is the serving co
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 
-REPO = Path(__file__).resolve().parents[2]
+from .scripts import load_script
+
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("specscope_train_head", REPO / "training" / "train_head.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_head", "specscope_train_head")
 
 
 @pytest.fixture(scope="module")

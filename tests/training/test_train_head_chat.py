@@ -5,28 +5,21 @@ the proposer registry and decodes that target exactly."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 
-REPO = Path(__file__).resolve().parents[2]
+from .scripts import load_script
+
 VOCAB = 40_000  # top-K ids above 32,767 overflowed the int16 cache
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("specscope_train_head_chat", REPO / "training" / "train_head.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_head", "specscope_train_head_chat")
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
 
-REPO = Path(__file__).resolve().parents[2]
+from .scripts import load_script
+
 
 
 def _train_module():
-    spec = importlib.util.spec_from_file_location("specscope_train_models", REPO / "training" / "train_models.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_models", "specscope_train_models")
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,18 @@ TREE_CHOICES = (("2,1,1,1", DEFAULT_CHILDREN, "static tree 2,1,1,1 (8 nodes)"),
                 ("dynamic:nodes=16,depth=5,topk=4", DEFAULT_CHILDREN, "dynamic tree (16 nodes)"))
 
 
-def grows_trees(spec: str) -> bool:
-    """Whether the proposer a spec names can draft a tree (its kind takes a `tree`)."""
+def _kind_takes(spec: str, param: str) -> bool:
+    """Whether the kind a spec names has the parameter `param` (False for a spec that does not parse)."""
     try:
         kind = KINDS[parse_spec(spec).kind]
     except (SpecError, KeyError):
         return False
-    return kind.param("tree") is not None
+    return kind.param(param) is not None
+
+
+def grows_trees(spec: str) -> bool:
+    """Whether the proposer a spec names can draft a tree (its kind takes a `tree`)."""
+    return _kind_takes(spec, "tree")
 
 
 def is_chain(text: str) -> bool:
@@ -66,11 +71,7 @@ def fold_tree(spec: str, tree: str, children: str) -> str:
 
 def takes_draw(spec: str) -> bool:
     """Whether the proposer a spec names has a `draw` mode (the draft heads)."""
-    try:
-        kind = KINDS[parse_spec(spec).kind]
-    except (SpecError, KeyError):
-        return False
-    return kind.param("draw") is not None
+    return _kind_takes(spec, "draw")
 
 
 def split_draw(spec: str) -> tuple[str, str]:
