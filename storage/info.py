@@ -62,7 +62,7 @@ class ModelInfo:
 class RunInfo:
     run_id: str
     status: str  # running | completed | interrupted | failed
-    stop_reason: str | None  # eos | budget | cancelled (from the GenerationResult)
+    stop_reason: str | None  # eos | stop | budget | cancelled (from the GenerationResult)
     error: str | None
     started_at: float  # UTC unix seconds
     ended_at: float | None

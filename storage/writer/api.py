@@ -190,7 +190,7 @@ class TraceWriter:
     def finish(self, status: str = "completed", *, stop_reason: str | None = None, error: str | None = None,
                wall_s: float | None = None, timeout: float | None = None) -> None:
         """Flush everything and close the run with `status` (completed | interrupted |
-        failed), the decoder's `stop_reason` (eos | budget | cancelled, or None), an `error`
+        failed), the decoder's `stop_reason` (eos | stop | budget | cancelled, or None), an `error`
         message and the run's `wall_s` (default: the time since the writer started).
         Idempotent: only the first call closes the run."""
         if status not in RUN_STATUSES:
@@ -211,9 +211,9 @@ class TraceWriter:
         self._raise_if_failed()
 
     def finish_with(self, result: GenerationResult, *, timeout: float | None = None) -> None:
-        """Close the run with a decoder's result: completed when it stopped at EOS or the
-        budget, interrupted (stop reason cancelled) otherwise."""
-        status = "completed" if result.stop_reason in ("eos", "budget") else "interrupted"
+        """Close the run with a decoder's result: completed when it stopped at EOS, a stop
+        string or sequence, or the budget; interrupted (stop reason cancelled) otherwise."""
+        status = "completed" if result.stop_reason in ("eos", "stop", "budget") else "interrupted"
         self.finish(status, stop_reason=result.stop_reason, wall_s=result.wall_s, timeout=timeout)
 
     def fail(self, exc: BaseException, *, timeout: float | None = None) -> None:

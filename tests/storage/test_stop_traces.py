@@ -46,6 +46,7 @@ def test_a_stopped_run_is_stored_whole_and_checks_clean(stopped):
     with TraceStore(path) as store:
         info = store.get_run(rid)
         assert info.stop_reason == "stop" and info.n_new_tokens == len(result.new_tokens)
+        assert info.status == "completed"  # a stop ends a run as EOS does: nothing interrupted it
         config = info.config
         assert len(config.eos_token_ids) == 2 and (config.stop_strings, config.stop_ids, config.eos_token_ids) == \
             (result.config.stop_strings, result.config.stop_ids, result.config.eos_token_ids)
@@ -64,6 +65,7 @@ def test_jsonl_round_trip_keeps_the_stops(stopped, tmp_path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["stops"]["strings"] == list(result.config.stop_strings)
     assert lines[-2]["stop"] == result.rounds[-1].stop.to_dict() and lines[-1]["stop_reason"] == "stop"
+    assert lines[-1]["status"] == "completed"
     with TraceStore(tmp_path / "b.sqlite") as dst:
         import_run(dst, out)
         back = dst.get_run(rid).config
