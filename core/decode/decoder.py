@@ -22,6 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,6 +62,23 @@ def target_position_limit(model: torch.nn.Module) -> int | None:
     from specscope.core.loading.models import max_positions  # core.loading imports core.decode
 
     return max_positions(model)
+
+
+def check_run_positions(prompt_len: int, max_new_tokens: int, models: Sequence[tuple[str, Any]],
+                        extra: int = 0, why: str = "") -> None:
+    """ValueError (one line) when a run of `prompt_len` + `max_new_tokens` tokens (+ `extra`
+    positions its verify forwards read past the budget, `why` says whose) passes the position
+    limit (max_position_embeddings) of one of `models` ((name, model) pairs): the decoder and
+    the transformers engine refuse such a run themselves, whoever made them (the front ends
+    refuse it earlier, naming their flags: core.decode.factory.check_positions)."""
+    from specscope.core.loading.models import max_positions  # core.loading imports core.decode
+
+    needed = prompt_len + max_new_tokens + extra
+    for name, model in models:
+        limit = max_positions(model) if model is not None else None
+        if limit is not None and needed > limit:
+            raise ValueError(f"the prompt ({prompt_len} tokens) plus {max_new_tokens} new tokens{why} needs {needed} "
+                             f"positions, but {name} reads at most {limit} (max_position_embeddings)")
 
 
 def normalize_prompt(prompt_ids: Sequence[int] | torch.Tensor, vocab_size: int) -> list[int]:
@@ -186,6 +204,9 @@ class SpeculativeDecoder:
             raise ValueError(f"seed must be an integer, got {seed!r}")
         if not _is_int(max_new_tokens) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        draft = getattr(self.proposer, "model", None)
+        check_run_positions(len(ids), int(max_new_tokens), [(self.target_name, self.target)] + (
+            [(self.proposer.label, draft)] if isinstance(draft, torch.nn.Module) else []))
         param = next(self.target.parameters())
         return RunConfig(
             run_id=run_id or uuid.uuid4().hex,

@@ -173,13 +173,26 @@ def check_positions(prompt_ids: Sequence[int], settings: RunSettings, models: An
         return
     limit, model = found
     n, budget = len(prompt_ids), settings.max_new_tokens
-    if n > limit:
-        raise SettingsError({"prompt": f"the prompt is {n} tokens, but {model} reads at most {limit} positions "
+    extra, why = _positions_past_budget(settings)
+    if n + extra > limit:
+        raise SettingsError({"prompt": f"the prompt is {n} tokens{why}, but {model} reads at most {limit} positions "
                                        f"(max_position_embeddings): shorten the prompt"})
-    if n + budget > limit:
+    if n + budget + extra > limit:
         raise SettingsError({"max_new_tokens": (
-            f"the prompt ({n} tokens) plus {budget} new tokens needs {n + budget} positions, but {model} reads at "
-            f"most {limit} (max_position_embeddings): {_names(names)['max_new_tokens']} must be at most {limit - n}")})
+            f"the prompt ({n} tokens) plus {budget} new tokens{why} needs {n + budget + extra} positions, but {model} "
+            f"reads at most {limit} (max_position_embeddings): {_names(names)['max_new_tokens']} must be at most "
+            f"{limit - n - extra}")})
+
+
+def _positions_past_budget(settings: RunSettings) -> tuple[int, str]:
+    """The positions a run's engine reads past prompt + budget, and why: transformers' prompt
+    lookup's (core.engines.hf_engine.lookup_positions_past_budget); none otherwise."""
+    if settings.engine != "transformers":
+        return 0, ""
+    from specscope.core.draft.registry import parse_spec
+    from specscope.core.engines.hf_engine import lookup_positions_past_budget
+
+    return lookup_positions_past_budget(settings.k) if parse_spec(settings.spec).kind == "lookup" else (0, "")
 
 
 def run_config(decoder: Any, settings: RunSettings, models: Any, prompt_ids: Sequence[int], run_id: str | None = None,

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from specscope.core.decode.decoder import normalize_prompt, target_position_limit
+from specscope.core.decode.decoder import check_run_positions, normalize_prompt, target_position_limit
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.records import GenerationResult, Round, RunConfig, SummaryTally
@@ -190,6 +190,9 @@ class TransformersEngine:
         ids = normalize_prompt(prompt_ids, self.vocab_size)
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        extra, why = self.positions_past_budget()
+        check_run_positions(len(ids), max_new_tokens, [(self.target_name, self.target), (self.draft_name, self.draft)],
+                            extra, why)
         param = next(self.target.parameters())
         return RunConfig(
             run_id=run_id or uuid.uuid4().hex, prompt_ids=tuple(ids), max_new_tokens=int(max_new_tokens), k=self.k,
@@ -201,6 +204,10 @@ class TransformersEngine:
             stop_strings=self.stops.strings, stop_ids=self.stops.sequences,
             position_limit=target_position_limit(self.target),
         )
+
+    def positions_past_budget(self) -> tuple[int, str]:
+        """Positions the target reads past prompt + budget, and why (lookup_positions_past_budget)."""
+        return lookup_positions_past_budget(self.k) if self.kind == "lookup" else (0, "")
 
     def rounds(self, prompt_ids: Sequence[int] | torch.Tensor = (), max_new_tokens: int = 32, run_id: str | None = None,
                seed: int | None = None, config: RunConfig | None = None,
@@ -295,6 +302,16 @@ class TransformersEngine:
         """Run to the end in the calling thread; the result keeps every Round unless
         `keep_rounds=False`."""
         return self.start(prompt_ids, max_new_tokens, run_id, seed, keep_rounds=keep_rounds).drain()
+
+
+def lookup_positions_past_budget(k: int) -> tuple[int, str]:
+    """transformers' prompt lookup caps its candidates by the input's length, not by
+    max_length: a round that starts two tokens before the end verifies up to k candidates,
+    k - 2 of them past the budget (a model with learned positions fails there with an
+    IndexError; one with rotary positions reads positions past its limit)."""
+    extra = max(int(k) - 2, 0)
+    return extra, (f" (+{extra}: transformers' prompt lookup with k={k} verifies up to {extra} candidates past the "
+                   "budget)" if extra else "")
 
 
 class TransformersRun(RunHandle):
