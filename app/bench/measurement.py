@@ -329,6 +329,9 @@ class Bench:
         return run
 
     def _hf_lookup(self, k: int) -> Callable[[list[int]], Sample]:
+        if self.prompts:  # transformers' prompt lookup verifies up to k - 2 candidates past the budget
+            check_positions(max(self.prompts, key=len), self._settings("lookup", k, engine="transformers"),
+                            Models(self.target))
         return lambda prompt: self._hf_generate(prompt, prompt_lookup_num_tokens=k)
 
     def _prefill(self, name: str, prompt: list[int]) -> float:

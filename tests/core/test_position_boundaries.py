@@ -105,3 +105,4 @@ def test_a_draft_with_a_smaller_limit_sets_it_in_every_front(models):
     engine = TransformersEngine(short.target, draft=short.draft, k=4, sampling=GREEDY, draft_name="draft16")
     with pytest.raises(ValueError, match="draft16 reads at most 16"):
         engine.generate(PROMPT, fits + 1)
+
