@@ -7,6 +7,12 @@ runs of the same settings count the checker's false positives.
 
     python scripts/fault_table.py                 # bundled target + draft-small
     python scripts/fault_table.py --seeds 10 --max-new 48
+    python scripts/fault_table.py --faults stop-last-token,budget-before-stop,stop-per-token --seeds 2
+
+budget-before-stop fires only in the round that reaches the budget, so a fixed budget rarely
+meets it: its runs take their budget from a clean run of the same prompt, seed and stops,
+one token past where that run stopped (as tests/core/test_stops.py does), so that the round
+that completes the stop is the one that reaches the budget.
 """
 
 from __future__ import annotations
@@ -47,6 +53,13 @@ def stored_check(store, decoder, prompt, max_new, seed, full_vectors=None):
     return check_run(info.config, store.load_rounds(config.run_id, full=True), end=info.end)
 
 
+def budget_in_the_stop_round(reference, prompt, max_new: int, seed: int) -> int:
+    """One token past where a clean run with the same stops stopped (max_new when it did not):
+    the round that completes the stop is then the one that reaches the budget."""
+    result = reference.generate(prompt, max_new, seed=seed, keep_rounds=False)
+    return len(result.new_tokens) + 1 if result.stop_reason == "stop" else max_new
+
+
 def pick_eos(spec: str, pair, prompts, max_new: int) -> int:
     if spec == "tokenizer":
         return pair.tokenizer.eos_token_id
@@ -70,10 +83,19 @@ def main(argv=None) -> int:
     ap.add_argument("--eos", default="frequent",
                     help="EOS id: 'tokenizer' (rarely emitted in short runs), 'frequent' (the token the target "
                          "emits most on these prompts, so EOS lands inside rounds), or an integer")
+    ap.add_argument("--faults", default=None, metavar="NAMES",
+                    help="only these faults (comma list; default: every chain and stop fault)")
     ap.add_argument("--vectors", choices=("auto", "full", "top"), default="auto",
                     help="what the traces keep besides the top-N and the whole-vector stats: full vectors ('auto': "
                          "when the vocabulary is at most 1024, i.e. not for the bundled models)")
     args = ap.parse_args(argv)
+    measured = [name for name, f in FAULTS.items() if f.needs in ("", "stops")]
+    if args.faults:
+        asked = [name.strip() for name in args.faults.split(",") if name.strip()]
+        unknown = [name for name in asked if name not in measured]
+        if unknown:
+            ap.error(f"--faults: {', '.join(unknown)} not measured here (known: {', '.join(measured)})")
+        measured = asked
     full = {"auto": None, "full": True, "top": False}[args.vectors]
     torch.manual_seed(0)
     pair = loading.load_models(target=args.target, draft=args.draft, device=torch.device("cpu"))
@@ -93,15 +115,20 @@ def main(argv=None) -> int:
                     clean["false_positive_runs"] += bool(findings)
         # the chain draft model's faults, and the stop faults on runs with stop strings (core.decode.stops)
         stops = dict(stops=Stops(strings=STOP_STRINGS), token_piece=token_piece_function(tok))
-        for name in [name for name, f in FAULTS.items() if f.needs in ("", "stops")]:
+        for name in measured:
             c = table[name] = Counter()
             extra = stops if FAULTS[name].needs == "stops" else {}
             for cfg in SETTINGS:
                 dec = faulty_decoder(name, pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg,
                                      eos_token_id=eos, **extra)
+                reference = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg,
+                                               eos_token_id=eos, **extra)
                 for prompt in prompts:
                     for seed in range(args.seeds):
-                        findings = stored_check(store, dec, prompt, args.max_new, seed, full)
+                        budget = args.max_new
+                        if name == "budget-before-stop":
+                            budget = budget_in_the_stop_round(reference, prompt, args.max_new, seed)
+                        findings = stored_check(store, dec, prompt, budget, seed, full)
                         c["runs"] += 1
                         if not dec.fault_rounds:
                             c["silent_flagged"] += bool(findings)
@@ -115,7 +142,8 @@ def main(argv=None) -> int:
                         c["causes"] += len(groups)
                         c.update(f"rule:{f.rule}" for f in findings if f.round == dec.fault_rounds[0])
             print(f"{name}: {dict(c)}", file=sys.stderr)
-    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{'' if args.vectors == 'auto' else ' --vectors ' + args.vectors}` "
+    only = f" --faults {','.join(measured)}" if args.faults else ""
+    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{only}{'' if args.vectors == 'auto' else ' --vectors ' + args.vectors}` "
           f"(EOS id {eos} = {tok.decode([eos])!r}; "
           f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
           f"{time.time() - started:.0f} s)\n")

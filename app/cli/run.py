@@ -343,7 +343,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
 
     decoded = 0
-    scan = _fire_scan(args, config)
+    scan = _fire_scan(args, config, decoder, pair)
 
     def each(rnd: Any) -> None:
         nonlocal decoded
@@ -378,13 +378,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fire_scan(args: argparse.Namespace, config: Any) -> Any:
-    """With --fault: what the run meets that would make the fault fire (core.faults.firing)."""
+def _fire_scan(args: argparse.Namespace, config: Any, decoder: Any, pair: Any) -> Any:
+    """With --fault: what the run meets that would make the fault fire (core.faults.firing);
+    the text of each token, for a stop string to suggest."""
     if not args.fault:
         return None
+    from specscope.core.decode.stops import token_piece_function
     from specscope.core.faults.firing import FireScan
 
-    return FireScan(config)
+    piece = getattr(decoder, "token_piece", None)
+    if piece is None and pair.tokenizer is not None:
+        piece = token_piece_function(pair.tokenizer)
+    return FireScan(config, piece)
 
 
 def _fire_report(decoder: Any, scan: Any) -> Any:
@@ -407,9 +412,21 @@ def fault_lines(report: Any) -> list[str]:
     if s is None:
         lines.append("-- this run met nothing a setting could turn into a fire: try another --seed, prompt or --max-new")
     else:
-        flags = " ".join(f"{FLAG_NAMES[key].split()[0]} {value}" for key, value in s.settings.items())
+        flags = " ".join(_flag_values(key, value) for key, value in s.settings.items())
         lines.append(f"-- to make it fire, run again with {flags} ({s.why})")
     return lines
+
+
+def _flag_values(key: str, value: Any) -> str:
+    """A RunSettings field's value as the flags that set it (--stop and --stop-ids once per item)."""
+    import shlex
+
+    flag = FLAG_NAMES[key].split()[0]
+    if key == "stop_strings":
+        return " ".join(f"{flag} {shlex.quote(text)}" for text in value)
+    if key == "stop_ids":
+        return " ".join(f"{flag} {','.join(str(t) for t in seq)}" for seq in value)
+    return f"{flag} {value}"
 
 
 def _end_text_line(args: argparse.Namespace) -> None:

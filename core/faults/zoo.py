@@ -27,8 +27,8 @@ from specscope.core.verify.coupling import Coupling, CoupledVerifier
 from specscope.core.decode.decoder import SpeculativeDecoder
 from specscope.core.decode.layout import Layout, layout_for
 from specscope.core.faults import layouts
-from specscope.core.faults.firing import (FireScan, Suggestion, budget_to_fire, eos_to_fire, filters_to_fire,
-                                          sampling_to_fire)
+from specscope.core.faults.firing import (FireScan, Suggestion, budget_and_stop_to_fire, budget_to_fire, eos_to_fire,
+                                          filters_to_fire, sampling_to_fire, stop_ids_to_fire, stop_string_to_fire)
 from specscope.core.sampling.device import draft_distribution
 from specscope.core.decode.kv import CachedLM, CachePolicy
 from specscope.core.draft.proposers import DraftModelProposer, Proposer, SampleStep
@@ -375,14 +375,14 @@ FAULTS: dict[str, Fault] = {
         # stops (core.decode.stops): needs "stops" = a run with stop strings or token sequences
         Fault("stop-last-token", "the stop is checked only on a round's last token: a stop completed inside the "
               "accepted block is missed and the tokens after it kept", "a stop completed before a round's last token",
-              _stop_fault(_LastTokenStopVerifier), needs="stops"),
+              _stop_fault(_LastTokenStopVerifier), needs="stops", to_fire=stop_ids_to_fire),
         Fault("budget-before-stop", "the budget is checked before the stop: in the round that reaches "
               "max_new_tokens the tokens after a stop are kept and the run ends as if by the budget",
               "a stop completed inside the round that reaches the budget", _stop_fault(_BudgetFirstVerifier),
-              needs="stops"),
+              needs="stops", to_fire=budget_and_stop_to_fire),
         Fault("stop-per-token", "a stop string is looked for in each token's own text, not in the output's text: "
               "a string spread over two tokens is missed", "a stop string completed across tokens",
-              _stop_fault(_PerTokenStopVerifier), needs="stops"),
+              _stop_fault(_PerTokenStopVerifier), needs="stops", to_fire=stop_string_to_fire),
         # heads (core.draft.heads): needs "head" = a draft-head proposer. The verifier is
         # untouched, so the output stays exact: only acceptance falls. No checker rule can see
         # it from the record (every round is a correct round of a poor draft); the inspector's

@@ -62,3 +62,46 @@ def test_the_window_says_a_replayed_fault_never_fired(qtbot, make_window, hub, t
     qtbot.waitUntil(lambda: "eos-leak" in w.findings.status.text(), timeout=20000)
     text = w.findings.status.text()
     assert "no findings" in text and "never fired" in text and "specscope run --fault eos-leak" in text
+
+
+@pytest.mark.parametrize("fault", ["stop-last-token", "budget-before-stop", "stop-per-token"])
+def test_a_stop_fault_without_stops_is_given_the_stop_that_fires_it(capsys, fault, tmp_path):
+    """A run with no stops never fires a stop fault; the report names the stop (and, for
+    budget-before-stop, the budget) that does, and the run with them fires at a round the
+    checker flags first."""
+    from specscope.app.cli import main
+    from specscope.core.check.checker import check_report, first_bad_round
+    from specscope.core.loading import models as loading
+    from specscope.storage import TraceStore
+
+    if not loading.bundled_available():
+        pytest.skip("needs the bundled models (stop strings need a tokenizer)")
+    base = ["run", "--draft", "small", "--prompt", "def fibonacci(n):", "--device", "cpu", "--threads", "1",
+            "--fault", fault]
+
+    def report(*extra):
+        assert main([*base, "--max-new", "40", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["fault"]
+
+    silent = report()
+    assert not silent["fired"] and silent["to_fire"] is not None
+    settings = silent["to_fire"]["settings"]
+    flags = []
+    for seq in settings.get("stop_ids", []):
+        flags += ["--stop-ids", ",".join(str(t) for t in seq)]
+    for text in settings.get("stop_strings", []):
+        flags += ["--stop", text]
+    if "max_new_tokens" in settings:
+        flags += ["--max-new", str(settings["max_new_tokens"])]  # the later --max-new wins
+    assert flags and set(settings) <= {"stop_ids", "stop_strings", "max_new_tokens"}
+    # the text report names the same flags
+    assert main([*base, "--max-new", "40"]) == 0
+    err = capsys.readouterr().err
+    assert "never fired" in err and "run again with --" in err and (flags[1] in err or repr(flags[1]) in err)
+    db = tmp_path / "fault.sqlite"
+    fired = report(*flags, "--db", str(db))
+    assert fired["fired"] and fired["fired_rounds"] and fired["to_fire"] is None
+    with TraceStore(db) as store:
+        (info,) = store.list_runs()
+        findings = check_report(info.config, store.load_rounds(info.run_id, full=True), end=info.end).findings
+    assert first_bad_round(findings) == fired["fired_rounds"][0]
