@@ -376,3 +376,30 @@ def test_plain_decoding_ends_at_any_of_several_eos_ids(pair, plain):
     eos = (next(t for t in range(64) if t not in plain), first)
     out = plain_generate(target, PROMPT, BUDGET, GREEDY, eos_token_id=eos)
     assert out.new_tokens == plain[: plain.index(first) + 1] and out.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("kind", ["assisted", "lookup"])
+def test_a_stop_on_the_last_budget_token_finishes_as_stop_in_both_engines(pair, plain, kind):
+    """The stop check runs before the budget check: a stop (or EOS) completed by the budget's
+    last token is the finish reason, and that round records both the stop and budget_stop."""
+    target, draft = pair
+    budget = 20
+    tail = tuple(plain[budget - 3:budget])
+    assert all(tuple(plain[i:i + 3]) != tail for i in range(budget - 3))  # completes only at the last token
+    for stops, eos, reason in [(Stops(sequences=(tail,)), None, "stop"),
+                               (Stops(strings=(text_of(tail)[1:],)), None, "stop"),
+                               (Stops(sequences=(tail,)), plain[budget - 1], "eos")]:
+        if eos is not None and eos in plain[:budget - 1]:
+            continue
+        ours = SpeculativeDecoder(target, DraftModelProposer(draft) if kind == "assisted" else PromptLookupProposer(),
+                                  k=3, sampling=GREEDY, stops=stops, token_piece=piece, eos_token_id=eos).generate(
+            PROMPT, budget)
+        theirs = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops,
+                                    token_piece=piece, eos_token_id=eos).generate(PROMPT, budget)
+        for out in (ours, theirs):
+            assert out.new_tokens == plain[:budget] and out.stop_reason == reason
+            last = out.rounds[-1]
+            assert last.budget_stop and (last.stop is not None) == (reason == "stop")
+            end = RunEnd("completed", reason, budget)
+            assert [f for f in check_report(out.config, out.rounds, end=end).findings
+                    if f.rule != "acceptance-draw"] == []
