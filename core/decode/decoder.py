@@ -206,7 +206,7 @@ class SpeculativeDecoder:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         draft = getattr(self.proposer, "model", None)
         check_run_positions(len(ids), int(max_new_tokens), [(self.target_name, self.target)] + (
-            [(self.proposer.label, draft)] if isinstance(draft, torch.nn.Module) else []))
+            [(getattr(self.proposer, "label", "the draft"), draft)] if isinstance(draft, torch.nn.Module) else []))
         param = next(self.target.parameters())
         return RunConfig(
             run_id=run_id or uuid.uuid4().hex,
