@@ -125,6 +125,12 @@ def _stored_target(args: argparse.Namespace, config: Any) -> Any:
     if model_vocab_size(pair.target) != int(config.vocab_size):
         raise CliError(f"{name} has a vocabulary of {model_vocab_size(pair.target)} tokens, but run {config.run_id} "
                        f"was recorded with {config.vocab_size}: pass the run's own target with --target")
+    from specscope.core.decode.decoder import check_run_positions
+
+    try:  # the reference decodes the run's whole budget: a --target with a smaller limit cannot
+        check_run_positions(len(config.prompt_ids), config.max_new_tokens, [(name, pair.target)])
+    except ValueError as exc:
+        raise CliError(f"run {config.run_id}: {exc}") from None
     return pair
 
 

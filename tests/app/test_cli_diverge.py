@@ -68,3 +68,24 @@ def test_stored_runs_and_their_errors(capsys, checkpoints, tmp_path):
     assert code == 2 and "--run" in err
     code, _, err = run_cli(capsys, "diverge", "--db", db, "--run", recorded["0"], "--prompt", "x")
     assert code == 2 and "--prompt sets up a new run" in err
+
+
+def test_a_stored_run_refuses_a_target_that_reads_fewer_positions(capsys, checkpoints, tmp_path):
+    """The reference decodes the run's whole budget: --target with a smaller
+    max_position_embeddings than prompt + budget is refused in one line, nothing decoded."""
+    import shutil
+
+    target, draft = checkpoints
+    db = tmp_path / "t.sqlite"
+    code, out, _ = run_cli(capsys, "run", "--target", target, "--draft", draft, "--prompt-ids", "1,2,3,4",
+                           "--device", "cpu", "--max-new", "10", "--json", "--db", db)
+    assert code == 0
+    run_id = json.loads(out)["run_id"]
+    short = tmp_path / "short"
+    shutil.copytree(target, short)
+    config = json.loads((short / "config.json").read_text())
+    config["max_position_embeddings"] = 13
+    (short / "config.json").write_text(json.dumps(config))
+    code, _, err = run_cli(capsys, "diverge", "--db", db, "--run", run_id, "--target", short)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "needs 14 positions" in err and "reads at most 13 (max_position_embeddings)" in err
