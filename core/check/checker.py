@@ -630,7 +630,10 @@ class _RoundChecker:
         rnd, cfg = self.rnd, self.config
         emitted_total_after = self.out_start + len(rnd.emitted)
         deepest = _deepest(rnd.nodes)
-        if "k" not in cfg.unrecorded and rnd.k > rnd.remaining_budget:
+        # a tree round's k is no draft length (specscope records the budget left, another decoder
+        # may record its node budget): a tree wastes work only by drafting deeper than the budget
+        chain = not is_tree_round(cfg, rnd)
+        if chain and "k" not in cfg.unrecorded and rnd.k > rnd.remaining_budget:
             self.add("draft-budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}: "
                      f"{rnd.k - rnd.remaining_budget} draft token(s) could never be emitted")
         elif deepest > rnd.remaining_budget:

@@ -1,0 +1,48 @@
+"""Regressions found by the audit of traces written by another decoder (issue 31;
+tests/storage/test_foreign_traces.py holds the audit): each was a false finding, an internal
+error or a silently accepted impossible value before its fix."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from specscope.core.check.checker import check_report
+from specscope.storage import TraceStore, import_run
+from specscope.storage.errors import TraceFormatError
+
+from .foreign_decoder import Setup, generate, jsonl, replace, strip, with_stop_from_run
+
+
+@pytest.fixture
+def checker(tmp_path):
+    store = TraceStore(tmp_path / "regressions.sqlite")
+    runs = iter(range(10**6))
+
+    class Checker:
+        @staticmethod
+        def check(lines):
+            run_id = import_run(store, io.StringIO(jsonl(lines)), run_id=f"r{next(runs)}")
+            info = store.get_run(run_id)
+            return check_report(info.config, store.iter_rounds(run_id, full=True), end=info.end)
+
+    yield Checker()
+    store.close()
+
+
+def _rounds(lines):
+    return [line for line in lines if line.get("record") == "round"]
+
+
+def _depth(r) -> int:
+    return max((n["depth"] for n in r["nodes"]), default=0)
+
+
+def test_a_tree_rounds_k_is_no_draft_length(checker):
+    """Another tree decoder records k as its node budget: 4 nodes with 1 token of budget left
+    but drafted 1 deep wastes nothing (draft-budget reads the depth of a tree)."""
+    lines = generate(Setup("k", tree="3,2,1", max_new=4))
+    assert any(r["k"] > r["remaining_budget"] >= _depth(r) for r in _rounds(lines))
+    assert checker.check(lines).findings == []
