@@ -87,7 +87,7 @@ def _unrecorded_stop_end(chk: Any) -> int | None:
     """Where an unrecorded stop may have ended the round (its last recorded token), or None
     when the trace says which stops the run had (and so whether this round met one)."""
     config, rnd = chk.config, chk.rnd
-    unknown = "stops" in config.unrecorded or ("stop" in config.unrecorded and bool(config.stop_strings or config.stop_ids))
+    unknown = config.end_unknown is not None
     ended_early = len(rnd.emitted) < rnd.remaining_budget  # a round that spent the budget ended by it
     return len(rnd.emitted) if unknown and ended_early and getattr(rnd, "stop", None) is None and chk.is_last else None
 

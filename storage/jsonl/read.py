@@ -53,7 +53,7 @@ _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
 # omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
 UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache", "k",
-                "updates", "kept_rows")
+                "updates", "kept_rows", "eos_token_id")
 _STOP_REASONS = ("eos", "stop", "budget", "cancelled", "running")
 
 class TraceSink:
@@ -160,8 +160,11 @@ def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
                   full_vectors=v.get(storage, "full_vectors", "storage", "bool", required=False, default=False))
     if stops is None:  # a trace that does not say how its run could stop: the stop rules do not run
         row["stops"] = None
+    # no EOS id anywhere in the header: unknown (not "no EOS"); an explicit null says there is none
+    eos_unknown = "eos_token_id" not in cfg and not (stops and stops["eos_token_ids"])
     return ParsedTrace(config=config, policy=policy, row=row,
-                       unrecorded=set(declared) | ({"stops"} if stops is None else set()))
+                       unrecorded=set(declared) | ({"stops"} if stops is None else set())
+                       | ({"eos_token_id"} if eos_unknown else set()))
 
 
 def _stops(v: FieldReader, d: dict, vocab: int) -> dict | None:

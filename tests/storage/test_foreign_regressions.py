@@ -46,3 +46,31 @@ def test_a_tree_rounds_k_is_no_draft_length(checker):
     lines = generate(Setup("k", tree="3,2,1", max_new=4))
     assert any(r["k"] > r["remaining_budget"] >= _depth(r) for r in _rounds(lines))
     assert checker.check(lines).findings == []
+
+
+@pytest.mark.parametrize("setup", [Setup("eos", eos=5, max_new=40), Setup("eos", eos=5, max_new=40, greedy=True),
+                                   Setup("eos", tree="2,1", eos=5, max_new=40)], ids=["sampled", "greedy", "tree"])
+def test_a_header_without_eos_leaves_eos_unknown(checker, setup):
+    """No config.eos_token_id and no stops: the EOS is unknown, not "none": the run that
+    ended at EOS is not flagged (no bonus after it, flagged EOS, stop reason eos), and the
+    report names eos as not checked."""
+    for seed in range(40):
+        lines = generate(replace(setup, seed=seed))
+        last = _rounds(lines)[-1]
+        if lines[-1]["stop_reason"] == "eos" and all(n["status"] == "accepted" for n in last["nodes"][:1]):
+            break
+    report = checker.check(strip(lines, {"config.eos_token_id", "header.stops"}))
+    assert report.findings == [], [str(f) for f in report.findings]
+    assert "eos" in report.not_checked
+
+
+def test_a_chain_ending_at_a_stop_it_does_not_record_is_not_owed_a_bonus(checker):
+    """The last round accepted every draft and ended at a stop sequence; the trace records no
+    `stop` (or no stops at all): no bonus was owed, and the report says so."""
+    lines = generate(with_stop_from_run(Setup("stop", greedy=True, max_new=40), "ids", 3))
+    last = _rounds(lines)[-1]
+    assert last["stop"] is not None and all(n["status"] == "accepted" for n in last["nodes"])
+    for left_out in ({"round.stop"}, {"round.stop", "header.stops"}):
+        report = checker.check(strip(lines, left_out))
+        assert report.findings == [], [str(f) for f in report.findings]
+        assert "round-structure" in report.not_checked
