@@ -74,3 +74,15 @@ def test_a_chain_ending_at_a_stop_it_does_not_record_is_not_owed_a_bonus(checker
         report = checker.check(strip(lines, left_out))
         assert report.findings == [], [str(f) for f in report.findings]
         assert "round-structure" in report.not_checked
+
+
+def test_an_unknown_children_mode_is_named_never_an_internal_error(checker):
+    lines = generate(Setup("mode", tree="2,2", children="distinct"))
+    for mode in ("weird", 7, None):
+        changed = json.loads(json.dumps(lines))
+        changed[0]["config"]["proposer_params"]["children"] = mode
+        for r in _rounds(changed):
+            del r["tree"]
+        report = checker.check(changed)
+        assert report.findings == [], [str(f) for f in report.findings]
+        assert {"tree-walk", "distinct-siblings"} <= set(report.not_checked)
