@@ -521,11 +521,15 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
     # left out and not in the vector: unknown. q_token is then null; p_token (a non-null
     # column) keeps 0 as a placeholder, which the store does not read back as an entry of p
     # once the run declares p_token unrecorded (storage.rows.rows_to_round)
+    # an explicit null is unknown, as a left-out value is
     p_known = entry_known(p, token)
-    p_token = v.get(n, "p_token", path, "num", required=False, default=float(p[token]) if p_known else 0.0)
-    q_token = v.get(n, "q_token", path, "num", required=False, nullable=True,
-                    default=float(q[token]) if q is not None and entry_known(q, token) else None)
-    if "p_token" not in n and not p_known:
+    p_token = v.get(n, "p_token", path, "num", required=False, nullable=True)
+    if p_token is None:
+        p_token = float(p[token]) if p_known else 0.0
+    q_token = v.get(n, "q_token", path, "num", required=False, nullable=True)
+    if q_token is None and q is not None and entry_known(q, token):
+        q_token = float(q[token])
+    if n.get("p_token") is None and not p_known:
         run.unrecorded.add("p_token")
     both_full = q is not None and not (p.partial or q.partial)  # type: ignore[attr-defined]
     u = v.get(n, "u", path, "num", required=False, nullable=True)
@@ -546,7 +550,7 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
         p_token=p_token,
         q_token=q_token,
         ratio=v.get(n, "ratio", path, "num", required=False, nullable=True,
-                    default=(p_token / q_token) if q_token and ("p_token" in n or p_known) else None),
+                    default=(p_token / q_token) if q_token and (n.get("p_token") is not None or p_known) else None),
         overlap=v.get(n, "overlap", path, "num", required=False, nullable=True,
                       default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
         target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False,
@@ -579,13 +583,14 @@ def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarra
     """Optional node fields this line leaves out where a rule would need them."""
     if run.config.sampling.greedy or status == "unvisited":
         return
-    if "u" not in n:
+    # left out or null: unknown, never a default
+    if n.get("u") is None:
         run.unrecorded.add("u")
     if q is None:
         run.unrecorded.add("q")
-    if "p_token" not in n and not entry_known(p, token):
+    if n.get("p_token") is None and not entry_known(p, token):
         run.unrecorded.add("p_token")
-    if "q_token" not in n and (q is None or not entry_known(q, token)):
+    if n.get("q_token") is None and (q is None or not entry_known(q, token)):
         run.unrecorded.add("q_token")
 
 
@@ -608,7 +613,7 @@ def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedT
         node = v.get(e, "node", path, "int", required=False, nullable=True, default=implied)
         if node is not None and not 0 <= node < len(nodes):
             raise v.fail(f"{path}.node", f"refers to node {node}, the round has {len(nodes)} nodes")
-        if stochastic and kind != "accepted" and "draw" not in e:
+        if stochastic and kind != "accepted" and e.get("draw") is None:
             run.unrecorded.add("draw")
         draw = v.get(e, "draw", path, "num", required=False, nullable=True)
         out.append(EmittedToken(token=v.token(e, "token", path, run.vocab), node=node, draw=draw, kind=kind))

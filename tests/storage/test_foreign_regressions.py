@@ -86,3 +86,18 @@ def test_an_unknown_children_mode_is_named_never_an_internal_error(checker):
         report = checker.check(changed)
         assert report.findings == [], [str(f) for f in report.findings]
         assert {"tree-walk", "distinct-siblings"} <= set(report.not_checked)
+
+
+def test_null_draws_and_scalars_are_unknown(checker):
+    """`"u": null` on a visited node, `"q_token": null` or `"p_token": null` where the top-N
+    does not hold the token: unknown as a left-out field is, never a finding."""
+    lines = generate(Setup("nulls", vectors="top-bare", max_new=30))
+    for key in ("u", "p_token", "q_token"):
+        changed = json.loads(json.dumps(lines))
+        for r in _rounds(changed):
+            for n in r["nodes"]:
+                if n["status"] != "unvisited":
+                    n[key] = None
+        report = checker.check(changed)
+        assert report.findings == [], (key, [str(f) for f in report.findings[:2]])
+        assert "acceptance-draw" in report.not_checked
