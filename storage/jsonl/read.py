@@ -523,10 +523,10 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
     # once the run declares p_token unrecorded (storage.rows.rows_to_round)
     # an explicit null is unknown, as a left-out value is
     p_known = entry_known(p, token)
-    p_token = v.get(n, "p_token", path, "num", required=False, nullable=True)
+    p_token = _probability(v, n, "p_token", path)
     if p_token is None:
         p_token = float(p[token]) if p_known else 0.0
-    q_token = v.get(n, "q_token", path, "num", required=False, nullable=True)
+    q_token = _probability(v, n, "q_token", path)
     if q_token is None and q is not None and entry_known(q, token):
         q_token = float(q[token])
     if n.get("p_token") is None and not p_known:
@@ -549,14 +549,22 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
         u=u,
         p_token=p_token,
         q_token=q_token,
-        ratio=v.get(n, "ratio", path, "num", required=False, nullable=True,
-                    default=(p_token / q_token) if q_token and (n.get("p_token") is not None or p_known) else None),
-        overlap=v.get(n, "overlap", path, "num", required=False, nullable=True,
-                      default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
+        ratio=_probability(v, n, "ratio", path, hi=math.inf,
+                           default=(p_token / q_token) if q_token and (n.get("p_token") is not None or p_known) else None),
+        overlap=_probability(v, n, "overlap", path,
+                             default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
         target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False,
                               default=int(np.argmax(np.asarray(p))) if not p.partial else int(p.top[0][0])),  # type: ignore[attr-defined]
         confidence=confidence,
     )
+
+
+def _probability(v: FieldReader, d: dict, key: str, path: str, default: Any = None, hi: float = 1 + 1e-6) -> Any:
+    """An optional probability-like number (null: unknown), within [0, hi]."""
+    x = v.get(d, key, path, "num", required=False, nullable=True, default=default)
+    if x is not None and not 0 <= x <= hi:
+        raise v.fail(f"{path}.{key}" if path else key, f"{x!r} is outside [0, {hi:g}]")
+    return x
 
 
 def _flags(v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]) -> dict:
@@ -616,6 +624,8 @@ def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedT
         if stochastic and kind != "accepted" and e.get("draw") is None:
             run.unrecorded.add("draw")
         draw = v.get(e, "draw", path, "num", required=False, nullable=True)
+        if draw is not None and not 0 <= draw < 1:
+            raise v.fail(f"{path}.draw", f"a uniform draw lies in [0, 1), got {draw!r}")
         out.append(EmittedToken(token=v.token(e, "token", path, run.vocab), node=node, draw=draw, kind=kind))
     return tuple(out)
 

@@ -101,3 +101,19 @@ def test_null_draws_and_scalars_are_unknown(checker):
         report = checker.check(changed)
         assert report.findings == [], (key, [str(f) for f in report.findings[:2]])
         assert "acceptance-draw" in report.not_checked
+
+
+@pytest.mark.parametrize("key, value", [("p_token", 3.0), ("p_token", -0.5), ("q_token", 1.5), ("overlap", 5.0),
+                                        ("ratio", -1.0)])
+def test_impossible_probabilities_are_refused_on_import(checker, key, value):
+    lines = generate(Setup("bad", max_new=10))
+    _rounds(lines)[0]["nodes"][0][key] = value
+    with pytest.raises(TraceFormatError, match=f"nodes\\[0\\].{key}"):
+        checker.check(lines)
+
+
+def test_draws_outside_the_unit_interval_are_refused_on_import(checker):
+    lines = generate(Setup("bad", max_new=10))
+    _rounds(lines)[0]["emitted"][-1]["draw"] = 1.5
+    with pytest.raises(TraceFormatError, match="draw"):
+        checker.check(lines)
