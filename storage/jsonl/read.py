@@ -553,8 +553,7 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
                            default=(p_token / q_token) if q_token and (n.get("p_token") is not None or p_known) else None),
         overlap=_probability(v, n, "overlap", path,
                              default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
-        target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False,
-                              default=int(np.argmax(np.asarray(p))) if not p.partial else int(p.top[0][0])),  # type: ignore[attr-defined]
+        target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False, default=_argmax(p)),
         confidence=confidence,
     )
 
@@ -585,6 +584,15 @@ def _flags(v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ..
             run.unrecorded.add(name)
         out[name] = v.get(d, name, "", "bool", required=False, default=value)
     return out
+
+
+def _argmax(p: np.ndarray) -> int:
+    """The most probable token of a distribution, from its values (ties: the lowest id), not
+    from the order another writer listed its top entries in."""
+    if not p.partial:  # type: ignore[attr-defined]
+        return int(np.argmax(np.asarray(p)))
+    ids, probs = p.top  # type: ignore[attr-defined]
+    return int(min(zip(ids.tolist(), probs.tolist()), key=lambda e: (-e[1], e[0]))[0])
 
 
 def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarray | None, run: ParsedTrace) -> None:

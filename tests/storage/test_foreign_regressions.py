@@ -117,3 +117,14 @@ def test_draws_outside_the_unit_interval_are_refused_on_import(checker):
     _rounds(lines)[0]["emitted"][-1]["draw"] = 1.5
     with pytest.raises(TraceFormatError, match="draw"):
         checker.check(lines)
+
+
+def test_top_entries_listed_in_any_order_give_the_argmax(checker):
+    """A greedy top-N trace whose writer lists its top entries smallest first, without
+    target_argmax: the argmax is the largest listed entry, not the first."""
+    lines = generate(Setup("order", greedy=True, vectors="top", max_new=20))
+    for r in _rounds(lines):
+        for n in r["nodes"]:
+            del n["target_argmax"]
+            n["p"].update(top_ids=n["p"]["top_ids"][::-1], top_probs=n["p"]["top_probs"][::-1])
+    assert checker.check(lines).findings == []
