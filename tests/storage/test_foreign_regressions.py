@@ -128,3 +128,24 @@ def test_top_entries_listed_in_any_order_give_the_argmax(checker):
             del n["target_argmax"]
             n["p"].update(top_ids=n["p"]["top_ids"][::-1], top_probs=n["p"]["top_probs"][::-1])
     assert checker.check(lines).findings == []
+
+
+def test_trace_file_does_not_claim_the_budget_for_a_run_that_stopped_short(tmp_path, checker):
+    """A decoder whose loop ends before the budget and without EOS (its own reason) closes
+    its TraceFile as completed: the end line leaves the stop reason unknown instead of
+    claiming the budget, so the run checks clean and run-end is named not checked."""
+    import numpy as np
+
+    from specscope.storage.jsonl.trace_file import TraceFile
+
+    lines = generate(Setup("short", greedy=True, max_new=60))
+    path = tmp_path / "short.jsonl"
+    with TraceFile(path, prompt_ids=lines[0]["prompt_ids"], vocab_size=32, k=3, max_new_tokens=60, temperature=0.0,
+                   proposer="short") as trace:
+        for line in _rounds(lines)[:4]:  # the caller stops after 4 rounds
+            trace.round(draft=[n["token"] for n in line["nodes"]], statuses=[n["status"] for n in line["nodes"]],
+                        p=[np.asarray(n["p"]["full"]) for n in line["nodes"]],
+                        emitted=[(e["token"], e["kind"]) for e in line["emitted"]])
+    report = checker.check([json.loads(x) for x in path.read_text().splitlines()])
+    assert report.findings == [], [str(f) for f in report.findings]
+    assert "run-end" in report.not_checked
