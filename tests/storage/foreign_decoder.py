@@ -53,6 +53,8 @@ class Setup:
     # budget-overshoot (k and the bonus ignore the budget), repair-from-p (the repair drawn from
     # p, the residual still recorded), with-replacement (distinct children drawn i.i.d.)
     bug: str | None = None
+    adaptive: bool = False  # a chain drafts 0..k tokens a round (it may draft none: the target's token alone)
+    top_k: int = 0  # the sampler's top-k filter on p and q (0: off)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -76,17 +78,25 @@ def residual(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 class Models:
-    def __init__(self, seed: int, temperature: float):
+    def __init__(self, seed: int, temperature: float, top_k: int = 0):
         rng = np.random.default_rng(100 + seed)
         self.t = rng.normal(size=(V, V)) * 2.0
         self.d = self.t + rng.normal(size=(V, V)) * 1.2
         self.temperature = temperature
+        self.top_k = top_k
+
+    def _filtered(self, logits: np.ndarray) -> np.ndarray:
+        d = _softmax(logits / (self.temperature or 1.0))
+        if self.top_k:
+            d[np.argsort(-d, kind="stable")[self.top_k:]] = 0.0
+            d /= d.sum()
+        return d
 
     def p(self, last: int) -> np.ndarray:
-        return _softmax(self.t[last] / (self.temperature or 1.0))
+        return self._filtered(self.t[last])
 
     def q(self, last: int) -> np.ndarray:
-        return _softmax(self.d[last] / (self.temperature or 1.0))
+        return self._filtered(self.d[last])
 
 
 def dist_obj(d: np.ndarray, setup: Setup) -> dict:
@@ -184,7 +194,7 @@ class Ender:
 
 
 def generate(setup: Setup) -> list[dict]:
-    models = Models(setup.seed, setup.temperature)
+    models = Models(setup.seed, setup.temperature, setup.top_k)
     rng = random.Random(setup.seed)
     out = list(PROMPT)
     ender = Ender(setup)
@@ -245,7 +255,7 @@ def _header(setup: Setup) -> dict:
         params.update(tree=setup.tree, children=setup.children)
     config: dict[str, Any] = {
         "vocab_size": V, "k": setup.k, "max_new_tokens": setup.max_new,
-        "sampling": {"temperature": 0.0 if setup.greedy else setup.temperature, "top_k": 0, "top_p": 1.0},
+        "sampling": {"temperature": 0.0 if setup.greedy else setup.temperature, "top_k": setup.top_k, "top_p": 1.0},
         "seed": setup.seed, "eos_token_id": setup.eos, "proposer": "foreign-numpy", "proposer_params": params,
         "device": "cpu", "dtype": "float64", "use_cache": True, "fault": None,
     }
@@ -275,6 +285,8 @@ def _node(setup: Setup, index: int, token: int, parent: int, depth: int, p: np.n
 
 def _chain_round(setup, models, rng, out, ender, left) -> tuple[dict, Any]:
     k = setup.k if setup.bug == "budget-overshoot" else min(setup.k, left)
+    if setup.adaptive:
+        k = rng.randrange(0, k + 1)
     ctx = list(out)
     nodes = []
     for i in range(k):
