@@ -149,3 +149,23 @@ def test_trace_file_does_not_claim_the_budget_for_a_run_that_stopped_short(tmp_p
     report = checker.check([json.loads(x) for x in path.read_text().splitlines()])
     assert report.findings == [], [str(f) for f in report.findings]
     assert "run-end" in report.not_checked
+
+
+def test_an_unknown_eos_survives_export_and_import(tmp_path):
+    """The store keeps the EOS unknown, and its export says so: export -> import -> export
+    gives the same bytes, and the re-imported run still names eos as not checked."""
+    from specscope.storage import export_run
+
+    lines = generate(Setup("eos-rt", eos=5, max_new=40))
+    with TraceStore(tmp_path / "rt.sqlite") as store:
+        import_run(store, io.StringIO(jsonl(strip(lines, {"config.eos_token_id", "header.stops"}))), run_id="a")
+        first = io.StringIO()
+        export_run(store, "a", first)
+        assert "eos_token_id" in json.loads(first.getvalue().splitlines()[0])["unrecorded"]
+        import_run(store, io.StringIO(first.getvalue()), run_id="b")
+        again = io.StringIO()
+        export_run(store, "b", again)
+        assert again.getvalue().replace('"run_id":"b"', '"run_id":"a"') == first.getvalue()
+        info = store.get_run("b")
+        report = check_report(info.config, store.iter_rounds("b", full=True), end=info.end)
+        assert report.findings == [] and "eos" in report.not_checked
