@@ -55,6 +55,7 @@ class Setup:
     bug: str | None = None
     adaptive: bool = False  # a chain drafts 0..k tokens a round (it may draft none: the target's token alone)
     top_k: int = 0  # the sampler's top-k filter on p and q (0: off)
+    depth_first: bool = False  # a static tree's nodes numbered depth first (each subtree after its root)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -388,13 +389,24 @@ def _tree_shape(setup: Setup, models: Models, rng: random.Random, out: list[int]
         # breadth first: the slot order of the spec; a slot's parent slot is its node
         slot_node: dict[int, int] = {-1: -1}
         made: dict[int, list[int]] = {}
-        for s, (parent, depth) in enumerate(zip(slots, depths)):
-            if depth > left:
-                continue
+
+        def place(s: int, parent: int) -> None:
             pn = slot_node[parent]
             if pn not in made:
                 made[pn] = children(pn, by_parent[parent])
             slot_node[s] = add(pn, made[pn].pop(0))
+
+        if setup.depth_first:
+            def subtree(parent_slot: int) -> None:
+                for s, (parent, depth) in enumerate(zip(slots, depths)):
+                    if parent == parent_slot and depth <= left:
+                        place(s, parent)
+                        subtree(s)
+            subtree(-1)
+        else:
+            for s, (parent, depth) in enumerate(zip(slots, depths)):
+                if depth <= left:
+                    place(s, parent)
     p_rows = [models.p(ctx_of[p][-1]) for p in parents]
     q_rows = [models.q(ctx_of[p][-1]) for p in parents]
     return tokens, parents, p_rows, q_rows, ctx_of

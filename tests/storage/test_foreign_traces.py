@@ -68,6 +68,7 @@ def _setups() -> list[Setup]:
         replace(tree, name="tree-top-k-filter", tree="2,2", children="distinct", top_k=6, vectors="top-bare"),
         replace(dynamic, name="dynamic-greedy", greedy=True),
         replace(tree, name="tree-chain-shaped", tree="1,1,1"),
+        replace(tree, name="tree-depth-first", tree="2,2,1", depth_first=True, eos=5, max_new=40, vectors="top"),
     ]
     return out
 
