@@ -51,7 +51,8 @@ class Setup:
     position_limit: int | None = 200
     # a bug of this decoder: eos-leak / stop-leak (the end is checked only after the round),
     # budget-overshoot (k and the bonus ignore the budget), repair-from-p (the repair drawn from
-    # p, the residual still recorded), with-replacement (distinct children drawn i.i.d.)
+    # p, the residual still recorded), with-replacement (distinct children drawn i.i.d.),
+    # end-ignored (EOS and stops never end the output: the run goes on to the budget)
     bug: str | None = None
     adaptive: bool = False  # a chain drafts 0..k tokens a round (it may draft none: the target's token alone)
     top_k: int = 0  # the sampler's top-k filter on p and q (0: off)
@@ -166,6 +167,8 @@ class Ender:
         """The end `token` completes; a leaking decoder gets None and goes on (the end is
         kept in `first` and reported after the round)."""
         reason = self._push(token)
+        if self.setup.bug == "end-ignored":  # the decoder never looks for an end: it runs to the budget
+            return None
         if reason is not None and self.first is None and self.setup.bug in ("eos-leak", "stop-leak"):
             self.first, self.at = reason, self.n_round
         self.n_round += 1

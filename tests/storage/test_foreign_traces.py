@@ -229,6 +229,11 @@ def _decoder_bug(base: Setup, bug: str, seeds=range(40), want: str | None = None
                 if len(r["emitted"]) > r["remaining_budget"] or _depth(r) > r["remaining_budget"]:
                     return buggy, r["index"]
             continue
+        if bug == "end-ignored":  # the round the clean run ended in
+            clean = generate(setup)
+            if clean[-1]["stop_reason"] in ("eos", "stop"):
+                return buggy, _rounds(clean)[-1]["index"]
+            continue
         first = _first_difference(generate(setup), buggy)
         if first is not None:
             return buggy, first
@@ -330,6 +335,12 @@ BUGS = {
     "stop leak in a tree": (lambda: _decoder_bug(with_stop_from_run(Setup("ts", tree="3,2,1", children="topk", greedy=True,
                                                                           max_new=40), "ids", 3), "stop-leak", seeds=[0]),
                             {"stop-leak", "tree-walk"}),
+    "eos ignored, the run goes on": (lambda: _decoder_bug(CHAIN_EOS, "end-ignored"), {"eos"}),
+    "eos ignored in a tree": (lambda: _decoder_bug(replace(TREE_EOS, vectors="top"), "end-ignored"), {"eos", "tree-walk"}),
+    "stop ignored, the run goes on": (lambda: _decoder_bug(_stop_setup(3), "end-ignored", [0]),
+                                      {"stop-flag", "stop-leak"}),
+    "stop string ignored in a tree": (lambda: _decoder_bug(with_stop_from_run(replace(TREE_EOS, eos=None), "text", 4),
+                                                           "end-ignored", [0]), {"stop-flag", "stop-leak", "tree-walk"}),
     "eos run says budget": (lambda: _mutate(_ended(CHAIN_EOS, "eos"), _wrong_reason("budget")), {"run-end"}),
     "stop run says eos": (lambda: _mutate(_ended(_stop_setup(), "stop"), _wrong_reason("eos")), {"finish-reason", "run-end"}),
     "budget overshoot": (lambda: _decoder_bug(Setup("over", max_new=20), "budget-overshoot"), {"budget", "draft-budget"}),
