@@ -239,11 +239,25 @@ class RunConfig:
     # decoder): the checker skips the rules that need them and says so once. Names as in
     # docs/trace-format.md: "u", "draw", "q", "p_token", "q_token", "eos", "budget_stop",
     # "bonus_withheld", "target_cache", "k", "updates"; "stops" (a trace that does not say which
-    # stops the run had: the stop rules are not checked).
+    # stops the run had: the stop rules are not checked); "eos_token_id" (a trace that does not
+    # say which token is EOS: not "no EOS").
     unrecorded: frozenset[str] = frozenset()
     # The most positions the target reads (prompt + new tokens; its max_position_embeddings),
     # None when its config states none or the trace does not record it.
     position_limit: int | None = None
+
+    @property
+    def end_unknown(self) -> str | None:
+        """Why a round may have ended the output at a token the trace does not name as an end
+        (an EOS id or a stop it does not record), or None when the trace says how its run
+        could end."""
+        if "eos_token_id" in self.unrecorded:
+            return "the trace does not say which token is EOS (config.eos_token_id)"
+        if "stops" in self.unrecorded:
+            return "the trace does not record the run's stops"
+        if "stop" in self.unrecorded and (self.stop_strings or self.stop_ids):
+            return "the trace does not record which stop ended a round (the rounds' stop)"
+        return None
 
     @property
     def eos_ids(self) -> frozenset[int]:

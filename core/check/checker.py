@@ -293,6 +293,8 @@ class _RoundChecker:
         all_accepted = not (rejected or has_repair or self._eos_before_rejection()) and all(
             n.status == "accepted" for n in rnd.nodes)
         budget_left = len(rnd.emitted) < rnd.remaining_budget
+        if all_accepted and not has_bonus and self._ended_unrecorded():
+            return  # the run's last round may have ended at an EOS or stop the trace does not name
         if all_accepted and not has_bonus and budget_left:
             self.add("round-structure", f"all {len(rnd.nodes)} drafts were accepted with budget left and no EOS, "
                      "but no bonus token was emitted", self.position_of(len(rnd.emitted)))
@@ -307,8 +309,20 @@ class _RoundChecker:
         again (a decoder that trims its draft cache lazily, at the next round's start, as
         transformers does, leaves it untrimmed here)."""
         rnd = self.rnd
-        ended = self._eos_before_rejection() or len(rnd.emitted) >= rnd.remaining_budget
+        ended = self._eos_before_rejection() or len(rnd.emitted) >= rnd.remaining_budget \
+            or self.config.end_unknown is not None
         return self.is_last and ended
+
+    def _ended_unrecorded(self) -> bool:
+        """The run's last round, in a trace that does not say how its run could end (an EOS id
+        or its stops unrecorded): its tokens may end at such an end, so what the round owes
+        after them (a bonus, bonus_withheld) is not checked, and the report says so."""
+        why = self.config.end_unknown
+        if not self.is_last or why is None or getattr(self.rnd, "stop", None) is not None:
+            return False
+        self.not_checked.setdefault("round-structure", f"{why}: whether the run's last round owed a bonus "
+                                    "after its tokens is not checked")
+        return True
 
     def _eos_before_rejection(self) -> bool:
         """The round ended at an EOS (any of the run's) or a recorded stop (stop_rules checks it)."""
@@ -630,7 +644,10 @@ class _RoundChecker:
         rnd, cfg = self.rnd, self.config
         emitted_total_after = self.out_start + len(rnd.emitted)
         deepest = _deepest(rnd.nodes)
-        if "k" not in cfg.unrecorded and rnd.k > rnd.remaining_budget:
+        # a tree round's k is no draft length (specscope records the budget left, another decoder
+        # may record its node budget): a tree wastes work only by drafting deeper than the budget
+        chain = not is_tree_round(cfg, rnd)
+        if chain and "k" not in cfg.unrecorded and rnd.k > rnd.remaining_budget:
             self.add("draft-budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}: "
                      f"{rnd.k - rnd.remaining_budget} draft token(s) could never be emitted")
         elif deepest > rnd.remaining_budget:
@@ -647,6 +664,9 @@ class _RoundChecker:
 
     def eos(self) -> None:
         rnd, eos, is_last_round = self.rnd, self.config.eos_ids, self.is_last
+        if "eos_token_id" in self.config.unrecorded:
+            self.not_checked.setdefault("eos", "the trace does not say which token is EOS (config.eos_token_id)")
+            return
         if not eos:
             if rnd.eos:
                 self.add("eos", "the round is flagged EOS but the run has no EOS token")
@@ -793,6 +813,8 @@ def _check_end(config: RunConfig, end: RunEnd, last: Round | None, emitted: int,
         return
     if end.stop_reason is None:  # the format lets an end line leave it out: unknown, not wrong
         not_checked.setdefault("run-end", "the end record gives no stop_reason: why the run stopped is not checked")
+    elif end.stop_reason == "eos" and "eos_token_id" in config.unrecorded:
+        not_checked.setdefault("run-end", "the trace does not say which token is EOS: a stop at EOS is not checked")
     elif end.stop_reason == "eos" and not ended_eos:
         add("the run is marked as stopped at EOS, but its last round emitted no EOS")
     elif end.stop_reason == "budget" and emitted < config.max_new_tokens and not ended_eos:

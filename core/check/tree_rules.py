@@ -22,7 +22,7 @@ import numpy as np
 from specscope.core.sampling.partial import is_full
 from specscope.core.sampling.reference import sample_from
 from specscope.core.check.tree_proof import prove_tree_round
-from specscope.core.verify.tree import TreeTask, TreeVerifier, check_children_mode
+from specscope.core.verify.tree import CHILDREN_MODES, TreeTask, TreeVerifier, check_children_mode
 from specscope.core.draft.trees import ancestor_matrix, node_depths
 
 
@@ -87,7 +87,7 @@ def _unrecorded_stop_end(chk: Any) -> int | None:
     """Where an unrecorded stop may have ended the round (its last recorded token), or None
     when the trace says which stops the run had (and so whether this round met one)."""
     config, rnd = chk.config, chk.rnd
-    unknown = "stops" in config.unrecorded or ("stop" in config.unrecorded and bool(config.stop_strings or config.stop_ids))
+    unknown = config.end_unknown is not None
     ended_early = len(rnd.emitted) < rnd.remaining_budget  # a round that spent the budget ended by it
     return len(rnd.emitted) if unknown and ended_early and getattr(rnd, "stop", None) is None and chk.is_last else None
 
@@ -118,8 +118,8 @@ def children_mode(config: Any, rnd: Any) -> str | None:
     tree = getattr(rnd, "tree", None)
     if tree is not None:
         return tree.children
-    mode = config.proposer_params.get("children")
-    return str(mode) if mode is not None else None
+    mode = config.proposer_params.get("children")  # free-form: a mode specscope does not know is no mode
+    return mode if isinstance(mode, str) and mode in CHILDREN_MODES else None
 
 
 def tree_spec_of(config: Any, rnd: Any) -> str | None:
@@ -178,6 +178,10 @@ def _distinct_siblings(chk: Any) -> bool:
     """Siblings drawn without replacement (distinct) or taken as the top-k are distinct
     tokens; False (after the finding) when some repeat, so the walk is not replayed."""
     mode = children_mode(chk.config, chk.rnd)
+    if mode is None:
+        chk.not_checked.setdefault("distinct-siblings", "the trace does not say how a tree's siblings were chosen "
+                                   "(tree.children or proposer_params.children): whether they must be distinct is "
+                                   "not checked")
     if mode not in ("distinct", "topk"):
         return True
     seen: dict[tuple[int, int], int] = {}
@@ -216,7 +220,7 @@ def check_tree_round(chk: Any) -> None:
         return
     if mode is None and not greedy:
         _not_replayed(chk, "a sampled tree round without its tree facts, in a run that does not record its children "
-                      "mode (proposer_params.children), cannot be replayed")
+                      "mode (proposer_params.children: sampled, distinct or topk), cannot be replayed")
         return
     chooser = _ReplayChooser(rnd)
     task = _task(chk, mode or "topk")

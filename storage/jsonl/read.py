@@ -53,7 +53,7 @@ _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
 # omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
 UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache", "k",
-                "updates", "kept_rows")
+                "updates", "kept_rows", "eos_token_id")
 _STOP_REASONS = ("eos", "stop", "budget", "cancelled", "running")
 
 class TraceSink:
@@ -160,8 +160,11 @@ def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
                   full_vectors=v.get(storage, "full_vectors", "storage", "bool", required=False, default=False))
     if stops is None:  # a trace that does not say how its run could stop: the stop rules do not run
         row["stops"] = None
+    # no EOS id anywhere in the header: unknown (not "no EOS"); an explicit null says there is none
+    eos_unknown = "eos_token_id" not in cfg and not (stops and stops["eos_token_ids"])
     return ParsedTrace(config=config, policy=policy, row=row,
-                       unrecorded=set(declared) | ({"stops"} if stops is None else set()))
+                       unrecorded=set(declared) | ({"stops"} if stops is None else set())
+                       | ({"eos_token_id"} if eos_unknown else set()))
 
 
 def _stops(v: FieldReader, d: dict, vocab: int) -> dict | None:
@@ -518,11 +521,15 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
     # left out and not in the vector: unknown. q_token is then null; p_token (a non-null
     # column) keeps 0 as a placeholder, which the store does not read back as an entry of p
     # once the run declares p_token unrecorded (storage.rows.rows_to_round)
+    # an explicit null is unknown, as a left-out value is
     p_known = entry_known(p, token)
-    p_token = v.get(n, "p_token", path, "num", required=False, default=float(p[token]) if p_known else 0.0)
-    q_token = v.get(n, "q_token", path, "num", required=False, nullable=True,
-                    default=float(q[token]) if q is not None and entry_known(q, token) else None)
-    if "p_token" not in n and not p_known:
+    p_token = _probability(v, n, "p_token", path)
+    if p_token is None:
+        p_token = float(p[token]) if p_known else 0.0
+    q_token = _probability(v, n, "q_token", path)
+    if q_token is None and q is not None and entry_known(q, token):
+        q_token = float(q[token])
+    if n.get("p_token") is None and not p_known:
         run.unrecorded.add("p_token")
     both_full = q is not None and not (p.partial or q.partial)  # type: ignore[attr-defined]
     u = v.get(n, "u", path, "num", required=False, nullable=True)
@@ -542,14 +549,21 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
         u=u,
         p_token=p_token,
         q_token=q_token,
-        ratio=v.get(n, "ratio", path, "num", required=False, nullable=True,
-                    default=(p_token / q_token) if q_token and ("p_token" in n or p_known) else None),
-        overlap=v.get(n, "overlap", path, "num", required=False, nullable=True,
-                      default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
-        target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False,
-                              default=int(np.argmax(np.asarray(p))) if not p.partial else int(p.top[0][0])),  # type: ignore[attr-defined]
+        ratio=_probability(v, n, "ratio", path, hi=math.inf,
+                           default=(p_token / q_token) if q_token and (n.get("p_token") is not None or p_known) else None),
+        overlap=_probability(v, n, "overlap", path,
+                             default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
+        target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False, default=_argmax(p)),
         confidence=confidence,
     )
+
+
+def _probability(v: FieldReader, d: dict, key: str, path: str, default: Any = None, hi: float = 1 + 1e-6) -> Any:
+    """An optional probability-like number (null: unknown), within [0, hi]."""
+    x = v.get(d, key, path, "num", required=False, nullable=True, default=default)
+    if x is not None and not 0 <= x <= hi:
+        raise v.fail(f"{path}.{key}" if path else key, f"{x!r} is outside [0, {hi:g}]")
+    return x
 
 
 def _flags(v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]) -> dict:
@@ -572,17 +586,27 @@ def _flags(v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ..
     return out
 
 
+def _argmax(p: np.ndarray) -> int:
+    """The most probable token of a distribution, from its values (ties: the lowest id), not
+    from the order another writer listed its top entries in."""
+    if not p.partial:  # type: ignore[attr-defined]
+        return int(np.argmax(np.asarray(p)))
+    ids, probs = p.top  # type: ignore[attr-defined]
+    return int(min(zip(ids.tolist(), probs.tolist()), key=lambda e: (-e[1], e[0]))[0])
+
+
 def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarray | None, run: ParsedTrace) -> None:
     """Optional node fields this line leaves out where a rule would need them."""
     if run.config.sampling.greedy or status == "unvisited":
         return
-    if "u" not in n:
+    # left out or null: unknown, never a default
+    if n.get("u") is None:
         run.unrecorded.add("u")
     if q is None:
         run.unrecorded.add("q")
-    if "p_token" not in n and not entry_known(p, token):
+    if n.get("p_token") is None and not entry_known(p, token):
         run.unrecorded.add("p_token")
-    if "q_token" not in n and (q is None or not entry_known(q, token)):
+    if n.get("q_token") is None and (q is None or not entry_known(q, token)):
         run.unrecorded.add("q_token")
 
 
@@ -605,9 +629,11 @@ def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedT
         node = v.get(e, "node", path, "int", required=False, nullable=True, default=implied)
         if node is not None and not 0 <= node < len(nodes):
             raise v.fail(f"{path}.node", f"refers to node {node}, the round has {len(nodes)} nodes")
-        if stochastic and kind != "accepted" and "draw" not in e:
+        if stochastic and kind != "accepted" and e.get("draw") is None:
             run.unrecorded.add("draw")
         draw = v.get(e, "draw", path, "num", required=False, nullable=True)
+        if draw is not None and not 0 <= draw < 1:
+            raise v.fail(f"{path}.draw", f"a uniform draw lies in [0, 1), got {draw!r}")
         out.append(EmittedToken(token=v.token(e, "token", path, run.vocab), node=node, draw=draw, kind=kind))
     return tuple(out)
 

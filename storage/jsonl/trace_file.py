@@ -121,12 +121,14 @@ class TraceFile:
 
     def close(self, status: str = "completed", stop_reason: str | None = None) -> None:
         """Write the end record: `stop_reason` defaults to eos when the output ends in EOS,
-        else budget when it is full (a completed run stopped for one of the two)."""
+        else budget when it is full, else unknown (null: the decoder stopped for a reason of
+        its own, which the end line does not guess)."""
         if self.closed:
             return
         if stop_reason is None and status == "completed":
             ended_eos = self.eos_token_id is not None and self.new_tokens[-1:] == [self.eos_token_id]
-            stop_reason = "eos" if ended_eos else "budget"
+            full = len(self.new_tokens) >= self.max_new_tokens
+            stop_reason = "eos" if ended_eos else "budget" if full else None
         self._write({"record": "end", "status": status, "stop_reason": stop_reason, "ended_at": time.time(),
                      "new_tokens": self.new_tokens})
         self.closed = True
