@@ -512,7 +512,11 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
     parent = v.get(n, "parent", path, "int", required=False, default=i - 1)
     if not -1 <= parent < i:
         raise v.fail(f"{path}.parent", f"must be -1 or an earlier node index, got {parent}")
-    depth = v.bounded(n, "depth", path, 0, MAX_K, required=False, default=before[parent].depth + 1 if parent >= 0 else 1)
+    parent_depth = before[parent].depth if parent >= 0 else 0
+    depth = v.bounded(n, "depth", path, 0, MAX_K, required=False, default=parent_depth + 1)
+    if depth != parent_depth + 1:  # the views and the shape rules read it: it must follow the parents
+        raise v.fail(f"{path}.depth", f"{depth}, but its parent ({'the prefix' if parent < 0 else f'node {parent}'}) "
+                                      f"is at depth {parent_depth}: a node's depth is its parent's + 1")
     status = v.get(n, "status", path, "str", choices=("accepted", "rejected", "unvisited"))
     p = _dist(v, n.get("p"), f"{path}.p", run, nullable=False)
     q = _dist(v, n.get("q"), f"{path}.q", run)

@@ -169,3 +169,39 @@ def test_an_unknown_eos_survives_export_and_import(tmp_path):
         info = store.get_run("b")
         report = check_report(info.config, store.iter_rounds("b", full=True), end=info.end)
         assert report.findings == [] and "eos" in report.not_checked
+
+
+@pytest.mark.parametrize("tree", [None, "2,1"], ids=["chain", "tree"])
+def test_a_greedy_decoder_that_records_its_drafts_q_checks_clean(checker, tree):
+    """A greedy decision reads only the target's argmax, so a q another decoder logs anyway
+    (its draft's softmax, peaked at the drafted token) is information; it was called wrong
+    output ('a greedy run recorded a proposal distribution q')."""
+    import numpy as np
+
+    from .foreign_decoder import dist_obj
+
+    setup = Setup("greedy-q", greedy=True, tree=tree, max_new=20)
+    lines = generate(setup)
+    rng = np.random.default_rng(0)
+    for r in _rounds(lines):
+        for n in r["nodes"]:
+            q = rng.dirichlet(np.ones(32))
+            q[n["token"]] += 5.0
+            q /= q.sum()
+            n["q"], n["q_token"] = dist_obj(q, setup), float(q[n["token"]])
+    assert sum(len(r["nodes"]) for r in _rounds(lines)) > 0
+    report = checker.check(lines)
+    assert not report.findings, [str(f) for f in report.findings[:3]]
+
+
+@pytest.mark.parametrize("depth", [0, 3, 7])
+def test_a_node_depth_that_contradicts_its_parent_is_refused_in_one_line(checker, depth):
+    """The tree view and the shape rules read a node's depth; one that does not follow the
+    parents (here node 1, whose parent is node 0 at depth 1) was stored as given."""
+    lines = generate(Setup("depth", tree="2,1", max_new=12))
+    first = next(r for r in _rounds(lines) if any(n["parent"] >= 0 for n in r["nodes"]))
+    node = next(n for n in first["nodes"] if n["parent"] >= 0)
+    assert depth != node["depth"]
+    node["depth"] = depth
+    with pytest.raises(TraceFormatError, match=r"depth.*parent's \+ 1"):
+        checker.check(lines)
