@@ -72,6 +72,31 @@ def test_a_missing_libxcb_cursor_is_named_with_its_apt_command(monkeypatch, caps
     assert not gui.missing_xcb_cursor()
 
 
+def test_every_missing_xcb_library_is_named_in_one_apt_command(monkeypatch, capsys):
+    """With libxcb-cursor0 installed but libxcb-icccm4 and libxcb-keysyms1 missing (a minimal
+    Debian), Qt still says it needs libxcb-cursor0 and fails; specscope said nothing."""
+    import ctypes
+
+    from specscope.app import gui
+
+    absent = {"libxcb-icccm.so.4", "libxcb-keysyms.so.1"}
+
+    def some_libraries(name, *args, **kwargs):
+        if name in absent:
+            raise OSError(f"{name}: cannot open shared object file")
+        return object()
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(ctypes, "CDLL", some_libraries)
+    assert gui.missing_xcb_packages() == ["libxcb-icccm4", "libxcb-keysyms1"]
+    assert gui.launch() == 1
+    err = capsys.readouterr().err
+    assert "sudo apt-get install libxcb-icccm4 libxcb-keysyms1" in err and err.count("\n") == 1
+
+
 def test_quitting_hides_the_window_before_stopping_the_decoder(qtbot, window, monkeypatch):
     """Quitting took 3-8 s: the worker finishes the model load or round in progress first."""
     seen = []
