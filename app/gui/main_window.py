@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, \
     QWidget
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 ORGANIZATION = "specscope"
 APPLICATION = "specscope"
+DEFAULT_SIZE = QSize(1500, 920)  # a first start; smaller screens get their free area (fit_screen)
 
 
 def default_checker():
@@ -315,7 +316,8 @@ class MainWindow(QMainWindow):
         if isinstance(geo, QByteArray):
             self.restoreGeometry(geo)
         else:
-            self.resize(1500, 920)
+            self.resize(DEFAULT_SIZE)
+        self.fit_screen()
         state = s.value("window/state")
         if isinstance(state, QByteArray):
             self.restoreState(state)
@@ -340,6 +342,19 @@ class MainWindow(QMainWindow):
             k = s.value(f"compare/{side}/k")
             if prop:
                 self.compare.set_side(side, str(prop), str(k or 4))
+
+    def fit_screen(self) -> None:
+        """No larger than the screen's free area: on a 1024x700 screen the default 1500x920 (or
+        a size saved on a larger monitor) put the status bar and the live plots off screen,
+        with no window manager to shrink it."""
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is None:
+            return
+        room = screen.availableGeometry()
+        size = self.size().boundedTo(room.size())
+        if size != self.size():
+            self.resize(size)
+            self.move(room.topLeft())
 
     def save_settings(self) -> None:
         s = self.qsettings
