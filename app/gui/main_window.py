@@ -252,6 +252,7 @@ class MainWindow(QMainWindow):
         self.replay.failed.connect(lambda message: self.show_error(message, title="Open trace"))
         self.replay.playingChanged.connect(self.navigator.set_playing)
         self.compare_session.failed.connect(self._on_failed)
+        self.compare_session.refused.connect(runs.compare_refused)
         self.compare_session.stateChanged.connect(lambda _state: self.update_status())
         self.run_panel.runClicked.connect(runs.run_or_resume)
         self.run_panel.pauseClicked.connect(runs.pause)

@@ -386,6 +386,11 @@ class CompareWidget(QWidget):
         what = "draft model" if kind == "draft" else f"{kind} head"
         return QFileDialog.getExistingDirectory(self, f"Choose a {what} checkpoint folder")
 
+    def show_lane_error(self, side: int, message: str) -> None:
+        """A refusal of lane `side`'s own settings, beside its fields (whole in the tooltip)."""
+        self.errors[side].setText(message)
+        self.errors[side].setToolTip(message)
+
     def side_texts(self, side: int) -> tuple[str, str]:
         return self.proposers[side].currentData(), self.ks[side].text()
 
