@@ -77,3 +77,44 @@ def test_a_lane_refusal_is_shown_beside_that_lane(qtbot, window):
     window.runs.compare_refused({"proposer": "this draft cannot propose for the target"}, 1)
     assert window.compare.errors[1].text() == "this draft cannot propose for the target"
     assert window.compare.errors[0].text() == "" and window.run_panel.errors["proposer"].text() == ""
+
+
+def _ranges(plot):
+    (x0, x1), (y0, y1) = plot.vb.viewRange()
+    return round(x0, 3), round(x1, 3), round(y0, 3), round(y1, 3)
+
+
+def _tick_labels(plot):
+    axis = plot.getAxis("bottom")
+    return [] if axis._tickLevels is None else [label for level in axis._tickLevels for _, label in level]
+
+
+def test_a_new_run_starts_from_empty_views_not_the_last_runs_axes(qtbot, make_window):
+    """Items 5-6: after a finished run, a new (here refused) run cleared the rounds but the p/q,
+    residual and acceptance plots kept the last round's ranges and token ticks, and the live
+    plots their y ranges (latency 50..150 ms, histogram ticks 1..5); before any run the
+    residual's empty axes read -0.4..0.4 and the acceptance test a rejection band at u = 0."""
+    from .helpers import configure, wait_idle
+
+    w = make_window()
+    ins, live = w.inspector, w.plots
+    assert _ranges(ins.res_plot) == (0, 1, 0, 1) and not ins.reject_bar.isVisible() and not ins.u_line.isVisible()
+    assert "appear here" in ins.pq_note.toPlainText() and "appears here" in ins.res_text.toPlainText()
+    live.refresh()
+    empty_live = {name: _ranges(plot) for name, plot in live.plots.items()}
+    configure(w, max_new_tokens="16", temperature="1")
+    w.start_run()
+    wait_idle(qtbot, w)
+    w.model.select(len(w.model.rounds) - 1, 0)
+    qtbot.wait(100)
+    live.refresh()
+    assert not ins.pq_note.isVisible() and ins.reject_bar.isVisible()
+    configure(w, max_new_tokens="100000")
+    w.start_run()
+    qtbot.waitUntil(lambda: w.run_panel.errors["max_new_tokens"].text() != "", timeout=30000)
+    live.refresh()
+    assert len(w.model.rounds) == 0
+    assert _ranges(ins.pq_plot) == (0, 1, 0, 1) and _ranges(ins.res_plot) == (0, 1, 0, 1)
+    assert _tick_labels(ins.pq_plot) == [] and _tick_labels(ins.res_plot) == [] and ins.pq_note.isVisible()
+    assert not ins.reject_bar.isVisible() and not ins.u_line.isVisible()
+    assert {name: _ranges(plot) for name, plot in live.plots.items()} == empty_live

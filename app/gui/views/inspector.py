@@ -79,6 +79,7 @@ class RoundInspectorWidget(QWidget):
         self.shown: tuple[int, int] = (-1, -1)
         self._fit_n = 0  # token bars the p/q plot was last drawn with
         self.values: dict[str, object] = {}  # what is displayed, for tests and export
+        self.clear()
         model.selectionChanged.connect(self.show_position)
         model.reset.connect(self.clear)
 
@@ -115,7 +116,8 @@ class RoundInspectorWidget(QWidget):
         self.marker = pg.ScatterPlotItem(size=12, symbol="t", brush="#333333", pen=None)
         self.emit_marker = pg.ScatterPlotItem(size=13, symbol="star", brush=theme.KIND_EDGE[theme.REPAIRED].name(),
                                               pen=None)
-        for item in (self.p_bars, self.q_bars, self.min_bars, self.marker, self.emit_marker):
+        self.pq_note = pg.TextItem("", color="#777777", anchor=(0.5, 0.5))  # what the empty plot will show
+        for item in (self.p_bars, self.q_bars, self.min_bars, self.marker, self.emit_marker, self.pq_note):
             self.pq_plot.addItem(item)
         self.pq_plot.setMouseEnabled(x=False, y=False)
         self.pq_plot.hideButtons()
@@ -159,6 +161,9 @@ class RoundInspectorWidget(QWidget):
     # ------------------------------------------------------------------ update
 
     def clear(self) -> None:
+        """Nothing selected: fixed 0..1 axes without token ticks, each plot saying what will
+        appear in it (the residual's empty axes read -0.4..0.4, and a new run kept the last
+        round's ranges and ticks; the acceptance test showed a rejection band and u = 0)."""
         self.shown = (-1, -1)
         self.values = {}
         self.header.setText("Select a token in the timeline or a node in the draft tree.")
@@ -167,9 +172,23 @@ class RoundInspectorWidget(QWidget):
         self.marker.setData([], [])
         self.emit_marker.setData([], [])
         self.kv.clear()
-        self.res_text.setText("")
-        self._ratio_title("acceptance test: u vs min(1, p/q)")
+        for plot in (self.pq_plot, self.res_plot):
+            plot.getAxis("bottom").setTicks([[]])
+            plot.setXRange(0, 1, padding=0)
+            plot.setYRange(0, 1, padding=0)
+        self.pq_note.setHtml("<div style='text-align:center'>select a token: p (target) and q (draft)<br>"
+                             "over the likeliest tokens appear here</div>")
+        self.pq_note.setPos(0.5, 0.5)
+        self.pq_note.show()
+        self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+        self._note_width()
+        self.res_text.setHtml("<div style='text-align:center; color:#777777'>a rejected draft's residual "
+                              "(what its repair is drawn from) appears here</div>")
+        self.res_text.setPos(0.5, 0.5)
+        self._ratio_title("acceptance test: u vs min(1, p/q) of the selected draft")
         self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
+        self.reject_bar.hide()
+        self.u_line.hide()
         self._pq_title("p")
 
     def show_position(self, round_index: int, pos: int) -> None:
@@ -195,6 +214,8 @@ class RoundInspectorWidget(QWidget):
                 lines[1] = decision  # the node's line: judged against p', not its parent's first p
             lines.append(updates_html(tree, self.model.token_text))
         self.header.setText("<br>".join(lines))
+        self.pq_note.hide()
+        self.reject_bar.show()
         self._pq_title("p′" if tree is not None and tree.p_prime is not None and tree.rank != 1 else "p")
         must = [t for t in (node.token if node is not None else None, emitted_here) if t is not None]
         ids, pv, qv, mins = self._show_pq(p, q, must, node.token if node is not None else None,
