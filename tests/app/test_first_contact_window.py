@@ -118,3 +118,24 @@ def test_a_new_run_starts_from_empty_views_not_the_last_runs_axes(qtbot, make_wi
     assert _tick_labels(ins.pq_plot) == [] and _tick_labels(ins.res_plot) == [] and ins.pq_note.isVisible()
     assert not ins.reject_bar.isVisible() and not ins.u_line.isVisible()
     assert {name: _ranges(plot) for name, plot in live.plots.items()} == empty_live
+
+
+def test_the_empty_draft_tree_pane_says_what_will_appear(qtbot, window):
+    """Item 6: before a round is selected the draft-tree pane was a blank box."""
+    from PySide6.QtWidgets import QGraphicsTextItem
+
+    from specscope.app.gui.views.tree import EMPTY_NOTE
+
+    def note():
+        texts = [item.toPlainText() for item in window.tree.scene.items() if isinstance(item, QGraphicsTextItem)]
+        return texts == [EMPTY_NOTE]
+
+    assert note()
+    window.runs.step()
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 1, timeout=20000)
+    window.model.select(0, 0)
+    assert not note() and window.tree.nodes
+    window.runs.stop()
+    qtbot.waitUntil(lambda: window.state == "idle", timeout=20000)
+    window.model.clear()
+    assert note()

@@ -185,7 +185,7 @@ class RoundInspectorWidget(QWidget):
         self.res_text.setHtml("<div style='text-align:center; color:#777777'>a rejected draft's residual "
                               "(what its repair is drawn from) appears here</div>")
         self.res_text.setPos(0.5, 0.5)
-        self._ratio_title("acceptance test: u vs min(1, p/q) of the selected draft")
+        self._ratio_title("acceptance test: u vs min(1, p/q)")  # longer, it widened the inspector past 1024 px
         self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
         self.reject_bar.hide()
         self.u_line.hide()

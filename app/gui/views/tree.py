@@ -52,6 +52,9 @@ class TreeNode:
     note: str = ""  # token trees: the tried order and the draw
 
 
+EMPTY_NOTE = "select a round: its draft tree appears here (each drafted token accepted or rejected, the repair or bonus)"
+
+
 def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
     """The nodes to draw for one round, with their parents (pure, testable)."""
     nodes = [TreeNode("root", prompt_tail, theme.PROMPT, None, 0, -1,
@@ -216,14 +219,20 @@ class DraftTreeView(QWidget):
         self.nodes: list[TreeNode] = []
         self.items: dict[str, _NodeItem] = {}
         self.shown: tuple[int, int] = (-1, -1)
+        self.clear()
         model.selectionChanged.connect(self.show_round)
         model.reset.connect(self.clear)
 
     def clear(self) -> None:
+        """No round: the pane says what it will show (it was a blank box)."""
         self.scene.clear()
         self.nodes, self.items = [], {}
         self.shown = (-1, -1)
         self.title.setText("Draft tree")
+        note = self.scene.addText(EMPTY_NOTE)
+        note.setDefaultTextColor(QColor("#777777"))
+        self.scene.setSceneRect(note.boundingRect())
+        self.view.resetTransform()
 
     def show_round(self, round_index: int, pos: int) -> None:
         if not 0 <= round_index < len(self.model.rounds):
