@@ -139,3 +139,31 @@ def test_the_empty_draft_tree_pane_says_what_will_appear(qtbot, window):
     qtbot.waitUntil(lambda: window.state == "idle", timeout=20000)
     window.model.clear()
     assert note()
+
+
+@pytest.mark.parametrize("temperature", ["0", "1"])
+def test_the_inspector_plots_fit_its_width_at_1024x700_for_every_position(qtbot, make_window, temperature):
+    """Item 6: at 1024x700 a greedy round's acceptance title ("greedy: draft tes vs target argmax
+    i → rejected") set the right column's minimum width: the plots grew past the inspector and
+    the residual plot, its title and its note were cut at the window's edge."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    from .helpers import configure, wait_idle
+
+    w = make_window()
+    w.resize(1024, 700)
+    configure(w, max_new_tokens="24", temperature=temperature)
+    w.start_run()
+    wait_idle(qtbot, w)
+    g = w.inspector.graphics
+    checked = 0
+    for rnd in range(len(w.model.rounds)):
+        for pos in range(len(w.model.rounds[rnd].nodes) + 1):
+            w.model.select(rnd, pos)
+            QApplication.processEvents()  # the layouts settle their minimum sizes
+            need = g.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+            assert need <= g.viewport().width(), (rnd, pos, need, g.viewport().width(),
+                                                  w.inspector.ratio_plot.titleLabel.text)
+            checked += 1
+    assert checked > 10

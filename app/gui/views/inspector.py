@@ -34,6 +34,8 @@ SIDE_BY_SIDE_PX = 1000  # from this width the KV caches sit beside p/q
 TICK_PX = 58  # width one bar's token label needs
 MAX_LABEL = 7
 AXIS_PX = 66  # the p/q plot's left axis: its label and ticks such as "0.0005"
+RIGHT_SHARE = 0.4  # of the plots' width: the residual and acceptance-test column beside p/q
+LAYOUT_SLACK_PX = 48  # the outer plot layouts' margins (9 px a side, twice) and the columns' spacing (6 px)
 
 
 def _short(text: str) -> str:
@@ -94,6 +96,8 @@ class RoundInspectorWidget(QWidget):
     def _refit(self) -> None:
         """Redraw the shown position when a new width fits another number of token bars."""
         self._note_width()
+        for plot in (self.res_plot, self.ratio_plot):
+            self._wrap_title(plot)
         if self.shown[0] >= 0 and self._bars_fitting(self.pq_plot) != self._fit_n:
             self.show_position(*self.shown)
 
@@ -103,6 +107,7 @@ class RoundInspectorWidget(QWidget):
         g = self.graphics
         top = g.addLayout(row=0, col=0)
         right = top.addLayout(row=0, col=1)
+        right.layout.setContentsMargins(0, 0, 0, 0)  # nested: the outer layouts' margins suffice
         self.pq_plot = top.addPlot(row=0, col=0)
         self._pq_title("p")
         self.pq_plot.getAxis("left").enableAutoSIPrefix(False)
@@ -125,19 +130,19 @@ class RoundInspectorWidget(QWidget):
         self.res_plot = right.addPlot(row=0, col=0)
         self.res_plot.getAxis("left").enableAutoSIPrefix(False)
         self.res_plot.getAxis("left").setWidth(AXIS_PX - 18)  # ticks, no label
-        self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+        self._right_title(self.res_plot, "residual max(p − q, 0) / r")
         self.res_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=theme.RESIDUAL_COLOR, pen=None)
         self.res_plot.addItem(self.res_bars)
         self.res_text = pg.TextItem("", color="#555555", anchor=(0.5, 0.5))  # wrapped to the plot's width
         self.res_plot.addItem(self.res_text)
         self.res_plot.setMouseEnabled(x=False, y=False)
         self.res_plot.hideButtons()
-        top.layout.setColumnStretchFactor(0, 3)
-        top.layout.setColumnStretchFactor(1, 2)
+        top.layout.setColumnStretchFactor(0, round(10 * (1 - RIGHT_SHARE)))
+        top.layout.setColumnStretchFactor(1, round(10 * RIGHT_SHARE))
 
         self.ratio_plot = right.addPlot(row=1, col=0)
-        self.ratio_plot.setTitle(f"acceptance test: u vs <span style='color:{theme.ACCEPT_RATE}'>min(1, p/q)</span>",
-                                 size="9pt")
+        self._right_title(self.ratio_plot,
+                          f"acceptance test: u vs <span style='color:{theme.ACCEPT_RATE}'>min(1, p/q)</span>")
         self.accept_bar = pg.BarGraphItem(x0=[0], x1=[0], y=[0], height=0.5, brush=theme.ACCEPT_RATE, pen=None)
         self.reject_bar = pg.BarGraphItem(x0=[0], x1=[1], y=[0], height=0.5, brush="#f3d3d3", pen=None)
         self.ratio_plot.addItem(self.reject_bar)
@@ -180,7 +185,7 @@ class RoundInspectorWidget(QWidget):
                              "over the likeliest tokens appear here</div>")
         self.pq_note.setPos(0.5, 0.5)
         self.pq_note.show()
-        self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+        self._right_title(self.res_plot, "residual max(p − q, 0) / r")
         self._note_width()
         self.res_text.setHtml("<div style='text-align:center; color:#777777'>a rejected draft's residual "
                               "(what its repair is drawn from) appears here</div>")
@@ -337,14 +342,14 @@ class RoundInspectorWidget(QWidget):
                        else pg.mkBrush(theme.RESIDUAL_COLOR) for t in rids]
             self.res_bars.setOpts(x=np.arange(len(rids), dtype=float), height=rv, brushes=brushes)
             self.res_plot.getAxis("bottom").setTicks([[(float(i), _short(tt(int(t)))) for i, t in enumerate(rids)]])
-            self.res_plot.setTitle(f"residual max(p−q,0)/r, r = {fmt(mass, 3)}", size="9pt")
+            self._right_title(self.res_plot, f"residual max(p−q,0)/r, r = {fmt(mass, 3)}")
             self.res_plot.setYRange(0, float(max(rv.max(), 1e-6)) * 1.1, padding=0)
             self.res_plot.setXRange(-0.7, max(len(rids) - 0.3, 1), padding=0)
             self.res_text.setText("")
             return
         self.res_bars.setOpts(x=[], height=[], brushes=None)
         self.res_plot.getAxis("bottom").setTicks([[]])
-        self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+        self._right_title(self.res_plot, "residual max(p − q, 0) / r")
         rejected = node is not None and node.status == "rejected"
         reason = ("greedy: the repair is the target argmax" if r.greedy and rejected
                   else "coupled: the repair is the target's pick y_j, no residual" if rejected and is_coupled(self.model.config)
@@ -392,7 +397,26 @@ class RoundInspectorWidget(QWidget):
                               else "never reached: no test")
 
     def _ratio_title(self, text: str) -> None:
-        self.ratio_plot.setTitle(text, size="9pt")
+        self._right_title(self.ratio_plot, text)
+
+    def _right_title(self, plot, text: str) -> None:
+        """A title of the right column's plots, wrapped to the column's share of the width: set
+        whole, a long one ("greedy: draft ... vs target argmax ... → rejected") widened the
+        plots past the inspector, and the residual plot and its note were cut at 1024 px."""
+        plot.setTitle(text, size="9pt")
+        self._wrap_title(plot)
+
+    def _wrap_title(self, plot) -> None:
+        label = plot.titleLabel
+        minimum = Qt.SizeHint.MinimumSize
+        beside = self.pq_plot.effectiveSizeHint(minimum).width() + plot.getAxis("left").effectiveSizeHint(minimum).width()
+        room = max(100, int(min(self.graphics.viewport().width() * RIGHT_SHARE,
+                                self.graphics.viewport().width() - beside - LAYOUT_SLACK_PX)))
+        label.item.setTextWidth(-1)
+        if label.item.boundingRect().width() > room:
+            label.item.setTextWidth(room)
+        label.updateMin()
+        label.resizeEvent(None)
 
 
 def _cap(ids: np.ndarray, limit: int, must: list[int]) -> np.ndarray:
