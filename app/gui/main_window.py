@@ -127,7 +127,7 @@ class MainWindow(QMainWindow):
         self.docks = DockLayout(self)
         self._wire()
         self.qactions = install_actions(self, window_actions(self))
-        self.step_keys = StepKeys(self, (self.run_panel.prompt, self.run_panel.checkpoint), self)
+        self.step_keys = StepKeys(self, self.run_panel.free_text_fields(), self)
         QApplication.instance().installEventFilter(self.step_keys)
         self._restore()
         self._temperature_to_compare()

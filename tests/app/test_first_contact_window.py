@@ -167,3 +167,40 @@ def test_the_inspector_plots_fit_its_width_at_1024x700_for_every_position(qtbot,
                                                   w.inspector.ratio_plot.titleLabel.text)
             checked += 1
     assert checked > 10
+
+
+@pytest.mark.parametrize("key", ["system", "stop_strings", "stop_ids", "prompt"])
+def test_space_types_in_every_free_text_field(qtbot, window, key):
+    """Item 4: Space typed only in the prompt: in the chat's system text ("You are kind") and
+    the stop strings it started a run instead of a space."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QPlainTextEdit
+
+    panel = window.run_panel
+    panel.chat.setChecked(True)
+    field = panel.fields[key]
+    field.clear()
+    window.activateWindow()
+    field.setFocus()
+    qtbot.keyClicks(field, "1")
+    qtbot.keyClick(field, Qt.Key.Key_Space)
+    qtbot.keyClicks(field, "2")
+    qtbot.wait(100)
+    text = field.toPlainText() if isinstance(field, QPlainTextEdit) else field.text()
+    assert text == "1 2"
+    assert window.state == "idle" and not window.model.rounds  # nothing ran
+
+
+def test_space_still_runs_from_a_number_field(qtbot, window):
+    """Space runs wherever a space means nothing (a number field): README's promise."""
+    from PySide6.QtCore import Qt
+
+    from .helpers import configure
+
+    configure(window, max_new_tokens="4")
+    field = window.run_panel.fields["k"]
+    window.activateWindow()
+    field.setFocus()
+    qtbot.keyClick(field, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: len(window.model.rounds) > 0, timeout=20000)
+    assert field.text() == "4"

@@ -349,6 +349,11 @@ class RunPanelWidget(QWidget):
     def set_field(self, key: str, value: str) -> None:
         self.set_texts({key: value})
 
+    def free_text_fields(self) -> tuple[QWidget, ...]:
+        """The fields where a space is text (Space types there; elsewhere it runs): the prompt,
+        the checkpoint folder, the chat's system text, the stop strings and ids ("2, 7")."""
+        return (self.prompt, self.checkpoint, self.system, self.stop_strings, self.stop_ids)
+
     def validate(self) -> Validation:
         result = validate(self.texts(), self.devices, self.vocab_size)
         self.show_errors(result.errors)
