@@ -204,3 +204,22 @@ def test_space_still_runs_from_a_number_field(qtbot, window):
     qtbot.keyClick(field, Qt.Key.Key_Space)
     qtbot.waitUntil(lambda: len(window.model.rounds) > 0, timeout=20000)
     assert field.text() == "4"
+
+
+def test_replaying_a_trace_unticks_a_chat_template_it_did_not_use(qtbot, make_window, tmp_path):
+    """Item 5: the chat box (and its system text) ticked for an earlier run stayed ticked when
+    a plain run was replayed, so Run templated the prompt and did not reproduce the trace."""
+    from .helpers import configure, wait_idle
+
+    store = str(tmp_path / "plain.sqlite")
+    w = make_window(store_path=store)
+    configure(w, max_new_tokens="8")
+    w.start_run()
+    wait_idle(qtbot, w)
+    run_id = w.model.config.run_id
+    w.run_panel.set_texts({"chat": "on", "system": "be brief"})
+    assert w.open_trace(store, run_id=run_id)
+    qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
+    texts = w.run_panel.texts()
+    assert texts["chat"] == "" and texts["system"] == ""
+    assert w.replay_mismatch == []
