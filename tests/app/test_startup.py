@@ -37,10 +37,13 @@ def test_trace_commands_import_no_torch(tmp_path):
     with TraceStore(path) as store, TraceWriter(store, config) as writer:
         for rnd in synthetic_rounds(config, 12):
             writer.write(rnd)
-    for argv in (["check", str(path)], ["runs", str(path)], ["show", str(path), "last"]):
+    jsonl = tmp_path / "run.jsonl"
+    for argv in (["check", str(path)], ["runs", str(path)], ["show", str(path), "last"],
+                 ["export", str(path), "last", "-o", str(jsonl)]):
         torch_imported, out = _imports_torch(argv)
         assert "TORCH" in out and not torch_imported, (argv, out)
     assert config.run_id in _imports_torch(["check", str(path)])[1]  # it did check the run
+    assert jsonl.stat().st_size > 0  # and export did export it
 
 
 def test_run_help_still_lists_the_proposer_kinds(capsys):
