@@ -223,3 +223,36 @@ def test_replaying_a_trace_unticks_a_chat_template_it_did_not_use(qtbot, make_wi
     texts = w.run_panel.texts()
     assert texts["chat"] == "" and texts["system"] == ""
     assert w.replay_mismatch == []
+
+
+def test_a_run_recorded_in_the_window_replays_as_text_on_the_bundled_target(qtbot, bundled_hub, settings_file,
+                                                                            tmp_path):
+    """Item 5: the window recorded no tokenizer and named the bundled target by its folder, so
+    each of its runs replayed as token ids with the target menu on 'local target'."""
+    from specscope.app.gui import create_app
+    from specscope.app.gui.main_window import MainWindow
+    from specscope.storage import TraceStore
+
+    from .helpers import wait_idle
+
+    create_app()
+    store = str(tmp_path / "window.sqlite")
+    w = MainWindow(hub=bundled_hub, settings=settings_file, store_path=store)
+    qtbot.addWidget(w)
+    w.show()
+    w.run_panel.set_texts({"prompt": "def add(a, b):", "max_new_tokens": "8", "eos": "none"})
+    w.start_run()
+    wait_idle(qtbot, w, timeout=60000)
+    run_id, live_text = w.model.config.run_id, w.model.token_text(w.model.output_tokens[0])
+    with TraceStore(store) as s:
+        models = s.get_run(run_id).models
+    assert models.target_name == "specscope/target" and models.tokenizer_hash
+    said = []
+    w.say_long = said.append
+    w.run_panel.set_texts({"target": "", "proposer": "lookup"})
+    assert w.open_trace(store, run_id=run_id)
+    qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
+    assert w.model.token_text(w.model.output_tokens[0]) == live_text
+    assert not any("token ids" in s for s in said), said
+    assert w.run_panel.target.spec() == "" and w.replay_mismatch == []
+    w.close()

@@ -93,13 +93,13 @@ class CompareRecorderFactory(RecorderFactory):
         self.coupling_seed = coupling_seed
         return self.comparison
 
-    def __call__(self, config) -> Recorder:
+    def __call__(self, config, model_info: dict | None = None) -> Recorder:
         lane, self.next_lane = self.next_lane, self.next_lane + 1
         extra = {"comparison": self.comparison, "lane": LANE_NAMES[min(lane, len(LANE_NAMES) - 1)]}
         if getattr(self, "coupling_seed", None) is not None:
             extra["coupled"] = self.coupling_seed  # the comparison was run with coupled lanes
         return Recorder(self.open_store(), config, prompt_text=self.prompt_text, extra=extra,
-                        full_vectors=True if self.full_vectors else None)
+                        full_vectors=True if self.full_vectors else None, model_info=model_info)
 
 
 def comparison_of(info: Any) -> tuple[str, str] | None:

@@ -34,7 +34,7 @@ IDLE, LOADING, PAUSED, RUNNING, STOPPING = "idle", "loading", "paused", "running
 
 NO_RESULT = 0  # sent instead of None through object signals (PySide6 refcounts None badly)
 
-# recorder_factory(config) -> object with write(round) and finish(result_or_None, stop_reason)
+# recorder_factory(config, model_info) -> object with write(round) and finish(result_or_None, stop_reason)
 RecorderFactory = Callable[[Any], Any]
 
 
@@ -160,7 +160,7 @@ class DecodeWorker(QObject):
                 recorder = None
                 if self.recorder_factory is not None:
                     try:
-                        recorder = self.recorder_factory(prep.config)
+                        recorder = self.recorder_factory(prep.config, prep.model_info)
                     except Exception as exc:  # noqa: BLE001 - recording must not stop a run
                         log.exception("cannot record the run")
                         self.failed.emit(f"The run is not being recorded: {_message(exc)}", traceback.format_exc())
