@@ -256,3 +256,29 @@ def test_a_run_recorded_in_the_window_replays_as_text_on_the_bundled_target(qtbo
     assert not any("token ids" in s for s in said), said
     assert w.run_panel.target.spec() == "" and w.replay_mismatch == []
     w.close()
+
+
+def test_tree_notes_and_tags_stay_off_the_node_borders(qtbot, window):
+    """Item 6: a dynamic tree's sibling note ("#2 u=0.74") sat on its node's top border and the
+    'rejected' tag on the bottom one: text and border overlapped in the real window."""
+    from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+    from specscope.app.gui.views.tree import _NodeItem
+
+    from .helpers import configure, wait_idle
+
+    configure(window, proposer="draft:small,tree=dynamic:nodes=16,depth=5,topk=4", temperature="1", seed="3",
+              max_new_tokens="16")
+    assert window.start_run(), window.last_error
+    wait_idle(qtbot, window)
+    checked = 0
+    for r in window.model.rounds:
+        window.jump_to(r.index, -1)
+        for node in (i for i in window.tree.scene.items() if isinstance(i, _NodeItem)):
+            box = node.mapRectToScene(node.path().boundingRect())
+            for t in node.childItems():
+                if isinstance(t, QGraphicsSimpleTextItem) and t.text() and t.text() in ("rejected", "repair", "bonus") \
+                        or isinstance(t, QGraphicsSimpleTextItem) and t.text().startswith("#"):
+                    assert not t.sceneBoundingRect().intersects(box), (r.index, t.text())
+                    checked += 1
+    assert checked > 5
