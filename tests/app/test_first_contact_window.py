@@ -282,3 +282,23 @@ def test_tree_notes_and_tags_stay_off_the_node_borders(qtbot, window):
                     assert not t.sceneBoundingRect().intersects(box), (r.index, t.text())
                     checked += 1
     assert checked > 5
+
+
+def test_an_empty_compare_lane_says_how_lanes_start_and_fits_its_width(qtbot, make_window):
+    """Items 3 and 6: at 1024x700 each empty lane repeated the Inspect tab's "Press Space, or
+    the Run button at the top of the Run panel" (Run does not start lanes), cut at both ends."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QFontMetrics
+
+    w = make_window()
+    w.resize(1024, 700)
+    w.tabs.setCurrentWidget(w.compare)
+    qtbot.wait(200)
+    lanes = w.compare._timelines
+    assert lanes
+    for tl in lanes:
+        assert "Compare button" in tl.empty_text and "Run button" not in tl.empty_text
+        room = tl.viewport().rect().adjusted(6, 4, -6, -4)
+        need = QFontMetrics(tl.font()).boundingRect(room, int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap),
+                                                    tl.empty_text)
+        assert need.width() <= room.width() and need.height() <= room.height(), (need, room)

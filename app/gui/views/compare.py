@@ -74,6 +74,10 @@ NOTE_HTML = ("<p>Prompt, target, sampler, seed and budget come from the run pane
              "<p>Hover a lane cell for its whole token, p, q and the decision.</p>" + COUPLING_HTML)
 
 
+# a lane's empty timeline: the run panel's Run does not start lanes (it said it did)
+LANE_EMPTY_TEXT = ("No rounds yet. The Compare button (or Space on this tab) runs the lanes with the run panel's "
+                   "prompt and sampler; File > Compare two runs shows stored ones.")
+
 class CompareWidget(QWidget):
     """Controls, summary table, divergence line and two synchronised columns."""
 
@@ -271,6 +275,7 @@ class CompareWidget(QWidget):
         head.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         bl.addWidget(head)
         tl = TokenTimelineWidget(self.session.slots[side], aligned=True)
+        tl.empty_text = LANE_EMPTY_TEXT
         tl.setMinimumHeight(LANE_MIN_PX)
         bl.addWidget(tl, 1)
         col.addWidget(box)
