@@ -27,7 +27,7 @@ from .actions import install_actions
 from .controllers.checks import CheckActions
 from .controllers.docks import RUN_DOCK_PX, DockLayout
 from .controllers.exports import Exports
-from .controllers.keys import StepKeys
+from .controllers.keys import StepKeys, WheelGuard
 from .controllers.model_fetch import ModelFetchController
 from .controllers.replay_panel import ReplayPanel
 from .controllers.run_actions import RunActions
@@ -129,6 +129,8 @@ class MainWindow(QMainWindow):
         self.qactions = install_actions(self, window_actions(self))
         self.step_keys = StepKeys(self, self.run_panel.free_text_fields(), self)
         QApplication.instance().installEventFilter(self.step_keys)
+        self.wheel_guard = WheelGuard(self, self)
+        QApplication.instance().installEventFilter(self.wheel_guard)
         self._restore()
         self._temperature_to_compare()
         self.runs.on_state(IDLE)
@@ -385,6 +387,7 @@ class MainWindow(QMainWindow):
         self.hide()
         QApplication.processEvents()
         QApplication.instance().removeEventFilter(self.step_keys)
+        QApplication.instance().removeEventFilter(self.wheel_guard)
         self.replay.close()
         self.live.close()
         self.compare_controller.close()

@@ -302,3 +302,41 @@ def test_an_empty_compare_lane_says_how_lanes_start_and_fits_its_width(qtbot, ma
         need = QFontMetrics(tl.font()).boundingRect(room, int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap),
                                                     tl.empty_text)
         assert need.width() <= room.width() and need.height() <= room.height(), (need, room)
+
+
+def _wheel(widget, steps=-1):
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    centre = QPointF(widget.rect().center())
+    event = QWheelEvent(centre, QPointF(widget.mapToGlobal(centre.toPoint())), QPoint(0, 0), QPoint(0, 120 * steps),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, event)
+
+
+def test_the_wheel_scrolls_the_run_panel_not_the_menu_under_the_pointer(qtbot, make_window):
+    """Item 4: in the real window at 1024x700, scrolling the run panel with the pointer over the
+    Proposer menu switched it to 'eagle3: head checkpoint'; every menu of the panel and of the
+    compare lanes turned the same way."""
+    from PySide6.QtWidgets import QComboBox, QScrollArea
+
+    w = make_window()
+    w.resize(1024, 700)
+    qtbot.wait(200)
+    area = next(a for a in w.findChildren(QScrollArea) if a.widget() is w.run_panel)
+    boxes = [b for b in w.run_panel.findChildren(QComboBox) if b.isEnabled()] + \
+        [b for b in w.compare.findChildren(QComboBox)]
+    assert len(boxes) >= 6
+    for box in boxes:
+        before = box.currentIndex()
+        _wheel(box, -1)
+        _wheel(box, -1)
+        assert box.currentIndex() == before, box.currentText()
+    area.verticalScrollBar().setValue(0)
+    _wheel(w.run_panel.proposer, -2)
+    assert area.verticalScrollBar().value() > 0  # the panel scrolled instead
+    w.run_panel.proposer.setFocus()  # a menu clicked or tabbed into still takes the wheel
+    before = w.run_panel.proposer.currentIndex()
+    _wheel(w.run_panel.proposer, -1)
+    assert w.run_panel.proposer.currentIndex() != before
