@@ -53,6 +53,9 @@ FIELD_HELP = {
 }
 
 
+BRING_INTO_VIEW_MS = 60  # a refused field scrolls into view after its message has wrapped
+
+
 class RunPanelWidget(QWidget):
     runClicked = Signal()
     pauseClicked = Signal()
@@ -372,8 +375,8 @@ class RunPanelWidget(QWidget):
             if w is not None:
                 w.setStyleSheet("border: 1px solid #b00020;" if msg else "")
         first = next((key for key in self.errors if errors.get(key)), None)
-        if first is not None:  # once the label has its wrapped height
-            QTimer.singleShot(0, self, lambda: self.bring_into_view(first))
+        if first is not None:  # once the label has its wrapped height (two layout passes: width, then height)
+            QTimer.singleShot(BRING_INTO_VIEW_MS, self, lambda: self.bring_into_view(first))
 
     def bring_into_view(self, key: str) -> None:
         """Scroll the panel so that field `key` and the message under it show: a refusal of max
