@@ -18,9 +18,33 @@ from typing import Any, NoReturn, Sequence
 from ._compat import guard_none_refcount
 from .startup import mark
 
-__all__ = ["launch", "create_app", "missing_xcb_cursor"]
+__all__ = ["launch", "create_app", "missing_xcb_packages", "missing_xcb_cursor"]
 
-XCB_FIX = "sudo apt-get install libxcb-cursor0"
+# The system libraries Qt's xcb platform plugin (libqxcb.so and libQt6XcbQpa) links against, by
+# soname, with the Debian/Ubuntu package that ships each. Any one missing and Qt says only that it
+# "could not load the Qt platform plugin xcb" (naming libxcb-cursor0 however the plugin failed).
+XCB_PLUGIN_LIBRARIES = (
+    ("libxcb-cursor.so.0", "libxcb-cursor0"),
+    ("libxcb-icccm.so.4", "libxcb-icccm4"),
+    ("libxcb-keysyms.so.1", "libxcb-keysyms1"),
+    ("libxcb-image.so.0", "libxcb-image0"),
+    ("libxcb-render-util.so.0", "libxcb-render-util0"),
+    ("libxcb-util.so.1", "libxcb-util1"),
+    ("libxcb-randr.so.0", "libxcb-randr0"),
+    ("libxcb-shape.so.0", "libxcb-shape0"),
+    ("libxcb-shm.so.0", "libxcb-shm0"),
+    ("libxcb-sync.so.1", "libxcb-sync1"),
+    ("libxcb-xfixes.so.0", "libxcb-xfixes0"),
+    ("libxcb-render.so.0", "libxcb-render0"),
+    ("libxcb-xkb.so.1", "libxcb-xkb1"),
+    ("libxcb.so.1", "libxcb1"),
+    ("libX11-xcb.so.1", "libx11-xcb1"),
+    ("libX11.so.6", "libx11-6"),
+    ("libxkbcommon.so.0", "libxkbcommon0"),
+    ("libxkbcommon-x11.so.0", "libxkbcommon-x11-0"),
+    ("libGL.so.1", "libgl1"),
+    ("libglib-2.0.so.0", "libglib2.0-0"),
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,22 +52,35 @@ log = logging.getLogger(__name__)
 guard_none_refcount()
 
 
-def missing_xcb_cursor() -> bool:
-    """Whether Qt's xcb platform plugin will fail for want of libxcb-cursor (Qt 6.5 and later
-    need it; a fresh Debian lacks it, and Qt then only says it "could not load the Qt platform
-    plugin xcb")."""
+def missing_xcb_packages() -> list[str]:
+    """The Debian/Ubuntu packages Qt's xcb platform plugin needs that this machine lacks, in
+    XCB_PLUGIN_LIBRARIES' order; empty off Linux, on Wayland, offscreen or without a display
+    (xcb is not what Qt tries there). A fresh Debian lacks libxcb-cursor0; a minimal one lacks
+    libxcb-icccm4 and libxcb-keysyms1 too, and Qt then names libxcb-cursor0 all the same."""
     platform = os.environ.get("QT_QPA_PLATFORM", "")
     if not sys.platform.startswith("linux") or (platform and not platform.startswith("xcb")):
-        return False
+        return []
     if not platform and (os.environ.get("WAYLAND_DISPLAY") or not os.environ.get("DISPLAY")):
-        return False  # Wayland, or no display at all: xcb is not what Qt tries
+        return []
     import ctypes
 
-    try:
-        ctypes.CDLL("libxcb-cursor.so.0")
-    except OSError:
-        return True
-    return False
+    missing = []
+    for soname, package in XCB_PLUGIN_LIBRARIES:
+        try:
+            ctypes.CDLL(soname)
+        except OSError:
+            missing.append(package)
+    return missing
+
+
+def missing_xcb_cursor() -> bool:
+    """Whether Qt's xcb platform plugin will fail for want of libxcb-cursor0 (Qt 6.5 and later)."""
+    return "libxcb-cursor0" in missing_xcb_packages()
+
+
+def xcb_fix(packages: Sequence[str]) -> str:
+    """The one command that installs `packages`."""
+    return "sudo apt-get install " + " ".join(packages)
 
 
 def create_app(argv: Sequence[str] | None = None, plots: bool = True):
@@ -140,9 +177,11 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run
     which run); `threads` sets the run panel's torch threads. Once the window has closed
     (its recordings finished), the process ends with the exit code (end_process); only a
     refusal to start returns one."""
-    if missing_xcb_cursor():
-        print("specscope: Qt's xcb platform plugin needs libxcb-cursor0, which is not installed; install it "
-              f"with: {XCB_FIX}", file=sys.stderr)
+    missing = missing_xcb_packages()
+    if missing:
+        print(f"specscope: Qt's xcb platform plugin needs {', '.join(missing)}, which "
+              f"{'is' if len(missing) == 1 else 'are'} not installed; install "
+              f"{'it' if len(missing) == 1 else 'them'} with: {xcb_fix(missing)}", file=sys.stderr)
         return 1
     mark("launch-called")
     app = create_app(argv, plots=False)

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, \
     QWidget
@@ -27,7 +27,7 @@ from .actions import install_actions
 from .controllers.checks import CheckActions
 from .controllers.docks import RUN_DOCK_PX, DockLayout
 from .controllers.exports import Exports
-from .controllers.keys import StepKeys
+from .controllers.keys import StepKeys, WheelGuard
 from .controllers.model_fetch import ModelFetchController
 from .controllers.replay_panel import ReplayPanel
 from .controllers.run_actions import RunActions
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 ORGANIZATION = "specscope"
 APPLICATION = "specscope"
+DEFAULT_SIZE = QSize(1500, 920)  # a first start; smaller screens get their free area (fit_screen)
 
 
 def default_checker():
@@ -126,8 +127,10 @@ class MainWindow(QMainWindow):
         self.docks = DockLayout(self)
         self._wire()
         self.qactions = install_actions(self, window_actions(self))
-        self.step_keys = StepKeys(self, (self.run_panel.prompt, self.run_panel.checkpoint), self)
+        self.step_keys = StepKeys(self, self.run_panel.free_text_fields(), self)
         QApplication.instance().installEventFilter(self.step_keys)
+        self.wheel_guard = WheelGuard(self, self)
+        QApplication.instance().installEventFilter(self.wheel_guard)
         self._restore()
         self._temperature_to_compare()
         self.runs.on_state(IDLE)
@@ -251,6 +254,7 @@ class MainWindow(QMainWindow):
         self.replay.failed.connect(lambda message: self.show_error(message, title="Open trace"))
         self.replay.playingChanged.connect(self.navigator.set_playing)
         self.compare_session.failed.connect(self._on_failed)
+        self.compare_session.refused.connect(runs.compare_refused)
         self.compare_session.stateChanged.connect(lambda _state: self.update_status())
         self.run_panel.runClicked.connect(runs.run_or_resume)
         self.run_panel.pauseClicked.connect(runs.pause)
@@ -315,7 +319,8 @@ class MainWindow(QMainWindow):
         if isinstance(geo, QByteArray):
             self.restoreGeometry(geo)
         else:
-            self.resize(1500, 920)
+            self.resize(DEFAULT_SIZE)
+        self.fit_screen()
         state = s.value("window/state")
         if isinstance(state, QByteArray):
             self.restoreState(state)
@@ -340,6 +345,19 @@ class MainWindow(QMainWindow):
             k = s.value(f"compare/{side}/k")
             if prop:
                 self.compare.set_side(side, str(prop), str(k or 4))
+
+    def fit_screen(self) -> None:
+        """No larger than the screen's free area: on a 1024x700 screen the default 1500x920 (or
+        a size saved on a larger monitor) put the status bar and the live plots off screen,
+        with no window manager to shrink it."""
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is None:
+            return
+        room = screen.availableGeometry()
+        size = self.size().boundedTo(room.size())
+        if size != self.size():
+            self.resize(size)
+            self.move(room.topLeft())
 
     def save_settings(self) -> None:
         s = self.qsettings
@@ -369,6 +387,7 @@ class MainWindow(QMainWindow):
         self.hide()
         QApplication.processEvents()
         QApplication.instance().removeEventFilter(self.step_keys)
+        QApplication.instance().removeEventFilter(self.wheel_guard)
         self.replay.close()
         self.live.close()
         self.compare_controller.close()

@@ -37,10 +37,13 @@ def test_trace_commands_import_no_torch(tmp_path):
     with TraceStore(path) as store, TraceWriter(store, config) as writer:
         for rnd in synthetic_rounds(config, 12):
             writer.write(rnd)
-    for argv in (["check", str(path)], ["runs", str(path)], ["show", str(path), "last"]):
+    jsonl = tmp_path / "run.jsonl"
+    for argv in (["check", str(path)], ["runs", str(path)], ["show", str(path), "last"],
+                 ["export", str(path), "last", "-o", str(jsonl)]):
         torch_imported, out = _imports_torch(argv)
         assert "TORCH" in out and not torch_imported, (argv, out)
     assert config.run_id in _imports_torch(["check", str(path)])[1]  # it did check the run
+    assert jsonl.stat().st_size > 0  # and export did export it
 
 
 def test_run_help_still_lists_the_proposer_kinds(capsys):
@@ -70,6 +73,31 @@ def test_a_missing_libxcb_cursor_is_named_with_its_apt_command(monkeypatch, caps
     assert "sudo apt-get install libxcb-cursor0" in capsys.readouterr().err
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
     assert not gui.missing_xcb_cursor()
+
+
+def test_every_missing_xcb_library_is_named_in_one_apt_command(monkeypatch, capsys):
+    """With libxcb-cursor0 installed but libxcb-icccm4 and libxcb-keysyms1 missing (a minimal
+    Debian), Qt still says it needs libxcb-cursor0 and fails; specscope said nothing."""
+    import ctypes
+
+    from specscope.app import gui
+
+    absent = {"libxcb-icccm.so.4", "libxcb-keysyms.so.1"}
+
+    def some_libraries(name, *args, **kwargs):
+        if name in absent:
+            raise OSError(f"{name}: cannot open shared object file")
+        return object()
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(ctypes, "CDLL", some_libraries)
+    assert gui.missing_xcb_packages() == ["libxcb-icccm4", "libxcb-keysyms1"]
+    assert gui.launch() == 1
+    err = capsys.readouterr().err
+    assert "sudo apt-get install libxcb-icccm4 libxcb-keysyms1" in err and err.count("\n") == 1
 
 
 def test_quitting_hides_the_window_before_stopping_the_decoder(qtbot, window, monkeypatch):

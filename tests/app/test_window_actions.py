@@ -41,11 +41,43 @@ def dialogs(monkeypatch):
     return seen
 
 
+TESTED = set(ASKS_FOR_A_FILE) | set(SAYS_WHY_NOT) | set(HELP_TITLES) | set(DOCKS) | set(RUN_ACTIONS) \
+    | {"file.full_vectors", "file.quit"}
+
+
+def menu_entries(window) -> list[tuple[str, str]]:
+    """(object name, menu path) of every entry of every menu of the menu bar, submenus too:
+    what a person can click, whoever made the QAction."""
+    found = []
+
+    def walk(menu, where):
+        for action in menu.actions():
+            if action.isSeparator():
+                continue
+            label = f"{where} > {action.text()}"
+            if action.menu() is not None:
+                walk(action.menu(), label)
+            else:
+                found.append((action.objectName(), label))
+
+    for top in window.menuBar().actions():
+        walk(top.menu(), top.text())
+    return found
+
+
+def test_every_menu_entry_is_tested_here(make_window):
+    """Enumerated from the menu bar, not the table: an entry added any other way is caught too."""
+    w = make_window()
+    entries = menu_entries(w)
+    assert len(entries) >= len(TESTED)
+    untested = [label for name, label in entries if name not in TESTED]
+    assert not untested, f"menu entries without a test in test_every_action_has_a_visible_effect: {untested}"
+    assert TESTED <= {name for name, _ in entries}, "a tested action is in no menu"
+
+
 def test_every_action_has_a_visible_effect(qtbot, make_window, tmp_path, dialogs):
     w = make_window(store_path=str(tmp_path / "none-yet.sqlite"))
-    tested = set(ASKS_FOR_A_FILE) | set(SAYS_WHY_NOT) | set(HELP_TITLES) | set(DOCKS) | set(RUN_ACTIONS)
-    tested |= {"file.full_vectors", "file.quit"}
-    assert tested == set(w.qactions), "an action of the table has no test here"
+    assert TESTED == set(w.qactions), "an action of the table has no test here"
 
     for action_id, title in {**ASKS_FOR_A_FILE, **HELP_TITLES}.items():
         dialogs.clear()
@@ -120,3 +152,78 @@ def test_a_callback_never_gets_qts_checked_argument(qtbot, make_window):
     assert calls == [("plain", None), ("check", True), ("check", False)]
     with pytest.raises(ValueError, match="two actions"):
         install_actions(w, (Action("a", "A", print, "&Test"), Action("a", "A", print, "&Test")))
+
+
+def test_compare_and_diff_two_runs_from_the_menu_show_the_runs(qtbot, make_window, tmp_path, monkeypatch):
+    """File > Compare two runs and File > Diff two runs, from the menu (Qt's checked=False sent)
+    through the file dialog and the run pickers to what they show: the two runs on the Compare
+    tab, their diff in a message. The file dialog starts at the recording store (in a hidden
+    folder a new user could not find), not the working directory."""
+    from PySide6.QtWidgets import QInputDialog
+
+    from specscope.app.gui.controllers import trace_dialogs
+
+    store = str(tmp_path / "recorded.sqlite")
+    w = make_window(store_path=store)
+    ids = []
+    for seed in ("0", "1"):
+        configure(w, max_new_tokens="12", temperature="1", seed=seed)
+        w.start_run()
+        wait_idle(qtbot, w)
+        ids.append(w.model.config.run_id)
+    started_at, shown = [], []
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        staticmethod(lambda parent, title, start, *a, **k: (started_at.append(start), (store, ""))[1]))
+    picks = iter(ids)
+    monkeypatch.setattr(trace_dialogs, "pick_run", lambda *a, **k: next(picks))
+    w.action("file.compare_runs").trigger()
+    assert started_at == [store]
+    assert w.tabs.currentWidget() is w.compare and w.compare_session.count == 2
+    assert [m.config.run_id for m in w.compare_session.models] == ids and all(m.rounds for m in w.compare_session.models)
+
+    labels = iter(range(2))
+    monkeypatch.setattr(QInputDialog, "getItem",
+                        staticmethod(lambda parent, title, label, items, *a, **k: (items[next(labels)], True)))
+    monkeypatch.setattr(QMessageBox, "information", staticmethod(lambda parent, title, text: shown.append((title, text))))
+    w.action("file.diff_runs").trigger()
+    assert len(shown) == 1 and shown[0][0] == "Diff runs" and ids[0][:8] in shown[0][1]
+
+
+# the signals a button or menu entry sends with Qt's `checked` argument
+CHECKED_SIGNALS = ("clicked", "triggered", "toggled")
+
+
+def test_no_button_or_action_slot_takes_qts_checked_for_an_optional_parameter():
+    """Every `X.clicked/triggered/toggled.connect(self.method)` in the GUI: the method takes no
+    optional first parameter that Qt's `checked` would fill (File > Compare two runs once got
+    checked=False for its path). Read from the source, so a new connection is checked too."""
+    import ast
+    import pathlib
+
+    import specscope.app.gui as gui
+
+    root = pathlib.Path(gui.__file__).parent
+    offenders, connections = [], 0
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        methods = {node.name: node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "connect"
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in CHECKED_SIGNALS
+                    and node.args):
+                continue
+            connections += 1
+            slot = node.args[0]
+            if isinstance(slot, ast.Lambda):
+                args = slot.args
+            elif isinstance(slot, ast.Attribute) and slot.attr in methods:
+                args = methods[slot.attr].args
+            else:
+                continue  # a signal's emit, a local function checked by its own tests
+            positional = [a.arg for a in args.posonlyargs + args.args if a.arg != "self"]
+            n_defaults = len(args.defaults)
+            first_optional = positional and len(positional) <= n_defaults
+            if first_optional and positional[0] not in ("checked", "_checked", "on", "_"):
+                offenders.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(slot)[:60]}")
+    assert connections >= 8
+    assert not offenders, offenders

@@ -1,14 +1,15 @@
 """The stepping keys. Space runs or pauses wherever the focus is in the window: a field would
 otherwise take it (it claims keys through a ShortcutOverride event), so an application event
-filter withholds Space from every field but the prompt (and the checkpoint path), where it
-still types. Right, Left, Home and End step only where they edit nothing: in a text field they
+filter withholds Space from every field but the free-text ones (the prompt, the checkpoint
+path, the chat's system text, the stop strings and ids), where it still types. Right, Left, Home and End step only where they edit nothing: in a text field they
 move its cursor (a number field once lost End and Left to the rounds, and the next digit
 landed somewhere else)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QAbstractSpinBox, QLineEdit, QPlainTextEdit, QTextEdit, QWidget
+from PySide6.QtWidgets import QAbstractScrollArea, QAbstractSpinBox, QApplication, QComboBox, QLineEdit, QPlainTextEdit, \
+    QTextEdit, QWidget
 
 STEP_KEYS = (Qt.Key.Key_Space, Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
 CURSOR_KEYS = (Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
@@ -34,4 +35,40 @@ class StepKeys(QObject):
         if event.key() in CURSOR_KEYS and isinstance(obj, TEXT_FIELDS):
             return False  # they move the field's cursor
         event.ignore()  # not overridden: the shortcut fires
+        return True
+
+
+class WheelGuard(QObject):
+    """The mouse wheel scrolls the panel under it, never the value of a menu or number box it
+    passes over: scrolling the run panel at 1024x700 switched the Proposer menu to the next
+    entry (a new user's settings changed without a click). A box with the focus (clicked or
+    tabbed into) still takes the wheel."""
+
+    def __init__(self, window, parent=None):
+        super().__init__(parent)
+        self.window = window
+        for box in window.findChildren(QComboBox) + window.findChildren(QAbstractSpinBox):
+            self._no_wheel_focus(box)
+
+    @staticmethod
+    def _no_wheel_focus(box) -> None:
+        if box.focusPolicy() == Qt.FocusPolicy.WheelFocus:  # the wheel would focus it, then turn it
+            box.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt API)
+        kind = event.type()
+        if kind not in (QEvent.Type.Wheel, QEvent.Type.Polish) or not isinstance(obj, (QComboBox, QAbstractSpinBox)):
+            return False
+        if obj.window() is not self.window:
+            return False
+        if kind == QEvent.Type.Polish:
+            self._no_wheel_focus(obj)
+            return False
+        if obj.hasFocus() or (isinstance(obj, QComboBox) and obj.view().isVisible()):
+            return False
+        area = obj.parentWidget()
+        while area is not None and not isinstance(area, QAbstractScrollArea):
+            area = area.parentWidget()
+        if area is not None:
+            QApplication.sendEvent(area.verticalScrollBar(), event)
         return True

@@ -72,6 +72,9 @@ class ReplayPanel:
         prompt = self.decode_prompt(info)
         if prompt is not None:
             texts["prompt"] = prompt
+        # a chat template ticked for an earlier run made Run template this run's prompt
+        texts["chat"] = "on" if self.was_chat(info, prompt) else ""
+        texts["system"] = ""  # a trace keeps no system text: a chat run with one re-encodes otherwise (said)
         self.trace_texts = None  # set_texts below must not compare against another trace
         panel.set_texts(texts)
         self.trace_texts = {k: v for k, v in panel.texts().items() if k in texts}
@@ -79,6 +82,21 @@ class ReplayPanel:
         note = f" Not reproducible from the panel: {'; '.join(self.mismatch)}." if self.mismatch else ""
         self.trace_label = f"Replaying run {info.run_id[:8]} ({info.status}); Run starts these settings live.{note}"
         panel.set_state(IDLE, self.trace_label)
+
+    def was_chat(self, info: Any, prompt: str | None) -> bool:
+        """Whether the run's prompt ids are `prompt` through the tokenizer's chat template (with
+        no system turn): traces do not record the chat box."""
+        if prompt is None:
+            return False
+        try:
+            tok = self.w.hub.tokenizer()
+            if tok is None or not getattr(tok, "chat_template", None):
+                return False
+            from specscope.core.loading.chat import chat_prompt_ids
+
+            return tuple(chat_prompt_ids(tok, prompt)) == tuple(info.config.prompt_ids)
+        except Exception:  # noqa: BLE001 - only a convenience
+            return False
 
     def panel_edited(self) -> None:
         """While replaying: say when the run panel no longer holds the trace's settings."""
@@ -105,7 +123,7 @@ class ReplayPanel:
             try:
                 hub = self.w.hub
                 ids = hub.encode(prompt, hub.tokenizer(), cfg.vocab_size or 1)
-                if tuple(ids) != tuple(cfg.prompt_ids):
+                if tuple(ids) != tuple(cfg.prompt_ids) and not self.was_chat(info, prompt):
                     out.append("the prompt (its text re-encodes to other token ids)")
             except Exception:  # noqa: BLE001
                 out.append("the prompt (it could not be re-encoded)")

@@ -10,6 +10,7 @@ from specscope.app.gui.model.settings import RunSettings
 from specscope.app.gui.sessions.worker import LOADING, RUNNING
 
 FULL_VECTORS_KEY = "recording/full_vectors"
+LANE_FIELDS = ("proposer", "k", "engine", "checkpoint", "draw", "tree", "children")  # a compare lane's own
 
 
 class RunActions:
@@ -42,10 +43,22 @@ class RunActions:
         self.w.run_panel.show_errors(errors)
         self._cannot_run(errors)
 
-    def _cannot_run(self, errors: dict[str, str]) -> None:
+    def _cannot_run(self, errors: dict[str, str], verb: str = "run") -> None:
         first = next(iter(errors.values()), "")
-        self.w.statusBar().showMessage(f"Cannot run: {first}", 10000)
+        self.w.statusBar().showMessage(f"Cannot {verb}: {first}", 10000)
         self.w.last_error = first
+
+    def compare_refused(self, errors: dict[str, str], lane: int) -> None:
+        """The compare worker refused lane `lane`'s settings with the models loaded (the prompt
+        plus max new tokens past the position limit, a draft that cannot propose for the
+        target): a lane's own field's message beside that lane, the run panel's fields' under
+        them, as a refused Run shows them (it was a dialog, and nothing under the field)."""
+        w = self.w
+        own = {key: msg for key, msg in errors.items() if key in LANE_FIELDS}
+        if own:
+            w.compare.show_lane_error(lane, "; ".join(own.values()))
+        w.run_panel.show_errors({key: msg for key, msg in errors.items() if key not in LANE_FIELDS})
+        self._cannot_run(errors, "compare")
 
     def start_run(self, run: bool = True) -> bool:
         """Start the run panel's settings live (leaving a replay); False when they do not validate.

@@ -48,9 +48,24 @@ class TraceDialogs:
         return answer == QMessageBox.StandardButton.Yes
 
     def choose_file(self, title: str) -> str:
-        """A trace store picked in a file dialog ("" when cancelled)."""
-        path, _ = QFileDialog.getOpenFileName(self.w, title, str(self.last_trace or ""), TRACE_FILTER)
+        """A trace store picked in a file dialog ("" when cancelled), starting at the last trace
+        opened, else at the recording store (the runs just made: it lies in a hidden folder,
+        ~/.local/share/specscope, that a new user could not find from the working directory)."""
+        path, _ = QFileDialog.getOpenFileName(self.w, title, str(self.last_trace or self.recording_store() or ""),
+                                              TRACE_FILTER)
         return path
+
+    def recording_store(self) -> str | None:
+        """The store live runs are recorded to, when it is a file that exists."""
+        from specscope.app.gui.model.traces import default_trace_path
+
+        from specscope.storage import TraceStoreError
+
+        try:
+            path = self.w.store_path or default_trace_path()
+        except TraceStoreError:
+            return None
+        return path if os.path.isfile(path) else None
 
     # ------------------------------------------------------------------ opening a run
 

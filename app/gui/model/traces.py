@@ -67,13 +67,14 @@ class Recorder:
     """Adapts a storage TraceWriter to the worker's write(round) / finish(result, reason)."""
 
     def __init__(self, store: Any, config: RunConfig, prompt_text: str | None = None, extra: dict | None = None,
-                 full_vectors: bool | None = None):
+                 full_vectors: bool | None = None, model_info: dict | None = None):
         from specscope.storage import TraceWriter
 
         self.store = store
         self.path = store.path or store.location
         self.run_id = config.run_id
-        self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra, full_vectors=full_vectors)
+        self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra, full_vectors=full_vectors,
+                                  model_info=model_info)
         self.full_vectors = self.writer.policy.full  # the run's records must then carry them
 
     def write(self, r: Round) -> None:
@@ -113,9 +114,9 @@ class RecorderFactory:
                 self.store = TraceStore(self.store_path or default_trace_path())
             return self.store
 
-    def __call__(self, config: RunConfig) -> Recorder:
+    def __call__(self, config: RunConfig, model_info: dict | None = None) -> Recorder:
         return Recorder(self.open_store(), config, prompt_text=self.prompt_text,
-                        full_vectors=True if self.full_vectors else None)
+                        full_vectors=True if self.full_vectors else None, model_info=model_info)
 
     def close(self) -> None:
         with self._lock:

@@ -93,13 +93,13 @@ class CompareRecorderFactory(RecorderFactory):
         self.coupling_seed = coupling_seed
         return self.comparison
 
-    def __call__(self, config) -> Recorder:
+    def __call__(self, config, model_info: dict | None = None) -> Recorder:
         lane, self.next_lane = self.next_lane, self.next_lane + 1
         extra = {"comparison": self.comparison, "lane": LANE_NAMES[min(lane, len(LANE_NAMES) - 1)]}
         if getattr(self, "coupling_seed", None) is not None:
             extra["coupled"] = self.coupling_seed  # the comparison was run with coupled lanes
         return Recorder(self.open_store(), config, prompt_text=self.prompt_text, extra=extra,
-                        full_vectors=True if self.full_vectors else None)
+                        full_vectors=True if self.full_vectors else None, model_info=model_info)
 
 
 def comparison_of(info: Any) -> tuple[str, str] | None:
@@ -124,6 +124,7 @@ class CompareSession(QObject):
     changed = Signal()
     divergence = Signal(object)  # output position or None
     failed = Signal(str, str)
+    refused = Signal(object, int)  # {field: message}, lane: a lane's settings cannot run; nothing started
     stateChanged = Signal(str)
 
     def __init__(self, controller: RunController, parent=None, recording: CompareRecorderFactory | None = None):
@@ -148,9 +149,10 @@ class CompareSession(QObject):
         w.refused.connect(self._on_refused)
         w.stateChanged.connect(self.stateChanged)
 
-    def _on_refused(self, errors: dict) -> None:
-        """A lane's settings cannot run with its models (core.decode.factory: the position limit)."""
-        self.failed.emit("Cannot compare: " + "; ".join(errors.values()), "")
+    def _on_refused(self, errors: dict, lane: int) -> None:
+        """A lane's settings cannot run with its models (core.decode.factory: the position limit):
+        the window shows each message under its field, as a refused Run does."""
+        self.refused.emit(errors, lane)
 
     @property
     def models(self) -> tuple[RunModel, ...]:

@@ -45,6 +45,7 @@ class Prepared:
     config: RunConfig
     token_text: TokenText
     label: str
+    model_info: dict[str, str | None] | None = None  # what the recording names (storage ModelInfo keys)
 
 
 @dataclass(frozen=True)
@@ -361,8 +362,27 @@ class ModelHub:
             self.check_draft_tokenizer(ref, tokenizer, name)
         draft, draft_name = self.draft_loader(settings.device)(ref) if ref is not None else (None, None)
         folder = self._cached(("folder", name), lambda: _target_folder(name)) if name else None
-        target_name = _target_label(name, folder) if folder else ("tiny-target" if self.fallback else "")
+        # the bundled target is recorded as the CLI records it (it was its folder's path, which
+        # replay took for a local checkpoint)
+        target_name = _target_label(name, folder) if folder else \
+            ("tiny-target" if self.fallback else loading.BUNDLED_PREFIX + "target")
         return Models(target, tokenizer, target_name, draft, draft_name)
+
+    def model_info(self, settings: RunSettings, models: Models) -> dict[str, str | None]:
+        """What a recording names of its models, as the CLI's does: the target and draft, and
+        the tokenizer with its sha256, so that a replay decodes the tokens with it (the window
+        recorded no tokenizer, and its runs replayed as token ids)."""
+        name = getattr(settings, "target", "")
+        if name:
+            folder = self._cached(("folder", name), lambda: _target_folder(name))
+        else:
+            folder = None if self.fallback else loading.bundled_path("target")
+        digest = None
+        if folder is not None and models.tokenizer is not None:
+            digest = self._cached(("tokenizer_sha256", str(folder)), lambda: loading.tokenizer_sha256(folder))
+        return {"target_name": models.target_name, "draft_name": models.draft_name,
+                "tokenizer_name": (str(folder) if name else models.target_name) if digest else None,
+                "tokenizer_hash": digest}
 
     def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
         """The decoder of `settings` (core.decode.factory: the CLI's checks, EOS default and
@@ -375,7 +395,8 @@ class ModelHub:
         else:
             ids = self.encode(settings.prompt, models.tokenizer, decoder.vocab_size)
         config = run_config(decoder, settings, models, ids, run_id)
-        return Prepared(decoder, ids, config, self.token_text(models.tokenizer), settings.describe())
+        return Prepared(decoder, ids, config, self.token_text(models.tokenizer), settings.describe(),
+                        self.model_info(settings, models))
 
     def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
         """What plain cached decoding of the target costs on this prompt with the run's sampler

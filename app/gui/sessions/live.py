@@ -60,7 +60,7 @@ class LiveSession(QObject):
         w.roundReady.connect(self._on_round)
         w.laneFinished.connect(self._on_lane_finished)
         w.failed.connect(self.failed)
-        w.refused.connect(self.refused)
+        w.refused.connect(lambda errors, _lane: self.refused.emit(errors))
         w.stateChanged.connect(self._on_state)
         w.recorded.connect(self._on_recorded)
         self.follow_timer = QTimer(self)

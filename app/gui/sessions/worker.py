@@ -34,7 +34,7 @@ IDLE, LOADING, PAUSED, RUNNING, STOPPING = "idle", "loading", "paused", "running
 
 NO_RESULT = 0  # sent instead of None through object signals (PySide6 refcounts None badly)
 
-# recorder_factory(config) -> object with write(round) and finish(result_or_None, stop_reason)
+# recorder_factory(config, model_info) -> object with write(round) and finish(result_or_None, stop_reason)
 RecorderFactory = Callable[[Any], Any]
 
 
@@ -60,7 +60,7 @@ class DecodeWorker(QObject):
     laneFinished = Signal(int, str, float, object)  # lane, stop reason, wall seconds, GenerationResult | None
     finished = Signal()
     failed = Signal(str, str)  # message, details
-    refused = Signal(object)  # {field: message}: settings that cannot run (core SettingsError); nothing started
+    refused = Signal(object, int)  # {field: message}, lane: settings that cannot run (core SettingsError); nothing started
     stateChanged = Signal(str)
     recorded = Signal(int, str)  # lane, where the trace is being written
     devicesFound = Signal(object)  # tuple of device names, once torch is imported (the preload's first step)
@@ -147,6 +147,7 @@ class DecodeWorker(QObject):
             self.finished.emit()
             return
         self._set_state(LOADING)
+        building = 0  # the lane whose settings a refusal is about
         try:
             from specscope.app.threads import apply_threads
 
@@ -154,11 +155,12 @@ class DecodeWorker(QObject):
             self.threads = apply_threads(getattr(settings_list[0], "threads", None) if settings_list else None)
             lanes = []
             for i, settings in enumerate(settings_list):
+                building = i
                 prep = self.hub.build(settings)
                 recorder = None
                 if self.recorder_factory is not None:
                     try:
-                        recorder = self.recorder_factory(prep.config)
+                        recorder = self.recorder_factory(prep.config, prep.model_info)
                     except Exception as exc:  # noqa: BLE001 - recording must not stop a run
                         log.exception("cannot record the run")
                         self.failed.emit(f"The run is not being recorded: {_message(exc)}", traceback.format_exc())
@@ -176,7 +178,7 @@ class DecodeWorker(QObject):
             self.lanes = []
             self._set_state(IDLE)
             if isinstance(exc, SettingsError):  # shown under the run panel's fields, as the CLI refuses them
-                self.refused.emit(dict(exc.errors))
+                self.refused.emit(dict(exc.errors), building)
             else:
                 log.exception("cannot start the run")
                 self.failed.emit(_message(exc), traceback.format_exc())

@@ -74,6 +74,10 @@ NOTE_HTML = ("<p>Prompt, target, sampler, seed and budget come from the run pane
              "<p>Hover a lane cell for its whole token, p, q and the decision.</p>" + COUPLING_HTML)
 
 
+# a lane's empty timeline: the run panel's Run does not start lanes (it said it did)
+LANE_EMPTY_TEXT = ("No rounds yet. The Compare button (or Space on this tab) runs the lanes with the run panel's "
+                   "prompt and sampler; File > Compare two runs shows stored ones.")
+
 class CompareWidget(QWidget):
     """Controls, summary table, divergence line and two synchronised columns."""
 
@@ -271,6 +275,7 @@ class CompareWidget(QWidget):
         head.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         bl.addWidget(head)
         tl = TokenTimelineWidget(self.session.slots[side], aligned=True)
+        tl.empty_text = LANE_EMPTY_TEXT
         tl.setMinimumHeight(LANE_MIN_PX)
         bl.addWidget(tl, 1)
         col.addWidget(box)
@@ -385,6 +390,11 @@ class CompareWidget(QWidget):
         """The folder of a lane's `kind` checkpoint ("" when cancelled)."""
         what = "draft model" if kind == "draft" else f"{kind} head"
         return QFileDialog.getExistingDirectory(self, f"Choose a {what} checkpoint folder")
+
+    def show_lane_error(self, side: int, message: str) -> None:
+        """A refusal of lane `side`'s own settings, beside its fields (whole in the tooltip)."""
+        self.errors[side].setText(message)
+        self.errors[side].setToolTip(message)
 
     def side_texts(self, side: int) -> tuple[str, str]:
         return self.proposers[side].currentData(), self.ks[side].text()

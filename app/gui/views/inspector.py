@@ -34,6 +34,8 @@ SIDE_BY_SIDE_PX = 1000  # from this width the KV caches sit beside p/q
 TICK_PX = 58  # width one bar's token label needs
 MAX_LABEL = 7
 AXIS_PX = 66  # the p/q plot's left axis: its label and ticks such as "0.0005"
+RIGHT_SHARE = 0.4  # of the plots' width: the residual and acceptance-test column beside p/q
+LAYOUT_SLACK_PX = 48  # the outer plot layouts' margins (9 px a side, twice) and the columns' spacing (6 px)
 
 
 def _short(text: str) -> str:
@@ -79,6 +81,7 @@ class RoundInspectorWidget(QWidget):
         self.shown: tuple[int, int] = (-1, -1)
         self._fit_n = 0  # token bars the p/q plot was last drawn with
         self.values: dict[str, object] = {}  # what is displayed, for tests and export
+        self.clear()
         model.selectionChanged.connect(self.show_position)
         model.reset.connect(self.clear)
 
@@ -93,6 +96,8 @@ class RoundInspectorWidget(QWidget):
     def _refit(self) -> None:
         """Redraw the shown position when a new width fits another number of token bars."""
         self._note_width()
+        for plot in (self.res_plot, self.ratio_plot):
+            self._wrap_title(plot)
         if self.shown[0] >= 0 and self._bars_fitting(self.pq_plot) != self._fit_n:
             self.show_position(*self.shown)
 
@@ -102,6 +107,7 @@ class RoundInspectorWidget(QWidget):
         g = self.graphics
         top = g.addLayout(row=0, col=0)
         right = top.addLayout(row=0, col=1)
+        right.layout.setContentsMargins(0, 0, 0, 0)  # nested: the outer layouts' margins suffice
         self.pq_plot = top.addPlot(row=0, col=0)
         self._pq_title("p")
         self.pq_plot.getAxis("left").enableAutoSIPrefix(False)
@@ -115,7 +121,8 @@ class RoundInspectorWidget(QWidget):
         self.marker = pg.ScatterPlotItem(size=12, symbol="t", brush="#333333", pen=None)
         self.emit_marker = pg.ScatterPlotItem(size=13, symbol="star", brush=theme.KIND_EDGE[theme.REPAIRED].name(),
                                               pen=None)
-        for item in (self.p_bars, self.q_bars, self.min_bars, self.marker, self.emit_marker):
+        self.pq_note = pg.TextItem("", color="#777777", anchor=(0.5, 0.5))  # what the empty plot will show
+        for item in (self.p_bars, self.q_bars, self.min_bars, self.marker, self.emit_marker, self.pq_note):
             self.pq_plot.addItem(item)
         self.pq_plot.setMouseEnabled(x=False, y=False)
         self.pq_plot.hideButtons()
@@ -123,19 +130,19 @@ class RoundInspectorWidget(QWidget):
         self.res_plot = right.addPlot(row=0, col=0)
         self.res_plot.getAxis("left").enableAutoSIPrefix(False)
         self.res_plot.getAxis("left").setWidth(AXIS_PX - 18)  # ticks, no label
-        self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+        self._right_title(self.res_plot, "residual max(p − q, 0) / r")
         self.res_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=theme.RESIDUAL_COLOR, pen=None)
         self.res_plot.addItem(self.res_bars)
         self.res_text = pg.TextItem("", color="#555555", anchor=(0.5, 0.5))  # wrapped to the plot's width
         self.res_plot.addItem(self.res_text)
         self.res_plot.setMouseEnabled(x=False, y=False)
         self.res_plot.hideButtons()
-        top.layout.setColumnStretchFactor(0, 3)
-        top.layout.setColumnStretchFactor(1, 2)
+        top.layout.setColumnStretchFactor(0, round(10 * (1 - RIGHT_SHARE)))
+        top.layout.setColumnStretchFactor(1, round(10 * RIGHT_SHARE))
 
         self.ratio_plot = right.addPlot(row=1, col=0)
-        self.ratio_plot.setTitle(f"acceptance test: u vs <span style='color:{theme.ACCEPT_RATE}'>min(1, p/q)</span>",
-                                 size="9pt")
+        self._right_title(self.ratio_plot,
+                          f"acceptance test: u vs <span style='color:{theme.ACCEPT_RATE}'>min(1, p/q)</span>")
         self.accept_bar = pg.BarGraphItem(x0=[0], x1=[0], y=[0], height=0.5, brush=theme.ACCEPT_RATE, pen=None)
         self.reject_bar = pg.BarGraphItem(x0=[0], x1=[1], y=[0], height=0.5, brush="#f3d3d3", pen=None)
         self.ratio_plot.addItem(self.reject_bar)
@@ -159,6 +166,9 @@ class RoundInspectorWidget(QWidget):
     # ------------------------------------------------------------------ update
 
     def clear(self) -> None:
+        """Nothing selected: fixed 0..1 axes without token ticks, each plot saying what will
+        appear in it (the residual's empty axes read -0.4..0.4, and a new run kept the last
+        round's ranges and ticks; the acceptance test showed a rejection band and u = 0)."""
         self.shown = (-1, -1)
         self.values = {}
         self.header.setText("Select a token in the timeline or a node in the draft tree.")
@@ -167,9 +177,23 @@ class RoundInspectorWidget(QWidget):
         self.marker.setData([], [])
         self.emit_marker.setData([], [])
         self.kv.clear()
-        self.res_text.setText("")
-        self._ratio_title("acceptance test: u vs min(1, p/q)")
+        for plot in (self.pq_plot, self.res_plot):
+            plot.getAxis("bottom").setTicks([[]])
+            plot.setXRange(0, 1, padding=0)
+            plot.setYRange(0, 1, padding=0)
+        self.pq_note.setHtml("<div style='text-align:center'>select a token: p (target) and q (draft)<br>"
+                             "over the likeliest tokens appear here</div>")
+        self.pq_note.setPos(0.5, 0.5)
+        self.pq_note.show()
+        self._right_title(self.res_plot, "residual max(p − q, 0) / r")
+        self._note_width()
+        self.res_text.setHtml("<div style='text-align:center; color:#777777'>a rejected draft's residual "
+                              "(what its repair is drawn from) appears here</div>")
+        self.res_text.setPos(0.5, 0.5)
+        self._ratio_title("acceptance test: u vs min(1, p/q)")  # longer, it widened the inspector past 1024 px
         self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
+        self.reject_bar.hide()
+        self.u_line.hide()
         self._pq_title("p")
 
     def show_position(self, round_index: int, pos: int) -> None:
@@ -195,6 +219,8 @@ class RoundInspectorWidget(QWidget):
                 lines[1] = decision  # the node's line: judged against p', not its parent's first p
             lines.append(updates_html(tree, self.model.token_text))
         self.header.setText("<br>".join(lines))
+        self.pq_note.hide()
+        self.reject_bar.show()
         self._pq_title("p′" if tree is not None and tree.p_prime is not None and tree.rank != 1 else "p")
         must = [t for t in (node.token if node is not None else None, emitted_here) if t is not None]
         ids, pv, qv, mins = self._show_pq(p, q, must, node.token if node is not None else None,
@@ -316,14 +342,14 @@ class RoundInspectorWidget(QWidget):
                        else pg.mkBrush(theme.RESIDUAL_COLOR) for t in rids]
             self.res_bars.setOpts(x=np.arange(len(rids), dtype=float), height=rv, brushes=brushes)
             self.res_plot.getAxis("bottom").setTicks([[(float(i), _short(tt(int(t)))) for i, t in enumerate(rids)]])
-            self.res_plot.setTitle(f"residual max(p−q,0)/r, r = {fmt(mass, 3)}", size="9pt")
+            self._right_title(self.res_plot, f"residual max(p−q,0)/r, r = {fmt(mass, 3)}")
             self.res_plot.setYRange(0, float(max(rv.max(), 1e-6)) * 1.1, padding=0)
             self.res_plot.setXRange(-0.7, max(len(rids) - 0.3, 1), padding=0)
             self.res_text.setText("")
             return
         self.res_bars.setOpts(x=[], height=[], brushes=None)
         self.res_plot.getAxis("bottom").setTicks([[]])
-        self.res_plot.setTitle("residual max(p − q, 0) / r", size="9pt")
+        self._right_title(self.res_plot, "residual max(p − q, 0) / r")
         rejected = node is not None and node.status == "rejected"
         reason = ("greedy: the repair is the target argmax" if r.greedy and rejected
                   else "coupled: the repair is the target's pick y_j, no residual" if rejected and is_coupled(self.model.config)
@@ -371,7 +397,26 @@ class RoundInspectorWidget(QWidget):
                               else "never reached: no test")
 
     def _ratio_title(self, text: str) -> None:
-        self.ratio_plot.setTitle(text, size="9pt")
+        self._right_title(self.ratio_plot, text)
+
+    def _right_title(self, plot, text: str) -> None:
+        """A title of the right column's plots, wrapped to the column's share of the width: set
+        whole, a long one ("greedy: draft ... vs target argmax ... → rejected") widened the
+        plots past the inspector, and the residual plot and its note were cut at 1024 px."""
+        plot.setTitle(text, size="9pt")
+        self._wrap_title(plot)
+
+    def _wrap_title(self, plot) -> None:
+        label = plot.titleLabel
+        minimum = Qt.SizeHint.MinimumSize
+        beside = self.pq_plot.effectiveSizeHint(minimum).width() + plot.getAxis("left").effectiveSizeHint(minimum).width()
+        room = max(100, int(min(self.graphics.viewport().width() * RIGHT_SHARE,
+                                self.graphics.viewport().width() - beside - LAYOUT_SLACK_PX)))
+        label.item.setTextWidth(-1)
+        if label.item.boundingRect().width() > room:
+            label.item.setTextWidth(room)
+        label.updateMin()
+        label.resizeEvent(None)
 
 
 def _cap(ids: np.ndarray, limit: int, must: list[int]) -> np.ndarray:

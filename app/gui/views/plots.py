@@ -262,16 +262,22 @@ class LivePlotsWidget(QWidget):
         self.summary.setText(self.summary_html())
 
     def _fix_empty_axes(self, empty: bool) -> None:
-        """Before any round, rounds 0..10 (autoranging nothing but the round line once gave
-        -400..400); with rounds, the axes follow the data again."""
+        """Before any round, rounds 0..10 by 0..1 without the last run's position ticks
+        (autoranging nothing but the round line once gave -400..400; a new run kept the last
+        one's y ranges and histogram ticks); with rounds, the axes follow the data again."""
         if empty == self._empty_axes:
             return
         self._empty_axes = empty
-        for plot in self.plots.values():
+        for name, plot in self.plots.items():
             if empty:
                 plot.setXRange(0, 10, padding=0)
+                plot.setYRange(0, 1.05 if name in ("acceptance", "positions") else 1, padding=0)
+                if name in ("histogram", "positions"):
+                    plot.getAxis("bottom").setTicks(None)
             else:
                 plot.enableAutoRange(axis="x")
+                if name == "histogram":  # the other plots set their y range at each refresh
+                    plot.enableAutoRange(axis="y")
 
     def _set_tree_mode(self, tree: bool) -> None:
         """Token trees: accepted length per round, and acceptance by depth (accepted / tried)."""

@@ -5,7 +5,7 @@ window height."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QStyle,
     QVBoxLayout,
@@ -50,6 +51,9 @@ FIELD_HELP = {
     "stop_strings": "stop strings, one per line (\\n = newline): the output ends at the token completing one",
     "stop_ids": "stop token sequences: 1,2,3; 7,8",
 }
+
+
+BRING_INTO_VIEW_MS = 60  # a refused field scrolls into view after its message has wrapped
 
 
 class RunPanelWidget(QWidget):
@@ -348,6 +352,11 @@ class RunPanelWidget(QWidget):
     def set_field(self, key: str, value: str) -> None:
         self.set_texts({key: value})
 
+    def free_text_fields(self) -> tuple[QWidget, ...]:
+        """The fields where a space is text (Space types there; elsewhere it runs): the prompt,
+        the checkpoint folder, the chat's system text, the stop strings and ids ("2, 7")."""
+        return (self.prompt, self.checkpoint, self.system, self.stop_strings, self.stop_ids)
+
     def validate(self) -> Validation:
         result = validate(self.texts(), self.devices, self.vocab_size)
         self.show_errors(result.errors)
@@ -365,6 +374,23 @@ class RunPanelWidget(QWidget):
             w = self.fields.get(key)
             if w is not None:
                 w.setStyleSheet("border: 1px solid #b00020;" if msg else "")
+        first = next((key for key in self.errors if errors.get(key)), None)
+        if first is not None:  # once the label has its wrapped height (two layout passes: width, then height)
+            QTimer.singleShot(BRING_INTO_VIEW_MS, self, lambda: self.bring_into_view(first))
+
+    def bring_into_view(self, key: str) -> None:
+        """Scroll the panel so that field `key` and the message under it show: a refusal of max
+        new tokens, far down the panel, was seen only in the status bar's cut-short line."""
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QScrollArea):
+            area = area.parentWidget()
+        if area is None:
+            return
+        label = self.errors[key]
+        area.ensureWidgetVisible(label, 0, 8)
+        field = self.fields.get(key)
+        if field is not None and field.isVisible():
+            area.ensureWidgetVisible(field, 0, 8)
 
     def _live_validate(self, *args) -> None:
         # Only re-check fields already flagged, so typing does not shout at every keystroke.

@@ -47,6 +47,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
         super().__init__(parent)
         self.model = model
         self.aligned = aligned
+        self.empty_text = EMPTY_TEXT  # what the timeline says before its first round (a compare lane's own)
         self.setFont(theme.mono_font(10))
         self.setMouseTracking(True)
         self.viewport().setMouseTracking(True)
@@ -302,8 +303,9 @@ class TokenTimelineWidget(QAbstractScrollArea):
         painter.fillRect(self.viewport().rect(), QColor("#ffffff"))
         if not self._row_start:
             painter.setPen(QColor("#888888"))
-            painter.drawText(self.viewport().rect(), Qt.AlignmentFlag.AlignCenter,
-                             EMPTY_TEXT)
+            # wrapped: a compare lane's half width cut the lines at both ends
+            painter.drawText(self.viewport().rect().adjusted(6, 4, -6, -4),
+                             Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, self.empty_text)
             painter.end()
             return
         cells = self.model.cells

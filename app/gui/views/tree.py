@@ -32,7 +32,7 @@ from .describe import after_accepted_eos, describe_node, fmt, tok
 from specscope.app.gui.model.runmodel import RunModel, visible_text
 
 DX = 104  # room for the edges of wide trees to fan out
-DY = 54  # a node's tag below it ("rejected") and the next sibling's note above it ("#2 u=0.59") both fit between
+DY = 58  # a node's tag below it ("rejected") and the next sibling's note above it ("#2 u=0.59") both fit between, off the borders (13 px each)
 NODE_W = 78
 NODE_H = 30
 MIN_SCALE = 0.6  # smaller, and the node labels cannot be read
@@ -50,6 +50,9 @@ class TreeNode:
     tooltip: str
     y: float = 0.0
     note: str = ""  # token trees: the tried order and the draw
+
+
+EMPTY_NOTE = "select a round: its draft tree appears here (each drafted token accepted or rejected, the repair or bonus)"
 
 
 def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
@@ -183,12 +186,12 @@ class _NodeItem(QGraphicsPathItem):
             f = theme.mono_font(7)
             t.setFont(f)
             t.setBrush(QBrush(edge))
-            t.setPos(-NODE_W / 2 + 3, NODE_H / 2 - 1)
+            t.setPos(-NODE_W / 2 + 3, NODE_H / 2 + 1)  # clear of the border (it cut the text's top)
         if node.note:
             n = QGraphicsSimpleTextItem(node.note, self)
             n.setFont(theme.mono_font(7))
             n.setBrush(QBrush(edge))
-            n.setPos(-NODE_W / 2 + 3, -NODE_H / 2 - 11)
+            n.setPos(-NODE_W / 2 + 3, -NODE_H / 2 - n.boundingRect().height() - 1)  # above the border, not on it
 
 
 class DraftTreeView(QWidget):
@@ -216,14 +219,20 @@ class DraftTreeView(QWidget):
         self.nodes: list[TreeNode] = []
         self.items: dict[str, _NodeItem] = {}
         self.shown: tuple[int, int] = (-1, -1)
+        self.clear()
         model.selectionChanged.connect(self.show_round)
         model.reset.connect(self.clear)
 
     def clear(self) -> None:
+        """No round: the pane says what it will show (it was a blank box)."""
         self.scene.clear()
         self.nodes, self.items = [], {}
         self.shown = (-1, -1)
         self.title.setText("Draft tree")
+        note = self.scene.addText(EMPTY_NOTE)
+        note.setDefaultTextColor(QColor("#777777"))
+        self.scene.setSceneRect(note.boundingRect())
+        self.view.resetTransform()
 
     def show_round(self, round_index: int, pos: int) -> None:
         if not 0 <= round_index < len(self.model.rounds):
@@ -270,7 +279,7 @@ class DraftTreeView(QWidget):
                   + " ".join(f"<span style='color:{theme.KIND_EDGE[k].name()}'>■ {theme.KIND_NAMES[k]}</span>"
                              for k in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED, theme.REPAIRED, theme.BONUS)))
         self.title.setText(legend)
-        rect = self.scene.itemsBoundingRect().adjusted(-10, -10, 10, 10)
+        rect = self.scene.itemsBoundingRect().adjusted(-10, -4, 10, 4)  # the notes and tags are inside already
         self.scene.setSceneRect(rect)
         self.heightWanted.emit(self.wanted_height())
         self._fit()
