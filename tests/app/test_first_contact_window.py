@@ -343,3 +343,27 @@ def test_the_wheel_scrolls_the_run_panel_not_the_menu_under_the_pointer(qtbot, m
     before = w.run_panel.proposer.currentIndex()
     _wheel(w.run_panel.proposer, -1)
     assert w.run_panel.proposer.currentIndex() != before
+
+
+def test_a_focused_menu_takes_a_typed_letter_instead_of_the_play_shortcut(qtbot, window):
+    """Item 4's class: with the Proposer menu focused, P played the rounds back instead of
+    picking the menu's entry that starts with P (its keyboard search)."""
+    from PySide6.QtCore import Qt
+
+    from .helpers import configure, wait_idle
+
+    configure(window, max_new_tokens="6")
+    window.run_panel.runClicked.emit()
+    wait_idle(qtbot, window)
+    assert window.session.can_play()  # P would play these rounds back
+    box = window.run_panel.proposer
+    box.setCurrentIndex(0)
+    window.activateWindow()
+    box.setFocus()
+    qtbot.keyClick(box, Qt.Key.Key_P)
+    qtbot.wait(100)
+    assert box.currentText().lower().startswith("p")
+    assert not window.replay.playing
+    window.timeline.setFocus()  # elsewhere, P still plays
+    qtbot.keyClick(window.timeline, Qt.Key.Key_P)
+    qtbot.waitUntil(lambda: window.replay.playing, timeout=5000)

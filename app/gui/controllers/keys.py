@@ -3,17 +3,20 @@ otherwise take it (it claims keys through a ShortcutOverride event), so an appli
 filter withholds Space from every field but the free-text ones (the prompt, the checkpoint
 path, the chat's system text, the stop strings and ids), where it still types. Right, Left, Home and End step only where they edit nothing: in a text field they
 move its cursor (a number field once lost End and Left to the rounds, and the next digit
-landed somewhere else)."""
+landed somewhere else). The letter shortcut P (play the rounds back) yields to a focused menu
+box or list, whose keyboard search it would otherwise steal (text fields type it already)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QAbstractScrollArea, QAbstractSpinBox, QApplication, QComboBox, QLineEdit, QPlainTextEdit, \
-    QTextEdit, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QAbstractScrollArea, QAbstractSpinBox, QApplication, QComboBox, \
+    QLineEdit, QPlainTextEdit, QTextEdit, QWidget
 
 STEP_KEYS = (Qt.Key.Key_Space, Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
 CURSOR_KEYS = (Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
 TEXT_FIELDS = (QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit)  # an editable combo box's is a QLineEdit
+LETTER_KEYS = (Qt.Key.Key_P,)  # the window's plain-letter shortcuts
+SEARCHING_FIELDS = (QComboBox, QAbstractItemView)  # a typed letter picks their entry starting with it
 
 
 class StepKeys(QObject):
@@ -26,9 +29,14 @@ class StepKeys(QObject):
         self.typing_fields = tuple(typing_fields)
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt API)
-        if event.type() != QEvent.Type.ShortcutOverride or event.key() not in STEP_KEYS:
+        if event.type() != QEvent.Type.ShortcutOverride or event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
             return False
-        if event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+        if event.key() in LETTER_KEYS:
+            if isinstance(obj, SEARCHING_FIELDS) and isinstance(obj, QWidget) and obj.window() is self.window:
+                event.accept()  # overridden: the box gets the key press, not the shortcut
+                return True
+            return False
+        if event.key() not in STEP_KEYS:
             return False
         if not isinstance(obj, QWidget) or obj.window() is not self.window or obj in self.typing_fields:
             return False  # dialogs, and the prompt, keep their keys
