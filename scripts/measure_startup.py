@@ -4,7 +4,7 @@
     python scripts/measure_startup.py [--reps 5] [--window-reps 3] [--rounds 100]
 
 Times, as the median of --reps runs each: `specscope --help`; `specscope check` of a SQLite
-store holding one run of about --rounds rounds (made here once with `specscope run`); and
+store holding at least --rounds rounds (made here once with `specscope run`); and
 the window (run offscreen unless QT_QPA_PLATFORM or DISPLAY say otherwise): from the
 process's start to the start-up window, to the end of the imports (torch, transformers,
 pyqtgraph), to the main window shown, to the models ready, then from the window's close to
@@ -79,15 +79,20 @@ def main(argv: list[str] | None = None) -> int:
             result[f"import {module}"] = median_of(3, [sys.executable, "-c", f"import {module}"])[0]
         result["specscope --help"], _ = median_of(args.reps, [specscope, "--help"])
         store = home / "runs.sqlite"
-        # the bundled pair at k=4 takes about 2.5 tokens a round on the example prompts
-        subprocess.run([specscope, "run", "--prompt", "def fibonacci(n):", "--max-new", str(int(args.rounds * 2.5)),
-                        "--db", str(store), "--json"], check=True, stdout=subprocess.PIPE)
-        listing = subprocess.run([specscope, "runs", str(store), "--json"], check=True,
-                                 stdout=subprocess.PIPE, text=True).stdout
-        result["store rounds"] = sum(int(json.loads(line).get("rounds") or 0) for line in listing.splitlines())
+        # the bundled pair at k=4 emits about 2.5-3 tokens a round on this prompt: runs are
+        # added until the store holds at least --rounds rounds
+        rounds = 0
+        while rounds < args.rounds:
+            subprocess.run([specscope, "run", "--prompt", "def fibonacci(n):", "--max-new",
+                            str(int((args.rounds - rounds) * 3.2) + 8), "--db", str(store), "--json"],
+                           check=True, stdout=subprocess.PIPE)
+            listing = subprocess.run([specscope, "runs", str(store), "--json"], check=True,
+                                     stdout=subprocess.PIPE, text=True).stdout
+            rounds = sum(int(json.loads(line).get("rounds") or 0) for line in listing.splitlines())
+        result["store rounds"] = rounds
         result["specscope check (store)"], _ = median_of(args.reps, [specscope, "check", str(store)])
         windows = [window_once(home) for _ in range(args.window_reps)]
-        for phase in windows[0]:
+        for phase in windows[0] if windows else ():
             result[f"window: {phase}"] = statistics.median(w[phase] for w in windows)
     result["load_average_after"] = os.getloadavg()[0]
     if args.json:
