@@ -7,7 +7,9 @@
     python scripts/render_screenshots.py --size 1500x920 --only compare-heads
 
 Uses the bundled models when they are installed (else tiny random models, or always with
---tiny). Runs a sampled speculative decode, selects a round with a rejection, and saves the
+--tiny). Saves the window before any run (empty-window*.png: what each empty view says will
+appear) and with two bad values refused under their fields (field-errors*.png; `--only
+first-contact` renders just these two). Runs a sampled speculative decode, selects a round with a rejection, and saves the
 main window and each view; runs a token tree (tree-*.png); runs compare mode (draft vs lookup;
 with the bundled models also the bundled EAGLE-3 head, draft-small and prompt lookup as three
 coupled lanes, compare-heads*.png); and opens a trace recorded with a deliberate bug so the
@@ -140,15 +142,31 @@ def render_head_calibration(w, hub, prompt: str, tmp: Path, save, tokens: int = 
     w.tabs.setCurrentWidget(w.page)
 
 
+def first_contact_shots(w, save) -> None:
+    """Before any run: what each empty view says will appear (empty-window); then two bad
+    values refused under their fields, wrapped to the panel's width (field-errors)."""
+    settle(0.6)
+    save(w, "empty-window")
+    w.run_panel.set_texts({"seed": "99999999999999999999999", "tree": "dynamic:nodes=12,depth=4,topk=3",
+                           "children": "sampled"})
+    assert not w.start_run(), "the bad values were not refused"
+    settle(0.6)
+    save(w, "field-errors")
+    w.run_panel.set_texts({"seed": "0", "tree": "chain", "children": "topk"})
+    w.run_panel.show_errors({})
+    settle(0.3)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
     parser.add_argument("--tiny", action="store_true", help="use tiny random models even if the bundled ones exist")
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
     parser.add_argument("--tokens", type=int, default=160, help="max new tokens of the main run")
-    parser.add_argument("--only", choices=("compare-heads", "calibration"), default=None,
+    parser.add_argument("--only", choices=("compare-heads", "calibration", "first-contact"), default=None,
                         help="render only these screenshots (compare-heads: the three-lane comparison; "
-                             "calibration: the Calibration tab's three)")
+                             "calibration: the Calibration tab's three; first-contact: the empty window "
+                             "and refused fields)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
 
     prompts = hub.example_prompts()
     copy = next((t for n, t in prompts if "copy" in n), prompts[0][1])
+    if args.only in (None, "first-contact"):
+        first_contact_shots(w, save)
+    if args.only == "first-contact":
+        w.close()
+        return 0
     if args.only == "compare-heads":
         w.tabs.setCurrentWidget(w.compare)
         render_compare_heads(w, copy, save)
