@@ -95,8 +95,26 @@ def rss_kb(field: str = "VmHWM") -> int:
     return 0
 
 
+def budget_for(decoder: SpeculativeDecoder, prompt: list[int], rounds: int) -> int:
+    """A budget no run of `rounds` rounds reaches (each emits at most k + 1 tokens; a tree's
+    depth + 1), within the target's position limit; SystemExit in one line when the limit
+    leaves less (the decoder refuses a run past it)."""
+    from specscope.core.loading.models import max_positions
+
+    wanted = 10 * rounds * (decoder.k + 1)
+    limit = max_positions(decoder.target)
+    if limit is None:
+        return wanted
+    budget = min(wanted, limit - len(prompt))
+    if budget < rounds * (decoder.k + 1):
+        raise SystemExit(f"measure_scale: the target reads at most {limit} positions; a {len(prompt)}-token prompt "
+                         f"leaves {max(budget, 0)} new tokens, and --rounds {rounds} may need "
+                         f"{rounds * (decoder.k + 1)}: lower --rounds")
+    return budget
+
+
 def measure(decoder: SpeculativeDecoder, prompt: list[int], rounds: int, marks: tuple[int, ...]) -> dict:
-    handle = decoder.start(prompt, max_new_tokens=10 * rounds * (decoder.k + 1))
+    handle = decoder.start(prompt, max_new_tokens=budget_for(decoder, prompt, rounds))
     target_lm, draft_lm = decoder.target_lm, decoder.proposer.lm
     per_round: list[float] = []
     cpu_round: list[float] = []  # process CPU time of each round (both threads)

@@ -41,7 +41,7 @@ def test_measure_scale_takes_a_real_target_with_a_random_draft_of_its_vocabulary
     sys.path.insert(0, str(REPO))
     from tests.gguf_files import tokenizer_metadata, write_tiny_llama
 
-    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    model = write_tiny_llama(tmp_path / "tiny.gguf", context=2048)  # the prompt and 110 rounds of up to 5 tokens
     vocab = len(tokenizer_metadata()[0])
     out = tmp_path / "scale.json"
     cmd = [sys.executable, str(REPO / "scripts" / "measure_scale.py"), "--target", str(model), "--rounds", "110",
