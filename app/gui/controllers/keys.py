@@ -32,7 +32,7 @@ class StepKeys(QObject):
         if event.type() != QEvent.Type.ShortcutOverride or event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
             return False
         if event.key() in LETTER_KEYS:
-            if isinstance(obj, SEARCHING_FIELDS) and isinstance(obj, QWidget) and obj.window() is self.window:
+            if isinstance(obj, SEARCHING_FIELDS) and obj.window() is self.window:
                 event.accept()  # overridden: the box gets the key press, not the shortcut
                 return True
             return False
