@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The guardrails, each run to the end so one report shows them all: ruff (lint), ruff
+# (format check), mypy (strict on core/ and storage/, lenient on app/: pyproject.toml's
+# [tool.mypy]) and import-linter (the layer, no-Qt/no-SQL and no-cycle contracts in
+# pyproject.toml's [tool.importlinter]). Exit status 1 when any of them fails.
+#
+#   bash scripts/lint.sh [PYTHON]        PYTHON: the environment's interpreter (default .venv/bin/python)
+#   LINT_COUNTS=1 bash scripts/lint.sh   also print ruff's and mypy's counts per rule / per package
+#
+# The fixers are not run here (they rewrite files): `ruff check --fix` and `ruff format` by hand.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${1:-.venv/bin/python}
+failed=()
+
+step() {  # step NAME COMMAND...: run it, remember a failure, go on
+    local name=$1; shift
+    echo "lint: $name"
+    if ! "$@"; then failed+=("$name"); fi
+}
+
+step "ruff check" "$PY" -m ruff check --output-format concise .
+step "ruff format --check" "$PY" -m ruff format --check .
+step "mypy" "$PY" -m mypy
+step "lint-imports" "$PY" -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())' --no-cache
+
+if [ "${LINT_COUNTS:-0}" = 1 ]; then
+    echo "lint: ruff counts per rule"
+    "$PY" -m ruff check --statistics . || true
+    echo "lint: mypy errors per top-level folder"
+    "$PY" -m mypy 2>/dev/null | grep -E '^[a-z_]+/.*: error:' | cut -d/ -f1 | sort | uniq -c || true
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "lint: FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "lint: all clean"
