@@ -21,6 +21,9 @@ step() {  # step NAME COMMAND...: run it, remember a failure, go on
 
 step "ruff check" "$PY" -m ruff check --output-format concise .
 step "ruff format --check" "$PY" -m ruff format --check .
+# mypy reads the folders under their installed names through build/typecheck/specscope (links)
+mkdir -p build/typecheck/specscope
+for folder in core storage app; do ln -sfn "../../../$folder" "build/typecheck/specscope/$folder"; done
 step "mypy" "$PY" -m mypy
 step "lint-imports" "$PY" -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())' --no-cache
 
