@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The guardrails, each run to the end so one report shows them all: ruff (lint), ruff
 # (format check), mypy (strict on core/ and storage/, lenient on app/: pyproject.toml's
-# [tool.mypy]) and import-linter (the layer, no-Qt/no-SQL and no-cycle contracts in
-# pyproject.toml's [tool.importlinter]). Exit status 1 when any of them fails.
+# [tool.mypy]), import-linter (the layer, no-Qt/no-SQL and no-cycle contracts in
+# pyproject.toml's [tool.importlinter]) and scripts/check_references.py (no comment or doc names
+# a module or path that does not exist). Exit status 1 when any of them fails.
 #
 #   bash scripts/lint.sh [PYTHON]        PYTHON: the environment's interpreter (default .venv/bin/python)
 #   LINT_COUNTS=1 bash scripts/lint.sh   also print ruff's and mypy's counts per rule / per package
@@ -25,6 +26,7 @@ step "ruff format --check" "$PY" -m ruff format --check .
 mkdir -p build/typecheck/specscope
 for folder in core storage app; do ln -sfn "../../../$folder" "build/typecheck/specscope/$folder"; done
 step "mypy" "$PY" -m mypy
+step "stale references" "$PY" scripts/check_references.py
 step "lint-imports" "$PY" -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())' --no-cache
 
 if [ "${LINT_COUNTS:-0}" = 1 ]; then

@@ -58,7 +58,7 @@ class _Observed:
 class RoundRecorder:
     """Observes one generate() call, in the thread that runs it, and hands each finished
     Round to `emit` (called in that thread). `draft_model` is None for proposers without a
-    model (prompt lookup). `full_vectors`/`top_n`: what a Round keeps of its rows (core.dists)."""
+    model (prompt lookup). `full_vectors`/`top_n`: what a Round keeps of its rows (core.sampling.dists)."""
 
     def __init__(self, config: RunConfig, target: torch.nn.Module, draft_model: torch.nn.Module | None,
                  emit: Callable[[Round], None], greedy: bool, lookup: bool, full_vectors: bool = True,
