@@ -244,7 +244,7 @@ class TransformersEngine:
         try:
             self._record(config, channel.put, channel.cancelled)
             channel.put(DONE)
-        except BaseException as exc:  # handed to the consumer, raised there
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
             channel.put(exc)
         finally:
             channel.baton.give()

@@ -85,7 +85,7 @@ def architecture(path: Path) -> str:
         return bytes(field.parts[field.data[0]]).decode("utf-8")
     except KeyError as exc:
         raise CheckpointError(f"{path} is a GGUF file without general.architecture in its metadata") from exc
-    except Exception as exc:  # noqa: BLE001 - a truncated or corrupt file: numpy/struct errors of every kind
+    except Exception as exc:  # a truncated or corrupt file: numpy/struct errors of every kind
         raise CheckpointError(f"{path} is not a readable GGUF file (truncated or corrupt): {exc}") from exc
 
 
@@ -153,7 +153,7 @@ def _convert(src: Path, arch: str, digest: str, folder: Path, progress: Progress
         raise
     except OSError as exc:
         raise CheckpointError(f"cannot write the converted model to {folder.parent}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - transformers' own refusals, as one line
+    except Exception as exc:  # transformers' own refusals, as one line
         raise CheckpointError(f"transformers cannot convert {src.name} ({arch}): {exc}") from exc
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -549,7 +549,7 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
         raise CheckpointError(f"no tokenizer in {folder} (expected tokenizer.json / tokenizer_config.json)")
     try:
         return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-    except Exception as exc:  # noqa: BLE001 - report which folder failed
+    except Exception as exc:  # report which folder failed
         raise CheckpointError(f"cannot load the tokenizer in {folder}: {exc}") from exc
 
 
@@ -576,7 +576,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dty
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, local_files_only=True, trust_remote_code=False,
                                                      **extra)
-    except Exception as exc:  # noqa: BLE001 - report which folder failed and why
+    except Exception as exc:  # report which folder failed and why
         raise CheckpointError(f"cannot load the {role} checkpoint {folder}: {exc}") from exc
     _warn_remote_code(folder, config, model, role)
     model = model.eval() if device_map is not None else model.to(device=resolve_device(device), dtype=dt).eval()

@@ -320,7 +320,7 @@ def test_bad_paths_give_clear_errors(tmp_path):
         load_pair(missing)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(CheckpointError, match="has no config.json"):
+    with pytest.raises(CheckpointError, match=r"has no config\.json"):
         load_pair(empty)
     a_file = tmp_path / "weights.bin"
     a_file.write_bytes(b"x")

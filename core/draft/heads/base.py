@@ -27,7 +27,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
+from specscope.core.draft.head_folders import HeadFormatError
 from specscope.core.draft.heads.trees import HeadGrowth, TreeAttention
 from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents, token_confidence
 from specscope.core.draft.tree_draft import finish, grow_dynamic, grow_static
@@ -69,7 +69,7 @@ def _read_file(file: Path, kind: str) -> dict[str, torch.Tensor]:
 
             return dict(load_file(str(file)))
         loaded = torch.load(str(file), map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated or foreign file: one line, not a traceback
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: one line, not a traceback
         raise HeadFormatError(f"{kind}: cannot read {file.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise HeadFormatError(f"{kind}: {file.name} is not a state dict of tensors")

@@ -26,16 +26,15 @@ import torch
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
+from specscope.core.draft.head_folders import head_folder, read_config
 from specscope.core.draft.heads.base import (
     HeadFormatError,
     HeadLayer,
     RecurrentHead,
     RecurrentHeadProposer,
     check_width,
-    head_folder,
     llama_config,
     load_exactly,
-    read_config,
     read_weights,
     share_embedding,
     target_hidden_size,
