@@ -191,12 +191,12 @@ def chain_parents(n: int) -> tuple[int, ...]:
 # optionally a fourth item, q's core.sampling.kept_rows.KeptRow when the step has it (its nonzero
 # entries: then the proposer need not look for them). `out`, when given, is a float64 row
 # the step may write q into (the proposer's row for it).
-SampleStep = Callable[..., tuple]
+SampleStep = Callable[..., tuple[Any, ...]]
 
 
 def sample_token(
     logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
-) -> tuple:
+) -> tuple[Any, ...]:
     """Greedy: the argmax (no q). Sampling: q = the processed distribution (float64, on the
     draft's device; in `out` when given), one inverse-CDF draw. A top-k row on the CPU
     comes as its kept entries too (core.sampling.kept_rows: a fourth item)."""

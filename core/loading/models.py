@@ -167,7 +167,7 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
 # ---------------------------------------------------------------------------- tokenizer contract
 
 
-def _backend_json(tok: Any) -> dict | None:
+def _backend_json(tok: Any) -> dict[str, Any] | None:
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         return None
@@ -462,7 +462,7 @@ def _weights_sha256(folder: Path) -> str | None:
     return h.hexdigest()
 
 
-def _checkpoint_dir(path: str | os.PathLike, role: str, progress: gguf.Progress | None = None) -> Path:
+def _checkpoint_dir(path: str | os.PathLike[str], role: str, progress: gguf.Progress | None = None) -> Path:
     """The checkpoint folder `path` names: the folder itself, a GGUF file's cached conversion
     (converted first when needed), or a fetched model's by name (core.loading.catalog)."""
     p = Path(path).expanduser()
@@ -530,7 +530,7 @@ def _warn_remote_code(folder: Path, config: Mapping[str, Any], model: torch.nn.M
                     "transformers' %s instead", role, folder, remote, type(model).__name__)
 
 
-def tokenizer_sha256(folder: str | os.PathLike) -> str | None:
+def tokenizer_sha256(folder: str | os.PathLike[str]) -> str | None:
     """What a run records as its tokenizer_hash: the sha256 of the folder's tokenizer.json."""
     return _file_sha256(Path(folder) / "tokenizer.json")
 
@@ -539,7 +539,7 @@ def _has_tokenizer(folder: Path) -> bool:
     return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model"))
 
 
-def load_tokenizer(path: str | os.PathLike) -> Any:
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     from transformers import AutoTokenizer
 
     folder = Path(path).expanduser()
@@ -553,9 +553,9 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
         raise CheckpointError(f"cannot load the tokenizer in {folder}: {exc}") from exc
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
+def load_model(path: str | os.PathLike[str], device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
                role: str = "model", device_map: str | dict[str, Any] | None = None,
-               offload_folder: str | os.PathLike | None = None,
+               offload_folder: str | os.PathLike[str] | None = None,
                progress: gguf.Progress | None = None) -> torch.nn.Module:
     """One local causal LM, in eval mode on `device`, with float parameters cast to `dtype`.
 
@@ -586,8 +586,8 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dty
 
 
 def load_pair(
-    target_path: str | os.PathLike,
-    draft_path: str | os.PathLike | None = None,
+    target_path: str | os.PathLike[str],
+    draft_path: str | os.PathLike[str] | None = None,
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     target_name: str | None = None,
@@ -662,8 +662,8 @@ def load_bundled(name: str = "small", device: str | torch.device = "auto", dtype
 
 
 def load_models(
-    target: str | os.PathLike | None = None,
-    draft: str | os.PathLike | None = "small",
+    target: str | os.PathLike[str] | None = None,
+    draft: str | os.PathLike[str] | None = "small",
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     progress: gguf.Progress | None = None,
