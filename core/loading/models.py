@@ -363,8 +363,8 @@ def _tokenizer_comparison(tok_a: Any, tok_b: Any, names: tuple[str, str]) -> tup
             ids = list(range(start, min(start + 512, size)))
             if tok_a.decode(ids) != tok_b.decode(ids):
                 return f"decoder differs ({na} vs {nb}): ids {start}..{ids[-1]} decode to different text", []
-        where = _first_json_difference(ja.get("decoder"), jb.get("decoder"), "decoder")
-        warnings.append(f"decoder differs ({na} vs {nb}) at {where}; every id decodes to the same text")
+        decoder_at = _first_json_difference(ja.get("decoder"), jb.get("decoder"), "decoder")
+        warnings.append(f"decoder differs ({na} vs {nb}) at {decoder_at}; every id decodes to the same text")
     return None, warnings
 
 
