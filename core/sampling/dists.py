@@ -96,7 +96,7 @@ class TopDistribution:
     def sum(self) -> float:
         return self.stats.total
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         extra = {i: v for i, v in self._values.items()}
         return (TopDistribution, (self.vocab_size, self.top, self.stats, extra))
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import LlamaConfig
 
-from specscope.core.draft.head_folders import head_folder, read_config
+from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.heads.base import (
-    HeadFormatError,
     HeadLayer,
     RecurrentHead,
     RecurrentHeadProposer,
@@ -40,7 +40,7 @@ from specscope.core.draft.heads.trees import TreeAttention
 class EagleHead(RecurrentHead):
     kind = "eagle"
 
-    def __init__(self, config, fc_bias: bool, own_embedding: bool):
+    def __init__(self, config: LlamaConfig, fc_bias: bool, own_embedding: bool) -> None:
         layers = int(config.num_hidden_layers)
         super().__init__(config, layers)
         hidden = config.hidden_size
