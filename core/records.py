@@ -170,7 +170,7 @@ class TreeInfo:
     """What a tree round adds to a Round (field names are part of the trace format: the
     round's `tree` object in docs/trace-format.md, the `rounds.tree` column in the store).
 
-    - `spec`: the tree spec (core.trees), e.g. "3,2,1" or "dynamic:nodes=16,depth=5,topk=4"
+    - `spec`: the tree spec (core.draft.trees), e.g. "3,2,1" or "dynamic:nodes=16,depth=5,topk=4"
     - `children`: how siblings were chosen, and so the acceptance rule: sampled | distinct | topk
     - `path`: the accepted nodes, from the prefix down (node indices)
     - `tried`: ((node, its children in the order they were tried), ...) for every node the

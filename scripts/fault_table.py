@@ -31,11 +31,11 @@ from specscope.core.loading import models as loading
 from specscope.core.check.checker import SEVERITY, check_run, first_bad_round, group_findings
 from specscope.core.decode.stops import Stops, token_piece_function
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
+from specscope.storage import TraceStore, TraceWriter
 
 # the stop faults' runs stop at these strings (common in the bundled target's Python output,
 # often spread over two tokens)
 STOP_STRINGS = ("):\n", "return ")
-from specscope.storage import TraceStore, TraceWriter
 
 SETTINGS = [
     SamplingConfig(temperature=0),

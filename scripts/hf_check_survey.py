@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specscope.core import SamplingConfig  # noqa: E402
-from specscope.core.check.checker import check_report  # noqa: E402
-from specscope.core.engines import TransformersEngine  # noqa: E402
+from specscope.core import SamplingConfig
+from specscope.core.check.checker import check_report
+from specscope.core.engines import TransformersEngine
 
 SAMPLERS = (SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0),
             SamplingConfig(temperature=0.8, top_k=8, top_p=0.9))

@@ -7,7 +7,7 @@ Two lane pairs on the bundled target at temperature 1 (--temperature, --top-k):
   draft vs lookup   the bundled draft-small (k=4) against prompt lookup (k=4)
   k=2 vs k=4        the bundled draft-small at k=2 against k=4
 each run uncoupled (each lane's own random stream, the run seed shared) and coupled
-(core.coupling: `SpeculativeDecoder(coupling_seed=SEED)`, the seed shared). For every
+(core.verify.coupling: `SpeculativeDecoder(coupling_seed=SEED)`, the seed shared). For every
 bundled prompt and seed it records the first output position at which the lanes differ
 (None: identical over the whole budget), the fraction of output positions whose tokens
 agree, and each lane's acceptance rate (accepted draft tokens / drafted tokens). It prints

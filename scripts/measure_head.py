@@ -30,7 +30,6 @@ from collections import defaultdict
 
 import torch
 
-from specscope.core import SamplingConfig
 from specscope.core.decode.factory import Models, RunSettings, build_decoder
 from specscope.core.draft.registry import parse_spec
 from specscope.core.loading import bundled_head_path, example_prompts, load_bundled
@@ -52,10 +51,10 @@ def measure(models: Models, spec: str, prompts, k: int, max_new: int, temperatur
         ids = models.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
         rounds, first_round_end = [], []
 
-        def keep(rnd):
-            rounds.append(rnd)
-            if not first_round_end:
-                first_round_end.append(time.perf_counter())
+        def keep(rnd):  # called while this prompt's run drains, so its lists are the right ones
+            rounds.append(rnd)  # noqa: B023
+            if not first_round_end:  # noqa: B023
+                first_round_end.append(time.perf_counter())  # noqa: B023
 
         result = decoder.start(ids, max_new).drain(keep)  # the result keeps no rounds
         if rounds:

@@ -24,7 +24,7 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from render_screenshots import settle, wait  # noqa: E402
+from render_screenshots import settle, wait
 
 
 def main(argv: list[str] | None = None) -> int:

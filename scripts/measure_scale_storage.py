@@ -163,8 +163,8 @@ def _cli(argv: list[str]) -> tuple[int, str]:
 
 def _warm() -> None:
     """The CLI's imports (torch among them), so a step's time is the step's work."""
-    import specscope.app.cli  # noqa: F401
-    import specscope.core.check.checker  # noqa: F401
+    import specscope.app.cli
+    import specscope.core.check.checker
     import specscope.storage.jsonl.transfer  # noqa: F401
 
 
@@ -210,7 +210,7 @@ def step_open(args: argparse.Namespace) -> dict:  # long: one event loop with it
     marks: dict[str, float] = {}
 
     class FirstPaint(QObject):
-        def eventFilter(self, obj, event):  # noqa: N802 - Qt's name
+        def eventFilter(self, obj, event):  # Qt's name
             if event.type() == QEvent.Type.Paint and "first_paint_s" not in marks and len(window.model.rounds):
                 marks["first_paint_s"] = time.perf_counter() - t0
                 marks["first_paint_rss_mb"] = rss_mb()

@@ -88,7 +88,7 @@ def case_empty_file(tmp: Path):
 def case_folder_named_small(tmp: Path):
     (tmp / "small").mkdir()
     db = tmp / "small.sqlite"
-    code, seen = cli([*RUN, "--max-new", "4", "--db", db, "--json"], tmp)
+    code, _seen = cli([*RUN, "--max-new", "4", "--db", db, "--json"], tmp)
     con = sqlite3.connect(db)
     draft = con.execute("SELECT draft_name FROM runs").fetchone()[0]
     con.close()

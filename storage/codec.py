@@ -51,7 +51,7 @@ from specscope.core.records import Round
 # while the top-N with the whole-vector stats keeps every checker rule working.
 FULL_VECTORS_AUTO_MAX_VOCAB = 1024
 FULL_DTYPES = {"float32": b"4", "float64": b"8"}
-_DTYPE_OF_CODE = {b"4": np.dtype("<f4"), b"8": np.dtype("<f8")}
+_DTYPE_OF_CODE: dict[bytes, np.dtype[Any]] = {b"4": np.dtype("<f4"), b"8": np.dtype("<f8")}
 # Distributions per vectorised pass: 1 MB of float64 at V=4096, a core's L2 cache here
 # (writer encoding in real traced runs: 0.132-0.136 ms a round, 0.144-0.145 ms with 64).
 ENCODE_CHUNK = 32
@@ -72,8 +72,12 @@ class PartialDistribution(np.ndarray):
     from it (views, copies, results of operations) have top None."""
 
     partial = True
+    known_ids: np.ndarray
+    stats: VectorStats | None
+    top: Top | None
 
-    def __new__(cls, values: np.ndarray, known_ids: np.ndarray, stats: VectorStats | None = None, top: Top | None = None):
+    def __new__(cls, values: np.ndarray, known_ids: np.ndarray, stats: VectorStats | None = None,
+                top: Top | None = None) -> PartialDistribution:
         obj = np.asarray(values, dtype=np.float64).view(cls)
         obj.known_ids = np.asarray(known_ids, dtype=np.int64)
         obj.stats = stats
@@ -91,7 +95,7 @@ class PartialDistribution(np.ndarray):
         total = 1.0 if self.stats is None else self.stats.total
         return max(0.0, total - float(np.asarray(self).sum()))
 
-    def __reduce__(self):  # pickle as (values, known_ids, stats, top)
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle as (values, known_ids, stats, top)
         return (PartialDistribution, (np.asarray(self), self.known_ids, self.stats, self.top))
 
 
@@ -106,8 +110,12 @@ class StoredFullDistribution(np.ndarray):
     have stats, top and full_dtype None (their stats are computed from their values)."""
 
     partial = False
+    stats: VectorStats | None
+    top: Top | None
+    full_dtype: str | None
 
-    def __new__(cls, values: np.ndarray, stats: VectorStats, top: Top | None = None, full_dtype: str | None = None):
+    def __new__(cls, values: np.ndarray, stats: VectorStats, top: Top | None = None,
+                full_dtype: str | None = None) -> StoredFullDistribution:
         obj = np.asarray(values, dtype=np.float64).view(cls)
         obj.stats = stats
         obj.top = top
@@ -119,7 +127,7 @@ class StoredFullDistribution(np.ndarray):
         self.top = None
         self.full_dtype = None
 
-    def __reduce__(self):  # pickle as (values, stats, top, full_dtype)
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle as (values, stats, top, full_dtype)
         return (StoredFullDistribution, (np.asarray(self), self.stats, self.top, self.full_dtype))
 
 

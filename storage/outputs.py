@@ -22,7 +22,7 @@ WAL_MAGICS = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
 SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
 
 
-def is_database_file(path: str | os.PathLike) -> bool:
+def is_database_file(path: str | os.PathLike[str]) -> bool:
     """An SQLite database, or a file SQLite keeps beside one (-wal, -shm, -journal)."""
     p = Path(path)
     try:
@@ -36,7 +36,7 @@ def is_database_file(path: str | os.PathLike) -> bool:
     return any(name.endswith(side) and is_database_file(name[: -len(side)]) for side in SIDE_FILES)
 
 
-def check_output(path: str | os.PathLike, overwrite: bool = False) -> None:
+def check_output(path: str | os.PathLike[str], overwrite: bool = False) -> None:
     """Refuse to write `path` (TraceStoreError, one line) when it is a folder or a database,
     or when it exists and overwrite is False. Nothing is created."""
     p = Path(path)
@@ -58,7 +58,7 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def write_atomically(path: str | os.PathLike, overwrite: bool = False) -> Iterator[IO[str]]:
+def write_atomically(path: str | os.PathLike[str], overwrite: bool = False) -> Iterator[IO[str]]:
     """A text file object whose content replaces `path` when the block ends without an
     error (a failed or cancelled write leaves `path` as it was). check_output runs before
     and again at the end; without overwrite, a file that appeared meanwhile is kept."""

@@ -30,7 +30,7 @@ def _json_safe(value: Any) -> Any:
 
 def run_row(config: RunConfig, *, status: str, started_at: float, models: ModelInfo, library_versions: Mapping[str, Any],
             top_n: int, full_vectors: bool, full_dtype: str, prompt_text: str | None = None,
-            extra: Mapping[str, Any] | None = None, writer_host: str | None = None, writer_pid: int | None = None) -> dict:
+            extra: Mapping[str, Any] | None = None, writer_host: str | None = None, writer_pid: int | None = None) -> dict[str, Any]:
     """A new run's row (no rounds yet)."""
     s: SamplingConfig = config.sampling
     return {
@@ -106,7 +106,7 @@ def run_config(r: Mapping[str, Any]) -> RunConfig:
     )
 
 
-def stops_json(config: RunConfig) -> dict:
+def stops_json(config: RunConfig) -> dict[str, Any]:
     """What a run records of how it may end besides the budget (runs.stops, the JSONL header's
     `stops`)."""
     return {"eos_token_ids": [int(t) for t in config.eos_token_ids], "strings": list(config.stop_strings),
@@ -121,7 +121,7 @@ def _stops_fields(stops: Mapping[str, Any] | None) -> dict[str, Any]:
                 stop_ids=tuple(tuple(int(t) for t in seq) for seq in stops.get("ids") or ()))
 
 
-def round_stop_json(rnd: Round) -> dict | None:
+def round_stop_json(rnd: Round) -> dict[str, Any] | None:
     """rounds.stop: the stop the round completed and its tokens' text; None when neither."""
     stop, pieces = getattr(rnd, "stop", None), getattr(rnd, "pieces", None)
     if stop is None and pieces is None:
@@ -166,7 +166,7 @@ def run_info(r: Mapping[str, Any]) -> RunInfo:
 # ---------------------------------------------------------------------------- token chunks
 
 
-def token_chunk(run_id: str, start: int, tokens: Sequence[int]) -> dict:
+def token_chunk(run_id: str, start: int, tokens: Sequence[int]) -> dict[str, Any]:
     """A run_tokens row: tokens [start, start + len(tokens)) of the run, int32 little-endian."""
     return {"run_id": run_id, "start": int(start), "n_tokens": len(tokens),
             "tokens": np.asarray(tokens, dtype="<i4").tobytes()}
@@ -191,7 +191,7 @@ def _pending(c: CacheState | None) -> list[int] | None:
     return None if c is None else [int(x) for x in c.pending]
 
 
-def round_to_rows(rnd: Round, policy: VectorPolicy, run_id: str | None = None) -> tuple[dict, list[dict]]:
+def round_to_rows(rnd: Round, policy: VectorPolicy, run_id: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One Round -> (rounds row, draft_nodes rows), keyed by column name."""
     rows, nodes = rounds_to_rows([rnd], policy, run_id)
     return rows[0], nodes
@@ -219,12 +219,12 @@ class _Blobs:
         return None if dist is None else self._fulls[self._slots[id(dist)]]
 
 
-def rounds_to_rows(rounds: Sequence[Round], policy: VectorPolicy, run_id: str | None = None) -> tuple[list[dict], list[dict]]:
+def rounds_to_rows(rounds: Sequence[Round], policy: VectorPolicy, run_id: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Rounds -> (rounds rows, draft_nodes rows), with the distributions of all of them
     encoded together (the writer converts everything queued in a flush interval at once)."""
     blobs = _Blobs(rounds, policy)
-    round_rows: list[dict] = []
-    node_rows: list[dict] = []
+    round_rows: list[dict[str, Any]] = []
+    node_rows: list[dict[str, Any]] = []
     for rnd in rounds:
         rid = run_id or rnd.run_id
         round_rows.append(_round_row(rnd, rid, blobs))
@@ -232,7 +232,7 @@ def rounds_to_rows(rounds: Sequence[Round], policy: VectorPolicy, run_id: str | 
     return round_rows, node_rows
 
 
-def _round_row(rnd: Round, run_id: str, blobs: _Blobs) -> dict:
+def _round_row(rnd: Round, run_id: str, blobs: _Blobs) -> dict[str, Any]:
     tc, dc, t = rnd.target_cache, rnd.draft_cache, rnd.timings
     return {
         "run_id": run_id,
@@ -273,7 +273,7 @@ def _round_row(rnd: Round, run_id: str, blobs: _Blobs) -> dict:
     }
 
 
-def _tree_columns(rnd: Round, blobs: _Blobs) -> dict:
+def _tree_columns(rnd: Round, blobs: _Blobs) -> dict[str, Any]:
     """rounds.tree (the TreeInfo facts as JSON), tree_top and tree_full (each update's p')."""
     tree = getattr(rnd, "tree", None)
     if tree is None:
@@ -305,7 +305,7 @@ def _tree_columns(rnd: Round, blobs: _Blobs) -> dict:
             "tree_full": pack_blobs(fulls) if any(f is not None for f in fulls) else None}
 
 
-def _node_row(n: DraftNode, run_id: str, round_index: int, blobs: _Blobs) -> dict:
+def _node_row(n: DraftNode, run_id: str, round_index: int, blobs: _Blobs) -> dict[str, Any]:
     return {
         "run_id": run_id,
         "round_index": round_index,
@@ -366,7 +366,7 @@ def _round_fields(row: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def round_summary(row: Mapping[str, Any]) -> RoundSummary:
+def round_summary(row: Mapping[str, Any]) -> Any:  # a RoundSummary: made by make_dataclass, so no static type
     return RoundSummary(**_round_fields(row), drafted=row["n_drafted"], accepted=row["n_accepted"],
                         draft_tokens=tuple(row["draft_tokens"]))
 

@@ -53,7 +53,7 @@ class TraceStore:
     migration in the file: an older schema is migrated in a copy in memory): for shared or
     bundled stores and every reading command. With presume_interrupted=True a read-only store
     shows a 'running' run whose writer is gone as interrupted, as a writer would mark it,
-    without writing it (what the CLI's readers show). storage.jsonl.open_jsonl(path) is an in-memory
+    without writing it (what the CLI's readers show). storage.jsonl.transfer.open_jsonl(path) is an in-memory
     store holding one imported trace.
     """
 

@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_models as tm  # noqa: E402
+import train_models as tm
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -40,8 +40,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import smollm2_prompts as prompts_mod  # noqa: E402
-import train_models as tm  # noqa: E402
+import smollm2_prompts as prompts_mod
+import train_models as tm
 
 REPO = Path(__file__).resolve().parent.parent
 STDLIB_HELDOUT_PERCENT = 5  # stdlib files whose path hash falls below this are never used

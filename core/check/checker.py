@@ -852,7 +852,7 @@ def recompute_findings(config: RunConfig, rounds: Iterable[Round], target, tol: 
     context = list(config.prompt_ids)
     device = next(target.parameters()).device
     for rnd in rounds:
-        if is_tree_round(config, rnd):  # one plain forward per visited parent (core.tree_check)
+        if is_tree_round(config, rnd):  # one plain forward per visited parent (core.check.tree_rules)
             rows, bonus = recompute_tree_rows(config, rnd, context, target)
         else:
             sequence = context + [n.token for n in rnd.nodes if n.parent == n.index - 1]

@@ -1,4 +1,4 @@
-"""The checker's rule for coupled rounds (core.coupling), called by core.checker for a
+"""The checker's rule for coupled rounds (core.verify.coupling), called by core.check.checker for a
 sampled run whose proposer_params say it was coupled.
 
 The Gumbel keys G_j are regenerated from the recorded coupling seed and each token's output
@@ -62,7 +62,7 @@ def coupled_candidates(dist: Any, gumbel: np.ndarray, tol: float) -> tuple[set[i
 
 
 def check_coupled_round(chk: Any) -> None:
-    """The decisions, the repair and the bonus of a coupled round (chk: core.checker's
+    """The decisions, the repair and the bonus of a coupled round (chk: core.check.checker's
     _RoundChecker, whose add/tol/not_checked it uses)."""
     rnd = chk.rnd
     coupling = _coupling(coupling_seed_of(chk.config))

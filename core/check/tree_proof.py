@@ -11,7 +11,7 @@ what its draw selects from the last p' (the bonus from the leaf's p), and the pa
 emitted tokens and bonus_withheld must be the walk's.
 
 With full vectors every step is proved exactly (to the checker's tolerance). With top-N
-records (vocabularies above 4096 tokens, core.dists) the decisions are still exact: they
+records (vocabularies above 4096 tokens, core.sampling.dists) the decisions are still exact: they
 read only p'(child), which every p' record keeps for each child of its node, and the
 child's q(token) scalars. A residual update is proved at the entries stored for p', q and
 the update (the siblings' tokens, the top-N, the drawn token) given its recorded mass, and
@@ -19,7 +19,7 @@ the mass itself where exact scalars give it: at the first rejection at a node it
 sum(p) - sum min(p, q) (the node's exact overlap), for a top-k child it is sum(p') - p'(c).
 What stays unproved is the mass of a later sampled/distinct update and the entries outside
 the stored ones; the report's not_checked says so. Draws from a top-N p' are proved as
-core.draws proves them for chains (an impossible draw is a finding; a possible one is
+core.sampling.draws proves them for chains (an impossible draw is a finding; a possible one is
 consistent, not proved).
 """
 

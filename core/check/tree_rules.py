@@ -1,8 +1,8 @@
-"""The checker's rules for tree rounds (core.checker calls them for a round whose draft is
+"""The checker's rules for tree rounds (core.check.checker calls them for a round whose draft is
 not a chain).
 
 A round that carries its tree facts (TreeInfo: recorded by the decoder, kept by the store
-and by JSONL version 2) is proved step by step from them by core.tree_proof, with full
+and by JSONL version 2) is proved step by step from them by core.check.tree_proof, with full
 vectors or top-N records. A round without them (a JSONL version-1 trace) is replayed as
 follows. The walk is replayed from the trace alone: the p row each node was judged against, the q
 row it was chosen from, the children mode (the run's proposer_params), each tried child's
@@ -207,7 +207,7 @@ def check_tree_round(chk: Any) -> None:
     if not _distinct_siblings(chk):
         _layout(chk)
         return
-    if getattr(rnd, "tree", None) is not None:  # the tried order and every p' were recorded (core.tree_proof)
+    if getattr(rnd, "tree", None) is not None:  # the tried order and every p' were recorded (core.check.tree_proof)
         prove_tree_round(chk)
         _layout(chk)
         return

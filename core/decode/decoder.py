@@ -134,9 +134,9 @@ class SpeculativeDecoder:
         """`vectors`: what each Round record carries of its full-vocabulary rows: "full"
         (float64 numpy vectors), "top" (a TopDistribution: the top-N entries, the drawn
         tokens' entries and the exact whole-vector facts, computed on the model's device)
-        or "auto" (full up to core.dists.FULL_VECTORS_MAX_VOCAB tokens, top above).
+        or "auto" (full up to core.sampling.dists.FULL_VECTORS_MAX_VOCAB tokens, top above).
         `top_n`: N of the top entries kept (raised to cover a top-k filter).
-        `coupling_seed`: couple this decoder's randomness to output positions (core.coupling:
+        `coupling_seed`: couple this decoder's randomness to output positions (core.verify.coupling:
         the CoupledVerifier, and a draft model proposing by the same Gumbel keys), so that
         decoders with the same seed emit the same tokens wherever their prefixes agree.
         `eos_token_id`: one id or several (every one ends the output). `stops`: stop strings
@@ -182,7 +182,7 @@ class SpeculativeDecoder:
         if not _is_int(top_n) or top_n < 1:
             raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
         self.full_vectors = keeps_full_vectors(vectors, self.vocab_size)
-        tune_allocator()  # reuse freed row-sized host memory (core.allocator)
+        tune_allocator()  # reuse freed row-sized host memory (core.decode.allocator)
         self.top_n = covering_top_n(int(top_n), self.sampling.top_k)
 
     # ------------------------------------------------------------------ public API

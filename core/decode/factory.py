@@ -119,7 +119,7 @@ def build_decoder(settings: RunSettings, models: Any, names: Mapping[str, str] |
     options = dict(
         k=settings.k, sampling=settings.sampling(), eos_token_id=eos, seed=settings.seed, use_cache=settings.use_cache,
         target_name=models.target_name,
-        # the records keep full vectors when asked, else top-N above 4096 tokens (core.dists),
+        # the records keep full vectors when asked, else top-N above 4096 tokens (core.sampling.dists),
         # computed on the model's device ("top" only changes what a store keeps)
         vectors="full" if settings.vectors == "full" else "auto", top_n=_top_n(settings),
         # greedy decoding draws nothing: there is no randomness to couple

@@ -29,7 +29,7 @@ INT32_MAX = 2**31 - 1  # the store's INTEGER columns (k, max_new_tokens, top_k, 
 INT64_MAX = 2**63 - 1  # the store's seed column (BIGINT); numpy's default_rng wants a seed >= 0
 MAX_K = 4096  # the longest draft (or largest tree budget) a trace may hold (storage/jsonl's import limit)
 ENGINES = ("specscope", "transformers")  # specscope's SpeculativeDecoder, or transformers' own generate() recorded
-VECTOR_POLICIES = ("auto", "full", "top")  # what a record keeps besides the top-N (core.dists)
+VECTOR_POLICIES = ("auto", "full", "top")  # what a record keeps besides the top-N (core.sampling.dists)
 DEFAULT_PROPOSER = "draft:small"
 # transformers' own default max_matching_ngram_size: its prompt lookup's n when a spec names none
 # (specscope's own lookup proposer defaults to the registry's max_ngram)

@@ -44,7 +44,7 @@ class Draft:
     cache_before: int | None = None
     cache_peak: int | None = None
     sample_draws: tuple[float, ...] = field(default=())  # uniforms used to sample each token
-    children: str | None = None  # tree drafts: how siblings were chosen (core.tree_verify); None for chains
+    children: str | None = None  # tree drafts: how siblings were chosen (core.verify.tree); None for chains
     q_facts: RowFacts | None = None  # q's whole-row facts, taken while each row was in cache (or None)
     # per token, the proposer's own probability for it from its untransformed softmax
     # (temperature 1), in greedy runs too; None when the proposer has none (prompt lookup)
@@ -188,18 +188,18 @@ def chain_parents(n: int) -> tuple[int, ...]:
 
 
 # One draft token from one row of logits: (token, the q it was drawn from, the uniform), and
-# optionally a fourth item, q's core.kept_rows.KeptRow when the step has it (its nonzero
+# optionally a fourth item, q's core.sampling.kept_rows.KeptRow when the step has it (its nonzero
 # entries: then the proposer need not look for them). `out`, when given, is a float64 row
 # the step may write q into (the proposer's row for it).
-SampleStep = Callable[..., tuple]
+SampleStep = Callable[..., tuple[Any, ...]]
 
 
 def sample_token(
     logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
-) -> tuple:
+) -> tuple[Any, ...]:
     """Greedy: the argmax (no q). Sampling: q = the processed distribution (float64, on the
     draft's device; in `out` when given), one inverse-CDF draw. A top-k row on the CPU
-    comes as its kept entries too (core.kept_rows: a fourth item)."""
+    comes as its kept entries too (core.sampling.kept_rows: a fourth item)."""
     if sampling.greedy:
         if not bool(torch.isfinite(logits).all()):
             raise ValueError("the draft model produced non-finite logits; refusing to propose")
@@ -245,9 +245,9 @@ class DraftModelProposer(ProposerBase):
     ):
         """`cache` (how the draft cache follows the context) and `sample_step` (how one token
         and its q come from a row of logits) are seams for the fault zoo; leave them None.
-        `tree` (a core.trees spec, e.g. "3,2,1" or "dynamic:nodes=16,depth=5,topk=4") drafts a
+        `tree` (a core.draft.trees spec, e.g. "3,2,1" or "dynamic:nodes=16,depth=5,topk=4") drafts a
         token tree instead of a chain, its siblings chosen by `children` ("topk", "sampled"
-        i.i.d. or "distinct" without replacement); see core.tree_draft."""
+        i.i.d. or "distinct" without replacement); see core.draft.tree_draft."""
         self.model = draft_model
         self.label = label or getattr(draft_model.config, "_name_or_path", "") or type(draft_model).__name__
         self.tree, self.children = tree_options(tree, children)
@@ -257,13 +257,13 @@ class DraftModelProposer(ProposerBase):
         self.lm = CachedLM(draft_model)
         self.cache = cache if cache is not None else CachePolicy()
         self.sample_step: SampleStep = sample_step if sample_step is not None else sample_token
-        self.coupling: Any = None  # core.coupling.Coupling while a coupled run proposes
+        self.coupling: Any = None  # core.verify.coupling.Coupling while a coupled run proposes
         self._prompt_len = 0
 
     def couple(self, coupling: Any, prompt_len: int) -> None:
         """Called by the decoder at the start of a run: with a Coupling, draw each sampled
         draft token as the Gumbel argmax of q with the keys of its output position
-        (core.coupling), an exact sample from q; with None, sample from the run's stream."""
+        (core.verify.coupling), an exact sample from q; with None, sample from the run's stream."""
         if coupling is not None and self.tree is not None:
             raise ValueError("coupled lanes verify chain drafts only; a tree proposer cannot be coupled")
         self.coupling, self._prompt_len = coupling, int(prompt_len)
@@ -324,7 +324,7 @@ class DraftModelProposer(ProposerBase):
             )
         tokens: list[int] = []
         # (k, V) float64: each step writes its q into its row (or the row takes a copy), and
-        # the row's facts for the record are taken then, while it is in cache (core.dists)
+        # the row's facts for the record are taken then, while it is in cache (core.sampling.dists)
         qs = None if sampling.greedy else torch.empty((k, self.lm.vocab_size), dtype=torch.float64, device=self.lm.device)
         facts: list[RowFacts | None] = []
         draws: list[float] = []
@@ -448,7 +448,7 @@ class PromptLookupProposer(ProposerBase):
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         """Tokens following the most recent earlier match of the longest suffix n-gram (an
-        index updated as the context grows: core.ngram_index)."""
+        index updated as the context grows: core.draft.ngram_index)."""
         return self.index.lookup(context, k)
 
     def propose(

@@ -7,7 +7,7 @@ A spec is a short string, and it is what a trace records as the run's proposer:
     draft:PATH          a local transformers checkpoint folder
     lookup              prompt lookup with its defaults
     lookup:max_ngram=4,min_ngram=2
-    draft:small,tree=3,2,1,children=sampled            a token tree (core.trees)
+    draft:small,tree=3,2,1,children=sampled            a token tree (core.draft.trees)
     draft:tree=dynamic:nodes=16,depth=5,topk=4
     eagle:PATH          a draft head on the target's hidden states, from its checkpoint folder
     eagle3:PATH         (EAGLE, EAGLE-3, Medusa, MTP: core.draft.heads, docs/heads.md)
@@ -24,7 +24,7 @@ Grammar: KIND[:ARG][,KEY=VALUE...] where ARG (a model name or path) comes first.
 itself hold commas (`tree=3,2,1`): an item without "=" after a KEY=VALUE item continues that
 value.
 
-Adding a proposer kind: write its class (it follows core.proposers.Proposer) and add one
+Adding a proposer kind: write its class (it follows core.draft.proposers.Proposer) and add one
 `register(ProposerKind(...))` line below; nothing in app/ changes.
 """
 
@@ -156,7 +156,7 @@ def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
     return ProposerSpec(name, arg, params)
 
 
-# Keys inside a tree spec's value (core.trees), not parameters of their own.
+# Keys inside a tree spec's value (core.draft.trees), not parameters of their own.
 TREE_KEYS = ("nodes", "depth", "topk")
 
 

@@ -5,12 +5,12 @@ runs the steps: a draft model here (`ModelGrowth`), a draft head in core.draft.h
 The first forward runs the pending context and gives q at the prefix; each later depth runs
 one forward over the nodes being expanded, each attending the prefix and its ancestors
 (which earlier depths put in the draft cache), at position prefix length + depth - 1.
-Children are chosen by the tree's children mode (core.tree_verify): i.i.d. draws from q,
+Children are chosen by the tree's children mode (core.verify.tree): i.i.d. draws from q,
 draws without replacement, or the top-k tokens of q (greedy runs always take the top-k).
 Nodes come out breadth first, siblings in the order they were chosen: the order the
 verifier tries them.
 
-The q rows stay on the draft model's device as float64 torch tensors (core.device_sampling):
+The q rows stay on the draft model's device as float64 torch tensors (core.sampling.device):
 choosing children reads a few entries of a row (the top-k's cut, a draw's inverse CDF), and
 only the chosen tokens and their q values cross to the host.
 

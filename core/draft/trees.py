@@ -209,7 +209,7 @@ def ancestor_matrix(parents: tuple[int, ...] | list[int]) -> np.ndarray:
     return seen
 
 
-def tree_positions(parents, prefix_len: int) -> list[int]:
+def tree_positions(parents: tuple[int, ...] | list[int], prefix_len: int) -> list[int]:
     """Position ids of the nodes: prefix length + depth - 1."""
     return [prefix_len + d - 1 for d in node_depths(parents)]
 
@@ -230,7 +230,7 @@ def context_and_tree(cached: int, pending: int, visible: np.ndarray) -> np.ndarr
     return allowed
 
 
-def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device) -> torch.Tensor:
+def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """(rows, cols) bool -> the (1, 1, rows, cols) additive mask: 0 where allowed, else the
     dtype's minimum (transformers passes a 4D mask through as it is; eager and SDPA
     attention both add it to the scores)."""
@@ -241,7 +241,8 @@ def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device) -> torch.Tens
     return mask
 
 
-def tree_mask(visible: np.ndarray, cached: int, pending: int, dtype: torch.dtype, device) -> torch.Tensor:
+def tree_mask(visible: np.ndarray, cached: int, pending: int, dtype: torch.dtype,
+              device: torch.device | str) -> torch.Tensor:
     """The additive 4D mask of a forward over `pending` context tokens and a tree."""
     return additive_mask(context_and_tree(cached, pending, visible), dtype, device)
 

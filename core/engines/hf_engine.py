@@ -53,7 +53,7 @@ class TransformersEngine:
     kind "lookup": prompt lookup (PromptLookupCandidateGenerator); `k` is
     prompt_lookup_num_tokens and `max_ngram` max_matching_ngram_size.
     `vectors` / `top_n`: what each Round keeps of its full-vocabulary rows, as for
-    SpeculativeDecoder ("auto": full vectors up to core.dists.FULL_VECTORS_MAX_VOCAB tokens,
+    SpeculativeDecoder ("auto": full vectors up to core.sampling.dists.FULL_VECTORS_MAX_VOCAB tokens,
     else the top-N entries and the exact facts).
     """
 
@@ -244,7 +244,7 @@ class TransformersEngine:
         try:
             self._record(config, channel.put, channel.cancelled)
             channel.put(DONE)
-        except BaseException as exc:  # handed to the consumer, raised there
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
             channel.put(exc)
         finally:
             channel.baton.give()

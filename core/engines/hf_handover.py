@@ -52,7 +52,7 @@ class Channel:
     """One slot between the generate() thread and the consumer."""
 
     def __init__(self) -> None:
-        self.slot: queue.Queue = queue.Queue(maxsize=1)
+        self.slot: queue.Queue[Any] = queue.Queue(maxsize=1)
         self.cancelled = threading.Event()
         self.baton = Baton()
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from specscope.core.decode.kv import Stopwatch
 from specscope.core.decode.stops import StopTracker
-from specscope.core.records import CacheState, DraftNode, EmittedToken, Round, RoundTimings, RunConfig
+from specscope.core.records import CacheState, DraftNode, EmittedToken, NodeStatus, Round, RoundTimings, RunConfig
 
 from specscope.core.engines.hf_private import cache_length, output_cache
 from specscope.core.engines.hf_vectors import RoundVectors, q_rows, read_vectors
@@ -58,7 +58,7 @@ class _Observed:
 class RoundRecorder:
     """Observes one generate() call, in the thread that runs it, and hands each finished
     Round to `emit` (called in that thread). `draft_model` is None for proposers without a
-    model (prompt lookup). `full_vectors`/`top_n`: what a Round keeps of its rows (core.dists)."""
+    model (prompt lookup). `full_vectors`/`top_n`: what a Round keeps of its rows (core.sampling.dists)."""
 
     def __init__(self, config: RunConfig, target: torch.nn.Module, draft_model: torch.nn.Module | None,
                  emit: Callable[[Round], None], greedy: bool, lookup: bool, full_vectors: bool = True,
@@ -76,7 +76,7 @@ class RoundRecorder:
         self.target_cache: Any = None
         self.draft_cache: Any = None
         self.current: _Observed | None = None
-        self.pending: tuple[_Observed, dict] | None = None  # a round waiting for its draft-cache crop
+        self.pending: tuple[_Observed, dict[str, Any]] | None = None  # a round waiting for its draft-cache crop
         self.first_draft_len: int | None = None  # draft cache length at this round's first assistant forward
         self._handles: list[Any] = []
 
@@ -182,8 +182,14 @@ class RoundRecorder:
             target_before=cache_length(self.target_cache) or 0,
         )
 
+    def _observed(self) -> _Observed:
+        """The round whose candidates are being verified (set before its candidates are drawn)."""
+        if self.current is None:
+            raise RuntimeError("transformers' assistant ran a step outside a round")
+        return self.current
+
     def _after_candidates(self, input_ids: torch.LongTensor, out: Any) -> None:
-        obs = self.current
+        obs = self._observed()
         obs.t_drafted = self.stopwatch.now()
         candidate_ids, candidate_logits = out
         obs.candidates = [int(t) for t in candidate_ids[0, obs.prefix_len:].tolist()]
@@ -196,9 +202,9 @@ class RoundRecorder:
             self._finish_pending(obs.draft_before)
         obs.t_verify_start = self.stopwatch.now()
 
-    def _read_round(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> dict:
+    def _read_round(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> dict[str, Any]:
         """Everything the round keeps, read now (the rows are computed on their device)."""
-        obs = self.current
+        obs = self._observed()
         emitted, stop = self._cut_at_stop([int(t) for t in input_ids[0, obs.prefix_len:].tolist()])
         if stop is not None and len(emitted) <= int(num_matches):  # cut inside the accepted block
             n = len(obs.candidates)
@@ -219,8 +225,8 @@ class RoundRecorder:
         return dict(emitted=emitted, statuses=statuses, kinds=kinds, rejected=rejected, vectors=vectors,
                     target_after=cache_length(self.target_cache) or 0, stop=stop, pieces=pieces)
 
-    def _round_done(self, facts: dict, t_verified: float) -> None:
-        obs = self.current
+    def _round_done(self, facts: dict[str, Any], t_verified: float) -> None:
+        obs = self._observed()
         facts["timings"] = (obs.t_drafted - obs.t_start, t_verified - obs.t_verify_start,
                             self.stopwatch.now() - t_verified)
         self.rounds += 1
@@ -233,6 +239,8 @@ class RoundRecorder:
             self._finish_pending(None)
 
     def _finish_pending(self, draft_after: int | None) -> None:
+        if self.pending is None:
+            return
         obs, facts = self.pending
         self.pending = None
         self.emit(build_round(self.config, obs, facts, draft_after, self.greedy))
@@ -263,7 +271,7 @@ def _statuses(obs: _Observed, emitted: list[int], matches: int) -> tuple[list[st
     return statuses, kinds[: len(emitted)]
 
 
-def build_round(config: RunConfig, obs: _Observed, facts: dict, draft_after: int | None, greedy: bool) -> Round:
+def build_round(config: RunConfig, obs: _Observed, facts: dict[str, Any], draft_after: int | None, greedy: bool) -> Round:
     emitted, statuses, kinds, rejected = facts["emitted"], facts["statuses"], facts["kinds"], facts["rejected"]
     vec: RoundVectors = facts["vectors"]
     context, end = facts["context"], obs.prefix_len + len(emitted)  # not copied: a run's context grows long
@@ -276,8 +284,9 @@ def build_round(config: RunConfig, obs: _Observed, facts: dict, draft_after: int
     n = len(obs.candidates)
     draft_cache = None
     if obs.draft_before is not None:
-        after = obs.draft_peak if draft_after is None else draft_after
-        draft_cache = _cache(obs.draft_before, obs.draft_peak, after, context, end)
+        peak = obs.draft_peak if obs.draft_peak is not None else obs.draft_before  # set together
+        after = peak if draft_after is None else draft_after
+        draft_cache = _cache(obs.draft_before, peak, after, context, end)
     draft_s, verify_s, book_s = facts["timings"]
     return Round(
         run_id=config.run_id, index=obs.index, prefix_len=obs.prefix_len, emitted_before=obs.emitted_before,
@@ -304,8 +313,9 @@ def _node(i: int, token: int, vec: RoundVectors, status: str) -> DraftNode:
     p_token, q_token, overlap = (float(x) for x in vec.scalars[i])
     has_q = vec.q_rows is not None
     return DraftNode(
-        index=i, token=token, parent=i - 1, depth=i + 1, p=vec.p_rows[i], q=vec.q_rows[i] if has_q else None,
-        status=status, u=None, p_token=p_token, q_token=q_token if has_q else None,
+        index=i, token=token, parent=i - 1, depth=i + 1, p=vec.p_rows[i],
+        q=vec.q_rows[i] if vec.q_rows is not None else None,
+        status=cast(NodeStatus, status), u=None, p_token=p_token, q_token=q_token if has_q else None,
         ratio=(p_token / q_token) if has_q and q_token else None, overlap=overlap if has_q else None,
         target_argmax=vec.argmax[i],
     )

@@ -2,7 +2,7 @@
 
 transformers hands the recorder the target's processed logits (n + 1 rows) and, for a
 draft model, the candidate logits (n rows), on the model's device. The softmax in float64
-runs there. Then, as the trace policy says (core.dists, as specscope's own decoder):
+runs there. Then, as the trace policy says (core.sampling.dists, as specscope's own decoder):
 whole rows go to the host in one transfer and the per-node facts (p(x), q(x),
 sum min(p, q), the residual at the rejected node) are read there with numpy, a few
 microseconds a call where each small torch op costs about ten; or, for top-N records
@@ -53,7 +53,7 @@ def read_vectors(scores: torch.Tensor, q: torch.Tensor | None, candidates: list[
                  drawn: int | None, *, full: bool, top_n: int, sparse: bool = False) -> RoundVectors:
     """The round's vectors from transformers' processed `scores` (1, m, V) and q (n, V);
     `drawn` is the round's bonus or repair token (a top-N record keeps its entry); `sparse`:
-    the rows have few nonzero entries (a top-k filter), compacted from those (core.dists)."""
+    the rows have few nonzero entries (a top-k filter), compacted from those (core.sampling.dists)."""
     p = torch.softmax(scores[0].detach().double(), dim=-1)
     if full:
         return _full_vectors(p, q, candidates, rejected)

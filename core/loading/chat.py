@@ -23,7 +23,7 @@ def chat_prompt_ids(tokenizer: Any, user: str, system: str | None = None) -> lis
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
     try:
         encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
-    except Exception as exc:  # noqa: BLE001 - a template error (e.g. a model without system turns), one line
+    except Exception as exc:  # a template error (e.g. a model without system turns), one line
         raise CheckpointError(f"the model's chat template refused this prompt: {exc}") from exc
     return [int(i) for i in encoded["input_ids"]]
 

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from specscope.core.loading.errors import CheckpointError
 
@@ -37,7 +37,7 @@ NOT_CAUSAL = {"t5": "an encoder-decoder (T5)", "umt5": "an encoder-decoder (UMT5
 Progress = Callable[[str], None]
 
 
-def is_gguf(path: str | os.PathLike) -> bool:
+def is_gguf(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a file that starts with GGUF's magic bytes."""
     p = Path(path)
     try:
@@ -85,7 +85,7 @@ def architecture(path: Path) -> str:
         return bytes(field.parts[field.data[0]]).decode("utf-8")
     except KeyError as exc:
         raise CheckpointError(f"{path} is a GGUF file without general.architecture in its metadata") from exc
-    except Exception as exc:  # noqa: BLE001 - a truncated or corrupt file: numpy/struct errors of every kind
+    except Exception as exc:  # a truncated or corrupt file: numpy/struct errors of every kind
         raise CheckpointError(f"{path} is not a readable GGUF file (truncated or corrupt): {exc}") from exc
 
 
@@ -100,7 +100,7 @@ def check_supported(arch: str, path: Path) -> None:
         raise CheckpointError(f"{path}: transformers cannot read GGUF architecture {arch!r} (it reads {readable})")
 
 
-def converted_checkpoint(path: str | os.PathLike, progress: Progress | None = None,
+def converted_checkpoint(path: str | os.PathLike[str], progress: Progress | None = None,
                          digest: str | None = None) -> Path:
     """The cached checkpoint folder of a GGUF file, converting it first when it is not cached
     yet. `digest`: the file's SHA-256 when the caller has just checked it (not read again)."""
@@ -153,7 +153,7 @@ def _convert(src: Path, arch: str, digest: str, folder: Path, progress: Progress
         raise
     except OSError as exc:
         raise CheckpointError(f"cannot write the converted model to {folder.parent}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - transformers' own refusals, as one line
+    except Exception as exc:  # transformers' own refusals, as one line
         raise CheckpointError(f"transformers cannot convert {src.name} ({arch}): {exc}") from exc
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -192,7 +192,7 @@ def _tensor_progress(say: Progress):
         gguf_utils.tqdm = original
 
 
-def conversion_info(folder: Path) -> dict | None:
+def conversion_info(folder: Path) -> dict[str, Any] | None:
     """What specscope-gguf.json says about a cached conversion (None for any other folder)."""
     try:
         return json.loads((folder / MARKER).read_text(encoding="utf-8"))

@@ -11,8 +11,11 @@ downloaded and no checkpoint code runs. The bundled weights are stored as bfloat
 upcast to float32 on load unless another dtype is asked for.
 
 The tokenizer contract (`check_tokenizers`): a target and a draft may only be paired when
-their tokenizers have identical token -> id maps, special tokens, and normalizer,
-pre-tokenizer and model (merges) pieces. Equal vocabulary sizes are not enough.
+their tokenizers encode and decode alike: identical token -> id maps, special and added
+tokens, pre-tokenizer, model (merges) and post-processor pieces, normalizers that leave text
+in NFC form alike, and the same ids and text on probe texts. Equal vocabulary sizes are not
+enough. A difference that changes no id (an NFC normalizer one model class adds to the same
+tokenizer.json) is a warning (`tokenizer_warnings`), not a refusal.
 
 Importing this module imports neither torch nor transformers (the functions that load import
 them): the window reads its constants and paths while torch is still loading in the background.
@@ -164,7 +167,7 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
 # ---------------------------------------------------------------------------- tokenizer contract
 
 
-def _backend_json(tok: Any) -> dict | None:
+def _backend_json(tok: Any) -> dict[str, Any] | None:
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         return None
@@ -234,42 +237,135 @@ def _short(value: Any, limit: int = 80) -> str:
 
 
 def tokenizer_difference(tok_a: Any, tok_b: Any, names: tuple[str, str] = ("target", "draft")) -> str | None:
-    """A sentence naming the first difference between two tokenizers, or None when they agree."""
+    """A sentence naming the first difference between two tokenizers that can change token ids
+    or the text of ids, or None when they encode and decode alike (`tokenizer_warnings` names
+    the differences that cannot)."""
+    return _tokenizer_comparison(tok_a, tok_b, names)[0]
+
+
+def tokenizer_warnings(tok_a: Any, tok_b: Any, names: tuple[str, str] = ("target", "draft")) -> list[str]:
+    """The differences between two tokenizers that change no id of text given in NFC form (the
+    form text is typed and stored in) and no text of an id: e.g. an NFC normalizer that one
+    model class adds to the same tokenizer.json. Empty when they refuse (`tokenizer_difference`)."""
+    refusal, warnings = _tokenizer_comparison(tok_a, tok_b, names)
+    return [] if refusal else warnings
+
+
+def check_tokenizers(tok_a: Any, tok_b: Any, names: tuple[str, str] = ("target", "draft")) -> list[str]:
+    """Raise ValueError naming the first difference that can change ids unless the two tokenizers
+    are interchangeable; return (and log) the harmless differences as warnings."""
+    refusal, warnings = _tokenizer_comparison(tok_a, tok_b, names)
+    if refusal:
+        raise ValueError(f"the {names[0]} and {names[1]} tokenizers differ: {refusal}; "
+                         f"a draft must share the target's tokenizer")
+    for warning in warnings:
+        log.warning("the %s and %s tokenizers differ harmlessly: %s", names[0], names[1], warning)
+    return warnings
+
+
+# Texts in NFC form (as prompts are typed and stored) that tell tokenizer pipelines apart: code,
+# contractions, digit runs, case, accents, compatibility characters (NFKC changes them), scripts
+# without spaces, emoji, whitespace runs. Two tokenizers whose normalizers agree on these and
+# whose pre-tokenizers, merges and post-processors are the same encode text alike.
+PROBE_TEXTS = (
+    "in 2024, 12345",
+    "def f(x):\n    return x + 1  # add one\n",
+    "It's 2024; we'll see 12345 items, they're READY. I'd've known",
+    "Café, naïve, résumé, Ærøskøbing, straße, İstanbul, ŞİŞLİ",
+    "ﬁne ﬂow ½ x² ① ＡＢＣ ™ …",
+    "中文字符 日本語のテキスト 한국어 Ελληνικά русский العربية",
+    "🙂👍🏽 🇫🇷 ❤️",
+    "  two  spaces\t\ttabs\n\n\nnewlines \r\n end ",
+)
+
+
+def _probe_texts(tok: Any) -> list[str]:
+    specials = [t for t in _special_tokens(tok).values() if isinstance(t, str)]
+    return [*PROBE_TEXTS, *(f"a{s}b {s}" for s in sorted(set(specials)))]
+
+
+def _normalized(json_tok: Any, text: str) -> str:
+    normalizer = getattr(json_tok, "normalizer", None)
+    return text if normalizer is None else str(normalizer.normalize_str(text))
+
+
+def _same_option(a: Any, b: Any) -> bool:
+    return a == b or (a in (None, "") and b in (None, ""))  # "" and null: no prefix / suffix either way
+
+
+def _first_coding_difference(tok_a: Any, tok_b: Any, texts: Iterable[str], names: tuple[str, str]) -> str | None:
+    """The shortest text that encodes to different ids, or whose ids decode to different text."""
+    na, nb = names
+    for text in sorted(texts, key=len):
+        ids_a, ids_b = list(tok_a.encode(text)), list(tok_b.encode(text))
+        if ids_a != ids_b:
+            return f"{text!r} encodes to {_short(ids_a)} in the {na} tokenizer vs {_short(ids_b)} in the {nb}"
+        text_a, text_b = tok_a.decode(ids_a), tok_b.decode(ids_a)
+        if text_a != text_b:
+            return f"ids {_short(ids_a)} decode to {text_a!r} in the {na} tokenizer vs {text_b!r} in the {nb}"
+    return None
+
+
+def _tokenizer_comparison(tok_a: Any, tok_b: Any, names: tuple[str, str]) -> tuple[str | None, list[str]]:
+    """(the first difference that can change ids or text, or None; the harmless differences)."""
     na, nb = names
     diff = _first_vocab_difference(tok_a.get_vocab(), tok_b.get_vocab(), na, nb)
     if diff:
-        return diff
+        return diff, []
     sa, sb = _special_tokens(tok_a), _special_tokens(tok_b)
     for key in sa:
         if sa[key] != sb.get(key):
-            return f"special token {key}: {sa[key]!r} in the {na} tokenizer vs {sb.get(key)!r} in the {nb} tokenizer"
+            return (f"special token {key}: {sa[key]!r} in the {na} tokenizer vs {sb.get(key)!r} in the {nb} "
+                    f"tokenizer"), []
     aa, ab = _added_tokens(tok_a), _added_tokens(tok_b)
     for i in sorted(set(aa) | set(ab)):
         if aa.get(i) != ab.get(i):
             fa = aa.get(i, ("<absent>", False))
             fb = ab.get(i, ("<absent>", False))
             return (f"added token id {i}: {fa[0]!r} (special={fa[1]}) in the {na} tokenizer vs "
-                    f"{fb[0]!r} (special={fb[1]}) in the {nb} tokenizer")
+                    f"{fb[0]!r} (special={fb[1]}) in the {nb} tokenizer"), []
+    warnings: list[str] = []
     ja, jb = _backend_json(tok_a), _backend_json(tok_b)
     if (ja is None) != (jb is None):
-        return f"only the {na if ja is not None else nb} tokenizer has a fast (tokenizers) backend"
-    if ja is not None:
-        for piece in ("normalizer", "pre_tokenizer", "model", "post_processor"):
+        return f"only the {na if ja is not None else nb} tokenizer has a fast (tokenizers) backend", []
+    texts = _probe_texts(tok_a)
+    if ja is not None and jb is not None:
+        for piece in ("normalizer", "pre_tokenizer", "model", "post_processor", "decoder"):
             pa, pb = ja.get(piece), jb.get(piece)
             if piece == "model" and isinstance(pa, dict) and isinstance(pb, dict):
-                pa = {k: v for k, v in pa.items() if k != "vocab"}  # the vocab was compared above
-                pb = {k: v for k, v in pb.items() if k != "vocab"}
+                # the vocab was compared above; "" and null options mean the same
+                keys = [k for k in (*pa, *(k for k in pb if k not in pa))
+                        if k != "vocab" and not _same_option(pa.get(k), pb.get(k))]
+                pa, pb = {k: pa.get(k) for k in keys}, {k: pb.get(k) for k in keys}
             diff = _first_json_difference(pa, pb, piece)
-            if diff:
-                return f"{piece} differs ({na} vs {nb}) at {diff}"
-    return None
-
-
-def check_tokenizers(tok_a: Any, tok_b: Any, names: tuple[str, str] = ("target", "draft")) -> None:
-    """Raise ValueError naming the first difference unless the two tokenizers are interchangeable."""
-    diff = tokenizer_difference(tok_a, tok_b, names)
-    if diff:
-        raise ValueError(f"the {names[0]} and {names[1]} tokenizers differ: {diff}; a draft must share the target's tokenizer")
+            if not diff:
+                continue
+            where = f"{piece} differs ({na} vs {nb}) at {diff}"
+            if piece == "normalizer":  # harmless when both leave text as given (NFC) alike
+                ba, bb = tok_a.backend_tokenizer, tok_b.backend_tokenizer
+                changed = next((t for t in texts if _normalized(ba, t) != _normalized(bb, t)), None)
+                if changed is not None:
+                    return (f"{where}: {changed!r} normalizes to {_normalized(ba, changed)!r} vs "
+                            f"{_normalized(bb, changed)!r}"), []
+                warnings.append(f"{where}; both normalize text in NFC form alike, so its ids are the same "
+                                f"(text in another Unicode form may encode differently)")
+            elif piece == "decoder":  # harmless when every id decodes to the same text
+                continue  # the decode probes below decide
+            else:  # a different split, merge or added token can change ids on some text
+                example = _first_coding_difference(tok_a, tok_b, texts, names)
+                return where + (f": {example}" if example else " (the probe texts encode alike; others may not)"), []
+    example = _first_coding_difference(tok_a, tok_b, texts, names)  # the Python-level options too (BOS, prefix space)
+    if example:
+        return example, []
+    if ja is not None and jb is not None and ja.get("decoder") != jb.get("decoder"):
+        size = len(tok_a.get_vocab())
+        for start in range(0, size, 512):  # every id, in runs (a decoder joins neighbours)
+            ids = list(range(start, min(start + 512, size)))
+            if tok_a.decode(ids) != tok_b.decode(ids):
+                return f"decoder differs ({na} vs {nb}): ids {start}..{ids[-1]} decode to different text", []
+        decoder_at = _first_json_difference(ja.get("decoder"), jb.get("decoder"), "decoder")
+        warnings.append(f"decoder differs ({na} vs {nb}) at {decoder_at}; every id decodes to the same text")
+    return None, warnings
 
 
 # ---------------------------------------------------------------------------- loading
@@ -366,7 +462,7 @@ def _weights_sha256(folder: Path) -> str | None:
     return h.hexdigest()
 
 
-def _checkpoint_dir(path: str | os.PathLike, role: str, progress: gguf.Progress | None = None) -> Path:
+def _checkpoint_dir(path: str | os.PathLike[str], role: str, progress: gguf.Progress | None = None) -> Path:
     """The checkpoint folder `path` names: the folder itself, a GGUF file's cached conversion
     (converted first when needed), or a fetched model's by name (core.loading.catalog)."""
     p = Path(path).expanduser()
@@ -434,7 +530,7 @@ def _warn_remote_code(folder: Path, config: Mapping[str, Any], model: torch.nn.M
                     "transformers' %s instead", role, folder, remote, type(model).__name__)
 
 
-def tokenizer_sha256(folder: str | os.PathLike) -> str | None:
+def tokenizer_sha256(folder: str | os.PathLike[str]) -> str | None:
     """What a run records as its tokenizer_hash: the sha256 of the folder's tokenizer.json."""
     return _file_sha256(Path(folder) / "tokenizer.json")
 
@@ -443,7 +539,7 @@ def _has_tokenizer(folder: Path) -> bool:
     return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model"))
 
 
-def load_tokenizer(path: str | os.PathLike) -> Any:
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     from transformers import AutoTokenizer
 
     folder = Path(path).expanduser()
@@ -453,13 +549,13 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
         raise CheckpointError(f"no tokenizer in {folder} (expected tokenizer.json / tokenizer_config.json)")
     try:
         return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-    except Exception as exc:  # noqa: BLE001 - report which folder failed
+    except Exception as exc:  # report which folder failed
         raise CheckpointError(f"cannot load the tokenizer in {folder}: {exc}") from exc
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
+def load_model(path: str | os.PathLike[str], device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
                role: str = "model", device_map: str | dict[str, Any] | None = None,
-               offload_folder: str | os.PathLike | None = None,
+               offload_folder: str | os.PathLike[str] | None = None,
                progress: gguf.Progress | None = None) -> torch.nn.Module:
     """One local causal LM, in eval mode on `device`, with float parameters cast to `dtype`.
 
@@ -480,7 +576,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dty
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, local_files_only=True, trust_remote_code=False,
                                                      **extra)
-    except Exception as exc:  # noqa: BLE001 - report which folder failed and why
+    except Exception as exc:  # report which folder failed and why
         raise CheckpointError(f"cannot load the {role} checkpoint {folder}: {exc}") from exc
     _warn_remote_code(folder, config, model, role)
     model = model.eval() if device_map is not None else model.to(device=resolve_device(device), dtype=dt).eval()
@@ -490,8 +586,8 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "auto", dty
 
 
 def load_pair(
-    target_path: str | os.PathLike,
-    draft_path: str | os.PathLike | None = None,
+    target_path: str | os.PathLike[str],
+    draft_path: str | os.PathLike[str] | None = None,
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     target_name: str | None = None,
@@ -566,8 +662,8 @@ def load_bundled(name: str = "small", device: str | torch.device = "auto", dtype
 
 
 def load_models(
-    target: str | os.PathLike | None = None,
-    draft: str | os.PathLike | None = "small",
+    target: str | os.PathLike[str] | None = None,
+    draft: str | os.PathLike[str] | None = "small",
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     progress: gguf.Progress | None = None,
@@ -698,4 +794,5 @@ __all__ = [
     "resolve_dtype",
     "resources_dir",
     "tokenizer_difference",
+    "tokenizer_warnings",
 ]

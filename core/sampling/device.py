@@ -67,12 +67,12 @@ class TargetRows:
 
     p: torch.Tensor  # (m, V) float64, on the logits' device
     argmax: np.ndarray  # (m,) int64: each row's first maximal logit
-    facts: RowFacts | None  # p's nonzero ids, where core.kept_rows made p; else None
+    facts: RowFacts | None  # p's nonzero ids, where core.sampling.kept_rows made p; else None
 
 
 def target_rows(logits: torch.Tensor, config: SamplingConfig, who: str = "the target model") -> TargetRows:
     """p and the argmax of (m, V) logits, after checking they are finite (a ValueError
-    naming `who` otherwise): from the kept entries on a CPU top-k row (core.kept_rows,
+    naming `who` otherwise): from the kept entries on a CPU top-k row (core.sampling.kept_rows,
     which also gives p's nonzeros to the record), else by process_logits_torch."""
     kept = kept_rows(logits, config) if applies(logits, config) else None
     if kept is not None:

@@ -9,7 +9,7 @@ to the host in one transfer. That is what the store keeps of a vector anyway (to
 the facts), and what every checker rule reads.
 
 A TopDistribution duck-types the arrays the store reads back from a top-N save (see
-core.partial): `partial`, `known_ids`, `stats`, `top`, `missing_mass`; `d[token]` is the
+core.sampling.partial): `partial`, `known_ids`, `stats`, `top`, `missing_mass`; `d[token]` is the
 exact value of a known entry and 0.0 otherwise; `np.asarray(d)` builds the dense vector
 (known entries, zeros elsewhere) on demand, for a view that plots one round.
 """
@@ -96,7 +96,7 @@ class TopDistribution:
     def sum(self) -> float:
         return self.stats.total
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         extra = {i: v for i, v in self._values.items()}
         return (TopDistribution, (self.vocab_size, self.top, self.stats, extra))
 
@@ -110,14 +110,14 @@ class RowFacts:
     rows, one per draft step), so that compact_rows, which runs after the target's forward
     has evicted them, need not read the rows again for them."""
 
-    maxima: torch.Tensor | None  # (m, C): core.row_ops.chunk_maxima; None where `nonzero` is known
+    maxima: torch.Tensor | None  # (m, C): core.sampling.row_ops.chunk_maxima; None where `nonzero` is known
     minimum: torch.Tensor | None  # (m,); None for sparse rows (compact_rows takes it from their entries)
     total: torch.Tensor | None  # (m,); likewise
     nonzero: tuple[np.ndarray, ...] | None = None  # sparse rows: each row's nonzero token ids, ascending
 
     @staticmethod
     def of(rows: torch.Tensor, sparse: bool = False) -> RowFacts | None:
-        """The facts of the rows, where compact_rows would use them (core.row_ops.fast_rows:
+        """The facts of the rows, where compact_rows would use them (core.sampling.row_ops.fast_rows:
         CPU rows of 32k tokens and more); None elsewhere. `sparse` rows (a top-k filter) need
         only their chunk maxima, which find their nonzero entries."""
         import torch
@@ -133,7 +133,7 @@ class RowFacts:
     @staticmethod
     def of_nonzero(ids: np.ndarray) -> RowFacts:
         """The facts of one sparse row whose nonzero token ids (ascending) are known (a
-        core.kept_rows row): nothing to read."""
+        core.sampling.kept_rows row): nothing to read."""
         return RowFacts(None, None, None, (ids,))
 
     @staticmethod
@@ -149,7 +149,7 @@ class RowFacts:
         return RowFacts(*stacked, nonzero)
 
     def entries(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(row, token id) of every nonzero entry, as core.row_ops.nonzero_entries gives them
+        """(row, token id) of every nonzero entry, as core.sampling.row_ops.nonzero_entries gives them
         (CPU tensors); None unless `nonzero` is known."""
         import torch
 
@@ -161,7 +161,7 @@ class RowFacts:
 
 def sparse_entries(rows: torch.Tensor, facts: RowFacts | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(row, token id) of every nonzero entry of sparse rows: from their facts when these
-    know them, else by core.row_ops.nonzero_entries (guided by the facts' chunk maxima)."""
+    know them, else by core.sampling.row_ops.nonzero_entries (guided by the facts' chunk maxima)."""
     from specscope.core.sampling.row_ops import nonzero_entries
 
     known = None if facts is None else facts.entries()
@@ -176,7 +176,7 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
     """TopDistributions of the (m, V) float64 rows, with each row's `extra_ids` entries kept
     too. One batched pass on the rows' device, one transfer to the host. `sparse`: the rows
     have few nonzero entries (a top-k filter): they are read once, for their nonzeros, and
-    everything else comes from those (`entries`: core.row_ops.nonzero_entries of the rows,
+    everything else comes from those (`entries`: core.sampling.row_ops.nonzero_entries of the rows,
     if already found). `facts`: the rows' RowFacts, if already taken."""
     import torch  # here, not at the top: the store's writer process reads this module without torch
 

@@ -7,7 +7,7 @@ every torch operation right after a forward costs several times what it costs in
 loop (the forward has streamed the weights through the caches; docs/scale.md), so the
 general path's forty-odd operations per 152k-token row were most of a top-k round's
 bookkeeping. Here two fast torch reductions read the logits (a sum per row, the finite
-check; each 64-logit chunk's maximum, core.row_ops' chunked top-k), two small topk calls
+check; each 64-logit chunk's maximum, core.sampling.row_ops' chunked top-k), two small topk calls
 pick the k + 1 largest logits, and the rest runs in numpy on those, batched over the
 rows.
 
@@ -60,7 +60,7 @@ def dense_rows(rows: list[KeptRow]) -> torch.Tensor:
 
 def applies(logits: torch.Tensor, config: SamplingConfig) -> bool:
     """Whether kept_rows may take these (V,) or (m, V) logits: float32 CPU rows where the
-    chunked reductions pay (core.row_ops.fast_rows), a top-k filter narrow enough for
+    chunked reductions pay (core.sampling.row_ops.fast_rows), a top-k filter narrow enough for
     them (as row_topk's), and a temperature that keeps every float32 logit finite in
     float64 (above ~2e-270)."""
     return (

@@ -47,7 +47,7 @@ from specscope.storage.jsonl.fields import (MAX_FREE_JSON_DEPTH, MAX_K, MAX_RUN_
 
 FORMAT_NAME = "specscope-trace"
 FORMAT_VERSION = 2  # 2: a tree round's "tree" object (tried order, residual updates, layout)
-CHILDREN_MODES = ("sampled", "distinct", "topk")  # core.tree_verify's, without importing torch
+CHILDREN_MODES = ("sampled", "distinct", "topk")  # core.verify.tree's, without importing torch
 _ITEMSIZE = {"float32": 4, "float64": 8}
 _RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that

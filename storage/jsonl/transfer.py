@@ -2,7 +2,7 @@
 
 Line 1 is the run header, then one line per round in order, then (optionally) one end line.
 Both directions stream: export reads the run in batches of rounds and token chunks; import
-validates each line as it reads it (storage.jsonl_read parses the lines into core records and
+validates each line as it reads it (storage.jsonl.read parses the lines into core records and
 rows) and inserts the rows in batches, all in a single transaction, so a failed import leaves
 the store unchanged and a long trace is never held whole. The first error is reported as a TraceFormatError with its
 1-based line number and the dotted path of the field.

@@ -11,14 +11,14 @@ The run row is inserted (status 'running') before the constructor returns, so ot
 see the run at once. write() only queues the round. Encoding (top-N with the whole-vector
 facts, full vectors when kept) and inserting happen elsewhere, in one transaction per flush
 interval together with a heartbeat and the run's aggregates, by one of two backends
-(storage.writer_backends), chosen when the writer starts:
+(storage.writer.backends), chosen when the writer starts:
 
   mode "thread" (the default): in a thread of this process. It wakes every 0.8 flush
       intervals, or more often when encoding and committing take long (commit_period),
       encodes what is queued in one vectorised pass and commits it, so that no round waits
       longer than the interval.
   mode "process": in a writer process shared by all writers of this process
-      (storage.writer_process); the decoding process only pickles each round, with its
+      (storage.writer.process); the decoding process only pickles each round, with its
       vectors out of band. When the recording process dies, the writer process still
       stores every round it received and marks the run interrupted. On the 2-core machine
       of BENCHMARKS.md it cost more decoding time than the thread (the pickling and the

@@ -1,8 +1,8 @@
 """Where a TraceWriter's rounds are encoded and committed: two backends behind one interface.
 
   ThreadBackend    a thread of this process runs a RunSink on the store's engine.
-  ProcessBackend   the writer process shared by this process's writers (storage.writer_process,
-                   storage.writer_child) runs the RunSink; this side sends rounds and waits
+  ProcessBackend   the writer process shared by this process's writers (storage.writer.process,
+                   storage.writer.child) runs the RunSink; this side sends rounds and waits
                    for its answers.
 
 A TraceWriter picks one when it starts and only talks to it through `Backend`.

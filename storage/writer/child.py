@@ -1,7 +1,7 @@
 """The writer process: commits the rounds that the TraceWriters of one recording process send.
 
-Started by storage.writer_process as `python -m specscope.storage.writer.child`; it imports
-neither torch nor Qt. stdin carries frames (storage.frames) of messages:
+Started by storage.writer.process as `python -m specscope.storage.writer.child`; it imports
+neither torch nor Qt. stdin carries frames (storage.writer.frames) of messages:
 
     ("open", run_id, url, (top_n, full, full_dtype), started_at, flush_interval)
     ("rounds", run_id, [Round, ...])

@@ -42,17 +42,17 @@ def test_vllm_definitions_by_hand():
 
 
 def test_llamacpp_definition_by_hand():
-    l = llamacpp_acceptance(ROUNDS)
-    assert (l["n_drafted"], l["n_accept"]) == (12, 7)
-    assert l["draft_acceptance_rate"] == pytest.approx(7 / 12)  # the target's own token not counted
+    lc = llamacpp_acceptance(ROUNDS)
+    assert (lc["n_drafted"], lc["n_accept"]) == (12, 7)
+    assert lc["draft_acceptance_rate"] == pytest.approx(7 / 12)  # the target's own token not counted
 
 
 def test_an_untested_eos_tail_is_counted_up_to_the_eos_and_flagged():
     rounds = [RoundCounts(drafted=3, accepted=1, visited=1, emitted=1, eos_accepted=True, after_eos=None),
               RoundCounts(drafted=3, accepted=3, visited=3, emitted=4)]
-    v, l = vllm_acceptance(rounds, k=3), llamacpp_acceptance(rounds)
+    v, lc = vllm_acceptance(rounds, k=3), llamacpp_acceptance(rounds)
     assert v["num_accepted_tokens"] == 4 and v["eos_rounds_unresolved"] == 1
-    assert l["n_accept"] == 4 and l["eos_rounds_unresolved"] == 1
+    assert lc["n_accept"] == 4 and lc["eos_rounds_unresolved"] == 1
     assert vllm_acceptance([], k=2)["mean_acceptance_length"] == 1.0
     with pytest.raises(ValueError, match="no rounds"):
         specscope_acceptance([], k=2)

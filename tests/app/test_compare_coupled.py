@@ -1,4 +1,4 @@
-"""Compare mode's coupled lanes (core.coupling), driven through the real window."""
+"""Compare mode's coupled lanes (core.verify.coupling), driven through the real window."""
 
 from __future__ import annotations
 

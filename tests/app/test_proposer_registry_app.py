@@ -1,4 +1,4 @@
-"""A proposer kind registered in core.registry alone works from the CLI, the run panel, the
+"""A proposer kind registered in core.draft.registry alone works from the CLI, the run panel, the
 compare lanes and ModelHub.build, with no change to the app.
 
 The kind is defined here: "repeat-last" proposes the last context token k times (or `times`

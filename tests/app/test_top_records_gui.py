@@ -1,4 +1,4 @@
-"""Live rounds of a model above 4,096 tokens carry top-N records (core.dists.TopDistribution),
+"""Live rounds of a model above 4,096 tokens carry top-N records (core.sampling.dists.TopDistribution),
 not full vectors: the run model, the round inspector, the draft tree and the KV view show
 them as they show a top-N trace."""
 

@@ -1,4 +1,4 @@
-"""core.allocator: the malloc thresholds are set once per process, and the opt-out works."""
+"""core.decode.allocator: the malloc thresholds are set once per process, and the opt-out works."""
 
 import platform
 import subprocess

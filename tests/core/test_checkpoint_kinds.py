@@ -51,5 +51,5 @@ def test_a_remote_only_model_type_is_refused(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     config.update(model_type="evil", auto_map={"AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"})
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="does not know .* never runs a checkpoint's own code"):
+    with pytest.raises(CheckpointError, match=r"does not know .* never runs a checkpoint's own code"):
         load_model(folder, device="cpu")

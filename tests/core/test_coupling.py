@@ -1,4 +1,4 @@
-"""Coupled lanes (core.coupling): keyed Gumbel randomness, the drafter-invariant verifier,
+"""Coupled lanes (core.verify.coupling): keyed Gumbel randomness, the drafter-invariant verifier,
 its exactness, its invariance to the proposer, and the checker's coupled rule."""
 
 import numpy as np

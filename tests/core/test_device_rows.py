@@ -60,7 +60,7 @@ def tied_logits(rng: np.random.Generator, rows: int, vocab: int) -> np.ndarray:
 @pytest.mark.parametrize("ties", [False, True])
 def test_torch_transforms_equal_the_numpy_reference(config, ties):
     rng = np.random.default_rng(7)
-    for vocab in (50, 3000, 40_000):  # 40,000: core.row_ops's chunked topk on the CPU
+    for vocab in (50, 3000, 40_000):  # 40,000: core.sampling.row_ops's chunked topk on the CPU
         logits = tied_logits(rng, 4, vocab) if ties else (rng.standard_normal((4, vocab)) * 3).astype(np.float32)
         expected = process_logits(logits, config)
         got = process_logits_torch(torch.from_numpy(logits), config).numpy()
@@ -259,7 +259,7 @@ def test_bad_vector_options_are_refused(pair):
 
 @pytest.mark.parametrize("vocab", [4096, 40_000 + 17])
 def test_chunked_draws_on_the_cpu_equal_the_numpy_reference(vocab):
-    """At large vocabularies the CPU draw sums by chunks first (core.device_sampling): the
+    """At large vocabularies the CPU draw sums by chunks first (core.sampling.device): the
     same token as the sequential scan, zeros and the u -> 1 end included."""
     rng = np.random.default_rng(vocab)
     for trial in range(12):

@@ -8,10 +8,10 @@ import torch
 
 pytest.importorskip("gguf")
 
-from specscope.core import PromptLookupProposer, SamplingConfig, SpeculativeDecoder  # noqa: E402
-from specscope.core.loading import CheckpointError, load_models, load_tokenizer  # noqa: E402
-from specscope.core.loading import gguf  # noqa: E402
-from tests.gguf_files import write_tiny_llama, write_unsupported  # noqa: E402
+from specscope.core import PromptLookupProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core.loading import CheckpointError, load_models, load_tokenizer
+from specscope.core.loading import gguf
+from tests.gguf_files import write_tiny_llama, write_unsupported
 
 
 @pytest.fixture(scope="module")

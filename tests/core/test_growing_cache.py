@@ -1,4 +1,4 @@
-"""core.kv.GrowingLayer: the decoder's KV cache layers append into buffers that grow by
+"""core.decode.kv.GrowingLayer: the decoder's KV cache layers append into buffers that grow by
 doubling, instead of transformers' torch.cat of the whole cache on every forward. The
 logits must be those of transformers' own DynamicCache through any feeds and crops, and an
 append must not copy what is already cached."""

@@ -37,10 +37,10 @@ def test_drain_runs_in_the_callers_thread_and_records_what_stepping_records(llam
     for seed, prompt in enumerate(([1, 2, 3, 1, 2, 3, 1], [9, 4, 4, 9, 4, 4], [5])):
         caller, threads_seen, drained = threading.get_ident(), set(), []
 
-        def each(rnd):
-            threads_seen.add(threading.get_ident())
+        def each(rnd):  # called while this prompt's run drains, so its sets are the right ones
+            threads_seen.add(threading.get_ident())  # noqa: B023
             assert not any(t.name == "specscope-transformers" for t in threading.enumerate())
-            drained.append(rnd)
+            drained.append(rnd)  # noqa: B023
 
         result = engine.start(prompt, 20, seed=seed).drain(each)
         stepped = engine.start(prompt, 20, seed=seed)

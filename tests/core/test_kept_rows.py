@@ -1,4 +1,4 @@
-"""A top-k row on the CPU as its kept entries (core.kept_rows) equals the numpy reference.
+"""A top-k row on the CPU as its kept entries (core.sampling.kept_rows) equals the numpy reference.
 
 The kept path is what the decoder runs for every draft and target row of a top-k run at a
 real vocabulary on the CPU, so it must give core.sampling's distribution (same support,

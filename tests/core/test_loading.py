@@ -207,11 +207,74 @@ def test_different_merges_are_named(tokenizer_json, bundled_tokenizer):
         check_tokenizers(bundled_tokenizer, _tokenizer_from_json(data))
 
 
-def test_different_normalizer_is_named(tokenizer_json, bundled_tokenizer):
+def test_a_normalizer_that_changes_text_as_given_is_refused(tokenizer_json, bundled_tokenizer):
+    data = json.loads(json.dumps(tokenizer_json))
+    data["normalizer"] = {"type": "Lowercase"}
+    with pytest.raises(ValueError, match=r"normalizer differs .* normalizes to .*; a draft must share"):
+        check_tokenizers(bundled_tokenizer, _tokenizer_from_json(data))
+    data["normalizer"] = {"type": "NFKC"}  # ligatures, fractions, full-width letters: NFC text changes
+    with pytest.raises(ValueError, match=r"normalizer differs .* normalizes to "):
+        check_tokenizers(bundled_tokenizer, _tokenizer_from_json(data))
+
+
+def test_an_nfc_normalizer_alone_is_a_warning(tokenizer_json, bundled_tokenizer, caplog):
     data = json.loads(json.dumps(tokenizer_json))
     data["normalizer"] = {"type": "NFC"}
-    with pytest.raises(ValueError, match="normalizer differs"):
-        check_tokenizers(bundled_tokenizer, _tokenizer_from_json(data))
+    nfc = _tokenizer_from_json(data)
+    with caplog.at_level("WARNING"):
+        warnings = check_tokenizers(bundled_tokenizer, nfc)
+    assert len(warnings) == 1 and "normalizer differs" in warnings[0] and '{"type": "NFC"}' in warnings[0]
+    assert "NFC" in caplog.text
+    assert loading.tokenizer_difference(nfc, bundled_tokenizer, ("a", "b")) is None
+    for text in loading.PROBE_TEXTS:  # what makes it harmless: text as given encodes alike
+        assert nfc.encode(text) == bundled_tokenizer.encode(text)
+
+
+def _shared_tokenizer_pair(root: Path, tokenizer_json: dict) -> tuple[Path, Path]:
+    """A tiny Qwen2 target and a tiny Llama draft, each folder with the same tokenizer files
+    (no tokenizer_class: each model class picks its own tokenizer class)."""
+    from tests.tiny_models import tiny_lm
+
+    config = json.loads((loading.bundled_path("tokenizer") / "tokenizer_config.json").read_text())
+    config.pop("tokenizer_class")
+    config.pop("backend", None)
+    folders = []
+    for arch in ("qwen2", "llama"):
+        folder = root / arch
+        tiny_lm(arch, vocab=len(tokenizer_json["model"]["vocab"])).save_pretrained(folder)
+        (folder / "tokenizer.json").write_text(json.dumps(tokenizer_json))
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+        folders.append(folder)
+    return folders[0], folders[1]
+
+
+def test_a_qwen2_target_and_a_llama_draft_sharing_a_tokenizer_pair(tmp_path, tokenizer_json, caplog):
+    """Issue 43: the Qwen2 class adds an NFC normalizer (and its own pre-tokenizer) to a
+    tokenizer.json that has none; the Llama class keeps the file as it is. With Qwen2's
+    pre-tokenizer in the file, NFC is the only difference: it changes no id of text as given."""
+    qwen2_split = json.loads(loading.load_tokenizer(_shared_tokenizer_pair(tmp_path / "probe", tokenizer_json)[0])
+                             .backend_tokenizer.to_str())["pre_tokenizer"]
+    data = json.loads(json.dumps(tokenizer_json))
+    data["pre_tokenizer"] = qwen2_split
+    target, draft = _shared_tokenizer_pair(tmp_path / "shared", data)
+    tok_t, tok_d = loading.load_tokenizer(target), loading.load_tokenizer(draft)
+    assert type(tok_t).__name__ != type(tok_d).__name__
+    assert tok_t.backend_tokenizer.normalizer is not None and tok_d.backend_tokenizer.normalizer is None
+    with caplog.at_level("WARNING"):
+        pair = load_pair(target, draft, device="cpu")
+    assert pair.draft is not None
+    assert "tokenizers differ harmlessly: normalizer differs" in caplog.text
+    prompt = "Café: It's 2024 ½ 中文 🙂"
+    assert tok_t.encode(prompt) == tok_d.encode(prompt)
+
+
+def test_a_model_class_that_changes_ids_is_still_refused(tmp_path, tokenizer_json):
+    """The bundled tokenizer.json splits text with GPT-2's rule; the Qwen2 class replaces it with
+    its own (digits one by one): the same files give different ids, so the pair is refused."""
+    target, draft = _shared_tokenizer_pair(tmp_path, tokenizer_json)
+    with pytest.raises(ValueError, match=r"pre_tokenizer differs \(target vs draft\).* encodes to .* in the target "
+                                         r"tokenizer vs .* in the draft; a draft must share"):
+        load_pair(target, draft, device="cpu")
 
 
 # ---------------------------------------------------------------------------- local pairs
@@ -257,7 +320,7 @@ def test_bad_paths_give_clear_errors(tmp_path):
         load_pair(missing)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(CheckpointError, match="has no config.json"):
+    with pytest.raises(CheckpointError, match=r"has no config\.json"):
         load_pair(empty)
     a_file = tmp_path / "weights.bin"
     a_file.write_bytes(b"x")

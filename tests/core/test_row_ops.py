@@ -1,4 +1,4 @@
-"""core.row_ops: the chunked topk and argmax equal torch's on every kind of row."""
+"""core.sampling.row_ops: the chunked topk and argmax equal torch's on every kind of row."""
 
 import pytest
 import torch

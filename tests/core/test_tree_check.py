@@ -108,7 +108,7 @@ def test_tampered_tree_records_are_flagged(models):
 @pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: c.describe())
 def test_top_n_tree_records_keep_what_the_checker_reads(models, cfg):
     """vectors="top": tree rounds keep TopDistributions (the same tokens as with full
-    vectors); the checker proves the walk from them (core.tree_proof), finds nothing, and says
+    vectors); the checker proves the walk from them (core.check.tree_proof), finds nothing, and says
     which parts of the residual updates only full vectors would prove."""
     target, draft = models
     for tree, children in TREES:

@@ -12,7 +12,7 @@ from specscope.core.sampling.dists import TopDistribution
 
 from ..tiny_models import noisy_copy, tiny_lm
 
-VOCAB = 5000  # above core.dists.FULL_VECTORS_MAX_VOCAB
+VOCAB = 5000  # above core.sampling.dists.FULL_VECTORS_MAX_VOCAB
 CASES = [("3,2,1", "topk", SamplingConfig(temperature=1.0)),
          ("3,2,1", "sampled", SamplingConfig(temperature=1.0)),
          ("2,2", "distinct", SamplingConfig(temperature=0.8, top_k=30, top_p=0.9)),

@@ -10,8 +10,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from specscope.storage import TraceStore, TraceWriter  # noqa: E402
-from tests.storage.helpers import synthetic_config, synthetic_rounds  # noqa: E402
+from specscope.storage import TraceStore, TraceWriter
+from tests.storage.helpers import synthetic_config, synthetic_rounds
 
 
 def main(path: str, flush_interval: float, mode: str) -> None:

@@ -88,7 +88,7 @@ def has_distributions(r: Round) -> bool:
 
 def for_views(r: Round) -> Round:
     """The round with any TopDistribution (a live run's top-N record above 4,096 tokens,
-    core.dists) as the dense array a top-N trace reads back as, which the views plot."""
+    core.sampling.dists) as the dense array a top-N trace reads back as, which the views plot."""
     def dense(d):
         return as_partial(d) if isinstance(d, TopDistribution) else d
 

@@ -6,11 +6,11 @@ shows next to each field. Only the text -> number step and what the window alone
 prompt text, the checkpoint folder, the device menu, threads) are checked here: every value
 is checked by the core's RunSettings.validate, with the messages the CLI gives.
 
-The proposer is a core.registry spec ("draft:small", "draft:/path/to/ckpt", "lookup",
+The proposer is a core.draft.registry spec ("draft:small", "draft:/path/to/ckpt", "lookup",
 "lookup:max_ngram=4"), and the choices offered are derived from the registry, so a newly
 registered proposer kind shows up here without a change to the app. The "local
 checkpoint…" entry is KIND:PATH; its folder comes from the checkpoint field. A token tree is
-part of the spec ("draft:small,tree=3,2,1,children=sampled"; app/gui/tree_settings.py), its
+part of the spec ("draft:small,tree=3,2,1,children=sampled"; app/gui/model/tree_settings.py), its
 problems reported under "tree" and "children".
 """
 

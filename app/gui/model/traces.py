@@ -177,7 +177,7 @@ class TraceLibrary:
 
 
 def as_partial(dist: Any) -> Any:
-    """A live run's TopDistribution (core.dists) as the PartialDistribution a top-N trace
+    """A live run's TopDistribution (core.sampling.dists) as the PartialDistribution a top-N trace
     reads back as (the views plot those); here because it is storage's type."""
     import numpy as np
 

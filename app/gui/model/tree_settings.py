@@ -1,7 +1,7 @@
 """Token-tree choices of the run panel and the compare lanes, and a head's draw mode (pure: no Qt).
 
 A tree is part of the proposer spec (`draft:small,tree=3,2,1,children=sampled`, see
-core.registry), as on the command line. The run panel edits it as two fields, the tree and
+core.draft.registry), as on the command line. The run panel edits it as two fields, the tree and
 the children mode, folded into the spec it validates (`fold_tree`) and split out of a spec
 it is given (`split_tree`); a compare lane picks a whole spec from the proposer menu, where
 `TREE_CHOICES` add tree entries. The folded spec is checked by the core's RunSettings

@@ -57,7 +57,7 @@ def reference_text(result: Any) -> tuple[str, str]:
 @dataclass(frozen=True)
 class LaneSettings(RunSettings):
     """A compare lane's settings: the run panel's, the side's proposer and k, and the coupling
-    seed of coupled lanes (RunSettings.coupling_seed, core.coupling; None = uncoupled)."""
+    seed of coupled lanes (RunSettings.coupling_seed, core.verify.coupling; None = uncoupled)."""
 
     def describe(self) -> str:
         return super().describe() + ("" if self.coupling_seed is None else f", coupled (seed {self.coupling_seed})")
@@ -203,7 +203,7 @@ class CompareSession(QObject):
 
     @property
     def coupled(self) -> bool:
-        """Whether the lanes shown were coupled (core.coupling), live or loaded from a store."""
+        """Whether the lanes shown were coupled (core.verify.coupling), live or loaded from a store."""
         if self.settings:
             return getattr(self.settings[0], "coupling_seed", None) is not None
         return lanes_coupled([m.config for m in self.models])

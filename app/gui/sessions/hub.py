@@ -320,7 +320,7 @@ class ModelHub:
                                              f"tokenizer"})
 
     def draft_loader(self, device: str) -> Callable[[str], tuple[Any, str]]:
-        """core.registry's load_draft for this hub: a bundled draft by name ("small", "tiny"; a
+        """core.draft.registry's load_draft for this hub: a bundled draft by name ("small", "tiny"; a
         fetchable target's bundled default draft, "smollm2-draft") or a checkpoint folder ->
         (model, label), through the hub's caches."""
 
@@ -400,7 +400,7 @@ class ModelHub:
 
     def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
         """What plain cached decoding of the target costs on this prompt with the run's sampler
-        (core.baseline.plain_generate): the first token apart, because its
+        (core.decode.baseline.plain_generate): the first token apart, because its
         forward processes the whole prompt, which a per-token average over a few tokens would
         spread over every token of a longer run."""
         from specscope.core.decode.baseline import plain_generate

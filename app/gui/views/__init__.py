@@ -1,5 +1,5 @@
 """The views: Qt widgets (*View / *Widget) that take a model and subscribe to it. They never
-import torch or SQL (tests/app/test_layers.py); describe.py and tree_inspect.py are the
+import torch or SQL (an import contract in pyproject.toml); describe.py and tree_inspect.py are the
 words and numbers they show for a round or a node."""
 
 from .compare import CompareWidget

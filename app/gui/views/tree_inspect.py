@@ -2,12 +2,12 @@
 
 A tree node x is judged against p', its parent's running target distribution at the moment
 x was tried: the parent's p after the residual updates of the siblings rejected before it
-(core.tree_verify). `node_residuals` gives that p', the q row x was proposed from (its
+(core.verify.tree). `node_residuals` gives that p', the q row x was proposed from (its
 parent context's q), and every residual update at the parent, from:
 
 - the round's own record (`rnd.tree`: the tried order and each update), for rounds held in
   memory (a live run);
-- else the stored p and q rows, replaying the updates with core.tree_verify's rule (a
+- else the stored p and q rows, replaying the updates with core.verify.tree's rule (a
   replayed trace, which keeps the nodes' p and q but not the updates), when they are full
   vectors and the children mode is known;
 - else nothing: the view says "not stored" and why.
@@ -30,7 +30,7 @@ from specscope.core.verify.chain import residual_distribution
 from specscope.app.gui.model.traces import as_partial
 
 RECORDED = "recorded"
-# what a child's acceptance test divides by, per children mode (core.tree_verify)
+# what a child's acceptance test divides by, per children mode (core.verify.tree)
 Q_C = {"sampled": "q", "distinct": "q without the earlier siblings, renormalised", "topk": "the point mass on x"}
 RECOMPUTED = "recomputed from the stored p and q"
 

@@ -4,7 +4,7 @@ checkpoint folder and returns a proposer (core.draft.proposers) that names the t
 it reads; the decoder hands it those layers' features from the verify forward it already
 runs (docs/heads.md)."""
 
-from specscope.core.draft.heads.base import HeadFormatError
+from specscope.core.draft.head_folders import HeadFormatError
 from specscope.core.draft.heads.eagle import load_eagle
 from specscope.core.draft.heads.eagle3 import load_eagle3
 from specscope.core.draft.heads.medusa import load_medusa

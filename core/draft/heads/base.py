@@ -27,7 +27,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
+from specscope.core.draft.head_folders import HeadFormatError
 from specscope.core.draft.heads.trees import HeadGrowth, TreeAttention
 from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents, token_confidence
 from specscope.core.draft.tree_draft import finish, grow_dynamic, grow_static
@@ -69,7 +69,7 @@ def _read_file(file: Path, kind: str) -> dict[str, torch.Tensor]:
 
             return dict(load_file(str(file)))
         loaded = torch.load(str(file), map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated or foreign file: one line, not a traceback
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: one line, not a traceback
         raise HeadFormatError(f"{kind}: cannot read {file.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise HeadFormatError(f"{kind}: {file.name} is not a state dict of tensors")
@@ -117,11 +117,11 @@ def check_width(kind: str, what: str, head: int, target: int) -> None:
         raise TargetMismatch(f"{kind}: the head's {what} is {head}, the target's is {target}: it was trained for another model")
 
 
-def target_hidden_size(target: nn.Module) -> int:
+def target_hidden_size(target: Any) -> int:  # a transformers model (nn.Module has no config)
     return int(target.config.get_text_config().hidden_size)
 
 
-def target_layers(target: nn.Module) -> int:
+def target_layers(target: Any) -> int:  # a transformers model
     return int(target.config.get_text_config().num_hidden_layers)
 
 
@@ -140,14 +140,14 @@ class HeadKV:
         return 0 if self.keys is None else int(self.keys.shape[2])
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys is None:
+        if self.keys is None or self.values is None:
             self.keys, self.values = keys, values
         else:
             self.keys, self.values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
         return self.keys, self.values
 
     def crop(self, length: int) -> None:
-        if self.keys is not None and self.length > length:
+        if self.keys is not None and self.values is not None and self.length > length:
             self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
 
 
@@ -157,8 +157,8 @@ class HeadAttention(nn.Module):
 
     def __init__(self, config: LlamaConfig, width: int):
         super().__init__()
-        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.heads, self.kv_heads = int(config.num_attention_heads), int(config.num_key_value_heads or config.num_attention_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         bias = bool(getattr(config, "attention_bias", False))
         self.q_proj = nn.Linear(width, self.heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=bias)

@@ -20,17 +20,16 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import LlamaConfig
 
+from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.heads.base import (
-    HeadFormatError,
     HeadLayer,
     RecurrentHead,
     RecurrentHeadProposer,
     check_width,
-    head_folder,
     llama_config,
     load_exactly,
-    read_config,
     read_weights,
     share_embedding,
     target_hidden_size,
@@ -41,7 +40,7 @@ from specscope.core.draft.heads.trees import TreeAttention
 class EagleHead(RecurrentHead):
     kind = "eagle"
 
-    def __init__(self, config, fc_bias: bool, own_embedding: bool):
+    def __init__(self, config: LlamaConfig, fc_bias: bool, own_embedding: bool) -> None:
         layers = int(config.num_hidden_layers)
         super().__init__(config, layers)
         hidden = config.hidden_size

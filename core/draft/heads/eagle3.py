@@ -24,18 +24,18 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
+from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.heads.base import (
-    HeadFormatError,
+    HeadKV,
     HeadLayer,
     RecurrentHead,
     RecurrentHeadProposer,
     check_width,
-    head_folder,
     llama_config,
     load_exactly,
-    read_config,
     read_weights,
     share_embedding,
     target_hidden_size,
@@ -53,11 +53,12 @@ def published_layers(target_layers: int) -> tuple[int, int, int]:
 class Eagle3Layer(HeadLayer):
     """The head's layer: attention over [norm(embedding); norm(feature)], 2H wide."""
 
-    def __init__(self, config):
+    def __init__(self, config: LlamaConfig) -> None:
         super().__init__(config, width=2 * config.hidden_size)
         self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def fused(self, embedded: torch.Tensor, feature: torch.Tensor, rope, kv, at=None) -> torch.Tensor:
+    def fused(self, embedded: torch.Tensor, feature: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+              kv: HeadKV, at: TreeAttention | None = None) -> torch.Tensor:
         attn_in = torch.cat([self.input_layernorm(embedded), self.hidden_norm(feature)], dim=-1)
         return self.forward(attn_in, feature, rope, kv, at)
 
@@ -65,7 +66,7 @@ class Eagle3Layer(HeadLayer):
 class Eagle3Head(RecurrentHead):
     kind = "eagle3"
 
-    def __init__(self, config, own_embedding: bool, layers: tuple[int, ...] | None):
+    def __init__(self, config: LlamaConfig, own_embedding: bool, layers: tuple[int, ...] | None) -> None:
         super().__init__(config, 1)
         hidden = config.hidden_size
         self.hidden_size = hidden

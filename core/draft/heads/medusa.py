@@ -28,16 +28,13 @@ from torch import nn
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.draft.heads.base import (
     HeadDrafting,
-    HeadFormatError,
     check_width,
-    head_folder,
     load_exactly,
-    read_config,
     read_weights,
     target_hidden_size,
     target_layers,
 )
-from specscope.core.draft.head_folders import tree_too_deep
+from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config, tree_too_deep
 from specscope.core.draft.heads.base import head_confidence, make_draft, tree_draft
 from specscope.core.draft.heads.trees import DepthRowsGrowth
 from specscope.core.draft.tree_draft import grow_dynamic, grow_static

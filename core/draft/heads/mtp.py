@@ -24,18 +24,17 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
+from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.heads.base import (
-    HeadFormatError,
     HeadLayer,
     RecurrentHead,
     RecurrentHeadProposer,
     check_width,
-    head_folder,
     llama_config,
     load_exactly,
-    read_config,
     read_weights,
     share_embedding,
     target_hidden_size,
@@ -46,7 +45,7 @@ from specscope.core.draft.proposers import TargetMismatch
 
 
 class SharedHead(nn.Module):
-    def __init__(self, config, own_head: bool):
+    def __init__(self, config: LlamaConfig, own_head: bool) -> None:
         super().__init__()
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         if own_head:
@@ -56,7 +55,7 @@ class SharedHead(nn.Module):
 class MtpHead(RecurrentHead):
     kind = "mtp"
 
-    def __init__(self, config, index: int, own_embedding: bool, own_head: bool):
+    def __init__(self, config: LlamaConfig, index: int, own_embedding: bool, own_head: bool) -> None:
         super().__init__(config, 1)
         hidden = config.hidden_size
         self.hidden_size, self.index = hidden, index
