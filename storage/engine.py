@@ -22,6 +22,22 @@ from specscope.storage.paths import default_db_location
 from specscope.storage.transactions import is_corruption
 
 BUSY_TIMEOUT_MS = 10_000
+BUSY_TIMEOUT_ENV = "SPECSCOPE_BUSY_TIMEOUT_S"  # overrides it (seconds): how long one statement waits for a lock
+
+
+def busy_timeout_ms() -> int:
+    """SQLite's busy timeout for every connection: $SPECSCOPE_BUSY_TIMEOUT_S seconds, else
+    BUSY_TIMEOUT_MS (a value that is not a number >= 0 is a TraceStoreError)."""
+    text = os.environ.get(BUSY_TIMEOUT_ENV, "").strip()
+    if not text:
+        return BUSY_TIMEOUT_MS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86_400:
+        raise TraceStoreError(f"{BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 86400, got {text!r}")
+    return int(value * 1000)
 
 
 # scheme://...: an explicit URL; anything else is a path (a one-letter scheme is a Windows drive)
@@ -125,7 +141,7 @@ def connect_readonly(path: str) -> sqlite3.Connection:
     immutable = not wal.exists() and _wal_mode(path)
     try:
         return _probe(sqlite3.connect(readonly_uri(path, immutable=immutable), uri=True,
-                                      timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False))
+                                      timeout=busy_timeout_ms() / 1000, check_same_thread=False))
     except sqlite3.OperationalError as exc:
         if immutable or ("unable to open" not in str(exc) and "readonly" not in str(exc)):
             raise
@@ -196,7 +212,7 @@ def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS
 
 
 def _on_connect(*pragmas: str) -> Callable[[Any, Any], None]:
-    """A connect listener that runs `pragmas` on each new SQLite connection."""
+    """A connect listener that runs the busy timeout and `pragmas` on each new SQLite connection."""
 
     def listener(dbapi_connection: Any, _record: Any) -> None:
         # pysqlite's own transaction handling would not BEGIN before DDL or SELECT; take it
@@ -204,7 +220,7 @@ def _on_connect(*pragmas: str) -> Callable[[Any, Any], None]:
         dbapi_connection.isolation_level = None
         cur = dbapi_connection.cursor()
         try:
-            for pragma in pragmas:
+            for pragma in (f"busy_timeout = {busy_timeout_ms()}", *pragmas):
                 cur.execute(f"PRAGMA {pragma}")
         finally:
             cur.close()
@@ -212,9 +228,8 @@ def _on_connect(*pragmas: str) -> Callable[[Any, Any], None]:
     return listener
 
 
-_sqlite_pragmas = _on_connect(f"busy_timeout = {BUSY_TIMEOUT_MS}", "journal_mode = WAL", "synchronous = NORMAL",
-                              "foreign_keys = ON")
-_sqlite_pragmas_readonly = _on_connect(f"busy_timeout = {BUSY_TIMEOUT_MS}", "query_only = ON")
+_sqlite_pragmas = _on_connect("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON")
+_sqlite_pragmas_readonly = _on_connect("query_only = ON")
 
 
 def _sqlite_begin(conn: Any) -> None:
@@ -226,7 +241,7 @@ def _sqlite_begin(conn: Any) -> None:
 
 def make_engine(url: str, echo: bool = False, readonly_path: str | None = None) -> Engine:
     if is_sqlite(url):
-        kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}}
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": busy_timeout_ms() / 1000, "check_same_thread": False}}
         if readonly_path is not None:
             kwargs["creator"] = lambda: connect_readonly(readonly_path)
         elif sqlite_path(url) is None:  # in-memory: one shared connection for every thread

@@ -17,6 +17,17 @@ def is_corruption(exc: BaseException) -> bool:
     return any(s in msg for s in ("malformed", "not a database", "corrupt", "file is encrypted"))
 
 
+def is_busy(exc: BaseException) -> bool:
+    """Another connection holds the lock this one waited for past its busy timeout (SQLite's
+    SQLITE_BUSY and SQLITE_LOCKED); the error of a translated one too (its cause)."""
+    while exc is not None:
+        msg = str(getattr(exc, "orig", None) or exc).lower()
+        if "database is locked" in msg or "database is busy" in msg or "database table is locked" in msg:
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
 def _orig(exc: BaseException) -> str:
     return str(getattr(exc, "orig", None) or exc).strip()
 
@@ -35,9 +46,21 @@ def translate_errors(where: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def transaction(engine: Engine) -> Iterator[Any]:
-    """A write transaction on `engine` (BEGIN IMMEDIATE on SQLite): commit on success, else roll back."""
+def transaction(engine: Engine, busy_timeout_ms: int | None = None) -> Iterator[Any]:
+    """A write transaction on `engine` (BEGIN IMMEDIATE on SQLite): commit on success, else roll
+    back. busy_timeout_ms: on SQLite, how long this one waits for another connection's lock
+    (the engine's own timeout is restored after)."""
     with engine.connect() as conn:
-        conn.execution_options(sqlite_immediate=True)
-        with conn.begin():
-            yield conn
+        sqlite = busy_timeout_ms is not None and engine.dialect.name == "sqlite"
+        raw = conn.connection.driver_connection if sqlite else None  # no SQLAlchemy autobegin for a pragma
+        if raw is not None:
+            raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        try:
+            conn.execution_options(sqlite_immediate=True)
+            with conn.begin():
+                yield conn
+        finally:
+            if raw is not None:
+                from specscope.storage.engine import busy_timeout_ms as engine_timeout
+
+                raw.execute(f"PRAGMA busy_timeout = {engine_timeout()}")
