@@ -15,7 +15,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
-from specscope.storage.errors import CorruptStoreError, NotATraceStoreError, SchemaVersionError, TraceStoreError
+from specscope.storage.errors import (CorruptStoreError, NewerStoreError, NotATraceStoreError, SchemaVersionError,
+                                     TraceStoreError)
 from specscope.storage.outputs import SQLITE_MAGIC
 from specscope.storage.migrations import MIGRATIONS, Migration, check_version
 from specscope.storage.paths import default_db_location
@@ -172,9 +173,9 @@ def _probe(con: sqlite3.Connection) -> sqlite3.Connection:
 
 
 def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS, reader: bool = False) -> None:
-    """Reject a non-SQLite file, a foreign SQLite database, a newer schema or a corrupt file
-    before anything touches it (no pragmas, no writes); for a reader, also an SQLite
-    database without tables (a writer would turn it into a store)."""
+    """Reject a non-SQLite file, a foreign SQLite database, a corrupt file or (for a writer) a
+    newer schema before anything touches it (no pragmas, no writes); for a reader, also an
+    SQLite database without tables (a writer would turn it into a store)."""
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
         return
@@ -202,7 +203,10 @@ def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS
         version = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
         if version is None or not isinstance(version, int):
             raise SchemaVersionError(f"{path}: the schema_version table is empty or unreadable: unknown schema")
-        check_version(version, migrations)
+        try:
+            check_version(version, migrations, reader=reader)
+        except NewerStoreError as exc:
+            raise NewerStoreError(f"{path}: {exc}") from None
     except sqlite3.DatabaseError as exc:
         if is_corruption(exc):
             raise CorruptStoreError(f"{path}: the database is corrupt ({exc})") from exc
