@@ -198,3 +198,50 @@ def test_the_window_does_not_record_into_a_newer_store(qtbot, make_window, hub, 
     assert "newer than this specscope knows" in window.last_error
     assert window.model.rounds  # the run itself went on
     assert digest(db) == before
+
+
+# ---------------------------------------------------------------------------- 1. a locked store
+
+
+def _record_while_locked(qtbot, make_window, tmp_path, monkeypatch, hold_s: float, **env):
+    import sys
+
+    from .test_reliability_fourth import HOLDER
+
+    for key, value in {"SPECSCOPE_BUSY_TIMEOUT_S": "0.3", **env}.items():
+        monkeypatch.setenv(key, value)
+    db = tmp_path / "locked.sqlite"
+    window = make_window(store_path=str(db))
+    said = []
+    window.live.activity.connect(said.append)
+    configure(window, max_new_tokens="40")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(hold_s)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert window.start_run()
+        wait_idle(qtbot, window, timeout=60000)
+        qtbot.waitUntil(lambda: window.live.recording.store is not None, timeout=5000)
+    finally:
+        holder.communicate(timeout=60)
+    return window, db, said
+
+
+def test_a_window_run_outlasts_a_locked_store_and_says_it_waits(qtbot, make_window, tmp_path, monkeypatch):
+    window, db, said = _record_while_locked(qtbot, make_window, tmp_path, monkeypatch, 3)
+    run_id = window.model.config.run_id
+    qtbot.waitUntil(lambda: window.live.recording.store.get_run(run_id).status == "completed", timeout=30000)
+    assert window.live.recording.store.count_rounds(run_id) == len(window.model.rounds)
+    assert any("is locked by another connection" in text for text in said), said
+    assert window.last_error is None
+
+
+def test_past_the_wait_the_window_names_the_file_the_run_went_to(qtbot, make_window, tmp_path, monkeypatch):
+    window, db, said = _record_while_locked(qtbot, make_window, tmp_path, monkeypatch, 6,
+                                            SPECSCOPE_LOCK_WAIT_S="1")
+    qtbot.waitUntil(lambda: window.last_error is not None, timeout=30000)
+    [spilled] = tmp_path.glob("locked.sqlite.*.jsonl")
+    assert str(spilled) in window.last_error and "specscope import" in window.last_error
+    from specscope.storage import TraceStore, import_run
+
+    with TraceStore(tmp_path / "other.sqlite") as other:
+        run_id = import_run(other, spilled)
+        assert other.count_rounds(run_id) == len(window.model.rounds)
