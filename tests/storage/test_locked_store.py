@@ -171,3 +171,24 @@ def test_the_waits_are_checked(monkeypatch):
         monkeypatch.setenv("SPECSCOPE_LOCK_WAIT_S", bad)
         with pytest.raises(TraceStoreError, match="SPECSCOPE_LOCK_WAIT_S"):
             lock_wait_s()
+
+
+def test_a_store_locked_when_the_run_starts_is_waited_for(tmp_path, make_decoder, short_waits):
+    config, rounds, result = decoded(make_decoder, 10)
+    path = tmp_path / "locked.sqlite"
+    told = []
+    store = TraceStore(path)
+    holder = hold_lock(path, 1.5)
+    try:
+        with TraceWriter(store, config, mode="thread", on_wait=told.append) as writer:
+            writer.record(_replay(rounds, result))
+    finally:
+        holder.wait(10)
+        store.close()
+    assert told and told[0].state == "waiting"
+    assert raw_status(path, config.run_id) == ("completed", len(rounds))
+
+
+def _replay(rounds, result):
+    yield from rounds
+    return result
