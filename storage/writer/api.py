@@ -83,6 +83,7 @@ STOP_REASONS = get_args(StopReason)
 def _finish_forgotten_writers() -> None:
     for w in live_writers():
         try:
+            w.give_up_waiting()  # type: ignore[attr-defined]  # a locked store is not waited for at exit
             w.finish("interrupted", error="the process exited without finishing the run")  # type: ignore[attr-defined]
         except Exception:  # pragma: no cover - best effort at exit
             pass
@@ -246,9 +247,11 @@ class TraceWriter:
     def fail(self, exc: BaseException, *, timeout: float | None = None) -> None:
         """Close the run after `exc` stopped it: KeyboardInterrupt and GeneratorExit (a
         cancelled generator) as interrupted with stop reason cancelled (the error: the
-        exception's message, else its type's name), anything else as failed with the
+        exception's message, else its type's name; a store locked by another connection is
+        then not waited for: the run goes to its JSONL file), anything else as failed with the
         exception as the error."""
         if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
+            self.give_up_waiting()  # a cancelled run does not wait for a locked store: its rounds go to the file
             self.finish("interrupted", stop_reason="cancelled", error=str(exc) or type(exc).__name__, timeout=timeout)
         else:
             self.finish("failed", error=f"{type(exc).__name__}: {exc}", timeout=timeout)

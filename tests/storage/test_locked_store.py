@@ -136,7 +136,8 @@ def test_past_the_writers_wait_the_run_goes_whole_to_a_jsonl_file(tmp_path, make
         assert again.count_rounds(config.run_id) == half
 
 
-def test_an_interrupted_wait_writes_the_file_at_once(tmp_path, make_decoder, short_waits):
+@pytest.mark.parametrize("how", ["give_up_waiting", "fail"])
+def test_an_interrupted_wait_writes_the_file_at_once(tmp_path, make_decoder, short_waits, how):
     config, rounds, result = decoded(make_decoder, 20)
     path = tmp_path / "locked.sqlite"
     store = TraceStore(path)
@@ -147,8 +148,11 @@ def test_an_interrupted_wait_writes_the_file_at_once(tmp_path, make_decoder, sho
             writer.write(rnd)
         time.sleep(0.8)
         started = time.monotonic()
-        writer.give_up_waiting()  # what Ctrl-C during the wait does
-        writer.finish_with(result)
+        if how == "fail":  # Ctrl-C or SIGTERM while the store is locked: the run is cancelled
+            writer.fail(KeyboardInterrupt())
+        else:  # Ctrl-C while finish() waits for the lock
+            writer.give_up_waiting()
+            writer.finish_with(result)
         assert time.monotonic() - started < 10
         assert writer.spilled_to is not None
     finally:
