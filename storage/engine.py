@@ -20,26 +20,7 @@ from specscope.storage.errors import (CorruptStoreError, NewerStoreError, NotATr
 from specscope.storage.outputs import SQLITE_MAGIC
 from specscope.storage.migrations import MIGRATIONS, Migration, check_version
 from specscope.storage.paths import default_db_location
-from specscope.storage.transactions import is_corruption
-
-BUSY_TIMEOUT_MS = 10_000
-BUSY_TIMEOUT_ENV = "SPECSCOPE_BUSY_TIMEOUT_S"  # overrides it (seconds): how long one statement waits for a lock
-
-
-def busy_timeout_ms() -> int:
-    """SQLite's busy timeout for every connection: $SPECSCOPE_BUSY_TIMEOUT_S seconds, else
-    BUSY_TIMEOUT_MS (a value that is not a number >= 0 is a TraceStoreError)."""
-    text = os.environ.get(BUSY_TIMEOUT_ENV, "").strip()
-    if not text:
-        return BUSY_TIMEOUT_MS
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86_400:
-        raise TraceStoreError(f"{BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 86400, got {text!r}")
-    return int(value * 1000)
-
+from specscope.storage.transactions import BUSY_TIMEOUT_ENV, BUSY_TIMEOUT_MS, busy_timeout_ms, is_corruption
 
 # scheme://...: an explicit URL; anything else is a path (a one-letter scheme is a Windows drive)
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+://")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from typing import Any, Iterator
 
@@ -10,6 +11,24 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DatabaseError
 
 from specscope.storage.errors import CorruptStoreError, TraceStoreError
+
+BUSY_TIMEOUT_MS = 10_000
+BUSY_TIMEOUT_ENV = "SPECSCOPE_BUSY_TIMEOUT_S"  # overrides it (seconds): how long one statement waits for a lock
+
+
+def busy_timeout_ms() -> int:
+    """SQLite's busy timeout for every connection: $SPECSCOPE_BUSY_TIMEOUT_S seconds, else
+    BUSY_TIMEOUT_MS (a value that is not a number >= 0 is a TraceStoreError)."""
+    text = os.environ.get(BUSY_TIMEOUT_ENV, "").strip()
+    if not text:
+        return BUSY_TIMEOUT_MS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86_400:
+        raise TraceStoreError(f"{BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 86400, got {text!r}")
+    return int(value * 1000)
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -61,6 +80,4 @@ def transaction(engine: Engine, busy_timeout_ms: int | None = None) -> Iterator[
                 yield conn
         finally:
             if raw is not None:
-                from specscope.storage.engine import busy_timeout_ms as engine_timeout
-
-                raw.execute(f"PRAGMA busy_timeout = {engine_timeout()}")
+                raw.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
