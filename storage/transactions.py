@@ -65,15 +65,15 @@ def translate_errors(where: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def transaction(engine: Engine, busy_timeout_ms: int | None = None) -> Iterator[Any]:
+def transaction(engine: Engine, wait_ms: int | None = None) -> Iterator[Any]:
     """A write transaction on `engine` (BEGIN IMMEDIATE on SQLite): commit on success, else roll
-    back. busy_timeout_ms: on SQLite, how long this one waits for another connection's lock
+    back. wait_ms: on SQLite, how long this one waits for another connection's lock
     (the engine's own timeout is restored after)."""
     with engine.connect() as conn:
-        sqlite = busy_timeout_ms is not None and engine.dialect.name == "sqlite"
+        sqlite = wait_ms is not None and engine.dialect.name == "sqlite"
         raw = conn.connection.driver_connection if sqlite else None  # no SQLAlchemy autobegin for a pragma
         if raw is not None:
-            raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            raw.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
         try:
             conn.execution_options(sqlite_immediate=True)
             with conn.begin():
