@@ -341,6 +341,94 @@ HOSTILE: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
     ("import: ANSI escape in the run id", lambda t: hostile_import(t, "ansi", header={**HEADER, "run_id": "\x1b[31mred"})),
 ]
 
+LOCK_HOLDER = """
+import sqlite3, sys, time
+db, seconds = sys.argv[1], float(sys.argv[2])
+while True:  # until the run has stored its first rounds
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        n = con.execute("SELECT count(*) FROM rounds").fetchone()[0]
+        con.close()
+        if n:
+            break
+    except sqlite3.Error:
+        pass
+    time.sleep(0.05)
+con = sqlite3.connect(db, isolation_level=None, timeout=60)
+con.execute("BEGIN IMMEDIATE")
+time.sleep(seconds)
+con.execute("ROLLBACK")
+"""
+
+
+def case_locked_store(tmp: Path, env: dict | None = None):
+    """A 1000-round run (lookup at T=1.5: about one token a round) while a second process holds
+    the store's write lock (BEGIN IMMEDIATE) for 25 s, from the run's first stored rounds."""
+    db = tmp / "locked.sqlite"
+    run = subprocess.Popen([*CLI, "run", "--proposer", "lookup", "--prompt", "Hello", "--k", "1", "--temperature", "1.5",
+                            "--eos-id", "none", "--max-new", "1000", "--json", "--db", str(db)], cwd=tmp,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db), "25"])
+    out, err = run.communicate(timeout=900)
+    holder.wait(120)
+    decoded = json.loads(out)["rounds"] if out.strip() else "?"
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    said = _short(lines[-1] if run.returncode else next((x for x in lines if "locked" in x), "(nothing)"), 220)
+    spilled = sorted(p.name for p in tmp.glob("locked.sqlite.*.jsonl"))
+    kept = f"{decoded} rounds decoded; {runs_in(db)}" + (f"; all in {spilled[0]}" if spilled else "")
+    if spilled:
+        code, seen = cli(["import", tmp / spilled[0], "--db", db, "--run-id", "whole"], tmp)
+        kept += f"; `import` of it: {seen}"
+    return run.returncode, said, kept
+
+
+def _newer_store(tmp: Path) -> Path:
+    db = _store(tmp, "newer.sqlite")
+    con = sqlite3.connect(db)
+    version = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    con.execute("INSERT INTO schema_version VALUES (?, 'from a newer specscope', 0)", (version + 1,))
+    con.commit()
+    con.close()
+    return db
+
+
+def case_newer_readers(tmp: Path):
+    db = _newer_store(tmp)
+    before = _sha(db)
+    codes, said = [], ""
+    for argv in (["runs", db], ["show", db, "last"], ["check", db], ["diff", db, "ok", "ok"], ["export", db, "last", "-o", "-"]):
+        proc = subprocess.run([*CLI, *map(str, argv)], cwd=tmp, capture_output=True, text=True)
+        codes.append(proc.returncode)
+        said = said or proc.stderr.strip().splitlines()[0]
+    return max(codes), _short(said, 220) + f" (runs, show, check, diff, export: exit {', '.join(map(str, codes))})", \
+        "store unchanged" if _sha(db) == before else "store CHANGED"
+
+
+def case_newer_writers(tmp: Path):
+    db = _newer_store(tmp)
+    before = _sha(db)
+    code, seen = cli([*RUN, "--max-new", "4", "--db", db], tmp)
+    other, _ = cli(["import", trace(tmp, "other", header={**HEADER, "run_id": "other"}), "--db", db], tmp)
+    return code, seen, (f"`import` exits {other}; " + ("store unchanged" if _sha(db) == before else "store CHANGED"))
+
+
+def case_ascii_terminal(tmp: Path):
+    db = tmp / "ascii.sqlite"
+    proc = subprocess.run([*CLI, "run", "--prompt", "caf\u00e9 \U0001f642", "--max-new", "8", "--db", str(db)], cwd=tmp,
+                          capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    out = proc.stdout.decode("ascii", errors="replace")
+    return proc.returncode, _short(out.splitlines()[0] if out else "(nothing)"), runs_in(db)
+
+
+FOURTH_PASS: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
+    ("a 1000-round `run --db` while another process holds the write lock for 25 s", case_locked_store),
+    ("the same with `SPECSCOPE_LOCK_WAIT_S=10` (the writer gives up before the lock clears)",
+     lambda t: case_locked_store(t, {"SPECSCOPE_LOCK_WAIT_S": "10"})),
+    ("reading commands on a store of a newer schema version", case_newer_readers),
+    ("`run --db` and `import` into a store of a newer schema version", case_newer_writers),
+    ("`PYTHONIOENCODING=ascii run --prompt 'caf\u00e9 \U0001f642' --db X`", case_ascii_terminal),
+]
+
 CASES: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
     ("`check` on a path that does not exist", case_missing_store),
     ("`runs` on a 0-byte file", case_empty_file),
@@ -355,6 +443,7 @@ CASES: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
     ("disk full during `run --db` (ulimit -f 400 KB)", case_disk_full),
     *HOSTILE,
     *THIRD_PASS,
+    *FOURTH_PASS,
 ]
 
 

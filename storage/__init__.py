@@ -11,6 +11,7 @@ from specscope.storage.codec import (DEFAULT_TOP_N, FULL_VECTORS_AUTO_MAX_VOCAB,
                     round_is_partial)
 from specscope.storage.errors import (
     CorruptStoreError,
+    NewerStoreError,
     NotATraceStoreError,
     RunExistsError,
     RunNotFoundError,
@@ -42,6 +43,7 @@ __all__ = [
     "RunExistsError",
     "RunInfo",
     "RunNotFoundError",
+    "NewerStoreError",
     "SchemaVersionError",
     "TraceFile",
     "TraceFormatError",

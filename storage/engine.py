@@ -15,14 +15,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
-from specscope.storage.errors import CorruptStoreError, NotATraceStoreError, SchemaVersionError, TraceStoreError
+from specscope.storage.errors import (CorruptStoreError, NewerStoreError, NotATraceStoreError, SchemaVersionError,
+                                     TraceStoreError)
 from specscope.storage.outputs import SQLITE_MAGIC
 from specscope.storage.migrations import MIGRATIONS, Migration, check_version
 from specscope.storage.paths import default_db_location
-from specscope.storage.transactions import is_corruption
-
-BUSY_TIMEOUT_MS = 10_000
-
+from specscope.storage.transactions import BUSY_TIMEOUT_ENV, BUSY_TIMEOUT_MS, busy_timeout_ms, is_corruption
 
 # scheme://...: an explicit URL; anything else is a path (a one-letter scheme is a Windows drive)
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+://")
@@ -125,7 +123,7 @@ def connect_readonly(path: str) -> sqlite3.Connection:
     immutable = not wal.exists() and _wal_mode(path)
     try:
         return _probe(sqlite3.connect(readonly_uri(path, immutable=immutable), uri=True,
-                                      timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False))
+                                      timeout=busy_timeout_ms() / 1000, check_same_thread=False))
     except sqlite3.OperationalError as exc:
         if immutable or ("unable to open" not in str(exc) and "readonly" not in str(exc)):
             raise
@@ -156,9 +154,9 @@ def _probe(con: sqlite3.Connection) -> sqlite3.Connection:
 
 
 def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS, reader: bool = False) -> None:
-    """Reject a non-SQLite file, a foreign SQLite database, a newer schema or a corrupt file
-    before anything touches it (no pragmas, no writes); for a reader, also an SQLite
-    database without tables (a writer would turn it into a store)."""
+    """Reject a non-SQLite file, a foreign SQLite database, a corrupt file or (for a writer) a
+    newer schema before anything touches it (no pragmas, no writes); for a reader, also an
+    SQLite database without tables (a writer would turn it into a store)."""
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
         return
@@ -186,7 +184,10 @@ def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS
         version = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
         if version is None or not isinstance(version, int):
             raise SchemaVersionError(f"{path}: the schema_version table is empty or unreadable: unknown schema")
-        check_version(version, migrations)
+        try:
+            check_version(version, migrations, reader=reader)
+        except NewerStoreError as exc:
+            raise NewerStoreError(f"{path}: {exc}") from None
     except sqlite3.DatabaseError as exc:
         if is_corruption(exc):
             raise CorruptStoreError(f"{path}: the database is corrupt ({exc})") from exc
@@ -196,7 +197,7 @@ def precheck_sqlite_file(path: str, migrations: Sequence[Migration] = MIGRATIONS
 
 
 def _on_connect(*pragmas: str) -> Callable[[Any, Any], None]:
-    """A connect listener that runs `pragmas` on each new SQLite connection."""
+    """A connect listener that runs the busy timeout and `pragmas` on each new SQLite connection."""
 
     def listener(dbapi_connection: Any, _record: Any) -> None:
         # pysqlite's own transaction handling would not BEGIN before DDL or SELECT; take it
@@ -204,7 +205,7 @@ def _on_connect(*pragmas: str) -> Callable[[Any, Any], None]:
         dbapi_connection.isolation_level = None
         cur = dbapi_connection.cursor()
         try:
-            for pragma in pragmas:
+            for pragma in (f"busy_timeout = {busy_timeout_ms()}", *pragmas):
                 cur.execute(f"PRAGMA {pragma}")
         finally:
             cur.close()
@@ -212,9 +213,8 @@ def _on_connect(*pragmas: str) -> Callable[[Any, Any], None]:
     return listener
 
 
-_sqlite_pragmas = _on_connect(f"busy_timeout = {BUSY_TIMEOUT_MS}", "journal_mode = WAL", "synchronous = NORMAL",
-                              "foreign_keys = ON")
-_sqlite_pragmas_readonly = _on_connect(f"busy_timeout = {BUSY_TIMEOUT_MS}", "query_only = ON")
+_sqlite_pragmas = _on_connect("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON")
+_sqlite_pragmas_readonly = _on_connect("query_only = ON")
 
 
 def _sqlite_begin(conn: Any) -> None:
@@ -226,7 +226,7 @@ def _sqlite_begin(conn: Any) -> None:
 
 def make_engine(url: str, echo: bool = False, readonly_path: str | None = None) -> Engine:
     if is_sqlite(url):
-        kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}}
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": busy_timeout_ms() / 1000, "check_same_thread": False}}
         if readonly_path is not None:
             kwargs["creator"] = lambda: connect_readonly(readonly_path)
         elif sqlite_path(url) is None:  # in-memory: one shared connection for every thread

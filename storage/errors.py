@@ -16,6 +16,11 @@ class SchemaVersionError(TraceStoreError):
     """The store was written by a newer specscope (or its version table is unreadable)."""
 
 
+class NewerStoreError(SchemaVersionError):
+    """The store's schema version is newer than this specscope knows: nothing writes into it
+    (readers read the tables and columns they know, and say that the store is newer)."""
+
+
 class CorruptStoreError(TraceStoreError):
     """SQLite reports the database file as malformed."""
 

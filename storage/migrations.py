@@ -19,7 +19,7 @@ import json
 import numpy as np
 from sqlalchemy import Connection, func, insert, inspect, select, text, update
 
-from specscope.storage.errors import NotATraceStoreError, SchemaVersionError
+from specscope.storage.errors import NewerStoreError, NotATraceStoreError, SchemaVersionError
 from specscope.storage.schema import Base, SchemaVersion, runs_table, tokens_table
 
 
@@ -114,15 +114,39 @@ def stored_version(conn: Connection) -> int | None:
     return int(version)
 
 
-def check_version(version: int | None, migrations: Sequence[Migration] = MIGRATIONS) -> None:
+def check_version(version: int | None, migrations: Sequence[Migration] = MIGRATIONS, reader: bool = False) -> None:
+    """Refuse a version this code cannot use: below 1, or (for a writer: reader=False) newer
+    than the last migration (NewerStoreError). A reader takes a newer store (what it reads
+    is checked by missing_columns)."""
     current = migrations[-1].version
-    if version is not None and version > current:
-        raise SchemaVersionError(
-            f"the store has schema version {version}, newer than this specscope understands ({current}); "
-            f"upgrade specscope to open it"
+    if version is not None and version > current and not reader:
+        raise NewerStoreError(
+            f"the store has schema version {version}, newer than this specscope knows ({current}): it does not "
+            f"write into a newer store; upgrade specscope, or give another store"
         )
     if version is not None and version < 1:
         raise SchemaVersionError(f"unknown schema version {version}")
+
+
+def missing_columns(conn: Connection) -> list[str]:
+    """The tables and columns this code reads that the database lacks ("table" or
+    "table.column"): what a store of a newer schema must still hold to be read."""
+    found = inspect(conn)
+    tables = set(found.get_table_names())
+    missing: list[str] = []
+    for name, table in Base.metadata.tables.items():
+        if name not in tables:
+            missing.append(name)
+            continue
+        have = {c["name"] for c in found.get_columns(name)}
+        missing += [f"{name}.{c.name}" for c in table.columns if c.name not in have]
+    return missing
+
+
+def newer_note(where: str, version: int, current: int = MIGRATIONS[-1].version) -> str:
+    """What a reader says about a store of a newer schema (one line)."""
+    return (f"{where} was written by a newer specscope (schema version {version}; this one knows {current}): "
+            f"reading what this version understands, writing nothing")
 
 
 def ensure_schema(conn: Connection, migrations: Sequence[Migration] = MIGRATIONS) -> int:

@@ -18,10 +18,12 @@ from specscope.core.records import Round, RunConfig
 
 from specscope.storage.engine import (is_memory, is_sqlite, make_engine, memory_copy, precheck_sqlite_file, printable,
                                       sqlite_path, to_url)
-from specscope.storage.errors import NotATraceStoreError, RunNotFoundError, SchemaVersionError, TraceStoreError
+from specscope.storage.errors import (NewerStoreError, NotATraceStoreError, RunNotFoundError, SchemaVersionError,
+                                     TraceStoreError)
 from specscope.storage.info import RoundSummary, RunInfo
 from specscope.storage.liveness import STALE_AFTER_S, writer_is_dead
-from specscope.storage.migrations import MIGRATIONS, Migration, check_version, ensure_schema, stored_version
+from specscope.storage.migrations import (MIGRATIONS, Migration, check_version, ensure_schema, missing_columns,
+                                         newer_note, stored_version)
 from specscope.storage.rows import chunk_tokens, round_summary, rows_to_round, run_info
 from specscope.storage.schema import nodes_table, rounds_table, runs_table, tokens_table
 from specscope.storage.transactions import transaction, translate_errors
@@ -51,7 +53,9 @@ class TraceStore:
 
     readonly=True opens an SQLite file with mode=ro (no pragmas that write, no recovery, no
     migration in the file: an older schema is migrated in a copy in memory): for shared or
-    bundled stores and every reading command. With presume_interrupted=True a read-only store
+    bundled stores and every reading command. A store of a newer schema than this code knows
+    is read as far as it holds the tables and columns this code reads (`newer_schema` is then
+    the line that says so); a writer refuses it (NewerStoreError). With presume_interrupted=True a read-only store
     shows a 'running' run whose writer is gone as interrupted, as a writer would mark it,
     without writing it (what the CLI's readers show). storage.jsonl.transfer.open_jsonl(path) is an in-memory
     store holding one imported trace.
@@ -76,6 +80,8 @@ class TraceStore:
         self._where = where
         self.readonly = readonly
         self._presumed_dead: dict[str, tuple[float | None, str]] = {}  # readonly: dead writers, not written back
+        # a reader of a store of a newer schema: the line that says so (None for a store this code knows)
+        self.newer_schema: str | None = None
         if readonly and is_memory(self.url):
             raise TraceStoreError("readonly=True needs an SQLite file or a database server")
         if self.path is not None:
@@ -118,7 +124,17 @@ class TraceStore:
         memory: the file stays as it is)."""
         with self.engine.connect() as conn:  # a read first: opening an up-to-date store writes nothing
             version = stored_version(conn)
-        check_version(version, migrations)
+            missing = missing_columns(conn) if self.readonly and version is not None and version > migrations[-1].version else []
+        check_version(version, migrations, reader=self.readonly)
+        if version is not None and version > migrations[-1].version:  # a reader of a newer store
+            if missing:
+                shown = ", ".join(missing[:6]) + (", …" if len(missing) > 6 else "")
+                raise NewerStoreError(f"{self._where} was written by a newer specscope (schema version {version}; this "
+                                      f"one knows {migrations[-1].version}) and lacks what this version reads ({shown}): "
+                                      f"upgrade specscope to read it")
+            self.schema_version = version
+            self.newer_schema = newer_note(self._where, version, migrations[-1].version)
+            return
         if version == migrations[-1].version:
             self.schema_version = version
             return

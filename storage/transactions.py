@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from typing import Any, Iterator
 
@@ -11,10 +12,39 @@ from sqlalchemy.exc import DatabaseError
 
 from specscope.storage.errors import CorruptStoreError, TraceStoreError
 
+BUSY_TIMEOUT_MS = 10_000
+BUSY_TIMEOUT_ENV = "SPECSCOPE_BUSY_TIMEOUT_S"  # overrides it (seconds): how long one statement waits for a lock
+
+
+def busy_timeout_ms() -> int:
+    """SQLite's busy timeout for every connection: $SPECSCOPE_BUSY_TIMEOUT_S seconds, else
+    BUSY_TIMEOUT_MS (a value that is not a number >= 0 is a TraceStoreError)."""
+    text = os.environ.get(BUSY_TIMEOUT_ENV, "").strip()
+    if not text:
+        return BUSY_TIMEOUT_MS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86_400:
+        raise TraceStoreError(f"{BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 86400, got {text!r}")
+    return int(value * 1000)
+
 
 def is_corruption(exc: BaseException) -> bool:
     msg = str(exc).lower()
     return any(s in msg for s in ("malformed", "not a database", "corrupt", "file is encrypted"))
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Another connection holds the lock this one waited for past its busy timeout (SQLite's
+    SQLITE_BUSY and SQLITE_LOCKED); the error of a translated one too (its cause)."""
+    while exc is not None:
+        msg = str(getattr(exc, "orig", None) or exc).lower()
+        if "database is locked" in msg or "database is busy" in msg or "database table is locked" in msg:
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
 
 
 def _orig(exc: BaseException) -> str:
@@ -35,9 +65,19 @@ def translate_errors(where: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def transaction(engine: Engine) -> Iterator[Any]:
-    """A write transaction on `engine` (BEGIN IMMEDIATE on SQLite): commit on success, else roll back."""
+def transaction(engine: Engine, wait_ms: int | None = None) -> Iterator[Any]:
+    """A write transaction on `engine` (BEGIN IMMEDIATE on SQLite): commit on success, else roll
+    back. wait_ms: on SQLite, how long this one waits for another connection's lock
+    (the engine's own timeout is restored after)."""
     with engine.connect() as conn:
-        conn.execution_options(sqlite_immediate=True)
-        with conn.begin():
-            yield conn
+        sqlite = wait_ms is not None and engine.dialect.name == "sqlite"
+        raw = conn.connection.driver_connection if sqlite else None  # no SQLAlchemy autobegin for a pragma
+        if raw is not None:
+            raw.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+        try:
+            conn.execution_options(sqlite_immediate=True)
+            with conn.begin():
+                yield conn
+        finally:
+            if raw is not None:
+                raw.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")

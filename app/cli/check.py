@@ -51,9 +51,14 @@ def open_existing_store(location: str) -> Any:
     from specscope.storage import TraceStore, TraceStoreError
 
     try:
-        return TraceStore(location, create=False, readonly=True, presume_interrupted=True)
+        store = TraceStore(location, create=False, readonly=True, presume_interrupted=True)
     except TraceStoreError as exc:
         raise CliError(str(exc)) from None
+    if store.newer_schema:  # read as far as this version understands it; said in one line
+        from specscope.app.cli.traces import say_newer
+
+        say_newer(store)
+    return store
 
 
 def cmd_check(args: argparse.Namespace) -> int:

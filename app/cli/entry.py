@@ -168,7 +168,23 @@ def _hide_loading_bars() -> None:
         hf_logging.disable_progress_bar()
 
 
+def tolerant_output() -> None:
+    """stdout and stderr write what their encoding cannot show as backslash escapes (\\U0001f642) instead of
+    raising (PYTHONIOENCODING=ascii, a C locale, a Windows code page): a prompt or an output
+    with an emoji prints, its character escaped, on every command."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is None or getattr(stream, "errors", "strict") not in ("strict", None):
+            continue
+        try:
+            reconfigure(errors="backslashreplace")
+        except (ValueError, OSError, AttributeError):  # a stream that cannot change: leave it
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    tolerant_output()
     parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -204,9 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specscope: error: {masker.mask(str(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from specscope.storage import TraceStoreError
+        from specscope.storage import NewerStoreError, TraceStoreError
 
         if isinstance(exc, TraceStoreError):
             print(f"specscope: {masker.mask(str(exc))}", file=sys.stderr)
-            return 1
+            return 2 if isinstance(exc, NewerStoreError) else 1  # a writer refused a newer store: nothing written
         raise

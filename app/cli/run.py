@@ -301,7 +301,25 @@ def _open_writer(args: argparse.Namespace, config: Any, pair: Any) -> Any:
 
     store = TraceStore(args.db)  # --top-n was checked with the settings
     full = {"auto": None, "full": True, "top": False}[args.vectors]
-    return TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n)
+    return TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n,
+                       on_wait=_say_lock_wait(store.location))
+
+
+def _say_lock_wait(where: str) -> Any:
+    """The writer's on_wait: a line on stderr when a locked store makes it wait, every few
+    seconds while it waits, when the lock clears and when the run goes to a file instead."""
+
+    def say(state: Any) -> None:
+        print(f"\n-- {state.describe(where)}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _spill_line(writer: Any) -> str:
+    """Where a run whose store stayed locked went, and how to add it to the store."""
+    from specscope.storage.engine import mask_passwords
+
+    return writer.spill_note(mask_passwords(str(writer.store.location)))
 
 
 def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any, fault: Any = None) -> None:
@@ -328,7 +346,7 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any, fault
     )
     for line in fault_lines(fault) if fault is not None else ():
         print(line, file=sys.stderr)
-    if writer is not None:
+    if writer is not None and not writer.spilled_to:
         print(f"-- recorded as run {result.config.run_id} in {writer.store.location}", file=sys.stderr)
 
 
@@ -336,9 +354,53 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specscope.app.threads import apply_threads
 
     apply_threads(args.threads)
+    _check_store(args)
     pair, decoder, prompt, config = _prepare(args)
-    color = sys.stdout.isatty() and not args.json
     writer = _open_writer(args, config, pair)
+    try:
+        return _decode(args, pair, decoder, prompt, config, writer)
+    except BaseException as exc:
+        _close_unfinished(writer, exc)
+        raise
+    finally:
+        _close_unfinished(writer, None)
+
+
+def _check_store(args: argparse.Namespace) -> None:
+    """Before any model loads: --db must be a file a run can be recorded in (not another
+    kind of file, not a store of a newer schema: one line, exit 2)."""
+    if not args.db:
+        return
+    from specscope.storage import NewerStoreError
+    from specscope.storage.engine import precheck_sqlite_file, sqlite_path, to_url
+
+    try:
+        path = sqlite_path(to_url(args.db))
+        if path is not None:
+            precheck_sqlite_file(path)
+    except NewerStoreError as exc:
+        raise CliError(f"--db: {exc}") from None
+
+
+def _close_unfinished(writer: Any, exc: BaseException | None) -> None:
+    """No run is left `running` by an error in printing or reporting: a writer that nothing
+    finished is closed here (interrupted after Ctrl-C, failed after an error, else
+    interrupted), its rounds kept."""
+    if writer is None or writer.finished:
+        return
+    from specscope.storage import TraceStoreError
+
+    try:
+        if exc is None:
+            writer.finish("interrupted", error="the run stopped before it was finished")
+        else:
+            writer.fail(exc)
+    except TraceStoreError:  # the store's own failure is reported where it happened
+        pass
+
+
+def _decode(args: argparse.Namespace, pair: Any, decoder: Any, prompt: list[int], config: Any, writer: Any) -> int:
+    color = sys.stdout.isatty() and not args.json
     if not args.json:
         sys.stdout.write(pair.tokenizer.decode(prompt) if pair.tokenizer is not None else str(prompt))
 
@@ -370,11 +432,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         if writer is not None:
             try:
                 writer.finish_with(result)
+            except KeyboardInterrupt as exc:  # while it waited for a locked store: the run went to a file
+                return _cancelled(args, exc, writer, decoded)
             except Exception:
                 if writer.error is None:
                     raise
                 return _recording_failed(args, writer, decoded)
     _report(args, result, pair, writer, _fire_report(decoder, scan))
+    if writer is not None and writer.spilled_to:
+        print(f"specscope: {_spill_line(writer)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -448,12 +515,18 @@ def _cancelled(args: argparse.Namespace, exc: KeyboardInterrupt, writer: Any, de
     line = f"cancelled after {_rounds(decoded)}"
     if writer is not None:
         try:
-            writer.fail(exc)
+            try:
+                writer.fail(exc)
+            except KeyboardInterrupt:  # again, while it waits for a locked store: the run goes to a file now
+                pass
         except TraceStoreError as err:
             line += f"; recording run {writer.run_id} in {writer.store.location} failed: {mask_passwords(str(err))}"
         else:
-            line += (f"; run {writer.run_id} kept in {writer.store.location} as interrupted (cancelled) "
-                     f"with {_rounds(writer.rounds_written)}")
+            if writer.spilled_to:
+                line += f"; {_spill_line(writer)}"
+            else:
+                line += (f"; run {writer.run_id} kept in {writer.store.location} as interrupted (cancelled) "
+                         f"with {_rounds(writer.rounds_written)}")
     print(f"specscope: {line}", file=sys.stderr)
     return interrupt_status(exc)
 

@@ -120,10 +120,13 @@ def _safe(value: Any, width: int = SAFE_WIDTH) -> str:
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        from specscope.storage import TraceStoreError
+        from specscope.storage import NewerStoreError, TraceStoreError
 
         try:
             return fn(args)
+        except NewerStoreError as exc:  # a writer refused before it wrote anything
+            _fail(str(exc))
+            return 2
         except TraceStoreError as exc:
             return _fail(str(exc))
         except OSError as exc:
@@ -150,7 +153,15 @@ def _open(db: str | None, create: bool = False) -> TraceStore:
     creates or changes nothing (no journal mode, no recovery written, no migration)."""
     from specscope.storage import TraceStore
 
-    return TraceStore(db, create=create, readonly=not create, presume_interrupted=not create)
+    store = TraceStore(db, create=create, readonly=not create, presume_interrupted=not create)
+    if store.newer_schema:
+        say_newer(store)
+    return store
+
+
+def say_newer(store: TraceStore) -> None:
+    """A reader of a store of a newer schema says so, in one line on stderr."""
+    print(f"specscope: note: {_safe(store.newer_schema, 1000)}", file=sys.stderr)
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:

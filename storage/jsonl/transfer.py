@@ -248,25 +248,39 @@ def iter_export(store: TraceStore, run_id: str, batch_size: int = 256) -> Iterat
         with store.engine.connect() as conn:
             run = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).one()._mapping
             yield _line(header_json(run), f"run {run_id}: its header")
-            start = 0
-            while True:
-                rows = [r._mapping for r in conn.execute(
-                    select(rounds_table).where(rounds_table.c.run_id == run_id, rounds_table.c.round_index >= start)
-                    .order_by(rounds_table.c.round_index).limit(batch_size))]
-                if not rows:
-                    break
-                hi = rows[-1]["round_index"]
-                nodes: dict[int, list] = {}
-                for n in conn.execute(
-                    select(nodes_table).where(nodes_table.c.run_id == run_id, nodes_table.c.round_index >= start,
-                                              nodes_table.c.round_index <= hi)
-                    .order_by(nodes_table.c.round_index, nodes_table.c.node_index)):
-                    nodes.setdefault(n.round_index, []).append(n._mapping)
-                for r in rows:
-                    yield _line(round_json(r, nodes.get(r["round_index"], [])), f"run {run_id}: round {r['round_index']}")
-                start = hi + 1
+            yield from round_lines(conn, run_id, batch_size)
             if run["status"] != "running":
                 yield _end_line(conn, run, f"run {run_id}: its end record")
+
+
+def round_lines(conn: Any, run_id: str, batch_size: int = 256) -> Iterator[str]:
+    """The round lines of a stored run, read `batch_size` rounds at a time on `conn`."""
+    start = 0
+    while True:
+        rows = [r._mapping for r in conn.execute(
+            select(rounds_table).where(rounds_table.c.run_id == run_id, rounds_table.c.round_index >= start)
+            .order_by(rounds_table.c.round_index).limit(batch_size))]
+        if not rows:
+            return
+        hi = rows[-1]["round_index"]
+        nodes: dict[int, list] = {}
+        for n in conn.execute(
+            select(nodes_table).where(nodes_table.c.run_id == run_id, nodes_table.c.round_index >= start,
+                                      nodes_table.c.round_index <= hi)
+            .order_by(nodes_table.c.round_index, nodes_table.c.node_index)):
+            nodes.setdefault(n.round_index, []).append(n._mapping)
+        for r in rows:
+            yield round_line(r, nodes.get(r["round_index"], []), run_id)
+        start = hi + 1
+
+
+def round_line(r: Mapping[str, Any], nodes: list[Mapping[str, Any]], run_id: str) -> str:
+    """One round's line from its rows (as stored, or as the writer built them to insert)."""
+    return _line(round_json(r, nodes), f"run {run_id}: round {r['round_index']}")
+
+
+def end_line(run: Mapping[str, Any], new_tokens: list[int]) -> str:
+    return _line(end_json(run, new_tokens), f"run {run['run_id']}: its end record")
 
 
 def export_run(store: TraceStore, run_id: str, out: str | os.PathLike | IO[str], *, overwrite: bool = False,

@@ -26,6 +26,13 @@ interval together with a heartbeat and the run's aggregates, by one of two backe
       which another process cannot open, always uses the thread.
 
 The environment variable SPECSCOPE_TRACE_WRITER=thread|process sets the default mode.
+A store locked by another connection for longer than SQLite's busy timeout loses nothing: the
+backend keeps the rounds in memory and tries again (decoding goes on), telling `on_wait`
+how long it has waited and how many rounds wait; when the lock clears, every kept round is
+stored. Past the writer's wait ($SPECSCOPE_LOCK_WAIT_S, default 300 s), or when the recording
+is interrupted while it waits, the whole run goes to a JSONL trace next to the store
+(storage.writer.spill; `spilled_to` names it) that `specscope import` takes.
+
 A kill -9 of the recording process loses at most the rounds of the last flush interval;
 the next TraceStore opened on the file marks the run interrupted (liveness.writer_is_dead),
 unless a writer process already did.
@@ -40,7 +47,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Generator, Mapping, get_args
+from typing import Any, Callable, Generator, Mapping, get_args
 
 from sqlalchemy import insert, select
 
@@ -54,9 +61,9 @@ from specscope.storage.info import ModelInfo, library_versions as collect_versio
 from specscope.storage.liveness import live_writers, register_writer, unregister_writer
 from specscope.storage.rows import run_row
 from specscope.storage.schema import runs_table
-from specscope.storage.writer.sink import RunSink
+from specscope.storage.writer.sink import LockWait, RunSink, lock_wait_s
 from specscope.storage.store import TraceStore
-from specscope.storage.transactions import translate_errors
+from specscope.storage.transactions import is_busy, translate_errors
 from specscope.storage.writer.backends import COMMIT_MARGIN, Backend, ProcessBackend, ThreadBackend, commit_period
 from specscope.storage.writer.process import close_writer_process
 
@@ -76,6 +83,7 @@ STOP_REASONS = get_args(StopReason)
 def _finish_forgotten_writers() -> None:
     for w in live_writers():
         try:
+            w.give_up_waiting()  # type: ignore[attr-defined]  # a locked store is not waited for at exit
             w.finish("interrupted", error="the process exited without finishing the run")  # type: ignore[attr-defined]
         except Exception:  # pragma: no cover - best effort at exit
             pass
@@ -117,6 +125,7 @@ class TraceWriter:
         library_versions: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
         mode: str = "auto",
+        on_wait: Callable[[LockWait], None] | None = None,
     ):
         if not 0 < flush_interval <= 60:
             raise ValueError(f"flush_interval must be in (0, 60] seconds, got {flush_interval!r}")
@@ -127,6 +136,8 @@ class TraceWriter:
                                              full_dtype)
         self.flush_interval = float(flush_interval)
         chosen = choose_mode(store, mode)
+        self.on_wait = on_wait
+        self.lock_wait = lock_wait_s()
         self._next_index = 0
         self._finished = False
         self._lock = threading.Lock()
@@ -149,20 +160,37 @@ class TraceWriter:
         register_writer(self)
 
     def _insert_run(self, row: dict) -> None:
-        with translate_errors(f"starting run {self.run_id}"):
-            with self.store.transaction() as conn:
-                if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == self.run_id)).first():
-                    raise RunExistsError(f"a run with id {self.run_id} is already stored")
-                conn.execute(insert(runs_table), row)  # parameters, not .values(): compiled once, cached
+        """Insert the run row; a store locked by another connection is waited for (up to the
+        writer's wait, telling on_wait), before anything is decoded."""
+        started = time.monotonic()
+        while True:
+            try:
+                with translate_errors(f"starting run {self.run_id}"):
+                    with self.store.transaction() as conn:
+                        if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == self.run_id)).first():
+                            raise RunExistsError(f"a run with id {self.run_id} is already stored")
+                        conn.execute(insert(runs_table), row)  # parameters, not .values(): compiled once, cached
+                return
+            except WriterError:
+                raise
+            except Exception as exc:
+                waited = time.monotonic() - started
+                if not is_busy(exc) or waited >= self.lock_wait:
+                    raise
+                if self.on_wait is not None:
+                    self.on_wait(LockWait(self.run_id, "waiting", waited, self.lock_wait, 0, 0,
+                                          reason=str(getattr(exc.__cause__, "orig", None) or exc)))
+                time.sleep(0.2)
 
     def _start_backend(self, mode: str) -> Backend:
         if mode == "process":
             try:
                 return ProcessBackend(self.store.url, self.store.engine, self.run_id, self.policy, self.started_at,
-                                      self.flush_interval)
+                                      self.flush_interval, self.on_wait)
             except WriterError as exc:
                 log.warning("%s; recording run %s from a thread instead", exc, self.run_id)
-        return ThreadBackend(RunSink(self.store.engine, self.run_id, self.policy, self.started_at), self.flush_interval)
+        return ThreadBackend(RunSink(self.store.engine, self.run_id, self.policy, self.started_at, self.lock_wait),
+                             self.flush_interval, self.on_wait)
 
     # ------------------------------------------------------------------ producer side
 
@@ -219,9 +247,11 @@ class TraceWriter:
     def fail(self, exc: BaseException, *, timeout: float | None = None) -> None:
         """Close the run after `exc` stopped it: KeyboardInterrupt and GeneratorExit (a
         cancelled generator) as interrupted with stop reason cancelled (the error: the
-        exception's message, else its type's name), anything else as failed with the
+        exception's message, else its type's name; a store locked by another connection is
+        then not waited for: the run goes to its JSONL file), anything else as failed with the
         exception as the error."""
         if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
+            self.give_up_waiting()  # a cancelled run does not wait for a locked store: its rounds go to the file
             self.finish("interrupted", stop_reason="cancelled", error=str(exc) or type(exc).__name__, timeout=timeout)
         else:
             self.finish("failed", error=f"{type(exc).__name__}: {exc}", timeout=timeout)
@@ -251,6 +281,33 @@ class TraceWriter:
                 return conn.execute(select(runs_table.c.status).where(runs_table.c.run_id == self.run_id)).scalar()
         except Exception:
             return None
+
+    @property
+    def spilled_to(self) -> str | None:
+        """The JSONL file holding the whole run when the store stayed locked past the writer's
+        wait (or the recording was interrupted while it waited); None while the store has it."""
+        return self._backend.spilled_to
+
+    @property
+    def lock_state(self) -> LockWait | None:
+        """The last wait for a locked store (None when the store never made it wait)."""
+        return self._backend.lock_state
+
+    def spill_note(self, where: str | None = None) -> str:
+        """Where a run whose store stayed locked went, and how to add it to the store ("" when
+        the store has it)."""
+        path = self.spilled_to
+        if not path:
+            return ""
+        where = where or self.store.location
+        n = self.rounds_written
+        return (f"{where} stayed locked, so run {self.run_id} went whole to {path} (the store keeps its first "
+                f"{n} round{'' if n == 1 else 's'}, marked interrupted); add it with: specscope import {path} "
+                f"--db {where} --run-id NEW_ID")
+
+    def give_up_waiting(self) -> None:
+        """Stop waiting for a locked store now: the run goes to its JSONL file."""
+        self._backend.give_up()
 
     @property
     def mode(self) -> str:

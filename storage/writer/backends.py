@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from sqlalchemy import Engine
 
@@ -25,7 +25,7 @@ from specscope.core.records import Round
 from specscope.storage.codec import VectorPolicy
 from specscope.storage.errors import WriterError
 from specscope.storage.liveness import HEARTBEAT_S
-from specscope.storage.writer.sink import RunSink
+from specscope.storage.writer.sink import LockWait, RunSink, WaitReports
 from specscope.storage.writer.process import START_TIMEOUT_S, writer_process
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # time the encoding and the commit take and wake-up delays under load stay inside it.
 COMMIT_MARGIN = 0.8
 COMMIT_SLACK_S = 0.005  # a wake-up this early still commits
+RETRY_S = 0.2  # a commit the store's lock refused is tried again this soon (after the busy timeout it waited)
 _tokens = itertools.count(1)
 
 
@@ -62,6 +63,17 @@ class Backend(Protocol):
 
     def finish(self, values: dict[str, Any], timeout: float | None) -> None:
         """Commit what is left and close the run with `values` (status, stop_reason, error, wall_s)."""
+
+    def give_up(self) -> None:
+        """Stop waiting for a locked store: the run goes to its JSONL file (storage.writer.spill)."""
+
+    @property
+    def spilled_to(self) -> str | None:
+        """The JSONL file the run went to when its store stayed locked; None otherwise."""
+
+    @property
+    def lock_state(self) -> LockWait | None:
+        """The last wait for a locked store (None when it never waited)."""
 
 
 @dataclass
@@ -108,9 +120,10 @@ class ThreadBackend(_BackendBase):
 
     mode = "thread"
 
-    def __init__(self, sink: RunSink, flush_interval: float):
+    def __init__(self, sink: RunSink, flush_interval: float, on_wait: Callable[[LockWait], None] | None = None):
         super().__init__(sink.run_id)
         self._sink = sink
+        self._reports = WaitReports(on_wait)
         self._flush_interval = flush_interval
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -133,7 +146,30 @@ class ThreadBackend(_BackendBase):
     def finish(self, values: dict[str, Any], timeout: float | None) -> None:
         self._queue.put(_Finish(values))
         self._wake.set()
-        self._thread.join(timeout)
+        try:
+            self._thread.join(timeout)
+        except KeyboardInterrupt:  # interrupted while it waits for a locked store: the rounds go to a file now
+            self.give_up()
+            self._thread.join(30.0)
+            raise
+
+    def give_up(self) -> None:
+        """Stop waiting for a locked store: the run goes to its JSONL file at the next try."""
+        self._sink.give_up = True
+        self._wake.set()
+
+    @property
+    def spilled_to(self) -> str | None:
+        spill = self._sink.spill
+        return str(spill.path) if spill is not None else None
+
+    @property
+    def lock_state(self) -> LockWait | None:
+        sink = self._sink
+        if sink.spill is None and sink.waiting_since is None and not sink.last_wait_s:
+            return None  # it never waited
+        return sink.lock_state("spilled" if sink.spill is not None else
+                               "waiting" if sink.waiting_since is not None else "resumed")
 
     def _take(self) -> tuple[list[Round], list[_Flush], _Finish | None]:
         """What is queued, up to a finish."""
@@ -162,6 +198,7 @@ class ThreadBackend(_BackendBase):
         # busy (commits up to 0.6 s apart instead of 0.25 s), and SCHED_IDLE never committed
         # before the end of a 2 s run.
         markers: list[_Flush] = []
+        final: _Finish | None = None
         commit_every = commit_period(self._flush_interval, 0.0)
         next_due = time.monotonic() + commit_every
         sink = self._sink
@@ -169,15 +206,21 @@ class ThreadBackend(_BackendBase):
             while True:
                 self._wake.wait(timeout=max(0.0, next_due - time.monotonic()))
                 self._wake.clear()
-                batch, markers, final = self._take()
+                batch, new_markers, new_final = self._take()
+                markers += new_markers
+                final = final or new_final
                 started = time.monotonic()
                 if batch:
                     sink.add(batch)
                 now = time.monotonic()
                 since_commit = now - sink.last_commit
-                if (markers or final is not None or since_commit >= HEARTBEAT_S
+                if (markers or final is not None or since_commit >= HEARTBEAT_S or sink.waiting_since is not None
                         or (sink.pending and since_commit >= commit_every - COMMIT_SLACK_S)):
-                    sink.commit((), final.values if final else None)
+                    stored = sink.commit((), final.values if final else None)
+                    self._reports.after(sink, stored)
+                    if not stored:  # the store is locked: the rounds wait in memory; try again soon
+                        next_due = time.monotonic() + min(commit_every, RETRY_S)
+                        continue
                     self.rounds_written, self.flushes = sink.rounds_written, sink.flushes
                     # A round written just after this wake-up waits a period plus the next
                     # encode and commit, which take about as long as these did.
@@ -187,6 +230,7 @@ class ThreadBackend(_BackendBase):
                 next_due = sink.last_commit + commit_every if sink.pending else now + commit_every
                 for marker in markers:
                     marker.done.set()
+                markers = []
                 if final is not None:
                     return
         except BaseException as exc:  # keep the error for the producer; mark the run failed
@@ -218,8 +262,10 @@ class ProcessBackend(_BackendBase):
     mode = "process"
 
     def __init__(self, url: str, engine: Engine, run_id: str, policy: VectorPolicy, started_at: float,
-                 flush_interval: float):
+                 flush_interval: float, on_wait: Callable[[LockWait], None] | None = None):
         super().__init__(run_id)
+        self._on_wait = WaitReports(on_wait)
+        self._lock_state: LockWait | None = None
         self._engine = engine
         self._policy = policy
         self._started_at = started_at
@@ -259,14 +305,38 @@ class ProcessBackend(_BackendBase):
             self.service.send(("finish", self.run_id, values))
         except WriterError as exc:  # the writer process has gone: _on_message("died") closed us
             self._fail(exc)
-        if not self._wait(self._closed, timeout):
+        try:
+            closed = self._wait(self._closed, timeout)
+        except KeyboardInterrupt:  # interrupted while it waits for a locked store: the rounds go to a file now
+            self.give_up()
+            self._wait(self._closed, 30.0)
+            raise
+        if not closed:
             raise WriterError(f"the trace writer of run {self.run_id} did not finish in time")
         self.service.unregister(self.run_id)
+
+    def give_up(self) -> None:
+        """Stop waiting for a locked store: the run goes to its JSONL file at the next try."""
+        try:
+            self.service.send(("give_up", self.run_id))
+        except WriterError:
+            pass
+
+    @property
+    def spilled_to(self) -> str | None:
+        return self._lock_state.path if self._lock_state is not None else None
+
+    @property
+    def lock_state(self) -> LockWait | None:
+        return self._lock_state
 
     def _on_message(self, m: tuple) -> None:
         """Called on the receiving thread with each answer of the writer process."""
         kind = m[0]
-        if kind == "opened":
+        if kind == "lock":
+            self._lock_state = LockWait(**m[2])
+            self._on_wait.tell(self._lock_state)
+        elif kind == "opened":
             self._opened.set()
         elif kind == "committed":
             self.rounds_written, self.flushes = m[2], m[3]

@@ -8,9 +8,11 @@ neither torch nor Qt. stdin carries frames (storage.writer.frames) of messages:
     ("flush", run_id, token)
     ("finish", run_id, {status, stop_reason, error, wall_s})
     ("abandon", run_id, url)       drop the run unwritten (its recorder no longer waits for it)
+    ("give_up", run_id)            stop waiting for a locked store: write the run to its JSONL file
 
 and stdout answers with ("ready", pid), ("opened", run_id), ("committed", run_id, rounds_written, flushes),
-("flushed", run_id, token), ("finished", run_id, error | None) and ("error", run_id, message).
+("flushed", run_id, token), ("finished", run_id, error | None), ("error", run_id, message) and
+("lock", run_id, LockWait as a dict) while a locked store keeps the rounds waiting (sink.WaitReports).
 
 Rounds are encoded as they arrive and committed at least every EAGER_COMMIT_S (and every
 flush interval) while they arrive; a run's heartbeat is touched at least every HEARTBEAT_S.
@@ -22,6 +24,7 @@ were never finished are marked interrupted.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import signal
@@ -37,7 +40,7 @@ from specscope.storage.codec import VectorPolicy
 from specscope.storage.engine import make_engine
 from specscope.storage.writer.frames import read_frame, write_frame
 from specscope.storage.liveness import HEARTBEAT_S
-from specscope.storage.writer.sink import RunSink
+from specscope.storage.writer.sink import RunSink, WaitReports
 
 # Commit at least this often while rounds arrive (and at least every flush interval): small
 # transactions keep what a flush or finish has to insert, after decoding ended, small.
@@ -54,6 +57,7 @@ class _Run:
     tokens: list = field(default_factory=list)  # flush tokens to acknowledge after the next commit
     final: dict | None = None
     error: str | None = None
+    reports: WaitReports = field(default_factory=lambda: WaitReports(None))
 
 
 class _Engines:
@@ -151,7 +155,9 @@ class _Server:
                 self.engines.release(url=m[2])
         elif m[1] in self.runs:
             run = self.runs[m[1]]
-            if kind == "rounds":
+            if kind == "give_up":
+                run.sink.give_up = True
+            elif kind == "rounds":
                 if run.error is None:
                     try:  # encode on arrival: a flush or finish then only inserts
                         run.sink.add(m[2])
@@ -177,8 +183,12 @@ class _Server:
         if not due:
             return
         if run.error is None:
+            run.reports.on_wait = lambda state: replies.append(("lock", run_id, dataclasses.asdict(state)))
             try:
-                run.sink.commit(final=run.final)
+                stored = run.sink.commit(final=run.final)
+                run.reports.after(run.sink, stored)
+                if not stored:  # the store is locked: keep the rounds, the flushes and the finish; try again
+                    return
                 replies.append(("committed", run_id, run.sink.rounds_written, run.sink.flushes))
             except Exception as exc:
                 self._failed(run_id, run, exc, replies)

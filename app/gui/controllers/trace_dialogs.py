@@ -41,6 +41,7 @@ class TraceDialogs:
     def __init__(self, window: Any):
         self.w = window
         self.last_trace = window.qsettings.value("trace/last") or None
+        self.newer_note: str | None = None  # the last store of a newer schema opened: what the status bar said
 
     def ask(self, title: str, question: str) -> bool:
         """A yes/no question (tests replace it)."""
@@ -114,6 +115,7 @@ class TraceDialogs:
         except Exception as exc:  # noqa: BLE001 - not a trace, corrupt, newer schema...
             self.w.show_error(f"Cannot open {os.path.basename(path)}: {exc}", title="Open trace")
             return False
+        self.say_newer(library)
         info = self._open_run(library, path, runs, run_id)
         if info is None:
             library.close()
@@ -124,6 +126,15 @@ class TraceDialogs:
             log.exception("could not open the run's comparison")
         self.replay_trace(library, path, info)
         return True
+
+    def say_newer(self, library: TraceLibrary) -> None:
+        """A store of a newer schema is read as far as this version understands it: the
+        status bar says so (and keeps saying it while the replay shows)."""
+        note = getattr(library.store, "newer_schema", None)
+        if note:
+            self.newer_note = note
+            self.w.statusBar().showMessage(note)
+            log.warning("%s", note)
 
     def _open_run(self, library: TraceLibrary, path: str, runs: list[Any], run_id: str | None) -> Any:
         show_error = self.w.show_error
@@ -161,6 +172,7 @@ class TraceDialogs:
         except Exception as exc:  # noqa: BLE001
             self.w.show_error(f"Cannot open {os.path.basename(path)}: {exc}", title="Compare two runs")
             return False
+        self.say_newer(library)
         try:
             if len(runs) < 2:
                 self.w.show_error(f"{os.path.basename(path)} holds {len(runs)} run(s); a comparison needs two.",
@@ -178,6 +190,7 @@ class TraceDialogs:
         """Read two or three stored runs into the Compare tab's lanes (A, B, C in order)."""
         try:
             library = TraceLibrary(path)
+            self.say_newer(library)
             try:
                 infos = [library.run(r) for r in run_ids]
                 lanes = [(info, library.rounds(info.run_id), run_token_text(self.w.hub, info, say=self.w.say_long)) for info in infos]
@@ -217,6 +230,7 @@ class TraceDialogs:
         except Exception as exc:  # noqa: BLE001 - not a trace, corrupt, newer schema...
             self.w.show_error(f"Cannot open {os.path.basename(path)}: {exc}", title="Diff runs")
             return None
+        self.say_newer(library)
         try:
             text = self._diff_two(library, path)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI

@@ -67,20 +67,25 @@ class Recorder:
     """Adapts a storage TraceWriter to the worker's write(round) / finish(result, reason)."""
 
     def __init__(self, store: Any, config: RunConfig, prompt_text: str | None = None, extra: dict | None = None,
-                 full_vectors: bool | None = None, model_info: dict | None = None):
+                 full_vectors: bool | None = None, model_info: dict | None = None,
+                 on_wait: Callable[[str], None] | None = None):
         from specscope.storage import TraceWriter
 
         self.store = store
         self.path = store.path or store.location
         self.run_id = config.run_id
+        where = os.path.basename(self.path) if store.path else store.location
+        say = (lambda state: on_wait(state.describe(where))) if on_wait is not None else None
         self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra, full_vectors=full_vectors,
-                                  model_info=model_info)
+                                  model_info=model_info, on_wait=say)
         self.full_vectors = self.writer.policy.full  # the run's records must then carry them
 
     def write(self, r: Round) -> None:
         self.writer.write(r)
 
     def finish(self, result: GenerationResult | None, reason: str) -> None:
+        """Close the run; a run whose store stayed locked went to a JSONL file: a
+        TraceStoreError that names it (the window shows it)."""
         if result is not None:
             self.writer.finish_with(result)
         elif reason == "cancelled":
@@ -89,6 +94,10 @@ class Recorder:
             self.writer.finish("failed", error="the decoder raised an exception")
         else:
             self.writer.finish("completed")
+        if self.writer.spilled_to:
+            from specscope.storage import TraceStoreError
+
+            raise TraceStoreError(self.writer.spill_note())
 
 
 class RecorderFactory:
@@ -104,6 +113,7 @@ class RecorderFactory:
         self.full_vectors = False  # False: the store's default for the vocabulary
         self.prompt_text: str | None = None
         self.store: Any | None = None  # the TraceStore, opened by the first recorded run
+        self.on_wait: Callable[[str], None] | None = None  # told (any thread) when a locked store makes a run wait
         self._lock = threading.Lock()
 
     def open_store(self) -> Any:
@@ -116,7 +126,7 @@ class RecorderFactory:
 
     def __call__(self, config: RunConfig, model_info: dict | None = None) -> Recorder:
         return Recorder(self.open_store(), config, prompt_text=self.prompt_text,
-                        full_vectors=True if self.full_vectors else None, model_info=model_info)
+                        full_vectors=True if self.full_vectors else None, model_info=model_info, on_wait=self.on_wait)
 
     def close(self) -> None:
         with self._lock:
@@ -125,13 +135,19 @@ class RecorderFactory:
 
 
 class TraceLibrary:
-    """One open trace store file: list runs, read rounds (top-N, slimmed) and single rounds."""
+    """One open trace store file: list runs, read rounds (top-N, slimmed) and single rounds.
+
+    A store opened for reading (create=False: every way the window opens one) is opened as the
+    CLI's reading commands open it: read-only, creating and changing nothing (a store on a
+    read-only mount or in a folder this user may not write reads as any other), a run whose
+    writer has gone shown as interrupted without writing it, an older schema migrated in a
+    copy in memory."""
 
     def __init__(self, path: str, create: bool = False):
         from specscope.storage import TraceStore
 
         self.path = path
-        self.store = TraceStore(path, create=create)
+        self.store = TraceStore(path, create=create, readonly=not create, presume_interrupted=not create)
 
     def close(self) -> None:
         self.store.close()

@@ -39,6 +39,7 @@ class LiveSession(QObject):
     stateChanged = Signal(str)
     failed = Signal(str, str)
     refused = Signal(object)  # {field: message}: the settings cannot run (the worker started nothing)
+    _storeWaits = Signal(str)  # the writer's thread: a locked store keeps the run's rounds waiting
 
     def __init__(self, model: RunModel, hub: ModelHub, store_path: str | None, record: bool = True, parent=None):
         super().__init__(parent)
@@ -46,6 +47,8 @@ class LiveSession(QObject):
         self.hub = hub
         self.record = record
         self.recording = RecorderFactory(store_path)  # called on the worker's thread
+        self.recording.on_wait = self._storeWaits.emit  # queued to this (the GUI) thread
+        self._storeWaits.connect(self._say)
         self.recorded_path: str | None = None
         self.controller = RunController(hub, self.recording if record else None, self)
         if record:
