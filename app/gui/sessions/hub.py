@@ -186,6 +186,11 @@ class ModelHub:
         self.prefer_bundled = prefer_bundled
         self._lock = threading.Lock()  # guards the dicts only, never held while a value is made
         self._key_locks: dict[tuple, threading.RLock] = {}
+        # one model load at a time: transformers' from_pretrained builds a model on the meta
+        # device through process-wide state, and two threads loading at once (the preload's
+        # bundled target while a comparison loads SmolLM2) failed with "Cannot copy out of
+        # meta tensor"
+        self._load_lock = threading.RLock()
         self._models: dict[tuple, Any] = {}
         self._tokenizer: Any | None = None
         self._token_text: CachedTokenText | None = None
@@ -252,6 +257,10 @@ class ModelHub:
                 self._models[key] = value
             return value
 
+    def _load(self, folder: Any, device: str, role: str) -> Any:
+        with self._load_lock:
+            return loading.load_model(folder, device, role=role)
+
     def _tiny(self, role: str, device: str):
         """role: "target", "draft-small" or "draft-tiny"."""
 
@@ -274,12 +283,12 @@ class ModelHub:
         its catalog name, a checkpoint folder or a GGUF file, with the tokenizer it carries."""
         if name:
             folder = self._cached(("folder", name), lambda: _target_folder(name))
-            model = self._cached(("target", name, device), lambda: loading.load_model(folder, device, role="target"))
+            model = self._cached(("target", name, device), lambda: self._load(folder, device, "target"))
             return model, self._cached(("tokenizer", name), lambda: loading.load_tokenizer(folder))
         if self.fallback:
             return self._tiny("target", device), None
         model = self._cached(("bundled", "target", device),
-                             lambda: loading.load_model(loading.bundled_path("target"), device, role="target"))
+                             lambda: self._load(loading.bundled_path("target"), device, "target"))
         return model, self.tokenizer()
 
     def draft(self, name: str, device: str):
@@ -288,10 +297,10 @@ class ModelHub:
         if self.fallback:
             return self._tiny(name, device)
         return self._cached(("bundled", name, device),
-                            lambda: loading.load_model(loading.bundled_path(name), device, role="draft"))
+                            lambda: self._load(loading.bundled_path(name), device, "draft"))
 
     def checkpoint(self, path: str, device: str):
-        return self._cached(("checkpoint", path, device), lambda: loading.load_model(path, device, role="draft"))
+        return self._cached(("checkpoint", path, device), lambda: self._load(path, device, "draft"))
 
     def check_draft_tokenizer(self, ref: str, target_tokenizer: Any | None, target_name: str = "") -> None:
         """Refuse (a SettingsError on the proposer field, before any draft weights load) a
