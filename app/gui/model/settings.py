@@ -198,8 +198,8 @@ def proposer_label(spec: str) -> str:
 def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None,
                 target_name: str | None = None) -> str | None:
     """The spec that reruns a recorded run (its RunConfig's proposer, proposer_params,
-    draft_name and target_name), or None when it cannot be rerun from the menu (a local
-    checkpoint). The decoder records the spec as proposer_params["spec"]; older traces have
+    draft_name and target_name), or None when it cannot be rerun from the menu (a head
+    checkpoint folder, a draft checkpoint that is not here any more). The decoder records the spec as proposer_params["spec"]; older traces have
     the kind only. A shipped head (eagle3:eagle3-smollm2, recorded as bundled:eagle3-smollm2)
     reruns as the menu's "the target's trained head" when it is the run's target's own."""
     try:
@@ -219,7 +219,11 @@ def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None
         name = (spec.arg or draft_name or "").removeprefix("specscope/").removeprefix("draft-")
         given = {**spec.params, **(params or {})}  # a tree run's params name its tree and children
         trees = {key: given[key] for key in ("tree", "children") if given.get(key)} if given.get("tree") else {}
-        return str(ProposerSpec(kind.name, name, trees)) if name in NAMED_DRAFTS else None
+        if name in NAMED_DRAFTS:
+            return str(ProposerSpec(kind.name, name, trees))
+        # a draft from a checkpoint folder or GGUF file that is still there: the "local checkpoint…" entry
+        path = next((p for p in (spec.arg, draft_name) if p and os.path.isabs(p) and os.path.exists(p)), None)
+        return str(ProposerSpec(kind.name, path, trees)) if path else None
     given = dict(params or {}, **spec.params)
     return menu_spec(str(ProposerSpec(kind.name, None, {p.name: given[p.name] for p in kind.params if p.name in given})))
 
