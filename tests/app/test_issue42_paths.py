@@ -213,3 +213,36 @@ def test_a_stored_comparisons_round_tab_shows_p_for_an_accepted_greedy_node(qtbo
     values = r.compare.inspectors[0].values
     assert values["p"] and values["p"][0] > 0  # "p = — —" and an empty chart before
     assert "has p = —" not in values["header"]
+
+
+# ---------------------------------------------------------------------------- two loads at once
+
+
+def test_the_hub_loads_one_model_at_a_time(monkeypatch, tmp_path):
+    """The preload's bundled target and a comparison's SmolLM2 loading at once failed with
+    "Cannot copy out of meta tensor" (transformers builds models through process-wide state)."""
+    import threading
+    import time
+
+    from specscope.app.gui.sessions import hub as hub_module
+
+    hub = hub_module.ModelHub(prefer_bundled=False)
+    busy, most = [0], [0]
+    lock = threading.Lock()
+
+    def load_model(folder, device, role="target"):
+        with lock:
+            busy[0] += 1
+            most[0] = max(most[0], busy[0])
+        time.sleep(0.2)
+        with lock:
+            busy[0] -= 1
+        return object()
+
+    monkeypatch.setattr(hub_module.loading, "load_model", load_model)
+    threads = [threading.Thread(target=hub.checkpoint, args=(str(tmp_path / name), "cpu")) for name in ("a", "b", "c")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1

@@ -26,8 +26,8 @@ def run_tokenizer(hub: Any, info: Any) -> tuple[Any | None, str | None]:
     from specscope.core.loading.models import bundled_path, load_tokenizer
 
     def load(folder: str) -> Any:
-        cached = getattr(hub, "_cached", None)
-        return cached(("tokenizer", str(folder)), lambda: load_tokenizer(folder)) if cached else load_tokenizer(folder)
+        cached, loader = getattr(hub, "_cached", None), getattr(hub, "load_tokenizer", load_tokenizer)
+        return cached(("tokenizer", str(folder)), lambda: loader(folder)) if cached else loader(folder)
 
     try:
         return replay_tokenizer(info, hub.tokenizer, bundled_path("target"), load)
