@@ -58,11 +58,12 @@ DEFAULT_SIZE = QSize(1500, 920)  # a first start; smaller screens get their free
 
 
 def default_checker():
-    """The core trace checker: callable(config, rounds) -> CheckReport (its findings and the
-    rules it could not check); any callable returning a list of findings will do."""
+    """The core trace checker: callable(config, rounds, end=None) -> CheckReport (its findings
+    and the rules it could not check; `end`: the run's end record); any callable returning a
+    list of findings will do."""
     from specscope.core.check.checker import check_report
 
-    return lambda config, rounds: check_report(config, rounds)
+    return lambda config, rounds, end=None: check_report(config, rounds, end=end)
 
 
 def app_settings() -> QSettings:

@@ -278,9 +278,9 @@ def test_a_run_of_a_fetched_target_is_recorded_under_its_name_and_replays_with_i
     configure(window, proposer="draft-small", max_new_tokens="12")
     window.run_panel.target.choose(index.name)
     assert window.run_panel.texts()["proposer"] == "lookup:max_ngram=5"  # the catalog's default_draft
-    configure(window, proposer="draft-small")  # a bundled draft: here a tiny stand-in without a tokenizer
-    assert window.start_run()
-    qtbot.waitUntil(lambda: "draft" in window.run_panel.errors["proposer"].text(), timeout=60_000)
+    configure(window, proposer="draft-small")  # the bundled target's draft: refused before anything loads
+    assert not window.start_run()
+    assert "draft model: small" in window.run_panel.errors["proposer"].text()
     assert "prompt lookup" in window.run_panel.errors["proposer"].text()
     configure(window, proposer="lookup", max_new_tokens="12", eos="none")
     assert window.start_run(), window.last_error

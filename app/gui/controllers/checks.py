@@ -73,7 +73,7 @@ class CheckActions:
             return None
         w.statusBar().showMessage("Decoding the prompt plainly with the target…")
         try:
-            target, tokenizer = self._target_at(config.dtype)
+            target, tokenizer = self._target_at(config)
             piece = token_piece_function(tokenizer) if tokenizer is not None else None  # the run's stop strings
             found = diverge_report(config, self.rounds_for_checking(), target, token_piece=piece)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
@@ -86,16 +86,20 @@ class CheckActions:
         QMessageBox.information(w, title, "\n".join(lines))
         return found
 
-    def _target_at(self, dtype: str) -> tuple[Any, Any]:
-        """The hub's target (and tokenizer) in the run's dtype: a near tie is a fact of the dtype."""
+    def _target_at(self, config: Any) -> tuple[Any, Any]:
+        """The run's own target (and tokenizer; the one it recorded, not the run panel's menu
+        nor the bundled one) in the run's dtype: a near tie is a fact of the dtype."""
         import copy
 
         import torch
 
         w = self.w
         device = w.run_panel.texts().get("device") or "cpu"
-        target, tokenizer = w.hub.target(device if device in w.hub.devices() else "cpu")
-        wanted = getattr(torch, dtype, None)
+        name = target_of_run(config.target_name)
+        if name is None:
+            raise ValueError(f"the run's target {config.target_name} is not on this machine")
+        target, tokenizer = w.hub.target(device if device in w.hub.devices() else "cpu", name)
+        wanted = getattr(torch, config.dtype, None)
         if isinstance(wanted, torch.dtype) and next(target.parameters()).dtype != wanted:
             target = copy.deepcopy(target).to(wanted)  # the hub's model stays as the run panel uses it
         return target, tokenizer
@@ -109,12 +113,38 @@ class CheckActions:
     def rounds_for_checking(self) -> list:
         return self.w.session.rounds_for_checking()
 
+    def report(self) -> Any:
+        """The checker's report on the run shown: of a stored run, what `specscope check`
+        prints (app.cli.check.check_stored_run: its rounds and its end record); of a live
+        run, the same rules with the end the recording will store (its stop reason and token
+        count)."""
+        w = self.w
+        stored = w.session.store_and_run() if w.session is not w.live else None
+        if stored is not None:
+            from specscope.app.cli.check import check_stored_run
+
+            return check_stored_run(*stored)
+        end = self.live_end()
+        if end is not None:
+            return w.checker(w.model.config, self.rounds_for_checking(), end=end)
+        return w.checker(w.model.config, self.rounds_for_checking())
+
+    def live_end(self) -> Any:
+        """The end record a finished live run is stored with (storage's RunInfo.end of a
+        completed run), None while it runs or when it did not complete."""
+        from specscope.core.records import RunEnd
+
+        m = self.w.model
+        if m.stop_reason not in ("eos", "stop", "budget"):
+            return None
+        return RunEnd("completed", m.stop_reason, len(m.output_tokens))
+
     def run_checker(self) -> None:
         w = self.w
         if w.checker is None or not w.model.rounds or w.model.config is None:
             return
         try:
-            report = w.checker(w.model.config, self.rounds_for_checking())
+            report = self.report()
         except Exception as exc:  # noqa: BLE001
             log.exception("the checker failed")
             w.findings.set_error(str(exc))

@@ -9,6 +9,8 @@ from typing import Any
 
 from specscope.app.gui.model.settings import spec_of_run
 from specscope.app.gui.model.targets import target_of_run
+from specscope.app.gui.model.traces import legacy_prompt_tokenizer
+from specscope.app.gui.sessions.replay import run_tokenizer
 from specscope.app.gui.sessions.worker import IDLE
 
 log = logging.getLogger(__name__)
@@ -41,16 +43,26 @@ class ReplayPanel:
         self.trace_label = ""
         self.mismatch: list[str] = []  # what the panel cannot reproduce of the replayed run
 
+    def tokenizer(self, info: Any) -> Any | None:
+        """The run's own tokenizer (sessions.replay.run_tokenizer: the one it recorded, the
+        bundled one or a fetched model's), or for a run that recorded none the bundled one
+        when it fits exactly; None when it is not here (never another model's: its text
+        would be garbage)."""
+        tok, _why = run_tokenizer(self.w.hub, info)
+        return tok if tok is not None else legacy_prompt_tokenizer(info, self.w.hub.tokenizer)
+
     def decode_prompt(self, info: Any) -> str | None:
-        """The run's prompt text: stored, or decoded from its prompt ids with the tokenizer
-        when the run's vocabulary is the bundled one's (None otherwise)."""
+        """The run's prompt text: stored, or decoded from its prompt ids with the run's own
+        tokenizer (None where it is not here); of a chat run that stored no text (the
+        CLI's), the user's turn (the run panel then ticks Chat)."""
         if info.prompt_text:
             return info.prompt_text
         try:
-            tok = self.w.hub.tokenizer()
-            if tok is None or (info.config.vocab_size and len(tok) > info.config.vocab_size):
+            tok = self.tokenizer(info)
+            if tok is None:
                 return None
-            return tok.decode(list(info.config.prompt_ids))
+            user = self.chat_user_text(info)
+            return user if user is not None else tok.decode(list(info.config.prompt_ids))
         except Exception:  # noqa: BLE001 - only a convenience
             log.exception("could not decode the prompt")
             return None
@@ -60,7 +72,7 @@ class ReplayPanel:
         differs when the panel cannot hold the trace's exact settings."""
         cfg = info.config
         panel = self.w.run_panel
-        proposer = spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name)
+        proposer = spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name, cfg.target_name)
         texts = {"engine": engine_of_run(cfg), "k": str(cfg.k), "temperature": f"{cfg.sampling.temperature:g}", "top_k": str(cfg.sampling.top_k),
                  "top_p": f"{cfg.sampling.top_p:g}", "seed": str(cfg.seed), "max_new_tokens": str(cfg.max_new_tokens),
                  **stop_texts(cfg)}
@@ -83,13 +95,35 @@ class ReplayPanel:
         self.trace_label = f"Replaying run {info.run_id[:8]} ({info.status}); Run starts these settings live.{note}"
         panel.set_state(IDLE, self.trace_label)
 
+    def chat_user_text(self, info: Any) -> str | None:
+        """The user's turn of a chat run's prompt ids, when they are the run's tokenizer's
+        chat template around one user message (no system turn); None otherwise."""
+        marker = "\u2063specscope\u2063"
+        try:
+            tok = self.tokenizer(info)
+            if tok is None or not getattr(tok, "chat_template", None):
+                return None
+            from specscope.core.loading.chat import chat_prompt_ids
+
+            around = tok.decode(chat_prompt_ids(tok, marker))
+            if around.count(marker) != 1:
+                return None
+            head, tail = around.split(marker)
+            text = tok.decode(list(info.config.prompt_ids))
+            if not (text.startswith(head) and text.endswith(tail)) or len(text) < len(head) + len(tail):
+                return None
+            user = text[len(head):len(text) - len(tail)]
+            return user if tuple(chat_prompt_ids(tok, user)) == tuple(info.config.prompt_ids) else None
+        except Exception:  # noqa: BLE001 - only a convenience
+            return None
+
     def was_chat(self, info: Any, prompt: str | None) -> bool:
         """Whether the run's prompt ids are `prompt` through the tokenizer's chat template (with
         no system turn): traces do not record the chat box."""
         if prompt is None:
             return False
         try:
-            tok = self.w.hub.tokenizer()
+            tok = self.tokenizer(info)
             if tok is None or not getattr(tok, "chat_template", None):
                 return False
             from specscope.core.loading.chat import chat_prompt_ids
@@ -118,18 +152,18 @@ class ReplayPanel:
         cfg = info.config
         prompt = self.decode_prompt(info)
         if prompt is None:
-            out.append("the prompt (no text stored and the run's tokenizer is not the bundled one)")
+            out.append("the prompt (no text stored and the run's tokenizer is not here)")
         else:
             try:
                 hub = self.w.hub
-                ids = hub.encode(prompt, hub.tokenizer(), cfg.vocab_size or 1)
+                ids = hub.encode(prompt, self.tokenizer(info), cfg.vocab_size or 1)
                 if tuple(ids) != tuple(cfg.prompt_ids) and not self.was_chat(info, prompt):
                     out.append("the prompt (its text re-encodes to other token ids)")
             except Exception:  # noqa: BLE001
                 out.append("the prompt (it could not be re-encoded)")
         if target_of_run(cfg.target_name) is None:
             out.append(f"the target {cfg.target_name}")
-        if spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name) is None:
+        if spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name, cfg.target_name) is None:
             out.append(f"the proposer {cfg.draft_name or cfg.proposer}")
         if "stops" in cfg.unrecorded:
             out.append("the stops (the trace does not record them)")

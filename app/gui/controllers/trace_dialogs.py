@@ -21,8 +21,9 @@ CHECK_ROUNDS = 20_000  # the picker checks runs (for their finding counts) up to
 
 
 def finding_counts(library: TraceLibrary, runs: list[Any]) -> list[str]:
-    """Each run's finding count from the checker ("—" past CHECK_ROUNDS rounds in all)."""
-    from specscope.core.check.checker import check_run
+    """Each run's finding count from the checker ("—" past CHECK_ROUNDS rounds in all): the
+    count `specscope check` gives (app.cli.check.check_stored_run, end record included)."""
+    from specscope.app.cli.check import check_stored_run
 
     out, budget = [], CHECK_ROUNDS
     for info in runs:
@@ -31,7 +32,7 @@ def finding_counts(library: TraceLibrary, runs: list[Any]) -> list[str]:
             continue
         budget -= info.n_rounds
         try:
-            out.append(str(len(check_run(info.config, list(library.store.iter_rounds(info.run_id, full=True))))))
+            out.append(str(len(check_stored_run(library.store, info.run_id, info=info).findings)))
         except Exception:  # noqa: BLE001 - a count is a convenience
             out.append("?")
     return out

@@ -24,11 +24,15 @@ from typing import Any
 from specscope.core.decode.settings import DEFAULT_PROPOSER, FIELD_NAMES, eos_vocab_problem
 from specscope.core.decode.settings import ENGINES, MAX_K  # noqa: F401 (the run panel's and compare's names)
 from specscope.core.decode.settings import RunSettings as CoreRunSettings
-from specscope.core.loading.models import BUNDLED_DRAFTS
+from specscope.core.loading.models import BUNDLED_DRAFTS, BUNDLED_HEADS, BUNDLED_REAL_DRAFTS, BUNDLED_REAL_HEADS
 from specscope.core.draft.registry import KINDS, ProposerKind, ProposerSpec, SpecError, parse_spec
 
 from .tree_settings import describe_tree, tree_choice_specs
 
+# Drafts and heads the package ships, named (not paths): the bundled target's and a fetchable
+# target's own (catalog default_draft / default_heads: smollm2-draft, eagle3-smollm2).
+NAMED_DRAFTS = BUNDLED_DRAFTS + BUNDLED_REAL_DRAFTS
+NAMED_HEADS = BUNDLED_HEADS + BUNDLED_REAL_HEADS
 PATH_ARG = "PATH"  # KIND:PATH = the "local checkpoint…" entry; the folder is the checkpoint field
 # Proposer names of settings saved before the registry: name -> spec.
 LEGACY_PROPOSERS = {"draft-small": "draft:small", "draft-tiny": "draft:tiny", "checkpoint": f"draft:{PATH_ARG}"}
@@ -54,7 +58,53 @@ def _defaults(kind: ProposerKind) -> str:
     return ", ".join(f"{p.name}={p.default}" for p in kind.params)
 
 
-def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True) -> list[ProposerChoice]:
+def drafts_for(target: str | None) -> tuple[str, ...]:
+    """The shipped drafts that share `target`'s tokenizer: the bundled target's ("" = it), a
+    catalogued model's own (catalog default_draft: smollm2 -> smollm2-draft); every shipped
+    draft for None (a menu that follows no target) or a local checkpoint (its tokenizer is
+    compared when the run starts)."""
+    if target is None:
+        return NAMED_DRAFTS
+    if not target.strip():
+        return BUNDLED_DRAFTS
+    owned = _target_draft(target)
+    if owned is not None:
+        return (owned,)
+    return () if _catalogued(target) else BUNDLED_DRAFTS
+
+
+def _catalogued(target: str) -> bool:
+    from specscope.core.loading import catalog
+
+    return not os.path.exists(target) and catalog.lookup(target) is not None
+
+
+def _target_draft(target: str) -> str | None:
+    """The shipped draft a catalogued target drafts with (None: none, or not catalogued)."""
+    from specscope.core.loading import catalog
+
+    if not _catalogued(target):
+        return None
+    default = catalog.default_proposer(target)
+    try:
+        ref = parse_spec(default).model_ref if default else None
+    except SpecError:
+        return None
+    return ref if ref in BUNDLED_REAL_DRAFTS else None
+
+
+def draft_owner(name: str) -> str:
+    """Whose tokenizer a shipped draft shares: "the bundled target" or a catalogued model's name."""
+    from specscope.core.loading import catalog
+
+    for model in catalog.CATALOG.values():
+        if _target_draft(model.name) == name:
+            return model.name
+    return "the bundled target"
+
+
+def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True,
+                     target: str | None = None) -> list[ProposerChoice]:
     """What a proposer menu offers, from the registry: for a kind with a model, the bundled
     drafts, (optionally) token trees of the first one and a local checkpoint; for a head kind,
     the target's trained head where one ships (the bundled target's, or a named target's own:
@@ -73,9 +123,10 @@ def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True) -> l
                 out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", f"{kind.name}: head checkpoint…"))
             continue
         if kind.needs_model:
-            out += [ProposerChoice(f"{kind.name}:{name}", f"{kind.name} model: {name}") for name in BUNDLED_DRAFTS]
-            if with_trees and kind.param("tree") is not None and BUNDLED_DRAFTS:
-                out += [ProposerChoice(spec, label) for spec, label in tree_choice_specs(kind.name, BUNDLED_DRAFTS[0])]
+            drafts = drafts_for(target)
+            out += [ProposerChoice(f"{kind.name}:{name}", f"{kind.name} model: {name}") for name in drafts]
+            if with_trees and kind.param("tree") is not None and drafts:
+                out += [ProposerChoice(spec, label) for spec, label in tree_choice_specs(kind.name, drafts[0])]
             if with_checkpoint:
                 label = "local checkpoint…" if kind.name == "draft" else f"{kind.name}: local checkpoint…"
                 out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", label))
@@ -126,7 +177,9 @@ def checkpoint_of(spec: str) -> str | None:
     except SpecError:
         return None
     ref = parsed.arg if KINDS[parsed.kind].takes_path else parsed.model_ref
-    return ref if ref is not None and ref not in BUNDLED_DRAFTS and ref != PATH_ARG else None
+    if ref is None or ref == PATH_ARG or (ref in NAMED_DRAFTS + NAMED_HEADS and not os.path.exists(ref)):
+        return None  # a shipped draft or head, by name (resources/models/NAME wherever the window started)
+    return ref
 
 
 def proposer_label(spec: str) -> str:
@@ -142,24 +195,47 @@ def proposer_label(spec: str) -> str:
     return f"{'' if kind == 'draft' else kind + ' '}checkpoint {os.path.basename(os.path.normpath(path))}"
 
 
-def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None) -> str | None:
-    """The spec that reruns a recorded run (its RunConfig's proposer, proposer_params and
-    draft_name), or None when it cannot be rerun from the menu (a local checkpoint). The
-    decoder records the spec as proposer_params["spec"]; older traces have the kind only."""
+def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None,
+                target_name: str | None = None) -> str | None:
+    """The spec that reruns a recorded run (its RunConfig's proposer, proposer_params,
+    draft_name and target_name), or None when it cannot be rerun from the menu (a head
+    checkpoint folder, a draft checkpoint that is not here any more). The decoder records the spec as proposer_params["spec"]; older traces have
+    the kind only. A shipped head (eagle3:eagle3-smollm2, recorded as bundled:eagle3-smollm2)
+    reruns as the menu's "the target's trained head" when it is the run's target's own."""
     try:
         spec = parse_spec(str((params or {}).get("spec") or proposer))
     except SpecError:
         return None
     kind = KINDS[spec.kind]
-    if kind.takes_path and spec.arg is not None:  # a head from a checkpoint folder (not the bundled one)
-        return None
+    if kind.takes_path and spec.arg is not None:
+        head = spec.arg.removeprefix("bundled:")
+        if head not in NAMED_HEADS or os.path.exists(spec.arg):
+            return None  # a head from a checkpoint folder (not a shipped one)
+        given = {**(params or {}), **spec.params}
+        kept = {p.name: given[p.name] for p in kind.params if given.get(p.name) not in (None, "")}
+        own = head == _own_head(kind.name, target_name)
+        return menu_spec(str(ProposerSpec(kind.name, None if own else head, kept)))
     if kind.needs_model:
         name = (spec.arg or draft_name or "").removeprefix("specscope/").removeprefix("draft-")
         given = {**spec.params, **(params or {})}  # a tree run's params name its tree and children
         trees = {key: given[key] for key in ("tree", "children") if given.get(key)} if given.get("tree") else {}
-        return str(ProposerSpec(kind.name, name, trees)) if name in BUNDLED_DRAFTS else None
+        if name in NAMED_DRAFTS:
+            return str(ProposerSpec(kind.name, name, trees))
+        # a draft from a checkpoint folder or GGUF file that is still there: the "local checkpoint…" entry
+        path = next((p for p in (spec.arg, draft_name) if p and os.path.isabs(p) and os.path.exists(p)), None)
+        return str(ProposerSpec(kind.name, path, trees)) if path else None
     given = dict(params or {}, **spec.params)
     return menu_spec(str(ProposerSpec(kind.name, None, {p.name: given[p.name] for p in kind.params if p.name in given})))
+
+
+def _own_head(kind: str, target_name: str | None) -> str | None:
+    """The shipped head of this kind that `kind` alone names for the run's target: a
+    catalogued target's own (catalog default_heads), else the bundled target's."""
+    from specscope.core.loading import catalog
+
+    name = (target_name or "").strip()
+    own = catalog.default_head(name, kind) if name and not os.path.exists(name) else None
+    return own or KINDS[kind].bundled_head
 
 
 FIELDS = (
@@ -275,6 +351,33 @@ def _target_error(target: str) -> str | None:
     return _checkpoint_error(target)
 
 
+def draft_target_problem(spec: str, target: str) -> str | None:
+    """Why a shipped draft cannot propose for `target` (None: it can, or it is not a shipped
+    draft): the bundled drafts share the bundled target's tokenizer, smollm2-draft SmolLM2's.
+    Said before any model loads (the draft was refused at Step, as a tokenizer mismatch)."""
+    try:
+        parsed = parse_spec(spec)
+    except SpecError:
+        return None
+    ref = parsed.model_ref if KINDS[parsed.kind].needs_model else None
+    if ref is None or ref not in NAMED_DRAFTS or os.path.exists(ref):
+        return None
+    if not target.strip() or not _catalogued(target):  # a local checkpoint's tokenizer is compared when it loads
+        if ref in BUNDLED_REAL_DRAFTS and not target.strip():
+            return (f"draft model: {ref} drafts for {draft_owner(ref)}, not the bundled target (its tokenizer "
+                    f"differs): choose Target {draft_owner(ref)}, or draft model: small")
+        return None
+    if ref in drafts_for(target):
+        return None
+    from specscope.core.loading import catalog
+
+    name = catalog.lookup(target).name
+    own = _target_draft(target)
+    offer = f"draft model: {own} ({name}'s own draft), " if own else ""
+    return (f"draft model: {ref} shares {draft_owner(ref)}'s tokenizer, not {name}'s: choose {offer}"
+            f"the target's trained head or prompt lookup")
+
+
 def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, str]:
     """(spec, checkpoint folder) of the proposer fields, a model kind's spec naming its model;
     a missing or unusable checkpoint folder goes to errors["checkpoint"]. The spec itself
@@ -370,6 +473,8 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     target = get("target").strip()
     if target and (problem := _target_error(target)):
         errors["target"] = problem
+    if "proposer" not in errors and (problem := draft_target_problem(proposer, target)):
+        errors["proposer"] = problem
     numbers = _numbers(get, errors)
     eos, eos_disabled = _eos(get("eos"), errors)
     threads = _threads(get("threads"), errors)

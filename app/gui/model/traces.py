@@ -22,27 +22,67 @@ def default_trace_path() -> str:
     return default_db_location()
 
 
-def replay_tokenizer(info: Any, bundled: Callable[[], Any | None], bundled_dir: Any) -> tuple[Any | None, str | None]:
+def recorded_tokenizer_folder(name: str | None) -> str | None:
+    """Where the tokenizer a run names can be read here: the folder itself (the window and
+    the CLI record a checkpoint folder, a GGUF file's cached conversion), or a catalogued
+    model's converted checkpoint once it is fetched (the CLI records `--target smollm2` as
+    "smollm2"); None when it is not on this machine."""
+    from specscope.core.loading import catalog
+
+    if not name:
+        return None
+    if os.path.isdir(name):
+        return name
+    model = catalog.lookup(name)
+    folder = catalog.cached_checkpoint(model) if model is not None else None
+    return str(folder) if folder is not None else None
+
+
+def replay_tokenizer(info: Any, bundled: Callable[[], Any | None], bundled_dir: Any,
+                     load: Callable[[str], Any] | None = None) -> tuple[Any | None, str | None]:
     """The tokenizer a replayed run's text is decoded with: the one the run recorded (its
-    tokenizer_hash), found as the bundled one or in the folder the run names; else None and
-    why (the window then shows token ids and says so). Runs recorded before tokenizers were
-    hashed fall back to the bundled tokenizer when it fits their vocabulary."""
+    tokenizer_hash), found as the bundled one or where the run names it (a folder, or a
+    fetched model by its catalog name); else None and why (the window then shows token ids
+    and says so): never another model's tokenizer, whose text would be garbage. Runs recorded
+    before tokenizers were hashed fall back to the bundled tokenizer when the run's target
+    was not another named model and the tokenizer's size is the run's vocabulary.
+    `load(folder)` loads a tokenizer (the hub's, cached)."""
     from specscope.core.loading import models as loading
 
+    load = load or loading.load_tokenizer
     name, digest = info.models.tokenizer_name, info.models.tokenizer_hash
     if digest is not None and digest == loading.tokenizer_sha256(bundled_dir):
         return bundled(), None
-    if digest is not None and name and os.path.isdir(name) and loading.tokenizer_sha256(name) == digest:
-        return loading.load_tokenizer(name), None
+    folder = recorded_tokenizer_folder(name) if digest is not None else None
+    if folder is not None and loading.tokenizer_sha256(folder) == digest:
+        return load(folder), None
     if digest is not None:
         return None, (f"this run used another tokenizer ({name or 'unnamed'}, sha256 {digest[:12]}…), which is not "
                       f"here: showing token ids")
-    if name is None and info.models.target_name and not info.models.target_name.startswith(loading.BUNDLED_PREFIX):
+    target = info.models.target_name or ""
+    if name is None and target and not target.startswith(loading.BUNDLED_PREFIX):
         return None, "this run recorded no tokenizer: showing token ids"
     tok = bundled()
     if tok is not None and info.config.vocab_size and len(tok) > info.config.vocab_size:
         return None, "the bundled tokenizer does not fit this run's vocabulary: showing token ids"
     return tok, None
+
+
+def legacy_prompt_tokenizer(info: Any, bundled: Callable[[], Any | None]) -> Any | None:
+    """A run that recorded no tokenizer at all (no name, no hash: runs recorded before
+    tokenizers were, or by a script): the bundled tokenizer decodes its prompt only when its
+    size is exactly the run's vocabulary and the run names no other model (a catalogued
+    model or a checkpoint folder)."""
+    from specscope.core.loading import catalog
+
+    models = info.models
+    if models.tokenizer_hash is not None or models.tokenizer_name is not None:
+        return None
+    target = models.target_name or ""
+    if target and (os.path.exists(target) or catalog.lookup(target) is not None):
+        return None
+    tok = bundled()
+    return tok if tok is not None and info.config.vocab_size and len(tok) == info.config.vocab_size else None
 
 
 def warm_up_trace_writer() -> None:

@@ -139,6 +139,7 @@ class CompareSession(QObject):
         self.plain: PlainCost | None = None  # plain decoding of the target, measured before the run
         self.references: list[Any] = [None] * self.count  # per lane: reference_text's input
         self.first_divergence: int | None = None
+        self._reader: Any = None  # the trace store stored lanes read their rounds' vectors from
         w = controller.worker
         w.prepared.connect(self._on_prepared)
         w.roundReady.connect(self._on_round)
@@ -166,6 +167,7 @@ class CompareSession(QObject):
         self.settings = tuple(lanes)
         self.count = len(lanes)
         self.source = "live"
+        self._close_reader()
         if self.recording is not None:
             self.recording.begin(lanes[0].prompt, getattr(lanes[0], "coupling_seed", None))
         self.results = [SideResult() for _ in lanes]
@@ -190,9 +192,11 @@ class CompareSession(QObject):
         self.results = []
         for m in self.slots:
             m.clear()
+        self._close_reader()
         for side, (info, rounds, token_text) in enumerate(lanes):
             m = self.models[side]
             m.begin(info.config, token_text, source=source, label=f"{LANE_NAMES[side]}: {info.run_id[:8]}")
+            m.loader = self._stored_loader(source, info.run_id)
             m.extend(rounds)
             reason = info.stop_reason or info.status
             m.finish(reason, info.wall_s)
@@ -200,6 +204,26 @@ class CompareSession(QObject):
         self.first_divergence = first_divergence_of([m.output_tokens for m in self.models])
         self.divergence.emit(self.first_divergence)
         self.changed.emit()
+
+    def _stored_loader(self, source: str, run_id: str) -> Any:
+        """A lane's round with its stored distributions (the lanes are read without them), as
+        the Inspect tab's replay reads them: the Round tab showed no p for a round held slim."""
+
+        def load(index: int) -> Any:
+            if self._reader is None:
+                from specscope.app.gui.model.traces import TraceLibrary
+
+                self._reader = TraceLibrary(source)
+            return self._reader.loader(run_id)(index)
+
+        return load
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            try:
+                self._reader.close()
+            finally:
+                self._reader = None
 
     @property
     def coupled(self) -> bool:
@@ -216,7 +240,12 @@ class CompareSession(QObject):
     def _on_prepared(self, lane: int, config, token_text, label: str) -> None:
         if lane >= self.count:
             return  # a lane of an earlier comparison with more lanes
-        self.models[lane].begin(config, token_text, source="compare", label=label)
+        m = self.models[lane]
+        m.begin(config, token_text, source="compare", label=label)
+        store = self.recording.store if self.recording is not None else None
+        if store is not None:  # the lane is recorded: a round held slim reads its vectors back (as a live run's)
+            run_id = config.run_id
+            m.loader = lambda i: store.load_round(run_id, i, full=True)
 
     def _on_round(self, lane: int, rnd) -> None:
         if lane >= self.count:

@@ -174,6 +174,24 @@ def _target_label(name: str, folder: Path) -> str:
     return model.name if model is not None else str(Path(folder).resolve())
 
 
+_IMPORT_LOCK = threading.Lock()
+_imported = False
+
+
+def import_transformers() -> None:
+    """Import the transformers names the hub uses, once, under a lock: transformers' lazy
+    module is not safe to import from two threads at once (the preload's tiny Llama and the
+    GUI thread's tokenizer for a replay failed with "cannot import name 'LlamaConfig'")."""
+    global _imported
+    if _imported:
+        return
+    with _IMPORT_LOCK:
+        if not _imported:
+            from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: F401
+
+            _imported = True
+
+
 class ModelHub:
     """Loads and caches models; `build(settings)` returns a Prepared decoder.
 
@@ -186,6 +204,11 @@ class ModelHub:
         self.prefer_bundled = prefer_bundled
         self._lock = threading.Lock()  # guards the dicts only, never held while a value is made
         self._key_locks: dict[tuple, threading.RLock] = {}
+        # one model load at a time: transformers' from_pretrained builds a model on the meta
+        # device through process-wide state, and two threads loading at once (the preload's
+        # bundled target while a comparison loads SmolLM2) failed with "Cannot copy out of
+        # meta tensor"
+        self._load_lock = threading.RLock()
         self._models: dict[tuple, Any] = {}
         self._tokenizer: Any | None = None
         self._token_text: CachedTokenText | None = None
@@ -252,11 +275,22 @@ class ModelHub:
                 self._models[key] = value
             return value
 
+    @staticmethod
+    def load_tokenizer(folder: Any) -> Any:
+        import_transformers()
+        return loading.load_tokenizer(folder)
+
+    def _load(self, folder: Any, device: str, role: str) -> Any:
+        import_transformers()
+        with self._load_lock:
+            return loading.load_model(folder, device, role=role)
+
     def _tiny(self, role: str, device: str):
         """role: "target", "draft-small" or "draft-tiny"."""
 
         # The drafts are made from the target, so the target is cached first under its own
         # key; making a value never asks for the key it is being made under.
+        import_transformers()
         target = self._cached(("tiny", "target", device), lambda: tiny_llama(seed=0).to(device))
         if role == "target":
             return target
@@ -267,19 +301,19 @@ class ModelHub:
     def tokenizer(self) -> Any | None:
         if self.fallback:
             return None
-        return self._cached(("tokenizer",), lambda: loading.load_tokenizer(loading.bundled_path("target")))
+        return self._cached(("tokenizer",), lambda: self.load_tokenizer(loading.bundled_path("target")))
 
     def target(self, device: str, name: str = ""):
         """(target model, tokenizer or None): the bundled target, or (`name`) a fetched model by
         its catalog name, a checkpoint folder or a GGUF file, with the tokenizer it carries."""
         if name:
             folder = self._cached(("folder", name), lambda: _target_folder(name))
-            model = self._cached(("target", name, device), lambda: loading.load_model(folder, device, role="target"))
-            return model, self._cached(("tokenizer", name), lambda: loading.load_tokenizer(folder))
+            model = self._cached(("target", name, device), lambda: self._load(folder, device, "target"))
+            return model, self._cached(("tokenizer", name), lambda: self.load_tokenizer(folder))
         if self.fallback:
             return self._tiny("target", device), None
         model = self._cached(("bundled", "target", device),
-                             lambda: loading.load_model(loading.bundled_path("target"), device, role="target"))
+                             lambda: self._load(loading.bundled_path("target"), device, "target"))
         return model, self.tokenizer()
 
     def draft(self, name: str, device: str):
@@ -288,10 +322,10 @@ class ModelHub:
         if self.fallback:
             return self._tiny(name, device)
         return self._cached(("bundled", name, device),
-                            lambda: loading.load_model(loading.bundled_path(name), device, role="draft"))
+                            lambda: self._load(loading.bundled_path(name), device, "draft"))
 
     def checkpoint(self, path: str, device: str):
-        return self._cached(("checkpoint", path, device), lambda: loading.load_model(path, device, role="draft"))
+        return self._cached(("checkpoint", path, device), lambda: self._load(path, device, "draft"))
 
     def check_draft_tokenizer(self, ref: str, target_tokenizer: Any | None, target_name: str = "") -> None:
         """Refuse (a SettingsError on the proposer field, before any draft weights load) a
@@ -309,7 +343,7 @@ class ModelHub:
             folder = loading.bundled_path(ref) if ref in loading.BUNDLED_REAL_DRAFTS else Path(ref)
             has_tokenizer = folder.is_file() or any((folder / f).is_file()
                                                     for f in ("tokenizer.json", "tokenizer_config.json"))
-            draft_tokenizer = self._cached(("tokenizer", ref), lambda: loading.load_tokenizer(folder)) \
+            draft_tokenizer = self._cached(("tokenizer", ref), lambda: self.load_tokenizer(folder)) \
                 if has_tokenizer else None
         if draft_tokenizer is None:
             return

@@ -19,15 +19,26 @@ REPLAY_MS = 180
 REPLAY_BATCH = 256
 
 
+def run_tokenizer(hub: Any, info: Any) -> tuple[Any | None, str | None]:
+    """(the tokenizer a stored run recorded, or None; why not) through the hub's caches
+    (traces.replay_tokenizer): the window's views, the run picker and the run panel decode a
+    run's ids with it, never with another model's."""
+    from specscope.core.loading.models import bundled_path, load_tokenizer
+
+    def load(folder: str) -> Any:
+        cached, loader = getattr(hub, "_cached", None), getattr(hub, "load_tokenizer", load_tokenizer)
+        return cached(("tokenizer", str(folder)), lambda: loader(folder)) if cached else loader(folder)
+
+    try:
+        return replay_tokenizer(info, hub.tokenizer, bundled_path("target"), load)
+    except Exception as exc:  # noqa: BLE001 - fall back to ids, and say so
+        return None, f"cannot load this run's tokenizer ({exc}): showing token ids"
+
+
 def run_token_text(hub: Any, info: Any, say: Callable[[str], None] | None = None) -> Any:
     """Token text for a stored run, decoded with the tokenizer the run recorded
     (traces.replay_tokenizer); where it is not here, the ids, and `say` is told why."""
-    from specscope.core.loading.models import bundled_path
-
-    try:
-        tok, why = replay_tokenizer(info, hub.tokenizer, bundled_path("target"))
-    except Exception as exc:  # noqa: BLE001 - fall back to ids, and say so
-        tok, why = None, f"cannot load this run's tokenizer ({exc}): showing token ids"
+    tok, why = run_tokenizer(hub, info)
     if why and say is not None:
         say(why)
     return hub.token_text(tok)

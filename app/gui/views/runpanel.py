@@ -151,7 +151,7 @@ class RunPanelWidget(QWidget):
         self.fields["engine"] = self.engine
         first = self._add_row(grid, first, "engine", "Engine", self.engine)
         self.proposer = QComboBox()
-        for choice in proposer_choices(with_trees=False):  # the tree is its own field here
+        for choice in proposer_choices(with_trees=False, target=""):  # the tree is its own field here
             self.proposer.addItem(choice.label, choice.spec)
         self.proposer.currentIndexChanged.connect(self._proposer_changed)
         self.fields["proposer"] = self.proposer
@@ -307,6 +307,7 @@ class RunPanelWidget(QWidget):
                 self._set_proposer(value)
             elif key == "target":
                 self.target.set_spec(value)
+                self._offer_proposers()
             elif isinstance(w, QPlainTextEdit):
                 w.setPlainText(value)
             elif isinstance(w, QCheckBox):
@@ -418,10 +419,32 @@ class RunPanelWidget(QWidget):
         self.draw.setToolTip(FIELD_HELP["draw"] if heads and chain else
                              "a tree's siblings are chosen by Children" if heads else "a draft head's setting")
 
+    def _offer_proposers(self) -> None:
+        """The proposer menu for the chosen target: the drafts that share its tokenizer (the
+        bundled target's small and tiny; SmolLM2's smollm2-draft, found in the package's
+        resources wherever the window was started), the heads and the other kinds. The
+        current choice stays (a draft the target cannot use is refused under the field)."""
+        keep = self.proposer.currentData()
+        choices = proposer_choices(with_trees=False, target=self.target.spec())
+        if [self.proposer.itemData(i) for i in range(self.proposer.count())] == [c.spec for c in choices]:
+            return
+        self.proposer.blockSignals(True)
+        self.proposer.clear()
+        for choice in choices:
+            self.proposer.addItem(choice.label, choice.spec)
+        idx = self.proposer.findData(keep)
+        if idx < 0 and keep:
+            self.proposer.addItem(proposer_label(keep), keep)
+            idx = self.proposer.count() - 1
+        self.proposer.setCurrentIndex(max(idx, 0))
+        self.proposer.blockSignals(False)
+        self._proposer_changed()
+
     def _follow_target(self, choice) -> None:
         """A target's default proposer (its catalog `default_draft`; the bundled draft for the
         bundled target; prompt lookup for others, whose tokenizer no bundled draft shares)
         replaces the proposer, unless the person chose another since the last such choice."""
+        self._offer_proposers()
         if self.texts()["proposer"] != self._auto_proposer:
             return
         default = choice.default_draft or (DEFAULT_PROPOSER if not choice.spec else "lookup")
