@@ -247,6 +247,7 @@ class MainWindow(QMainWindow):
         self.live.stateChanged.connect(runs.on_state)
         self.live.activity.connect(self.on_activity)
         self.live.finished.connect(runs.on_live_finished)
+        self.live.begun.connect(self._on_live_begun)
         self.controller.worker.preloaded.connect(self._on_preloaded)  # a slot: queued to the GUI thread
         self.controller.worker.devicesFound.connect(self._on_devices)
         self.replay.loaded.connect(traces.replay_done)
@@ -449,6 +450,12 @@ class MainWindow(QMainWindow):
         if startup.quit_when_ready():
             startup.mark("close-requested")
             self.close()
+
+    def _on_live_begun(self, description: str) -> None:
+        """A live run was prepared and replaces the run on screen: its title, no findings yet
+        (until then a start that fails leaves the previous run, its title and findings)."""
+        self.findings.set_findings([], checked=False)
+        self.setWindowTitle(f"specscope — live: {description}")
 
     def _on_failed(self, message: str, details: str) -> None:
         self.show_error(message, details)

@@ -39,6 +39,7 @@ class LiveSession(QObject):
     stateChanged = Signal(str)
     failed = Signal(str, str)
     refused = Signal(object)  # {field: message}: the settings cannot run (the worker started nothing)
+    begun = Signal(str)  # the run's description, once the worker has prepared it (its first round is on its way)
 
     def __init__(self, model: RunModel, hub: ModelHub, store_path: str | None, record: bool = True, parent=None):
         super().__init__(parent)
@@ -97,7 +98,8 @@ class LiveSession(QObject):
         self.recording.prompt_text = settings.prompt
         self.follow_latest = True
         self._last_followed = -1
-        self.model.clear()
+        # the previous run stays on screen until this one is prepared (_on_prepared): a start
+        # that fails (a bad checkpoint) once left "No rounds yet" in every view
         self._say(f"loading models ({settings.proposer}, {settings.device})…")
         self.controller.start([settings], run=run)
         if not run:
@@ -179,6 +181,7 @@ class LiveSession(QObject):
             lib_store = self.recording.store
             run_id = config.run_id
             self.model.loader = lambda i: lib_store.load_round(run_id, i, full=True)
+        self.begun.emit(self.settings.describe() if self.settings is not None else label)
 
     def _on_round(self, lane: int, rnd) -> None:
         if not self.active or self.model.config is None or rnd.run_id != self.model.config.run_id:
