@@ -53,7 +53,7 @@ def render_tree(w, prompt: str, save) -> None:
                            "temperature": "0.8", "top_k": "0", "top_p": "0.95", "seed": "7",
                            "max_new_tokens": "64", "eos": "auto"})
     assert w.start_run(), w.last_error
-    wait(lambda: w.model.stop_reason is not None)
+    wait(lambda: w.model.stop_reason is not None and w.state == "idle")  # the last run stays on screen until this one starts
     settle()
     model = w.model
     rounds = [model.full_round(i) for i in range(len(model.rounds))]
@@ -270,7 +270,7 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
                            "top_k": "0", "top_p": "0.95", "seed": "7", "max_new_tokens": str(args.tokens),
                            "eos": "auto", "device": "cpu"})
     assert w.start_run(), w.last_error
-    wait(lambda: w.model.stop_reason is not None)
+    wait(lambda: w.model.stop_reason is not None and w.state == "idle")  # the last run stays on screen until this one starts
     settle()
     rounds = w.model.rounds
     pick = next((r for r in rounds[len(rounds) // 3:] if r.rejected_node is not None and r.rejected_node > 0),
