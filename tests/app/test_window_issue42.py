@@ -32,3 +32,41 @@ def test_a_failed_start_keeps_the_previous_run_and_its_title(qtbot, make_window,
     assert w.timeline.model is w.model and w.timeline.model.rounds
     assert w.windowTitle() == title
     assert str(bad) not in w.windowTitle()
+
+
+def _wheel(widget, steps=-1):
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    centre = QPointF(widget.rect().center())
+    event = QWheelEvent(centre, QPointF(widget.mapToGlobal(centre.toPoint())), QPoint(0, 0), QPoint(0, 120 * steps),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, event)
+
+
+def test_scrolling_the_run_panel_turns_no_field_it_passes_over_even_one_clicked_before(qtbot, make_window):
+    """Item 9: scrolling the run panel at 1024x700 turned Children from topk to distinct: a box
+    clicked earlier keeps the focus, and a focused box took the wheel as the panel scrolled
+    past it. Every menu and number box of the run panel and the compare lanes, each enabled
+    and each focused in turn, is scrolled over in the middle of a scroll."""
+    from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QScrollArea
+
+    w = make_window()
+    w.resize(1024, 700)
+    w.run_panel.set_texts({"tree": "3,2,1"})  # the Children menu is enabled for a tree
+    qtbot.wait(200)
+    area = next(a for a in w.findChildren(QScrollArea) if a.widget() is w.run_panel)
+    boxes = w.run_panel.findChildren(QComboBox) + w.run_panel.findChildren(QAbstractSpinBox) + \
+        w.compare.findChildren(QComboBox) + w.compare.findChildren(QAbstractSpinBox)
+    assert w.run_panel.children_mode in boxes and len(boxes) >= 8
+    for box in boxes:
+        box.setEnabled(True)
+        box.setFocus()  # clicked a while ago
+        before = box.currentIndex() if isinstance(box, QComboBox) else box.text()
+        _wheel(area.viewport(), -1)  # the panel scrolls...
+        _wheel(box, -1)  # ...and the pointer passes over the box
+        _wheel(box, -1)
+        after = box.currentIndex() if isinstance(box, QComboBox) else box.text()
+        assert after == before, (box.objectName() or type(box).__name__, box.toolTip()[:40])
+    assert area.verticalScrollBar().value() > 0  # the panel scrolled instead
