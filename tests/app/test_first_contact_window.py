@@ -344,6 +344,7 @@ def test_the_wheel_scrolls_the_run_panel_not_the_menu_under_the_pointer(qtbot, m
     _wheel(w.run_panel.proposer, -2)
     assert area.verticalScrollBar().value() > 0  # the panel scrolled instead
     w.run_panel.proposer.setFocus()  # a menu clicked or tabbed into still takes the wheel
+    qtbot.wait(int(w.wheel_guard.SCROLLING_S * 1000) + 200)  # once the panel is no longer being scrolled
     before = w.run_panel.proposer.currentIndex()
     _wheel(w.run_panel.proposer, -1)
     assert w.run_panel.proposer.currentIndex() != before
