@@ -133,6 +133,7 @@ class MainWindow(QMainWindow):
         QApplication.instance().installEventFilter(self.wheel_guard)
         self._restore()
         self._temperature_to_compare()
+        self._examples_for_run()
         self.runs.on_state(IDLE)
         # Built without torch: the worker imports it, lists the devices and loads the models,
         # starting once the window has painted (importing torch meanwhile would hold the GIL the
@@ -140,9 +141,10 @@ class MainWindow(QMainWindow):
         # in the worker's queue.
         self._preload_started = False
         self._painted = False
-        self.loading_message = f"Loading torch and the {self.hub.description()}…"
+        target = self.run_panel.texts().get("target", "")
+        self.live.preloading(target)
+        self.loading_message = self.live.preloading_text[0].upper() + self.live.preloading_text[1:]
         self.statusBar().showMessage(self.loading_message)
-        self.live.preloading()
 
     # ------------------------------------------------------------------ what scripts call
 
@@ -270,11 +272,31 @@ class MainWindow(QMainWindow):
         self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
         self.run_panel.edited.connect(self._temperature_to_compare)
+        self.run_panel.edited.connect(self._examples_for_run)
         self.live.follow_timer.timeout.connect(self.update_status)
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
         self.tabs.currentChanged.connect(self.docks.tab_changed)
         self.navigator.can_play = lambda: self.session.can_play()
+
+    def chat_examples(self) -> list[tuple[str, str]]:
+        """The chat example prompts (resources/prompts/chat.json: questions, summaries, code)."""
+        try:
+            from specscope.core.loading.chat import chat_prompts
+
+            return [(f"{p.name} ({p.kind})", p.user) for p in chat_prompts()]
+        except Exception as exc:  # noqa: BLE001 - a missing prompt file must not stop the window
+            log.warning("could not read the chat example prompts: %s", exc)
+            return []
+
+    def _examples_for_run(self) -> None:
+        """The example menu offers the chat prompts for a chat run (the Chat box ticked, or a
+        named target: the fetchable ones are instruction models) and the bundled target's code
+        prompts otherwise (they were all Python with Target smollm2)."""
+        texts = self.run_panel.texts()
+        chat = str(texts.get("chat", "")).lower() in ("true", "on", "1", "yes") or bool(texts.get("target"))
+        examples = self.chat_examples() if chat else []
+        self.run_panel.set_examples(examples or self.hub.example_prompts())
 
     def _temperature_to_compare(self) -> None:
         """The Compare tab's coupled-lanes box follows the run panel's temperature (off at 0)."""
@@ -291,7 +313,8 @@ class MainWindow(QMainWindow):
         """Have the worker import torch and load the default models (once)."""
         if not self._preload_started:
             self._preload_started = True
-            self.controller.preload(self.run_panel.texts().get("device") or "cpu")
+            texts = self.run_panel.texts()
+            self.controller.preload(texts.get("device") or "cpu", texts.get("target", ""))
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt API)
         super().paintEvent(event)
@@ -474,7 +497,8 @@ class MainWindow(QMainWindow):
         if self.tabs.currentWidget() is self.compare or self.compare_session.running:
             parts = [self.compare_session.status_words()]  # not the Inspect tab's run
         elif len(m):
-            parts.append(f"{len(m)} rounds · {m.emitted_total} tokens · acceptance {m.acceptance_rate:.2f}")
+            acceptance = f"{m.acceptance_rate:.2f}" if m.drafted_total else "— (nothing drafted)"
+            parts.append(f"{len(m)} round{'s' if len(m) != 1 else ''} · {m.emitted_total} tokens · acceptance {acceptance}")
         n = self.torch_threads()
         parts.append(f"{n} torch thread{'s' if n != 1 else ''}")
         self.status_bar.set_state(" · ".join(parts))

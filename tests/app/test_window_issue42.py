@@ -70,3 +70,73 @@ def test_scrolling_the_run_panel_turns_no_field_it_passes_over_even_one_clicked_
         after = box.currentIndex() if isinstance(box, QComboBox) else box.text()
         assert after == before, (box.objectName() or type(box).__name__, box.toolTip()[:40])
     assert area.verticalScrollBar().value() > 0  # the panel scrolled instead
+
+
+def test_the_preload_says_which_target_it_loads(qtbot, hub):
+    """Item 12: with Target smollm2 the status bar said "loading models (torch, then the bundled
+    pair)" and "Models ready (bundled models)"; the words name the panel's target now."""
+    from specscope.app.gui.sessions.live import preloading_words
+    from specscope.app.gui.sessions.worker import DecodeWorker
+
+    assert "smollm2" in preloading_words("smollm2") and "bundled" not in preloading_words("smollm2")
+    assert "bundled target" in preloading_words("")
+    said = []
+    worker = DecodeWorker(hub, None)
+    worker.preloaded.connect(said.append)
+    worker.preload("cpu", "")
+    assert said == ["Models ready (tiny random target and draft-small, on cpu)."]
+
+
+def test_a_window_with_target_smollm2_preloads_and_names_it(qtbot, make_window, settings_file):
+    from specscope.core.loading import catalog
+
+    model = catalog.lookup("smollm2")
+    if model is None or catalog.cached_checkpoint(model) is None:
+        pytest.skip("SmolLM2 is not fetched (specscope models fetch smollm2)")
+    settings_file.setValue("run/target", "smollm2")
+    w = make_window(record=False)
+    assert "smollm2" in w.statusBar().currentMessage() and "bundled" not in w.statusBar().currentMessage()
+    w.start_preload()
+    qtbot.waitUntil(lambda: w.statusBar().currentMessage().startswith("Models "), timeout=120000)
+    assert w.statusBar().currentMessage().startswith("Models ready (target smollm2"), w.statusBar().currentMessage()
+
+
+def test_a_chat_run_offers_the_chat_example_prompts(qtbot, make_window):
+    """Item 12: the example prompts were all Python even for a chat model."""
+    from specscope.core.loading.chat import chat_prompts
+
+    w = make_window(record=False)
+    names = lambda: [w.run_panel.example.itemText(i) for i in range(1, w.run_panel.example.count())]  # noqa: E731
+    code = names()
+    w.run_panel.set_texts({"chat": "true"})
+    chat = chat_prompts()
+    assert len(chat) == 7 and names() == [f"{p.name} ({p.kind})" for p in chat]
+    w.run_panel.example.setCurrentIndex(1)
+    w.run_panel.example.activated.emit(1)
+    assert w.run_panel.prompt.toPlainText() == chat[0].user
+    w.run_panel.set_texts({"chat": "false"})
+    assert names() == code
+
+
+def test_a_round_that_drafted_nothing_reads_no_acceptance_and_the_plots_show_whole_rounds(qtbot, make_window):
+    """Item 12: "acceptance 0.00" after round 0, which drafted nothing; the plots' x axes ran
+    -4..4 for one round with ticks at half rounds."""
+    from specscope.app.gui.sessions.worker import PAUSED
+
+    w = make_window(record=False)
+    configure(w, proposer="lookup", prompt="1 2 3 4 5 6 7 8 9 10", max_new_tokens="12")
+    assert w.start_run(run=False)
+    qtbot.waitUntil(lambda: len(w.model.rounds) == 1 and w.state == PAUSED, timeout=30000)
+    assert w.model.rounds[0].drafted == 0
+    w.update_status()
+    state = w.status_bar.full_state
+    assert "acceptance — (nothing drafted)" in state and "0.00" not in state, state
+    w.plots.refresh()
+    assert "acceptance <b>—</b>" in w.plots.summary_html()
+    for name in ("acceptance", "latency", "throughput", "cost"):
+        plot = w.plots.plots[name]
+        low, high = plot.viewRange()[0]
+        assert (round(low, 3), round(high, 3)) == (-0.5, 4.5), (name, low, high)
+        levels = plot.getAxis("bottom").tickSpacing(low, high, 400)
+        assert all(spacing == 1 for spacing, _offset in levels), (name, levels)
+    w.controller.stop()

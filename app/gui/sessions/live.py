@@ -27,8 +27,17 @@ log = logging.getLogger(__name__)
 FOLLOW_MS = 250
 
 # What the run panel and the status bar say while the worker imports torch and loads the
-# default models (the window shows before either: a Run meanwhile queues behind the load).
-PRELOADING = "loading models (torch, then the bundled pair)…"
+# run panel's target (the window shows before either: a Run meanwhile queues behind the load).
+PRELOADING = "loading models: torch, then the run panel's target…"
+
+
+def preloading_words(target: str, fallback: bool = False) -> str:
+    """What the preload loads, in words: the run panel's target ("" = the bundled one, with
+    its default draft); it said "the bundled pair" with Target smollm2."""
+    if target:
+        return f"loading models: torch, then target {target}…"
+    return "loading models: torch, then the tiny random models…" if fallback else \
+        "loading models: torch, then the bundled target and draft-small…"
 
 
 class LiveSession(QObject):
@@ -56,6 +65,7 @@ class LiveSession(QObject):
         self._last_followed = -1
         self.settings: RunSettings | None = None
         self.activity_text = ""
+        self.preloading_text = PRELOADING
         w = self.controller.worker
         w.prepared.connect(self._on_prepared)
         w.roundReady.connect(self._on_round)
@@ -81,13 +91,14 @@ class LiveSession(QObject):
         self.activity_text = text
         self.activity.emit(text)
 
-    def preloading(self) -> None:
-        """The worker is importing torch and loading the default models (no run yet)."""
-        if not self.activity_text and self.state == IDLE:
-            self._say(PRELOADING)
+    def preloading(self, target: str = "") -> None:
+        """The worker is importing torch and loading the run panel's target (no run yet)."""
+        if (not self.activity_text or self.activity_text == self.preloading_text) and self.state == IDLE:
+            self.preloading_text = preloading_words(target, self.hub.fallback)
+            self._say(self.preloading_text)
 
     def preloaded(self) -> None:
-        if self.activity_text == PRELOADING:
+        if self.activity_text == self.preloading_text:
             self._say("")
 
     # ------------------------------------------------------------------ control
