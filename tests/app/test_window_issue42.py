@@ -140,3 +140,27 @@ def test_a_round_that_drafted_nothing_reads_no_acceptance_and_the_plots_show_who
         levels = plot.getAxis("bottom").tickSpacing(low, high, 400)
         assert all(spacing == 1 for spacing, _offset in levels), (name, levels)
     w.controller.stop()
+
+
+def test_runs_without_a_path_lists_the_default_store_and_says_which(tmp_path, monkeypatch, capsys):
+    """Item 13: `specscope runs` needed a path although the window records to a default store."""
+    from specscope.app.cli.entry import main
+    from specscope.core import SpeculativeDecoder, DraftModelProposer, SamplingConfig
+    from specscope.storage import TraceStore, TraceWriter
+
+    from ..tiny_models import noisy_copy, tiny_lm
+
+    store = tmp_path / "default.sqlite"
+    monkeypatch.setenv("SPECSCOPE_DB", str(store))
+    assert main(["runs"]) == 0
+    out = capsys.readouterr()
+    assert "does not exist yet" in out.out and str(store) in out.out
+    target = tiny_lm("llama", seed=3)
+    dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.2)), k=3,
+                             sampling=SamplingConfig(temperature=0))
+    config = dec.run_config([3, 9, 27], 8)
+    with TraceStore(store) as s, TraceWriter(s, config) as writer:
+        writer.record(dec.rounds([3, 9, 27], 8, config=config))
+    assert main(["runs"]) == 0
+    out = capsys.readouterr()
+    assert config.run_id[:12] in out.out and f"runs in the default store {store}" in out.err
