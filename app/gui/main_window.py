@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
+from PySide6.QtCore import QByteArray, QEvent, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, \
     QWidget
@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 
 ORGANIZATION = "specscope"
 APPLICATION = "specscope"
-DEFAULT_SIZE = QSize(1500, 920)  # a first start; smaller screens get their free area (fit_screen)
+DEFAULT_SIZE = QSize(1500, 920)  # a first start without a screen to measure
+MAX_FIRST_SIZE = QSize(2560, 1440)  # a first start fills the screen's free area up to this (first_size)
 
 
 def default_checker():
@@ -342,9 +343,9 @@ class MainWindow(QMainWindow):
         geo = s.value("window/geometry")
         if isinstance(geo, QByteArray):
             self.restoreGeometry(geo)
+            self.fit_screen()
         else:
-            self.resize(DEFAULT_SIZE)
-        self.fit_screen()
+            self.first_size()
         state = s.value("window/state")
         if isinstance(state, QByteArray):
             self.restoreState(state)
@@ -369,6 +370,26 @@ class MainWindow(QMainWindow):
             k = s.value(f"compare/{side}/k")
             if prop:
                 self.compare.set_side(side, str(prop), str(k or 4))
+
+    def first_size(self) -> None:
+        """A first start fills the screen's free area (at most MAX_FIRST_SIZE, centred): it
+        opened at 982x542 on a 1024x700 screen (the live plots a 60 px strip) and at 1218x720
+        on a 1920x1080 one."""
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is None:
+            self.resize(DEFAULT_SIZE)
+            return
+        room = screen.availableGeometry()
+        size = room.size().boundedTo(MAX_FIRST_SIZE)
+        self.resize(size)
+        self.move(room.x() + (room.width() - size.width()) // 2, room.y() + (room.height() - size.height()) // 2)
+
+    def changeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.WindowStateChange and self._shown_once:
+            # maximised or back: the docks and the panes laid out for the new size (after
+            # maximising at 1920x1080 the live plots stayed a small tab, the tree pane blank)
+            QTimer.singleShot(0, self.docks.default_sizes)
 
     def fit_screen(self) -> None:
         """No larger than the screen's free area: on a 1024x700 screen the default 1500x920 (or

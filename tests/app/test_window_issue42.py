@@ -164,3 +164,41 @@ def test_runs_without_a_path_lists_the_default_store_and_says_which(tmp_path, mo
     assert main(["runs"]) == 0
     out = capsys.readouterr()
     assert config.run_id[:12] in out.out and f"runs in the default store {store}" in out.err
+
+
+def test_a_first_start_fills_the_screen(qtbot, hub, settings_file, tmp_path, monkeypatch):
+    """Item 11: the first start opened at 1218x720 on a 1920x1080 screen (and 982x542 at
+    1024x700): it fills the screen's free area now."""
+    from PySide6.QtCore import QRect
+    from PySide6.QtGui import QScreen
+
+    from specscope.app.gui import create_app
+    from specscope.app.gui.main_window import MainWindow
+
+    create_app()
+    for room in (QRect(0, 0, 1920, 1050), QRect(0, 0, 1024, 700)):
+        monkeypatch.setattr(QScreen, "availableGeometry", lambda self, room=room: QRect(room))
+        w = MainWindow(hub=hub, settings=settings_file, record=False, store_path=str(tmp_path / "t.sqlite"))
+        qtbot.addWidget(w)
+        assert (w.width(), w.height()) == (room.width(), room.height())
+        w.closed = True
+        w.live.close()
+        w.compare_controller.close()
+
+
+def test_the_live_plots_come_back_beside_the_inspector_when_the_window_is_wide(qtbot, make_window, settings_file):
+    """Item 11: a window closed narrow (the live plots a tab beside the findings) and opened or
+    maximised wide kept the plots a small tab in the left column."""
+    from PySide6.QtCore import Qt
+
+    w = make_window(record=False)
+    w.resize(1024, 700)
+    qtbot.wait(200)
+    assert w.tabifiedDockWidgets(w.plots_dock)  # narrow: a tab beside the findings
+    w.close()
+    again = make_window(record=False, settings=settings_file)
+    again.resize(1920, 1080)
+    qtbot.wait(300)
+    assert not again.tabifiedDockWidgets(again.plots_dock)
+    assert again.dockWidgetArea(again.plots_dock) == Qt.DockWidgetArea.RightDockWidgetArea
+    assert again.plots_dock.width() >= 1920 // 5, again.plots_dock.width()

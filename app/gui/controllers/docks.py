@@ -32,7 +32,8 @@ class DockLayout:
             w.tabifyDockWidget(w.findings_dock, plots)
             w.findings_dock.raise_()
             self.plots_tabbed_for_width = True
-        elif w.width() >= NARROW_PX and self.plots_tabbed_for_width:
+        elif w.width() >= NARROW_PX and (self.plots_tabbed_for_width or w.findings_dock in w.tabifiedDockWidgets(plots)):
+            # wide again (or wide from the start with a state saved narrow): back on the right
             self.plots_tabbed_for_width = False
             w.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, plots)
             if not self.plots_hidden_by_compare:
@@ -49,7 +50,11 @@ class DockLayout:
             w.resizeDocks([w.run_dock, w.plots_dock], [RUN_DOCK_PX, max(PLOTS_MIN_PX, w.width() // 4)],
                           Qt.Orientation.Horizontal)
         body = max(300, w.height() - 80)
-        w.resizeDocks([w.run_dock, w.findings_dock], [int(body * 0.62), int(body * 0.38)], Qt.Orientation.Vertical)
+        # narrow, the findings share their part of the left column with the live plots' tab:
+        # half of it (at 38% the plots were a 60 px strip at 1024x700)
+        run_share = 0.5 if w.width() < NARROW_PX else 0.62
+        w.resizeDocks([w.run_dock, w.findings_dock], [int(body * run_share), body - int(body * run_share)],
+                      Qt.Orientation.Vertical)
         w.page.fit_sizes(max(400, w.height() - 140))
 
     def room_for_findings(self, count: int) -> None:
