@@ -202,3 +202,40 @@ def test_the_live_plots_come_back_beside_the_inspector_when_the_window_is_wide(q
     assert not again.tabifiedDockWidgets(again.plots_dock)
     assert again.dockWidgetArea(again.plots_dock) == Qt.DockWidgetArea.RightDockWidgetArea
     assert again.plots_dock.width() >= 1920 // 5, again.plots_dock.width()
+
+
+def test_leaked_tokens_are_marked_and_a_stop_finding_selects_the_stop_token(qtbot, make_window, hub):
+    """Item 6: EOS and stops were found but not drawn: leaked tokens (emitted after EOS) looked
+    like accepted ones, and clicking a stop finding selected the round's rejected node."""
+    from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
+    from specscope.core.check.checker import Finding
+    from specscope.core.faults.zoo import faulty_decoder
+
+    target, _ = hub.target("cpu")
+    draft = hub.draft("draft-small", "cpu")
+    prompt = [1, 2, 3, 4, 5]
+    clean = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=0))
+    tokens = clean.generate(prompt, 24).new_tokens
+    for eos in dict.fromkeys(tokens):  # an EOS inside an accepted block, tokens after it in its round
+        dec = faulty_decoder("eos-leak", target, DraftModelProposer(draft), k=4,
+                             sampling=SamplingConfig(temperature=0), eos_token_id=eos)
+        out = dec.generate(prompt, 24)
+        if dec.fault_rounds:
+            break
+    assert dec.fault_rounds, "eos-leak did not fire"
+    w = make_window(record=False)
+    w.model.begin(out.config)
+    w.model.extend(out.rounds)
+    end, stops = w.timeline.ends()
+    first_eos = list(out.new_tokens).index(eos)
+    assert end == first_eos and not stops
+    leaked = [i for i in range(len(w.model.cells)) if w.model.cells.out_pos[i] > end]
+    assert leaked, "nothing leaked past the EOS"
+    assert "leaked" in w.timeline.tooltip_for(leaked[0])
+    assert "leaked" not in w.timeline.tooltip_for(w.model.cells.out_cell[end])
+    # a stop-flag finding (no position, no node) selects the token completing the round's stop
+    # (a repair shares its rejected node's position in the selection: a round ending in a bonus)
+    r = next(r for r in out.rounds if len(r.emitted) > 1 and r.emitted[-1].kind != "repaired")
+    w.checks.jump_to_finding(Finding(out.config.run_id, r.index, None, "stop-flag", "the round records no stop"))
+    last = w.model.cells.cell(w.model.cells.out_cell[r.emitted_before + len(r.emitted) - 1])
+    assert w.model.selected == (r.index, last.pos) and last.pos >= 0
