@@ -239,3 +239,23 @@ def test_leaked_tokens_are_marked_and_a_stop_finding_selects_the_stop_token(qtbo
     w.checks.jump_to_finding(Finding(out.config.run_id, r.index, None, "stop-flag", "the round records no stop"))
     last = w.model.cells.cell(w.model.cells.out_cell[r.emitted_before + len(r.emitted) - 1])
     assert w.model.selected == (r.index, last.pos) and last.pos >= 0
+
+
+def test_one_numbering_of_a_place_in_the_navigator_the_inspector_and_the_findings(qtbot, make_window):
+    """Item 6: "position 14" (navigator), "position 3 of 4 drafted" (inspector) and a finding's
+    position were three numberings of one place: now the node as recorded and the output
+    token (the findings' own numbers) everywhere."""
+    w = make_window(record=False)
+    configure(w, max_new_tokens="16", temperature="0.8", seed="3")
+    assert w.start_run()
+    wait_idle(qtbot, w)
+    r = next((r for r in w.model.rounds if r.accepted >= 2), None)
+    if r is None:
+        pytest.skip("no round accepted two drafts")
+    w.jump_to(r.index, 1)
+    qtbot.wait(50)
+    out = r.emitted_before + 1  # node 1 accepted: the round's second output token
+    words = f"node 1 (of {len(r.nodes)} drafted) · output token {out}"
+    assert words in w.navigator.label.text()
+    assert words in w.inspector.header.text()
+    assert w.findings.table.horizontalHeaderItem(1).text() == "output token"
