@@ -106,6 +106,7 @@ class MainWindow(QMainWindow):
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
         self._shown_once = False
         self.closed = False  # set once closeEvent has stopped the decoders and closed the recordings
+        self.quick_quit = False  # launch(): the process ends at close (end_process), a preload need not finish
         self.checker = default_checker()  # callable(config, rounds) -> findings
 
         self.status_bar = ElidingStatusBar(self)
@@ -141,6 +142,7 @@ class MainWindow(QMainWindow):
         # first paint needs); until then the panel and the status bar say so, and a Run waits
         # in the worker's queue.
         self._preload_started = False
+        self.defer_preload = False  # launch() with a trace: the models load once its run is chosen
         self._painted = False
         target = self.run_panel.texts().get("target", "")
         self.live.preloading(target)
@@ -312,7 +314,7 @@ class MainWindow(QMainWindow):
 
     def start_preload(self) -> None:
         """Have the worker import torch and load the default models (once)."""
-        if not self._preload_started:
+        if not self._preload_started and not self.defer_preload:
             self._preload_started = True
             texts = self.run_panel.texts()
             self.controller.preload(texts.get("device") or "cpu", texts.get("target", ""))
@@ -434,7 +436,15 @@ class MainWindow(QMainWindow):
         QApplication.instance().removeEventFilter(self.step_keys)
         QApplication.instance().removeEventFilter(self.wheel_guard)
         self.replay.close()
-        self.live.close()
+        if self.quick_quit and self.controller.worker.preloading and not self.live.busy:
+            # only a preload to stop (importing torch, loading the models: nothing to save, and
+            # nothing can interrupt it): the process ends without waiting for it (end_process);
+            # quitting during start-up lingered 2-10 s
+            self.live.follow_timer.stop()
+            self.live.controller.close(timeout_ms=200)
+            self.live.recording.close()
+        else:
+            self.live.close()
         self.compare_controller.close()
         if self.compare_recording is not None:
             self.compare_recording.close()

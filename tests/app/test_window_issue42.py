@@ -259,3 +259,31 @@ def test_one_numbering_of_a_place_in_the_navigator_the_inspector_and_the_finding
     assert words in w.navigator.label.text()
     assert words in w.inspector.header.text()
     assert w.findings.table.horizontalHeaderItem(1).text() == "output token"
+
+
+def test_quitting_during_the_preload_does_not_wait_for_it(qtbot, make_window, hub, monkeypatch):
+    """Item 13: the process lingered 2.3-6.5 s (once > 10 s) after quitting: closing the window
+    waited for the worker's preload (torch's import, the models' load), which nothing can
+    interrupt and which has nothing to save. The launched window (quick_quit: the process ends
+    at close) no longer waits for it."""
+    import threading
+    import time
+
+    release = threading.Event()
+    real = hub.target
+
+    def slow_target(device, name=""):
+        release.wait(8)
+        return real(device, name)
+
+    monkeypatch.setattr(hub, "target", slow_target)
+    w = make_window(record=False)
+    w.quick_quit = True
+    w.start_preload()
+    qtbot.waitUntil(lambda: w.controller.worker.preloading, timeout=10000)
+    started = time.perf_counter()
+    w.close()
+    took = time.perf_counter() - started
+    release.set()
+    assert took < 2.0, took
+    qtbot.waitUntil(lambda: not w.controller.thread.isRunning(), timeout=20000)

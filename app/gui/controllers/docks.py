@@ -50,11 +50,7 @@ class DockLayout:
             w.resizeDocks([w.run_dock, w.plots_dock], [RUN_DOCK_PX, max(PLOTS_MIN_PX, w.width() // 4)],
                           Qt.Orientation.Horizontal)
         body = max(300, w.height() - 80)
-        # narrow, the findings share their part of the left column with the live plots' tab:
-        # half of it (at 38% the plots were a 60 px strip at 1024x700)
-        run_share = 0.5 if w.width() < NARROW_PX else 0.62
-        w.resizeDocks([w.run_dock, w.findings_dock], [int(body * run_share), body - int(body * run_share)],
-                      Qt.Orientation.Vertical)
+        w.resizeDocks([w.run_dock, w.findings_dock], [int(body * 0.62), int(body * 0.38)], Qt.Orientation.Vertical)
         w.page.fit_sizes(max(400, w.height() - 140))
 
     def room_for_findings(self, count: int) -> None:

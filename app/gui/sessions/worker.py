@@ -65,6 +65,7 @@ class DecodeWorker(QObject):
     recorded = Signal(int, str)  # lane, where the trace is being written
     devicesFound = Signal(object)  # tuple of device names, once torch is imported (the preload's first step)
     preloaded = Signal(str)  # a status line once the default models are in memory
+    preloading = False  # True while preload imports torch and loads the models (nothing to save if cut short)
     referenced = Signal(int, object)  # lane, core.check.diverge.Divergence or the error's text
 
     def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None):
@@ -106,6 +107,7 @@ class DecodeWorker(QObject):
         the run panel's target (`target`: "" = the bundled one) and, for the bundled target, the
         default proposer's draft ahead of the first Run (errors surface at Run). `device` is the
         run panel's; cpu when it is not available here. The status line names what loaded."""
+        self.preloading = True
         try:
             devices = self.hub.detect_devices()
             self.devicesFound.emit(devices)
@@ -119,9 +121,11 @@ class DecodeWorker(QObject):
                 self.hub.draft_loader(device)(model_ref)
                 loaded.append(f"draft-{model_ref.removeprefix('draft-')}")
         except Exception as exc:  # noqa: BLE001
+            self.preloading = False
             log.warning("preloading the models failed: %s", exc)
             self.preloaded.emit(f"Models not preloaded: {exc}")
             return
+        self.preloading = False
         self.preloaded.emit(f"Models ready ({' and '.join(loaded)}, on {device}).")
 
     @Slot(object)
