@@ -62,7 +62,6 @@ def test_a_16_node_dynamic_tree_fills_a_1024x700_pane_readably_and_zooms_with_ct
     from PySide6.QtCore import QPoint, QPointF, Qt
     from PySide6.QtGui import QFontMetricsF, QWheelEvent
     from PySide6.QtWidgets import QApplication
-
     from specscope.app.gui import theme
 
     out = dynamic_tree_run()

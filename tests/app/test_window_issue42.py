@@ -3,8 +3,6 @@ never turns a field of a scrolling panel, the words say what is loaded and what 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from .helpers import configure, wait_idle
@@ -106,7 +104,7 @@ def test_a_chat_run_offers_the_chat_example_prompts(qtbot, make_window):
     from specscope.core.loading.chat import chat_prompts
 
     w = make_window(record=False)
-    names = lambda: [w.run_panel.example.itemText(i) for i in range(1, w.run_panel.example.count())]  # noqa: E731
+    names = lambda: [w.run_panel.example.itemText(i) for i in range(1, w.run_panel.example.count())]
     code = names()
     w.run_panel.set_texts({"chat": "true"})
     chat = chat_prompts()
@@ -145,7 +143,7 @@ def test_a_round_that_drafted_nothing_reads_no_acceptance_and_the_plots_show_who
 def test_runs_without_a_path_lists_the_default_store_and_says_which(tmp_path, monkeypatch, capsys):
     """Item 13: `specscope runs` needed a path although the window records to a default store."""
     from specscope.app.cli.entry import main
-    from specscope.core import SpeculativeDecoder, DraftModelProposer, SamplingConfig
+    from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
     from specscope.storage import TraceStore, TraceWriter
 
     from ..tiny_models import noisy_copy, tiny_lm
@@ -171,7 +169,6 @@ def test_a_first_start_fills_the_screen(qtbot, hub, settings_file, tmp_path, mon
     1024x700): it fills the screen's free area now."""
     from PySide6.QtCore import QRect
     from PySide6.QtGui import QScreen
-
     from specscope.app.gui import create_app
     from specscope.app.gui.main_window import MainWindow
 
