@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             print(w.last_error, file=sys.stderr)
             return 1
         started = time.perf_counter()
-        wait(lambda: w.model.stop_reason is not None)
+        wait(lambda: w.model.stop_reason is not None and w.state == "idle")  # the last run stays on screen until this one starts
         window_s.append(time.perf_counter() - started)
         rounds_s.append(sum(r.timings.draft_s + r.timings.verify_s + r.timings.bookkeeping_s for r in w.model.rounds))
         settle(0.5)

@@ -53,7 +53,7 @@ def render_tree(w, prompt: str, save) -> None:
                            "temperature": "0.8", "top_k": "0", "top_p": "0.95", "seed": "7",
                            "max_new_tokens": "64", "eos": "auto"})
     assert w.start_run(), w.last_error
-    wait(lambda: w.model.stop_reason is not None)
+    wait(lambda: w.model.stop_reason is not None and w.state == "idle")  # the last run stays on screen until this one starts
     settle()
     model = w.model
     rounds = [model.full_round(i) for i in range(len(model.rounds))]
@@ -92,7 +92,7 @@ def render_compare_heads(w, prompt: str, save) -> None:
     for side, spec in enumerate(("eagle3", "draft:small", "lookup")):
         w.compare.set_side(side, spec, 4)
     w.compare.coupled.setChecked(True)
-    w.runs.start_compare()
+    w.runs.start_compare()  # clears a refused Run's last_error (the first-contact shot's bad seed)
     assert w.last_error is None, w.last_error
     wait(lambda: len(w.compare_session.results) == 3 and all(r.stop_reason for r in w.compare_session.results)
          and w.compare_controller.state == "idle")
@@ -142,6 +142,45 @@ def render_head_calibration(w, hub, prompt: str, tmp: Path, save, tokens: int = 
     w.tabs.setCurrentWidget(w.page)
 
 
+def smollm2_cached() -> bool:
+    """Whether SmolLM2 is fetched (`specscope models fetch smollm2`): its shots need it."""
+    try:
+        from specscope.core.loading import catalog
+
+        model = catalog.lookup("smollm2")
+        return model is not None and catalog.cached_checkpoint(model) is not None
+    except Exception:  # noqa: BLE001 - no catalog, no shots
+        return False
+
+
+def render_smollm2(w, save, tokens: int = 48) -> None:
+    """SmolLM2-135M-Instruct (fetched) as the target, chatting with its bundled EAGLE-3 head:
+    greedy, first as a chain (smollm2-*.png), then as a 16-node dynamic tree
+    (smollm2-tree-*.png: the tree pane fitted to its room)."""
+    from specscope.core.loading.chat import chat_prompts
+
+    chat = chat_prompts("chat")
+    user = chat[0].user if chat else "What is the capital of France?"
+    w.run_panel.set_texts({"target": "smollm2", "chat": "true", "prompt": user, "proposer": "eagle3", "k": "4",
+                           "temperature": "0", "top_k": "0", "top_p": "1.0", "seed": "0",
+                           "max_new_tokens": str(tokens), "eos": "auto", "stop_strings": "", "stop_ids": ""})
+    for name, proposer in (("smollm2", "eagle3"), ("smollm2-tree", "eagle3,tree=dynamic:nodes=16,depth=5,topk=4")):
+        w.run_panel.set_texts({"proposer": proposer})
+        assert w.start_run(), w.last_error
+        wait(lambda: w.model.stop_reason is not None and w.state == "idle", timeout=900)
+        settle(0.6)
+        rounds = w.model.rounds
+        pick = max(rounds, key=lambda r: (r.rejected_node is not None, len(r.emitted)), default=None)
+        if pick is not None:
+            w.jump_to(pick.index, pick.rejected_node if pick.rejected_node is not None else -1)
+        settle(0.8)
+        save(w, f"{name}-main-window")
+        save(w.tree, f"{name}-draft-tree")
+        save(w.timeline, f"{name}-timeline")
+        save(w.inspector, f"{name}-inspector")
+    w.run_panel.set_texts({"target": "", "chat": "false", "proposer": "draft-small"})
+
+
 def first_contact_shots(w, save) -> None:
     """Before any run: what each empty view says will appear (empty-window); then two bad
     values refused under their fields, wrapped to the panel's width (field-errors)."""
@@ -163,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="use tiny random models even if the bundled ones exist")
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
     parser.add_argument("--tokens", type=int, default=160, help="max new tokens of the main run")
-    parser.add_argument("--only", choices=("compare-heads", "calibration", "first-contact"), default=None,
+    parser.add_argument("--only", choices=("compare-heads", "calibration", "first-contact", "smollm2"), default=None,
                         help="render only these screenshots (compare-heads: the three-lane comparison; "
                              "calibration: the Calibration tab's three; first-contact: the empty window "
-                             "and refused fields)")
+                             "and refused fields; smollm2: the fetched SmolLM2 with its EAGLE-3 head, a chain "
+                             "and a dynamic tree)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -192,6 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     w.resize(width, height)
     w.show()
     settle()
+    try:
+        return render(w, hub, args, out, suffix, tmp)
+    finally:
+        # the decoder threads stop before the interpreter goes: a QThread destroyed while
+        # running aborts the process ("QThread: Destroyed while thread ... is still running")
+        if not w.closed:
+            w.close()
+        settle(0.1)
+
+
+def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
+    """Every screenshot; main() closes the window however this ends."""
 
     def save(widget, name: str) -> None:
         path = out / f"{name}{suffix}.png"
@@ -203,12 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "first-contact"):
         first_contact_shots(w, save)
     if args.only == "first-contact":
-        w.close()
         return 0
     if args.only == "compare-heads":
         w.tabs.setCurrentWidget(w.compare)
         render_compare_heads(w, copy, save)
-        w.close()
+        return 0
+    if args.only == "smollm2":
+        render_smollm2(w, save)
         return 0
 
     # ---- a live sampled run
@@ -217,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                            "top_k": "0", "top_p": "0.95", "seed": "7", "max_new_tokens": str(args.tokens),
                            "eos": "auto", "device": "cpu"})
     assert w.start_run(), w.last_error
-    wait(lambda: w.model.stop_reason is not None)
+    wait(lambda: w.model.stop_reason is not None and w.state == "idle")  # the last run stays on screen until this one starts
     settle()
     rounds = w.model.rounds
     pick = next((r for r in rounds[len(rounds) // 3:] if r.rejected_node is not None and r.rejected_node > 0),
@@ -233,7 +286,6 @@ def main(argv: list[str] | None = None) -> int:
     settle(0.3)
     if args.only == "calibration":
         head_calibration_shots(w, hub, prompts, novel, tmp, save)
-        w.close()
         return 0
     save(w, "main-window")
     save(w.timeline, "timeline")
@@ -298,8 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the other screenshots are still useful
         print(f"skipped the findings screenshot: {exc}", file=sys.stderr)
     head_calibration_shots(w, hub, prompts, novel, tmp, save)
-
-    w.close()
+    if args.tiny:
+        pass
+    elif smollm2_cached():
+        render_smollm2(w, save)
+    else:
+        print("skipped the SmolLM2 screenshots: SmolLM2 is not fetched (specscope models fetch smollm2)",
+              file=sys.stderr)
     return 0
 
 

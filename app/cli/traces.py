@@ -37,7 +37,10 @@ SHOW_BATCH = 1000  # rounds of a timeline read at a time by `show`
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("runs", help="list the runs in a trace store",
                               description="List the runs in a trace store, newest first.")
-    p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
+    p.add_argument("db", nargs="?", default=None,
+                   help=f"trace store: an SQLite path or an SQLAlchemy URL (default: the store the window "
+                        f"records to, {DEFAULT_STORE}; the path read is said on stderr)")
+    p.formatter_class = _DefaultStoreFormatter
     p.add_argument("--status", choices=("running", "completed", "interrupted", "failed"), help="only runs with this status")
     p.add_argument("--limit", type=int, default=None, help="at most this many runs")
     p.add_argument("--json", action="store_true", help="one JSON object per run (JSON lines)")
@@ -178,7 +181,19 @@ def _fmt(x: float | None, spec: str = ".4f") -> str:
 
 @_guard
 def cmd_runs(args: argparse.Namespace) -> int:
-    """specscope runs DB"""
+    """specscope runs [DB]: without DB, the default store the window records to."""
+    if args.db is None:
+        from specscope.storage.engine import mask_passwords
+        from specscope.storage.engine import is_url
+        from specscope.storage.paths import default_db_location
+
+        args.db = default_db_location()
+        shown = mask_passwords(args.db)
+        if not is_url(args.db) and not os.path.exists(args.db):
+            print(f"specscope: no runs: the default store {shown} does not exist yet (the window records there)",
+                  file=sys.stderr if args.json else sys.stdout)
+            return 0
+        print(f"specscope: runs in the default store {shown}", file=sys.stderr)
     with _open(args.db) as store:
         runs = store.list_runs(status=args.status, limit=args.limit)
     if args.json:

@@ -192,6 +192,7 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run
 
     mark("imports-done")
     window = MainWindow()
+    window.quick_quit = True  # end_process ends the process after the close: a preload need not finish
     if threads:
         window.run_panel.set_field("threads", str(threads))
     window.show()
@@ -201,7 +202,20 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run
     if trace_path:
         from PySide6.QtCore import QTimer
 
-        QTimer.singleShot(0, lambda: window.open_trace(str(trace_path), run_id=run_id))
+        # The trace first, then the models: the preload's torch import (which holds the GIL
+        # for seconds) ran beside the run picker's reading and kept it off screen 13 s after
+        # the window on a busy machine; a replay needs no model.
+        window.defer_preload = True
+
+        def open_then_preload() -> None:
+            try:
+                window.open_trace(str(trace_path), run_id=run_id)
+            finally:
+                window.defer_preload = False
+                if not window.closed:
+                    window.start_preload()
+
+        QTimer.singleShot(0, open_then_preload)
     code = int(app.exec())
     if not window.closed:  # the application quit without closing the window: finish its runs and recordings
         window.close()

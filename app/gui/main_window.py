@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
+from PySide6.QtCore import QByteArray, QEvent, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, \
     QWidget
@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 
 ORGANIZATION = "specscope"
 APPLICATION = "specscope"
-DEFAULT_SIZE = QSize(1500, 920)  # a first start; smaller screens get their free area (fit_screen)
+DEFAULT_SIZE = QSize(1500, 920)  # a first start without a screen to measure
+MAX_FIRST_SIZE = QSize(2560, 1440)  # a first start fills the screen's free area up to this (first_size)
 
 
 def default_checker():
@@ -106,6 +107,7 @@ class MainWindow(QMainWindow):
         self.store_path = store_path or str(self.qsettings.value("recording/path", "") or "") or None
         self._shown_once = False
         self.closed = False  # set once closeEvent has stopped the decoders and closed the recordings
+        self.quick_quit = False  # launch(): the process ends at close (end_process), a preload need not finish
         self.checker = default_checker()  # callable(config, rounds) -> findings
 
         self.status_bar = ElidingStatusBar(self)
@@ -134,16 +136,19 @@ class MainWindow(QMainWindow):
         QApplication.instance().installEventFilter(self.wheel_guard)
         self._restore()
         self._temperature_to_compare()
+        self._examples_for_run()
         self.runs.on_state(IDLE)
         # Built without torch: the worker imports it, lists the devices and loads the models,
         # starting once the window has painted (importing torch meanwhile would hold the GIL the
         # first paint needs); until then the panel and the status bar say so, and a Run waits
         # in the worker's queue.
         self._preload_started = False
+        self.defer_preload = False  # launch() with a trace: the models load once its run is chosen
         self._painted = False
-        self.loading_message = f"Loading torch and the {self.hub.description()}…"
+        target = self.run_panel.texts().get("target", "")
+        self.live.preloading(target)
+        self.loading_message = self.live.preloading_text[0].upper() + self.live.preloading_text[1:]
         self.statusBar().showMessage(self.loading_message)
-        self.live.preloading()
 
     # ------------------------------------------------------------------ what scripts call
 
@@ -248,6 +253,7 @@ class MainWindow(QMainWindow):
         self.live.stateChanged.connect(runs.on_state)
         self.live.activity.connect(self.on_activity)
         self.live.finished.connect(runs.on_live_finished)
+        self.live.begun.connect(self._on_live_begun)
         self.controller.worker.preloaded.connect(self._on_preloaded)  # a slot: queued to the GUI thread
         self.controller.worker.devicesFound.connect(self._on_devices)
         self.replay.loaded.connect(traces.replay_done)
@@ -270,11 +276,31 @@ class MainWindow(QMainWindow):
         self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
         self.run_panel.edited.connect(self._temperature_to_compare)
+        self.run_panel.edited.connect(self._examples_for_run)
         self.live.follow_timer.timeout.connect(self.update_status)
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
         self.tabs.currentChanged.connect(self.docks.tab_changed)
         self.navigator.can_play = lambda: self.session.can_play()
+
+    def chat_examples(self) -> list[tuple[str, str]]:
+        """The chat example prompts (resources/prompts/chat.json: questions, summaries, code)."""
+        try:
+            from specscope.core.loading.chat import chat_prompts
+
+            return [(f"{p.name} ({p.kind})", p.user) for p in chat_prompts()]
+        except Exception as exc:  # noqa: BLE001 - a missing prompt file must not stop the window
+            log.warning("could not read the chat example prompts: %s", exc)
+            return []
+
+    def _examples_for_run(self) -> None:
+        """The example menu offers the chat prompts for a chat run (the Chat box ticked, or a
+        named target: the fetchable ones are instruction models) and the bundled target's code
+        prompts otherwise (they were all Python with Target smollm2)."""
+        texts = self.run_panel.texts()
+        chat = str(texts.get("chat", "")).lower() in ("true", "on", "1", "yes") or bool(texts.get("target"))
+        examples = self.chat_examples() if chat else []
+        self.run_panel.set_examples(examples or self.hub.example_prompts())
 
     def _temperature_to_compare(self) -> None:
         """The Compare tab's coupled-lanes box follows the run panel's temperature (off at 0)."""
@@ -289,9 +315,10 @@ class MainWindow(QMainWindow):
 
     def start_preload(self) -> None:
         """Have the worker import torch and load the default models (once)."""
-        if not self._preload_started:
+        if not self._preload_started and not self.defer_preload:
             self._preload_started = True
-            self.controller.preload(self.run_panel.texts().get("device") or "cpu")
+            texts = self.run_panel.texts()
+            self.controller.preload(texts.get("device") or "cpu", texts.get("target", ""))
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt API)
         super().paintEvent(event)
@@ -319,9 +346,9 @@ class MainWindow(QMainWindow):
         geo = s.value("window/geometry")
         if isinstance(geo, QByteArray):
             self.restoreGeometry(geo)
+            self.fit_screen()
         else:
-            self.resize(DEFAULT_SIZE)
-        self.fit_screen()
+            self.first_size()
         state = s.value("window/state")
         if isinstance(state, QByteArray):
             self.restoreState(state)
@@ -346,6 +373,26 @@ class MainWindow(QMainWindow):
             k = s.value(f"compare/{side}/k")
             if prop:
                 self.compare.set_side(side, str(prop), str(k or 4))
+
+    def first_size(self) -> None:
+        """A first start fills the screen's free area (at most MAX_FIRST_SIZE, centred): it
+        opened at 982x542 on a 1024x700 screen (the live plots a 60 px strip) and at 1218x720
+        on a 1920x1080 one."""
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is None:
+            self.resize(DEFAULT_SIZE)
+            return
+        room = screen.availableGeometry()
+        size = room.size().boundedTo(MAX_FIRST_SIZE)
+        self.resize(size)
+        self.move(room.x() + (room.width() - size.width()) // 2, room.y() + (room.height() - size.height()) // 2)
+
+    def changeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.WindowStateChange and self._shown_once:
+            # maximised or back: the docks and the panes laid out for the new size (after
+            # maximising at 1920x1080 the live plots stayed a small tab, the tree pane blank)
+            QTimer.singleShot(0, self.docks.default_sizes)
 
     def fit_screen(self) -> None:
         """No larger than the screen's free area: on a 1024x700 screen the default 1500x920 (or
@@ -390,7 +437,15 @@ class MainWindow(QMainWindow):
         QApplication.instance().removeEventFilter(self.step_keys)
         QApplication.instance().removeEventFilter(self.wheel_guard)
         self.replay.close()
-        self.live.close()
+        if self.quick_quit and self.controller.worker.preloading and not self.live.busy:
+            # only a preload to stop (importing torch, loading the models: nothing to save, and
+            # nothing can interrupt it): the process ends without waiting for it (end_process);
+            # quitting during start-up lingered 2-10 s
+            self.live.follow_timer.stop()
+            self.live.controller.close(timeout_ms=200)
+            self.live.recording.close()
+        else:
+            self.live.close()
         self.compare_controller.close()
         if self.compare_recording is not None:
             self.compare_recording.close()
@@ -451,6 +506,12 @@ class MainWindow(QMainWindow):
             startup.mark("close-requested")
             self.close()
 
+    def _on_live_begun(self, description: str) -> None:
+        """A live run was prepared and replaces the run on screen: its title, no findings yet
+        (until then a start that fails leaves the previous run, its title and findings)."""
+        self.findings.set_findings([], checked=False)
+        self.setWindowTitle(f"specscope — live: {description}")
+
     def _on_failed(self, message: str, details: str) -> None:
         self.show_error(message, details)
 
@@ -468,7 +529,8 @@ class MainWindow(QMainWindow):
         if self.tabs.currentWidget() is self.compare or self.compare_session.running:
             parts = [self.compare_session.status_words()]  # not the Inspect tab's run
         elif len(m):
-            parts.append(f"{len(m)} rounds · {m.emitted_total} tokens · acceptance {m.acceptance_rate:.2f}")
+            acceptance = f"{m.acceptance_rate:.2f}" if m.drafted_total else "— (nothing drafted)"
+            parts.append(f"{len(m)} round{'s' if len(m) != 1 else ''} · {m.emitted_total} tokens · acceptance {acceptance}")
         n = self.torch_threads()
         parts.append(f"{n} torch thread{'s' if n != 1 else ''}")
         self.status_bar.set_state(" · ".join(parts))

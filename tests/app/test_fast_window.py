@@ -78,7 +78,7 @@ def test_the_main_window_shows_without_torch_or_transformers(tmp_path, proposer)
     assert result["visible"]
     assert result["gui_thread"] == [], "the GUI thread imported torch or transformers:\n" + "\n".join(result["gui_thread"])
     assert "loading models" in result["before"]["panel"].lower()
-    assert result["before"]["status"].startswith("Loading torch")
+    assert result["before"]["status"].startswith("Loading models: torch, then the")
     # the worker thread is where torch loads: here it could not, and the window says so
     assert "torch" in result["worker_tried"] and not result["torch_loaded"]
     assert result["after"]["status"].startswith("Models not preloaded: blocked torch")

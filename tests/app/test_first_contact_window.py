@@ -115,6 +115,10 @@ def test_a_new_run_starts_from_empty_views_not_the_last_runs_axes(qtbot, make_wi
     configure(w, max_new_tokens="100000")
     w.start_run()
     qtbot.waitUntil(lambda: w.run_panel.errors["max_new_tokens"].text() != "", timeout=30000)
+    # issue 42 item 8: a refused start keeps the previous run on screen; a run that starts
+    # begins the model afresh (LiveSession._on_prepared), as clear() does here
+    assert len(w.model.rounds) > 0
+    w.model.clear()
     live.refresh()
     assert len(w.model.rounds) == 0
     assert _ranges(ins.pq_plot) == (0, 1, 0, 1) and _ranges(ins.res_plot) == (0, 1, 0, 1)
@@ -340,6 +344,7 @@ def test_the_wheel_scrolls_the_run_panel_not_the_menu_under_the_pointer(qtbot, m
     _wheel(w.run_panel.proposer, -2)
     assert area.verticalScrollBar().value() > 0  # the panel scrolled instead
     w.run_panel.proposer.setFocus()  # a menu clicked or tabbed into still takes the wheel
+    qtbot.wait(int(w.wheel_guard.SCROLLING_S * 1000) + 200)  # once the panel is no longer being scrolled
     before = w.run_panel.proposer.currentIndex()
     _wheel(w.run_panel.proposer, -1)
     assert w.run_panel.proposer.currentIndex() != before

@@ -47,3 +47,56 @@ def test_the_view_draws_a_tree_round(qtbot):
     r = out.rounds[index]
     assert set(view.items) >= {f"n{n.index}" for n in r.nodes}
     assert f"{r.drafted - r.accepted} off the accepted path" in view.title.text()
+
+
+def dynamic_tree_run():
+    target = tiny_lm("llama", seed=3, init_range=0.3)
+    dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3), tree="dynamic:nodes=16,depth=5,topk=4"),
+                             sampling=SamplingConfig(temperature=0), seed=5)
+    return dec.generate([3, 9, 27, 17], 24)
+
+
+def test_a_16_node_dynamic_tree_fills_a_1024x700_pane_readably_and_zooms_with_ctrl_wheel(qtbot):
+    """Issue 42 item 10: in the tree pane of a 1024x700 window (about 680 x 210 px) a 16-node
+    dynamic tree was drawn sideways in the left third with 7 px labels and scrolled; no zoom."""
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QFontMetricsF, QWheelEvent
+    from PySide6.QtWidgets import QApplication
+    from specscope.app.gui import theme
+
+    out = dynamic_tree_run()
+    model = RunModel()
+    model.begin(out.config)
+    model.extend(out.rounds)
+    view = DraftTreeView(model)
+    qtbot.addWidget(view)
+    view.resize(680, 260)
+    view.show()
+    qtbot.waitExposed(view)
+    index = max(range(len(out.rounds)), key=lambda i: len(out.rounds[i].nodes))
+    assert len(out.rounds[index].nodes) == 16
+    view.show_round(index, -1)
+    qtbot.wait(50)
+    vp = view.view.viewport().rect()
+    drawn = view.view.mapFromScene(view.scene.itemsBoundingRect()).boundingRect()
+    assert vp.contains(drawn), (drawn, vp)  # whole, no scrolling
+    assert drawn.width() > vp.width() * 0.6 or drawn.height() > vp.height() * 0.6  # fills the pane
+    label_px = QFontMetricsF(theme.mono_font(10)).height() * view.scale()
+    assert label_px >= 9, label_px  # readable
+
+    def wheel(ctrl: bool, notches: int) -> None:
+        centre = QPointF(view.view.viewport().rect().center())
+        mods = Qt.KeyboardModifier.ControlModifier if ctrl else Qt.KeyboardModifier.NoModifier
+        QApplication.sendEvent(view.view.viewport(), QWheelEvent(
+            centre, QPointF(view.view.viewport().mapToGlobal(centre.toPoint())), QPoint(0, 0),
+            QPoint(0, 120 * notches), Qt.MouseButton.NoButton, mods, Qt.ScrollPhase.NoScrollPhase, False))
+
+    fitted = view.scale()
+    wheel(False, 1)
+    assert view.scale() == fitted  # the wheel alone does not zoom
+    wheel(True, 2)
+    assert view.scale() > fitted * 1.2
+    wheel(True, -4)
+    assert view.scale() < fitted
+    view.reset_zoom()
+    assert abs(view.scale() - fitted) < 1e-6

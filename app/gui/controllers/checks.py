@@ -159,10 +159,27 @@ class CheckActions:
     def jump_to_finding(self, f) -> None:
         cells = self.w.model.cells
         pos = -1
+        position = f.position
+        if position is None and str(f.rule).startswith("stop"):
+            position = self.stop_position(f.round)  # a stop finding is about the token that completes the stop
         if f.node is not None:
             pos = f.node
-        elif f.position is not None and 0 <= f.position < len(cells.out_cell):
-            cell = cells.cell(cells.out_cell[f.position])
+        elif position is not None and 0 <= position < len(cells.out_cell):
+            cell = cells.cell(cells.out_cell[position])
             if cell.round == f.round:
                 pos = cell.pos
         self.w.jump_to(f.round, pos)
+
+    def stop_position(self, rnd: int) -> int | None:
+        """The output position of the token that completes round `rnd`'s stop (its recorded
+        stop, else the round's last token: a stop completes there); None without tokens. A
+        stop-flag finding once selected the round's rejected node instead."""
+        rounds = self.w.model.rounds
+        if not 0 <= rnd < len(rounds):
+            return None
+        r = rounds[rnd]
+        if not r.emitted:
+            return None
+        stop = getattr(r, "stop", None)
+        at = stop.position if stop is not None and 0 <= stop.position < len(r.emitted) else len(r.emitted) - 1
+        return r.emitted_before + at

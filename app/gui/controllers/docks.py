@@ -32,7 +32,8 @@ class DockLayout:
             w.tabifyDockWidget(w.findings_dock, plots)
             w.findings_dock.raise_()
             self.plots_tabbed_for_width = True
-        elif w.width() >= NARROW_PX and self.plots_tabbed_for_width:
+        elif w.width() >= NARROW_PX and (self.plots_tabbed_for_width or w.findings_dock in w.tabifiedDockWidgets(plots)):
+            # wide again (or wide from the start with a state saved narrow): back on the right
             self.plots_tabbed_for_width = False
             w.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, plots)
             if not self.plots_hidden_by_compare:

@@ -8,6 +8,8 @@ box or list, whose keyboard search it would otherwise steal (text fields type it
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QAbstractItemView, QAbstractScrollArea, QAbstractSpinBox, QApplication, QComboBox, \
     QLineEdit, QPlainTextEdit, QTextEdit, QWidget
@@ -50,11 +52,17 @@ class WheelGuard(QObject):
     """The mouse wheel scrolls the panel under it, never the value of a menu or number box it
     passes over: scrolling the run panel at 1024x700 switched the Proposer menu to the next
     entry (a new user's settings changed without a click). A box with the focus (clicked or
-    tabbed into) still takes the wheel."""
+    tabbed into) still takes the wheel, but not while the panel is being scrolled: a wheel
+    that scrolled the panel less than SCROLLING_S before passes over a focused box too (a
+    Children menu picked a minute before turned from topk to distinct as the panel scrolled
+    past it)."""
+
+    SCROLLING_S = 0.8
 
     def __init__(self, window, parent=None):
         super().__init__(parent)
         self.window = window
+        self.scrolled_at = float("-inf")  # monotonic time a wheel last scrolled something in the window
         for box in window.findChildren(QComboBox) + window.findChildren(QAbstractSpinBox):
             self._no_wheel_focus(box)
 
@@ -65,18 +73,25 @@ class WheelGuard(QObject):
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt API)
         kind = event.type()
-        if kind not in (QEvent.Type.Wheel, QEvent.Type.Polish) or not isinstance(obj, (QComboBox, QAbstractSpinBox)):
+        if kind not in (QEvent.Type.Wheel, QEvent.Type.Polish):
+            return False
+        if not isinstance(obj, (QComboBox, QAbstractSpinBox)):
+            if kind == QEvent.Type.Wheel and isinstance(obj, QWidget) and obj.window() is self.window:
+                self.scrolled_at = time.monotonic()  # the wheel scrolls a panel, a list or a plot
             return False
         if obj.window() is not self.window:
             return False
         if kind == QEvent.Type.Polish:
             self._no_wheel_focus(obj)
             return False
-        if obj.hasFocus() or (isinstance(obj, QComboBox) and obj.view().isVisible()):
+        if isinstance(obj, QComboBox) and obj.view().isVisible():
             return False
+        if obj.hasFocus() and time.monotonic() - self.scrolled_at > self.SCROLLING_S:
+            return False  # a box clicked or tabbed into, the panel not being scrolled: it takes the wheel
         area = obj.parentWidget()
         while area is not None and not isinstance(area, QAbstractScrollArea):
             area = area.parentWidget()
         if area is not None:
             QApplication.sendEvent(area.verticalScrollBar(), event)
+        self.scrolled_at = time.monotonic()
         return True

@@ -74,10 +74,9 @@ class RunActions:
         settings = self.validated_settings()
         if settings is None:
             return False
+        self.w.last_error = None
         self.w.traces.leave_replay()
-        self.w.findings.set_findings([], checked=False)
-        self.w.live.start(settings, run=run)
-        self.w.setWindowTitle(f"specscope — live: {settings.describe()}")
+        self.w.live.start(settings, run=run)  # the title and the findings follow once it is prepared (live.begun)
         return True
 
     def devices_known(self, listed: bool = True) -> None:
@@ -124,6 +123,7 @@ class RunActions:
     def start_compare(self) -> None:
         w = self.w
         w.tabs.setCurrentWidget(w.compare)
+        w.last_error = None  # a refused Run's message is not this comparison's
         lanes = w.compare.lane_settings(w.run_panel.texts(), w.hub.devices())
         if lanes is None:
             base = w.run_panel.validate()

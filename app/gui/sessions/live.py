@@ -27,8 +27,17 @@ log = logging.getLogger(__name__)
 FOLLOW_MS = 250
 
 # What the run panel and the status bar say while the worker imports torch and loads the
-# default models (the window shows before either: a Run meanwhile queues behind the load).
-PRELOADING = "loading models (torch, then the bundled pair)…"
+# run panel's target (the window shows before either: a Run meanwhile queues behind the load).
+PRELOADING = "loading models: torch, then the run panel's target…"
+
+
+def preloading_words(target: str, fallback: bool = False) -> str:
+    """What the preload loads, in words: the run panel's target ("" = the bundled one, with
+    its default draft); it said "the bundled pair" with Target smollm2."""
+    if target:
+        return f"loading models: torch, then target {target}…"
+    return "loading models: torch, then the tiny random models…" if fallback else \
+        "loading models: torch, then the bundled target and draft-small…"
 
 
 class LiveSession(QObject):
@@ -40,6 +49,7 @@ class LiveSession(QObject):
     failed = Signal(str, str)
     refused = Signal(object)  # {field: message}: the settings cannot run (the worker started nothing)
     _storeWaits = Signal(str)  # the writer's thread: a locked store keeps the run's rounds waiting
+    begun = Signal(str)  # the run's description, once the worker has prepared it (its first round is on its way)
 
     def __init__(self, model: RunModel, hub: ModelHub, store_path: str | None, record: bool = True, parent=None):
         super().__init__(parent)
@@ -58,6 +68,7 @@ class LiveSession(QObject):
         self._last_followed = -1
         self.settings: RunSettings | None = None
         self.activity_text = ""
+        self.preloading_text = PRELOADING
         w = self.controller.worker
         w.prepared.connect(self._on_prepared)
         w.roundReady.connect(self._on_round)
@@ -83,13 +94,14 @@ class LiveSession(QObject):
         self.activity_text = text
         self.activity.emit(text)
 
-    def preloading(self) -> None:
-        """The worker is importing torch and loading the default models (no run yet)."""
-        if not self.activity_text and self.state == IDLE:
-            self._say(PRELOADING)
+    def preloading(self, target: str = "") -> None:
+        """The worker is importing torch and loading the run panel's target (no run yet)."""
+        if (not self.activity_text or self.activity_text == self.preloading_text) and self.state == IDLE:
+            self.preloading_text = preloading_words(target, self.hub.fallback)
+            self._say(self.preloading_text)
 
     def preloaded(self) -> None:
-        if self.activity_text == PRELOADING:
+        if self.activity_text == self.preloading_text:
             self._say("")
 
     # ------------------------------------------------------------------ control
@@ -100,7 +112,8 @@ class LiveSession(QObject):
         self.recording.prompt_text = settings.prompt
         self.follow_latest = True
         self._last_followed = -1
-        self.model.clear()
+        # the previous run stays on screen until this one is prepared (_on_prepared): a start
+        # that fails (a bad checkpoint) once left "No rounds yet" in every view
         self._say(f"loading models ({settings.proposer}, {settings.device})…")
         self.controller.start([settings], run=run)
         if not run:
@@ -182,6 +195,7 @@ class LiveSession(QObject):
             lib_store = self.recording.store
             run_id = config.run_id
             self.model.loader = lambda i: lib_store.load_round(run_id, i, full=True)
+        self.begun.emit(self.settings.describe() if self.settings is not None else label)
 
     def _on_round(self, lane: int, rnd) -> None:
         if not self.active or self.model.config is None or rnd.run_id != self.model.config.run_id:

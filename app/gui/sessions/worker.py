@@ -65,6 +65,7 @@ class DecodeWorker(QObject):
     recorded = Signal(int, str)  # lane, where the trace is being written
     devicesFound = Signal(object)  # tuple of device names, once torch is imported (the preload's first step)
     preloaded = Signal(str)  # a status line once the default models are in memory
+    preloading = False  # True while preload imports torch and loads the models (nothing to save if cut short)
     referenced = Signal(int, object)  # lane, core.check.diverge.Divergence or the error's text
 
     def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None):
@@ -100,25 +101,32 @@ class DecodeWorker(QObject):
 
     # ------------------------------------------------------------------ slots (worker thread)
 
-    @Slot(str)
-    def preload(self, device: str) -> None:
+    @Slot(str, str)
+    def preload(self, device: str, target: str = "") -> None:
         """Import torch (the window is built without it), say which devices there are, then load
-        the target and the default proposer's draft ahead of the first Run (errors surface at
-        Run). `device` is the run panel's; cpu when it is not available here."""
+        the run panel's target (`target`: "" = the bundled one) and, for the bundled target, the
+        default proposer's draft ahead of the first Run (errors surface at Run). `device` is the
+        run panel's; cpu when it is not available here. The status line names what loaded."""
+        self.preloading = True
         try:
             devices = self.hub.detect_devices()
             self.devicesFound.emit(devices)
             if device not in devices:
                 device = "cpu"
-            self.hub.target(device)
+            self.hub.target(device, target)
+            loaded = [f"target {target}" if target else ("tiny random target" if self.hub.fallback
+                                                          else "bundled target")]
             model_ref = parse_spec(DEFAULT_PROPOSER).model_ref
-            if model_ref is not None:
+            if model_ref is not None and not target:  # the bundled drafts draft for the bundled target only
                 self.hub.draft_loader(device)(model_ref)
+                loaded.append(f"draft-{model_ref.removeprefix('draft-')}")
         except Exception as exc:  # noqa: BLE001
+            self.preloading = False
             log.warning("preloading the models failed: %s", exc)
             self.preloaded.emit(f"Models not preloaded: {exc}")
             return
-        self.preloaded.emit(f"Models ready ({self.hub.description()}).")
+        self.preloading = False
+        self.preloaded.emit(f"Models ready ({' and '.join(loaded)}, on {device}).")
 
     @Slot(object)
     def reference(self, lanes: list) -> None:
@@ -316,7 +324,7 @@ class RunController(QObject):
     _run = Signal()
     _step = Signal()
     _shutdown = Signal()
-    _preload = Signal(str)
+    _preload = Signal(str, str)
     _reference = Signal(object)
 
     def __init__(self, hub: ModelHub, recorder_factory: RecorderFactory | None = None, parent=None):
@@ -355,8 +363,8 @@ class RunController(QObject):
         if run:
             self._run.emit()
 
-    def preload(self, device: str = "cpu") -> None:
-        self._preload.emit(device)
+    def preload(self, device: str = "cpu", target: str = "") -> None:
+        self._preload.emit(device, target)
 
     def reference(self, lanes: list) -> None:
         """Queue DecodeWorker.reference for (lane, settings, config, rounds) each."""

@@ -83,7 +83,7 @@ class FindingsWidget(QWidget):
         self.status = QLabel("No checker results yet.")
         self.status.setWordWrap(True)  # a long summary must not widen the dock
         self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(["round", "position", "node", "rule", "severity", "message"])
+        self.table.setHorizontalHeaderLabels(["round", "output token", "node", "rule", "severity", "message"])
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)

@@ -23,6 +23,7 @@ from specscope.core.sampling.partial import known_ids
 from specscope.core.records import Round
 
 from specscope.app.gui import theme
+from .navigator import place_words
 from .describe import COUPLED_REPAIR, after_accepted_eos, fmt, is_coupled, node_decision, tok
 from .kvview import KVCacheView
 from specscope.app.gui.model.runmodel import RunModel, top_tokens, visible_text
@@ -271,9 +272,7 @@ class RoundInspectorWidget(QWidget):
 
     def _header_lines(self, r: Round, pos: int, node, emitted_here: int | None, emitted_kind: str | None) -> list[str]:
         tt = self.model.token_text
-        is_bonus_pos = node is None
-        head = [f"<b>round {r.index}</b> · position {pos + 1}"
-                f"{' (bonus)' if is_bonus_pos else ''} of {len(r.nodes)} drafted · prefix {r.prefix_len}"
+        head = [f"<b>round {r.index}</b> · {place_words(r, pos)} · prefix {r.prefix_len}"
                 f" · accepted length {r.accepted_length}"]
         if node is not None and r.greedy:
             # a greedy draft records no q: what it believed is its own argmax, the token it proposed

@@ -71,7 +71,8 @@ class RoundNavigatorWidget(QWidget):
             self.label.setText("no rounds")
         else:
             pos = self.model.selected[1]
-            self.label.setText(f"round {max(cur, 0)} / {n - 1}" + (f" · position {pos + 1}" if cur >= 0 else ""))
+            place = place_words(self.model.rounds[cur], pos) if 0 <= cur < n else ""
+            self.label.setText(f"round {max(cur, 0)} / {n - 1}" + (f" · {place}" if place else ""))
 
     def refresh_play(self) -> None:
         """Play only with rounds to play and while the session allows it."""
@@ -94,3 +95,26 @@ class RoundNavigatorWidget(QWidget):
     def next(self) -> None:
         cur = self.model.selected[0]
         self.model.select(cur + 1 if cur >= 0 else 0)
+
+
+def output_token(r, pos: int) -> int | None:
+    """The output position (index among the run's new tokens, as the findings and `specscope
+    check` number them) of the token emitted at draft node `pos` (accepted or repaired there)
+    or at the bonus position (`pos` = the number of nodes); None when nothing was emitted there."""
+    bonus = pos == len(r.nodes)
+    for j, e in enumerate(r.emitted):
+        if (bonus and e.kind == "bonus") or (not bonus and e.kind != "bonus" and e.node == pos):
+            return r.emitted_before + j
+    return None
+
+
+def place_words(r, pos: int) -> str:
+    """One numbering of a place, shown everywhere (navigator, inspector, findings): the draft
+    node as recorded (0-based, the findings' "node") and the output token it became (0-based,
+    the findings' "output token"); it was "position 14" here, "position 3 of 4 drafted" in the
+    inspector and "position 14" in the findings, three numberings of one place."""
+    if pos < 0:
+        return ""
+    out = output_token(r, pos)
+    where = "bonus" if pos == len(r.nodes) else f"node {pos} (of {len(r.nodes)} drafted)"
+    return where + (f" · output token {out}" if out is not None else " · not emitted")

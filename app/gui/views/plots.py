@@ -23,6 +23,21 @@ from specscope.app.gui.model.runmodel import RunModel
 FRAME_MS = 34  # <= 30 Hz
 MAX_FRAME_MS = 1000  # at least one frame a second while rounds arrive
 LEGEND_PLOTS = ("acceptance", "latency", "throughput", "cost")  # the plots with a legend
+ROUND_PLOTS = LEGEND_PLOTS  # x = the round index: whole rounds, 0 to the last (at least 0..4)
+MIN_ROUNDS_SHOWN = 5
+
+
+def round_ticks(rounds: int, most: int = 8) -> int:
+    """The spacing of whole-round ticks for `rounds` rounds: 1, 2, 5, 10, 20, 50... so that
+    at most `most` ticks show (pyqtgraph's own ticks put 0.5 steps and -4..4 under one round)."""
+    span = max(rounds, MIN_ROUNDS_SHOWN)
+    step = 1
+    while span / step > most:
+        for factor in (2, 2.5, 2):  # 1 -> 2 -> 5 -> 10 -> 20 -> 50 ...
+            step = int(step * factor)
+            if span / step <= most:
+                break
+    return step
 FRAME_COST_SHARE = 10  # frame interval >= 10 x (last refresh + the paints since the frame before)
 
 
@@ -258,8 +273,19 @@ class LivePlotsWidget(QWidget):
         empty = x[:0]
         self.cost_alpha.setData(*((empty, empty) if self.tree_mode else (x, m["pred_alpha"])), connect="finite")
         self.cost_pos.setData(*((empty, empty) if self.tree_mode else (x, m["pred_positions"])), connect="finite")
+        self._round_axes(len(m))
         self._clear_legend_strips()
         self.summary.setText(self.summary_html())
+
+    def _round_axes(self, rounds: int) -> None:
+        """The plots over rounds show rounds 0 to the last (at least 0..4), ticked at whole rounds."""
+        if not rounds:
+            return
+        step = round_ticks(rounds)
+        for name in ROUND_PLOTS:
+            plot = self.plots[name]
+            plot.setXRange(-0.5, max(rounds, MIN_ROUNDS_SHOWN) - 0.5, padding=0)
+            plot.getAxis("bottom").setTickSpacing(step, step)
 
     def _fix_empty_axes(self, empty: bool) -> None:
         """Before any round, rounds 0..10 by 0..1 without the last run's position ticks
@@ -274,8 +300,11 @@ class LivePlotsWidget(QWidget):
                 plot.setYRange(0, 1.05 if name in ("acceptance", "positions") else 1, padding=0)
                 if name in ("histogram", "positions"):
                     plot.getAxis("bottom").setTicks(None)
+                if name in ROUND_PLOTS:
+                    plot.getAxis("bottom").setTickSpacing()  # pyqtgraph's own again
             else:
-                plot.enableAutoRange(axis="x")
+                if name not in ROUND_PLOTS:  # those get whole rounds (_round_axes)
+                    plot.enableAutoRange(axis="x")
                 if name == "histogram":  # the other plots set their y range at each refresh
                     plot.enableAutoRange(axis="y")
 
@@ -318,7 +347,7 @@ class LivePlotsWidget(QWidget):
         parts = [
             f"<b>{len(m)}</b> rounds",
             f"<b>{m.emitted_total}</b> tokens",
-            f"acceptance <b>{m.acceptance_rate:.3f}</b>",
+            f"acceptance <b>{m.acceptance_rate:.3f}</b>" if m.drafted_total else "acceptance <b>—</b> (nothing drafted yet)",
             f"mean accepted length <b>{m.mean_accepted_length:.2f}</b>",
         ]
         if m.time_total > 0:

@@ -398,6 +398,16 @@ class RunPanelWidget(QWidget):
         if any(label.text() for label in self.errors.values()):
             self.validate()
 
+    def set_examples(self, examples: list[tuple[str, str]]) -> None:
+        """Offer these (name, text) example prompts (the chat ones for a chat run)."""
+        if list(examples) == self.examples:
+            return
+        self.examples = list(examples)
+        self.example.clear()
+        self.example.addItem("— example prompts —", None)
+        for name, text in self.examples:
+            self.example.addItem(name, text)
+
     def _pick_example(self, index: int) -> None:
         text = self.example.itemData(index)
         if text:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QMouseEvent, QPainter, QPen, QPolygon
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QMouseEvent, QPainter, QPen, QPolygon
 from PySide6.QtWidgets import QAbstractScrollArea, QToolTip
 
 from specscope.app.gui import theme
@@ -60,6 +60,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
         self._width_cache: dict[str, int] = {}
         self._fit_cache: dict[tuple[str, int], tuple[str, QFont | None]] = {}
         self._reset_layout()
+        self._ends_seen, self._end_out, self._stop_outs, self._ends_config = 0, None, set(), None
         model.reset.connect(self._on_reset)
         model.appended.connect(self._on_appended)
         model.selectionChanged.connect(self._on_selection)
@@ -222,6 +223,29 @@ class TokenTimelineWidget(QAbstractScrollArea):
 
     # ------------------------------------------------------------------ model signals
 
+    def ends(self) -> tuple[int | None, frozenset[int]]:
+        """(output position of the run's first end: an EOS or the token completing a stop, or
+        None; the output positions completing a stop). Tokens past the end leaked (a bug the
+        checker finds: eos, stop-leak); scanned once per round as rounds arrive."""
+        rounds = self.model.rounds
+        if self._ends_seen > len(rounds) or self._ends_config is not self.model.config:
+            self._ends_seen, self._end_out, self._stop_outs = 0, None, set()
+            self._ends_config = self.model.config
+        eos = self.model.config.eos_ids if self.model.config is not None else frozenset()
+        for i in range(self._ends_seen, len(rounds)):
+            r = rounds[i]
+            stop = getattr(r, "stop", None)
+            if stop is not None and r.emitted:
+                at = r.emitted_before + min(max(stop.position, 0), len(r.emitted) - 1)
+                self._stop_outs.add(at)
+                self._end_out = at if self._end_out is None else min(self._end_out, at)
+            if self._end_out is None and eos:
+                hit = next((j for j, e in enumerate(r.emitted) if e.token in eos), None)
+                if hit is not None:
+                    self._end_out = r.emitted_before + hit
+        self._ends_seen = len(rounds)
+        return self._end_out, frozenset(self._stop_outs)
+
     def _on_reset(self) -> None:
         self._hover = -1
         self.marker_pos = None
@@ -323,6 +347,8 @@ class TokenTimelineWidget(QAbstractScrollArea):
         round_pen = QPen(theme.ROUND_LINE, 1.5)
         prev_round = cells.round[self._idx[lo - 1]] if lo > 0 else None
         painter.setFont(self.font())
+        end_out, stop_outs = self.ends()
+        leak_brush = QBrush(theme.EOS_COLOR, Qt.BrushStyle.BDiagPattern)
         for slot in range(lo, hi):
             i = self._idx[slot]
             kind = cells.kind[i]
@@ -364,10 +390,17 @@ class TokenTimelineWidget(QAbstractScrollArea):
                 painter.setPen(Qt.PenStyle.NoPen)
                 painter.drawPolygon(QPolygon([QPoint(x + w - 7, y), QPoint(x + w, y), QPoint(x + w, y + 7)]))
                 painter.setBrush(Qt.BrushStyle.NoBrush)
-            if cells.eos[i]:
+            out_pos = cells.out_pos[i]
+            if end_out is not None and out_pos > end_out:  # leaked: emitted after the run's end
+                painter.fillRect(rect.adjusted(1, 1, -1, -1), leak_brush)
+                painter.setPen(QPen(theme.EOS_COLOR, 1.5, Qt.PenStyle.DashLine))
+                painter.drawRect(rect.adjusted(0, 0, -1, -1))
+            if cells.eos[i] or (out_pos >= 0 and out_pos in stop_outs):
                 painter.setPen(QPen(theme.EOS_COLOR, 2.5))
                 painter.drawRect(rect.adjusted(1, 1, -2, -2))
                 painter.fillRect(QRect(x + w - 5, y + text_h - 5, 5, 5), theme.EOS_COLOR)
+            if out_pos >= 0 and out_pos in stop_outs:  # a stop marker: a bar after the completing token
+                painter.fillRect(QRect(x + w + 1, y - 2, 3, text_h + 4), theme.EOS_COLOR)
             if rnd == sel_round and cells.pos[i] == sel_pos and rnd >= 0 and kind != theme.UNVISITED:
                 painter.setPen(QPen(theme.SELECT_COLOR, 2))
                 painter.drawRect(rect.adjusted(-1, -1, 0, 0))
@@ -415,7 +448,14 @@ class TokenTimelineWidget(QAbstractScrollArea):
         r = self.model.rounds[c.round] if 0 <= c.round < len(self.model.rounds) else None
         if cell in self.badges and r is not None:
             return describe_tree_round(r, self.model.token_text)
-        return describe_cell(r, c, self.model.token_text, is_coupled(self.model.config))
+        words = describe_cell(r, c, self.model.token_text, is_coupled(self.model.config))
+        end_out, stop_outs = self.ends()
+        if c.out_pos >= 0 and c.out_pos in stop_outs:
+            words += "<br><b>stop</b>: this token completes a stop; the output ends here"
+        elif end_out is not None and c.out_pos > end_out:
+            words += (f"<br><b>leaked</b>: emitted after the output ended at output token {end_out} "
+                      "(EOS or a stop): nothing should follow it")
+        return words
 
     def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt API)
         i = self.cell_at(event.position().toPoint())

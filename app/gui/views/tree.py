@@ -7,6 +7,10 @@ the last accepted node. Chain drafts are the tree of one branch. In a token tree
 node is captioned with its place in its siblings' tried order and its draw ("#2 u=0.41"),
 a rejected node's tooltip says how much its rejection took off its parent's p', and the
 title counts the nodes off the accepted path.
+
+The tree fills its pane: drawn sideways (depth across) or downwards (depth down, siblings side
+by side), whichever fits larger, scaled to the pane (never below a readable MIN_SCALE: then it
+scrolls). Ctrl+wheel zooms, the wheel alone scrolls, a double click fits it again.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath, QPen, QTransform
 from PySide6.QtWidgets import (
     QGraphicsPathItem,
     QGraphicsScene,
@@ -35,7 +39,15 @@ DX = 104  # room for the edges of wide trees to fan out
 DY = 58  # a node's tag below it ("rejected") and the next sibling's note above it ("#2 u=0.59") both fit between, off the borders (13 px each)
 NODE_W = 78
 NODE_H = 30
-MIN_SCALE = 0.6  # smaller, and the node labels cannot be read
+# Drawn downwards (depth down the pane, siblings side by side), for a tree wider than deep in
+# a wide, low pane: a 16-node dynamic tree drawn sideways filled the left third of the pane
+# with 7 px labels and scrolled.
+DOWN_DX = NODE_W + 12
+DOWN_DY = NODE_H + 44  # the note above a node and the tag below its parent fit between
+MIN_SCALE = 0.6  # smaller, and the node labels cannot be read: the tree scrolls instead
+MAX_FIT = 1.25  # a small tree is drawn up to this much larger to fill its pane
+ZOOM_STEP = 1.15  # Ctrl+wheel: per notch
+ZOOM_RANGE = (0.4, 4.0)  # of the fitted size
 
 
 
@@ -183,13 +195,12 @@ class _NodeItem(QGraphicsPathItem):
         tag = {theme.REPAIRED: "repair", theme.BONUS: "bonus", theme.REJECTED: "rejected"}.get(node.kind)
         if tag:
             t = QGraphicsSimpleTextItem(tag, self)
-            f = theme.mono_font(7)
-            t.setFont(f)
+            t.setFont(theme.mono_font(8))
             t.setBrush(QBrush(edge))
             t.setPos(-NODE_W / 2 + 3, NODE_H / 2 + 1)  # clear of the border (it cut the text's top)
         if node.note:
             n = QGraphicsSimpleTextItem(node.note, self)
-            n.setFont(theme.mono_font(7))
+            n.setFont(theme.mono_font(8))
             n.setBrush(QBrush(edge))
             n.setPos(-NODE_W / 2 + 3, -NODE_H / 2 - n.boundingRect().height() - 1)  # above the border, not on it
 
@@ -210,8 +221,14 @@ class DraftTreeView(QWidget):
         self.view = QGraphicsView(self.scene)
         self.view.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.view.setBackgroundBrush(QColor("#ffffff"))
-        self.view.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        self.view.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.view.setToolTip("")
         self.view.mousePressEvent = self._view_press  # type: ignore[method-assign]
+        self.view.wheelEvent = self.wheel  # type: ignore[method-assign]
+        self.view.mouseDoubleClickEvent = lambda _e: self.reset_zoom()  # type: ignore[method-assign]
+        self.view.resizeEvent = self._view_resized  # type: ignore[method-assign]
+        self.zoom = 1.0  # Ctrl+wheel, on top of the fit to the pane (kept from round to round)
+        self.down = False
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.title)
@@ -249,14 +266,21 @@ class DraftTreeView(QWidget):
         self.scene.clear()
         self.items = {}
         by_key = {n.key: n for n in self.nodes}
+        self.down = self._draw_down(self.nodes)
         accepted_keys = {f"n{n.index}" for n in r.nodes if n.status == "accepted"} | {"root", "bonus"}
         for n in self.nodes:
             if n.parent is None:
                 continue
             par = by_key[n.parent]
-            path = QPainterPath(QPointF(par.depth * DX + NODE_W / 2, par.y * DY))
-            mid = (par.depth * DX + n.depth * DX) / 2
-            path.cubicTo(QPointF(mid, par.y * DY), QPointF(mid, n.y * DY), QPointF(n.depth * DX - NODE_W / 2, n.y * DY))
+            (px, py), (cx, cy) = self.place(par), self.place(n)
+            if self.down:
+                path = QPainterPath(QPointF(px, py + NODE_H / 2))
+                mid = (py + cy) / 2
+                path.cubicTo(QPointF(px, mid), QPointF(cx, mid), QPointF(cx, cy - NODE_H / 2))
+            else:
+                path = QPainterPath(QPointF(px + NODE_W / 2, py))
+                mid = (px + cx) / 2
+                path.cubicTo(QPointF(mid, py), QPointF(mid, cy), QPointF(cx - NODE_W / 2, cy))
             edge = QGraphicsPathItem(path)
             on_path = n.key in accepted_keys or n.key == "repair"
             color = theme.KIND_EDGE[n.kind] if on_path else QColor("#bbbbbb")
@@ -268,7 +292,7 @@ class DraftTreeView(QWidget):
             self.scene.addItem(edge)
         for n in self.nodes:
             item = _NodeItem(n, selected=(n.pos == pos and n.key != "root"))
-            item.setPos(n.depth * DX, n.y * DY)
+            item.setPos(*self.place(n))
             self.scene.addItem(item)
             self.items[n.key] = item
         eos_cut = any(after_accepted_eos(r, n) for n in r.nodes)
@@ -284,6 +308,47 @@ class DraftTreeView(QWidget):
         self.heightWanted.emit(self.wanted_height())
         self._fit()
 
+    def place(self, n: TreeNode) -> tuple[float, float]:
+        """A node's centre in the scene: depth across and leaves down, or (self.down) depth
+        down and leaves across."""
+        return (n.y * DOWN_DX, n.depth * DOWN_DY) if self.down else (n.depth * DX, n.y * DY)
+
+    def _draw_down(self, nodes: list[TreeNode]) -> bool:
+        """Whether the tree fits its pane larger drawn downwards than sideways (a bushy tree
+        in a wide, low pane); a chain stays a line across."""
+        depth = max((n.depth for n in nodes), default=0) + 1
+        leaves = max((n.y for n in nodes), default=0) + 1
+        if leaves <= 2:
+            return False
+        vp = self.view.viewport().size()
+        w, h = max(vp.width(), 1), max(vp.height(), 1)
+        across = min(w / (depth * DX), h / (leaves * DY))
+        down = min(w / (leaves * DOWN_DX), h / (depth * DOWN_DY + 20))
+        return down > across
+
+    def wheel(self, event) -> None:
+        """Ctrl+wheel zooms the tree (about the pointer); the wheel alone scrolls it."""
+        if not event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            QGraphicsView.wheelEvent(self.view, event)
+            return
+        notches = event.angleDelta().y() / 120
+        if notches:
+            low, high = ZOOM_RANGE
+            self.zoom = min(high, max(low, self.zoom * ZOOM_STEP ** notches))
+            self.view.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+            self._fit(center=False)
+            self.view.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
+        event.accept()
+
+    def reset_zoom(self) -> None:
+        self.zoom = 1.0
+        if self.nodes:
+            self._fit()
+
+    def scale(self) -> float:
+        """How much the tree is drawn larger (>1) or smaller than 1:1."""
+        return self.view.transform().m11()
+
     def wanted_height(self) -> int:
         """The height showing title and tree whole at 1:1."""
         margins = self.layout().contentsMargins()
@@ -291,24 +356,30 @@ class DraftTreeView(QWidget):
         frame = 2 * self.view.frameWidth() + 4
         return int(self.scene.sceneRect().height()) + max(title, 0) + margins.top() + margins.bottom() + frame + 4
 
-    def _fit(self) -> None:
-        """1:1 when the tree fits, else scaled down to fit (never up), but not below a
-        readable MIN_SCALE: a big token tree scrolls, the selected node in view."""
-        self.view.resetTransform()
+    def _fit(self, center: bool = True) -> None:
+        """Scaled to fill the pane (up to MAX_FIT), not below a readable MIN_SCALE (a big
+        token tree scrolls then, the selected node in view), times the Ctrl+wheel zoom."""
         rect = self.scene.sceneRect()
         vp = self.view.viewport().size()
-        if rect.width() > vp.width() or rect.height() > vp.height():
-            scale = max(MIN_SCALE, min(vp.width() / rect.width(), vp.height() / rect.height()))
-            self.view.scale(scale, scale)
+        fit = min(MAX_FIT, vp.width() / max(rect.width(), 1), vp.height() / max(rect.height(), 1))
+        scale = max(MIN_SCALE, fit) * self.zoom
+        self.view.setTransform(QTransform.fromScale(scale, scale))
+        if not center:
+            return
         selected = next((self.items[n.key] for n in self.nodes if n.pos == self.shown[1] and n.key != "root"
                          and n.key in self.items), None)
         if selected is not None:
             self.view.centerOn(selected)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
-        super().resizeEvent(event)
-        if self.nodes:
-            self._fit()
+    def _view_resized(self, event) -> None:
+        """The pane, or the title above the tree (a legend wrapping to another line), changed
+        the tree's room: fit it again."""
+        QGraphicsView.resizeEvent(self.view, event)
+        if self.nodes and 0 <= self.shown[0] < len(self.model.rounds):
+            if self._draw_down(self.nodes) != self.down:
+                self.show_round(*self.shown)  # the other way round fits the new shape better
+            else:
+                self._fit()
 
     def _view_press(self, event) -> None:
         item = self.view.itemAt(event.position().toPoint())
