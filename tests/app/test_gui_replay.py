@@ -75,7 +75,7 @@ def test_the_run_picker_tells_runs_apart(qtbot, window, hub, tmp_path, monkeypat
     seen = {}
 
     def pick(parent, runs, prompts, title="Open trace", findings=None):
-        seen["rows"] = [run_picker.run_row(r, p, f) for r, p, f in zip(runs, prompts, findings)]
+        seen["rows"] = [run_picker.run_row(r, p, findings(i)) for i, (r, p) in enumerate(zip(runs, prompts))]
         return runs[1].run_id
 
     monkeypatch.setattr(trace_dialogs, "pick_run", pick)

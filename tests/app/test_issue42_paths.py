@@ -176,7 +176,7 @@ def test_the_findings_panel_and_the_picker_show_what_specscope_check_prints(qtbo
     counts = {}
 
     def pick(parent, runs, prompts, title="Open trace", findings=None):
-        counts.update({r.run_id: n for r, n in zip(runs, findings)})
+        counts.update({r.run_id: findings(i) for i, r in enumerate(runs)})
         return pick.run_id
 
     monkeypatch.setattr(trace_dialogs, "pick_run", pick)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
@@ -20,22 +21,32 @@ TRACE_FILTER = "Trace stores (*.sqlite *.sqlite3 *.db);;All files (*)"
 CHECK_ROUNDS = 20_000  # the picker checks runs (for their finding counts) up to this many rounds in all
 
 
-def finding_counts(library: TraceLibrary, runs: list[Any]) -> list[str]:
-    """Each run's finding count from the checker ("—" past CHECK_ROUNDS rounds in all): the
-    count `specscope check` gives (app.cli.check.check_stored_run, end record included)."""
-    from specscope.app.cli.check import check_stored_run
+def finding_counter(library: TraceLibrary, runs: list[Any]) -> Callable[[int], str]:
+    """Each run's finding count from the checker, one run a call, in the runs' order ("—" past
+    CHECK_ROUNDS rounds in all): the count `specscope check` gives (app.cli.check.check_stored_run,
+    end record included). The picker calls it after it is shown, so a store of many runs opens
+    at once and its counts fill in."""
+    budget = [CHECK_ROUNDS]
 
-    out, budget = [], CHECK_ROUNDS
-    for info in runs:
-        if info.n_rounds > budget:
-            out.append("—")
-            continue
-        budget -= info.n_rounds
+    def count(index: int) -> str:
+        from specscope.app.cli.check import check_stored_run
+
+        info = runs[index]
+        if info.n_rounds > budget[0]:
+            return "—"
+        budget[0] -= info.n_rounds
         try:
-            out.append(str(len(check_stored_run(library.store, info.run_id, info=info).findings)))
+            return str(len(check_stored_run(library.store, info.run_id, info=info).findings))
         except Exception:  # noqa: BLE001 - a count is a convenience
-            out.append("?")
-    return out
+            return "?"
+
+    return count
+
+
+def finding_counts(library: TraceLibrary, runs: list[Any]) -> list[str]:
+    """Every run's finding count at once (finding_counter's, in order)."""
+    count = finding_counter(library, runs)
+    return [count(i) for i in range(len(runs))]
 
 
 class TraceDialogs:
@@ -102,7 +113,7 @@ class TraceDialogs:
         if len(runs) == 1:
             return runs[0].run_id
         prompts = [r.prompt_text or self.w.replay_panel.decode_prompt(r) for r in runs]
-        return pick_run(self.w, runs, prompts, findings=finding_counts(library, runs))
+        return pick_run(self.w, runs, prompts, findings=finding_counter(library, runs))
 
     def open_trace(self, path: str, run_id: str | None = None) -> bool:
         """Open a trace store (a file, or a database URL) and replay one of its runs (asks

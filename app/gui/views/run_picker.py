@@ -3,8 +3,10 @@ temperature, seed, rounds, tokens, stop, finding count, the prompt's start)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -36,8 +38,11 @@ def run_row(info: Any, prompt: str | None, findings: str = "—") -> list[str]:
 
 
 def pick_run(parent, runs: list[Any], prompts: list[str | None], title: str = "Open trace",
-             findings: list[str] | None = None) -> str | None:
-    """A table of the runs; the chosen run's id (None when cancelled)."""
+             findings: list[str] | Callable[[int], str] | None = None) -> str | None:
+    """A table of the runs; the chosen run's id (None when cancelled). `findings` is each run's
+    count, or a function giving run i's count: then the table shows at once with "…" in that
+    column and the counts fill in one run per event-loop pass (the checker reads every round)."""
+    lazy = callable(findings)
     dialog = QDialog(parent)
     dialog.setWindowTitle(title)
     table = QTableWidget(len(runs), len(PICKER_COLUMNS))
@@ -46,7 +51,8 @@ def pick_run(parent, runs: list[Any], prompts: list[str | None], title: str = "O
     table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
     table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     for i, (info, prompt) in enumerate(zip(runs, prompts)):
-        for j, text in enumerate(run_row(info, prompt, findings[i] if findings else "—")):
+        count = "…" if lazy else (findings[i] if findings else "—")
+        for j, text in enumerate(run_row(info, prompt, count)):
             item = QTableWidgetItem(text)
             item.setToolTip(describe_run(info) + (f"\n{prompt[:400]}" if prompt else ""))
             table.setItem(i, j, item)
@@ -61,6 +67,16 @@ def pick_run(parent, runs: list[Any], prompts: list[str | None], title: str = "O
     layout.addWidget(table)
     layout.addWidget(buttons)
     dialog.resize(900, 360)
+    if lazy:
+        column = PICKER_COLUMNS.index("findings")
+
+        def fill(i: int = 0) -> None:
+            if i >= len(runs) or not dialog.isVisible():
+                return
+            table.item(i, column).setText(findings(i))
+            QTimer.singleShot(0, lambda: fill(i + 1))
+
+        QTimer.singleShot(0, fill)
     if dialog.exec() != QDialog.DialogCode.Accepted:
         return None
     row = table.currentRow()
