@@ -1,7 +1,8 @@
 """The three everyday changes each touch one place (architecture issue):
 
 - a new fault is one entry (and its inject function) in core/faults/zoo.py;
-- a new checker rule is one RULES line, its SEVERITY, one method and one ROUND_CHECKS name in core/check/checker.py;
+- a new checker rule is one Rule (name, text, severity, checks) in core/check/rules.py and the method
+  that emits it in core/check/checker.py (named in ROUND_CHECKS);
 - a new proposer is its class and one registry entry in core/ (tests/app covers the GUI side);
 - a new layout (how a draft is laid out in the verify forward and kept in the cache) is its
   class, given to the decoder's `layout` argument (core/decode/layout.py has the two built in).
@@ -19,6 +20,7 @@ import pytest
 from specscope.app.cli import main
 from specscope.core import DraftModelProposer, SamplingConfig
 from specscope.core.check import checker as checker_module
+from specscope.core.check import rules as rules_module
 from specscope.core.faults import zoo as faults_module
 from specscope.core.draft import registry
 from specscope.core.check.checker import check_run, first_bad_round
@@ -97,14 +99,14 @@ def new_rule(monkeypatch):
         if not self.rnd.nodes:
             self.add("empty-draft", "the proposer drafted nothing: the round cost a target forward for one token")
 
-    monkeypatch.setitem(checker_module.RULES, "empty-draft", "every round drafts at least one token")
-    monkeypatch.setitem(checker_module.SEVERITY, "empty-draft", checker_module.WRONG_OUTPUT)
+    monkeypatch.setitem(rules_module.REGISTRY, "empty-draft", rules_module.Rule(
+        "empty-draft", "every round drafts at least one token", rules_module.WRONG_OUTPUT, ("drafted_something",)))
     monkeypatch.setattr(checker_module._RoundChecker, "drafted_something", drafted_something, raising=False)
     monkeypatch.setattr(checker_module, "ROUND_CHECKS", checker_module.ROUND_CHECKS + ("drafted_something",))
     return "empty-draft"
 
 
-def test_a_rule_added_in_checker_py_alone_reaches_the_cli(new_rule, checkpoints, tmp_path, capsys):
+def test_a_rule_added_in_core_check_alone_reaches_the_cli(new_rule, checkpoints, tmp_path, capsys):
     target, _ = checkpoints
     db = tmp_path / "t.sqlite"
     # Prompt lookup on a prompt without repeats drafts nothing in its first round.

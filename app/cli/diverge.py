@@ -173,10 +173,9 @@ def _prompts(args: argparse.Namespace, tokenizer: Any, prompt_ids: Any) -> list[
 
 
 def _print(name: str, d: Any, tokenizer: Any) -> None:
-    def text(token: int) -> str:
-        return f"{tokenizer.decode([token])!r} (id {token})" if tokenizer is not None else f"id {token}"
+    from specscope.core.loading.text import token_label
 
-    first, *rest = d.lines(text)
+    first, *rest = d.lines(lambda token: token_label(tokenizer, token))
     print(f"{name}: run {d.run_id[:12]}: {first}")
     for line in rest:
         print(line)

@@ -272,9 +272,9 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
 
 
 def _token_text(tokenizer: Any, token: int) -> str:
-    if tokenizer is None:
-        return f"<{token}>"
-    return tokenizer.decode([token])
+    from specscope.core.loading.text import token_text
+
+    return f"<{token}>" if tokenizer is None else token_text(tokenizer, token)
 
 
 def _print_round(rnd: Any, tokenizer: Any, eos_ids: Any, color: bool) -> None:

@@ -22,60 +22,10 @@ from specscope.core.sampling.draws import draw_mismatch
 from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
 from specscope.core.records import Round, RunConfig, RunEnd
 from specscope.core.sampling.reference import process_logits
-from specscope.core.check.stop_rules import STOP_RULES, StopRules
+from specscope.core.check.rules import REGISTRY, ROUND_CHECKS, RULES, SEVERITY, WASTED_WORK, WRONG_OUTPUT, family_of  # noqa: F401 (RULES, SEVERITY, WASTED_WORK re-exported)
+from specscope.core.check.stop_rules import StopRules
 from specscope.core.check.tree_rules import check_tree_round, is_tree_round, recompute_tree_rows
 from specscope.core.verify.chain import residual_of
-
-RULES: dict[str, str] = {
-    "prefix-continuity": "each round starts from the previous round's prefix plus its emitted tokens",
-    "budget": "the output never exceeds max_new_tokens, and the budget left is counted from the tokens emitted",
-    "draft-budget": "k is capped to the remaining budget (a longer draft is verified for nothing)",
-    "eos": "EOS ends the output at once: nothing after it, no round after it",
-    "round-structure": "accepted tokens follow one root path of the draft; one repair at the first rejection; a bonus only if all were accepted",
-    "acceptance-draw": "a stochastic decision is accepted iff u < min(1, p(x)/q(x))",
-    "residual": "the repair is drawn from normalise(max(p - q, 0))",
-    "draw": "a sampled repair or bonus is the token its recorded draw selects by inverse CDF, in token-id order",
-    "greedy": "greedy: accept iff the proposal is argmax p; repair and bonus are argmax p",
-    "sampler": "recorded p and q are distributions consistent with the run's sampler",
-    "target-cache": "the target cache holds exactly the accepted prefix (plus the recorded pending tokens)",
-    "draft-cache": "the draft cache keeps nothing of a rejected suffix",
-    "recompute": "recorded p equals a full recompute of the target over the recorded prefix",
-    "run-end": "the run's end record agrees with its rounds: stop reason, token count, status",
-    "coupled": "a coupled round: accept iff the proposal is y_j = argmax log p + G_j (keys regenerated from the "
-               "coupling seed and the output position); the repair and the bonus are y_j",
-    "tree-walk": "a tree round replays: each tried child against the running p', the path, the repair or bonus",
-    "tree-layout": "tree nodes ran at position prefix length + depth - 1, each seeing only its ancestors",
-    "tree-shape": "a tree keeps its declared shape: no more nodes than its budget, no node deeper than its depth, "
-                  "the children mode its spec allows",
-    "distinct-siblings": "siblings drawn without replacement (children mode distinct, or topk) are distinct tokens",
-    "position-limit": "no round reads a position past the target's position limit (max_position_embeddings)",
-    "internal": "the checker itself failed on a round: the rule named in the message was not checked there",
-    **STOP_RULES,  # stop strings and sequences, finish reason, end count (core.check.stop_rules)
-}
-
-# How bad a finding of each rule is: WRONG_OUTPUT, the run's tokens (or their record) may be
-# wrong; WASTED_WORK, the output stays right but compute was spent for nothing. Every rule
-# declares one (tests/core/test_checker_severity.py holds RULES and SEVERITY to the same names);
-# `specscope check` exits non-zero for wrong output, and for wasted work only with --strict.
-WRONG_OUTPUT = "wrong output"
-WASTED_WORK = "wasted work"
-SEVERITY: dict[str, str] = {
-    "prefix-continuity": WRONG_OUTPUT, "budget": WRONG_OUTPUT, "draft-budget": WASTED_WORK, "eos": WRONG_OUTPUT,
-    "round-structure": WRONG_OUTPUT, "acceptance-draw": WRONG_OUTPUT, "residual": WRONG_OUTPUT, "draw": WRONG_OUTPUT,
-    "greedy": WRONG_OUTPUT, "sampler": WRONG_OUTPUT, "target-cache": WRONG_OUTPUT,
-    # a draft cache that kept a rejected suffix only makes later proposals worse: the target decides
-    "draft-cache": WASTED_WORK,
-    "recompute": WRONG_OUTPUT, "run-end": WRONG_OUTPUT, "coupled": WRONG_OUTPUT, "tree-walk": WRONG_OUTPUT,
-    "tree-layout": WRONG_OUTPUT, "tree-shape": WRONG_OUTPUT, "distinct-siblings": WRONG_OUTPUT,
-    "position-limit": WRONG_OUTPUT,
-    "internal": WRONG_OUTPUT,  # the checker cannot vouch for what it failed to check
-    **{name: WRONG_OUTPUT for name in STOP_RULES},  # output past a stop, a wrong finish reason or count
-}
-
-# Rules whose findings in later rounds usually follow from the first one (a cache that went
-# wrong once stays wrong; a missing round shifts every later prefix): one family each.
-FAMILY: dict[str, str] = {"target-cache": "cache", "draft-cache": "cache", "recompute": "cache",
-                          "prefix-continuity": "cache"}
 
 DEFAULT_TOL = 1e-6
 
@@ -91,8 +41,8 @@ class Finding:
 
     @property
     def severity(self) -> str:
-        """WRONG_OUTPUT or WASTED_WORK (SEVERITY: every rule declares one)."""
-        return SEVERITY[self.rule]
+        """WRONG_OUTPUT or WASTED_WORK (core.check.rules: every rule declares one)."""
+        return REGISTRY[self.rule].severity
 
     def to_dict(self) -> dict:
         return {**asdict(self), "severity": self.severity}
@@ -134,7 +84,7 @@ def group_findings(findings: Sequence[Finding]) -> list[FindingGroup]:
     causes: dict[str, Finding] = {}
     follow: dict[str, list[Finding]] = {}
     for f in sorted(findings, key=lambda f: f.round):  # stable: a round keeps its rule order
-        family = FAMILY.get(f.rule, f.rule)
+        family = family_of(f.rule)
         if family in causes:
             follow[family].append(f)
         else:
@@ -167,8 +117,8 @@ def internal_finding(run_id: str, round_index: int, what: str, exc: BaseExceptio
 
 
 class _RoundChecker:
-    """Checks one round. Each rule is a method listed in ROUND_CHECKS (end of the class);
-    adding a rule = its RULES line, its method, its name in ROUND_CHECKS."""
+    """Checks one round. Each round check is a method named in ROUND_CHECKS (core.check.rules);
+    adding a rule = its Rule in core.check.rules.REGISTRY and the method that emits it."""
 
     def __init__(self, config: RunConfig, rnd: Round, out_start: int, tol: float, sink: list[Finding], *,
                  position: int = 0, previous: Round | None = None, is_last: bool = False, caches: bool = True,
@@ -742,11 +692,6 @@ def _deepest(nodes: Sequence) -> int:
     for n in nodes:
         depth.append(depth[n.parent] + 1 if 0 <= n.parent < len(depth) else 1)
     return max(depth, default=0)
-
-
-# The round rules, in the order they run (a finding's order within a round follows it): the
-# shape-free rules apply to every round; `shape` runs the rules of the round's draft shape.
-ROUND_CHECKS: tuple[str, ...] = ("continuity", "positions", "structure", "shape", "sampler", "budget", "eos", "caches")
 
 
 def check_report(

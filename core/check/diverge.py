@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from specscope.core.check.checker import WASTED_WORK, WRONG_OUTPUT, Finding, check_report, recompute_findings
@@ -179,6 +178,7 @@ def verify_row(target: Any, rnd: Round, context: Sequence[int], node: int | None
     under the tree mask (core.decode.layout), exactly as a correct decoder runs it."""
     from specscope.core.decode.kv import CachedLM
     from specscope.core.decode.layout import ChainLayout, TreeLayout
+    from specscope.core.draft.proposers import Draft
 
     prefix_len = rnd.prefix_len
     before = rnd.target_cache.before if rnd.target_cache is not None else prefix_len - 1
@@ -186,9 +186,8 @@ def verify_row(target: Any, rnd: Round, context: Sequence[int], node: int | None
     lm = CachedLM(target)
     if prefix_len - pending > 0:
         lm.feed(list(context[:prefix_len - pending]), keep=1)
-    draft = SimpleNamespace(tokens=tuple(n.token for n in rnd.nodes), parents=tuple(n.parent for n in rnd.nodes))
-    is_chain = all(p == i - 1 for i, p in enumerate(draft.parents))
-    layout = ChainLayout() if is_chain else TreeLayout()
+    draft = Draft(tokens=tuple(n.token for n in rnd.nodes), parents=tuple(n.parent for n in rnd.nodes), q=None)
+    layout = ChainLayout() if draft.is_chain else TreeLayout()  # as the decoder laid it out
     logits, _ = layout.forward(lm, list(context[prefix_len - pending:prefix_len]), draft, prefix_len)
     return logits[0 if node is None else node + 1]
 

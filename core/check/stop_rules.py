@@ -1,5 +1,6 @@
 """The checker's stop rules: stop strings and token sequences (core.decode.stops), how a run
-finished, and what its end record counts. Every rule here is about wrong output.
+finished, and what its end record counts (their Rule entries: core.check.rules). Every
+rule here is about wrong output.
 
 They replay the stop rule from the trace alone: the run's stops (RunConfig.stop_strings,
 stop_ids), its EOS ids, and, for stop strings, the text each emitted token added (a round's
@@ -17,16 +18,6 @@ from typing import Any
 
 from specscope.core.decode.stops import StopMatch, Stops
 from specscope.core.records import Round, RunConfig, RunEnd
-
-STOP_RULES: dict[str, str] = {
-    "stop-leak": "a stop string or token sequence ends the output at the token that completes it: nothing after it, "
-                 "in the round (accepted block, repair, bonus) or in a later round",
-    "stop-flag": "a round records the stop its tokens complete, where they complete it, and no other",
-    "stop-budget": "the budget is counted on the tokens up to the stop: budget_stop is not set by tokens past it",
-    "finish-reason": "the run's finish reason is the one its tokens show: eos, stop, budget (or cancelled)",
-    "end-count": "the end record counts the emitted tokens up to the stop or EOS, none past it",
-}
-
 
 class StopRules:
     """One run's stop rules, fed round by round (`round`) and then its end record (`end`)."""

@@ -22,7 +22,8 @@ import numpy as np
 from specscope.core.sampling.partial import is_full
 from specscope.core.sampling.reference import sample_from
 from specscope.core.check.tree_proof import prove_tree_round
-from specscope.core.verify.tree import CHILDREN_MODES, TreeTask, TreeVerifier, check_children_mode
+from specscope.core.verify.chain import VerifyTask
+from specscope.core.verify.tree import CHILDREN_MODES, TreeVerifier, check_children_mode
 from specscope.core.draft.trees import ancestor_matrix, node_depths
 
 
@@ -60,7 +61,7 @@ class _ReplayChooser:
         return sample_from(dist, self.draw), self.draw
 
 
-def _task(chk: Any, mode: str) -> TreeTask:
+def _task(chk: Any, mode: str) -> VerifyTask:
     rnd = chk.rnd
     nodes = rnd.nodes
     n = len(nodes)
@@ -77,10 +78,10 @@ def _task(chk: Any, mode: str) -> TreeTask:
         argmax[leaf + 1] = int(np.argmax(rnd.bonus_p))
     greedy = chk.config.sampling.greedy
     q = None if greedy else [x.q for x in nodes]
-    return TreeTask(tokens=tuple(int(x.token) for x in nodes), q=q, p=rows, argmax=argmax, greedy=greedy,
-                    eos_token_id=chk.config.eos_token_id, more_eos=chk.config.eos_ids, remaining=rnd.remaining_budget,
-                    stops=RecordedStop(getattr(rnd, "stop", None), _unrecorded_stop_end(chk)), parents=parents,
-                    children=check_children_mode(mode))
+    return VerifyTask(tokens=tuple(int(x.token) for x in nodes), q=q, p=rows, argmax=argmax, greedy=greedy,
+                      eos_token_id=chk.config.eos_token_id, more_eos=chk.config.eos_ids, remaining=rnd.remaining_budget,
+                      stops=RecordedStop(getattr(rnd, "stop", None), _unrecorded_stop_end(chk)), parents=parents,
+                      children=check_children_mode(mode))
 
 
 def _unrecorded_stop_end(chk: Any) -> int | None:

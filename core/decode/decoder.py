@@ -352,7 +352,7 @@ class SpeculativeDecoder:
             peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
             draft_cache = cache_state(draft.cache_before, peak, draft_after, final_context)
         vectors = RoundVectors(task, verdict, draft.parents, self.full_vectors, self.top_n, self.sampling.sparse_rows,
-                               draft.q_facts, rows.facts)
+                               draft.q_facts, rows.facts, walk_facts=layout.walk_facts)
         t3 = clock.now()
 
         fields = dict(

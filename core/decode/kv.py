@@ -95,11 +95,14 @@ class CachedLM:
         return self._positions[start:end].unsqueeze(0)
 
     @torch.inference_mode()
-    def feed(self, tokens: Sequence[int] | torch.Tensor, keep: int) -> torch.Tensor:
+    def feed(self, tokens: Sequence[int] | torch.Tensor, keep: int, positions: Sequence[int] | None = None,
+             attention_mask: torch.Tensor | dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Append `tokens` after whatever the cache holds; logits of the last `keep` of them.
 
         `tokens` is a sequence of ids or a 1-D LongTensor already on the model's device (a
-        draft token fed back without a host round trip).
+        draft token fed back without a host round trip). A tree's nodes are fed with their
+        own `positions` and an additive 4D `attention_mask` (core.decode.layout.masked_feed
+        builds it; transformers uses a 4D mask as it is).
         """
         if isinstance(tokens, torch.Tensor):
             ids = tokens.view(1, -1)
@@ -108,9 +111,13 @@ class CachedLM:
         n = ids.shape[1]
         if keep > n:
             raise RuntimeError(f"asked for {keep} logits but only {n} positions are pending")
-        kwargs = {}
-        if self._positions is not None and self.cache is not None:
+        kwargs: dict[str, object] = {}
+        if positions is not None:
+            kwargs["position_ids"] = torch.tensor([list(positions)], dtype=torch.long, device=self.device)
+        elif self._positions is not None and self.cache is not None:
             kwargs["position_ids"] = self._position_ids(self.cache.get_seq_length(), n)
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
         started = self.stopwatch.now()
         out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep,
                          **self.hidden_kwargs(), **kwargs)

@@ -29,9 +29,9 @@ import torch
 from specscope.core.decode.kv import PLAIN_LAYERS, CachedLM, CachePolicy
 from specscope.core.draft.trees import additive_mask, ancestor_matrix, context_and_tree, node_depths, tree_positions
 from specscope.core.records import Round, TreeInfo, TreeRound
-from specscope.core.verify.chain import ChainVerifier, Verdict, Verifier, VerifyTask
+from specscope.core.verify.chain import Verdict, Verifier, VerifyTask
 from specscope.core.verify.coupling import Coupling, CoupledVerifier
-from specscope.core.verify.tree import TreeTask, TreeVerifier, check_children_mode
+from specscope.core.verify.tree import TreeVerifier, check_children_mode
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ class Layout(Protocol):
 
     def task(self, draft: Any, **common: Any) -> VerifyTask: ...
 
+    walk_facts: bool  # whether its record keeps the walk's residual updates and final p' (RoundVectors)
+
     def keep(self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any,
              placed: Placement) -> Placement:
         """Keep the prefix and the accepted path in the target cache (the policy crops)."""
@@ -76,13 +78,16 @@ class Layout(Protocol):
 
 
 class ChainLayout:
-    """A chain: fed causally, kept by cropping (no mask, no gather)."""
+    """A chain: fed causally, kept by cropping (no mask, no gather). Its record is a plain
+    Round: the walk's residual updates and final p' (`walk_facts`) are not kept."""
+
+    walk_facts = False
 
     def draft_length(self, k: int, remaining: int) -> int:
         return min(k, remaining)
 
     def verifier(self, coupling: Coupling | None) -> Verifier:
-        return ChainVerifier() if coupling is None else CoupledVerifier(coupling)
+        return TreeVerifier() if coupling is None else CoupledVerifier(coupling)
 
     def check(self, draft: Any, k: int) -> None:
         if not draft.is_chain:
@@ -95,7 +100,7 @@ class ChainLayout:
         return lm.feed(pending + list(draft.tokens), keep=len(draft.tokens) + 1), Placement()
 
     def task(self, draft: Any, **common: Any) -> VerifyTask:
-        return VerifyTask(tokens=draft.tokens, **common)
+        return walk_task(draft, **common)
 
     def keep(self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any,
              placed: Placement) -> Placement:
@@ -114,6 +119,7 @@ class TreeLayout:
     are the three facts a tree's correctness rests on (the fault zoo replaces them)."""
 
     spec: str = ""
+    walk_facts = True  # the record keeps every residual update and the final p' (TreeInfo)
 
     def draft_length(self, k: int, remaining: int) -> int:
         return remaining  # a tree's own spec bounds it; the budget caps its depth
@@ -146,7 +152,7 @@ class TreeLayout:
         return logits, Placement(positions=tuple(node_positions), visible=seen)
 
     def task(self, draft: Any, **common: Any) -> VerifyTask:
-        return TreeTask(tokens=draft.tokens, parents=draft.parents, children=children_rule(draft), **common)
+        return walk_task(draft, **common)
 
     def keep(self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any,
              placed: Placement) -> Placement:
@@ -166,6 +172,11 @@ class TreeLayout:
             positions=placed.positions, visible=placed.visible, kept_rows=placed.kept_rows,
         )
         return TreeRound(**{**fields, "k": max(node_depths(task.parents), default=0)}, tree=info)
+
+
+def walk_task(draft: Any, **common: Any) -> VerifyTask:
+    """The walk's task for a draft of any shape (a chain's parents are -1, 0, ..., n - 2)."""
+    return VerifyTask(tokens=draft.tokens, parents=draft.parents, children=children_rule(draft), **common)
 
 
 def children_rule(draft: Any) -> str:
@@ -190,28 +201,18 @@ def model_dtype(lm: CachedLM) -> torch.dtype:
     return next(lm.model.parameters()).dtype
 
 
-@torch.inference_mode()
 def masked_feed(lm: CachedLM, tokens: Sequence[int], positions: Sequence[int], allowed: np.ndarray,
                 keep: int) -> torch.Tensor:
     """Append `tokens` at `positions` after what the cache holds, each row attending the
     columns `allowed` (rows: tokens; columns: cached positions then tokens). Returns the
-    (keep, V) float32 logits of the last `keep` tokens, on the model's device. transformers
-    returns a 4D mask as it is, for eager and SDPA attention alike."""
+    (keep, V) float32 logits of the last `keep` tokens, on the model's device (CachedLM.feed
+    with the tree's mask: transformers returns a 4D mask as it is, for eager and SDPA
+    attention alike)."""
     n = len(tokens)
     cached = lm.processed
     if allowed.shape != (n, cached + n):
         raise RuntimeError(f"tree mask of shape {allowed.shape} for {n} tokens after {cached} cached")
-    ids = torch.tensor([list(tokens)], dtype=torch.long, device=lm.device)
-    pos = torch.tensor([list(positions)], dtype=torch.long, device=lm.device)
-    mask = attention_masks(lm, allowed, positions)
-    started = lm.stopwatch.now()
-    out = lm.model(input_ids=ids, cache=lm.cache, use_cache=lm.use_cache, attention_mask=mask, position_ids=pos,
-                   logits_to_keep=keep, **lm.hidden_kwargs())
-    lm.keep_features(out)
-    logits = out.logits[0, -keep:].float()
-    lm.forward_s += lm.stopwatch.now() - started
-    lm.forwards += 1
-    return logits
+    return lm.feed(tokens, keep, positions=positions, attention_mask=attention_masks(lm, allowed, positions))
 
 
 def attention_masks(lm: CachedLM, allowed: np.ndarray, positions: Sequence[int]) -> torch.Tensor | dict[str, torch.Tensor]:

@@ -28,12 +28,15 @@ class RoundVectors:
     """The round's rows as the record keeps them (see the module docstring)."""
 
     def __init__(self, task: VerifyTask, verdict: Verdict, parents: tuple[int, ...], full: bool, top_n: int,
-                 sparse: bool = False, q_facts: RowFacts | None = None, p_facts: RowFacts | None = None):
+                 sparse: bool = False, q_facts: RowFacts | None = None, p_facts: RowFacts | None = None,
+                 walk_facts: bool = True):
+        """`walk_facts`: whether the record keeps the walk's residual updates and final p'
+        (a tree round's TreeInfo; a chain round records its residual only)."""
         self.task, self.verdict, self.parents = task, verdict, parents
         n = len(task.tokens)
         p, q = task.p, task.q
-        updates = list(verdict.updates)
-        final = verdict.final_p if not task.greedy else None
+        updates = list(verdict.updates) if walk_facts else []
+        final = verdict.final_p if walk_facts and not task.greedy else None
         singles = [u.p_after for u in updates] + ([final] if final is not None else [])
         singles += [verdict.residual] if verdict.residual is not None else []
         blocks = [p] + ([q] if q is not None else []) + ([_stacked(singles, p.device)] if singles else [])

@@ -35,7 +35,7 @@ from specscope.core.draft.proposers import DraftModelProposer, Proposer, SampleS
 from specscope.core.records import GenerationResult, Round, RunConfig
 from specscope.core.decode.run import RunHandle
 from specscope.core.sampling.reference import SamplingConfig
-from specscope.core.verify.chain import ChainVerifier, Verdict, Verifier, VerifyTask, residual_distribution, stale_residual
+from specscope.core.verify.chain import Verdict, Verifier, VerifyTask, residual_distribution, stale_residual
 from specscope.core.verify.tree import TreeVerifier
 
 Fire = Callable[[], None]
@@ -208,8 +208,8 @@ def _budget_overshoot(seams: Seams, fire: Fire) -> Seams:
 def _stale_residual(seams: Seams, fire: Fire) -> Seams:
     """The residual is not taken after a rejection (core.verify.chain.stale_residual): a
     chain's repair, and a tree's next sibling and repair, see p itself."""
-    if not isinstance(seams.verifier, (ChainVerifier, TreeVerifier)):
-        raise ValueError("the stale-residual faults replace the residual rule of a ChainVerifier or TreeVerifier")
+    if not isinstance(seams.verifier, TreeVerifier) or isinstance(seams.verifier, CoupledVerifier):
+        raise ValueError("the stale-residual faults replace the residual rule of a TreeVerifier")
 
     def stale(p: Any, q: Any) -> tuple[Any, Any]:
         right, _ = residual_distribution(p, q)

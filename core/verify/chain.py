@@ -1,9 +1,11 @@
-"""Verification: the rule of speculative sampling, and the verifier the decoder is given.
+"""Verification: the rule of speculative sampling, and what a verifier is given and returns.
 
 The three functions at the top use only elementwise numpy operations, so they work on
 float arrays in the decoder and on object arrays of fractions.Fraction in the exact oracle
-test. Below them, the seam: a Verifier turns one round's draft and target rows into a
-Verdict (statuses, draws, emitted tokens); ChainVerifier is the exact chain rule.
+test. Below them, the seam: a Verifier turns one round's draft and target rows (a
+VerifyTask) into a Verdict (statuses, draws, emitted tokens). The one walk that applies the
+rule to a draft is core.verify.tree.TreeVerifier: a chain is the tree whose node i has
+parent i - 1, and goes through the same walk.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def emitted_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------- the seam
 
 # The one residual rule every verifier takes (a seam: the fault zoo replaces it): (p, q) ->
-# (the distribution the repair is drawn from, its mass). Chain and tree verifiers alike.
+# (the distribution the repair is drawn from, its mass). The tree walk's (a chain's too).
 ResidualRule = Callable[[Any, Any], "tuple[Any, Any]"]
 
 
@@ -88,9 +90,10 @@ def stale_residual(p: Any, q: Any) -> tuple[Any, Any]:
 
 @dataclass(frozen=True)
 class VerifyTask:
-    """Everything a verifier needs to judge one round's draft."""
+    """Everything a verifier needs to judge one round's draft: a tree, or a chain (the tree
+    whose node i has parent i - 1, what a task without parents is)."""
 
-    tokens: tuple[int, ...]  # the draft (a chain; core.verify.tree.TreeTask adds the parents)
+    tokens: tuple[int, ...]  # the draft's nodes
     q: np.ndarray | None  # (n, V) proposal rows; None when greedy
     p: np.ndarray  # (n + 1, V) target rows after the sampling transforms (last: the bonus row)
     argmax: np.ndarray  # (n + 1,) argmax of the target logits at each position
@@ -100,6 +103,13 @@ class VerifyTask:
     position: int = 0  # output position of the first draft token (new tokens emitted before the round)
     more_eos: frozenset[int] = frozenset()  # the run's other EOS ids (a chat model's end of turn)
     stops: Any = None  # core.decode.stops.StopTracker: stop strings and token sequences; None = none
+    # each node's parent (-1: the prefix); left out, a chain: node i's parent is i - 1
+    parents: tuple[int, ...] = None  # type: ignore[assignment]  (set in __post_init__)
+    children: str = "sampled"  # how siblings were chosen (core.verify.tree.CHILDREN_MODES)
+
+    def __post_init__(self) -> None:
+        if self.parents is None:
+            object.__setattr__(self, "parents", tuple(range(-1, len(self.tokens) - 1)))
 
     def is_eos(self, token: int) -> bool:
         return token == self.eos_token_id or token in self.more_eos
@@ -142,86 +152,7 @@ def mark_end(task: VerifyTask, verdict: Verdict) -> bool:
 
 class Verifier(Protocol):
     """Judges a draft against the target: decides, repairs or adds the bonus, and stops at
-    EOS and at the budget. The decoder is given one (ChainVerifier by default)."""
+    EOS and at the budget. The decoder is given one (core.verify.tree.TreeVerifier by
+    default; core.verify.coupling.CoupledVerifier for a coupled run)."""
 
     def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict: ...
-
-
-class ChainWalk:
-    """The walk every chain verifier shares: judge the draft tokens in order, stop at the
-    first rejection (repair) or at an accepted EOS, else add the bonus where the budget
-    allows. A verifier built on it supplies the rule: `_accept`, `_repair`, `_bonus`."""
-
-    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
-        n = len(task.tokens)
-        verdict = Verdict(statuses=["unvisited"] * n, draws=[None] * n, emitted=[])
-        for i, token in enumerate(task.tokens):
-            if self._accept(task, i, token, verdict, rng):
-                verdict.statuses[i] = "accepted"
-                verdict.path.append(i)
-                verdict.emitted.append(EmittedToken(token, "accepted", i))
-                if mark_end(task, verdict):
-                    return verdict
-                continue
-            verdict.statuses[i] = "rejected"
-            verdict.rejected_node = i
-            self._repair(task, i, verdict, rng)
-            return verdict
-        if len(verdict.emitted) >= task.remaining:  # every draft token accepted: the bonus, budget allowing
-            verdict.bonus_withheld = True
-            return verdict
-        self._bonus(task, verdict, rng)
-        return verdict
-
-    def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
-        raise NotImplementedError
-
-    def _repair(self, task: VerifyTask, i: int, verdict: Verdict, rng: np.random.Generator) -> None:
-        raise NotImplementedError
-
-    def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class ChainVerifier(ChainWalk):
-    """Speculative sampling over a chain draft (Leviathan et al. / Chen et al.).
-
-    Stochastic: accept x_i with probability min(1, p_i(x)/q_i(x)); at the first rejection
-    draw the repair from the residual; if all are accepted, draw a bonus from the last p.
-    Greedy: accept while the draft equals the target argmax. EOS ends the round at once; the
-    bonus is withheld when the budget is spent. `residual` is the rule for the repair
-    distribution (a seam the fault zoo replaces): the tree walk's rule, of which this is the
-    width-1 case.
-    """
-
-    residual: ResidualRule = residual_distribution
-
-    def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
-        if task.greedy:
-            return token == int(task.argmax[i])
-        u = float(rng.random())
-        verdict.draws[i] = u
-        return u < acceptance_probability(float(task.p[i][token]), float(task.q[i][token]))
-
-    def _repair(self, task: VerifyTask, i: int, verdict: Verdict, rng: np.random.Generator) -> None:
-        if task.greedy:
-            repair, draw = int(task.argmax[i]), None
-        else:
-            verdict.residual, mass = self.residual(task.p[i], task.q[i])
-            verdict.residual_mass = float(mass)
-            draw = float(rng.random())
-            repair = draw_token(verdict.residual, draw)
-        verdict.emitted.append(EmittedToken(repair, "repaired", i, draw))
-        mark_end(task, verdict)
-
-    def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
-        """Every draft token accepted: one more token from the target's last row."""
-        n = len(task.tokens)
-        if task.greedy:
-            bonus, draw = int(task.argmax[n]), None
-        else:
-            draw = float(rng.random())
-            bonus = draw_token(task.p[n], draw)
-        verdict.emitted.append(EmittedToken(bonus, "bonus", None, draw))
-        mark_end(task, verdict)

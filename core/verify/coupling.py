@@ -23,7 +23,10 @@ lanes' forwards). The price: a draft token is accepted with probability P(x_j ==
 which is at least (1 - d)/(1 + d) for d the total variation distance between p and q, below
 the sum min(p, q) = 1 - d of the chain rule.
 
-Greedy decoding has no randomness to share: there the verifier is the chain rule's argmax.
+Greedy decoding has no randomness to share: there the verifier is the walk's argmax rule.
+
+A chain is the tree whose node i has parent i - 1: `CoupledVerifier` is core.verify.tree's
+walk with the coupled decision and repair (coupled lanes verify chains only).
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from specscope.core.records import EmittedToken
 from specscope.core.sampling.tensors import is_tensor
-from specscope.core.verify.chain import ChainVerifier, ChainWalk, Verdict, VerifyTask, mark_end
+from specscope.core.verify.chain import Verdict, VerifyTask
+from specscope.core.verify.tree import TreeVerifier
 
 COUPLED_VERIFIER = "coupled"  # what a run's proposer_params["verifier"] says
 
@@ -108,33 +111,34 @@ class Coupling:
 
 
 @dataclass(frozen=True)
-class CoupledVerifier(ChainWalk):
-    """The drafter-invariant verifier (see the module docstring). `emit` chooses the token
-    emitted at a mismatch: "target" (y_j, exact) or, as a deliberate fault, "draft" (x_j
-    with its own row's coupled pick: the draft's Gumbel argmax)."""
+class CoupledVerifier(TreeVerifier):
+    """The drafter-invariant verifier (see the module docstring): the tree walk with the
+    coupled rule in its three steps. `emit` chooses the token emitted at a mismatch:
+    "target" (y_j, exact) or, as a deliberate fault, "draft" (x_j with its own row's coupled
+    pick: the draft's Gumbel argmax). Greedy runs share no randomness: the walk's argmax rule."""
 
     coupling: Coupling
     emit: str = "target"
 
-    def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
-        if task.greedy:  # no randomness to share: the chain rule's argmax
-            return ChainVerifier().verify(task, rng)
-        return super().verify(task, rng)
+    def _position(self, task: VerifyTask, verdict: Verdict) -> int:
+        """The output position j of the token decided next (the tokens emitted before it)."""
+        return task.position + len(verdict.path)
 
-    def _accept(self, task: VerifyTask, i: int, token: int, verdict: Verdict, rng: np.random.Generator) -> bool:
-        return token == self.coupling.pick(task.p[i], task.position + i)
+    def _decide(self, task: Any, node: int, child: int, p_prime: Any, tried_tokens: list[int], verdict: Verdict,
+                chooser: Any) -> tuple[bool, Any]:
+        if task.greedy:
+            return super()._decide(task, node, child, p_prime, tried_tokens, verdict, chooser)
+        return task.tokens[child] == self.coupling.pick(task.p[node + 1], self._position(task, verdict)), None
 
-    def _repair(self, task: VerifyTask, i: int, verdict: Verdict, rng: np.random.Generator) -> None:
-        row = task.q[i] if self.emit == "draft" and task.q is not None else task.p[i]
-        y = self.coupling.pick(row, task.position + i)
-        verdict.emitted.append(EmittedToken(y, "repaired", i))
-        mark_end(task, verdict)
+    def _update(self, node: int, child: int, p_prime: Any, q_c: Any, verdict: Verdict) -> Any:
+        return p_prime  # the coupled repair is y_j, no residual draw
 
-    def _bonus(self, task: VerifyTask, verdict: Verdict, rng: np.random.Generator) -> None:
-        n = len(task.tokens)
-        bonus = self.coupling.pick(task.p[n], task.position + n)
-        verdict.emitted.append(EmittedToken(bonus, "bonus", None))
-        mark_end(task, verdict)
+    def _draw(self, task: Any, node: int, kids: list[int], verdict: Verdict, chooser: Any) -> tuple[int, float | None]:
+        if task.greedy:
+            return super()._draw(task, node, kids, verdict, chooser)
+        draft = kids and self.emit == "draft" and task.q is not None
+        row = task.q[kids[-1]] if draft else task.p[node + 1]
+        return self.coupling.pick(row, self._position(task, verdict)), None
 
 
 def coupling_seed_of(config: Any) -> int | None:

@@ -29,7 +29,7 @@ enumerates every decision exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -117,30 +117,26 @@ class RngChooser:
 TreeVerdict = Verdict
 
 
-@dataclass(frozen=True)
-class TreeTask(VerifyTask):
-    """A VerifyTask for a tree: `parents` (-1 = the prefix) and how children were chosen."""
-
-    parents: tuple[int, ...] = ()
-    children: str = "sampled"
+# Every VerifyTask has its parents (a chain's when it names none): the name tree code uses.
+TreeTask = VerifyTask
 
 
 @dataclass(frozen=True)
 class TreeVerifier:
-    """The exact tree rule; `residual` is the update after a rejection (the chain verifier's
-    rule and seam: the fault zoo replaces it)."""
+    """The exact rule over any draft: a tree, or a chain (the tree whose node i has parent
+    i - 1), through the one `walk`. `residual` is the update after a rejection (a seam: the
+    fault zoo replaces it). A verifier with another rule overrides the three steps the walk
+    asks of it: `_decide` (a child's acceptance), `_update` (p' after a rejection) and
+    `_draw` (the repair or the bonus); core.verify.coupling.CoupledVerifier does."""
 
-    residual: ResidualRule = residual_distribution
+    residual: ResidualRule = field(default=residual_distribution, kw_only=True)
 
     def verify(self, task: VerifyTask, rng: np.random.Generator) -> Verdict:
-        if not isinstance(task, TreeTask):
-            task = TreeTask(**{f: getattr(task, f) for f in VerifyTask.__dataclass_fields__},
-                            parents=tuple(range(-1, len(task.tokens) - 1)))
         verdict = self.walk(task, RngChooser(rng))
         verdict.residual_mass = None if verdict.residual_mass is None else float(verdict.residual_mass)
         return verdict
 
-    def walk(self, task: TreeTask, chooser: Chooser) -> Verdict:
+    def walk(self, task: VerifyTask, chooser: Chooser) -> Verdict:
         """The whole walk from the prefix; decisions come from `chooser`."""
         check_children_mode(task.children)
         n = len(task.tokens)
@@ -162,7 +158,7 @@ class TreeVerifier:
                 return verdict
             node = accepted
 
-    def _try_children(self, task: TreeTask, node: int, kids: list[int], verdict: Verdict,
+    def _try_children(self, task: VerifyTask, node: int, kids: list[int], verdict: Verdict,
                       chooser: Chooser) -> int | None:
         """Try `node`'s children in order; the accepted one, or None (final p' in verdict)."""
         p_prime = task.p[node + 1]
@@ -173,29 +169,44 @@ class TreeVerifier:
         for child in kids:
             token = task.tokens[child]
             verdict.tried[node].append(child)
-            if task.greedy:
-                ok = token == int(task.argmax[node + 1])
-            else:
-                q_c = child_proposal(task.children, task.q[child], tried_tokens, token)
-                ok, verdict.draws[child] = chooser.accept(acceptance_probability(*entries(p_prime, q_c, token)), child)
+            ok, q_c = self._decide(task, node, child, p_prime, tried_tokens, verdict, chooser)
             if ok:
                 verdict.statuses[child] = "accepted"
                 return child
             verdict.statuses[child] = "rejected"
             tried_tokens.append(token)
             if not task.greedy:
-                p_prime, mass = self.residual(p_prime, q_c)
-                verdict.updates.append(ResidualUpdate(node, child, p_prime, mass))
-                verdict.final_p = p_prime
-                verdict.residual, verdict.residual_mass = p_prime, mass
+                p_prime = self._update(node, child, p_prime, q_c, verdict)
         return None
 
-    def _finish(self, task: TreeTask, node: int, kids: list[int], verdict: Verdict, chooser: Chooser) -> None:
-        """Every child of `node` failed (the repair) or it has none (the bonus)."""
+    def _decide(self, task: VerifyTask, node: int, child: int, p_prime: Any, tried_tokens: list[int], verdict: Verdict,
+                chooser: Chooser) -> tuple[bool, Any]:
+        """Whether `child` is accepted against the running p' of `node`, and the proposal q_c
+        it was judged with (None when greedy). Records the draw behind the decision."""
+        token = task.tokens[child]
         if task.greedy:
-            token, draw = int(task.argmax[node + 1]), None
-        else:
-            token, draw = chooser.sample(verdict.final_p, node)
+            return token == int(task.argmax[node + 1]), None
+        q_c = child_proposal(task.children, task.q[child], tried_tokens, token)
+        ok, verdict.draws[child] = chooser.accept(acceptance_probability(*entries(p_prime, q_c, token)), child)
+        return ok, q_c
+
+    def _update(self, node: int, child: int, p_prime: Any, q_c: Any, verdict: Verdict) -> Any:
+        """p' after `child` was rejected: the residual rule; every update is recorded."""
+        p_prime, mass = self.residual(p_prime, q_c)
+        verdict.updates.append(ResidualUpdate(node, child, p_prime, mass))
+        verdict.final_p = p_prime
+        verdict.residual, verdict.residual_mass = p_prime, mass
+        return p_prime
+
+    def _draw(self, task: VerifyTask, node: int, kids: list[int], verdict: Verdict, chooser: Chooser) -> tuple[int, float | None]:
+        """The repair (every child of `node` failed) or the bonus (it has none): from the final p'."""
+        if task.greedy:
+            return int(task.argmax[node + 1]), None
+        return chooser.sample(verdict.final_p, node)
+
+    def _finish(self, task: VerifyTask, node: int, kids: list[int], verdict: Verdict, chooser: Chooser) -> None:
+        """Every child of `node` failed (the repair) or it has none (the bonus)."""
+        token, draw = self._draw(task, node, kids, verdict, chooser)
         if kids:
             verdict.rejected_node = kids[-1]
             verdict.emitted.append(EmittedToken(token, "repaired", kids[-1], draw))

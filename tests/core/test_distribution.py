@@ -17,7 +17,7 @@ import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.verify.chain import ChainVerifier
+from specscope.core.verify.tree import TreeVerifier
 
 from .chi_square import VOCAB, count_outputs, fit_pvalue, stat_models
 
@@ -36,7 +36,7 @@ SETTINGS = [
 
 def ResampleFromP(*args, **kwargs):
     """A classic bug: the repair token is drawn from p instead of max(p - q, 0)."""
-    return SpeculativeDecoder(*args, verifier=ChainVerifier(residual=lambda p, q: (p, 1.0)), **kwargs)
+    return SpeculativeDecoder(*args, verifier=TreeVerifier(residual=lambda p, q: (p, 1.0)), **kwargs)
 
 
 def warped(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

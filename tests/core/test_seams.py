@@ -9,7 +9,7 @@ from specscope.core import (DraftModelProposer, PromptLookupProposer, RunHandle,
 from specscope.core.check.checker import check_run
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.core.decode.kv import CachePolicy
-from specscope.core.verify.chain import ChainVerifier
+from specscope.core.verify.tree import TreeVerifier
 
 from ..tiny_models import noisy_copy, tiny_lm
 
@@ -117,7 +117,7 @@ def test_a_decoder_given_the_default_seams_explicitly_is_the_default_decoder(pai
     cfg = SamplingConfig(temperature=0.9, top_k=20)
     a = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=cfg, seed=7).generate([3, 1, 4, 1, 5], 25)
     b = SpeculativeDecoder(target, DraftModelProposer(draft, cache=CachePolicy()), k=3, sampling=cfg, seed=7,
-                           verifier=ChainVerifier(), target_cache=CachePolicy()).generate([3, 1, 4, 1, 5], 25)
+                           verifier=TreeVerifier(), target_cache=CachePolicy()).generate([3, 1, 4, 1, 5], 25)
     assert a.new_tokens == b.new_tokens
     assert [r.target_cache for r in a.rounds] == [r.target_cache for r in b.rounds]
 

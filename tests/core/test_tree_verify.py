@@ -135,16 +135,42 @@ def test_budget_cuts_the_path_and_withholds_the_bonus():
     assert [e.kind for e in verdict.emitted] == ["accepted", "accepted"] and verdict.bonus_withheld
 
 
+def chain_rule(task, rng):
+    """The chain rule of Leviathan et al. written out for this test (the reference the walk
+    must match on a chain): accept x_i iff u < min(1, p_i(x)/q_i(x)); at the first rejection
+    the repair from normalise(max(p_i - q_i, 0)); all accepted, the bonus from p_n."""
+    emitted, statuses, draws = [], ["unvisited"] * len(task.tokens), [None] * len(task.tokens)
+    for i, x in enumerate(task.tokens):
+        u = float(rng.random())
+        draws[i] = u
+        if u < min(1.0, task.p[i][x] / task.q[i][x]):
+            statuses[i] = "accepted"
+            emitted.append((x, "accepted", i))
+            continue
+        statuses[i] = "rejected"
+        residual = np.maximum(task.p[i] - task.q[i], 0)
+        emitted.append((sample_from(residual / residual.sum(), float(rng.random())), "repaired", i))
+        return emitted, statuses, draws
+    emitted.append((sample_from(task.p[len(task.tokens)], float(rng.random())), "bonus", None))
+    return emitted, statuses, draws
+
+
 def test_a_chain_task_is_verified_as_a_chain():
-    from specscope.core.verify.chain import ChainVerifier, VerifyTask
+    """A task without parents is a chain: the one walk applies the chain rule to it."""
+    from specscope.core.verify.chain import VerifyTask
 
     p = np.array([[0.1, 0.9], [0.5, 0.5], [0.3, 0.7]])
     q = np.array([[0.5, 0.5], [0.9, 0.1]])
     task = VerifyTask(tokens=(1, 0), q=q, p=p, argmax=p.argmax(-1), greedy=False, eos_token_id=None, remaining=5)
-    for seed in range(20):
-        a = ChainVerifier().verify(task, np.random.default_rng(seed))
+    kinds = set()
+    for seed in range(40):
+        emitted, statuses, draws = chain_rule(task, np.random.default_rng(seed))
         b = TreeVerifier().verify(task, np.random.default_rng(seed))
-        assert a.emitted == b.emitted and a.statuses == b.statuses and a.draws == b.draws
+        assert [(e.token, e.kind, e.node) for e in b.emitted] == emitted
+        assert b.statuses == statuses and b.draws == draws
+        assert b.path == list(range(b.accepted))
+        kinds |= {e.kind for e in b.emitted}
+    assert kinds == {"accepted", "repaired", "bonus"}  # the seeds reach every branch of the rule
 
 
 # ---------------------------------------------------------------------------- chi-square

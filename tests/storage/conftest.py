@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 from specscope.storage import TraceStore, record
@@ -13,13 +12,9 @@ from ..tiny_models import noisy_copy, tiny_lm
 PROMPT = [5, 9, 14, 5, 9, 3, 7]
 
 
-def tiny_llama(seed: int, layers: int = 2, vocab: int = 64) -> torch.nn.Module:
-    return tiny_lm("llama", vocab=vocab, seed=seed, layers=layers, init_range=0.3)
-
-
 @pytest.fixture(scope="session")
 def models():
-    target = tiny_llama(0, 2)
+    target = tiny_lm("llama", vocab=64, seed=0, layers=2, init_range=0.3)
     return target, noisy_copy(target, 0.05)
 
 

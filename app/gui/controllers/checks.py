@@ -57,6 +57,7 @@ class CheckActions:
         (core.check.diverge); the timeline jumps to it. Greedy runs only."""
         from specscope.core.check.diverge import diverge_report
         from specscope.core.decode.stops import token_piece_function
+        from specscope.core.loading.text import token_label
 
         w = self.w
         title = "Compare with plain greedy"
@@ -79,7 +80,7 @@ class CheckActions:
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
             w.show_error(f"The comparison with plain greedy decoding failed: {exc}", title=title)
             return None
-        lines = found.lines(lambda t: f"{tokenizer.decode([t])!r} (id {t})" if tokenizer is not None else f"id {t}")
+        lines = found.lines(lambda t: token_label(tokenizer, t))
         w.statusBar().showMessage(f"{title}: {lines[0]}", 15000)
         if found.round is not None:
             self.jump_to_finding(SimpleNamespace(round=found.round, position=found.position, node=None))

@@ -21,6 +21,7 @@ from specscope.core.decode.factory import Models, build_decoder, prompt_ids, run
 from specscope.core.decode.settings import SettingsError
 from specscope.core.loading import catalog, gguf
 from specscope.core.loading import models as loading
+from specscope.core.loading.text import token_text
 from specscope.core.records import RunConfig
 
 from specscope.app.gui.model.settings import RunSettings
@@ -61,36 +62,9 @@ class PlainCost:
         return self.first_s + max(tokens - 1, 0) * self.step_s
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table used by byte-level BPE vocabularies."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
-
-
-BYTE_DECODER = {c: b for b, c in _bytes_to_unicode().items()}
-
-
-def byte_level_text(piece: str) -> str | None:
-    """The text of a byte-level BPE piece; bytes that are not valid UTF-8 alone become \\xNN."""
-    if not piece or any(ch not in BYTE_DECODER for ch in piece):
-        return None
-    raw = bytes(BYTE_DECODER[ch] for ch in piece)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return "".join(f"\\x{b:02x}" if b >= 0x80 else chr(b) for b in raw)
-
-
 class CachedTokenText:
-    """token id -> text through a tokenizer, memoised (decode is slow per call). A token
-    that is only part of a UTF-8 character shows its bytes (\\xe2) instead of "\ufffd"."""
+    """token id -> text through a tokenizer (core.loading.text.token_text), memoised (decode
+    is slow per call)."""
 
     def __init__(self, tokenizer: Any | None):
         self.tokenizer = tokenizer
@@ -104,10 +78,7 @@ class CachedTokenText:
                 text = str(token)
             else:
                 try:
-                    text = self.tokenizer.decode([int(token)])
-                    if "\ufffd" in text:
-                        piece = self.tokenizer.convert_ids_to_tokens(int(token))
-                        text = byte_level_text(piece) or text
+                    text = token_text(self.tokenizer, token)
                 except Exception:  # a bad id must not break a tooltip
                     text = f"<{token}>"
             with self._lock:
