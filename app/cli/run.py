@@ -266,6 +266,9 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
         settings.check(FLAG_NAMES)
         if settings.coupling_seed is not None and settings.greedy:
             print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
+        from specscope.app.threads import apply_threads
+
+        apply_threads(args.threads)  # imports torch: after every setting is checked, so a refusal is quick
         pair = _load(args, spec)
         decoder = build_decoder(settings, pair, FLAG_NAMES)
         prompt = _prompt_ids(args, pair.tokenizer, settings)
@@ -336,9 +339,6 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any, fault
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specscope.app.threads import apply_threads
-
-    apply_threads(args.threads)
     pair, decoder, prompt, config = _prepare(args)
     color = sys.stdout.isatty() and not args.json
     writer = _open_writer(args, config, pair)

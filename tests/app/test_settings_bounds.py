@@ -129,3 +129,12 @@ def test_the_run_panel_widget_never_holds_an_unbounded_spec(qtbot):
     panel.set_texts({"tree": "dynamic:nodes=8,depth=2147483647,topk=2"})  # typed into the tree field
     result = panel.validate()
     assert not result.ok and "depth must be at most 256" in panel.errors["tree"].text()
+
+
+@pytest.mark.parametrize("argv", [["--proposer", "lookup:max_ngram=2147483647"], ["--top-n", "2147483647"],
+                                  ["--proposer", "draft:"], ["--lookup-max-ngram", "2147483647"]])
+def test_a_refused_setting_is_refused_before_torch_loads(argv):
+    code = ("import sys; from specscope.app.cli import main; status = main(['run', '--prompt-ids', '1,2', *sys.argv[1:]]); "
+            "print(status, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["2", "False"], done.stderr
