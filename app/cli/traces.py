@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from specscope.app.cli.options import Progress, is_broken_pipe
 from specscope.core.records import TOKEN_KINDS
+from specscope.core.settings.vocab import RUN_STATUSES
 
 if TYPE_CHECKING:  # the storage package (SQLAlchemy: about 2 s) is imported by the commands that read a store
     import numpy as np
@@ -38,7 +39,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("runs", help="list the runs in a trace store",
                               description="List the runs in a trace store, newest first.")
     p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
-    p.add_argument("--status", choices=("running", "completed", "interrupted", "failed"), help="only runs with this status")
+    p.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
     p.add_argument("--limit", type=int, default=None, help="at most this many runs")
     p.add_argument("--json", action="store_true", help="one JSON object per run (JSON lines)")
     p.set_defaults(func=cmd_runs)
