@@ -13,7 +13,7 @@ from typing import Any
 
 from specscope.core.settings.bounds import BOUNDS  # torch-free: the parser is built at every start
 from specscope.core.settings.model import RunSettings
-from specscope.core.settings.vocab import CHILDREN_MODES, DEFAULT_CHILDREN
+from specscope.core.settings.vocab import CHILDREN_MENU, DEFAULT_CHILDREN
 
 SCHEMA = "specscope-bench/2"
 
@@ -52,8 +52,7 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--tree", action="append", default=None, metavar="SPEC",
                    help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
                         "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)")
-    p.add_argument("--children", default=DEFAULT_CHILDREN,
-                   choices=(DEFAULT_CHILDREN, *(m for m in CHILDREN_MODES if m != DEFAULT_CHILDREN)),
+    p.add_argument("--children", default=DEFAULT_CHILDREN, choices=CHILDREN_MENU,
                    help="how the --tree rows choose siblings (default: topk)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from specscope.app.cli.options import CliError, threads_arg
-from specscope.core.settings.vocab import CHILDREN_MODES, DEFAULT_CHILDREN, DEVICES, DTYPES, ENGINES
+from specscope.core.settings.vocab import CHILDREN_MENU, DEVICES, DTYPES, ENGINES
 
 # `specscope run` flags that diverge does not take, at the values that make a greedy run
 RUN_DEFAULTS = dict(chat=False, system=None, lookup_max_ngram=None, lookup_min_ngram=None, temperature=0.0, top_k=0,
@@ -42,8 +42,7 @@ def add_diverge_parser(subparsers: Any) -> None:
     p.add_argument("--proposer", default=None, metavar="SPEC", help="as `specscope run` (default: draft)")
     p.add_argument("--draft", default=None, help="draft: 'small', 'tiny' (bundled) or a checkpoint directory")
     p.add_argument("--tree", default=None, metavar="SPEC", help="draft a token tree (as `specscope run --tree`)")
-    p.add_argument("--children", default=None, choices=(DEFAULT_CHILDREN, *(m for m in CHILDREN_MODES if m != DEFAULT_CHILDREN)),
-                   help="a tree's sibling rule")
+    p.add_argument("--children", default=None, choices=CHILDREN_MENU, help="a tree's sibling rule")
     p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
     p.add_argument("--engine", choices=ENGINES, default="specscope",
                    help="who decodes the speculative side (default: specscope)")

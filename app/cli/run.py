@@ -11,7 +11,7 @@ from typing import Any
 from specscope.app.cli.options import stderr_progress, parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, \
     parse_prompt_ids, parse_stop_ids
 from specscope.app.cli.signals import interrupt_status, run_signals
-from specscope.core.settings.vocab import CHILDREN_MODES, DEFAULT_CHILDREN, DEVICES, DTYPES, ENGINES, VECTOR_POLICIES
+from specscope.core.settings.vocab import CHILDREN_MENU, DEVICES, DTYPES, ENGINES, VECTOR_POLICIES
 
 
 def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
@@ -44,7 +44,7 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
     p.add_argument("--tree", default=None, metavar="SPEC",
                    help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
                         "dynamic:nodes=16,depth=5,topk=4 (shorthand for the spec's tree=SPEC: a draft model or a draft head)")
-    p.add_argument("--children", default=None, choices=(DEFAULT_CHILDREN, *(m for m in CHILDREN_MODES if m != DEFAULT_CHILDREN)),
+    p.add_argument("--children", default=None, choices=CHILDREN_MENU,
                    help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
                         "(without replacement)")
     p.add_argument("--engine", choices=ENGINES, default="specscope",

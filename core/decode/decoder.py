@@ -159,7 +159,8 @@ class SpeculativeDecoder:
         `layout` (core.decode.layout: how a draft is laid out in the verify forward and kept
         in the cache; a tree for a proposer that drafts trees, else a chain)."""
         # the settings model's bounds (core.settings.bounds); `vectors` is checked by keeps_full_vectors
-        k, seed, top_n = _bounded("k (draft length)", k, "k"), _bounded("seed", seed, "seed"), _bounded("top_n", top_n, "top_n")
+        k, seed = _bounded("k (draft length)", k, "k"), _bounded("seed", seed, "seed")
+        top_n = _bounded("top_n", top_n, "top_n")
         self.sampling = sampling if sampling is not None else SamplingConfig()
         if not isinstance(self.sampling, SamplingConfig):
             raise ValueError("sampling must be a SamplingConfig")

@@ -79,7 +79,7 @@ class Param:
     type: type
     default: Any
     help: str = ""
-    bound: IntBound | None = None  # an int parameter's bound (core.settings.bounds): its upper end is checked on parsing
+    bound: IntBound | None = None  # an int parameter's bound (core.settings.bounds): its top is checked on parsing
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ Dtype = Literal["float32", "float16", "bfloat16", "float64"]
 ENGINES: tuple[Engine, ...] = get_args(Engine)
 CHILDREN_MODES: tuple[ChildrenMode, ...] = get_args(ChildrenMode)
 DEFAULT_CHILDREN: ChildrenMode = "topk"
+CHILDREN_MENU: tuple[ChildrenMode, ...] = (DEFAULT_CHILDREN, *(m for m in CHILDREN_MODES if m != DEFAULT_CHILDREN))
 VECTOR_POLICIES: tuple[VectorPolicy, ...] = get_args(VectorPolicy)
 HEAD_DRAWS: tuple[HeadDraw, ...] = get_args(HeadDraw)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
