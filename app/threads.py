@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 
-MAX_THREADS = 256
-
 
 def default_threads(cores: int | None = None) -> int:
     """One core for the GUI and the writer when there are up to 8, two beyond."""

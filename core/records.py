@@ -30,7 +30,7 @@ from specscope.core.sampling.reference import SamplingConfig
 
 TokenKind = Literal["accepted", "repaired", "bonus"]
 NodeStatus = Literal["accepted", "rejected", "unvisited"]
-StopReason = Literal["eos", "stop", "budget", "cancelled", "running"]
+from specscope.core.settings.vocab import StopReason  # noqa: E402 (the words, defined once)
 
 TOKEN_KINDS: tuple[str, ...] = ("accepted", "repaired", "bonus")
 NODE_STATUSES: tuple[str, ...] = ("accepted", "rejected", "unvisited")

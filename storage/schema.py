@@ -35,7 +35,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-RUN_STATUSES = ("running", "completed", "interrupted", "failed")
+from specscope.core.settings.vocab import RUN_STATUSES  # noqa: F401 (the words of runs.status, defined once)
 
 
 class Base(DeclarativeBase):

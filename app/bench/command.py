@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specscope.core.decode.settings import RunSettings  # torch-free: the parser is built at every start
+from specscope.core.settings.bounds import BOUNDS  # torch-free: the parser is built at every start
+from specscope.core.settings.model import RunSettings
+from specscope.core.settings.vocab import CHILDREN_MENU, DEFAULT_CHILDREN
 
 SCHEMA = "specscope-bench/2"
 
@@ -50,7 +52,7 @@ def add_bench_parser(subparsers: Any) -> None:
     p.add_argument("--tree", action="append", default=None, metavar="SPEC",
                    help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
                         "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)")
-    p.add_argument("--children", default="topk", choices=("topk", "sampled", "distinct"),
+    p.add_argument("--children", default=DEFAULT_CHILDREN, choices=CHILDREN_MENU,
                    help="how the --tree rows choose siblings (default: topk)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
@@ -77,9 +79,9 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         ks = [int(k) for k in args.k.split(",")] if args.k else ([4] if quick else [2, 4, 6])
     except ValueError:
         raise UsageError(f"--k takes comma-separated integers, got {args.k!r}") from None
-    for name, value in (("--reps", args.reps), ("--prompts", args.prompts)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be at least 1")
+    for name, value in (("--reps", args.reps), ("--prompts", args.prompts)):  # the settings model's bounds
+        if value is not None and (problem := BOUNDS[name[2:]].problem(value)) is not None:
+            raise UsageError(f"{name} {problem}")
     max_new = (24 if quick else 128) if args.max_new is None else args.max_new
     for k in ks:  # the run settings' own check, as `specscope run` and the window make it
         problems = RunSettings(k=k, max_new_tokens=max_new).validate({"k": "--k", "max_new_tokens": "--max-new"})

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from specscope.app.cli.options import CliError, threads_arg
+from specscope.core.settings.vocab import CHILDREN_MENU, DEVICES, DTYPES, ENGINES
 
 # `specscope run` flags that diverge does not take, at the values that make a greedy run
 RUN_DEFAULTS = dict(chat=False, system=None, lookup_max_ngram=None, lookup_min_ngram=None, temperature=0.0, top_k=0,
@@ -41,15 +42,15 @@ def add_diverge_parser(subparsers: Any) -> None:
     p.add_argument("--proposer", default=None, metavar="SPEC", help="as `specscope run` (default: draft)")
     p.add_argument("--draft", default=None, help="draft: 'small', 'tiny' (bundled) or a checkpoint directory")
     p.add_argument("--tree", default=None, metavar="SPEC", help="draft a token tree (as `specscope run --tree`)")
-    p.add_argument("--children", default=None, choices=("topk", "sampled", "distinct"), help="a tree's sibling rule")
+    p.add_argument("--children", default=None, choices=CHILDREN_MENU, help="a tree's sibling rule")
     p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
-    p.add_argument("--engine", choices=("specscope", "transformers"), default="specscope",
+    p.add_argument("--engine", choices=ENGINES, default="specscope",
                    help="who decodes the speculative side (default: specscope)")
     p.add_argument("--max-new", type=int, default=64, help="token budget (default: 64)")
     p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
     p.add_argument("--target", default=None, help="target checkpoint (default: the bundled target; for --db, the run's)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: auto")
-    p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16", "float64"),
+    p.add_argument("--device", default="auto", choices=DEVICES, help="default: auto")
+    p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU; for --db, the run's recorded dtype)")
     p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
     p.add_argument("--threads", type=threads_arg, default=None, metavar="N", help="torch CPU threads")

@@ -1,4 +1,5 @@
-"""Shared pieces of the command line: the one-line error, integer option limits, prompt ids, --eos-id."""
+"""Shared pieces of the command line: the one-line error, integer option bounds (the settings
+model's, core.settings.bounds), prompt ids, --eos-id."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from specscope.core.decode.settings import INT32_MAX, INT64_MAX  # the store's column limits (torch-free)
+from specscope.core.settings.bounds import ANY_INT, BOUNDS, IntBound  # torch-free: the parser is built at every start
 from specscope.core.records import TOKEN_KINDS
 
 
@@ -31,23 +32,32 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
-# dest -> (flag, smallest, largest) of the integer options whose values reach the core or the store
-INT_LIMITS: dict[str, tuple[str, int, int]] = {
-    "seed": ("--seed", 0, INT64_MAX),
-    "k": ("--k (draft length)", 1, INT32_MAX),
-    "max_new": ("--max-new", 0, INT32_MAX),
-    "top_k": ("--top-k", 0, INT32_MAX),
-    "top_n": ("--top-n", 1, INT32_MAX),
-    "coupled": ("--coupled", 0, INT64_MAX),
-    "lookup_max_ngram": ("--lookup-max-ngram", 1, INT32_MAX),
-    "lookup_min_ngram": ("--lookup-min-ngram", 1, INT32_MAX),
-    "round": ("--round", 0, INT32_MAX),
-    "top": ("--top", 0, INT32_MAX),
-    "limit": ("--limit", 0, INT64_MAX),
-    "threads": ("--threads", 1, INT32_MAX),
-    "reps": ("--reps", 1, INT32_MAX),
-    "prompts": ("--prompts", 1, INT32_MAX),
+# dest -> (flag, the setting whose bound it takes) of the integer options whose values reach the
+# core or the store; the bounds are the settings model's (core.settings.bounds), one per setting
+INT_OPTIONS: dict[str, tuple[str, str]] = {
+    "seed": ("--seed", "seed"),
+    "k": ("--k (draft length)", "k"),
+    "max_new": ("--max-new", "max_new_tokens"),
+    "top_k": ("--top-k", "top_k"),
+    "top_n": ("--top-n", "top_n"),
+    "coupled": ("--coupled", "coupling_seed"),
+    "lookup_max_ngram": ("--lookup-max-ngram", "max_ngram"),
+    "lookup_min_ngram": ("--lookup-min-ngram", "min_ngram"),
+    "round": ("--round", "round"),
+    "top": ("--top", "top"),
+    "limit": ("--limit", "limit"),
+    "threads": ("--threads", "threads"),
+    "reps": ("--reps", "reps"),
+    "prompts": ("--prompts", "prompts"),
 }
+
+
+def int_option(dest: str) -> tuple[str, IntBound]:
+    """(flag, bound) of an integer option: INT_OPTIONS', or any other within a signed 64-bit integer."""
+    if dest in INT_OPTIONS:
+        flag, setting = INT_OPTIONS[dest]
+        return flag, BOUNDS[setting]
+    return "--" + dest.replace("_", "-"), ANY_INT
 
 
 # `specscope run`'s options that are RunSettings fields: core.decode.settings checks them (the
@@ -113,18 +123,16 @@ def check_store_options(args: argparse.Namespace) -> None:
 
 def check_int_options(args: argparse.Namespace) -> None:
     """Every integer option within what the core and the store can hold (CliError otherwise):
-    the options of INT_LIMITS in their ranges, any other integer within a signed 64-bit one,
+    the options of INT_OPTIONS within their settings' bounds, any other integer within a signed 64-bit one,
     --eos-id / --prompt-ids parsed, and run --db's database driver installed. Runs before
     anything is loaded or opened."""
     skip = RUN_SETTINGS_DESTS if getattr(args, "command", None) == "run" else frozenset()
     for dest, value in vars(args).items():
         if not isinstance(value, int) or isinstance(value, bool) or dest in skip:
             continue
-        flag, lo, hi = INT_LIMITS.get(dest, ("--" + dest.replace("_", "-"), -INT64_MAX - 1, INT64_MAX))
-        if value < lo:
-            raise CliError(f"{flag} must be at least {lo}, got {value}")
-        if value > hi:
-            raise CliError(f"{flag} must be at most {hi}, got {value}")
+        flag, bound = int_option(dest)
+        if (problem := bound.problem(value)) is not None:
+            raise CliError(f"{flag} {problem}")
     if isinstance(getattr(args, "eos_id", None), str):
         parse_eos(args.eos_id)
     if getattr(args, "prompt_ids", None) is not None:
@@ -219,14 +227,13 @@ def parse_prompt_ids(text: str) -> list[int]:
 
 
 def threads_arg(text: str) -> int:
-    from specscope.app.threads import MAX_THREADS
-
+    bound = BOUNDS["threads"]
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a whole number of threads, got {text!r}") from None
-    if not 1 <= n <= MAX_THREADS:
-        raise argparse.ArgumentTypeError(f"threads must lie in [1, {MAX_THREADS}], got {n}")
+    if bound.problem(n) is not None:
+        raise argparse.ArgumentTypeError(f"threads must lie in [{bound.lo}, {bound.hi}], got {n}")
     return n
 
 

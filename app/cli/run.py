@@ -11,6 +11,7 @@ from typing import Any
 from specscope.app.cli.options import stderr_progress, parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, \
     parse_prompt_ids, parse_stop_ids
 from specscope.app.cli.signals import interrupt_status, run_signals
+from specscope.core.settings.vocab import CHILDREN_MENU, DEVICES, DTYPES, ENGINES, VECTOR_POLICIES
 
 
 def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
@@ -43,10 +44,10 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
     p.add_argument("--tree", default=None, metavar="SPEC",
                    help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
                         "dynamic:nodes=16,depth=5,topk=4 (shorthand for the spec's tree=SPEC: a draft model or a draft head)")
-    p.add_argument("--children", default=None, choices=("topk", "sampled", "distinct"),
+    p.add_argument("--children", default=None, choices=CHILDREN_MENU,
                    help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
                         "(without replacement)")
-    p.add_argument("--engine", choices=("specscope", "transformers"), default="specscope",
+    p.add_argument("--engine", choices=ENGINES, default="specscope",
                    help="who decodes: specscope's decoder, or transformers' own generate() recorded round by round "
                         "(--proposer draft or lookup; see docs/transformers-engine.md) (default: specscope)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
@@ -74,8 +75,8 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
     p.add_argument("--draft", default=None,
                    help="draft: 'small', 'tiny' (bundled) or a checkpoint directory (shorthand for --proposer draft:DRAFT); "
                         "a bundled name always means the bundled model: write ./small for a folder named small")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)")
-    p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16", "float64"), help="model dtype (default: float32 on CPU)")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="default: auto (CUDA when available)")
+    p.add_argument("--dtype", default=None, choices=DTYPES, help="model dtype (default: float32 on CPU)")
     p.add_argument("--lookup-max-ngram", type=int, default=None,
                    help="prompt lookup: longest suffix n-gram tried (default: 3; shorthand for lookup:max_ngram=N)")
     p.add_argument("--lookup-min-ngram", type=int, default=None,
@@ -83,7 +84,7 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
     p.add_argument("--no-cache", action="store_true", help="recompute every forward from scratch (a reference run)")
     p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
     p.add_argument("--db", default=None, help="record the run in this trace store (SQLite path or SQLAlchemy URL)")
-    p.add_argument("--vectors", choices=("auto", "full", "top"), default="auto",
+    p.add_argument("--vectors", choices=VECTOR_POLICIES, default="auto",
                    help="what --db keeps of each p, q and residual besides the top-N and each vector's support, "
                         "smallest entry and sum (enough for every checker rule): 'full' vectors too (about 40x the "
                         "bytes at the bundled vocabulary of 4096), 'top' nothing more, 'auto' = full when the "
@@ -121,6 +122,8 @@ def run_spec(args: argparse.Namespace) -> Any:
 
     lookup = {param: getattr(args, attr) for _, attr, param in LOOKUP_FLAGS if getattr(args, attr) is not None}
     text = args.proposer
+    if args.draft is not None and not args.draft.strip():
+        raise CliError("--draft is empty: name a draft ('small', 'tiny') or a checkpoint folder, or leave --draft out")
     if text is None:
         if args.draft is not None and lookup:
             raise CliError("--draft and --lookup-* name two proposers: pass one, or --proposer SPEC")
@@ -228,7 +231,7 @@ FLAG_NAMES = {"proposer": "--proposer", "tree": "--tree", "children": "--childre
               "k": "--k (draft length)", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
               "seed": "--seed", "max_new_tokens": "--max-new", "eos": "--eos-id", "coupling_seed": "--coupled",
               "use_cache": "--no-cache", "fault": "--fault", "vectors": "--vectors", "top_n": "--top-n",
-              "stop_strings": "--stop", "stop_ids": "--stop-ids", "system": "--system"}
+              "stop_strings": "--stop", "stop_ids": "--stop-ids", "system": "--system", "threads": "--threads"}
 
 
 def run_settings(args: argparse.Namespace, spec: Any) -> Any:
@@ -263,6 +266,9 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
         settings.check(FLAG_NAMES)
         if settings.coupling_seed is not None and settings.greedy:
             print("-- note: --coupled has no effect at temperature 0 (greedy decoding draws nothing)", file=sys.stderr)
+        from specscope.app.threads import apply_threads
+
+        apply_threads(args.threads)  # imports torch: after every setting is checked, so a refusal is quick
         pair = _load(args, spec)
         decoder = build_decoder(settings, pair, FLAG_NAMES)
         prompt = _prompt_ids(args, pair.tokenizer, settings)
@@ -351,9 +357,6 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any, fault
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specscope.app.threads import apply_threads
-
-    apply_threads(args.threads)
     _check_store(args)
     pair, decoder, prompt, config = _prepare(args)
     writer = _open_writer(args, config, pair)

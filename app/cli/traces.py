@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from specscope.app.cli.options import Progress, is_broken_pipe
 from specscope.core.records import TOKEN_KINDS
+from specscope.core.settings.vocab import RUN_STATUSES
 
 if TYPE_CHECKING:  # the storage package (SQLAlchemy: about 2 s) is imported by the commands that read a store
     import numpy as np
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
                    help=f"trace store: an SQLite path or an SQLAlchemy URL (default: the store the window "
                         f"records to, {DEFAULT_STORE}; the path read is said on stderr)")
     p.formatter_class = _DefaultStoreFormatter
-    p.add_argument("--status", choices=("running", "completed", "interrupted", "failed"), help="only runs with this status")
+    p.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
     p.add_argument("--limit", type=int, default=None, help="at most this many runs")
     p.add_argument("--json", action="store_true", help="one JSON object per run (JSON lines)")
     p.set_defaults(func=cmd_runs)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specscope.core.settings.bounds import BOUNDS
 from specscope.core.verify.coupling import Coupling, coupled_params
 from specscope.core.decode.allocator import tune_allocator
 from specscope.core.sampling.device import target_rows
@@ -54,6 +55,16 @@ log = logging.getLogger(__name__)
 
 def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _bounded(name: str, value: object, setting: str) -> int:
+    """`value` as an int within the settings model's bound for `setting` (core.settings.bounds),
+    else ValueError naming it: the decoder checks what the front ends checked, for any caller."""
+    number = int(value) if _is_int(value) else value  # a numpy integer is taken as its value
+    problem = BOUNDS[setting].problem(number)
+    if problem is not None:
+        raise ValueError(f"{name} {problem}")
+    return int(number)  # type: ignore[arg-type]
 
 
 def target_position_limit(model: torch.nn.Module) -> int | None:
@@ -147,10 +158,9 @@ class SpeculativeDecoder:
         CoupledVerifier when coupled), `target_cache` (core.decode.kv.CachePolicy) and
         `layout` (core.decode.layout: how a draft is laid out in the verify forward and kept
         in the cache; a tree for a proposer that drafts trees, else a chain)."""
-        if not _is_int(k) or k < 1:
-            raise ValueError(f"k (draft length) must be an integer >= 1, got {k!r}")
-        if not _is_int(seed):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
+        # the settings model's bounds (core.settings.bounds); `vectors` is checked by keeps_full_vectors
+        k, seed = _bounded("k (draft length)", k, "k"), _bounded("seed", seed, "seed")
+        top_n = _bounded("top_n", top_n, "top_n")
         self.sampling = sampling if sampling is not None else SamplingConfig()
         if not isinstance(self.sampling, SamplingConfig):
             raise ValueError("sampling must be a SamplingConfig")
@@ -179,8 +189,6 @@ class SpeculativeDecoder:
         self.use_cache = use_cache
         self.target_name = target_name or getattr(target.config, "_name_or_path", "") or type(target).__name__
         self.stopwatch = Stopwatch(self.target_lm.device)
-        if not _is_int(top_n) or top_n < 1:
-            raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
         self.full_vectors = keeps_full_vectors(vectors, self.vocab_size)
         tune_allocator()  # reuse freed row-sized host memory (core.decode.allocator)
         self.top_n = covering_top_n(int(top_n), self.sampling.top_k)

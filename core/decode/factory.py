@@ -3,7 +3,7 @@ faulty one, core.faults) or a TransformersEngine, for the CLI, the GUI and the b
 
 The front ends load the models their own way (the CLI from paths, the GUI through its cached
 hub, the bench from its dict of drafts) and hand them over as `Models` (a core.loading
-ModelPair serves as well). Here the settings are validated (core.decode.settings), the EOS
+ModelPair serves as well). Here the settings are validated (core.settings.model), the EOS
 default is taken from the model (generation config and tokenizer), prompt text becomes ids
 (through the chat template for a chat run: `prompt_ids`), the stops get the token texts, the proposer is built from the spec, and a run's prompt
 plus budget is checked against the models' position limit. Every refusal is a SettingsError
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specscope.core.decode.settings import FIELD_NAMES, HF_LOOKUP_MAX_NGRAM, RunSettings, SettingsError, \
+from specscope.core.settings.model import FIELD_NAMES, HF_LOOKUP_MAX_NGRAM, RunSettings, SettingsError, \
     eos_vocab_problem
 from specscope.core.records import RunConfig
 

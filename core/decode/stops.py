@@ -31,8 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-STOP_KINDS = ("text", "ids")
-
 
 @dataclass(frozen=True)
 class StopMatch:

@@ -22,7 +22,10 @@ A spec is a short string, and it is what a trace records as the run's proposer:
 
 Grammar: KIND[:ARG][,KEY=VALUE...] where ARG (a model name or path) comes first. A value may
 itself hold commas (`tree=3,2,1`): an item without "=" after a KEY=VALUE item continues that
-value.
+value. Nothing in a spec may be empty: `draft:`, `eagle3:`, `lookup:max_ngram=`, `draft:small,`
+are refused in one line rather than read as a default, and an integer parameter is bounded
+where it is parsed (core.settings.bounds: `lookup:max_ngram=2147483647` would build an index
+that exhausts memory).
 
 Adding a proposer kind: write its class (it follows core.draft.proposers.Proposer) and add one
 `register(ProposerKind(...))` line below; nothing in app/ changes.
@@ -33,6 +36,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from specscope.core.settings.bounds import BOUNDS, IntBound
+from specscope.core.settings.vocab import DEFAULT_CHILDREN, HEAD_DRAWS
 
 if TYPE_CHECKING:  # the builders import the proposers (and so torch) when they build one:
     from specscope.core.draft.proposers import Proposer  # parsing a spec stays torch-free for the window
@@ -73,6 +79,7 @@ class Param:
     type: type
     default: Any
     help: str = ""
+    bound: IntBound | None = None  # an int parameter's bound (core.settings.bounds): its top is checked on parsing
 
 
 @dataclass(frozen=True)
@@ -108,11 +115,18 @@ def _convert(kind: ProposerKind, key: str, raw: str) -> Any:
     if param is None:
         known = ", ".join(p.name for p in kind.params) or "none"
         raise SpecError(f"proposer {kind.name!r} has no parameter {key!r} (its parameters: {known})")
+    if not raw:
+        default = "" if param.default is None else f" ({param.default})"
+        raise SpecError(f"{kind.name}: {key}= has no value: write {key}=VALUE, or leave {key} out for its "
+                        f"default{default}")
     if param.type is int:
         try:
-            return int(raw)
+            value = int(raw)
         except ValueError:
             raise SpecError(f"{kind.name}: {key} must be an integer, got {raw!r}") from None
+        if param.bound is not None and value > param.bound.hi:  # past what can matter: refused before anything is built
+            raise SpecError(f"{kind.name}: {key} {param.bound.problem(value)}")
+        return value  # below the bound: the kind's own check says why (lookup: min_ngram <= max_ngram too)
     if param.type is float:
         try:
             return float(raw)
@@ -133,6 +147,7 @@ def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
     if name not in KINDS:
         raise SpecError(f"unknown proposer {name or text!r}; known: {', '.join(KINDS)}")
     kind = KINDS[name]
+    _refuse_empty(kind, text, cut, rest)
     positional: list[str] = []
     params: dict[str, Any] = {}
     raw: dict[str, str] = {}
@@ -154,6 +169,25 @@ def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
     if arg is not None and not (kind.needs_model or kind.takes_path):
         raise SpecError(f"proposer {name!r} takes no model argument (got {arg!r}); write {name}:KEY=VALUE,...")
     return ProposerSpec(name, arg, params)
+
+
+def _refuse_empty(kind: ProposerKind, text: str, cut: int, rest: str) -> None:
+    """SpecError for an empty part of a spec: nothing after the kind's ":" (`draft:`), or an
+    empty item between commas (`draft:small,`, `lookup:,max_ngram=2`). An empty KEY= value is
+    refused where the value is converted."""
+    if cut < len(text) and not rest.strip():
+        name = kind.name
+        if kind.needs_model:
+            hint = f"{name}:NAME or {name}:PATH (a bundled draft or a checkpoint folder), or {name} alone for " \
+                   f"the default ({kind.default_arg})"
+        elif kind.takes_path:
+            hint = f"{name}:PATH (a head checkpoint folder)" + (
+                f", or {name} alone for the target's trained head" if kind.bundled_head else "")
+        else:
+            hint = f"{name}:KEY=VALUE,..., or {name} alone for its defaults"
+        raise SpecError(f"proposer {text!r} has nothing after {text[cut]!r}: write {hint}")
+    if rest and any(not item.strip() for item in rest.split(",")):
+        raise SpecError(f"proposer {text!r} has an empty item between commas: remove the extra comma")
 
 
 # Keys inside a tree spec's value (core.draft.trees), not parameters of their own.
@@ -178,7 +212,7 @@ def _build_draft(spec: ProposerSpec, load_draft: DraftLoader | None) -> Proposer
     model, label = load_draft(spec.model_ref or "small")
     try:
         return DraftModelProposer(model, label=label, tree=spec.params.get("tree"),
-                                  children=spec.params.get("children", "topk"))
+                                  children=spec.params.get("children", DEFAULT_CHILDREN))
     except ValueError as exc:
         raise SpecError(f"draft: {exc}") from None
 
@@ -203,7 +237,7 @@ def _build_lookup(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
 
 # A kind that drafts token trees takes these two (the settings check parses them for any kind that does).
 TREE_PARAMS = (Param("tree", str, None, "draft a token tree: B1,B2,... | paths:0;1;0.0 | dynamic:nodes=N,depth=D,topk=K"),
-               Param("children", str, "topk", "how a tree's siblings are chosen: topk | sampled (i.i.d.) | distinct"))
+               Param("children", str, DEFAULT_CHILDREN, "how a tree's siblings are chosen: topk | sampled (i.i.d.) | distinct"))
 register(ProposerKind(
     "draft", "a small causal LM drafting k tokens with its own KV cache (draft:small, draft:tiny, draft:PATH)",
     _build_draft, needs_model=True, default_arg="small", params=TREE_PARAMS,
@@ -211,8 +245,8 @@ register(ProposerKind(
 register(ProposerKind(
     "lookup", "prompt lookup: copy what followed the last match of the context's suffix n-gram",
     _build_lookup, check=_check_lookup,
-    params=(Param("max_ngram", int, 3, "longest suffix n-gram tried"),
-            Param("min_ngram", int, 1, "shortest suffix n-gram accepted")),
+    params=(Param("max_ngram", int, 3, "longest suffix n-gram tried", BOUNDS["max_ngram"]),
+            Param("min_ngram", int, 1, "shortest suffix n-gram accepted", BOUNDS["min_ngram"])),
 ))
 
 
@@ -223,12 +257,11 @@ def _refuse_unnamed_head(spec: ProposerSpec) -> None:
                         f"{HEAD_FORMATS[spec.kind]} format (specscope ships a trained head for: {shipped})")
 
 
-# How a head draws at T > 0 (HeadDrafting.draw_mode in core.draft.heads.base; named here, torch-free, for the check).
-HEAD_DRAWS = ("sampled", "onehot")
+# How a head draws at T > 0 (HeadDrafting.draw_mode in core.draft.heads.base): core.settings.vocab.HEAD_DRAWS.
 
 
 def _head_draw(spec: ProposerSpec) -> str:
-    draw = spec.params.get("draw", "sampled")
+    draw = spec.params.get("draw", HEAD_DRAWS[0])
     if draw not in HEAD_DRAWS:
         raise SpecError(f"{spec.kind}: draw must be {' or '.join(HEAD_DRAWS)}, got {draw!r}")
     if draw == "onehot" and spec.params.get("tree"):
@@ -252,7 +285,7 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     except ValueError as exc:  # HeadFormatError, CheckpointError: their messages name the kind
         raise SpecError(str(exc)) from None
     try:
-        proposer.draft_trees(spec.params.get("tree"), spec.params.get("children", "topk"))
+        proposer.draft_trees(spec.params.get("tree"), spec.params.get("children", DEFAULT_CHILDREN))
     except ValueError as exc:
         raise SpecError(f"{spec.kind}: {exc}") from None
     proposer.draw_mode = draw
@@ -334,7 +367,7 @@ def for_target(spec: str | ProposerSpec, target: str | None) -> ProposerSpec:
 
 # The heads trained for the bundled target (training/train_head.py), by kind: resources/models/NAME.
 BUNDLED_HEADS = {"eagle3": "eagle3-target"}
-HEAD_DRAW_PARAM = Param("draw", str, "sampled", "how a draft token is drawn at T > 0: sampled (from the head's q) | "
+HEAD_DRAW_PARAM = Param("draw", str, HEAD_DRAWS[0], "how a draft token is drawn at T > 0: sampled (from the head's q) | "
                                                  "onehot (q's top token, verified as a point mass: vLLM #40149)")
 HEAD_FORMATS = {
     "eagle": "EAGLE repository's",

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specscope.core.settings.bounds import BOUNDS, MAX_TREE_NODES
 from specscope.core.verify.tree import check_children_mode
 
 if TYPE_CHECKING:
     import torch
 
-MAX_NODES = 256  # a tree wider than this is almost surely a typo
+MAX_NODES = MAX_TREE_NODES  # a tree wider than this is almost surely a typo
 SLOT_ROOT = -1
 
 
@@ -67,6 +68,9 @@ def _positive_int(value: str, what: str, text: str) -> int:
         raise TreeSpecError(f"tree {text!r}: {what} must be an integer, got {value!r}") from None
     if number < 1:
         raise TreeSpecError(f"tree {text!r}: {what} must be >= 1, got {number}")
+    bound = BOUNDS.get(f"tree_{what}")  # depth, topk: a dynamic tree's growth (the node budget: _check_size)
+    if bound is not None and (problem := bound.problem(number)) is not None:
+        raise TreeSpecError(f"tree {text!r}: {what} {problem}")
     return number
 
 

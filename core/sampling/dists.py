@@ -32,7 +32,7 @@ TOP_K_COVER_MAX = 256  # runs with a top-k filter below this keep at least top-k
 # "auto" keeps full vectors in the record up to this vocabulary (the bundled models' 4096:
 # 330 KB a round at k=4); above it a record keeps top-N and the facts.
 FULL_VECTORS_MAX_VOCAB = 4096
-VECTOR_MODES = ("auto", "full", "top")
+from specscope.core.settings.vocab import VECTOR_POLICIES as VECTOR_MODES  # noqa: E402 (the words, defined once)
 
 
 def covering_top_n(top_n: int, top_k: int) -> int:

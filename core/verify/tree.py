@@ -39,7 +39,7 @@ from specscope.core.sampling.tensors import is_tensor
 from specscope.core.verify.chain import (ResidualRule, Verdict, VerifyTask, acceptance_probability, draw_token, mark_end,
                                          residual_distribution, stale_residual)
 
-CHILDREN_MODES: tuple[str, ...] = ("sampled", "distinct", "topk")
+from specscope.core.settings.vocab import CHILDREN_MODES  # noqa: E402 (the words, defined once)
 
 
 def check_children_mode(mode: str) -> str:

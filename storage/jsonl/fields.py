@@ -12,17 +12,14 @@ import json
 import math
 from typing import Any, Callable
 
-
-
-from specscope.core.decode.settings import MAX_K as RUN_MAX_K
+from specscope.core.settings.bounds import INT64_MAX, MAX_K, MAX_TOP_N, MAX_VOCAB_SIZE, IntBound  # noqa: F401 (re-exported)
 from specscope.storage.errors import TraceFormatError
 
 
 # ---------------------------------------------------------------------------- bounds
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # SQLite INTEGER
-MAX_VOCAB_SIZE = 2**24  # a vocabulary the checker can hold as dense float64 vectors (128 MiB each)
-MAX_K = RUN_MAX_K  # draft length / tree budget, nodes per round, node depth: the run settings' own limit
-MAX_TOP_N = MAX_VOCAB_SIZE
+# The bounds a run's settings also keep are the settings model's (core.settings.bounds): the
+# vocabulary, k (draft length / tree budget, nodes per round, node depth) and top-N.
+INT64_MIN = -(2**63)  # SQLite INTEGER
 MAX_RUN_ID_CHARS = 64
 MAX_NAME_CHARS = 4096  # names, hashes, paths, devices: no control characters
 MAX_TEXT_CHARS = 1_000_000  # prompt_text, error: free text
@@ -195,6 +192,10 @@ class FieldReader:
         if not isinstance(v, str):
             raise self.fail(full, f"expected a string, got {kind_of(v)}")
         return self.name(v, full, MAX_TEXT_CHARS, control=True)
+
+    def within(self, d: dict, key: str, path: str, bound: IntBound, **kw: Any) -> Any:
+        """An integer field within a bound of the settings model (core.settings.bounds)."""
+        return self.bounded(d, key, path, bound.lo, bound.hi, **kw)
 
     def bounded(self, d: dict, key: str, path: str, lo: int, hi: int, **kw: Any) -> Any:
         """An integer field within [lo, hi]."""

@@ -34,27 +34,25 @@ import numpy as np
 from specscope.core.sampling.partial import VectorStats, entry_known
 from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
                                     TreeRound)
-from specscope.core.decode.stops import STOP_KINDS, StopMatch
+from specscope.core.decode.stops import StopMatch
+from specscope.core.settings.bounds import BOUNDS
+from specscope.core.settings.vocab import CHILDREN_MODES, RUN_STATUSES, STOP_KINDS, STOP_REASONS
 from specscope.core.sampling.reference import SamplingConfig
 
 from specscope.storage.codec import DEFAULT_TOP_N, FULL_DTYPES, PartialDistribution, StoredFullDistribution, VectorPolicy, top_entries
 from specscope.storage.errors import TraceFormatError
 from specscope.storage.info import ModelInfo, library_versions as current_versions
 from specscope.storage.rows import rounds_to_rows, run_row, tree_record
-from specscope.storage.jsonl.fields import (MAX_FREE_JSON_DEPTH, MAX_K, MAX_RUN_ID_CHARS, MAX_TIME, MAX_TOP_N,
-                                            MAX_VOCAB_SIZE, FieldReader, control_char, deep_field, kind_of,
-                                            loads_line)
+from specscope.storage.jsonl.fields import (MAX_FREE_JSON_DEPTH, MAX_K, MAX_RUN_ID_CHARS, MAX_TIME, FieldReader,
+                                            control_char, deep_field, kind_of, loads_line)
 
 FORMAT_NAME = "specscope-trace"
 FORMAT_VERSION = 2  # 2: a tree round's "tree" object (tried order, residual updates, layout)
-CHILDREN_MODES = ("sampled", "distinct", "topk")  # core.verify.tree's, without importing torch
 _ITEMSIZE = {"float32": 4, "float64": 8}
-_RUN_STATUSES = ("completed", "interrupted", "failed", "running")
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
 # omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
 UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache", "k",
                 "updates", "kept_rows", "eos_token_id")
-_STOP_REASONS = ("eos", "stop", "budget", "cancelled", "running")
 
 class TraceSink:
     """Where read_trace hands the rows as it parses (import_run: the database, one
@@ -131,7 +129,7 @@ def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
     if run_id is not None and (not run_id or len(run_id) > MAX_RUN_ID_CHARS or control_char(run_id) is not None):
         raise v.fail("run_id", f"the new id (--run-id) must have 1 to {MAX_RUN_ID_CHARS} characters and no control characters")
     cfg = v.get(d, "config", "", "obj")
-    vocab = v.bounded(cfg, "vocab_size", "config", 1, MAX_VOCAB_SIZE)
+    vocab = v.within(cfg, "vocab_size", "config", BOUNDS["vocab_size"])
     prompt = v.get(d, "prompt_ids", "", "ints")
     for i, t in enumerate(prompt):
         if not 0 <= t < vocab:
@@ -210,29 +208,25 @@ def _round_stop(v: FieldReader, d: dict, run: ParsedTrace, n_emitted: int) -> di
 
 def _sampling(v: FieldReader, sampling: dict) -> SamplingConfig:
     temperature = v.get(sampling, "temperature", "config.sampling", "num", required=False, default=1.0)
-    top_k = v.get(sampling, "top_k", "config.sampling", "int", required=False, default=0)
+    top_k = v.within(sampling, "top_k", "config.sampling", BOUNDS["top_k"], required=False, default=0)
     top_p = v.get(sampling, "top_p", "config.sampling", "num", required=False, default=1.0)
     if temperature < 0:
         raise v.fail("config.sampling.temperature", "must be >= 0")
-    if top_k < 0:
-        raise v.fail("config.sampling.top_k", "must be >= 0")
     if not 0 < top_p <= 1:
         raise v.fail("config.sampling.top_p", "must lie in (0, 1]")
     return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 def _policy(v: FieldReader, storage: dict) -> VectorPolicy:
-    top_n = v.bounded(storage, "top_n", "storage", 1, MAX_TOP_N, required=False, default=DEFAULT_TOP_N)
+    top_n = v.within(storage, "top_n", "storage", BOUNDS["top_n"], required=False, default=DEFAULT_TOP_N)
     full_dtype = v.get(storage, "full_dtype", "storage", "str", required=False, default="float32", choices=tuple(FULL_DTYPES))
     return VectorPolicy(top_n=top_n, full=True, full_dtype=full_dtype)
 
 
 def _config(v: FieldReader, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...], sampling: SamplingConfig) -> RunConfig:
     vocab = cfg["vocab_size"]
-    k = v.bounded(cfg, "k", "config", 1, MAX_K)
-    max_new = v.get(cfg, "max_new_tokens", "config", "int")
-    if max_new < 0:
-        raise v.fail("config.max_new_tokens", "must be >= 0")
+    k = v.within(cfg, "k", "config", BOUNDS["k"])
+    max_new = v.within(cfg, "max_new_tokens", "config", BOUNDS["trace_max_new_tokens"])
     return RunConfig(
         run_id=run_id,
         prompt_ids=prompt,
@@ -652,8 +646,8 @@ def _cache_state(v: FieldReader, d: dict, key: str) -> CacheState | None:
 
 
 def _end(v: FieldReader, d: dict, run: ParsedTrace) -> None:
-    status = v.get(d, "status", "", "str", choices=_RUN_STATUSES)
-    run.row["stop_reason"] = v.get(d, "stop_reason", "", "str", required=False, nullable=True, choices=_STOP_REASONS + (None,))
+    status = v.get(d, "status", "", "str", choices=RUN_STATUSES)
+    run.row["stop_reason"] = v.get(d, "stop_reason", "", "str", required=False, nullable=True, choices=STOP_REASONS + (None,))
     run.row["error"] = v.text(d, "error")
     run.row["ended_at"] = v.time(d, "ended_at", nullable=True)
     wall_s = v.get(d, "wall_s", "", "num", required=False, nullable=True)

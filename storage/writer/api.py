@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 0.25
 WRITER_MODES = ("auto", "process", "thread")
 MODE_ENV = "SPECSCOPE_TRACE_WRITER"
-RUN_STATUSES = ("completed", "interrupted", "failed")
+from specscope.core.settings.vocab import ENDED_STATUSES as RUN_STATUSES  # noqa: E402 (a finished run's, defined once)
 STOP_REASONS = get_args(StopReason)
 
 

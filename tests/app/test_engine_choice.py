@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from specscope.app.gui.model.settings import RunSettings, validate
+from specscope.app.gui.model.settings import PanelSettings, validate
 from specscope.app.gui.sessions.worker import PAUSED
 
 from .helpers import configure, wait_idle
 
 
 def test_settings_validate_the_engine():
-    texts = RunSettings(prompt="1 2").to_texts()
+    texts = PanelSettings(prompt="1 2").to_texts()
     assert validate(dict(texts, engine="transformers")).settings.engine == "transformers"
     assert "engine" in validate(dict(texts, engine="vllm")).errors
     assert "proposer" in validate(dict(texts, engine="transformers", proposer="lookup:min_ngram=2")).errors

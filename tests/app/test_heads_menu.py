@@ -4,7 +4,7 @@ settings model the panel reads)."""
 
 from __future__ import annotations
 
-from specscope.app.gui.model.settings import PATH_ARG, RunSettings, checkpoint_of, proposer_choices, spec_of_run, validate
+from specscope.app.gui.model.settings import PATH_ARG, PanelSettings, checkpoint_of, proposer_choices, spec_of_run, validate
 
 from ..core.head_checkpoints import write_eagle3
 from ..tiny_models import tiny_lm
@@ -26,7 +26,7 @@ def test_each_head_kind_is_offered_with_the_checkpoint_field():
 
 def test_the_checkpoint_field_names_the_head_folder(tmp_path):
     write_eagle3(tmp_path, tiny_lm("llama", layers=4), draft_vocab=40)
-    texts = dict(RunSettings(prompt="1 2 3").to_texts(), proposer=f"eagle3:{PATH_ARG}", checkpoint=str(tmp_path))
+    texts = dict(PanelSettings(prompt="1 2 3").to_texts(), proposer=f"eagle3:{PATH_ARG}", checkpoint=str(tmp_path))
     result = validate(texts)
     assert result.settings.proposer == f"eagle3:{tmp_path}"
     assert checkpoint_of(f"eagle3:{tmp_path}") == str(tmp_path)
@@ -35,7 +35,7 @@ def test_the_checkpoint_field_names_the_head_folder(tmp_path):
 
 
 def test_the_bundled_head_needs_no_checkpoint_and_reruns_from_a_trace():
-    result = validate(dict(RunSettings(prompt="1 2 3").to_texts(), proposer="eagle3"))
+    result = validate(dict(PanelSettings(prompt="1 2 3").to_texts(), proposer="eagle3"))
     assert result.errors == {} and result.settings.proposer == "eagle3" and checkpoint_of("eagle3") is None
     assert spec_of_run("eagle3", {"spec": "eagle3", "head": "bundled:eagle3-target"}, None) == "eagle3"
     assert spec_of_run("eagle3", {"spec": "eagle3:/some/head"}, None) is None  # a folder's head is not the bundled one
@@ -50,21 +50,21 @@ def test_the_tree_fields_apply_to_the_head_kinds(tmp_path):
     for kind in ("eagle", "eagle3", "medusa", "mtp"):
         assert grows_trees(f"{kind}:{PATH_ARG}") and grows_trees(kind)
     write_eagle3(tmp_path, tiny_lm("llama", layers=4), draft_vocab=40)
-    texts = dict(RunSettings(prompt="1 2 3").to_texts(), checkpoint=str(tmp_path))
+    texts = dict(PanelSettings(prompt="1 2 3").to_texts(), checkpoint=str(tmp_path))
     chosen = spec_text(f"eagle3:{PATH_ARG}", str(tmp_path))  # as the panel does: the folder, then the tree fields
     folded = fold_tree(chosen, "dynamic:nodes=16,depth=5,topk=4", "topk")
     result = validate(dict(texts, proposer=folded))
     assert result.errors == {} and result.settings.proposer == f"eagle3:{tmp_path},tree=dynamic:nodes=16,depth=5,topk=4"
     bad = validate(dict(texts, proposer=fold_tree(chosen, "dynamic:nodes=16,depth=5,topk=4", "sampled")))
     assert "children='topk'" in bad.errors["children"]
-    bundled = validate(dict(RunSettings(prompt="1 2 3").to_texts(), proposer=fold_tree("eagle3", "3,2,1", "sampled")))
+    bundled = validate(dict(PanelSettings(prompt="1 2 3").to_texts(), proposer=fold_tree("eagle3", "3,2,1", "sampled")))
     assert bundled.errors == {} and bundled.settings.proposer == "eagle3:tree=3,2,1,children=sampled"
 
 
 def test_a_onehot_head_validates_reruns_and_keeps_the_menu():
     """draw=onehot (core.draft.registry) is checked by the settings check without loading the
     head, reruns from a trace's params, and leaves the menu's entries as they were."""
-    texts = dict(RunSettings(prompt="1 2 3").to_texts(), proposer="eagle3:draw=onehot")
+    texts = dict(PanelSettings(prompt="1 2 3").to_texts(), proposer="eagle3:draw=onehot")
     result = validate(texts)
     assert result.errors == {} and result.settings.proposer == "eagle3:draw=onehot"
     assert "draw must be sampled or onehot, got 'top'" in validate(dict(texts, proposer="eagle3:draw=top")).errors["proposer"]

@@ -236,7 +236,7 @@ def test_pip_is_killed_when_the_fetch_is_cancelled():
 
 
 def test_a_draft_with_another_tokenizer_than_the_target_is_refused_under_the_proposer(index, tmp_path):
-    from specscope.app.gui.model.settings import RunSettings
+    from specscope.app.gui.model.settings import PanelSettings
     from specscope.app.gui.sessions.hub import ModelHub
     from specscope.core.decode.settings import SettingsError
     from specscope.core.loading import bundled_available
@@ -246,11 +246,11 @@ def test_a_draft_with_another_tokenizer_than_the_target_is_refused_under_the_pro
     catalog.fetch(index.name)
     hub = ModelHub()
     with pytest.raises(SettingsError) as refused:
-        hub.models(RunSettings(prompt="hi", target=index.name, proposer="draft:small"))
+        hub.models(PanelSettings(prompt="hi", target=index.name, proposer="draft:small"))
     assert list(refused.value.errors) == ["proposer"] and "tokenizer differs" in refused.value.errors["proposer"]
     same = tmp_path / "same.gguf"  # the target's own file as the draft: the same tokenizer
     same.write_bytes(catalog.fetched_gguf(index).read_bytes())
-    models = hub.models(RunSettings(prompt="hi", target=index.name, proposer=f"draft:{same}"))
+    models = hub.models(PanelSettings(prompt="hi", target=index.name, proposer=f"draft:{same}"))
     assert models.target_name == index.name and models.draft is not None
 
 

@@ -110,26 +110,26 @@ def test_cli_spec_errors_are_one_line(repeat_last, capsys, checkpoints):  # noqa
 
 
 def test_the_settings_offer_and_validate_a_newly_registered_kind(repeat_last):
-    from specscope.app.gui.model.settings import RunSettings, proposer_choices, validate
+    from specscope.app.gui.model.settings import PanelSettings, proposer_choices, validate
 
     choices = {c.spec: c.label for c in proposer_choices()}
     assert choices["repeat-last"] == "repeat last (times=0)"
-    texts = dict(RunSettings(prompt=PROMPT).to_texts(), proposer="repeat-last:times=3")
+    texts = dict(PanelSettings(prompt=PROMPT).to_texts(), proposer="repeat-last:times=3")
     assert validate(texts).settings.proposer == "repeat-last:times=3"
     assert "must be an integer" in validate(dict(texts, proposer="repeat-last:times=x")).errors["proposer"]
 
 
 def test_model_hub_builds_a_newly_registered_kind(repeat_last, hub):
-    from specscope.app.gui.model.settings import RunSettings
+    from specscope.app.gui.model.settings import PanelSettings
 
-    prep = hub.build(RunSettings(prompt=PROMPT, proposer="repeat-last:times=2", max_new_tokens=20))
+    prep = hub.build(PanelSettings(prompt=PROMPT, proposer="repeat-last:times=2", max_new_tokens=20))
     assert isinstance(prep.decoder.proposer, RepeatLastProposer) and prep.decoder.proposer.times == 2
     result = prep.decoder.start(prep.prompt_ids, config=prep.config).drain()
     assert len(result.new_tokens) == 20 and all(len(r.nodes) <= 2 for r in result.rounds)
 
 
 def test_the_run_panel_and_compare_lanes_run_a_newly_registered_kind(repeat_last, qtbot, make_window, hub):
-    from specscope.app.gui.model.settings import RunSettings
+    from specscope.app.gui.model.settings import PanelSettings
 
     window = make_window()
     assert window.run_panel.proposer.findData("repeat-last") >= 0
@@ -140,6 +140,6 @@ def test_the_run_panel_and_compare_lanes_run_a_newly_registered_kind(repeat_last
     wait_idle(qtbot, window)
     assert window.last_error is None
     assert window.model.config.proposer == "repeat-last"
-    lookup = hub.build(RunSettings(prompt=PROMPT, proposer="lookup", max_new_tokens=24, eos_disabled=True))
+    lookup = hub.build(PanelSettings(prompt=PROMPT, proposer="lookup", max_new_tokens=24, eos_disabled=True))
     expected = lookup.decoder.start(lookup.prompt_ids, config=lookup.config).drain().new_tokens
     assert window.model.output_tokens == list(expected)  # greedy: exact, whatever proposes

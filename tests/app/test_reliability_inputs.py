@@ -240,10 +240,10 @@ def test_prompt_plus_budget_past_the_limit_is_refused_and_names_the_largest_budg
     ("--max-new", "0", "--max-new must be at least 1"),
     ("--top-k", BIG, "--top-k must be at most 2147483647"),
     ("--top-k", "-1", "--top-k must be at least 0"),
-    ("--top-n", BIG, "--top-n must be at most 2147483647"),
+    ("--top-n", BIG, "--top-n must be at most 16777216"),  # the largest vocabulary a trace holds (issue 43 item 6)
     ("--eos-id", BIG, "--eos-id must be a token id from 0 to 2147483647"),
     ("--eos-id", "-5", "--eos-id must be a token id from 0 to 2147483647"),
-    ("--lookup-max-ngram", BIG, "--lookup-max-ngram must be at most 2147483647"),
+    ("--lookup-max-ngram", BIG, "--lookup-max-ngram must be at most 64"),  # the n-gram index's bound (issue 43 item 6)
 ])
 def test_integer_options_out_of_range_are_refused_before_anything_runs(capsys, checkpoints, tmp_path, option, value,
                                                                         expected):

@@ -38,12 +38,12 @@ def cli_error(capsys, *argv) -> str:
 
 @pytest.mark.parametrize("flag, value, field, name", CASES)
 def test_cli_and_run_panel_refuse_with_the_same_message(capsys, flag, value, field, name):
-    from specscope.app.gui.model.settings import RunSettings, validate
+    from specscope.app.gui.model.settings import PanelSettings, validate
 
     line = cli_error(capsys, flag, value)
     flag_name = "--k (draft length)" if flag == "--k" else flag
     assert line.startswith(f"specscope: {flag_name} ") and "nonexistent" not in line
-    texts = RunSettings(prompt="1 2 3").to_texts()
+    texts = PanelSettings(prompt="1 2 3").to_texts()
     texts[field] = value
     panel = validate(texts).errors[field]
     assert panel.startswith(f"{name} ")

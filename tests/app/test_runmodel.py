@@ -7,13 +7,13 @@ import pytest
 
 from specscope.app.gui import theme
 from specscope.app.gui.model.runmodel import RunModel, first_divergence, has_distributions, slim, top_tokens
-from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.settings import PanelSettings
 from specscope.core.records import RunSummary
 
 
 @pytest.fixture(scope="module")
 def sampled_run(hub):
-    prep = hub.build(RunSettings(prompt="1 2 3 4 5 6 7 8 1 2 3 4", proposer="draft-tiny", temperature=1.0,
+    prep = hub.build(PanelSettings(prompt="1 2 3 4 5 6 7 8 1 2 3 4", proposer="draft-tiny", temperature=1.0,
                                  max_new_tokens=60, seed=3))
     result = prep.decoder.generate(prep.prompt_ids, 60)
     assert any(r.rejected_node is not None for r in result.rounds), "the fixture needs rejections"

@@ -1,10 +1,10 @@
 """Run settings validation: every bad field gets its own message (no Qt needed)."""
 
-from specscope.app.gui.model.settings import RunSettings, validate
+from specscope.app.gui.model.settings import PanelSettings, validate
 
 
 def texts(**over):
-    base = RunSettings(prompt="hello").to_texts()
+    base = PanelSettings(prompt="hello").to_texts()
     base.update(over)
     return base
 

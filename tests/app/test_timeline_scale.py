@@ -7,12 +7,12 @@ import time
 from dataclasses import replace
 
 from specscope.app.gui.model.runmodel import RunModel
-from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.settings import PanelSettings
 from specscope.app.gui.views.timeline import TokenTimelineWidget
 
 
 def test_thousands_of_tokens_paint_fast(qtbot, hub):
-    prep = hub.build(RunSettings(prompt="1 2 3 4 5 6 7 8", proposer="draft-tiny", temperature=1.0, max_new_tokens=80))
+    prep = hub.build(PanelSettings(prompt="1 2 3 4 5 6 7 8", proposer="draft-tiny", temperature=1.0, max_new_tokens=80))
     base = prep.decoder.generate(prep.prompt_ids, 80).rounds
     # Tile the real rounds into a long run (~6000 tokens) with consistent indices.
     rounds, emitted = [], 0

@@ -1,10 +1,11 @@
 """Run settings as typed values, validated field by field (no Qt).
 
-The run panel keeps every field as text; `validate` turns the texts into a RunSettings (the
-core's, core.decode.settings, with the prompt) or a dict field -> message that the panel
-shows next to each field. Only the text -> number step and what the window alone has (the
-prompt text, the checkpoint folder, the device menu, threads) are checked here: every value
-is checked by the core's RunSettings.validate, with the messages the CLI gives.
+The run panel keeps every field as text; `validate` turns the texts into a PanelSettings (the
+core's RunSettings, core.settings.model, with the prompt text, the target and the checkpoint
+folder) or a dict field -> message that the panel shows next to each field. Only the text ->
+number step and what the window alone has (the prompt text, the checkpoint folder, the device
+menu) are checked here: every value is checked by the core's RunSettings.validate, against the
+bounds of core.settings.bounds, with the messages the CLI gives.
 
 The proposer is a core.draft.registry spec ("draft:small", "draft:/path/to/ckpt", "lookup",
 "lookup:max_ngram=4"), and the choices offered are derived from the registry, so a newly
@@ -21,9 +22,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from specscope.core.decode.settings import DEFAULT_PROPOSER, FIELD_NAMES, eos_vocab_problem
-from specscope.core.decode.settings import ENGINES, MAX_K  # noqa: F401 (the run panel's and compare's names)
-from specscope.core.decode.settings import RunSettings as CoreRunSettings
+from specscope.core.settings.bounds import BOUNDS, MAX_K  # noqa: F401 (MAX_K: the run panel's name)
+from specscope.core.settings.model import DEFAULT_PROPOSER, FIELD_NAMES, eos_vocab_problem
+from specscope.core.settings.model import RunSettings as CoreRunSettings
+from specscope.core.settings.vocab import ENGINES  # noqa: F401 (the run panel's and compare's name)
 from specscope.core.loading.models import BUNDLED_DRAFTS, BUNDLED_HEADS, BUNDLED_REAL_DRAFTS, BUNDLED_REAL_HEADS
 from specscope.core.draft.registry import KINDS, ProposerKind, ProposerSpec, SpecError, parse_spec
 
@@ -260,10 +262,10 @@ CHAT_STOP_FIELDS = ("chat", "system", "stop_strings", "stop_ids")
 
 
 @dataclass(frozen=True)
-class RunSettings(CoreRunSettings):
-    """The core's RunSettings (core.decode.settings: validated there, built into a decoder by
-    core.decode.factory) with what the run panel adds: the prompt text and the folder of a
-    "local checkpoint…" (KIND:PATH) proposer."""
+class PanelSettings(CoreRunSettings):
+    """The core's RunSettings (core.settings.model: validated there, built into a decoder by
+    core.decode.factory) with what the run panel adds: the prompt text, the target and the
+    folder of a "local checkpoint…" (KIND:PATH) proposer."""
 
     prompt: str = ""
     checkpoint: str = ""  # the folder of a KIND:PATH spec, "" otherwise
@@ -299,7 +301,7 @@ class RunSettings(CoreRunSettings):
 
 @dataclass
 class Validation:
-    settings: RunSettings | None
+    settings: PanelSettings | None
     errors: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -482,7 +484,7 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     device = get("device").strip() or "cpu"
     if device not in devices:
         errors["device"] = f"device “{device}” is not available here; available: {', '.join(devices)}"
-    settings = RunSettings(prompt=prompt, target=target, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
+    settings = PanelSettings(prompt=prompt, target=target, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
                            device=device, engine=get("engine").strip().lower() or "specscope", threads=threads,
                            **stops, **numbers)
     for key, message in settings.validate().items():
@@ -493,16 +495,20 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
 
 
 def _threads(text: str, errors: dict[str, str]) -> int | None:
-    """The threads field: "auto" (or empty) = the default, else 1..MAX_THREADS."""
-    from specscope.app.threads import MAX_THREADS
-
+    """The threads field: "auto" (or empty) = the default, else within the threads bound."""
+    bound = BOUNDS["threads"]
     text = text.strip().lower()
     if text in ("", "auto"):
         return None
     value = _parse(text, "threads", int, "a whole number", errors, "threads")
-    if value is not None and not 1 <= value <= MAX_THREADS:
-        errors["threads"] = f"threads must lie in [1, {MAX_THREADS}], got {value}"
+    if value is not None and bound.problem(value) is not None:
+        errors["threads"] = f"threads must lie in [{bound.lo}, {bound.hi}], got {value}"
     if "threads" in errors:
         errors["threads"] += " (or “auto”)"
         return None
     return value
+
+
+# The old name of PanelSettings (the same as the core's class it extends), kept while modules
+# being changed elsewhere still import it; new code names PanelSettings.
+RunSettings = PanelSettings

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specscope.core.draft.registry import HEAD_DRAWS, KINDS, ProposerSpec, SpecError, parse_spec
-from specscope.core.verify.tree import CHILDREN_MODES
+from specscope.core.draft.registry import KINDS, ProposerSpec, SpecError, parse_spec
+from specscope.core.settings.vocab import CHILDREN_MODES, DEFAULT_CHILDREN, HEAD_DRAWS
 
 CHAIN = "chain"  # the tree field's text for "no tree": a chain of k tokens
-DEFAULT_CHILDREN = "topk"
 DRAW_MODES = HEAD_DRAWS  # a head's draw field; the first is the default
 # The tree field's menu; any other spec can be typed.
 TREE_EXAMPLES = (CHAIN, "2,1,1,1", "3,2,1,1", "3,2,1,1,nodes=12", "paths:0;1;0.0;0.1;0.0.0",

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.app.gui.model.settings import DEFAULT_PROPOSER, ENGINES, MAX_K, PATH_ARG, RunSettings, Validation, \
+from specscope.app.gui.model.settings import DEFAULT_PROPOSER, ENGINES, MAX_K, PATH_ARG, PanelSettings, Validation, \
     checkpoint_of, menu_spec, proposer_choices, proposer_label, spec_text, validate
 from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, DRAW_MODES, TREE_EXAMPLES, fold_draw, \
     fold_tree, grows_trees, is_chain, split_draw, split_tree, takes_draw
@@ -78,7 +78,7 @@ class RunPanelWidget(QWidget):
         outer.addStretch(1)
         self.action_row = self._action_row()  # placed by the window, outside the scroll area
 
-        self.set_texts(RunSettings().to_texts())
+        self.set_texts(PanelSettings().to_texts())
         self._auto_proposer = self.texts()["proposer"]  # the proposer a target chose, until the person picks another
         self.set_state(IDLE)
         for key, w in self.fields.items():
@@ -363,7 +363,7 @@ class RunPanelWidget(QWidget):
         self.show_errors(result.errors)
         return result
 
-    def validate_quietly(self) -> RunSettings | None:
+    def validate_quietly(self) -> PanelSettings | None:
         """The settings when every field is valid, without flagging anything."""
         return validate(self.texts(), self.devices, self.vocab_size).settings
 
