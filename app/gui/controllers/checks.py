@@ -116,13 +116,13 @@ class CheckActions:
 
     def report(self) -> Any:
         """The checker's report on the run shown: of a stored run, what `specscope check`
-        prints (app.cli.check.check_stored_run: its rounds and its end record); of a live
+        prints (storage.checking.check_stored_run: its rounds and its end record); of a live
         run, the same rules with the end the recording will store (its stop reason and token
         count)."""
         w = self.w
         stored = w.session.store_and_run() if w.session is not w.live else None
         if stored is not None:
-            from specscope.app.cli.check import check_stored_run
+            from specscope.storage.checking import check_stored_run
 
             return check_stored_run(*stored)
         end = self.live_end()

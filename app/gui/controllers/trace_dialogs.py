@@ -23,13 +23,13 @@ CHECK_ROUNDS = 20_000  # the picker checks runs (for their finding counts) up to
 
 def finding_counter(library: TraceLibrary, runs: list[Any]) -> Callable[[int], str]:
     """Each run's finding count from the checker, one run a call, in the runs' order ("—" past
-    CHECK_ROUNDS rounds in all): the count `specscope check` gives (app.cli.check.check_stored_run,
+    CHECK_ROUNDS rounds in all): the count `specscope check` gives (storage.checking.check_stored_run,
     end record included). The picker calls it after it is shown, so a store of many runs opens
     at once and its counts fill in."""
     budget = [CHECK_ROUNDS]
 
     def count(index: int) -> str:
-        from specscope.app.cli.check import check_stored_run
+        from specscope.storage.checking import check_stored_run
 
         info = runs[index]
         if info.n_rounds > budget[0]:
