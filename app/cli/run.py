@@ -46,9 +46,13 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
     p.add_argument("--children", default=None, choices=("topk", "sampled", "distinct"),
                    help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
                         "(without replacement)")
-    p.add_argument("--engine", choices=("specscope", "transformers"), default="specscope",
-                   help="who decodes: specscope's decoder, or transformers' own generate() recorded round by round "
-                        "(--proposer draft or lookup; see docs/transformers-engine.md) (default: specscope)")
+    p.add_argument("--engine", choices=("specscope", "transformers", "vllm"), default="specscope",
+                   help="who decodes: specscope's decoder, transformers' own generate() recorded round by round "
+                        "(--proposer draft or lookup; see docs/transformers-engine.md), or vLLM's own speculative "
+                        "decoding in its venv (`specscope vllm setup`; docs/vllm.md) (default: specscope)")
+    p.add_argument("--vllm-draft-sample", choices=("greedy", "probabilistic"), default=None,
+                   help="--engine vllm with a draft model or head: vLLM's draft_sample_method (default: vLLM's, "
+                        "greedy: drafts are one-hot; probabilistic records the draft's q)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off (default)")
@@ -333,6 +337,10 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any, fault
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":  # vLLM runs in its own venv: nothing of specscope's decoder loads
+        from specscope.app.cli.vllm import cmd_run_vllm
+
+        return cmd_run_vllm(args)
     from specscope.app.threads import apply_threads
 
     apply_threads(args.threads)

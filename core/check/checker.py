@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from specscope.core.check.coupled import check_coupled_round, is_coupled_round
+from specscope.core.check.engine_values import RULE as NONFINITE, SUMMARY as NONFINITE_SUMMARY, nonfinite_findings
 from specscope.core.sampling.draws import draw_mismatch
 from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
 from specscope.core.records import Round, RunConfig, RunEnd
@@ -51,6 +52,7 @@ RULES: dict[str, str] = {
     "position-limit": "no round reads a position past the target's position limit (max_position_embeddings)",
     "internal": "the checker itself failed on a round: the rule named in the message was not checked there",
     **STOP_RULES,  # stop strings and sequences, finish reason, end count (core.check.stop_rules)
+    NONFINITE: NONFINITE_SUMMARY,  # core.check.engine_values
 }
 
 # How bad a finding of each rule is: WRONG_OUTPUT, the run's tokens (or their record) may be
@@ -70,6 +72,7 @@ SEVERITY: dict[str, str] = {
     "position-limit": WRONG_OUTPUT,
     "internal": WRONG_OUTPUT,  # the checker cannot vouch for what it failed to check
     **{name: WRONG_OUTPUT for name in STOP_RULES},  # output past a stop, a wrong finish reason or count
+    NONFINITE: WRONG_OUTPUT,
 }
 
 # Rules whose findings in later rounds usually follow from the first one (a cache that went
@@ -791,6 +794,7 @@ def check_report(
         emitted = (rnd.emitted_before if checker.prefix_broken else emitted) + len(rnd.emitted)
         del checker  # it holds its round and the previous one: not kept while the next is read
         previous, last, rnd, i = rnd, rnd, following, i + 1
+    findings.extend(nonfinite_findings(config, Finding))
     if end is not None:
         try:
             stops.end(end, last)

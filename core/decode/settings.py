@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 INT32_MAX = 2**31 - 1  # the store's INTEGER columns (k, max_new_tokens, top_k, eos id, top_n) on every database
 INT64_MAX = 2**63 - 1  # the store's seed column (BIGINT); numpy's default_rng wants a seed >= 0
 MAX_K = 4096  # the longest draft (or largest tree budget) a trace may hold (storage/jsonl's import limit)
-ENGINES = ("specscope", "transformers")  # specscope's SpeculativeDecoder, or transformers' own generate() recorded
+ENGINES = ("specscope", "transformers", "vllm")  # specscope's SpeculativeDecoder, or transformers' own generate() recorded
 VECTOR_POLICIES = ("auto", "full", "top")  # what a record keeps besides the top-N (core.dists)
 DEFAULT_PROPOSER = "draft:small"
 # transformers' own default max_matching_ngram_size: its prompt lookup's n when a spec names none

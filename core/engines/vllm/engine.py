@@ -130,7 +130,15 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def _clean(dist: dict) -> dict:
-    return {k: v for k, v in dist.items() if k in ("top_ids", "top_probs", "support", "minimum", "total", "full")}
+    """A captured distribution as the format's DIST: non-finite entries were stored as 0 by
+    the capture (and are listed in proposer_params.nonfinite); a row with nothing finite and
+    > 0 keeps one entry at 0, since a DIST names at least one token."""
+    out = {k: v for k, v in dist.items() if k in ("top_ids", "top_probs", "support", "minimum", "total", "full")}
+    if "full" in out and out["full"] is not None:
+        out["full"] = [x if math.isfinite(x) else 0.0 for x in out["full"]]
+    if not out.get("top_ids"):
+        out["top_ids"], out["top_probs"] = [0], [0.0]
+    return out
 
 
 ONE_HOT_KEYS = ("top_ids", "top_probs", "support", "minimum", "total")
