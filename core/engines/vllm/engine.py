@@ -49,6 +49,7 @@ class VllmRun:
     draft_sample_method: str | None = None  # None: vLLM's default ("greedy": drafts are one-hot)
     target_name: str | None = None
     proposer_text: str = ""
+    overhead_reps: int = 0  # the driver's capture-overhead measurement (docs/vllm.md): off/on pairs after the run
 
 
 def speculative_config(run: VllmRun) -> dict:
@@ -77,6 +78,7 @@ def driver_spec(run: VllmRun, work: Path) -> dict:
             "speculative_config": speculative_config(run),
             "sampling": {"temperature": run.temperature, "top_k": run.top_k, "top_p": run.top_p, "seed": run.seed},
             "max_new_tokens": run.max_new_tokens, "eos_ids": list(run.eos_ids), "prompts": run.prompts,
+            "overhead_reps": run.overhead_reps,
             "llm_kwargs": {"skip_tokenizer_init": True, "per_request_spec_decode_metrics": "detailed",
                            "gpu_memory_utilization": float(os.environ.get("SPECSCOPE_VLLM_MEMORY", "0.05"))}}
 

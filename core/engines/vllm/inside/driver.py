@@ -62,6 +62,19 @@ def main(spec_path: str) -> int:
     t0 = time.time()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.time() - t0
+    reps = []
+    if spec.get("overhead_reps"):  # capture off / on, interleaved, the same prompts (the first run warmed up)
+        off = spec["capture_path"] + ".off"
+        for _ in range(int(spec["overhead_reps"])):
+            for mode in ("off", "on"):
+                if mode == "off":
+                    open(off, "w").close()
+                t = time.time()
+                outs = llm.generate(prompts, params, use_tqdm=False)
+                reps.append({"capture": mode, "s": time.time() - t,
+                             "tokens": sum(len(o.outputs[0].token_ids) for o in outs)})
+                if os.path.exists(off):
+                    os.remove(off)
     with open(spec["result_path"], "w", encoding="utf-8") as fh:
         for out in outputs:
             c = out.outputs[0]
@@ -71,7 +84,7 @@ def main(spec_path: str) -> int:
         import vllm
 
         fh.write(json.dumps({"record": "timing", "load_s": loaded - started, "generate_s": wall,
-                             "vllm": vllm.__version__}) + "\n")
+                             "vllm": vllm.__version__, "overhead": reps}) + "\n")
     return 0
 
 
