@@ -93,9 +93,10 @@ def _eos_ids(args: argparse.Namespace, target: Any, tokenizer: Any) -> tuple[int
     return tuple(ids)
 
 
-def vllm_run_of(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(VllmRun, tokenizer) of `specscope run --engine vllm`'s flags; refusals are one line."""
-    from specscope.app.cli.run import _prompt_ids, run_settings, run_spec
+def vllm_run_of(args: argparse.Namespace, helpers: tuple) -> tuple[Any, Any]:
+    """(VllmRun, tokenizer) of `specscope run --engine vllm`'s flags; refusals are one line.
+    `helpers`: run.py's (run_spec, run_settings, prompt_ids), passed in (no import cycle)."""
+    run_spec, run_settings, _prompt_ids = helpers
     from specscope.core.engines.vllm.engine import METHODS, VllmRun
 
     for attr, flag, why in REFUSED:
@@ -125,13 +126,13 @@ def vllm_run_of(args: argparse.Namespace) -> tuple[Any, Any]:
     return run, tokenizer
 
 
-def cmd_run_vllm(args: argparse.Namespace) -> int:
+def cmd_run_vllm(args: argparse.Namespace, helpers: tuple) -> int:
     import tempfile
     from pathlib import Path
 
     from specscope.core.engines.vllm.engine import VllmEngineError, run_driver, traces, write_traces
 
-    run, tokenizer = vllm_run_of(args)
+    run, tokenizer = vllm_run_of(args, helpers)
     if args.k < 1:
         raise CliError("--k (draft length) must be at least 1")
     print(f"-- vLLM: starting its engine in {_venv_label()} (a minute or more on a CPU) ...", file=sys.stderr, flush=True)

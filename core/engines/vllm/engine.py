@@ -154,8 +154,8 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def request_trace(run: VllmRun, prompt: list[int], steps: list[dict], result: dict, vocab: int,
-                  vllm_version: str, wall_s: float | None = None) -> list[dict]:  # long: one loop over vLLM's steps
+def request_trace(run: VllmRun, prompt: list[int], steps: list[dict], result: dict, vocab: int,  # long: one loop over vLLM's steps
+                  vllm_version: str, wall_s: float | None = None) -> list[dict]:
     """The trace lines (header, rounds, end) of one request from its captured steps and what
     vLLM returned. Each step is one round; the output's tokens are vLLM's returned ones, and
     a step whose sampled tokens the scheduler cut (budget, EOS) emits only the kept ones."""

@@ -137,7 +137,7 @@ def _dist(row, top_n: int, full: bool, token: int | None = None) -> dict:
     return out
 
 
-def _patch() -> None:
+def _patch() -> None:  # long: the wrappers share the step state and the originals they call
     import torch
     from vllm.v1.sample import rejection_sampler as rs
     from vllm.v1.worker import gpu_model_runner as gmr
