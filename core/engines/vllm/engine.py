@@ -222,8 +222,8 @@ def request_trace(run: VllmRun, prompt: list[int], steps: list[dict], result: di
         tokens = [e["token"] for e in emitted]
         line["eos"] = any(t in run.eos_ids for t in tokens)
         line["budget_stop"] = pos + take >= run.max_new_tokens
-        # every draft accepted and the bonus cut by the budget (vLLM sampled it; the scheduler dropped it)
-        line["bonus_withheld"] = bool(k) and n_acc >= k and take < len(sampled) and not line["eos"]
+        # every draft accepted and emitted, the bonus cut by the budget (vLLM sampled it; the scheduler dropped it)
+        line["bonus_withheld"] = bool(k) and n_acc >= k and take == k and not line["eos"]
         bonus = step.get("bonus_p")
         if bonus is not None and n_acc == k and take == len(sampled):
             if "nonfinite" in bonus:
