@@ -136,3 +136,17 @@ def test_setup_without_network_is_one_line(tmp_path):
     err = [ln for ln in proc.stderr.splitlines() if not ln.startswith("-- ")]
     assert len(err) == 1 and "cannot install vllm" in err[0] and "no network access" in err[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("budget, withheld", [(2, False), (3, True)])
+def test_budget_cut_after_all_accepted_withholds_only_a_bonus(tmp_path, target, budget, withheld):
+    """Both drafts accepted and the bonus sampled: a budget that ends inside the drafts
+    withholds no bonus (it was a bug to say so: round-structure flagged it on vLLM's greedy
+    runs); one that ends right after them withholds the bonus."""
+    steps = _greedy_steps()
+    steps[1] = {**steps[1], "nodes": [{"token": 6, "p": _dist(_peaked(6), 6)}, {"token": 7, "p": _dist(_peaked(7), 7)}],
+                "sampled": [6, 7, 9]}
+    run = VllmRun(target=str(target), prompts=[[1, 2, 3]], proposer_kind="lookup", k=2, max_new_tokens=budget)
+    lines, report = _store_and_check(tmp_path, run, steps, [5, 6, 7][:budget])
+    assert lines[2]["bonus_withheld"] is withheld
+    assert not [str(f) for f in report.findings if f.severity == WRONG_OUTPUT]
