@@ -13,6 +13,7 @@ from specscope.app.cli.diverge import add_diverge_parser
 from specscope.app.cli.models import add_models_parser
 from specscope.app.cli.options import CliError, check_options, is_broken_pipe, leave_quietly, threads_arg
 from specscope.app.cli.run import add_run_parser
+from specscope.app.cli.vllm import add_vllm_parser
 from specscope.app.cli.signals import interrupt_status
 
 
@@ -79,6 +80,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_check_parsers(sub)
     add_diverge_parser(sub)
     add_models_parser(sub)
+    add_vllm_parser(sub)
     from specscope.app import bench
     from specscope.app.cli import traces
 

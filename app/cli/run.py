@@ -48,8 +48,10 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
                    help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
                         "(without replacement)")
     p.add_argument("--engine", choices=ENGINES, default="specscope",
-                   help="who decodes: specscope's decoder, or transformers' own generate() recorded round by round "
-                        "(--proposer draft or lookup; see docs/transformers-engine.md) (default: specscope)")
+                   help="who decodes: specscope's decoder, transformers' generate() (docs/transformers-engine.md) or "
+                        "vLLM in its venv (`specscope vllm setup`; docs/vllm.md), recorded round by round")
+    p.add_argument("--vllm-draft-sample", choices=("greedy", "probabilistic"), default=None,
+                   help="--engine vllm: vLLM's draft_sample_method (default greedy: one-hot drafts)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off (default)")
@@ -357,6 +359,10 @@ def _report(args: argparse.Namespace, result: Any, pair: Any, writer: Any, fault
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":  # vLLM runs in its own venv: nothing of specscope's decoder loads
+        from specscope.app.cli.vllm import cmd_run_vllm
+
+        return cmd_run_vllm(args, (run_spec, run_settings, _prompt_ids))
     _check_store(args)
     pair, decoder, prompt, config = _prepare(args)
     writer = _open_writer(args, config, pair)

@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from specscope.core.check.engine_values import nonfinite_findings
 from specscope.core.check.coupled import check_coupled_round, is_coupled_round
 from specscope.core.sampling.draws import draw_mismatch
 from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
@@ -736,6 +737,7 @@ def check_report(
         emitted = (rnd.emitted_before if checker.prefix_broken else emitted) + len(rnd.emitted)
         del checker  # it holds its round and the previous one: not kept while the next is read
         previous, last, rnd, i = rnd, rnd, following, i + 1
+    findings.extend(nonfinite_findings(config, Finding))  # an engine's NaN/inf p or q, listed by its capture
     if end is not None:
         try:
             stops.end(end, last)

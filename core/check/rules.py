@@ -13,7 +13,8 @@ Checks: where a finding of the rule comes from. The round checks are the methods
 core.check.checker._RoundChecker that ROUND_CHECKS runs, in its order ("shape" runs the
 rules of the round's draft shape: the tree walk's, core.check.tree_rules, or the coupled
 rule's); "stops" and "end" are core.check.stop_rules and the end record's check, "recompute"
-the deep replay (checker.recompute_findings).
+the deep replay (checker.recompute_findings), "engine-values" the non-finite probabilities an
+engine's capture lists (core.check.engine_values).
 
 Adding a rule: one Rule below, and the method that emits it (named in ROUND_CHECKS when it
 is a new round check).
@@ -24,13 +25,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from specscope.core.check.engine_values import RULE as NONFINITE
+from specscope.core.check.engine_values import SUMMARY as NONFINITE_SUMMARY
+
 WRONG_OUTPUT = "wrong output"
 WASTED_WORK = "wasted work"
 
 # The round checks, in the order they run on each round (a finding's order within a round
 # follows it): the shape-free rules apply to every round; `shape` runs those of its draft shape.
 ROUND_CHECKS: tuple[str, ...] = ("continuity", "positions", "structure", "shape", "sampler", "budget", "eos", "caches")
-EVERY_CHECK: tuple[str, ...] = ROUND_CHECKS + ("stops", "end")
+EVERY_CHECK: tuple[str, ...] = ROUND_CHECKS + ("stops", "end", "engine-values")
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ REGISTRY: dict[str, Rule] = _rules(
     Rule("finish-reason", "the run's finish reason is the one its tokens show: eos, stop, budget (or cancelled)", W,
          ("end",)),
     Rule("end-count", "the end record counts the emitted tokens up to the stop or EOS, none past it", W, ("end",)),
+    Rule(NONFINITE, NONFINITE_SUMMARY, W, ("engine-values",)),
 )
 del W, X
 

@@ -316,6 +316,9 @@ def _combination_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, 
     tree = bool(spec.params.get("tree"))
     if s.coupling_seed is not None and tree:
         errors["coupling_seed"] = f"{name['coupling_seed']} verifies chain drafts: it cannot be combined with a tree"
+    if s.engine == "vllm":  # vLLM runs in its own venv, driven by app/cli/vllm.py (docs/vllm.md)
+        errors["engine"] = "the vllm engine runs from the command line for now: `specscope run --engine vllm`"
+        return
     if s.engine != "transformers":
         return
     for key, off in (("coupling_seed", s.coupling_seed is not None), ("fault", s.fault is not None),

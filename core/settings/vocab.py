@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-# Whose loop decodes: specscope's SpeculativeDecoder, or transformers' own generate() recorded.
-Engine = Literal["specscope", "transformers"]
+# Whose loop decodes: specscope's SpeculativeDecoder, transformers' own generate() recorded, or vLLM's
+# v1 engine in its own venv (core.engines.vllm, docs/vllm.md).
+Engine = Literal["specscope", "transformers", "vllm"]
 # How a tree's siblings are chosen and verified (core.verify.tree): i.i.d. from q, without
 # replacement, or q's top-k as point masses.
 ChildrenMode = Literal["sampled", "distinct", "topk"]

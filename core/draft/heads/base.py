@@ -153,7 +153,11 @@ class HeadKV:
 
 class HeadAttention(nn.Module):
     """Llama attention (grouped keys/values, rotary positions) whose input is `width` wide:
-    the hidden size, or twice it for EAGLE-3's layer, which attends over [embedding; feature]."""
+    the hidden size, or twice it for EAGLE-3's layer, which attends over [embedding; feature].
+    `window` (a sliding-window layer, e.g. a speculators EAGLE-3 head's): a query at cache row r
+    sees rows r - window + 1 .. r only (chains; a tree's mask is used as given)."""
+
+    window: int | None = None
 
     def __init__(self, config: LlamaConfig, width: int):
         super().__init__()
@@ -179,7 +183,10 @@ class HeadAttention(nn.Module):
         groups = self.heads // self.kv_heads
         keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
         if allowed is None:  # causal: query i (at cache row total - n + i) sees rows 0 .. total - n + i
-            seen = torch.arange(total, device=x.device)[None, :] <= (total - n + torch.arange(n, device=x.device))[:, None]
+            rows = (total - n + torch.arange(n, device=x.device))[:, None]
+            seen = torch.arange(total, device=x.device)[None, :] <= rows
+            if self.window is not None:
+                seen = seen & (torch.arange(total, device=x.device)[None, :] > rows - self.window)
         elif tuple(allowed.shape) != (n, total):
             raise RuntimeError(f"a head tree mask of shape {tuple(allowed.shape)} for {n} entries after {total - n} held")
         else:

@@ -15,6 +15,19 @@ post_attention_layernorm}.weight`, `midlayer.self_attn.{q,k,v,o}_proj.weight`,
 `midlayer.mlp.{gate,up,down}_proj.weight`, `norm.weight`, `lm_head.weight`, `d2t` (draft ->
 target offsets), `t2d` (which target ids the draft vocabulary holds) and optionally
 `embed_tokens.weight`. A `layers.0.` spelling of `midlayer.` and a `model.` prefix are accepted.
+
+The `speculators` library's format (vLLM's standard; core/draft/heads/speculators.py reads its
+config) and SpecForge's Eagle 3.1 exports add four flags, with vLLM's semantics
+(model_executor/models/llama_eagle3.py, transformers_utils/configs/speculators/algos.py):
+- norm_before_residual: the layer's residual is hidden_norm(feature), not the raw feature
+  (default True in a speculators config, False in a flat EAGLE config, as vLLM reads them);
+- norm_before_fc: one RMSNorm `input_norm` over the concatenated 3 x target-hidden features
+  before `fc`;
+- fc_norm: one RMSNorm per feature chunk, `fc_norm.{i}`, before `fc` (after input_norm);
+- norm_output: the feature fed back to the next draft step is the layer's output after `norm`
+  (and the logits read it as is), not before;
+and a sliding-window draft layer (`sliding_window`, with `layer_types` saying
+"sliding_attention"): its attention sees the last `sliding_window` positions.
 """
 
 from __future__ import annotations
@@ -45,6 +58,10 @@ from specscope.core.draft.heads.trees import TreeAttention
 from specscope.core.draft.proposers import TargetMismatch
 
 
+FLAG_KEYS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "speculators_format",
+             "draft_sliding_window")
+
+
 def published_layers(target_layers: int) -> tuple[int, int, int]:
     """EAGLE-3's default feature layers: (2, L//2, L-3) (they repeat on shallow targets)."""
     return (2, target_layers // 2, target_layers - 3)
@@ -53,21 +70,26 @@ def published_layers(target_layers: int) -> tuple[int, int, int]:
 class Eagle3Layer(HeadLayer):
     """The head's layer: attention over [norm(embedding); norm(feature)], 2H wide."""
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, norm_before_residual: bool = False) -> None:
         super().__init__(config, width=2 * config.hidden_size)
         self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm_before_residual = norm_before_residual
 
     def fused(self, embedded: torch.Tensor, feature: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
               kv: HeadKV, at: TreeAttention | None = None) -> torch.Tensor:
-        attn_in = torch.cat([self.input_layernorm(embedded), self.hidden_norm(feature)], dim=-1)
-        return self.forward(attn_in, feature, rope, kv, at)
+        normed = self.hidden_norm(feature)
+        attn_in = torch.cat([self.input_layernorm(embedded), normed], dim=-1)
+        return self.forward(attn_in, normed if self.norm_before_residual else feature, rope, kv, at)
 
 
 class Eagle3Head(RecurrentHead):
     kind = "eagle3"
 
-    def __init__(self, config: LlamaConfig, own_embedding: bool, layers: tuple[int, ...] | None) -> None:
+    def __init__(self, config: LlamaConfig, own_embedding: bool, layers: tuple[int, ...] | None,
+                 flags: dict | None = None) -> None:
         super().__init__(config, 1)
+        flags = flags or {}
+        self.norm_output = bool(flags.get("norm_output", False))
         hidden = config.hidden_size
         self.hidden_size = hidden
         self.target_hidden = int(getattr(config, "target_hidden_size", None) or hidden)
@@ -75,8 +97,13 @@ class Eagle3Head(RecurrentHead):
         self.layer_ids = layers
         if own_embedding:
             self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
+        if flags.get("norm_before_fc"):
+            self.input_norm = LlamaRMSNorm(3 * self.target_hidden, eps=config.rms_norm_eps)
+        if flags.get("fc_norm"):
+            self.fc_norm = nn.ModuleList(LlamaRMSNorm(self.target_hidden, eps=config.rms_norm_eps) for _ in range(3))
         self.fc = nn.Linear(3 * self.target_hidden, hidden, bias=False)
-        self.midlayer = Eagle3Layer(config)
+        self.midlayer = Eagle3Layer(config, bool(flags.get("norm_before_residual", False)))
+        self.midlayer.self_attn.window = flags.get("sliding_window")
         self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(hidden, self.draft_vocab, bias=False)
         self.register_buffer("d2t", torch.zeros(self.draft_vocab, dtype=torch.long))
@@ -104,11 +131,25 @@ class Eagle3Head(RecurrentHead):
 
     def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
              at: TreeAttention | None = None) -> torch.Tensor:
-        feature = self.fc(features) if from_target else features
+        feature = self.fc(self.fc_input(features)) if from_target else features
         rope = self.positions(self.length, feature.shape[1], feature, at)
-        return self.midlayer.fused(self.embed(tokens).to(feature.dtype), feature, rope, self.kvs[0], at)
+        out = self.midlayer.fused(self.embed(tokens).to(feature.dtype), feature, rope, self.kvs[0], at)
+        return self.norm(out) if self.norm_output else out  # norm_output: the fed-back feature is post-norm
+
+    def fc_input(self, features: torch.Tensor) -> torch.Tensor:
+        """The concatenated target features before `fc`: input_norm (norm_before_fc), then
+        each chunk's fc_norm, as vLLM's combine_hidden_states applies them."""
+        norm = getattr(self, "input_norm", None)
+        if norm is not None:
+            features = norm(features)
+        chunk_norms = getattr(self, "fc_norm", None)
+        if chunk_norms is not None:
+            features = torch.cat([n(c) for n, c in zip(chunk_norms, features.chunk(3, dim=-1))], dim=-1)
+        return features
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.norm_output:  # step() already normed it
+            return self.lm_head(hidden).float()
         return self.lm_head(self.norm(hidden)).float()  # over the draft vocabulary
 
 
@@ -144,7 +185,10 @@ def load_eagle3(path: str | Path) -> RecurrentHeadProposer:
     kind = Eagle3Head.kind
     folder = head_folder(path, kind)
     raw = read_config(folder, kind)
-    config = llama_config(raw, kind)
+    from specscope.core.draft.heads.speculators import eagle3_flags, flatten_speculators
+
+    raw = flatten_speculators(raw, kind)
+    config = llama_config({k: v for k, v in raw.items() if k not in FLAG_KEYS}, kind)
     weights = eagle3_names(read_weights(folder, kind))
     if "fc.weight" not in weights or "midlayer.hidden_norm.weight" not in weights:
         raise HeadFormatError(f"{kind}: the checkpoint has no fc.weight / midlayer.hidden_norm.weight (an EAGLE-1 "
@@ -152,7 +196,8 @@ def load_eagle3(path: str | Path) -> RecurrentHeadProposer:
     draft_vocab = int(raw.get("draft_vocab_size") or config.vocab_size)
     if draft_vocab < config.vocab_size and "d2t" not in weights:
         raise HeadFormatError(f"{kind}: a draft vocabulary of {draft_vocab} < {config.vocab_size} needs the d2t map")
-    head = Eagle3Head(config, own_embedding="embed_tokens.weight" in weights, layers=layer_ids(raw))
+    head = Eagle3Head(config, own_embedding="embed_tokens.weight" in weights, layers=layer_ids(raw),
+                      flags=eagle3_flags(raw, weights, kind))
     load_exactly(head, weights, kind, optional=("d2t", "t2d"))
     check_vocab_map(head, config.vocab_size)
     return RecurrentHeadProposer(head.eval(), str(path))
