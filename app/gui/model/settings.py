@@ -25,11 +25,15 @@ from typing import Any
 from specscope.core.settings.bounds import BOUNDS, MAX_K  # noqa: F401 (MAX_K: the run panel's name)
 from specscope.core.settings.model import DEFAULT_PROPOSER, FIELD_NAMES, eos_vocab_problem
 from specscope.core.settings.model import RunSettings as CoreRunSettings
-from specscope.core.settings.vocab import ENGINES  # noqa: F401 (the run panel's and compare's name)
+from specscope.core.settings.vocab import ENGINES as ALL_ENGINES
 from specscope.core.loading.models import BUNDLED_DRAFTS, BUNDLED_HEADS, BUNDLED_REAL_DRAFTS, BUNDLED_REAL_HEADS
 from specscope.core.draft.registry import KINDS, ProposerKind, ProposerSpec, SpecError, parse_spec
 
 from .tree_settings import describe_tree, tree_choice_specs
+
+# The engines the window runs: vLLM runs from the command line only for now (`specscope run
+# --engine vllm`, docs/vllm.md), so its menus do not offer an engine that Run would refuse.
+ENGINES = tuple(e for e in ALL_ENGINES if e != "vllm")
 
 # Drafts and heads the package ships, named (not paths): the bundled target's and a fetchable
 # target's own (catalog default_draft / default_heads: smollm2-draft, eagle3-smollm2).
