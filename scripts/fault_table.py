@@ -11,7 +11,7 @@ runs of the same settings count the checker's false positives.
 
 budget-before-stop fires only in the round that reaches the budget, so a fixed budget rarely
 meets it: its runs take their budget from a clean run of the same prompt, seed and stops,
-one token past where that run stopped (as tests/core/test_stops.py does), so that the round
+one token past where that run stopped (as tests/core/decode/test_stops.py does), so that the round
 that completes the stop is the one that reaches the budget.
 """
 

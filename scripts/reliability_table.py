@@ -205,7 +205,7 @@ def case_empty_db(tmp: Path):
 
 def case_readonly_store(tmp: Path):
     """Every reader on a store whose file mode is 0444: nothing in the folder changes (as
-    user nobody the tests run them too: tests/app/test_reliability_stores.py)."""
+    user nobody the tests run them too: tests/app/cli/test_reliability_stores.py)."""
     db = _store(tmp)
     db.chmod(0o444)
     before, listing = (_sha(db), db.stat().st_mtime_ns), sorted(p.name for p in tmp.iterdir())

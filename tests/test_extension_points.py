@@ -28,8 +28,8 @@ from specscope.core.decode.kv import CachePolicy
 from specscope.core.decode.layout import TreeLayout
 from specscope.core.records import TreeRound
 
-from .core.scripted import ScriptedProposer
-from .tiny_models import noisy_copy, save_pair, tiny_lm
+from tests.core.scripted import ScriptedProposer
+from tests.tiny_models import noisy_copy, save_pair, tiny_lm
 
 
 @pytest.fixture(scope="module")

@@ -188,7 +188,7 @@ def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run
     starting = starting_window()
     mark("starting-window-shown")  # visible at once: pyqtgraph and the window take a second or two on a busy machine
     configure_plots()
-    from .main_window import MainWindow  # imports neither torch nor transformers (tests/app/test_fast_window.py)
+    from .main_window import MainWindow  # imports neither torch nor transformers (tests/app/gui/sessions/test_fast_window.py)
 
     mark("imports-done")
     window = MainWindow()

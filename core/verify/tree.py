@@ -23,7 +23,7 @@ The maths uses only elementwise operations that numpy arrays and torch tensors s
 chooser's decisions, so the one `walk` runs on float64 torch rows on the model's device in the
 decoder (the residual updates and draws stay there; only the two entries each acceptance test
 reads cross to the host), on float64 numpy rows in the checker's replay, and on object arrays
-of fractions.Fraction in the exact oracle (tests/core/test_tree_oracle.py), where a chooser
+of fractions.Fraction in the exact oracle (tests/core/verify/test_tree_oracle.py), where a chooser
 enumerates every decision exactly.
 """
 

@@ -21,7 +21,7 @@ from multiprocessing import get_context
 
 from scipy.stats import chisquare
 
-from ..tiny_models import noisy_copy, tiny_lm
+from tests.tiny_models import noisy_copy, tiny_lm
 
 VOCAB = 5
 CHUNK = 250  # seeds a task: small enough to balance two workers, large enough to cost nothing

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ..tiny_models import noisy_copy, tiny_lm
+from tests.tiny_models import noisy_copy, tiny_lm
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import pytest
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 from specscope.storage import TraceStore, record
 
-from ..tiny_models import noisy_copy, tiny_lm
+from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPT = [5, 9, 14, 5, 9, 3, 7]
 

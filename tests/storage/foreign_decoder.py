@@ -1,6 +1,6 @@
 """A speculative decoder of another design, in plain numpy, that writes specscope JSONL traces
 by hand (raw JSON lines, no specscope code involved in deciding anything): the adversarial
-generator of tests/storage/test_foreign_traces.py.
+generator of tests/storage/jsonl/test_foreign_traces.py.
 
 A bigram target and a noisy bigram draft over a small vocabulary. Chains and token trees
 (static specs with sampled, distinct or top-k children, and a dynamic tree), greedy or

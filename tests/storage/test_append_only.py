@@ -11,7 +11,7 @@ from sqlalchemy import event
 
 from specscope.storage import TraceStore, TraceWriter
 
-from .helpers import synthetic_config, synthetic_rounds
+from tests.storage.helpers import synthetic_config, synthetic_rounds
 
 
 def _size(params: Any) -> int:

@@ -8,7 +8,7 @@ from specscope.core.check.checker import check_run, first_bad_round
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
 
-from ..tiny_models import noisy_copy, tiny_lm
+from tests.tiny_models import noisy_copy, tiny_lm
 
 SETTINGS = [SamplingConfig(temperature=0), SamplingConfig(temperature=1.0, top_k=8),
             SamplingConfig(temperature=1.0, top_p=0.9)]

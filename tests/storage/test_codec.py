@@ -28,7 +28,7 @@ from specscope.storage.schema import nodes_table, rounds_table
 from specscope.storage.writer.sink import RunSink
 from specscope.storage.writer.api import TraceWriter
 
-from .helpers import synthetic_config, synthetic_rounds
+from tests.storage.helpers import synthetic_config, synthetic_rounds
 
 
 def reference_top(row: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -17,8 +17,8 @@ from specscope.core.draft.proposers import PromptLookupProposer
 from specscope.storage import SCHEMA_VERSION, TraceStore, TraceWriter, export_run, import_run
 from specscope.storage.errors import TraceFormatError
 
-from ..tiny_models import noisy_copy, tiny_lm
-from .helpers import downgrade_sqlite_store
+from tests.tiny_models import noisy_copy, tiny_lm
+from tests.storage.helpers import downgrade_sqlite_store
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3]
 

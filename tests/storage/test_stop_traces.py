@@ -13,7 +13,7 @@ from specscope.core.check.checker import check_report
 from specscope.core.decode.stops import Stops
 from specscope.storage import TraceStore, export_run, import_run, record
 
-from ..tiny_models import noisy_copy, tiny_lm
+from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPT = [1, 2, 3, 4, 5]
 

@@ -29,7 +29,7 @@ from specscope.storage import (
 from specscope.storage.migrations import MIGRATIONS, Migration
 from specscope.storage.schema import runs_table
 
-from .helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
+from tests.storage.helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
 
 
 def digest(path) -> str:

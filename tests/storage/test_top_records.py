@@ -14,7 +14,7 @@ from specscope.storage import TraceStore
 from specscope.storage.jsonl.transfer import export_run, import_run
 from specscope.storage.writer.api import record
 
-from ..tiny_models import noisy_copy, tiny_lm
+from tests.tiny_models import noisy_copy, tiny_lm
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecode
 from specscope.core.check.checker import check_report
 from specscope.storage import TraceStore, TraceWriter, export_run, import_run
 
-from ..tiny_models import noisy_copy, tiny_lm
+from tests.tiny_models import noisy_copy, tiny_lm
 
 
 @pytest.fixture(scope="module")

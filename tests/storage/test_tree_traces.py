@@ -12,7 +12,7 @@ from specscope.core.check.checker import check_report, first_bad_round, recomput
 from specscope.core.faults.zoo import faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
 
-from ..tiny_models import noisy_copy, tiny_lm
+from tests.tiny_models import noisy_copy, tiny_lm
 
 CASES = [("3,2,1", "topk", SamplingConfig(temperature=0)), ("3,2,1", "sampled", SamplingConfig(temperature=1.0)),
          ("2,2", "distinct", SamplingConfig(temperature=1.0, top_k=8)),
@@ -325,7 +325,7 @@ def test_a_version_3_store_migrates_and_then_keeps_tree_rounds(tmp_path, models)
     """Schema 4 adds rounds.tree, tree_top, tree_full: a store of version 3 opens, migrates in
     place, its chain runs load as before, and a tree run written afterwards (through the
     writer's child process too) keeps its tree facts."""
-    from ..storage.helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
+    from tests.storage.helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
     from specscope.storage.migrations import CURRENT_VERSION
 
     path = tmp_path / "v3.sqlite"

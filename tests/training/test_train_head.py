@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from .scripts import load_script
+from tests.training.scripts import load_script
 
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from .scripts import load_script
+from tests.training.scripts import load_script
 
 VOCAB = 40_000  # top-K ids above 32,767 overflowed the int16 cache
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
