@@ -7,8 +7,17 @@ and names them, so a subpackage is installed the moment it has an __init__.py.
 
 from setuptools import find_packages, setup
 
-FOLDERS = {"specscope.core": "core", "specscope.storage": "storage", "specscope.app": "app",
-           "specscope.resources": "resources"}
+FOLDERS = {
+    "specscope.core": "core",
+    "specscope.storage": "storage",
+    "specscope.app": "app",
+    "specscope.resources": "resources",
+}
 
-setup(packages=[name for package, folder in FOLDERS.items()
-                for name in (package, *(f"{package}.{sub}" for sub in find_packages(folder)))])
+setup(
+    packages=[
+        name
+        for package, folder in FOLDERS.items()
+        for name in (package, *(f"{package}.{sub}" for sub in find_packages(folder)))
+    ]
+)

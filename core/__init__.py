@@ -28,8 +28,19 @@ _EXPORTS = {
     "draft.registry": ("KINDS", "ProposerSpec", "SpecError", "build_proposer", "parse_spec"),
     "check.checker": ("check_report", "check_run", "first_bad_round", "group_findings"),
     "faults.zoo": ("FAULTS", "faulty_decoder"),
-    "records": ("CacheState", "DraftNode", "EmittedToken", "GenerationResult", "ResidualUpdate", "Round", "RoundTimings",
-                "RunConfig", "RunSummary", "TreeInfo", "TreeRound"),
+    "records": (
+        "CacheState",
+        "DraftNode",
+        "EmittedToken",
+        "GenerationResult",
+        "ResidualUpdate",
+        "Round",
+        "RoundTimings",
+        "RunConfig",
+        "RunSummary",
+        "TreeInfo",
+        "TreeRound",
+    ),
     "sampling.reference": ("SamplingConfig", "process_logits", "sample_from"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -37,18 +48,6 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 __all__ = [
     "FAULTS",
     "KINDS",
-    "ProposerSpec",
-    "RunHandle",
-    "RunSettings",
-    "SettingsError",
-    "StopMatch",
-    "Stops",
-    "token_piece_function",
-    "Models",
-    "build_decoder",
-    "SpecError",
-    "build_proposer",
-    "parse_spec",
     "CacheState",
     "CachedLM",
     "Draft",
@@ -56,17 +55,27 @@ __all__ = [
     "DraftNode",
     "EmittedToken",
     "GenerationResult",
+    "Models",
     "PromptLookupProposer",
     "Proposer",
+    "ProposerSpec",
     "ResidualUpdate",
     "Round",
     "RoundTimings",
     "RunConfig",
+    "RunHandle",
+    "RunSettings",
     "RunSummary",
     "SamplingConfig",
+    "SettingsError",
+    "SpecError",
     "SpeculativeDecoder",
+    "StopMatch",
+    "Stops",
     "TreeInfo",
     "TreeRound",
+    "build_decoder",
+    "build_proposer",
     "check_report",
     "check_run",
     "expected_tokens",
@@ -75,12 +84,14 @@ __all__ = [
     "first_bad_round",
     "group_findings",
     "normalize_prompt",
+    "parse_spec",
     "plain_generate",
     "predicted_speedup",
     "process_logits",
     "sample_from",
     "speedup",
     "summarize",
+    "token_piece_function",
 ]
 
 
@@ -99,17 +110,28 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs
     from specscope.core.check.checker import check_report, check_run, first_bad_round, group_findings
-    from specscope.core.decode.baseline import plain_generate
-    from specscope.core.decode.kv import CachedLM
-    from specscope.core.faults.zoo import FAULTS, faulty_decoder
     from specscope.core.cost import expected_tokens, expected_tokens_from_survival, predicted_speedup, speedup
+    from specscope.core.decode.baseline import plain_generate
     from specscope.core.decode.decoder import SpeculativeDecoder, normalize_prompt, summarize
     from specscope.core.decode.factory import Models, build_decoder
+    from specscope.core.decode.kv import CachedLM
+    from specscope.core.decode.run import RunHandle
     from specscope.core.decode.settings import RunSettings, SettingsError
     from specscope.core.decode.stops import StopMatch, Stops, token_piece_function
     from specscope.core.draft.proposers import Draft, DraftModelProposer, PromptLookupProposer, Proposer
-    from specscope.core.records import (CacheState, DraftNode, EmittedToken, GenerationResult, ResidualUpdate, Round, RoundTimings,
-                          RunConfig, RunSummary, TreeInfo, TreeRound)
     from specscope.core.draft.registry import KINDS, ProposerSpec, SpecError, build_proposer, parse_spec
-    from specscope.core.decode.run import RunHandle
+    from specscope.core.faults.zoo import FAULTS, faulty_decoder
+    from specscope.core.records import (
+        CacheState,
+        DraftNode,
+        EmittedToken,
+        GenerationResult,
+        ResidualUpdate,
+        Round,
+        RoundTimings,
+        RunConfig,
+        RunSummary,
+        TreeInfo,
+        TreeRound,
+    )
     from specscope.core.sampling.reference import SamplingConfig, process_logits, sample_from

@@ -20,8 +20,9 @@ whatever is kept.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 
@@ -294,7 +295,7 @@ class RunSummary:
     bookkeeping_s: float
 
     @classmethod
-    def of(cls, rounds: Iterable[Round]) -> "RunSummary":
+    def of(cls, rounds: Iterable[Round]) -> RunSummary:
         tally = SummaryTally()
         for r in rounds:
             tally.add(r)

@@ -45,9 +45,18 @@ def tiny(seed: int, layers: int, vocab: int, hidden: int = 32) -> torch.nn.Modul
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -70,11 +79,13 @@ def blob_bytes(store: TraceStore, run_id: str) -> int:
         a = conn.exec_driver_sql(
             "SELECT coalesce(sum(length(residual_top)), 0) + coalesce(sum(length(residual_full)), 0) + "
             "coalesce(sum(length(bonus_top)), 0) + coalesce(sum(length(bonus_full)), 0) FROM rounds WHERE run_id = ?",
-            (run_id,)).scalar()
+            (run_id,),
+        ).scalar()
         b = conn.exec_driver_sql(
             "SELECT coalesce(sum(length(p_top)), 0) + coalesce(sum(length(q_top)), 0) + "
             "coalesce(sum(length(p_full)), 0) + coalesce(sum(length(q_full)), 0) FROM draft_nodes WHERE run_id = ?",
-            (run_id,)).scalar()
+            (run_id,),
+        ).scalar()
     return int(a + b)
 
 
@@ -118,23 +129,31 @@ def compressibility(rounds, dtype: str = "float32", limit: int = 60) -> dict:
     import zlib
 
     dists = [d for r in rounds for d in [r.bonus_p] + [a for n in r.nodes for a in (n.p, n.q)] if d is not None]
-    dense = [np.asarray(d).astype(np.dtype(dtype).newbyteorder("<")).tobytes() for d in dists
-             if 2 * np.count_nonzero(d) > np.size(d)][:limit]
+    dense = [
+        np.asarray(d).astype(np.dtype(dtype).newbyteorder("<")).tobytes()
+        for d in dists
+        if 2 * np.count_nonzero(d) > np.size(d)
+    ][:limit]
     width = np.dtype(dtype).itemsize
 
     def shuffled(raw: bytes) -> bytes:  # byte planes (all exponent bytes, then ...), as Blosc/HDF5 do
         return np.frombuffer(raw, dtype=np.uint8).reshape(-1, width).T.tobytes()
 
-    methods = {"zlib-1": lambda b: zlib.compress(b, 1),
-               "byte-shuffle + zlib-1": lambda b: zlib.compress(shuffled(b), 1),
-               "byte-shuffle + lzma-6": lambda b: lzma.compress(shuffled(b), preset=6)}
+    methods = {
+        "zlib-1": lambda b: zlib.compress(b, 1),
+        "byte-shuffle + zlib-1": lambda b: zlib.compress(shuffled(b), 1),
+        "byte-shuffle + lzma-6": lambda b: lzma.compress(shuffled(b), preset=6),
+    }
     out = {"vectors": len(dense), "dtype": dtype}
     raw_bytes = sum(map(len, dense))
     for name, compress in methods.items():
         t0 = time.process_time()
         size = sum(len(compress(b)) for b in dense)
         cpu = time.process_time() - t0
-        out[name] = {"ratio": size / raw_bytes if raw_bytes else None, "cpu_us_per_vector": cpu / max(1, len(dense)) * 1e6}
+        out[name] = {
+            "ratio": size / raw_bytes if raw_bytes else None,
+            "cpu_us_per_vector": cpu / max(1, len(dense)) * 1e6,
+        }
     return out
 
 
@@ -166,8 +185,13 @@ def commit_lag(decoder, store: TraceStore, prompt: list[int], max_new_tokens: in
             j += 1
         if j < len(seen):  # rounds still uncommitted when decoding ended are not counted
             lags.append(seen[j][0] - at)
-    return {"rounds": len(written), "decode_s": end, "flush_interval_s": writer.flush_interval,
-            "max_lag_s": max(lags) if lags else None, "median_lag_s": statistics.median(lags) if lags else None}
+    return {
+        "rounds": len(written),
+        "decode_s": end,
+        "flush_interval_s": writer.flush_interval,
+        "max_lag_s": max(lags) if lags else None,
+        "median_lag_s": statistics.median(lags) if lags else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,21 +210,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="runs of each kind for the overhead medians")
     ap.add_argument("--writer-rounds", type=int, default=2000)
     ap.add_argument("--top-n", type=int, default=20)
-    ap.add_argument("--full", choices=("auto", "on", "off"), default="auto",
-                    help="full vectors in the overhead runs (auto: when vocab <= 1024)")
+    ap.add_argument(
+        "--full",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="full vectors in the overhead runs (auto: when vocab <= 1024)",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--writer", default="thread",
-                    help="writer mode(s) to measure, comma-separated: thread, process (e.g. thread,process); "
-                         "the writer-throughput numbers use the first")
+    ap.add_argument(
+        "--writer",
+        default="thread",
+        help="writer mode(s) to measure, comma-separated: thread, process (e.g. thread,process); "
+        "the writer-throughput numbers use the first",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = ap.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    target = load(args.target, args.device, args.dtype) if args.target else tiny(0, args.layers, args.vocab, args.hidden)
-    draft = load(args.draft, args.device, args.dtype) if args.draft else tiny(1, 1, args.vocab, max(32, args.hidden // 4))
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=args.k,
-                                 sampling=SamplingConfig(temperature=args.temperature), seed=0)
+    target = (
+        load(args.target, args.device, args.dtype) if args.target else tiny(0, args.layers, args.vocab, args.hidden)
+    )
+    draft = (
+        load(args.draft, args.device, args.dtype) if args.draft else tiny(1, 1, args.vocab, max(32, args.hidden // 4))
+    )
+    decoder = SpeculativeDecoder(
+        target, DraftModelProposer(draft), k=args.k, sampling=SamplingConfig(temperature=args.temperature), seed=0
+    )
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, decoder.vocab_size, args.prompt_len).tolist()
     workdir = tempfile.mkdtemp(prefix="specscope-bench-")
@@ -215,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:  # warm-up (and the writer process's start, if any)
             record(store, decoder, prompt, args.max_new_tokens, full_vectors=full, top_n=args.top_n, mode=mode)
         for rep in range(args.repeats):
-            for kind in kinds[rep % len(kinds):] + kinds[: rep % len(kinds)]:
+            for kind in kinds[rep % len(kinds) :] + kinds[: rep % len(kinds)]:
                 t0 = time.perf_counter()
                 if kind == "untraced":
                     result = decoder.generate(prompt, args.max_new_tokens)
@@ -225,49 +261,90 @@ def main(argv: list[str] | None = None) -> int:
     u = statistics.median(times["untraced"])
     # Two estimates: the ratio of the medians, and the median of the per-repetition ratios
     # (each repetition runs every kind back to back, so the pairs share the machine's drift).
-    overhead = {mode: {"traced_s": statistics.median(times[mode]),
-                       "overhead_pct": 100 * (statistics.median(times[mode]) - u) / u,
-                       "paired_overhead_pct": 100 * statistics.median(t / v - 1 for t, v in zip(times[mode], times["untraced"])),
-                       "traced_all_s": times[mode]}
-                for mode in modes}
+    overhead = {
+        mode: {
+            "traced_s": statistics.median(times[mode]),
+            "overhead_pct": 100 * (statistics.median(times[mode]) - u) / u,
+            "paired_overhead_pct": 100 * statistics.median(t / v - 1 for t, v in zip(times[mode], times["untraced"])),
+            "traced_all_s": times[mode],
+        }
+        for mode in modes
+    }
 
     out = {
-        "models": {"target": args.target or f"random-llama-{args.layers}L-h{args.hidden}-vocab{args.vocab}",
-                   "draft": args.draft or f"random-llama-1L-h{max(32, args.hidden // 4)}-vocab{args.vocab}",
-                   "vocab": decoder.vocab_size},
-        "k": args.k, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-        "writer": args.writer, "rounds_per_run": len(result.rounds), "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-        "overhead": {"full_vectors": args.full, "untraced_s": u, "untraced_all_s": times["untraced"], "writers": overhead},
-        "commit_lag": commit_lag(decoder, TraceStore(os.path.join(workdir, "lag.sqlite")), prompt, 4 * args.max_new_tokens,
-                                 full, args.top_n, modes[0]),
-        "writer_top_n_only": writer_bench(result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n, modes[0]),
-        "writer_full_vectors": writer_bench(result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n, modes[0]),
+        "models": {
+            "target": args.target or f"random-llama-{args.layers}L-h{args.hidden}-vocab{args.vocab}",
+            "draft": args.draft or f"random-llama-1L-h{max(32, args.hidden // 4)}-vocab{args.vocab}",
+            "vocab": decoder.vocab_size,
+        },
+        "k": args.k,
+        "temperature": args.temperature,
+        "max_new_tokens": args.max_new_tokens,
+        "writer": args.writer,
+        "rounds_per_run": len(result.rounds),
+        "torch_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "overhead": {
+            "full_vectors": args.full,
+            "untraced_s": u,
+            "untraced_all_s": times["untraced"],
+            "writers": overhead,
+        },
+        "commit_lag": commit_lag(
+            decoder,
+            TraceStore(os.path.join(workdir, "lag.sqlite")),
+            prompt,
+            4 * args.max_new_tokens,
+            full,
+            args.top_n,
+            modes[0],
+        ),
+        "writer_top_n_only": writer_bench(
+            result.rounds, result.config, False, args.writer_rounds, workdir, args.top_n, modes[0]
+        ),
+        "writer_full_vectors": writer_bench(
+            result.rounds, result.config, True, args.writer_rounds, workdir, args.top_n, modes[0]
+        ),
         "compressibility": compressibility(result.rounds),
     }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     m = out["models"]
-    print(f"models: {m['target']} / {m['draft']} (vocab {m['vocab']}), k={args.k}, T={args.temperature}, "
-          f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, torch threads {out['torch_threads']}, cpus {out['cpus']}")
+    print(
+        f"models: {m['target']} / {m['draft']} (vocab {m['vocab']}), k={args.k}, T={args.temperature}, "
+        f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, torch threads {out['torch_threads']}, cpus {out['cpus']}"
+    )
     o = out["overhead"]
     for mode, w in o["writers"].items():
-        print(f"overhead, writer {mode} (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored "
-              f"{w['traced_s'] * 1e3:.1f} ms (medians of {args.repeats}, rotating order) -> {w['overhead_pct']:+.1f}% "
-              f"(median of the per-repetition ratios: {w['paired_overhead_pct']:+.1f}%)")
+        print(
+            f"overhead, writer {mode} (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored "
+            f"{w['traced_s'] * 1e3:.1f} ms (medians of {args.repeats}, rotating order) -> {w['overhead_pct']:+.1f}% "
+            f"(median of the per-repetition ratios: {w['paired_overhead_pct']:+.1f}%)"
+        )
     lag = out["commit_lag"]
     if lag["max_lag_s"] is not None:
-        print(f"commit lag while decoding ({lag['rounds']} rounds, {lag['decode_s']:.1f} s, writer {modes[0]}, flush interval "
-              f"{lag['flush_interval_s'] * 1e3:.0f} ms): max {lag['max_lag_s'] * 1e3:.0f} ms, median {lag['median_lag_s'] * 1e3:.0f} ms")
+        print(
+            f"commit lag while decoding ({lag['rounds']} rounds, {lag['decode_s']:.1f} s, writer {modes[0]}, flush interval "
+            f"{lag['flush_interval_s'] * 1e3:.0f} ms): max {lag['max_lag_s'] * 1e3:.0f} ms, median {lag['median_lag_s'] * 1e3:.0f} ms"
+        )
     for name in ("writer_top_n_only", "writer_full_vectors"):
         w = out[name]
-        print(f"{name}: {w['rounds_per_s']:.0f} rounds/s ({w['rounds']} rounds, {w['flushes']} commits), "
-              f"write() {w['write_call_us']:.1f} us, {w['file_bytes_per_round']:.0f} file bytes/round, "
-              f"{w['blob_bytes_per_round']:.0f} blob bytes/round")
+        print(
+            f"{name}: {w['rounds_per_s']:.0f} rounds/s ({w['rounds']} rounds, {w['flushes']} commits), "
+            f"write() {w['write_call_us']:.1f} us, {w['file_bytes_per_round']:.0f} file bytes/round, "
+            f"{w['blob_bytes_per_round']:.0f} blob bytes/round"
+        )
     c = out["compressibility"]
     if c["vectors"]:
-        print(f"dense full vectors ({c['vectors']} of the run's p and q, {c['dtype']}) compressed / raw: " + ", ".join(
-            f"{name} {v['ratio']:.1%} at {v['cpu_us_per_vector']:.0f} us" for name, v in c.items() if isinstance(v, dict)))
+        print(
+            f"dense full vectors ({c['vectors']} of the run's p and q, {c['dtype']}) compressed / raw: "
+            + ", ".join(
+                f"{name} {v['ratio']:.1%} at {v['cpu_us_per_vector']:.0f} us"
+                for name, v in c.items()
+                if isinstance(v, dict)
+            )
+        )
     else:
         print("dense full vectors: none in this run (greedy or filtered distributions are stored sparse)")
     return 0

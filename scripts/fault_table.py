@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.loading import models as loading
 from specscope.core.check.checker import SEVERITY, check_run, first_bad_round, group_findings
 from specscope.core.decode.stops import Stops, token_piece_function
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
+from specscope.core.loading import models as loading
 from specscope.storage import TraceStore, TraceWriter
 
 # the stop faults' runs stop at these strings (common in the bundled target's Python output,
@@ -80,14 +80,25 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=40)
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--eos", default="frequent",
-                    help="EOS id: 'tokenizer' (rarely emitted in short runs), 'frequent' (the token the target "
-                         "emits most on these prompts, so EOS lands inside rounds), or an integer")
-    ap.add_argument("--faults", default=None, metavar="NAMES",
-                    help="only these faults (comma list; default: every chain and stop fault)")
-    ap.add_argument("--vectors", choices=("auto", "full", "top"), default="auto",
-                    help="what the traces keep besides the top-N and the whole-vector stats: full vectors ('auto': "
-                         "when the vocabulary is at most 1024, i.e. not for the bundled models)")
+    ap.add_argument(
+        "--eos",
+        default="frequent",
+        help="EOS id: 'tokenizer' (rarely emitted in short runs), 'frequent' (the token the target "
+        "emits most on these prompts, so EOS lands inside rounds), or an integer",
+    )
+    ap.add_argument(
+        "--faults",
+        default=None,
+        metavar="NAMES",
+        help="only these faults (comma list; default: every chain and stop fault)",
+    )
+    ap.add_argument(
+        "--vectors",
+        choices=("auto", "full", "top"),
+        default="auto",
+        help="what the traces keep besides the top-N and the whole-vector stats: full vectors ('auto': "
+        "when the vocabulary is at most 1024, i.e. not for the bundled models)",
+    )
     args = ap.parse_args(argv)
     measured = [name for name, f in FAULTS.items() if f.needs in ("", "stops")]
     if args.faults:
@@ -107,7 +118,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp, TraceStore(Path(tmp) / "faults.sqlite") as store:
         clean = Counter()
         for cfg in SETTINGS:
-            dec = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos)
+            dec = SpeculativeDecoder(
+                pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos
+            )
             for prompt in prompts:
                 for seed in range(args.seeds):
                     findings = stored_check(store, dec, prompt, args.max_new, seed, full)
@@ -119,10 +132,12 @@ def main(argv=None) -> int:
             c = table[name] = Counter()
             extra = stops if FAULTS[name].needs == "stops" else {}
             for cfg in SETTINGS:
-                dec = faulty_decoder(name, pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg,
-                                     eos_token_id=eos, **extra)
-                reference = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg,
-                                               eos_token_id=eos, **extra)
+                dec = faulty_decoder(
+                    name, pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos, **extra
+                )
+                reference = SpeculativeDecoder(
+                    pair.target, DraftModelProposer(pair.draft), k=args.k, sampling=cfg, eos_token_id=eos, **extra
+                )
                 for prompt in prompts:
                     for seed in range(args.seeds):
                         budget = args.max_new
@@ -143,19 +158,27 @@ def main(argv=None) -> int:
                         c.update(f"rule:{f.rule}" for f in findings if f.round == dec.fault_rounds[0])
             print(f"{name}: {dict(c)}", file=sys.stderr)
     only = f" --faults {','.join(measured)}" if args.faults else ""
-    print(f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{only}{'' if args.vectors == 'auto' else ' --vectors ' + args.vectors}` "
-          f"(EOS id {eos} = {tok.decode([eos])!r}; "
-          f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
-          f"{time.time() - started:.0f} s)\n")
-    print("| fault | runs | fault fired | flagged | first bad round right | root cause at it | findings -> causes | "
-          "rules at that round | severity |")
+    print(
+        f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{only}{'' if args.vectors == 'auto' else ' --vectors ' + args.vectors}` "
+        f"(EOS id {eos} = {tok.decode([eos])!r}; "
+        f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
+        f"{time.time() - started:.0f} s)\n"
+    )
+    print(
+        "| fault | runs | fault fired | flagged | first bad round right | root cause at it | findings -> causes | "
+        "rules at that round | severity |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name, c in table.items():
         names = sorted(k[5:] for k in c if k.startswith("rule:"))
         severity = ", ".join(sorted({SEVERITY[r] for r in names})) or "-"
-        print(f"| {name} | {c['runs']} | {c['fired']} | {c['flagged']} | {c['first_round_right']} | "
-              f"{c['root_cause_right']} | {c['findings']} -> {c['causes']} | {', '.join(names)} | {severity} |")
-    print(f"| (clean runs) | {clean['runs']} | - | {clean['false_positive_runs']} false positives | - | - | - | - | - |")
+        print(
+            f"| {name} | {c['runs']} | {c['fired']} | {c['flagged']} | {c['first_round_right']} | "
+            f"{c['root_cause_right']} | {c['findings']} -> {c['causes']} | {', '.join(names)} | {severity} |"
+        )
+    print(
+        f"| (clean runs) | {clean['runs']} | - | {clean['false_positive_runs']} false positives | - | - | - | - | - |"
+    )
     # the faults this table's draft-model runs cannot carry (trees, coupled runs and heads have their own tests);
     # a head fault leaves a correct record, so no checker rule could flag it: the calibration view shows it
     skipped = [f"{name} (needs a {f.needs} run)" for name, f in FAULTS.items() if f.needs not in ("", "stops")]

@@ -24,8 +24,11 @@ from specscope.core import SamplingConfig
 from specscope.core.check.checker import check_report
 from specscope.core.engines import TransformersEngine
 
-SAMPLERS = (SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0),
-            SamplingConfig(temperature=0.8, top_k=8, top_p=0.9))
+SAMPLERS = (
+    SamplingConfig(temperature=0.0),
+    SamplingConfig(temperature=1.0),
+    SamplingConfig(temperature=0.8, top_k=8, top_p=0.9),
+)
 
 
 def random_prompts(n: int, vocab: int) -> list[list[int]]:
@@ -43,8 +46,15 @@ def survey(label: str, target, draft, prompts, eos_ids, max_new: int, tally: dic
             for eos in eos_ids:
                 engine = TransformersEngine(target, kind=kind, draft=draft, k=4, sampling=sampling, eos_token_id=eos)
                 for seed, prompt in enumerate(prompts):
-                    where = dict(models=label, kind=kind, sampling=sampling.describe(), eos=eos, seed=seed,
-                                 prompt=prompt, max_new=max_new)
+                    where = dict(
+                        models=label,
+                        kind=kind,
+                        sampling=sampling.describe(),
+                        eos=eos,
+                        seed=seed,
+                        prompt=prompt,
+                        max_new=max_new,
+                    )
                     result = engine.generate(prompt, max_new, seed=seed)
                     tally["runs"] += 1
                     tally["rounds"] += len(result.rounds)
@@ -68,15 +78,29 @@ def main(argv: list[str] | None = None) -> int:
     tally = {"runs": 0, "rounds": 0, "mismatches": [], "findings": collections.Counter(), "examples": {}}
     for arch in ARCHITECTURES:
         target = tiny_lm(arch, seed=0, init_range=0.3)
-        survey(f"tiny {arch} + noisy_copy(0.5)", target, noisy_copy(target, 0.5), random_prompts(args.prompts, 64),
-               (None, 7), args.max_new, tally)
+        survey(
+            f"tiny {arch} + noisy_copy(0.5)",
+            target,
+            noisy_copy(target, 0.5),
+            random_prompts(args.prompts, 64),
+            (None, 7),
+            args.max_new,
+            tally,
+        )
     if args.bundled:
         from specscope.core.loading.models import example_prompts, load_bundled
 
         pair = load_bundled("small", device="cpu")
         prompts = [list(pair.tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in example_prompts()]
-        survey("bundled target + draft-small", pair.target, pair.draft, prompts[: args.prompts],
-               (pair.tokenizer.eos_token_id,), 2 * args.max_new, tally)
+        survey(
+            "bundled target + draft-small",
+            pair.target,
+            pair.draft,
+            prompts[: args.prompts],
+            (pair.tokenizer.eos_token_id,),
+            2 * args.max_new,
+            tally,
+        )
     if args.json:
         print(json.dumps(tally, indent=2, default=str))
         return 0

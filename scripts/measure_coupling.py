@@ -51,11 +51,18 @@ def aligned_fraction(a: list[int], b: list[int]) -> float:
     return sum(x == y for x, y in zip(a, b)) / n if n else 1.0
 
 
-def lane(pair, kind: str, k: int, sampling: SamplingConfig, prompt: list[int], max_new: int, seed: int,
-         coupled: bool):
+def lane(pair, kind: str, k: int, sampling: SamplingConfig, prompt: list[int], max_new: int, seed: int, coupled: bool):
     proposer = DraftModelProposer(pair.draft, label=pair.draft_name) if kind == "draft" else PromptLookupProposer()
-    dec = SpeculativeDecoder(pair.target, proposer, k=k, sampling=sampling, eos_token_id=None, seed=seed,
-                             coupling_seed=seed if coupled else None, vectors="top")
+    dec = SpeculativeDecoder(
+        pair.target,
+        proposer,
+        k=k,
+        sampling=sampling,
+        eos_token_id=None,
+        seed=seed,
+        coupling_seed=seed if coupled else None,
+        vectors="top",
+    )
     return dec.generate(prompt, max_new, keep_rounds=False)
 
 
@@ -67,16 +74,25 @@ def measure(pair, prompts, sampling: SamplingConfig, max_new: int, seeds: list[i
                 for seed in seeds:
                     a = lane(pair, ka, na, sampling, prompt, max_new, seed, coupled)
                     b = lane(pair, kb, nb, sampling, prompt, max_new, seed, coupled)
-                    rows.append({
-                        "prompt": name, "pair": pair_name, "coupled": coupled, "seed": seed,
-                        "first_divergence": first_divergence(a.new_tokens, b.new_tokens),
-                        "aligned": aligned_fraction(a.new_tokens, b.new_tokens),
-                        "acceptance_a": a.acceptance_rate, "acceptance_b": b.acceptance_rate,
-                        "tokens": len(a.new_tokens),
-                    })
-                    print(f"  {name:<28} {pair_name:<16} {'coupled' if coupled else 'uncoupled':<9} seed {seed}: "
-                          f"first divergence {rows[-1]['first_divergence']}, aligned {rows[-1]['aligned']:.2f}",
-                          file=sys.stderr, flush=True)
+                    rows.append(
+                        {
+                            "prompt": name,
+                            "pair": pair_name,
+                            "coupled": coupled,
+                            "seed": seed,
+                            "first_divergence": first_divergence(a.new_tokens, b.new_tokens),
+                            "aligned": aligned_fraction(a.new_tokens, b.new_tokens),
+                            "acceptance_a": a.acceptance_rate,
+                            "acceptance_b": b.acceptance_rate,
+                            "tokens": len(a.new_tokens),
+                        }
+                    )
+                    print(
+                        f"  {name:<28} {pair_name:<16} {'coupled' if coupled else 'uncoupled':<9} seed {seed}: "
+                        f"first divergence {rows[-1]['first_divergence']}, aligned {rows[-1]['aligned']:.2f}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     return rows
 
 
@@ -96,24 +112,31 @@ def _div_text(rows: list[dict], max_new: int) -> str:
 def report(rows: list[dict], max_new: int) -> str:
     out = []
     for pair_name in PAIRS:
-        out += [f"### {pair_name}", "",
-                "| prompt | first divergence, uncoupled | coupled | aligned, uncoupled | coupled | "
-                "acceptance A / B, uncoupled | coupled |",
-                "|---|---|---|---|---|---|---|"]
+        out += [
+            f"### {pair_name}",
+            "",
+            "| prompt | first divergence, uncoupled | coupled | aligned, uncoupled | coupled | "
+            "acceptance A / B, uncoupled | coupled |",
+            "|---|---|---|---|---|---|---|",
+        ]
         mine = [r for r in rows if r["pair"] == pair_name]
         for prompt in dict.fromkeys(r["prompt"] for r in mine):
             cells = []
             by = {c: [r for r in mine if r["prompt"] == prompt and r["coupled"] is c] for c in (False, True)}
             cells += [_div_text(by[False], max_new), _div_text(by[True], max_new)]
             cells += [f"{_mean(r['aligned'] for r in by[c]):.2f}" for c in (False, True)]
-            cells += [f"{_mean(r['acceptance_a'] for r in by[c]):.2f} / {_mean(r['acceptance_b'] for r in by[c]):.2f}"
-                      for c in (False, True)]
+            cells += [
+                f"{_mean(r['acceptance_a'] for r in by[c]):.2f} / {_mean(r['acceptance_b'] for r in by[c]):.2f}"
+                for c in (False, True)
+            ]
             out.append(f"| {prompt} | " + " | ".join(cells) + " |")
         for c in (False, True):
             sel = [r for r in mine if r["coupled"] is c]
-            out.append(f"\n{'coupled' if c else 'uncoupled'}, all prompts: aligned {_mean(r['aligned'] for r in sel):.3f}, "
-                       f"first divergence {_div_text(sel, max_new)}, acceptance A {_mean(r['acceptance_a'] for r in sel):.3f}"
-                       f" / B {_mean(r['acceptance_b'] for r in sel):.3f}")
+            out.append(
+                f"\n{'coupled' if c else 'uncoupled'}, all prompts: aligned {_mean(r['aligned'] for r in sel):.3f}, "
+                f"first divergence {_div_text(sel, max_new)}, acceptance A {_mean(r['acceptance_a'] for r in sel):.3f}"
+                f" / B {_mean(r['acceptance_b'] for r in sel):.3f}"
+            )
         out.append("")
     return "\n".join(out)
 
@@ -138,16 +161,27 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = []
     for ex in example_prompts()[: args.prompts or None]:
         ids = list(pair.tokenizer(ex.text, add_special_tokens=False)["input_ids"])
-        prompts.append((ex.name, ids[-max(1, limit - args.max_new - 1):]))  # the end of a long prompt
+        prompts.append((ex.name, ids[-max(1, limit - args.max_new - 1) :]))  # the end of a long prompt
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k)
     started = time.perf_counter()
     rows = measure(pair, prompts, sampling, args.max_new, seeds)
-    text = (f"bundled target + draft-small, {sampling.describe()}, {args.max_new} tokens per lane, seeds {seeds}, "
-            f"{len(prompts)} prompts ({time.perf_counter() - started:.0f} s)\n\n" + report(rows, args.max_new))
+    text = (
+        f"bundled target + draft-small, {sampling.describe()}, {args.max_new} tokens per lane, seeds {seeds}, "
+        f"{len(prompts)} prompts ({time.perf_counter() - started:.0f} s)\n\n" + report(rows, args.max_new)
+    )
     print(text)
-    result = {"settings": {"temperature": args.temperature, "top_k": args.top_k, "max_new": args.max_new,
-                           "seeds": seeds, "prompts": [n for n, _ in prompts], "device": args.device},
-              "rows": rows, "report": text}
+    result = {
+        "settings": {
+            "temperature": args.temperature,
+            "top_k": args.top_k,
+            "max_new": args.max_new,
+            "seeds": seeds,
+            "prompts": [n for n, _ in prompts],
+            "device": args.device,
+        },
+        "rows": rows,
+        "report": text,
+    }
     if args.json:
         args.json.write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result

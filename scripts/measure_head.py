@@ -35,12 +35,14 @@ from specscope.core.draft.registry import parse_spec
 from specscope.core.loading import bundled_head_path, example_prompts, load_bundled
 
 
-def measure(models: Models, spec: str, prompts, k: int, max_new: int, temperature: float, seed: int,
-            coupled: int | None = None) -> dict:
+def measure(
+    models: Models, spec: str, prompts, k: int, max_new: int, temperature: float, seed: int, coupled: int | None = None
+) -> dict:
     """Rounds that drafted, over every prompt: accepted lengths by kind, tested and accepted by
     depth; decode tokens/s (after each run's first round); each prompt's output tokens."""
-    settings = RunSettings(proposer=spec, k=k, temperature=temperature, seed=seed, max_new_tokens=max_new,
-                           coupling_seed=coupled)
+    settings = RunSettings(
+        proposer=spec, k=k, temperature=temperature, seed=seed, max_new_tokens=max_new, coupling_seed=coupled
+    )
     decoder = build_decoder(settings, models)
     lengths: dict[str, list[int]] = defaultdict(list)
     tested: dict[int, int] = defaultdict(int)
@@ -71,14 +73,18 @@ def measure(models: Models, spec: str, prompts, k: int, max_new: int, temperatur
                     tested[node.depth] += 1
                     accepted[node.depth] += node.status == "accepted"
     every = [n for values in lengths.values() for n in values]
-    return {"mean_accepted_length": round(sum(every) / len(every), 3), "rounds": len(every),
-            "by_kind": {kind: round(sum(v) / len(v), 3) for kind, v in lengths.items()},
-            "acceptance_by_depth": [round(accepted[d] / tested[d], 3) if tested[d] else None
-                                    for d in range(1, max(tested, default=0) + 1)],
-            "tested_by_depth": [tested[d] for d in range(1, max(tested, default=0) + 1)],
-            "acceptance_rate": round(sum(accepted.values()) / (len(every) * k), 3) if every else None,
-            "decode_tokens_per_s": round(decode_tokens / decode_wall, 1) if decode_wall else None,
-            "outputs": outputs}
+    return {
+        "mean_accepted_length": round(sum(every) / len(every), 3),
+        "rounds": len(every),
+        "by_kind": {kind: round(sum(v) / len(v), 3) for kind, v in lengths.items()},
+        "acceptance_by_depth": [
+            round(accepted[d] / tested[d], 3) if tested[d] else None for d in range(1, max(tested, default=0) + 1)
+        ],
+        "tested_by_depth": [tested[d] for d in range(1, max(tested, default=0) + 1)],
+        "acceptance_rate": round(sum(accepted.values()) / (len(every) * k), 3) if every else None,
+        "decode_tokens_per_s": round(decode_tokens / decode_wall, 1) if decode_wall else None,
+        "outputs": outputs,
+    }
 
 
 def mode_name(temperature: float) -> str:
@@ -88,8 +94,13 @@ def mode_name(temperature: float) -> str:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--proposers", default="eagle3,draft:small,draft:tiny", help="comma-separated specs without commas")
-    ap.add_argument("--proposer", action="append", default=None, metavar="SPEC",
-                    help="one spec (a tree's has commas); repeat for several; replaces --proposers")
+    ap.add_argument(
+        "--proposer",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="one spec (a tree's has commas); repeat for several; replaces --proposers",
+    )
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
@@ -103,16 +114,30 @@ def main(argv: list[str] | None = None) -> dict:
     drafts = {"small": pair.draft, "tiny": load_bundled("tiny", device="cpu").draft}
     prompts = example_prompts()
     record = json.loads((bundled_head_path("eagle3-target") / "config.json").read_text())["specscope"]
-    out = {"k": args.k, "max_new": args.max_new, "prompts": [p.name for p in prompts], "coupled": args.coupled,
-           "head_accuracy_by_depth": record["accuracy_by_depth"], "modes": {}}
+    out = {
+        "k": args.k,
+        "max_new": args.max_new,
+        "prompts": [p.name for p in prompts],
+        "coupled": args.coupled,
+        "head_accuracy_by_depth": record["accuracy_by_depth"],
+        "modes": {},
+    }
     for temperature in (float(t) for t in args.temperatures.split(",")):
         mode, rows = mode_name(temperature), {}
         for spec in args.proposer or args.proposers.split(","):
             parsed = parse_spec(spec)
             name = parsed.arg if parsed.kind == "draft" else None
             models = Models(pair.target, draft=drafts.get(name), draft_name=name, tokenizer=pair.tokenizer)
-            rows[spec] = measure(models, spec, prompts, args.k, args.max_new, temperature, args.seed,
-                                 None if temperature == 0 else args.coupled)
+            rows[spec] = measure(
+                models,
+                spec,
+                prompts,
+                args.k,
+                args.max_new,
+                temperature,
+                args.seed,
+                None if temperature == 0 else args.coupled,
+            )
             # the lanes' outputs against the first proposer's, prompt by prompt
             first = next(iter(rows.values()))["outputs"]
             rows[spec]["same_output_as_first"] = sum(a == b for a, b in zip(first, rows[spec]["outputs"]))

@@ -71,8 +71,16 @@ def _call(engine: TransformersEngine, mode: str, prompt: list[int], max_new: int
 class SelfTime:
     """Thread CPU time spent in the recorder's observers, by wrapping them (class level)."""
 
-    METHODS = ("_before_candidates", "_after_candidates", "_read_round", "_round_done", "_target_forward",
-               "_draft_pre", "_draft_forward", "finish")
+    METHODS = (
+        "_before_candidates",
+        "_after_candidates",
+        "_read_round",
+        "_round_done",
+        "_target_forward",
+        "_draft_pre",
+        "_draft_forward",
+        "finish",
+    )
 
     def __init__(self) -> None:
         from specscope.core.engines import hf_recorder
@@ -108,12 +116,22 @@ def self_time(engine: TransformersEngine, prompts: list[list[int]], max_new: int
             total += time.thread_time() - start
     finally:
         timer.restore()
-    return {"recorder_ms_per_round": 1e3 * timer.seconds / max(rounds, 1),
-            "call_ms_per_round": 1e3 * total / max(rounds, 1), "recorder_share": timer.seconds / total}
+    return {
+        "recorder_ms_per_round": 1e3 * timer.seconds / max(rounds, 1),
+        "call_ms_per_round": 1e3 * total / max(rounds, 1),
+        "recorder_share": timer.seconds / total,
+    }
 
 
-def measure(engine: TransformersEngine, prompts: list[list[int]], reps: int, max_new: int, modes: list[str],
-            clock, device: torch.device) -> dict:
+def measure(
+    engine: TransformersEngine,
+    prompts: list[list[int]],
+    reps: int,
+    max_new: int,
+    modes: list[str],
+    clock,
+    device: torch.device,
+) -> dict:
     names = ["plain", *modes]
     times: dict[str, list[float]] = {name: [] for name in names}
     rounds = 0
@@ -135,13 +153,19 @@ def measure(engine: TransformersEngine, prompts: list[list[int]], reps: int, max
                 if tokens[name] != tokens["plain"]:
                     raise SystemExit(f"{name}: recorded tokens differ from plain generate() (prompt {i}, rep {rep})")
     plain = statistics.median(times["plain"])
-    out: dict = {"plain_median_s": plain, "calls": len(times["plain"]),
-                 "mean_rounds_per_call": rounds / len(times["plain"])}
+    out: dict = {
+        "plain_median_s": plain,
+        "calls": len(times["plain"]),
+        "mean_rounds_per_call": rounds / len(times["plain"]),
+    }
     for name in modes:
         median = statistics.median(times[name])
         ratios = [b / a for a, b in zip(times["plain"], times[name])]
-        out[name] = {"median_s": median, "overhead": median / plain - 1.0,
-                     "paired_ratio_median": statistics.median(ratios) - 1.0}
+        out[name] = {
+            "median_s": median,
+            "overhead": median / plain - 1.0,
+            "paired_ratio_median": statistics.median(ratios) - 1.0,
+        }
     return out
 
 
@@ -154,12 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new", type=int, default=48)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=3, help="how many bundled example prompts (default: 3)")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch CPU threads (default: torch's own choice, as `specscope run`; on this machine 2)")
-    ap.add_argument("--modes", default="drain", help=f"recorded modes, comma-separated, of {', '.join(MODES)} "
-                                                     "(default: drain)")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="wall time (default), or the process's CPU time (steadier on a loaded machine)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (default: torch's own choice, as `specscope run`; on this machine 2)",
+    )
+    ap.add_argument(
+        "--modes", default="drain", help=f"recorded modes, comma-separated, of {', '.join(MODES)} (default: drain)"
+    )
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time (default), or the process's CPU time (steadier on a loaded machine)",
+    )
     ap.add_argument("--self-time", action="store_true", help="also report the recorder's own CPU time per round")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
@@ -170,16 +203,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    pair = (load_bundled(args.draft, device=device) if args.target is None
-            else load_models(target=args.target, draft=args.draft, device=device))
-    prompts = [list(pair.tokenizer(p.text, add_special_tokens=False)["input_ids"])
-               for p in example_prompts()[: args.prompts]]
-    report = {"device": str(device), "torch_threads": torch.get_num_threads(), "target": pair.target_name, "draft": pair.draft_name, "reps": args.reps,
-              "clock": args.clock, "modes": modes, "max_new": args.max_new, "k": args.k, "prompts": len(prompts), "configs": {}}
+    pair = (
+        load_bundled(args.draft, device=device)
+        if args.target is None
+        else load_models(target=args.target, draft=args.draft, device=device)
+    )
+    prompts = [
+        list(pair.tokenizer(p.text, add_special_tokens=False)["input_ids"]) for p in example_prompts()[: args.prompts]
+    ]
+    report = {
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "target": pair.target_name,
+        "draft": pair.draft_name,
+        "reps": args.reps,
+        "clock": args.clock,
+        "modes": modes,
+        "max_new": args.max_new,
+        "k": args.k,
+        "prompts": len(prompts),
+        "configs": {},
+    }
     for kind, temperature in CONFIGS:
-        engine = TransformersEngine(pair.target, kind=kind, draft=pair.draft, k=args.k,
-                                    sampling=SamplingConfig(temperature=temperature),
-                                    eos_token_id=pair.tokenizer.eos_token_id, draft_name=pair.draft_name)
+        engine = TransformersEngine(
+            pair.target,
+            kind=kind,
+            draft=pair.draft,
+            k=args.k,
+            sampling=SamplingConfig(temperature=temperature),
+            eos_token_id=pair.tokenizer.eos_token_id,
+            draft_name=pair.draft_name,
+        )
         name = f"{kind} {'greedy' if temperature == 0 else f'T={temperature:g}'}"
         report["configs"][name] = measure(engine, prompts, args.reps, args.max_new, modes, clock, device)
         if args.self_time:
@@ -189,8 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     for name, row in report["configs"].items():  # the table docs/transformers-engine.md shows
         cells = [f"{name}", f"plain {row['plain_median_s']:.3f} s"]
-        cells += [f"{m} {row[m]['median_s']:.3f} s ({row[m]['overhead']:+.1%}; paired {row[m]['paired_ratio_median']:+.1%})"
-                  for m in modes]
+        cells += [
+            f"{m} {row[m]['median_s']:.3f} s ({row[m]['overhead']:+.1%}; paired {row[m]['paired_ratio_median']:+.1%})"
+            for m in modes
+        ]
         if "self_time" in row:
             st = row["self_time"]
             cells.append(f"recorder {st['recorder_ms_per_round']:.3f} ms/round = {st['recorder_share']:.1%}")

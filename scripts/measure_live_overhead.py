@@ -50,19 +50,38 @@ def main(argv: list[str] | None = None) -> int:
     if hub.fallback:
         print("the bundled models are not installed", file=sys.stderr)
         return 1
-    w = MainWindow(hub=hub, settings=QSettings(str(tmp / "specscope.ini"), QSettings.Format.IniFormat),
-                   store_path=str(tmp / "traces.sqlite"))
+    w = MainWindow(
+        hub=hub,
+        settings=QSettings(str(tmp / "specscope.ini"), QSettings.Format.IniFormat),
+        store_path=str(tmp / "traces.sqlite"),
+    )
     width, height = (int(v) for v in args.size.lower().split("x"))
     w.resize(width, height)
     w.show()
     settle()
     name, prompt = next(((n, t) for n, t in hub.example_prompts() if "novel" in n), hub.example_prompts()[0])
-    w.run_panel.set_texts({"prompt": prompt, "proposer": "draft-small", "k": "4", "temperature": args.temperature,
-                           "top_k": "0", "top_p": "1", "seed": "7", "max_new_tokens": str(args.tokens), "eos": "none",
-                           "device": "cpu"})
+    w.run_panel.set_texts(
+        {
+            "prompt": prompt,
+            "proposer": "draft-small",
+            "k": "4",
+            "temperature": args.temperature,
+            "top_k": "0",
+            "top_p": "1",
+            "seed": "7",
+            "max_new_tokens": str(args.tokens),
+            "eos": "none",
+            "device": "cpu",
+        }
+    )
     target, tokenizer = hub.target("cpu")
-    decoder = SpeculativeDecoder(target, DraftModelProposer(hub.draft("draft-small", "cpu")), k=4,
-                                 sampling=SamplingConfig(temperature=float(args.temperature)), seed=7)
+    decoder = SpeculativeDecoder(
+        target,
+        DraftModelProposer(hub.draft("draft-small", "cpu")),
+        k=4,
+        sampling=SamplingConfig(temperature=float(args.temperature)),
+        seed=7,
+    )
     ids = tokenizer.encode(prompt, add_special_tokens=False)
     decoder.generate(ids, args.tokens)  # warm-up
     window_s, rounds_s, headless_s = [], [], []
@@ -71,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             print(w.last_error, file=sys.stderr)
             return 1
         started = time.perf_counter()
-        wait(lambda: w.model.stop_reason is not None and w.state == "idle")  # the last run stays on screen until this one starts
+        wait(
+            lambda: w.model.stop_reason is not None and w.state == "idle"
+        )  # the last run stays on screen until this one starts
         window_s.append(time.perf_counter() - started)
         rounds_s.append(sum(r.timings.draft_s + r.timings.verify_s + r.timings.bookkeeping_s for r in w.model.rounds))
         settle(0.5)
@@ -82,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(xs: list[float]) -> float:
         return statistics.median(x / h for x, h in zip(xs, headless_s))
 
-    print(f"{name}, T={args.temperature}, {args.tokens} tokens, {len(w.model.rounds)} rounds, medians of {args.reps}: "
-          f"window {statistics.median(window_s):.2f} s ({ratio(window_s):.2f}x headless), its rounds' own times "
-          f"{statistics.median(rounds_s):.2f} s ({ratio(rounds_s):.2f}x), headless {statistics.median(headless_s):.2f} s")
+    print(
+        f"{name}, T={args.temperature}, {args.tokens} tokens, {len(w.model.rounds)} rounds, medians of {args.reps}: "
+        f"window {statistics.median(window_s):.2f} s ({ratio(window_s):.2f}x headless), its rounds' own times "
+        f"{statistics.median(rounds_s):.2f} s ({ratio(rounds_s):.2f}x), headless {statistics.median(headless_s):.2f} s"
+    )
     w.close()
     return 0
 

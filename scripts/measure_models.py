@@ -39,7 +39,6 @@ from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingCon
 from specscope.core.decode.kv import CachedLM
 from specscope.core.loading.models import example_prompts, load_model, load_tokenizer, models_dir
 
-
 # ---------------------------------------------------------------------------- prompts
 
 
@@ -60,8 +59,9 @@ def heldout_texts(models: Path) -> tuple[dict[str, str], dict]:
     return texts, meta
 
 
-def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed: int,
-                    references: dict[str, str] | None = None) -> list[tuple[str, list[int]]]:
+def heldout_prompts(
+    tokenizer, texts: dict[str, str], n: int, length: int, seed: int, references: dict[str, str] | None = None
+) -> list[tuple[str, list[int]]]:
     """n prompts of about `length` tokens, each ending at the end of a line inside a held-out file.
 
     `references`, when given, receives (the file's text up to the prompt's end, the file's
@@ -92,8 +92,10 @@ def heldout_prompts(tokenizer, texts: dict[str, str], n: int, length: int, seed:
         if len(ids) >= length // 2:
             prompts.append((f"{name}:{start + 1}", ids))
             if references is not None:  # (the file up to the prompt's end, the file's text after it)
-                references[f"{name}:{start + 1}"] = ("".join(lines[:start]) + text.rstrip(),
-                                                     text[len(text.rstrip()):] + "".join(lines[start + used:start + used + 80]))
+                references[f"{name}:{start + 1}"] = (
+                    "".join(lines[:start]) + text.rstrip(),
+                    text[len(text.rstrip()) :] + "".join(lines[start + used : start + used + 80]),
+                )
         if i > 50 * n:
             break
     return prompts
@@ -145,7 +147,9 @@ def code_shape(before: str, continuation: str, ids: list[int]) -> dict:
     return {
         "distinct_4grams": len(set(grams)) / len(grams) if grams else 1.0,
         "repeated_lines": repeats / long_lines if long_lines else 0.0,
-        "indent_by_4": sum(1 for line in lines if (len(line) - len(line.lstrip(" "))) % 4 == 0) / len(lines) if lines else 1.0,
+        "indent_by_4": sum(1 for line in lines if (len(line) - len(line.lstrip(" "))) % 4 == 0) / len(lines)
+        if lines
+        else 1.0,
         "python_tokenizes": ok,
     }
 
@@ -235,7 +239,9 @@ def timed(fn, *args):
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", type=Path, default=None, help="folder with target/, draft-small/, draft-tiny/ (default: bundled)")
+    ap.add_argument(
+        "--models", type=Path, default=None, help="folder with target/, draft-small/, draft-tiny/ (default: bundled)"
+    )
     ap.add_argument("--prompts", type=int, default=8, help="held-out prompts")
     ap.add_argument("--prompt-tokens", type=int, default=192)
     ap.add_argument("--alpha-tokens", type=int, default=64, help="target-sampled tokens per prompt for alpha")
@@ -245,11 +251,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--samples", type=int, default=2, help="greedy continuations to print")
-    ap.add_argument("--shape-tokens", type=int, default=128, help="greedy tokens per prompt for the code-shape measures")
+    ap.add_argument(
+        "--shape-tokens", type=int, default=128, help="greedy tokens per prompt for the code-shape measures"
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers as JSON")
-    ap.add_argument("--shape-only", action="store_true",
-                    help="only the target's held-out loss and the code-shape measures (no drafts needed in --models; "
-                         "held-out files and tokenizer from the bundled models)")
+    ap.add_argument(
+        "--shape-only",
+        action="store_true",
+        help="only the target's held-out loss and the code-shape measures (no drafts needed in --models; "
+        "held-out files and tokenizer from the bundled models)",
+    )
     args = ap.parse_args(argv)
 
     from transformers.utils import logging as hf_logging
@@ -267,7 +278,10 @@ def main(argv: list[str] | None = None) -> dict:
     texts, meta = heldout_texts(folder)
     references: dict[str, str] = {}
     prompts = heldout_prompts(tok, texts, args.prompts, args.prompt_tokens, args.seed, references)
-    print(f"{len(prompts)} held-out prompts of ~{args.prompt_tokens} tokens from {len(texts)} held-out files", file=sys.stderr)
+    print(
+        f"{len(prompts)} held-out prompts of ~{args.prompt_tokens} tokens from {len(texts)} held-out files",
+        file=sys.stderr,
+    )
 
     # 1. quality
     loss, n_tokens = heldout_loss(target, tok, texts, window=meta["config"]["seq_len"])
@@ -292,8 +306,12 @@ def main(argv: list[str] | None = None) -> dict:
     # 3. greedy speed: plain vs speculative, interleaved repetitions
     greedy = SamplingConfig(temperature=0.0)
     decoders = {
-        "draft-small": SpeculativeDecoder(target, DraftModelProposer(drafts["small"], label="draft-small"), k=args.k, sampling=greedy),
-        "draft-tiny": SpeculativeDecoder(target, DraftModelProposer(drafts["tiny"], label="draft-tiny"), k=args.k, sampling=greedy),
+        "draft-small": SpeculativeDecoder(
+            target, DraftModelProposer(drafts["small"], label="draft-small"), k=args.k, sampling=greedy
+        ),
+        "draft-tiny": SpeculativeDecoder(
+            target, DraftModelProposer(drafts["tiny"], label="draft-tiny"), k=args.k, sampling=greedy
+        ),
         "prompt lookup": SpeculativeDecoder(target, PromptLookupProposer(max_ngram=3), k=args.k, sampling=greedy),
     }
     ratios: dict[str, list[float]] = {name: [] for name in decoders}
@@ -316,7 +334,11 @@ def main(argv: list[str] | None = None) -> dict:
                     dt, res = timed(decoders[what].generate, ids, args.new_tokens)
                     spec_s[what] += dt
                     if rep == 0:
-                        accepted[what] += [r.accepted_length for r in res.rounds] if hasattr(res.rounds[0], "accepted_length") else [len(r.emitted) for r in res.rounds]
+                        accepted[what] += (
+                            [r.accepted_length for r in res.rounds]
+                            if hasattr(res.rounds[0], "accepted_length")
+                            else [len(r.emitted) for r in res.rounds]
+                        )
                         spec_tokens = res.new_tokens
                         if pi in plain_out and spec_tokens != plain_out[pi]:
                             mismatches[what] += 1
@@ -337,8 +359,13 @@ def main(argv: list[str] | None = None) -> dict:
         ids = tok(p.text, add_special_tokens=False)["input_ids"]
         samples.append((p.text, tok.decode(plain_greedy(target, ids, 64))))
 
-    weights = {name: (folder / name / "model.safetensors").stat().st_size for name in ("target", "draft-small", "draft-tiny")}
-    params = {name: sum(p.numel() for p in m.parameters()) for name, m in (("target", target), ("draft-small", drafts["small"]), ("draft-tiny", drafts["tiny"]))}
+    weights = {
+        name: (folder / name / "model.safetensors").stat().st_size for name in ("target", "draft-small", "draft-tiny")
+    }
+    params = {
+        name: sum(p.numel() for p in m.parameters())
+        for name, m in (("target", target), ("draft-small", drafts["small"]), ("draft-tiny", drafts["tiny"]))
+    }
     result = {
         "heldout_tokens": n_tokens,
         "target_loss": loss,
@@ -351,9 +378,12 @@ def main(argv: list[str] | None = None) -> dict:
         "speedup_reps": ratios,
         "mean_accepted_length": mean_accepted,
         "greedy_mismatches": mismatches,
-        "code_shape": {"target_greedy": mean_shape(shapes), "target_sampled_t0.7": mean_shape(sampled_shapes),
-                       "heldout_text": mean_shape(reference_shapes),
-                       "per_prompt": shapes},
+        "code_shape": {
+            "target_greedy": mean_shape(shapes),
+            "target_sampled_t0.7": mean_shape(sampled_shapes),
+            "heldout_text": mean_shape(reference_shapes),
+            "per_prompt": shapes,
+        },
         "weights_bytes": weights,
         "params": params,
         "prompts": [name for name, _ in prompts],
@@ -391,12 +421,22 @@ def shape_only(folder: Path, args) -> dict:
     prompts = heldout_prompts(tok, texts, args.prompts, args.prompt_tokens, args.seed, references)
     loss, n_tokens = heldout_loss(target, tok, texts, window=meta["config"]["seq_len"])
     shapes, sampled, reference = shape_measures(target, tok, prompts, references, args)
-    result = {"models": str(folder), "prompts": len(prompts), "heldout_tokens": n_tokens, "target_loss": loss,
-              "target_ppl": math.exp(loss), "code_shape": {"target_greedy": mean_shape(shapes),
-                                                          "target_sampled_t0.7": mean_shape(sampled),
-                                                          "heldout_text": mean_shape(reference)}}
-    print(f"{folder / 'target'}: held-out loss {loss:.3f} (perplexity {math.exp(loss):.2f}); "
-          f"{len(prompts)} prompts, {args.shape_tokens} tokens each\n")
+    result = {
+        "models": str(folder),
+        "prompts": len(prompts),
+        "heldout_tokens": n_tokens,
+        "target_loss": loss,
+        "target_ppl": math.exp(loss),
+        "code_shape": {
+            "target_greedy": mean_shape(shapes),
+            "target_sampled_t0.7": mean_shape(sampled),
+            "heldout_text": mean_shape(reference),
+        },
+    }
+    print(
+        f"{folder / 'target'}: held-out loss {loss:.3f} (perplexity {math.exp(loss):.2f}); "
+        f"{len(prompts)} prompts, {args.shape_tokens} tokens each\n"
+    )
     print_shape_table(result["code_shape"])
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -406,27 +446,42 @@ def shape_only(folder: Path, args) -> dict:
 def print_shape_table(code_shape: dict) -> None:
     print("| text | distinct token 4-grams | repeated lines | lines indented by 4s | Python tokenizer accepts it |")
     print("|---|---|---|---|---|")
-    for label, key in (("target, greedy", "target_greedy"), ("target, sampled at T=0.7", "target_sampled_t0.7"),
-                       ("held-out file (reference)", "heldout_text")):
+    for label, key in (
+        ("target, greedy", "target_greedy"),
+        ("target, sampled at T=0.7", "target_sampled_t0.7"),
+        ("held-out file (reference)", "heldout_text"),
+    ):
         m = code_shape[key]
-        print(f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | {m['python_tokenizes']:.0%} |")
+        print(
+            f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | {m['python_tokenizes']:.0%} |"
+        )
 
 
 def print_report(r: dict, samples: list[tuple[str, str]], args) -> None:
     mb = {k: v / 1e6 for k, v in r["weights_bytes"].items()}
-    print(f"Held-out: {len(r['prompts'])} prompts of ~{args.prompt_tokens} tokens, {r['heldout_tokens']} held-out tokens for the loss; "
-          f"{args.threads} torch threads; {r['machine']}.\n")
-    print("| model | params | weights (bf16) | held-out loss (nats/token) | perplexity | alpha at T=1 | forward ms/token | cost vs target |")
+    print(
+        f"Held-out: {len(r['prompts'])} prompts of ~{args.prompt_tokens} tokens, {r['heldout_tokens']} held-out tokens for the loss; "
+        f"{args.threads} torch threads; {r['machine']}.\n"
+    )
+    print(
+        "| model | params | weights (bf16) | held-out loss (nats/token) | perplexity | alpha at T=1 | forward ms/token | cost vs target |"
+    )
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| target | {r['params']['target'] / 1e6:.2f}M | {mb['target']:.1f} MB | {r['target_loss']:.3f} | {r['target_ppl']:.2f} | - | "
-          f"{r['forward_ms']['target']:.2f} | 1 |")
+    print(
+        f"| target | {r['params']['target'] / 1e6:.2f}M | {mb['target']:.1f} MB | {r['target_loss']:.3f} | {r['target_ppl']:.2f} | - | "
+        f"{r['forward_ms']['target']:.2f} | 1 |"
+    )
     for name in ("small", "tiny"):
         key = f"draft-{name}"
-        print(f"| {key} | {r['params'][key] / 1e6:.2f}M | {mb[key]:.1f} MB | {r['draft_loss'][name]:.3f} | {math.exp(r['draft_loss'][name]):.2f} | "
-              f"{r['alpha_t1'][name]:.3f} | {r['forward_ms'][name]:.2f} | {r['cost_ratio'][name]:.3f} |")
+        print(
+            f"| {key} | {r['params'][key] / 1e6:.2f}M | {mb[key]:.1f} MB | {r['draft_loss'][name]:.3f} | {math.exp(r['draft_loss'][name]):.2f} | "
+            f"{r['alpha_t1'][name]:.3f} | {r['forward_ms'][name]:.2f} | {r['cost_ratio'][name]:.3f} |"
+        )
     print(f"\nTotal weights: {sum(mb.values()):.1f} MB.\n")
-    print(f"Greedy decoding, {args.new_tokens} new tokens per prompt, k={args.k}, median of {args.reps} interleaved repetitions "
-          "(plain = the same target, greedy, KV cache):\n")
+    print(
+        f"Greedy decoding, {args.new_tokens} new tokens per prompt, k={args.k}, median of {args.reps} interleaved repetitions "
+        "(plain = the same target, greedy, KV cache):\n"
+    )
     print("| proposer | speedup vs plain greedy | repetitions | mean accepted length | output equals plain greedy |")
     print("|---|---|---|---|---|")
     for name, s in r["greedy_speedup"].items():
@@ -434,8 +489,10 @@ def print_report(r: dict, samples: list[tuple[str, str]], args) -> None:
         same = "yes" if r["greedy_mismatches"][name] == 0 else f"no ({r['greedy_mismatches'][name]} prompts differ)"
         print(f"| {name} | {s:.2f}x | {reps} | {r['mean_accepted_length'][name]:.2f} | {same} |")
     cs = r["code_shape"]
-    print(f"\nDo greedy continuations read as Python? {args.shape_tokens} greedy tokens after each held-out prompt, "
-          "against the held-out file's own next tokens (means over the prompts):\n")
+    print(
+        f"\nDo greedy continuations read as Python? {args.shape_tokens} greedy tokens after each held-out prompt, "
+        "against the held-out file's own next tokens (means over the prompts):\n"
+    )
     print_shape_table(cs)
     print("\nGreedy continuations of the target (prompt tail, then `# >>>` and the continuation):\n")
     for prompt, cont in samples:

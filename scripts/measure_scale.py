@@ -66,10 +66,19 @@ MODES = {
 
 def llama(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=32768, tie_word_embeddings=True,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config.pad_token_id = 0
     return model
@@ -107,9 +116,11 @@ def budget_for(decoder: SpeculativeDecoder, prompt: list[int], rounds: int) -> i
         return wanted
     budget = min(wanted, limit - len(prompt))
     if budget < rounds * (decoder.k + 1):
-        raise SystemExit(f"measure_scale: the target reads at most {limit} positions; a {len(prompt)}-token prompt "
-                         f"leaves {max(budget, 0)} new tokens, and --rounds {rounds} may need "
-                         f"{rounds * (decoder.k + 1)}: lower --rounds")
+        raise SystemExit(
+            f"measure_scale: the target reads at most {limit} positions; a {len(prompt)}-token prompt "
+            f"leaves {max(budget, 0)} new tokens, and --rounds {rounds} may need "
+            f"{rounds * (decoder.k + 1)}: lower --rounds"
+        )
     return budget
 
 
@@ -144,10 +155,20 @@ def measure(decoder: SpeculativeDecoder, prompt: list[int], rounds: int, marks: 
     cpu = time.process_time() - cpu_started
     handle.close()
     forwards = target_lm.forward_s + draft_lm.forward_s
-    return {"rounds": len(per_round), "tokens": tokens, "wall_s": wall, "per_round_s": per_round,
-            "cpu_round_s": cpu_round, "forward_round_s": forward_round, "steal": steal,
-            "peak_rss_kb": peaks, "forward_s": forwards, "bookkeeping_share": 1 - forwards / wall,
-            "cpu_s": cpu, "round_bookkeeping_s": bookkeeping}
+    return {
+        "rounds": len(per_round),
+        "tokens": tokens,
+        "wall_s": wall,
+        "per_round_s": per_round,
+        "cpu_round_s": cpu_round,
+        "forward_round_s": forward_round,
+        "steal": steal,
+        "peak_rss_kb": peaks,
+        "forward_s": forwards,
+        "bookkeeping_share": 1 - forwards / wall,
+        "cpu_s": cpu,
+        "round_bookkeeping_s": bookkeeping,
+    }
 
 
 def steal_jiffies() -> int:
@@ -175,8 +196,12 @@ def main() -> int:
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--vectors", choices=("top", "full"), default="top")
     ap.add_argument("--tree", help="draft a token tree of this spec (e.g. 3,2,1) instead of a chain")
-    ap.add_argument("--children", choices=("sampled", "distinct", "topk"), default="topk",
-                    help="how a tree's children are chosen (with --tree)")
+    ap.add_argument(
+        "--children",
+        choices=("sampled", "distinct", "topk"),
+        default="topk",
+        help="how a tree's children are chosen (with --tree)",
+    )
     ap.add_argument("--target", help="a real target: a fetched model's name (gemma3-270m), a folder or a GGUF file")
     ap.add_argument("--draft", help="with --target: a draft checkpoint (default: a random 1-layer Llama, hidden 128)")
     ap.add_argument("--json", type=Path, help="write the raw measurements here")
@@ -193,8 +218,13 @@ def main() -> int:
     rows = []
     for mode in args.modes:
         tree = dict(tree=args.tree, children=args.children) if args.tree else {}
-        decoder = SpeculativeDecoder(target, DraftModelProposer(draft, label=args.draft or "random-draft", **tree), k=args.k,
-                                     sampling=MODES[mode], vectors=args.vectors)
+        decoder = SpeculativeDecoder(
+            target,
+            DraftModelProposer(draft, label=args.draft or "random-draft", **tree),
+            k=args.k,
+            sampling=MODES[mode],
+            vectors=args.vectors,
+        )
         m = measure(decoder, prompt, args.rounds, marks)
         lo, hi = m["peak_rss_kb"].get(100), m["peak_rss_kb"].get(args.rounds)
         row = {
@@ -235,23 +265,28 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
 
-    out = [f"Vocabulary {args.vocab:,}, k={args.k}, {args.threads} torch threads, {args.rounds} rounds a run, "
-           f"vectors={args.vectors}.", "",
-           "| mode | tokens | peak RSS @100 (MB) | peak RSS @end (MB) | growth (KB/round) | ms/round 50-150 "
-           "| ms/round last 100 | ratio | CPU ratio | forwards ms/round (first → last) | bookkeeping share |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"Vocabulary {args.vocab:,}, k={args.k}, {args.threads} torch threads, {args.rounds} rounds a run, "
+        f"vectors={args.vectors}.",
+        "",
+        "| mode | tokens | peak RSS @100 (MB) | peak RSS @end (MB) | growth (KB/round) | ms/round 50-150 "
+        "| ms/round last 100 | ratio | CPU ratio | forwards ms/round (first → last) | bookkeeping share |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
 
     def ratio(r: dict, key: str) -> float | None:
         a, b = r.get(key + "_50_150"), r.get(key + "_last_100")
         return b / a if a and b is not None else None
 
     for r in rows:
-        out.append(f"| {r['mode']} | {r['tokens']} | {f(r['rss_mb_at_100'], '.0f')} | {f(r['rss_mb_at_end'], '.0f')} "
-                   f"| {f(r['growth_kb_per_round'], '.1f')} | {f(r['ms_per_round_50_150'], '.1f')} "
-                   f"| {f(r['ms_per_round_last_100'], '.1f')} | {f(ratio(r, 'ms_per_round'), '.2f')} "
-                   f"| {f(ratio(r, 'cpu_ms_per_round'), '.2f')} "
-                   f"| {f(r.get('forward_ms_per_round_50_150'), '.1f')} → {f(r.get('forward_ms_per_round_last_100'), '.1f')} "
-                   f"| {f(100 * r['bookkeeping_share'], '.1f')}% |")
+        out.append(
+            f"| {r['mode']} | {r['tokens']} | {f(r['rss_mb_at_100'], '.0f')} | {f(r['rss_mb_at_end'], '.0f')} "
+            f"| {f(r['growth_kb_per_round'], '.1f')} | {f(r['ms_per_round_50_150'], '.1f')} "
+            f"| {f(r['ms_per_round_last_100'], '.1f')} | {f(ratio(r, 'ms_per_round'), '.2f')} "
+            f"| {f(ratio(r, 'cpu_ms_per_round'), '.2f')} "
+            f"| {f(r.get('forward_ms_per_round_50_150'), '.1f')} → {f(r.get('forward_ms_per_round_last_100'), '.1f')} "
+            f"| {f(100 * r['bookkeeping_share'], '.1f')}% |"
+        )
     return "\n".join(out)
 
 

@@ -85,8 +85,14 @@ def real_rounds(n_real: int) -> tuple[list, object]:
     torch.set_num_threads(1)
     target = tiny_lm("llama", vocab=VOCAB, seed=0, layers=1, hidden=32, init_range=0.3)
     draft = noisy_copy(target, 0.05)
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, label="tiny-draft"), k=1,
-                                 sampling=SamplingConfig(temperature=1.0), seed=3, target_name="tiny-target")
+    decoder = SpeculativeDecoder(
+        target,
+        DraftModelProposer(draft, label="tiny-draft"),
+        k=1,
+        sampling=SamplingConfig(temperature=1.0),
+        seed=3,
+        target_name="tiny-target",
+    )
     prompt = [5, 9, 14, 5, 9, 3, 7]
     max_new = min(2 * n_real, 480)  # the tiny models' positions stop at 512
     config = decoder.run_config(prompt, max_new)
@@ -122,9 +128,17 @@ def cycled(base: list, config, n: int):
             delta = prefix - r.prefix_len
             last = i == n - 1
             yield dataclasses.replace(
-                r, run_id=RUN_ID, index=i, prefix_len=prefix, emitted_before=emitted, remaining_budget=total - emitted,
-                k=min(r.k, total - emitted), budget_stop=last, target_cache=_shift(r.target_cache, delta),
-                draft_cache=_shift(r.draft_cache, delta))
+                r,
+                run_id=RUN_ID,
+                index=i,
+                prefix_len=prefix,
+                emitted_before=emitted,
+                remaining_budget=total - emitted,
+                k=min(r.k, total - emitted),
+                budget_stop=last,
+                target_cache=_shift(r.target_cache, delta),
+                draft_cache=_shift(r.draft_cache, delta),
+            )
             emitted += len(r.emitted)
 
     return config, rounds()
@@ -140,16 +154,20 @@ def step_record(args: argparse.Namespace) -> dict:
     config, rounds = cycled(base, config, args.size)
     setup_rss = rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
-    with TraceStore(args.db) as store:
-        with TraceWriter(store, config, top_n=TOP_N, full_vectors=False) as writer:
-            for i, rnd in enumerate(rounds):
-                writer.write(rnd)
-                if i % 20_000 == 19_999:
-                    writer.flush(timeout=600)  # a decoder is slower than this loop: keep the queue bounded
-            writer.finish("completed", stop_reason="budget", timeout=600)
+    with TraceStore(args.db) as store, TraceWriter(store, config, top_n=TOP_N, full_vectors=False) as writer:
+        for i, rnd in enumerate(rounds):
+            writer.write(rnd)
+            if i % 20_000 == 19_999:
+                writer.flush(timeout=600)  # a decoder is slower than this loop: keep the queue bounded
+        writer.finish("completed", stop_reason="budget", timeout=600)
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "cpu_s": time.process_time() - c0, "setup_rss_mb": setup_rss, "real_rounds": len(base),
-            "db_mb": Path(args.db).stat().st_size / 2**20}
+    return {
+        "wall_s": wall,
+        "cpu_s": time.process_time() - c0,
+        "setup_rss_mb": setup_rss,
+        "real_rounds": len(base),
+        "db_mb": Path(args.db).stat().st_size / 2**20,
+    }
 
 
 def _cli(argv: list[str]) -> tuple[int, str]:
@@ -174,14 +192,25 @@ def step_check(args: argparse.Namespace) -> dict:
     code, out = _cli(["check", str(args.db), "--run", RUN_ID, "--json"])
     wall = time.perf_counter() - t0
     report = json.loads(out)
-    return {"wall_s": wall, "cpu_s": time.process_time() - c0, "exit": code, "rounds": report["runs"][0]["rounds"], "findings": report["findings"]}
+    return {
+        "wall_s": wall,
+        "cpu_s": time.process_time() - c0,
+        "exit": code,
+        "rounds": report["runs"][0]["rounds"],
+        "findings": report["findings"],
+    }
 
 
 def step_export(args: argparse.Namespace) -> dict:
     _warm()
     t0, c0 = time.perf_counter(), time.process_time()
     code, _ = _cli(["export", str(args.db), RUN_ID, "-o", str(args.jsonl)])
-    return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "exit": code, "jsonl_mb": Path(args.jsonl).stat().st_size / 2**20}
+    return {
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
+        "exit": code,
+        "jsonl_mb": Path(args.jsonl).stat().st_size / 2**20,
+    }
 
 
 def step_import(args: argparse.Namespace) -> dict:
@@ -226,7 +255,11 @@ def step_open(args: argparse.Namespace) -> dict:  # long: one event loop with it
             marks["loaded_s"] = time.perf_counter() - t0
             marks["loaded_rss_mb"] = rss_mb()
             marks["loaded_peak_rss_mb"] = peak_rss_mb()
-        if "loaded_s" in marks and bool(getattr(window, "replay_loaded", True)) and window.model.stop_reason is not None:
+        if (
+            "loaded_s" in marks
+            and bool(getattr(window, "replay_loaded", True))
+            and window.model.stop_reason is not None
+        ):
             marks["done_s"] = time.perf_counter() - t0
             app.quit()
         elif time.perf_counter() - t0 > args.open_timeout:
@@ -236,6 +269,7 @@ def step_open(args: argparse.Namespace) -> dict:  # long: one event loop with it
     timer = QTimer()
     timer.timeout.connect(poll)
     timer.start(20)
+
     def open_it():
         marks["window_ready_s"] = time.perf_counter() - t0  # imports, the window, the bundled models
         marks["window_ready_rss_mb"] = rss_mb()
@@ -275,14 +309,30 @@ def measure(size: int, out: Path, args: argparse.Namespace) -> dict[str, dict]:
                 Path(f"{path}{extra}").unlink(missing_ok=True)
     results = {}
     for step in args.steps:
-        cmd = [sys.executable, __file__, "--child", step, "--size", str(size), "--db", str(db), "--db2", str(db2),
-               "--jsonl", str(jsonl), "--real-rounds", str(args.real_rounds), "--open-timeout", str(args.open_timeout)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            step,
+            "--size",
+            str(size),
+            "--db",
+            str(db),
+            "--db2",
+            str(db2),
+            "--jsonl",
+            str(jsonl),
+            "--real-rounds",
+            str(args.real_rounds),
+            "--open-timeout",
+            str(args.open_timeout),
+        ]
         cmd += ["--open-checker"] if args.open_checker else []
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:
             raise SystemExit(f"step {step} at {size} rounds failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        results[step] = json.loads(line[len("RESULT "):])
+        results[step] = json.loads(line[len("RESULT ") :])
         print(f"{size:>9} {step:7} {json.dumps(results[step])}", file=sys.stderr, flush=True)
     return results
 
@@ -312,26 +362,43 @@ def markdown(sizes: list[int], results: dict[int, dict[str, dict]], args: argpar
         ratio_w = rb["wall_s"] / ra["wall_s"] if ra and rb and ra["wall_s"] else float("nan")
         ratio_m = rb["peak_rss_mb"] / ra["peak_rss_mb"] if ra and rb else float("nan")
         ratio_c = rb["cpu_s"] / ra["cpu_s"] if ra and rb and ra.get("cpu_s") and rb.get("cpu_s") else float("nan")
-        lines.append(f"| {step} | {_cell(ra, 'wall_s', '.1f')} | {_cell(ra, 'cpu_s', '.1f')} | {_cell(ra, 'peak_rss_mb', '.0f')} | "
-                     f"{_cell(rb, 'wall_s', '.1f')} | {_cell(rb, 'cpu_s', '.1f')} | {_cell(rb, 'peak_rss_mb', '.0f')} | "
-                     f"{ratio_w:.2f} | {ratio_c:.2f} | {ratio_m:.2f} |")
+        lines.append(
+            f"| {step} | {_cell(ra, 'wall_s', '.1f')} | {_cell(ra, 'cpu_s', '.1f')} | {_cell(ra, 'peak_rss_mb', '.0f')} | "
+            f"{_cell(rb, 'wall_s', '.1f')} | {_cell(rb, 'cpu_s', '.1f')} | {_cell(rb, 'peak_rss_mb', '.0f')} | "
+            f"{ratio_w:.2f} | {ratio_c:.2f} | {ratio_m:.2f} |"
+        )
     lines.append("")
-    lines.append(f"Size ratio {big / small:g}: a linear step's wall ratio is about {big / small:g}; a bounded step's RSS "
-                 "ratio is about 1. The open row's wall time runs from `open_trace` to every round in the window's "
-                 "model; its peak RSS includes the window and the bundled models it loads at start-up.")
+    lines.append(
+        f"Size ratio {big / small:g}: a linear step's wall ratio is about {big / small:g}; a bounded step's RSS "
+        "ratio is about 1. The open row's wall time runs from `open_trace` to every round in the window's "
+        "model; its peak RSS includes the window and the bundled models it loads at start-up."
+    )
     for size in sizes:
         r = results[size]
-        notes = [f"store {_cell(r.get('record'), 'db_mb', '.0f')} MB", f"JSONL {_cell(r.get('export'), 'jsonl_mb', '.0f')} MB",
-                 f"check findings {_cell(r.get('check'), 'findings', 'd')}"]
+        notes = [
+            f"store {_cell(r.get('record'), 'db_mb', '.0f')} MB",
+            f"JSONL {_cell(r.get('export'), 'jsonl_mb', '.0f')} MB",
+            f"check findings {_cell(r.get('check'), 'findings', 'd')}",
+        ]
         o = r.get("open")
         if o:
-            notes.append(f"open: window ready {_cell(o, 'window_ready_s', '.1f')} s ({_cell(o, 'window_ready_rss_mb', '.0f')} MB); "
-                         f"after open_trace: first paint of the timeline {_cell(o, 'first_paint_after_open_s', '.2f')} s "
-                         f"(RSS {_cell(o, 'first_paint_rss_mb', '.0f')} MB), all {o.get('rounds_loaded', 0):,} rounds loaded "
-                         f"{_cell(o, 'loaded_after_open_s', '.1f')} s (RSS {_cell(o, 'loaded_rss_mb', '.0f')} MB)" +
-                         ("" if not args.open_checker else ", the window's checker " +
-                          ("did not finish in time" if o.get("timed_out") else f"done {_cell(o, 'done_after_open_s', '.1f')} s")) +
-                         f"; peak RSS {_cell(o, 'peak_rss_mb', '.0f')} MB")
+            notes.append(
+                f"open: window ready {_cell(o, 'window_ready_s', '.1f')} s ({_cell(o, 'window_ready_rss_mb', '.0f')} MB); "
+                f"after open_trace: first paint of the timeline {_cell(o, 'first_paint_after_open_s', '.2f')} s "
+                f"(RSS {_cell(o, 'first_paint_rss_mb', '.0f')} MB), all {o.get('rounds_loaded', 0):,} rounds loaded "
+                f"{_cell(o, 'loaded_after_open_s', '.1f')} s (RSS {_cell(o, 'loaded_rss_mb', '.0f')} MB)"
+                + (
+                    ""
+                    if not args.open_checker
+                    else ", the window's checker "
+                    + (
+                        "did not finish in time"
+                        if o.get("timed_out")
+                        else f"done {_cell(o, 'done_after_open_s', '.1f')} s"
+                    )
+                )
+                + f"; peak RSS {_cell(o, 'peak_rss_mb', '.0f')} MB"
+            )
         lines.append(f"- {size:,} rounds: " + "; ".join(notes))
     return "\n".join(lines) + "\n"
 
@@ -344,8 +411,11 @@ def main() -> None:
     parser.add_argument("--real-rounds", type=int, default=300, help="rounds of the real decoder run that are repeated")
     parser.add_argument("--open-timeout", type=float, default=7200.0, help="seconds the open step may take")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the fragment for BENCHMARKS.md here")
-    parser.add_argument("--open-checker", action="store_true",
-                        help="let the window run its checker after loading (it reads every round's vectors)")
+    parser.add_argument(
+        "--open-checker",
+        action="store_true",
+        help="let the window run its checker after loading (it reads every round's vectors)",
+    )
     parser.add_argument("--child", choices=STEPS, help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)

@@ -45,13 +45,18 @@ def median_of(reps: int, cmd: list[str], env: dict | None = None) -> tuple[float
 def window_once(home: Path) -> dict[str, float]:
     log_path = home / "startup.log"
     log_path.unlink(missing_ok=True)
-    env = dict(os.environ, SPECSCOPE_STARTUP_LOG=str(log_path), SPECSCOPE_STARTUP_QUIT="1",
-               XDG_CONFIG_HOME=str(home / "config"))  # fresh settings: no remembered trace or size
+    env = dict(
+        os.environ,
+        SPECSCOPE_STARTUP_LOG=str(log_path),
+        SPECSCOPE_STARTUP_QUIT="1",
+        XDG_CONFIG_HOME=str(home / "config"),
+    )  # fresh settings: no remembered trace or size
     if not env.get("DISPLAY"):
         env.setdefault("QT_QPA_PLATFORM", "offscreen")
     start = time.time()
-    done = subprocess.run([str(BIN / "specscope")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [str(BIN / "specscope")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600
+    )
     end = time.time()
     if done.returncode != 0:
         raise SystemExit(f"the window exited with {done.returncode}: {done.stderr.strip()[-400:]}")
@@ -83,11 +88,24 @@ def main(argv: list[str] | None = None) -> int:
         # added until the store holds at least --rounds rounds
         rounds = 0
         while rounds < args.rounds:
-            subprocess.run([specscope, "run", "--prompt", "def fibonacci(n):", "--max-new",
-                            str(int((args.rounds - rounds) * 3.2) + 8), "--db", str(store), "--json"],
-                           check=True, stdout=subprocess.PIPE)
-            listing = subprocess.run([specscope, "runs", str(store), "--json"], check=True,
-                                     stdout=subprocess.PIPE, text=True).stdout
+            subprocess.run(
+                [
+                    specscope,
+                    "run",
+                    "--prompt",
+                    "def fibonacci(n):",
+                    "--max-new",
+                    str(int((args.rounds - rounds) * 3.2) + 8),
+                    "--db",
+                    str(store),
+                    "--json",
+                ],
+                check=True,
+                stdout=subprocess.PIPE,
+            )
+            listing = subprocess.run(
+                [specscope, "runs", str(store), "--json"], check=True, stdout=subprocess.PIPE, text=True
+            ).stdout
             rounds = sum(int(json.loads(line).get("rounds") or 0) for line in listing.splitlines())
         result["store rounds"] = rounds
         result["specscope check (store)"], _ = median_of(args.reps, [specscope, "check", str(store)])

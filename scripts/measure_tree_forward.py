@@ -19,9 +19,9 @@ import time
 import torch
 
 from specscope.core.decode.kv import CachedLM
-from specscope.core.loading.models import example_prompts, load_bundled
 from specscope.core.decode.layout import masked_feed
 from specscope.core.draft.trees import ancestor_matrix, context_and_tree, tree_positions
+from specscope.core.loading.models import example_prompts, load_bundled
 
 
 def balanced_parents(n: int, width: int = 2) -> tuple[int, ...]:
@@ -63,8 +63,10 @@ def main() -> None:
         for n in counts:
             times[n].append(forward_s(lm, len(prompt), balanced_parents(n)))
     base = statistics.median(times[counts[0]])
-    rows = [{"nodes": n, "median_ms": 1e3 * statistics.median(times[n]),
-             "relative": statistics.median(times[n]) / base} for n in counts]
+    rows = [
+        {"nodes": n, "median_ms": 1e3 * statistics.median(times[n]), "relative": statistics.median(times[n]) / base}
+        for n in counts
+    ]
     if args.json:
         print(json.dumps({"threads": torch.get_num_threads(), "prompt_tokens": len(prompt), "rows": rows}, indent=1))
         return

@@ -51,8 +51,9 @@ REPO = Path(__file__).resolve().parent.parent
 def load_core_at(rev: str, into: Path) -> Any:
     """Import the core package of git revision `rev` as a separate package; return the module."""
     name = "specscope_ab_" + "".join(c if c.isalnum() else "_" for c in rev)
-    blob = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "core"],
-                          check=True, capture_output=True).stdout
+    blob = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", rev, "core"], check=True, capture_output=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
         tar.extractall(into / "pkg", filter="data")
     (into / "pkg" / "core").rename(into / "pkg" / name)
@@ -69,8 +70,9 @@ class Variant:
         self.label = label
         self.core = core
         sampling = core.SamplingConfig(**sampling_kwargs)
-        self.dec = core.SpeculativeDecoder(target, core.DraftModelProposer(draft), k=k, sampling=sampling,
-                                           eos_token_id=eos, seed=seed)
+        self.dec = core.SpeculativeDecoder(
+            target, core.DraftModelProposer(draft), k=k, sampling=sampling, eos_token_id=eos, seed=seed
+        )
 
     def run(self, prompt: list[int], max_new: int) -> dict[str, Any]:
         dec = self.dec
@@ -95,8 +97,14 @@ class Variant:
             draft_forwards += rnd.draft_forwards
         wall = time.perf_counter() - started
         parts["between"] = wall - sum(parts.values())
-        return {"tokens": tokens, "wall": wall, "rounds": rounds, "draft_forwards": draft_forwards, "parts": parts,
-                "forward_s": t_lm.forward_s + d_lm.forward_s}
+        return {
+            "tokens": tokens,
+            "wall": wall,
+            "rounds": rounds,
+            "draft_forwards": draft_forwards,
+            "parts": parts,
+            "forward_s": t_lm.forward_s + d_lm.forward_s,
+        }
 
 
 class HFVariant:
@@ -108,11 +116,20 @@ class HFVariant:
 
     def run(self, prompt: list[int], max_new: int) -> dict[str, Any]:
         cfg = self.draft.generation_config
-        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = self.k, "constant", 0.0
+        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = (
+            self.k,
+            "constant",
+            0.0,
+        )
         ids = torch.tensor([prompt])
-        kw: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "max_new_tokens": max_new,
-                              "eos_token_id": self.eos, "pad_token_id": self.eos if self.eos is not None else 0,
-                              "assistant_model": self.draft}
+        kw: dict[str, Any] = {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "max_new_tokens": max_new,
+            "eos_token_id": self.eos,
+            "pad_token_id": self.eos if self.eos is not None else 0,
+            "assistant_model": self.draft,
+        }
         t = self.sampling_kwargs.get("temperature", 1.0)
         if t == 0:
             kw["do_sample"] = False
@@ -122,7 +139,7 @@ class HFVariant:
         with torch.inference_mode():
             out = self.target.generate(**kw)
         wall = time.perf_counter() - started
-        return {"tokens": out[0, len(prompt):].tolist(), "wall": wall, "rounds": 0, "parts": {}, "forward_s": None}
+        return {"tokens": out[0, len(prompt) :].tolist(), "wall": wall, "rounds": 0, "parts": {}, "forward_s": None}
 
 
 def run_all(variant, prompts: list[list[int]], max_new: int) -> dict[str, Any]:
@@ -148,7 +165,11 @@ def median(xs: list[float]) -> float:
 def report(mode: str, variants: list, reps: list[dict[str, dict]]) -> None:
     print(f"\n== {mode}: medians over {len(reps)} repetitions")
     keys = ("draft_fwd", "draft_other", "verify_fwd", "verify_other", "bookkeeping", "between")
-    head = f"{'variant':<14}{'tok/s':>9}{'rounds':>8}" + "".join(f"{k:>13}" for k in keys) + f"{'orch.':>8}{'ms/draft step':>15}"
+    head = (
+        f"{'variant':<14}{'tok/s':>9}{'rounds':>8}"
+        + "".join(f"{k:>13}" for k in keys)
+        + f"{'orch.':>8}{'ms/draft step':>15}"
+    )
     print(head)
     for v in variants:
         rows = [rep[v.label] for rep in reps]
@@ -160,19 +181,30 @@ def report(mode: str, variants: list, reps: list[dict[str, dict]]) -> None:
             for k in keys:
                 line += f"{median([1e3 * r['parts'][k] / r['rounds'] for r in rows]):>13.3f}"
             orch = median([1 - r["forward_s"] / r["wall"] for r in rows])
-            step = median([1e3 * (r["parts"]["draft_fwd"] + r["parts"]["draft_other"]) / max(1, r["draft_forwards"]) for r in rows])
+            step = median(
+                [
+                    1e3 * (r["parts"]["draft_fwd"] + r["parts"]["draft_other"]) / max(1, r["draft_forwards"])
+                    for r in rows
+                ]
+            )
             line += f"{100 * orch:>7.1f}%{step:>15.3f}"
         print(line)
     base = variants[0].label
     for v in variants[1:]:
         if v.label == "transformers":
             continue
-        ratios = [rep[v.label]["n_tokens"] / rep[v.label]["wall"] / (rep[base]["n_tokens"] / rep[base]["wall"]) for rep in reps]
+        ratios = [
+            rep[v.label]["n_tokens"] / rep[v.label]["wall"] / (rep[base]["n_tokens"] / rep[base]["wall"])
+            for rep in reps
+        ]
         print(f"tok/s {v.label} / {base}: median {median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
     hf = variants[-1].label
     if hf == "transformers":
         for v in variants[:-1]:
-            ratios = [rep[v.label]["n_tokens"] / rep[v.label]["wall"] / (rep[hf]["n_tokens"] / rep[hf]["wall"]) for rep in reps]
+            ratios = [
+                rep[v.label]["n_tokens"] / rep[v.label]["wall"] / (rep[hf]["n_tokens"] / rep[hf]["wall"])
+                for rep in reps
+            ]
             print(f"tok/s {v.label} / {hf}: median {median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
 
 
@@ -208,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from specscope import core
-    from specscope.core.loading import models as loading
     from specscope.core.decode.baseline import plain_generate
+    from specscope.core.loading import models as loading
 
     if args.models:
         root = Path(args.models)
@@ -237,14 +269,26 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = tempfile.TemporaryDirectory(prefix="specscope-ab-")
     base_core = load_core_at(args.ab, Path(tmp.name)) if args.ab else None
-    print(f"torch threads {torch.get_num_threads()}, k={args.k}, {len(prompts)} prompts x {args.max_new} tokens, "
-          f"{args.reps} repetitions" + (f", A = core@{args.ab}, B = working tree" if args.ab else ""))
+    print(
+        f"torch threads {torch.get_num_threads()}, k={args.k}, {len(prompts)} prompts x {args.max_new} tokens, "
+        f"{args.reps} repetitions" + (f", A = core@{args.ab}, B = working tree" if args.ab else "")
+    )
     for mode in modes:
         variants: list = []
         if base_core is not None:
             variants.append(Variant("A", base_core, pair.target, pair.draft, args.k, sampling_of[mode], eos, args.seed))
-        variants.append(Variant("B" if base_core is not None else "decoder", core, pair.target, pair.draft, args.k,
-                                sampling_of[mode], eos, args.seed))
+        variants.append(
+            Variant(
+                "B" if base_core is not None else "decoder",
+                core,
+                pair.target,
+                pair.draft,
+                args.k,
+                sampling_of[mode],
+                eos,
+                args.seed,
+            )
+        )
         if args.hf:
             variants.append(HFVariant(pair.target, pair.draft, args.k, sampling_of[mode], eos))
         for v in variants:  # warm-up
@@ -255,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
             reps.append({v.label: run_all(v, prompts, args.max_new) for v in order})
         plain = None
         if mode == "greedy":
-            plain = [plain_generate(pair.target, p, args.max_new, core.SamplingConfig(temperature=0.0), eos).new_tokens
-                     for p in prompts]
+            plain = [
+                plain_generate(pair.target, p, args.max_new, core.SamplingConfig(temperature=0.0), eos).new_tokens
+                for p in prompts
+            ]
         check_tokens(mode, variants, reps, plain)
         report(mode, variants, reps)
     return 0

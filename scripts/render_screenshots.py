@@ -49,11 +49,22 @@ def settle(seconds: float = 0.4) -> None:
 def render_tree(w, prompt: str, save) -> None:
     """Run a 3,2,1 tree of sampled children, select a node tried after a rejected sibling
     (its inspector shows p' against its q) and save the tree, inspector, timeline and plots."""
-    w.run_panel.set_texts({"prompt": prompt, "proposer": "draft:small,tree=3,2,1,children=sampled",
-                           "temperature": "0.8", "top_k": "0", "top_p": "0.95", "seed": "7",
-                           "max_new_tokens": "64", "eos": "auto"})
+    w.run_panel.set_texts(
+        {
+            "prompt": prompt,
+            "proposer": "draft:small,tree=3,2,1,children=sampled",
+            "temperature": "0.8",
+            "top_k": "0",
+            "top_p": "0.95",
+            "seed": "7",
+            "max_new_tokens": "64",
+            "eos": "auto",
+        }
+    )
     assert w.start_run(), w.last_error
-    wait(lambda: w.model.stop_reason is not None and w.state == "idle")  # the last run stays on screen until this one starts
+    wait(
+        lambda: w.model.stop_reason is not None and w.state == "idle"
+    )  # the last run stays on screen until this one starts
     settle()
     model = w.model
     rounds = [model.full_round(i) for i in range(len(model.rounds))]
@@ -87,15 +98,29 @@ def render_tree(w, prompt: str, save) -> None:
 def render_compare_heads(w, prompt: str, save) -> None:
     """The bundled EAGLE-3 head (A), draft-small (B) and prompt lookup (C) on one prompt,
     coupled at T = 0.7: all three lanes emit the same tokens, their acceptance differs."""
-    w.run_panel.set_texts({"prompt": prompt, "temperature": "0.7", "top_k": "0", "top_p": "1.0", "seed": "3",
-                           "max_new_tokens": "64", "eos": "auto"})
+    w.run_panel.set_texts(
+        {
+            "prompt": prompt,
+            "temperature": "0.7",
+            "top_k": "0",
+            "top_p": "1.0",
+            "seed": "3",
+            "max_new_tokens": "64",
+            "eos": "auto",
+        }
+    )
     for side, spec in enumerate(("eagle3", "draft:small", "lookup")):
         w.compare.set_side(side, spec, 4)
     w.compare.coupled.setChecked(True)
     w.runs.start_compare()  # clears a refused Run's last_error (the first-contact shot's bad seed)
     assert w.last_error is None, w.last_error
-    wait(lambda: len(w.compare_session.results) == 3 and all(r.stop_reason for r in w.compare_session.results)
-         and w.compare_controller.state == "idle")
+    wait(
+        lambda: (
+            len(w.compare_session.results) == 3
+            and all(r.stop_reason for r in w.compare_session.results)
+            and w.compare_controller.state == "idle"
+        )
+    )
     settle(0.6)
     save(w, "compare-heads")
     w.compare.set_side(2, None, 4)  # back to two uncoupled lanes for what follows
@@ -127,8 +152,11 @@ def render_head_calibration(w, hub, prompt: str, tmp: Path, save, tokens: int = 
     with TraceStore(path) as store:
         for name, fault in (("calibration-head", None), ("calibration-head-fault", "head-feature-shift")):
             proposer = build_proposer("eagle3")
-            dec = SpeculativeDecoder(target, proposer, k=4, sampling=greedy) if fault is None else \
-                faulty_decoder(fault, target, proposer, k=4, sampling=greedy)
+            dec = (
+                SpeculativeDecoder(target, proposer, k=4, sampling=greedy)
+                if fault is None
+                else faulty_decoder(fault, target, proposer, k=4, sampling=greedy)
+            )
             config = dec.run_config(prompt_ids, tokens)
             with TraceWriter(store, config) as writer:
                 writer.record(dec.rounds(prompt_ids, tokens, config=config))
@@ -161,9 +189,23 @@ def render_smollm2(w, save, tokens: int = 48) -> None:
 
     chat = chat_prompts("chat")
     user = chat[0].user if chat else "What is the capital of France?"
-    w.run_panel.set_texts({"target": "smollm2", "chat": "true", "prompt": user, "proposer": "eagle3", "k": "4",
-                           "temperature": "0", "top_k": "0", "top_p": "1.0", "seed": "0",
-                           "max_new_tokens": str(tokens), "eos": "auto", "stop_strings": "", "stop_ids": ""})
+    w.run_panel.set_texts(
+        {
+            "target": "smollm2",
+            "chat": "true",
+            "prompt": user,
+            "proposer": "eagle3",
+            "k": "4",
+            "temperature": "0",
+            "top_k": "0",
+            "top_p": "1.0",
+            "seed": "0",
+            "max_new_tokens": str(tokens),
+            "eos": "auto",
+            "stop_strings": "",
+            "stop_ids": "",
+        }
+    )
     for name, proposer in (("smollm2", "eagle3"), ("smollm2-tree", "eagle3,tree=dynamic:nodes=16,depth=5,topk=4")):
         w.run_panel.set_texts({"proposer": proposer})
         assert w.start_run(), w.last_error
@@ -186,8 +228,9 @@ def first_contact_shots(w, save) -> None:
     values refused under their fields, wrapped to the panel's width (field-errors)."""
     settle(0.6)
     save(w, "empty-window")
-    w.run_panel.set_texts({"seed": "99999999999999999999999", "tree": "dynamic:nodes=12,depth=4,topk=3",
-                           "children": "sampled"})
+    w.run_panel.set_texts(
+        {"seed": "99999999999999999999999", "tree": "dynamic:nodes=12,depth=4,topk=3", "children": "sampled"}
+    )
     assert not w.start_run(), "the bad values were not refused"
     settle(0.6)
     save(w, "field-errors")
@@ -202,11 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="use tiny random models even if the bundled ones exist")
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
     parser.add_argument("--tokens", type=int, default=160, help="max new tokens of the main run")
-    parser.add_argument("--only", choices=("compare-heads", "calibration", "first-contact", "smollm2"), default=None,
-                        help="render only these screenshots (compare-heads: the three-lane comparison; "
-                             "calibration: the Calibration tab's three; first-contact: the empty window "
-                             "and refused fields; smollm2: the fetched SmolLM2 with its EAGLE-3 head, a chain "
-                             "and a dynamic tree)")
+    parser.add_argument(
+        "--only",
+        choices=("compare-heads", "calibration", "first-contact", "smollm2"),
+        default=None,
+        help="render only these screenshots (compare-heads: the three-lane comparison; "
+        "calibration: the Calibration tab's three; first-contact: the empty window "
+        "and refused fields; smollm2: the fetched SmolLM2 with its EAGLE-3 head, a chain "
+        "and a dynamic tree)",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -266,15 +313,30 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
 
     # ---- a live sampled run
     novel = next((t for n, t in prompts if "novel" in n), prompts[0][1])
-    w.run_panel.set_texts({"prompt": novel, "proposer": "draft-small", "k": "4", "temperature": "0.8",
-                           "top_k": "0", "top_p": "0.95", "seed": "7", "max_new_tokens": str(args.tokens),
-                           "eos": "auto", "device": "cpu"})
+    w.run_panel.set_texts(
+        {
+            "prompt": novel,
+            "proposer": "draft-small",
+            "k": "4",
+            "temperature": "0.8",
+            "top_k": "0",
+            "top_p": "0.95",
+            "seed": "7",
+            "max_new_tokens": str(args.tokens),
+            "eos": "auto",
+            "device": "cpu",
+        }
+    )
     assert w.start_run(), w.last_error
-    wait(lambda: w.model.stop_reason is not None and w.state == "idle")  # the last run stays on screen until this one starts
+    wait(
+        lambda: w.model.stop_reason is not None and w.state == "idle"
+    )  # the last run stays on screen until this one starts
     settle()
     rounds = w.model.rounds
-    pick = next((r for r in rounds[len(rounds) // 3:] if r.rejected_node is not None and r.rejected_node > 0),
-                next((r for r in rounds if r.rejected_node is not None), rounds[-1]))
+    pick = next(
+        (r for r in rounds[len(rounds) // 3 :] if r.rejected_node is not None and r.rejected_node > 0),
+        next((r for r in rounds if r.rejected_node is not None), rounds[-1]),
+    )
     w.jump_to(pick.index, pick.rejected_node if pick.rejected_node is not None else -1)
     settle(0.6)
     # ---- the Calibration tab: draft-small's confidence against acceptance (the sampled run),
@@ -307,6 +369,7 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
     wait(lambda: all(r.stop_reason for r in w.compare_session.results) and w.compare_controller.state == "idle")
     # greedy lanes: the "vs plain greedy" row fills in once the reference decode has run
     from specscope.app.gui.sessions.compare import CHECKING
+
     wait(lambda: all(ref is not None and ref != CHECKING for ref in w.compare_session.references[:2]))
     settle(0.6)
     save(w, "compare")
@@ -330,8 +393,14 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
         run_id = None
         with TraceStore(faulty) as fstore:
             for seed in range(8):
-                dec = faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft, label="draft-small"),
-                                     k=4, sampling=SamplingConfig(temperature=0.8), seed=seed)
+                dec = faulty_decoder(
+                    "target-crop-off-by-one",
+                    target,
+                    DraftModelProposer(draft, label="draft-small"),
+                    k=4,
+                    sampling=SamplingConfig(temperature=0.8),
+                    seed=seed,
+                )
                 config = dec.run_config(prompt_ids, 64)
                 with TraceWriter(fstore, config) as writer:
                     writer.record(dec.rounds(prompt_ids, 64, config=config))
@@ -355,8 +424,9 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
     elif smollm2_cached():
         render_smollm2(w, save)
     else:
-        print("skipped the SmolLM2 screenshots: SmolLM2 is not fetched (specscope models fetch smollm2)",
-              file=sys.stderr)
+        print(
+            "skipped the SmolLM2 screenshots: SmolLM2 is not fetched (specscope models fetch smollm2)", file=sys.stderr
+        )
     return 0
 
 

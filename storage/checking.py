@@ -7,8 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 
-def check_stored_run(store: Any, run_id: str, tol: float | None = None, rounds: Any = None, info: Any = None,
-                     counted: list[int] | None = None) -> Any:
+def check_stored_run(
+    store: Any,
+    run_id: str,
+    tol: float | None = None,
+    rounds: Any = None,
+    info: Any = None,
+    counted: list[int] | None = None,
+) -> Any:
     """The CheckReport of one stored run: what `specscope check` prints and the window's
     findings panel and run picker show (one function, so both say the same): every round
     rule and the run's end record (its stop reason and token count: the [end-count] and
@@ -27,9 +33,15 @@ def check_stored_run(store: Any, run_id: str, tol: float | None = None, rounds: 
             yield rnd
 
     try:
-        return check_report(info.config, rounds if rounds is not None else counting(),
-                            tol=DEFAULT_TOL if tol is None else tol, end=info.end)
+        return check_report(
+            info.config,
+            rounds if rounds is not None else counting(),
+            tol=DEFAULT_TOL if tol is None else tol,
+            end=info.end,
+        )
     except Exception as exc:  # one run the store cannot hand over must not stop the check of the others
         where = f"the store's round {counted[0]}"
-        return CheckReport([internal_finding(run_id, counted[0], where, exc)],
-                           {"internal": f"reading the run stopped at round {counted[0]}: later rounds not checked"})
+        return CheckReport(
+            [internal_finding(run_id, counted[0], where, exc)],
+            {"internal": f"reading the run stopped at round {counted[0]}: later rounds not checked"},
+        )

@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from specscope.core.records import Round
 from specscope.core.sampling.dists import DEFAULT_TOP_N, TOP_K_COVER_MAX, TopDistribution, covering_top_n  # noqa: F401 (re-exported)
 from specscope.core.sampling.partial import VectorStats, vector_stats
-from specscope.core.records import Round
 
 # Full vectors are kept by default up to this vocabulary (byte- and character-level
 # tokenizers; 4 KB a float32 vector). Above it a round's full vectors outweigh its top-N
@@ -76,8 +77,9 @@ class PartialDistribution(np.ndarray):
     stats: VectorStats | None
     top: Top | None
 
-    def __new__(cls, values: np.ndarray, known_ids: np.ndarray, stats: VectorStats | None = None,
-                top: Top | None = None) -> PartialDistribution:
+    def __new__(
+        cls, values: np.ndarray, known_ids: np.ndarray, stats: VectorStats | None = None, top: Top | None = None
+    ) -> PartialDistribution:
         obj = np.asarray(values, dtype=np.float64).view(cls)
         obj.known_ids = np.asarray(known_ids, dtype=np.int64)
         obj.stats = stats
@@ -114,8 +116,9 @@ class StoredFullDistribution(np.ndarray):
     top: Top | None
     full_dtype: str | None
 
-    def __new__(cls, values: np.ndarray, stats: VectorStats, top: Top | None = None,
-                full_dtype: str | None = None) -> StoredFullDistribution:
+    def __new__(
+        cls, values: np.ndarray, stats: VectorStats, top: Top | None = None, full_dtype: str | None = None
+    ) -> StoredFullDistribution:
         obj = np.asarray(values, dtype=np.float64).view(cls)
         obj.stats = stats
         obj.top = top
@@ -251,8 +254,13 @@ def decode_top(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def _full_blob(values: np.ndarray, code: bytes, nonzero: np.ndarray, count: int) -> bytes:
     if 2 * count <= values.size:
-        return (b"S" + code + int(values.size).to_bytes(4, "little") + np.packbits(nonzero, bitorder="little").tobytes()
-                + values[nonzero].tobytes())
+        return (
+            b"S"
+            + code
+            + int(values.size).to_bytes(4, "little")
+            + np.packbits(nonzero, bitorder="little").tobytes()
+            + values[nonzero].tobytes()
+        )
     return b"R" + code + values.tobytes()
 
 
@@ -279,8 +287,9 @@ def full_raw(blob: bytes) -> tuple[str, bytes]:
         return dtype, bytes(blob[2:])
     size = int.from_bytes(blob[2:6], "little")
     mask_end = 6 + (size + 7) // 8
-    nonzero = np.unpackbits(np.frombuffer(blob, dtype=np.uint8, count=mask_end - 6, offset=6), count=size,
-                            bitorder="little").astype(bool)
+    nonzero = np.unpackbits(
+        np.frombuffer(blob, dtype=np.uint8, count=mask_end - 6, offset=6), count=size, bitorder="little"
+    ).astype(bool)
     values = np.zeros(size, dtype=_DTYPE_OF_CODE[code])
     values[nonzero] = np.frombuffer(blob, dtype=_DTYPE_OF_CODE[code], offset=mask_end)
     return dtype, values.tobytes()
@@ -336,7 +345,7 @@ def unpack_blobs(packed: bytes) -> list[bytes | None]:
     out: list[bytes | None] = []
     for i in range(count):
         size = _FRAME.unpack_from(packed, 4 + 4 * i)[0]
-        out.append(bytes(packed[at:at + size]) if size else None)
+        out.append(bytes(packed[at : at + size]) if size else None)
         at += size
     if at != len(packed):
         raise ValueError("not a packed list of distribution blobs (lengths disagree with its size)")
@@ -355,7 +364,9 @@ class VectorPolicy:
     full_dtype: str = "float32"
 
     @classmethod
-    def for_vocab(cls, vocab_size: int, top_n: int = DEFAULT_TOP_N, full: bool | None = None, full_dtype: str = "float32") -> "VectorPolicy":
+    def for_vocab(
+        cls, vocab_size: int, top_n: int = DEFAULT_TOP_N, full: bool | None = None, full_dtype: str = "float32"
+    ) -> VectorPolicy:
         if full is None:
             full = 0 < vocab_size <= FULL_VECTORS_AUTO_MAX_VOCAB
         if full_dtype not in FULL_DTYPES:
@@ -396,7 +407,9 @@ class VectorPolicy:
             stacked = np.stack([np.asarray(d, dtype=np.float64) for d in dists[lo : lo + ENCODE_CHUNK]])
             minima = stacked.min(axis=1)
             stats = zip(_supports(stacked, minima), minima.tolist(), stacked.sum(axis=1).tolist())
-            tops.extend(encode_top_arrays(ids, probs, st) for (ids, probs), st in zip(top_rows(stacked, self.top_n), stats))
+            tops.extend(
+                encode_top_arrays(ids, probs, st) for (ids, probs), st in zip(top_rows(stacked, self.top_n), stats)
+            )
             if not self.full:
                 fulls.extend([None] * len(stacked))
                 continue

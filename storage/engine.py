@@ -6,21 +6,27 @@ import contextlib
 import os
 import re
 import sqlite3
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
-from typing import Any, Callable, Iterator, Sequence
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
-from specscope.storage.errors import (CorruptStoreError, NewerStoreError, NotATraceStoreError, SchemaVersionError,
-                                     TraceStoreError)
-from specscope.storage.outputs import SQLITE_MAGIC
+from specscope.storage.errors import (
+    CorruptStoreError,
+    NewerStoreError,
+    NotATraceStoreError,
+    SchemaVersionError,
+    TraceStoreError,
+)
 from specscope.storage.migrations import MIGRATIONS, Migration, check_version
+from specscope.storage.outputs import SQLITE_MAGIC
 from specscope.storage.paths import default_db_location
-from specscope.storage.transactions import BUSY_TIMEOUT_ENV, BUSY_TIMEOUT_MS, busy_timeout_ms, is_corruption
+from specscope.storage.transactions import busy_timeout_ms, is_corruption
 
 # scheme://...: an explicit URL; anything else is a path (a one-letter scheme is a Windows drive)
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+://")
@@ -54,8 +60,9 @@ def is_memory(url: str) -> bool:
     except (ArgumentError, ValueError):
         return False
     db = u.database or ""
-    return u.get_backend_name() == "sqlite" and (not db or db == ":memory:" or "mode=memory" in db
-                                                 or u.query.get("mode") == "memory")
+    return u.get_backend_name() == "sqlite" and (
+        not db or db == ":memory:" or "mode=memory" in db or u.query.get("mode") == "memory"
+    )
 
 
 def check_store_location(location: str | os.PathLike | None) -> None:
@@ -63,8 +70,10 @@ def check_store_location(location: str | os.PathLike | None) -> None:
     in-memory SQLite URL (TraceStoreError, one line)."""
     url = to_url(location)
     if is_memory(url):
-        raise TraceStoreError(f"{printable(url)} is an in-memory database: nothing would be kept and there is "
-                              f"nothing to read; give a file path (e.g. traces.sqlite) or a server URL")
+        raise TraceStoreError(
+            f"{printable(url)} is an in-memory database: nothing would be kept and there is "
+            f"nothing to read; give a file path (e.g. traces.sqlite) or a server URL"
+        )
 
 
 def readonly_uri(path: str, immutable: bool = False) -> str:
@@ -77,8 +86,9 @@ def sqlite_path(url: str) -> str | None:
     try:
         u = make_url(url)
     except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a port that is not a number
-        raise TraceStoreError(f"not a database path or SQLAlchemy URL: {mask_passwords(url)!r} "
-                              f"({mask_passwords(str(exc))})") from None
+        raise TraceStoreError(
+            f"not a database path or SQLAlchemy URL: {mask_passwords(url)!r} ({mask_passwords(str(exc))})"
+        ) from None
     if u.get_backend_name() != "sqlite":
         return None
     if is_memory(url):
@@ -122,15 +132,22 @@ def connect_readonly(path: str) -> sqlite3.Connection:
     wal = Path(path + "-wal")
     immutable = not wal.exists() and _wal_mode(path)
     try:
-        return _probe(sqlite3.connect(readonly_uri(path, immutable=immutable), uri=True,
-                                      timeout=busy_timeout_ms() / 1000, check_same_thread=False))
+        return _probe(
+            sqlite3.connect(
+                readonly_uri(path, immutable=immutable),
+                uri=True,
+                timeout=busy_timeout_ms() / 1000,
+                check_same_thread=False,
+            )
+        )
     except sqlite3.OperationalError as exc:
         if immutable or ("unable to open" not in str(exc) and "readonly" not in str(exc)):
             raise
         raise TraceStoreError(
             f"{path}: the write-ahead log {wal.name} left beside it cannot be replayed without write access to "
             f"{Path(path).parent} ({exc}); copy the store with its -wal file to a writable folder, or open it "
-            f"once as a user who can write there") from None
+            f"once as a user who can write there"
+        ) from None
 
 
 def _wal_mode(path: str) -> bool:
@@ -265,11 +282,14 @@ def _driver_errors(url: str) -> Iterator[None]:
     try:
         yield
     except NoSuchModuleError as exc:  # no such dialect (or its plugin is not installed)
-        raise TraceStoreError(f"cannot open {printable(url)}: SQLAlchemy knows no database {make_url(url).drivername!r} "
-                              f"({mask_passwords(str(exc))})") from None
+        raise TraceStoreError(
+            f"cannot open {printable(url)}: SQLAlchemy knows no database {make_url(url).drivername!r} "
+            f"({mask_passwords(str(exc))})"
+        ) from None
     except ImportError as exc:  # the dialect's driver (DBAPI module) is not installed
         raise TraceStoreError(
             f"cannot open {printable(url)}: the database driver for {make_url(url).drivername!r} is not installed "
-            f"({mask_passwords(str(exc))}); install it in this Python environment or use another URL") from None
+            f"({mask_passwords(str(exc))}); install it in this Python environment or use another URL"
+        ) from None
     except ArgumentError as exc:
         raise TraceStoreError(f"cannot open {printable(url)}: {mask_passwords(str(exc))}") from None

@@ -6,11 +6,12 @@ import dataclasses
 import functools
 import platform
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Mapping
+from typing import Any
 
-from specscope.core.records import RunEnd, Round, RunConfig
+from specscope.core.records import Round, RunConfig, RunEnd
 
 _LIBRARIES = ("specscope", "torch", "transformers", "numpy", "sqlalchemy")
 
@@ -47,7 +48,7 @@ class ModelInfo:
     tokenizer_hash: str | None = None
 
     @classmethod
-    def coerce(cls, value: "ModelInfo | Mapping[str, Any] | None") -> "ModelInfo":
+    def coerce(cls, value: ModelInfo | Mapping[str, Any] | None) -> ModelInfo:
         if value is None:
             return cls()
         if isinstance(value, ModelInfo):
@@ -105,8 +106,11 @@ def _summary_fields() -> list[tuple[str, Any, Any]]:
     out: list[tuple[str, Any, Any]] = []
     for f in dataclasses.fields(Round):
         if f.name == "nodes":
-            out += [("drafted", int, dataclasses.field()), ("accepted", int, dataclasses.field()),
-                    ("draft_tokens", "tuple[int, ...]", dataclasses.field())]
+            out += [
+                ("drafted", int, dataclasses.field()),
+                ("accepted", int, dataclasses.field()),
+                ("draft_tokens", "tuple[int, ...]", dataclasses.field()),
+            ]
         elif f.name not in ("bonus_p", "residual"):
             out.append((f.name, f.type, dataclasses.field()))
     return out
@@ -121,7 +125,7 @@ RoundSummary = dataclasses.make_dataclass(
     namespace={
         "__module__": __name__,
         "__doc__": "A round without its distributions: Round's fields but nodes, bonus_p and residual, "
-                   "with drafted, accepted and draft_tokens instead of the nodes.",
+        "with drafted, accepted and draft_tokens instead of the nodes.",
         "tokens": Round.tokens,
         "accepted_length": Round.accepted_length,
         "repair": Round.repair,

@@ -22,7 +22,7 @@ class LiveWriter(Protocol):
 
 
 _live_lock = threading.Lock()
-_live: "weakref.WeakSet[LiveWriter]" = weakref.WeakSet()  # type: ignore[type-var]
+_live: weakref.WeakSet[LiveWriter] = weakref.WeakSet()  # type: ignore[type-var]
 
 
 def register_writer(writer: LiveWriter) -> None:
@@ -67,8 +67,15 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def writer_is_dead(run_id: str, host: str | None, pid: int | None, heartbeat_at: float | None, started_at: float,
-                   now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> bool:
+def writer_is_dead(
+    run_id: str,
+    host: str | None,
+    pid: int | None,
+    heartbeat_at: float | None,
+    started_at: float,
+    now: float | None = None,
+    stale_after_s: float = STALE_AFTER_S,
+) -> bool:
     """Whether a 'running' run's writer is gone.
 
     This process: dead unless one of its TraceWriters is writing that run. Same host, other

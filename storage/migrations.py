@@ -10,11 +10,10 @@ version.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Callable, Sequence
-
 import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import Connection, func, insert, inspect, select, text, update
@@ -52,9 +51,18 @@ def _append_only_tokens(conn: Connection) -> None:
         raw = conn.execute(select(runs_table.c.new_tokens).where(runs_table.c.run_id == run_id)).scalar()
         tokens = json.loads(raw) if isinstance(raw, str) else (raw or [])
         if tokens:
-            conn.execute(insert(tokens_table), {"run_id": run_id, "start": 0, "n_tokens": len(tokens),
-                                                "tokens": np.asarray(tokens, dtype="<i4").tobytes()})
-        conn.execute(update(runs_table).where(runs_table.c.run_id == run_id).values(n_new_tokens=len(tokens), new_tokens=[]))
+            conn.execute(
+                insert(tokens_table),
+                {
+                    "run_id": run_id,
+                    "start": 0,
+                    "n_tokens": len(tokens),
+                    "tokens": np.asarray(tokens, dtype="<i4").tobytes(),
+                },
+            )
+        conn.execute(
+            update(runs_table).where(runs_table.c.run_id == run_id).values(n_new_tokens=len(tokens), new_tokens=[])
+        )
 
 
 def _add_tree_facts(conn: Connection) -> None:
@@ -91,9 +99,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema: runs, rounds, draft_nodes", _baseline),
     Migration(2, "runs.unrecorded: optional trace fields a run did not record", _add_unrecorded),
     Migration(3, "run_tokens: the token list appended in chunks; runs.n_new_tokens", _append_only_tokens),
-    Migration(4, "rounds.tree, tree_top, tree_full: tree rounds' tried order, residual updates and layout", _add_tree_facts),
+    Migration(
+        4, "rounds.tree, tree_top, tree_full: tree rounds' tried order, residual updates and layout", _add_tree_facts
+    ),
     Migration(5, "runs.position_limit: the most positions the run's target reads", _add_position_limit),
-    Migration(6, "runs.stops, rounds.stop: EOS ids, stop strings and sequences, the stop a round completed", _add_stops),
+    Migration(
+        6, "runs.stops, rounds.stop: EOS ids, stop strings and sequences, the stop a round completed", _add_stops
+    ),
     Migration(7, "draft_nodes.confidence: the proposer's own probability for its token", _add_confidence),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
@@ -107,7 +119,9 @@ def stored_version(conn: Connection) -> int | None:
         return None
     if "schema_version" not in tables:
         shown = ", ".join(sorted(tables)[:8])
-        raise NotATraceStoreError(f"the database holds tables ({shown}) but is not a specscope trace store (no schema_version table)")
+        raise NotATraceStoreError(
+            f"the database holds tables ({shown}) but is not a specscope trace store (no schema_version table)"
+        )
     version = conn.execute(select(func.max(SchemaVersion.version))).scalar()
     if version is None:
         raise SchemaVersionError("the schema_version table is empty: unknown schema")
@@ -145,8 +159,10 @@ def missing_columns(conn: Connection) -> list[str]:
 
 def newer_note(where: str, version: int, current: int = MIGRATIONS[-1].version) -> str:
     """What a reader says about a store of a newer schema (one line)."""
-    return (f"{where} was written by a newer specscope (schema version {version}; this one knows {current}): "
-            f"reading what this version understands, writing nothing")
+    return (
+        f"{where} was written by a newer specscope (schema version {version}; this one knows {current}): "
+        f"reading what this version understands, writing nothing"
+    )
 
 
 def ensure_schema(conn: Connection, migrations: Sequence[Migration] = MIGRATIONS) -> int:
@@ -159,7 +175,11 @@ def ensure_schema(conn: Connection, migrations: Sequence[Migration] = MIGRATIONS
     if version is None:
         Base.metadata.create_all(conn)
         current = migrations[-1]
-        conn.execute(insert(SchemaVersion).values(version=current.version, description=f"created: {current.description}", applied_at=now))
+        conn.execute(
+            insert(SchemaVersion).values(
+                version=current.version, description=f"created: {current.description}", applied_at=now
+            )
+        )
         return current.version
     for m in migrations:
         if m.version > version:

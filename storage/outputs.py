@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from specscope.storage.errors import TraceStoreError
 
@@ -45,8 +46,10 @@ def check_output(path: str | os.PathLike[str], overwrite: bool = False) -> None:
     if not (p.exists() or p.is_symlink()):
         return
     if is_database_file(p):
-        raise TraceStoreError(f"{os.fspath(path)} is an SQLite database (a trace store?): specscope never writes "
-                              f"over one, even with --force; choose another file")
+        raise TraceStoreError(
+            f"{os.fspath(path)} is an SQLite database (a trace store?): specscope never writes "
+            f"over one, even with --force; choose another file"
+        )
     if not overwrite:
         raise TraceStoreError(f"{os.fspath(path)} already exists; pass --force to replace it")
 

@@ -19,9 +19,11 @@ def home() -> Path:
     try:
         return Path.home()
     except (RuntimeError, KeyError):
-        raise TraceStoreError(f"no home directory (HOME is unset and user {os.getuid() if hasattr(os, 'getuid') else '?'} "
-                              f"has no passwd entry), so there is no default trace store: pass --db or set "
-                              f"{ENV_DB} (or XDG_DATA_HOME)") from None
+        raise TraceStoreError(
+            f"no home directory (HOME is unset and user {os.getuid() if hasattr(os, 'getuid') else '?'} "
+            f"has no passwd entry), so there is no default trace store: pass --db or set "
+            f"{ENV_DB} (or XDG_DATA_HOME)"
+        ) from None
 
 
 def user_data_dir() -> Path:

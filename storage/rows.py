@@ -8,16 +8,25 @@ run_info and round_summary. A new column is mapped here, in both directions.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from specscope.core.sampling.partial import entry_known
-from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
-                                    TreeInfo, TreeRound)
 from specscope.core.decode.stops import StopMatch
+from specscope.core.records import (
+    CacheState,
+    DraftNode,
+    EmittedToken,
+    ResidualUpdate,
+    Round,
+    RoundTimings,
+    RunConfig,
+    TreeInfo,
+    TreeRound,
+)
+from specscope.core.sampling.partial import entry_known
 from specscope.core.sampling.reference import SamplingConfig
-
 from specscope.storage.codec import VectorPolicy, pack_blobs, rebuild, unpack_blobs
 from specscope.storage.info import ModelInfo, RoundSummary, RunInfo
 
@@ -28,9 +37,21 @@ def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def run_row(config: RunConfig, *, status: str, started_at: float, models: ModelInfo, library_versions: Mapping[str, Any],
-            top_n: int, full_vectors: bool, full_dtype: str, prompt_text: str | None = None,
-            extra: Mapping[str, Any] | None = None, writer_host: str | None = None, writer_pid: int | None = None) -> dict[str, Any]:
+def run_row(
+    config: RunConfig,
+    *,
+    status: str,
+    started_at: float,
+    models: ModelInfo,
+    library_versions: Mapping[str, Any],
+    top_n: int,
+    full_vectors: bool,
+    full_dtype: str,
+    prompt_text: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    writer_host: str | None = None,
+    writer_pid: int | None = None,
+) -> dict[str, Any]:
     """A new run's row (no rounds yet)."""
     s: SamplingConfig = config.sampling
     return {
@@ -109,16 +130,21 @@ def run_config(r: Mapping[str, Any]) -> RunConfig:
 def stops_json(config: RunConfig) -> dict[str, Any]:
     """What a run records of how it may end besides the budget (runs.stops, the JSONL header's
     `stops`)."""
-    return {"eos_token_ids": [int(t) for t in config.eos_token_ids], "strings": list(config.stop_strings),
-            "ids": [[int(t) for t in seq] for seq in config.stop_ids]}
+    return {
+        "eos_token_ids": [int(t) for t in config.eos_token_ids],
+        "strings": list(config.stop_strings),
+        "ids": [[int(t) for t in seq] for seq in config.stop_ids],
+    }
 
 
 def _stops_fields(stops: Mapping[str, Any] | None) -> dict[str, Any]:
     if not stops:
         return {}
-    return dict(eos_token_ids=tuple(int(t) for t in stops.get("eos_token_ids") or ()),
-                stop_strings=tuple(str(s) for s in stops.get("strings") or ()),
-                stop_ids=tuple(tuple(int(t) for t in seq) for seq in stops.get("ids") or ()))
+    return dict(
+        eos_token_ids=tuple(int(t) for t in stops.get("eos_token_ids") or ()),
+        stop_strings=tuple(str(s) for s in stops.get("strings") or ()),
+        stop_ids=tuple(tuple(int(t) for t in seq) for seq in stops.get("ids") or ()),
+    )
 
 
 def round_stop_json(rnd: Round) -> dict[str, Any] | None:
@@ -131,8 +157,10 @@ def round_stop_json(rnd: Round) -> dict[str, Any] | None:
 
 def round_stop_fields(data: Mapping[str, Any] | None) -> dict[str, Any]:
     match, pieces = (data or {}).get("match"), (data or {}).get("pieces")
-    return dict(stop=None if match is None else StopMatch.from_dict(match),
-                pieces=None if pieces is None else tuple(str(p) for p in pieces))
+    return dict(
+        stop=None if match is None else StopMatch.from_dict(match),
+        pieces=None if pieces is None else tuple(str(p) for p in pieces),
+    )
 
 
 def run_info(r: Mapping[str, Any]) -> RunInfo:
@@ -148,8 +176,14 @@ def run_info(r: Mapping[str, Any]) -> RunInfo:
         writer_pid=r["writer_pid"],
         config=run_config(r),
         prompt_text=r["prompt_text"],
-        models=ModelInfo(target_name=r["target_name"], target_hash=r["target_hash"], draft_name=r["draft_name"],
-                         draft_hash=r["draft_hash"], tokenizer_name=r["tokenizer_name"], tokenizer_hash=r["tokenizer_hash"]),
+        models=ModelInfo(
+            target_name=r["target_name"],
+            target_hash=r["target_hash"],
+            draft_name=r["draft_name"],
+            draft_hash=r["draft_hash"],
+            tokenizer_name=r["tokenizer_name"],
+            tokenizer_hash=r["tokenizer_hash"],
+        ),
         library_versions=dict(r["library_versions"] or {}),
         extra=dict(r["extra"] or {}),
         top_n=r["top_n"],
@@ -168,8 +202,12 @@ def run_info(r: Mapping[str, Any]) -> RunInfo:
 
 def token_chunk(run_id: str, start: int, tokens: Sequence[int]) -> dict[str, Any]:
     """A run_tokens row: tokens [start, start + len(tokens)) of the run, int32 little-endian."""
-    return {"run_id": run_id, "start": int(start), "n_tokens": len(tokens),
-            "tokens": np.asarray(tokens, dtype="<i4").tobytes()}
+    return {
+        "run_id": run_id,
+        "start": int(start),
+        "n_tokens": len(tokens),
+        "tokens": np.asarray(tokens, dtype="<i4").tobytes(),
+    }
 
 
 def chunk_tokens(blob: bytes) -> np.ndarray:
@@ -191,7 +229,9 @@ def _pending(c: CacheState | None) -> list[int] | None:
     return None if c is None else [int(x) for x in c.pending]
 
 
-def round_to_rows(rnd: Round, policy: VectorPolicy, run_id: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def round_to_rows(
+    rnd: Round, policy: VectorPolicy, run_id: str | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One Round -> (rounds row, draft_nodes rows), keyed by column name."""
     rows, nodes = rounds_to_rows([rnd], policy, run_id)
     return rows[0], nodes
@@ -206,7 +246,12 @@ class _Blobs:
         for r in rounds:
             tree = getattr(r, "tree", None)
             updates = tree.updates if tree is not None else ()
-            for dist in (r.residual, r.bonus_p, *(a for n in r.nodes for a in (n.p, n.q)), *(u.p_after for u in updates)):
+            for dist in (
+                r.residual,
+                r.bonus_p,
+                *(a for n in r.nodes for a in (n.p, n.q)),
+                *(u.p_after for u in updates),
+            ):
                 if dist is not None and id(dist) not in self._slots:
                     self._slots[id(dist)] = len(self._dists)
                     self._dists.append(dist)
@@ -219,7 +264,9 @@ class _Blobs:
         return None if dist is None else self._fulls[self._slots[id(dist)]]
 
 
-def rounds_to_rows(rounds: Sequence[Round], policy: VectorPolicy, run_id: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def rounds_to_rows(
+    rounds: Sequence[Round], policy: VectorPolicy, run_id: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Rounds -> (rounds rows, draft_nodes rows), with the distributions of all of them
     encoded together (the writer converts everything queued in a flush interval at once)."""
     blobs = _Blobs(rounds, policy)
@@ -285,8 +332,15 @@ def _tree_columns(rnd: Round, blobs: _Blobs) -> dict[str, Any]:
         # p') and the token drawn from it; the top-N blob alone may not hold them
         tokens = sorted({int(n.token) for n in rnd.nodes if n.parent == u.parent} | set(drawn))
         exact = [t for t in tokens if u.p_after is not None and entry_known(u.p_after, t)]
-        updates.append({"parent": int(u.parent), "child": int(u.child), "mass": _opt_float(u.mass),
-                        "exact_ids": exact, "exact_probs": [float(u.p_after[t]) for t in exact]})
+        updates.append(
+            {
+                "parent": int(u.parent),
+                "child": int(u.child),
+                "mass": _opt_float(u.mass),
+                "exact_ids": exact,
+                "exact_probs": [float(u.p_after[t]) for t in exact],
+            }
+        )
     facts = {
         "spec": str(tree.spec),
         "children": str(tree.children),
@@ -301,8 +355,11 @@ def _tree_columns(rnd: Round, blobs: _Blobs) -> dict[str, Any]:
     if not stored:
         return {"tree": facts, "tree_top": None, "tree_full": None}
     fulls = [blobs.full(d) for d in stored]
-    return {"tree": facts, "tree_top": pack_blobs([blobs.top(d) for d in stored]),
-            "tree_full": pack_blobs(fulls) if any(f is not None for f in fulls) else None}
+    return {
+        "tree": facts,
+        "tree_top": pack_blobs([blobs.top(d) for d in stored]),
+        "tree_full": pack_blobs(fulls) if any(f is not None for f in fulls) else None,
+    }
 
 
 def _node_row(n: DraftNode, run_id: str, round_index: int, blobs: _Blobs) -> dict[str, Any]:
@@ -334,7 +391,9 @@ def _node_row(n: DraftNode, run_id: str, round_index: int, blobs: _Blobs) -> dic
 def _cache(before: Any, peak: Any, after: Any, pending: Any) -> CacheState | None:
     if before is None:
         return None
-    return CacheState(before=int(before), peak=int(peak), after=int(after), pending=tuple(int(x) for x in pending or ()))
+    return CacheState(
+        before=int(before), peak=int(peak), after=int(after), pending=tuple(int(x) for x in pending or ())
+    )
 
 
 def emitted_tokens(items: Iterable[Sequence[Any]]) -> tuple[EmittedToken, ...]:
@@ -367,12 +426,22 @@ def _round_fields(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def round_summary(row: Mapping[str, Any]) -> Any:  # a RoundSummary: made by make_dataclass, so no static type
-    return RoundSummary(**_round_fields(row), drafted=row["n_drafted"], accepted=row["n_accepted"],
-                        draft_tokens=tuple(row["draft_tokens"]))
+    return RoundSummary(
+        **_round_fields(row),
+        drafted=row["n_drafted"],
+        accepted=row["n_accepted"],
+        draft_tokens=tuple(row["draft_tokens"]),
+    )
 
 
-def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]], vocab_size: int, full: bool = True,
-                  vectors: bool = True, p_token_unrecorded: bool = False) -> Round:
+def rows_to_round(
+    row: Mapping[str, Any],
+    node_rows: Sequence[Mapping[str, Any]],
+    vocab_size: int,
+    full: bool = True,
+    vectors: bool = True,
+    p_token_unrecorded: bool = False,
+) -> Round:
     """Rebuild a core Round. With full=False (or no stored full vectors) the distributions
     are PartialDistribution arrays built from the top-N; with vectors=False (rows read
     without their blobs) they are None. The stored p_token is an exact entry of p, except a
@@ -417,8 +486,14 @@ def rows_to_round(row: Mapping[str, Any], node_rows: Sequence[Mapping[str, Any]]
     return TreeRound(**fields, tree=tree_info(facts, tops, fulls, vocab_size, fields["emitted"], bonus))
 
 
-def tree_info(facts: Mapping[str, Any], tops: bytes | None, fulls: bytes | None, vocab_size: int,
-              emitted: Sequence[EmittedToken], bonus_p: np.ndarray | None) -> TreeInfo:
+def tree_info(
+    facts: Mapping[str, Any],
+    tops: bytes | None,
+    fulls: bytes | None,
+    vocab_size: int,
+    emitted: Sequence[EmittedToken],
+    bonus_p: np.ndarray | None,
+) -> TreeInfo:
     """A TreeInfo from its stored facts (the rounds.tree JSON, or a JSONL round's "tree"
     without its distributions) and the updates' blobs (None: the p' vectors were not read).
     final_p is the last p' for a repair, the leaf's p for a bonus (pass bonus_p None for a
@@ -433,8 +508,12 @@ def tree_info(facts: Mapping[str, Any], tops: bytes | None, fulls: bytes | None,
     return tree_record(facts, updates, emitted, bonus_p)
 
 
-def tree_record(facts: Mapping[str, Any], updates: Sequence[ResidualUpdate], emitted: Sequence[EmittedToken],
-                bonus_p: np.ndarray | None) -> TreeInfo:
+def tree_record(
+    facts: Mapping[str, Any],
+    updates: Sequence[ResidualUpdate],
+    emitted: Sequence[EmittedToken],
+    bonus_p: np.ndarray | None,
+) -> TreeInfo:
     """A TreeInfo from its facts and its updates with their p' already rebuilt."""
     tail = emitted[-1].kind if emitted and emitted[-1].kind != "accepted" else None
     final = updates[-1].p_after if tail == "repaired" and updates else bonus_p if tail == "bonus" else None

@@ -18,7 +18,7 @@ and docs/trace-format.md.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -60,17 +60,17 @@ class RunRow(Base):
 
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
-    stop_reason: Mapped[Optional[str]] = mapped_column(String(16))
-    error: Mapped[Optional[str]] = mapped_column(Text)
+    stop_reason: Mapped[str | None] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[float]
-    ended_at: Mapped[Optional[float]]
+    ended_at: Mapped[float | None]
     # liveness of the writer: a 'running' run whose writer is gone is marked interrupted
-    heartbeat_at: Mapped[Optional[float]]
-    writer_host: Mapped[Optional[str]] = mapped_column(String(255))
-    writer_pid: Mapped[Optional[int]] = mapped_column(Integer)
+    heartbeat_at: Mapped[float | None]
+    writer_host: Mapped[str | None] = mapped_column(String(255))
+    writer_pid: Mapped[int | None] = mapped_column(Integer)
 
     prompt_ids: Mapped[list[Any]]
-    prompt_text: Mapped[Optional[str]] = mapped_column(Text)
+    prompt_text: Mapped[str | None] = mapped_column(Text)
     # RunConfig
     max_new_tokens: Mapped[int] = mapped_column(Integer)
     k: Mapped[int] = mapped_column(Integer)
@@ -78,29 +78,29 @@ class RunRow(Base):
     top_k: Mapped[int] = mapped_column(Integer)
     top_p: Mapped[float]
     seed: Mapped[int] = mapped_column(BigInteger)
-    eos_token_id: Mapped[Optional[int]] = mapped_column(Integer)
+    eos_token_id: Mapped[int | None] = mapped_column(Integer)
     proposer: Mapped[str] = mapped_column(String(64))
     proposer_params: Mapped[dict[str, Any]]
     device: Mapped[str] = mapped_column(String(64))
     dtype: Mapped[str] = mapped_column(String(32))
     vocab_size: Mapped[int] = mapped_column(Integer)
     use_cache: Mapped[bool] = mapped_column(Boolean)
-    fault: Mapped[Optional[str]] = mapped_column(String(64))
+    fault: Mapped[str | None] = mapped_column(String(64))
     # optional trace fields the run's trace did not record (schema version 2; null = none)
-    unrecorded: Mapped[Optional[list[Any]]]
+    unrecorded: Mapped[list[Any] | None]
     # the most positions the target reads (schema version 5; null = not recorded)
-    position_limit: Mapped[Optional[int]] = mapped_column(BigInteger)
+    position_limit: Mapped[int | None] = mapped_column(BigInteger)
     # model identities (names from the RunConfig; hashes passed in by the caller)
     target_name: Mapped[str] = mapped_column(String(512))
-    target_hash: Mapped[Optional[str]] = mapped_column(String(128))
-    draft_name: Mapped[Optional[str]] = mapped_column(String(512))
-    draft_hash: Mapped[Optional[str]] = mapped_column(String(128))
-    tokenizer_name: Mapped[Optional[str]] = mapped_column(String(512))
-    tokenizer_hash: Mapped[Optional[str]] = mapped_column(String(128))
+    target_hash: Mapped[str | None] = mapped_column(String(128))
+    draft_name: Mapped[str | None] = mapped_column(String(512))
+    draft_hash: Mapped[str | None] = mapped_column(String(128))
+    tokenizer_name: Mapped[str | None] = mapped_column(String(512))
+    tokenizer_hash: Mapped[str | None] = mapped_column(String(128))
     library_versions: Mapped[dict[str, Any]]
     # schema version 5: the run's EOS ids and stops ({"eos_token_ids", "strings", "ids"});
     # null = a run written before stops were recorded (the checker's stop rules do not run)
-    stops: Mapped[Optional[dict[str, Any]]]
+    stops: Mapped[dict[str, Any] | None]
     extra: Mapped[dict[str, Any]]
     # what the storage layer persisted
     top_n: Mapped[int] = mapped_column(Integer)
@@ -114,9 +114,9 @@ class RunRow(Base):
     # schema <= 2 kept the whole token list here (rewritten at every commit); from version 3
     # it is always [] and the tokens are in run_tokens
     new_tokens: Mapped[list[Any]]
-    wall_s: Mapped[Optional[float]]
+    wall_s: Mapped[float | None]
 
-    rounds: Mapped[list["RoundRow"]] = relationship(
+    rounds: Mapped[list[RoundRow]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True, order_by="RoundRow.round_index"
     )
 
@@ -144,31 +144,31 @@ class RoundRow(Base):
     eos: Mapped[bool] = mapped_column(Boolean)
     budget_stop: Mapped[bool] = mapped_column(Boolean)
     bonus_withheld: Mapped[bool] = mapped_column(Boolean)
-    rejected_node: Mapped[Optional[int]] = mapped_column(Integer)
-    residual_mass: Mapped[Optional[float]]
-    residual_top: Mapped[Optional[bytes]]
-    residual_full: Mapped[Optional[bytes]]
-    bonus_top: Mapped[Optional[bytes]]
-    bonus_full: Mapped[Optional[bytes]]
+    rejected_node: Mapped[int | None] = mapped_column(Integer)
+    residual_mass: Mapped[float | None]
+    residual_top: Mapped[bytes | None]
+    residual_full: Mapped[bytes | None]
+    bonus_top: Mapped[bytes | None]
+    bonus_full: Mapped[bytes | None]
     # tree rounds (schema version 4; null for chains): the TreeInfo facts as JSON (spec,
     # children, path, tried, positions, visible, kept_rows, updates without their vectors)
     # and each update's p' as framed distribution blobs (codec.pack_blobs), in update order
-    tree: Mapped[Optional[dict[str, Any]]]
-    tree_top: Mapped[Optional[bytes]]
-    tree_full: Mapped[Optional[bytes]]
+    tree: Mapped[dict[str, Any] | None]
+    tree_top: Mapped[bytes | None]
+    tree_full: Mapped[bytes | None]
     # schema version 5: the stop the round's last token completed ({"kind", "index", "position"})
     # and, in a run with stop strings, each emitted token's text: {"match": ..., "pieces": [...]};
     # null = neither
-    stop: Mapped[Optional[dict[str, Any]]]
+    stop: Mapped[dict[str, Any] | None]
     # cache bookkeeping
     tc_before: Mapped[int] = mapped_column(Integer)
     tc_peak: Mapped[int] = mapped_column(Integer)
     tc_after: Mapped[int] = mapped_column(Integer)
     tc_pending: Mapped[list[Any]]
-    dc_before: Mapped[Optional[int]] = mapped_column(Integer)
-    dc_peak: Mapped[Optional[int]] = mapped_column(Integer)
-    dc_after: Mapped[Optional[int]] = mapped_column(Integer)
-    dc_pending: Mapped[Optional[list[Any]]]
+    dc_before: Mapped[int | None] = mapped_column(Integer)
+    dc_peak: Mapped[int | None] = mapped_column(Integer)
+    dc_after: Mapped[int | None] = mapped_column(Integer)
+    dc_pending: Mapped[list[Any] | None]
     # timings and forward counts
     draft_s: Mapped[float]
     verify_s: Mapped[float]
@@ -191,19 +191,19 @@ class NodeRow(Base):
     parent: Mapped[int] = mapped_column(Integer)
     depth: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16))
-    u: Mapped[Optional[float]]
+    u: Mapped[float | None]
     p_token: Mapped[float]
-    q_token: Mapped[Optional[float]]
-    ratio: Mapped[Optional[float]]
-    overlap: Mapped[Optional[float]]
+    q_token: Mapped[float | None]
+    ratio: Mapped[float | None]
+    overlap: Mapped[float | None]
     target_argmax: Mapped[int] = mapped_column(Integer)
     # schema version 7: the proposer's own probability for its token (untransformed softmax,
     # T=1); null = unknown (prompt lookup, the transformers engine, nodes written before it)
-    confidence: Mapped[Optional[float]]
+    confidence: Mapped[float | None]
     p_top: Mapped[bytes]
-    q_top: Mapped[Optional[bytes]]
-    p_full: Mapped[Optional[bytes]]
-    q_full: Mapped[Optional[bytes]]
+    q_top: Mapped[bytes | None]
+    p_full: Mapped[bytes | None]
+    q_full: Mapped[bytes | None]
 
     __table_args__ = (
         ForeignKeyConstraint(

@@ -8,22 +8,42 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from sqlalchemy import delete, func, select, update
 
 from specscope.core.records import Round, RunConfig
-
-from specscope.storage.engine import (is_memory, is_sqlite, make_engine, memory_copy, precheck_sqlite_file, printable,
-                                      sqlite_path, to_url)
-from specscope.storage.errors import (NewerStoreError, NotATraceStoreError, RunNotFoundError, SchemaVersionError,
-                                     TraceStoreError)
+from specscope.storage.engine import (
+    is_memory,
+    is_sqlite,
+    make_engine,
+    memory_copy,
+    precheck_sqlite_file,
+    printable,
+    sqlite_path,
+    to_url,
+)
+from specscope.storage.errors import (
+    NewerStoreError,
+    NotATraceStoreError,
+    RunNotFoundError,
+    SchemaVersionError,
+    TraceStoreError,
+)
 from specscope.storage.info import RoundSummary, RunInfo
 from specscope.storage.liveness import STALE_AFTER_S, writer_is_dead
-from specscope.storage.migrations import (MIGRATIONS, Migration, check_version, ensure_schema, missing_columns,
-                                         newer_note, stored_version)
+from specscope.storage.migrations import (
+    MIGRATIONS,
+    Migration,
+    check_version,
+    ensure_schema,
+    missing_columns,
+    newer_note,
+    stored_version,
+)
 from specscope.storage.rows import chunk_tokens, round_summary, rows_to_round, run_info
 from specscope.storage.schema import nodes_table, rounds_table, runs_table, tokens_table
 from specscope.storage.transactions import transaction, translate_errors
@@ -34,8 +54,11 @@ MAX_BATCH = 256  # rounds per read of iter_rounds
 BATCH_BYTES = 64 * 2**20  # ... and at most this many bytes of rebuilt dense vectors per read
 
 # columns a timeline needs (no blobs)
-_SUMMARY_COLUMNS = [c for c in rounds_table.c if c.name not in ("residual_top", "residual_full", "bonus_top", "bonus_full",
-                                                                  "tree_top", "tree_full")]
+_SUMMARY_COLUMNS = [
+    c
+    for c in rounds_table.c
+    if c.name not in ("residual_top", "residual_full", "bonus_top", "bonus_full", "tree_top", "tree_full")
+]
 _TOP_ONLY_ROUND = [c for c in rounds_table.c if c.name not in ("residual_full", "bonus_full", "tree_full")]
 _TOP_ONLY_NODE = [c for c in nodes_table.c if c.name not in ("p_full", "q_full")]
 _NO_BLOB_NODE = [c for c in nodes_table.c if c.name not in ("p_full", "q_full", "p_top", "q_top")]
@@ -124,14 +147,20 @@ class TraceStore:
         memory: the file stays as it is)."""
         with self.engine.connect() as conn:  # a read first: opening an up-to-date store writes nothing
             version = stored_version(conn)
-            missing = missing_columns(conn) if self.readonly and version is not None and version > migrations[-1].version else []
+            missing = (
+                missing_columns(conn)
+                if self.readonly and version is not None and version > migrations[-1].version
+                else []
+            )
         check_version(version, migrations, reader=self.readonly)
         if version is not None and version > migrations[-1].version:  # a reader of a newer store
             if missing:
                 shown = ", ".join(missing[:6]) + (", …" if len(missing) > 6 else "")
-                raise NewerStoreError(f"{self._where} was written by a newer specscope (schema version {version}; this "
-                                      f"one knows {migrations[-1].version}) and lacks what this version reads ({shown}): "
-                                      f"upgrade specscope to read it")
+                raise NewerStoreError(
+                    f"{self._where} was written by a newer specscope (schema version {version}; this "
+                    f"one knows {migrations[-1].version}) and lacks what this version reads ({shown}): "
+                    f"upgrade specscope to read it"
+                )
             self.schema_version = version
             self.newer_schema = newer_note(self._where, version, migrations[-1].version)
             return
@@ -139,8 +168,10 @@ class TraceStore:
             self.schema_version = version
             return
         if self.readonly and self.path is None:
-            raise SchemaVersionError(f"{self._where} has schema version {version}; open it once read-write to "
-                                     f"migrate it to {migrations[-1].version}")
+            raise SchemaVersionError(
+                f"{self._where} has schema version {version}; open it once read-write to "
+                f"migrate it to {migrations[-1].version}"
+            )
         if self.readonly:
             self.engine.dispose()
             self.engine = memory_copy(self.path)
@@ -152,7 +183,7 @@ class TraceStore:
     def close(self) -> None:
         self.engine.dispose()
 
-    def __enter__(self) -> "TraceStore":
+    def __enter__(self) -> TraceStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -174,15 +205,26 @@ class TraceStore:
 
     def _dead_writers(self, now: float) -> dict[str, tuple[float | None, str]]:
         """'running' runs whose writer is gone: run id -> (its last sign of life, why)."""
-        query = select(runs_table.c.run_id, runs_table.c.writer_host, runs_table.c.writer_pid,
-                       runs_table.c.heartbeat_at, runs_table.c.started_at).where(runs_table.c.status == "running")
-        with translate_errors(f"recovering runs in {self._where}"):
-            with self.engine.connect() as conn:
-                rows = conn.execute(query).all()
-        return {r.run_id: (r.heartbeat_at, f"the writer (pid {r.writer_pid} on {r.writer_host}) stopped without "
-                                            f"finishing; marked interrupted when the store was opened")
-                for r in rows if writer_is_dead(r.run_id, r.writer_host, r.writer_pid, r.heartbeat_at, r.started_at,
-                                                now, self.stale_after_s)}
+        query = select(
+            runs_table.c.run_id,
+            runs_table.c.writer_host,
+            runs_table.c.writer_pid,
+            runs_table.c.heartbeat_at,
+            runs_table.c.started_at,
+        ).where(runs_table.c.status == "running")
+        with translate_errors(f"recovering runs in {self._where}"), self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return {
+            r.run_id: (
+                r.heartbeat_at,
+                f"the writer (pid {r.writer_pid} on {r.writer_host}) stopped without "
+                f"finishing; marked interrupted when the store was opened",
+            )
+            for r in rows
+            if writer_is_dead(
+                r.run_id, r.writer_host, r.writer_pid, r.heartbeat_at, r.started_at, now, self.stale_after_s
+            )
+        }
 
     def recover_interrupted(self, now: float | None = None) -> list[str]:
         """Mark 'running' runs whose writer is gone as interrupted; return their ids."""
@@ -190,19 +232,21 @@ class TraceStore:
         if not dead:
             return []
         marked = []
-        with translate_errors(f"recovering runs in {self._where}"):
-            with self.transaction() as conn:
-                for run_id, (beat_at, why) in dead.items():
-                    started = conn.execute(select(runs_table.c.started_at).where(runs_table.c.run_id == run_id)).scalar()
-                    beat = runs_table.c.heartbeat_at
-                    res = conn.execute(  # only if the writer has not beaten since we looked
-                        update(runs_table)
-                        .where(runs_table.c.run_id == run_id, runs_table.c.status == "running",
-                               beat.is_(None) if beat_at is None else beat == beat_at)
-                        .values(status="interrupted", ended_at=beat_at if beat_at is not None else started, error=why)
+        with translate_errors(f"recovering runs in {self._where}"), self.transaction() as conn:
+            for run_id, (beat_at, why) in dead.items():
+                started = conn.execute(select(runs_table.c.started_at).where(runs_table.c.run_id == run_id)).scalar()
+                beat = runs_table.c.heartbeat_at
+                res = conn.execute(  # only if the writer has not beaten since we looked
+                    update(runs_table)
+                    .where(
+                        runs_table.c.run_id == run_id,
+                        runs_table.c.status == "running",
+                        beat.is_(None) if beat_at is None else beat == beat_at,
                     )
-                    if res.rowcount:
-                        marked.append(run_id)
+                    .values(status="interrupted", ended_at=beat_at if beat_at is not None else started, error=why)
+                )
+                if res.rowcount:
+                    marked.append(run_id)
         for run_id in marked:
             log.warning("run %s was cut off; marked interrupted", run_id)
         return marked
@@ -215,65 +259,69 @@ class TraceStore:
         if dead is None or info.status != "running":
             return info
         beat_at, why = dead
-        return dataclasses.replace(info, status="interrupted", error=why,
-                                   ended_at=beat_at if beat_at is not None else info.started_at)
+        return dataclasses.replace(
+            info, status="interrupted", error=why, ended_at=beat_at if beat_at is not None else info.started_at
+        )
 
     def integrity_check(self) -> list[str]:
         """SQLite's PRAGMA integrity_check (['ok'] when healthy); [] for other databases."""
         if not is_sqlite(self.url):
             return []
-        with translate_errors(f"checking {self._where}"):
-            with self.engine.connect() as conn:
-                return [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check")]
+        with translate_errors(f"checking {self._where}"), self.engine.connect() as conn:
+            return [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check")]
 
     def delete_run(self, run_id: str) -> None:
         run_id = self.resolve_run_id(run_id)
-        with translate_errors(f"deleting run {run_id}"):
-            with self.transaction() as conn:
-                conn.execute(delete(nodes_table).where(nodes_table.c.run_id == run_id))
-                conn.execute(delete(tokens_table).where(tokens_table.c.run_id == run_id))
-                conn.execute(delete(rounds_table).where(rounds_table.c.run_id == run_id))
-                conn.execute(delete(runs_table).where(runs_table.c.run_id == run_id))
+        with translate_errors(f"deleting run {run_id}"), self.transaction() as conn:
+            conn.execute(delete(nodes_table).where(nodes_table.c.run_id == run_id))
+            conn.execute(delete(tokens_table).where(tokens_table.c.run_id == run_id))
+            conn.execute(delete(rounds_table).where(rounds_table.c.run_id == run_id))
+            conn.execute(delete(runs_table).where(runs_table.c.run_id == run_id))
 
     # ------------------------------------------------------------------ runs
 
     def resolve_run_id(self, ref: str) -> str:
         """An exact run id, a unique prefix of one, or 'last' (the most recently started)."""
-        with translate_errors(f"reading {self._where}"):
-            with self.engine.connect() as conn:
-                if ref in ("last", "latest"):
-                    found = conn.execute(select(runs_table.c.run_id).order_by(runs_table.c.started_at.desc()).limit(1)).scalar()
-                    if found is None:
-                        raise RunNotFoundError(f"the store {self._where} holds no runs")
-                    return found
-                if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == ref)).scalar() is not None:
-                    return ref
-                escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                matches = conn.execute(
+        with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+            if ref in ("last", "latest"):
+                found = conn.execute(
+                    select(runs_table.c.run_id).order_by(runs_table.c.started_at.desc()).limit(1)
+                ).scalar()
+                if found is None:
+                    raise RunNotFoundError(f"the store {self._where} holds no runs")
+                return found
+            if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == ref)).scalar() is not None:
+                return ref
+            escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            matches = (
+                conn.execute(
                     select(runs_table.c.run_id).where(runs_table.c.run_id.like(escaped + "%", escape="\\")).limit(3)
-                ).scalars().all()
+                )
+                .scalars()
+                .all()
+            )
         if len(matches) == 1:
             return matches[0]
         if not matches:
             raise RunNotFoundError(f"no run {ref!r} in {self._where}")
         raise RunNotFoundError(f"run id prefix {ref!r} is ambiguous ({', '.join(matches)}, ...)")
 
-    def list_runs(self, status: str | None = None, limit: int | None = None, newest_first: bool = True) -> list[RunInfo]:
+    def list_runs(
+        self, status: str | None = None, limit: int | None = None, newest_first: bool = True
+    ) -> list[RunInfo]:
         q = select(runs_table)
         if status is not None:
             q = q.where(runs_table.c.status == status)
         q = q.order_by(runs_table.c.started_at.desc() if newest_first else runs_table.c.started_at.asc())
         if limit is not None:
             q = q.limit(limit)
-        with translate_errors(f"reading {self._where}"):
-            with self.engine.connect() as conn:
-                return [self._info(r._mapping) for r in conn.execute(q)]
+        with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+            return [self._info(r._mapping) for r in conn.execute(q)]
 
     def get_run(self, run_id: str) -> RunInfo:
         run_id = self.resolve_run_id(run_id)
-        with translate_errors(f"reading {self._where}"):
-            with self.engine.connect() as conn:
-                row = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).first()
+        with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+            row = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).first()
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self._where}")
         return self._info(row._mapping)
@@ -291,12 +339,14 @@ class TraceStore:
         run_id = self.resolve_run_id(run_id)
         start = 0
         while True:
-            q = (select(tokens_table.c.start, tokens_table.c.tokens)
-                 .where(tokens_table.c.run_id == run_id, tokens_table.c.start >= start)
-                 .order_by(tokens_table.c.start).limit(batch))
-            with translate_errors(f"reading {self._where}"):
-                with self.engine.connect() as conn:
-                    rows = conn.execute(q).all()
+            q = (
+                select(tokens_table.c.start, tokens_table.c.tokens)
+                .where(tokens_table.c.run_id == run_id, tokens_table.c.start >= start)
+                .order_by(tokens_table.c.start)
+                .limit(batch)
+            )
+            with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+                rows = conn.execute(q).all()
             for row in rows:
                 tokens = chunk_tokens(row.tokens)
                 start = int(row.start) + len(tokens)
@@ -307,19 +357,22 @@ class TraceStore:
     # ------------------------------------------------------------------ rounds
 
     def count_rounds(self, run_id: str) -> int:
-        with translate_errors(f"reading {self._where}"):
-            with self.engine.connect() as conn:
-                return int(conn.execute(select(func.count()).select_from(rounds_table).where(rounds_table.c.run_id == run_id)).scalar())
+        with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(rounds_table).where(rounds_table.c.run_id == run_id)
+                ).scalar()
+            )
 
     def round_summaries(self, run_id: str, start: int = 0, stop: int | None = None) -> list[RoundSummary]:
         """Rounds [start, stop) without distributions: cheap enough for a live timeline."""
         q = select(*_SUMMARY_COLUMNS).where(*self._range(run_id, start, stop)).order_by(rounds_table.c.round_index)
-        with translate_errors(f"reading {self._where}"):
-            with self.engine.connect() as conn:
-                return [round_summary(r._mapping) for r in conn.execute(q)]
+        with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+            return [round_summary(r._mapping) for r in conn.execute(q)]
 
-    def load_rounds(self, run_id: str, start: int = 0, stop: int | None = None, full: bool = False,
-                    vectors: bool = True) -> list[Round]:
+    def load_rounds(
+        self, run_id: str, start: int = 0, stop: int | None = None, full: bool = False, vectors: bool = True
+    ) -> list[Round]:
         """Rounds [start, stop) as core Round records.
 
         full=False reads only the top-N blobs: distributions are PartialDistribution arrays.
@@ -329,22 +382,34 @@ class TraceStore:
         vocab, p_token_unrecorded = self._vocab(run_id)
         rcols = list(rounds_table.c) if full else _TOP_ONLY_ROUND if vectors else _SUMMARY_COLUMNS
         ncols = list(nodes_table.c) if full else _TOP_ONLY_NODE if vectors else _NO_BLOB_NODE
-        with translate_errors(f"reading {self._where}"):
-            with self.engine.connect() as conn:
-                rows = [r._mapping for r in conn.execute(
-                    select(*rcols).where(*self._range(run_id, start, stop)).order_by(rounds_table.c.round_index))]
-                if not rows:
-                    return []
-                lo, hi = rows[0]["round_index"], rows[-1]["round_index"]
-                nodes: dict[int, list[Mapping[str, Any]]] = {}
-                for n in conn.execute(
-                    select(*ncols).where(nodes_table.c.run_id == run_id, nodes_table.c.round_index >= lo,
-                                         nodes_table.c.round_index <= hi)
-                    .order_by(nodes_table.c.round_index, nodes_table.c.node_index)
-                ):
-                    nodes.setdefault(n.round_index, []).append(n._mapping)
-        return [rows_to_round(r, nodes.get(r["round_index"], []), vocab, full=full, vectors=vectors,
-                              p_token_unrecorded=p_token_unrecorded) for r in rows]
+        with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+            rows = [
+                r._mapping
+                for r in conn.execute(
+                    select(*rcols).where(*self._range(run_id, start, stop)).order_by(rounds_table.c.round_index)
+                )
+            ]
+            if not rows:
+                return []
+            lo, hi = rows[0]["round_index"], rows[-1]["round_index"]
+            nodes: dict[int, list[Mapping[str, Any]]] = {}
+            for n in conn.execute(
+                select(*ncols)
+                .where(nodes_table.c.run_id == run_id, nodes_table.c.round_index >= lo, nodes_table.c.round_index <= hi)
+                .order_by(nodes_table.c.round_index, nodes_table.c.node_index)
+            ):
+                nodes.setdefault(n.round_index, []).append(n._mapping)
+        return [
+            rows_to_round(
+                r,
+                nodes.get(r["round_index"], []),
+                vocab,
+                full=full,
+                vectors=vectors,
+                p_token_unrecorded=p_token_unrecorded,
+            )
+            for r in rows
+        ]
 
     def iter_rounds(self, run_id: str, batch_size: int | None = None, full: bool = False) -> Iterator[Round]:
         """Rounds in order, read `batch_size` rounds at a time: at most one batch is held
@@ -366,11 +431,16 @@ class TraceStore:
         float64 rows of the vocabulary per round; a tree round has its mean node count in
         place of k and a p' per rejected node: about 3 nodes + 2) stay under BATCH_BYTES."""
         run_id = self.resolve_run_id(run_id)
-        with translate_errors(f"reading {self._where}"):
-            with self.engine.connect() as conn:
-                row = conn.execute(select(runs_table.c.vocab_size, runs_table.c.k, runs_table.c.drafted,
-                                          runs_table.c.n_rounds, runs_table.c.proposer_params)
-                                   .where(runs_table.c.run_id == run_id)).one()
+        with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+            row = conn.execute(
+                select(
+                    runs_table.c.vocab_size,
+                    runs_table.c.k,
+                    runs_table.c.drafted,
+                    runs_table.c.n_rounds,
+                    runs_table.c.proposer_params,
+                ).where(runs_table.c.run_id == run_id)
+            ).one()
         rows = 2 * (max(1, int(row.k)) + 2)
         if (row.proposer_params or {}).get("tree"):
             nodes = -(-int(row.drafted or 0) // max(1, int(row.n_rounds or 0)))
@@ -395,10 +465,10 @@ class TraceStore:
     def _vocab(self, run_id: str) -> tuple[int, bool]:
         """(the run's vocabulary size, whether its trace left p_token out somewhere: a stored 0
         is then no fact about p)."""
-        with translate_errors(f"reading {self._where}"):
-            with self.engine.connect() as conn:
-                row = conn.execute(select(runs_table.c.vocab_size, runs_table.c.unrecorded)
-                                   .where(runs_table.c.run_id == run_id)).first()
+        with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
+            row = conn.execute(
+                select(runs_table.c.vocab_size, runs_table.c.unrecorded).where(runs_table.c.run_id == run_id)
+            ).first()
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self._where}")
         return int(row[0]), "p_token" in (row[1] or ())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DatabaseError

@@ -27,8 +27,16 @@ def tokenizer_metadata() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
-def write_tiny_llama(path: Path, seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                     ffn: int = 64, context: int = 256) -> Path:
+def write_tiny_llama(
+    path: Path,
+    seed: int = 0,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 64,
+    context: int = 256,
+) -> Path:
     """A random-initialised Llama in float32 GGUF, its tokenizer in the metadata."""
     import gguf
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 
 URL = os.environ.get("SPECSCOPE_TEST_DATABASE_URL")
-SKIP_REASON = ("SPECSCOPE_TEST_DATABASE_URL is not set: no PostgreSQL server to test against "
-               "(.ci/run starts one when it can)")
+SKIP_REASON = (
+    "SPECSCOPE_TEST_DATABASE_URL is not set: no PostgreSQL server to test against (.ci/run starts one when it can)"
+)
 requires_server = pytest.mark.skipif(not URL, reason=SKIP_REASON)
 
 

@@ -21,13 +21,12 @@ from specscope.app.cli import main
 from specscope.core import DraftModelProposer, SamplingConfig
 from specscope.core.check import checker as checker_module
 from specscope.core.check import rules as rules_module
-from specscope.core.faults import zoo as faults_module
-from specscope.core.draft import registry
 from specscope.core.check.checker import check_run, first_bad_round
 from specscope.core.decode.kv import CachePolicy
 from specscope.core.decode.layout import TreeLayout
+from specscope.core.draft import registry
+from specscope.core.faults import zoo as faults_module
 from specscope.core.records import TreeRound
-
 from tests.core.scripted import ScriptedProposer
 from tests.tiny_models import noisy_copy, save_pair, tiny_lm
 
@@ -58,7 +57,9 @@ class KeepsTwoTooMany(CachePolicy):
 @pytest.fixture
 def new_fault(monkeypatch):
     fault = faults_module.Fault(
-        "target-crop-off-by-two", "the target cache keeps two entries too many after a crop", "a rejection",
+        "target-crop-off-by-two",
+        "the target cache keeps two entries too many after a crop",
+        "a rejection",
         lambda seams, fire: dataclasses.replace(seams, target_cache=KeepsTwoTooMany(seams.target_cache, fire)),
     )
     monkeypatch.setitem(faults_module.FAULTS, fault.name, fault)
@@ -68,8 +69,9 @@ def new_fault(monkeypatch):
 def test_a_fault_added_in_faults_py_alone_fires_and_is_flagged(new_fault):
     target = tiny_lm("llama", seed=0, init_range=0.3)
     draft = noisy_copy(target, 0.3)
-    dec = faults_module.faulty_decoder(new_fault, target, DraftModelProposer(draft), k=4,
-                                       sampling=SamplingConfig(temperature=0))
+    dec = faults_module.faulty_decoder(
+        new_fault, target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=0)
+    )
     out = dec.generate([1, 2, 3, 4, 1, 2], 40)
     assert out.config.fault == new_fault
     assert dec.fault_rounds, "the new fault never fired"
@@ -83,8 +85,26 @@ def test_a_fault_added_in_faults_py_alone_reaches_the_cli(new_fault, checkpoints
     assert main(["faults"]) == 0
     assert new_fault in capsys.readouterr().out
     db = tmp_path / "t.sqlite"
-    code = main(["run", "--target", str(target), "--draft", str(draft), "--prompt-ids", "1,2,3,4,1,2",
-                 "--device", "cpu", "--max-new", "40", "--fault", new_fault, "--db", str(db), "--json"])
+    code = main(
+        [
+            "run",
+            "--target",
+            str(target),
+            "--draft",
+            str(draft),
+            "--prompt-ids",
+            "1,2,3,4,1,2",
+            "--device",
+            "cpu",
+            "--max-new",
+            "40",
+            "--fault",
+            new_fault,
+            "--db",
+            str(db),
+            "--json",
+        ]
+    )
     assert code == 0
     capsys.readouterr()
     assert main(["check", str(db)]) != 0
@@ -99,8 +119,13 @@ def new_rule(monkeypatch):
         if not self.rnd.nodes:
             self.add("empty-draft", "the proposer drafted nothing: the round cost a target forward for one token")
 
-    monkeypatch.setitem(rules_module.REGISTRY, "empty-draft", rules_module.Rule(
-        "empty-draft", "every round drafts at least one token", rules_module.WRONG_OUTPUT, ("drafted_something",)))
+    monkeypatch.setitem(
+        rules_module.REGISTRY,
+        "empty-draft",
+        rules_module.Rule(
+            "empty-draft", "every round drafts at least one token", rules_module.WRONG_OUTPUT, ("drafted_something",)
+        ),
+    )
     monkeypatch.setattr(checker_module._RoundChecker, "drafted_something", drafted_something, raising=False)
     monkeypatch.setattr(checker_module, "ROUND_CHECKS", checker_module.ROUND_CHECKS + ("drafted_something",))
     return "empty-draft"
@@ -110,8 +135,24 @@ def test_a_rule_added_in_core_check_alone_reaches_the_cli(new_rule, checkpoints,
     target, _ = checkpoints
     db = tmp_path / "t.sqlite"
     # Prompt lookup on a prompt without repeats drafts nothing in its first round.
-    code = main(["run", "--target", str(target), "--proposer", "lookup", "--prompt-ids", "1,2,3,4,5,6",
-                 "--device", "cpu", "--max-new", "8", "--db", str(db), "--json"])
+    code = main(
+        [
+            "run",
+            "--target",
+            str(target),
+            "--proposer",
+            "lookup",
+            "--prompt-ids",
+            "1,2,3,4,5,6",
+            "--device",
+            "cpu",
+            "--max-new",
+            "8",
+            "--db",
+            str(db),
+            "--json",
+        ]
+    )
     assert code == 0
     capsys.readouterr()
     assert main(["check", str(db)]) != 0
@@ -137,8 +178,12 @@ class RepeatLast(ScriptedProposer):
 
 
 def test_a_proposer_added_in_core_alone_is_built_from_its_spec_and_checked_clean(monkeypatch):
-    kind = registry.ProposerKind("repeat", "the last token again", lambda spec, _load: RepeatLast(**spec.params),
-                                 params=(registry.Param("times", int, 1),))
+    kind = registry.ProposerKind(
+        "repeat",
+        "the last token again",
+        lambda spec, _load: RepeatLast(**spec.params),
+        params=(registry.Param("times", int, 1),),
+    )
     monkeypatch.setitem(registry.KINDS, kind.name, kind)
     proposer = registry.build_proposer("repeat:times=3")
     assert proposer.spec == "repeat:times=3"
@@ -168,13 +213,16 @@ def test_a_layout_added_alone_gives_the_chains_tokens_and_is_checked_clean(tempe
     from specscope.core import SpeculativeDecoder
 
     chain = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=3, seed=5)
-    as_tree = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=3, seed=5,
-                                 layout=ChainAsTree())
+    as_tree = SpeculativeDecoder(
+        target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=3, seed=5, layout=ChainAsTree()
+    )
     for prompt in ([1, 2, 3, 4, 1, 2], [7, 7, 9, 11, 2]):
         a, b = chain.generate(prompt, 30), as_tree.generate(prompt, 30)
         assert a.new_tokens == b.new_tokens
         assert [[n.status for n in r.nodes] for r in a.rounds] == [[n.status for n in r.nodes] for r in b.rounds]
         assert [r.target_cache for r in a.rounds] == [r.target_cache for r in b.rounds]
-        assert all(isinstance(r, TreeRound) and r.tree.kept_rows == tuple(r.prefix_len + i for i in r.tree.path)
-                   for r in b.rounds)
+        assert all(
+            isinstance(r, TreeRound) and r.tree.kept_rows == tuple(r.prefix_len + i for i in r.tree.path)
+            for r in b.rounds
+        )
         assert check_run(b.config, b.rounds) == []

@@ -23,7 +23,9 @@ def long_functions(path: Path) -> list[str]:
 
 
 def test_no_function_is_over_80_lines_without_a_reason():
-    found = [f for pkg in ("core", "storage", "app") for p in sorted((ROOT / pkg).rglob("*.py")) for f in long_functions(p)]
+    found = [
+        f for pkg in ("core", "storage", "app") for p in sorted((ROOT / pkg).rglob("*.py")) for f in long_functions(p)
+    ]
     assert found == []
 
 

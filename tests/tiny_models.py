@@ -8,21 +8,44 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 ARCHITECTURES = ("llama", "gpt2", "qwen2")
 
 
-def tiny_lm(arch: str = "llama", vocab: int = 64, seed: int = 0, layers: int = 2, hidden: int = 32,
-            init_range: float = 0.02, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+def tiny_lm(
+    arch: str = "llama",
+    vocab: int = 64,
+    seed: int = 0,
+    layers: int = 2,
+    hidden: int = 32,
+    init_range: float = 0.02,
+    dtype: torch.dtype = torch.float32,
+) -> torch.nn.Module:
     """A small causal LM. A larger init_range gives peakier, more varied distributions."""
     torch.manual_seed(seed)
-    common = dict(vocab_size=vocab, initializer_range=init_range, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    common = dict(
+        vocab_size=vocab, initializer_range=init_range, bos_token_id=None, eos_token_id=None, pad_token_id=None
+    )
     if arch == "llama":
-        cfg = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **common)
+        cfg = LlamaConfig(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            **common,
+        )
         model = LlamaForCausalLM(cfg)
     elif arch == "gpt2":
         cfg = GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=512, **common)
         model = GPT2LMHeadModel(cfg)
     elif arch == "qwen2":
-        cfg = Qwen2Config(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **common)
+        cfg = Qwen2Config(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            **common,
+        )
         model = Qwen2ForCausalLM(cfg)
     else:
         raise ValueError(arch)
@@ -43,8 +66,6 @@ def noisy_copy(model: torch.nn.Module, noise: float, seed: int = 1) -> torch.nn.
         for param in draft.parameters():
             param.add_(torch.randn(param.shape, generator=gen, dtype=param.dtype) * noise * param.std().clamp_min(1e-3))
     return draft
-
-
 
 
 def save_pair(root, noise: float = 0.05):

@@ -18,50 +18,192 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-SUBJECTS = """photosynthesis; the water cycle; gravity; a black hole; the immune system; inflation in economics;
-a volcano; the internet; a vaccine; climate change; the French Revolution; the Roman Empire; democracy;
-a rainbow; electricity; magnetism; the moon's phases; an earthquake; evolution; DNA; a cell; the heart;
-sleep; a computer; an operating system; a database; encryption; a password manager; machine learning;
-a neural network; a compiler; recursion; a hash table; a linked list; version control; the stock market;
-interest rates; a budget; a recipe for pancakes; coffee; tea; the Olympic Games; chess; a haiku;
-the Renaissance; Shakespeare; a symphony; jazz; the solar system; Mars; the ocean tides; a glacier;
-a desert; a rainforest; bees; dinosaurs; the printing press; the telephone; a bicycle; an electric car;
-solar power; wind power; recycling; composting; a library; a museum; a marathon; yoga; meditation;
-a healthy breakfast; friendship; a job interview; a resume; public speaking; time management""".split(";")
+SUBJECTS = [
+    "photosynthesis",
+    " the water cycle",
+    " gravity",
+    " a black hole",
+    " the immune system",
+    " inflation in economics",
+    "\na volcano",
+    " the internet",
+    " a vaccine",
+    " climate change",
+    " the French Revolution",
+    " the Roman Empire",
+    " democracy",
+    "\na rainbow",
+    " electricity",
+    " magnetism",
+    " the moon's phases",
+    " an earthquake",
+    " evolution",
+    " DNA",
+    " a cell",
+    " the heart",
+    "\nsleep",
+    " a computer",
+    " an operating system",
+    " a database",
+    " encryption",
+    " a password manager",
+    " machine learning",
+    "\na neural network",
+    " a compiler",
+    " recursion",
+    " a hash table",
+    " a linked list",
+    " version control",
+    " the stock market",
+    "\ninterest rates",
+    " a budget",
+    " a recipe for pancakes",
+    " coffee",
+    " tea",
+    " the Olympic Games",
+    " chess",
+    " a haiku",
+    "\nthe Renaissance",
+    " Shakespeare",
+    " a symphony",
+    " jazz",
+    " the solar system",
+    " Mars",
+    " the ocean tides",
+    " a glacier",
+    "\na desert",
+    " a rainforest",
+    " bees",
+    " dinosaurs",
+    " the printing press",
+    " the telephone",
+    " a bicycle",
+    " an electric car",
+    "\nsolar power",
+    " wind power",
+    " recycling",
+    " composting",
+    " a library",
+    " a museum",
+    " a marathon",
+    " yoga",
+    " meditation",
+    "\na healthy breakfast",
+    " friendship",
+    " a job interview",
+    " a resume",
+    " public speaking",
+    " time management",
+]
 
-TIPS = """writing clear emails; learning a new language; staying focused while studying; sleeping better;
-saving money; cooking rice; starting to run; keeping houseplants alive; travelling on a budget;
-giving a presentation; learning to program; writing a cover letter; reducing stress; organising a desk;
-making friends in a new city; taking better photos; reading more books; drinking more water;
-preparing for an exam; negotiating a salary; working from home; keeping a journal; learning guitar;
-packing for a trip; writing unit tests; naming variables; debugging a program; reviewing code""".split(";")
+TIPS = [
+    "writing clear emails",
+    " learning a new language",
+    " staying focused while studying",
+    " sleeping better",
+    "\nsaving money",
+    " cooking rice",
+    " starting to run",
+    " keeping houseplants alive",
+    " travelling on a budget",
+    "\ngiving a presentation",
+    " learning to program",
+    " writing a cover letter",
+    " reducing stress",
+    " organising a desk",
+    "\nmaking friends in a new city",
+    " taking better photos",
+    " reading more books",
+    " drinking more water",
+    "\npreparing for an exam",
+    " negotiating a salary",
+    " working from home",
+    " keeping a journal",
+    " learning guitar",
+    "\npacking for a trip",
+    " writing unit tests",
+    " naming variables",
+    " debugging a program",
+    " reviewing code",
+]
 
-WHY = """the sky is blue; leaves change colour in autumn; we have seasons; ice floats on water; bread rises;
-cats purr; the sea is salty; we yawn; planes can fly; metal feels cold; onions make us cry;
-stars twinkle; we need sleep; the moon looks bigger near the horizon; soap cleans; people get hiccups;
-the sun sets in the west; computers use binary; batteries run down; coffee keeps people awake""".split(";")
+WHY = [
+    "the sky is blue",
+    " leaves change colour in autumn",
+    " we have seasons",
+    " ice floats on water",
+    " bread rises",
+    "\ncats purr",
+    " the sea is salty",
+    " we yawn",
+    " planes can fly",
+    " metal feels cold",
+    " onions make us cry",
+    "\nstars twinkle",
+    " we need sleep",
+    " the moon looks bigger near the horizon",
+    " soap cleans",
+    " people get hiccups",
+    "\nthe sun sets in the west",
+    " computers use binary",
+    " batteries run down",
+    " coffee keeps people awake",
+]
 
-CODE_TASKS = """returns the largest number in a list; counts the vowels in a string; checks whether a string is a
-palindrome; returns the factorial of a number; computes the n-th Fibonacci number; removes duplicates from
-a list while keeping the order; merges two sorted lists; flattens a nested list; reads a text file and
-counts its lines; converts Celsius to Fahrenheit; checks whether a number is prime; returns the average of
-a list of numbers; capitalises every word in a sentence; finds the most common word in a text; sorts a
-list of dictionaries by a key; returns the sum of the digits of an integer; checks whether two strings are
-anagrams; splits a list into chunks of a given size; returns the second largest number in a list; counts
-how often each character occurs in a string; converts a list of strings to upper case; returns the
-intersection of two lists; computes the greatest common divisor of two numbers; reverses a string;
-checks whether a year is a leap year; returns the length of the longest word in a sentence; parses a
-date string in the format YYYY-MM-DD; writes a list of rows to a CSV file; returns the n smallest
-numbers of a list; validates an email address with a regular expression; converts a binary string
-to an integer; generates a random password; computes the median of a list; transposes a matrix given
-as a list of lists; counts the words in a file; finds all files with a given extension in a folder;
-returns a dictionary that maps each word to its length; implements binary search on a sorted list;
-rotates a list by k positions; checks whether brackets in a string are balanced""".split(";")
+CODE_TASKS = [
+    "returns the largest number in a list",
+    " counts the vowels in a string",
+    " checks whether a string is a\npalindrome",
+    " returns the factorial of a number",
+    " computes the n-th Fibonacci number",
+    " removes duplicates from\na list while keeping the order",
+    " merges two sorted lists",
+    " flattens a nested list",
+    " reads a text file and\ncounts its lines",
+    " converts Celsius to Fahrenheit",
+    " checks whether a number is prime",
+    " returns the average of\na list of numbers",
+    " capitalises every word in a sentence",
+    " finds the most common word in a text",
+    " sorts a\nlist of dictionaries by a key",
+    " returns the sum of the digits of an integer",
+    " checks whether two strings are\nanagrams",
+    " splits a list into chunks of a given size",
+    " returns the second largest number in a list",
+    " counts\nhow often each character occurs in a string",
+    " converts a list of strings to upper case",
+    " returns the\nintersection of two lists",
+    " computes the greatest common divisor of two numbers",
+    " reverses a string",
+    "\nchecks whether a year is a leap year",
+    " returns the length of the longest word in a sentence",
+    " parses a\ndate string in the format YYYY-MM-DD",
+    " writes a list of rows to a CSV file",
+    " returns the n smallest\nnumbers of a list",
+    " validates an email address with a regular expression",
+    " converts a binary string\nto an integer",
+    " generates a random password",
+    " computes the median of a list",
+    " transposes a matrix given\nas a list of lists",
+    " counts the words in a file",
+    " finds all files with a given extension in a folder",
+    "\nreturns a dictionary that maps each word to its length",
+    " implements binary search on a sorted list",
+    "\nrotates a list by k positions",
+    " checks whether brackets in a string are balanced",
+]
 
-CODE_FORMS = ("Write a Python function that {task}.", "Write a short Python function that {task}, with a docstring.",
-              "How do I write a Python function that {task}?")
-CHAT_FORMS = ("What is {s}?", "Explain {s} in simple terms.", "Tell me briefly about {s}.",
-              "Describe {s} to a ten-year-old.")
+CODE_FORMS = (
+    "Write a Python function that {task}.",
+    "Write a short Python function that {task}, with a docstring.",
+    "How do I write a Python function that {task}?",
+)
+CHAT_FORMS = (
+    "What is {s}?",
+    "Explain {s} in simple terms.",
+    "Tell me briefly about {s}.",
+    "Describe {s} to a ten-year-old.",
+)
 SYSTEMS = (None, "You are a concise assistant.", "You are a helpful assistant.")
 
 ROLE = re.compile(r":[a-z:]+:`~?!?([^`<]*?)(?:\s*<[^>]*>)?`")

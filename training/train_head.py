@@ -99,10 +99,28 @@ class Config:
     text_files: int = 400  # stdlib and documentation files tokenized for a chat target's text windows
 
 
-SMOKE = replace(Config(), max_files=80, draft_vocab=1024, seq_len=64, text_windows=48, heldout_text_windows=4, gen_prompt_len=16,
-                gen_prompts=8, heldout_gen_prompts=4, gen_batch=8, depth=3, batch=4, steps=40, warmup=5,
-                log_every=10, eval_every=20, answer_prompts=6, answer_max_new=12, heldout_answer_prompts=1,
-                text_files=12)
+SMOKE = replace(
+    Config(),
+    max_files=80,
+    draft_vocab=1024,
+    seq_len=64,
+    text_windows=48,
+    heldout_text_windows=4,
+    gen_prompt_len=16,
+    gen_prompts=8,
+    heldout_gen_prompts=4,
+    gen_batch=8,
+    depth=3,
+    batch=4,
+    steps=40,
+    warmup=5,
+    log_every=10,
+    eval_every=20,
+    answer_prompts=6,
+    answer_max_new=12,
+    heldout_answer_prompts=1,
+    text_files=12,
+)
 # A chat target's defaults: fewer text windows (its answers are the data), a wider draft vocabulary
 # (49,152-token vocabularies spread their mass), smaller generation batches (a 30-layer target).
 CHAT = replace(Config(), draft_vocab=8192, text_windows=128, heldout_text_windows=16, gen_batch=16, batch=6)
@@ -130,26 +148,39 @@ class Cached:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
-    def rows(self, index) -> "Cached":
-        return Cached(*(t[index] for t in (self.tokens, self.features, self.top_ids, self.top_logp, self.valid,
-                                           self.first)))
+    def rows(self, index) -> Cached:
+        return Cached(
+            *(t[index] for t in (self.tokens, self.features, self.top_ids, self.top_logp, self.valid, self.first))
+        )
 
     @staticmethod
-    def join(parts: list["Cached"]) -> "Cached":
-        return Cached(*(torch.cat(ts) for ts in zip(*((p.tokens, p.features, p.top_ids, p.top_logp, p.valid, p.first)
-                                                        for p in parts))))
+    def join(parts: list[Cached]) -> Cached:
+        return Cached(
+            *(
+                torch.cat(ts)
+                for ts in zip(*((p.tokens, p.features, p.top_ids, p.top_logp, p.valid, p.first) for p in parts))
+            )
+        )
 
 
 @torch.no_grad()
-def cache_sequences(target, layers: tuple[int, ...], tokens: torch.Tensor, valid: torch.Tensor, first: torch.Tensor,
-                    top_k: int, batch: int, log=None) -> Cached:
+def cache_sequences(
+    target,
+    layers: tuple[int, ...],
+    tokens: torch.Tensor,
+    valid: torch.Tensor,
+    first: torch.Tensor,
+    top_k: int,
+    batch: int,
+    log=None,
+) -> Cached:
     """One float32 forward of the target per batch of sequences: features and top-K."""
     feats, ids, logps = [], [], []
     t0 = time.perf_counter()
     for b in range(0, len(tokens), batch):
         if log is not None and b and (b // batch) % 8 == 0:
             log(f"  {b}/{len(tokens)} sequences through the target, {time.perf_counter() - t0:.0f}s")
-        out = target(input_ids=tokens[b:b + batch], output_hidden_states=True, use_cache=False)
+        out = target(input_ids=tokens[b : b + batch], output_hidden_states=True, use_cache=False)
         feats.append(torch.stack([out.hidden_states[i] for i in layers], dim=2).to(torch.bfloat16))
         v, i = F.log_softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
         ids.append(i.to(top_id_dtype(out.logits.shape[-1])))
@@ -166,11 +197,13 @@ def text_windows(stream: np.ndarray, n: int, seq_len: int, rng: np.random.Genera
     """n windows of the token stream: random starts, or evenly spaced ones without an rng."""
     span = len(stream) - seq_len
     starts = rng.integers(0, span, size=n) if rng is not None else np.linspace(0, span, num=n, dtype=np.int64)
-    return torch.from_numpy(np.stack([stream[s:s + seq_len] for s in starts]).astype(np.int64))
+    return torch.from_numpy(np.stack([stream[s : s + seq_len] for s in starts]).astype(np.int64))
 
 
 @torch.no_grad()
-def generate(target, prompts: torch.Tensor, new: int, sample: bool, eos: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+def generate(
+    target, prompts: torch.Tensor, new: int, sample: bool, eos: int, batch: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's continuations of equal-length prompts (no padding needed): (tokens, valid).
     A continuation that emits EOS ends there: later positions are padding, not labels."""
     from transformers import GenerationConfig
@@ -180,14 +213,17 @@ def generate(target, prompts: torch.Tensor, new: int, sample: bool, eos: int, ba
     width = prompts.shape[1]
     tokens = torch.full((len(prompts), width + new), eos, dtype=torch.long)
     for b in range(0, len(prompts), batch):
-        rows = target.generate(input_ids=prompts[b:b + batch], attention_mask=torch.ones_like(prompts[b:b + batch]),
-                               generation_config=gen)
-        tokens[b:b + len(rows), :rows.shape[1]] = rows  # a batch that all ended early is shorter: EOS-padded
+        rows = target.generate(
+            input_ids=prompts[b : b + batch],
+            attention_mask=torch.ones_like(prompts[b : b + batch]),
+            generation_config=gen,
+        )
+        tokens[b : b + len(rows), : rows.shape[1]] = rows  # a batch that all ended early is shorter: EOS-padded
     valid = torch.ones_like(tokens, dtype=torch.bool)
     for r in range(len(tokens)):
         ends = (tokens[r, width:] == eos).nonzero()
         if len(ends):  # the EOS position itself is no label (nothing follows EOS in a run)
-            valid[r, width + int(ends[0]):] = False
+            valid[r, width + int(ends[0]) :] = False
     return tokens, valid
 
 
@@ -203,8 +239,10 @@ def build_cache(target, tok, cfg: Config, layers: tuple[int, ...], log) -> tuple
     rng = np.random.default_rng(cfg.seed)
     train_ids = tm.encode_corpus(tok, [tm.read_text(root, f) for f in train_files])
     held_ids = tm.encode_corpus(tok, [tm.read_text(root, f) for f in held_files])
-    log(f"data: {len(train_files)} training files ({len(train_ids)} tokens), {len(held_files)} held-out files "
-        f"({len(held_ids)} tokens) from {root}")
+    log(
+        f"data: {len(train_files)} training files ({len(train_ids)} tokens), {len(held_files)} held-out files "
+        f"({len(held_ids)} tokens) from {root}"
+    )
     eos = tok.eos_token_id
     new = cfg.seq_len - cfg.gen_prompt_len
 
@@ -212,7 +250,9 @@ def build_cache(target, tok, cfg: Config, layers: tuple[int, ...], log) -> tuple
         t0 = time.perf_counter()
         tokens = text_windows(stream, n, cfg.seq_len, rng if random else None)
         ones = torch.ones_like(tokens, dtype=torch.bool)
-        out = cache_sequences(target, layers, tokens, ones, torch.zeros(n, dtype=torch.long), cfg.top_k, cfg.gen_batch, log)
+        out = cache_sequences(
+            target, layers, tokens, ones, torch.zeros(n, dtype=torch.long), cfg.top_k, cfg.gen_batch, log
+        )
         log(f"cached {n} text windows ({n * cfg.seq_len} tokens) in {time.perf_counter() - t0:.0f}s")
         return out
 
@@ -222,27 +262,48 @@ def build_cache(target, tok, cfg: Config, layers: tuple[int, ...], log) -> tuple
         tokens, valid = generate(target, prompts, new, sample, eos, cfg.gen_batch)
         first = torch.full((n,), cfg.gen_prompt_len - 1, dtype=torch.long)
         out = cache_sequences(target, layers, tokens, valid, first, cfg.top_k, cfg.gen_batch)
-        log(f"cached {n} {'sampled' if sample else 'greedy'} continuations ({int(valid[:, cfg.gen_prompt_len:].sum())} "
-            f"generated tokens before EOS) in {time.perf_counter() - t0:.0f}s")
+        log(
+            f"cached {n} {'sampled' if sample else 'greedy'} continuations ({int(valid[:, cfg.gen_prompt_len :].sum())} "
+            f"generated tokens before EOS) in {time.perf_counter() - t0:.0f}s"
+        )
         return out
 
     half, held_half = cfg.gen_prompts // 2, cfg.heldout_gen_prompts // 2
-    train = Cached.join([text(train_ids, cfg.text_windows, True), continuations(train_ids, half, False, True),
-                         continuations(train_ids, cfg.gen_prompts - half, True, True)])
+    train = Cached.join(
+        [
+            text(train_ids, cfg.text_windows, True),
+            continuations(train_ids, half, False, True),
+            continuations(train_ids, cfg.gen_prompts - half, True, True),
+        ]
+    )
     train = train.rows(torch.from_numpy(rng.permutation(len(train))))
-    held = {"text": text(held_ids, cfg.heldout_text_windows, False),
-            "greedy": continuations(held_ids, held_half, False, False),
-            "sampled": continuations(held_ids, cfg.heldout_gen_prompts - held_half, True, False)}
-    prov = {"source": "CPython standard library (.py files), train_models.py's split", "stdlib_path": str(root),
-            "python_version": platform.python_version(), "heldout_percent": cfg.heldout_percent,
-            "train_files": len(train_files), "heldout_files": len(held_files),
-            "file_list_sha256": tm.provenance(root, files, train_files, held_files)["file_list_sha256"]}
+    held = {
+        "text": text(held_ids, cfg.heldout_text_windows, False),
+        "greedy": continuations(held_ids, held_half, False, False),
+        "sampled": continuations(held_ids, cfg.heldout_gen_prompts - held_half, True, False),
+    }
+    prov = {
+        "source": "CPython standard library (.py files), train_models.py's split",
+        "stdlib_path": str(root),
+        "python_version": platform.python_version(),
+        "heldout_percent": cfg.heldout_percent,
+        "train_files": len(train_files),
+        "heldout_files": len(held_files),
+        "file_list_sha256": tm.provenance(root, files, train_files, held_files)["file_list_sha256"],
+    }
     return train, held, prov
 
 
 @torch.no_grad()
-def cache_answers(target, layers: tuple[int, ...], rows: list[tuple[list[int], list[int]]], eos: int, seq_len: int,
-                  top_k: int, batch: int) -> Cached:
+def cache_answers(
+    target,
+    layers: tuple[int, ...],
+    rows: list[tuple[list[int], list[int]]],
+    eos: int,
+    seq_len: int,
+    top_k: int,
+    batch: int,
+) -> Cached:
     """Chat sequences (prompt ids, answer ids) cached like cache_sequences: one float32 forward
     over each whole sequence (right-padded: padding is read by nothing before it), of which the
     last seq_len positions are kept (a long prompt loses its start, never the answer). An
@@ -254,11 +315,11 @@ def cache_answers(target, layers: tuple[int, ...], rows: list[tuple[list[int], l
     first = torch.zeros(len(full), dtype=torch.long)
     feats = top_ids = top_logp = None
     for b in range(0, len(order), batch):
-        chunk = order[b:b + batch]
+        chunk = order[b : b + batch]
         width = max(len(full[r]) for r in chunk)
         x = torch.full((len(chunk), width), eos, dtype=torch.long)
         for i, r in enumerate(chunk):
-            x[i, :len(full[r])] = torch.tensor(full[r])
+            x[i, : len(full[r])] = torch.tensor(full[r])
         out = target(input_ids=x, output_hidden_states=True, use_cache=False)
         f = torch.stack([out.hidden_states[i] for i in layers], dim=2).to(torch.bfloat16)
         v, ids = F.log_softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
@@ -270,17 +331,18 @@ def cache_answers(target, layers: tuple[int, ...], rows: list[tuple[list[int], l
             prompt, answer = rows[r]
             start = max(0, len(full[r]) - seq_len)
             n = len(full[r]) - start
-            tokens[r, :n] = x[i, start:start + n]
-            feats[r, :n] = f[i, start:start + n]
-            top_ids[r, :n] = ids[i, start:start + n].to(top_ids.dtype)
-            top_logp[r, :n] = v[i, start:start + n].to(torch.float16)
-            valid[r, :n - (1 if answer and answer[-1] == eos else 0)] = True
+            tokens[r, :n] = x[i, start : start + n]
+            feats[r, :n] = f[i, start : start + n]
+            top_ids[r, :n] = ids[i, start : start + n].to(top_ids.dtype)
+            top_logp[r, :n] = v[i, start : start + n].to(torch.float16)
+            valid[r, : n - (1 if answer and answer[-1] == eos else 0)] = True
             first[r] = max(0, len(prompt) - 1 - start)
     return Cached(tokens, feats, top_ids, top_logp, valid, first)
 
 
-def chat_text_stream(tok, cfg: Config, files: list[str], root: Path, held_summaries: list[str],
-                     rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+def chat_text_stream(
+    tok, cfg: Config, files: list[str], root: Path, held_summaries: list[str], rng: np.random.Generator
+) -> tuple[np.ndarray, dict]:
     """A token stream of stdlib training files and Python documentation sources, half each (up to
     cfg.text_files files); a documentation file holding a held-out summary prompt's paragraph is left out."""
     import smollm2_prompts as prompts_mod
@@ -295,9 +357,14 @@ def chat_text_stream(tok, cfg: Config, files: list[str], root: Path, held_summar
     stdlib = [files[i] for i in sorted(rng.choice(len(files), size=min(len(files), half), replace=False))]
     picked = [doc_files[i] for i in sorted(rng.choice(len(doc_files), size=min(len(doc_files), half), replace=False))]
     texts = [tm.read_text(root, f) for f in stdlib] + [f.read_text(encoding="utf-8", errors="replace") for f in picked]
-    prov = {"stdlib_files": len(stdlib), "docs_files": len(picked), "docs_path": str(docs),
-            "docs_files_left_out_for_heldout_summaries": None if docs is None else
-            len(sorted(docs.rglob("*.rst.txt"))) - len(doc_files)}
+    prov = {
+        "stdlib_files": len(stdlib),
+        "docs_files": len(picked),
+        "docs_path": str(docs),
+        "docs_files_left_out_for_heldout_summaries": None
+        if docs is None
+        else len(sorted(docs.rglob("*.rst.txt"))) - len(doc_files),
+    }
     return tm.encode_corpus(tok, texts), prov
 
 
@@ -309,13 +376,16 @@ def reused_answers(files: list[Path], allowed: set[tuple[int, ...]], what: str) 
     rows = [r for f in files for r in torch.load(f, weights_only=False)]
     foreign = [r for r in rows if tuple(r["prompt"]) not in allowed]
     if foreign:
-        raise SystemExit(f"train_head: {len(foreign)} of {len(rows)} reused answers in {', '.join(map(str, files))} "
-                         f"answer prompts outside the {what} split: refused")
+        raise SystemExit(
+            f"train_head: {len(foreign)} of {len(rows)} reused answers in {', '.join(map(str, files))} "
+            f"answer prompts outside the {what} split: refused"
+        )
     return rows
 
 
-def build_chat_cache(target, tok, cfg: Config, layers: tuple[int, ...], log, reuse: list[Path] = (),
-                     reuse_heldout: list[Path] = ()) -> tuple[Cached, dict[str, Cached], dict]:
+def build_chat_cache(
+    target, tok, cfg: Config, layers: tuple[int, ...], log, reuse: list[Path] = (), reuse_heldout: list[Path] = ()
+) -> tuple[Cached, dict[str, Cached], dict]:
     """A chat target's training sequences: its own answers (greedy and sampled at T = 1, alternately)
     to the training prompts of training/smollm2_prompts.py under its chat template, and text
     windows; held out: greedy answers per prompt kind, sampled answers and stdlib text. Sampled
@@ -323,6 +393,7 @@ def build_chat_cache(target, tok, cfg: Config, layers: tuple[int, ...], log, reu
     fresh prompts (others than theirs) are all answered greedily."""
     import smollm2_prompts as prompts_mod
     import train_smollm2_draft as sd
+
     from specscope.core.loading.chat import chat_prompt_ids, turn_end_id
 
     percent = sd.Config().heldout_percent  # the SmolLM2 draft's split: the same prompts stay held out
@@ -337,31 +408,40 @@ def build_chat_cache(target, tok, cfg: Config, layers: tuple[int, ...], log, reu
     taken = {tuple(r["prompt"]) for r in reused}
     fresh = [p for ids, p in encode["train"].items() if ids not in taken]
     rng = np.random.default_rng(cfg.seed)
-    fresh = [fresh[i] for i in rng.permutation(len(fresh))[:cfg.answer_prompts]]
+    fresh = [fresh[i] for i in rng.permutation(len(fresh))[: cfg.answer_prompts]]
     kinds = ("chat", "summary", "code")
     n = cfg.heldout_answer_prompts
-    held_by_kind = {k: [p for p in held_p if p["kind"] == k][:n if reused_held else 2 * n] for k in kinds}
+    held_by_kind = {k: [p for p in held_p if p["kind"] == k][: n if reused_held else 2 * n] for k in kinds}
     eos = turn_end_id(target, tok)
-    log(f"prompts: {len(train_p)} training ({len(reused)} reused sampled answers, {len(fresh)} fresh prompts), "
-        f"held out per kind {({k: len(v) for k, v in held_by_kind.items()})} (split {percent}%, docs {docs})")
+    log(
+        f"prompts: {len(train_p)} training ({len(reused)} reused sampled answers, {len(fresh)} fresh prompts), "
+        f"held out per kind { ({k: len(v) for k, v in held_by_kind.items()}) } (split {percent}%, docs {docs})"
+    )
 
     def answered(prompts: list[dict], sample: bool, what: str) -> list[tuple[list[int], list[int], str]]:
         t0 = time.perf_counter()
         rows = []
         for b in range(0, len(prompts), cfg.gen_batch):
-            chunk = prompts[b:b + cfg.gen_batch]
+            chunk = prompts[b : b + cfg.gen_batch]
             batch = [chat_prompt_ids(tok, p["user"], p.get("system")) for p in chunk]
-            rows += [(ids, ans, p["kind"]) for p, ids, (ans, _, _) in
-                     zip(chunk, batch, sd.answer_batch(target, tok, batch, cfg, eos, cfg.answer_max_new, sample))]
+            rows += [
+                (ids, ans, p["kind"])
+                for p, ids, (ans, _, _) in zip(
+                    chunk, batch, sd.answer_batch(target, tok, batch, cfg, eos, cfg.answer_max_new, sample)
+                )
+            ]
             made = sum(len(r[1]) for r in rows)
-            log(f"  {what}: {len(rows)}/{len(prompts)} answered, {made} tokens, "
-                f"{made / (time.perf_counter() - t0):.1f} tokens/s")
+            log(
+                f"  {what}: {len(rows)}/{len(prompts)} answered, {made} tokens, "
+                f"{made / (time.perf_counter() - t0):.1f} tokens/s"
+            )
         return rows
 
     def cached(rows, what):
         t0 = time.perf_counter()
-        out = cache_answers(target, layers, [(p, a) for p, a, *_ in rows], eos, cfg.seq_len, cfg.top_k,
-                            max(1, cfg.gen_batch // 4))
+        out = cache_answers(
+            target, layers, [(p, a) for p, a, *_ in rows], eos, cfg.seq_len, cfg.top_k, max(1, cfg.gen_batch // 4)
+        )
         log(f"cached {len(rows)} {what} ({int(out.valid.sum())} label positions) in {time.perf_counter() - t0:.0f}s")
         return out
 
@@ -387,25 +467,42 @@ def build_chat_cache(target, tok, cfg: Config, layers: tuple[int, ...], log, reu
     def text(stream, count, random):
         t0 = time.perf_counter()
         tokens = text_windows(stream, count, cfg.seq_len, rng if random else None)
-        out = cache_sequences(target, layers, tokens, torch.ones_like(tokens, dtype=torch.bool),
-                              torch.zeros(count, dtype=torch.long), cfg.top_k, max(1, cfg.gen_batch // 4))
+        out = cache_sequences(
+            target,
+            layers,
+            tokens,
+            torch.ones_like(tokens, dtype=torch.bool),
+            torch.zeros(count, dtype=torch.long),
+            cfg.top_k,
+            max(1, cfg.gen_batch // 4),
+        )
         log(f"cached {count} text windows ({count * cfg.seq_len} tokens) in {time.perf_counter() - t0:.0f}s")
         return out
 
     train = Cached.join([cached(greedy + sampled, "training answers"), text(stream, cfg.text_windows, True)])
     train = train.rows(torch.from_numpy(rng.permutation(len(train))))
-    held = {"text": text(held_stream, cfg.heldout_text_windows, False),
-            **{f"greedy-{k}": cached([r for r in held_greedy if r[2] == k], f"held-out {k} answers") for k in kinds},
-            "sampled": cached(held_sampled, "held-out sampled answers")}
-    prov = {"source": "the target's answers to training/smollm2_prompts.py's training prompts under its chat "
-                      "template (greedy, and sampled at T = 1), CPython stdlib and Python documentation windows",
-            "prompt_heldout_percent": percent, "train_prompts_answered": {"greedy": len(greedy), "sampled": len(sampled)},
-            "reused_sampled_answers": [str(f) for f in reuse], "reused_heldout_sampled_answers": [str(f) for f in reuse_heldout],
-            "heldout_prompts": {"greedy": {k: sum(r[2] == k for r in held_greedy) for k in kinds},
-                                "sampled": len(held_sampled)},
-            "answer_tokens": {"greedy": sum(len(r[1]) for r in greedy), "sampled": sum(len(r[1]) for r in sampled)},
-            "python_version": platform.python_version(), "stdlib_path": str(root),
-            "stdlib_heldout_percent": cfg.heldout_percent, **text_prov}
+    held = {
+        "text": text(held_stream, cfg.heldout_text_windows, False),
+        **{f"greedy-{k}": cached([r for r in held_greedy if r[2] == k], f"held-out {k} answers") for k in kinds},
+        "sampled": cached(held_sampled, "held-out sampled answers"),
+    }
+    prov = {
+        "source": "the target's answers to training/smollm2_prompts.py's training prompts under its chat "
+        "template (greedy, and sampled at T = 1), CPython stdlib and Python documentation windows",
+        "prompt_heldout_percent": percent,
+        "train_prompts_answered": {"greedy": len(greedy), "sampled": len(sampled)},
+        "reused_sampled_answers": [str(f) for f in reuse],
+        "reused_heldout_sampled_answers": [str(f) for f in reuse_heldout],
+        "heldout_prompts": {
+            "greedy": {k: sum(r[2] == k for r in held_greedy) for k in kinds},
+            "sampled": len(held_sampled),
+        },
+        "answer_tokens": {"greedy": sum(len(r[1]) for r in greedy), "sampled": sum(len(r[1]) for r in sampled)},
+        "python_version": platform.python_version(),
+        "stdlib_path": str(root),
+        "stdlib_heldout_percent": cfg.heldout_percent,
+        **text_prov,
+    }
     return train, held, prov
 
 
@@ -417,7 +514,9 @@ def choose_draft_vocab(train: Cached, vocab: int, size: int) -> torch.Tensor:
     distributions over the training positions, ascending (EAGLE-3 takes the most frequent
     tokens of its training data; the mass also counts what sampling draws)."""
     ids = train.top_ids[train.valid].long().reshape(-1)
-    mass = torch.zeros(vocab, dtype=torch.float64).index_add_(0, ids, train.top_logp[train.valid].double().exp().reshape(-1))
+    mass = torch.zeros(vocab, dtype=torch.float64).index_add_(
+        0, ids, train.top_logp[train.valid].double().exp().reshape(-1)
+    )
     return torch.sort(torch.topk(mass, min(size, vocab)).indices).values
 
 
@@ -433,14 +532,22 @@ def head_config(target, cfg: Config, layers: tuple[int, ...], draft_vocab: int) 
     hidden = int(t.hidden_size)
     heads = int(t.num_attention_heads)
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-        "hidden_size": hidden, "target_hidden_size": hidden,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "target_hidden_size": hidden,
         "intermediate_size": int(cfg.intermediate or t.intermediate_size),
-        "num_attention_heads": heads, "num_key_value_heads": int(getattr(t, "num_key_value_heads", None) or heads),
-        "head_dim": int(getattr(t, "head_dim", None) or hidden // heads), "num_hidden_layers": 1,
-        "vocab_size": int(target.get_output_embeddings().weight.shape[0]), "draft_vocab_size": draft_vocab,
-        "rms_norm_eps": float(t.rms_norm_eps), "max_position_embeddings": int(t.max_position_embeddings),
-        "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(getattr(t, "num_key_value_heads", None) or heads),
+        "head_dim": int(getattr(t, "head_dim", None) or hidden // heads),
+        "num_hidden_layers": 1,
+        "vocab_size": int(target.get_output_embeddings().weight.shape[0]),
+        "draft_vocab_size": draft_vocab,
+        "rms_norm_eps": float(t.rms_norm_eps),
+        "max_position_embeddings": int(t.max_position_embeddings),
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(layers)},
     }
     rope = getattr(t, "rope_parameters", None)
@@ -487,8 +594,10 @@ def unroll(head, embed, features: torch.Tensor, tokens: torch.Tensor, depth: int
     chain_v: list[torch.Tensor] = []
     outs = []
     for s in range(depth):
-        x = torch.cat([layer.input_layernorm(embed(padded[:, s + 1:s + 1 + n]).to(hidden.dtype)),
-                       layer.hidden_norm(hidden)], dim=-1)
+        x = torch.cat(
+            [layer.input_layernorm(embed(padded[:, s + 1 : s + 1 + n]).to(hidden.dtype)), layer.hidden_norm(hidden)],
+            dim=-1,
+        )
         q = attn.q_proj(x).view(b, n, nh, d).transpose(1, 2)
         k = attn.k_proj(x).view(b, n, nkv, d).transpose(1, 2)
         v = attn.v_proj(x).view(b, n, nkv, d).transpose(1, 2)
@@ -522,7 +631,9 @@ def depth_labels(batch: Cached, s: int, n: int) -> tuple[torch.Tensor, torch.Ten
     return batch.top_ids[:, pos].long(), batch.top_logp[:, pos].float(), mask
 
 
-def coarse_kl(logits: torch.Tensor, top_ids: torch.Tensor, top_logp: torch.Tensor, to_draft: torch.Tensor) -> torch.Tensor:
+def coarse_kl(
+    logits: torch.Tensor, top_ids: torch.Tensor, top_logp: torch.Tensor, to_draft: torch.Tensor
+) -> torch.Tensor:
     """KL(p || q) per row, p = the target's top-K inside the draft vocabulary plus one bucket
     for the rest of its mass, q = the head's distribution coarsened the same way."""
     log_q = F.log_softmax(logits.float(), dim=-1)
@@ -547,7 +658,7 @@ def losses(head, embed, batch: Cached, cfg: Config, to_draft: torch.Tensor):
         logits = head.lm_head(head.norm(hidden.float()))
         kl = coarse_kl(logits[mask], ids[mask], logp[mask], to_draft)
         correct = (head.draft_to_target[logits[mask].argmax(-1)] == ids[mask][:, 0]).sum()
-        total = total + cfg.decay ** s * kl.mean()
+        total = total + cfg.decay**s * kl.mean()
         stats.append((kl.mean().detach(), int(correct), int(mask.sum())))
     return total, stats
 
@@ -588,15 +699,20 @@ def evaluate(head, embed, held: dict[str, Cached], cfg: Config, to_draft: torch.
                 run = torch.cumprod(torch.stack(hits, -1).float(), dim=-1).sum(-1)
                 runs += float(run[anchor].sum())
                 anchors += int(anchor.sum())
-        result[name] = {"accuracy_by_depth": [round(float(c / max(1.0, m)), 4) for c, m in zip(correct, count)],
-                        "kl_depth0": round(kl_sum / max(1.0, count[0]), 4), "positions": int(count[0])}
+        result[name] = {
+            "accuracy_by_depth": [round(float(c / max(1.0, m)), 4) for c, m in zip(correct, count)],
+            "kl_depth0": round(kl_sum / max(1.0, count[0]), 4),
+            "positions": int(count[0]),
+        }
         if name.startswith("greedy"):
             result[name]["accepted_length"] = round(1 + runs / max(1, anchors), 4)
             result[name]["chains"] = anchors
     weights = {name: r["positions"] for name, r in result.items()}
     total = sum(weights.values())
-    result["all"] = [round(sum(result[nm]["accuracy_by_depth"][s] * w for nm, w in weights.items()) / max(1, total), 4)
-                     for s in range(cfg.depth)]
+    result["all"] = [
+        round(sum(result[nm]["accuracy_by_depth"][s] * w for nm, w in weights.items()) / max(1, total), 4)
+        for s in range(cfg.depth)
+    ]
     head.train()
     return result
 
@@ -621,8 +737,9 @@ def lr_factor(step: int, progress: float, warmup: int) -> float:
     return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def train(head, embed, data: Cached, held: dict[str, Cached], cfg: Config, to_draft: torch.Tensor, log,
-          minutes: float | None) -> list[dict]:
+def train(
+    head, embed, data: Cached, held: dict[str, Cached], cfg: Config, to_draft: torch.Tensor, log, minutes: float | None
+) -> list[dict]:
     """AdamW on the depth-weighted coarse KL until cfg.steps or the wall-clock budget, whichever
     ends first (the cosine schedule follows whichever is further used)."""
     params = [p for p in head.parameters() if p.requires_grad]
@@ -655,8 +772,10 @@ def train(head, embed, data: Cached, held: dict[str, Cached], cfg: Config, to_dr
             n = cfg.log_every
             acc = " ".join(f"{c / max(1, m):.3f}" for _, c, m in running)
             kls = " ".join(f"{kl / n:.3f}" for kl, _, _ in running)
-            log(f"step {step + 1}: KL by depth {kls}; accuracy by depth {acc}; lr {opt.param_groups[0]['lr']:.2e}; "
-                f"{(time.perf_counter() - start) / (step + 1):.2f}s/step")
+            log(
+                f"step {step + 1}: KL by depth {kls}; accuracy by depth {acc}; lr {opt.param_groups[0]['lr']:.2e}; "
+                f"{(time.perf_counter() - start) / (step + 1):.2f}s/step"
+            )
             running[:] = 0
         if (step + 1) % cfg.eval_every == 0:
             evals.append({"step": step + 1, **evaluate(head, embed, held, cfg, to_draft)})
@@ -675,8 +794,10 @@ def save_head(head, config: dict, out: Path) -> int:
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    weights = {name: (t.detach().to(torch.bfloat16) if t.is_floating_point() else t.detach()).contiguous()
-               for name, t in head.state_dict().items()}
+    weights = {
+        name: (t.detach().to(torch.bfloat16) if t.is_floating_point() else t.detach()).contiguous()
+        for name, t in head.state_dict().items()
+    }
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "model.safetensors").chmod(0o644)  # save_file leaves it readable by its owner only
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -697,23 +818,50 @@ def target_name(path: str) -> str:
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default=str(REPO / "resources" / "models" / "target"),
-                    help="the target: a checkpoint folder or a fetched model's name, e.g. smollm2 (default: the "
-                         "bundled target); one with a chat template trains on its chat answers")
+    ap.add_argument(
+        "--target",
+        default=str(REPO / "resources" / "models" / "target"),
+        help="the target: a checkpoint folder or a fetched model's name, e.g. smollm2 (default: the "
+        "bundled target); one with a chat template trains on its chat answers",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "resources" / "models" / "eagle3-target")
     ap.add_argument("--smoke", action="store_true", help="a small cache and a few steps (about a minute)")
     ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of the training loop")
     ap.add_argument("--layers", help="three target hidden-state indices, e.g. 2,4,7 (default: 2, L//2, L-1)")
-    for name in ("draft_vocab", "depth", "steps", "batch", "text_windows", "gen_prompts", "threads", "seq_len",
-                 "eval_every", "seed", "answer_prompts", "answer_max_new", "heldout_answer_prompts", "gen_batch",
-                 "intermediate"):
+    for name in (
+        "draft_vocab",
+        "depth",
+        "steps",
+        "batch",
+        "text_windows",
+        "gen_prompts",
+        "threads",
+        "seq_len",
+        "eval_every",
+        "seed",
+        "answer_prompts",
+        "answer_max_new",
+        "heldout_answer_prompts",
+        "gen_batch",
+        "intermediate",
+    ):
         ap.add_argument("--" + name.replace("_", "-"), type=int)
     ap.add_argument("--lr", type=float)
-    ap.add_argument("--reuse-answers", type=Path, nargs="*", default=[],
-                    help="a chat target: training/train_smollm2_draft.py's cached answers to training prompts "
-                         "(--work/train-*.pt, sampled at T = 1) to train on instead of sampling afresh")
-    ap.add_argument("--reuse-heldout-answers", type=Path, nargs="*", default=[],
-                    help="a chat target: its cached held-out answers (--work/held-*.pt) as the held-out sampled set")
+    ap.add_argument(
+        "--reuse-answers",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="a chat target: training/train_smollm2_draft.py's cached answers to training prompts "
+        "(--work/train-*.pt, sampled at T = 1) to train on instead of sampling afresh",
+    )
+    ap.add_argument(
+        "--reuse-heldout-answers",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="a chat target: its cached held-out answers (--work/held-*.pt) as the held-out sampled set",
+    )
     return ap.parse_args(argv)
 
 
@@ -744,33 +892,43 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"train_head: {exc}") from None
     chat = is_chat(tok)
     cfg = (CHAT_SMOKE if args.smoke else CHAT) if chat else (SMOKE if args.smoke else Config())
-    cfg = replace(cfg, **{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__ and v is not None
-                          and k != "layers"})
+    cfg = replace(
+        cfg,
+        **{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__ and v is not None and k != "layers"},
+    )
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     target_layers = int(target.config.get_text_config().num_hidden_layers)
     layers = tuple(int(v) for v in args.layers.split(",")) if args.layers else default_layers(target_layers)
     if len(layers) != 3 or not all(0 <= i < target_layers for i in layers):
-        raise SystemExit(f"train_head: --layers needs three indices in 0..{target_layers - 1} (the inputs of the "
-                         f"target's layers), got {layers}")
+        raise SystemExit(
+            f"train_head: --layers needs three indices in 0..{target_layers - 1} (the inputs of the "
+            f"target's layers), got {layers}"
+        )
     cfg = replace(cfg, layers=layers)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     log = tm.Log(out / "train_log.txt")
     t_start = time.perf_counter()
-    log(f"train_head ({'smoke' if args.smoke else 'full'}{', chat' if chat else ''}): target {args.target}, python {platform.python_version()}, "
-        f"torch {torch.__version__}, threads {cfg.threads}; config {json.dumps(asdict(cfg))}")
+    log(
+        f"train_head ({'smoke' if args.smoke else 'full'}{', chat' if chat else ''}): target {args.target}, python {platform.python_version()}, "
+        f"torch {torch.__version__}, threads {cfg.threads}; config {json.dumps(asdict(cfg))}"
+    )
 
     if chat:
-        data, held, prov = build_chat_cache(target, tok, cfg, layers, log, args.reuse_answers, args.reuse_heldout_answers)
+        data, held, prov = build_chat_cache(
+            target, tok, cfg, layers, log, args.reuse_answers, args.reuse_heldout_answers
+        )
     else:
         data, held, prov = build_cache(target, tok, cfg, layers, log)
     vocab = int(target.get_output_embeddings().weight.shape[0])
     vocab_ids = choose_draft_vocab(data, vocab, cfg.draft_vocab)
     to_draft = torch.full((vocab,), -1, dtype=torch.long).index_copy_(0, vocab_ids, torch.arange(len(vocab_ids)))
     cover = coverage(held, vocab_ids, vocab)
-    log(f"cache: {len(data)} training sequences of {cfg.seq_len} tokens, {data.features.numel() * 2 / 1e6:.0f} MB of "
-        f"features; draft vocabulary {len(vocab_ids)} of {vocab} ids holds {cover:.1%} of the held-out target argmaxes")
+    log(
+        f"cache: {len(data)} training sequences of {cfg.seq_len} tokens, {data.features.numel() * 2 / 1e6:.0f} MB of "
+        f"features; draft vocabulary {len(vocab_ids)} of {vocab} ids holds {cover:.1%} of the held-out target argmaxes"
+    )
     config = head_config(target, cfg, layers, len(vocab_ids))
     torch.manual_seed(cfg.seed + 1)
     head = new_head(target, config, vocab_ids).train()
@@ -792,13 +950,26 @@ def main(argv: list[str] | None = None) -> dict:
     }
     weight_bytes = save_head(head, config, out)
     total = time.perf_counter() - t_start
-    log(f"done in {total / 60:.1f} min ({train_s / 60:.1f} min training); weights {weight_bytes / 1e6:.2f} MB; "
-        f"held-out accuracy by depth {final['all']}")
-    summary = {"mode": "smoke" if args.smoke else "full", "config": asdict(cfg), "data": prov,
-               "draft_vocab_coverage": cover, "params": n_params, "evals": evals, "train_s": round(train_s, 1),
-               "total_s": round(total, 1), "weight_bytes": weight_bytes,
-               "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                            "transformers": __import__("transformers").__version__}}
+    log(
+        f"done in {total / 60:.1f} min ({train_s / 60:.1f} min training); weights {weight_bytes / 1e6:.2f} MB; "
+        f"held-out accuracy by depth {final['all']}"
+    )
+    summary = {
+        "mode": "smoke" if args.smoke else "full",
+        "config": asdict(cfg),
+        "data": prov,
+        "draft_vocab_coverage": cover,
+        "params": n_params,
+        "evals": evals,
+        "train_s": round(train_s, 1),
+        "total_s": round(total, 1),
+        "weight_bytes": weight_bytes,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": __import__("transformers").__version__,
+        },
+    }
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     log.close()
     return summary

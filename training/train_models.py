@@ -154,12 +154,24 @@ class TrainConfig:
     # Off (steps=0) for the bundled target: --stage3-steps 600 or 1500 made greedy output
     # less repetitive token by token but not line by line, at a higher held-out loss
     # (docs/models.md has the numbers).
-    target_stage3: UnlikelihoodConfig = UnlikelihoodConfig(steps=0, lr=1e-4, warmup=20, batch=8, prefix=64,
-                                                           continuation=96, ngram=4, log_every=25, eval_every=100)
+    target_stage3: UnlikelihoodConfig = UnlikelihoodConfig(
+        steps=0, lr=1e-4, warmup=20, batch=8, prefix=64, continuation=96, ngram=4, log_every=25, eval_every=100
+    )
     # And/or DITTO against line copying (--ditto-steps N), also off: 800 steps took greedy
     # repeated lines from 0.38 to 0.32 only, at +0.085 nats of held-out loss (docs/models.md).
-    target_ditto: DittoConfig = DittoConfig(steps=0, lr=1e-4, warmup=20, batch=8, prefix=64, length=256, min_line=4,
-                                            max_line=40, decay=0.5, log_every=25, eval_every=200)
+    target_ditto: DittoConfig = DittoConfig(
+        steps=0,
+        lr=1e-4,
+        warmup=20,
+        batch=8,
+        prefix=64,
+        length=256,
+        min_line=4,
+        max_line=40,
+        decay=0.5,
+        log_every=25,
+        eval_every=200,
+    )
     small_stage: StageConfig = StageConfig(steps=1500, lr=2e-3, warmup=30, batch=8, log_every=25, eval_every=500)
     tiny_stage: StageConfig = StageConfig(steps=250, lr=4e-3, warmup=20, batch=8, log_every=25, eval_every=125)
 
@@ -177,10 +189,22 @@ SMOKE = TrainConfig(
     tiny=ModelSpec(layers=1, hidden=16, heads=1, intermediate=32),
     target_stage=StageConfig(steps=6, lr=3e-3, warmup=2, batch=2, log_every=2, eval_every=3),
     target_stage2=StageConfig(steps=3, lr=2e-3, warmup=1, batch=2, log_every=2, eval_every=3),
-    target_stage3=UnlikelihoodConfig(steps=4, lr=1e-4, warmup=1, batch=2, prefix=8, continuation=12, ngram=2,
-                                     log_every=2, eval_every=2),
-    target_ditto=DittoConfig(steps=4, lr=1e-4, warmup=1, batch=2, prefix=8, length=40, min_line=2, max_line=12,
-                             decay=0.5, log_every=2, eval_every=2),
+    target_stage3=UnlikelihoodConfig(
+        steps=4, lr=1e-4, warmup=1, batch=2, prefix=8, continuation=12, ngram=2, log_every=2, eval_every=2
+    ),
+    target_ditto=DittoConfig(
+        steps=4,
+        lr=1e-4,
+        warmup=1,
+        batch=2,
+        prefix=8,
+        length=40,
+        min_line=2,
+        max_line=12,
+        decay=0.5,
+        log_every=2,
+        eval_every=2,
+    ),
     small_stage=StageConfig(steps=4, lr=3e-3, warmup=1, batch=2, log_every=2, eval_every=2),
     tiny_stage=StageConfig(steps=3, lr=3e-3, warmup=1, batch=2, log_every=2, eval_every=3),
 )
@@ -363,12 +387,23 @@ def evaluate(model, batches: list[torch.Tensor], teacher=None) -> dict:
     return out
 
 
-def train_stage(name: str, model, stage: StageConfig, cfg: TrainConfig, data: np.ndarray, held: list[torch.Tensor],
-                log: Log, rng: np.random.Generator, teacher=None) -> dict:
+def train_stage(
+    name: str,
+    model,
+    stage: StageConfig,
+    cfg: TrainConfig,
+    data: np.ndarray,
+    held: list[torch.Tensor],
+    log: Log,
+    rng: np.random.Generator,
+    teacher=None,
+) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, betas=(0.9, 0.95), weight_decay=0.1)
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"{name}: {n_params / 1e6:.2f}M parameters, {stage.steps} steps of {stage.batch}x{cfg.seq_len} tokens"
-        + (" (distilled from the target, KL at temperature 1)" if teacher is not None else ""))
+    log(
+        f"{name}: {n_params / 1e6:.2f}M parameters, {stage.steps} steps of {stage.batch}x{cfg.seq_len} tokens"
+        + (" (distilled from the target, KL at temperature 1)" if teacher is not None else "")
+    )
     model.train()
     started = time.perf_counter()
     running = None
@@ -395,7 +430,9 @@ def train_stage(name: str, model, stage: StageConfig, cfg: TrainConfig, data: np
         if (step + 1) % stage.log_every == 0 or step == 0:
             rate = (step + 1) * stage.batch * cfg.seq_len / (time.perf_counter() - started)
             kind = "kl" if teacher is not None else "loss"
-            log(f"{name} step {step + 1}/{stage.steps} {kind} {value:.4f} (ema {running:.4f}) lr {lr_at(step, stage):.2e} {rate:.0f} tok/s")
+            log(
+                f"{name} step {step + 1}/{stage.steps} {kind} {value:.4f} (ema {running:.4f}) lr {lr_at(step, stage):.2e} {rate:.0f} tok/s"
+            )
         if (step + 1) % stage.eval_every == 0 and step + 1 < stage.steps:
             log(f"{name} eval step {step + 1}: {json.dumps(_round(evaluate(model, held, teacher)))}")
     final = evaluate(model, held, teacher)
@@ -425,10 +462,16 @@ def greedy_continue(model, prefix: torch.Tensor, length: int) -> torch.Tensor:
     was_training = model.training
     model.eval()
     with autocast():
-        out = model.generate(input_ids=prefix, attention_mask=torch.ones_like(prefix), do_sample=False,
-                             max_new_tokens=length, min_new_tokens=length, pad_token_id=model.config.pad_token_id)
+        out = model.generate(
+            input_ids=prefix,
+            attention_mask=torch.ones_like(prefix),
+            do_sample=False,
+            max_new_tokens=length,
+            min_new_tokens=length,
+            pad_token_id=model.config.pad_token_id,
+        )
     model.train(was_training)
-    return out[:, prefix.shape[1]:]
+    return out[:, prefix.shape[1] :]
 
 
 def distinct_ngrams(tokens: torch.Tensor, n: int) -> float:
@@ -448,8 +491,18 @@ def greedy_repetition(model, data: np.ndarray, stage: UnlikelihoodConfig, rows: 
     return {f"greedy_distinct_{stage.ngram}grams": distinct_ngrams(cont, stage.ngram)}
 
 
-def alternate_with_mle(name: str, model, schedule: StageConfig, cfg: TrainConfig, data: np.ndarray, log: Log,
-                       rng: np.random.Generator, measure, term: str, term_step) -> dict:
+def alternate_with_mle(
+    name: str,
+    model,
+    schedule: StageConfig,
+    cfg: TrainConfig,
+    data: np.ndarray,
+    log: Log,
+    rng: np.random.Generator,
+    measure,
+    term: str,
+    term_step,
+) -> dict:
     """Fine-tuning that alternates ordinary next-token steps (even steps, `schedule.batch` x
     seq_len windows) with another loss (odd steps): `term_step()` returns that loss and any
     further scalars to log. The MLE steps keep the model close to the data."""
@@ -482,8 +535,11 @@ def alternate_with_mle(name: str, model, schedule: StageConfig, cfg: TrainConfig
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if (step + 1) % schedule.log_every == 0 or step < 2:
-            log(f"{name} step {step + 1}/{schedule.steps} " + " ".join(f"{k} (ema) {v:.4f}" for k, v in emas.items())
-                + f" lr {lr_at(step, schedule):.2e} {time.perf_counter() - started:.0f}s")
+            log(
+                f"{name} step {step + 1}/{schedule.steps} "
+                + " ".join(f"{k} (ema) {v:.4f}" for k, v in emas.items())
+                + f" lr {lr_at(step, schedule):.2e} {time.perf_counter() - started:.0f}s"
+            )
         if (step + 1) % schedule.eval_every == 0 and step + 1 < schedule.steps:
             log(f"{name} eval step {step + 1}: {json.dumps(_round(measure()))}")
     final = measure()
@@ -494,13 +550,23 @@ def alternate_with_mle(name: str, model, schedule: StageConfig, cfg: TrainConfig
     return final
 
 
-def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainConfig, data: np.ndarray,
-                       held: list[torch.Tensor], held_ids: np.ndarray, log: Log, rng: np.random.Generator) -> dict:
+def train_unlikelihood(
+    name: str,
+    model,
+    stage: UnlikelihoodConfig,
+    cfg: TrainConfig,
+    data: np.ndarray,
+    held: list[torch.Tensor],
+    held_ids: np.ndarray,
+    log: Log,
+    rng: np.random.Generator,
+) -> dict:
     """Sequence-level unlikelihood fine-tuning (Welleck et al., 2020), alternating with MLE steps.
 
     The unlikelihood term is -log(1 - p(x_t)) on the model's own greedy tokens that belong to
     a repeated n-gram, averaged over all continuation tokens: it removes probability from the
     loop the model would fall into."""
+
     def measure() -> dict:
         return {**evaluate(model, held), **greedy_repetition(model, held_ids, stage)}
 
@@ -514,9 +580,11 @@ def train_unlikelihood(name: str, model, stage: UnlikelihoodConfig, cfg: TrainCo
         loss = -(torch.log((1.0 - probs).clamp(min=1e-5)) * mask).sum() / mask.numel()
         return loss, {"repeated share of greedy tokens": mask.mean().item()}
 
-    log(f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and sequence unlikelihood "
+    log(
+        f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and sequence unlikelihood "
         f"({stage.batch} x {stage.prefix}+{stage.continuation} greedy tokens, {stage.ngram}-gram repeats); "
-        f"before: {json.dumps(_round(measure()))}")
+        f"before: {json.dumps(_round(measure()))}"
+    )
     schedule = StageConfig(stage.steps, stage.lr, stage.warmup, stage.batch, stage.log_every, stage.eval_every)
     return alternate_with_mle(name, model, schedule, cfg, data, log, rng, measure, "unlikelihood", unlikelihood_step)
 
@@ -538,12 +606,17 @@ def training_lines(data: np.ndarray, newline: np.ndarray, eos: int, stage: Ditto
     return spans[~has_eos]
 
 
-def repetition_batch(data: np.ndarray, lines: np.ndarray, stage: DittoConfig,
-                     rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def repetition_batch(
+    data: np.ndarray, lines: np.ndarray, stage: DittoConfig, rng: np.random.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows of `prefix` real tokens + one line repeated to `length` tokens; for each predicted
     position (index into the row minus 1) the position of the same token one repetition
     earlier (prev), and a mask of the positions in the second and later repetitions."""
-    rows, prev, mask = [], np.zeros((stage.batch, stage.length - 1), np.int64), np.zeros((stage.batch, stage.length - 1), np.float32)
+    rows, prev, mask = (
+        [],
+        np.zeros((stage.batch, stage.length - 1), np.int64),
+        np.zeros((stage.batch, stage.length - 1), np.float32),
+    )
     for r, (a, b) in enumerate(lines[rng.integers(0, len(lines), size=stage.batch)]):
         line = data[a:b].astype(np.int64)
         reps = -(-(stage.length - stage.prefix) // len(line))
@@ -555,11 +628,23 @@ def repetition_batch(data: np.ndarray, lines: np.ndarray, stage: DittoConfig,
     return torch.from_numpy(np.stack(rows)), torch.from_numpy(prev), torch.from_numpy(mask)
 
 
-def train_ditto(name: str, model, stage: DittoConfig, cfg: TrainConfig, data: np.ndarray, held: list[torch.Tensor],
-                held_ids: np.ndarray, newline: np.ndarray, eos: int, log: Log, rng: np.random.Generator) -> dict:
+def train_ditto(
+    name: str,
+    model,
+    stage: DittoConfig,
+    cfg: TrainConfig,
+    data: np.ndarray,
+    held: list[torch.Tensor],
+    held_ids: np.ndarray,
+    newline: np.ndarray,
+    eos: int,
+    log: Log,
+    rng: np.random.Generator,
+) -> dict:
     """DITTO (Xu et al., 2022), alternating with MLE steps: on a repeated line the loss is
     -log(1 - |p_n(x) - decay * p_(n-1)(x)|), p_(n-1) the (constant) probability of the same
     token one repetition earlier."""
+
     def measure() -> dict:  # the unlikelihood stage's loop measure, for comparison
         return {**evaluate(model, held), **greedy_repetition(model, held_ids, cfg.target_stage3)}
 
@@ -573,9 +658,11 @@ def train_ditto(name: str, model, stage: DittoConfig, cfg: TrainConfig, data: np
         gap = (probs - stage.decay * probs.detach().gather(1, prev)).abs()
         return -(torch.log((1.0 - gap).clamp(min=1e-5)) * mask).sum() / mask.sum(), {}
 
-    log(f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and DITTO ({stage.batch} x "
+    log(
+        f"{name}: {stage.steps} steps alternating MLE ({stage.batch}x{cfg.seq_len}) and DITTO ({stage.batch} x "
         f"{stage.prefix} tokens + a line of {stage.min_line}-{stage.max_line} tokens repeated to {stage.length}, "
-        f"decay {stage.decay}; {len(lines)} lines); before: {json.dumps(_round(measure()))}")
+        f"decay {stage.decay}; {len(lines)} lines); before: {json.dumps(_round(measure()))}"
+    )
     schedule = StageConfig(stage.steps, stage.lr, stage.warmup, stage.batch, stage.log_every, stage.eval_every)
     return alternate_with_mle(name, model, schedule, cfg, data, log, rng, measure, "ditto", ditto_step)
 
@@ -650,14 +737,38 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--stdlib", type=Path, default=None, help="stdlib folder (default: this interpreter's)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reuse-target", action="store_true", help="load tokenizer + target from --out, train drafts only")
-    ap.add_argument("--target-stage1", type=Path, default=None,
-                    help="resume: load this stage-1 target checkpoint (tokenizer from --out) instead of training stage 1")
-    ap.add_argument("--target-stage2", type=Path, default=None,
-                    help="resume: load this stage-2 target checkpoint (tokenizer from --out) and run only stage 3")
-    ap.add_argument("--stage3-steps", type=int, default=None, help="steps of the optional unlikelihood stage (full runs: 0, off; 600 and 1500 were tried)")
-    ap.add_argument("--ditto-steps", type=int, default=None, help="steps of the optional DITTO stage against line copying (full runs: 0, off)")
-    ap.add_argument("--target-only", action="store_true", help="stop after saving the target (for experiments with its stages)")
-    ap.add_argument("--keep-stage1", action="store_true", help="keep the intermediate target checkpoints (out/target-stage1, out/target-stage2)")
+    ap.add_argument(
+        "--target-stage1",
+        type=Path,
+        default=None,
+        help="resume: load this stage-1 target checkpoint (tokenizer from --out) instead of training stage 1",
+    )
+    ap.add_argument(
+        "--target-stage2",
+        type=Path,
+        default=None,
+        help="resume: load this stage-2 target checkpoint (tokenizer from --out) and run only stage 3",
+    )
+    ap.add_argument(
+        "--stage3-steps",
+        type=int,
+        default=None,
+        help="steps of the optional unlikelihood stage (full runs: 0, off; 600 and 1500 were tried)",
+    )
+    ap.add_argument(
+        "--ditto-steps",
+        type=int,
+        default=None,
+        help="steps of the optional DITTO stage against line copying (full runs: 0, off)",
+    )
+    ap.add_argument(
+        "--target-only", action="store_true", help="stop after saving the target (for experiments with its stages)"
+    )
+    ap.add_argument(
+        "--keep-stage1",
+        action="store_true",
+        help="keep the intermediate target checkpoints (out/target-stage1, out/target-stage2)",
+    )
     ap.add_argument("--no-data-md", action="store_true", help="do not write DATA.md next to --out")
     args = ap.parse_args(argv)
 
@@ -679,8 +790,10 @@ def main(argv: list[str] | None = None) -> dict:
     resuming = args.reuse_target or args.target_stage1 is not None or args.target_stage2 is not None
     log = Log(out / "train_log.txt", append=resuming)
     t_start = time.perf_counter()
-    log(f"specscope training ({'smoke' if args.smoke else 'full'}): python {platform.python_version()}, torch {torch.__version__}, "
-        f"threads {args.threads}, seed {cfg.seed}")
+    log(
+        f"specscope training ({'smoke' if args.smoke else 'full'}): python {platform.python_version()}, torch {torch.__version__}, "
+        f"threads {args.threads}, seed {cfg.seed}"
+    )
 
     root = args.stdlib or stdlib_root()
     files = list_stdlib_files(root)
@@ -690,8 +803,10 @@ def main(argv: list[str] | None = None) -> dict:
     if not held_files:  # tiny smoke subsets: hold out the last file
         train_files, held_files = train_files[:-1], train_files[-1:]
     prov = provenance(root, files, train_files, held_files)
-    log(f"data: {len(files)} files from {root} ({len(train_files)} train, {len(held_files)} held out), "
-        f"file list sha256 {prov['file_list_sha256'][:16]}")
+    log(
+        f"data: {len(files)} files from {root} ({len(train_files)} train, {len(held_files)} held out), "
+        f"file list sha256 {prov['file_list_sha256'][:16]}"
+    )
     order = rng.permutation(len(train_files))
     train_texts = [read_text(root, train_files[i]) for i in order]
     held_texts = [read_text(root, f) for f in held_files]
@@ -702,7 +817,9 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         tokenizer = train_tokenizer(train_texts, cfg.vocab_size)
         tokenizer.save_pretrained(out / "tokenizer")
-        log(f"tokenizer: vocab {len(tokenizer)}, eos {tokenizer.eos_token!r}={tokenizer.eos_token_id}, {time.perf_counter() - t0:.1f}s")
+        log(
+            f"tokenizer: vocab {len(tokenizer)}, eos {tokenizer.eos_token!r}={tokenizer.eos_token_id}, {time.perf_counter() - t0:.1f}s"
+        )
     train_ids = encode_corpus(tokenizer, train_texts)
     held_ids = encode_corpus(tokenizer, held_texts)
     n_bytes = sum(len(t.encode()) for t in train_texts)
@@ -717,7 +834,12 @@ def main(argv: list[str] | None = None) -> dict:
         metrics["target"] = evaluate(target, held)
         lines = (out / "train_log.txt").read_text(encoding="utf-8").splitlines()
         spent = 0.0
-        for marker in ("target final: ", "target stage 2 final: ", "target stage 3 final: ", "target DITTO final: "):  # training time of the run(s) that made it
+        for marker in (
+            "target final: ",
+            "target stage 2 final: ",
+            "target stage 3 final: ",
+            "target DITTO final: ",
+        ):  # training time of the run(s) that made it
             found = [line for line in lines if marker in line]
             if found:
                 spent += json.loads(found[-1].split(marker, 1)[1]).get("train_s") or 0.0
@@ -730,28 +852,60 @@ def main(argv: list[str] | None = None) -> dict:
             log(f"target stage 2 loaded from {args.target_stage2}: {json.dumps(_round(metrics['target_stage2']))}")
         else:
             if args.target_stage1 is not None:
-                target = LlamaForCausalLM.from_pretrained(args.target_stage1, dtype=torch.float32, local_files_only=True)
+                target = LlamaForCausalLM.from_pretrained(
+                    args.target_stage1, dtype=torch.float32, local_files_only=True
+                )
                 log(f"target stage 1 loaded from {args.target_stage1}: {json.dumps(_round(evaluate(target, held)))}")
             else:
                 torch.manual_seed(cfg.seed)
                 target = LlamaForCausalLM(cfg.target.config(vocab, eos, cfg.max_positions))
-                metrics["target_stage1"] = train_stage("target", target, cfg.target_stage, cfg, train_ids, held, log, rng)
+                metrics["target_stage1"] = train_stage(
+                    "target", target, cfg.target_stage, cfg, train_ids, held, log, rng
+                )
                 save_model(target, out / "target-stage1", "target-stage1")
             if cfg.target_stage2.steps:
                 target = target.to(torch.bfloat16).to(torch.float32)  # the same start as a resumed run
-                metrics["target_stage2"] = train_stage("target stage 2", target, cfg.target_stage2, cfg, train_ids,
-                                                       held, log, np.random.default_rng([cfg.seed, 3]))
+                metrics["target_stage2"] = train_stage(
+                    "target stage 2",
+                    target,
+                    cfg.target_stage2,
+                    cfg,
+                    train_ids,
+                    held,
+                    log,
+                    np.random.default_rng([cfg.seed, 3]),
+                )
                 save_model(target, out / "target-stage2", "target-stage2")
         if cfg.target_stage3.steps:
             target = target.to(torch.bfloat16).to(torch.float32)  # the same start as a resumed run
             torch.manual_seed(cfg.seed + 3)
-            metrics["target"] = train_unlikelihood("target stage 3", target, cfg.target_stage3, cfg, train_ids, held,
-                                                   held_ids, log, np.random.default_rng([cfg.seed, 4]))
+            metrics["target"] = train_unlikelihood(
+                "target stage 3",
+                target,
+                cfg.target_stage3,
+                cfg,
+                train_ids,
+                held,
+                held_ids,
+                log,
+                np.random.default_rng([cfg.seed, 4]),
+            )
         if cfg.target_ditto.steps:
             target = target.to(torch.bfloat16).to(torch.float32)  # the same start as a resumed run
             torch.manual_seed(cfg.seed + 5)
-            metrics["target"] = train_ditto("target DITTO", target, cfg.target_ditto, cfg, train_ids, held, held_ids,
-                                            newline_token_ids(tokenizer), eos, log, np.random.default_rng([cfg.seed, 5]))
+            metrics["target"] = train_ditto(
+                "target DITTO",
+                target,
+                cfg.target_ditto,
+                cfg,
+                train_ids,
+                held,
+                held_ids,
+                newline_token_ids(tokenizer),
+                eos,
+                log,
+                np.random.default_rng([cfg.seed, 5]),
+            )
         if not (cfg.target_stage3.steps or cfg.target_ditto.steps):
             metrics["target"] = metrics.get("target_stage2") or metrics.get("target_stage1") or evaluate(target, held)
         save_model(target, out / "target", "target")
@@ -774,16 +928,34 @@ def main(argv: list[str] | None = None) -> dict:
         init_draft_from_target(small, target, [0, cfg.target.layers - 1][: cfg.small.layers])
         log(f"draft-small initialised from target layers {[0, cfg.target.layers - 1][: cfg.small.layers]}")
     # Each draft stage has its own data stream, so --reuse-target reproduces a full run's drafts.
-    metrics["draft-small"] = train_stage("draft-small", small, cfg.small_stage, cfg, train_ids, held, log,
-                                         np.random.default_rng([cfg.seed, 1]), teacher=target)
+    metrics["draft-small"] = train_stage(
+        "draft-small",
+        small,
+        cfg.small_stage,
+        cfg,
+        train_ids,
+        held,
+        log,
+        np.random.default_rng([cfg.seed, 1]),
+        teacher=target,
+    )
     save_model(small, out / "draft-small", "draft-small")
     tokenizer.save_pretrained(out / "draft-small")
 
     # 3. draft-tiny: random init, narrow, a short distillation
     torch.manual_seed(cfg.seed + 2)
     tiny = LlamaForCausalLM(cfg.tiny.config(vocab, eos, cfg.max_positions))
-    metrics["draft-tiny"] = train_stage("draft-tiny", tiny, cfg.tiny_stage, cfg, train_ids, held, log,
-                                        np.random.default_rng([cfg.seed, 2]), teacher=target)
+    metrics["draft-tiny"] = train_stage(
+        "draft-tiny",
+        tiny,
+        cfg.tiny_stage,
+        cfg,
+        train_ids,
+        held,
+        log,
+        np.random.default_rng([cfg.seed, 2]),
+        teacher=target,
+    )
     save_model(tiny, out / "draft-tiny", "draft-tiny")
     tokenizer.save_pretrained(out / "draft-tiny")
 
@@ -792,19 +964,25 @@ def main(argv: list[str] | None = None) -> dict:
         for stage_dir in ("target-stage1", "target-stage2"):
             if (out / stage_dir).is_dir():
                 shutil.rmtree(out / stage_dir)
-    weight_bytes = sum((out / name / "model.safetensors").stat().st_size for name in ("target", "draft-small", "draft-tiny"))
+    weight_bytes = sum(
+        (out / name / "model.safetensors").stat().st_size for name in ("target", "draft-small", "draft-tiny")
+    )
     log(f"done in {total / 60:.1f} min; weights {weight_bytes / 1e6:.2f} MB")
     summary = {
         "mode": "smoke" if args.smoke else "full",
         "config": dataclasses.asdict(cfg),
         "data": {k: v for k, v in prov.items() if k != "heldout_files"},
         "heldout_files": held_files,
-        "tokens": {"train": int(len(train_ids)), "heldout": int(len(held_ids))},
+        "tokens": {"train": len(train_ids), "heldout": len(held_ids)},
         "metrics": {k: _round(v) for k, v in metrics.items()},
         "total_s": round(total, 1),
         "weight_bytes": weight_bytes,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": __import__("transformers").__version__, "tokenizers": __import__("tokenizers").__version__},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": __import__("transformers").__version__,
+            "tokenizers": __import__("tokenizers").__version__,
+        },
         "threads": args.threads,
     }
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

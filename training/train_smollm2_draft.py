@@ -75,9 +75,23 @@ class Config:
     threads: int = 1
 
 
-SMOKE = replace(Config(), train_prompts=6, gen_batch=3, gen_max_new=12, heldout_max_new=8, heldout_prompts=3,
-                text_windows=2, text_len=32, steps=4, chat_batch=2, text_batch=1, warmup=1, eval_every=2,
-                log_every=1, layers=1)
+SMOKE = replace(
+    Config(),
+    train_prompts=6,
+    gen_batch=3,
+    gen_max_new=12,
+    heldout_max_new=8,
+    heldout_prompts=3,
+    text_windows=2,
+    text_len=32,
+    steps=4,
+    chat_batch=2,
+    text_batch=1,
+    warmup=1,
+    eval_every=2,
+    log_every=1,
+    layers=1,
+)
 
 
 # ---------------------------------------------------------------------------- teacher data
@@ -113,10 +127,18 @@ def answer_batch(target, tok, batch: list[list[int]], cfg: Config, eos: int, max
     ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch])
     mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch])
     cap = TopKCapture(cfg.top_k)
-    gen = GenerationConfig(do_sample=sample, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new,
-                           eos_token_id=eos, pad_token_id=pad)
-    out = target.generate(input_ids=ids, attention_mask=mask, generation_config=gen,
-                          logits_processor=LogitsProcessorList([cap]))
+    gen = GenerationConfig(
+        do_sample=sample,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_new,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    out = target.generate(
+        input_ids=ids, attention_mask=mask, generation_config=gen, logits_processor=LogitsProcessorList([cap])
+    )
     new = out[:, width:]
     top_ids, top_logp = torch.stack(cap.ids, 1), torch.stack(cap.logp, 1)
     results = []
@@ -127,8 +149,18 @@ def answer_batch(target, tok, batch: list[list[int]], cfg: Config, eos: int, max
     return results
 
 
-def answer_prompts(target, tok, prompts: list[dict], cfg: Config, eos: int, max_new: int, log, what: str,
-                   cache: Path, until: float | None = None) -> list[dict]:
+def answer_prompts(
+    target,
+    tok,
+    prompts: list[dict],
+    cfg: Config,
+    eos: int,
+    max_new: int,
+    log,
+    what: str,
+    cache: Path,
+    until: float | None = None,
+) -> list[dict]:
     """Answer the prompts by sampling, a batch at a time, saving after each batch (resumable), and
     stopping at the wall-clock time `until` (epoch seconds) when one is given."""
     out: list[dict] = torch.load(cache, weights_only=False) if cache.is_file() else []
@@ -139,13 +171,15 @@ def answer_prompts(target, tok, prompts: list[dict], cfg: Config, eos: int, max_
         if until is not None and time.time() > until:
             log(f"{what}: time budget reached")
             break
-        chunk = prompts[b:b + cfg.gen_batch]
+        chunk = prompts[b : b + cfg.gen_batch]
         encoded = [chat_ids(tok, p) for p in chunk]
         for p, ids, (ans, ti, tl) in zip(chunk, encoded, answer_batch(target, tok, encoded, cfg, eos, max_new, True)):
             out.append({"prompt": ids, "answer": ans, "top_ids": ti, "top_logp": tl, "kind": p["kind"]})
         torch.save(out, cache)
-        log(f"{what}: {len(out)}/{len(prompts)} prompts answered, {sum(len(o['answer']) for o in out)} answer "
-            f"tokens, {time.perf_counter() - t0:.0f}s")
+        log(
+            f"{what}: {len(out)}/{len(prompts)} prompts answered, {sum(len(o['answer']) for o in out)} answer "
+            f"tokens, {time.perf_counter() - t0:.0f}s"
+        )
     return out
 
 
@@ -157,8 +191,10 @@ def text_corpus(tok, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray,
     docs = prompts_mod.docs_root()
     doc_files = sorted(docs.rglob("*.rst.txt")) if docs else []
     windows = []
-    for source, paths, reader in (("stdlib", train_files, lambda f: tm.read_text(root, f)),
-                                  ("docs", doc_files, lambda f: f.read_text(encoding="utf-8", errors="replace"))):
+    for source, paths, reader in (
+        ("stdlib", train_files, lambda f: tm.read_text(root, f)),
+        ("docs", doc_files, lambda f: f.read_text(encoding="utf-8", errors="replace")),
+    ):
         want = cfg.text_windows // 2 if doc_files else cfg.text_windows
         picked = rng.choice(len(paths), size=min(len(paths), want * 2), replace=False)
         got = 0
@@ -167,12 +203,14 @@ def text_corpus(tok, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray,
             if len(ids) <= cfg.text_len:
                 continue
             start = int(rng.integers(0, len(ids) - cfg.text_len))
-            windows.append(ids[start:start + cfg.text_len])
+            windows.append(ids[start : start + cfg.text_len])
             got += 1
             if got == want:
                 break
-    prov = {"stdlib": {"python": platform.python_version(), "files_in_split": len(train_files), "path": str(root)},
-            "docs": {"path": str(docs), "files": len(doc_files)}}
+    prov = {
+        "stdlib": {"python": platform.python_version(), "files_in_split": len(train_files), "path": str(root)},
+        "docs": {"path": str(docs), "files": len(doc_files)},
+    }
     return np.asarray(windows, dtype=np.int32), prov
 
 
@@ -181,7 +219,7 @@ def teacher_text(target, windows: np.ndarray, cfg: Config, log) -> tuple[np.ndar
     ids_out, logp_out = [], []
     t0 = time.perf_counter()
     for b in range(0, len(windows), 4):
-        x = torch.from_numpy(windows[b:b + 4]).long()
+        x = torch.from_numpy(windows[b : b + 4]).long()
         logp = F.log_softmax(target(input_ids=x, use_cache=False).logits.float(), dim=-1)
         v, i = logp.topk(cfg.top_k, dim=-1)
         ids_out.append(i.to(torch.int32).numpy())
@@ -199,15 +237,25 @@ def make_draft(target, cfg: Config):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     t = target.config
-    conf = LlamaConfig(vocab_size=t.vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-                       num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-                       max_position_embeddings=t.max_position_embeddings, rms_norm_eps=t.rms_norm_eps,
-                       rope_parameters=getattr(t, "rope_parameters", None), tie_word_embeddings=True,
-                       bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id, pad_token_id=t.pad_token_id)
+    conf = LlamaConfig(
+        vocab_size=t.vocab_size,
+        hidden_size=cfg.hidden,
+        intermediate_size=cfg.intermediate,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        num_key_value_heads=cfg.heads,
+        max_position_embeddings=t.max_position_embeddings,
+        rms_norm_eps=t.rms_norm_eps,
+        rope_parameters=getattr(t, "rope_parameters", None),
+        tie_word_embeddings=True,
+        bos_token_id=t.bos_token_id,
+        eos_token_id=t.eos_token_id,
+        pad_token_id=t.pad_token_id,
+    )
     draft = LlamaForCausalLM(conf)
     e = target.get_input_embeddings().weight.detach().float()
     _, vecs = torch.linalg.eigh(e.T @ e)  # ascending eigenvalues
-    basis = vecs[:, -cfg.hidden:].flip(-1)
+    basis = vecs[:, -cfg.hidden :].flip(-1)
     with torch.no_grad():
         draft.get_input_embeddings().weight.copy_(e @ basis)
     draft.tie_weights()
@@ -240,7 +288,7 @@ def chat_batch(rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     x = torch.zeros(len(seqs), width, dtype=torch.long)
     where, ids, logp = [], [], []
     for b, (r, s) in enumerate(zip(rows, seqs)):
-        x[b, :len(s)] = torch.tensor(s)
+        x[b, : len(s)] = torch.tensor(s)
         start = len(r["prompt"]) - 1  # the position whose next token is the answer's first
         where += [(b, start + j) for j in range(len(r["answer"]))]
         ids.append(torch.from_numpy(r["top_ids"]))
@@ -281,21 +329,26 @@ def heldout_alpha(draft, held: list[dict]) -> dict:
         a, kl = coarse_alpha(logits, ti, tl), coarse_kl(logits, ti, tl)
         for key in ("all", r["kind"]):
             s = sums.setdefault(key, [0.0, 0.0, 0])
-            s[0] += float(a.sum()); s[1] += float(kl.sum()); s[2] += len(a)  # noqa: E702
+            s[0] += float(a.sum())
+            s[1] += float(kl.sum())
+            s[2] += len(a)
     draft.train()
-    return {k: {"alpha_lb": round(v[0] / v[2], 4), "kl": round(v[1] / v[2], 4), "positions": v[2]}
-            for k, v in sums.items()}
+    return {
+        k: {"alpha_lb": round(v[0] / v[2], 4), "kl": round(v[1] / v[2], 4), "positions": v[2]} for k, v in sums.items()
+    }
 
 
-def train(draft, train_rows: list[dict], held_rows: list[dict], text: tuple, cfg: Config, log,
-          until: float | None = None) -> list[dict]:
+def train(
+    draft, train_rows: list[dict], held_rows: list[dict], text: tuple, cfg: Config, log, until: float | None = None
+) -> list[dict]:
     """AdamW on the coarse KL; ends after cfg.steps or at the wall-clock time `until`, whichever
     comes first (the learning-rate schedule follows whichever budget is further used)."""
     windows, t_ids, t_logp = text
     embed = [draft.get_input_embeddings().weight]
     rest = [p for p in draft.parameters() if p is not embed[0]]
-    opt = torch.optim.AdamW([{"params": rest, "lr": cfg.lr}, {"params": embed, "lr": cfg.embed_lr}],
-                            betas=(0.9, 0.98), weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        [{"params": rest, "lr": cfg.lr}, {"params": embed, "lr": cfg.embed_lr}], betas=(0.9, 0.98), weight_decay=0.0
+    )
     base = [cfg.lr, cfg.embed_lr]
     rng = np.random.default_rng(cfg.seed + 1)
     evals = [{"step": 0, **heldout_alpha(draft, held_rows)}]
@@ -323,8 +376,10 @@ def train(draft, train_rows: list[dict], held_rows: list[dict], text: tuple, cfg
         opt.step()
         running.append(loss_chat.item())
         if (step + 1) % cfg.log_every == 0:
-            log(f"step {step + 1}: chat KL {np.mean(running):.4f} (last {len(running)}), lr {opt.param_groups[0]['lr']:.2e}, "
-                f"{(time.perf_counter() - t0) / (step + 1):.2f}s/step")
+            log(
+                f"step {step + 1}: chat KL {np.mean(running):.4f} (last {len(running)}), lr {opt.param_groups[0]['lr']:.2e}, "
+                f"{(time.perf_counter() - t0) / (step + 1):.2f}s/step"
+            )
             running = []
         if (step + 1) % cfg.eval_every == 0:
             evals.append({"step": step + 1, **heldout_alpha(draft, held_rows)})
@@ -349,7 +404,8 @@ def exact_alpha(target, draft, held_rows: list[dict]) -> dict:
         a = torch.minimum(p, q).sum(-1)
         for key in ("all", r["kind"]):
             s = sums.setdefault(key, [0.0, 0])
-            s[0] += float(a.sum()); s[1] += len(a)  # noqa: E702
+            s[0] += float(a.sum())
+            s[1] += len(a)
     return {k: {"alpha": round(v[0] / v[1], 4), "positions": v[1]} for k, v in sums.items()}
 
 
@@ -367,17 +423,21 @@ def forward_cost(target, draft, held_rows: list[dict], reps: int = 5) -> dict:
                 times[name].append(time.perf_counter() - t)
                 past.crop(-1)
     med = {k: float(np.median(v)) for k, v in times.items()}
-    return {"target_ms": round(med["target"] * 1e3, 3), "draft_ms": round(med["draft"] * 1e3, 3),
-            "cost": round(med["draft"] / med["target"], 4)}
+    return {
+        "target_ms": round(med["target"] * 1e3, 3),
+        "draft_ms": round(med["draft"] * 1e3, 3),
+        "cost": round(med["draft"] / med["target"], 4),
+    }
 
 
 # ---------------------------------------------------------------------------- main
 
 
 def load_target(threads: int):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from specscope.core.loading import catalog
     from specscope.core.loading.chat import turn_end_id
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(threads)
     folder = catalog.resolve("smollm2")
@@ -403,7 +463,7 @@ def clock(hhmm: str | None) -> float | None:
     import datetime as dt
 
     h, m = (int(v) for v in hhmm.split(":"))
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
 
 
@@ -437,13 +497,34 @@ def parse_args(argv):
     ap.add_argument("--smoke", action="store_true", help="a few prompts and steps, to check the pipeline")
     ap.add_argument("--gen-until", help="HH:MM (UTC): stop answering training prompts then")
     ap.add_argument("--train-until", help="HH:MM (UTC): stop training then")
-    ap.add_argument("--shard", default="0/1", help="I/N: answer every N-th training prompt from the I-th (parallel "
-                                                   "workers); the training run (shard 0) reads every shard's answers")
-    ap.add_argument("--stage", choices=("all", "answers", "text", "train"), default="all",
-                    help="answers: only answer this shard's training prompts; text: only the text teacher; train: "
-                         "train on what the workers cached (waiting for the text teacher's file); all: the whole recipe")
-    for field in ("train_prompts", "text_windows", "steps", "layers", "hidden", "intermediate", "heads",
-                  "heldout_prompts", "gen_max_new", "threads", "eval_every", "chat_batch", "text_batch"):
+    ap.add_argument(
+        "--shard",
+        default="0/1",
+        help="I/N: answer every N-th training prompt from the I-th (parallel "
+        "workers); the training run (shard 0) reads every shard's answers",
+    )
+    ap.add_argument(
+        "--stage",
+        choices=("all", "answers", "text", "train"),
+        default="all",
+        help="answers: only answer this shard's training prompts; text: only the text teacher; train: "
+        "train on what the workers cached (waiting for the text teacher's file); all: the whole recipe",
+    )
+    for field in (
+        "train_prompts",
+        "text_windows",
+        "steps",
+        "layers",
+        "hidden",
+        "intermediate",
+        "heads",
+        "heldout_prompts",
+        "gen_max_new",
+        "threads",
+        "eval_every",
+        "chat_batch",
+        "text_batch",
+    ):
         ap.add_argument("--" + field.replace("_", "-"), type=int)
     return ap.parse_args(argv)
 
@@ -463,16 +544,35 @@ def main(argv: list[str] | None = None) -> dict:
     target, tok, eos, folder = load_target(cfg.threads)
     docs = prompts_mod.docs_root()
     train_p, held_p = prompts_mod.split_prompts(prompts_mod.build_prompts(docs) if docs else [], cfg.heldout_percent)
-    train_p = [train_p[i] for i in rng.permutation(len(train_p))[:cfg.train_prompts]]  # kinds mixed
+    train_p = [train_p[i] for i in rng.permutation(len(train_p))[: cfg.train_prompts]]  # kinds mixed
     held_p = stratified(held_p, cfg.heldout_prompts)
     log(f"prompts: {len(train_p)} training, {len(held_p)} held-out (docs: {docs})")
     tag = f"k{cfg.top_k}-n{cfg.gen_max_new}"
     if args.stage in ("all", "answers", "train"):
-        held_rows = answer_prompts(target, tok, held_p, cfg, eos, cfg.heldout_max_new, log, "held-out",
-                                   args.work / f"held-{tag}-{len(held_p)}-{cfg.heldout_max_new}.pt")
+        held_rows = answer_prompts(
+            target,
+            tok,
+            held_p,
+            cfg,
+            eos,
+            cfg.heldout_max_new,
+            log,
+            "held-out",
+            args.work / f"held-{tag}-{len(held_p)}-{cfg.heldout_max_new}.pt",
+        )
     if args.stage in ("all", "answers"):
-        answer_prompts(target, tok, train_p[shard::shards], cfg, eos, cfg.gen_max_new, log, "train",
-                       args.work / f"train-{tag}-{len(train_p)}-s{shard}of{shards}.pt", until=clock(args.gen_until))
+        answer_prompts(
+            target,
+            tok,
+            train_p[shard::shards],
+            cfg,
+            eos,
+            cfg.gen_max_new,
+            log,
+            "train",
+            args.work / f"train-{tag}-{len(train_p)}-s{shard}of{shards}.pt",
+            until=clock(args.gen_until),
+        )
         if args.stage == "answers":
             return {}
     windows, text_prov = text_corpus(tok, cfg, rng)
@@ -483,14 +583,14 @@ def main(argv: list[str] | None = None) -> dict:
     shard_files = f"train-{tag}-{len(train_p)}-s*of{shards}.pt"
     while args.stage == "train" and not (text_file.is_file() and len(list(args.work.glob(shard_files))) == shards):
         time.sleep(10)  # the text worker or an answering worker has not saved yet
-    t_ids, t_logp = cached(text_file,
-                           lambda: teacher_text(target, windows, cfg, log), log)
+    t_ids, t_logp = cached(text_file, lambda: teacher_text(target, windows, cfg, log), log)
     if args.stage == "text":
         return {}
-    train_rows = [r for f in sorted(args.work.glob(shard_files))
-                  for r in torch.load(f, weights_only=False)]
-    log(f"training answers: {len(train_rows)} prompts, {sum(len(r['answer']) for r in train_rows)} tokens "
-        f"({shards} shards)")
+    train_rows = [r for f in sorted(args.work.glob(shard_files)) for r in torch.load(f, weights_only=False)]
+    log(
+        f"training answers: {len(train_rows)} prompts, {sum(len(r['answer']) for r in train_rows)} tokens "
+        f"({shards} shards)"
+    )
     draft = make_draft(target, cfg)
     log(f"draft: {sum(p.numel() for p in draft.parameters()) / 1e6:.2f}M parameters")
     t0 = time.perf_counter()
@@ -502,13 +602,26 @@ def main(argv: list[str] | None = None) -> dict:
     cost = forward_cost(target, draft, held_rows)
     log(f"exact held-out alpha {alpha}; cost {cost}")
     size = sum(f.stat().st_size for f in args.out.glob("*.safetensors"))
-    report = {"config": asdict(cfg), "target": {"checkpoint": str(folder), "model": "SmolLM2-135M-Instruct Q4_1"},
-              "data": {"train_prompts": len(train_p), "heldout_prompts": len(held_p),
-                       "train_answer_tokens": sum(len(r["answer"]) for r in train_rows),
-                       "heldout_answer_tokens": sum(len(r["answer"]) for r in held_rows),
-                       "text_windows": len(windows), "text_tokens": int(windows.size), **text_prov},
-              "train_seconds": round(train_s, 1), "evals": evals, "heldout_alpha": alpha, "forward_cost": cost,
-              "weights_bytes": size, "torch": torch.__version__, "machine": platform.machine()}
+    report = {
+        "config": asdict(cfg),
+        "target": {"checkpoint": str(folder), "model": "SmolLM2-135M-Instruct Q4_1"},
+        "data": {
+            "train_prompts": len(train_p),
+            "heldout_prompts": len(held_p),
+            "train_answer_tokens": sum(len(r["answer"]) for r in train_rows),
+            "heldout_answer_tokens": sum(len(r["answer"]) for r in held_rows),
+            "text_windows": len(windows),
+            "text_tokens": int(windows.size),
+            **text_prov,
+        },
+        "train_seconds": round(train_s, 1),
+        "evals": evals,
+        "heldout_alpha": alpha,
+        "forward_cost": cost,
+        "weights_bytes": size,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+    }
     (args.out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
     log.close()
     return report

@@ -22,7 +22,21 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "NOTES_MARKER", "SCALE_BEGIN", "SCALE_END", "SCHEMA", "Bench", "BenchError", "Method", "Sample", "add_bench_parser",
-    "cmd_bench", "default_specs", "format_table", "machine_info", "method_name", "select_prompts", "settings_of",
+    "NOTES_MARKER",
+    "SCALE_BEGIN",
+    "SCALE_END",
+    "SCHEMA",
+    "Bench",
+    "BenchError",
+    "Method",
+    "Sample",
+    "add_bench_parser",
+    "cmd_bench",
+    "default_specs",
+    "format_table",
+    "machine_info",
+    "method_name",
+    "select_prompts",
+    "settings_of",
     "write_markdown",
 ]

@@ -23,44 +23,87 @@ def add_bench_parser(subparsers: Any) -> None:
         "bench",
         help="benchmark the decoder against plain decoding and transformers' assisted generation",
         description="Benchmark specscope's decoder against plain decoding and transformers' assisted generation at "
-                    "batch size 1: throughput, prefill apart from decode, each method's peak memory, acceptance "
-                    "(also under vLLM's and llama.cpp's definitions) per prompt kind; --json keeps the raw samples.",
+        "batch size 1: throughput, prefill apart from decode, each method's peak memory, acceptance "
+        "(also under vLLM's and llama.cpp's definitions) per prompt kind; --json keeps the raw samples.",
     )
-    p.add_argument("--quick", action="store_true",
-                   help="a short version: 1 prompt of each kind, k=4, 3 repetitions, 24 tokens, warm-up on one "
-                        "prompt, memory measured in the first mode only and not for the traced rows")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short version: 1 prompt of each kind, k=4, 3 repetitions, 24 tokens, warm-up on one "
+        "prompt, memory measured in the first mode only and not for the traced rows",
+    )
     p.add_argument("--json", action="store_true", help="print machine-readable results (raw samples included)")
-    p.add_argument("--markdown", default=None, metavar="FILE",
-                   help="write the tables (with machine and versions) to FILE, keeping its scale and notes sections")
-    p.add_argument("--force", action="store_true",
-                   help="let --markdown replace a file the bench did not write (never a trace store)")
-    p.add_argument("--from-json", default=None, metavar="FILE",
-                   help="run nothing: read the results of an earlier `bench --json` from FILE (with --markdown)")
-    p.add_argument("--target", default=None,
-                   help="target checkpoint, GGUF file or fetched model's name, e.g. smollm2 (default: bundled)")
-    p.add_argument("--draft", action="append", default=None, metavar="DRAFT",
-                   help="'small', 'tiny' or a checkpoint path; repeat for several (default: small and tiny; for a "
-                        "named target with a default draft, that draft)")
-    p.add_argument("--chat", action="store_true",
-                   help="the chat prompts (resources/prompts/chat.json: chat, summary, code) through the target's "
-                        "chat template, stopping at the end of its turn, instead of the code prompts")
-    p.add_argument("--proposer", action="append", default=None, metavar="SPEC",
-                   help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4 or "
-                        "eagle3:PATH; repeat for several (default: every registered kind that needs no model, at its "
-                        "defaults, and the bundled target's head where it fits the target: eagle3); eagle3 alone "
-                        "with a named target that ships its own head is that head (--target smollm2: eagle3-smollm2)")
-    p.add_argument("--tree", action="append", default=None, metavar="SPEC",
-                   help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
-                        "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)")
-    p.add_argument("--children", default=DEFAULT_CHILDREN, choices=CHILDREN_MENU,
-                   help="how the --tree rows choose siblings (default: topk)")
+    p.add_argument(
+        "--markdown",
+        default=None,
+        metavar="FILE",
+        help="write the tables (with machine and versions) to FILE, keeping its scale and notes sections",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="let --markdown replace a file the bench did not write (never a trace store)",
+    )
+    p.add_argument(
+        "--from-json",
+        default=None,
+        metavar="FILE",
+        help="run nothing: read the results of an earlier `bench --json` from FILE (with --markdown)",
+    )
+    p.add_argument(
+        "--target",
+        default=None,
+        help="target checkpoint, GGUF file or fetched model's name, e.g. smollm2 (default: bundled)",
+    )
+    p.add_argument(
+        "--draft",
+        action="append",
+        default=None,
+        metavar="DRAFT",
+        help="'small', 'tiny' or a checkpoint path; repeat for several (default: small and tiny; for a "
+        "named target with a default draft, that draft)",
+    )
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="the chat prompts (resources/prompts/chat.json: chat, summary, code) through the target's "
+        "chat template, stopping at the end of its turn, instead of the code prompts",
+    )
+    p.add_argument(
+        "--proposer",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="a proposer spec without a model to bench besides the drafts, e.g. lookup:max_ngram=4 or "
+        "eagle3:PATH; repeat for several (default: every registered kind that needs no model, at its "
+        "defaults, and the bundled target's head where it fits the target: eagle3); eagle3 alone "
+        "with a named target that ships its own head is that head (--target smollm2: eagle3-smollm2)",
+    )
+    p.add_argument(
+        "--tree",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="also bench a token tree drafted by the first draft: e.g. 3,2,1 (static) or "
+        "dynamic:nodes=16,depth=5,topk=4; repeat for several (one row each, k does not apply)",
+    )
+    p.add_argument(
+        "--children",
+        default=DEFAULT_CHILDREN,
+        choices=CHILDREN_MENU,
+        help="how the --tree rows choose siblings (default: topk)",
+    )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
     p.add_argument("--k", default=None, help="comma-separated draft lengths (default: 2,4,6; quick: 4)")
     p.add_argument("--max-new", type=int, default=None, help="tokens per prompt (default: 128; quick: 24)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (default: 5; quick: 3)")
-    p.add_argument("--prompts", type=int, default=None,
-                   help="use the first N bundled example prompts of each kind (default: all; quick: 1)")
+    p.add_argument(
+        "--prompts",
+        type=int,
+        default=None,
+        help="use the first N bundled example prompts of each kind (default: all; quick: 1)",
+    )
     p.add_argument("--kinds", default=None, help="comma-separated prompt kinds to use (default: all bundled kinds)")
     p.add_argument("--mode", choices=("greedy", "sampled", "both"), default="both", help="default: both")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
@@ -128,37 +171,65 @@ def machine_info(device: Any) -> dict[str, Any]:
     except OSError:
         pass
     info = {
-        "cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-        "platform": platform.platform(), "device": str(device),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "device": str(device),
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
 
 
-def memory_spec(method: Any, mode: str, args: argparse.Namespace, draft_refs: dict[str, str], prompts: list[list[int]],
-                max_new: int, eos: int | None, device: Any) -> dict[str, Any]:
+def memory_spec(
+    method: Any,
+    mode: str,
+    args: argparse.Namespace,
+    draft_refs: dict[str, str],
+    prompts: list[list[int]],
+    max_new: int,
+    eos: int | None,
+    device: Any,
+) -> dict[str, Any]:
     """What a memory child needs to rebuild exactly this method (see memory.py)."""
     traced = method.name.endswith("traced+stored")
     return {
-        "method": method.name, "mode": mode, "temperature": 0.0 if mode == "greedy" else 1.0,
-        "target_ref": args.target, "draft_label": method.draft,
+        "method": method.name,
+        "mode": mode,
+        "temperature": 0.0 if mode == "greedy" else 1.0,
+        "target_ref": args.target,
+        "draft_label": method.draft,
         "draft_ref": draft_refs.get(method.draft) if method.draft else None,
-        "device": str(device), "dtype": args.dtype, "threads": args.threads,
-        "k": method.k or 1, "max_new": max_new, "eos": eos, "prompts": prompts,
+        "device": str(device),
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "k": method.k or 1,
+        "max_new": max_new,
+        "eos": eos,
+        "prompts": prompts,
         "specs": [method.spec] if method.family == "specscope" and method.spec else [],
-        "include_transformers": method.family == "transformers", "include_traced": traced,
+        "include_transformers": method.family == "transformers",
+        "include_traced": traced,
     }
 
 
-def new_results(machine: dict[str, Any], settings: dict[str, Any], prompts: list[Any], prompt_ids: list[list[int]]) -> dict[str, Any]:
+def new_results(
+    machine: dict[str, Any], settings: dict[str, Any], prompts: list[Any], prompt_ids: list[list[int]]
+) -> dict[str, Any]:
     """The JSON's frame; `modes` is filled with each mode's rows (see report.py)."""
     return {
-        "schema": SCHEMA, "machine": machine, "settings": settings,
+        "schema": SCHEMA,
+        "machine": machine,
+        "settings": settings,
         "command": "specscope " + " ".join(sys.argv[1:]),
-        "prompts": [{"name": p.name, "kind": p.kind, "tokens": len(ids), "description": getattr(p, "description", "")}
-                    for p, ids in zip(prompts, prompt_ids)],
+        "prompts": [
+            {"name": p.name, "kind": p.kind, "tokens": len(ids), "description": getattr(p, "description", "")}
+            for p, ids in zip(prompts, prompt_ids)
+        ],
         "modes": {},
     }
 
@@ -211,6 +282,7 @@ def _encode_prompts(chosen: list[Any], chat: bool, target: Any, tokenizer: Any) 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs both modes, then the memory children
     import torch
+
     from specscope.core import SamplingConfig
     from specscope.core.draft.registry import for_target
     from specscope.core.loading import models as loading
@@ -225,7 +297,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     chosen = select_prompts(_bench_prompts(args.chat), settings["prompts_per_kind"], settings["kinds"])
     device = loading.resolve_device(args.device)
     draft_names = args.draft or _default_drafts(args.target)
-    pairs = {name: loading.load_models(target=args.target, draft=name, device=device, dtype=args.dtype) for name in draft_names}
+    pairs = {
+        name: loading.load_models(target=args.target, draft=name, device=device, dtype=args.dtype)
+        for name in draft_names
+    }
     first = next(iter(pairs.values()))
     target, tokenizer = first.target, first.tokenizer
     labels = {name: Path(name).name if "/" in name else name for name in draft_names}
@@ -241,18 +316,35 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     specs_of_memory = []
     for mode in modes:
         sampling = SamplingConfig(temperature=0.0) if mode == "greedy" else SamplingConfig(temperature=1.0)
-        _say(f"== {mode}: {len(prompt_ids)} prompts ({', '.join(dict.fromkeys(kinds))}), k in {settings['ks']}, "
-             f"{settings['max_new']} tokens, {settings['reps']} repetitions")
-        bench = Bench(target, drafts, prompt_ids, ks=settings["ks"], max_new=settings["max_new"], reps=settings["reps"],
-                      sampling=sampling, eos=eos, device=device, include_transformers=not args.no_transformers,
-                      progress=_say, specs=default_specs(list(drafts), proposers, target, args.target) + trees, kinds=kinds,
-                      warm_every_prompt=not args.quick)
+        _say(
+            f"== {mode}: {len(prompt_ids)} prompts ({', '.join(dict.fromkeys(kinds))}), k in {settings['ks']}, "
+            f"{settings['max_new']} tokens, {settings['reps']} repetitions"
+        )
+        bench = Bench(
+            target,
+            drafts,
+            prompt_ids,
+            ks=settings["ks"],
+            max_new=settings["max_new"],
+            reps=settings["reps"],
+            sampling=sampling,
+            eos=eos,
+            device=device,
+            include_transformers=not args.no_transformers,
+            progress=_say,
+            specs=default_specs(list(drafts), proposers, target, args.target) + trees,
+            kinds=kinds,
+            warm_every_prompt=not args.quick,
+        )
         bench.run()
         results["modes"][mode] = bench.rows()
         if not (args.quick and mode != modes[0]):  # --quick: one mode's memory (the modes differ by a few MB)
             # --quick also leaves out the traced rows' memory (the same models plus the writer)
-            specs_of_memory += [memory_spec(m, mode, args, draft_refs, prompt_ids, settings["max_new"], eos, device)
-                                for m in bench.methods if not (args.quick and "traced" in m.name)]
+            specs_of_memory += [
+                memory_spec(m, mode, args, draft_refs, prompt_ids, settings["max_new"], eos, device)
+                for m in bench.methods
+                if not (args.quick and "traced" in m.name)
+            ]
         if not args.json:
             print(f"\n### {mode}\n")
             print(format_table(results["modes"][mode]))

@@ -15,8 +15,10 @@ from .metrics import explain
 NOTES_MARKER = "<!-- notes: kept when the bench rewrites this file -->"
 SCALE_BEGIN = "<!-- scale:begin -->"
 SCALE_END = "<!-- scale:end -->"
-SCALE_PLACEHOLDER = (f"{SCALE_BEGIN}\n## Scale\n\n_Not measured yet: `python scripts/measure_scale.py` writes this "
-                     f"section; `specscope bench --markdown` keeps it as it is._\n{SCALE_END}")
+SCALE_PLACEHOLDER = (
+    f"{SCALE_BEGIN}\n## Scale\n\n_Not measured yet: `python scripts/measure_scale.py` writes this "
+    f"section; `specscope bench --markdown` keeps it as it is._\n{SCALE_END}"
+)
 
 
 def _f(value: Any, fmt: str = ".2f", suffix: str = "") -> str:
@@ -32,8 +34,10 @@ def _interval(r: dict[str, Any], key: str, fmt: str = ".1f", suffix: str = "") -
 def _name(r: dict[str, Any]) -> str:
     name = r["method"]
     if "tracing_overhead_median" in r:
-        name += (f" (overhead {100 * r['tracing_overhead_median']:+.1f}%, {100 * r['tracing_overhead_min']:+.1f}.."
-                 f"{100 * r['tracing_overhead_max']:+.1f}%)")
+        name += (
+            f" (overhead {100 * r['tracing_overhead_median']:+.1f}%, {100 * r['tracing_overhead_min']:+.1f}.."
+            f"{100 * r['tracing_overhead_max']:+.1f}%)"
+        )
     return name
 
 
@@ -45,15 +49,34 @@ def _table(head: list[str], lines: list[list[str]]) -> str:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The main table: whole runs and the decode part, acceptance, orchestration, prediction."""
-    head = ["method", "tokens/s (median, min-max)", "speedup vs plain", "decode tokens/s", "decode speedup",
-            "mean acc. len", "acc. rate", "orchestration", "predicted speedup"]
-    return _table(head, [[
-        _name(r), _interval(r, "tokens_per_s"), _interval(r, "speedup", ".2f", "x"),
-        _interval(r, "decode_tokens_per_s"), _interval(r, "decode_speedup", ".2f", "x"),
-        _f(r.get("mean_accepted_length")), _f(r.get("acceptance_rate")),
-        _f(100 * r["orchestration_share"], ".1f", "%") if "orchestration_share" in r else "",
-        _f(r.get("predicted_speedup"), ".2f", "x"),
-    ] for r in rows])
+    head = [
+        "method",
+        "tokens/s (median, min-max)",
+        "speedup vs plain",
+        "decode tokens/s",
+        "decode speedup",
+        "mean acc. len",
+        "acc. rate",
+        "orchestration",
+        "predicted speedup",
+    ]
+    return _table(
+        head,
+        [
+            [
+                _name(r),
+                _interval(r, "tokens_per_s"),
+                _interval(r, "speedup", ".2f", "x"),
+                _interval(r, "decode_tokens_per_s"),
+                _interval(r, "decode_speedup", ".2f", "x"),
+                _f(r.get("mean_accepted_length")),
+                _f(r.get("acceptance_rate")),
+                _f(100 * r["orchestration_share"], ".1f", "%") if "orchestration_share" in r else "",
+                _f(r.get("predicted_speedup"), ".2f", "x"),
+            ]
+            for r in rows
+        ],
+    )
 
 
 def kind_table(rows: list[dict[str, Any]], kinds: list[str]) -> str:
@@ -75,14 +98,31 @@ def kind_table(rows: list[dict[str, Any]], kinds: list[str]) -> str:
 
 def prefill_table(rows: list[dict[str, Any]]) -> str:
     head = ["method", "prefill target ms", "prefill draft ms", "time to first tokens ms", "decode tokens/s"]
-    return _table(head, [[r["method"], _interval(r, "prefill_target_ms", ".2f"), _interval(r, "prefill_draft_ms", ".2f"),
-                          _interval(r, "ttft_ms", ".2f"), _interval(r, "decode_tokens_per_s")] for r in rows])
+    return _table(
+        head,
+        [
+            [
+                r["method"],
+                _interval(r, "prefill_target_ms", ".2f"),
+                _interval(r, "prefill_draft_ms", ".2f"),
+                _interval(r, "ttft_ms", ".2f"),
+                _interval(r, "decode_tokens_per_s"),
+            ]
+            for r in rows
+        ],
+    )
 
 
 def memory_table(rows: list[dict[str, Any]]) -> str:
     cuda = any("cuda_max_allocated_mb" in r.get("memory", {}) for r in rows)
-    head = ["method", "weights MB", "RSS after imports MB", "RSS with models MB", "peak RSS while decoding MB",
-            "decoding added MB"] + (["CUDA max allocated MB"] if cuda else [])
+    head = [
+        "method",
+        "weights MB",
+        "RSS after imports MB",
+        "RSS with models MB",
+        "peak RSS while decoding MB",
+        "decoding added MB",
+    ] + (["CUDA max allocated MB"] if cuda else [])
     lines = []
     for r in rows:
         m = r.get("memory")
@@ -91,29 +131,44 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
         if "error" in m:
             lines.append([r["method"], f"not measured: {m['error']}"] + [""] * (len(head) - 2))
             continue
-        cells = [r["method"], _f(m["weights_mb"], ".1f"), _f(m["rss_start_mb"], ".0f"), _f(m["rss_loaded_mb"], ".0f"),
-                 _f(m["peak_rss_mb"], ".0f"), _f(m["peak_rss_mb"] - m["rss_loaded_mb"], ".0f")]
+        cells = [
+            r["method"],
+            _f(m["weights_mb"], ".1f"),
+            _f(m["rss_start_mb"], ".0f"),
+            _f(m["rss_loaded_mb"], ".0f"),
+            _f(m["peak_rss_mb"], ".0f"),
+            _f(m["peak_rss_mb"] - m["rss_loaded_mb"], ".0f"),
+        ]
         lines.append(cells + ([_f(m.get("cuda_max_allocated_mb"), ".1f")] if cuda else []))
     return _table(head, lines) if lines else "_Not measured in this run (`--no-memory`)._"
 
 
 def acceptance_table(rows: list[dict[str, Any]]) -> str:
-    head = ["method", "specscope: mean acc. len / acc. rate", "vLLM: mean acceptance length",
-            "vLLM: per-position acceptance rate", "vLLM: draft acceptance rate", "llama.cpp: n_accept / n_drafted = accept"]
+    head = [
+        "method",
+        "specscope: mean acc. len / acc. rate",
+        "vLLM: mean acceptance length",
+        "vLLM: per-position acceptance rate",
+        "vLLM: draft acceptance rate",
+        "llama.cpp: n_accept / n_drafted = accept",
+    ]
     lines = []
     for r in rows:
         if "vllm" not in r:
             continue
         v, l = r["vllm"], r["llamacpp"]
         unresolved = v["eos_rounds_unresolved"]
-        lines.append([
-            r["method"] + (f" ({unresolved} EOS rounds unresolved)" if unresolved else ""),
-            f"{r['mean_accepted_length']:.2f} / {r['acceptance_rate']:.3f}",
-            f"{v['mean_acceptance_length']:.2f}",
-            ", ".join(f"{x:.3f}" for x in v["per_position_acceptance_rate"]),
-            _f(v["draft_acceptance_rate"], ".3f"),
-            f"{l['n_accept']} / {l['n_drafted']} = " + _f(l["draft_acceptance_rate"] and 100 * l["draft_acceptance_rate"], ".1f", "%"),
-        ])
+        lines.append(
+            [
+                r["method"] + (f" ({unresolved} EOS rounds unresolved)" if unresolved else ""),
+                f"{r['mean_accepted_length']:.2f} / {r['acceptance_rate']:.3f}",
+                f"{v['mean_acceptance_length']:.2f}",
+                ", ".join(f"{x:.3f}" for x in v["per_position_acceptance_rate"]),
+                _f(v["draft_acceptance_rate"], ".3f"),
+                f"{l['n_accept']} / {l['n_drafted']} = "
+                + _f(l["draft_acceptance_rate"] and 100 * l["draft_acceptance_rate"], ".1f", "%"),
+            ]
+        )
     return _table(head, lines)
 
 
@@ -131,7 +186,9 @@ def slow_settings(results: dict[str, Any]) -> list[dict[str, Any]]:
             if r["speedup_median"] < 1.0 and (not kinds or len(slow) == len(kinds)):
                 out.append({"mode": mode, "method": r["method"], "kind": "every kind", **_without_nested(r)})
                 continue
-            out += [{"mode": mode, "method": r["method"], "kind": kind, **_without_nested(kinds[kind])} for kind in slow]
+            out += [
+                {"mode": mode, "method": r["method"], "kind": kind, **_without_nested(kinds[kind])} for kind in slow
+            ]
     return out
 
 
@@ -144,12 +201,25 @@ def slow_table(results: dict[str, Any]) -> str:
     if not slow:
         return "_Every measured setting was at least as fast as plain decoding in this run._"
     head = ["temperature", "method", "prompts", "measured speedup", "predicted", "E", "n", "c", "v", "alpha", "why"]
-    return _table(head, [[
-        "0 (greedy)" if s["mode"] == "greedy" else "1 (sampled)", s["method"], s["kind"],
-        _interval(s, "speedup", ".2f", "x"), _f(s.get("predicted_speedup"), ".2f", "x"),
-        _f(s.get("expected_tokens_per_round")), _f(s.get("mean_drafted_per_round")), _f(s.get("cost_c"), ".3f"),
-        _f(s.get("cost_v")), _f(s.get("alpha")), explain(s),
-    ] for s in slow])
+    return _table(
+        head,
+        [
+            [
+                "0 (greedy)" if s["mode"] == "greedy" else "1 (sampled)",
+                s["method"],
+                s["kind"],
+                _interval(s, "speedup", ".2f", "x"),
+                _f(s.get("predicted_speedup"), ".2f", "x"),
+                _f(s.get("expected_tokens_per_round")),
+                _f(s.get("mean_drafted_per_round")),
+                _f(s.get("cost_c"), ".3f"),
+                _f(s.get("cost_v")),
+                _f(s.get("alpha")),
+                explain(s),
+            ]
+            for s in slow
+        ],
+    )
 
 
 DEFINITIONS = """\
@@ -220,34 +290,66 @@ def scale_block(old: str) -> str | None:
     end = old.find(SCALE_END, start)
     if start < 0 or end < 0:
         return None
-    return old[start:end + len(SCALE_END)]
+    return old[start : end + len(SCALE_END)]
 
 
 def generated_text(results: dict[str, Any]) -> list[str]:  # long: the file's fixed outline, one section after another
     m, s = results["machine"], results["settings"]
     kinds = list(dict.fromkeys(p["kind"] for p in results.get("prompts", [])))
     lines = [
-        "# Benchmarks", "",
-        f"Command: `{results['command']}` (regenerates this file; `--from-json FILE` rewrites it from saved results).", "",
+        "# Benchmarks",
+        "",
+        f"Command: `{results['command']}` (regenerates this file; `--from-json FILE` rewrites it from saved results).",
+        "",
         f"Machine: {m['cpu']}, {m['cores']} cores, torch threads {m['torch_threads']}, device {m['device']}"
-        + (f" ({m['gpu']})" if "gpu" in m else "") + f"; Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}.", "",
+        + (f" ({m['gpu']})" if "gpu" in m else "")
+        + f"; Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}.",
+        "",
         f"Settings: k in {s['ks']}, {s['max_new']} new tokens per prompt, {s['reps']} interleaved repetitions after a "
-        f"warm-up, batch size {s.get('batch_size', 1)}. Intervals are min-max over the repetitions.", "",
-        DEFINITIONS, "",
-        "## Prompts", "",
-        _table(["prompt", "kind", "prompt tokens", "what"],
-               [[p["name"], p["kind"], str(p["tokens"]), p.get("description", "")] for p in results.get("prompts", [])]), "",
+        f"warm-up, batch size {s.get('batch_size', 1)}. Intervals are min-max over the repetitions.",
+        "",
+        DEFINITIONS,
+        "",
+        "## Prompts",
+        "",
+        _table(
+            ["prompt", "kind", "prompt tokens", "what"],
+            [[p["name"], p["kind"], str(p["tokens"]), p.get("description", "")] for p in results.get("prompts", [])],
+        ),
+        "",
     ]
     for mode, rows in results["modes"].items():
-        lines += [f"## {mode}", "", format_table(rows), "",
-                  f"### {mode}: per prompt kind", "", kind_table(rows, kinds), "",
-                  f"### {mode}: prefill and decode", "", prefill_table(rows), "",
-                  f"### {mode}: memory", "", memory_table(rows), "",
-                  f"### {mode}: acceptance under vLLM's and llama.cpp's definitions", "", acceptance_table(rows), ""]
-    lines += ["## When speculation does not pay", "",
-              "Settings measured slower than plain decoding on this machine (median of the paired repetitions "
-              "below 1), over all prompts and per prompt kind, with the cost model's terms from the same runs.", "",
-              slow_table(results), ""]
+        lines += [
+            f"## {mode}",
+            "",
+            format_table(rows),
+            "",
+            f"### {mode}: per prompt kind",
+            "",
+            kind_table(rows, kinds),
+            "",
+            f"### {mode}: prefill and decode",
+            "",
+            prefill_table(rows),
+            "",
+            f"### {mode}: memory",
+            "",
+            memory_table(rows),
+            "",
+            f"### {mode}: acceptance under vLLM's and llama.cpp's definitions",
+            "",
+            acceptance_table(rows),
+            "",
+        ]
+    lines += [
+        "## When speculation does not pay",
+        "",
+        "Settings measured slower than plain decoding on this machine (median of the paired repetitions "
+        "below 1), over all prompts and per prompt kind, with the cost model's terms from the same runs.",
+        "",
+        slow_table(results),
+        "",
+    ]
     return lines
 
 
@@ -264,7 +366,7 @@ def is_bench_markdown(path: Path) -> bool:
 def write_markdown(path: Path, results: dict[str, Any]) -> None:
     """Write the generated sections; keep the scale block and the notes of an existing file."""
     old = path.read_text(encoding="utf-8") if path.exists() else ""
-    notes = old[old.index(NOTES_MARKER):] if NOTES_MARKER in old else ""
+    notes = old[old.index(NOTES_MARKER) :] if NOTES_MARKER in old else ""
     head = old[: old.index(NOTES_MARKER)] if NOTES_MARKER in old else old
     scale = scale_block(head)
     lines = generated_text(results)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from specscope.core import SamplingConfig
 from specscope.core.decode.baseline import plain_generate
 from specscope.core.decode.factory import Models, RunSettings, build_decoder, check_positions
@@ -95,6 +96,7 @@ class _Tap:
     def drain(self, handle: Any, clock: Clock, each: Callable[[Any], None] | None = None) -> Any:
         """Run `handle` to its end through its own drain(), noting each round (an engine
         drains in the caller's thread: core/engines), then `each(round)`; the result."""
+
         def note(rnd: Any) -> None:
             self.stamps.append((clock(), len(rnd.emitted)))
             self.counts.append(counts_of(rnd, self.eos))
@@ -104,8 +106,9 @@ class _Tap:
         return handle.drain(note)
 
 
-def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None, target: Any = None,
-                  target_name: str | None = None) -> list[str]:
+def default_specs(
+    drafts: Sequence[str], extra: Sequence[str] | None = None, target: Any = None, target_name: str | None = None
+) -> list[str]:
     """The proposer specs a bench runs: every kind with a model over each named draft
     (draft:NAME), then `extra`, or else every registered kind at its defaults that needs no
     model, and each head kind whose bundled head fits `target` (the bundled target's head, or
@@ -113,9 +116,15 @@ def default_specs(drafts: Sequence[str], extra: Sequence[str] | None = None, tar
     checkpoint folder)."""
     with_model = [f"{kind.name}:{name}" for kind in KINDS.values() if kind.needs_model for name in drafts]
     alone = [k.name for k in KINDS.values() if not k.needs_model and not k.takes_path]
-    heads = [spec for spec in (str(for_target(k.name, target_name)) for k in KINDS.values()
-                               if k.bundled_head or for_target(k.name, target_name).arg)
-             if target is not None and bundled_head_fits(spec, target)]
+    heads = [
+        spec
+        for spec in (
+            str(for_target(k.name, target_name))
+            for k in KINDS.values()
+            if k.bundled_head or for_target(k.name, target_name).arg
+        )
+        if target is not None and bundled_head_fits(spec, target)
+    ]
     return with_model + list(extra if extra is not None else alone + heads)
 
 
@@ -151,11 +160,26 @@ def _spec_draft(spec: str) -> str | None:
 
 
 class Bench:
-    def __init__(self, target, drafts: dict[str, torch.nn.Module], prompts: Sequence[list[int]], *,
-                 ks: Sequence[int], max_new: int, reps: int, sampling: SamplingConfig, eos: int | None,
-                 device: torch.device, include_transformers: bool = True, include_traced: bool = True,
-                 seed: int = 0, progress: Callable[[str], None] | None = None, specs: Sequence[str] | None = None,
-                 kinds: Sequence[str] | None = None, warm_every_prompt: bool = True):
+    def __init__(
+        self,
+        target,
+        drafts: dict[str, torch.nn.Module],
+        prompts: Sequence[list[int]],
+        *,
+        ks: Sequence[int],
+        max_new: int,
+        reps: int,
+        sampling: SamplingConfig,
+        eos: int | None,
+        device: torch.device,
+        include_transformers: bool = True,
+        include_traced: bool = True,
+        seed: int = 0,
+        progress: Callable[[str], None] | None = None,
+        specs: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        warm_every_prompt: bool = True,
+    ):
         """`drafts` are the models that specs such as draft:NAME load by NAME; `specs` the
         proposers to run (default: default_specs(drafts)); `kinds` the kind of each prompt
         (copy, novel, ...; default: all "prompt"); `warm_every_prompt=False` warms each
@@ -175,29 +199,68 @@ class Bench:
             for spec in self.specs:
                 if is_tree_spec(spec):  # a tree's size is its spec, not k: one row
                     if k == self.ks[0]:
-                        self.methods.append(Method(f"specscope {method_name(spec)}", "specscope", None,
-                                                   self._spec(spec, k), draft=_spec_draft(spec), spec=spec))
+                        self.methods.append(
+                            Method(
+                                f"specscope {method_name(spec)}",
+                                "specscope",
+                                None,
+                                self._spec(spec, k),
+                                draft=_spec_draft(spec),
+                                spec=spec,
+                            )
+                        )
                     continue
-                self.methods.append(Method(f"specscope {method_name(spec)} k={k}", "specscope", k, self._spec(spec, k),
-                                           draft=_spec_draft(spec), spec=spec))
+                self.methods.append(
+                    Method(
+                        f"specscope {method_name(spec)} k={k}",
+                        "specscope",
+                        k,
+                        self._spec(spec, k),
+                        draft=_spec_draft(spec),
+                        spec=spec,
+                    )
+                )
             if include_transformers:
                 first = next(iter(drafts.items()), None)
                 if first is not None:
-                    self.methods.append(Method(f"transformers assisted draft-{first[0]} k={k}", "transformers", k,
-                                               self._hf_assisted(first[1], k), draft=first[0]))
+                    self.methods.append(
+                        Method(
+                            f"transformers assisted draft-{first[0]} k={k}",
+                            "transformers",
+                            k,
+                            self._hf_assisted(first[1], k),
+                            draft=first[0],
+                        )
+                    )
                 if sampling.greedy:
                     self.methods.append(Method(f"transformers lookup k={k}", "transformers", k, self._hf_lookup(k)))
         if include_traced and drafts:
             label = next(iter(drafts))
             k = self.ks[len(self.ks) // 2]
             twin = f"specscope draft-{label} k={k}"
-            self.methods.append(Method(f"{twin} traced+stored", "traced", k,
-                                       self._traced(f"draft:{label}", k), draft=label, spec=f"draft:{label}",
-                                       untraced=twin))
+            self.methods.append(
+                Method(
+                    f"{twin} traced+stored",
+                    "traced",
+                    k,
+                    self._traced(f"draft:{label}", k),
+                    draft=label,
+                    spec=f"draft:{label}",
+                    untraced=twin,
+                )
+            )
             if include_transformers:  # transformers' own generate(), recorded by the transformers engine
                 twin = f"transformers assisted draft-{label} k={k}"
-                self.methods.append(Method(f"{twin} traced+stored", "transformers", k,
-                                           self._hf_traced(label, k), draft=label, untraced=twin))
+                self.methods.append(
+                    Method(
+                        f"{twin} traced+stored",
+                        "transformers",
+                        k,
+                        self._hf_traced(label, k),
+                        draft=label,
+                        untraced=twin,
+                    )
+                )
 
     # ------------------------------------------------------------------ runners
 
@@ -218,9 +281,18 @@ class Bench:
 
     def _settings(self, spec: str, k: int, engine: str = "specscope") -> RunSettings:
         """A method's settings: the bench's sampler, EOS and seed with its proposer and k."""
-        return RunSettings(proposer=spec, engine=engine, k=k, temperature=self.sampling.temperature,
-                           top_k=self.sampling.top_k, top_p=self.sampling.top_p, seed=self.seed, max_new_tokens=self.max_new,
-                           eos=self.eos, eos_disabled=self.eos is None)
+        return RunSettings(
+            proposer=spec,
+            engine=engine,
+            k=k,
+            temperature=self.sampling.temperature,
+            top_k=self.sampling.top_k,
+            top_p=self.sampling.top_p,
+            seed=self.seed,
+            max_new_tokens=self.max_new,
+            eos=self.eos,
+            eos_disabled=self.eos is None,
+        )
 
     def _models(self, spec: str) -> Models:
         """The target and the draft a method's spec names, by the bench's name for it."""
@@ -246,9 +318,14 @@ class Bench:
         if getattr(target_lm, "hidden_layers", ()):  # a draft head: its propose calls are its forwards, one per token
             draft_s, draft_forwards = sum(c.draft_s for c in tap.counts), sum(c.drafted for c in tap.counts)
         return Sample(
-            result.new_tokens, wall,
-            target_lm.forward_s if target_lm else 0.0, target_lm.forwards if target_lm else 0,
-            draft_s, draft_forwards, tap.counts, tap.stamps,
+            result.new_tokens,
+            wall,
+            target_lm.forward_s if target_lm else 0.0,
+            target_lm.forwards if target_lm else 0,
+            draft_s,
+            draft_forwards,
+            tap.counts,
+            tap.stamps,
         )
 
     def _spec(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
@@ -300,13 +377,22 @@ class Bench:
 
     def _hf_kwargs(self, prompt: list[int]) -> dict[str, Any]:
         ids = torch.tensor([prompt], device=self.device)
-        kwargs: dict[str, Any] = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new,
-                                      eos_token_id=self.eos, pad_token_id=self.eos if self.eos is not None else 0)
+        kwargs: dict[str, Any] = dict(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=self.max_new,
+            eos_token_id=self.eos,
+            pad_token_id=self.eos if self.eos is not None else 0,
+        )
         if self.sampling.greedy:
             kwargs["do_sample"] = False
         else:
-            kwargs.update(do_sample=True, temperature=self.sampling.temperature, top_k=self.sampling.top_k or None,
-                          top_p=self.sampling.top_p)
+            kwargs.update(
+                do_sample=True,
+                temperature=self.sampling.temperature,
+                top_k=self.sampling.top_k or None,
+                top_p=self.sampling.top_p,
+            )
         return kwargs
 
     def _hf_generate(self, prompt: list[int], **extra: Any) -> Sample:
@@ -318,20 +404,25 @@ class Bench:
                 return self.target.generate(**kwargs, **extra, streamer=streamer), streamer.stamps
 
         (out, stamps), wall = _clocked(self.device, go)
-        return Sample(out[0, len(prompt):].tolist(), wall, emissions=stamps)
+        return Sample(out[0, len(prompt) :].tolist(), wall, emissions=stamps)
 
     def _hf_assisted(self, draft, k: int) -> Callable[[list[int]], Sample]:
         def run(prompt: list[int]) -> Sample:
             cfg = draft.generation_config
-            cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = k, "constant", 0.0
+            cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = (
+                k,
+                "constant",
+                0.0,
+            )
             return self._hf_generate(prompt, assistant_model=draft)
 
         return run
 
     def _hf_lookup(self, k: int) -> Callable[[list[int]], Sample]:
         if self.prompts:  # transformers' prompt lookup verifies up to k - 2 candidates past the budget
-            check_positions(max(self.prompts, key=len), self._settings("lookup", k, engine="transformers"),
-                            Models(self.target))
+            check_positions(
+                max(self.prompts, key=len), self._settings("lookup", k, engine="transformers"), Models(self.target)
+            )
         return lambda prompt: self._hf_generate(prompt, prompt_lookup_num_tokens=k)
 
     def _prefill(self, name: str, prompt: list[int]) -> float:
@@ -373,7 +464,10 @@ class Bench:
             for rep in m.samples:
                 for i, (ref, got) in enumerate(zip(reference, rep)):
                     if got.tokens != ref.tokens:
-                        first = next((j for j, (a, b) in enumerate(zip(ref.tokens, got.tokens)) if a != b), min(len(ref.tokens), len(got.tokens)))
+                        first = next(
+                            (j for j, (a, b) in enumerate(zip(ref.tokens, got.tokens)) if a != b),
+                            min(len(ref.tokens), len(got.tokens)),
+                        )
                         raise BenchError(
                             f"greedy output of '{m.name}' differs from plain decoding on prompt {i} at token {first}"
                         )

@@ -59,6 +59,7 @@ def _load(spec: dict[str, Any]):
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one method once over the prompts in this process; its memory numbers."""
     import torch
+
     from specscope.core import SamplingConfig
 
     from .measurement import Bench
@@ -72,21 +73,35 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     target, drafts, device = _load(spec)
     loaded = _status_kb()
     weights = sum(p.numel() * p.element_size() for m in [target, *drafts.values()] for p in m.parameters())
-    bench = Bench(target, drafts, spec["prompts"], ks=[spec["k"]], max_new=spec["max_new"], reps=1,
-                  sampling=SamplingConfig(temperature=spec["temperature"]), eos=spec["eos"], device=device,
-                  include_transformers=spec["include_transformers"], include_traced=spec["include_traced"],
-                  specs=spec["specs"])
+    bench = Bench(
+        target,
+        drafts,
+        spec["prompts"],
+        ks=[spec["k"]],
+        max_new=spec["max_new"],
+        reps=1,
+        sampling=SamplingConfig(temperature=spec["temperature"]),
+        eos=spec["eos"],
+        device=device,
+        include_transformers=spec["include_transformers"],
+        include_traced=spec["include_traced"],
+        specs=spec["specs"],
+    )
     method = next((m for m in bench.methods if m.name == spec["method"]), None)
     if method is None:
-        raise ValueError(f"no method {spec['method']!r} in the child's bench ({', '.join(m.name for m in bench.methods)})")
+        raise ValueError(
+            f"no method {spec['method']!r} in the child's bench ({', '.join(m.name for m in bench.methods)})"
+        )
     reset = _reset_hwm()
     for prompt in bench.prompts:
         method.run(prompt)
     end = _status_kb()
     out: dict[str, Any] = {
         "weights_mb": weights / MB,
-        "rss_start_mb": start.get("VmRSS", 0) / 1024, "rss_loaded_mb": loaded.get("VmRSS", 0) / 1024,
-        "peak_rss_mb": end.get("VmHWM", 0) / 1024, "hwm_reset": reset,
+        "rss_start_mb": start.get("VmRSS", 0) / 1024,
+        "rss_loaded_mb": loaded.get("VmRSS", 0) / 1024,
+        "peak_rss_mb": end.get("VmHWM", 0) / 1024,
+        "hwm_reset": reset,
     }
     # what the models and the run added to a process that had only imported the libraries (this
     # includes the model classes' own modules, imported on first load), and what decoding added
@@ -107,8 +122,12 @@ def _child(spec: dict[str, Any], conn: Any) -> None:
         conn.close()
 
 
-def measure_all(specs: Sequence[dict[str, Any]], progress: Callable[[str], None] | None = None,
-                timeout_s: float = 600.0, parallel: int | None = None) -> list[dict[str, Any]]:
+def measure_all(
+    specs: Sequence[dict[str, Any]],
+    progress: Callable[[str], None] | None = None,
+    timeout_s: float = 600.0,
+    parallel: int | None = None,
+) -> list[dict[str, Any]]:
     """Each spec measured in a fresh child process; results in order, each with its spec.
 
     Up to `parallel` children (default: 2, or 1 on a single core) run at once: a process's
@@ -127,7 +146,7 @@ def measure_all(specs: Sequence[dict[str, Any]], progress: Callable[[str], None]
     results: list[dict[str, Any]] = []
     for first in range(0, len(specs), width):
         batch = []
-        for i, spec in enumerate(specs[first:first + width], start=first):
+        for i, spec in enumerate(specs[first : first + width], start=first):
             say(f"memory {i + 1}/{len(specs)}: {spec['method']} ({spec['mode']})")
             receive, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_child, args=(spec, send), daemon=True)

@@ -56,21 +56,28 @@ def counts_of(rnd: Any, eos: int | None) -> RoundCounts:
     statuses = [n.status for n in nodes]
     accepted = statuses.count("accepted")
     visited = accepted + statuses.count("rejected")
-    eos_at = next((i for i, n in enumerate(nodes) if n.status == "accepted" and eos is not None and n.token == eos), None)
+    eos_at = next(
+        (i for i, n in enumerate(nodes) if n.status == "accepted" and eos is not None and n.token == eos), None
+    )
     after: int | None = 0
     if eos_at is not None and eos_at + 1 < len(nodes):
         after = None
         if rnd.greedy:  # the target's argmax was scored at every position: count on as vLLM would
             after = 0
-            for n in nodes[eos_at + 1:]:
+            for n in nodes[eos_at + 1 :]:
                 if n.token != n.target_argmax:
                     break
                 after += 1
     overlaps = [n.overlap for n in nodes if n.status != "unvisited" and n.overlap is not None]
     return RoundCounts(
-        drafted=len(nodes), accepted=accepted, visited=visited, emitted=len(rnd.emitted),
-        eos_accepted=eos_at is not None, after_eos=after,
-        overlap_sum=float(sum(overlaps)) if overlaps else None, draft_s=float(rnd.timings.draft_s),
+        drafted=len(nodes),
+        accepted=accepted,
+        visited=visited,
+        emitted=len(rnd.emitted),
+        eos_accepted=eos_at is not None,
+        after_eos=after,
+        overlap_sum=float(sum(overlaps)) if overlaps else None,
+        draft_s=float(rnd.timings.draft_s),
     )
 
 
@@ -84,7 +91,9 @@ def specscope_acceptance(rounds: Sequence[RoundCounts], k: int) -> dict[str, Any
     reached = [sum(1 for r in rounds if r.visited > i) for i in range(k)]
     passed = [sum(1 for r in rounds if r.accepted > i) for i in range(k)]
     return {
-        "rounds": len(rounds), "drafted": drafted, "accepted": accepted,
+        "rounds": len(rounds),
+        "drafted": drafted,
+        "accepted": accepted,
         "mean_accepted_length": sum(r.accepted + 1 for r in rounds) / len(rounds),
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "acceptance_by_position": [passed[i] / reached[i] if reached[i] else 0.0 for i in range(k)],
@@ -104,7 +113,9 @@ def vllm_acceptance(rounds: Sequence[RoundCounts], k: int) -> dict[str, Any]:
     accepted = [_accepted_as_counted_elsewhere(r) for r in drafts]
     drafted = sum(r.drafted for r in drafts)
     return {
-        "num_drafts": n, "num_draft_tokens": drafted, "num_accepted_tokens": sum(accepted),
+        "num_drafts": n,
+        "num_draft_tokens": drafted,
+        "num_accepted_tokens": sum(accepted),
         "mean_acceptance_length": 1 + sum(accepted) / n if n else 1.0,
         "per_position_acceptance_rate": [sum(1 for a in accepted if a > i) / n if n else 0.0 for i in range(k)],
         "draft_acceptance_rate": sum(accepted) / drafted if drafted else None,
@@ -117,7 +128,8 @@ def llamacpp_acceptance(rounds: Sequence[RoundCounts]) -> dict[str, Any]:
     n_drafted = sum(r.drafted for r in rounds)
     n_accept = sum(_accepted_as_counted_elsewhere(r) for r in rounds)
     return {
-        "n_drafted": n_drafted, "n_accept": n_accept,
+        "n_drafted": n_drafted,
+        "n_accept": n_accept,
         "draft_acceptance_rate": n_accept / n_drafted if n_drafted else None,
         "eos_rounds_unresolved": sum(1 for r in rounds if r.drafted and r.after_eos is None),
     }
@@ -179,10 +191,14 @@ def explain(row: dict[str, Any]) -> str:
     """Why a measured row is slower than plain decoding, in the cost model's terms."""
     e, n, c, v = (row.get(key) for key in ("expected_tokens_per_round", "mean_drafted_per_round", "cost_c", "cost_v"))
     if None in (e, n, c, v):
-        return ("transformers' generate() is timed as a whole (no forward timings inside it): c and v are not "
-                "measured; the specscope row with the same proposer and k has them")
+        return (
+            "transformers' generate() is timed as a whole (no forward timings inside it): c and v are not "
+            "measured; the specscope row with the same proposer and k has them"
+        )
     cost = n * c + v
     if e < cost:
         return f"a round yields E = {e:.2f} tokens but costs n c + v = {n:.2f} x {c:.3f} + {v:.2f} = {cost:.2f} plain steps"
-    return (f"the model predicts {e / cost:.2f}x (E = {e:.2f} > n c + v = {cost:.2f}); the rest is orchestration "
-            f"({100 * row.get('orchestration_share', 0.0):.0f}% of wall time) and per-round costs it leaves out")
+    return (
+        f"the model predicts {e / cost:.2f}x (E = {e:.2f} > n c + v = {cost:.2f}); the rest is orchestration "
+        f"({100 * row.get('orchestration_share', 0.0):.0f}% of wall time) and per-round costs it leaves out"
+    )

@@ -26,8 +26,16 @@ from typing import Any
 
 from specscope.core.cost import expected_tokens_from_rounds, round_speedup
 
-from .metrics import (RoundCounts, alpha_of, decode_split, llamacpp_acceptance, specscope_acceptance, summary,
-                      token_latencies, vllm_acceptance)
+from .metrics import (
+    RoundCounts,
+    alpha_of,
+    decode_split,
+    llamacpp_acceptance,
+    specscope_acceptance,
+    summary,
+    token_latencies,
+    vllm_acceptance,
+)
 
 
 def _per_rep(samples: list[list[Any]], idx: list[int], fn) -> list[float]:
@@ -64,10 +72,24 @@ def timing_stats(m: Any, plain: Any, idx: list[int], prompt_tokens: list[int]) -
     _put(row, "speedup", [p / w for p, w in zip(plain_walls, walls)])
     _put(row, "decode_tokens_per_s", decode)
     _put(row, "decode_speedup", [d / p if p else 0.0 for d, p in zip(decode, plain_decode)])
-    _put(row, "ttft_ms", _per_rep(m.samples, idx, lambda ss: _mean_ms([decode_split(s.wall_s, len(s.tokens), s.emissions)[0] for s in ss]) or 0.0))
-    _put(row, "prefill_target_ms", _per_rep(m.samples, idx, lambda ss: _mean_ms([s.prefill_target_s for s in ss]) or 0.0))
+    _put(
+        row,
+        "ttft_ms",
+        _per_rep(
+            m.samples,
+            idx,
+            lambda ss: _mean_ms([decode_split(s.wall_s, len(s.tokens), s.emissions)[0] for s in ss]) or 0.0,
+        ),
+    )
+    _put(
+        row, "prefill_target_ms", _per_rep(m.samples, idx, lambda ss: _mean_ms([s.prefill_target_s for s in ss]) or 0.0)
+    )
     if m.draft is not None:
-        _put(row, "prefill_draft_ms", _per_rep(m.samples, idx, lambda ss: _mean_ms([s.prefill_draft_s for s in ss]) or 0.0))
+        _put(
+            row,
+            "prefill_draft_ms",
+            _per_rep(m.samples, idx, lambda ss: _mean_ms([s.prefill_draft_s for s in ss]) or 0.0),
+        )
     return row
 
 
@@ -75,8 +97,11 @@ def shares(samples: list[Any]) -> dict[str, float]:
     wall = sum(s.wall_s for s in samples)
     tf = sum(s.target_forward_s for s in samples)
     df = sum(s.draft_forward_s for s in samples)
-    return {"target_forward_share": tf / wall, "draft_forward_share": df / wall,
-            "orchestration_share": max(0.0, 1 - (tf + df) / wall)}
+    return {
+        "target_forward_share": tf / wall,
+        "draft_forward_share": df / wall,
+        "orchestration_share": max(0.0, 1 - (tf + df) / wall),
+    }
 
 
 def acceptance(rounds: list[RoundCounts], k: int) -> dict[str, Any]:
@@ -102,7 +127,10 @@ def cost_stats(rounds: list[RoundCounts], samples: list[Any], plain_tok: float) 
     v = t_fwd / plain_tok
     per_round = proposer_s / len(rounds) / plain_tok  # = n c (also when n = 0)
     return {
-        "mean_drafted_per_round": mean_drafted, "cost_c": c, "cost_v": v, "proposer_cost_per_round": per_round,
+        "mean_drafted_per_round": mean_drafted,
+        "cost_c": c,
+        "cost_v": v,
+        "proposer_cost_per_round": per_round,
         "expected_tokens_per_round": expected,
         "predicted_speedup": expected / (per_round + v) if not drafted else round_speedup(expected, mean_drafted, c, v),
     }
@@ -118,7 +146,9 @@ def method_stats(m: Any, plain: Any, idx: list[int], prompt_tokens: list[int], t
     if rounds:
         row.update(acceptance(rounds, m.k or 1))
         plain_samples = [rep[i] for rep in plain.samples for i in idx]
-        plain_tok = sum(s.target_forward_s for s in plain_samples) / max(1, sum(s.target_forwards for s in plain_samples))
+        plain_tok = sum(s.target_forward_s for s in plain_samples) / max(
+            1, sum(s.target_forwards for s in plain_samples)
+        )
         if has_timings and plain_tok > 0:
             row.update(cost_stats(rounds, samples, plain_tok))
     if twin is not None:
@@ -140,16 +170,23 @@ def raw_samples(m: Any, kinds: list[str]) -> list[list[dict[str, Any]]]:
         for i, s in enumerate(rep):
             ttft, decode_tokens, decode_s = decode_split(s.wall_s, len(s.tokens), s.emissions)
             run: dict[str, Any] = {
-                "prompt": i, "kind": kinds[i], "tokens": len(s.tokens), "wall_s": _r(s.wall_s), "ttft_s": _r(ttft),
-                "decode_tokens": decode_tokens, "decode_s": _r(decode_s),
+                "prompt": i,
+                "kind": kinds[i],
+                "tokens": len(s.tokens),
+                "wall_s": _r(s.wall_s),
+                "ttft_s": _r(ttft),
+                "decode_tokens": decode_tokens,
+                "decode_s": _r(decode_s),
                 "prefill_target_s": None if s.prefill_target_s is None else _r(s.prefill_target_s),
                 "prefill_draft_s": None if s.prefill_draft_s is None else _r(s.prefill_draft_s),
                 "token_latencies_s": [_r(x) for x in token_latencies(s.emissions)],
                 "emissions": [[_r(t), n] for t, n in s.emissions],
             }
             if s.rounds:
-                run["rounds"] = {key: [getattr(r, key) for r in s.rounds]
-                                 for key in ("drafted", "accepted", "visited", "emitted", "eos_accepted", "after_eos")}
+                run["rounds"] = {
+                    key: [getattr(r, key) for r in s.rounds]
+                    for key in ("drafted", "accepted", "visited", "emitted", "eos_accepted", "after_eos")
+                }
                 run["rounds"]["accepted_length"] = [r.accepted + 1 for r in s.rounds]
             runs.append(run)
         out.append(runs)
@@ -168,8 +205,10 @@ def bench_rows(bench: Any) -> list[dict[str, Any]]:
         twin = by_name.get(m.untraced) if m.untraced else None
         row: dict[str, Any] = {"method": m.name, "family": m.family, "k": m.k, "draft": m.draft}
         row.update(method_stats(m, plain, every, prompt_tokens, twin))
-        row["by_kind"] = {kind: method_stats(m, plain, [i for i in every if bench.kinds[i] == kind], prompt_tokens, twin)
-                          for kind in kinds}
+        row["by_kind"] = {
+            kind: method_stats(m, plain, [i for i in every if bench.kinds[i] == kind], prompt_tokens, twin)
+            for kind in kinds
+        }
         row["raw"] = raw_samples(m, bench.kinds)
         rows.append(row)
     return rows

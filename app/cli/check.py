@@ -15,7 +15,7 @@ def add_check_parsers(subparsers: Any) -> None:
         "check",
         help="check the rounds of saved runs for rollback, EOS, budget and sampler bugs",
         description="Check every round of a run from its trace alone. Each finding is wrong output or wasted work; "
-                    "exit status 1 when a run has wrong output (with --strict, wasted work too).",
+        "exit status 1 when a run has wrong output (with --strict, wasted work too).",
     )
     p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
     p.add_argument("--run", default=None, help="run id (or unique prefix); default: every run in the store")
@@ -24,7 +24,9 @@ def add_check_parsers(subparsers: Any) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 for wasted-work findings too (k past the budget, ...)")
     p.add_argument("--tol", type=float, default=1e-6, help="tolerance for recorded scalars (default: 1e-6)")
     p.add_argument("--recompute", action="store_true", help="also recompute p with the target model (deep replay)")
-    p.add_argument("--target", default=None, help="target checkpoint for --recompute (default: the run's bundled target)")
+    p.add_argument(
+        "--target", default=None, help="target checkpoint for --recompute (default: the run's bundled target)"
+    )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.set_defaults(func=cmd_check)
 
@@ -73,15 +75,31 @@ def cmd_check(args: argparse.Namespace) -> int:
         n_rounds, checked = _check_one(args, store, run_id, target_cache)
         for f in checked.findings:
             counts[f.severity] += 1
-        report.append({"run_id": run_id, "rounds": n_rounds, "findings": [f.to_dict() for f in checked.findings],
-                       "groups": [g.to_dict() for g in checked.groups], "not_checked": checked.not_checked,
-                       "wrong_output": len(checked.of_severity(WRONG_OUTPUT)),
-                       "wasted_work": len(checked.of_severity(WASTED_WORK))})
+        report.append(
+            {
+                "run_id": run_id,
+                "rounds": n_rounds,
+                "findings": [f.to_dict() for f in checked.findings],
+                "groups": [g.to_dict() for g in checked.groups],
+                "not_checked": checked.not_checked,
+                "wrong_output": len(checked.of_severity(WRONG_OUTPUT)),
+                "wasted_work": len(checked.of_severity(WASTED_WORK)),
+            }
+        )
         if not args.json:
             _print_check(run_id, n_rounds, checked, args.all)
     if args.json:
-        print(json.dumps({"runs": report, "findings": sum(counts.values()), "wrong_output": counts[WRONG_OUTPUT],
-                          "wasted_work": counts[WASTED_WORK]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "runs": report,
+                    "findings": sum(counts.values()),
+                    "wrong_output": counts[WRONG_OUTPUT],
+                    "wasted_work": counts[WASTED_WORK],
+                },
+                indent=2,
+            )
+        )
     return 1 if counts[WRONG_OUTPUT] or (args.strict and counts[WASTED_WORK]) else 0
 
 
@@ -103,8 +121,7 @@ def _check_one(args: argparse.Namespace, store: Any, run_id: str, target_cache: 
 
     from specscope.storage.checking import check_stored_run
 
-    checked = check_stored_run(store, run_id, tol=args.tol, rounds=rounds("checking", True), info=info,
-                               counted=counted)
+    checked = check_stored_run(store, run_id, tol=args.tol, rounds=rounds("checking", True), info=info, counted=counted)
     if args.recompute:
         target = _target_for_recompute(args, info, target_cache)
         checked.findings += recompute_findings(info.config, rounds("recomputing", False), target)
@@ -137,7 +154,9 @@ def _print_check(run_id: str, n_rounds: int, checked: Any, show_all: bool) -> No
             elif g.follow_on:
                 lo, hi = g.rounds
                 rules = ", ".join(sorted({f.rule for f in g.follow_on}))
-                print(f"        + {len(g.follow_on)} follow-on finding(s) ({rules}) in rounds {lo}-{hi}; --all lists them")
+                print(
+                    f"        + {len(g.follow_on)} follow-on finding(s) ({rules}) in rounds {lo}-{hi}; --all lists them"
+                )
     for rule, why in checked.not_checked.items():
         print(f"  not checked: {rule} ({why})")
 
@@ -156,11 +175,17 @@ def _target_for_recompute(args: argparse.Namespace, info: Any, cache: dict[str, 
     ours, theirs = model_vocab_size(pair.target), int(config.vocab_size)
     run_tok, our_tok = info.models.tokenizer_hash, pair.hashes.get("tokenizer")
     if ours != theirs or (args.target and run_tok and our_tok and run_tok != our_tok):
-        what = (f"a vocabulary of {ours} tokens" if ours != theirs
-                else f"the same size of vocabulary ({ours}) but another tokenizer ({our_tok[:12]})")
-        raise CliError(f"--recompute: {key} has {what}, but run {config.run_id} was recorded with {config.target_name}'s "
-                       f"vocabulary of {theirs} tokens" + ("" if ours != theirs else f" (tokenizer {run_tok[:12]})")
-                       + "; recompute with the run's own target or one of its vocabulary")
+        what = (
+            f"a vocabulary of {ours} tokens"
+            if ours != theirs
+            else f"the same size of vocabulary ({ours}) but another tokenizer ({our_tok[:12]})"
+        )
+        raise CliError(
+            f"--recompute: {key} has {what}, but run {config.run_id} was recorded with {config.target_name}'s "
+            f"vocabulary of {theirs} tokens"
+            + ("" if ours != theirs else f" (tokenizer {run_tok[:12]})")
+            + "; recompute with the run's own target or one of its vocabulary"
+        )
     return pair.target
 
 
@@ -172,11 +197,19 @@ def cmd_diff(args: argparse.Namespace) -> int:
     loaded = [(store.run_config(i), store.load_rounds(i, full=True)) for i in ids]
     result = diff_runs(loaded[0][0], loaded[0][1], loaded[1][0], loaded[1][1], p_tol=args.p_tol)
     if args.json:
-        print(json.dumps({
-            "run_a": result.run_a, "run_b": result.run_b, "identical": result.identical,
-            "compared_tokens": result.compared_tokens, "compared_cache_rounds": result.compared_cache_rounds,
-            "divergences": [d.__dict__ for d in result.divergences],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run_a": result.run_a,
+                    "run_b": result.run_b,
+                    "identical": result.identical,
+                    "compared_tokens": result.compared_tokens,
+                    "compared_cache_rounds": result.compared_cache_rounds,
+                    "divergences": [d.__dict__ for d in result.divergences],
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"A = {result.run_a}\nB = {result.run_b}")
         print(f"compared {result.compared_tokens} tokens and {result.compared_cache_rounds} rounds of cache lengths")

@@ -11,13 +11,35 @@ from specscope.app.cli.options import CliError, threads_arg
 from specscope.core.settings.vocab import CHILDREN_MENU, DEVICES, DTYPES, ENGINES
 
 # `specscope run` flags that diverge does not take, at the values that make a greedy run
-RUN_DEFAULTS = dict(chat=False, system=None, lookup_max_ngram=None, lookup_min_ngram=None, temperature=0.0, top_k=0,
-                    top_p=1.0, seed=0, coupled=None, no_cache=False, vectors="auto", top_n=20)
+RUN_DEFAULTS = dict(
+    chat=False,
+    system=None,
+    lookup_max_ngram=None,
+    lookup_min_ngram=None,
+    temperature=0.0,
+    top_k=0,
+    top_p=1.0,
+    seed=0,
+    coupled=None,
+    no_cache=False,
+    vectors="auto",
+    top_n=20,
+)
 
 
 # the flags that set up a live run: meaningless with --db (a stored run brings its own)
-LIVE_ONLY = ("--prompt", "--prompt-file", "--prompt-ids", "--example", "--examples", "--proposer", "--draft", "--tree",
-             "--children", "--fault")
+LIVE_ONLY = (
+    "--prompt",
+    "--prompt-file",
+    "--prompt-ids",
+    "--example",
+    "--examples",
+    "--proposer",
+    "--draft",
+    "--tree",
+    "--children",
+    "--fault",
+)
 
 
 def add_diverge_parser(subparsers: Any) -> None:
@@ -29,7 +51,8 @@ def add_diverge_parser(subparsers: Any) -> None:
             "for a stored run: --db and --run), find the first output position where the two differ, and say "
             "whether it is a near tie (the target's top-2 margin there is within what the measured difference "
             "between the verify forward's and the one-token forward's logits can flip) or a logic bug (pointing "
-            "at the round and at what the checker says). Exit status 1 when a logic bug is found."),
+            "at the round and at what the checker says). Exit status 1 when a logic bug is found."
+        ),
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text (tokenised with the target's tokenizer)")
@@ -37,21 +60,30 @@ def add_diverge_parser(subparsers: Any) -> None:
     src.add_argument("--prompt-ids", help="comma-separated token ids instead of text")
     src.add_argument("--example", metavar="NAME", help="a bundled example prompt by name (resources/prompts)")
     src.add_argument("--examples", action="store_true", help="every bundled example prompt, one comparison each")
-    p.add_argument("--db", default=None, help="a trace store holding the run to recompute the reference for (with --run)")
+    p.add_argument(
+        "--db", default=None, help="a trace store holding the run to recompute the reference for (with --run)"
+    )
     p.add_argument("--run", default=None, metavar="ID", help="with --db: the stored run (an id or a unique prefix)")
     p.add_argument("--proposer", default=None, metavar="SPEC", help="as `specscope run` (default: draft)")
     p.add_argument("--draft", default=None, help="draft: 'small', 'tiny' (bundled) or a checkpoint directory")
     p.add_argument("--tree", default=None, metavar="SPEC", help="draft a token tree (as `specscope run --tree`)")
     p.add_argument("--children", default=None, choices=CHILDREN_MENU, help="a tree's sibling rule")
     p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
-    p.add_argument("--engine", choices=ENGINES, default="specscope",
-                   help="who decodes the speculative side (default: specscope)")
+    p.add_argument(
+        "--engine", choices=ENGINES, default="specscope", help="who decodes the speculative side (default: specscope)"
+    )
     p.add_argument("--max-new", type=int, default=64, help="token budget (default: 64)")
     p.add_argument("--eos-id", default="auto", help="EOS token id, 'auto' = the tokenizer's, 'none' = no EOS")
-    p.add_argument("--target", default=None, help="target checkpoint (default: the bundled target; for --db, the run's)")
+    p.add_argument(
+        "--target", default=None, help="target checkpoint (default: the bundled target; for --db, the run's)"
+    )
     p.add_argument("--device", default="auto", choices=DEVICES, help="default: auto")
-    p.add_argument("--dtype", default=None, choices=DTYPES,
-                   help="model dtype (default: float32 on CPU; for --db, the run's recorded dtype)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=DTYPES,
+        help="model dtype (default: float32 on CPU; for --db, the run's recorded dtype)",
+    )
     p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
     p.add_argument("--threads", type=threads_arg, default=None, metavar="N", help="torch CPU threads")
     p.add_argument("--json", action="store_true", help="print the comparisons as JSON")
@@ -69,22 +101,31 @@ def cmd_diverge(args: argparse.Namespace) -> int:
     else:
         found = _live(args)
     if args.json:
-        print(json.dumps({"comparisons": [{"prompt": name, **d.to_dict()} for name, d, _ in found],
-                          **_tally(found)}, indent=2))
+        print(
+            json.dumps(
+                {"comparisons": [{"prompt": name, **d.to_dict()} for name, d, _ in found], **_tally(found)}, indent=2
+            )
+        )
     else:
         for name, d, tokenizer in found:
             _print(name, d, tokenizer)
         if len(found) > 1:
             t = _tally(found)
-            print(f"{t['compared']} prompts: {t['differ']} differ from plain greedy ({t['near_ties']} near ties, "
-                  f"{t['logic_bugs']} logic bugs)")
+            print(
+                f"{t['compared']} prompts: {t['differ']} differ from plain greedy ({t['near_ties']} near ties, "
+                f"{t['logic_bugs']} logic bugs)"
+            )
     return 1 if any(d.verdict == "logic bug" for _, d, _ in found) else 0
 
 
 def _tally(found: list) -> dict[str, int]:
     verdicts = [d.verdict for _, d, _ in found]
-    return {"compared": len(verdicts), "differ": sum(v != "identical" for v in verdicts),
-            "near_ties": verdicts.count("near tie"), "logic_bugs": verdicts.count("logic bug")}
+    return {
+        "compared": len(verdicts),
+        "differ": sum(v != "identical" for v in verdicts),
+        "near_ties": verdicts.count("near tie"),
+        "logic_bugs": verdicts.count("logic bug"),
+    }
 
 
 def _stored(args: argparse.Namespace) -> tuple[str, Any, Any]:
@@ -121,11 +162,14 @@ def _stored_target(args: argparse.Namespace, config: Any) -> Any:
     from specscope.core.loading import models as loading
 
     name = args.target or config.target_name
-    pair = loading.load_models(target=name, draft=None, device=loading.resolve_device(args.device),
-                               dtype=args.dtype or config.dtype)
+    pair = loading.load_models(
+        target=name, draft=None, device=loading.resolve_device(args.device), dtype=args.dtype or config.dtype
+    )
     if model_vocab_size(pair.target) != int(config.vocab_size):
-        raise CliError(f"{name} has a vocabulary of {model_vocab_size(pair.target)} tokens, but run {config.run_id} "
-                       f"was recorded with {config.vocab_size}: pass the run's own target with --target")
+        raise CliError(
+            f"{name} has a vocabulary of {model_vocab_size(pair.target)} tokens, but run {config.run_id} "
+            f"was recorded with {config.vocab_size}: pass the run's own target with --target"
+        )
     from specscope.core.decode.decoder import check_run_positions
 
     try:  # the reference decodes the run's whole budget: a --target with a smaller limit cannot

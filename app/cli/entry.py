@@ -6,15 +6,15 @@ import argparse
 import logging
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from specscope.app.cli.check import add_check_parsers, check_trace_file, open_existing_store
 from specscope.app.cli.diverge import add_diverge_parser
 from specscope.app.cli.models import add_models_parser
 from specscope.app.cli.options import CliError, check_options, is_broken_pipe, leave_quietly, threads_arg
 from specscope.app.cli.run import add_run_parser
-from specscope.app.cli.vllm import add_vllm_parser
 from specscope.app.cli.signals import interrupt_status
+from specscope.app.cli.vllm import add_vllm_parser
 
 
 def cmd_open(args: argparse.Namespace) -> int:
@@ -67,9 +67,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    parser.add_argument("--threads", dest="app_threads", type=threads_arg, default=None, metavar="N",
-                        help="the window's torch CPU threads for decoding (default: all cores but one, up to 8 "
-                             "cores; the run panel keeps its own setting otherwise)")
+    parser.add_argument(
+        "--threads",
+        dest="app_threads",
+        type=threads_arg,
+        default=None,
+        metavar="N",
+        help="the window's torch CPU threads for decoding (default: all cores but one, up to 8 "
+        "cores; the run panel keeps its own setting otherwise)",
+    )
     p = sub.add_parser("open", help="open a saved trace in the inspector")
     p.add_argument("trace", help="an SQLite trace store")
     p.add_argument("--run", default=None, metavar="ID", help="the run to replay (an id or a unique prefix)")
@@ -189,7 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tolerant_output()
     parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if not args.verbose and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ:
         _hide_loading_bars()
     masker = _MaskSecrets(_secrets(args))

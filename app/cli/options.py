@@ -10,11 +10,10 @@ import math
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any
 
-from specscope.core.settings.bounds import ANY_INT, BOUNDS, IntBound  # torch-free: the parser is built at every start
 from specscope.core.records import TOKEN_KINDS
-
+from specscope.core.settings.bounds import ANY_INT, BOUNDS, IntBound  # torch-free: the parser is built at every start
 
 log = logging.getLogger("specscope")
 
@@ -100,8 +99,6 @@ def check_float_options(args: argparse.Namespace) -> None:
         if isinstance(value, float):
             flag, lo = FLOAT_LIMITS.get(dest, ("--" + dest.replace("_", "-"), None))
             finite_number(flag, value, lo)
-
-
 
 
 def check_store_options(args: argparse.Namespace) -> None:
@@ -197,7 +194,7 @@ class Progress:
             sys.stderr.flush()
             self.shown_at = 0.0
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *_exc: Any) -> None:
@@ -222,7 +219,9 @@ def parse_prompt_ids(text: str) -> list[int]:
             ids.append(int(item))
         except ValueError:
             what = "is empty" if not item else f"{item!r} is not an integer"
-            raise CliError(f"--prompt-ids {text!r}: entry {i} {what}; pass comma-separated token ids, e.g. 1,2,3") from None
+            raise CliError(
+                f"--prompt-ids {text!r}: entry {i} {what}; pass comma-separated token ids, e.g. 1,2,3"
+            ) from None
     return ids
 
 
@@ -248,8 +247,9 @@ def parse_eos(value: str) -> tuple[int | tuple[int, ...] | None, bool]:
     try:
         ids = tuple(int(part) for part in value.split(","))
     except ValueError:
-        raise CliError(f"--eos-id must be an integer (or integers separated by commas), 'auto' or 'none', "
-                       f"got {value!r}") from None
+        raise CliError(
+            f"--eos-id must be an integer (or integers separated by commas), 'auto' or 'none', got {value!r}"
+        ) from None
     return (ids[0] if len(ids) == 1 else ids), False
 
 

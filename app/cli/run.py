@@ -8,8 +8,17 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from specscope.app.cli.options import stderr_progress, parse_eos, ANSI, CliError, PLAIN_MARKS, RESET, threads_arg, \
-    parse_prompt_ids, parse_stop_ids
+from specscope.app.cli.options import (
+    ANSI,
+    PLAIN_MARKS,
+    RESET,
+    CliError,
+    parse_eos,
+    parse_prompt_ids,
+    parse_stop_ids,
+    stderr_progress,
+    threads_arg,
+)
 from specscope.app.cli.signals import interrupt_status, run_signals
 from specscope.core.settings.vocab import CHILDREN_MENU, DEVICES, DTYPES, ENGINES, VECTOR_POLICIES
 
@@ -30,68 +39,139 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
     src.add_argument("--prompt", help="prompt text (tokenised with the target's tokenizer)")
     src.add_argument("--prompt-file", help="read the prompt text from this file")
     src.add_argument("--prompt-ids", help="comma-separated token ids instead of text (at least one)")
-    p.add_argument("--chat", action="store_true",
-                   help="the prompt is a user's message: apply the model's chat template (system turn from --system); "
-                        "with --eos-id auto the run ends at any EOS the model's generation config names (a chat "
-                        "model's end of turn among them)")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="the prompt is a user's message: apply the model's chat template (system turn from --system); "
+        "with --eos-id auto the run ends at any EOS the model's generation config names (a chat "
+        "model's end of turn among them)",
+    )
     p.add_argument("--system", default=None, metavar="TEXT", help="with --chat: the system turn's text")
-    p.add_argument("--proposer", default=None, metavar="SPEC",
-                   help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
-                        "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)")
+    p.add_argument(
+        "--proposer",
+        default=None,
+        metavar="SPEC",
+        help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
+        "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)",
+    )
     p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
-    p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
-                   help="torch CPU threads for decoding (default: all cores but one, up to 8 cores)")
-    p.add_argument("--tree", default=None, metavar="SPEC",
-                   help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
-                        "dynamic:nodes=16,depth=5,topk=4 (shorthand for the spec's tree=SPEC: a draft model or a draft head)")
-    p.add_argument("--children", default=None, choices=CHILDREN_MENU,
-                   help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
-                        "(without replacement)")
-    p.add_argument("--engine", choices=ENGINES, default="specscope",
-                   help="who decodes: specscope's decoder, transformers' generate() (docs/transformers-engine.md) or "
-                        "vLLM in its venv (`specscope vllm setup`; docs/vllm.md), recorded round by round")
-    p.add_argument("--vllm-draft-sample", choices=("greedy", "probabilistic"), default=None,
-                   help="--engine vllm: vLLM's draft_sample_method (default greedy: one-hot drafts)")
+    p.add_argument(
+        "--threads",
+        type=threads_arg,
+        default=None,
+        metavar="N",
+        help="torch CPU threads for decoding (default: all cores but one, up to 8 cores)",
+    )
+    p.add_argument(
+        "--tree",
+        default=None,
+        metavar="SPEC",
+        help="draft a token tree instead of a chain: B1,B2,... (e.g. 3,2,1,1), paths:0;1;0.0 or "
+        "dynamic:nodes=16,depth=5,topk=4 (shorthand for the spec's tree=SPEC: a draft model or a draft head)",
+    )
+    p.add_argument(
+        "--children",
+        default=None,
+        choices=CHILDREN_MENU,
+        help="how a tree's siblings are chosen: topk (default), sampled (i.i.d. from q) or distinct "
+        "(without replacement)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="specscope",
+        help="who decodes: specscope's decoder, transformers' generate() (docs/transformers-engine.md) or "
+        "vLLM in its venv (`specscope vllm setup`; docs/vllm.md), recorded round by round",
+    )
+    p.add_argument(
+        "--vllm-draft-sample",
+        choices=("greedy", "probabilistic"),
+        default=None,
+        help="--engine vllm: vLLM's draft_sample_method (default greedy: one-hot drafts)",
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
     p.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off (default)")
-    p.add_argument("--max-new", type=int, default=64,
-                   help="token budget (default: 64); the prompt plus this budget must fit the models' "
-                        "max_position_embeddings")
+    p.add_argument(
+        "--max-new",
+        type=int,
+        default=64,
+        help="token budget (default: 64); the prompt plus this budget must fit the models' max_position_embeddings",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the run's random stream (default: 0)")
-    p.add_argument("--coupled", type=int, default=None, metavar="SEED",
-                   help="coupled lanes at temperature > 0: the target's draws come from Gumbel keys of (SEED, output "
-                        "position) and a draft model proposes by the same keys, so runs with the same SEED emit the "
-                        "same tokens wherever their prefixes agree, whatever the proposer (docs/coupling.md)")
-    p.add_argument("--eos-id", "--eos", dest="eos_id", default="auto",
-                   help="EOS token id or ids (comma list: 2,107), 'auto' = the model's (every id its generation "
-                        "config names, and the tokenizer's), 'none' = no EOS")
-    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                   help="stop string (repeatable): the output ends at the token whose text completes it, that token "
-                        "included; the text is not cut (docs/trace-format.md, Stops)")
-    p.add_argument("--stop-ids", action="append", default=None, metavar="IDS",
-                   help="stop token sequence, a comma list of ids (repeatable): the output ends at its last token")
-    p.add_argument("--target", default=None,
-                   help="target: a checkpoint directory, a GGUF file (converted once and cached), a fetched model's "
-                        "name (`specscope models`), or the bundled target (the default; 'target' names it too)")
-    p.add_argument("--draft", default=None,
-                   help="draft: 'small', 'tiny' (bundled) or a checkpoint directory (shorthand for --proposer draft:DRAFT); "
-                        "a bundled name always means the bundled model: write ./small for a folder named small")
+    p.add_argument(
+        "--coupled",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="coupled lanes at temperature > 0: the target's draws come from Gumbel keys of (SEED, output "
+        "position) and a draft model proposes by the same keys, so runs with the same SEED emit the "
+        "same tokens wherever their prefixes agree, whatever the proposer (docs/coupling.md)",
+    )
+    p.add_argument(
+        "--eos-id",
+        "--eos",
+        dest="eos_id",
+        default="auto",
+        help="EOS token id or ids (comma list: 2,107), 'auto' = the model's (every id its generation "
+        "config names, and the tokenizer's), 'none' = no EOS",
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="stop string (repeatable): the output ends at the token whose text completes it, that token "
+        "included; the text is not cut (docs/trace-format.md, Stops)",
+    )
+    p.add_argument(
+        "--stop-ids",
+        action="append",
+        default=None,
+        metavar="IDS",
+        help="stop token sequence, a comma list of ids (repeatable): the output ends at its last token",
+    )
+    p.add_argument(
+        "--target",
+        default=None,
+        help="target: a checkpoint directory, a GGUF file (converted once and cached), a fetched model's "
+        "name (`specscope models`), or the bundled target (the default; 'target' names it too)",
+    )
+    p.add_argument(
+        "--draft",
+        default=None,
+        help="draft: 'small', 'tiny' (bundled) or a checkpoint directory (shorthand for --proposer draft:DRAFT); "
+        "a bundled name always means the bundled model: write ./small for a folder named small",
+    )
     p.add_argument("--device", default="auto", choices=DEVICES, help="default: auto (CUDA when available)")
     p.add_argument("--dtype", default=None, choices=DTYPES, help="model dtype (default: float32 on CPU)")
-    p.add_argument("--lookup-max-ngram", type=int, default=None,
-                   help="prompt lookup: longest suffix n-gram tried (default: 3; shorthand for lookup:max_ngram=N)")
-    p.add_argument("--lookup-min-ngram", type=int, default=None,
-                   help="prompt lookup: shortest suffix n-gram accepted (default: 1; shorthand for lookup:min_ngram=N)")
+    p.add_argument(
+        "--lookup-max-ngram",
+        type=int,
+        default=None,
+        help="prompt lookup: longest suffix n-gram tried (default: 3; shorthand for lookup:max_ngram=N)",
+    )
+    p.add_argument(
+        "--lookup-min-ngram",
+        type=int,
+        default=None,
+        help="prompt lookup: shortest suffix n-gram accepted (default: 1; shorthand for lookup:min_ngram=N)",
+    )
     p.add_argument("--no-cache", action="store_true", help="recompute every forward from scratch (a reference run)")
     p.add_argument("--fault", default=None, metavar="NAME", help="inject a deliberate bug (see `specscope faults`)")
     p.add_argument("--db", default=None, help="record the run in this trace store (SQLite path or SQLAlchemy URL)")
-    p.add_argument("--vectors", choices=VECTOR_POLICIES, default="auto",
-                   help="what --db keeps of each p, q and residual besides the top-N and each vector's support, "
-                        "smallest entry and sum (enough for every checker rule): 'full' vectors too (about 40x the "
-                        "bytes at the bundled vocabulary of 4096), 'top' nothing more, 'auto' = full when the "
-                        "vocabulary is at most 1024 (default)")
-    p.add_argument("--top-n", type=int, default=20, help="entries of each top-N list in --db (default: 20; at least top-k + 1)")
+    p.add_argument(
+        "--vectors",
+        choices=VECTOR_POLICIES,
+        default="auto",
+        help="what --db keeps of each p, q and residual besides the top-N and each vector's support, "
+        "smallest entry and sum (enough for every checker rule): 'full' vectors too (about 40x the "
+        "bytes at the bundled vocabulary of 4096), 'top' nothing more, 'auto' = full when the "
+        "vocabulary is at most 1024 (default)",
+    )
+    p.add_argument(
+        "--top-n", type=int, default=20, help="entries of each top-N list in --db (default: 20; at least top-k + 1)"
+    )
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of the text")
     p.set_defaults(func=cmd_run)
 
@@ -105,16 +185,22 @@ def proposer_kinds_help() -> str:
     for kind in KINDS.values():
         lines.append(f"  {kind.name:<{width}}  {kind.summary}")
         if kind.needs_model:
-            lines.append(f"  {'':<{width}}    ARG: 'small', 'tiny' (bundled) or a checkpoint directory "
-                         f"(default: {kind.default_arg})")
+            lines.append(
+                f"  {'':<{width}}    ARG: 'small', 'tiny' (bundled) or a checkpoint directory "
+                f"(default: {kind.default_arg})"
+            )
         for param in kind.params:
-            lines.append(f"  {'':<{width}}    {param.name}={param.type.__name__} (default {param.default}): {param.help}")
+            lines.append(
+                f"  {'':<{width}}    {param.name}={param.type.__name__} (default {param.default}): {param.help}"
+            )
     return "\n".join(lines)
 
 
 # (flag, attribute, the spec parameter it sets) of the prompt-lookup shorthands
-LOOKUP_FLAGS = (("--lookup-max-ngram", "lookup_max_ngram", "max_ngram"),
-                ("--lookup-min-ngram", "lookup_min_ngram", "min_ngram"))
+LOOKUP_FLAGS = (
+    ("--lookup-max-ngram", "lookup_max_ngram", "max_ngram"),
+    ("--lookup-min-ngram", "lookup_min_ngram", "min_ngram"),
+)
 
 
 def run_spec(args: argparse.Namespace) -> Any:
@@ -229,11 +315,28 @@ def _load(args: argparse.Namespace, spec: Any):
 
 
 # How a settings message names each field here: by its flag.
-FLAG_NAMES = {"proposer": "--proposer", "tree": "--tree", "children": "--children", "engine": "--engine",
-              "k": "--k (draft length)", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-              "seed": "--seed", "max_new_tokens": "--max-new", "eos": "--eos-id", "coupling_seed": "--coupled",
-              "use_cache": "--no-cache", "fault": "--fault", "vectors": "--vectors", "top_n": "--top-n",
-              "stop_strings": "--stop", "stop_ids": "--stop-ids", "system": "--system", "threads": "--threads"}
+FLAG_NAMES = {
+    "proposer": "--proposer",
+    "tree": "--tree",
+    "children": "--children",
+    "engine": "--engine",
+    "k": "--k (draft length)",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "seed": "--seed",
+    "max_new_tokens": "--max-new",
+    "eos": "--eos-id",
+    "coupling_seed": "--coupled",
+    "use_cache": "--no-cache",
+    "fault": "--fault",
+    "vectors": "--vectors",
+    "top_n": "--top-n",
+    "stop_strings": "--stop",
+    "stop_ids": "--stop-ids",
+    "system": "--system",
+    "threads": "--threads",
+}
 
 
 def run_settings(args: argparse.Namespace, spec: Any) -> Any:
@@ -242,13 +345,30 @@ def run_settings(args: argparse.Namespace, spec: Any) -> Any:
 
     eos, no_eos = parse_eos(args.eos_id)
     return RunSettings(
-        proposer=str(spec), engine=args.engine, k=args.k, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new, eos=eos, eos_disabled=no_eos,
-        coupling_seed=args.coupled, use_cache=not args.no_cache, fault=args.fault, vectors=args.vectors,
-        top_n=args.top_n, device=args.device, dtype=args.dtype, threads=args.threads,
+        proposer=str(spec),
+        engine=args.engine,
+        k=args.k,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_new_tokens=args.max_new,
+        eos=eos,
+        eos_disabled=no_eos,
+        coupling_seed=args.coupled,
+        use_cache=not args.no_cache,
+        fault=args.fault,
+        vectors=args.vectors,
+        top_n=args.top_n,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
         # commands that share run's flags without the stop and chat ones (diverge) stop at EOS only
-        stop_strings=tuple(getattr(args, "stop", None) or ()), stop_ids=parse_stop_ids(getattr(args, "stop_ids", None)),
-        chat=getattr(args, "chat", False), system=getattr(args, "system", None))
+        stop_strings=tuple(getattr(args, "stop", None) or ()),
+        stop_ids=parse_stop_ids(getattr(args, "stop_ids", None)),
+        chat=getattr(args, "chat", False),
+        system=getattr(args, "system", None),
+    )
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Any, Any, list[int], Any]:
@@ -309,8 +429,14 @@ def _open_writer(args: argparse.Namespace, config: Any, pair: Any) -> Any:
 
     store = TraceStore(args.db)  # --top-n was checked with the settings
     full = {"auto": None, "full": True, "top": False}[args.vectors]
-    return TraceWriter(store, config, model_info=pair.model_info(), full_vectors=full, top_n=args.top_n,
-                       on_wait=_say_lock_wait(store.location))
+    return TraceWriter(
+        store,
+        config,
+        model_info=pair.model_info(),
+        full_vectors=full,
+        top_n=args.top_n,
+        on_wait=_say_lock_wait(store.location),
+    )
 
 
 def _say_lock_wait(where: str) -> Any:
@@ -482,11 +608,15 @@ def fault_lines(report: Any) -> list[str]:
     if fired:
         shown = ", ".join(str(i) for i in fired[:20]) + (", …" if len(fired) > 20 else "")
         return [f"-- fault {name} fired in {_rounds(len(fired))}: {shown}"]
-    lines = [f"-- fault {name} never fired: this run is correct, and `specscope check` rightly finds nothing in it "
-             f"(it fires when: {report.applies})"]
+    lines = [
+        f"-- fault {name} never fired: this run is correct, and `specscope check` rightly finds nothing in it "
+        f"(it fires when: {report.applies})"
+    ]
     s = report.suggestion
     if s is None:
-        lines.append("-- this run met nothing a setting could turn into a fire: try another --seed, prompt or --max-new")
+        lines.append(
+            "-- this run met nothing a setting could turn into a fire: try another --seed, prompt or --max-new"
+        )
     else:
         flags = " ".join(_flag_values(key, value) for key, value in s.settings.items())
         lines.append(f"-- to make it fire, run again with {flags} ({s.why})")
@@ -534,8 +664,10 @@ def _cancelled(args: argparse.Namespace, exc: KeyboardInterrupt, writer: Any, de
             if writer.spilled_to:
                 line += f"; {_spill_line(writer)}"
             else:
-                line += (f"; run {writer.run_id} kept in {writer.store.location} as interrupted (cancelled) "
-                         f"with {_rounds(writer.rounds_written)}")
+                line += (
+                    f"; run {writer.run_id} kept in {writer.store.location} as interrupted (cancelled) "
+                    f"with {_rounds(writer.rounds_written)}"
+                )
     print(f"specscope: {line}", file=sys.stderr)
     return interrupt_status(exc)
 
@@ -558,7 +690,9 @@ def _recording_failed(args: argparse.Namespace, writer: Any, decoded: int) -> in
     if status == "failed":
         kept = f"run {writer.run_id} marked failed in {where} with {_rounds(writer.rounds_written)}"
     else:
-        kept = (f"run {writer.run_id} could not be marked failed in {where} (it shows as {status or 'running'} "
-                f"until the store is opened with room to write, which marks it interrupted)")
+        kept = (
+            f"run {writer.run_id} could not be marked failed in {where} (it shows as {status or 'running'} "
+            f"until the store is opened with room to write, which marks it interrupted)"
+        )
     print(f"specscope: recording failed after {_rounds(decoded)}, decoding stopped: {reason}; {kept}", file=sys.stderr)
     return 1

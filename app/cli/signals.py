@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
-
+from collections.abc import Iterator
+from typing import Any
 
 
 class Cancelled(KeyboardInterrupt):
@@ -71,7 +71,9 @@ def run_signals() -> Iterator[_RunSignals]:
     if threading.current_thread() is not threading.main_thread():
         yield signals
         return
-    wanted = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is signal.default_int_handler else [])
+    wanted = [signal.SIGTERM] + (
+        [signal.SIGINT] if signal.getsignal(signal.SIGINT) is signal.default_int_handler else []
+    )
     previous = {signum: signal.signal(signum, signals.handler) for signum in wanted}
     try:
         yield signals

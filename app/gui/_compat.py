@@ -46,12 +46,13 @@ def guard_none_refcount() -> bool:
         if not leaks_none_refs():
             return False
         ctypes.c_ssize_t.from_address(id(None)).value += PIN
-    except Exception:  # noqa: BLE001 - never stop the app over the workaround
+    except Exception:
         log.exception("could not apply the PySide6 None-refcount workaround")
         return False
     _guarded = True
     import PySide6
 
-    log.info("PySide6 %s drops references to None; pinned None (CPython %s)", PySide6.__version__,
-             platform.python_version())
+    log.info(
+        "PySide6 %s drops references to None; pinned None (CPython %s)", PySide6.__version__, platform.python_version()
+    )
     return True

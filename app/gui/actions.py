@@ -10,8 +10,9 @@ gets its new state instead, by name of the rule, not by accident.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Union
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence

@@ -19,8 +19,16 @@ from typing import Any
 
 from PySide6.QtCore import QByteArray, QEvent, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, \
-    QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from . import startup
 from .actions import install_actions
@@ -93,8 +101,13 @@ def scrolled(widget: QWidget) -> QScrollArea:
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, hub: ModelHub | None = None, settings: QSettings | None = None, record: bool = True,
-                 store_path: str | None = None):
+    def __init__(
+        self,
+        hub: ModelHub | None = None,
+        settings: QSettings | None = None,
+        record: bool = True,
+        store_path: str | None = None,
+    ):
         super().__init__()
         self.setWindowTitle("specscope")
         self.setAcceptDrops(True)
@@ -235,8 +248,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.calibration, "Calibration")
         self.setCentralWidget(self.tabs)
         # Run, Pause, Step and Stop above the fields: visible without scrolling at any height
-        self.run_dock = self._dock("Run", pinned_above(self.run_panel.action_row, self.run_panel),
-                                   Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.run_dock = self._dock(
+            "Run", pinned_above(self.run_panel.action_row, self.run_panel), Qt.DockWidgetArea.LeftDockWidgetArea
+        )
         self.plots_dock = self._dock("Live plots", ScrollingPlots(self.plots), Qt.DockWidgetArea.RightDockWidgetArea)
         self.findings_dock = self._dock("Findings", self.findings, Qt.DockWidgetArea.LeftDockWidgetArea)
         # never narrower than the panel's own minimum (a sideways scrollbar otherwise)
@@ -270,8 +284,11 @@ class MainWindow(QMainWindow):
         self.run_panel.edited.connect(self.replay_panel.panel_edited)
         self.navigator.playToggled.connect(traces.toggle_replay_play)
         self.findings.findingActivated.connect(self.checks.jump_to_finding)
-        self.model.findingsChanged.connect(lambda: self.findings.set_findings(
-            self.model.findings, fault=self.model.config.fault if self.model.config is not None else None))
+        self.model.findingsChanged.connect(
+            lambda: self.findings.set_findings(
+                self.model.findings, fault=self.model.config.fault if self.model.config is not None else None
+            )
+        )
         self.model.findingsChanged.connect(lambda: self.docks.room_for_findings(len(self.model.findings)))
         self.compare.compareRequested.connect(runs.start_compare)
         self.compare.stopRequested.connect(self.compare_session.stop)
@@ -320,21 +337,21 @@ class MainWindow(QMainWindow):
             texts = self.run_panel.texts()
             self.controller.preload(texts.get("device") or "cpu", texts.get("target", ""))
 
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def paintEvent(self, event) -> None:
         super().paintEvent(event)
         if not self._painted:
             self._painted = True
             startup.mark("main-window-painted")
             QTimer.singleShot(0, self.start_preload)  # after this paint has reached the screen
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def showEvent(self, event) -> None:
         super().showEvent(event)
         if not self._shown_once:
             self._shown_once = True
             if not isinstance(self.qsettings.value("window/state"), QByteArray):
                 QTimer.singleShot(0, self.docks.default_sizes)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if self._shown_once:
             self.docks.adapt()
@@ -387,7 +404,7 @@ class MainWindow(QMainWindow):
         self.resize(size)
         self.move(room.x() + (room.width() - size.width()) // 2, room.y() + (room.height() - size.height()) // 2)
 
-    def changeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def changeEvent(self, event) -> None:
         super().changeEvent(event)
         if event.type() == QEvent.Type.WindowStateChange and self._shown_once:
             # maximised or back: the docks and the panes laid out for the new size (after
@@ -428,7 +445,7 @@ class MainWindow(QMainWindow):
             s.setValue("trace/last", self.trace_path)
         s.sync()
 
-    def closeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def closeEvent(self, event) -> None:
         self.save_settings()
         # gone from the screen at once: stopping the decoder waits for the round or the model
         # load in progress (3-8 s on a loaded machine), which the user need not watch
@@ -454,12 +471,12 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ drag and drop
 
-    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def dragEnterEvent(self, event) -> None:
         urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
         if any(u.isLocalFile() and looks_like_trace(u.toLocalFile()) for u in urls):
             event.acceptProposedAction()
 
-    def dropEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def dropEvent(self, event) -> None:
         for u in event.mimeData().urls():
             if u.isLocalFile() and looks_like_trace(u.toLocalFile()):
                 self.open_trace(u.toLocalFile())
@@ -530,7 +547,9 @@ class MainWindow(QMainWindow):
             parts = [self.compare_session.status_words()]  # not the Inspect tab's run
         elif len(m):
             acceptance = f"{m.acceptance_rate:.2f}" if m.drafted_total else "— (nothing drafted)"
-            parts.append(f"{len(m)} round{'s' if len(m) != 1 else ''} · {m.emitted_total} tokens · acceptance {acceptance}")
+            parts.append(
+                f"{len(m)} round{'s' if len(m) != 1 else ''} · {m.emitted_total} tokens · acceptance {acceptance}"
+            )
         n = self.torch_threads()
         parts.append(f"{n} torch thread{'s' if n != 1 else ''}")
         self.status_bar.set_state(" · ".join(parts))
@@ -556,5 +575,13 @@ def flush_events(seconds: float = 0.0) -> None:
         time.sleep(0.005)
 
 
-__all__ = ["MainWindow", "app_settings", "default_checker", "flush_events", "RunSettings", "LOADING", "PAUSED",
-           "RUNNING"]
+__all__ = [
+    "LOADING",
+    "PAUSED",
+    "RUNNING",
+    "MainWindow",
+    "RunSettings",
+    "app_settings",
+    "default_checker",
+    "flush_events",
+]

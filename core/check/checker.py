@@ -12,20 +12,20 @@ stale-cache bugs whose traces look self-consistent.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
-from specscope.core.check.engine_values import nonfinite_findings
 from specscope.core.check.coupled import check_coupled_round, is_coupled_round
-from specscope.core.sampling.draws import draw_mismatch
-from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
-from specscope.core.records import Round, RunConfig, RunEnd
-from specscope.core.sampling.reference import process_logits
+from specscope.core.check.engine_values import nonfinite_findings
 from specscope.core.check.rules import REGISTRY, ROUND_CHECKS, RULES, SEVERITY, WASTED_WORK, WRONG_OUTPUT, family_of  # noqa: F401 (RULES, SEVERITY, WASTED_WORK re-exported)
 from specscope.core.check.stop_rules import StopRules
 from specscope.core.check.tree_rules import check_tree_round, is_tree_round, recompute_tree_rows
+from specscope.core.records import Round, RunConfig, RunEnd
+from specscope.core.sampling.draws import draw_mismatch
+from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
+from specscope.core.sampling.reference import process_logits
 from specscope.core.verify.chain import residual_of
 
 DEFAULT_TOL = 1e-6
@@ -112,18 +112,34 @@ class CheckReport:
 def internal_finding(run_id: str, round_index: int, what: str, exc: BaseException) -> Finding:
     """A check that raised: named as the checker's own failure (its exception's type, never
     its text, is in the message), so it is not mistaken for a finding about the decoder."""
-    return Finding(run_id, round_index, None, "internal",
-                   f"the checker failed while checking {what} ({type(exc).__name__}): it is not checked here; "
-                   "this is a bug in the checker, not necessarily in the decoder")
+    return Finding(
+        run_id,
+        round_index,
+        None,
+        "internal",
+        f"the checker failed while checking {what} ({type(exc).__name__}): it is not checked here; "
+        "this is a bug in the checker, not necessarily in the decoder",
+    )
 
 
 class _RoundChecker:
     """Checks one round. Each round check is a method named in ROUND_CHECKS (core.check.rules);
     adding a rule = its Rule in core.check.rules.REGISTRY and the method that emits it."""
 
-    def __init__(self, config: RunConfig, rnd: Round, out_start: int, tol: float, sink: list[Finding], *,
-                 position: int = 0, previous: Round | None = None, is_last: bool = False, caches: bool = True,
-                 not_checked: dict[str, str] | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        rnd: Round,
+        out_start: int,
+        tol: float,
+        sink: list[Finding],
+        *,
+        position: int = 0,
+        previous: Round | None = None,
+        is_last: bool = False,
+        caches: bool = True,
+        not_checked: dict[str, str] | None = None,
+    ):
         self.config, self.rnd, self.out_start, self.tol, self.sink = config, rnd, out_start, tol, sink
         self.position = position  # where the round stands in the run (0-based)
         self.previous = previous  # the round before it, if any
@@ -155,26 +171,39 @@ class _RoundChecker:
         path: list[int] = []
         for n in nodes:
             if n.parent >= n.index or n.parent < -1:
-                self.add("round-structure", f"node {n.index} has parent {n.parent}, which does not precede it", node=n.index)
+                self.add(
+                    "round-structure", f"node {n.index} has parent {n.parent}, which does not precede it", node=n.index
+                )
             if n.status == "accepted":
                 parent_ok = n.parent == -1 or (n.parent < len(nodes) and nodes[n.parent].status == "accepted")
                 if not parent_ok:
-                    self.add("round-structure", f"node {n.index} was accepted although its parent {n.parent} was not", node=n.index)
+                    self.add(
+                        "round-structure",
+                        f"node {n.index} was accepted although its parent {n.parent} was not",
+                        node=n.index,
+                    )
                 path.append(n.index)
         depths = [nodes[i].depth for i in path]
         if len(set(depths)) != len(depths):
             self.add("round-structure", "accepted nodes do not form one root path (two accepted at the same depth)")
         rejected = [n.index for n in nodes if n.status == "rejected"]
         if rnd.rejected_node is not None and rnd.rejected_node not in rejected:
-            self.add("round-structure", f"round names node {rnd.rejected_node} as rejected but its status is not 'rejected'")
+            self.add(
+                "round-structure", f"round names node {rnd.rejected_node} as rejected but its status is not 'rejected'"
+            )
         for i, n in enumerate(nodes):  # a child is visited only after its parent was accepted
             if n.parent == i - 1 and i > 0 and n.status != "unvisited" and nodes[i - 1].status != "accepted":
-                self.add("round-structure", f"node {i} was visited after node {i - 1} was {nodes[i - 1].status}", node=i)
+                self.add(
+                    "round-structure", f"node {i} was visited after node {i - 1} was {nodes[i - 1].status}", node=i
+                )
         self._emitted_follow(path)
         kinds = [e.kind for e in rnd.emitted]
         if "repaired" in kinds and not rejected:
-            self.add("round-structure", "a repair token was emitted although no draft token was rejected",
-                     self.position_of(kinds.index("repaired")))
+            self.add(
+                "round-structure",
+                "a repair token was emitted although no draft token was rejected",
+                self.position_of(kinds.index("repaired")),
+            )
 
     def _emitted_follow(self, path: list[int]) -> None:
         """The accepted tokens come first and are the accepted path's; one repair or bonus at most after them."""
@@ -186,7 +215,11 @@ class _RoundChecker:
             self.add("round-structure", f"emitted kinds out of order: {kinds}")
         for j, e in enumerate(accepted_emitted):
             if j >= len(path):
-                self.add("round-structure", "an accepted token was emitted with no accepted draft node behind it", self.position_of(j))
+                self.add(
+                    "round-structure",
+                    "an accepted token was emitted with no accepted draft node behind it",
+                    self.position_of(j),
+                )
                 break
             node = nodes[path[j]]
             if e.node != node.index or e.token != node.token:
@@ -200,7 +233,11 @@ class _RoundChecker:
             self.add("round-structure", f"{len(path)} nodes accepted but only {n_acc} accepted tokens emitted")
         tail = rnd.emitted[n_acc:]
         if len(tail) > 1:
-            self.add("round-structure", f"{len(tail)} tokens follow the accepted ones; at most one repair or bonus may", self.position_of(n_acc + 1))
+            self.add(
+                "round-structure",
+                f"{len(tail)} tokens follow the accepted ones; at most one repair or bonus may",
+                self.position_of(n_acc + 1),
+            )
 
     # ---------------------------------------------------------------- the shape's rules
 
@@ -226,9 +263,14 @@ class _RoundChecker:
         repairs = [e for e in rnd.emitted if e.kind == "repaired"]
         bonuses = [e for e in rnd.emitted if e.kind == "bonus"]
         if rejected and not repairs and not self._eos_before_rejection():
-            self.add("round-structure", f"node {rejected[0]} was rejected but no repair token was emitted", node=rejected[0])
+            self.add(
+                "round-structure", f"node {rejected[0]} was rejected but no repair token was emitted", node=rejected[0]
+            )
         if repairs and rejected and repairs[0].node != rejected[0]:
-            self.add("round-structure", f"the repair names node {repairs[0].node}, but the first rejection is node {rejected[0]}")
+            self.add(
+                "round-structure",
+                f"the repair names node {repairs[0].node}, but the first rejection is node {rejected[0]}",
+            )
         if bonuses:
             pos = self.position_of(kinds.index("bonus"))
             if rejected:
@@ -242,26 +284,37 @@ class _RoundChecker:
         All accepted, no EOS and the budget spent: the bonus is withheld, and only then."""
         rnd = self.rnd
         all_accepted = not (rejected or has_repair or self._eos_before_rejection()) and all(
-            n.status == "accepted" for n in rnd.nodes)
+            n.status == "accepted" for n in rnd.nodes
+        )
         budget_left = len(rnd.emitted) < rnd.remaining_budget
         if all_accepted and not has_bonus and self._ended_unrecorded():
             return  # the run's last round may have ended at an EOS or stop the trace does not name
         if all_accepted and not has_bonus and budget_left:
-            self.add("round-structure", f"all {len(rnd.nodes)} drafts were accepted with budget left and no EOS, "
-                     "but no bonus token was emitted", self.position_of(len(rnd.emitted)))
+            self.add(
+                "round-structure",
+                f"all {len(rnd.nodes)} drafts were accepted with budget left and no EOS, "
+                "but no bonus token was emitted",
+                self.position_of(len(rnd.emitted)),
+            )
         withheld = all_accepted and not has_bonus and not budget_left
         if self.recorded("bonus_withheld", "round-structure") and rnd.bonus_withheld != withheld:
-            self.add("round-structure", f"bonus_withheld is {rnd.bonus_withheld}, but the round "
-                     f"{'withheld' if withheld else 'did not withhold'} a bonus ({len(rnd.emitted)} emitted of "
-                     f"{rnd.remaining_budget} left{', a bonus among them' if has_bonus else ''})")
+            self.add(
+                "round-structure",
+                f"bonus_withheld is {rnd.bonus_withheld}, but the round "
+                f"{'withheld' if withheld else 'did not withhold'} a bonus ({len(rnd.emitted)} emitted of "
+                f"{rnd.remaining_budget} left{', a bonus among them' if has_bonus else ''})",
+            )
 
     def _run_over(self) -> bool:
         """The last round of a run that ended at EOS or the budget: no round reads the caches
         again (a decoder that trims its draft cache lazily, at the next round's start, as
         transformers does, leaves it untrimmed here)."""
         rnd = self.rnd
-        ended = self._eos_before_rejection() or len(rnd.emitted) >= rnd.remaining_budget \
+        ended = (
+            self._eos_before_rejection()
+            or len(rnd.emitted) >= rnd.remaining_budget
             or self.config.end_unknown is not None
+        )
         return self.is_last and ended
 
     def _ended_unrecorded(self) -> bool:
@@ -271,8 +324,9 @@ class _RoundChecker:
         why = self.config.end_unknown
         if not self.is_last or why is None or getattr(self.rnd, "stop", None) is not None:
             return False
-        self.not_checked.setdefault("round-structure", f"{why}: whether the run's last round owed a bonus "
-                                    "after its tokens is not checked")
+        self.not_checked.setdefault(
+            "round-structure", f"{why}: whether the run's last round owed a bonus after its tokens is not checked"
+        )
         return True
 
     def _eos_before_rejection(self) -> bool:
@@ -291,7 +345,11 @@ class _RoundChecker:
                 continue
             p_x = self._scalar(n.p, n.token, n.p_token, "p_token", "acceptance-draw")
             if p_x is not None and entry_known(n.p, n.token) and abs(float(n.p[n.token]) - p_x) > self.tol:
-                self.add("acceptance-draw", f"recorded p(x)={p_x:.6g} differs from the p vector ({float(n.p[n.token]):.6g})", node=n.index)
+                self.add(
+                    "acceptance-draw",
+                    f"recorded p(x)={p_x:.6g} differs from the p vector ({float(n.p[n.token]):.6g})",
+                    node=n.index,
+                )
             if greedy:
                 self._greedy_decision(n, p_x)
                 continue
@@ -302,22 +360,34 @@ class _RoundChecker:
                 continue
             if n.u is None or q_x is None:
                 if n.u is None or self.recorded("q_token", "acceptance-draw"):
-                    self.add("acceptance-draw", "a visited stochastic decision has no recorded draw u or q(x)", node=n.index)
+                    self.add(
+                        "acceptance-draw", "a visited stochastic decision has no recorded draw u or q(x)", node=n.index
+                    )
                 continue
             if q_x <= 0:
                 self.add("sampler", f"proposal {n.token} has q(x)=0: it cannot have been drawn from q", node=n.index)
                 continue
             if entry_known(n.q, n.token) and abs(float(n.q[n.token]) - q_x) > self.tol:
-                self.add("acceptance-draw", f"recorded q(x)={q_x:.6g} differs from the q vector ({float(n.q[n.token]):.6g})", node=n.index)
+                self.add(
+                    "acceptance-draw",
+                    f"recorded q(x)={q_x:.6g} differs from the q vector ({float(n.q[n.token]):.6g})",
+                    node=n.index,
+                )
             if p_x is None:
                 continue
             threshold = min(1.0, p_x / q_x)
             accepted = n.u < threshold
             if accepted != (n.status == "accepted"):
                 verb = "accepted" if n.status == "accepted" else "rejected"
-                self.add("acceptance-draw", f"proposal {n.token} was {verb} with u={n.u:.6g} against min(1, p/q)={threshold:.6g}", node=n.index)
+                self.add(
+                    "acceptance-draw",
+                    f"proposal {n.token} was {verb} with u={n.u:.6g} against min(1, p/q)={threshold:.6g}",
+                    node=n.index,
+                )
 
-    def _scalar(self, dist: np.ndarray | None, token: int, recorded: float | None, field: str, rule: str) -> float | None:
+    def _scalar(
+        self, dist: np.ndarray | None, token: int, recorded: float | None, field: str, rule: str
+    ) -> float | None:
         """p(x) or q(x): the recorded scalar, unless the trace did not record it; then the
         vector's entry when it is known, else None (and the rule notes what it skipped)."""
         if field not in self.config.unrecorded:
@@ -331,7 +401,9 @@ class _RoundChecker:
         accepted = n.token == n.target_argmax
         if accepted != (n.status == "accepted"):
             verb = "accepted" if n.status == "accepted" else "rejected"
-            self.add("greedy", f"proposal {n.token} was {verb} but the target argmax is {n.target_argmax}", node=n.index)
+            self.add(
+                "greedy", f"proposal {n.token} was {verb} but the target argmax is {n.target_argmax}", node=n.index
+            )
         best = self._largest(n.p)
         if best is None:
             return
@@ -340,10 +412,18 @@ class _RoundChecker:
         # entries, but an exact extra entry of a lower rank may be stored too
         argmax_p = float(n.p[n.target_argmax]) if entry_known(n.p, n.target_argmax) else None
         if argmax_p is not None and best_p > argmax_p + self.tol:
-            self.add("greedy", f"recorded argmax {n.target_argmax} is not the argmax of p ({best_id}, p={best_p:.6g})", node=n.index)
+            self.add(
+                "greedy",
+                f"recorded argmax {n.target_argmax} is not the argmax of p ({best_id}, p={best_p:.6g})",
+                node=n.index,
+            )
         elif n.status == "accepted" and p_x is not None and best_p > p_x + self.tol:
-            self.add("greedy", f"accepted proposal {n.token} has p={p_x:.6g}, but token {best_id} has p={best_p:.6g}: "
-                     "it was not the argmax", node=n.index)
+            self.add(
+                "greedy",
+                f"accepted proposal {n.token} has p={p_x:.6g}, but token {best_id} has p={best_p:.6g}: "
+                "it was not the argmax",
+                node=n.index,
+            )
 
     @staticmethod
     def _largest(dist: np.ndarray | None) -> tuple[int, float] | None:
@@ -370,17 +450,32 @@ class _RoundChecker:
                 node = rnd.nodes[e.node]
                 if greedy:
                     if e.token != node.target_argmax:
-                        self.add("greedy", f"repair {e.token} is not the target argmax {node.target_argmax}", pos, node.index)
+                        self.add(
+                            "greedy", f"repair {e.token} is not the target argmax {node.target_argmax}", pos, node.index
+                        )
                     continue
                 self._residual(node, e.token, pos)
                 self._replay(e, self._repair_distribution(node), "the residual", pos, node.index)
             elif e.kind == "bonus":
                 if greedy and rnd.bonus_p is not None:
                     best = self._largest(rnd.bonus_p)
-                    if best is not None and e.token != best[0] and entry_known(rnd.bonus_p, e.token) \
-                            and best[1] > rnd.bonus_p[e.token] + self.tol:
-                        self.add("greedy", f"bonus {e.token} is not the argmax {best[0]} of the target's last conditional", pos)
-                elif not greedy and rnd.bonus_p is not None and entry_known(rnd.bonus_p, e.token) and rnd.bonus_p[e.token] <= 0:
+                    if (
+                        best is not None
+                        and e.token != best[0]
+                        and entry_known(rnd.bonus_p, e.token)
+                        and best[1] > rnd.bonus_p[e.token] + self.tol
+                    ):
+                        self.add(
+                            "greedy",
+                            f"bonus {e.token} is not the argmax {best[0]} of the target's last conditional",
+                            pos,
+                        )
+                elif (
+                    not greedy
+                    and rnd.bonus_p is not None
+                    and entry_known(rnd.bonus_p, e.token)
+                    and rnd.bonus_p[e.token] <= 0
+                ):
                     self.add("sampler", f"bonus {e.token} has probability 0 under the target", pos)
                 elif not greedy:
                     self._replay(e, rnd.bonus_p, "the target's last row", pos, None)
@@ -435,11 +530,21 @@ class _RoundChecker:
             positive = np.maximum(p - q, 0.0)
             mass = float(positive.sum())
             if rnd.residual_mass is not None and abs(rnd.residual_mass - mass) > self.tol:
-                self.add("residual", f"recorded residual mass {rnd.residual_mass:.6g} differs from sum max(p-q, 0) = {mass:.6g}", pos, node.index)
+                self.add(
+                    "residual",
+                    f"recorded residual mass {rnd.residual_mass:.6g} differs from sum max(p-q, 0) = {mass:.6g}",
+                    pos,
+                    node.index,
+                )
             if is_full(rnd.residual) and mass > 0:
                 diff = float(np.abs(rnd.residual - positive / mass).max())
                 if diff > self.tol:
-                    self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) (max diff {diff:.3g})", pos, node.index)
+                    self.add(
+                        "residual",
+                        f"the recorded repair distribution is not normalise(max(p-q, 0)) (max diff {diff:.3g})",
+                        pos,
+                        node.index,
+                    )
         else:
             self._residual_from_known_entries(node, pos)
 
@@ -450,11 +555,19 @@ class _RoundChecker:
         if stats is None:
             return
         if stats.minimum < 0:
-            self.add("residual", f"the recorded residual has a negative entry ({stats.minimum:.3g}): max(p-q, 0) has none",
-                     pos, node)
+            self.add(
+                "residual",
+                f"the recorded residual has a negative entry ({stats.minimum:.3g}): max(p-q, 0) has none",
+                pos,
+                node,
+            )
         elif abs(stats.total - 1.0) > 1e-6:
-            self.add("residual", f"the recorded residual sums to {stats.total:.6g}, not 1: it was not normalised by its mass",
-                     pos, node)
+            self.add(
+                "residual",
+                f"the recorded residual sums to {stats.total:.6g}, not 1: it was not normalised by its mass",
+                pos,
+                node,
+            )
 
     def _residual_from_known_entries(self, node, pos: int) -> None:
         """A top-N trace: the residual checks that its exact scalars and known entries allow.
@@ -465,15 +578,25 @@ class _RoundChecker:
         rnd = self.rnd
         mass = rnd.residual_mass
         if mass is None:
-            self.not_checked.setdefault("residual", "a top-N repair without its recorded residual_mass: the residual is "
-                                        "checked only where p and q hold the repair token")
+            self.not_checked.setdefault(
+                "residual",
+                "a top-N repair without its recorded residual_mass: the residual is "
+                "checked only where p and q hold the repair token",
+            )
             return
         # without full p and q the residual is never proved whole: say so even when nothing below fails
-        self.not_checked.setdefault("residual", "a top-N repair: the residual is checked by its mass and where its "
-                                    "recorded entries, p and q are known, not over the whole vocabulary")
+        self.not_checked.setdefault(
+            "residual",
+            "a top-N repair: the residual is checked by its mass and where its "
+            "recorded entries, p and q are known, not over the whole vocabulary",
+        )
         if node.overlap is not None and abs(mass - (1.0 - node.overlap)) > self.tol:
-            self.add("residual", f"recorded residual mass {mass:.6g} differs from 1 - sum min(p, q) = {1.0 - node.overlap:.6g}",
-                     pos, node.index)
+            self.add(
+                "residual",
+                f"recorded residual mass {mass:.6g} differs from 1 - sum min(p, q) = {1.0 - node.overlap:.6g}",
+                pos,
+                node.index,
+            )
             return
         residual = rnd.residual
         if residual is None or mass <= 0:
@@ -489,8 +612,13 @@ class _RoundChecker:
             expected = np.maximum(np.asarray(node.p)[ids] - np.asarray(node.q)[ids], 0.0) / mass
             diff = float(np.abs(np.asarray(residual)[ids] - expected).max())
             if diff > self.tol:
-                self.add("residual", f"the recorded repair distribution is not normalise(max(p-q, 0)) where p, q and it are "
-                         f"known (max diff {diff:.3g} over {ids.size} tokens)", pos, node.index)
+                self.add(
+                    "residual",
+                    f"the recorded repair distribution is not normalise(max(p-q, 0)) where p, q and it are "
+                    f"known (max diff {diff:.3g} over {ids.size} tokens)",
+                    pos,
+                    node.index,
+                )
 
     # ---------------------------------------------------------------- sampler
 
@@ -517,8 +645,11 @@ class _RoundChecker:
 
     def _is_distribution(self, name: str, stats: VectorStats, node: int) -> bool:
         if stats.minimum < 0:
-            self.add("sampler", f"{name} has a negative entry ({stats.minimum:.3g}): not a probability distribution",
-                     node=node)
+            self.add(
+                "sampler",
+                f"{name} has a negative entry ({stats.minimum:.3g}): not a probability distribution",
+                node=node,
+            )
             return False
         if abs(stats.total - 1.0) > 1e-6:
             self.add("sampler", f"{name} sums to {stats.total:.6g}, not 1: not a probability distribution", node=node)
@@ -554,8 +685,10 @@ class _RoundChecker:
             if ids is None:
                 message = f"{name} has {with_mass} tokens with mass but top-k is {k}"
             else:
-                message = (f"{name} has mass on more than top-k={k} tokens (the {k + 1}th largest of its stored "
-                           f"entries is {ranked[k]:.3g})")
+                message = (
+                    f"{name} has mass on more than top-k={k} tokens (the {k + 1}th largest of its stored "
+                    f"entries is {ranked[k]:.3g})"
+                )
             self.add("sampler", message, node=node)
 
     # ---------------------------------------------------------------- budget, EOS
@@ -569,17 +702,23 @@ class _RoundChecker:
             return
         needed = rnd.prefix_len + len(rnd.emitted)
         if rnd.prefix_len <= limit < needed:
-            self.add("position-limit", f"the round's tokens need {needed} positions, but the target reads at most {limit} "
-                     "(max_position_embeddings): what it decodes past that is not a model's output",
-                     self.position_of(limit - rnd.prefix_len))
+            self.add(
+                "position-limit",
+                f"the round's tokens need {needed} positions, but the target reads at most {limit} "
+                "(max_position_embeddings): what it decodes past that is not a model's output",
+                self.position_of(limit - rnd.prefix_len),
+            )
 
     def continuity(self) -> None:
         rnd, emitted = self.rnd, self.out_start
         prompt_len = len(self.config.prompt_ids)
         expected = self.previous.index + 1 if self.previous is not None else 0
         if rnd.index != expected:
-            self.add("prefix-continuity", f"round index {rnd.index} where {expected} was expected: "
-                     "a round is missing from the trace, or rounds are out of order")
+            self.add(
+                "prefix-continuity",
+                f"round index {rnd.index} where {expected} was expected: "
+                "a round is missing from the trace, or rounds are out of order",
+            )
         if rnd.emitted_before != emitted or rnd.prefix_len != prompt_len + emitted:
             self.prefix_broken = True
             self.add(
@@ -589,7 +728,10 @@ class _RoundChecker:
                 "a round is missing from the trace, or a round's tokens were not counted",
             )
         if not self.prefix_broken and rnd.remaining_budget != self.config.max_new_tokens - emitted:
-            self.add("budget", f"remaining budget {rnd.remaining_budget} where {self.config.max_new_tokens - emitted} was left")
+            self.add(
+                "budget",
+                f"remaining budget {rnd.remaining_budget} where {self.config.max_new_tokens - emitted} was left",
+            )
 
     def budget(self) -> None:
         rnd, cfg = self.rnd, self.config
@@ -599,11 +741,17 @@ class _RoundChecker:
         # may record its node budget): a tree wastes work only by drafting deeper than the budget
         chain = not is_tree_round(cfg, rnd)
         if chain and "k" not in cfg.unrecorded and rnd.k > rnd.remaining_budget:
-            self.add("draft-budget", f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}: "
-                     f"{rnd.k - rnd.remaining_budget} draft token(s) could never be emitted")
+            self.add(
+                "draft-budget",
+                f"draft length k={rnd.k} exceeds the remaining budget {rnd.remaining_budget}: "
+                f"{rnd.k - rnd.remaining_budget} draft token(s) could never be emitted",
+            )
         elif deepest > rnd.remaining_budget:
-            self.add("draft-budget", f"the draft reaches depth {deepest} with only {rnd.remaining_budget} token(s) left "
-                     "of the budget: its deepest tokens could never be emitted")
+            self.add(
+                "draft-budget",
+                f"the draft reaches depth {deepest} with only {rnd.remaining_budget} token(s) left "
+                "of the budget: its deepest tokens could never be emitted",
+            )
         if len(rnd.emitted) > rnd.remaining_budget:
             self.add(
                 "budget",
@@ -611,7 +759,10 @@ class _RoundChecker:
                 self.position_of(rnd.remaining_budget),
             )
         if self.recorded("budget_stop", "budget") and rnd.budget_stop != (emitted_total_after >= cfg.max_new_tokens):
-            self.add("budget", f"budget_stop flag is {rnd.budget_stop} after {emitted_total_after} of {cfg.max_new_tokens} tokens")
+            self.add(
+                "budget",
+                f"budget_stop flag is {rnd.budget_stop} after {emitted_total_after} of {cfg.max_new_tokens} tokens",
+            )
 
     def eos(self) -> None:
         rnd, eos, is_last_round = self.rnd, self.config.eos_ids, self.is_last
@@ -652,8 +803,11 @@ class _RoundChecker:
         final_len = rnd.prefix_len + len(rnd.emitted)
         tc = rnd.target_cache
         if previous is not None and tc.before != previous.target_cache.after:
-            self.add("target-cache", f"target cache starts at {tc.before}, the previous round left "
-                     f"{previous.target_cache.after}: the cache changed between rounds{either}")
+            self.add(
+                "target-cache",
+                f"target cache starts at {tc.before}, the previous round left "
+                f"{previous.target_cache.after}: the cache changed between rounds{either}",
+            )
         if tc.after > committed:
             self.add(
                 "target-cache",
@@ -664,8 +818,10 @@ class _RoundChecker:
             # a cache shorter than the accepted prefix is fine while the pending tokens cover
             # the gap (transformers leaves the last accepted token pending at EOS/budget)
             below = f", cropped below the accepted prefix {committed}" if tc.after < committed else ""
-            self.add("target-cache", f"cache length {tc.after} + pending {len(tc.pending)} != committed length "
-                     f"{final_len}{below}")
+            self.add(
+                "target-cache",
+                f"cache length {tc.after} + pending {len(tc.pending)} != committed length {final_len}{below}",
+            )
 
     def _draft_cache(self) -> None:
         rnd, previous = self.rnd, self.previous
@@ -673,12 +829,17 @@ class _RoundChecker:
         committed = rnd.prefix_len + rnd.accepted
         dc = rnd.draft_cache
         if dc is None:
-            self.not_checked.setdefault("draft-cache", "the trace records no draft cache (a proposer without one, or a "
-                                        "decoder that does not record it)")
+            self.not_checked.setdefault(
+                "draft-cache",
+                "the trace records no draft cache (a proposer without one, or a decoder that does not record it)",
+            )
             return
         if previous is not None and previous.draft_cache is not None and dc.before != previous.draft_cache.after:
-            self.add("draft-cache", f"draft cache starts at {dc.before}, the previous round left "
-                     f"{previous.draft_cache.after}: the cache changed between rounds{either}")
+            self.add(
+                "draft-cache",
+                f"draft cache starts at {dc.before}, the previous round left "
+                f"{previous.draft_cache.after}: the cache changed between rounds{either}",
+            )
         if dc.after > committed and not self._run_over():
             self.add(
                 "draft-cache",
@@ -720,8 +881,18 @@ def check_report(
     i = 0
     while rnd is not None:
         following = next(rounds, None)  # one round ahead, so a round knows whether it is the last
-        checker = _RoundChecker(config, rnd, emitted, tol, findings, position=i, previous=previous,
-                                is_last=following is None, caches=caches, not_checked=not_checked)
+        checker = _RoundChecker(
+            config,
+            rnd,
+            emitted,
+            tol,
+            findings,
+            position=i,
+            previous=previous,
+            is_last=following is None,
+            caches=caches,
+            not_checked=not_checked,
+        )
         for name in ROUND_CHECKS:
             try:
                 getattr(checker, name)()
@@ -741,15 +912,26 @@ def check_report(
     if end is not None:
         try:
             stops.end(end, last)
-            _check_end(config, end, last, emitted, i, findings, not_checked,
-                       stopped=stops.at_stop or end.stop_reason == "stop")
+            _check_end(
+                config, end, last, emitted, i, findings, not_checked, stopped=stops.at_stop or end.stop_reason == "stop"
+            )
         except Exception as exc:
-            findings.append(internal_finding(config.run_id, last.index if last is not None else 0, "the end record", exc))
+            findings.append(
+                internal_finding(config.run_id, last.index if last is not None else 0, "the end record", exc)
+            )
     return CheckReport(findings, not_checked)
 
 
-def _check_end(config: RunConfig, end: RunEnd, last: Round | None, emitted: int, n_rounds: int,
-               findings: list[Finding], not_checked: dict[str, str], stopped: bool = False) -> None:
+def _check_end(
+    config: RunConfig,
+    end: RunEnd,
+    last: Round | None,
+    emitted: int,
+    n_rounds: int,
+    findings: list[Finding],
+    not_checked: dict[str, str],
+    stopped: bool = False,
+) -> None:
     def add(message: str) -> None:
         findings.append(Finding(config.run_id, last.index if last is not None else 0, None, "run-end", message))
 
@@ -765,12 +947,16 @@ def _check_end(config: RunConfig, end: RunEnd, last: Round | None, emitted: int,
     elif end.stop_reason == "eos" and not ended_eos:
         add("the run is marked as stopped at EOS, but its last round emitted no EOS")
     elif end.stop_reason == "budget" and emitted < config.max_new_tokens and not ended_eos:
-        add(f"the run is marked as stopped by the budget after {emitted} of max_new_tokens={config.max_new_tokens} "
-            "tokens, with no EOS: it stopped early")
+        add(
+            f"the run is marked as stopped by the budget after {emitted} of max_new_tokens={config.max_new_tokens} "
+            "tokens, with no EOS: it stopped early"
+        )
     elif end.stop_reason == "budget" and ended_eos:
         add("the run is marked as stopped by the budget, but it ended at EOS")
     elif end.stop_reason not in ("eos", "budget"):
-        add(f"the run is marked completed with stop reason {end.stop_reason!r}: a completed run stops at EOS or the budget")
+        add(
+            f"the run is marked completed with stop reason {end.stop_reason!r}: a completed run stops at EOS or the budget"
+        )
 
 
 def check_run(

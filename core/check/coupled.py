@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from specscope.core.verify.coupling import Coupling, coupling_seed_of
 from specscope.core.sampling.partial import known_ids, vector_stats
+from specscope.core.verify.coupling import Coupling, coupling_seed_of
 
 _COUPLINGS: dict[int, Coupling] = {}  # one per seed, so that its position cache serves consecutive rounds
 
@@ -72,12 +72,19 @@ def check_coupled_round(chk: Any) -> None:
             continue
         verdict = _judge(chk, coupling, n.p, n.token, start + n.index)
         if verdict is False and n.status == "accepted":
-            chk.add("coupled", f"proposal {n.token} was accepted, but the target's coupled pick at output position "
-                    f"{start + n.index} (argmax log p + G) is {_pick_text(chk, coupling, n.p, start + n.index)}",
-                    node=n.index)
+            chk.add(
+                "coupled",
+                f"proposal {n.token} was accepted, but the target's coupled pick at output position "
+                f"{start + n.index} (argmax log p + G) is {_pick_text(chk, coupling, n.p, start + n.index)}",
+                node=n.index,
+            )
         elif verdict is True and n.status == "rejected":
-            chk.add("coupled", f"proposal {n.token} was rejected, but it is the target's coupled pick at output "
-                    f"position {start + n.index}", node=n.index)
+            chk.add(
+                "coupled",
+                f"proposal {n.token} was rejected, but it is the target's coupled pick at output "
+                f"position {start + n.index}",
+                node=n.index,
+            )
     for j, e in enumerate(rnd.emitted):
         if e.kind == "repaired" and e.node is not None and 0 <= e.node < len(rnd.nodes):
             dist, position = rnd.nodes[e.node].p, start + e.node
@@ -86,9 +93,13 @@ def check_coupled_round(chk: Any) -> None:
         else:
             continue
         if _judge(chk, coupling, dist, e.token, position) is False:
-            chk.add("coupled", f"{e.kind} {e.token} is not the target's coupled pick y_j at output position {position} "
-                    f"({_pick_text(chk, coupling, dist, position)}): a coupled round emits y_j",
-                    chk.position_of(j), e.node)
+            chk.add(
+                "coupled",
+                f"{e.kind} {e.token} is not the target's coupled pick y_j at output position {position} "
+                f"({_pick_text(chk, coupling, dist, position)}): a coupled round emits y_j",
+                chk.position_of(j),
+                e.node,
+            )
 
 
 def _judge(chk: Any, coupling: Coupling, dist: Any, token: int, position: int) -> bool | None:
@@ -105,8 +116,11 @@ def _judge(chk: Any, coupling: Coupling, dist: Any, token: int, position: int) -
     ids = known_ids(dist)
     if ids is not None and token in set(ids.tolist()) and token not in candidates:
         return False
-    chk.not_checked.setdefault("coupled", "top-N records: a coupled pick y_j is proved only where the stored "
-                               "entries decide argmax log p + G; some could not be")
+    chk.not_checked.setdefault(
+        "coupled",
+        "top-N records: a coupled pick y_j is proved only where the stored "
+        "entries decide argmax log p + G; some could not be",
+    )
     return None
 
 

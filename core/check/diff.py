@@ -8,13 +8,13 @@ the same way (otherwise their rounds do not correspond).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from specscope.core.sampling.partial import max_abs_diff
 from specscope.core.records import Round, RunConfig
+from specscope.core.sampling.partial import max_abs_diff
 
 
 @dataclass(frozen=True)

@@ -86,18 +86,24 @@ class Divergence:
             return "(none: the output had ended)" if token is None else token_text(token)
 
         row = "" if self.margin is None else ", prefix row" if self.node is None else f", node {self.node}"
-        out = [f"first difference at output position {self.position} (round {self.round}{row}, {self.dtype}): "
-               f"{self.verdict.upper()}",
-               f"  speculative: {shown(self.speculative_token)}   plain: {shown(self.plain_token)}"]
+        out = [
+            f"first difference at output position {self.position} (round {self.round}{row}, {self.dtype}): "
+            f"{self.verdict.upper()}",
+            f"  speculative: {shown(self.speculative_token)}   plain: {shown(self.plain_token)}",
+        ]
         if self.margin is not None:
-            out += [f"  one-token forward: plain minus speculative token {self.margin:.4g} "
-                    f"(top-2 margin {self.top2_margin:.4g})",
-                    f"  verify forward vs one-token forward: logits differ by up to {self.logit_diff:.4g} "
-                    f"(can flip a margin up to {2 * self.logit_diff:.4g}); verify margin {self.verify_margin:.4g}"]
+            out += [
+                f"  one-token forward: plain minus speculative token {self.margin:.4g} "
+                f"(top-2 margin {self.top2_margin:.4g})",
+                f"  verify forward vs one-token forward: logits differ by up to {self.logit_diff:.4g} "
+                f"(can flip a margin up to {2 * self.logit_diff:.4g}); verify margin {self.verify_margin:.4g}",
+            ]
         out.append(f"  {self.reason}")
         if self.findings:
-            out.append(f"  checker: {len(self.findings)} finding(s) up to round {self.round}, first at round "
-                       f"{self.blame_round}:")
+            out.append(
+                f"  checker: {len(self.findings)} finding(s) up to round {self.round}, first at round "
+                f"{self.blame_round}:"
+            )
             out += [f"    {f}" for f in self.findings[:3]]
         else:
             out.append(f"  checker: no findings in rounds 0-{self.round}")
@@ -114,8 +120,10 @@ class Divergence:
 def require_greedy(config: RunConfig) -> None:
     """ValueError for a sampled run: only greedy output has one right answer to differ from."""
     if not config.sampling.greedy:
-        raise ValueError(f"run {config.run_id} was sampled at temperature {config.sampling.temperature:g}: "
-                         "divergence from plain greedy decoding is only defined at temperature 0")
+        raise ValueError(
+            f"run {config.run_id} was sampled at temperature {config.sampling.temperature:g}: "
+            "divergence from plain greedy decoding is only defined at temperature 0"
+        )
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -126,8 +134,9 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def plain_reference(target: Any, config: RunConfig, speculative: Sequence[int],
-                    token_piece: Callable[[int], str] | None = None) -> tuple[list[int], Any]:
+def plain_reference(
+    target: Any, config: RunConfig, speculative: Sequence[int], token_piece: Callable[[int], str] | None = None
+) -> tuple[list[int], Any]:
     """Plain greedy decoding of `target` on the run's prompt, budget, EOS ids and stops (stop
     strings need `token_piece`, the tokenizer's text: core.decode.stops.token_piece_function):
     (tokens, the one-token logits row at the first position where it differs from
@@ -144,12 +153,20 @@ def plain_reference(target: Any, config: RunConfig, speculative: Sequence[int],
             kept.append(row.clone())
 
     if config.stop_strings and token_piece is None:
-        raise ValueError(f"run {config.run_id} stops at strings {list(config.stop_strings)}: plain decoding needs "
-                         "the tokenizer to match them")
-    result = plain_generate(target, list(config.prompt_ids), config.max_new_tokens, sampling=config.sampling,
-                            eos_token_id=tuple(sorted(config.eos_ids)), on_logits=watch,
-                            stops=Stops(tuple(config.stop_strings), tuple(tuple(s) for s in config.stop_ids)),
-                            token_piece=token_piece)
+        raise ValueError(
+            f"run {config.run_id} stops at strings {list(config.stop_strings)}: plain decoding needs "
+            "the tokenizer to match them"
+        )
+    result = plain_generate(
+        target,
+        list(config.prompt_ids),
+        config.max_new_tokens,
+        sampling=config.sampling,
+        eos_token_id=tuple(sorted(config.eos_ids)),
+        on_logits=watch,
+        stops=Stops(tuple(config.stop_strings), tuple(tuple(s) for s in config.stop_ids)),
+        token_piece=token_piece,
+    )
     return list(result.new_tokens), (kept[0] if kept else None)
 
 
@@ -185,10 +202,10 @@ def verify_row(target: Any, rnd: Round, context: Sequence[int], node: int | None
     pending = min(max(prefix_len - before, 1), prefix_len)
     lm = CachedLM(target)
     if prefix_len - pending > 0:
-        lm.feed(list(context[:prefix_len - pending]), keep=1)
+        lm.feed(list(context[: prefix_len - pending]), keep=1)
     draft = Draft(tokens=tuple(n.token for n in rnd.nodes), parents=tuple(n.parent for n in rnd.nodes), q=None)
     layout = ChainLayout() if draft.is_chain else TreeLayout()  # as the decoder laid it out
-    logits, _ = layout.forward(lm, list(context[prefix_len - pending:prefix_len]), draft, prefix_len)
+    logits, _ = layout.forward(lm, list(context[prefix_len - pending : prefix_len]), draft, prefix_len)
     return logits[0 if node is None else node + 1]
 
 
@@ -212,8 +229,9 @@ def wrong_output(finding: Finding) -> bool:
     return getattr(finding, "severity", WRONG_OUTPUT) != WASTED_WORK
 
 
-def checker_findings(config: RunConfig, rounds: Sequence[Round], target: Any, upto: int,
-                     end: RunEnd | None = None) -> tuple[list[Finding], dict[str, str]]:
+def checker_findings(
+    config: RunConfig, rounds: Sequence[Round], target: Any, upto: int, end: RunEnd | None = None
+) -> tuple[list[Finding], dict[str, str]]:
     """The checker's wrong-output findings in rounds <= `upto`, and what it could not check."""
     report = check_report(config, rounds, end=end)
     found = [f for f in report.findings if f.round <= upto and wrong_output(f)]
@@ -221,13 +239,19 @@ def checker_findings(config: RunConfig, rounds: Sequence[Round], target: Any, up
     if config.dtype in EXACT_RECOMPUTE_DTYPES:
         found += recompute_findings(config, [r for r in rounds if r.index <= upto], target)
     else:
-        not_checked["recompute"] = (f"a {config.dtype} target's cached and full forwards differ by rounding "
-                                    "beyond the recompute tolerance")
+        not_checked["recompute"] = (
+            f"a {config.dtype} target's cached and full forwards differ by rounding beyond the recompute tolerance"
+        )
     return sorted(found, key=lambda f: f.round), not_checked
 
 
-def diverge_report(config: RunConfig, rounds: Iterable[Round], target: Any, end: RunEnd | None = None,
-                   token_piece: Callable[[int], str] | None = None) -> Divergence:
+def diverge_report(
+    config: RunConfig,
+    rounds: Iterable[Round],
+    target: Any,
+    end: RunEnd | None = None,
+    token_piece: Callable[[int], str] | None = None,
+) -> Divergence:
     """Compare a greedy speculative run (its config and every round) with plain greedy
     decoding of `target`, and classify the first difference (module docstring). A run with
     stop strings needs `token_piece` (its tokenizer's text) for the reference to stop there too."""
@@ -240,20 +264,32 @@ def diverge_report(config: RunConfig, rounds: Iterable[Round], target: Any, end:
     if at is None:
         return Divergence(verdict=IDENTICAL, reason=f"the outputs are identical ({len(plain)} tokens)", **common)
     if not rounds:
-        return Divergence(verdict=LOGIC_BUG, position=at, plain_token=plain[at],
-                          reason="the run has no rounds, but plain decoding emits tokens", **common)
+        return Divergence(
+            verdict=LOGIC_BUG,
+            position=at,
+            plain_token=plain[at],
+            reason="the run has no rounds, but plain decoding emits tokens",
+            **common,
+        )
     rnd = emitting_round(rounds, at)
     findings, not_checked = checker_findings(config, rounds, target, rnd.index, end)
     blame = findings[0].round if findings else rnd.index
-    where = dict(position=at, round=rnd.index, findings=tuple(findings), blame_round=blame, not_checked=not_checked,
-                 speculative_token=speculative[at] if at < len(speculative) else None,
-                 plain_token=plain[at] if at < len(plain) else None)
+    where = dict(
+        position=at,
+        round=rnd.index,
+        findings=tuple(findings),
+        blame_round=blame,
+        not_checked=not_checked,
+        speculative_token=speculative[at] if at < len(speculative) else None,
+        plain_token=plain[at] if at < len(plain) else None,
+    )
     if where["speculative_token"] is None or where["plain_token"] is None:
         return Divergence(verdict=LOGIC_BUG, reason=_length_reason(config, where, plain), **common, **where)
     context = list(config.prompt_ids) + speculative
     node = predicting_node(rnd, at - rnd.emitted_before)
-    numbers = numbers_at(verify_row(target, rnd, context, node), one_token, where["plain_token"],
-                         where["speculative_token"])
+    numbers = numbers_at(
+        verify_row(target, rnd, context, node), one_token, where["plain_token"], where["speculative_token"]
+    )
     near = numbers["margin"] <= 2 * numbers["logit_diff"] and not findings
     reason = _tie_reason(numbers, findings, near)
     return Divergence(verdict=NEAR_TIE if near else LOGIC_BUG, reason=reason, node=node, **numbers, **common, **where)
@@ -261,8 +297,13 @@ def diverge_report(config: RunConfig, rounds: Iterable[Round], target: Any, end:
 
 def _length_reason(config: RunConfig, where: dict, plain: Sequence[int]) -> str:
     if where["plain_token"] is None:
-        why = f"reached the budget of {config.max_new_tokens} tokens" if len(plain) >= config.max_new_tokens \
-            else "stopped at EOS" if plain and plain[-1] in config.eos_ids else "stopped at a stop"
+        why = (
+            f"reached the budget of {config.max_new_tokens} tokens"
+            if len(plain) >= config.max_new_tokens
+            else "stopped at EOS"
+            if plain and plain[-1] in config.eos_ids
+            else "stopped at a stop"
+        )
         return f"plain decoding {why} here, but the speculative output goes on"
     return "the speculative output ends here, but plain decoding goes on"
 
@@ -270,16 +311,21 @@ def _length_reason(config: RunConfig, where: dict, plain: Sequence[int]) -> str:
 def _tie_reason(numbers: dict[str, float], findings: Sequence[Finding], near: bool) -> str:
     m, d = numbers["margin"], numbers["logit_diff"]
     if near:
-        return (f"the two tokens' logits are {m:.3g} apart, within what the measured difference of {d:.3g} between "
-                "the verify forward and the one-token forward can flip (2 x difference): numerics, not a bug")
+        return (
+            f"the two tokens' logits are {m:.3g} apart, within what the measured difference of {d:.3g} between "
+            "the verify forward and the one-token forward can flip (2 x difference): numerics, not a bug"
+        )
     if findings:
         return f"the checker flags round {findings[0].round} ({findings[0].rule}): a logic bug"
-    return (f"the two tokens' logits are {m:.3g} apart, more than the measured difference of {d:.3g} between the "
-            "verify forward and the one-token forward can flip: a logic bug")
+    return (
+        f"the two tokens' logits are {m:.3g} apart, more than the measured difference of {d:.3g} between the "
+        "verify forward and the one-token forward can flip: a logic bug"
+    )
 
 
-def diverge_run(decoder: Any, target: Any, prompt_ids: Sequence[int], max_new_tokens: int,
-                config: RunConfig | None = None) -> Divergence:
+def diverge_run(
+    decoder: Any, target: Any, prompt_ids: Sequence[int], max_new_tokens: int, config: RunConfig | None = None
+) -> Divergence:
     """Run `decoder` (a SpeculativeDecoder, FaultyDecoder or TransformersEngine) greedily on
     the prompt, then `diverge_report` its rounds against plain decoding of `target`."""
     config = config or decoder.run_config(prompt_ids, max_new_tokens)

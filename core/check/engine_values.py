@@ -14,7 +14,8 @@ Wired into check_report (core/check/checker.py) by one line after the round loop
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 RULE = "nonfinite"
 SUMMARY = "the engine's probabilities are finite (a NaN or infinite p or q is recorded and flagged, not refused)"
@@ -31,7 +32,15 @@ def nonfinite_findings(config: Any, make: Callable[..., Any]) -> list[Any]:
             continue
         kind = "NaN" if nan == count else ("infinite" if nan == 0 else "NaN or infinite")
         where = "the bonus position" if node < 0 else f"node {node}"
-        out.append(make(config.run_id, rnd, None, RULE,
-                        f"{what} at {where} had {count} {kind} entr{'y' if count == 1 else 'ies'} as the engine computed "
-                        f"it (stored as 0): every decision read from it is undefined", None if node < 0 else node))
+        out.append(
+            make(
+                config.run_id,
+                rnd,
+                None,
+                RULE,
+                f"{what} at {where} had {count} {kind} entr{'y' if count == 1 else 'ies'} as the engine computed "
+                f"it (stored as 0): every decision read from it is undefined",
+                None if node < 0 else node,
+            )
+        )
     return out

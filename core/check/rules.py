@@ -58,52 +58,126 @@ def _rules(*rules: Rule) -> dict[str, Rule]:
 W, X = WRONG_OUTPUT, WASTED_WORK
 
 REGISTRY: dict[str, Rule] = _rules(
-    Rule("prefix-continuity", "each round starts from the previous round's prefix plus its emitted tokens", W,
-         ("continuity",), family="cache"),
-    Rule("budget", "the output never exceeds max_new_tokens, and the budget left is counted from the tokens emitted",
-         W, ("continuity", "budget")),
-    Rule("draft-budget", "k is capped to the remaining budget (a longer draft is verified for nothing)", X, ("budget",)),
+    Rule(
+        "prefix-continuity",
+        "each round starts from the previous round's prefix plus its emitted tokens",
+        W,
+        ("continuity",),
+        family="cache",
+    ),
+    Rule(
+        "budget",
+        "the output never exceeds max_new_tokens, and the budget left is counted from the tokens emitted",
+        W,
+        ("continuity", "budget"),
+    ),
+    Rule(
+        "draft-budget", "k is capped to the remaining budget (a longer draft is verified for nothing)", X, ("budget",)
+    ),
     Rule("eos", "EOS ends the output at once: nothing after it, no round after it", W, ("eos",)),
-    Rule("round-structure", "accepted tokens follow one root path of the draft; one repair at the first rejection; "
-         "a bonus only if all were accepted", W, ("structure", "shape")),
+    Rule(
+        "round-structure",
+        "accepted tokens follow one root path of the draft; one repair at the first rejection; "
+        "a bonus only if all were accepted",
+        W,
+        ("structure", "shape"),
+    ),
     Rule("acceptance-draw", "a stochastic decision is accepted iff u < min(1, p(x)/q(x))", W, ("shape",)),
     Rule("residual", "the repair is drawn from normalise(max(p - q, 0))", W, ("shape",)),
-    Rule("draw", "a sampled repair or bonus is the token its recorded draw selects by inverse CDF, in token-id order",
-         W, ("shape",)),
+    Rule(
+        "draw",
+        "a sampled repair or bonus is the token its recorded draw selects by inverse CDF, in token-id order",
+        W,
+        ("shape",),
+    ),
     Rule("greedy", "greedy: accept iff the proposal is argmax p; repair and bonus are argmax p", W, ("shape",)),
     Rule("sampler", "recorded p and q are distributions consistent with the run's sampler", W, ("shape", "sampler")),
-    Rule("target-cache", "the target cache holds exactly the accepted prefix (plus the recorded pending tokens)", W,
-         ("shape", "caches"), family="cache"),
+    Rule(
+        "target-cache",
+        "the target cache holds exactly the accepted prefix (plus the recorded pending tokens)",
+        W,
+        ("shape", "caches"),
+        family="cache",
+    ),
     # a draft cache that kept a rejected suffix only makes later proposals worse: the target decides
     Rule("draft-cache", "the draft cache keeps nothing of a rejected suffix", X, ("caches",), family="cache"),
-    Rule("recompute", "recorded p equals a full recompute of the target over the recorded prefix", W, ("recompute",),
-         family="cache"),
+    Rule(
+        "recompute",
+        "recorded p equals a full recompute of the target over the recorded prefix",
+        W,
+        ("recompute",),
+        family="cache",
+    ),
     Rule("run-end", "the run's end record agrees with its rounds: stop reason, token count, status", W, ("end",)),
-    Rule("coupled", "a coupled round: accept iff the proposal is y_j = argmax log p + G_j (keys regenerated from the "
-         "coupling seed and the output position); the repair and the bonus are y_j", W, ("shape",)),
-    Rule("tree-walk", "a tree round replays: each tried child against the running p', the path, the repair or bonus",
-         W, ("shape",)),
-    Rule("tree-layout", "tree nodes ran at position prefix length + depth - 1, each seeing only its ancestors", W,
-         ("shape",)),
-    Rule("tree-shape", "a tree keeps its declared shape: no more nodes than its budget, no node deeper than its depth, "
-         "the children mode its spec allows", W, ("shape",)),
-    Rule("distinct-siblings", "siblings drawn without replacement (children mode distinct, or topk) are distinct tokens",
-         W, ("shape",)),
-    Rule("position-limit", "no round reads a position past the target's position limit (max_position_embeddings)", W,
-         ("positions",)),
+    Rule(
+        "coupled",
+        "a coupled round: accept iff the proposal is y_j = argmax log p + G_j (keys regenerated from the "
+        "coupling seed and the output position); the repair and the bonus are y_j",
+        W,
+        ("shape",),
+    ),
+    Rule(
+        "tree-walk",
+        "a tree round replays: each tried child against the running p', the path, the repair or bonus",
+        W,
+        ("shape",),
+    ),
+    Rule(
+        "tree-layout",
+        "tree nodes ran at position prefix length + depth - 1, each seeing only its ancestors",
+        W,
+        ("shape",),
+    ),
+    Rule(
+        "tree-shape",
+        "a tree keeps its declared shape: no more nodes than its budget, no node deeper than its depth, "
+        "the children mode its spec allows",
+        W,
+        ("shape",),
+    ),
+    Rule(
+        "distinct-siblings",
+        "siblings drawn without replacement (children mode distinct, or topk) are distinct tokens",
+        W,
+        ("shape",),
+    ),
+    Rule(
+        "position-limit",
+        "no round reads a position past the target's position limit (max_position_embeddings)",
+        W,
+        ("positions",),
+    ),
     # the checker cannot vouch for what it failed to check
-    Rule("internal", "the checker itself failed on a round: the rule named in the message was not checked there", W,
-         EVERY_CHECK),
+    Rule(
+        "internal",
+        "the checker itself failed on a round: the rule named in the message was not checked there",
+        W,
+        EVERY_CHECK,
+    ),
     # stop strings and sequences, finish reason, end count (core.check.stop_rules): output past
     # a stop, a wrong finish reason or count
-    Rule("stop-leak", "a stop string or token sequence ends the output at the token that completes it: nothing after "
-         "it, in the round (accepted block, repair, bonus) or in a later round", W, ("stops",)),
-    Rule("stop-flag", "a round records the stop its tokens complete, where they complete it, and no other", W,
-         ("stops",)),
-    Rule("stop-budget", "the budget is counted on the tokens up to the stop: budget_stop is not set by tokens past it",
-         W, ("stops",)),
-    Rule("finish-reason", "the run's finish reason is the one its tokens show: eos, stop, budget (or cancelled)", W,
-         ("end",)),
+    Rule(
+        "stop-leak",
+        "a stop string or token sequence ends the output at the token that completes it: nothing after "
+        "it, in the round (accepted block, repair, bonus) or in a later round",
+        W,
+        ("stops",),
+    ),
+    Rule(
+        "stop-flag", "a round records the stop its tokens complete, where they complete it, and no other", W, ("stops",)
+    ),
+    Rule(
+        "stop-budget",
+        "the budget is counted on the tokens up to the stop: budget_stop is not set by tokens past it",
+        W,
+        ("stops",),
+    ),
+    Rule(
+        "finish-reason",
+        "the run's finish reason is the one its tokens show: eos, stop, budget (or cancelled)",
+        W,
+        ("end",),
+    ),
     Rule("end-count", "the end record counts the emitted tokens up to the stop or EOS, none past it", W, ("end",)),
     Rule(NONFINITE, NONFINITE_SUMMARY, W, ("engine-values",)),
 )

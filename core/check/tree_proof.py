@@ -31,13 +31,15 @@ import numpy as np
 
 from specscope.core.sampling.draws import draw_mismatch
 from specscope.core.sampling.partial import entry_known, is_full, known_ids, max_abs_diff, vector_stats
-from specscope.core.verify.tree import child_proposal, children_of
 from specscope.core.verify.chain import residual_distribution
+from specscope.core.verify.tree import child_proposal, children_of
 
-PARTLY_PROVED = ("partly, from top-N records: each tree p' update is proved at the entries stored for p', q and it "
-                 "(the siblings' tokens, the top-N, the drawn token) and by its mass where exact scalars give it (the "
-                 "first rejection at a node: sum p - overlap; every top-k rejection: sum p' - p'(child)); the mass of a "
-                 "later sampled/distinct update and the entries outside the stored ones need full vectors")
+PARTLY_PROVED = (
+    "partly, from top-N records: each tree p' update is proved at the entries stored for p', q and it "
+    "(the siblings' tokens, the top-N, the drawn token) and by its mass where exact scalars give it (the "
+    "first rejection at a node: sum p - overlap; every top-k rejection: sum p' - p'(child)); the mass of a "
+    "later sampled/distinct update and the entries outside the stored ones need full vectors"
+)
 
 
 class _Stop(Exception):
@@ -53,8 +55,11 @@ def prove_tree_round(chk: Any) -> None:
     except _Stop:
         if len(chk.sink) == before and not chk.config.sampling.greedy:  # stopped where the record left a value out
             for rule in ("residual", "draw"):
-                chk.not_checked.setdefault(rule, "a tree walk stopped where its record left out what the next step "
-                                           "needs (see tree-walk): the updates and draws after it are not checked")
+                chk.not_checked.setdefault(
+                    rule,
+                    "a tree walk stopped where its record left out what the next step "
+                    "needs (see tree-walk): the updates and draws after it are not checked",
+                )
         return
     if walk.partly and not chk.config.sampling.greedy:
         chk.not_checked.setdefault("residual", PARTLY_PROVED)
@@ -116,8 +121,12 @@ class _Walk:
             visited.append(node)
             want = tuple(kids[: kids.index(accepted) + 1] if accepted is not None else kids)
             if tuple(tried.get(node, ())) != want:
-                self.fail("tree-walk", f"at node {node} the recorded tried order is {list(tried.get(node, ()))}, the walk "
-                          f"tries {list(want)} (children in index order, up to the accepted one)", node=node)
+                self.fail(
+                    "tree-walk",
+                    f"at node {node} the recorded tried order is {list(tried.get(node, ()))}, the walk "
+                    f"tries {list(want)} (children in index order, up to the accepted one)",
+                    node=node,
+                )
             if accepted is None:
                 self._tail(node, kids, running, out)
                 out += 1
@@ -128,9 +137,17 @@ class _Walk:
             stop = getattr(rnd, "stop", None)
             if self.nodes[accepted].token in self.chk.config.eos_ids or (stop is not None and stop.position == out - 1):
                 break
-            if stop is None and out == len(rnd.emitted) < rnd.remaining_budget and self.chk.is_last and self._stop_unrecorded():
-                self.chk.not_checked.setdefault("tree-walk", "a round's tokens end where a stop the trace does not record "
-                                                "may have ended them: the rest of its walk is not checked")
+            if (
+                stop is None
+                and out == len(rnd.emitted) < rnd.remaining_budget
+                and self.chk.is_last
+                and self._stop_unrecorded()
+            ):
+                self.chk.not_checked.setdefault(
+                    "tree-walk",
+                    "a round's tokens end where a stop the trace does not record "
+                    "may have ended them: the rest of its walk is not checked",
+                )
                 break
             node = accepted
         self._leftovers(path, out, visited, tried)
@@ -148,8 +165,12 @@ class _Walk:
             c = self.nodes[child]
             ok = self._decision(c, running, at == 0, tried_q)
             if c.status != ("accepted" if ok else "rejected"):
-                self.fail("tree-walk", f"node {child} (token {c.token}) is {c.status}, the walk makes it "
-                          f"{'accepted' if ok else 'rejected'}{self._why}", node=child)
+                self.fail(
+                    "tree-walk",
+                    f"node {child} (token {c.token}) is {c.status}, the walk makes it "
+                    f"{'accepted' if ok else 'rejected'}{self._why}",
+                    node=child,
+                )
             if ok:
                 return child, running
             if not self.greedy:
@@ -177,11 +198,16 @@ class _Walk:
 
     def _entry(self, dist: Any, token: int, node: int) -> float:
         if dist is None:
-            self.unknown("tree-walk", "a later sibling's decision needs the p' after the earlier rejections, which the "
-                         "trace did not record (tree.updates or their p_after)")
+            self.unknown(
+                "tree-walk",
+                "a later sibling's decision needs the p' after the earlier rejections, which the "
+                "trace did not record (tree.updates or their p_after)",
+            )
         if not entry_known(dist, token):
-            self.unknown("tree-walk", "a later sibling's decision needs p'(its token), which the recorded p' does not "
-                         "hold (exact_ids)")
+            self.unknown(
+                "tree-walk",
+                "a later sibling's decision needs p'(its token), which the recorded p' does not hold (exact_ids)",
+            )
         return float(dist[token])
 
     def _q_c(self, c: Any, tried_q: list[float]) -> float:
@@ -196,16 +222,25 @@ class _Walk:
         remaining = (stats.total if stats is not None else 1.0) - sum(tried_q)
         return q_token / remaining if remaining > 0 else float("inf")
 
-    def _update(self, node: int, c: Any, running: Any, first: bool, tried_tokens: list[int], tried_q: list[float]) -> Any:
+    def _update(
+        self, node: int, c: Any, running: Any, first: bool, tried_tokens: list[int], tried_q: list[float]
+    ) -> Any:
         """The recorded p' after child c's rejection, proved against the running p'; returns it."""
         if not self.pending and "updates" in self.chk.config.unrecorded:
             self.partly = True
             self.chk.not_checked.setdefault("residual", "the tree's residual updates (tree.updates) were not recorded")
             return None
         if not self.pending or (self.pending[0].parent, self.pending[0].child) != (node, c.index):
-            self.fail("residual", f"child {c.index} of node {node} was rejected but the next recorded residual update "
-                      + (f"is at node {self.pending[0].parent} after child {self.pending[0].child}" if self.pending
-                         else "is missing"), node=c.index)
+            self.fail(
+                "residual",
+                f"child {c.index} of node {node} was rejected but the next recorded residual update "
+                + (
+                    f"is at node {self.pending[0].parent} after child {self.pending[0].child}"
+                    if self.pending
+                    else "is missing"
+                ),
+                node=c.index,
+            )
         upd = self.pending.pop(0)
         if upd.p_after is None or running is None:
             self.partly = True
@@ -223,24 +258,45 @@ class _Walk:
         try:
             expected, mass = residual_distribution(row, q_c)
         except ArithmeticError:
-            self.fail("residual", f"child {c.index} of node {node} was rejected although max(p' - q, 0) has no mass",
-                      node=c.index)
+            self.fail(
+                "residual",
+                f"child {c.index} of node {node} was rejected although max(p' - q, 0) has no mass",
+                node=c.index,
+            )
         diff = float(np.max(np.abs(np.asarray(upd.p_after, dtype=np.float64) - expected)))
         if diff > self.tol:
-            self.fail("residual", f"after child {c.index} of node {node} was rejected, p' was not updated to "
-                      f"{self._rule} (max diff {diff:.3g})", node=c.index)
+            self.fail(
+                "residual",
+                f"after child {c.index} of node {node} was rejected, p' was not updated to "
+                f"{self._rule} (max diff {diff:.3g})",
+                node=c.index,
+            )
         if upd.mass is not None and abs(float(upd.mass) - float(mass)) > self.tol:
-            self.fail("residual", f"the residual mass recorded after child {c.index} of node {node} is "
-                      f"{float(upd.mass):.6g}, sum max(p' - q_c, 0) = {float(mass):.6g}", node=c.index)
+            self.fail(
+                "residual",
+                f"the residual mass recorded after child {c.index} of node {node} is "
+                f"{float(upd.mass):.6g}, sum max(p' - q_c, 0) = {float(mass):.6g}",
+                node=c.index,
+            )
 
     @property
     def _rule(self) -> str:
-        return {"sampled": "normalise(max(p' - q, 0))",
-                "distinct": "normalise(max(p' - q_c, 0)), q_c = q without the earlier siblings, renormalised",
-                "topk": "p' with the child's entry zeroed, renormalised"}[self.tree.children]
+        return {
+            "sampled": "normalise(max(p' - q, 0))",
+            "distinct": "normalise(max(p' - q_c, 0)), q_c = q without the earlier siblings, renormalised",
+            "topk": "p' with the child's entry zeroed, renormalised",
+        }[self.tree.children]
 
-    def _partial_update(self, node: int, c: Any, running: Any, first: bool, tried_tokens: list[int],  # long: mass, facts and entries of one top-N update, each with its message
-                        tried_q: list[float], upd: Any) -> None:
+    def _partial_update(
+        self,
+        node: int,
+        c: Any,
+        running: Any,
+        first: bool,
+        tried_tokens: list[int],  # long: mass, facts and entries of one top-N update, each with its message
+        tried_q: list[float],
+        upd: Any,
+    ) -> None:
         mode, p_after = self.tree.children, upd.p_after
         p_c = self._scalar(c, "p_token") if first else self._entry(running, c.token, c.index)
         run_stats = vector_stats(running)
@@ -258,28 +314,44 @@ class _Walk:
         mass = float(upd.mass)
         if expected_mass is not None and abs(mass - expected_mass) > self.tol:
             source = "sum p' - p'(child)" if mode == "topk" else "sum p - overlap"
-            self.fail("residual", f"the residual mass recorded after child {c.index} of node {node} is {mass:.6g}, "
-                      f"not {expected_mass:.6g} ({source}): p' was not updated to {self._rule}", node=c.index)
+            self.fail(
+                "residual",
+                f"the residual mass recorded after child {c.index} of node {node} is {mass:.6g}, "
+                f"not {expected_mass:.6g} ({source}): p' was not updated to {self._rule}",
+                node=c.index,
+            )
         if not mass > 0:
-            self.fail("residual", f"child {c.index} of node {node} was rejected but the recorded residual mass is "
-                      f"{mass:.6g}", node=c.index)
+            self.fail(
+                "residual",
+                f"child {c.index} of node {node} was rejected but the recorded residual mass is {mass:.6g}",
+                node=c.index,
+            )
         stats = vector_stats(p_after)
         if stats is not None and (stats.minimum < 0 or abs(stats.total - 1.0) > 1e-6):
-            self.fail("residual", f"the p' recorded after child {c.index} of node {node} is not a distribution "
-                      f"(sum {stats.total:.6g}, smallest entry {stats.minimum:.3g})", node=c.index)
+            self.fail(
+                "residual",
+                f"the p' recorded after child {c.index} of node {node} is not a distribution "
+                f"(sum {stats.total:.6g}, smallest entry {stats.minimum:.3g})",
+                node=c.index,
+            )
         q_known = self._q_entries(c, tried_tokens, tried_q, running)
         p_known = {t: float(running[t]) for t in q_known if entry_known(running, t)}
         if first:  # the node's p row: its children's p(token) scalars are exact entries of it
-            p_known.update({n.token: x for n in self.nodes if n.parent == c.parent
-                            and (x := self.known(n, "p_token")) is not None})
+            p_known.update(
+                {n.token: x for n in self.nodes if n.parent == c.parent and (x := self.known(n, "p_token")) is not None}
+            )
         p_known[c.token] = p_c
         for t in sorted(set(q_known) & set(p_known)):
             if not entry_known(p_after, t):
                 continue
             want = max(p_known[t] - q_known[t], 0.0) / mass
             if abs(float(p_after[t]) - want) > self.tol:
-                self.fail("residual", f"after child {c.index} of node {node} was rejected, p'({t}) = "
-                          f"{float(p_after[t]):.6g}, {self._rule} gives {want:.6g}", node=c.index)
+                self.fail(
+                    "residual",
+                    f"after child {c.index} of node {node} was rejected, p'({t}) = "
+                    f"{float(p_after[t]):.6g}, {self._rule} gives {want:.6g}",
+                    node=c.index,
+                )
         self.partly = True  # the entries outside the stored ones stay unproved
 
     def _q_entries(self, c: Any, tried_tokens: list[int], tried_q: list[float], running: Any) -> dict[int, float]:
@@ -295,7 +367,7 @@ class _Walk:
         values: dict[int, float] = {}
         if q is not None:
             ids = known_ids(q)
-            for t in (ids.tolist() if ids is not None else range(len(q))):
+            for t in ids.tolist() if ids is not None else range(len(q)):
                 values[int(t)] = float(q[t])
         for n in siblings:
             x = self.known(n, "q_token")
@@ -310,13 +382,19 @@ class _Walk:
     def _emitted(self, at: int, token: int, kind: str, node: int | None) -> Any:
         emitted = self.rnd.emitted
         if at >= len(emitted):
-            self.fail("tree-walk", f"the walk emits {kind} token {token} (node {node}) here, the round emitted "
-                      f"{len(emitted)} tokens", position=self.chk.position_of(len(emitted)))
+            self.fail(
+                "tree-walk",
+                f"the walk emits {kind} token {token} (node {node}) here, the round emitted {len(emitted)} tokens",
+                position=self.chk.position_of(len(emitted)),
+            )
         e = emitted[at]
         if (e.kind, e.node) != (kind, node) or (kind == "accepted" and e.token != token):
-            self.fail("tree-walk", f"emitted {e.kind} {e.token} (node {e.node}) where the walk emits {kind} "
-                      f"{'token ' + str(token) + ' ' if kind == 'accepted' else ''}(node {node})",
-                      position=self.chk.position_of(at))
+            self.fail(
+                "tree-walk",
+                f"emitted {e.kind} {e.token} (node {e.node}) where the walk emits {kind} "
+                f"{'token ' + str(token) + ' ' if kind == 'accepted' else ''}(node {node})",
+                position=self.chk.position_of(at),
+            )
         return e
 
     def _tail(self, node: int, kids: list[int], running: Any, at: int) -> None:
@@ -331,19 +409,29 @@ class _Walk:
             return
         if running is not None and entry_known(running, e.token) and not float(running[e.token]) > 0:
             source = f"the final p' at node {node}" if kids else "the leaf's p"
-            self.fail("residual" if kids else "sampler", f"{kind} {e.token} has probability {float(running[e.token]):.3g} "
-                      f"in {source}: it cannot have been drawn from it", node=owner, position=pos)
+            self.fail(
+                "residual" if kids else "sampler",
+                f"{kind} {e.token} has probability {float(running[e.token]):.3g} "
+                f"in {source}: it cannot have been drawn from it",
+                node=owner,
+                position=pos,
+            )
         if kids and self.rnd.residual is not None and running is not None:
             diff = max_abs_diff(self.rnd.residual, running)
             if diff > self.tol:
-                self.fail("residual", f"the recorded repair distribution is not the final p' at node {node} "
-                          f"(max diff {diff:.3g})", node=owner)
+                self.fail(
+                    "residual",
+                    f"the recorded repair distribution is not the final p' at node {node} (max diff {diff:.3g})",
+                    node=owner,
+                )
         if e.draw is None:
             self.chk.recorded("draw", "draw")
             self.chk.not_checked.setdefault("draw", "a sampled repair or bonus has no recorded draw")
             return
         if running is None:
-            self.chk.not_checked.setdefault("draw", "the distribution a tree repair or bonus was drawn from was not recorded")
+            self.chk.not_checked.setdefault(
+                "draw", "the distribution a tree repair or bonus was drawn from was not recorded"
+            )
             return
         problem = draw_mismatch(running, e.token, e.draw, self.chk.tol)
         if problem:
@@ -353,19 +441,30 @@ class _Walk:
     def _leftovers(self, path: list[int], out: int, visited: list[int], tried: dict) -> None:
         rnd = self.rnd
         if out < len(rnd.emitted):
-            self.fail("tree-walk", f"the round emitted {len(rnd.emitted)} tokens, the walk stops after {out}",
-                      position=self.chk.position_of(out))
+            self.fail(
+                "tree-walk",
+                f"the round emitted {len(rnd.emitted)} tokens, the walk stops after {out}",
+                position=self.chk.position_of(out),
+            )
         if out < rnd.remaining_budget and rnd.bonus_withheld and self.chk.recorded("bonus_withheld", "tree-walk"):
             self.fail("tree-walk", "bonus_withheld is true but the budget was not spent")
         if tuple(self.tree.path) != tuple(path):
             self.fail("tree-walk", f"the recorded accepted path is {list(self.tree.path)}, the walk's is {path}")
         extra = sorted(set(tried) - set(visited))
         if extra:
-            self.fail("tree-walk", f"a tried order is recorded at node {extra[0]}, which the walk never reaches", node=extra[0])
+            self.fail(
+                "tree-walk",
+                f"a tried order is recorded at node {extra[0]}, which the walk never reaches",
+                node=extra[0],
+            )
         if self.pending:
             u = self.pending[0]
-            self.fail("residual", f"a residual update is recorded at node {u.parent} after child {u.child}, which the "
-                      "walk does not reject", node=u.child)
+            self.fail(
+                "residual",
+                f"a residual update is recorded at node {u.parent} after child {u.child}, which the "
+                "walk does not reject",
+                node=u.child,
+            )
         reached = {c for node in visited for c in tried.get(node, ())}
         for n in self.nodes:
             if n.index not in reached and n.status != "unvisited":

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from specscope.core.check.tree_proof import prove_tree_round
+from specscope.core.draft.trees import ancestor_matrix, node_depths
 from specscope.core.sampling.partial import is_full
 from specscope.core.sampling.reference import sample_from
-from specscope.core.check.tree_proof import prove_tree_round
 from specscope.core.verify.chain import VerifyTask
 from specscope.core.verify.tree import CHILDREN_MODES, TreeVerifier, check_children_mode
-from specscope.core.draft.trees import ancestor_matrix, node_depths
 
 
 class _Unreplayable(Exception):
@@ -78,10 +78,19 @@ def _task(chk: Any, mode: str) -> VerifyTask:
         argmax[leaf + 1] = int(np.argmax(rnd.bonus_p))
     greedy = chk.config.sampling.greedy
     q = None if greedy else [x.q for x in nodes]
-    return VerifyTask(tokens=tuple(int(x.token) for x in nodes), q=q, p=rows, argmax=argmax, greedy=greedy,
-                      eos_token_id=chk.config.eos_token_id, more_eos=chk.config.eos_ids, remaining=rnd.remaining_budget,
-                      stops=RecordedStop(getattr(rnd, "stop", None), _unrecorded_stop_end(chk)), parents=parents,
-                      children=check_children_mode(mode))
+    return VerifyTask(
+        tokens=tuple(int(x.token) for x in nodes),
+        q=q,
+        p=rows,
+        argmax=argmax,
+        greedy=greedy,
+        eos_token_id=chk.config.eos_token_id,
+        more_eos=chk.config.eos_ids,
+        remaining=rnd.remaining_budget,
+        stops=RecordedStop(getattr(rnd, "stop", None), _unrecorded_stop_end(chk)),
+        parents=parents,
+        children=check_children_mode(mode),
+    )
 
 
 def _unrecorded_stop_end(chk: Any) -> int | None:
@@ -150,12 +159,19 @@ def _shape(chk: Any, depths: list[int]) -> None:
         chk.add("tree-shape", f"{nodes} nodes, but the tree {text!r} has a budget of {spec.nodes}")
     if deepest > spec.depth:
         at = depths.index(deepest)
-        chk.add("tree-shape", f"node {at} is at depth {deepest}, but the tree {text!r} is at most {spec.depth} deep", node=at)
+        chk.add(
+            "tree-shape",
+            f"node {at} is at depth {deepest}, but the tree {text!r} is at most {spec.depth} deep",
+            node=at,
+        )
     if spec.kind == "dynamic":
         mode = children_mode(chk.config, rnd)
         if mode is not None and mode != "topk":
-            chk.add("tree-shape", f"a dynamic tree ({text!r}) keeps the most probable candidates, so its children are "
-                    f"its top-k, but the round's children are {mode}")
+            chk.add(
+                "tree-shape",
+                f"a dynamic tree ({text!r}) keeps the most probable candidates, so its children are "
+                f"its top-k, but the round's children are {mode}",
+            )
         widest = {d: spec.topk for d in range(spec.depth + 1)}
     else:
         slot_depths = [0] + _depths_of_slots(spec.slots)  # slot -1 (the prefix) at index 0
@@ -169,9 +185,12 @@ def _shape(chk: Any, depths: list[int]) -> None:
     for parent, count in sorted(kids.items()):
         depth = depths[parent] if parent >= 0 else 0
         if count > widest.get(depth, 0):
-            chk.add("tree-shape", f"{'the prefix' if parent < 0 else f'node {parent}'} has {count} children, but the "
-                    f"tree {text!r} gives a node at depth {depth} at most {widest.get(depth, 0)}",
-                    node=None if parent < 0 else parent)
+            chk.add(
+                "tree-shape",
+                f"{'the prefix' if parent < 0 else f'node {parent}'} has {count} children, but the "
+                f"tree {text!r} gives a node at depth {depth} at most {widest.get(depth, 0)}",
+                node=None if parent < 0 else parent,
+            )
             break
 
 
@@ -180,19 +199,29 @@ def _distinct_siblings(chk: Any) -> bool:
     tokens; False (after the finding) when some repeat, so the walk is not replayed."""
     mode = children_mode(chk.config, chk.rnd)
     if mode is None:
-        chk.not_checked.setdefault("distinct-siblings", "the trace does not say how a tree's siblings were chosen "
-                                   "(tree.children or proposer_params.children): whether they must be distinct is "
-                                   "not checked")
+        chk.not_checked.setdefault(
+            "distinct-siblings",
+            "the trace does not say how a tree's siblings were chosen "
+            "(tree.children or proposer_params.children): whether they must be distinct is "
+            "not checked",
+        )
     if mode not in ("distinct", "topk"):
         return True
     seen: dict[tuple[int, int], int] = {}
     for n in chk.rnd.nodes:
         first = seen.setdefault((n.parent, n.token), n.index)
         if first != n.index:
-            chk.add("distinct-siblings", f"node {n.index} repeats token {n.token} of its sibling {first}, but siblings "
-                    f"of a {mode} tree are drawn without replacement", node=n.index)
-            chk.not_checked.setdefault("tree-walk", "a round whose siblings repeat a token where they may not is "
-                                       "not replayed (its distinct-siblings finding says why)")
+            chk.add(
+                "distinct-siblings",
+                f"node {n.index} repeats token {n.token} of its sibling {first}, but siblings "
+                f"of a {mode} tree are drawn without replacement",
+                node=n.index,
+            )
+            chk.not_checked.setdefault(
+                "tree-walk",
+                "a round whose siblings repeat a token where they may not is "
+                "not replayed (its distinct-siblings finding says why)",
+            )
             return False
     return True
 
@@ -216,12 +245,18 @@ def check_tree_round(chk: Any) -> None:
     mode = children_mode(chk.config, rnd)
     vectors = [n.p for n in rnd.nodes] + ([] if greedy else [n.q for n in rnd.nodes])
     if not greedy and not all(v is not None and is_full(v) for v in vectors):
-        _not_replayed(chk, "a tree round without its recorded tree facts (tried order, p' updates: JSONL version 1) "
-                      "is replayed from full p and q vectors; the trace stored top-N only")
+        _not_replayed(
+            chk,
+            "a tree round without its recorded tree facts (tried order, p' updates: JSONL version 1) "
+            "is replayed from full p and q vectors; the trace stored top-N only",
+        )
         return
     if mode is None and not greedy:
-        _not_replayed(chk, "a sampled tree round without its tree facts, in a run that does not record its children "
-                      "mode (proposer_params.children: sampled, distinct or topk), cannot be replayed")
+        _not_replayed(
+            chk,
+            "a sampled tree round without its tree facts, in a run that does not record its children "
+            "mode (proposer_params.children: sampled, distinct or topk), cannot be replayed",
+        )
         return
     chooser = _ReplayChooser(rnd)
     task = _task(chk, mode or "topk")
@@ -235,8 +270,11 @@ def check_tree_round(chk: Any) -> None:
             _not_replayed(chk, f"a tree round could not be replayed: {exc}")
         return
     if task.stops.assumed:
-        chk.not_checked.setdefault("tree-walk", "the run's last round ends where a stop the trace does not record may "
-                                   "have ended it: its walk is replayed up to its last recorded token only")
+        chk.not_checked.setdefault(
+            "tree-walk",
+            "the run's last round ends where a stop the trace does not record may "
+            "have ended it: its walk is replayed up to its last recorded token only",
+        )
     _compare(chk, verdict, chooser)
     _layout(chk)
 
@@ -255,33 +293,49 @@ def _compare(chk: Any, verdict: Any, chooser: _ReplayChooser) -> None:
         if n.status != want:
             where = chooser.thresholds.get(n.index)
             against = f" with u={n.u:.6g} against the running min(1, p'/q)={where:.6g}" if where is not None else ""
-            chk.add("tree-walk", f"node {n.index} (token {n.token}) is {n.status}, the walk makes it {want}{against}",
-                    node=n.index)
+            chk.add(
+                "tree-walk",
+                f"node {n.index} (token {n.token}) is {n.status}, the walk makes it {want}{against}",
+                node=n.index,
+            )
             return  # everything after the first difference follows from it
     got = [(e.token, e.kind, e.node) for e in rnd.emitted]
     want = [(e.token, e.kind, e.node) for e in verdict.emitted]
     if want and want[-1][0] == UNKNOWN_TOKEN and len(got) == len(want):  # no draw, or no distribution, for it
         if chooser.draw is None and "draw" not in chk.config.unrecorded and not chk.config.sampling.greedy:
-            chk.add("tree-walk", f"a {want[-1][1]} token is due, but no draw was recorded for it",
-                    chk.position_of(len(want) - 1))
+            chk.add(
+                "tree-walk",
+                f"a {want[-1][1]} token is due, but no draw was recorded for it",
+                chk.position_of(len(want) - 1),
+            )
             return
         rules = ("tree-walk", "draw") + (("residual",) if want[-1][1] == "repaired" and rnd.residual is None else ())
         for rule in rules:  # the final p' shows only through the repair's draw when the residual is not recorded
-            chk.not_checked.setdefault(rule, "a tree round's repair or bonus token: its draw or the distribution it "
-                                       "was drawn from (bonus_p) was not recorded")
+            chk.not_checked.setdefault(
+                rule,
+                "a tree round's repair or bonus token: its draw or the distribution it "
+                "was drawn from (bonus_p) was not recorded",
+            )
         want[-1] = (got[-1][0],) + want[-1][1:]
     if got != want:
         at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-        chk.add("tree-walk", f"emitted {got[at:]} where the walk emits {want[at:]} (repair from the final p' after "
-                "the rejections at its node; bonus from the leaf's p)", chk.position_of(at))
+        chk.add(
+            "tree-walk",
+            f"emitted {got[at:]} where the walk emits {want[at:]} (repair from the final p' after "
+            "the rejections at its node; bonus from the leaf's p)",
+            chk.position_of(at),
+        )
         return
     if rnd.bonus_withheld != verdict.bonus_withheld and chk.recorded("bonus_withheld", "tree-walk"):
         chk.add("tree-walk", f"bonus_withheld is {rnd.bonus_withheld}, the walk says {verdict.bonus_withheld}")
     if verdict.residual is not None and rnd.residual is not None and is_full(rnd.residual):
         diff = float(np.max(np.abs(np.asarray(rnd.residual, dtype=np.float64) - verdict.residual)))
         if diff > max(chk.tol, 1e-9):
-            chk.add("residual", f"the recorded repair distribution is not the final p' of the walk (max diff {diff:.3g})",
-                    node=verdict.rejected_node)
+            chk.add(
+                "residual",
+                f"the recorded repair distribution is not the final p' of the walk (max diff {diff:.3g})",
+                node=verdict.rejected_node,
+            )
 
 
 def _layout(chk: Any) -> None:
@@ -290,40 +344,58 @@ def _layout(chk: Any) -> None:
     tree = getattr(rnd, "tree", None)
     kept_known = tree is not None and "kept_rows" not in chk.config.unrecorded
     if not kept_known:
-        chk.not_checked.setdefault("target-cache", "a tree round records no kept cache rows (tree.kept_rows): which "
-                                   "branch's rows the target cache kept is not checked")
+        chk.not_checked.setdefault(
+            "target-cache",
+            "a tree round records no kept cache rows (tree.kept_rows): which "
+            "branch's rows the target cache kept is not checked",
+        )
     if tree is None or (rnd.nodes and (not tree.positions or not tree.visible)):  # an empty tree has none to record
-        chk.not_checked.setdefault("tree-layout", "a tree round records no positions or mask rows (tree.positions, "
-                                   "tree.visible)")
+        chk.not_checked.setdefault(
+            "tree-layout", "a tree round records no positions or mask rows (tree.positions, tree.visible)"
+        )
     if tree is None:
         return
     parents = [n.parent for n in rnd.nodes]
     depths = node_depths(parents)
     for n, depth, pos in zip(rnd.nodes, depths, tree.positions):  # zip: nothing to check without positions
         if pos != rnd.prefix_len + depth - 1:
-            chk.add("tree-layout", f"node {n.index} at depth {depth} ran at position {pos}, not prefix length + depth "
-                    f"- 1 = {rnd.prefix_len + depth - 1}", node=n.index)
+            chk.add(
+                "tree-layout",
+                f"node {n.index} at depth {depth} ran at position {pos}, not prefix length + depth "
+                f"- 1 = {rnd.prefix_len + depth - 1}",
+                node=n.index,
+            )
             break
     seen = ancestor_matrix(parents)
     for n, row in zip(rnd.nodes, tree.visible):
         want = tuple(int(j) for j in np.flatnonzero(seen[n.index]))
         if tuple(row) != want:
             extra = sorted(set(row) - set(want))
-            chk.add("tree-layout", f"node {n.index}'s mask row sees nodes {list(row)}, not its ancestors {list(want)}"
-                    + (f" (also {extra}: not on its path)" if extra else ""), node=n.index)
+            chk.add(
+                "tree-layout",
+                f"node {n.index}'s mask row sees nodes {list(row)}, not its ancestors {list(want)}"
+                + (f" (also {extra}: not on its path)" if extra else ""),
+                node=n.index,
+            )
             break
     path = [n.index for n in rnd.nodes if n.status == "accepted"]
     kept, want_kept = tuple(tree.kept_rows), tuple(rnd.prefix_len + i for i in path)
     if kept_known and chk.rnd.target_cache.after > rnd.prefix_len and kept != want_kept:
-        chk.add("target-cache", f"the target cache kept rows {list(tree.kept_rows)} after the prefix, not the accepted "
-                f"path's {[rnd.prefix_len + i for i in path]}: entries of another branch survived")
+        chk.add(
+            "target-cache",
+            f"the target cache kept rows {list(tree.kept_rows)} after the prefix, not the accepted "
+            f"path's {[rnd.prefix_len + i for i in path]}: entries of another branch survived",
+        )
 
 
 def is_tree_round(config: Any, rnd: Any) -> bool:
     """A round of a tree draft: recorded as one, a run whose proposer drafts trees, or a
     draft that is not a chain."""
-    return (getattr(rnd, "tree", None) is not None or bool(config.proposer_params.get("tree"))
-            or any(n.parent != n.index - 1 for n in rnd.nodes))
+    return (
+        getattr(rnd, "tree", None) is not None
+        or bool(config.proposer_params.get("tree"))
+        or any(n.parent != n.index - 1 for n in rnd.nodes)
+    )
 
 
 def recompute_tree_rows(config: Any, rnd: Any, context: list[int], target: Any) -> tuple[dict[int, np.ndarray], Any]:

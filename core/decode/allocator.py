@@ -49,6 +49,10 @@ def _apply() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-    log.debug("malloc thresholds: mmap %d MB, trim %d MB (%s)", MMAP_THRESHOLD >> 20, TRIM_THRESHOLD >> 20,
-              "set" if ok else "refused")
+    log.debug(
+        "malloc thresholds: mmap %d MB, trim %d MB (%s)",
+        MMAP_THRESHOLD >> 20,
+        TRIM_THRESHOLD >> 20,
+        "set" if ok else "refused",
+    )
     return ok

@@ -6,8 +6,8 @@ speculative decoder's.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -16,8 +16,8 @@ from specscope.core.decode.allocator import tune_allocator
 from specscope.core.decode.decoder import normalize_prompt
 from specscope.core.decode.kv import CachedLM, Stopwatch
 from specscope.core.decode.stops import Stops, StopTracker
-from specscope.core.sampling.row_ops import row_argmax
 from specscope.core.sampling.reference import SamplingConfig, check_finite, process_logits, sample_from
+from specscope.core.sampling.row_ops import row_argmax
 
 
 @dataclass(frozen=True)

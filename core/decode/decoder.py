@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from specscope.core.settings.bounds import BOUNDS
-from specscope.core.verify.coupling import Coupling, coupled_params
 from specscope.core.decode.allocator import tune_allocator
-from specscope.core.sampling.device import target_rows
-from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.decode.kv import CachedLM, CachePolicy, Stopwatch
+from specscope.core.decode.layout import Layout, layout_for
+from specscope.core.decode.run import RunHandle
+from specscope.core.decode.stops import Stops, StopTracker
+from specscope.core.decode.vectors import RoundVectors
 from specscope.core.draft.proposers import Draft, Proposer, check_protocol, requested_features
 from specscope.core.records import (
     CacheState,
@@ -43,12 +43,12 @@ from specscope.core.records import (
     RunSummary,
     SummaryTally,
 )
-from specscope.core.decode.run import RunHandle
-from specscope.core.decode.stops import Stops, StopTracker
+from specscope.core.sampling.device import target_rows
+from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.sampling.reference import SamplingConfig
-from specscope.core.decode.layout import Layout, layout_for
-from specscope.core.decode.vectors import RoundVectors
+from specscope.core.settings.bounds import BOUNDS
 from specscope.core.verify.chain import Verifier
+from specscope.core.verify.coupling import Coupling, coupled_params
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,9 @@ def target_position_limit(model: torch.nn.Module) -> int | None:
     return max_positions(model)
 
 
-def check_run_positions(prompt_len: int, max_new_tokens: int, models: Sequence[tuple[str, Any]],
-                        extra: int = 0, why: str = "") -> None:
+def check_run_positions(
+    prompt_len: int, max_new_tokens: int, models: Sequence[tuple[str, Any]], extra: int = 0, why: str = ""
+) -> None:
     """ValueError (one line) when a run of `prompt_len` + `max_new_tokens` tokens (+ `extra`
     positions its verify forwards read past the budget, `why` says whose) passes the position
     limit (max_position_embeddings) of one of `models` ((name, model) pairs): the decoder and
@@ -88,8 +89,10 @@ def check_run_positions(prompt_len: int, max_new_tokens: int, models: Sequence[t
     for name, model in models:
         limit = max_positions(model) if model is not None else None
         if limit is not None and needed > limit:
-            raise ValueError(f"the prompt ({prompt_len} tokens) plus {max_new_tokens} new tokens{why} needs {needed} "
-                             f"positions, but {name} reads at most {limit} (max_position_embeddings)")
+            raise ValueError(
+                f"the prompt ({prompt_len} tokens) plus {max_new_tokens} new tokens{why} needs {needed} "
+                f"positions, but {name} reads at most {limit} (max_position_embeddings)"
+            )
 
 
 def normalize_prompt(prompt_ids: Sequence[int] | torch.Tensor, vocab_size: int) -> list[int]:
@@ -213,8 +216,12 @@ class SpeculativeDecoder:
         if not _is_int(max_new_tokens) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         draft = getattr(self.proposer, "model", None)
-        check_run_positions(len(ids), int(max_new_tokens), [(self.target_name, self.target)] + (
-            [(getattr(self.proposer, "label", "the draft"), draft)] if isinstance(draft, torch.nn.Module) else []))
+        check_run_positions(
+            len(ids),
+            int(max_new_tokens),
+            [(self.target_name, self.target)]
+            + ([(getattr(self.proposer, "label", "the draft"), draft)] if isinstance(draft, torch.nn.Module) else []),
+        )
         param = next(self.target.parameters())
         return RunConfig(
             run_id=run_id or uuid.uuid4().hex,
@@ -225,8 +232,11 @@ class SpeculativeDecoder:
             seed=self.seed if seed is None else int(seed),
             eos_token_id=self.eos_token_id,
             proposer=self.proposer.name,
-            proposer_params={"spec": self.proposer.spec, **self.proposer.params(),
-                             **coupled_params(self.coupling, self.sampling.greedy)},
+            proposer_params={
+                "spec": self.proposer.spec,
+                **self.proposer.params(),
+                **coupled_params(self.coupling, self.sampling.greedy),
+            },
             target_name=self.target_name,
             draft_name=self.proposer.label,
             device=str(param.device),
@@ -323,8 +333,9 @@ class SpeculativeDecoder:
     # draft -> one target forward laid out by the layout -> p rows -> the verifier -> keep the
     # accepted path in both caches -> one Round. Every draft shape takes this path.
 
-    def _round(self, run_id: str, index: int, context: list[int], emitted_before: int, budget: int,
-               rng: np.random.Generator) -> Round:
+    def _round(
+        self, run_id: str, index: int, context: list[int], emitted_before: int, budget: int, rng: np.random.Generator
+    ) -> Round:
         clock, lm, layout = self.stopwatch, self.target_lm, self.layout
         remaining = budget - emitted_before
         k = layout.draft_length(self.k, remaining)
@@ -341,10 +352,18 @@ class SpeculativeDecoder:
 
         rows = target_rows(logits, self.sampling)  # checks the logits are finite
         q = None if draft.q is None else torch.as_tensor(draft.q, dtype=torch.float64).to(rows.p.device)
-        task = layout.task(draft, q=q, p=rows.p, argmax=rows.argmax, greedy=self.sampling.greedy,
-                           eos_token_id=self.eos_token_id, more_eos=frozenset(self.eos_token_ids[1:]),
-                           stops=self._tracker if self._tracker.stops else None, remaining=remaining,
-                           position=emitted_before)
+        task = layout.task(
+            draft,
+            q=q,
+            p=rows.p,
+            argmax=rows.argmax,
+            greedy=self.sampling.greedy,
+            eos_token_id=self.eos_token_id,
+            more_eos=frozenset(self.eos_token_ids[1:]),
+            stops=self._tracker if self._tracker.stops else None,
+            remaining=remaining,
+            position=emitted_before,
+        )
         verdict = self.verifier.verify(task, rng)
         committed = prefix_len + len(verdict.path)  # context positions whose cache entries stay valid
         placed = layout.keep(lm, self.target_cache, prefix_len, verdict.path, draft, placed)
@@ -359,20 +378,43 @@ class SpeculativeDecoder:
         if draft.cache_before is not None and draft_after is not None:
             peak = draft.cache_peak if draft.cache_peak is not None else draft.cache_before
             draft_cache = cache_state(draft.cache_before, peak, draft_after, final_context)
-        vectors = RoundVectors(task, verdict, draft.parents, self.full_vectors, self.top_n, self.sampling.sparse_rows,
-                               draft.q_facts, rows.facts, walk_facts=layout.walk_facts)
+        vectors = RoundVectors(
+            task,
+            verdict,
+            draft.parents,
+            self.full_vectors,
+            self.top_n,
+            self.sampling.sparse_rows,
+            draft.q_facts,
+            rows.facts,
+            walk_facts=layout.walk_facts,
+        )
         t3 = clock.now()
 
         fields = dict(
-            run_id=run_id, index=index, prefix_len=prefix_len, emitted_before=emitted_before,
-            remaining_budget=remaining, k=k, greedy=task.greedy, nodes=vectors.nodes(draft.confidence), bonus_p=vectors.bonus_p,
-            rejected_node=verdict.rejected_node, residual=vectors.residual, residual_mass=verdict.residual_mass,
-            emitted=tuple(verdict.emitted), eos=verdict.eos, stop=verdict.stop,
+            run_id=run_id,
+            index=index,
+            prefix_len=prefix_len,
+            emitted_before=emitted_before,
+            remaining_budget=remaining,
+            k=k,
+            greedy=task.greedy,
+            nodes=vectors.nodes(draft.confidence),
+            bonus_p=vectors.bonus_p,
+            rejected_node=verdict.rejected_node,
+            residual=vectors.residual,
+            residual_mass=verdict.residual_mass,
+            emitted=tuple(verdict.emitted),
+            eos=verdict.eos,
+            stop=verdict.stop,
             pieces=self._tracker.pieces([e.token for e in verdict.emitted]),
-            budget_stop=emitted_before + len(verdict.emitted) >= budget, bonus_withheld=verdict.bonus_withheld,
-            target_cache=target_cache, draft_cache=draft_cache,
+            budget_stop=emitted_before + len(verdict.emitted) >= budget,
+            bonus_withheld=verdict.bonus_withheld,
+            target_cache=target_cache,
+            draft_cache=draft_cache,
             timings=RoundTimings(draft_s=t1 - t0, verify_s=t2 - t1, bookkeeping_s=t3 - t2),
-            draft_forwards=draft.forwards, target_forwards=1,
+            draft_forwards=draft.forwards,
+            target_forwards=1,
         )
         return layout.record(fields, task, verdict, vectors, placed)
 

@@ -16,9 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specscope.core.settings.model import FIELD_NAMES, HF_LOOKUP_MAX_NGRAM, RunSettings, SettingsError, \
-    eos_vocab_problem
 from specscope.core.records import RunConfig
+from specscope.core.settings.model import (
+    FIELD_NAMES,
+    HF_LOOKUP_MAX_NGRAM,
+    RunSettings,
+    SettingsError,
+    eos_vocab_problem,
+)
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,12 @@ def _stops(settings: RunSettings, models: Any, names: Mapping[str, str] | None) 
     if not stops.strings:
         return stops, None
     if models.tokenizer is None:
-        raise SettingsError({"stop_strings": f"{_names(names)['stop_strings']} need a tokenizer (the text of each "
-                                             f"token): this target has none; stop on token ids instead"})
+        raise SettingsError(
+            {
+                "stop_strings": f"{_names(names)['stop_strings']} need a tokenizer (the text of each "
+                f"token): this target has none; stop on token ids instead"
+            }
+        )
     return stops, token_piece_function(models.tokenizer)
 
 
@@ -117,14 +126,20 @@ def build_decoder(settings: RunSettings, models: Any, names: Mapping[str, str] |
     except SpecError as exc:
         raise SettingsError({"proposer": f"{_names(names)['proposer']}: {exc}"}) from None
     options = dict(
-        k=settings.k, sampling=settings.sampling(), eos_token_id=eos, seed=settings.seed, use_cache=settings.use_cache,
+        k=settings.k,
+        sampling=settings.sampling(),
+        eos_token_id=eos,
+        seed=settings.seed,
+        use_cache=settings.use_cache,
         target_name=models.target_name,
         # the records keep full vectors when asked, else top-N above 4096 tokens (core.sampling.dists),
         # computed on the model's device ("top" only changes what a store keeps)
-        vectors="full" if settings.vectors == "full" else "auto", top_n=_top_n(settings),
+        vectors="full" if settings.vectors == "full" else "auto",
+        top_n=_top_n(settings),
         # greedy decoding draws nothing: there is no randomness to couple
         coupling_seed=None if settings.greedy else settings.coupling_seed,
-        stops=stops, token_piece=piece,
+        stops=stops,
+        token_piece=piece,
     )
     from specscope.core.draft.proposers import TargetMismatch
 
@@ -144,8 +159,9 @@ def _top_n(settings: RunSettings) -> int:
     return DEFAULT_TOP_N if settings.top_n is None else settings.top_n
 
 
-def _transformers_engine(settings: RunSettings, models: Any, eos: tuple[int, ...], names: Mapping[str, str] | None,
-                         stops: Any, piece: Any) -> Any:
+def _transformers_engine(
+    settings: RunSettings, models: Any, eos: tuple[int, ...], names: Mapping[str, str] | None, stops: Any, piece: Any
+) -> Any:
     """transformers' own generate() with the spec's draft model (assisted) or prompt lookup, recorded."""
     from specscope.core.draft.registry import parse_spec
     from specscope.core.engines import PrivateAPIChanged, TransformersEngine
@@ -153,17 +169,28 @@ def _transformers_engine(settings: RunSettings, models: Any, eos: tuple[int, ...
     spec = parse_spec(settings.spec)  # validated
     try:
         return TransformersEngine(
-            models.target, kind="assisted" if spec.kind == "draft" else "lookup", draft=models.draft, k=settings.k,
-            sampling=settings.sampling(), eos_token_id=eos, seed=settings.seed, target_name=models.target_name,
-            draft_name=models.draft_name, max_ngram=int(spec.params.get("max_ngram", HF_LOOKUP_MAX_NGRAM)),
-            vectors="full" if settings.vectors == "full" else "auto", top_n=_top_n(settings), stops=stops,
-            token_piece=piece)
+            models.target,
+            kind="assisted" if spec.kind == "draft" else "lookup",
+            draft=models.draft,
+            k=settings.k,
+            sampling=settings.sampling(),
+            eos_token_id=eos,
+            seed=settings.seed,
+            target_name=models.target_name,
+            draft_name=models.draft_name,
+            max_ngram=int(spec.params.get("max_ngram", HF_LOOKUP_MAX_NGRAM)),
+            vectors="full" if settings.vectors == "full" else "auto",
+            top_n=_top_n(settings),
+            stops=stops,
+            token_piece=piece,
+        )
     except (PrivateAPIChanged, ValueError) as exc:
         raise SettingsError({"engine": f"{_names(names)['engine']} transformers: {exc}"}) from None
 
 
-def check_positions(prompt_ids: Sequence[int], settings: RunSettings, models: Any,
-                    names: Mapping[str, str] | None = None) -> None:
+def check_positions(
+    prompt_ids: Sequence[int], settings: RunSettings, models: Any, names: Mapping[str, str] | None = None
+) -> None:
     """Refuse a prompt that, with settings.max_new_tokens after it, would pass the models'
     position limit (max_position_embeddings): a model reads nothing sensible past it."""
     from specscope.core.loading.models import position_limit
@@ -175,13 +202,22 @@ def check_positions(prompt_ids: Sequence[int], settings: RunSettings, models: An
     n, budget = len(prompt_ids), settings.max_new_tokens
     extra, why = _positions_past_budget(settings)
     if n + extra > limit:
-        raise SettingsError({"prompt": f"the prompt is {n} tokens{why}, but {model} reads at most {limit} positions "
-                                       f"(max_position_embeddings): shorten the prompt"})
+        raise SettingsError(
+            {
+                "prompt": f"the prompt is {n} tokens{why}, but {model} reads at most {limit} positions "
+                f"(max_position_embeddings): shorten the prompt"
+            }
+        )
     if n + budget + extra > limit:
-        raise SettingsError({"max_new_tokens": (
-            f"the prompt ({n} tokens) plus {budget} new tokens{why} needs {n + budget + extra} positions, but {model} "
-            f"reads at most {limit} (max_position_embeddings): {_names(names)['max_new_tokens']} must be at most "
-            f"{limit - n - extra}")})
+        raise SettingsError(
+            {
+                "max_new_tokens": (
+                    f"the prompt ({n} tokens) plus {budget} new tokens{why} needs {n + budget + extra} positions, but {model} "
+                    f"reads at most {limit} (max_position_embeddings): {_names(names)['max_new_tokens']} must be at most "
+                    f"{limit - n - extra}"
+                )
+            }
+        )
 
 
 def _positions_past_budget(settings: RunSettings) -> tuple[int, str]:
@@ -195,13 +231,27 @@ def _positions_past_budget(settings: RunSettings) -> tuple[int, str]:
     return lookup_positions_past_budget(settings.k) if parse_spec(settings.spec).kind == "lookup" else (0, "")
 
 
-def run_config(decoder: Any, settings: RunSettings, models: Any, prompt_ids: Sequence[int], run_id: str | None = None,
-               names: Mapping[str, str] | None = None) -> RunConfig:
+def run_config(
+    decoder: Any,
+    settings: RunSettings,
+    models: Any,
+    prompt_ids: Sequence[int],
+    run_id: str | None = None,
+    names: Mapping[str, str] | None = None,
+) -> RunConfig:
     """The RunConfig of one run of `decoder` (from build_decoder) on `prompt_ids`, after the
     position-limit check."""
     check_positions(prompt_ids, settings, models, names)
     return decoder.run_config(prompt_ids, settings.max_new_tokens, run_id)
 
 
-__all__ = ["Models", "RunSettings", "SettingsError", "build_decoder", "check_positions", "prompt_ids", "resolve_eos",
-           "run_config"]
+__all__ = [
+    "Models",
+    "RunSettings",
+    "SettingsError",
+    "build_decoder",
+    "check_positions",
+    "prompt_ids",
+    "resolve_eos",
+    "run_config",
+]

@@ -95,8 +95,13 @@ class CachedLM:
         return self._positions[start:end].unsqueeze(0)
 
     @torch.inference_mode()
-    def feed(self, tokens: Sequence[int] | torch.Tensor, keep: int, positions: Sequence[int] | None = None,
-             attention_mask: torch.Tensor | dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def feed(
+        self,
+        tokens: Sequence[int] | torch.Tensor,
+        keep: int,
+        positions: Sequence[int] | None = None,
+        attention_mask: torch.Tensor | dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """Append `tokens` after whatever the cache holds; logits of the last `keep` of them.
 
         `tokens` is a sequence of ids or a 1-D LongTensor already on the model's device (a
@@ -119,8 +124,14 @@ class CachedLM:
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
         started = self.stopwatch.now()
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=self.use_cache, logits_to_keep=keep,
-                         **self.hidden_kwargs(), **kwargs)
+        out = self.model(
+            input_ids=ids,
+            cache=self.cache,
+            use_cache=self.use_cache,
+            logits_to_keep=keep,
+            **self.hidden_kwargs(),
+            **kwargs,
+        )
         self.keep_features(out)
         logits = out.logits[0, -keep:]
         if logits.dtype != torch.float32:
@@ -173,7 +184,9 @@ class CachePolicy:
             return list(context)
         start = lm.processed
         if start >= len(context):
-            raise RuntimeError(f"cache holds {start} tokens but the context has only {len(context)}: nothing to process")
+            raise RuntimeError(
+                f"cache holds {start} tokens but the context has only {len(context)}: nothing to process"
+            )
         return list(context[start:])
 
     def crop(self, lm: CachedLM, committed: int) -> None:
@@ -210,10 +223,15 @@ class GrowingLayer(DynamicLayer):
         """Whether the buffers can take positions up to `end` and still back self.keys (a
         method of DynamicLayer that reassigns keys, e.g. a beam reorder, replaces them)."""
         k, v = self._key_buffer, self._value_buffer
-        return (k is not None and end <= k.shape[-2] and k.shape[:2] == key_states.shape[:2]
-                and k.shape[-1] == key_states.shape[-1] and v.shape[-1] == value_states.shape[-1]
-                and (self.keys.numel() == 0 or self.keys.data_ptr() == k.data_ptr())
-                and (self.values.numel() == 0 or self.values.data_ptr() == v.data_ptr()))
+        return (
+            k is not None
+            and end <= k.shape[-2]
+            and k.shape[:2] == key_states.shape[:2]
+            and k.shape[-1] == key_states.shape[-1]
+            and v.shape[-1] == value_states.shape[-1]
+            and (self.keys.numel() == 0 or self.keys.data_ptr() == k.data_ptr())
+            and (self.values.numel() == 0 or self.values.data_ptr() == v.data_ptr())
+        )
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int, end: int) -> None:
         old = self._key_buffer.shape[-2] if self._key_buffer is not None else 0
@@ -253,7 +271,9 @@ def growing_cache(config) -> DynamicCache:
                 layers[i] = GrowingLayer()
         others = sorted({type(layer).__name__ for layer in layers if type(layer) is not GrowingLayer})
         if others:  # e.g. linear-attention or convolution states: no per-position crop
-            raise ValueError(f"specscope cannot decode {getattr(config, 'model_type', 'this model')!r} models: their "
-                             f"{', '.join(others)} cache layers cannot be rolled back to an accepted prefix "
-                             f"(it decodes models whose layers are full or sliding-window attention)")
+            raise ValueError(
+                f"specscope cannot decode {getattr(config, 'model_type', 'this model')!r} models: their "
+                f"{', '.join(others)} cache layers cannot be rolled back to an accepted prefix "
+                f"(it decodes models whose layers are full or sliding-window attention)"
+            )
     return cache

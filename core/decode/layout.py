@@ -30,7 +30,7 @@ from specscope.core.decode.kv import PLAIN_LAYERS, CachedLM, CachePolicy
 from specscope.core.draft.trees import additive_mask, ancestor_matrix, context_and_tree, node_depths, tree_positions
 from specscope.core.records import Round, TreeInfo, TreeRound
 from specscope.core.verify.chain import Verdict, Verifier, VerifyTask
-from specscope.core.verify.coupling import Coupling, CoupledVerifier
+from specscope.core.verify.coupling import CoupledVerifier, Coupling
 from specscope.core.verify.tree import TreeVerifier, check_children_mode
 
 
@@ -68,13 +68,15 @@ class Layout(Protocol):
 
     walk_facts: bool  # whether its record keeps the walk's residual updates and final p' (RoundVectors)
 
-    def keep(self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any,
-             placed: Placement) -> Placement:
+    def keep(
+        self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any, placed: Placement
+    ) -> Placement:
         """Keep the prefix and the accepted path in the target cache (the policy crops)."""
         ...
 
-    def record(self, fields: dict[str, Any], task: VerifyTask, verdict: Verdict, vectors: Any,
-               placed: Placement) -> Round: ...
+    def record(
+        self, fields: dict[str, Any], task: VerifyTask, verdict: Verdict, vectors: Any, placed: Placement
+    ) -> Round: ...
 
 
 class ChainLayout:
@@ -91,8 +93,10 @@ class ChainLayout:
 
     def check(self, draft: Any, k: int) -> None:
         if not draft.is_chain:
-            raise ValueError("drafted a tree, which the chain layout cannot verify (a tree proposer declares its "
-                             "`tree`; or give the decoder layout=TreeLayout())")
+            raise ValueError(
+                "drafted a tree, which the chain layout cannot verify (a tree proposer declares its "
+                "`tree`; or give the decoder layout=TreeLayout())"
+            )
         if len(draft.tokens) > k:
             raise ValueError(f"returned {len(draft.tokens)} tokens for k={k}")
 
@@ -102,13 +106,15 @@ class ChainLayout:
     def task(self, draft: Any, **common: Any) -> VerifyTask:
         return walk_task(draft, **common)
 
-    def keep(self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any,
-             placed: Placement) -> Placement:
+    def keep(
+        self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any, placed: Placement
+    ) -> Placement:
         policy.crop(lm, prefix_len + len(path))
         return placed
 
-    def record(self, fields: dict[str, Any], task: VerifyTask, verdict: Verdict, vectors: Any,
-               placed: Placement) -> Round:
+    def record(
+        self, fields: dict[str, Any], task: VerifyTask, verdict: Verdict, vectors: Any, placed: Placement
+    ) -> Round:
         return Round(**fields)
 
 
@@ -154,8 +160,9 @@ class TreeLayout:
     def task(self, draft: Any, **common: Any) -> VerifyTask:
         return walk_task(draft, **common)
 
-    def keep(self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any,
-             placed: Placement) -> Placement:
+    def keep(
+        self, lm: CachedLM, policy: CachePolicy, prefix_len: int, path: list[int], draft: Any, placed: Placement
+    ) -> Placement:
         rows = self.kept_rows(prefix_len, path, draft.parents)
         if lm.cache is not None:
             if not keep_positions(lm, prefix_len, rows):
@@ -163,13 +170,19 @@ class TreeLayout:
             policy.crop(lm, prefix_len + len(path))
         return dataclasses.replace(placed, kept_rows=tuple(rows))
 
-    def record(self, fields: dict[str, Any], task: VerifyTask, verdict: Verdict, vectors: Any,
-               placed: Placement) -> Round:
+    def record(
+        self, fields: dict[str, Any], task: VerifyTask, verdict: Verdict, vectors: Any, placed: Placement
+    ) -> Round:
         info = TreeInfo(
-            spec=self.spec, children=task.children, path=tuple(verdict.path),
+            spec=self.spec,
+            children=task.children,
+            path=tuple(verdict.path),
             tried=tuple((node, tuple(kids)) for node, kids in verdict.tried.items()),
-            updates=tuple(vectors.updates), final_p=vectors.final,
-            positions=placed.positions, visible=placed.visible, kept_rows=placed.kept_rows,
+            updates=tuple(vectors.updates),
+            final_p=vectors.final,
+            positions=placed.positions,
+            visible=placed.visible,
+            kept_rows=placed.kept_rows,
         )
         return TreeRound(**{**fields, "k": max(node_depths(task.parents), default=0)}, tree=info)
 
@@ -201,8 +214,9 @@ def model_dtype(lm: CachedLM) -> torch.dtype:
     return next(lm.model.parameters()).dtype
 
 
-def masked_feed(lm: CachedLM, tokens: Sequence[int], positions: Sequence[int], allowed: np.ndarray,
-                keep: int) -> torch.Tensor:
+def masked_feed(
+    lm: CachedLM, tokens: Sequence[int], positions: Sequence[int], allowed: np.ndarray, keep: int
+) -> torch.Tensor:
     """Append `tokens` at `positions` after what the cache holds, each row attending the
     columns `allowed` (rows: tokens; columns: cached positions then tokens). Returns the
     (keep, V) float32 logits of the last `keep` tokens, on the model's device (CachedLM.feed
@@ -215,7 +229,9 @@ def masked_feed(lm: CachedLM, tokens: Sequence[int], positions: Sequence[int], a
     return lm.feed(tokens, keep, positions=positions, attention_mask=attention_masks(lm, allowed, positions))
 
 
-def attention_masks(lm: CachedLM, allowed: np.ndarray, positions: Sequence[int]) -> torch.Tensor | dict[str, torch.Tensor]:
+def attention_masks(
+    lm: CachedLM, allowed: np.ndarray, positions: Sequence[int]
+) -> torch.Tensor | dict[str, torch.Tensor]:
     """The additive 4D mask(s) of a masked feed. A given 4D mask is used as it is, so a model
     with sliding-window layers needs the window applied here: a token at position i sees a
     column at position j only when i - j < window, as transformers' own sliding mask rules
@@ -234,8 +250,10 @@ def attention_masks(lm: CachedLM, allowed: np.ndarray, positions: Sequence[int])
     windowed = allowed & ((np.asarray(positions)[:, None] - columns[None, :]) < window)
     if layer_types is None:
         return additive_mask(windowed, dtype, device)
-    return {"full_attention": additive_mask(allowed, dtype, device),
-            "sliding_attention": additive_mask(windowed, dtype, device)}
+    return {
+        "full_attention": additive_mask(allowed, dtype, device),
+        "sliding_attention": additive_mask(windowed, dtype, device),
+    }
 
 
 def keep_positions(lm: CachedLM, prefix_len: int, rows: Sequence[int]) -> bool:

@@ -23,7 +23,7 @@ class RunHandle(Iterator[Round]):
         self.result: GenerationResult | None = None
         self.rounds_seen = 0
 
-    def __iter__(self) -> "RunHandle":
+    def __iter__(self) -> RunHandle:
         return self
 
     def __next__(self) -> Round:
@@ -63,6 +63,6 @@ class RunHandle(Iterator[Round]):
         self._rounds.close()
 
 
-def as_run(rounds: "RunHandle | Generator[Round, None, GenerationResult]") -> RunHandle:
+def as_run(rounds: RunHandle | Generator[Round, None, GenerationResult]) -> RunHandle:
     """A RunHandle for a handle or a bare rounds() generator."""
     return rounds if isinstance(rounds, RunHandle) else RunHandle(rounds)

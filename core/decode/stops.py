@@ -46,7 +46,7 @@ class StopMatch:
         return {"kind": self.kind, "index": self.index, "position": self.position}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "StopMatch":
+    def from_dict(cls, data: dict) -> StopMatch:
         return cls(str(data["kind"]), int(data["index"]), int(data["position"]))
 
 
@@ -76,13 +76,13 @@ class Stops:
         them; `text_before` is the output's text before the new token (its last `text_tail`
         characters suffice); `pieces[-1]` is the new token's piece (None: no strings)."""
         if self.strings and pieces is not None:
-            window = text_before[-self.text_tail:] if self.text_tail else ""
+            window = text_before[-self.text_tail :] if self.text_tail else ""
             text = window + pieces[-1]
             for i, s in enumerate(self.strings):
                 if s in text:
                     return "text", i
         for i, seq in enumerate(self.sequences):
-            if len(tokens) >= len(seq) and tuple(tokens[-len(seq):]) == seq:
+            if len(tokens) >= len(seq) and tuple(tokens[-len(seq) :]) == seq:
                 return "ids", i
         return None
 
@@ -156,11 +156,11 @@ class StopTracker:
         return tuple(self._round_pieces(round_tokens)) if self.stops.strings else None
 
     def commit(self, round_tokens: Sequence[int]) -> None:
-        self.tokens = (self.tokens + list(round_tokens))[-max(self.stops.ids_tail, 1):]
+        self.tokens = (self.tokens + list(round_tokens))[-max(self.stops.ids_tail, 1) :]
         if self.stops.strings:
             pieces = self._round_pieces(round_tokens)
             self.held = self._round[len(round_tokens) - 1][2] if round_tokens else self.held
-            self.text = (self.text + "".join(pieces))[-max(self.stops.text_tail, 1):]
+            self.text = (self.text + "".join(pieces))[-max(self.stops.text_tail, 1) :]
         self._round = []
 
     def _round_pieces(self, round_tokens: Sequence[int]) -> list[str]:
@@ -175,7 +175,7 @@ class StopTracker:
             for token in round_tokens[same:]:
                 text, held = self._advance(held, int(token))
                 self._round.append((int(token), text, held))
-        return [text for _, text, _ in self._round[:len(round_tokens)]]
+        return [text for _, text, _ in self._round[: len(round_tokens)]]
 
     def _advance(self, held: _Held, token: int) -> tuple[str, _Held]:
         """`token`'s piece after the held tokens, and what is held after it."""
@@ -189,8 +189,8 @@ class StopTracker:
         tokens = held.tokens + (token,)
         if text.endswith(REPLACEMENT) and len(tokens) < HELD_BACK_MAX:
             visible = text.rstrip(REPLACEMENT)  # the whole characters before the unfinished one
-            return visible[len(held.shown):], _Held(tokens, visible)
-        return text[len(held.shown):], _Held()
+            return visible[len(held.shown) :], _Held(tokens, visible)
+        return text[len(held.shown) :], _Held()
 
 
 def token_piece_function(tokenizer) -> TokenText:
@@ -204,13 +204,13 @@ def token_piece_function(tokenizer) -> TokenText:
     def decode_after(tokens: Sequence[int]) -> str:
         text = tokenizer.decode(base + list(tokens), skip_special_tokens=False, clean_up_tokenization_spaces=False)
         at = text.find(prefix)
-        return text[at + len(prefix):] if at >= 0 else text
+        return text[at + len(prefix) :] if at >= 0 else text
 
     return TokenText(decode_after)
 
 
 def parse_stop_ids(text: str) -> tuple[int, ...]:
-    """"1,2,3" -> (1, 2, 3); ValueError (one line) otherwise."""
+    """ "1,2,3" -> (1, 2, 3); ValueError (one line) otherwise."""
     parts = [p.strip() for p in str(text).split(",")]
     if not parts or any(not p for p in parts):
         raise ValueError(f"a stop token sequence is a comma list of token ids, got {text!r}")
@@ -224,7 +224,7 @@ def parse_stop_ids(text: str) -> tuple[int, ...]:
 
 
 def parse_eos_ids(text: str) -> tuple[int, ...]:
-    """"2" or "2,107" -> the EOS ids; ValueError (one line) otherwise."""
+    """ "2" or "2,107" -> the EOS ids; ValueError (one line) otherwise."""
     try:
         return parse_stop_ids(text)
     except ValueError:

@@ -27,9 +27,18 @@ from specscope.core.verify.chain import Verdict, VerifyTask
 class RoundVectors:
     """The round's rows as the record keeps them (see the module docstring)."""
 
-    def __init__(self, task: VerifyTask, verdict: Verdict, parents: tuple[int, ...], full: bool, top_n: int,
-                 sparse: bool = False, q_facts: RowFacts | None = None, p_facts: RowFacts | None = None,
-                 walk_facts: bool = True):
+    def __init__(
+        self,
+        task: VerifyTask,
+        verdict: Verdict,
+        parents: tuple[int, ...],
+        full: bool,
+        top_n: int,
+        sparse: bool = False,
+        q_facts: RowFacts | None = None,
+        p_facts: RowFacts | None = None,
+        walk_facts: bool = True,
+    ):
         """`walk_facts`: whether the record keeps the walk's residual updates and final p'
         (a tree round's TreeInfo; a chain round records its residual only)."""
         self.task, self.verdict, self.parents = task, verdict, parents
@@ -51,11 +60,19 @@ class RoundVectors:
             if full:
                 kept.extend(host_rows(block))
             else:
-                kept.extend(compact_rows(block, top_n, extras[len(kept): len(kept) + block.shape[0]], sparse=sparse,
-                                         facts=known, entries=found))
+                kept.extend(
+                    compact_rows(
+                        block,
+                        top_n,
+                        extras[len(kept) : len(kept) + block.shape[0]],
+                        sparse=sparse,
+                        facts=known,
+                        entries=found,
+                    )
+                )
         self.p_rows = kept[: n + 1]
         at = n + 1 + (n if q is not None else 0)
-        self.q_rows = kept[n + 1: at] if q is not None else None
+        self.q_rows = kept[n + 1 : at] if q is not None else None
         masses = _host_floats([u.mass for u in updates], p.device)
         self.updates = [dataclasses.replace(u, p_after=k, mass=m) for u, k, m in zip(updates, kept[at:], masses)]
         self.final = kept[at + len(updates)] if final is not None else None
@@ -88,8 +105,13 @@ class RoundVectors:
         p_extra[self.leaf + 1] += drawn
         q_extra = [[t] for t in task.tokens] if task.q is not None else []
         siblings = {u.parent: [t for t, par in zip(task.tokens, self.parents) if par == u.parent] for u in updates}
-        return (p_extra + q_extra + [siblings[u.parent] + drawn for u in updates] + ([drawn] if has_final else [])
-                + ([drawn] if verdict.residual is not None else []))
+        return (
+            p_extra
+            + q_extra
+            + [siblings[u.parent] + drawn for u in updates]
+            + ([drawn] if has_final else [])
+            + ([drawn] if verdict.residual is not None else [])
+        )
 
     def _node_scalars(self, n: int) -> np.ndarray:
         """(n, 3) host array: each node's p(x) in its parent's row, q(x) and sum min(p, q)
@@ -122,14 +144,24 @@ class RoundVectors:
         for i, (token, depth) in enumerate(zip(task.tokens, node_depths(self.parents))):
             row = self.parents[i] + 1  # the target row this node is judged against
             p_token, q_token, overlap = (float(x) for x in self.scalars[i])
-            out.append(DraftNode(
-                index=i, token=token, parent=self.parents[i], depth=depth, p=self.p_rows[row],
-                q=self.q_rows[i] if has_q else None, status=verdict.statuses[i], u=verdict.draws[i],
-                p_token=p_token, q_token=q_token if has_q else None,
-                ratio=(p_token / q_token) if has_q and q_token else None,
-                overlap=overlap if has_q else None, target_argmax=int(task.argmax[row]),
-                confidence=None if confidence is None else float(confidence[i]),
-            ))
+            out.append(
+                DraftNode(
+                    index=i,
+                    token=token,
+                    parent=self.parents[i],
+                    depth=depth,
+                    p=self.p_rows[row],
+                    q=self.q_rows[i] if has_q else None,
+                    status=verdict.statuses[i],
+                    u=verdict.draws[i],
+                    p_token=p_token,
+                    q_token=q_token if has_q else None,
+                    ratio=(p_token / q_token) if has_q and q_token else None,
+                    overlap=overlap if has_q else None,
+                    target_argmax=int(task.argmax[row]),
+                    confidence=None if confidence is None else float(confidence[i]),
+                )
+            )
         return tuple(out)
 
 

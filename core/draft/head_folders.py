@@ -16,7 +16,9 @@ class HeadFormatError(ValueError):
 def head_folder(path: str | Path, kind: str) -> Path:
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        raise HeadFormatError(f"{kind}: {path} is not a folder (a {kind} head is a folder: config.json and its weights)")
+        raise HeadFormatError(
+            f"{kind}: {path} is not a folder (a {kind} head is a folder: config.json and its weights)"
+        )
     return folder
 
 
@@ -35,5 +37,7 @@ def read_config(folder: Path, kind: str) -> dict[str, Any]:
 
 def tree_too_deep(depth: int, heads: int) -> str:
     """Why a Medusa tree deeper than its heads is refused (the loader and the settings check say it alike)."""
-    return (f"a tree {depth} deep needs {depth} Medusa heads, this checkpoint has {heads} "
-            f"(head d drafts depth d + 1: cut the tree to depth {heads})")
+    return (
+        f"a tree {depth} deep needs {depth} Medusa heads, this checkpoint has {heads} "
+        f"(head d drafts depth d + 1: cut the tree to depth {heads})"
+    )

@@ -31,9 +31,7 @@ class NgramIndex:
     def reset(self) -> None:
         self.tokens: list[int] = []
         # n -> {n-gram: start of its latest occurrence that has a token after it}
-        self.latest: dict[int, dict[tuple[int, ...], int]] = {
-            n: {} for n in range(self.min_ngram, self.max_ngram + 1)
-        }
+        self.latest: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(self.min_ngram, self.max_ngram + 1)}
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         self._extend(context)

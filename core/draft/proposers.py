@@ -23,16 +23,16 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from specscope.core.sampling.dists import RowFacts
 from specscope.core.decode.kv import CachedLM, CachePolicy
 from specscope.core.draft.ngram_index import NgramIndex, check_ngram_range
-from specscope.core.sampling.row_ops import fast_rows, row_argmax
 from specscope.core.draft.tree_draft import ModelGrowth, finish, grow_dynamic, grow_static
 from specscope.core.draft.tree_draft import keep_path as keep_tree_path
 from specscope.core.draft.trees import tree_options
 from specscope.core.sampling.device import draft_distribution, sample_from_torch
+from specscope.core.sampling.dists import RowFacts
 from specscope.core.sampling.kept_rows import applies, draw_kept, kept_row
 from specscope.core.sampling.reference import SamplingConfig
+from specscope.core.sampling.row_ops import fast_rows, row_argmax
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,9 +82,7 @@ class Proposer(Protocol):
 
     def reset(self) -> None: ...
 
-    def propose(
-        self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
-    ) -> Draft: ...
+    def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft: ...
 
     def keep_path(self, path: Sequence[int]) -> None:
         """After verification, before observe: the accepted nodes, from the prefix down (a
@@ -168,8 +166,10 @@ def requested_features(proposer: object, target: torch.nn.Module) -> tuple[int, 
     count = int(target.config.get_text_config().num_hidden_layers)
     bad = [i for i in layers if not 0 <= i <= count]
     if bad:
-        raise TargetMismatch(f"the proposer asks for hidden states {bad} of a target with {count} layers "
-                             f"(indices 0..{count}: 0 = embeddings, {count} = the last layer after the final norm)")
+        raise TargetMismatch(
+            f"the proposer asks for hidden states {bad} of a target with {count} layers "
+            f"(indices 0..{count}: 0 = embeddings, {count} = the last layer after the final norm)"
+        )
     return layers
 
 
@@ -269,8 +269,9 @@ class DraftModelProposer(ProposerBase):
         self.coupling, self._prompt_len = coupling, int(prompt_len)
 
     def _coupled_step(self, position: int) -> SampleStep:
-        def step(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator,
-                 out: torch.Tensor | None = None):
+        def step(
+            logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
+        ):
             q = draft_distribution(logits, sampling, out)
             return self.coupling.pick(q, position), q, None
 
@@ -304,9 +305,7 @@ class DraftModelProposer(ProposerBase):
             return {"draft": self.label, "tree": str(self.tree), "children": self.children}
         return {"draft": self.label}
 
-    def propose(
-        self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
-    ) -> Draft:
+    def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft:
         """A chain of k tokens, or with a tree, a tree at most k deep."""
         if self.tree is not None:
             return self._propose_tree(context, k, sampling, rng)
@@ -325,7 +324,11 @@ class DraftModelProposer(ProposerBase):
         tokens: list[int] = []
         # (k, V) float64: each step writes its q into its row (or the row takes a copy), and
         # the row's facts for the record are taken then, while it is in cache (core.sampling.dists)
-        qs = None if sampling.greedy else torch.empty((k, self.lm.vocab_size), dtype=torch.float64, device=self.lm.device)
+        qs = (
+            None
+            if sampling.greedy
+            else torch.empty((k, self.lm.vocab_size), dtype=torch.float64, device=self.lm.device)
+        )
         facts: list[RowFacts | None] = []
         draws: list[float] = []
         confidence: list[torch.Tensor] = []  # device scalars, moved to the host once
@@ -338,13 +341,18 @@ class DraftModelProposer(ProposerBase):
             confidence.append(token_confidence(logits, token))
             if q is not None:
                 if qs is None or q.shape[-1] != qs.shape[-1]:
-                    raise ValueError(f"the draft step returned a q of shape {tuple(q.shape)} for a "
-                                     f"{'greedy' if qs is None else str(qs.shape[-1]) + '-token'} draft")
+                    raise ValueError(
+                        f"the draft step returned a q of shape {tuple(q.shape)} for a "
+                        f"{'greedy' if qs is None else str(qs.shape[-1]) + '-token'} draft"
+                    )
                 if q.data_ptr() != qs[i].data_ptr():
                     qs[i].copy_(q)
                 known = kept[0] if kept else None  # a KeptRow: q's nonzero entries
-                facts.append(RowFacts.of_nonzero(known.ids) if known is not None
-                             else RowFacts.of(qs[i : i + 1], sparse=sampling.sparse_rows))
+                facts.append(
+                    RowFacts.of_nonzero(known.ids)
+                    if known is not None
+                    else RowFacts.of(qs[i : i + 1], sparse=sampling.sparse_rows)
+                )
             if u is not None:
                 draws.append(u)
             tokens.append(token)
@@ -394,8 +402,9 @@ class DraftModelProposer(ProposerBase):
         self.cache.crop(self.lm, committed_len)
         return self.lm.processed
 
-    def _propose_tree(self, context: Sequence[int], depth: int, sampling: SamplingConfig,
-                      rng: np.random.Generator) -> Draft:
+    def _propose_tree(
+        self, context: Sequence[int], depth: int, sampling: SamplingConfig, rng: np.random.Generator
+    ) -> Draft:
         before = self.lm.processed
         growth = ModelGrowth(self.lm, len(context), sampling, rng)
         root = growth.root_q(self.cache.pending(self.lm, context))
@@ -406,9 +415,15 @@ class DraftModelProposer(ProposerBase):
         tokens, parents, qs, self._tree_rows = finish(growth, kept)
         self._tree_prefix = len(context)
         return Draft(
-            tokens=tokens, parents=parents, q=None if sampling.greedy or not qs else torch.stack(qs),
-            forwards=growth.forwards, cache_before=before, cache_peak=self.lm.processed,
-            sample_draws=tuple(growth.draws), children=self.children, confidence=growth.confidence(kept),
+            tokens=tokens,
+            parents=parents,
+            q=None if sampling.greedy or not qs else torch.stack(qs),
+            forwards=growth.forwards,
+            cache_before=before,
+            cache_peak=self.lm.processed,
+            sample_draws=tuple(growth.draws),
+            children=self.children,
+            confidence=growth.confidence(kept),
         )
 
     def keep_path(self, path: Sequence[int]) -> None:
@@ -451,9 +466,7 @@ class PromptLookupProposer(ProposerBase):
         index updated as the context grows: core.draft.ngram_index)."""
         return self.index.lookup(context, k)
 
-    def propose(
-        self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator
-    ) -> Draft:
+    def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft:
         tokens = self.lookup(context, k)
         q = None
         if not sampling.greedy and tokens:

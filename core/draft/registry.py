@@ -117,8 +117,9 @@ def _convert(kind: ProposerKind, key: str, raw: str) -> Any:
         raise SpecError(f"proposer {kind.name!r} has no parameter {key!r} (its parameters: {known})")
     if not raw:
         default = "" if param.default is None else f" ({param.default})"
-        raise SpecError(f"{kind.name}: {key}= has no value: write {key}=VALUE, or leave {key} out for its "
-                        f"default{default}")
+        raise SpecError(
+            f"{kind.name}: {key}= has no value: write {key}=VALUE, or leave {key} out for its default{default}"
+        )
     if param.type is int:
         try:
             value = int(raw)
@@ -142,7 +143,7 @@ def parse_spec(text: str | ProposerSpec) -> ProposerSpec:
     text = str(text).strip()
     # KIND:ARG,... or, without ARG, KIND,KEY=VALUE (eagle3,tree=3,2,1): the kind ends at the first ":" or ","
     cut = min((i for i in (text.find(":"), text.find(",")) if i >= 0), default=len(text))
-    name, rest = text[:cut], text[cut + 1:]
+    name, rest = text[:cut], text[cut + 1 :]
     name = name.strip().lower()
     if name not in KINDS:
         raise SpecError(f"unknown proposer {name or text!r}; known: {', '.join(KINDS)}")
@@ -178,11 +179,14 @@ def _refuse_empty(kind: ProposerKind, text: str, cut: int, rest: str) -> None:
     if cut < len(text) and not rest.strip():
         name = kind.name
         if kind.needs_model:
-            hint = f"{name}:NAME or {name}:PATH (a bundled draft or a checkpoint folder), or {name} alone for " \
-                   f"the default ({kind.default_arg})"
+            hint = (
+                f"{name}:NAME or {name}:PATH (a bundled draft or a checkpoint folder), or {name} alone for "
+                f"the default ({kind.default_arg})"
+            )
         elif kind.takes_path:
             hint = f"{name}:PATH (a head checkpoint folder)" + (
-                f", or {name} alone for the target's trained head" if kind.bundled_head else "")
+                f", or {name} alone for the target's trained head" if kind.bundled_head else ""
+            )
         else:
             hint = f"{name}:KEY=VALUE,..., or {name} alone for its defaults"
         raise SpecError(f"proposer {text!r} has nothing after {text[cut]!r}: write {hint}")
@@ -211,8 +215,9 @@ def _build_draft(spec: ProposerSpec, load_draft: DraftLoader | None) -> Proposer
     assert load_draft is not None
     model, label = load_draft(spec.model_ref or "small")
     try:
-        return DraftModelProposer(model, label=label, tree=spec.params.get("tree"),
-                                  children=spec.params.get("children", DEFAULT_CHILDREN))
+        return DraftModelProposer(
+            model, label=label, tree=spec.params.get("tree"), children=spec.params.get("children", DEFAULT_CHILDREN)
+        )
     except ValueError as exc:
         raise SpecError(f"draft: {exc}") from None
 
@@ -236,25 +241,41 @@ def _build_lookup(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
 
 
 # A kind that drafts token trees takes these two (the settings check parses them for any kind that does).
-TREE_PARAMS = (Param("tree", str, None, "draft a token tree: B1,B2,... | paths:0;1;0.0 | dynamic:nodes=N,depth=D,topk=K"),
-               Param("children", str, DEFAULT_CHILDREN, "how a tree's siblings are chosen: topk | sampled (i.i.d.) | distinct"))
-register(ProposerKind(
-    "draft", "a small causal LM drafting k tokens with its own KV cache (draft:small, draft:tiny, draft:PATH)",
-    _build_draft, needs_model=True, default_arg="small", params=TREE_PARAMS,
-))
-register(ProposerKind(
-    "lookup", "prompt lookup: copy what followed the last match of the context's suffix n-gram",
-    _build_lookup, check=_check_lookup,
-    params=(Param("max_ngram", int, 3, "longest suffix n-gram tried", BOUNDS["max_ngram"]),
-            Param("min_ngram", int, 1, "shortest suffix n-gram accepted", BOUNDS["min_ngram"])),
-))
+TREE_PARAMS = (
+    Param("tree", str, None, "draft a token tree: B1,B2,... | paths:0;1;0.0 | dynamic:nodes=N,depth=D,topk=K"),
+    Param("children", str, DEFAULT_CHILDREN, "how a tree's siblings are chosen: topk | sampled (i.i.d.) | distinct"),
+)
+register(
+    ProposerKind(
+        "draft",
+        "a small causal LM drafting k tokens with its own KV cache (draft:small, draft:tiny, draft:PATH)",
+        _build_draft,
+        needs_model=True,
+        default_arg="small",
+        params=TREE_PARAMS,
+    )
+)
+register(
+    ProposerKind(
+        "lookup",
+        "prompt lookup: copy what followed the last match of the context's suffix n-gram",
+        _build_lookup,
+        check=_check_lookup,
+        params=(
+            Param("max_ngram", int, 3, "longest suffix n-gram tried", BOUNDS["max_ngram"]),
+            Param("min_ngram", int, 1, "shortest suffix n-gram accepted", BOUNDS["min_ngram"]),
+        ),
+    )
+)
 
 
 def _refuse_unnamed_head(spec: ProposerSpec) -> None:
     if spec.arg is None and KINDS[spec.kind].bundled_head is None:
         shipped = ", ".join(k.name for k in KINDS.values() if k.bundled_head) or "none"
-        raise SpecError(f"{spec.kind} needs a head checkpoint: write {spec.kind}:PATH, a folder in the "
-                        f"{HEAD_FORMATS[spec.kind]} format (specscope ships a trained head for: {shipped})")
+        raise SpecError(
+            f"{spec.kind} needs a head checkpoint: write {spec.kind}:PATH, a folder in the "
+            f"{HEAD_FORMATS[spec.kind]} format (specscope ships a trained head for: {shipped})"
+        )
 
 
 # How a head draws at T > 0 (HeadDrafting.draw_mode in core.draft.heads.base): core.settings.vocab.HEAD_DRAWS.
@@ -265,8 +286,10 @@ def _head_draw(spec: ProposerSpec) -> str:
     if draw not in HEAD_DRAWS:
         raise SpecError(f"{spec.kind}: draw must be {' or '.join(HEAD_DRAWS)}, got {draw!r}")
     if draw == "onehot" and spec.params.get("tree"):
-        raise SpecError(f"{spec.kind}: draw=onehot applies to chains; a tree's siblings are chosen by "
-                        "children=topk|sampled|distinct")
+        raise SpecError(
+            f"{spec.kind}: draw=onehot applies to chains; a tree's siblings are chosen by "
+            "children=topk|sampled|distinct"
+        )
     return draw
 
 
@@ -327,7 +350,8 @@ def _bundled_head_name(spec: ProposerSpec) -> str | None:
     a folder of that name in the working directory is a path."""
     from pathlib import Path
 
-    from specscope.core.loading.models import BUNDLED_HEADS as TOY_HEADS, BUNDLED_REAL_HEADS
+    from specscope.core.loading.models import BUNDLED_HEADS as TOY_HEADS
+    from specscope.core.loading.models import BUNDLED_REAL_HEADS
 
     if spec.arg is None or spec.arg not in TOY_HEADS + BUNDLED_REAL_HEADS or Path(spec.arg).exists():
         return None
@@ -367,8 +391,13 @@ def for_target(spec: str | ProposerSpec, target: str | None) -> ProposerSpec:
 
 # The heads trained for the bundled target (training/train_head.py), by kind: resources/models/NAME.
 BUNDLED_HEADS = {"eagle3": "eagle3-target"}
-HEAD_DRAW_PARAM = Param("draw", str, HEAD_DRAWS[0], "how a draft token is drawn at T > 0: sampled (from the head's q) | "
-                                                 "onehot (q's top token, verified as a point mass: vLLM #40149)")
+HEAD_DRAW_PARAM = Param(
+    "draw",
+    str,
+    HEAD_DRAWS[0],
+    "how a draft token is drawn at T > 0: sampled (from the head's q) | "
+    "onehot (q's top token, verified as a point mass: vLLM #40149)",
+)
 HEAD_FORMATS = {
     "eagle": "EAGLE repository's",
     "eagle3": "EAGLE-3 (EAGLE repository, SpecForge)",
@@ -376,12 +405,26 @@ HEAD_FORMATS = {
     "mtp": "DeepSeek-V3 MTP",
 }
 for _kind, _summary in (
-    ("eagle", "EAGLE-1/2 head: the target's last feature + the next token's embedding, one layer, the target's lm_head"),
+    (
+        "eagle",
+        "EAGLE-1/2 head: the target's last feature + the next token's embedding, one layer, the target's lm_head",
+    ),
     ("eagle3", "EAGLE-3 head: three target layers fused, one layer, its own reduced-vocabulary output head"),
     ("medusa", "Medusa heads: K residual heads on the target's last feature, one token position each (k <= K)"),
     ("mtp", "MTP module (DeepSeek-V3 style): normed embedding + hidden state, one layer, the target's head"),
 ):
     bundled = BUNDLED_HEADS.get(_kind)
-    usage = f"{_kind}:PATH, a head checkpoint folder" + (f"; {_kind} alone: the target's trained head (the bundled target's, or a named target's own)" if bundled else "")
-    register(ProposerKind(_kind, f"{_summary} ({usage})", _build_head, takes_path=True, bundled_head=bundled,
-                          check=_check_head, params=(*TREE_PARAMS, HEAD_DRAW_PARAM)))
+    usage = f"{_kind}:PATH, a head checkpoint folder" + (
+        f"; {_kind} alone: the target's trained head (the bundled target's, or a named target's own)" if bundled else ""
+    )
+    register(
+        ProposerKind(
+            _kind,
+            f"{_summary} ({usage})",
+            _build_head,
+            takes_path=True,
+            bundled_head=bundled,
+            check=_check_head,
+            params=(*TREE_PARAMS, HEAD_DRAW_PARAM),
+        )
+    )

@@ -27,17 +27,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specscope.core.sampling.device import process_logits_torch
 from specscope.core.decode.kv import CachedLM
-from specscope.core.sampling.row_ops import row_topk
-from specscope.core.sampling.reference import SamplingConfig
 from specscope.core.decode.layout import keep_positions, masked_feed
 from specscope.core.draft.trees import SLOT_ROOT, TreeSpec, select_dynamic
+from specscope.core.sampling.device import process_logits_torch
+from specscope.core.sampling.reference import SamplingConfig
+from specscope.core.sampling.row_ops import row_topk
 from specscope.core.verify.chain import draw_token
 
 
-def choose_children(mode: str, q: torch.Tensor, count: int, greedy: bool,
-                    rng: np.random.Generator) -> tuple[list[int], list[float]]:
+def choose_children(
+    mode: str, q: torch.Tensor, count: int, greedy: bool, rng: np.random.Generator
+) -> tuple[list[int], list[float]]:
     """(children tokens in the order chosen, the uniforms drawn), from a float64 q row."""
     q = torch.as_tensor(q)
     if greedy or mode == "topk":
@@ -185,9 +186,13 @@ class ModelGrowth(TreeGrowth):
         if self.lm.cache is not None:
             start = self.lm.processed
             allowed = self.visibility(frontier, start, self.prefix_len)
-            logits = masked_feed(self.lm, [self.nodes[c].token for c in frontier],
-                                 [self.prefix_len + self.nodes[c].depth - 1 for c in frontier], allowed,
-                                 keep=len(frontier))
+            logits = masked_feed(
+                self.lm,
+                [self.nodes[c].token for c in frontier],
+                [self.prefix_len + self.nodes[c].depth - 1 for c in frontier],
+                allowed,
+                keep=len(frontier),
+            )
             self.rows.update({c: start + j for j, c in enumerate(frontier)})
         else:
             logits = self._uncached(frontier)
@@ -204,7 +209,7 @@ class ModelGrowth(TreeGrowth):
         n = len(fed)
         allowed = np.zeros((len(ctx) + n, len(ctx) + n), dtype=bool)
         allowed[: len(ctx), : len(ctx)] = np.tril(np.ones((len(ctx), len(ctx)), dtype=bool))
-        allowed[len(ctx):, : len(ctx)] = True
+        allowed[len(ctx) :, : len(ctx)] = True
         for j, c in enumerate(fed):
             for a in self._ancestors(c):
                 allowed[len(ctx) + j, len(ctx) + local[a]] = True
@@ -241,8 +246,9 @@ def grow_dynamic(g: TreeGrowth, spec: TreeSpec, max_depth: int, root: torch.Tens
     g.add_children(-1, root, spec.topk, "topk")
     level = list(range(len(g.nodes)))
     for _ in range(2, min(spec.depth, max_depth) + 1):
-        frontier = sorted((c for c in level if g.nodes[c].score > -math.inf),
-                          key=lambda c: (-g.nodes[c].score, c))[: spec.topk]
+        frontier = sorted((c for c in level if g.nodes[c].score > -math.inf), key=lambda c: (-g.nodes[c].score, c))[
+            : spec.topk
+        ]
         if not frontier:
             break
         frontier.sort()  # candidate order: siblings stay together
@@ -253,7 +259,9 @@ def grow_dynamic(g: TreeGrowth, spec: TreeSpec, max_depth: int, root: torch.Tens
     return select_dynamic([n.score for n in g.nodes], [n.parent for n in g.nodes], spec.nodes)
 
 
-def finish(g: TreeGrowth, kept: list[int]) -> tuple[tuple[int, ...], tuple[int, ...], list[torch.Tensor], dict[int, int]]:
+def finish(
+    g: TreeGrowth, kept: list[int]
+) -> tuple[tuple[int, ...], tuple[int, ...], list[torch.Tensor], dict[int, int]]:
     """Tokens, parents and q rows of the kept candidates (reindexed), and node -> cache row."""
     index = {c: i for i, c in enumerate(kept)}
     tokens = tuple(g.nodes[c].token for c in kept)

@@ -80,7 +80,9 @@ def _options(items: list[str], allowed: tuple[str, ...], text: str) -> dict[str,
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or key not in allowed:
-            raise TreeSpecError(f"tree {text!r}: unexpected {item.strip()!r} (allowed: {', '.join(k + '=N' for k in allowed)})")
+            raise TreeSpecError(
+                f"tree {text!r}: unexpected {item.strip()!r} (allowed: {', '.join(k + '=N' for k in allowed)})"
+            )
         out[key] = _positive_int(value.strip(), key, text)
     return out
 
@@ -126,8 +128,10 @@ def tree_options(tree: Any, children: str) -> tuple[Any, str]:
         return None, children
     spec = parse_tree(tree)
     if spec.kind == "dynamic" and children != "topk":
-        raise ValueError("a dynamic tree keeps the most probable candidates, so its children are the top-k "
-                         "tokens: use children='topk' (sampled children pruned by value are not exact)")
+        raise ValueError(
+            "a dynamic tree keeps the most probable candidates, so its children are the top-k "
+            "tokens: use children='topk' (sampled children pruned by value are not exact)"
+        )
     return spec, children
 
 
@@ -171,8 +175,10 @@ def _slots_from_paths(body: str, text: str) -> list[tuple[int, int]]:
         if len(path) > 1 and path[:-1] not in paths:
             raise TreeSpecError(f"tree {text!r}: path {_dotted(path)} needs its parent {_dotted(path[:-1])}")
         if path[-1] > 0 and path[:-1] + (path[-1] - 1,) not in paths:
-            raise TreeSpecError(f"tree {text!r}: path {_dotted(path)} needs its elder sibling "
-                                f"{_dotted(path[:-1] + (path[-1] - 1,))} (children are tried in drawn order)")
+            raise TreeSpecError(
+                f"tree {text!r}: path {_dotted(path)} needs its elder sibling "
+                f"{_dotted(path[:-1] + (path[-1] - 1,))} (children are tried in drawn order)"
+            )
     ordered = sorted(paths, key=lambda p: (len(p), p))
     index = {p: i for i, p in enumerate(ordered)}
     return [(index[p[:-1]] if len(p) > 1 else SLOT_ROOT, p[-1]) for p in ordered]
@@ -228,9 +234,9 @@ def context_and_tree(cached: int, pending: int, visible: np.ndarray) -> np.ndarr
     n = visible.shape[0]
     allowed = np.zeros((pending + n, cached + pending + n), dtype=bool)
     allowed[:, :cached] = True
-    allowed[:pending, cached:cached + pending] = np.tril(np.ones((pending, pending), dtype=bool))
-    allowed[pending:, cached:cached + pending] = True
-    allowed[pending:, cached + pending:] = visible
+    allowed[:pending, cached : cached + pending] = np.tril(np.ones((pending, pending), dtype=bool))
+    allowed[pending:, cached : cached + pending] = True
+    allowed[pending:, cached + pending :] = visible
     return allowed
 
 
@@ -245,8 +251,9 @@ def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device: torch.device 
     return mask
 
 
-def tree_mask(visible: np.ndarray, cached: int, pending: int, dtype: torch.dtype,
-              device: torch.device | str) -> torch.Tensor:
+def tree_mask(
+    visible: np.ndarray, cached: int, pending: int, dtype: torch.dtype, device: torch.device | str
+) -> torch.Tensor:
     """The additive 4D mask of a forward over `pending` context tokens and a tree."""
     return additive_mask(context_and_tree(cached, pending, visible), dtype, device)
 

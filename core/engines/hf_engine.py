@@ -30,15 +30,14 @@ import torch
 
 from specscope.core.decode.decoder import check_run_positions, normalize_prompt, target_position_limit
 from specscope.core.decode.kv import model_vocab_size
-from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
-from specscope.core.records import GenerationResult, Round, RunConfig, SummaryTally
 from specscope.core.decode.run import RunHandle
 from specscope.core.decode.stops import Stops, StopTracker
-from specscope.core.sampling.reference import SamplingConfig
-
 from specscope.core.engines.hf_handover import COMPUTE, DONE, Baton, CancelCriterion, Channel, StopCriterion
 from specscope.core.engines.hf_private import check_private_api, install_candidate_hook
 from specscope.core.engines.hf_recorder import RoundRecorder
+from specscope.core.records import GenerationResult, Round, RunConfig, SummaryTally
+from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
+from specscope.core.sampling.reference import SamplingConfig
 
 KINDS = ("assisted", "lookup")
 UNRECORDED = frozenset({"u", "draw"})  # transformers draws them inside its loop and keeps none
@@ -57,13 +56,25 @@ class TransformersEngine:
     else the top-N entries and the exact facts).
     """
 
-    def __init__(self, target: torch.nn.Module, kind: str = "assisted", draft: torch.nn.Module | None = None,
-                 k: int = 4, sampling: SamplingConfig | None = None, eos_token_id: int | Sequence[int] | None = None,
-                 seed: int = 0,
-                 target_name: str = "", draft_name: str | None = None, max_ngram: int = 2,
-                 schedule: str = "constant", confidence: float | None = None, vectors: str = "auto",
-                 top_n: int = DEFAULT_TOP_N, stops: Stops | None = None,
-                 token_piece: Callable[[int], str] | None = None):
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        kind: str = "assisted",
+        draft: torch.nn.Module | None = None,
+        k: int = 4,
+        sampling: SamplingConfig | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        seed: int = 0,
+        target_name: str = "",
+        draft_name: str | None = None,
+        max_ngram: int = 2,
+        schedule: str = "constant",
+        confidence: float | None = None,
+        vectors: str = "auto",
+        top_n: int = DEFAULT_TOP_N,
+        stops: Stops | None = None,
+        token_piece: Callable[[int], str] | None = None,
+    ):
         self.transformers_version = check_private_api()
         if kind not in KINDS:
             raise ValueError(f"transformers engine kind must be one of {KINDS}, got {kind!r}")
@@ -112,8 +123,11 @@ class TransformersEngine:
         if self.kind == "lookup":
             out.update(prompt_lookup_num_tokens=self.k, max_matching_ngram_size=self.max_ngram)
         else:
-            out.update(num_assistant_tokens=self.k, num_assistant_tokens_schedule=self.schedule,
-                       assistant_confidence_threshold=self._confidence())
+            out.update(
+                num_assistant_tokens=self.k,
+                num_assistant_tokens_schedule=self.schedule,
+                assistant_confidence_threshold=self._confidence(),
+            )
         return out
 
     def _confidence(self) -> float | None:
@@ -132,10 +146,20 @@ class TransformersEngine:
         eos = sorted(config.eos_ids) if config.eos_ids else None
         # generate() fills every None field from the model's own generation_config: "no EOS" is
         # -1 (transformers' documented "never stops at EOS"), and the processors are off explicitly
-        options: dict[str, Any] = dict(max_new_tokens=config.max_new_tokens, eos_token_id=-1 if eos is None else eos,
-                                       pad_token_id=0 if eos is None else eos[0], do_sample=not s.greedy, num_beams=1,
-                                       min_length=0, repetition_penalty=1.0, no_repeat_ngram_size=0, typical_p=1.0,
-                                       epsilon_cutoff=0.0, eta_cutoff=0.0, encoder_repetition_penalty=1.0)
+        options: dict[str, Any] = dict(
+            max_new_tokens=config.max_new_tokens,
+            eos_token_id=-1 if eos is None else eos,
+            pad_token_id=0 if eos is None else eos[0],
+            do_sample=not s.greedy,
+            num_beams=1,
+            min_length=0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            typical_p=1.0,
+            epsilon_cutoff=0.0,
+            eta_cutoff=0.0,
+            encoder_repetition_penalty=1.0,
+        )
         if not s.greedy:  # top_k=0 said explicitly: transformers' default is 50
             options.update(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
         if self.kind == "lookup":
@@ -146,8 +170,9 @@ class TransformersEngine:
         """transformers' generate() for `config`, seeded with config.seed; the new tokens."""
         device = next(self.target.parameters()).device
         ids = torch.tensor([list(config.prompt_ids)], dtype=torch.long, device=device)
-        kwargs: dict[str, Any] = dict(generation_config=self.generation_config(config),
-                                      attention_mask=torch.ones_like(ids))
+        kwargs: dict[str, Any] = dict(
+            generation_config=self.generation_config(config), attention_mask=torch.ones_like(ids)
+        )
         if stopping:
             from transformers import StoppingCriteriaList
 
@@ -163,10 +188,11 @@ class TransformersEngine:
         finally:
             if saved is not None:
                 _restore_assistant(self.draft, saved)
-        return [int(t) for t in out[0, ids.shape[1]:].tolist()]
+        return [int(t) for t in out[0, ids.shape[1] :].tolist()]
 
-    def plain_generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int = 32,
-                       seed: int | None = None) -> list[int]:
+    def plain_generate(
+        self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int = 32, seed: int | None = None
+    ) -> list[int]:
         """The same generate() call with nothing recorded: the reference a recorded run must
         equal. It ends where a recorded run ends: at EOS, the budget, or the token that
         completes one of the engine's stops (the tokens transformers computed past it in that
@@ -185,23 +211,41 @@ class TransformersEngine:
 
     # ------------------------------------------------------------------ the decoder surface
 
-    def run_config(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, run_id: str | None = None,
-                   seed: int | None = None) -> RunConfig:
+    def run_config(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int,
+        run_id: str | None = None,
+        seed: int | None = None,
+    ) -> RunConfig:
         ids = normalize_prompt(prompt_ids, self.vocab_size)
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         extra, why = self.positions_past_budget()
-        check_run_positions(len(ids), max_new_tokens, [(self.target_name, self.target), (self.draft_name, self.draft)],
-                            extra, why)
+        check_run_positions(
+            len(ids), max_new_tokens, [(self.target_name, self.target), (self.draft_name, self.draft)], extra, why
+        )
         param = next(self.target.parameters())
         return RunConfig(
-            run_id=run_id or uuid.uuid4().hex, prompt_ids=tuple(ids), max_new_tokens=int(max_new_tokens), k=self.k,
-            sampling=self.sampling, seed=self.seed if seed is None else int(seed), eos_token_id=self.eos_token_id,
-            proposer=self.name, proposer_params={"spec": self.spec, **self.params()}, target_name=self.target_name,
-            draft_name=self.draft_name, device=str(param.device), dtype=str(param.dtype).removeprefix("torch."),
-            vocab_size=self.vocab_size, use_cache=True, unrecorded=UNRECORDED,
+            run_id=run_id or uuid.uuid4().hex,
+            prompt_ids=tuple(ids),
+            max_new_tokens=int(max_new_tokens),
+            k=self.k,
+            sampling=self.sampling,
+            seed=self.seed if seed is None else int(seed),
+            eos_token_id=self.eos_token_id,
+            proposer=self.name,
+            proposer_params={"spec": self.spec, **self.params()},
+            target_name=self.target_name,
+            draft_name=self.draft_name,
+            device=str(param.device),
+            dtype=str(param.dtype).removeprefix("torch."),
+            vocab_size=self.vocab_size,
+            use_cache=True,
+            unrecorded=UNRECORDED,
             eos_token_ids=self.eos_token_ids if len(self.eos_token_ids) > 1 else (),
-            stop_strings=self.stops.strings, stop_ids=self.stops.sequences,
+            stop_strings=self.stops.strings,
+            stop_ids=self.stops.sequences,
             position_limit=target_position_limit(self.target),
         )
 
@@ -209,9 +253,15 @@ class TransformersEngine:
         """Positions the target reads past prompt + budget, and why (lookup_positions_past_budget)."""
         return lookup_positions_past_budget(self.k) if self.kind == "lookup" else (0, "")
 
-    def rounds(self, prompt_ids: Sequence[int] | torch.Tensor = (), max_new_tokens: int = 32, run_id: str | None = None,
-               seed: int | None = None, config: RunConfig | None = None,
-               keep_rounds: bool = False) -> Generator[Round, None, GenerationResult]:
+    def rounds(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor = (),
+        max_new_tokens: int = 32,
+        run_id: str | None = None,
+        seed: int | None = None,
+        config: RunConfig | None = None,
+        keep_rounds: bool = False,
+    ) -> Generator[Round, None, GenerationResult]:
         """Yield one Round per round of transformers' loop, live; return the GenerationResult.
         generate() runs in a worker thread that waits while a round is not taken, so the
         consumer steps the run; closing the generator cancels the run after the round in
@@ -219,8 +269,9 @@ class TransformersEngine:
         config = config or self.run_config(prompt_ids, max_new_tokens, run_id, seed)
         started = time.perf_counter()
         channel = Channel()
-        thread = threading.Thread(target=self._produce, args=(config, channel), name="specscope-transformers",
-                                  daemon=True)
+        thread = threading.Thread(
+            target=self._produce, args=(config, channel), name="specscope-transformers", daemon=True
+        )
         collected = _Collected(keep_rounds)
         if config.max_new_tokens > 0:
             thread.start()
@@ -252,9 +303,17 @@ class TransformersEngine:
     def _record(self, config: RunConfig, emit: Callable[[Round], None], cancelled: threading.Event) -> None:
         """One recorded generate() in the calling thread, `emit` called with each Round in it."""
         tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
-        recorder = RoundRecorder(config, self.target, self.draft, emit, greedy=config.sampling.greedy,
-                                 lookup=self.kind == "lookup", full_vectors=self.full_vectors, top_n=self.top_n,
-                                 stops=tracker)
+        recorder = RoundRecorder(
+            config,
+            self.target,
+            self.draft,
+            emit,
+            greedy=config.sampling.greedy,
+            lookup=self.kind == "lookup",
+            full_vectors=self.full_vectors,
+            top_n=self.top_n,
+            stops=tracker,
+        )
         undo = install_candidate_hook(self.target, recorder.wrap)
         recorder.attach()
         try:
@@ -264,8 +323,13 @@ class TransformersEngine:
             recorder.detach()
             undo()
 
-    def record_here(self, config: RunConfig, each: Callable[[Round], None] | None = None,
-                    cancelled: threading.Event | None = None, keep_rounds: bool = False) -> GenerationResult:
+    def record_here(
+        self,
+        config: RunConfig,
+        each: Callable[[Round], None] | None = None,
+        cancelled: threading.Event | None = None,
+        keep_rounds: bool = False,
+    ) -> GenerationResult:
         """The run in the calling thread, no worker thread and no hand-over: `each(round)`
         is called from inside transformers' loop as each round ends (rounds are live, but
         the loop waits while `each` runs: keep it cheap). An exception from `each` (or
@@ -292,13 +356,26 @@ class TransformersEngine:
                 baton.give()
         return collected.result(config, started)
 
-    def start(self, prompt_ids: Sequence[int] | torch.Tensor = (), max_new_tokens: int = 32, run_id: str | None = None,
-              seed: int | None = None, config: RunConfig | None = None, keep_rounds: bool = False) -> "TransformersRun":
+    def start(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor = (),
+        max_new_tokens: int = 32,
+        run_id: str | None = None,
+        seed: int | None = None,
+        config: RunConfig | None = None,
+        keep_rounds: bool = False,
+    ) -> TransformersRun:
         config = config or self.run_config(prompt_ids, max_new_tokens, run_id, seed)
         return TransformersRun(self, config, keep_rounds)
 
-    def generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int = 32, run_id: str | None = None,
-                 seed: int | None = None, keep_rounds: bool = True) -> GenerationResult:
+    def generate(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int = 32,
+        run_id: str | None = None,
+        seed: int | None = None,
+        keep_rounds: bool = True,
+    ) -> GenerationResult:
         """Run to the end in the calling thread; the result keeps every Round unless
         `keep_rounds=False`."""
         return self.start(prompt_ids, max_new_tokens, run_id, seed, keep_rounds=keep_rounds).drain()
@@ -310,8 +387,11 @@ def lookup_positions_past_budget(k: int) -> tuple[int, str]:
     k - 2 of them past the budget (a model with learned positions fails there with an
     IndexError; one with rotary positions reads positions past its limit)."""
     extra = max(int(k) - 2, 0)
-    return extra, (f" (+{extra}: transformers' prompt lookup with k={k} verifies up to {extra} candidates past the "
-                   "budget)" if extra else "")
+    return extra, (
+        f" (+{extra}: transformers' prompt lookup with k={k} verifies up to {extra} candidates past the budget)"
+        if extra
+        else ""
+    )
 
 
 class TransformersRun(RunHandle):
@@ -363,9 +443,14 @@ class _Collected:
         self.eos, self.stop = rnd.eos, rnd.stop is not None
 
     def result(self, config: RunConfig, started: float) -> GenerationResult:
-        return GenerationResult(config=config, new_tokens=self.tokens, rounds=self.rounds,
-                                stop_reason="eos" if self.eos else "stop" if self.stop else "budget", wall_s=time.perf_counter() - started,
-                                tallied=self.tally.summary())
+        return GenerationResult(
+            config=config,
+            new_tokens=self.tokens,
+            rounds=self.rounds,
+            stop_reason="eos" if self.eos else "stop" if self.stop else "budget",
+            wall_s=time.perf_counter() - started,
+            tallied=self.tally.summary(),
+        )
 
 
 def _eos_ids(eos: int | Sequence[int] | None, vocab_size: int) -> tuple[int, ...]:

@@ -11,8 +11,8 @@ needs no channel.
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -117,7 +117,7 @@ class StopCriterion(StoppingCriteria):
         self.end: int | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        for token in input_ids[0, self.start + self.seen:].tolist():
+        for token in input_ids[0, self.start + self.seen :].tolist():
             self.seen += 1
             if self.end is not None:
                 continue

@@ -76,7 +76,8 @@ def check_private_api() -> str:
     if problems:
         raise PrivateAPIChanged(
             f"the transformers engine does not support the installed transformers {version} "
-            f"(checked against {', '.join(TESTED_VERSIONS)}): " + "; ".join(problems)
+            f"(checked against {', '.join(TESTED_VERSIONS)}): "
+            + "; ".join(problems)
             + ". Update specscope/core/engines/hf_private.py for this version."
         )
     return version

@@ -28,10 +28,9 @@ import torch
 
 from specscope.core.decode.kv import Stopwatch
 from specscope.core.decode.stops import StopTracker
-from specscope.core.records import CacheState, DraftNode, EmittedToken, NodeStatus, Round, RoundTimings, RunConfig
-
 from specscope.core.engines.hf_private import cache_length, output_cache
 from specscope.core.engines.hf_vectors import RoundVectors, q_rows, read_vectors
+from specscope.core.records import CacheState, DraftNode, EmittedToken, NodeStatus, Round, RoundTimings, RunConfig
 
 
 @dataclass
@@ -60,9 +59,18 @@ class RoundRecorder:
     Round to `emit` (called in that thread). `draft_model` is None for proposers without a
     model (prompt lookup). `full_vectors`/`top_n`: what a Round keeps of its rows (core.sampling.dists)."""
 
-    def __init__(self, config: RunConfig, target: torch.nn.Module, draft_model: torch.nn.Module | None,
-                 emit: Callable[[Round], None], greedy: bool, lookup: bool, full_vectors: bool = True,
-                 top_n: int = 20, stops: StopTracker | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        target: torch.nn.Module,
+        draft_model: torch.nn.Module | None,
+        emit: Callable[[Round], None],
+        greedy: bool,
+        lookup: bool,
+        full_vectors: bool = True,
+        top_n: int = 20,
+        stops: StopTracker | None = None,
+    ):
         self.config, self.target, self.draft_model = config, target, draft_model
         self.stops = stops  # the run's stop strings and sequences (core.decode.stops)
         self.stopped = False  # a round's tokens completed a stop: generate() must end after it
@@ -192,7 +200,7 @@ class RoundRecorder:
         obs = self._observed()
         obs.t_drafted = self.stopwatch.now()
         candidate_ids, candidate_logits = out
-        obs.candidates = [int(t) for t in candidate_ids[0, obs.prefix_len:].tolist()]
+        obs.candidates = [int(t) for t in candidate_ids[0, obs.prefix_len :].tolist()]
         obs.candidate_logits = candidate_logits
         if self.draft_model is not None:
             now_len = cache_length(self.draft_cache) or 0
@@ -205,30 +213,58 @@ class RoundRecorder:
     def _read_round(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> dict[str, Any]:
         """Everything the round keeps, read now (the rows are computed on their device)."""
         obs = self._observed()
-        emitted, stop = self._cut_at_stop([int(t) for t in input_ids[0, obs.prefix_len:].tolist()])
+        emitted, stop = self._cut_at_stop([int(t) for t in input_ids[0, obs.prefix_len :].tolist()])
         if stop is not None and len(emitted) <= int(num_matches):  # cut inside the accepted block
             n = len(obs.candidates)
-            statuses, kinds = ["accepted"] * len(emitted) + ["unvisited"] * (n - len(emitted)), ["accepted"] * len(emitted)
+            statuses, kinds = (
+                ["accepted"] * len(emitted) + ["unvisited"] * (n - len(emitted)),
+                ["accepted"] * len(emitted),
+            )
         else:
             statuses, kinds = _statuses(obs, emitted, int(num_matches))
         rejected = next((i for i, s in enumerate(statuses) if s == "rejected"), None)
         drawn = emitted[-1] if kinds and kinds[-1] in ("bonus", "repaired") else None
-        q = q_rows(obs.candidate_logits, obs.candidates, self.config.vocab_size, greedy=self.greedy,
-                   lookup=self.lookup, device=scores.device)
+        q = q_rows(
+            obs.candidate_logits,
+            obs.candidates,
+            self.config.vocab_size,
+            greedy=self.greedy,
+            lookup=self.lookup,
+            device=scores.device,
+        )
         obs.candidate_logits = None  # not kept past the round
         sampling = self.config.sampling
-        vectors = read_vectors(scores, q, obs.candidates, rejected, drawn, full=self.full_vectors, top_n=self.top_n,
-                               sparse=sampling.sparse_rows)  # as the decoder's records
+        vectors = read_vectors(
+            scores,
+            q,
+            obs.candidates,
+            rejected,
+            drawn,
+            full=self.full_vectors,
+            top_n=self.top_n,
+            sparse=sampling.sparse_rows,
+        )  # as the decoder's records
         pieces = self.stops.pieces(emitted) if self.stops is not None else None
         if self.stops is not None:
             self.stops.commit(emitted)
-        return dict(emitted=emitted, statuses=statuses, kinds=kinds, rejected=rejected, vectors=vectors,
-                    target_after=cache_length(self.target_cache) or 0, stop=stop, pieces=pieces)
+        return dict(
+            emitted=emitted,
+            statuses=statuses,
+            kinds=kinds,
+            rejected=rejected,
+            vectors=vectors,
+            target_after=cache_length(self.target_cache) or 0,
+            stop=stop,
+            pieces=pieces,
+        )
 
     def _round_done(self, facts: dict[str, Any], t_verified: float) -> None:
         obs = self._observed()
-        facts["timings"] = (obs.t_drafted - obs.t_start, t_verified - obs.t_verify_start,
-                            self.stopwatch.now() - t_verified)
+        facts["timings"] = (
+            obs.t_drafted - obs.t_start,
+            t_verified - obs.t_verify_start,
+            self.stopwatch.now() - t_verified,
+        )
         self.rounds += 1
         self.emitted += len(facts["emitted"])
         self.context.extend(facts["emitted"])
@@ -271,12 +307,16 @@ def _statuses(obs: _Observed, emitted: list[int], matches: int) -> tuple[list[st
     return statuses, kinds[: len(emitted)]
 
 
-def build_round(config: RunConfig, obs: _Observed, facts: dict[str, Any], draft_after: int | None, greedy: bool) -> Round:
+def build_round(
+    config: RunConfig, obs: _Observed, facts: dict[str, Any], draft_after: int | None, greedy: bool
+) -> Round:
     emitted, statuses, kinds, rejected = facts["emitted"], facts["statuses"], facts["kinds"], facts["rejected"]
     vec: RoundVectors = facts["vectors"]
     context, end = facts["context"], obs.prefix_len + len(emitted)  # not copied: a run's context grows long
     nodes = tuple(_node(i, token, vec, statuses[i]) for i, token in enumerate(obs.candidates))
-    out = tuple(EmittedToken(t, kind, None if kind == "bonus" else i) for i, (t, kind) in enumerate(zip(emitted, kinds)))
+    out = tuple(
+        EmittedToken(t, kind, None if kind == "bonus" else i) for i, (t, kind) in enumerate(zip(emitted, kinds))
+    )
     eos = any(t in config.eos_ids for t in emitted)
     stop = facts.get("stop")
     remaining = config.max_new_tokens - obs.emitted_before
@@ -289,17 +329,34 @@ def build_round(config: RunConfig, obs: _Observed, facts: dict[str, Any], draft_
         draft_cache = _cache(obs.draft_before, peak, after, context, end)
     draft_s, verify_s, book_s = facts["timings"]
     return Round(
-        run_id=config.run_id, index=obs.index, prefix_len=obs.prefix_len, emitted_before=obs.emitted_before,
-        remaining_budget=remaining, k=max(n, min(obs.requested if obs.requested is not None else n, remaining)),
-        greedy=greedy, nodes=nodes, bonus_p=vec.p_rows[n] if all_accepted and len(vec.p_rows) > n else None,
-        rejected_node=rejected, residual=vec.residual, residual_mass=vec.residual_mass, emitted=out, eos=eos,
+        run_id=config.run_id,
+        index=obs.index,
+        prefix_len=obs.prefix_len,
+        emitted_before=obs.emitted_before,
+        remaining_budget=remaining,
+        k=max(n, min(obs.requested if obs.requested is not None else n, remaining)),
+        greedy=greedy,
+        nodes=nodes,
+        bonus_p=vec.p_rows[n] if all_accepted and len(vec.p_rows) > n else None,
+        rejected_node=rejected,
+        residual=vec.residual,
+        residual_mass=vec.residual_mass,
+        emitted=out,
+        eos=eos,
         budget_stop=obs.emitted_before + len(emitted) >= config.max_new_tokens,
         bonus_withheld=all_accepted and "bonus" not in kinds and not eos and stop is None and len(emitted) >= remaining,
-        target_cache=_cache(obs.target_before, obs.target_peak if obs.target_peak is not None else obs.target_before,
-                            facts["target_after"], context, end),
+        target_cache=_cache(
+            obs.target_before,
+            obs.target_peak if obs.target_peak is not None else obs.target_before,
+            facts["target_after"],
+            context,
+            end,
+        ),
         draft_cache=draft_cache,
         timings=RoundTimings(draft_s=draft_s, verify_s=verify_s, bookkeeping_s=book_s),
-        draft_forwards=obs.draft_forwards, target_forwards=obs.target_forwards, stop=stop,
+        draft_forwards=obs.draft_forwards,
+        target_forwards=obs.target_forwards,
+        stop=stop,
         pieces=facts.get("pieces"),
     )
 
@@ -313,9 +370,17 @@ def _node(i: int, token: int, vec: RoundVectors, status: str) -> DraftNode:
     p_token, q_token, overlap = (float(x) for x in vec.scalars[i])
     has_q = vec.q_rows is not None
     return DraftNode(
-        index=i, token=token, parent=i - 1, depth=i + 1, p=vec.p_rows[i],
+        index=i,
+        token=token,
+        parent=i - 1,
+        depth=i + 1,
+        p=vec.p_rows[i],
         q=vec.q_rows[i] if vec.q_rows is not None else None,
-        status=cast(NodeStatus, status), u=None, p_token=p_token, q_token=q_token if has_q else None,
-        ratio=(p_token / q_token) if has_q and q_token else None, overlap=overlap if has_q else None,
+        status=cast(NodeStatus, status),
+        u=None,
+        p_token=p_token,
+        q_token=q_token if has_q else None,
+        ratio=(p_token / q_token) if has_q and q_token else None,
+        overlap=overlap if has_q else None,
         target_argmax=vec.argmax[i],
     )

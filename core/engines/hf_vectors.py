@@ -34,8 +34,15 @@ class RoundVectors:
     scalars: np.ndarray  # (n, 3): p(x), q(x), sum min(p, q); NaN where there is no q
 
 
-def q_rows(candidate_logits: torch.Tensor | None, candidates: list[int], vocab: int, *, greedy: bool,
-           lookup: bool, device: torch.device) -> torch.Tensor | None:
+def q_rows(
+    candidate_logits: torch.Tensor | None,
+    candidates: list[int],
+    vocab: int,
+    *,
+    greedy: bool,
+    lookup: bool,
+    device: torch.device,
+) -> torch.Tensor | None:
     """q as the candidate generator returned it, (n, V) float64 on the device: softmax of the
     candidate logits (draft model), a point mass on each candidate (prompt lookup); None in
     greedy runs (transformers' greedy path does not use q)."""
@@ -49,8 +56,17 @@ def q_rows(candidate_logits: torch.Tensor | None, candidates: list[int], vocab: 
     return None
 
 
-def read_vectors(scores: torch.Tensor, q: torch.Tensor | None, candidates: list[int], rejected: int | None,
-                 drawn: int | None, *, full: bool, top_n: int, sparse: bool = False) -> RoundVectors:
+def read_vectors(
+    scores: torch.Tensor,
+    q: torch.Tensor | None,
+    candidates: list[int],
+    rejected: int | None,
+    drawn: int | None,
+    *,
+    full: bool,
+    top_n: int,
+    sparse: bool = False,
+) -> RoundVectors:
     """The round's vectors from transformers' processed `scores` (1, m, V) and q (n, V);
     `drawn` is the round's bonus or repair token (a top-N record keeps its entry); `sparse`:
     the rows have few nonzero entries (a top-k filter), compacted from those (core.sampling.dists)."""
@@ -60,8 +76,7 @@ def read_vectors(scores: torch.Tensor, q: torch.Tensor | None, candidates: list[
     return _top_vectors(p, q, candidates, rejected, drawn, top_n, sparse)
 
 
-def _full_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int],
-                  rejected: int | None) -> RoundVectors:
+def _full_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int], rejected: int | None) -> RoundVectors:
     """Whole rows kept: they go to the host in one transfer each, and the scalars are read
     there with numpy (a few microseconds a call, where each small torch op costs ~10)."""
     p_all = p.cpu().numpy()
@@ -79,20 +94,34 @@ def _full_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int]
             positive = np.maximum(p_host[rejected] - q_host[rejected], 0.0)
             mass = float(positive.sum())
             residual = positive / mass if mass > 0 else None  # never divide a zero residual
-    return RoundVectors(p_rows=p_host, q_rows=q_host, residual=residual, residual_mass=mass,
-                        argmax=[int(a) for a in p_all.argmax(axis=1)], scalars=np.stack([p_tok, q_tok, overlap], axis=1))
+    return RoundVectors(
+        p_rows=p_host,
+        q_rows=q_host,
+        residual=residual,
+        residual_mass=mass,
+        argmax=[int(a) for a in p_all.argmax(axis=1)],
+        scalars=np.stack([p_tok, q_tok, overlap], axis=1),
+    )
 
 
-def _top_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int], rejected: int | None,
-                 drawn: int | None, top_n: int, sparse: bool) -> RoundVectors:
+def _top_vectors(
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    candidates: list[int],
+    rejected: int | None,
+    drawn: int | None,
+    top_n: int,
+    sparse: bool,
+) -> RoundVectors:
     """Top-N rows: every whole-row fact is computed on the rows' device, in one batched pass;
     the scalars come to the host in one transfer and the rows as TopDistributions."""
     n, m = len(candidates), p.shape[0]
     index = torch.as_tensor(candidates, dtype=torch.long, device=p.device).view(-1, 1)
     p_tok = torch.gather(p[:n], 1, index).flatten()
     nan = torch.full_like(p_tok, float("nan"))
-    q_tok, overlap = (nan, nan) if q is None else (torch.gather(q, 1, index).flatten(),
-                                                   torch.minimum(p[:n], q).sum(dim=-1))
+    q_tok, overlap = (
+        (nan, nan) if q is None else (torch.gather(q, 1, index).flatten(), torch.minimum(p[:n], q).sum(dim=-1))
+    )
     rows = [p] + ([q] if q is not None else [])
     mass = torch.zeros(1, dtype=torch.float64, device=p.device)
     if rejected is not None and q is not None:
@@ -106,14 +135,18 @@ def _top_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int],
     kept = compact_rows(torch.cat(rows), top_n, extra, sparse=sparse)
     residual_mass = float(small[-1]) if has_residual else None
     return RoundVectors(
-        p_rows=kept[:m], q_rows=kept[m:m + n] if q is not None else None,
-        residual=kept[-1] if has_residual and residual_mass > 0 else None, residual_mass=residual_mass,
-        argmax=[int(a) for a in small[:m]], scalars=small[m:m + 3 * n].reshape(3, n).T,
+        p_rows=kept[:m],
+        q_rows=kept[m : m + n] if q is not None else None,
+        residual=kept[-1] if has_residual and residual_mass > 0 else None,
+        residual_mass=residual_mass,
+        argmax=[int(a) for a in small[:m]],
+        scalars=small[m : m + 3 * n].reshape(3, n).T,
     )
 
 
-def _extra_ids(candidates: list[int], m: int, has_q: bool, has_residual: bool, rejected: int | None,
-               drawn: int | None) -> list[list[int]]:
+def _extra_ids(
+    candidates: list[int], m: int, has_q: bool, has_residual: bool, rejected: int | None, drawn: int | None
+) -> list[list[int]]:
     """Entries each row keeps besides its top-N, as the decoder's records do: the candidate
     (p and q rows), the bonus drawn from the last p row, the repair drawn from the residual.
     The target's argmax is the top entry of its p row (torch's argmax takes the lowest id of

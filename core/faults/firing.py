@@ -67,7 +67,12 @@ class FireScan:
         chain = getattr(r, "tree", None) is None  # a TreeRound has `tree`; a chain Round has none
         if self.budget_candidate is None and chain and r.bonus is not None and len(r.nodes) == k < r.remaining_budget:
             self.budget_candidate = (r.index, r.emitted_before + k)
-        if self.budget_stop_candidate is None and chain and r.bonus is not None and len(r.nodes) == k < r.remaining_budget:
+        if (
+            self.budget_stop_candidate is None
+            and chain
+            and r.bonus is not None
+            and len(r.nodes) == k < r.remaining_budget
+        ):
             tokens = [e.token for e in r.emitted[:k]]
             stop = next((t for j, t in enumerate(tokens[:-1]) if t not in seen_before and t not in tokens[:j]), None)
             if stop is not None:
@@ -79,16 +84,23 @@ class FireScan:
         """The first two characters of the output that straddle two tokens and appear nowhere
         earlier in its text (nor inside the second token's own text)."""
         recorded = getattr(r, "pieces", None)
-        pieces = list(recorded) if recorded is not None and len(recorded) == len(r.emitted) else \
-            [self.piece(e.token) for e in r.emitted]
+        pieces = (
+            list(recorded)
+            if recorded is not None and len(recorded) == len(r.emitted)
+            else [self.piece(e.token) for e in r.emitted]
+        )
         for piece in pieces:
             if "\ufffd" in piece:  # bytes that are not a character yet: no text to suggest
                 self._text += piece
                 continue
             if self._text and piece:
                 candidate = self._text[-1] + piece[0]
-                if candidate.strip() and candidate.isprintable() and candidate not in self._text + piece[1:] \
-                        and candidate not in piece:
+                if (
+                    candidate.strip()
+                    and candidate.isprintable()
+                    and candidate not in self._text + piece[1:]
+                    and candidate not in piece
+                ):
                     self.text_candidate = (candidate, r.index)
                     self._text = ""
                     return
@@ -99,16 +111,22 @@ def eos_to_fire(scan: FireScan) -> Suggestion | None:
     if scan.eos_candidate is None:
         return None
     token, rnd = scan.eos_candidate
-    return Suggestion({"eos": token}, f"round {rnd} accepted token {token} before its last token, and the run had not "
-                                      f"emitted it before: as the EOS id the run meets it there")
+    return Suggestion(
+        {"eos": token},
+        f"round {rnd} accepted token {token} before its last token, and the run had not "
+        f"emitted it before: as the EOS id the run meets it there",
+    )
 
 
 def budget_to_fire(scan: FireScan) -> Suggestion | None:
     if scan.budget_candidate is None:
         return None
     rnd, budget = scan.budget_candidate
-    return Suggestion({"max_new_tokens": budget}, f"round {rnd} accepted all {scan.config.k} drafts: with this budget "
-                                                  f"they are the last tokens allowed, and its bonus goes past it")
+    return Suggestion(
+        {"max_new_tokens": budget},
+        f"round {rnd} accepted all {scan.config.k} drafts: with this budget "
+        f"they are the last tokens allowed, and its bonus goes past it",
+    )
 
 
 def sampling_to_fire(scan: FireScan) -> Suggestion | None:
@@ -125,8 +143,11 @@ def filters_to_fire(scan: FireScan) -> Suggestion | None:
         changes["temperature"] = 1.0
     if s.top_k == 0 and s.top_p >= 1.0:
         changes["top_k"] = 20
-    return Suggestion(changes, "the fault records q before top-k/top-p: it shows only when a sampled run filters "
-                               "q") if changes else None
+    return (
+        Suggestion(changes, "the fault records q before top-k/top-p: it shows only when a sampled run filters q")
+        if changes
+        else None
+    )
 
 
 def stop_ids_to_fire(scan: FireScan) -> Suggestion | None:
@@ -134,8 +155,11 @@ def stop_ids_to_fire(scan: FireScan) -> Suggestion | None:
     if scan.eos_candidate is None:
         return None
     token, rnd = scan.eos_candidate
-    return Suggestion({"stop_ids": ((token,),)}, f"round {rnd} accepted token {token} before its last token, and the "
-                                                 f"run had not emitted it before: as a stop the run meets it there")
+    return Suggestion(
+        {"stop_ids": ((token,),)},
+        f"round {rnd} accepted token {token} before its last token, and the "
+        f"run had not emitted it before: as a stop the run meets it there",
+    )
 
 
 def budget_and_stop_to_fire(scan: FireScan) -> Suggestion | None:
@@ -144,9 +168,11 @@ def budget_and_stop_to_fire(scan: FireScan) -> Suggestion | None:
     if scan.budget_stop_candidate is None:
         return None
     rnd, budget, token = scan.budget_stop_candidate
-    return Suggestion({"max_new_tokens": budget, "stop_ids": ((token,),)},
-                      f"round {rnd} accepted all {scan.config.k} drafts: with this budget it is the round that "
-                      f"reaches the budget, and token {token} (not emitted before) completes the stop inside it")
+    return Suggestion(
+        {"max_new_tokens": budget, "stop_ids": ((token,),)},
+        f"round {rnd} accepted all {scan.config.k} drafts: with this budget it is the round that "
+        f"reaches the budget, and token {token} (not emitted before) completes the stop inside it",
+    )
 
 
 def stop_string_to_fire(scan: FireScan) -> Suggestion | None:
@@ -154,6 +180,9 @@ def stop_string_to_fire(scan: FireScan) -> Suggestion | None:
     if scan.text_candidate is None:
         return None
     text, rnd = scan.text_candidate
-    return Suggestion({"stop_strings": (text,)}, f"in round {rnd} the text {text!r} spans two tokens and appears "
-                                                 "nowhere earlier in the output: as a stop string it completes across "
-                                                 "them")
+    return Suggestion(
+        {"stop_strings": (text,)},
+        f"in round {rnd} the text {text!r} spans two tokens and appears "
+        "nowhere earlier in the output: as a stop string it completes across "
+        "them",
+    )

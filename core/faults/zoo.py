@@ -23,19 +23,28 @@ from typing import Any
 import numpy as np
 import torch
 
-from specscope.core.verify.coupling import Coupling, CoupledVerifier
 from specscope.core.decode.decoder import SpeculativeDecoder
-from specscope.core.decode.layout import Layout, layout_for
-from specscope.core.faults import layouts
-from specscope.core.faults.firing import (FireScan, Suggestion, budget_and_stop_to_fire, budget_to_fire, eos_to_fire,
-                                          filters_to_fire, sampling_to_fire, stop_ids_to_fire, stop_string_to_fire)
-from specscope.core.sampling.device import draft_distribution
 from specscope.core.decode.kv import CachedLM, CachePolicy
-from specscope.core.draft.proposers import DraftModelProposer, Proposer, SampleStep
-from specscope.core.records import GenerationResult, Round, RunConfig
+from specscope.core.decode.layout import Layout, layout_for
 from specscope.core.decode.run import RunHandle
+from specscope.core.draft.proposers import DraftModelProposer, Proposer, SampleStep
+from specscope.core.faults import layouts
+from specscope.core.faults.firing import (
+    FireScan,
+    Suggestion,
+    budget_and_stop_to_fire,
+    budget_to_fire,
+    eos_to_fire,
+    filters_to_fire,
+    sampling_to_fire,
+    stop_ids_to_fire,
+    stop_string_to_fire,
+)
+from specscope.core.records import GenerationResult, Round, RunConfig
+from specscope.core.sampling.device import draft_distribution
 from specscope.core.sampling.reference import SamplingConfig
 from specscope.core.verify.chain import Verdict, Verifier, VerifyTask, residual_distribution, stale_residual
+from specscope.core.verify.coupling import CoupledVerifier, Coupling
 from specscope.core.verify.tree import TreeVerifier
 
 Fire = Callable[[], None]
@@ -275,8 +284,9 @@ def _raw_q(seams: Seams, fire: Fire) -> Seams:
     base = _draft_model(seams, "raw-q")
     step: SampleStep = base.sample_step
 
-    def samples_filtered_records_raw(logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator,
-                                     out: torch.Tensor | None = None):
+    def samples_filtered_records_raw(
+        logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
+    ):
         token, q, u, *_ = step(logits, sampling, rng, out)  # the record gets the raw q, not the kept entries
         if q is None:
             return token, q, u
@@ -346,53 +356,130 @@ def _head_feature_shift(seams: Seams, fire: Fire) -> Seams:
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in [
-        Fault("eos-leak", "tokens after an accepted EOS are kept (the round goes on past EOS)",
-              "an EOS id is set and a draft EOS is accepted", _eos_leak, to_fire=eos_to_fire),
-        Fault("budget-overshoot", "the bonus token is emitted even when it exceeds max_new_tokens",
-              "a last round whose drafts are all accepted", _budget_overshoot, to_fire=budget_to_fire),
-        Fault("resample-p", "the repair token is sampled from p instead of the residual max(p - q, 0)",
-              "sampling (temperature > 0), at a rejection", _stale_residual, to_fire=sampling_to_fire),
-        Fault("raw-q", "the draft samples from filtered q but records and verifies with q before top-k/top-p",
-              "draft model, sampling with top-k or top-p", _raw_q, to_fire=filters_to_fire),
-        Fault("stale-draft-cache", "the draft cache is not cropped after a rejection",
-              "draft model, a rejection before the last round", _stale_draft_cache, final_round_matters=False),
-        Fault("target-crop-off-by-one", "the target cache keeps one entry too many after a crop",
-              "a rejection", _target_crop_off_by_one),
+        Fault(
+            "eos-leak",
+            "tokens after an accepted EOS are kept (the round goes on past EOS)",
+            "an EOS id is set and a draft EOS is accepted",
+            _eos_leak,
+            to_fire=eos_to_fire,
+        ),
+        Fault(
+            "budget-overshoot",
+            "the bonus token is emitted even when it exceeds max_new_tokens",
+            "a last round whose drafts are all accepted",
+            _budget_overshoot,
+            to_fire=budget_to_fire,
+        ),
+        Fault(
+            "resample-p",
+            "the repair token is sampled from p instead of the residual max(p - q, 0)",
+            "sampling (temperature > 0), at a rejection",
+            _stale_residual,
+            to_fire=sampling_to_fire,
+        ),
+        Fault(
+            "raw-q",
+            "the draft samples from filtered q but records and verifies with q before top-k/top-p",
+            "draft model, sampling with top-k or top-p",
+            _raw_q,
+            to_fire=filters_to_fire,
+        ),
+        Fault(
+            "stale-draft-cache",
+            "the draft cache is not cropped after a rejection",
+            "draft model, a rejection before the last round",
+            _stale_draft_cache,
+            final_round_matters=False,
+        ),
+        Fault(
+            "target-crop-off-by-one",
+            "the target cache keeps one entry too many after a crop",
+            "a rejection",
+            _target_crop_off_by_one,
+        ),
         # the stale residual again, in the tree walk: a sibling is judged against p, not p'
-        Fault("tree-stale-residual", "a sibling's residual is not updated after a rejection (p' stays p)",
-              "a tree draft, sampling, a rejected child", _stale_residual, needs="tree",
-              to_fire=sampling_to_fire),
-        Fault("tree-sibling-mask", "the tree mask lets a node see its elder siblings",
-              "a tree draft with two children at one node", _layout_fault(layouts.sibling_mask), needs="tree"),
-        Fault("tree-wrong-branch-kv", "the target cache keeps the first branch's rows instead of the accepted path's",
-              "a tree draft whose accepted path leaves the first child", _layout_fault(layouts.wrong_branch_kv),
-              needs="tree"),
-        Fault("tree-positions-by-index", "tree nodes get position prefix + node index instead of prefix + depth - 1",
-              "a tree draft with two nodes at one depth", _layout_fault(layouts.positions_by_index), needs="tree"),
-        Fault("coupled-draft-pick", "a coupled round emits the draft's Gumbel pick at a mismatch instead of the "
-              "target's y_j (the output follows q, not p)", "a coupled sampled run, at a rejection",
-              _coupled_draft_pick, needs="coupled", to_fire=sampling_to_fire),
+        Fault(
+            "tree-stale-residual",
+            "a sibling's residual is not updated after a rejection (p' stays p)",
+            "a tree draft, sampling, a rejected child",
+            _stale_residual,
+            needs="tree",
+            to_fire=sampling_to_fire,
+        ),
+        Fault(
+            "tree-sibling-mask",
+            "the tree mask lets a node see its elder siblings",
+            "a tree draft with two children at one node",
+            _layout_fault(layouts.sibling_mask),
+            needs="tree",
+        ),
+        Fault(
+            "tree-wrong-branch-kv",
+            "the target cache keeps the first branch's rows instead of the accepted path's",
+            "a tree draft whose accepted path leaves the first child",
+            _layout_fault(layouts.wrong_branch_kv),
+            needs="tree",
+        ),
+        Fault(
+            "tree-positions-by-index",
+            "tree nodes get position prefix + node index instead of prefix + depth - 1",
+            "a tree draft with two nodes at one depth",
+            _layout_fault(layouts.positions_by_index),
+            needs="tree",
+        ),
+        Fault(
+            "coupled-draft-pick",
+            "a coupled round emits the draft's Gumbel pick at a mismatch instead of the "
+            "target's y_j (the output follows q, not p)",
+            "a coupled sampled run, at a rejection",
+            _coupled_draft_pick,
+            needs="coupled",
+            to_fire=sampling_to_fire,
+        ),
         # stops (core.decode.stops): needs "stops" = a run with stop strings or token sequences
-        Fault("stop-last-token", "the stop is checked only on a round's last token: a stop completed inside the "
-              "accepted block is missed and the tokens after it kept", "a stop completed before a round's last token",
-              _stop_fault(_LastTokenStopVerifier), needs="stops", to_fire=stop_ids_to_fire),
-        Fault("budget-before-stop", "the budget is checked before the stop: in the round that reaches "
-              "max_new_tokens the tokens after a stop are kept and the run ends as if by the budget",
-              "a stop completed inside the round that reaches the budget", _stop_fault(_BudgetFirstVerifier),
-              needs="stops", to_fire=budget_and_stop_to_fire),
-        Fault("stop-per-token", "a stop string is looked for in each token's own text, not in the output's text: "
-              "a string spread over two tokens is missed", "a stop string completed across tokens",
-              _stop_fault(_PerTokenStopVerifier), needs="stops", to_fire=stop_string_to_fire),
+        Fault(
+            "stop-last-token",
+            "the stop is checked only on a round's last token: a stop completed inside the "
+            "accepted block is missed and the tokens after it kept",
+            "a stop completed before a round's last token",
+            _stop_fault(_LastTokenStopVerifier),
+            needs="stops",
+            to_fire=stop_ids_to_fire,
+        ),
+        Fault(
+            "budget-before-stop",
+            "the budget is checked before the stop: in the round that reaches "
+            "max_new_tokens the tokens after a stop are kept and the run ends as if by the budget",
+            "a stop completed inside the round that reaches the budget",
+            _stop_fault(_BudgetFirstVerifier),
+            needs="stops",
+            to_fire=budget_and_stop_to_fire,
+        ),
+        Fault(
+            "stop-per-token",
+            "a stop string is looked for in each token's own text, not in the output's text: "
+            "a string spread over two tokens is missed",
+            "a stop string completed across tokens",
+            _stop_fault(_PerTokenStopVerifier),
+            needs="stops",
+            to_fire=stop_string_to_fire,
+        ),
         # heads (core.draft.heads): needs "head" = a draft-head proposer. The verifier is
         # untouched, so the output stays exact: only acceptance falls. No checker rule can see
         # it from the record (every round is a correct round of a poor draft); the inspector's
         # calibration view shows it, acceptance by depth far below the head's training accuracy.
-        Fault("head-feature-shift", "the head reads the target's feature of the position before the one it belongs "
-              "to (off by one): the output stays exact but acceptance collapses. Wasted work, not wrong output: "
-              "no checker rule can see it from the record; the calibration view shows acceptance by depth far "
-              "below the head's training accuracy", "a draft-head proposer (eagle, eagle3, mtp, medusa), every round",
-              _head_feature_shift, final_round_matters=False, needs="head",
-              shows_in="the Calibration tab: acceptance by depth far below the head's training accuracy"),
+        Fault(
+            "head-feature-shift",
+            "the head reads the target's feature of the position before the one it belongs "
+            "to (off by one): the output stays exact but acceptance collapses. Wasted work, not wrong output: "
+            "no checker rule can see it from the record; the calibration view shows acceptance by depth far "
+            "below the head's training accuracy",
+            "a draft-head proposer (eagle, eagle3, mtp, medusa), every round",
+            _head_feature_shift,
+            final_round_matters=False,
+            needs="head",
+            shows_in="the Calibration tab: acceptance by depth far below the head's training accuracy",
+        ),
     ]
 }
 
@@ -415,10 +502,15 @@ class FireReport:
     suggestion: Suggestion | None  # only when it never fired
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.fault, "fired": bool(self.fired_rounds), "fired_rounds": list(self.fired_rounds),
-                "fires_when": self.applies,
-                "to_fire": None if self.suggestion is None else {"settings": self.suggestion.settings,
-                                                                  "why": self.suggestion.why}}
+        return {
+            "name": self.fault,
+            "fired": bool(self.fired_rounds),
+            "fired_rounds": list(self.fired_rounds),
+            "fires_when": self.applies,
+            "to_fire": None
+            if self.suggestion is None
+            else {"settings": self.suggestion.settings, "why": self.suggestion.why},
+        }
 
 
 def fire_report(fault: str, fired_rounds: Sequence[int], scan: FireScan) -> FireReport:
@@ -475,7 +567,14 @@ def faulty_decoder(name: str, target: torch.nn.Module, proposer: Proposer, **kwa
         proposer=proposer,
     )
     seams = fault.inject(seams, lambda: fired[0]())
-    decoder = FaultyDecoder(name, target, seams.proposer, verifier=seams.verifier, target_cache=seams.target_cache,
-                            layout=seams.layout, **kwargs)
+    decoder = FaultyDecoder(
+        name,
+        target,
+        seams.proposer,
+        verifier=seams.verifier,
+        target_cache=seams.target_cache,
+        layout=seams.layout,
+        **kwargs,
+    )
     fired.append(decoder.fire)
     return decoder

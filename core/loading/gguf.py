@@ -17,15 +17,15 @@ conversion leaves nothing that a later load could mistake for a checkpoint.
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from specscope.core.loading.errors import CheckpointError
 
@@ -100,8 +100,9 @@ def check_supported(arch: str, path: Path) -> None:
         raise CheckpointError(f"{path}: transformers cannot read GGUF architecture {arch!r} (it reads {readable})")
 
 
-def converted_checkpoint(path: str | os.PathLike[str], progress: Progress | None = None,
-                         digest: str | None = None) -> Path:
+def converted_checkpoint(
+    path: str | os.PathLike[str], progress: Progress | None = None, digest: str | None = None
+) -> Path:
     """The cached checkpoint folder of a GGUF file, converting it first when it is not cached
     yet. `digest`: the file's SHA-256 when the caller has just checked it (not read again)."""
     src = Path(path).expanduser().resolve()
@@ -141,8 +142,13 @@ def _convert(src: Path, arch: str, digest: str, folder: Path, progress: Progress
         say(f"saving the checkpoint in {folder}")
         model.save_pretrained(work)
         tokenizer.save_pretrained(work)
-        info = {"source": str(src), "sha256": digest, "architecture": arch, "model_type": model.config.model_type,
-                "seconds": round(time.perf_counter() - started, 1)}
+        info = {
+            "source": str(src),
+            "sha256": digest,
+            "architecture": arch,
+            "model_type": model.config.model_type,
+            "seconds": round(time.perf_counter() - started, 1),
+        }
         (work / MARKER).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         try:
             work.rename(folder)

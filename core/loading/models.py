@@ -28,9 +28,10 @@ import importlib.util
 import json
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from specscope.core.loading import catalog, gguf
 from specscope.core.loading.errors import CheckpointError
@@ -94,18 +95,23 @@ def bundled_path(name: str) -> Path:
         )
     path = models_dir() / key
     if not (path / "config.json").is_file() and key != "tokenizer":
-        raise CheckpointError(f"the bundled model {key!r} is missing from {path} (is the package installed with its resources?)")
+        raise CheckpointError(
+            f"the bundled model {key!r} is missing from {path} (is the package installed with its resources?)"
+        )
     return path
 
 
 def bundled_head_path(name: str) -> Path:
     """Folder of a bundled draft head (config.json and its weights)."""
     if name not in BUNDLED_HEADS + BUNDLED_REAL_HEADS:
-        raise ValueError(f"unknown bundled head {name!r}: choose "
-                         f"{', '.join(repr(h) for h in BUNDLED_HEADS + BUNDLED_REAL_HEADS)}")
+        raise ValueError(
+            f"unknown bundled head {name!r}: choose {', '.join(repr(h) for h in BUNDLED_HEADS + BUNDLED_REAL_HEADS)}"
+        )
     path = models_dir() / name
     if not (path / "config.json").is_file():
-        raise CheckpointError(f"the bundled head {name!r} is missing from {path} (is the package installed with its resources?)")
+        raise CheckpointError(
+            f"the bundled head {name!r} is missing from {path} (is the package installed with its resources?)"
+        )
     return path
 
 
@@ -125,7 +131,7 @@ def _bundled_key(name: str) -> str | None:
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """"auto" -> cuda when available, else cpu; "cpu"; "cuda" / "cuda:N" (must be available)."""
+    """ "auto" -> cuda when available, else cpu; "cpu"; "cuda" / "cuda:N" (must be available)."""
     import torch
 
     if isinstance(device, torch.device):
@@ -138,7 +144,9 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ValueError(f"device {spec!r} was asked for but CUDA is not available (torch {torch.__version__}); use 'cpu' or 'auto'")
+            raise ValueError(
+                f"device {spec!r} was asked for but CUDA is not available (torch {torch.__version__}); use 'cpu' or 'auto'"
+            )
         dev = torch.device(spec)
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ValueError(f"device {spec!r} does not exist: {torch.cuda.device_count()} CUDA device(s)")
@@ -256,8 +264,9 @@ def check_tokenizers(tok_a: Any, tok_b: Any, names: tuple[str, str] = ("target",
     are interchangeable; return (and log) the harmless differences as warnings."""
     refusal, warnings = _tokenizer_comparison(tok_a, tok_b, names)
     if refusal:
-        raise ValueError(f"the {names[0]} and {names[1]} tokenizers differ: {refusal}; "
-                         f"a draft must share the target's tokenizer")
+        raise ValueError(
+            f"the {names[0]} and {names[1]} tokenizers differ: {refusal}; a draft must share the target's tokenizer"
+        )
     for warning in warnings:
         log.warning("the %s and %s tokenizers differ harmlessly: %s", names[0], names[1], warning)
     return warnings
@@ -315,15 +324,18 @@ def _tokenizer_comparison(tok_a: Any, tok_b: Any, names: tuple[str, str]) -> tup
     sa, sb = _special_tokens(tok_a), _special_tokens(tok_b)
     for key in sa:
         if sa[key] != sb.get(key):
-            return (f"special token {key}: {sa[key]!r} in the {na} tokenizer vs {sb.get(key)!r} in the {nb} "
-                    f"tokenizer"), []
+            return (
+                f"special token {key}: {sa[key]!r} in the {na} tokenizer vs {sb.get(key)!r} in the {nb} tokenizer"
+            ), []
     aa, ab = _added_tokens(tok_a), _added_tokens(tok_b)
     for i in sorted(set(aa) | set(ab)):
         if aa.get(i) != ab.get(i):
             fa = aa.get(i, ("<absent>", False))
             fb = ab.get(i, ("<absent>", False))
-            return (f"added token id {i}: {fa[0]!r} (special={fa[1]}) in the {na} tokenizer vs "
-                    f"{fb[0]!r} (special={fb[1]}) in the {nb} tokenizer"), []
+            return (
+                f"added token id {i}: {fa[0]!r} (special={fa[1]}) in the {na} tokenizer vs "
+                f"{fb[0]!r} (special={fb[1]}) in the {nb} tokenizer"
+            ), []
     warnings: list[str] = []
     ja, jb = _backend_json(tok_a), _backend_json(tok_b)
     if (ja is None) != (jb is None):
@@ -334,8 +346,11 @@ def _tokenizer_comparison(tok_a: Any, tok_b: Any, names: tuple[str, str]) -> tup
             pa, pb = ja.get(piece), jb.get(piece)
             if piece == "model" and isinstance(pa, dict) and isinstance(pb, dict):
                 # the vocab was compared above; "" and null options mean the same
-                keys = [k for k in (*pa, *(k for k in pb if k not in pa))
-                        if k != "vocab" and not _same_option(pa.get(k), pb.get(k))]
+                keys = [
+                    k
+                    for k in (*pa, *(k for k in pb if k not in pa))
+                    if k != "vocab" and not _same_option(pa.get(k), pb.get(k))
+                ]
                 pa, pb = {k: pa.get(k) for k in keys}, {k: pb.get(k) for k in keys}
             diff = _first_json_difference(pa, pb, piece)
             if not diff:
@@ -345,10 +360,14 @@ def _tokenizer_comparison(tok_a: Any, tok_b: Any, names: tuple[str, str]) -> tup
                 ba, bb = tok_a.backend_tokenizer, tok_b.backend_tokenizer
                 changed = next((t for t in texts if _normalized(ba, t) != _normalized(bb, t)), None)
                 if changed is not None:
-                    return (f"{where}: {changed!r} normalizes to {_normalized(ba, changed)!r} vs "
-                            f"{_normalized(bb, changed)!r}"), []
-                warnings.append(f"{where}; both normalize text in NFC form alike, so its ids are the same "
-                                f"(text in another Unicode form may encode differently)")
+                    return (
+                        f"{where}: {changed!r} normalizes to {_normalized(ba, changed)!r} vs "
+                        f"{_normalized(bb, changed)!r}"
+                    ), []
+                warnings.append(
+                    f"{where}; both normalize text in NFC form alike, so its ids are the same "
+                    f"(text in another Unicode form may encode differently)"
+                )
             elif piece == "decoder":  # harmless when every id decodes to the same text
                 continue  # the decode probes below decide
             else:  # a different split, merge or added token can change ids on some text
@@ -473,9 +492,13 @@ def _checkpoint_dir(path: str | os.PathLike[str], role: str, progress: gguf.Prog
     if not p.exists() and catalog.lookup(str(path)) is not None:
         return catalog.resolve(str(path), progress)
     if not p.exists():
-        raise CheckpointError(f"{role} checkpoint not found: {p} does not exist (expected a local folder saved with save_pretrained)")
+        raise CheckpointError(
+            f"{role} checkpoint not found: {p} does not exist (expected a local folder saved with save_pretrained)"
+        )
     if not p.is_dir():
-        raise CheckpointError(f"{role} checkpoint {p} is a file; expected a folder saved with save_pretrained (config.json + weights)")
+        raise CheckpointError(
+            f"{role} checkpoint {p} is a file; expected a folder saved with save_pretrained (config.json + weights)"
+        )
     if not (p / "config.json").is_file():
         raise CheckpointError(f"{role} checkpoint {p} has no config.json: not a transformers model folder")
     if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
@@ -504,13 +527,19 @@ def check_causal(folder: Path, role: str = "model") -> dict[str, Any]:
     kind = config.get("model_type")
     if kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return config
-    shape = ("an encoder-decoder model" if config.get("is_encoder_decoder") else
-             "a model whose type transformers does not know" if kind is None or _remote_class(config) else
-             "not a causal language model")
+    shape = (
+        "an encoder-decoder model"
+        if config.get("is_encoder_decoder")
+        else "a model whose type transformers does not know"
+        if kind is None or _remote_class(config)
+        else "not a causal language model"
+    )
     classes = ", ".join(map(str, config.get("architectures") or [])) or "no architectures listed"
-    raise CheckpointError(f"{role} checkpoint {folder} is {shape} (model_type {kind!r}: {classes}); specscope decodes "
-                          f"causal language models (decoder-only, what AutoModelForCausalLM loads) and never runs a "
-                          f"checkpoint's own code")
+    raise CheckpointError(
+        f"{role} checkpoint {folder} is {shape} (model_type {kind!r}: {classes}); specscope decodes "
+        f"causal language models (decoder-only, what AutoModelForCausalLM loads) and never runs a "
+        f"checkpoint's own code"
+    )
 
 
 def _remote_class(config: Mapping[str, Any]) -> str | None:
@@ -526,8 +555,14 @@ def _remote_class(config: Mapping[str, Any]) -> str | None:
 def _warn_remote_code(folder: Path, config: Mapping[str, Any], model: torch.nn.Module, role: str) -> None:
     remote = _remote_class(config)
     if remote:
-        log.warning("%s checkpoint %s asks for its own code (auto_map: %s); that code was not run: loaded with "
-                    "transformers' %s instead", role, folder, remote, type(model).__name__)
+        log.warning(
+            "%s checkpoint %s asks for its own code (auto_map: %s); that code was not run: loaded with "
+            "transformers' %s instead",
+            role,
+            folder,
+            remote,
+            type(model).__name__,
+        )
 
 
 def tokenizer_sha256(folder: str | os.PathLike[str]) -> str | None:
@@ -536,7 +571,9 @@ def tokenizer_sha256(folder: str | os.PathLike[str]) -> str | None:
 
 
 def _has_tokenizer(folder: Path) -> bool:
-    return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model"))
+    return any(
+        (folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+    )
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Any:
@@ -553,10 +590,15 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
         raise CheckpointError(f"cannot load the tokenizer in {folder}: {exc}") from exc
 
 
-def load_model(path: str | os.PathLike[str], device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
-               role: str = "model", device_map: str | dict[str, Any] | None = None,
-               offload_folder: str | os.PathLike[str] | None = None,
-               progress: gguf.Progress | None = None) -> torch.nn.Module:
+def load_model(
+    path: str | os.PathLike[str],
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype | None = None,
+    role: str = "model",
+    device_map: str | dict[str, Any] | None = None,
+    offload_folder: str | os.PathLike[str] | None = None,
+    progress: gguf.Progress | None = None,
+) -> torch.nn.Module:
     """One local causal LM, in eval mode on `device`, with float parameters cast to `dtype`.
 
     `device_map` (needs the accelerate package) spreads the model's layers over several
@@ -574,8 +616,9 @@ def load_model(path: str | os.PathLike[str], device: str | torch.device = "auto"
             raise CheckpointError("device_map needs the accelerate package: pip install accelerate")
         extra = {"device_map": device_map, "offload_folder": str(offload_folder) if offload_folder else None}
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, local_files_only=True, trust_remote_code=False,
-                                                     **extra)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dt, local_files_only=True, trust_remote_code=False, **extra
+        )
     except Exception as exc:  # report which folder failed and why
         raise CheckpointError(f"cannot load the {role} checkpoint {folder}: {exc}") from exc
     _warn_remote_code(folder, config, model, role)
@@ -605,7 +648,9 @@ def load_pair(
     if d_dir is not None and _has_tokenizer(d_dir):
         draft_tok = load_tokenizer(d_dir)
         if tokenizer is None:
-            raise CheckpointError(f"the draft {d_dir} has a tokenizer but the target {t_dir} has none: cannot check they match")
+            raise CheckpointError(
+                f"the draft {d_dir} has a tokenizer but the target {t_dir} has none: cannot check they match"
+            )
         check_tokenizers(tokenizer, draft_tok)
     elif d_dir is not None:
         log.warning("draft %s has no tokenizer files; assuming it shares the target's", d_dir)
@@ -617,7 +662,9 @@ def load_pair(
 
         vt, vd = model_vocab_size(target), model_vocab_size(draft)
         if vt != vd:
-            raise ValueError(f"target and draft vocabularies differ: the target's logits have {vt} entries, the draft's {vd}")
+            raise ValueError(
+                f"target and draft vocabularies differ: the target's logits have {vt} entries, the draft's {vd}"
+            )
     hashes = {
         "target": _weights_sha256(t_dir),
         "draft": _weights_sha256(d_dir) if d_dir is not None else None,
@@ -637,7 +684,9 @@ def load_pair(
     )
 
 
-def load_bundled(name: str = "small", device: str | torch.device = "auto", dtype: str | torch.dtype | None = None) -> ModelPair:
+def load_bundled(
+    name: str = "small", device: str | torch.device = "auto", dtype: str | torch.dtype | None = None
+) -> ModelPair:
     """The bundled target with a bundled draft: name "small" / "tiny" (or "draft-small" / "draft-tiny").
 
     name "target" loads the target alone (draft None). `pair.model` is the named model.
@@ -716,9 +765,14 @@ def model_table() -> dict[str, list[dict[str, Any]]]:
     """Every model specscope can name, by where it comes from: bundled, converted in the cache,
     fetchable (core.loading.catalog.listing). `specscope models` prints it; the app's target
     menu lists it."""
-    bundled = [{"name": name, "path": str(models_dir() / key)}
-               for name, key in (("target", "target"), *((f"draft-{d}", f"draft-{d}") for d in BUNDLED_DRAFTS),
-                                 *((d, d) for d in BUNDLED_REAL_DRAFTS))]
+    bundled = [
+        {"name": name, "path": str(models_dir() / key)}
+        for name, key in (
+            ("target", "target"),
+            *((f"draft-{d}", f"draft-{d}") for d in BUNDLED_DRAFTS),
+            *((d, d) for d in BUNDLED_REAL_DRAFTS),
+        )
+    ]
     return {"bundled": bundled, **catalog.listing()}
 
 

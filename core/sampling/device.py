@@ -18,8 +18,8 @@ import torch
 
 from specscope.core.sampling.dists import RowFacts
 from specscope.core.sampling.kept_rows import applies, dense_rows, kept_rows
-from specscope.core.sampling.row_ops import CHUNK, chunked, fast_rows, row_argmax, row_topk
 from specscope.core.sampling.reference import SamplingConfig
+from specscope.core.sampling.row_ops import CHUNK, chunked, fast_rows, row_argmax, row_topk
 
 
 def _topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,8 +36,9 @@ def check_finite_torch(logits: torch.Tensor, who: str) -> None:
         raise ValueError(f"{who} produced {int((~finite).sum())} non-finite logits (NaN or inf); refusing to sample")
 
 
-def process_logits_torch(logits: torch.Tensor, config: SamplingConfig, checked: bool = False,
-                         out: torch.Tensor | None = None) -> torch.Tensor:
+def process_logits_torch(
+    logits: torch.Tensor, config: SamplingConfig, checked: bool = False, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """`process_logits` for a (..., V) tensor: the float64 distribution on the same device
     (written into `out` when given)."""
     if not checked:

@@ -55,10 +55,15 @@ class TopDistribution:
     partial = True
     ndim = 1
     dtype = np.dtype(np.float64)
-    __slots__ = ("vocab_size", "top", "stats", "known_ids", "_values")
+    __slots__ = ("_values", "known_ids", "stats", "top", "vocab_size")
 
-    def __init__(self, vocab_size: int, top: tuple[np.ndarray, np.ndarray], stats: VectorStats,
-                 extra: dict[int, float] | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        top: tuple[np.ndarray, np.ndarray],
+        stats: VectorStats,
+        extra: dict[int, float] | None = None,
+    ):
         self.vocab_size = int(vocab_size)
         self.top = top  # (ids, probabilities): desc probability, ties by ascending id; p > 0 only
         self.stats = stats
@@ -170,9 +175,14 @@ def sparse_entries(rows: torch.Tensor, facts: RowFacts | None) -> tuple[torch.Te
     return nonzero_entries(rows, None if facts is None else facts.maxima)
 
 
-def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
-                 sparse: bool = False, facts: RowFacts | None = None,
-                 entries: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[TopDistribution]:
+def compact_rows(
+    rows: torch.Tensor,
+    top_n: int,
+    extra_ids: Sequence[Sequence[int]],
+    sparse: bool = False,
+    facts: RowFacts | None = None,
+    entries: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> list[TopDistribution]:
     """TopDistributions of the (m, V) float64 rows, with each row's `extra_ids` entries kept
     too. One batched pass on the rows' device, one transfer to the host. `sparse`: the rows
     have few nonzero entries (a top-k filter): they are read once, for their nonzeros, and
@@ -219,8 +229,9 @@ def compact_rows(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[in
     return out
 
 
-def _compact_sparse(rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]],
-                    entries: tuple[torch.Tensor, torch.Tensor]) -> list[TopDistribution]:
+def _compact_sparse(
+    rows: torch.Tensor, top_n: int, extra_ids: Sequence[Sequence[int]], entries: tuple[torch.Tensor, torch.Tensor]
+) -> list[TopDistribution]:
     """compact_rows from the rows' nonzero entries (row-major, ascending ids per row, as
     nonzero returns them): the top-N by a stable sort (ties stay by ascending id), support =
     their count, minimum = 0 unless every entry is positive, sum = theirs. Rows are

@@ -42,8 +42,10 @@ def _full_mismatch(values: np.ndarray, token: int, u: float, tol: float) -> str 
     if below - slack <= x < below + float(values[token]) + slack:
         return None
     chosen = sample_from(values, u)
-    return (f"the recorded draw u={u:.6g} selects token {chosen} (inverse CDF in token-id order), not {token}: "
-            f"token {token} covers [{below:.6g}, {below + float(values[token]):.6g}) and u * total = {x:.6g}")
+    return (
+        f"the recorded draw u={u:.6g} selects token {chosen} (inverse CDF in token-id order), not {token}: "
+        f"token {token} covers [{below:.6g}, {below + float(values[token]):.6g}) and u * total = {x:.6g}"
+    )
 
 
 def _partial_mismatch(dist: np.ndarray, ids: np.ndarray, token: int, u: float, tol: float) -> str | None:
@@ -56,10 +58,14 @@ def _partial_mismatch(dist: np.ndarray, ids: np.ndarray, token: int, u: float, t
     own = float(values[ids == token].sum())
     slack = tol * max(1.0, total)
     if x < below - slack:
-        return (f"the recorded draw u={u:.6g} cannot select token {token}: the stored entries before it already hold "
-                f"{below:.6g} > u * total = {x:.6g} (an earlier token is selected)")
+        return (
+            f"the recorded draw u={u:.6g} cannot select token {token}: the stored entries before it already hold "
+            f"{below:.6g} > u * total = {x:.6g} (an earlier token is selected)"
+        )
     upper = below + missing + own
     if x >= upper + slack:
-        return (f"the recorded draw u={u:.6g} cannot select token {token}: tokens up to it hold at most {upper:.6g} "
-                f"<= u * total = {x:.6g} (a later token is selected)")
+        return (
+            f"the recorded draw u={u:.6g} cannot select token {token}: tokens up to it hold at most {upper:.6g} "
+            f"<= u * total = {x:.6g} (a later token is selected)"
+        )
     return None

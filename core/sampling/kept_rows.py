@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specscope.core.sampling.row_ops import CHUNK, chunks_take, fast_rows, top_candidates
 from specscope.core.sampling.reference import SamplingConfig
+from specscope.core.sampling.row_ops import CHUNK, chunks_take, fast_rows, top_candidates
 
 
 @dataclass(frozen=True, eq=False)

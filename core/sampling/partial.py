@@ -22,7 +22,7 @@ class VectorStats(NamedTuple):
     total: float  # the sum of all entries
 
     @classmethod
-    def of(cls, dist: np.ndarray) -> "VectorStats":
+    def of(cls, dist: np.ndarray) -> VectorStats:
         values = np.asarray(dist, dtype=np.float64)
         return cls(int(np.count_nonzero(values > 0)), float(values.min()), float(values.sum()))
 
@@ -45,7 +45,7 @@ def is_full(dist: np.ndarray | None) -> bool:
 
 def known_ids(dist: np.ndarray) -> np.ndarray | None:
     """Ids of the real entries of a partial distribution; None for a full one."""
-    return np.asarray(getattr(dist, "known_ids")) if getattr(dist, "partial", False) else None
+    return np.asarray(dist.known_ids) if getattr(dist, "partial", False) else None
 
 
 def entry_known(dist: np.ndarray | None, token: int) -> bool:

@@ -61,8 +61,9 @@ def chunks_take(k: int, vocab: int) -> bool:
     return k <= vocab // (4 * CHUNK)
 
 
-def top_candidates(rows: torch.Tensor, k: int, maxima: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def top_candidates(
+    rows: torch.Tensor, k: int, maxima: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The chunked search of row_topk for (m, V) rows: the k largest values of each row
     (descending, ties in no set order), their positions `at` among the gathered chunks,
     and those chunks' ids, so that a value's token id is

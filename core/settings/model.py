@@ -40,8 +40,19 @@ if TYPE_CHECKING:
     from specscope.core.draft.registry import ProposerSpec
     from specscope.core.sampling.reference import SamplingConfig
 
-__all__ = ["DEFAULT_PROPOSER", "ENGINES", "FIELD_NAMES", "HF_LOOKUP_MAX_NGRAM", "INT32_MAX", "INT64_MAX", "MAX_K",
-           "RunSettings", "SettingsError", "VECTOR_POLICIES", "eos_vocab_problem"]
+__all__ = [
+    "DEFAULT_PROPOSER",
+    "ENGINES",
+    "FIELD_NAMES",
+    "HF_LOOKUP_MAX_NGRAM",
+    "INT32_MAX",
+    "INT64_MAX",
+    "MAX_K",
+    "VECTOR_POLICIES",
+    "RunSettings",
+    "SettingsError",
+    "eos_vocab_problem",
+]
 
 DEFAULT_PROPOSER = "draft:small"
 # transformers' own default max_matching_ngram_size: its prompt lookup's n when a spec names none
@@ -219,7 +230,9 @@ def _eos_problem(value: Any) -> str | None:
         return None
     ids = value if isinstance(value, tuple) else (value,)
     if not ids or not all(_is_token_id(v) for v in ids):
-        return f"must be a token id from 0 to {INT32_MAX} (or several, comma-separated), 'auto' or 'none', got {value!r}"
+        return (
+            f"must be a token id from 0 to {INT32_MAX} (or several, comma-separated), 'auto' or 'none', got {value!r}"
+        )
     return None
 
 
@@ -240,8 +253,9 @@ def _stop_ids_problem(value: Any) -> str | None:
     return None
 
 
-def eos_vocab_problem(eos: int | tuple[int, ...] | None, vocab_size: int,
-                      names: Mapping[str, str] | None = None, field: str = "eos") -> str | None:
+def eos_vocab_problem(
+    eos: int | tuple[int, ...] | None, vocab_size: int, names: Mapping[str, str] | None = None, field: str = "eos"
+) -> str | None:
     """The message when an EOS id (or a stop sequence's id) lies outside a vocabulary of
     `vocab_size` tokens."""
     ids = () if eos is None else (eos,) if isinstance(eos, int) else eos
@@ -309,8 +323,7 @@ def _tree_problems(params: Mapping[str, Any], errors: dict[str, str], name: Mapp
         errors["children"] = f"{name['children']}: {exc}"
 
 
-def _combination_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, str],
-                          name: Mapping[str, str]) -> None:
+def _combination_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, str], name: Mapping[str, str]) -> None:
     """Settings valid alone that cannot run together: what the transformers engine cannot
     run, and coupling a tree."""
     tree = bool(spec.params.get("tree"))
@@ -321,8 +334,11 @@ def _combination_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, 
         return
     if s.engine != "transformers":
         return
-    for key, off in (("coupling_seed", s.coupling_seed is not None), ("fault", s.fault is not None),
-                     ("use_cache", not s.use_cache)):
+    for key, off in (
+        ("coupling_seed", s.coupling_seed is not None),
+        ("fault", s.fault is not None),
+        ("use_cache", not s.use_cache),
+    ):
         if off:
             errors[key] = f"{name[key]} applies to the specscope engine only"
     extra = set(spec.params) - ({"max_ngram"} if spec.kind == "lookup" else set())

@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specscope.core.sampling.tensors import is_tensor
 from specscope.core.records import EmittedToken
 from specscope.core.sampling.reference import sample_from
+from specscope.core.sampling.tensors import is_tensor
 
 
 def acceptance_probability(p_x, q_x):
@@ -38,8 +38,7 @@ def residual_distribution(p: np.ndarray, q: np.ndarray):
     mass = positive.sum()
     if not mass > 0:
         raise ArithmeticError(
-            "a draft token was rejected although max(p - q, 0) has zero mass: "
-            "p and q are numerically inconsistent"
+            "a draft token was rejected although max(p - q, 0) has zero mass: p and q are numerically inconsistent"
         )
     return positive / mass, mass
 

@@ -124,8 +124,9 @@ class CoupledVerifier(TreeVerifier):
         """The output position j of the token decided next (the tokens emitted before it)."""
         return task.position + len(verdict.path)
 
-    def _decide(self, task: Any, node: int, child: int, p_prime: Any, tried_tokens: list[int], verdict: Verdict,
-                chooser: Any) -> tuple[bool, Any]:
+    def _decide(
+        self, task: Any, node: int, child: int, p_prime: Any, tried_tokens: list[int], verdict: Verdict, chooser: Any
+    ) -> tuple[bool, Any]:
         if task.greedy:
             return super()._decide(task, node, child, p_prime, tried_tokens, verdict, chooser)
         return task.tokens[child] == self.coupling.pick(task.p[node + 1], self._position(task, verdict)), None

@@ -34,12 +34,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specscope.core.records import EmittedToken, ResidualUpdate  # noqa: F401 (ResidualUpdate re-exported)
+from specscope.core.records import EmittedToken, ResidualUpdate
 from specscope.core.sampling.tensors import is_tensor
-from specscope.core.verify.chain import (ResidualRule, Verdict, VerifyTask, acceptance_probability, draw_token, mark_end,
-                                         residual_distribution, stale_residual)
-
-from specscope.core.settings.vocab import CHILDREN_MODES  # noqa: E402 (the words, defined once)
+from specscope.core.settings.vocab import CHILDREN_MODES
+from specscope.core.verify.chain import (
+    ResidualRule,
+    Verdict,
+    VerifyTask,
+    acceptance_probability,
+    draw_token,
+    mark_end,
+    residual_distribution,
+    stale_residual,
+)
 
 
 def check_children_mode(mode: str) -> str:
@@ -158,8 +165,9 @@ class TreeVerifier:
                 return verdict
             node = accepted
 
-    def _try_children(self, task: VerifyTask, node: int, kids: list[int], verdict: Verdict,
-                      chooser: Chooser) -> int | None:
+    def _try_children(
+        self, task: VerifyTask, node: int, kids: list[int], verdict: Verdict, chooser: Chooser
+    ) -> int | None:
         """Try `node`'s children in order; the accepted one, or None (final p' in verdict)."""
         p_prime = task.p[node + 1]
         verdict.final_p = p_prime
@@ -179,8 +187,16 @@ class TreeVerifier:
                 p_prime = self._update(node, child, p_prime, q_c, verdict)
         return None
 
-    def _decide(self, task: VerifyTask, node: int, child: int, p_prime: Any, tried_tokens: list[int], verdict: Verdict,
-                chooser: Chooser) -> tuple[bool, Any]:
+    def _decide(
+        self,
+        task: VerifyTask,
+        node: int,
+        child: int,
+        p_prime: Any,
+        tried_tokens: list[int],
+        verdict: Verdict,
+        chooser: Chooser,
+    ) -> tuple[bool, Any]:
         """Whether `child` is accepted against the running p' of `node`, and the proposal q_c
         it was judged with (None when greedy). Records the draw behind the decision."""
         token = task.tokens[child]
@@ -198,7 +214,9 @@ class TreeVerifier:
         verdict.residual, verdict.residual_mass = p_prime, mass
         return p_prime
 
-    def _draw(self, task: VerifyTask, node: int, kids: list[int], verdict: Verdict, chooser: Chooser) -> tuple[int, float | None]:
+    def _draw(
+        self, task: VerifyTask, node: int, kids: list[int], verdict: Verdict, chooser: Chooser
+    ) -> tuple[int, float | None]:
         """The repair (every child of `node` failed) or the bonus (it has none): from the final p'."""
         if task.greedy:
             return int(task.argmax[node + 1]), None

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specscope.core.settings.bounds import INT64_MAX, MAX_K, MAX_TOP_N, MAX_VOCAB_SIZE, IntBound  # noqa: F401 (re-exported)
 from specscope.storage.errors import TraceFormatError
-
 
 # ---------------------------------------------------------------------------- bounds
 # The bounds a run's settings also keep are the settings model's (core.settings.bounds): the
@@ -72,7 +72,7 @@ def deep_field(line: str) -> str:
                 if (j - k) % 2 == 0:
                     break
                 j += 1
-            last = line[i + 1:j]
+            last = line[i + 1 : j]
             i = j
         elif ch in "{[":
             stack.append([ch == "{", None if ch == "{" else 0])
@@ -136,8 +136,18 @@ class FieldReader:
             raise self.fail(path, f"expected an object, got {kind_of(value)}")
         return value
 
-    def get(self, d: dict, key: str, path: str, kind: str, *, required: bool = True, default: Any = None,
-            nullable: bool = False, choices: tuple | None = None) -> Any:
+    def get(
+        self,
+        d: dict,
+        key: str,
+        path: str,
+        kind: str,
+        *,
+        required: bool = True,
+        default: Any = None,
+        nullable: bool = False,
+        choices: tuple | None = None,
+    ) -> Any:
         full = f"{path}.{key}" if path else key
         if key not in d:
             if required:
@@ -153,7 +163,9 @@ class FieldReader:
         ok, expected = _KINDS[kind]
         if not ok(v):
             if isinstance(v, _BigInt) and kind == "int":
-                raise self.fail(path, f"an integer of {v.digits} digits is out of range (integers must fit in signed 64 bits)")
+                raise self.fail(
+                    path, f"an integer of {v.digits} digits is out of range (integers must fit in signed 64 bits)"
+                )
             raise self.fail(path, f"expected {expected}, got {kind_of(v)}")
         if kind == "int":
             if not INT64_MIN <= v <= INT64_MAX:
@@ -230,7 +242,9 @@ class FieldReader:
                     raise self.fail(where, f"nested deeper than {MAX_FREE_JSON_DEPTH} levels")
                 stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(x))
             elif isinstance(x, _BigInt):
-                raise self.fail(where, f"an integer of {x.digits} digits is out of range (integers must fit in signed 64 bits)")
+                raise self.fail(
+                    where, f"an integer of {x.digits} digits is out of range (integers must fit in signed 64 bits)"
+                )
             elif isinstance(x, float) and not math.isfinite(x):
                 raise self.fail(where, f"{x!r} is not a finite number (NaN and Infinity are not JSON)")
             elif isinstance(x, int) and not isinstance(x, bool) and not INT64_MIN <= x <= INT64_MAX:
@@ -240,7 +254,17 @@ class FieldReader:
             raise self.fail(full, f"{size} characters of JSON, at most {MAX_FREE_JSON_CHARS} allowed")
         return value
 
-    def token(self, d: dict, key: str, path: str, vocab: int, *, required: bool = True, default: Any = None, nullable: bool = False) -> Any:
+    def token(
+        self,
+        d: dict,
+        key: str,
+        path: str,
+        vocab: int,
+        *,
+        required: bool = True,
+        default: Any = None,
+        nullable: bool = False,
+    ) -> Any:
         v = self.get(d, key, path, "int", required=required, default=default, nullable=nullable)
         if v is not None and not 0 <= v < vocab:
             raise self.fail(f"{path}.{key}" if path else key, f"token id {v} outside the vocabulary [0, {vocab})")

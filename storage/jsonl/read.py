@@ -18,8 +18,8 @@ line and the field, whatever it holds.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import binascii
+import dataclasses
 import hashlib
 import json
 import math
@@ -31,28 +31,66 @@ from typing import IO, Any
 
 import numpy as np
 
-from specscope.core.sampling.partial import VectorStats, entry_known
-from specscope.core.records import (CacheState, DraftNode, EmittedToken, ResidualUpdate, Round, RoundTimings, RunConfig,
-                                    TreeRound)
 from specscope.core.decode.stops import StopMatch
+from specscope.core.records import (
+    CacheState,
+    DraftNode,
+    EmittedToken,
+    ResidualUpdate,
+    Round,
+    RoundTimings,
+    RunConfig,
+    TreeRound,
+)
+from specscope.core.sampling.partial import VectorStats, entry_known
+from specscope.core.sampling.reference import SamplingConfig
 from specscope.core.settings.bounds import BOUNDS
 from specscope.core.settings.vocab import CHILDREN_MODES, RUN_STATUSES, STOP_KINDS, STOP_REASONS
-from specscope.core.sampling.reference import SamplingConfig
-
-from specscope.storage.codec import DEFAULT_TOP_N, FULL_DTYPES, PartialDistribution, StoredFullDistribution, VectorPolicy, top_entries
+from specscope.storage.codec import (
+    DEFAULT_TOP_N,
+    FULL_DTYPES,
+    PartialDistribution,
+    StoredFullDistribution,
+    VectorPolicy,
+    top_entries,
+)
 from specscope.storage.errors import TraceFormatError
-from specscope.storage.info import ModelInfo, library_versions as current_versions
+from specscope.storage.info import ModelInfo
+from specscope.storage.info import library_versions as current_versions
+from specscope.storage.jsonl.fields import (
+    MAX_FREE_JSON_DEPTH,
+    MAX_K,
+    MAX_RUN_ID_CHARS,
+    MAX_TIME,
+    FieldReader,
+    control_char,
+    deep_field,
+    kind_of,
+    loads_line,
+)
 from specscope.storage.rows import rounds_to_rows, run_row, tree_record
-from specscope.storage.jsonl.fields import (MAX_FREE_JSON_DEPTH, MAX_K, MAX_RUN_ID_CHARS, MAX_TIME, FieldReader,
-                                            control_char, deep_field, kind_of, loads_line)
 
 FORMAT_NAME = "specscope-trace"
 FORMAT_VERSION = 2  # 2: a tree round's "tree" object (tried order, residual updates, layout)
 _ITEMSIZE = {"float32": 4, "float64": 8}
 # Optional fields a trace may leave out; the header's `unrecorded` lists them, and a line that
 # omits one adds it (docs/trace-format.md, "Which rules each optional field enables").
-UNRECORDABLE = ("u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache", "k",
-                "updates", "kept_rows", "eos_token_id")
+UNRECORDABLE = (
+    "u",
+    "draw",
+    "q",
+    "p_token",
+    "q_token",
+    "eos",
+    "budget_stop",
+    "bonus_withheld",
+    "target_cache",
+    "k",
+    "updates",
+    "kept_rows",
+    "eos_token_id",
+)
+
 
 class TraceSink:
     """Where read_trace hands the rows as it parses (import_run: the database, one
@@ -60,10 +98,10 @@ class TraceSink:
     are pending and once at the end: it takes run.rounds, run.nodes and run.tokens and
     empties them, so a long trace is held one batch at a time."""
 
-    def header(self, run: "ParsedTrace") -> None:
+    def header(self, run: ParsedTrace) -> None:
         pass
 
-    def batch(self, run: "ParsedTrace") -> None:
+    def batch(self, run: ParsedTrace) -> None:
         pass
 
 
@@ -121,13 +159,17 @@ def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
         raise v.fail("format", f"expected {FORMAT_NAME!r}, got {kind_of(fmt)}: not a specscope trace")
     version = v.get(d, "version", "", "int")
     if version > FORMAT_VERSION or version < 1:
-        raise v.fail("version", f"format version {version} is not supported (this specscope reads versions 1..{FORMAT_VERSION})")
+        raise v.fail(
+            "version", f"format version {version} is not supported (this specscope reads versions 1..{FORMAT_VERSION})"
+        )
     v.get(d, "record", "", "str", choices=("run",))
     rid = v.get(d, "run_id", "", "str")
     if not rid or len(rid) > MAX_RUN_ID_CHARS:
         raise v.fail("run_id", f"must be a non-empty string of at most {MAX_RUN_ID_CHARS} characters")
     if run_id is not None and (not run_id or len(run_id) > MAX_RUN_ID_CHARS or control_char(run_id) is not None):
-        raise v.fail("run_id", f"the new id (--run-id) must have 1 to {MAX_RUN_ID_CHARS} characters and no control characters")
+        raise v.fail(
+            "run_id", f"the new id (--run-id) must have 1 to {MAX_RUN_ID_CHARS} characters and no control characters"
+        )
     cfg = v.get(d, "config", "", "obj")
     vocab = v.within(cfg, "vocab_size", "config", BOUNDS["vocab_size"])
     prompt = v.get(d, "prompt_ids", "", "ints")
@@ -148,21 +190,35 @@ def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
     for i, name in enumerate(declared):
         if name not in UNRECORDABLE:
             raise v.fail(f"unrecorded[{i}]", f"expected one of {'|'.join(UNRECORDABLE)}, got {kind_of(name)}")
-    names = {key: v.get(models, key, "models", "str", required=False, nullable=True)
-             for key in ("target_hash", "tokenizer_name", "tokenizer_hash", "draft_hash")}
+    names = {
+        key: v.get(models, key, "models", "str", required=False, nullable=True)
+        for key in ("target_hash", "tokenizer_name", "tokenizer_hash", "draft_hash")
+    }
     versions = v.free(d, "library_versions", "", default=None)
-    row = run_row(config, status="interrupted", started_at=started_at, models=ModelInfo(**names),
-                  library_versions=versions if versions is not None else {"imported_with": current_versions()},
-                  top_n=policy.top_n, full_dtype=policy.full_dtype, prompt_text=prompt_text,
-                  extra=v.free(d, "extra", "", default={}),
-                  full_vectors=v.get(storage, "full_vectors", "storage", "bool", required=False, default=False))
+    row = run_row(
+        config,
+        status="interrupted",
+        started_at=started_at,
+        models=ModelInfo(**names),
+        library_versions=versions if versions is not None else {"imported_with": current_versions()},
+        top_n=policy.top_n,
+        full_dtype=policy.full_dtype,
+        prompt_text=prompt_text,
+        extra=v.free(d, "extra", "", default={}),
+        full_vectors=v.get(storage, "full_vectors", "storage", "bool", required=False, default=False),
+    )
     if stops is None:  # a trace that does not say how its run could stop: the stop rules do not run
         row["stops"] = None
     # no EOS id anywhere in the header: unknown (not "no EOS"); an explicit null says there is none
     eos_unknown = "eos_token_id" not in cfg and not (stops and stops["eos_token_ids"])
-    return ParsedTrace(config=config, policy=policy, row=row,
-                       unrecorded=set(declared) | ({"stops"} if stops is None else set())
-                       | ({"eos_token_id"} if eos_unknown else set()))
+    return ParsedTrace(
+        config=config,
+        policy=policy,
+        row=row,
+        unrecorded=set(declared)
+        | ({"stops"} if stops is None else set())
+        | ({"eos_token_id"} if eos_unknown else set()),
+    )
 
 
 def _stops(v: FieldReader, d: dict, vocab: int) -> dict | None:
@@ -181,8 +237,12 @@ def _stops(v: FieldReader, d: dict, vocab: int) -> dict | None:
         if not isinstance(text, str) or not text or len(text) > 1000:
             raise v.fail(f"stops.strings[{i}]", "expected a non-empty string of at most 1000 characters")
     for i, seq in enumerate(seqs):
-        if not isinstance(seq, list) or not seq or len(seq) > MAX_K or any(
-                isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in seq):
+        if (
+            not isinstance(seq, list)
+            or not seq
+            or len(seq) > MAX_K
+            or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in seq)
+        ):
             raise v.fail(f"stops.ids[{i}]", f"expected a non-empty list of token ids in [0, {vocab})")
     return dict(eos_token_ids=tuple(eos), stop_strings=tuple(strings), stop_ids=tuple(tuple(s) for s in seqs))
 
@@ -219,11 +279,15 @@ def _sampling(v: FieldReader, sampling: dict) -> SamplingConfig:
 
 def _policy(v: FieldReader, storage: dict) -> VectorPolicy:
     top_n = v.within(storage, "top_n", "storage", BOUNDS["top_n"], required=False, default=DEFAULT_TOP_N)
-    full_dtype = v.get(storage, "full_dtype", "storage", "str", required=False, default="float32", choices=tuple(FULL_DTYPES))
+    full_dtype = v.get(
+        storage, "full_dtype", "storage", "str", required=False, default="float32", choices=tuple(FULL_DTYPES)
+    )
     return VectorPolicy(top_n=top_n, full=True, full_dtype=full_dtype)
 
 
-def _config(v: FieldReader, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...], sampling: SamplingConfig) -> RunConfig:
+def _config(
+    v: FieldReader, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...], sampling: SamplingConfig
+) -> RunConfig:
     vocab = cfg["vocab_size"]
     k = v.within(cfg, "k", "config", BOUNDS["k"])
     max_new = v.within(cfg, "max_new_tokens", "config", BOUNDS["trace_max_new_tokens"])
@@ -334,7 +398,9 @@ def _top(v: FieldReader, d: dict, path: str, vocab: int) -> tuple[np.ndarray, np
 _STATS_FIELDS = VectorStats._fields
 
 
-def _stats(v: FieldReader, d: dict, path: str, vocab: int, top_probs: np.ndarray, full_vec: np.ndarray | None) -> VectorStats | None:
+def _stats(
+    v: FieldReader, d: dict, path: str, vocab: int, top_probs: np.ndarray, full_vec: np.ndarray | None
+) -> VectorStats | None:
     """The whole-vector stats of a distribution object: as given (all three fields or none),
     else computed from its full vector, else None."""
     given = [k for k in _STATS_FIELDS if d.get(k) is not None]
@@ -343,18 +409,28 @@ def _stats(v: FieldReader, d: dict, path: str, vocab: int, top_probs: np.ndarray
     if len(given) < len(_STATS_FIELDS):
         missing = next(k for k in _STATS_FIELDS if k not in given)
         raise v.fail(f"{path}.{missing}", f"missing: {', '.join(_STATS_FIELDS)} are given together")
-    stats = VectorStats(v.get(d, "support", path, "int"), v.get(d, "minimum", path, "num"), v.get(d, "total", path, "num"))
+    stats = VectorStats(
+        v.get(d, "support", path, "int"), v.get(d, "minimum", path, "num"), v.get(d, "total", path, "num")
+    )
     positive = int(np.count_nonzero(top_probs > 0))
     if not positive <= stats.support <= vocab:
-        raise v.fail(f"{path}.support", f"{stats.support} is outside [{positive}, {vocab}] (the positive top entries, the vocabulary)")
+        raise v.fail(
+            f"{path}.support",
+            f"{stats.support} is outside [{positive}, {vocab}] (the positive top entries, the vocabulary)",
+        )
     if (stats.support == vocab) != (stats.minimum > 0) or (top_probs.size and stats.minimum > float(top_probs.min())):
-        raise v.fail(f"{path}.minimum", f"{stats.minimum!r} cannot be the smallest entry of a vector with {stats.support} of "
-                                        f"{vocab} entries > 0 and these top entries")
+        raise v.fail(
+            f"{path}.minimum",
+            f"{stats.minimum!r} cannot be the smallest entry of a vector with {stats.support} of "
+            f"{vocab} entries > 0 and these top entries",
+        )
     if full_vec is not None:
         # a float32 full vector may have flushed entries below 1.4e-45 to 0: fewer > 0
         computed = VectorStats.of(full_vec)
         if not computed.support <= stats.support or not np.allclose(computed[1:], stats[1:], rtol=0, atol=1e-6):
-            raise v.fail(path, f"support/minimum/total {tuple(stats)} disagree with the full vector's {tuple(computed)}")
+            raise v.fail(
+                path, f"support/minimum/total {tuple(stats)} disagree with the full vector's {tuple(computed)}"
+            )
     return stats
 
 
@@ -392,8 +468,9 @@ def _round(v: FieldReader, d: dict, run: ParsedTrace, expected_index: int) -> No
         index=index,
         prefix_len=v.get(d, "prefix_len", "", "int", required=False, default=len(run.config.prompt_ids) + run.n_tokens),
         emitted_before=emitted_before,
-        remaining_budget=v.get(d, "remaining_budget", "", "int", required=False,
-                               default=run.config.max_new_tokens - run.n_tokens),
+        remaining_budget=v.get(
+            d, "remaining_budget", "", "int", required=False, default=run.config.max_new_tokens - run.n_tokens
+        ),
         k=k,
         greedy=v.get(d, "greedy", "", "bool", required=False, default=run.config.sampling.greedy),
         nodes=nodes,
@@ -405,8 +482,12 @@ def _round(v: FieldReader, d: dict, run: ParsedTrace, expected_index: int) -> No
         residual_mass=v.get(d, "residual_mass", "", "num", required=False, nullable=True),
         target_cache=target_cache,
         draft_cache=draft_cache,
-        timings=RoundTimings(**{key: v.get(timings, key, "timings", "num", required=False, default=0.0)
-                                for key in ("draft_s", "verify_s", "bookkeeping_s")}),
+        timings=RoundTimings(
+            **{
+                key: v.get(timings, key, "timings", "num", required=False, default=0.0)
+                for key in ("draft_s", "verify_s", "bookkeeping_s")
+            }
+        ),
         draft_forwards=v.get(d, "draft_forwards", "", "int", required=False, default=0),
         target_forwards=v.get(d, "target_forwards", "", "int", required=False, default=1),
         **_round_stop(v, d, run, len(emitted)),
@@ -438,10 +519,16 @@ def _tree(v: FieldReader, d: dict, rnd: Round, run: ParsedTrace) -> Any:
     for key in ("updates", "kept_rows"):  # their defaults ([]) are facts when given: noted when left out
         if key not in d:
             run.unrecorded.add(key)
-    raw_tried, raw_updates = v.get(d, "tried", "tree", "list"), v.get(d, "updates", "tree", "list", required=False, default=[])
+    raw_tried, raw_updates = (
+        v.get(d, "tried", "tree", "list"),
+        v.get(d, "updates", "tree", "list", required=False, default=[]),
+    )
     if len(raw_tried) > n + 1 or len(raw_updates) > n:
-        raise v.fail("tree", f"{len(raw_tried)} tried lists and {len(raw_updates)} updates for {n} nodes (at most one "
-                             "per node reached and one per rejected node)")
+        raise v.fail(
+            "tree",
+            f"{len(raw_tried)} tried lists and {len(raw_updates)} updates for {n} nodes (at most one "
+            "per node reached and one per rejected node)",
+        )
     for i, item in enumerate(raw_tried):
         where = f"tree.tried[{i}]"
         if not isinstance(item, list) or len(item) != 2:
@@ -449,16 +536,26 @@ def _tree(v: FieldReader, d: dict, rnd: Round, run: ParsedTrace) -> Any:
         node = v.check(item[0], f"{where}[0]", "int")
         nodes_of([node], f"{where}[0]", lo=-1)
         tried.append([node, nodes_of(v.check(item[1], f"{where}[1]", "ints"), f"{where}[1]")])
-    updates = [_tree_update(v, v.obj(u, f"tree.updates[{i}]"), f"tree.updates[{i}]", n, run)
-               for i, u in enumerate(raw_updates)]
+    updates = [
+        _tree_update(v, v.obj(u, f"tree.updates[{i}]"), f"tree.updates[{i}]", n, run) for i, u in enumerate(raw_updates)
+    ]
     positions = v.get(d, "positions", "tree", "ints", required=False, default=[])
     visible = v.get(d, "visible", "tree", "list", required=False, default=[])
     for key, value in (("positions", positions), ("visible", visible)):
         if value and len(value) != n:
             raise v.fail(f"tree.{key}", f"has {len(value)} entries, the round has {n} nodes")
-    visible = [nodes_of(v.check(row, f"tree.visible[{i}]", "ints"), f"tree.visible[{i}]") for i, row in enumerate(visible)]
-    facts = {"spec": spec, "children": children, "path": path, "tried": tried, "positions": positions,
-             "visible": visible, "kept_rows": v.get(d, "kept_rows", "tree", "ints", required=False, default=[])}
+    visible = [
+        nodes_of(v.check(row, f"tree.visible[{i}]", "ints"), f"tree.visible[{i}]") for i, row in enumerate(visible)
+    ]
+    facts = {
+        "spec": spec,
+        "children": children,
+        "path": path,
+        "tried": tried,
+        "positions": positions,
+        "visible": visible,
+        "kept_rows": v.get(d, "kept_rows", "tree", "ints", required=False, default=[]),
+    }
     bonus = None if rnd.greedy else rnd.bonus_p
     return tree_record(facts, updates, rnd.emitted, bonus)
 
@@ -483,8 +580,9 @@ def _tree_update(v: FieldReader, u: dict, path: str, n: int, run: ParsedTrace) -
     p_after = _dist(v, u.get("p_after"), f"{path}.p_after", run)
     if p_after is not None and exact:
         p_after = _with_exact(p_after, exact)
-    return ResidualUpdate(parent=parent, child=child, p_after=p_after,
-                          mass=v.get(u, "mass", path, "num", required=False, nullable=True))
+    return ResidualUpdate(
+        parent=parent, child=child, p_after=p_after, mass=v.get(u, "mass", path, "num", required=False, nullable=True)
+    )
 
 
 def _with_exact(dist: np.ndarray, exact: dict[int, float]) -> np.ndarray:
@@ -509,8 +607,11 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
     parent_depth = before[parent].depth if parent >= 0 else 0
     depth = v.bounded(n, "depth", path, 0, MAX_K, required=False, default=parent_depth + 1)
     if depth != parent_depth + 1:  # the views and the shape rules read it: it must follow the parents
-        raise v.fail(f"{path}.depth", f"{depth}, but its parent ({'the prefix' if parent < 0 else f'node {parent}'}) "
-                                      f"is at depth {parent_depth}: a node's depth is its parent's + 1")
+        raise v.fail(
+            f"{path}.depth",
+            f"{depth}, but its parent ({'the prefix' if parent < 0 else f'node {parent}'}) "
+            f"is at depth {parent_depth}: a node's depth is its parent's + 1",
+        )
     status = v.get(n, "status", path, "str", choices=("accepted", "rejected", "unvisited"))
     p = _dist(v, n.get("p"), f"{path}.p", run, nullable=False)
     q = _dist(v, n.get("q"), f"{path}.q", run)
@@ -547,10 +648,17 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
         u=u,
         p_token=p_token,
         q_token=q_token,
-        ratio=_probability(v, n, "ratio", path, hi=math.inf,
-                           default=(p_token / q_token) if q_token and (n.get("p_token") is not None or p_known) else None),
-        overlap=_probability(v, n, "overlap", path,
-                             default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None),
+        ratio=_probability(
+            v,
+            n,
+            "ratio",
+            path,
+            hi=math.inf,
+            default=(p_token / q_token) if q_token and (n.get("p_token") is not None or p_known) else None,
+        ),
+        overlap=_probability(
+            v, n, "overlap", path, default=float(np.minimum(np.asarray(p), np.asarray(q)).sum()) if both_full else None
+        ),
         target_argmax=v.token(n, "target_argmax", path, run.vocab, required=False, default=_argmax(p)),
         confidence=confidence,
     )
@@ -564,7 +672,9 @@ def _probability(v: FieldReader, d: dict, key: str, path: str, default: Any = No
     return x
 
 
-def _flags(v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]) -> dict:
+def _flags(
+    v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]
+) -> dict:
     """eos, budget_stop, bonus_withheld: as the line says, or, when it leaves one out, what
     the round's tokens imply (and the field is noted unrecorded, so no rule relies on it)."""
     eos_id = run.config.eos_token_id
@@ -573,7 +683,8 @@ def _flags(v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ..
     implied = {
         "eos": eos_id is not None and eos_id in tokens,
         "budget_stop": run.n_tokens + len(tokens) >= run.config.max_new_tokens,
-        "bonus_withheld": all_accepted and (eos_id is None or eos_id not in tokens)
+        "bonus_withheld": all_accepted
+        and (eos_id is None or eos_id not in tokens)
         and len(tokens) >= run.config.max_new_tokens - run.n_tokens,
     }
     out = {}
@@ -622,8 +733,13 @@ def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedT
         e = v.obj(raw, path)
         kind = v.get(e, "kind", path, "str", choices=("accepted", "repaired", "bonus"))
         n_acc = sum(1 for x in out if x.kind == "accepted")
-        implied = (accepted[n_acc] if kind == "accepted" and n_acc < len(accepted)
-                   else rejected if kind == "repaired" else None)
+        implied = (
+            accepted[n_acc]
+            if kind == "accepted" and n_acc < len(accepted)
+            else rejected
+            if kind == "repaired"
+            else None
+        )
         node = v.get(e, "node", path, "int", required=False, nullable=True, default=implied)
         if node is not None and not 0 <= node < len(nodes):
             raise v.fail(f"{path}.node", f"refers to node {node}, the round has {len(nodes)} nodes")
@@ -640,14 +756,19 @@ def _cache_state(v: FieldReader, d: dict, key: str) -> CacheState | None:
     c = v.get(d, key, "", "obj", required=False, nullable=True)
     if c is None:
         return None
-    return CacheState(before=v.get(c, "before", key, "int"), peak=v.get(c, "peak", key, "int"),
-                      after=v.get(c, "after", key, "int"),
-                      pending=tuple(v.get(c, "pending", key, "ints", required=False, default=[])))
+    return CacheState(
+        before=v.get(c, "before", key, "int"),
+        peak=v.get(c, "peak", key, "int"),
+        after=v.get(c, "after", key, "int"),
+        pending=tuple(v.get(c, "pending", key, "ints", required=False, default=[])),
+    )
 
 
 def _end(v: FieldReader, d: dict, run: ParsedTrace) -> None:
     status = v.get(d, "status", "", "str", choices=RUN_STATUSES)
-    run.row["stop_reason"] = v.get(d, "stop_reason", "", "str", required=False, nullable=True, choices=STOP_REASONS + (None,))
+    run.row["stop_reason"] = v.get(
+        d, "stop_reason", "", "str", required=False, nullable=True, choices=STOP_REASONS + (None,)
+    )
     run.row["error"] = v.text(d, "error")
     run.row["ended_at"] = v.time(d, "ended_at", nullable=True)
     wall_s = v.get(d, "wall_s", "", "num", required=False, nullable=True)
@@ -655,9 +776,13 @@ def _end(v: FieldReader, d: dict, run: ParsedTrace) -> None:
         raise v.fail("wall_s", f"{wall_s!r} is outside [0, {MAX_TIME:.0f}] seconds")
     run.row["wall_s"] = wall_s
     tokens = v.get(d, "new_tokens", "", "ints", required=False, default=None, nullable=True)
-    if tokens is not None and (len(tokens) != run.n_tokens or
-                               hashlib.sha256(np.asarray(tokens, dtype="<i8").tobytes()).digest() != run.token_digest.digest()):
-        raise v.fail("new_tokens", f"differ from the tokens the rounds emitted ({len(tokens)} vs {run.n_tokens} tokens)")
+    if tokens is not None and (
+        len(tokens) != run.n_tokens
+        or hashlib.sha256(np.asarray(tokens, dtype="<i8").tobytes()).digest() != run.token_digest.digest()
+    ):
+        raise v.fail(
+            "new_tokens", f"differ from the tokens the rounds emitted ({len(tokens)} vs {run.n_tokens} tokens)"
+        )
     if status == "running":  # nobody writes an imported run: it was cut off
         status = "interrupted"
         run.row["error"] = run.row["error"] or "imported from a trace of a run in progress"
@@ -665,14 +790,16 @@ def _end(v: FieldReader, d: dict, run: ParsedTrace) -> None:
     run.end = d
 
 
-def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None, sink: TraceSink | None = None) -> ParsedTrace:  # long: one loop over the lines, its errors in one place
+def read_trace(
+    source: str | os.PathLike | IO[str], run_id: str | None = None, sink: TraceSink | None = None
+) -> ParsedTrace:  # long: one loop over the lines, its errors in one place
     """Parse and validate a JSONL trace (path or text file object) into table rows. Without
     a sink the result holds every row; with one, the sink takes them in batches as they are
     parsed (the file is read line by line: memory is bounded by a batch and the longest line)."""
     fh: IO[str]
     close = False
     if isinstance(source, (str, os.PathLike)):
-        fh = open(source, "r", encoding="utf-8")
+        fh = open(source, encoding="utf-8")
         close = True
     else:
         fh = source
@@ -688,8 +815,10 @@ def read_trace(source: str | os.PathLike | IO[str], run_id: str | None = None, s
             except json.JSONDecodeError as exc:
                 raise v.fail("", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
             except RecursionError:
-                raise v.fail(deep_field(line), f"JSON nested too deeply to parse (free-form objects may nest "
-                                                f"{MAX_FREE_JSON_DEPTH} levels)") from None
+                raise v.fail(
+                    deep_field(line),
+                    f"JSON nested too deeply to parse (free-form objects may nest {MAX_FREE_JSON_DEPTH} levels)",
+                ) from None
             d = v.obj(d, "")
             if run is None:
                 run = _header(v, d, run_id)

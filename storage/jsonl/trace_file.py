@@ -27,8 +27,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from specscope.storage.outputs import check_output
 from specscope.storage.jsonl.read import FORMAT_NAME, FORMAT_VERSION
+from specscope.storage.outputs import check_output
 
 # Optional round fields this writer declares unrecorded until a round gives them.
 OPTIONAL = ("u", "draw", "target_cache", "eos", "budget_stop", "bonus_withheld")
@@ -44,10 +44,23 @@ class TraceFile:
     """A JSONL trace being written; see the module docstring. Use as a context manager or
     call close(status=...) yourself."""
 
-    def __init__(self, path: str | os.PathLike | IO[str], *, prompt_ids: Sequence[int], vocab_size: int, k: int,
-                 max_new_tokens: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                 eos_token_id: int | None = None, proposer: str = "external", seed: int = 0,
-                 run_id: str | None = None, records: Sequence[str] = ()):
+    def __init__(
+        self,
+        path: str | os.PathLike | IO[str],
+        *,
+        prompt_ids: Sequence[int],
+        vocab_size: int,
+        k: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        eos_token_id: int | None = None,
+        proposer: str = "external",
+        seed: int = 0,
+        run_id: str | None = None,
+        records: Sequence[str] = (),
+    ):
         """`records` names the optional fields this decoder records every round (e.g.
         ("u", "draw") when it samples by inverse CDF from recorded uniforms); the others are
         declared unrecorded."""
@@ -64,12 +77,21 @@ class TraceFile:
         self.max_new_tokens = max_new_tokens
         self.closed = False
         header = {
-            "format": FORMAT_NAME, "version": FORMAT_VERSION, "record": "run",
-            "run_id": run_id or uuid.uuid4().hex, "started_at": time.time(),
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "record": "run",
+            "run_id": run_id or uuid.uuid4().hex,
+            "started_at": time.time(),
             "prompt_ids": [int(t) for t in prompt_ids],
-            "config": {"vocab_size": int(vocab_size), "k": int(k), "max_new_tokens": int(max_new_tokens),
-                       "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p},
-                       "seed": seed, "eos_token_id": eos_token_id, "proposer": proposer},
+            "config": {
+                "vocab_size": int(vocab_size),
+                "k": int(k),
+                "max_new_tokens": int(max_new_tokens),
+                "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p},
+                "seed": seed,
+                "eos_token_id": eos_token_id,
+                "proposer": proposer,
+            },
             "unrecorded": [f for f in OPTIONAL if f not in records],
             # a TraceFile run ends at its EOS id or the budget only: it has no stop strings or sequences
             "stops": {"eos_token_ids": [], "strings": [], "ids": []},
@@ -79,18 +101,32 @@ class TraceFile:
     def _write(self, obj: dict) -> None:
         self._fh.write(json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n")
 
-    def round(self, *, draft: Sequence[int], statuses: Sequence[str], p: Sequence[Any],
-              emitted: Sequence[tuple[int, str] | tuple[int, str, float | None]], q: Sequence[Any] | None = None,
-              u: Sequence[float | None] | None = None, residual: Any = None, bonus_p: Any = None,
-              parents: Sequence[int] | None = None, **extra_fields: Any) -> None:
+    def round(
+        self,
+        *,
+        draft: Sequence[int],
+        statuses: Sequence[str],
+        p: Sequence[Any],
+        emitted: Sequence[tuple[int, str] | tuple[int, str, float | None]],
+        q: Sequence[Any] | None = None,
+        u: Sequence[float | None] | None = None,
+        residual: Any = None,
+        bonus_p: Any = None,
+        parents: Sequence[int] | None = None,
+        **extra_fields: Any,
+    ) -> None:
         """One round: the draft (a chain, or a token tree given each node's parent, -1 = the
         prefix), each node's status and p (and q when sampled), the emitted tokens as
         (token, kind[, draw]). `extra_fields` are written as given (any round field of the
         format, e.g. target_cache={...}, eos=True, tree={...})."""
         if self.closed:
             raise ValueError("the trace is closed")
-        if len(statuses) != len(draft) or len(p) != len(draft) or (q is not None and len(q) != len(draft)) \
-                or (parents is not None and len(parents) != len(draft)):
+        if (
+            len(statuses) != len(draft)
+            or len(p) != len(draft)
+            or (q is not None and len(q) != len(draft))
+            or (parents is not None and len(parents) != len(draft))
+        ):
             raise ValueError("draft, statuses, p (and q, parents) need one entry per draft token")
         nodes = []
         for i, token in enumerate(draft):
@@ -129,18 +165,27 @@ class TraceFile:
             ended_eos = self.eos_token_id is not None and self.new_tokens[-1:] == [self.eos_token_id]
             full = len(self.new_tokens) >= self.max_new_tokens
             stop_reason = "eos" if ended_eos else "budget" if full else None
-        self._write({"record": "end", "status": status, "stop_reason": stop_reason, "ended_at": time.time(),
-                     "new_tokens": self.new_tokens})
+        self._write(
+            {
+                "record": "end",
+                "status": status,
+                "stop_reason": stop_reason,
+                "ended_at": time.time(),
+                "new_tokens": self.new_tokens,
+            }
+        )
         self.closed = True
         if self._own:
             self._fh.close()
 
-    def __enter__(self) -> "TraceFile":
+    def __enter__(self) -> TraceFile:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.close()
         else:
-            self.close("failed" if exc_type is not KeyboardInterrupt else "interrupted",
-                       stop_reason="cancelled" if exc_type is KeyboardInterrupt else None)
+            self.close(
+                "failed" if exc_type is not KeyboardInterrupt else "interrupted",
+                stop_reason="cancelled" if exc_type is KeyboardInterrupt else None,
+            )

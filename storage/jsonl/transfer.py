@@ -15,21 +15,32 @@ import json
 import math
 import os
 import zlib
-from typing import IO, Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any
 
 from sqlalchemy import insert, select, update
 
 from specscope.storage.codec import ZLIB_LEVEL, decode_top_stats, full_raw, unpack_blobs
 from specscope.storage.errors import RunExistsError, TraceStoreError
-from specscope.storage.outputs import write_atomically
 from specscope.storage.jsonl.read import FORMAT_NAME, FORMAT_VERSION, ParsedTrace, TraceSink, read_trace
+from specscope.storage.outputs import write_atomically
 from specscope.storage.rows import chunk_tokens, token_chunk
 from specscope.storage.schema import nodes_table, rounds_table, runs_table, tokens_table
 from specscope.storage.store import TraceStore
 from specscope.storage.transactions import translate_errors
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "ParsedTrace", "export_run", "header_json", "import_run", "iter_export",
-           "open_jsonl", "read_trace", "round_json"]
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "ParsedTrace",
+    "export_run",
+    "header_json",
+    "import_run",
+    "iter_export",
+    "open_jsonl",
+    "read_trace",
+    "round_json",
+]
 
 
 def _dumps(obj: Any) -> str:
@@ -43,8 +54,9 @@ def _line(obj: dict, what: str) -> str:
         return _dumps(obj)
     except ValueError:
         field = _bad_field(obj)
-        raise TraceStoreError(f"cannot export {what}: field {field!r} holds NaN or Infinity, which the trace format "
-                              f"does not allow") from None
+        raise TraceStoreError(
+            f"cannot export {what}: field {field!r} holds NaN or Infinity, which the trace format does not allow"
+        ) from None
 
 
 def _bad_field(obj: Any, path: str = "") -> str:
@@ -73,8 +85,10 @@ def _dist_json(top: bytes | None, full: bytes | None) -> dict | None:
         out.update(stats._asdict())
     if full is not None:
         compressed = full[2:] if full[:1] == b"F" else zlib.compress(full_raw(full)[1], ZLIB_LEVEL)
-        out["full"] = {"dtype": "float32" if full[1:2] == b"4" else "float64",
-                       "zlib_base64": base64.b64encode(compressed).decode("ascii")}
+        out["full"] = {
+            "dtype": "float32" if full[1:2] == b"4" else "float64",
+            "zlib_base64": base64.b64encode(compressed).decode("ascii"),
+        }
     return out
 
 
@@ -107,7 +121,10 @@ def header_json(run: Mapping[str, Any]) -> dict:
             "use_cache": bool(run["use_cache"]),
             "fault": run["fault"],
         },
-        "models": {key: run[key] for key in ("target_name", "target_hash", "draft_name", "draft_hash", "tokenizer_name", "tokenizer_hash")},
+        "models": {
+            key: run[key]
+            for key in ("target_name", "target_hash", "draft_name", "draft_hash", "tokenizer_name", "tokenizer_hash")
+        },
         "library_versions": run["library_versions"],
         "extra": run["extra"],
         "storage": {"top_n": run["top_n"], "full_vectors": bool(run["full_vectors"]), "full_dtype": run["full_dtype"]},
@@ -132,12 +149,26 @@ def tree_json(r: Mapping[str, Any]) -> dict | None:
     updates = []
     for i, u in enumerate(facts["updates"]):
         p_after = _dist_json(tops[i], fulls[i]) if i < len(tops) else None
-        updates.append({"parent": u["parent"], "child": u["child"], "mass": u["mass"], "p_after": p_after,
-                        "exact_ids": list(u["exact_ids"]), "exact_probs": list(u["exact_probs"])})
-    return {"spec": facts["spec"], "children": facts["children"], "path": list(facts["path"]),
-            "tried": [[node, list(kids)] for node, kids in facts["tried"]], "updates": updates,
-            "positions": list(facts.get("positions", [])), "visible": [list(v) for v in facts.get("visible", [])],
-            "kept_rows": list(facts.get("kept_rows", []))}
+        updates.append(
+            {
+                "parent": u["parent"],
+                "child": u["child"],
+                "mass": u["mass"],
+                "p_after": p_after,
+                "exact_ids": list(u["exact_ids"]),
+                "exact_probs": list(u["exact_probs"]),
+            }
+        )
+    return {
+        "spec": facts["spec"],
+        "children": facts["children"],
+        "path": list(facts["path"]),
+        "tried": [[node, list(kids)] for node, kids in facts["tried"]],
+        "updates": updates,
+        "positions": list(facts.get("positions", [])),
+        "visible": [list(v) for v in facts.get("visible", [])],
+        "kept_rows": list(facts.get("kept_rows", [])),
+    }
 
 
 def round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
@@ -224,9 +255,12 @@ def _end_line(conn: Any, run: Mapping[str, Any], what: str, batch: int = 64) -> 
     parts: list[str] = []
     start = 0
     while True:
-        rows = conn.execute(select(tokens_table.c.start, tokens_table.c.tokens)
-                            .where(tokens_table.c.run_id == run["run_id"], tokens_table.c.start >= start)
-                            .order_by(tokens_table.c.start).limit(batch)).all()
+        rows = conn.execute(
+            select(tokens_table.c.start, tokens_table.c.tokens)
+            .where(tokens_table.c.run_id == run["run_id"], tokens_table.c.start >= start)
+            .order_by(tokens_table.c.start)
+            .limit(batch)
+        ).all()
         for row in rows:
             tokens = chunk_tokens(row.tokens)
             if len(tokens):
@@ -244,30 +278,36 @@ def iter_export(store: TraceStore, run_id: str, batch_size: int = 256) -> Iterat
     """The lines (without newlines) of a run's JSONL export. A run still being written is
     exported as far as it is committed, without an end line."""
     run_id = store.resolve_run_id(run_id)
-    with translate_errors(f"exporting run {run_id}"):
-        with store.engine.connect() as conn:
-            run = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).one()._mapping
-            yield _line(header_json(run), f"run {run_id}: its header")
-            yield from round_lines(conn, run_id, batch_size)
-            if run["status"] != "running":
-                yield _end_line(conn, run, f"run {run_id}: its end record")
+    with translate_errors(f"exporting run {run_id}"), store.engine.connect() as conn:
+        run = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).one()._mapping
+        yield _line(header_json(run), f"run {run_id}: its header")
+        yield from round_lines(conn, run_id, batch_size)
+        if run["status"] != "running":
+            yield _end_line(conn, run, f"run {run_id}: its end record")
 
 
 def round_lines(conn: Any, run_id: str, batch_size: int = 256) -> Iterator[str]:
     """The round lines of a stored run, read `batch_size` rounds at a time on `conn`."""
     start = 0
     while True:
-        rows = [r._mapping for r in conn.execute(
-            select(rounds_table).where(rounds_table.c.run_id == run_id, rounds_table.c.round_index >= start)
-            .order_by(rounds_table.c.round_index).limit(batch_size))]
+        rows = [
+            r._mapping
+            for r in conn.execute(
+                select(rounds_table)
+                .where(rounds_table.c.run_id == run_id, rounds_table.c.round_index >= start)
+                .order_by(rounds_table.c.round_index)
+                .limit(batch_size)
+            )
+        ]
         if not rows:
             return
         hi = rows[-1]["round_index"]
         nodes: dict[int, list] = {}
         for n in conn.execute(
-            select(nodes_table).where(nodes_table.c.run_id == run_id, nodes_table.c.round_index >= start,
-                                      nodes_table.c.round_index <= hi)
-            .order_by(nodes_table.c.round_index, nodes_table.c.node_index)):
+            select(nodes_table)
+            .where(nodes_table.c.run_id == run_id, nodes_table.c.round_index >= start, nodes_table.c.round_index <= hi)
+            .order_by(nodes_table.c.round_index, nodes_table.c.node_index)
+        ):
             nodes.setdefault(n.round_index, []).append(n._mapping)
         for r in rows:
             yield round_line(r, nodes.get(r["round_index"], []), run_id)
@@ -283,8 +323,14 @@ def end_line(run: Mapping[str, Any], new_tokens: list[int]) -> str:
     return _line(end_json(run, new_tokens), f"run {run['run_id']}: its end record")
 
 
-def export_run(store: TraceStore, run_id: str, out: str | os.PathLike | IO[str], *, overwrite: bool = False,
-               on_round: Callable[[], None] | None = None) -> int:
+def export_run(
+    store: TraceStore,
+    run_id: str,
+    out: str | os.PathLike | IO[str],
+    *,
+    overwrite: bool = False,
+    on_round: Callable[[], None] | None = None,
+) -> int:
     """Write a run as JSONL to a path (atomically) or a text file object; return the number
     of rounds written. A path that exists is replaced only with overwrite=True, and never
     when it is an SQLite database (a trace store: storage.outputs.check_output). on_round is
@@ -324,16 +370,18 @@ class _StoreSink(TraceSink):
 
     def header(self, run: ParsedTrace) -> None:
         rid = run.row["run_id"]
-        self.taken = self.conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == rid)).first() is not None
+        self.taken = (
+            self.conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == rid)).first() is not None
+        )
         if not self.taken:
             self.conn.execute(insert(runs_table), run.row)  # the counters and the end are set by finish()
 
     def batch(self, run: ParsedTrace) -> None:
         if not self.taken:
             for start in range(0, len(run.rounds), 500):
-                self.conn.execute(insert(rounds_table), run.rounds[start:start + 500])
+                self.conn.execute(insert(rounds_table), run.rounds[start : start + 500])
             for start in range(0, len(run.nodes), 2000):
-                self.conn.execute(insert(nodes_table), run.nodes[start:start + 2000])
+                self.conn.execute(insert(nodes_table), run.nodes[start : start + 2000])
             if run.tokens:
                 self.conn.execute(insert(tokens_table), token_chunk(run.row["run_id"], self.tokens_written, run.tokens))
         self.tokens_written += len(run.tokens)
@@ -354,11 +402,10 @@ def import_run(store: TraceStore, source: str | os.PathLike | IO[str], *, run_id
     (memory: a batch of rounds and the longest line). run_id renames the run (e.g. to import
     the same file twice)."""
     name = source if isinstance(source, (str, os.PathLike)) else getattr(source, "name", "a trace")
-    with translate_errors(f"importing {name}"):
-        with store.transaction() as conn:
-            sink = _StoreSink(conn)
-            run = read_trace(source, run_id, sink)
-            sink.finish(run)
+    with translate_errors(f"importing {name}"), store.transaction() as conn:
+        sink = _StoreSink(conn)
+        run = read_trace(source, run_id, sink)
+        sink.finish(run)
     return run.row["run_id"]
 
 

@@ -40,35 +40,44 @@ unless a writer process already did.
 
 from __future__ import annotations
 
-
 import atexit
 import logging
 import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Generator, Mapping, get_args
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, get_args
 
 from sqlalchemy import insert, select
 
-from specscope.core.records import GenerationResult, Round, RunConfig, StopReason
 from specscope.core.decode.run import RunHandle, as_run
-
+from specscope.core.records import GenerationResult, Round, RunConfig, StopReason
 from specscope.storage.codec import VectorPolicy, covering_top_n
 from specscope.storage.engine import is_sqlite
 from specscope.storage.errors import RunExistsError, WriterError
-from specscope.storage.info import ModelInfo, library_versions as collect_versions
+from specscope.storage.info import ModelInfo
+from specscope.storage.info import library_versions as collect_versions
 from specscope.storage.liveness import live_writers, register_writer, unregister_writer
 from specscope.storage.rows import run_row
 from specscope.storage.schema import runs_table
-from specscope.storage.writer.sink import LockWait, RunSink, lock_wait_s
 from specscope.storage.store import TraceStore
 from specscope.storage.transactions import is_busy, translate_errors
 from specscope.storage.writer.backends import COMMIT_MARGIN, Backend, ProcessBackend, ThreadBackend, commit_period
 from specscope.storage.writer.process import close_writer_process
+from specscope.storage.writer.sink import LockWait, RunSink, lock_wait_s
 
-__all__ = ["COMMIT_MARGIN", "FLUSH_INTERVAL_S", "MODE_ENV", "WRITER_MODES", "TraceWriter", "choose_mode", "commit_period",
-           "default_mode", "record"]
+__all__ = [
+    "COMMIT_MARGIN",
+    "FLUSH_INTERVAL_S",
+    "MODE_ENV",
+    "WRITER_MODES",
+    "TraceWriter",
+    "choose_mode",
+    "commit_period",
+    "default_mode",
+    "record",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +85,7 @@ FLUSH_INTERVAL_S = 0.25
 WRITER_MODES = ("auto", "process", "thread")
 MODE_ENV = "SPECSCOPE_TRACE_WRITER"
 from specscope.core.settings.vocab import ENDED_STATUSES as RUN_STATUSES  # noqa: E402 (a finished run's, defined once)
+
 STOP_REASONS = get_args(StopReason)
 
 
@@ -132,8 +142,9 @@ class TraceWriter:
         self.store = store
         self.config = config
         self.run_id = config.run_id
-        self.policy = VectorPolicy.for_vocab(config.vocab_size, covering_top_n(top_n, config.sampling.top_k), full_vectors,
-                                             full_dtype)
+        self.policy = VectorPolicy.for_vocab(
+            config.vocab_size, covering_top_n(top_n, config.sampling.top_k), full_vectors, full_dtype
+        )
         self.flush_interval = float(flush_interval)
         chosen = choose_mode(store, mode)
         self.on_wait = on_wait
@@ -142,20 +153,22 @@ class TraceWriter:
         self._finished = False
         self._lock = threading.Lock()
         self.started_at = time.time()
-        self._insert_run(run_row(
-            config,
-            status="running",
-            started_at=self.started_at,
-            models=ModelInfo.coerce(model_info),
-            library_versions=library_versions if library_versions is not None else collect_versions(),
-            top_n=self.policy.top_n,
-            full_vectors=self.policy.full,
-            full_dtype=self.policy.full_dtype,
-            prompt_text=prompt_text,
-            extra=extra,
-            writer_host=socket.gethostname(),
-            writer_pid=os.getpid(),
-        ))
+        self._insert_run(
+            run_row(
+                config,
+                status="running",
+                started_at=self.started_at,
+                models=ModelInfo.coerce(model_info),
+                library_versions=library_versions if library_versions is not None else collect_versions(),
+                top_n=self.policy.top_n,
+                full_vectors=self.policy.full,
+                full_dtype=self.policy.full_dtype,
+                prompt_text=prompt_text,
+                extra=extra,
+                writer_host=socket.gethostname(),
+                writer_pid=os.getpid(),
+            )
+        )
         self._backend = self._start_backend(chosen)
         register_writer(self)
 
@@ -165,11 +178,10 @@ class TraceWriter:
         started = time.monotonic()
         while True:
             try:
-                with translate_errors(f"starting run {self.run_id}"):
-                    with self.store.transaction() as conn:
-                        if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == self.run_id)).first():
-                            raise RunExistsError(f"a run with id {self.run_id} is already stored")
-                        conn.execute(insert(runs_table), row)  # parameters, not .values(): compiled once, cached
+                with translate_errors(f"starting run {self.run_id}"), self.store.transaction() as conn:
+                    if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == self.run_id)).first():
+                        raise RunExistsError(f"a run with id {self.run_id} is already stored")
+                    conn.execute(insert(runs_table), row)  # parameters, not .values(): compiled once, cached
                 return
             except WriterError:
                 raise
@@ -178,19 +190,38 @@ class TraceWriter:
                 if not is_busy(exc) or waited >= self.lock_wait:
                     raise
                 if self.on_wait is not None:
-                    self.on_wait(LockWait(self.run_id, "waiting", waited, self.lock_wait, 0, 0,
-                                          reason=str(getattr(exc.__cause__, "orig", None) or exc)))
+                    self.on_wait(
+                        LockWait(
+                            self.run_id,
+                            "waiting",
+                            waited,
+                            self.lock_wait,
+                            0,
+                            0,
+                            reason=str(getattr(exc.__cause__, "orig", None) or exc),
+                        )
+                    )
                 time.sleep(0.2)
 
     def _start_backend(self, mode: str) -> Backend:
         if mode == "process":
             try:
-                return ProcessBackend(self.store.url, self.store.engine, self.run_id, self.policy, self.started_at,
-                                      self.flush_interval, self.on_wait)
+                return ProcessBackend(
+                    self.store.url,
+                    self.store.engine,
+                    self.run_id,
+                    self.policy,
+                    self.started_at,
+                    self.flush_interval,
+                    self.on_wait,
+                )
             except WriterError as exc:
                 log.warning("%s; recording run %s from a thread instead", exc, self.run_id)
-        return ThreadBackend(RunSink(self.store.engine, self.run_id, self.policy, self.started_at, self.lock_wait),
-                             self.flush_interval, self.on_wait)
+        return ThreadBackend(
+            RunSink(self.store.engine, self.run_id, self.policy, self.started_at, self.lock_wait),
+            self.flush_interval,
+            self.on_wait,
+        )
 
     # ------------------------------------------------------------------ producer side
 
@@ -215,8 +246,15 @@ class TraceWriter:
             raise WriterError(f"the trace writer of run {self.run_id} did not flush in time")
         self._raise_if_failed()
 
-    def finish(self, status: str = "completed", *, stop_reason: str | None = None, error: str | None = None,
-               wall_s: float | None = None, timeout: float | None = None) -> None:
+    def finish(
+        self,
+        status: str = "completed",
+        *,
+        stop_reason: str | None = None,
+        error: str | None = None,
+        wall_s: float | None = None,
+        timeout: float | None = None,
+    ) -> None:
         """Flush everything and close the run with `status` (completed | interrupted |
         failed), the decoder's `stop_reason` (eos | stop | budget | cancelled, or None), an `error`
         message and the run's `wall_s` (default: the time since the writer started).
@@ -301,9 +339,11 @@ class TraceWriter:
             return ""
         where = where or self.store.location
         n = self.rounds_written
-        return (f"{where} stayed locked, so run {self.run_id} went whole to {path} (the store keeps its first "
-                f"{n} round{'' if n == 1 else 's'}, marked interrupted); add it with: specscope import {path} "
-                f"--db {where} --run-id NEW_ID")
+        return (
+            f"{where} stayed locked, so run {self.run_id} went whole to {path} (the store keeps its first "
+            f"{n} round{'' if n == 1 else 's'}, marked interrupted); add it with: specscope import {path} "
+            f"--db {where} --run-id NEW_ID"
+        )
 
     def give_up_waiting(self) -> None:
         """Stop waiting for a locked store now: the run goes to its JSONL file."""
@@ -341,7 +381,7 @@ class TraceWriter:
         if error is not None:
             raise WriterError(f"the trace writer of run {self.run_id} failed: {error}") from error
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -356,8 +396,16 @@ class TraceWriter:
             log.exception("trace writer failed while finishing after %r", exc)
 
 
-def record(store: TraceStore, decoder: Any, prompt_ids: Any, max_new_tokens: int = 32, *, run_id: str | None = None,
-           keep_rounds: bool = False, **writer_kwargs: Any) -> GenerationResult:
+def record(
+    store: TraceStore,
+    decoder: Any,
+    prompt_ids: Any,
+    max_new_tokens: int = 32,
+    *,
+    run_id: str | None = None,
+    keep_rounds: bool = False,
+    **writer_kwargs: Any,
+) -> GenerationResult:
     """Run `decoder` (a SpeculativeDecoder) on a prompt and store every round. The result
     carries the tokens and the summary; its `rounds` too with `keep_rounds=True` (the store
     has them either way)."""

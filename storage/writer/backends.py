@@ -15,18 +15,18 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
 
 from specscope.core.records import Round
-
 from specscope.storage.codec import VectorPolicy
 from specscope.storage.errors import WriterError
 from specscope.storage.liveness import HEARTBEAT_S
-from specscope.storage.writer.sink import LockWait, RunSink, WaitReports
 from specscope.storage.writer.process import START_TIMEOUT_S, writer_process
+from specscope.storage.writer.sink import LockWait, RunSink, WaitReports
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +168,9 @@ class ThreadBackend(_BackendBase):
         sink = self._sink
         if sink.spill is None and sink.waiting_since is None and not sink.last_wait_s:
             return None  # it never waited
-        return sink.lock_state("spilled" if sink.spill is not None else
-                               "waiting" if sink.waiting_since is not None else "resumed")
+        return sink.lock_state(
+            "spilled" if sink.spill is not None else "waiting" if sink.waiting_since is not None else "resumed"
+        )
 
     def _take(self) -> tuple[list[Round], list[_Flush], _Finish | None]:
         """What is queued, up to a finish."""
@@ -214,8 +215,13 @@ class ThreadBackend(_BackendBase):
                     sink.add(batch)
                 now = time.monotonic()
                 since_commit = now - sink.last_commit
-                if (markers or final is not None or since_commit >= HEARTBEAT_S or sink.waiting_since is not None
-                        or (sink.pending and since_commit >= commit_every - COMMIT_SLACK_S)):
+                if (
+                    markers
+                    or final is not None
+                    or since_commit >= HEARTBEAT_S
+                    or sink.waiting_since is not None
+                    or (sink.pending and since_commit >= commit_every - COMMIT_SLACK_S)
+                ):
                     stored = sink.commit((), final.values if final else None)
                     self._reports.after(sink, stored)
                     if not stored:  # the store is locked: the rounds wait in memory; try again soon
@@ -261,8 +267,16 @@ class ProcessBackend(_BackendBase):
 
     mode = "process"
 
-    def __init__(self, url: str, engine: Engine, run_id: str, policy: VectorPolicy, started_at: float,
-                 flush_interval: float, on_wait: Callable[[LockWait], None] | None = None):
+    def __init__(
+        self,
+        url: str,
+        engine: Engine,
+        run_id: str,
+        policy: VectorPolicy,
+        started_at: float,
+        flush_interval: float,
+        on_wait: Callable[[LockWait], None] | None = None,
+    ):
         super().__init__(run_id)
         self._on_wait = WaitReports(on_wait)
         self._lock_state: LockWait | None = None
@@ -274,7 +288,9 @@ class ProcessBackend(_BackendBase):
         self._opened = threading.Event()
         self.service = writer_process()
         self.service.register(run_id, self._on_message)
-        self.service.send(("open", run_id, url, (policy.top_n, policy.full, policy.full_dtype), started_at, flush_interval))
+        self.service.send(
+            ("open", run_id, url, (policy.top_n, policy.full, policy.full_dtype), started_at, flush_interval)
+        )
         # Wait until the writer process holds the run (its database driver imported and a
         # connection made: seconds on a loaded machine at its lower priority), so that the
         # flush-interval promise starts from the first round written and an open error is
@@ -352,7 +368,8 @@ class ProcessBackend(_BackendBase):
             self._fail(WriterError(f"the trace writer process stopped: {m[2]}"))
             if self._opened.is_set():  # before that, the writer falls back to a thread
                 RunSink(self._engine, self.run_id, self._policy, self._started_at).mark(
-                    "failed", f"trace writer process stopped: {m[2]}")
+                    "failed", f"trace writer process stopped: {m[2]}"
+                )
             self._closed.set()
         if kind in ("error", "died", "finished"):
             self._opened.set()

@@ -38,8 +38,8 @@ from sqlalchemy import Engine
 
 from specscope.storage.codec import VectorPolicy
 from specscope.storage.engine import make_engine
-from specscope.storage.writer.frames import read_frame, write_frame
 from specscope.storage.liveness import HEARTBEAT_S
+from specscope.storage.writer.frames import read_frame, write_frame
 from specscope.storage.writer.sink import RunSink, WaitReports
 
 # Commit at least this often while rounds arrive (and at least every flush interval): small
@@ -175,11 +175,18 @@ class _Server:
     def _commit_if_due(self, run_id: str, run: _Run, replies: list[tuple]) -> None:
         if self.eof and run.final is None:
             who = f"the recording process (pid {self.parent_pid})" if self.parent_pid else "the recording process"
-            run.final = {"status": "interrupted", "stop_reason": None,
-                         "error": f"{who} ended without finishing the run; the writer process stored every round it had received"}
+            run.final = {
+                "status": "interrupted",
+                "stop_reason": None,
+                "error": f"{who} ended without finishing the run; the writer process stored every round it had received",
+            }
         since = time.monotonic() - run.sink.last_commit
-        due = (run.tokens or run.final is not None or since >= HEARTBEAT_S
-               or (run.sink.pending and since >= min(run.flush_interval, EAGER_COMMIT_S)))
+        due = (
+            run.tokens
+            or run.final is not None
+            or since >= HEARTBEAT_S
+            or (run.sink.pending and since >= min(run.flush_interval, EAGER_COMMIT_S))
+        )
         if not due:
             return
         if run.error is None:

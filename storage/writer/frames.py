@@ -30,8 +30,11 @@ def write_frame(stream: IO[bytes], messages: list[Any]) -> None:
             return True
 
     data = pickle.dumps(messages, protocol=5, buffer_callback=out_of_band)
-    parts = [_HEAD.pack(len(data), len(buffers)) + struct.pack(f">{len(buffers)}Q", *(b.nbytes for b in buffers)), data,
-             *buffers]
+    parts = [
+        _HEAD.pack(len(data), len(buffers)) + struct.pack(f">{len(buffers)}Q", *(b.nbytes for b in buffers)),
+        data,
+        *buffers,
+    ]
     fd = _fileno(stream)
     if fd is None:
         for part in parts:

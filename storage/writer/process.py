@@ -15,7 +15,8 @@ import queue
 import subprocess
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specscope.storage.errors import WriterError
 from specscope.storage.writer.frames import read_frame, write_frame
@@ -33,7 +34,9 @@ class WriterProcess:
         self.owner_pid = os.getpid()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "specscope.storage.writer.child"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
         )
         _widen_pipe(self.proc.stdin)
         self._handlers: dict[str, Callable[[tuple], None]] = {}

@@ -13,13 +13,13 @@ import json
 import operator
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import JSON, Engine, Table, bindparam, insert, update
 
 from specscope.core.records import Round
-
 from specscope.storage.codec import VectorPolicy
 from specscope.storage.engine import busy_timeout_ms
 from specscope.storage.errors import TraceStoreError
@@ -70,24 +70,32 @@ class LockWait:
         """One line for a person: what the writer does about the lock on `where`."""
         n = self.rounds_waiting
         if self.state == "waiting":
-            return (f"{where} is locked by another connection ({self.reason or 'database is locked'}): waited "
-                    f"{self.waited_s:.0f} s of {self.limit_s:.0f} s, {n} round{'' if n == 1 else 's'} kept in memory "
-                    f"until it clears")
+            return (
+                f"{where} is locked by another connection ({self.reason or 'database is locked'}): waited "
+                f"{self.waited_s:.0f} s of {self.limit_s:.0f} s, {n} round{'' if n == 1 else 's'} kept in memory "
+                f"until it clears"
+            )
         if self.state == "resumed":
             return f"{where} is free again after {self.waited_s:.1f} s: every kept round is stored"
         n = self.rounds_in_file
-        return (f"{where} stayed locked for {self.waited_s:.0f} s: the run goes to {self.path} instead "
-                f"({n} round{'' if n == 1 else 's'} so far)")
+        return (
+            f"{where} stayed locked for {self.waited_s:.0f} s: the run goes to {self.path} instead "
+            f"({n} round{'' if n == 1 else 's'} so far)"
+        )
 
 
 # The run row's update as a statement with parameters (compiled once per key set, cached),
 # not .values(**values), which builds and compiles a new statement at every flush. The
 # counters are incremented in SQL: the statement's size does not depend on the run's length.
-_UPDATE_RUN = update(runs_table).where(runs_table.c.run_id == bindparam("_run_id")).values(
-    n_rounds=runs_table.c.n_rounds + bindparam("_d_rounds"),
-    drafted=runs_table.c.drafted + bindparam("_d_drafted"),
-    accepted=runs_table.c.accepted + bindparam("_d_accepted"),
-    n_new_tokens=runs_table.c.n_new_tokens + bindparam("_d_tokens"),
+_UPDATE_RUN = (
+    update(runs_table)
+    .where(runs_table.c.run_id == bindparam("_run_id"))
+    .values(
+        n_rounds=runs_table.c.n_rounds + bindparam("_d_rounds"),
+        drafted=runs_table.c.drafted + bindparam("_d_drafted"),
+        accepted=runs_table.c.accepted + bindparam("_d_accepted"),
+        n_new_tokens=runs_table.c.n_new_tokens + bindparam("_d_tokens"),
+    )
 )
 
 
@@ -101,8 +109,7 @@ class _SqliteInsert:
     def __init__(self, table: Table):
         self.columns = [c.name for c in table.columns]
         self.json_at = [i for i, c in enumerate(table.columns) if isinstance(c.type, JSON)]
-        self.sql = (f"INSERT INTO {table.name} ({', '.join(self.columns)}) "
-                    f"VALUES ({', '.join('?' * len(self.columns))})")
+        self.sql = f"INSERT INTO {table.name} ({', '.join(self.columns)}) VALUES ({', '.join('?' * len(self.columns))})"
         self.values: Callable[[Mapping[str, Any]], tuple] = operator.itemgetter(*self.columns)
 
     def params(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple]:
@@ -120,8 +127,9 @@ class _SqliteInsert:
 class RunSink:
     """Commits one run's rounds; keeps the aggregates stored in the run row current."""
 
-    def __init__(self, engine: Engine, run_id: str, policy: VectorPolicy, started_at: float,
-                 lock_wait: float | None = None):
+    def __init__(
+        self, engine: Engine, run_id: str, policy: VectorPolicy, started_at: float, lock_wait: float | None = None
+    ):
         self.engine = engine
         self.run_id = run_id
         self.policy = policy
@@ -133,8 +141,9 @@ class RunSink:
         self._round_rows: list[dict] = []  # encoded, not yet committed
         self._node_rows: list[dict] = []
         self._new_tokens: list[int] = []
-        self._fast = ((_SqliteInsert(rounds_table), _SqliteInsert(nodes_table))
-                      if engine.dialect.name == "sqlite" else None)
+        self._fast = (
+            (_SqliteInsert(rounds_table), _SqliteInsert(nodes_table)) if engine.dialect.name == "sqlite" else None
+        )
         self.lock_wait = lock_wait_s() if lock_wait is None else float(lock_wait)
         self.waiting_since: float | None = None  # monotonic time of the first commit the lock refused
         self.waiting_bytes = 0  # blob bytes of the rounds kept while waiting
@@ -147,8 +156,9 @@ class RunSink:
         """Encode rounds now; they are inserted by the next commit()."""
         round_rows, node_rows = rounds_to_rows(rounds, self.policy, self.run_id)
         if self.waiting_since is not None:
-            self.waiting_bytes += sum(len(v) for row in (*round_rows, *node_rows) for v in row.values()
-                                      if isinstance(v, bytes))
+            self.waiting_bytes += sum(
+                len(v) for row in (*round_rows, *node_rows) for v in row.values() if isinstance(v, bytes)
+            )
         self._round_rows.extend(round_rows)
         self._node_rows.extend(node_rows)
         self._new_tokens.extend(e.token for r in rounds for e in r.emitted)
@@ -195,9 +205,17 @@ class RunSink:
         """What an on_wait callback is told (see LockWait)."""
         spill = self.spill
         waited = self.waited_s() if self.waiting_since is not None else self.last_wait_s
-        return LockWait(self.run_id, state, waited, self.lock_wait, self.pending, self.rounds_written,
-                        str(spill.path) if spill is not None else None, spill.rounds if spill is not None else 0,
-                        self.busy_error)
+        return LockWait(
+            self.run_id,
+            state,
+            waited,
+            self.lock_wait,
+            self.pending,
+            self.rounds_written,
+            str(spill.path) if spill is not None else None,
+            spill.rounds if spill is not None else 0,
+            self.busy_error,
+        )
 
     def waited_s(self) -> float:
         return 0.0 if self.waiting_since is None else time.monotonic() - self.waiting_since
@@ -217,12 +235,17 @@ class RunSink:
         error naming the file that holds the whole run (else the next writer to open the
         store marks it interrupted once this process has gone)."""
         assert self.spill is not None
-        why = (f"the store was locked ({self.busy_error}) for longer than the writer waits: all "
-               f"{self.spill.rounds} rounds of the run are in {self.spill.path} (specscope import)")
+        why = (
+            f"the store was locked ({self.busy_error}) for longer than the writer waits: all "
+            f"{self.spill.rounds} rounds of the run are in {self.spill.path} (specscope import)"
+        )
         try:
             with transaction(self.engine, 500) as conn:
-                conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id, runs_table.c.status == "running")
-                             .values(status="interrupted", error=why, ended_at=time.time()))
+                conn.execute(
+                    update(runs_table)
+                    .where(runs_table.c.run_id == self.run_id, runs_table.c.status == "running")
+                    .values(status="interrupted", error=why, ended_at=time.time())
+                )
         except Exception:  # noqa: BLE001 - still locked: the file says it all
             pass
 
@@ -242,19 +265,20 @@ class RunSink:
             values.setdefault("wall_s", now - self.started_at)
         # while the store is locked, each try waits a second at most, so that the wait is told as it goes
         retry_ms = min(RETRY_WAIT_MS, busy_timeout_ms()) if self.waiting_since is not None else None
-        with translate_errors(f"writing run {self.run_id}"):
-            with transaction(self.engine, retry_ms) as conn:
-                for table, rows, fast in ((rounds_table, round_rows, self._fast and self._fast[0]),
-                                          (nodes_table, node_rows, self._fast and self._fast[1])):
-                    if not rows:
-                        continue
-                    if fast is not None:
-                        conn.exec_driver_sql(fast.sql, fast.params(rows))
-                    else:
-                        conn.execute(insert(table), rows)
-                if tokens:
-                    conn.execute(insert(tokens_table), token_chunk(self.run_id, self.tokens_written, tokens))
-                conn.execute(_UPDATE_RUN, {"_run_id": self.run_id, **values})
+        with translate_errors(f"writing run {self.run_id}"), transaction(self.engine, retry_ms) as conn:
+            for table, rows, fast in (
+                (rounds_table, round_rows, self._fast and self._fast[0]),
+                (nodes_table, node_rows, self._fast and self._fast[1]),
+            ):
+                if not rows:
+                    continue
+                if fast is not None:
+                    conn.exec_driver_sql(fast.sql, fast.params(rows))
+                else:
+                    conn.execute(insert(table), rows)
+            if tokens:
+                conn.execute(insert(tokens_table), token_chunk(self.run_id, self.tokens_written, tokens))
+            conn.execute(_UPDATE_RUN, {"_run_id": self.run_id, **values})
         self._round_rows, self._node_rows, self._new_tokens = [], [], []
         self.rounds_written += len(round_rows)
         self.tokens_written += len(tokens)
@@ -268,9 +292,11 @@ class RunSink:
         now = time.time()
         try:
             with transaction(self.engine) as conn:
-                conn.execute(update(runs_table).where(runs_table.c.run_id == self.run_id,
-                                                      runs_table.c.status == "running").values(
-                    status=status, error=error, ended_at=now, heartbeat_at=now))
+                conn.execute(
+                    update(runs_table)
+                    .where(runs_table.c.run_id == self.run_id, runs_table.c.status == "running")
+                    .values(status=status, error=error, ended_at=now, heartbeat_at=now)
+                )
         except Exception:
             return False
         return True
@@ -317,7 +343,7 @@ class WaitReports:
             return
         try:
             self.on_wait(state)
-        except Exception:  # noqa: BLE001 - a report that fails must not stop the recording
+        except Exception:
             import logging
 
             logging.getLogger(__name__).exception("on_wait failed")

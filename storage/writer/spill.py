@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import Engine, select
 
@@ -61,8 +62,9 @@ class Spill:
                 for line in round_lines(conn, run_id):
                     self._fh.write(line + "\n")
                     self.copied += 1
-                for row in conn.execute(select(tokens_table.c.tokens).where(tokens_table.c.run_id == run_id)
-                                        .order_by(tokens_table.c.start)):
+                for row in conn.execute(
+                    select(tokens_table.c.tokens).where(tokens_table.c.run_id == run_id).order_by(tokens_table.c.start)
+                ):
                     self.tokens.extend(int(t) for t in chunk_tokens(row.tokens))
             self.rounds = self.copied
             self._fh.flush()
@@ -70,8 +72,9 @@ class Spill:
             self._fh.close()
             raise
 
-    def write(self, round_rows: Sequence[Mapping[str, Any]], node_rows: Sequence[Mapping[str, Any]],
-              tokens: Sequence[int]) -> None:
+    def write(
+        self, round_rows: Sequence[Mapping[str, Any]], node_rows: Sequence[Mapping[str, Any]], tokens: Sequence[int]
+    ) -> None:
         """Append rounds as the writer built their rows."""
         from specscope.storage.jsonl.transfer import round_line
 

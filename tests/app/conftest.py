@@ -10,8 +10,9 @@ def gui_env(tmp_path, monkeypatch):
     """QSettings and the default trace store never touch the user's home."""
     pytest.importorskip("PySide6")
     pytest.importorskip("pytestqt")
-    import specscope.app.gui  # noqa: F401  (applies the PySide6 None-refcount guard first)
     from PySide6.QtCore import QSettings
+
+    import specscope.app.gui  # noqa: F401  (applies the PySide6 None-refcount guard first)
 
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "qsettings"))
@@ -55,8 +56,12 @@ def make_window(qtbot, hub, settings_file, tmp_path):
     made = []
 
     def make(record: bool = True, settings=None, store_path=None):
-        w = MainWindow(hub=hub, settings=settings or settings_file, record=record,
-                       store_path=store_path or str(tmp_path / "traces.sqlite"))
+        w = MainWindow(
+            hub=hub,
+            settings=settings or settings_file,
+            record=record,
+            store_path=store_path or str(tmp_path / "traces.sqlite"),
+        )
         qtbot.addWidget(w)
         w.resize(1400, 900)
         w.show()

@@ -11,16 +11,20 @@ import pytest
 def test_help_imports_no_torch():
     """`specscope --help` spent 5 of its 9 s importing torch (the run parser's list of
     proposer kinds, and the bench package)."""
-    code = ("import sys\nfrom specscope.app.cli.entry import main\ntry:\n    main(['--help'])\n"
-            "except SystemExit:\n    pass\nprint('TORCH', 'torch' in sys.modules)")
+    code = (
+        "import sys\nfrom specscope.app.cli.entry import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit:\n    pass\nprint('TORCH', 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     assert "usage: specscope" in out and "TORCH False" in out
 
 
 def _imports_torch(argv: list[str]) -> tuple[bool, str]:
     """Run `specscope ARGV` in a fresh interpreter: (whether torch got imported, its output)."""
-    code = ("import sys\nfrom specscope.app.cli.entry import main\ntry:\n    code = main(sys.argv[1:])\n"
-            "except SystemExit:\n    pass\nprint('TORCH', 'torch' in sys.modules)")
+    code = (
+        "import sys\nfrom specscope.app.cli.entry import main\ntry:\n    code = main(sys.argv[1:])\n"
+        "except SystemExit:\n    pass\nprint('TORCH', 'torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
     return "TORCH True" in done.stdout, done.stdout + done.stderr
 
@@ -29,7 +33,6 @@ def test_trace_commands_import_no_torch(tmp_path):
     """Item 8: `specscope check` and `runs` read a trace and need no model; they spent most of
     their time importing torch (the checker reached it through the verifiers)."""
     from specscope.storage import TraceStore, TraceWriter
-
     from tests.storage.helpers import synthetic_config, synthetic_rounds
 
     path = tmp_path / "store.sqlite"
@@ -38,8 +41,12 @@ def test_trace_commands_import_no_torch(tmp_path):
         for rnd in synthetic_rounds(config, 12):
             writer.write(rnd)
     jsonl = tmp_path / "run.jsonl"
-    for argv in (["check", str(path)], ["runs", str(path)], ["show", str(path), "last"],
-                 ["export", str(path), "last", "-o", str(jsonl)]):
+    for argv in (
+        ["check", str(path)],
+        ["runs", str(path)],
+        ["show", str(path), "last"],
+        ["export", str(path), "last", "-o", str(jsonl)],
+    ):
         torch_imported, out = _imports_torch(argv)
         assert "TORCH" in out and not torch_imported, (argv, out)
     assert config.run_id in _imports_torch(["check", str(path)])[1]  # it did check the run

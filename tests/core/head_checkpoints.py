@@ -16,17 +16,34 @@ def _shapes(target) -> dict:
     cfg = target.config.get_text_config()
     hidden = int(cfg.hidden_size)
     heads = int(cfg.num_attention_heads)
-    return dict(hidden=hidden, heads=heads, kv_heads=int(getattr(cfg, "num_key_value_heads", None) or heads),
-                head_dim=hidden // heads, inter=2 * hidden, vocab=int(target.get_output_embeddings().weight.shape[0]),
-                layers=int(cfg.num_hidden_layers))
+    return dict(
+        hidden=hidden,
+        heads=heads,
+        kv_heads=int(getattr(cfg, "num_key_value_heads", None) or heads),
+        head_dim=hidden // heads,
+        inter=2 * hidden,
+        vocab=int(target.get_output_embeddings().weight.shape[0]),
+        layers=int(cfg.num_hidden_layers),
+    )
 
 
 def _config(target, **extra) -> dict:
     s = _shapes(target)
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": s["hidden"],
-            "intermediate_size": s["inter"], "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"],
-            "num_hidden_layers": 1, "vocab_size": s["vocab"], "rms_norm_eps": 1e-6, "max_position_embeddings": 512,
-            "hidden_act": "silu", "torch_dtype": "float32", **extra}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": s["hidden"],
+        "intermediate_size": s["inter"],
+        "num_attention_heads": s["heads"],
+        "num_key_value_heads": s["kv_heads"],
+        "num_hidden_layers": 1,
+        "vocab_size": s["vocab"],
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 512,
+        "hidden_act": "silu",
+        "torch_dtype": "float32",
+        **extra,
+    }
 
 
 def _rand(gen, *shape, scale=0.3):
@@ -39,11 +56,16 @@ def _norm(gen, n):
 
 def _layer(gen, prefix: str, s: dict, width: int, input_norm: bool = True) -> dict:
     h, q, kv = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    w = {f"{prefix}self_attn.q_proj.weight": _rand(gen, q, width), f"{prefix}self_attn.k_proj.weight": _rand(gen, kv, width),
-         f"{prefix}self_attn.v_proj.weight": _rand(gen, kv, width), f"{prefix}self_attn.o_proj.weight": _rand(gen, h, q),
-         f"{prefix}mlp.gate_proj.weight": _rand(gen, s["inter"], h), f"{prefix}mlp.up_proj.weight": _rand(gen, s["inter"], h),
-         f"{prefix}mlp.down_proj.weight": _rand(gen, h, s["inter"]),
-         f"{prefix}post_attention_layernorm.weight": _norm(gen, h)}
+    w = {
+        f"{prefix}self_attn.q_proj.weight": _rand(gen, q, width),
+        f"{prefix}self_attn.k_proj.weight": _rand(gen, kv, width),
+        f"{prefix}self_attn.v_proj.weight": _rand(gen, kv, width),
+        f"{prefix}self_attn.o_proj.weight": _rand(gen, h, q),
+        f"{prefix}mlp.gate_proj.weight": _rand(gen, s["inter"], h),
+        f"{prefix}mlp.up_proj.weight": _rand(gen, s["inter"], h),
+        f"{prefix}mlp.down_proj.weight": _rand(gen, h, s["inter"]),
+        f"{prefix}post_attention_layernorm.weight": _norm(gen, h),
+    }
     if input_norm:
         w[f"{prefix}input_layernorm.weight"] = _norm(gen, h)
     return w
@@ -59,8 +81,9 @@ def _save(folder: Path, config: dict, weights: dict, file: str) -> Path:
     return folder
 
 
-def write_eagle(folder: Path, target, seed: int = 0, bias: bool = True, embedding: bool = False,
-                file: str = "pytorch_model.bin") -> Path:
+def write_eagle(
+    folder: Path, target, seed: int = 0, bias: bool = True, embedding: bool = False, file: str = "pytorch_model.bin"
+) -> Path:
     """EAGLE-1/2: fc (2H -> H) over [embedding; feature], layers.0 without input_layernorm."""
     gen, s = torch.Generator().manual_seed(seed), _shapes(target)
     h = s["hidden"]
@@ -72,26 +95,45 @@ def write_eagle(folder: Path, target, seed: int = 0, bias: bool = True, embeddin
     return _save(folder, _config(target, bias=bias), weights, file)
 
 
-def write_eagle3(folder: Path, target, seed: int = 0, draft_vocab: int | None = None, layers=None,
-                 file: str = "model.safetensors", head_scale: float = 1.0) -> Path:
+def write_eagle3(
+    folder: Path,
+    target,
+    seed: int = 0,
+    draft_vocab: int | None = None,
+    layers=None,
+    file: str = "model.safetensors",
+    head_scale: float = 1.0,
+) -> Path:
     """EAGLE-3: fc (3H -> H), midlayer with 2H-wide q/k/v and hidden_norm, norm, lm_head over
     a draft vocabulary of `draft_vocab` target ids (every other id from the top), d2t, t2d."""
     gen, s = torch.Generator().manual_seed(seed), _shapes(target)
     h, vocab = s["hidden"], s["vocab"]
     draft_vocab = draft_vocab or vocab
     ids = torch.sort(torch.randperm(vocab, generator=gen)[:draft_vocab]).values
-    weights = {"fc.weight": _rand(gen, h, 3 * h), **_layer(gen, "midlayer.", s, 2 * h),
-               "midlayer.hidden_norm.weight": _norm(gen, h), "norm.weight": _norm(gen, h),
-               "lm_head.weight": _rand(gen, draft_vocab, h, scale=head_scale),
-               "d2t": ids - torch.arange(draft_vocab), "t2d": torch.zeros(vocab, dtype=torch.bool).index_fill_(0, ids, True)}
+    weights = {
+        "fc.weight": _rand(gen, h, 3 * h),
+        **_layer(gen, "midlayer.", s, 2 * h),
+        "midlayer.hidden_norm.weight": _norm(gen, h),
+        "norm.weight": _norm(gen, h),
+        "lm_head.weight": _rand(gen, draft_vocab, h, scale=head_scale),
+        "d2t": ids - torch.arange(draft_vocab),
+        "t2d": torch.zeros(vocab, dtype=torch.bool).index_fill_(0, ids, True),
+    }
     extra = {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": draft_vocab}
     if layers is not None:
         extra["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(layers)}
     return _save(folder, _config(target, **extra), weights, file)
 
 
-def write_medusa(folder: Path, target, seed: int = 0, heads: int = 3, blocks: int = 1,
-                 file: str = "medusa_lm_head.safetensors", head_scale: float = 1.0) -> Path:
+def write_medusa(
+    folder: Path,
+    target,
+    seed: int = 0,
+    heads: int = 3,
+    blocks: int = 1,
+    file: str = "medusa_lm_head.safetensors",
+    head_scale: float = 1.0,
+) -> Path:
     """Medusa: `heads` Sequentials of `blocks` ResBlocks ({i}.{j}.linear) and an output layer ({i}.{blocks})."""
     gen, s = torch.Generator().manual_seed(seed), _shapes(target)
     h = s["hidden"]
@@ -110,14 +152,19 @@ def write_mtp(folder: Path, target, seed: int = 0, copies: bool = False, file: s
     shared_head.norm (and, with `copies`, embed_tokens and shared_head.head as DeepSeek-V3 ships)."""
     gen, s = torch.Generator().manual_seed(seed), _shapes(target)
     h, prefix = s["hidden"], f"model.layers.{s['layers']}."
-    weights = {f"{prefix}enorm.weight": _norm(gen, h), f"{prefix}hnorm.weight": _norm(gen, h),
-               f"{prefix}eh_proj.weight": _rand(gen, h, 2 * h), **_layer(gen, prefix, s, h),
-               f"{prefix}shared_head.norm.weight": _norm(gen, h)}
+    weights = {
+        f"{prefix}enorm.weight": _norm(gen, h),
+        f"{prefix}hnorm.weight": _norm(gen, h),
+        f"{prefix}eh_proj.weight": _rand(gen, h, 2 * h),
+        **_layer(gen, prefix, s, h),
+        f"{prefix}shared_head.norm.weight": _norm(gen, h),
+    }
     if copies:
         weights[f"{prefix}embed_tokens.weight"] = target.get_input_embeddings().weight.detach().clone()
         weights[f"{prefix}shared_head.head.weight"] = target.get_output_embeddings().weight.detach().clone()
-    config = _config(target, architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=s["layers"],
-                     num_nextn_predict_layers=1)
+    config = _config(
+        target, architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=s["layers"], num_nextn_predict_layers=1
+    )
     return _save(folder, config, weights, file)
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from specscope.core import (
     expected_tokens,
     expected_tokens_from_survival,

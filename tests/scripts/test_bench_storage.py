@@ -22,8 +22,10 @@ def bench():
 
 
 def test_bench_storage_reports_every_measure(bench, capsys):
-    assert bench.main(["--repeats", "1", "--writer-rounds", "30", "--max-new-tokens", "24", "--vocab", "300",
-                       "--json"]) == 0
+    assert (
+        bench.main(["--repeats", "1", "--writer-rounds", "30", "--max-new-tokens", "24", "--vocab", "300", "--json"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["models"]["vocab"] == 300 and out["rounds_per_run"] >= 1
     writer = out["overhead"]["writers"]["thread"]

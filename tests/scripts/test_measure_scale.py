@@ -14,8 +14,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_measure_scale_reports_every_column(tmp_path):
     out = tmp_path / "scale.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "measure_scale.py"), "--rounds", "160", "--vocab", "4096",
-           "--target-layers", "1", "--threads", "1", "--modes", "greedy", "t1", "--json", str(out), "--markdown"]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "measure_scale.py"),
+        "--rounds",
+        "160",
+        "--vocab",
+        "4096",
+        "--target-layers",
+        "1",
+        "--threads",
+        "1",
+        "--modes",
+        "greedy",
+        "t1",
+        "--json",
+        str(out),
+        "--markdown",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| greedy |" in done.stdout and "| t1 |" in done.stdout and "CPU ratio" in done.stdout
@@ -44,8 +60,21 @@ def test_measure_scale_takes_a_real_target_with_a_random_draft_of_its_vocabulary
     model = write_tiny_llama(tmp_path / "tiny.gguf", context=2048)  # the prompt and 110 rounds of up to 5 tokens
     vocab = len(tokenizer_metadata()[0])
     out = tmp_path / "scale.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "measure_scale.py"), "--target", str(model), "--rounds", "110",
-           "--threads", "1", "--modes", "greedy", "--json", str(out), "--markdown"]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "measure_scale.py"),
+        "--target",
+        str(model),
+        "--rounds",
+        "110",
+        "--threads",
+        "1",
+        "--modes",
+        "greedy",
+        "--json",
+        str(out),
+        "--markdown",
+    ]
     env = {**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert done.returncode == 0, done.stderr[-2000:]

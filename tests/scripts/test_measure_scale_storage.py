@@ -36,9 +36,29 @@ def test_repeated_real_rounds_make_a_consistent_run(scale):
 
 
 def test_the_steps_and_the_table_run(tmp_path):
-    out = subprocess.run([sys.executable, str(SCRIPT), "--sizes", "300", "600", "--steps", "record", "check", "export",
-                          "import", "--real-rounds", "40", "--out", str(tmp_path), "--markdown", str(tmp_path / "f.md")],
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--sizes",
+            "300",
+            "600",
+            "--steps",
+            "record",
+            "check",
+            "export",
+            "import",
+            "--real-rounds",
+            "40",
+            "--out",
+            str(tmp_path),
+            "--markdown",
+            str(tmp_path / "f.md"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     table = (tmp_path / "f.md").read_text()
     for step in ("record", "check", "export", "import"):

@@ -17,9 +17,14 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "render_screenshots.p
 @pytest.mark.slow
 def test_the_screenshot_script_runs_through_at_1024x700_and_exits_cleanly(tmp_path):
     pytest.importorskip("PySide6")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--size", "1024x700", "--tokens", "24",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=900, check=False,
-                          env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--size", "1024x700", "--tokens", "24", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "QThread: Destroyed" not in done.stderr
     names = {p.name for p in tmp_path.glob("*.png")}

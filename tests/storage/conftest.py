@@ -6,7 +6,6 @@ import pytest
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 from specscope.storage import TraceStore, record
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPT = [5, 9, 14, 5, 9, 3, 7]
@@ -28,7 +27,9 @@ def make_decoder(models):
         else:
             proposer = DraftModelProposer(draft, label="tiny-draft")
         sampling = SamplingConfig(temperature=0.0) if kind == "greedy" else SamplingConfig(temperature=0.9, top_k=40)
-        return SpeculativeDecoder(target, proposer, k=k, sampling=sampling, eos_token_id=eos, seed=seed, target_name="tiny-target")
+        return SpeculativeDecoder(
+            target, proposer, k=k, sampling=sampling, eos_token_id=eos, seed=seed, target_name="tiny-target"
+        )
 
     return make
 
@@ -45,7 +46,16 @@ def recorded(tmp_path_factory, make_decoder):
     path = tmp_path_factory.mktemp("recorded") / "runs.sqlite"
     results = {}
     with TraceStore(path) as s:
-        results["sampled"] = record(s, make_decoder("sampled"), PROMPT, 48, keep_rounds=True, model_info={"target_hash": "sha256:t", "draft_hash": "sha256:d"})
+        results["sampled"] = record(
+            s,
+            make_decoder("sampled"),
+            PROMPT,
+            48,
+            keep_rounds=True,
+            model_info={"target_hash": "sha256:t", "draft_hash": "sha256:d"},
+        )
         results["greedy"] = record(s, make_decoder("greedy"), PROMPT, 40, keep_rounds=True)
-        results["lookup"] = record(s, make_decoder("lookup"), PROMPT * 2, 24, keep_rounds=True, full_vectors=False, top_n=5)
+        results["lookup"] = record(
+            s, make_decoder("lookup"), PROMPT * 2, 24, keep_rounds=True, full_vectors=False, top_n=5
+        )
     return path, results

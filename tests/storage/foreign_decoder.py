@@ -90,7 +90,7 @@ class Models:
     def _filtered(self, logits: np.ndarray) -> np.ndarray:
         d = _softmax(logits / (self.temperature or 1.0))
         if self.top_k:
-            d[np.argsort(-d, kind="stable")[self.top_k:]] = 0.0
+            d[np.argsort(-d, kind="stable")[self.top_k :]] = 0.0
             d /= d.sum()
         return d
 
@@ -192,7 +192,7 @@ class Ender:
             if s in self.text and s not in before:
                 return ("text", i)
         for i, seq in enumerate(self.setup.stop_ids):
-            if tuple(self.tokens[-len(seq):]) == seq:
+            if tuple(self.tokens[-len(seq) :]) == seq:
                 return ("ids", i)
         return None
 
@@ -221,24 +221,43 @@ def generate(setup: Setup) -> list[dict]:
         stop_at = at if leaked is not None else len(tokens) - 1
         n_acc = sum(1 for e in round_["emitted"] if e["kind"] == "accepted")
         total_after = emitted_before + len(tokens)
-        withheld = round_.pop("_withheld") if "_withheld" in round_ else (
-            all(n["status"] == "accepted" for n in round_["nodes"]) and n_acc == len(tokens)
-            and reason is None and total_after >= setup.max_new)
+        withheld = (
+            round_.pop("_withheld")
+            if "_withheld" in round_
+            else (
+                all(n["status"] == "accepted" for n in round_["nodes"])
+                and n_acc == len(tokens)
+                and reason is None
+                and total_after >= setup.max_new
+            )
+        )
         round_.update(
-            record="round", index=index, prefix_len=prefix_len, emitted_before=emitted_before, remaining_budget=left,
+            record="round",
+            index=index,
+            prefix_len=prefix_len,
+            emitted_before=emitted_before,
+            remaining_budget=left,
             greedy=setup.greedy,
             eos=setup.eos is not None and setup.eos in tokens,
             budget_stop=total_after >= setup.max_new,  # a leaking decoder counts past its end
             bonus_withheld=withheld,
-            target_cache={"before": cache_after, "peak": prefix_len + len(round_["nodes"]),
-                          "after": prefix_len + n_acc, "pending": tokens[n_acc:]},
+            target_cache={
+                "before": cache_after,
+                "peak": prefix_len + len(round_["nodes"]),
+                "after": prefix_len + n_acc,
+                "pending": tokens[n_acc:],
+            },
             timings={"draft_s": 0.001, "verify_s": 0.001, "bookkeeping_s": 0.0},
-            draft_forwards=len(round_["nodes"]), target_forwards=1,
+            draft_forwards=len(round_["nodes"]),
+            target_forwards=1,
             pieces=[piece(t) for t in tokens],
         )
         if setup.stop_ids or setup.stop_strings:
-            round_["stop"] = None if reason is None or reason[0] == "eos" else {
-                "kind": reason[0], "index": reason[1], "position": stop_at}
+            round_["stop"] = (
+                None
+                if reason is None or reason[0] == "eos"
+                else {"kind": reason[0], "index": reason[1], "position": stop_at}
+            )
         if "tree" in round_:
             round_["tree"]["kept_rows"] = [prefix_len + i for i in round_["tree"]["path"]]
         cache_after = prefix_len + n_acc
@@ -247,9 +266,18 @@ def generate(setup: Setup) -> list[dict]:
         index += 1
         if reason is not None:
             ended = "eos" if reason[0] == "eos" else "stop"
-    new = out[len(PROMPT):]
-    lines.append({"record": "end", "status": "completed", "stop_reason": ended or "budget", "error": None,
-                  "ended_at": 1764400003.5, "wall_s": 0.25, "new_tokens": new})
+    new = out[len(PROMPT) :]
+    lines.append(
+        {
+            "record": "end",
+            "status": "completed",
+            "stop_reason": ended or "budget",
+            "error": None,
+            "ended_at": 1764400003.5,
+            "wall_s": 0.25,
+            "new_tokens": new,
+        }
+    )
     return lines
 
 
@@ -258,28 +286,56 @@ def _header(setup: Setup) -> dict:
     if setup.tree is not None:
         params.update(tree=setup.tree, children=setup.children)
     config: dict[str, Any] = {
-        "vocab_size": V, "k": setup.k, "max_new_tokens": setup.max_new,
+        "vocab_size": V,
+        "k": setup.k,
+        "max_new_tokens": setup.max_new,
         "sampling": {"temperature": 0.0 if setup.greedy else setup.temperature, "top_k": setup.top_k, "top_p": 1.0},
-        "seed": setup.seed, "eos_token_id": setup.eos, "proposer": "foreign-numpy", "proposer_params": params,
-        "device": "cpu", "dtype": "float64", "use_cache": True, "fault": None,
+        "seed": setup.seed,
+        "eos_token_id": setup.eos,
+        "proposer": "foreign-numpy",
+        "proposer_params": params,
+        "device": "cpu",
+        "dtype": "float64",
+        "use_cache": True,
+        "fault": None,
     }
     if setup.position_limit is not None:
         config["position_limit"] = setup.position_limit
-    return {"format": "specscope-trace", "version": 2, "record": "run", "run_id": f"foreign-{setup.name}",
-            "started_at": 1764400000.25, "prompt_ids": PROMPT, "prompt_text": "abc", "config": config,
-            "models": {"target_name": "bigram", "draft_name": "noisy-bigram"},
-            "library_versions": {"numpy": np.__version__}, "extra": {"author": "someone else"},
-            "storage": {"top_n": setup.top_n, "full_vectors": setup.vectors == "full", "full_dtype": "float64"},
-            "stops": {"eos_token_ids": [] if setup.eos is None else [setup.eos],
-                      "strings": list(setup.stop_strings), "ids": [list(s) for s in setup.stop_ids]}}
+    return {
+        "format": "specscope-trace",
+        "version": 2,
+        "record": "run",
+        "run_id": f"foreign-{setup.name}",
+        "started_at": 1764400000.25,
+        "prompt_ids": PROMPT,
+        "prompt_text": "abc",
+        "config": config,
+        "models": {"target_name": "bigram", "draft_name": "noisy-bigram"},
+        "library_versions": {"numpy": np.__version__},
+        "extra": {"author": "someone else"},
+        "storage": {"top_n": setup.top_n, "full_vectors": setup.vectors == "full", "full_dtype": "float64"},
+        "stops": {
+            "eos_token_ids": [] if setup.eos is None else [setup.eos],
+            "strings": list(setup.stop_strings),
+            "ids": [list(s) for s in setup.stop_ids],
+        },
+    }
 
 
 def _node(setup: Setup, index: int, token: int, parent: int, depth: int, p: np.ndarray, q: np.ndarray | None) -> dict:
-    node: dict[str, Any] = {"index": index, "token": int(token), "parent": parent, "depth": depth,
-                            "status": "unvisited", "u": None, "p": dist_obj(p, setup),
-                            "q": None if q is None else dist_obj(q, setup),
-                            "p_token": float(p[token]), "q_token": None if q is None else float(q[token]),
-                            "target_argmax": int(np.argmax(p))}
+    node: dict[str, Any] = {
+        "index": index,
+        "token": int(token),
+        "parent": parent,
+        "depth": depth,
+        "status": "unvisited",
+        "u": None,
+        "p": dist_obj(p, setup),
+        "q": None if q is None else dist_obj(q, setup),
+        "p_token": float(p[token]),
+        "q_token": None if q is None else float(q[token]),
+        "target_argmax": int(np.argmax(p)),
+    }
     if q is not None:
         node["ratio"] = float(p[token]) / float(q[token])
         node["overlap"] = float(np.minimum(p, q).sum())
@@ -299,8 +355,15 @@ def _chain_round(setup, models, rng, out, ender, left) -> tuple[dict, Any]:
         nodes.append(_node(setup, i, token, i - 1, i + 1, models.p(ctx[-1]), None if setup.greedy else q))
         ctx.append(token)
     emitted: list[dict] = []
-    line: dict[str, Any] = {"k": k, "nodes": nodes, "emitted": emitted, "bonus_p": None, "rejected_node": None,
-                            "residual": None, "residual_mass": None}
+    line: dict[str, Any] = {
+        "k": k,
+        "nodes": nodes,
+        "emitted": emitted,
+        "bonus_p": None,
+        "rejected_node": None,
+        "residual": None,
+        "residual_mass": None,
+    }
     for n in nodes:
         p, q, t = n["_p"], n["_q"], n["token"]
         if setup.greedy:
@@ -400,11 +463,13 @@ def _tree_shape(setup: Setup, models: Models, rng: random.Random, out: list[int]
             slot_node[s] = add(pn, made[pn].pop(0))
 
         if setup.depth_first:
+
             def subtree(parent_slot: int) -> None:
                 for s, (parent, depth) in enumerate(zip(slots, depths)):
                     if parent == parent_slot and depth <= left:
                         place(s, parent)
                         subtree(s)
+
             subtree(-1)
         else:
             for s, (parent, depth) in enumerate(zip(slots, depths)):
@@ -419,16 +484,32 @@ def _tree_round(setup, models, rng, out, ender, left) -> tuple[dict, Any]:
     cut = 10**6 if setup.bug == "budget-overshoot" else left
     tokens, parents, p_rows, q_rows, ctx_of = _tree_shape(setup, models, rng, out, cut)
     depths = depth_of(parents)
-    nodes = [_node(setup, i, t, parents[i], depths[i], p_rows[i], None if setup.greedy else q_rows[i])
-             for i, t in enumerate(tokens)]
+    nodes = [
+        _node(setup, i, t, parents[i], depths[i], p_rows[i], None if setup.greedy else q_rows[i])
+        for i, t in enumerate(tokens)
+    ]
     kids = {i: [c for c in range(len(tokens)) if parents[c] == i] for i in range(-1, len(tokens))}
     emitted: list[dict] = []
-    tree: dict[str, Any] = {"spec": setup.tree, "children": setup.children, "path": [], "tried": [], "updates": [],
-                            "positions": [len(out) + d - 1 for d in depths],
-                            "visible": [_ancestors(parents, i) for i in range(len(tokens))]}
-    line: dict[str, Any] = {"k": len(tokens), "nodes": nodes, "emitted": emitted, "bonus_p": None,
-                            "rejected_node": None, "residual": None, "residual_mass": None, "tree": tree,
-                            "_withheld": False}
+    tree: dict[str, Any] = {
+        "spec": setup.tree,
+        "children": setup.children,
+        "path": [],
+        "tried": [],
+        "updates": [],
+        "positions": [len(out) + d - 1 for d in depths],
+        "visible": [_ancestors(parents, i) for i in range(len(tokens))],
+    }
+    line: dict[str, Any] = {
+        "k": len(tokens),
+        "nodes": nodes,
+        "emitted": emitted,
+        "bonus_p": None,
+        "rejected_node": None,
+        "residual": None,
+        "residual_mass": None,
+        "tree": tree,
+        "_withheld": False,
+    }
     node = -1
     reason = None
     while True:
@@ -458,8 +539,16 @@ def _tree_round(setup, models, rng, out, ender, left) -> tuple[dict, Any]:
             if not setup.greedy and np.maximum(running - q_c, 0).sum() > 0:
                 running, mass = residual(running, q_c)
                 exact = sorted({tokens[s] for s in kids[node]})
-                tree["updates"].append({"parent": node, "child": c, "mass": mass, "p_after": dist_obj(running, setup),
-                                        "exact_ids": exact, "exact_probs": [float(running[x]) for x in exact]})
+                tree["updates"].append(
+                    {
+                        "parent": node,
+                        "child": c,
+                        "mass": mass,
+                        "p_after": dist_obj(running, setup),
+                        "exact_ids": exact,
+                        "exact_probs": [float(running[x]) for x in exact],
+                    }
+                )
         if kids[node]:
             tree["tried"].append([node, tried])
         if accepted is None:
@@ -516,19 +605,57 @@ def _ancestors(parents: list[int], i: int) -> list[int]:
 
 # name -> (record, path); the path's last key is dropped where present (nodes/emitted: in each)
 OPTIONAL: dict[str, tuple[str, str]] = {
-    **{f"header.{k}": ("run", k) for k in ("started_at", "prompt_text", "models", "library_versions", "extra",
-                                           "storage", "stops")},
-    **{f"config.{k}": ("run", f"config.{k}") for k in ("seed", "eos_token_id", "proposer", "proposer_params",
-                                                       "device", "dtype", "use_cache", "fault", "position_limit")},
-    **{f"round.{k}": ("round", k) for k in ("prefix_len", "emitted_before", "remaining_budget", "k", "greedy",
-                                            "bonus_p", "rejected_node", "residual", "residual_mass", "eos",
-                                            "budget_stop", "bonus_withheld", "target_cache", "timings",
-                                            "draft_forwards", "target_forwards", "stop", "pieces", "tree")},
-    **{f"node.{k}": ("node", k) for k in ("index", "depth", "u", "p_token", "q_token", "ratio", "overlap",
-                                          "target_argmax")},
+    **{
+        f"header.{k}": ("run", k)
+        for k in ("started_at", "prompt_text", "models", "library_versions", "extra", "storage", "stops")
+    },
+    **{
+        f"config.{k}": ("run", f"config.{k}")
+        for k in (
+            "seed",
+            "eos_token_id",
+            "proposer",
+            "proposer_params",
+            "device",
+            "dtype",
+            "use_cache",
+            "fault",
+            "position_limit",
+        )
+    },
+    **{
+        f"round.{k}": ("round", k)
+        for k in (
+            "prefix_len",
+            "emitted_before",
+            "remaining_budget",
+            "k",
+            "greedy",
+            "bonus_p",
+            "rejected_node",
+            "residual",
+            "residual_mass",
+            "eos",
+            "budget_stop",
+            "bonus_withheld",
+            "target_cache",
+            "timings",
+            "draft_forwards",
+            "target_forwards",
+            "stop",
+            "pieces",
+            "tree",
+        )
+    },
+    **{
+        f"node.{k}": ("node", k)
+        for k in ("index", "depth", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax")
+    },
     **{f"emitted.{k}": ("emitted", k) for k in ("node", "draw")},
     **{f"tree.{k}": ("tree", k) for k in ("spec", "updates", "positions", "visible", "kept_rows")},
-    "tree.p_after": ("update", "p_after"), "tree.mass": ("update", "mass"), "tree.exact": ("update", "exact_ids"),
+    "tree.p_after": ("update", "p_after"),
+    "tree.mass": ("update", "mass"),
+    "tree.exact": ("update", "exact_ids"),
     **{f"end.{k}": ("end", k) for k in ("stop_reason", "error", "ended_at", "wall_s", "new_tokens")},
     "end": ("end", "*"),
 }
@@ -594,7 +721,7 @@ def with_stop_from_run(setup: Setup, kind: str, at: int, length: int = 2) -> Set
     at + length - 1 (or earlier, where it first occurs): a token sequence (`ids`) or a string
     spanning tokens, its first character dropped (`text`)."""
     lines = generate(replace(setup, stop_ids=(), stop_strings=()))
-    out = lines[-1]["new_tokens"][at:at + length]
+    out = lines[-1]["new_tokens"][at : at + length]
     if kind == "ids":
         return replace(setup, stop_ids=(tuple(out),))
     return replace(setup, stop_strings=("".join(piece(t) for t in out)[1:],))

@@ -16,7 +16,9 @@ def dist(rng: np.random.Generator, vocab: int) -> np.ndarray:
     return x / x.sum()
 
 
-def synthetic_config(vocab: int = 64, run_id: str | None = None, greedy: bool = False, max_new_tokens: int = 10_000) -> RunConfig:
+def synthetic_config(
+    vocab: int = 64, run_id: str | None = None, greedy: bool = False, max_new_tokens: int = 10_000
+) -> RunConfig:
     return RunConfig(
         run_id=run_id or uuid.uuid4().hex,
         prompt_ids=(1, 2, 3),
@@ -42,10 +44,23 @@ def synthetic_round(config: RunConfig, index: int, emitted_before: int, rng: np.
         p, q = dist(rng, vocab), dist(rng, vocab)
         token = int(rng.integers(vocab))
         status = "accepted" if i < n_acc else ("rejected" if i == n_acc else "unvisited")
-        nodes.append(DraftNode(index=i, token=token, parent=i - 1, depth=i + 1, p=p, q=q, status=status,
-                               u=float(rng.random()) if status != "unvisited" else None,
-                               p_token=float(p[token]), q_token=float(q[token]), ratio=float(p[token] / q[token]),
-                               overlap=float(np.minimum(p, q).sum()), target_argmax=int(np.argmax(p))))
+        nodes.append(
+            DraftNode(
+                index=i,
+                token=token,
+                parent=i - 1,
+                depth=i + 1,
+                p=p,
+                q=q,
+                status=status,
+                u=float(rng.random()) if status != "unvisited" else None,
+                p_token=float(p[token]),
+                q_token=float(q[token]),
+                ratio=float(p[token] / q[token]),
+                overlap=float(np.minimum(p, q).sum()),
+                target_argmax=int(np.argmax(p)),
+            )
+        )
     emitted = [EmittedToken(nodes[i].token, "accepted", i) for i in range(n_acc)]
     residual = residual_mass = bonus_p = None
     rejected = None
@@ -60,14 +75,27 @@ def synthetic_round(config: RunConfig, index: int, emitted_before: int, rng: np.
         emitted.append(EmittedToken(int(np.argmax(bonus_p)), "bonus", None, float(rng.random())))
     prefix = len(config.prompt_ids) + emitted_before
     return Round(
-        run_id=config.run_id, index=index, prefix_len=prefix, emitted_before=emitted_before,
-        remaining_budget=config.max_new_tokens - emitted_before, k=k, greedy=False, nodes=tuple(nodes),
-        bonus_p=bonus_p, rejected_node=rejected, residual=residual, residual_mass=residual_mass,
-        emitted=tuple(emitted), eos=False, budget_stop=False, bonus_withheld=False,
+        run_id=config.run_id,
+        index=index,
+        prefix_len=prefix,
+        emitted_before=emitted_before,
+        remaining_budget=config.max_new_tokens - emitted_before,
+        k=k,
+        greedy=False,
+        nodes=tuple(nodes),
+        bonus_p=bonus_p,
+        rejected_node=rejected,
+        residual=residual,
+        residual_mass=residual_mass,
+        emitted=tuple(emitted),
+        eos=False,
+        budget_stop=False,
+        bonus_withheld=False,
         target_cache=CacheState(prefix - 1, prefix + k, prefix + n_acc, (emitted[-1].token,)),
         draft_cache=CacheState(prefix - 2, prefix + k - 1, prefix + n_acc, (emitted[-1].token,)),
         timings=RoundTimings(float(rng.random()) * 1e-3, float(rng.random()) * 1e-3, 1e-5),
-        draft_forwards=k, target_forwards=1,
+        draft_forwards=k,
+        target_forwards=1,
     )
 
 
@@ -91,14 +119,45 @@ def _same_vec(a: np.ndarray | None, b: np.ndarray | None, atol: float) -> bool:
 
 def assert_rounds_equal(a: Round, b: Round, atol: float = 0.0, vectors: bool = True) -> None:
     """Everything of two rounds equal; distributions to atol (0 = bit-exact)."""
-    for name in ("run_id", "index", "prefix_len", "emitted_before", "remaining_budget", "k", "greedy", "rejected_node",
-                 "residual_mass", "emitted", "eos", "budget_stop", "bonus_withheld", "target_cache", "draft_cache",
-                 "timings", "draft_forwards", "target_forwards"):
-        assert getattr(a, name) == getattr(b, name), f"round {a.index}: {name} differs: {getattr(a, name)!r} != {getattr(b, name)!r}"
+    for name in (
+        "run_id",
+        "index",
+        "prefix_len",
+        "emitted_before",
+        "remaining_budget",
+        "k",
+        "greedy",
+        "rejected_node",
+        "residual_mass",
+        "emitted",
+        "eos",
+        "budget_stop",
+        "bonus_withheld",
+        "target_cache",
+        "draft_cache",
+        "timings",
+        "draft_forwards",
+        "target_forwards",
+    ):
+        assert getattr(a, name) == getattr(b, name), (
+            f"round {a.index}: {name} differs: {getattr(a, name)!r} != {getattr(b, name)!r}"
+        )
     assert len(a.nodes) == len(b.nodes)
     for x, y in zip(a.nodes, b.nodes):
-        for name in ("index", "token", "parent", "depth", "status", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax",
-                     "confidence"):
+        for name in (
+            "index",
+            "token",
+            "parent",
+            "depth",
+            "status",
+            "u",
+            "p_token",
+            "q_token",
+            "ratio",
+            "overlap",
+            "target_argmax",
+            "confidence",
+        ):
             assert getattr(x, name) == getattr(y, name), f"round {a.index} node {x.index}: {name} differs"
         if vectors:
             assert _same_vec(x.p, y.p, atol), f"round {a.index} node {x.index}: p differs"
@@ -137,7 +196,7 @@ def downgrade_sqlite_store(path: Any, version: int) -> None:
     tokens: dict[str, list[int]] = {}
     for run_id, blob in con.execute("SELECT run_id, tokens FROM run_tokens ORDER BY run_id, start"):
         tokens.setdefault(run_id, []).extend(np.frombuffer(blob, dtype="<i4").tolist())
-    for run_id, in con.execute("SELECT run_id FROM runs").fetchall():
+    for (run_id,) in con.execute("SELECT run_id FROM runs").fetchall():
         con.execute("UPDATE runs SET new_tokens = ? WHERE run_id = ?", (json.dumps(tokens.get(run_id, [])), run_id))
     con.execute("DROP TABLE run_tokens")
     con.execute("ALTER TABLE runs DROP COLUMN n_new_tokens")

@@ -35,7 +35,10 @@ def kill_mid_run(location: str, scenario: str, slack: float) -> tuple[str, list[
     mode = scenario.split(":")[0]
     child = subprocess.Popen(
         [sys.executable, os.path.join(os.path.dirname(__file__), "crash_child.py"), location, str(FLUSH), mode],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         first = child.stdout.readline().split()
@@ -79,7 +82,9 @@ def check_killed_run(location: str, run_id: str, scenario: str, must_have: list[
         else:
             assert store.recovered == [run_id]
         stored = store.count_rounds(run_id)
-        assert stored >= max(must_have) + 1, f"lost rounds before the last flush interval: stored {stored}, needed {max(must_have) + 1}"
+        assert stored >= max(must_have) + 1, (
+            f"lost rounds before the last flush interval: stored {stored}, needed {max(must_have) + 1}"
+        )
         assert info.n_rounds == stored  # aggregates committed with the rounds
         rounds = store.load_rounds(run_id)  # every stored round complete, with its nodes
         assert [r.index for r in rounds] == list(range(stored))

@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import event
 
 from specscope.storage import TraceStore, TraceWriter
-
 from tests.storage.helpers import synthetic_config, synthetic_rounds
 
 

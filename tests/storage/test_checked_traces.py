@@ -7,11 +7,13 @@ from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecode
 from specscope.core.check.checker import check_run, first_bad_round
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
-SETTINGS = [SamplingConfig(temperature=0), SamplingConfig(temperature=1.0, top_k=8),
-            SamplingConfig(temperature=1.0, top_p=0.9)]
+SETTINGS = [
+    SamplingConfig(temperature=0),
+    SamplingConfig(temperature=1.0, top_k=8),
+    SamplingConfig(temperature=1.0, top_p=0.9),
+]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,9 @@ def test_top_n_residual_is_checked_where_p_q_and_it_are_known(tmp_path, models):
     assert any(f.rule == "residual" and f.round == victim for f in check_run(config, bad))
     wrong_mass = dataclasses.replace(rnd, residual_mass=rnd.residual_mass * 0.9)
     bad = rounds[:victim] + [wrong_mass] + rounds[victim + 1 :]
-    assert any(f.rule == "residual" and f.round == victim and "1 - sum min" in f.message for f in check_run(config, bad))
+    assert any(
+        f.rule == "residual" and f.round == victim and "1 - sum min" in f.message for f in check_run(config, bad)
+    )
 
 
 def test_raw_q_is_flagged_when_float32_full_vectors_lose_its_tail(tmp_path, models):

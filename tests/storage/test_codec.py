@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from specscope.storage import TraceStore
 from specscope.core.sampling.partial import VectorStats, vector_stats
+from specscope.storage import TraceStore
 from specscope.storage.codec import (
     VectorPolicy,
     decode_full,
@@ -25,9 +25,8 @@ from specscope.storage.codec import (
     top_rows,
 )
 from specscope.storage.schema import nodes_table, rounds_table
-from specscope.storage.writer.sink import RunSink
 from specscope.storage.writer.api import TraceWriter
-
+from specscope.storage.writer.sink import RunSink
 from tests.storage.helpers import synthetic_config, synthetic_rounds
 
 
@@ -97,8 +96,12 @@ def test_sqlite_tuple_insert_stores_what_the_core_insert_stores(tmp_path, full):
             with store.engine.connect() as conn:
                 stored[fast] = (
                     [tuple(r) for r in conn.execute(select(rounds_table).order_by(rounds_table.c.round_index))],
-                    [tuple(r) for r in conn.execute(select(nodes_table).order_by(nodes_table.c.round_index,
-                                                                                 nodes_table.c.node_index))],
+                    [
+                        tuple(r)
+                        for r in conn.execute(
+                            select(nodes_table).order_by(nodes_table.c.round_index, nodes_table.c.node_index)
+                        )
+                    ],
                 )
     assert len(stored[True][0]) == 12 and stored[True][1]
     assert stored[True] == stored[False]

@@ -16,9 +16,8 @@ from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecode
 from specscope.core.draft.proposers import PromptLookupProposer
 from specscope.storage import SCHEMA_VERSION, TraceStore, TraceWriter, export_run, import_run
 from specscope.storage.errors import TraceFormatError
-
-from tests.tiny_models import noisy_copy, tiny_lm
 from tests.storage.helpers import downgrade_sqlite_store
+from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3]
 
@@ -37,7 +36,9 @@ def test_greedy_chain_confidence_is_the_drafts_own_softmax_entry(pair):
     """Greedy: q is a point mass (not recorded) but the confidence is the draft's softmax
     probability of its argmax, recomputed here from the draft model on the same context."""
     target, draft = pair
-    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0)).generate(PROMPT, 12)
+    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0)).generate(
+        PROMPT, 12
+    )
     context = list(PROMPT)
     checked = 0
     for rnd in out.rounds:
@@ -45,7 +46,9 @@ def test_greedy_chain_confidence_is_the_drafts_own_softmax_entry(pair):
         for node in rnd.nodes:
             with torch.no_grad():
                 logits = draft(torch.tensor([grown])).logits[0, -1]
-            assert node.q_token is None and node.confidence == pytest.approx(_softmax_entry(logits, node.token), abs=1e-5)
+            assert node.q_token is None and node.confidence == pytest.approx(
+                _softmax_entry(logits, node.token), abs=1e-5
+            )
             assert node.confidence < 1.0  # a real softmax entry, not the point mass
             grown.append(node.token)
             checked += 1
@@ -56,8 +59,12 @@ def test_greedy_chain_confidence_is_the_drafts_own_softmax_entry(pair):
 @pytest.mark.parametrize("tree", [None, "3,2,1"])
 def test_at_temperature_1_without_filters_confidence_equals_q_token(pair, tree):
     target, draft = pair
-    out = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree, children="sampled" if tree else "topk"), k=3,
-                             sampling=SamplingConfig(temperature=1.0)).generate(PROMPT, 12, seed=3)
+    out = SpeculativeDecoder(
+        target,
+        DraftModelProposer(draft, tree=tree, children="sampled" if tree else "topk"),
+        k=3,
+        sampling=SamplingConfig(temperature=1.0),
+    ).generate(PROMPT, 12, seed=3)
     nodes = [n for r in out.rounds for n in r.nodes]
     assert nodes and all(n.confidence == pytest.approx(n.q_token, rel=1e-5, abs=1e-7) for n in nodes)
 
@@ -66,8 +73,9 @@ def test_with_a_filter_confidence_stays_the_untransformed_probability(pair):
     """At T=0.5, top-k 4, q is sharpened and cut; the confidence is still the T=1 softmax
     (the draft's logits on the same context, recomputed here)."""
     target, draft = pair
-    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3,
-                             sampling=SamplingConfig(temperature=0.5, top_k=4)).generate(PROMPT, 12, seed=2)
+    out = SpeculativeDecoder(
+        target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0.5, top_k=4)
+    ).generate(PROMPT, 12, seed=2)
     nodes = [n for r in out.rounds for n in r.nodes]
     assert any(abs(n.confidence - n.q_token) > 1e-3 for n in nodes)
     first = out.rounds[1].nodes[0]  # drafted right after round 0's tokens
@@ -79,7 +87,9 @@ def test_with_a_filter_confidence_stays_the_untransformed_probability(pair):
 
 def test_prompt_lookup_leaves_confidence_unknown(pair):
     target, _ = pair
-    out = SpeculativeDecoder(target, PromptLookupProposer(), k=3, sampling=SamplingConfig(temperature=0)).generate(PROMPT, 12)
+    out = SpeculativeDecoder(target, PromptLookupProposer(), k=3, sampling=SamplingConfig(temperature=0)).generate(
+        PROMPT, 12
+    )
     nodes = [n for r in out.rounds for n in r.nodes]
     assert nodes and all(n.confidence is None for n in nodes)
 
@@ -94,7 +104,9 @@ def _stored(tmp_path, out, name="c.sqlite"):
 
 def test_the_store_and_jsonl_keep_confidence_and_unknown_stays_unknown(pair, tmp_path):
     target, draft = pair
-    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0)).generate(PROMPT, 12)
+    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0)).generate(
+        PROMPT, 12
+    )
     want = [n.confidence for r in out.rounds for n in r.nodes]
     path = _stored(tmp_path, out)
     with TraceStore(path) as store:
@@ -114,7 +126,9 @@ def test_the_store_and_jsonl_keep_confidence_and_unknown_stays_unknown(pair, tmp
 
 def test_a_confidence_outside_0_1_is_refused_in_one_line(pair, tmp_path):
     target, draft = pair
-    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0)).generate(PROMPT, 8)
+    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0)).generate(
+        PROMPT, 8
+    )
     with TraceStore(_stored(tmp_path, out)) as store:
         buf = io.StringIO()
         export_run(store, out.config.run_id, buf)
@@ -127,7 +141,9 @@ def test_a_confidence_outside_0_1_is_refused_in_one_line(pair, tmp_path):
 
 def test_a_version_6_store_migrates_with_confidence_unknown(pair, tmp_path):
     target, draft = pair
-    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0)).generate(PROMPT, 12)
+    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0)).generate(
+        PROMPT, 12
+    )
     path = _stored(tmp_path, out)
     downgrade_sqlite_store(path, 6)
     with TraceStore(path) as store:

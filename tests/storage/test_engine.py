@@ -25,12 +25,11 @@ from sqlalchemy.engine import make_url
 
 from specscope.core.check.checker import check_run
 from specscope.storage import RunExistsError, TraceStore, TraceWriter, export_run, import_run, record
-
 from tests.pg_server import SKIP_REASON, fresh_schema
-from tests.tiny_models import save_pair
 from tests.storage.conftest import PROMPT
 from tests.storage.helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
 from tests.storage.killing import SCENARIOS, check_killed_run, kill_mid_run
+from tests.tiny_models import save_pair
 
 URL = os.environ.get("SPECSCOPE_TEST_DATABASE_URL")
 pytestmark = pytest.mark.skipif(not URL, reason=SKIP_REASON)
@@ -101,8 +100,11 @@ def test_a_run_without_a_live_writer_is_marked_interrupted(server_store):
     from specscope.storage.schema import runs_table
 
     with server_store.transaction() as conn:
-        conn.execute(update(runs_table).where(runs_table.c.run_id == config.run_id).values(
-            writer_host="elsewhere", heartbeat_at=time.time() - 3600))
+        conn.execute(
+            update(runs_table)
+            .where(runs_table.c.run_id == config.run_id)
+            .values(writer_host="elsewhere", heartbeat_at=time.time() - 3600)
+        )
     with TraceStore(URL) as reopened:
         assert config.run_id in reopened.recovered
         assert reopened.get_run(config.run_id).status == "interrupted"
@@ -126,11 +128,39 @@ def start_recording(url, checkpoints, seed, max_new, writer_mode="thread", k=4):
     target, draft = checkpoints
     env = dict(os.environ, SPECSCOPE_TRACE_WRITER=writer_mode, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     return subprocess.Popen(
-        [sys.executable, "-c", CLI, "run", "--target", str(target), "--draft", str(draft), "--prompt-ids", PROMPT_IDS,
-         "--device", "cpu", "--temperature", "1.0", "--seed", str(seed), "--max-new", str(max_new), "--eos-id", "none",
-         "--k", str(k),
-         "--db", url, "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "run",
+            "--target",
+            str(target),
+            "--draft",
+            str(draft),
+            "--prompt-ids",
+            PROMPT_IDS,
+            "--device",
+            "cpu",
+            "--temperature",
+            "1.0",
+            "--seed",
+            str(seed),
+            "--max-new",
+            str(max_new),
+            "--eos-id",
+            "none",
+            "--k",
+            str(k),
+            "--db",
+            url,
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def stop(procs):
@@ -148,8 +178,10 @@ def test_two_recording_processes_and_a_reader_at_once(checkpoints):
     with fresh_schema("two") as url:
         # k=1 and 400 tokens: 200+ rounds each, a few seconds of recording even on a quiet
         # machine, so that the reader meets the runs while they are being written
-        procs = [start_recording(url, checkpoints, seed=1, max_new=400, writer_mode="thread", k=1),
-                 start_recording(url, checkpoints, seed=2, max_new=400, writer_mode="process", k=1)]
+        procs = [
+            start_recording(url, checkpoints, seed=1, max_new=400, writer_mode="thread", k=1),
+            start_recording(url, checkpoints, seed=2, max_new=400, writer_mode="process", k=1),
+        ]
         seen: dict[str, int] = {}  # run id -> most rounds read so far
         seen_running = set()
         reads = 0
@@ -251,7 +283,6 @@ def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
 
     from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
     from specscope.core.check.checker import check_report
-
     from tests.tiny_models import noisy_copy, tiny_lm
 
     with fresh_schema("v3") as url:
@@ -271,8 +302,11 @@ def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
                 conn.execute(text("DELETE FROM schema_version"))
                 conn.execute(text("INSERT INTO schema_version VALUES (3, 'older schema', 0)"))
         target = tiny_lm("llama", vocab=64, seed=0, init_range=0.3)
-        dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children="sampled"),
-                                 sampling=SamplingConfig(temperature=1.0))
+        dec = SpeculativeDecoder(
+            target,
+            DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children="sampled"),
+            sampling=SamplingConfig(temperature=1.0),
+        )
         out = dec.generate([1, 2, 3, 4], 20, seed=4)
         with TraceStore(url) as store:
             assert store.schema_version == 7
@@ -282,7 +316,8 @@ def test_a_version_3_store_on_the_server_migrates_and_keeps_tree_rounds():
                     writer.write(rnd)
             back = store.load_rounds(out.config.run_id, full=True)
         assert [r.tree.tried for r in back] == [r.tree.tried for r in out.rounds]
-        assert [[(u.parent, u.child, float(u.mass)) for u in r.tree.updates] for r in back] == \
-            [[(u.parent, u.child, float(u.mass)) for u in r.tree.updates] for r in out.rounds]
+        assert [[(u.parent, u.child, float(u.mass)) for u in r.tree.updates] for r in back] == [
+            [(u.parent, u.child, float(u.mass)) for u in r.tree.updates] for r in out.rounds
+        ]
         assert [r.tree.kept_rows for r in back] == [r.tree.kept_rows for r in out.rounds]
         assert check_report(out.config, back).findings == []

@@ -8,20 +8,25 @@ import pickle
 import pytest
 from sqlalchemy import text
 
-from specscope.core.records import Round
 from specscope.core.decode.run import RunHandle
+from specscope.core.records import Round
 from specscope.storage import PartialDistribution, RoundSummary, StoredFullDistribution, TraceStore, TraceWriter
-
 from tests.storage.conftest import PROMPT
 from tests.storage.helpers import synthetic_config, synthetic_rounds
 
 
 def _rows(store: TraceStore, run_id: str) -> tuple[list, list]:
     with store.engine.connect() as conn:
-        rounds = [tuple(r)[1:] for r in conn.execute(text("SELECT * FROM rounds WHERE run_id = :r ORDER BY round_index"),
-                                                      {"r": run_id})]
-        nodes = [tuple(r)[1:] for r in conn.execute(
-            text("SELECT * FROM draft_nodes WHERE run_id = :r ORDER BY round_index, node_index"), {"r": run_id})]
+        rounds = [
+            tuple(r)[1:]
+            for r in conn.execute(text("SELECT * FROM rounds WHERE run_id = :r ORDER BY round_index"), {"r": run_id})
+        ]
+        nodes = [
+            tuple(r)[1:]
+            for r in conn.execute(
+                text("SELECT * FROM draft_nodes WHERE run_id = :r ORDER BY round_index, node_index"), {"r": run_id}
+            )
+        ]
     return rounds, nodes
 
 
@@ -37,8 +42,9 @@ def test_rounds_read_back_are_stored_again_unchanged(recorded, tmp_path, kind, f
         rounds = src.load_rounds(rid, full=full)
         original = _rows(src, rid)
     with TraceStore(tmp_path / "copy.sqlite") as dst:
-        with TraceWriter(dst, info.config, top_n=info.top_n, full_vectors=info.full_vectors and full,
-                         full_dtype=info.full_dtype) as writer:
+        with TraceWriter(
+            dst, info.config, top_n=info.top_n, full_vectors=info.full_vectors and full, full_dtype=info.full_dtype
+        ) as writer:
             for rnd in rounds:
                 writer.write(rnd)
         copied = _rows(dst, rid)
@@ -86,14 +92,22 @@ def test_finish_takes_explicit_arguments(store):
     writer.finish("failed")  # idempotent: the first call closed the run
     info = store.get_run(config.run_id)
     assert (info.status, info.stop_reason, info.error, info.wall_s, info.n_rounds) == (
-        "interrupted", "cancelled", "stopped by hand", 1.5, 1)
+        "interrupted",
+        "cancelled",
+        "stopped by hand",
+        1.5,
+        1,
+    )
 
 
-@pytest.mark.parametrize("exc, status, stop_reason, error", [
-    (KeyboardInterrupt(), "interrupted", "cancelled", "KeyboardInterrupt"),
-    (GeneratorExit(), "interrupted", "cancelled", "GeneratorExit"),
-    (RuntimeError("boom"), "failed", None, "RuntimeError: boom"),
-])
+@pytest.mark.parametrize(
+    "exc, status, stop_reason, error",
+    [
+        (KeyboardInterrupt(), "interrupted", "cancelled", "KeyboardInterrupt"),
+        (GeneratorExit(), "interrupted", "cancelled", "GeneratorExit"),
+        (RuntimeError("boom"), "failed", None, "RuntimeError: boom"),
+    ],
+)
 def test_fail_derives_the_outcome_from_the_exception(store, exc, status, stop_reason, error):
     config = synthetic_config()
     TraceWriter(store, config).fail(exc)

@@ -12,7 +12,6 @@ from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecode
 from specscope.core.check.checker import check_report
 from specscope.core.decode.stops import Stops
 from specscope.storage import TraceStore, export_run, import_run, record
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPT = [1, 2, 3, 4, 5]
@@ -31,8 +30,9 @@ def stopped(tmp_path_factory):
     absent = [t for t in range(64) if t not in plain]
     eos = (absent[0], absent[1])  # two EOS ids the output never reaches: the stop string ends it
     stops = Stops(strings=("".join(piece(t) for t in plain[8:11])[1:],), sequences=((absent[2], absent[3]),))
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=greedy, stops=stops,
-                                 token_piece=piece, eos_token_id=eos)
+    decoder = SpeculativeDecoder(
+        target, DraftModelProposer(draft), k=4, sampling=greedy, stops=stops, token_piece=piece, eos_token_id=eos
+    )
     path = tmp_path_factory.mktemp("stops") / "runs.sqlite"
     with TraceStore(path) as store:
         result = record(store, decoder, PROMPT, 30, keep_rounds=True)
@@ -48,8 +48,11 @@ def test_a_stopped_run_is_stored_whole_and_checks_clean(stopped):
         assert info.stop_reason == "stop" and info.n_new_tokens == len(result.new_tokens)
         assert info.status == "completed"  # a stop ends a run as EOS does: nothing interrupted it
         config = info.config
-        assert len(config.eos_token_ids) == 2 and (config.stop_strings, config.stop_ids, config.eos_token_ids) == \
-            (result.config.stop_strings, result.config.stop_ids, result.config.eos_token_ids)
+        assert len(config.eos_token_ids) == 2 and (config.stop_strings, config.stop_ids, config.eos_token_ids) == (
+            result.config.stop_strings,
+            result.config.stop_ids,
+            result.config.eos_token_ids,
+        )
         rounds = store.load_rounds(rid, full=True)
         assert rounds[-1].stop == result.rounds[-1].stop and rounds[-1].pieces == result.rounds[-1].pieces
         report = check_report(config, rounds, end=info.end)

@@ -28,7 +28,6 @@ from specscope.storage import (
 )
 from specscope.storage.migrations import MIGRATIONS, Migration
 from specscope.storage.schema import runs_table
-
 from tests.storage.helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
 
 
@@ -213,8 +212,11 @@ def _running_run(store, host: str, pid: int | None, heartbeat: float | None) -> 
     w.write(synthetic_rounds(config, 1)[0])
     w.finish()
     with store.engine.begin() as conn:
-        conn.execute(update(runs_table).where(runs_table.c.run_id == config.run_id).values(
-            status="running", ended_at=None, writer_host=host, writer_pid=pid, heartbeat_at=heartbeat))
+        conn.execute(
+            update(runs_table)
+            .where(runs_table.c.run_id == config.run_id)
+            .values(status="running", ended_at=None, writer_host=host, writer_pid=pid, heartbeat_at=heartbeat)
+        )
     return config.run_id
 
 
@@ -246,10 +248,9 @@ def test_dead_writer_is_marked_interrupted_on_open(tmp_path):
 
 def test_live_writer_in_this_process_is_left_alone(store):
     config = synthetic_config()
-    with TraceWriter(store, config):
-        with TraceStore(store.path) as other:
-            assert other.recovered == []
-            assert other.get_run(config.run_id).status == "running"
+    with TraceWriter(store, config), TraceStore(store.path) as other:
+        assert other.recovered == []
+        assert other.get_run(config.run_id).status == "running"
 
 
 def test_missing_store_without_create(tmp_path):
@@ -265,9 +266,8 @@ def test_readonly_open_and_jsonl_in_memory(recorded, tmp_path):
     with TraceStore(path, readonly=True) as s:
         assert s.get_run(rid).n_rounds == len(results["greedy"].rounds)
         assert s.load_round(rid, 0).index == 0
-        with pytest.raises(Exception):
-            with s.transaction() as conn:
-                conn.exec_driver_sql("DELETE FROM runs")
+        with pytest.raises(Exception), s.transaction() as conn:
+            conn.exec_driver_sql("DELETE FROM runs")
     assert digest(path) == before
     with pytest.raises(TraceStoreError):
         TraceStore(tmp_path / "absent.sqlite", readonly=True)

@@ -13,15 +13,20 @@ from specscope.core.sampling.dists import TopDistribution
 from specscope.storage import TraceStore
 from specscope.storage.jsonl.transfer import export_run, import_run
 from specscope.storage.writer.api import record
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 
 @pytest.fixture(scope="module")
 def decoder():
     target = tiny_lm("llama", vocab=300, seed=0, init_range=0.3)
-    return SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3)), k=3, vectors="top",
-                              sampling=SamplingConfig(temperature=0.9, top_k=30), seed=3)
+    return SpeculativeDecoder(
+        target,
+        DraftModelProposer(noisy_copy(target, 0.3)),
+        k=3,
+        vectors="top",
+        sampling=SamplingConfig(temperature=0.9, top_k=30),
+        seed=3,
+    )
 
 
 def same_dist(stored, recorded) -> None:

@@ -14,7 +14,6 @@ from specscope.app.cli import main
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report
 from specscope.storage import TraceStore, TraceWriter, export_run, import_run
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 
@@ -75,15 +74,16 @@ def test_a_dynamic_tree_must_keep_its_budget_depth_and_topk_children(models, tmp
     sampled = json.loads(json.dumps(lines))
     sampled[at]["tree"]["children"] = "sampled"
     found = check_lines(sampled, tmp_path, "sampled").findings
-    assert any(f.rule == "tree-shape" and "children are its top-k" in f.message and f.round == line["index"]
-               for f in found)
+    assert any(
+        f.rule == "tree-shape" and "children are its top-k" in f.message and f.round == line["index"] for f in found
+    )
 
 
 def test_repeated_siblings_drawn_without_replacement_are_a_finding_and_the_store_is_still_checked(
-        models, tmp_path, capsys):
+    models, tmp_path, capsys
+):
     lines = exported(models, tmp_path, "2,2", "distinct", SamplingConfig(temperature=1.0, top_k=8))
-    at, line = next((i, x) for i, x in rounds_of(lines)
-                    if sum(1 for n in x["nodes"] if n.get("parent", -1) == -1) >= 2)
+    at, line = next((i, x) for i, x in rounds_of(lines) if sum(1 for n in x["nodes"] if n.get("parent", -1) == -1) >= 2)
     bad = json.loads(json.dumps(lines))
     first, second = [n for n in bad[at]["nodes"] if n["parent"] == -1][:2]
     second["token"] = first["token"]
@@ -103,10 +103,13 @@ def test_repeated_siblings_drawn_without_replacement_are_a_finding_and_the_store
 
 
 def test_a_repair_with_a_zero_entry_in_the_final_p_prime_is_flagged_on_top_n(models, tmp_path):
-    lines = exported(models, tmp_path, "3,2", "sampled", SamplingConfig(temperature=1.0), full=False, seed=2, max_new=30)
+    lines = exported(
+        models, tmp_path, "3,2", "sampled", SamplingConfig(temperature=1.0), full=False, seed=2, max_new=30
+    )
     assert check_lines(lines, tmp_path, "clean").findings == []
-    at, line = next((i, x) for i, x in rounds_of(lines)
-                    if x["emitted"][-1]["kind"] == "repaired" and x["tree"]["updates"])
+    at, line = next(
+        (i, x) for i, x in rounds_of(lines) if x["emitted"][-1]["kind"] == "repaired" and x["tree"]["updates"]
+    )
     bad = json.loads(json.dumps(lines))
     token = bad[at]["emitted"][-1]["token"]
     last = bad[at]["tree"]["updates"][-1]

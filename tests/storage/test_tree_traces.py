@@ -11,12 +11,14 @@ from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecode
 from specscope.core.check.checker import check_report, first_bad_round, recompute_findings
 from specscope.core.faults.zoo import faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
-CASES = [("3,2,1", "topk", SamplingConfig(temperature=0)), ("3,2,1", "sampled", SamplingConfig(temperature=1.0)),
-         ("2,2", "distinct", SamplingConfig(temperature=1.0, top_k=8)),
-         ("dynamic:nodes=8,depth=3,topk=2", "topk", SamplingConfig(temperature=1.0, top_p=0.9))]
+CASES = [
+    ("3,2,1", "topk", SamplingConfig(temperature=0)),
+    ("3,2,1", "sampled", SamplingConfig(temperature=1.0)),
+    ("2,2", "distinct", SamplingConfig(temperature=1.0, top_k=8)),
+    ("dynamic:nodes=8,depth=3,topk=2", "topk", SamplingConfig(temperature=1.0, top_p=0.9)),
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +39,9 @@ def test_saved_clean_tree_runs_check_clean(tmp_path, models, full):
     target, draft = models
     with TraceStore(tmp_path / "t.sqlite") as store:
         for tree, children, cfg in CASES:
-            dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree, children=children), sampling=cfg,
-                                     eos_token_id=7)
+            dec = SpeculativeDecoder(
+                target, DraftModelProposer(draft, tree=tree, children=children), sampling=cfg, eos_token_id=7
+            )
             config, rounds = stored(store, dec, full)
             assert any(n.parent != n.index - 1 for r in rounds for n in r.nodes)  # real trees were stored
             report = check_report(config, rounds)
@@ -53,13 +56,21 @@ def test_saved_tree_faults_are_flagged(tmp_path, models):
     target, draft = models
     with TraceStore(tmp_path / "t.sqlite") as store:
         # a stale residual shows in the replayed walk
-        dec = faulty_decoder("tree-stale-residual", target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
-                             sampling=SamplingConfig(temperature=1.0))
+        dec = faulty_decoder(
+            "tree-stale-residual",
+            target,
+            DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+            sampling=SamplingConfig(temperature=1.0),
+        )
         config, rounds = stored(store, dec, True)
         assert dec.fault_rounds and first_bad_round(check_report(config, rounds).findings) == dec.fault_rounds[0]
         # positions by node index: the deep replay over each node's own path disagrees
-        dec = faulty_decoder("tree-positions-by-index", target, DraftModelProposer(draft, tree="3,2,1"),
-                             sampling=SamplingConfig(temperature=0))
+        dec = faulty_decoder(
+            "tree-positions-by-index",
+            target,
+            DraftModelProposer(draft, tree="3,2,1"),
+            sampling=SamplingConfig(temperature=0),
+        )
         config, rounds = stored(store, dec, True)
         found = recompute_findings(config, rounds, target)
         assert dec.fault_rounds and found and first_bad_round(found) >= dec.fault_rounds[0]
@@ -72,21 +83,26 @@ def test_tree_runs_survive_jsonl_and_check_clean(tmp_path, models):
 
     target, draft = models
     with TraceStore(tmp_path / "a.sqlite") as store:
-        dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
-                                 sampling=SamplingConfig(temperature=1.0))
+        dec = SpeculativeDecoder(
+            target,
+            DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+            sampling=SamplingConfig(temperature=1.0),
+        )
         config, rounds = stored(store, dec, True)
         export_run(store, config.run_id, tmp_path / "run.jsonl")
     with TraceStore(tmp_path / "b.sqlite") as other:
         run_id = import_run(other, tmp_path / "run.jsonl")
         config2, rounds2 = other.run_config(run_id), other.load_rounds(run_id, full=True)
     assert config2.proposer_params["tree"] == "3,2,1" and config2.proposer_params["children"] == "sampled"
-    assert [[(n.parent, n.depth, n.status) for n in r.nodes] for r in rounds2] == \
-        [[(n.parent, n.depth, n.status) for n in r.nodes] for r in rounds]
+    assert [[(n.parent, n.depth, n.status) for n in r.nodes] for r in rounds2] == [
+        [(n.parent, n.depth, n.status) for n in r.nodes] for r in rounds
+    ]
     report = check_report(config2, rounds2)
     assert report.findings == [] and not report.not_checked
 
 
 # --------------------------------------------------------------------------- tree facts in the store
+
 
 def same_tree(a, b, exact: bool) -> None:
     """The tree facts of two rounds agree: every field, each p' to float32 storage (exact
@@ -114,8 +130,12 @@ def test_tree_facts_survive_the_store(tmp_path, models, full):
     target, draft = models
     with TraceStore(tmp_path / "t.sqlite") as store:
         for tree, children, cfg in CASES:
-            dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree, children=children), sampling=cfg,
-                                     vectors="full" if full else "top")
+            dec = SpeculativeDecoder(
+                target,
+                DraftModelProposer(draft, tree=tree, children=children),
+                sampling=cfg,
+                vectors="full" if full else "top",
+            )
             out = dec.generate([1, 2, 3, 4], 30, seed=1)
             with TraceWriter(store, out.config, full_vectors=full) as writer:
                 for rnd in out.rounds:
@@ -174,6 +194,7 @@ def test_each_tree_fault_is_flagged_at_its_first_round_by_specscope_check(tmp_pa
 
 # --------------------------------------------------------------------------- top-N records (vocabulary > 4096)
 
+
 @pytest.fixture(scope="module")
 def big_models():
     target = tiny_lm("llama", vocab=5000, seed=0, init_range=0.3)
@@ -189,8 +210,11 @@ def test_a_top_n_tree_trace_checks_clean_and_flags_the_stale_residual(tmp_path, 
     db = tmp_path / "big.sqlite"
     with TraceStore(db) as store:
         for tree, children in (("3,2", "sampled"), ("2,2", "distinct"), ("3,1", "topk")):
-            dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree, children=children),
-                                     sampling=SamplingConfig(temperature=1.0))
+            dec = SpeculativeDecoder(
+                target,
+                DraftModelProposer(draft, tree=tree, children=children),
+                sampling=SamplingConfig(temperature=1.0),
+            )
             config, rounds = stored(store, dec, False, max_new=16)
             info = store.get_run(config.run_id)
             assert info.full_vectors is False
@@ -202,8 +226,12 @@ def test_a_top_n_tree_trace_checks_clean_and_flags_the_stale_residual(tmp_path, 
             assert report["findings"] == [], report["findings"][:2]
             assert set(report["not_checked"]) == {"residual"} and "partly" in report["not_checked"]["residual"]
         for seed in range(4):
-            dec = faulty_decoder("tree-stale-residual", target, DraftModelProposer(draft, tree="3,2", children="sampled"),
-                                 sampling=SamplingConfig(temperature=1.0))
+            dec = faulty_decoder(
+                "tree-stale-residual",
+                target,
+                DraftModelProposer(draft, tree="3,2", children="sampled"),
+                sampling=SamplingConfig(temperature=1.0),
+            )
             config, rounds = stored(store, dec, False, max_new=16, seed=seed)
             if dec.fault_rounds:
                 break
@@ -214,6 +242,7 @@ def test_a_top_n_tree_trace_checks_clean_and_flags_the_stale_residual(tmp_path, 
 
 
 # --------------------------------------------------------------------------- JSONL
+
 
 def _findings(config, rounds):
     return [(f.round, f.rule, f.message) for f in check_report(config, rounds).findings]
@@ -227,12 +256,18 @@ def test_export_import_round_trips_tree_traces(tmp_path, models, full):
 
     target, draft = models
     with TraceStore(tmp_path / "a.sqlite") as a, TraceStore(tmp_path / "b.sqlite") as b:
-        for name, children, fault in (("clean", "sampled", None), ("distinct", "distinct", None),
-                                      ("stale", "sampled", "tree-stale-residual")):
+        for name, children, fault in (
+            ("clean", "sampled", None),
+            ("distinct", "distinct", None),
+            ("stale", "sampled", "tree-stale-residual"),
+        ):
             proposer = DraftModelProposer(draft, tree="3,2,1", children=children)
             cfg = SamplingConfig(temperature=1.0)
-            dec = (faulty_decoder(fault, target, proposer, sampling=cfg) if fault
-                   else SpeculativeDecoder(target, proposer, sampling=cfg))
+            dec = (
+                faulty_decoder(fault, target, proposer, sampling=cfg)
+                if fault
+                else SpeculativeDecoder(target, proposer, sampling=cfg)
+            )
             config, rounds = stored(a, dec, full, seed=2)
             first = tmp_path / f"{name}.jsonl"
             export_run(a, config.run_id, first)
@@ -266,8 +301,14 @@ def test_a_version_1_tree_trace_still_imports_and_checks(tmp_path):
         assert any(n.parent != n.index - 1 for r in rounds for n in r.nodes)
         report = check_report(config, rounds)
         # version 1 recorded neither its stops, nor the position limit, nor a tree's layout
-        assert report.findings == [] and set(report.not_checked) == {"stop-leak", "stop-flag", "stop-budget",
-                                                                     "position-limit", "tree-layout", "target-cache"}
+        assert report.findings == [] and set(report.not_checked) == {
+            "stop-leak",
+            "stop-flag",
+            "stop-budget",
+            "position-limit",
+            "tree-layout",
+            "target-cache",
+        }
         export_run(store, run_id, tmp_path / "again.jsonl")
     lines = (tmp_path / "again.jsonl").read_text().splitlines()
     assert '"version":2' in lines[0] and not any('"tree":{"spec"' in line for line in lines)
@@ -281,15 +322,23 @@ def test_a_bad_tree_object_is_one_line_with_its_field(tmp_path, models):
 
     target, draft = models
     with TraceStore(tmp_path / "a.sqlite") as a:
-        dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
-                                 sampling=SamplingConfig(temperature=1.0))
+        dec = SpeculativeDecoder(
+            target,
+            DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+            sampling=SamplingConfig(temperature=1.0),
+        )
         config, _ = stored(a, dec, True, max_new=6)
         export_run(a, config.run_id, tmp_path / "ok.jsonl")
     lines = (tmp_path / "ok.jsonl").read_text().splitlines()
-    for change, field, words in ((lambda t: t.update(path=[99]), "tree.path[0]", "refers to node 99"),
-                                 (lambda t: t.update(children="greedy"), "tree.children", "expected one of"),
-                                 (lambda t: t["updates"].append({"parent": -1, "child": 0, "exact_ids": [1],
-                                                                 "exact_probs": []}), "tree.updates", "exact_probs")):
+    for change, field, words in (
+        (lambda t: t.update(path=[99]), "tree.path[0]", "refers to node 99"),
+        (lambda t: t.update(children="greedy"), "tree.children", "expected one of"),
+        (
+            lambda t: t["updates"].append({"parent": -1, "child": 0, "exact_ids": [1], "exact_probs": []}),
+            "tree.updates",
+            "exact_probs",
+        ),
+    ):
         line = json.loads(lines[1])
         change(line["tree"])
         bad = tmp_path / "bad.jsonl"
@@ -308,8 +357,12 @@ def test_specscope_export_import_and_check_agree_on_tree_traces(tmp_path, capsys
     target, draft = models
     db_a, db_b, file = tmp_path / "a.sqlite", tmp_path / "b.sqlite", tmp_path / "run.jsonl"
     with TraceStore(db_a) as a:
-        dec = faulty_decoder("tree-stale-residual", target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
-                             sampling=SamplingConfig(temperature=1.0))
+        dec = faulty_decoder(
+            "tree-stale-residual",
+            target,
+            DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+            sampling=SamplingConfig(temperature=1.0),
+        )
         config, _ = stored(a, dec, full, seed=3)
     assert dec.fault_rounds
     assert main(["export", str(db_a), config.run_id, "-o", str(file)]) == 0
@@ -325,8 +378,8 @@ def test_a_version_3_store_migrates_and_then_keeps_tree_rounds(tmp_path, models)
     """Schema 4 adds rounds.tree, tree_top, tree_full: a store of version 3 opens, migrates in
     place, its chain runs load as before, and a tree run written afterwards (through the
     writer's child process too) keeps its tree facts."""
-    from tests.storage.helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
     from specscope.storage.migrations import CURRENT_VERSION
+    from tests.storage.helpers import downgrade_sqlite_store, synthetic_config, synthetic_rounds
 
     path = tmp_path / "v3.sqlite"
     old = synthetic_config(run_id="chain-run")
@@ -342,8 +395,11 @@ def test_a_version_3_store_migrates_and_then_keeps_tree_rounds(tmp_path, models)
         assert s.schema_version == CURRENT_VERSION == 7
         assert [r.tokens for r in s.load_rounds("chain-run")] == before
         assert all(type(r).__name__ == "Round" for r in s.load_rounds("chain-run"))
-        dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
-                                 sampling=SamplingConfig(temperature=1.0))
+        dec = SpeculativeDecoder(
+            target,
+            DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+            sampling=SamplingConfig(temperature=1.0),
+        )
         out = dec.generate([1, 2, 3, 4], 20, seed=4)
         with TraceWriter(s, out.config, mode="process") as writer:
             for rnd in out.rounds:
@@ -362,15 +418,22 @@ def test_tampered_top_n_tree_traces_are_flagged(tmp_path, models):
 
     target, draft = models
     with TraceStore(tmp_path / "a.sqlite") as a:
-        dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"),
-                                 sampling=SamplingConfig(temperature=1.0), vectors="top")
+        dec = SpeculativeDecoder(
+            target,
+            DraftModelProposer(draft, tree="3,2,1", children="sampled"),
+            sampling=SamplingConfig(temperature=1.0),
+            vectors="top",
+        )
         config, rounds = stored(a, dec, False, seed=1)
         assert check_report(config, rounds).findings == []
         export_run(a, config.run_id, tmp_path / "ok.jsonl")
     lines = (tmp_path / "ok.jsonl").read_text().splitlines()
     # a round whose first child of the prefix was rejected and a second one tried
-    at = next(i for i, r in enumerate(rounds) if r.tree.updates and r.tree.updates[0].parent == -1
-              and len(r.tree.tried[0][1]) > 1)
+    at = next(
+        i
+        for i, r in enumerate(rounds)
+        if r.tree.updates and r.tree.updates[0].parent == -1 and len(r.tree.tried[0][1]) > 1
+    )
     second = rounds[at].tree.tried[0][1][1]
     token = rounds[at].nodes[second].token
 
@@ -392,9 +455,11 @@ def test_tampered_top_n_tree_traces_are_flagged(tmp_path, models):
         line = json.loads(lines[1 + at])
         change(line["tree"], line["nodes"])
         bad = tmp_path / f"{change.__name__}.jsonl"
-        bad.write_text("\n".join(lines[:1 + at] + [json.dumps(line)] + lines[2 + at:]) + "\n")
+        bad.write_text("\n".join(lines[: 1 + at] + [json.dumps(line)] + lines[2 + at :]) + "\n")
         with TraceStore(tmp_path / f"{change.__name__}.sqlite") as b:
             run_id = import_run(b, bad)
             findings = check_report(b.run_config(run_id), b.load_rounds(run_id, full=True)).findings
-        assert findings and findings[0].round == at and findings[0].rule == rule, (change.__name__,
-                                                                                  [str(f) for f in findings[:2]])
+        assert findings and findings[0].round == at and findings[0].rule == rule, (
+            change.__name__,
+            [str(f) for f in findings[:2]],
+        )

@@ -26,7 +26,6 @@ from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.core.sampling.reference import sample_from
 from specscope.storage import TraceStore, TraceWriter, export_run, import_run
 from specscope.storage.jsonl.trace_file import TraceFile
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 # --------------------------------------------------------------------------- optional fields
@@ -69,6 +68,7 @@ def _tree_part(key: str):
     def apply(line: dict) -> None:
         if line.get("tree"):
             _drop(line["tree"], key)
+
     return apply
 
 
@@ -76,15 +76,35 @@ def _updates(change):
     def apply(line: dict) -> None:
         for u in (line.get("tree") or {}).get("updates", []):
             change(u)
+
     return apply
 
 
 # name -> (where: header | round | node | emitted | dist | end, change in place)
 HEADER_FIELDS = ("prompt_text", "models", "library_versions", "extra", "storage", "stops")
 CONFIG_FIELDS = ("seed", "proposer", "device", "dtype", "use_cache", "fault", "position_limit")
-ROUND_FIELDS = ("emitted_before", "prefix_len", "remaining_budget", "k", "greedy", "bonus_p", "rejected_node",
-                "residual", "residual_mass", "eos", "budget_stop", "bonus_withheld", "target_cache", "draft_cache",
-                "timings", "draft_forwards", "target_forwards", "tree", "stop", "pieces")
+ROUND_FIELDS = (
+    "emitted_before",
+    "prefix_len",
+    "remaining_budget",
+    "k",
+    "greedy",
+    "bonus_p",
+    "rejected_node",
+    "residual",
+    "residual_mass",
+    "eos",
+    "budget_stop",
+    "bonus_withheld",
+    "target_cache",
+    "draft_cache",
+    "timings",
+    "draft_forwards",
+    "target_forwards",
+    "tree",
+    "stop",
+    "pieces",
+)
 NODE_FIELDS = ("index", "depth", "q", "u", "p_token", "q_token", "ratio", "overlap", "target_argmax", "confidence")
 EMITTED_FIELDS = ("node", "draw")
 END_FIELDS = ("stop_reason", "new_tokens", "error", "ended_at", "wall_s")
@@ -126,9 +146,7 @@ def without(lines: list[dict], names: set[str], fields: dict) -> str:
             continue
         for name in sorted(names):
             where, change = fields[name]
-            if record == "run" and where == "header":
-                change(line)
-            elif record == "end" and where == "end" and change is not None:
+            if (record == "run" and where == "header") or (record == "end" and where == "end" and change is not None):
                 change(line)
             elif record == "round":
                 if where == "round":
@@ -184,8 +202,8 @@ def _stops_for(target, draft, a: int = 5, b: int = 3, sequence: bool = False) ->
     tokens (its first character dropped) or a token sequence."""
     out = _clean_greedy(target, draft)
     if sequence:
-        return Stops(sequences=(tuple(out[a:a + b]),))
-    return Stops(strings=("".join(_piece(t) for t in out[a:a + b])[1:],))
+        return Stops(sequences=(tuple(out[a : a + b]),))
+    return Stops(strings=("".join(_piece(t) for t in out[a : a + b])[1:],))
 
 
 def _decoders(target, draft, eos):
@@ -193,20 +211,32 @@ def _decoders(target, draft, eos):
     greedy = SamplingConfig(temperature=0)
     tree = lambda spec, children: DraftModelProposer(draft, tree=spec, children=children)  # noqa: E731
     return {
-        "chain-greedy": SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=0)),
+        "chain-greedy": SpeculativeDecoder(
+            target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=0)
+        ),
         "chain-sampled-eos": SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=t1, eos_token_id=eos),
-        "chain-topk-topp-budget": SpeculativeDecoder(target, DraftModelProposer(draft), k=3,
-                                                     sampling=SamplingConfig(temperature=0.8, top_k=8, top_p=0.9)),
+        "chain-topk-topp-budget": SpeculativeDecoder(
+            target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0.8, top_k=8, top_p=0.9)
+        ),
         "coupled": SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=t1, coupling_seed=5),
         "tree-sampled": SpeculativeDecoder(target, tree("3,2,1", "sampled"), sampling=t1, eos_token_id=eos),
-        "tree-distinct": SpeculativeDecoder(target, tree("2,2", "distinct"), sampling=SamplingConfig(temperature=1.0, top_k=8)),
+        "tree-distinct": SpeculativeDecoder(
+            target, tree("2,2", "distinct"), sampling=SamplingConfig(temperature=1.0, top_k=8)
+        ),
         "tree-topk-greedy": SpeculativeDecoder(target, tree("3,2,1", "topk"), sampling=SamplingConfig(temperature=0)),
-        "tree-dynamic": SpeculativeDecoder(target, tree("dynamic:nodes=8,depth=3,topk=2", "topk"),
-                                           sampling=SamplingConfig(temperature=1.0, top_p=0.9)),
-        "chain-greedy-stop-string": SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=greedy,
-                                                       stops=_stops_for(target, draft), token_piece=_piece),
-        "tree-greedy-stop-ids": SpeculativeDecoder(target, tree("3,2,1", "topk"), sampling=greedy,
-                                                   stops=_stops_for(target, draft, sequence=True), token_piece=_piece),
+        "tree-dynamic": SpeculativeDecoder(
+            target, tree("dynamic:nodes=8,depth=3,topk=2", "topk"), sampling=SamplingConfig(temperature=1.0, top_p=0.9)
+        ),
+        "chain-greedy-stop-string": SpeculativeDecoder(
+            target, DraftModelProposer(draft), k=4, sampling=greedy, stops=_stops_for(target, draft), token_piece=_piece
+        ),
+        "tree-greedy-stop-ids": SpeculativeDecoder(
+            target,
+            tree("3,2,1", "topk"),
+            sampling=greedy,
+            stops=_stops_for(target, draft, sequence=True),
+            token_piece=_piece,
+        ),
     }
 
 
@@ -263,17 +293,34 @@ def subsets(fields: dict, n: int, seed: int) -> list[set[str]]:
     return [set(), set(names)] + [{f for f in names if rng.random() < 0.5} for _ in range(n)]
 
 
-KINDS = [(name, vectors) for vectors in ("full", "top-n")
-         for name in ("chain-greedy", "chain-sampled-eos", "chain-topk-topp-budget", "coupled", "tree-sampled",
-                      "tree-distinct", "tree-topk-greedy", "tree-dynamic", "transformers",
-                      "chain-greedy-stop-string", "tree-greedy-stop-ids")]
+KINDS = [
+    (name, vectors)
+    for vectors in ("full", "top-n")
+    for name in (
+        "chain-greedy",
+        "chain-sampled-eos",
+        "chain-topk-topp-budget",
+        "coupled",
+        "tree-sampled",
+        "tree-distinct",
+        "tree-topk-greedy",
+        "tree-dynamic",
+        "transformers",
+        "chain-greedy-stop-string",
+        "tree-greedy-stop-ids",
+    )
+]
 FAST_SUBSETS, SLOW_SUBSETS = 4, 40
 
 
 def _clean(traces, tmp_path, kind, n_subsets, seed):
     lines = traces[kind]
-    tree = any(n.get("parent", i - 1) != i - 1 for line in lines[1:] if line.get("record") == "round"
-               for i, n in enumerate(line["nodes"]))
+    tree = any(
+        n.get("parent", i - 1) != i - 1
+        for line in lines[1:]
+        if line.get("record") == "round"
+        for i, n in enumerate(line["nodes"])
+    )
     fields = optional_fields(tree)
     checker = Checker(tmp_path / "c.sqlite")
     flagged = []
@@ -333,14 +380,17 @@ def fault_traces(models, tmp_path_factory):
     with TraceStore(tmp_path_factory.mktemp("faults") / "f.sqlite") as store:
         for name, (tree, cfg, extra) in FAULT_SETUPS.items():
             for seed in range(24 if extra in ("stop-ids", "stop-string") else 8):
-                proposer = DraftModelProposer(draft, tree=tree[0], children=tree[1]) if tree else DraftModelProposer(draft)
+                proposer = (
+                    DraftModelProposer(draft, tree=tree[0], children=tree[1]) if tree else DraftModelProposer(draft)
+                )
                 kw = {"eos_token_id": eos} if extra == "eos" else {"coupling_seed": 5} if extra == "coupled" else {}
                 a, b = 1 + seed, 1 + seed % 3
                 if extra in ("stop-ids", "stop-string"):
                     kw = {"stops": _stops_for(target, draft, a, b, sequence=extra == "stop-ids"), "token_piece": _piece}
                 dec = faulty_decoder(name, target, proposer, k=4, sampling=cfg, **kw)
-                max_new = 3 + seed if name == "budget-overshoot" else a + b + 1 if name == "budget-before-stop" \
-                    else 14  # a short budget: all accepted at its end; the stop in the round that ends it
+                max_new = (
+                    3 + seed if name == "budget-overshoot" else a + b + 1 if name == "budget-before-stop" else 14
+                )  # a short budget: all accepted at its end; the stop in the round that ends it
                 lines = _exported(store, dec, True, seed=seed, max_new=max_new)
                 if dec.fault_rounds:
                     out[name] = (lines, dec.fault_rounds[0])
@@ -367,7 +417,9 @@ def _fault(fault_traces, tmp_path, name, n_subsets, seed):
         assert not early, (name, sorted(left_out), str(early[0]))
         if not any(f.round == first for f in report.findings) and not flagging & set(report.not_checked):
             silent.append(sorted(left_out))
-    assert not silent, f"{name}: neither flagged nor named as not checked ({sorted(flagging)}) with {silent[0]} left out"
+    assert not silent, (
+        f"{name}: neither flagged nor named as not checked ({sorted(flagging)}) with {silent[0]} left out"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(FAULT_SETUPS))
@@ -402,8 +454,9 @@ def toy_tree_trace(path, *, repair_from_p: bool = False, updates: bool = True, r
     target = rng.normal(size=(V, V)) * 2
     draft = target + rng.normal(size=(V, V))
     out = [1, 2, 3]
-    with TraceFile(path, prompt_ids=out, vocab_size=V, k=2, max_new_tokens=10 * rounds, proposer="toy-tree",
-                   records=("u", "draw")) as trace:
+    with TraceFile(
+        path, prompt_ids=out, vocab_size=V, k=2, max_new_tokens=10 * rounds, proposer="toy-tree", records=("u", "draw")
+    ) as trace:
         for _ in range(rounds):
             root_p, root_q = _softmax(target[out[-1]]), _softmax(draft[out[-1]])
             kids = [sample_from(root_q, rng.random()) for _ in range(2)]
@@ -425,8 +478,14 @@ def toy_tree_trace(path, *, repair_from_p: bool = False, updates: bool = True, r
                     statuses[c] = "rejected"
                     residual = np.maximum(running - q_rows[c], 0)
                     running = residual / residual.sum()
-                    ups.append({"parent": node, "child": c, "mass": float(residual.sum()),
-                                "p_after": {"full": running.tolist()}})
+                    ups.append(
+                        {
+                            "parent": node,
+                            "child": c,
+                            "mass": float(residual.sum()),
+                            "p_after": {"full": running.tolist()},
+                        }
+                    )
                 if accepted is None:
                     draw = rng.random()
                     source = p_rows[children[0]] if repair_from_p else running
@@ -445,8 +504,17 @@ def toy_tree_trace(path, *, repair_from_p: bool = False, updates: bool = True, r
             if updates:
                 tree["updates"] = ups
             bonus = running if emitted[-1][1] == "bonus" else None
-            trace.round(draft=tokens, statuses=statuses, p=p_rows, q=q_rows, u=us, parents=parents,
-                        emitted=[(t, kind, *rest) for t, kind, *rest in emitted], bonus_p=bonus, tree=tree)
+            trace.round(
+                draft=tokens,
+                statuses=statuses,
+                p=p_rows,
+                q=q_rows,
+                u=us,
+                parents=parents,
+                emitted=[(t, kind, *rest) for t, kind, *rest in emitted],
+                bonus_p=bonus,
+                tree=tree,
+            )
             out += [e[0] for e in emitted]
         trace.close("interrupted", stop_reason="cancelled")  # stopped by the caller, before the budget
 

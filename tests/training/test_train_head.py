@@ -12,7 +12,6 @@ from safetensors import safe_open
 from tests.training.scripts import load_script
 
 
-
 def _module():
     return load_script("train_head", "specscope_train_head")
 
@@ -59,7 +58,7 @@ def test_the_smoke_head_decodes_exactly_through_the_registry(smoke_head, target)
     from specscope.core import SamplingConfig, SpeculativeDecoder
     from specscope.core.decode.baseline import plain_generate
     from specscope.core.draft.registry import build_proposer
-    from specscope.core.loading import load_tokenizer, bundled_path
+    from specscope.core.loading import bundled_path, load_tokenizer
 
     out, _ = smoke_head
     greedy = SamplingConfig(temperature=0)
@@ -88,10 +87,10 @@ def test_the_training_unroll_is_the_serving_computation(train_head, target):
         outs = train_head.unroll(head, target.get_input_embeddings(), features, x, 4)
         for row, j in ((0, 5), (1, 10)):
             head.reset()
-            h = head.step(features[row:row + 1, :j + 1], x[row:row + 1, 1:j + 2], from_target=True)[0, -1]
+            h = head.step(features[row : row + 1, : j + 1], x[row : row + 1, 1 : j + 2], from_target=True)[0, -1]
             torch.testing.assert_close(h, outs[0][row, j], atol=1e-4, rtol=1e-4)
             for s in range(1, 4):
-                h = head.step(h[None, None], x[row:row + 1, j + s + 1:j + s + 2], from_target=False)[0, -1]
+                h = head.step(h[None, None], x[row : row + 1, j + s + 1 : j + s + 2], from_target=False)[0, -1]
                 torch.testing.assert_close(h, outs[s][row, j], atol=1e-4, rtol=1e-4)
 
 

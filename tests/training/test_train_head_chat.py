@@ -14,8 +14,10 @@ from safetensors import safe_open
 from tests.training.scripts import load_script
 
 VOCAB = 40_000  # top-K ids above 32,767 overflowed the int16 cache
-TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 def _module():
@@ -33,9 +35,18 @@ def chat_target(tmp_path_factory):
     tok.chat_template = TEMPLATE
     tok.save_pretrained(folder)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(config)
     with torch.no_grad():  # make the large ids the likely ones, as a 49,152-token model's top-K holds them
         model.lm_head.weight[32_768:] *= 4
@@ -53,8 +64,23 @@ def test_a_chat_target_with_a_large_vocabulary_trains_and_decodes_exactly(chat_t
 
     train_head = _module()
     out = tmp_path / "head"
-    summary = train_head.main(["--smoke", "--target", str(chat_target), "--out", str(out), "--threads", "1",
-                               "--steps", "10", "--eval-every", "10", "--draft-vocab", "2048"])
+    summary = train_head.main(
+        [
+            "--smoke",
+            "--target",
+            str(chat_target),
+            "--out",
+            str(out),
+            "--threads",
+            "1",
+            "--steps",
+            "10",
+            "--eval-every",
+            "10",
+            "--draft-vocab",
+            "2048",
+        ]
+    )
     config = json.loads((out / "config.json").read_text())
     record = config["specscope"]
     assert set(record["heldout"]) == {"text", "greedy-chat", "greedy-summary", "greedy-code", "sampled"}

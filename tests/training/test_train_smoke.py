@@ -13,7 +13,6 @@ from safetensors import safe_open
 from tests.training.scripts import load_script
 
 
-
 def _train_module():
     return load_script("train_models", "specscope_train_models")
 
@@ -84,8 +83,7 @@ def test_smoke_run_has_the_loop_breaking_stages(smoke_run):
 
 
 def test_repeat_mask_marks_every_token_of_a_repeated_ngram(train):
-    tokens = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 9, 1, 2, 3, 4],
-                           [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]])
+    tokens = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 9, 1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]])
     mask = train.repeat_mask(tokens, 3)
     # row 0: "1 2 3" recurs at 4..6 and 8..10; "2 3 4" recurs at 9..11
     assert mask[0].tolist() == [0, 0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1]

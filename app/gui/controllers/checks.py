@@ -5,8 +5,9 @@ window (`window.checks`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from types import SimpleNamespace
-from typing import Any, Iterable
+from typing import Any
 
 from PySide6.QtWidgets import QMessageBox
 
@@ -45,8 +46,11 @@ class CheckActions:
             w.show_error(f"The recompute check failed: {exc}", title="Recompute check")
             return None
         self.set_findings(list(w.model.findings) + list(found))
-        text = (f"{len(found)} round(s) whose recorded p differs from a full recompute of the target"
-                if found else "every round's recorded p matches a full recompute of the target")
+        text = (
+            f"{len(found)} round(s) whose recorded p differs from a full recompute of the target"
+            if found
+            else "every round's recorded p matches a full recompute of the target"
+        )
         w.statusBar().showMessage(f"Recompute check: {text}", 15000)
         QMessageBox.information(w, "Recompute check", text[0].upper() + text[1:] + ".")
         return list(found)
@@ -69,8 +73,11 @@ class CheckActions:
             return None
         config = w.model.config
         if not config.sampling.greedy:
-            w.show_error(f"This run was sampled at temperature {config.sampling.temperature:g}: divergence from plain "
-                         "greedy decoding is only defined at temperature 0.", title=title)
+            w.show_error(
+                f"This run was sampled at temperature {config.sampling.temperature:g}: divergence from plain "
+                "greedy decoding is only defined at temperature 0.",
+                title=title,
+            )
             return None
         w.statusBar().showMessage("Decoding the prompt plainly with the target…")
         try:
@@ -146,7 +153,7 @@ class CheckActions:
             return
         try:
             report = self.report()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("the checker failed")
             w.findings.set_error(str(exc))
             return

@@ -27,12 +27,17 @@ class DockLayout:
         w, plots = self.w, self.w.plots_dock
         if plots.isFloating():
             return
-        if w.width() < NARROW_PX and w.dockWidgetArea(plots) == Qt.DockWidgetArea.RightDockWidgetArea \
-                and not w.tabifiedDockWidgets(plots):
+        if (
+            w.width() < NARROW_PX
+            and w.dockWidgetArea(plots) == Qt.DockWidgetArea.RightDockWidgetArea
+            and not w.tabifiedDockWidgets(plots)
+        ):
             w.tabifyDockWidget(w.findings_dock, plots)
             w.findings_dock.raise_()
             self.plots_tabbed_for_width = True
-        elif w.width() >= NARROW_PX and (self.plots_tabbed_for_width or w.findings_dock in w.tabifiedDockWidgets(plots)):
+        elif w.width() >= NARROW_PX and (
+            self.plots_tabbed_for_width or w.findings_dock in w.tabifiedDockWidgets(plots)
+        ):
             # wide again (or wide from the start with a state saved narrow): back on the right
             self.plots_tabbed_for_width = False
             w.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, plots)
@@ -47,8 +52,9 @@ class DockLayout:
         if w.width() < NARROW_PX:
             w.resizeDocks([w.run_dock], [RUN_DOCK_PX], Qt.Orientation.Horizontal)
         else:
-            w.resizeDocks([w.run_dock, w.plots_dock], [RUN_DOCK_PX, max(PLOTS_MIN_PX, w.width() // 4)],
-                          Qt.Orientation.Horizontal)
+            w.resizeDocks(
+                [w.run_dock, w.plots_dock], [RUN_DOCK_PX, max(PLOTS_MIN_PX, w.width() // 4)], Qt.Orientation.Horizontal
+            )
         body = max(300, w.height() - 80)
         w.resizeDocks([w.run_dock, w.findings_dock], [int(body * 0.62), int(body * 0.38)], Qt.Orientation.Vertical)
         w.page.fit_sizes(max(400, w.height() - 140))

@@ -31,8 +31,16 @@ class Exports:
 
     def export_all(self, folder: str) -> list[str]:
         w = self.w
-        views = {"window": w, "timeline": w.timeline, "inspector": w.inspector, "tree": w.tree,
-                 "plots": w.plots, "findings": w.findings, "compare": w.compare, "calibration": w.calibration}
+        views = {
+            "window": w,
+            "timeline": w.timeline,
+            "inspector": w.inspector,
+            "tree": w.tree,
+            "plots": w.plots,
+            "findings": w.findings,
+            "compare": w.compare,
+            "calibration": w.calibration,
+        }
         written = []
         for name, widget in views.items():
             path = os.path.join(folder, f"specscope-{name}.png")

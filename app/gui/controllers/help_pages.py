@@ -15,7 +15,8 @@ LEGEND_AND_KEYS = (
     "first/last round (in a text field these four move its cursor), P play the rounds back (a focused menu box takes it for its search), "
     "Ctrl+. stop, Ctrl+O open a trace.</p>"
     "<p>Hover a token for p, q, p/q, u and the decision; click it to inspect its round.</p>"
-    "<p><b>Threads</b>: torch's CPU threads for decoding (run panel); the status bar shows the value.</p>")
+    "<p><b>Threads</b>: torch's CPU threads for decoding (run panel); the status bar shows the value.</p>"
+)
 
 
 def show_legend(parent) -> None:

@@ -11,8 +11,17 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QAbstractItemView, QAbstractScrollArea, QAbstractSpinBox, QApplication, QComboBox, \
-    QLineEdit, QPlainTextEdit, QTextEdit, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QAbstractScrollArea,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QLineEdit,
+    QPlainTextEdit,
+    QTextEdit,
+    QWidget,
+)
 
 STEP_KEYS = (Qt.Key.Key_Space, Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
 CURSOR_KEYS = (Qt.Key.Key_Right, Qt.Key.Key_Left, Qt.Key.Key_Home, Qt.Key.Key_End)
@@ -30,7 +39,7 @@ class StepKeys(QObject):
         self.window = window
         self.typing_fields = tuple(typing_fields)
 
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt API)
+    def eventFilter(self, obj, event) -> bool:
         if event.type() != QEvent.Type.ShortcutOverride or event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
             return False
         if event.key() in LETTER_KEYS:
@@ -71,7 +80,7 @@ class WheelGuard(QObject):
         if box.focusPolicy() == Qt.FocusPolicy.WheelFocus:  # the wheel would focus it, then turn it
             box.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
 
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt API)
+    def eventFilter(self, obj, event) -> bool:
         kind = event.type()
         if kind not in (QEvent.Type.Wheel, QEvent.Type.Polish):
             return False

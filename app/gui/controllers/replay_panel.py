@@ -30,8 +30,9 @@ def stop_texts(config: Any) -> dict[str, str]:
     ids = tuple(config.eos_token_ids) or (() if config.eos_token_id is None else (config.eos_token_id,))
     texts = {"eos": ",".join(str(t) for t in ids) if ids else "none"}
     if "stops" not in config.unrecorded:
-        written = RunSettings(stop_strings=tuple(config.stop_strings),
-                              stop_ids=tuple(tuple(s) for s in config.stop_ids)).to_texts()
+        written = RunSettings(
+            stop_strings=tuple(config.stop_strings), stop_ids=tuple(tuple(s) for s in config.stop_ids)
+        ).to_texts()
         texts.update(stop_strings=written["stop_strings"], stop_ids=written["stop_ids"])
     return texts
 
@@ -63,7 +64,7 @@ class ReplayPanel:
                 return None
             user = self.chat_user_text(info)
             return user if user is not None else tok.decode(list(info.config.prompt_ids))
-        except Exception:  # noqa: BLE001 - only a convenience
+        except Exception:
             log.exception("could not decode the prompt")
             return None
 
@@ -73,9 +74,16 @@ class ReplayPanel:
         cfg = info.config
         panel = self.w.run_panel
         proposer = spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name, cfg.target_name)
-        texts = {"engine": engine_of_run(cfg), "k": str(cfg.k), "temperature": f"{cfg.sampling.temperature:g}", "top_k": str(cfg.sampling.top_k),
-                 "top_p": f"{cfg.sampling.top_p:g}", "seed": str(cfg.seed), "max_new_tokens": str(cfg.max_new_tokens),
-                 **stop_texts(cfg)}
+        texts = {
+            "engine": engine_of_run(cfg),
+            "k": str(cfg.k),
+            "temperature": f"{cfg.sampling.temperature:g}",
+            "top_k": str(cfg.sampling.top_k),
+            "top_p": f"{cfg.sampling.top_p:g}",
+            "seed": str(cfg.seed),
+            "max_new_tokens": str(cfg.max_new_tokens),
+            **stop_texts(cfg),
+        }
         if proposer:
             texts["proposer"] = proposer
         target = target_of_run(cfg.target_name)
@@ -112,7 +120,7 @@ class ReplayPanel:
             text = tok.decode(list(info.config.prompt_ids))
             if not (text.startswith(head) and text.endswith(tail)) or len(text) < len(head) + len(tail):
                 return None
-            user = text[len(head):len(text) - len(tail)]
+            user = text[len(head) : len(text) - len(tail)]
             return user if tuple(chat_prompt_ids(tok, user)) == tuple(info.config.prompt_ids) else None
         except Exception:  # noqa: BLE001 - only a convenience
             return None
@@ -142,7 +150,8 @@ class ReplayPanel:
         if changed:
             self.w.run_panel.state_label.setText(
                 f"Replaying run {info.run_id[:8]}; the panel no longer matches the trace ({', '.join(changed)} "
-                f"changed): Run starts the panel's settings.")
+                f"changed): Run starts the panel's settings."
+            )
         else:
             self.w.run_panel.state_label.setText(self.trace_label)
 

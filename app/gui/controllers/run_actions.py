@@ -26,8 +26,11 @@ class RunActions:
         self.w.live.recording.full_vectors = checked
         self.w.qsettings.setValue(FULL_VECTORS_KEY, "true" if checked else "false")
         self.w.statusBar().showMessage(
-            "The next recorded runs keep full probability vectors" if checked
-            else "The next recorded runs keep the top-N of each distribution (full vectors for vocabularies up to 1024)", 8000)
+            "The next recorded runs keep full probability vectors"
+            if checked
+            else "The next recorded runs keep the top-N of each distribution (full vectors for vocabularies up to 1024)",
+            8000,
+        )
 
     def validated_settings(self) -> RunSettings | None:
         v = self.w.run_panel.validate()
@@ -68,8 +71,9 @@ class RunActions:
         if device and not w.hub.devices_known and device not in w.hub.devices():
             self.waiting_run = run
             w.start_preload()  # lists the devices (a window driven before its first paint has not started it)
-            w.statusBar().showMessage(f"The run starts once torch has loaded and can say whether {device} is "
-                                      "available…")
+            w.statusBar().showMessage(
+                f"The run starts once torch has loaded and can say whether {device} is available…"
+            )
             return True
         settings = self.validated_settings()
         if settings is None:
@@ -147,4 +151,6 @@ class RunActions:
         m = self.w.model.metrics
         self.w.statusBar().showMessage(
             f"Run finished ({reason}): {m.emitted_total} tokens in {len(m)} rounds, "
-            f"mean accepted length {m.mean_accepted_length:.2f}", 15000)
+            f"mean accepted length {m.mean_accepted_length:.2f}",
+            15000,
+        )

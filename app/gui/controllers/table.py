@@ -13,8 +13,10 @@ from specscope.app.gui.actions import Action
 
 from . import help_pages
 
-FULL_VECTORS_TIP = ("Recordings keep every p, q and residual in full (about 40x the bytes of the top-N at a vocabulary "
-                    "of 4096, and slower to record); otherwise the top-N and each vector's support, minimum and sum")
+FULL_VECTORS_TIP = (
+    "Recordings keep every p, q and residual in full (about 40x the bytes of the top-N at a vocabulary "
+    "of 4096, and slower to record); otherwise the top-N and each vector's support, minimum and sum"
+)
 Key = Qt.Key
 
 
@@ -29,18 +31,47 @@ def file_actions(w: Any) -> tuple[Action, ...]:
         Action("file.open", "&Open trace…", traces.open_trace_dialog, "&File", QKeySequence.StandardKey.Open),
         Action("file.open_last", "Open &last trace", traces.open_last_trace, "&File", "Ctrl+Shift+O"),
         Action("file.open_recording_store", "Open the &recording store", traces.open_recording_store, "&File"),
-        Action("file.full_vectors", "Record &full probability vectors", w.runs.set_full_vectors, "&File",
-               tip=FULL_VECTORS_TIP, checkable=True, checked=lambda: w.runs.full_vectors),
-        Action("file.compare_runs", "&Compare two runs…", traces.compare_stored_dialog, "&File",
-               tip="Put two stored runs of a trace store side by side on the Compare tab"),
-        Action("file.diff_runs", "&Diff two runs of a trace…", traces.diff_runs_dialog, "&File",
-               tip="Align two stored runs and report the first divergence in tokens, p and caches"),
-        Action("file.export_view", "Export current view as &PNG…", exports.export_view_dialog, "&File", "Ctrl+E",
-               group="export"),
-        Action("file.export_all", "Export all views as PNG to a folder…", exports.export_all_dialog, "&File",
-               group="export"),
-        Action("file.export_jsonl", "Export run as &JSONL…", exports.export_jsonl_dialog, "&File", "Ctrl+J",
-               group="export"),
+        Action(
+            "file.full_vectors",
+            "Record &full probability vectors",
+            w.runs.set_full_vectors,
+            "&File",
+            tip=FULL_VECTORS_TIP,
+            checkable=True,
+            checked=lambda: w.runs.full_vectors,
+        ),
+        Action(
+            "file.compare_runs",
+            "&Compare two runs…",
+            traces.compare_stored_dialog,
+            "&File",
+            tip="Put two stored runs of a trace store side by side on the Compare tab",
+        ),
+        Action(
+            "file.diff_runs",
+            "&Diff two runs of a trace…",
+            traces.diff_runs_dialog,
+            "&File",
+            tip="Align two stored runs and report the first divergence in tokens, p and caches",
+        ),
+        Action(
+            "file.export_view",
+            "Export current view as &PNG…",
+            exports.export_view_dialog,
+            "&File",
+            "Ctrl+E",
+            group="export",
+        ),
+        Action(
+            "file.export_all",
+            "Export all views as PNG to a folder…",
+            exports.export_all_dialog,
+            "&File",
+            group="export",
+        ),
+        Action(
+            "file.export_jsonl", "Export run as &JSONL…", exports.export_jsonl_dialog, "&File", "Ctrl+J", group="export"
+        ),
         Action("file.quit", "&Quit", w.close, "&File", QKeySequence.StandardKey.Quit, group="quit"),
     )
 
@@ -48,21 +79,44 @@ def file_actions(w: Any) -> tuple[Action, ...]:
 def run_actions(w: Any) -> tuple[Action, ...]:
     runs, nav = w.runs, w.navigator
     return (
-        Action("run.toggle", "Run / Pause", runs.toggle_run, "&Run", Key.Key_Space,
-               tip="Run the run panel's settings (also from a replay), or pause the run"),
-        Action("run.play", "Play / pause the rounds", w.traces.toggle_replay_play, "&Run", Key.Key_P,
-               tip="Play the rounds shown back one by one (a replay, or a finished run)"),
+        Action(
+            "run.toggle",
+            "Run / Pause",
+            runs.toggle_run,
+            "&Run",
+            Key.Key_Space,
+            tip="Run the run panel's settings (also from a replay), or pause the run",
+        ),
+        Action(
+            "run.play",
+            "Play / pause the rounds",
+            w.traces.toggle_replay_play,
+            "&Run",
+            Key.Key_P,
+            tip="Play the rounds shown back one by one (a replay, or a finished run)",
+        ),
         Action("run.step", "Step one round / next round", runs.step_or_next, "&Run", Key.Key_Right),
         Action("run.previous", "Previous round", nav.prev, "&Run", Key.Key_Left),
         Action("run.first", "First round", nav.first, "&Run", Key.Key_Home),
         Action("run.last", "Last round", nav.last, "&Run", Key.Key_End),
         Action("run.stop", "Stop", runs.stop, "&Run", "Ctrl+."),
-        Action("run.recompute_check", "Re&compute check (replay the target)", w.checks.recompute_check, "&Run",
-               tip="Recompute every round's p with the target from the full prefix and compare with the recorded p",
-               group="check"),
-        Action("run.reference", "Compare with plain &greedy (reference)", w.checks.reference_check, "&Run",
-               tip="Decode the prompt plainly with the target and say whether the first difference from this greedy "
-                   "run is a near tie (numerics) or a logic bug", group="check"),
+        Action(
+            "run.recompute_check",
+            "Re&compute check (replay the target)",
+            w.checks.recompute_check,
+            "&Run",
+            tip="Recompute every round's p with the target from the full prefix and compare with the recorded p",
+            group="check",
+        ),
+        Action(
+            "run.reference",
+            "Compare with plain &greedy (reference)",
+            w.checks.reference_check,
+            "&Run",
+            tip="Decode the prompt plainly with the target and say whether the first difference from this greedy "
+            "run is a near tie (numerics) or a logic bug",
+            group="check",
+        ),
     )
 
 

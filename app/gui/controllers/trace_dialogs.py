@@ -64,14 +64,14 @@ class TraceDialogs:
         """A trace store picked in a file dialog ("" when cancelled), starting at the last trace
         opened, else at the recording store (the runs just made: it lies in a hidden folder,
         ~/.local/share/specscope, that a new user could not find from the working directory)."""
-        path, _ = QFileDialog.getOpenFileName(self.w, title, str(self.last_trace or self.recording_store() or ""),
-                                              TRACE_FILTER)
+        path, _ = QFileDialog.getOpenFileName(
+            self.w, title, str(self.last_trace or self.recording_store() or ""), TRACE_FILTER
+        )
         return path
 
     def recording_store(self) -> str | None:
         """The store live runs are recorded to, when it is a file that exists."""
         from specscope.app.gui.model.traces import default_trace_path
-
         from specscope.storage import TraceStoreError
 
         try:
@@ -96,7 +96,6 @@ class TraceDialogs:
     def open_recording_store(self) -> None:
         """The store live runs are recorded to: pick one of its runs to replay."""
         from specscope.app.gui.model.traces import default_trace_path
-
         from specscope.storage import TraceStoreError
 
         try:
@@ -134,7 +133,7 @@ class TraceDialogs:
             return False
         try:
             self._open_partner(library, path, info)
-        except Exception:  # noqa: BLE001 - the single run still replays
+        except Exception:
             log.exception("could not open the run's comparison")
         self.replay_trace(library, path, info)
         return True
@@ -159,8 +158,10 @@ class TraceDialogs:
                 return None
         matches = [r.run_id for r in runs if r.run_id.startswith(run_id)]
         if len(matches) != 1:
-            show_error(f"{os.path.basename(path)} has {'no' if not matches else 'several'} run(s) "
-                       f"matching {run_id!r}.", title="Open trace")
+            show_error(
+                f"{os.path.basename(path)} has {'no' if not matches else 'several'} run(s) matching {run_id!r}.",
+                title="Open trace",
+            )
             return None
         try:
             info = library.run(matches[0])
@@ -187,8 +188,10 @@ class TraceDialogs:
         self.say_newer(library)
         try:
             if len(runs) < 2:
-                self.w.show_error(f"{os.path.basename(path)} holds {len(runs)} run(s); a comparison needs two.",
-                                  title="Compare two runs")
+                self.w.show_error(
+                    f"{os.path.basename(path)} holds {len(runs)} run(s); a comparison needs two.",
+                    title="Compare two runs",
+                )
                 return False
             prompts = [r.prompt_text or self.w.replay_panel.decode_prompt(r) for r in runs]
             picked = [pick_run(self.w, runs, prompts, f"Compare two runs: run {which}") for which in "AB"]
@@ -205,7 +208,10 @@ class TraceDialogs:
             self.say_newer(library)
             try:
                 infos = [library.run(r) for r in run_ids]
-                lanes = [(info, library.rounds(info.run_id), run_token_text(self.w.hub, info, say=self.w.say_long)) for info in infos]
+                lanes = [
+                    (info, library.rounds(info.run_id), run_token_text(self.w.hub, info, say=self.w.say_long))
+                    for info in infos
+                ]
             finally:
                 library.close()
         except Exception as exc:  # noqa: BLE001 - never a traceback in the GUI
@@ -223,14 +229,20 @@ class TraceDialogs:
         mine = comparison_of(info)
         if mine is None:
             return
-        lanes = {comparison_of(r)[1]: r.run_id for r in library.runs()
-                 if r.run_id != info.run_id and (comparison_of(r) or ("", ""))[0] == mine[0]}
+        lanes = {
+            comparison_of(r)[1]: r.run_id
+            for r in library.runs()
+            if r.run_id != info.run_id and (comparison_of(r) or ("", ""))[0] == mine[0]
+        }
         if not lanes:
             return
         lanes[mine[1]] = info.run_id
         if self.compare_stored(path, *(lanes[name] for name in sorted(lanes)), show=False):
-            self.w.statusBar().showMessage(f"Run {info.run_id[:8]} is lane {mine[1]} of a comparison: its "
-                                           f"{len(lanes)} lanes are on the Compare tab.", 15000)
+            self.w.statusBar().showMessage(
+                f"Run {info.run_id[:8]} is lane {mine[1]} of a comparison: its "
+                f"{len(lanes)} lanes are on the Compare tab.",
+                15000,
+            )
 
     def diff_runs_dialog(self, path: str | None = None) -> str | None:
         """Pick a trace store and two of its runs; show `specscope diff` of them."""
@@ -258,8 +270,9 @@ class TraceDialogs:
         """Ask for runs A and B of `library`; their diff (None when cancelled or too few runs)."""
         runs = library.runs()
         if len(runs) < 2:
-            self.w.show_error(f"{os.path.basename(path)} holds {len(runs)} run(s); a diff needs two.",
-                              title="Diff runs")
+            self.w.show_error(
+                f"{os.path.basename(path)} holds {len(runs)} run(s); a diff needs two.", title="Diff runs"
+            )
             return None
         labels = [describe_run(r) for r in runs]
         picked = []
@@ -282,7 +295,7 @@ class TraceDialogs:
         w.findings.set_findings([], checked=False)
         try:
             w.replay_panel.show_trace_settings(info)
-        except Exception:  # noqa: BLE001 - only a convenience
+        except Exception:
             log.exception("could not show the trace's settings")
         w.setWindowTitle(f"specscope — {path.rsplit('/', 1)[-1]} · {describe_run(info)}")
         w.tabs.setCurrentWidget(w.page)
@@ -293,8 +306,9 @@ class TraceDialogs:
 
     def replay_done(self) -> None:
         self.w.checks.run_checker()
-        self.w.statusBar().showMessage(f"Loaded {len(self.w.model.rounds)} rounds from {self.w.replay.trace_path}",
-                                       8000)
+        self.w.statusBar().showMessage(
+            f"Loaded {len(self.w.model.rounds)} rounds from {self.w.replay.trace_path}", 8000
+        )
 
     def leave_replay(self) -> None:
         self.w.replay.close()

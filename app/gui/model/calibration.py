@@ -25,9 +25,10 @@ from the start); `head_reference(config)` reads the head's training record witho
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -78,8 +79,10 @@ class Shortfall:
     reached: int
 
     def sentence(self) -> str:
-        return (f"depth {self.depth}: accepted {self.realised:.2f} of the time, trained to {self.training:.2f} "
-                f"({self.reached} nodes reached)")
+        return (
+            f"depth {self.depth}: accepted {self.realised:.2f} of the time, trained to {self.training:.2f} "
+            f"({self.reached} nodes reached)"
+        )
 
 
 @dataclass(frozen=True)
@@ -113,15 +116,19 @@ class Calibration:
             return self.reference.why_none
         if self.shortfalls:
             where = "; ".join(s.sentence() for s in self.shortfalls)
-            return (f"Far below the head's training accuracy ({self.reference.label}) at {where}. The output "
-                    f"stays exact (the verifier sees to that): this is wasted drafting, a train/serve mismatch "
-                    f"(the head is not served the features, target or tokenizer it was trained with) or a "
-                    f"prompt unlike its training data.")
+            return (
+                f"Far below the head's training accuracy ({self.reference.label}) at {where}. The output "
+                f"stays exact (the verifier sees to that): this is wasted drafting, a train/serve mismatch "
+                f"(the head is not served the features, target or tokenizer it was trained with) or a "
+                f"prompt unlike its training data."
+            )
         judged = int((self.depth_reached[: len(self.reference.accuracy)] >= MIN_REACHED).sum())
         if not judged:
             return f"Too few nodes reached yet (fewer than {MIN_REACHED} at every depth) to compare with training."
-        return (f"Acceptance by depth is not far below the head's training accuracy ({self.reference.label}, "
-                f"{Path(self.reference.source).parent.name}).")
+        return (
+            f"Acceptance by depth is not far below the head's training accuracy ({self.reference.label}, "
+            f"{Path(self.reference.source).parent.name})."
+        )
 
 
 class CalibrationTally:
@@ -169,8 +176,15 @@ class CalibrationTally:
         rows = [("all depths", 0, self.bin_counts.sum(0), self.bin_accepted.sum(0), self.bin_confidence.sum(0))]
         for d in range(MAX_DEPTH_CURVES):
             deeper = d == MAX_DEPTH_CURVES - 1 and len(self.depth_reached) > MAX_DEPTH_CURVES
-            rows.append((f"depth {d + 1}{'+' if deeper else ''}", d + 1, self.bin_counts[d], self.bin_accepted[d],
-                         self.bin_confidence[d]))
+            rows.append(
+                (
+                    f"depth {d + 1}{'+' if deeper else ''}",
+                    d + 1,
+                    self.bin_counts[d],
+                    self.bin_accepted[d],
+                    self.bin_confidence[d],
+                )
+            )
         out = []
         for label, depth, counts, accepted, conf in rows:
             kept = counts > 0
@@ -181,8 +195,13 @@ class CalibrationTally:
 
     def result(self, reference: HeadReference) -> Calibration:
         calibration = Calibration(
-            rounds=self.rounds, reached=self.reached, with_confidence=self.with_confidence, curves=self.curves(),
-            depth_reached=self.depth_reached.copy(), depth_accepted=self.depth_accepted.copy(), reference=reference,
+            rounds=self.rounds,
+            reached=self.reached,
+            with_confidence=self.with_confidence,
+            curves=self.curves(),
+            depth_reached=self.depth_reached.copy(),
+            depth_accepted=self.depth_accepted.copy(),
+            reference=reference,
             shortfalls=(),
         )
         return _with_shortfalls(calibration)
@@ -233,9 +252,15 @@ def head_reference(config: RunConfig | None) -> HeadReference:
         return HeadReference(None, "", "No run.")
     folder = head_folder_of(config)
     if folder is None:
-        kind = {"draft": "a draft model", "lookup": "prompt lookup"}.get(config.proposer, config.proposer or "the proposer")
-        return HeadReference(None, "", f"Only the realised acceptance is shown: the run's proposer ({kind}) is not "
-                                       f"a draft head, so there is no training accuracy to compare with.")
+        kind = {"draft": "a draft model", "lookup": "prompt lookup"}.get(
+            config.proposer, config.proposer or "the proposer"
+        )
+        return HeadReference(
+            None,
+            "",
+            f"Only the realised acceptance is shown: the run's proposer ({kind}) is not "
+            f"a draft head, so there is no training accuracy to compare with.",
+        )
     file = folder / "config.json"
     try:
         import json
@@ -251,9 +276,13 @@ def head_reference(config: RunConfig | None) -> HeadReference:
         return HeadReference(_accuracies(greedy["accuracy_by_depth"]), str(file), "", "held-out greedy")
     accuracy = _accuracies(record.get("accuracy_by_depth"))
     if accuracy is None:
-        return HeadReference(None, str(file), f"Only the realised acceptance is shown: the head's config.json "
-                                              f"({folder.name}) records no accuracy_by_depth (training/train_head.py "
-                                              f"writes one).")
+        return HeadReference(
+            None,
+            str(file),
+            f"Only the realised acceptance is shown: the head's config.json "
+            f"({folder.name}) records no accuracy_by_depth (training/train_head.py "
+            f"writes one).",
+        )
     return HeadReference(accuracy, str(file), "", "held-out, all sets")
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from collections.abc import Sequence
-from typing import Any, Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +26,7 @@ class _Column:
     """One field's values: a typed array (ints, floats, flags, string codes, tuples of ints)
     with a None mask; anything else as a list of objects."""
 
-    __slots__ = ("kind", "values", "none", "codes", "names", "offsets")
+    __slots__ = ("codes", "kind", "names", "none", "offsets", "values")
 
     def __init__(self) -> None:
         self.kind: str | None = None
@@ -53,8 +53,14 @@ class _Column:
     def _start(self, kind: str) -> None:
         old = len(self.none)
         self.kind = kind
-        self.values = {"bool": array("b"), "int": array("q"), "float": array("d"), "str": array("i"), "ints": array("q"),
-                       "obj": []}[kind]
+        self.values = {
+            "bool": array("b"),
+            "int": array("q"),
+            "float": array("d"),
+            "str": array("i"),
+            "ints": array("q"),
+            "obj": [],
+        }[kind]
         if kind == "ints":
             self.offsets = array("q", [0] * (old + 1))
         elif kind == "obj":
@@ -148,7 +154,7 @@ class _Column:
         if kind == "str":
             return self.names[self.values[i]]
         if kind == "ints":
-            return tuple(self.values[self.offsets[i]:self.offsets[i + 1]])
+            return tuple(self.values[self.offsets[i] : self.offsets[i + 1]])
         return self.values[i]
 
     def nbytes(self) -> int:
@@ -162,14 +168,16 @@ class _Table:
     """The records of one dataclass, field by field; `nested` fields hold records of another
     table (one each, or a tuple of them) and `dropped` fields are rebuilt as None."""
 
-    def __init__(self, cls: type, nested: dict[str, "_Table"] | None = None, dropped: tuple[str, ...] = ()):
+    def __init__(self, cls: type, nested: dict[str, _Table] | None = None, dropped: tuple[str, ...] = ()):
         self.cls = cls
         self.nested = nested or {}
         self.dropped = dropped
         self.fields = [f.name for f in dataclasses.fields(cls) if f.name not in self.nested and f.name not in dropped]
         self.columns = {name: _Column() for name in self.fields}
         self.links: dict[str, array] = {name: array("q") for name in self.nested}  # first row, or -1 for None
-        self.counts: dict[str, array] = {name: array("i") for name in self.nested}  # -1: one record, else a tuple's length
+        self.counts: dict[str, array] = {
+            name: array("i") for name in self.nested
+        }  # -1: one record, else a tuple's length
         self.size = 0
 
     def append(self, obj: Any) -> None:
@@ -232,13 +240,17 @@ class _Table:
 
 
 def _round_table(cls: type) -> _Table:
-    return _Table(cls, nested={
-        "nodes": _Table(DraftNode, dropped=("p", "q")),
-        "emitted": _Table(EmittedToken),
-        "target_cache": _Table(CacheState),
-        "draft_cache": _Table(CacheState),
-        "timings": _Table(RoundTimings),
-    }, dropped=("bonus_p", "residual"))
+    return _Table(
+        cls,
+        nested={
+            "nodes": _Table(DraftNode, dropped=("p", "q")),
+            "emitted": _Table(EmittedToken),
+            "target_cache": _Table(CacheState),
+            "draft_cache": _Table(CacheState),
+            "timings": _Table(RoundTimings),
+        },
+        dropped=("bonus_p", "residual"),
+    )
 
 
 class CompactRounds(Sequence):
@@ -258,8 +270,9 @@ class CompactRounds(Sequence):
         if self._table is not None and type(r) is self._table.cls:
             self._table.append(r)
         else:  # kept as a slim object
-            self._odd[self._size] = dataclasses.replace(r, nodes=tuple(dataclasses.replace(n, p=None, q=None) for n in r.nodes),
-                                                        bonus_p=None, residual=None)
+            self._odd[self._size] = dataclasses.replace(
+                r, nodes=tuple(dataclasses.replace(n, p=None, q=None) for n in r.nodes), bonus_p=None, residual=None
+            )
         if hold:
             self.held[self._size] = r
         self._tokens.extend(int(t) for t in r.tokens)

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from specscope.app.gui import theme
+from specscope.core.records import Round, RunConfig
 from specscope.core.sampling.dists import TopDistribution
 from specscope.core.sampling.partial import is_full
-from specscope.core.records import Round, RunConfig
 
-from specscope.app.gui import theme
 from .compact import CompactRounds
 from .metrics import RunMetrics
 from .traces import as_partial
@@ -89,6 +90,7 @@ def has_distributions(r: Round) -> bool:
 def for_views(r: Round) -> Round:
     """The round with any TopDistribution (a live run's top-N record above 4,096 tokens,
     core.sampling.dists) as the dense array a top-N trace reads back as, which the views plot."""
+
     def dense(d):
         return as_partial(d) if isinstance(d, TopDistribution) else d
 
@@ -158,7 +160,9 @@ class Cells:
         return len(self.kind)
 
     def cell(self, i: int) -> Cell:
-        return Cell(self.kind[i], self.round[i], self.pos[i], self.token[i], self.out_pos[i], bool(self.eos[i]), self.text[i])
+        return Cell(
+            self.kind[i], self.round[i], self.pos[i], self.token[i], self.out_pos[i], bool(self.eos[i]), self.text[i]
+        )
 
     def _add(self, kind: int, rnd: int, pos: int, token: int, out_pos: int, eos: bool) -> None:
         self.kind.append(kind)
@@ -252,8 +256,9 @@ class RunModel(QObject):
 
     # -------------------------------------------------------------- mutation
 
-    def begin(self, config: RunConfig | None, token_text: TokenText | None = None, source: str = "live",
-              label: str = "") -> None:
+    def begin(
+        self, config: RunConfig | None, token_text: TokenText | None = None, source: str = "live", label: str = ""
+    ) -> None:
         self.config = config
         self.token_text = token_text or default_token_text
         self.rounds = CompactRounds()
@@ -314,7 +319,7 @@ class RunModel(QObject):
         """Round `index` with its distributions when anything still has them: the loader's
         (the store's full vectors, when it kept them) for a round held slim or top-N only."""
         r = self.rounds[index]
-        if (has_distributions(r) and not _top_n_only(r)) or not r.nodes and r.bonus is None:
+        if (has_distributions(r) and not _top_n_only(r)) or (not r.nodes and r.bonus is None):
             return r
         got = self._full.get(index)
         if got is not None:

@@ -22,12 +22,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from specscope.core.draft.registry import KINDS, ProposerKind, ProposerSpec, SpecError, parse_spec
+from specscope.core.loading.models import BUNDLED_DRAFTS, BUNDLED_HEADS, BUNDLED_REAL_DRAFTS, BUNDLED_REAL_HEADS
 from specscope.core.settings.bounds import BOUNDS, MAX_K  # noqa: F401 (MAX_K: the run panel's name)
 from specscope.core.settings.model import DEFAULT_PROPOSER, FIELD_NAMES, eos_vocab_problem
 from specscope.core.settings.model import RunSettings as CoreRunSettings
 from specscope.core.settings.vocab import ENGINES as ALL_ENGINES
-from specscope.core.loading.models import BUNDLED_DRAFTS, BUNDLED_HEADS, BUNDLED_REAL_DRAFTS, BUNDLED_REAL_HEADS
-from specscope.core.draft.registry import KINDS, ProposerKind, ProposerSpec, SpecError, parse_spec
 
 from .tree_settings import describe_tree, tree_choice_specs
 
@@ -109,8 +109,9 @@ def draft_owner(name: str) -> str:
     return "the bundled target"
 
 
-def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True,
-                     target: str | None = None) -> list[ProposerChoice]:
+def proposer_choices(
+    with_checkpoint: bool = True, with_trees: bool = True, target: str | None = None
+) -> list[ProposerChoice]:
     """What a proposer menu offers, from the registry: for a kind with a model, the bundled
     drafts, (optionally) token trees of the first one and a local checkpoint; for a head kind,
     the target's trained head where one ships (the bundled target's, or a named target's own:
@@ -123,8 +124,11 @@ def proposer_choices(with_checkpoint: bool = True, with_trees: bool = True,
             if kind.bundled_head:
                 out.append(ProposerChoice(kind.name, f"{kind.name}: the target's trained head"))
                 if with_trees and kind.param("draw") is not None:
-                    out.append(ProposerChoice(f"{kind.name}:draw=onehot",
-                                              f"{kind.name}: the target's trained head, one-hot drafts"))
+                    out.append(
+                        ProposerChoice(
+                            f"{kind.name}:draw=onehot", f"{kind.name}: the target's trained head, one-hot drafts"
+                        )
+                    )
             if with_checkpoint:
                 out.append(ProposerChoice(f"{kind.name}:{PATH_ARG}", f"{kind.name}: head checkpoint…"))
             continue
@@ -201,8 +205,9 @@ def proposer_label(spec: str) -> str:
     return f"{'' if kind == 'draft' else kind + ' '}checkpoint {os.path.basename(os.path.normpath(path))}"
 
 
-def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None,
-                target_name: str | None = None) -> str | None:
+def spec_of_run(
+    proposer: str, params: Mapping[str, Any], draft_name: str | None, target_name: str | None = None
+) -> str | None:
     """The spec that reruns a recorded run (its RunConfig's proposer, proposer_params,
     draft_name and target_name), or None when it cannot be rerun from the menu (a head
     checkpoint folder, a draft checkpoint that is not here any more). The decoder records the spec as proposer_params["spec"]; older traces have
@@ -231,7 +236,9 @@ def spec_of_run(proposer: str, params: Mapping[str, Any], draft_name: str | None
         path = next((p for p in (spec.arg, draft_name) if p and os.path.isabs(p) and os.path.exists(p)), None)
         return str(ProposerSpec(kind.name, path, trees)) if path else None
     given = dict(params or {}, **spec.params)
-    return menu_spec(str(ProposerSpec(kind.name, None, {p.name: given[p.name] for p in kind.params if p.name in given})))
+    return menu_spec(
+        str(ProposerSpec(kind.name, None, {p.name: given[p.name] for p in kind.params if p.name in given}))
+    )
 
 
 def _own_head(kind: str, target_name: str | None) -> str | None:
@@ -370,8 +377,10 @@ def draft_target_problem(spec: str, target: str) -> str | None:
         return None
     if not target.strip() or not _catalogued(target):  # a local checkpoint's tokenizer is compared when it loads
         if ref in BUNDLED_REAL_DRAFTS and not target.strip():
-            return (f"draft model: {ref} drafts for {draft_owner(ref)}, not the bundled target (its tokenizer "
-                    f"differs): choose Target {draft_owner(ref)}, or draft model: small")
+            return (
+                f"draft model: {ref} drafts for {draft_owner(ref)}, not the bundled target (its tokenizer "
+                f"differs): choose Target {draft_owner(ref)}, or draft model: small"
+            )
         return None
     if ref in drafts_for(target):
         return None
@@ -380,8 +389,10 @@ def draft_target_problem(spec: str, target: str) -> str | None:
     name = catalog.lookup(target).name
     own = _target_draft(target)
     offer = f"draft model: {own} ({name}'s own draft), " if own else ""
-    return (f"draft model: {ref} shares {draft_owner(ref)}'s tokenizer, not {name}'s: choose {offer}"
-            f"the target's trained head or prompt lookup")
+    return (
+        f"draft model: {ref} shares {draft_owner(ref)}'s tokenizer, not {name}'s: choose {offer}"
+        f"the target's trained head or prompt lookup"
+    )
 
 
 def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, str]:
@@ -409,9 +420,14 @@ def _proposer(text: str, checkpoint: str, errors: dict[str, str]) -> tuple[str, 
 def _numbers(get, errors: dict[str, str]) -> dict[str, Any]:
     """The numeric fields that parse, as numbers (the others' errors say why)."""
     whole = lambda s: int(s)  # noqa: E731
-    fields = {"k": (whole, "a whole number"), "temperature": (float, "a number"), "top_k": (whole, "a whole number"),
-              "top_p": (float, "a number"), "seed": (whole, "a whole number"),
-              "max_new_tokens": (whole, "a whole number")}
+    fields = {
+        "k": (whole, "a whole number"),
+        "temperature": (float, "a number"),
+        "top_k": (whole, "a whole number"),
+        "top_p": (float, "a number"),
+        "seed": (whole, "a whole number"),
+        "max_new_tokens": (whole, "a whole number"),
+    }
     values = {}
     for key, (convert, noun) in fields.items():
         value = _parse(get(key), FIELD_NAMES[key], convert, noun, errors, key)
@@ -427,8 +443,10 @@ def _eos(text: str, errors: dict[str, str]) -> tuple[int | tuple[int, ...] | Non
         return None, False
     if text in ("none", "off", "-"):
         return None, True
-    ids = [_parse(part, FIELD_NAMES["eos"], int, "token ids separated by commas, “auto” or “none”", errors, "eos")
-           for part in text.split(",")]
+    ids = [
+        _parse(part, FIELD_NAMES["eos"], int, "token ids separated by commas, “auto” or “none”", errors, "eos")
+        for part in text.split(",")
+    ]
     if "eos" in errors:
         return None, False
     return (ids[0] if len(ids) == 1 else tuple(ids)), False
@@ -488,9 +506,19 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     device = get("device").strip() or "cpu"
     if device not in devices:
         errors["device"] = f"device “{device}” is not available here; available: {', '.join(devices)}"
-    settings = PanelSettings(prompt=prompt, target=target, proposer=proposer, checkpoint=checkpoint, eos=eos, eos_disabled=eos_disabled,
-                           device=device, engine=get("engine").strip().lower() or "specscope", threads=threads,
-                           **stops, **numbers)
+    settings = PanelSettings(
+        prompt=prompt,
+        target=target,
+        proposer=proposer,
+        checkpoint=checkpoint,
+        eos=eos,
+        eos_disabled=eos_disabled,
+        device=device,
+        engine=get("engine").strip().lower() or "specscope",
+        threads=threads,
+        **stops,
+        **numbers,
+    )
     for key, message in settings.validate().items():
         errors.setdefault(key, message)  # a field whose text did not parse keeps that message
     if vocab_size and "eos" not in errors and (problem := eos_vocab_problem(eos, vocab_size)):

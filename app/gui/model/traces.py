@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from specscope.core.records import GenerationResult, Round, RunConfig
-
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,9 @@ def recorded_tokenizer_folder(name: str | None) -> str | None:
     return str(folder) if folder is not None else None
 
 
-def replay_tokenizer(info: Any, bundled: Callable[[], Any | None], bundled_dir: Any,
-                     load: Callable[[str], Any] | None = None) -> tuple[Any | None, str | None]:
+def replay_tokenizer(
+    info: Any, bundled: Callable[[], Any | None], bundled_dir: Any, load: Callable[[str], Any] | None = None
+) -> tuple[Any | None, str | None]:
     """The tokenizer a replayed run's text is decoded with: the one the run recorded (its
     tokenizer_hash), found as the bundled one or where the run names it (a folder, or a
     fetched model by its catalog name); else None and why (the window then shows token ids
@@ -57,8 +58,10 @@ def replay_tokenizer(info: Any, bundled: Callable[[], Any | None], bundled_dir: 
     if folder is not None and loading.tokenizer_sha256(folder) == digest:
         return load(folder), None
     if digest is not None:
-        return None, (f"this run used another tokenizer ({name or 'unnamed'}, sha256 {digest[:12]}…), which is not "
-                      f"here: showing token ids")
+        return None, (
+            f"this run used another tokenizer ({name or 'unnamed'}, sha256 {digest[:12]}…), which is not "
+            f"here: showing token ids"
+        )
     target = info.models.target_name or ""
     if name is None and target and not target.startswith(loading.BUNDLED_PREFIX):
         return None, "this run recorded no tokenizer: showing token ids"
@@ -106,9 +109,16 @@ def warm_up_trace_writer() -> None:
 class Recorder:
     """Adapts a storage TraceWriter to the worker's write(round) / finish(result, reason)."""
 
-    def __init__(self, store: Any, config: RunConfig, prompt_text: str | None = None, extra: dict | None = None,
-                 full_vectors: bool | None = None, model_info: dict | None = None,
-                 on_wait: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        store: Any,
+        config: RunConfig,
+        prompt_text: str | None = None,
+        extra: dict | None = None,
+        full_vectors: bool | None = None,
+        model_info: dict | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ):
         from specscope.storage import TraceWriter
 
         self.store = store
@@ -116,8 +126,15 @@ class Recorder:
         self.run_id = config.run_id
         where = os.path.basename(self.path) if store.path else store.location
         say = (lambda state: on_wait(state.describe(where))) if on_wait is not None else None
-        self.writer = TraceWriter(store, config, prompt_text=prompt_text, extra=extra, full_vectors=full_vectors,
-                                  model_info=model_info, on_wait=say)
+        self.writer = TraceWriter(
+            store,
+            config,
+            prompt_text=prompt_text,
+            extra=extra,
+            full_vectors=full_vectors,
+            model_info=model_info,
+            on_wait=say,
+        )
         self.full_vectors = self.writer.policy.full  # the run's records must then carry them
 
     def write(self, r: Round) -> None:
@@ -165,8 +182,14 @@ class RecorderFactory:
             return self.store
 
     def __call__(self, config: RunConfig, model_info: dict | None = None) -> Recorder:
-        return Recorder(self.open_store(), config, prompt_text=self.prompt_text,
-                        full_vectors=True if self.full_vectors else None, model_info=model_info, on_wait=self.on_wait)
+        return Recorder(
+            self.open_store(),
+            config,
+            prompt_text=self.prompt_text,
+            full_vectors=True if self.full_vectors else None,
+            model_info=model_info,
+            on_wait=self.on_wait,
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -226,8 +249,11 @@ class TraceLibrary:
 
         loaded = [(self.store.run_config(r), self.store.load_rounds(r, full=True)) for r in (run_a, run_b)]
         result = diff_runs(loaded[0][0], loaded[0][1], loaded[1][0], loaded[1][1], p_tol=p_tol)
-        lines = [f"A = {result.run_a}", f"B = {result.run_b}",
-                 f"compared {result.compared_tokens} tokens and {result.compared_cache_rounds} rounds of cache lengths"]
+        lines = [
+            f"A = {result.run_a}",
+            f"B = {result.run_b}",
+            f"compared {result.compared_tokens} tokens and {result.compared_cache_rounds} rounds of cache lengths",
+        ]
         lines += [f"first {d}" for d in result.divergences] or ["no divergence"]
         return "\n".join(lines)
 
@@ -245,8 +271,10 @@ def as_partial(dist: Any) -> Any:
 def describe_run(info: Any) -> str:
     cfg = info.config
     prop = cfg.draft_name or cfg.proposer
-    return (f"{info.run_id[:8]} · {info.status} · {prop} k={cfg.k} {cfg.sampling.describe()} · {info.n_rounds} rounds, "
-            f"{info.n_new_tokens} tokens")
+    return (
+        f"{info.run_id[:8]} · {info.status} · {prop} k={cfg.k} {cfg.sampling.describe()} · {info.n_rounds} rounds, "
+        f"{info.n_new_tokens} tokens"
+    )
 
 
 def looks_like_trace(path: str) -> bool:

@@ -20,11 +20,19 @@ from specscope.core.settings.vocab import CHILDREN_MODES, DEFAULT_CHILDREN, HEAD
 CHAIN = "chain"  # the tree field's text for "no tree": a chain of k tokens
 DRAW_MODES = HEAD_DRAWS  # a head's draw field; the first is the default
 # The tree field's menu; any other spec can be typed.
-TREE_EXAMPLES = (CHAIN, "2,1,1,1", "3,2,1,1", "3,2,1,1,nodes=12", "paths:0;1;0.0;0.1;0.0.0",
-                 "dynamic:nodes=16,depth=5,topk=4")
+TREE_EXAMPLES = (
+    CHAIN,
+    "2,1,1,1",
+    "3,2,1,1",
+    "3,2,1,1,nodes=12",
+    "paths:0;1;0.0;0.1;0.0.0",
+    "dynamic:nodes=16,depth=5,topk=4",
+)
 # Compare-lane menu entries (the bench's tree rows): (tree, children, label suffix).
-TREE_CHOICES = (("2,1,1,1", DEFAULT_CHILDREN, "static tree 2,1,1,1 (8 nodes)"),
-                ("dynamic:nodes=16,depth=5,topk=4", DEFAULT_CHILDREN, "dynamic tree (16 nodes)"))
+TREE_CHOICES = (
+    ("2,1,1,1", DEFAULT_CHILDREN, "static tree 2,1,1,1 (8 nodes)"),
+    ("dynamic:nodes=16,depth=5,topk=4", DEFAULT_CHILDREN, "dynamic tree (16 nodes)"),
+)
 
 
 def _kind_takes(spec: str, param: str) -> bool:
@@ -103,10 +111,25 @@ def tree_choice_specs(kind: str, model: str) -> list[tuple[str, str]]:
 
 
 def describe_tree(spec: str) -> str | None:
-    """"tree 3,2,1 (sampled)" for a tree spec, None for a chain."""
+    """ "tree 3,2,1 (sampled)" for a tree spec, None for a chain."""
     _, tree, children = split_tree(spec)
     return None if tree == CHAIN else f"tree {tree} ({children})"
 
 
-__all__ = ["CHAIN", "CHILDREN_MODES", "DEFAULT_CHILDREN", "DRAW_MODES", "TREE_CHOICES", "TREE_EXAMPLES", "describe_tree",
-           "fold_draw", "fold_tree", "grows_trees", "is_chain", "split_draw", "split_tree", "takes_draw", "tree_choice_specs"]
+__all__ = [
+    "CHAIN",
+    "CHILDREN_MODES",
+    "DEFAULT_CHILDREN",
+    "DRAW_MODES",
+    "TREE_CHOICES",
+    "TREE_EXAMPLES",
+    "describe_tree",
+    "fold_draw",
+    "fold_tree",
+    "grows_trees",
+    "is_chain",
+    "split_draw",
+    "split_tree",
+    "takes_draw",
+    "tree_choice_specs",
+]

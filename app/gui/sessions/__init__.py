@@ -11,5 +11,15 @@ from .live import LiveSession
 from .replay import ReplaySession
 from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
 
-__all__ = ["CompareSession", "IDLE", "LOADING", "LiveSession", "ModelHub", "PAUSED", "RUNNING", "ReplaySession",
-           "RunController", "TinyModelHub"]
+__all__ = [
+    "IDLE",
+    "LOADING",
+    "PAUSED",
+    "RUNNING",
+    "CompareSession",
+    "LiveSession",
+    "ModelHub",
+    "ReplaySession",
+    "RunController",
+    "TinyModelHub",
+]

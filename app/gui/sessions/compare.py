@@ -14,9 +14,10 @@ from PySide6.QtCore import QObject, Signal
 
 from specscope.app.gui import theme
 from specscope.app.gui.model.runmodel import RunModel, first_divergence
-from .hub import PlainCost
 from specscope.app.gui.model.settings import RunSettings, proposer_label
 from specscope.app.gui.model.traces import Recorder, RecorderFactory
+
+from .hub import PlainCost
 from .worker import RunController
 
 SUMMARY_ROWS = (
@@ -98,8 +99,14 @@ class CompareRecorderFactory(RecorderFactory):
         extra = {"comparison": self.comparison, "lane": LANE_NAMES[min(lane, len(LANE_NAMES) - 1)]}
         if getattr(self, "coupling_seed", None) is not None:
             extra["coupled"] = self.coupling_seed  # the comparison was run with coupled lanes
-        return Recorder(self.open_store(), config, prompt_text=self.prompt_text, extra=extra,
-                        full_vectors=True if self.full_vectors else None, model_info=model_info)
+        return Recorder(
+            self.open_store(),
+            config,
+            prompt_text=self.prompt_text,
+            extra=extra,
+            full_vectors=True if self.full_vectors else None,
+            model_info=model_info,
+        )
 
 
 def comparison_of(info: Any) -> tuple[str, str] | None:
@@ -158,7 +165,7 @@ class CompareSession(QObject):
     @property
     def models(self) -> tuple[RunModel, ...]:
         """The models of the comparison's lanes (the other slots are empty)."""
-        return self.slots[:self.count]
+        return self.slots[: self.count]
 
     def start(self, *lanes: RunSettings) -> None:
         """Run two or three lanes (A, B and maybe C) side by side."""
@@ -287,8 +294,9 @@ class CompareSession(QObject):
         if lane >= self.count:
             return  # a lane of an earlier comparison with more lanes
         cfg = self.models[lane].config
-        if self.references[lane] != CHECKING or (hasattr(result, "run_id") and cfg is not None
-                                                  and result.run_id != cfg.run_id):
+        if self.references[lane] != CHECKING or (
+            hasattr(result, "run_id") and cfg is not None and result.run_id != cfg.run_id
+        ):
             return  # a comparison started since
         self.references[lane] = result
         self.changed.emit()
@@ -308,14 +316,20 @@ class CompareSession(QObject):
         # time also holds the other lane's rounds, the recording and the window's updates.
         decode = met.time_total
         tps = met.emitted_total / decode if decode else math.nan
-        speed = (self.plain.total_s(met.emitted_total) / decode
-                 if self.plain is not None and decode and met.emitted_total else math.nan)
+        speed = (
+            self.plain.total_s(met.emitted_total) / decode
+            if self.plain is not None and decode and met.emitted_total
+            else math.nan
+        )
         s = self.settings[lane] if self.settings else None
         cfg = m.config
         stored = f"{m.label} · {cfg.draft_name or cfg.proposer}, k={cfg.k}" if cfg is not None else m.label
         return {
-            "proposer": ((f"{'transformers: ' if s.engine == 'transformers' else ''}{proposer_label(s.proposer)}, "
-                          f"k={s.k}") if s else stored),
+            "proposer": (
+                (f"{'transformers: ' if s.engine == 'transformers' else ''}{proposer_label(s.proposer)}, k={s.k}")
+                if s
+                else stored
+            ),
             "mean_accepted_length": f"{met.mean_accepted_length:.3f}",
             "acceptance_rate": f"{met.acceptance_rate:.3f}",
             "rounds": str(len(met)),
@@ -331,8 +345,11 @@ class CompareSession(QObject):
 
     def status_words(self) -> str:
         """The status bar's words for the comparison: running or not, each lane's rounds."""
-        lanes = [f"{LANE_NAMES[i]}: {len(m.metrics)} rounds · {m.metrics.emitted_total} tokens"
-                 for i, m in enumerate(self.models) if m.config is not None]
+        lanes = [
+            f"{LANE_NAMES[i]}: {len(m.metrics)} rounds · {m.metrics.emitted_total} tokens"
+            for i, m in enumerate(self.models)
+            if m.config is not None
+        ]
         head = "comparing" if self.running else "comparison" if lanes else "compare: no lanes yet"
         if self.settings and self.running:
             head += " " + " vs ".join(proposer_label(s.proposer) for s in self.settings)
@@ -346,19 +363,27 @@ class CompareSession(QObject):
         if self.first_divergence is None:
             if not n:
                 return ""
-            note = (" (greedy: identical outputs, as exactness requires)" if greedy
-                    else " (coupled lanes: both emit the target's pick at every position)" if self.coupled else "")
+            note = (
+                " (greedy: identical outputs, as exactness requires)"
+                if greedy
+                else " (coupled lanes: both emit the target's pick at every position)"
+                if self.coupled
+                else ""
+            )
             return f"<span style='color:#007a4d'>✔ no divergence in the first {n} tokens{note}</span>"
         i = self.first_divergence
         tt = self.models[0].token_text
         tokens = " vs ".join(f"{LANE_NAMES[lane]} “{tt(out[i])}”" for lane, out in enumerate(outputs) if i < len(out))
-        text = (f"<b style='color:{theme.DIVERGENCE_COLOR.name()}'>first divergence at output position {i}</b>: "
-                + tokens)
+        text = (
+            f"<b style='color:{theme.DIVERGENCE_COLOR.name()}'>first divergence at output position {i}</b>: " + tokens
+        )
         if greedy:
             text += " — <b style='color:#b00020'>greedy outputs must be identical: this is a bug</b>"
         elif self.coupled:
-            text += (" (coupled lanes emit the same token wherever their prefixes agree, up to float differences "
-                     "between the lanes' target forwards: a near-tie of log p + G decided differently)")
+            text += (
+                " (coupled lanes emit the same token wherever their prefixes agree, up to float differences "
+                "between the lanes' target forwards: a near-tie of log p + G decided differently)"
+            )
         else:
             text += " (expected when sampling: the proposers consume the random stream differently)"
         return text

@@ -13,18 +13,18 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from specscope.app.gui.model.settings import RunSettings
 from specscope.core.decode.factory import Models, build_decoder, prompt_ids, run_config
 from specscope.core.decode.settings import SettingsError
 from specscope.core.loading import catalog, gguf
 from specscope.core.loading import models as loading
 from specscope.core.loading.text import token_text
 from specscope.core.records import RunConfig
-
-from specscope.app.gui.model.settings import RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +104,16 @@ def tiny_llama(vocab_size: int = 64, hidden: int = 32, layers: int = 2, seed: in
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpen)
@@ -283,8 +290,9 @@ class ModelHub:
             return model, self._cached(("tokenizer", name), lambda: self.load_tokenizer(folder))
         if self.fallback:
             return self._tiny("target", device), None
-        model = self._cached(("bundled", "target", device),
-                             lambda: self._load(loading.bundled_path("target"), device, "target"))
+        model = self._cached(
+            ("bundled", "target", device), lambda: self._load(loading.bundled_path("target"), device, "target")
+        )
         return model, self.tokenizer()
 
     def draft(self, name: str, device: str):
@@ -292,8 +300,7 @@ class ModelHub:
         name = "draft-" + name.removeprefix("draft-")
         if self.fallback:
             return self._tiny(name, device)
-        return self._cached(("bundled", name, device),
-                            lambda: self._load(loading.bundled_path(name), device, "draft"))
+        return self._cached(("bundled", name, device), lambda: self._load(loading.bundled_path(name), device, "draft"))
 
     def checkpoint(self, path: str, device: str):
         return self._cached(("checkpoint", path, device), lambda: self._load(path, device, "draft"))
@@ -306,23 +313,33 @@ class ModelHub:
             return
         if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
             if self.fallback:  # tiny random stand-ins: token ids of a 64-token vocabulary
-                raise SettingsError({"proposer": f"the bundled drafts are not installed here (tiny random stand-ins "
-                                                 f"without a tokenizer): choose a draft that shares {target_name}'s "
-                                                 f"tokenizer, or prompt lookup"})
+                raise SettingsError(
+                    {
+                        "proposer": f"the bundled drafts are not installed here (tiny random stand-ins "
+                        f"without a tokenizer): choose a draft that shares {target_name}'s "
+                        f"tokenizer, or prompt lookup"
+                    }
+                )
             draft_tokenizer = self.tokenizer()
         else:
             folder = loading.bundled_path(ref) if ref in loading.BUNDLED_REAL_DRAFTS else Path(ref)
-            has_tokenizer = folder.is_file() or any((folder / f).is_file()
-                                                    for f in ("tokenizer.json", "tokenizer_config.json"))
-            draft_tokenizer = self._cached(("tokenizer", ref), lambda: self.load_tokenizer(folder)) \
-                if has_tokenizer else None
+            has_tokenizer = folder.is_file() or any(
+                (folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")
+            )
+            draft_tokenizer = (
+                self._cached(("tokenizer", ref), lambda: self.load_tokenizer(folder)) if has_tokenizer else None
+            )
         if draft_tokenizer is None:
             return
         problem = loading.tokenizer_difference(target_tokenizer, draft_tokenizer)
         if problem:
-            raise SettingsError({"proposer": f"this draft cannot propose for {target_name or 'the bundled target'}: "
-                                             f"its tokenizer differs ({problem}); a draft must share the target's "
-                                             f"tokenizer"})
+            raise SettingsError(
+                {
+                    "proposer": f"this draft cannot propose for {target_name or 'the bundled target'}: "
+                    f"its tokenizer differs ({problem}); a draft must share the target's "
+                    f"tokenizer"
+                }
+            )
 
     def draft_loader(self, device: str) -> Callable[[str], tuple[Any, str]]:
         """core.draft.registry's load_draft for this hub: a bundled draft by name ("small", "tiny"; a
@@ -369,8 +386,11 @@ class ModelHub:
         folder = self._cached(("folder", name), lambda: _target_folder(name)) if name else None
         # the bundled target is recorded as the CLI records it (it was its folder's path, which
         # replay took for a local checkpoint)
-        target_name = _target_label(name, folder) if folder else \
-            ("tiny-target" if self.fallback else loading.BUNDLED_PREFIX + "target")
+        target_name = (
+            _target_label(name, folder)
+            if folder
+            else ("tiny-target" if self.fallback else loading.BUNDLED_PREFIX + "target")
+        )
         return Models(target, tokenizer, target_name, draft, draft_name)
 
     def model_info(self, settings: RunSettings, models: Models) -> dict[str, str | None]:
@@ -385,9 +405,12 @@ class ModelHub:
         digest = None
         if folder is not None and models.tokenizer is not None:
             digest = self._cached(("tokenizer_sha256", str(folder)), lambda: loading.tokenizer_sha256(folder))
-        return {"target_name": models.target_name, "draft_name": models.draft_name,
-                "tokenizer_name": (str(folder) if name else models.target_name) if digest else None,
-                "tokenizer_hash": digest}
+        return {
+            "target_name": models.target_name,
+            "draft_name": models.draft_name,
+            "tokenizer_name": (str(folder) if name else models.target_name) if digest else None,
+            "tokenizer_hash": digest,
+        }
 
     def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
         """The decoder of `settings` (core.decode.factory: the CLI's checks, EOS default and
@@ -400,8 +423,14 @@ class ModelHub:
         else:
             ids = self.encode(settings.prompt, models.tokenizer, decoder.vocab_size)
         config = run_config(decoder, settings, models, ids, run_id)
-        return Prepared(decoder, ids, config, self.token_text(models.tokenizer), settings.describe(),
-                        self.model_info(settings, models))
+        return Prepared(
+            decoder,
+            ids,
+            config,
+            self.token_text(models.tokenizer),
+            settings.describe(),
+            self.model_info(settings, models),
+        )
 
     def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
         """What plain cached decoding of the target costs on this prompt with the run's sampler
@@ -427,4 +456,3 @@ class TinyModelHub(ModelHub):
 
     def __init__(self):
         super().__init__(prefer_bundled=False)
-

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from specscope.app.gui.model.runmodel import RunModel, has_distributions
-from .hub import ModelHub
 from specscope.app.gui.model.settings import RunSettings
 from specscope.app.gui.model.traces import RecorderFactory, warm_up_trace_writer
+
+from .hub import ModelHub
 from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
 
 log = logging.getLogger(__name__)
@@ -36,8 +38,11 @@ def preloading_words(target: str, fallback: bool = False) -> str:
     its default draft); it said "the bundled pair" with Target smollm2."""
     if target:
         return f"loading models: torch, then target {target}…"
-    return "loading models: torch, then the tiny random models…" if fallback else \
-        "loading models: torch, then the bundled target and draft-small…"
+    return (
+        "loading models: torch, then the tiny random models…"
+        if fallback
+        else "loading models: torch, then the bundled target and draft-small…"
+    )
 
 
 class LiveSession(QObject):
@@ -236,7 +241,7 @@ class LiveSession(QObject):
         if self.recording.store is not None and self.model.config is not None:
             try:
                 return list(self.recording.store.iter_rounds(self.model.config.run_id, full=True))
-            except Exception:  # noqa: BLE001 - fall back to the slim rounds
+            except Exception:
                 log.exception("reading the recorded rounds failed")
         return [self.model.full_round(i) for i in range(len(rounds))]
 
@@ -247,8 +252,9 @@ class LiveSession(QObject):
         return None
 
     def status_words(self) -> str:
-        words = {IDLE: "idle", LOADING: "loading models", PAUSED: "paused", RUNNING: "running"}.get(self.state,
-                                                                                                    self.state)
+        words = {IDLE: "idle", LOADING: "loading models", PAUSED: "paused", RUNNING: "running"}.get(
+            self.state, self.state
+        )
         if self.activity_text:
             words = self.activity_text.rstrip("…")
         if self.recorded_path:

@@ -17,16 +17,17 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
+from specscope.app.gui.model.settings import DEFAULT_PROPOSER, RunSettings
 from specscope.core import RunHandle, parse_spec
 from specscope.core.decode.settings import SettingsError
 
 from .hub import ModelHub, Prepared
-from specscope.app.gui.model.settings import DEFAULT_PROPOSER, RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,9 @@ class DecodeWorker(QObject):
     laneFinished = Signal(int, str, float, object)  # lane, stop reason, wall seconds, GenerationResult | None
     finished = Signal()
     failed = Signal(str, str)  # message, details
-    refused = Signal(object, int)  # {field: message}, lane: settings that cannot run (core SettingsError); nothing started
+    refused = Signal(
+        object, int
+    )  # {field: message}, lane: settings that cannot run (core SettingsError); nothing started
     stateChanged = Signal(str)
     recorded = Signal(int, str)  # lane, where the trace is being written
     devicesFound = Signal(object)  # tuple of device names, once torch is imported (the preload's first step)
@@ -114,8 +117,9 @@ class DecodeWorker(QObject):
             if device not in devices:
                 device = "cpu"
             self.hub.target(device, target)
-            loaded = [f"target {target}" if target else ("tiny random target" if self.hub.fallback
-                                                          else "bundled target")]
+            loaded = [
+                f"target {target}" if target else ("tiny random target" if self.hub.fallback else "bundled target")
+            ]
             model_ref = parse_spec(DEFAULT_PROPOSER).model_ref
             if model_ref is not None and not target:  # the bundled drafts draft for the bundled target only
                 self.hub.draft_loader(device)(model_ref)
@@ -169,10 +173,12 @@ class DecodeWorker(QObject):
                 if self.recorder_factory is not None:
                     try:
                         recorder = self.recorder_factory(prep.config, prep.model_info)
-                    except Exception as exc:  # noqa: BLE001 - recording must not stop a run
+                    except Exception as exc:
                         log.exception("cannot record the run")
                         self.failed.emit(f"The run is not being recorded: {_message(exc)}", traceback.format_exc())
-                if getattr(recorder, "full_vectors", False):  # a store that keeps full vectors (else top-N above 4096 tokens)
+                if getattr(
+                    recorder, "full_vectors", False
+                ):  # a store that keeps full vectors (else top-N above 4096 tokens)
                     prep.decoder.keep_full_vectors()
                 run = prep.decoder.start(prep.prompt_ids, config=prep.config)
                 lanes.append(_Lane(prep, run, recorder))
@@ -182,7 +188,7 @@ class DecodeWorker(QObject):
             self.lanes = lanes
             if measure_baseline and lanes:
                 self.baseline.emit(self.hub.measure_plain(settings_list[0], lanes[0].prepared.prompt_ids))
-        except Exception as exc:  # noqa: BLE001 - shown in a dialog, never a traceback
+        except Exception as exc:
             self.lanes = []
             self._set_state(IDLE)
             if isinstance(exc, SettingsError):  # shown under the run panel's fields, as the CLI refuses them
@@ -248,7 +254,7 @@ class DecodeWorker(QObject):
     def _advance(self, i: int, lane: _Lane) -> None:
         try:
             rnd = lane.run.step()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("round failed")
             lane.done = True
             self._finish_recorder(lane, None, "error")
@@ -262,7 +268,7 @@ class DecodeWorker(QObject):
         if lane.recorder is not None:
             try:
                 lane.recorder.write(rnd)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.exception("recording failed")
                 self.failed.emit(f"Recording stopped: {_message(exc)}", traceback.format_exc())
                 lane.recorder = None
@@ -272,9 +278,12 @@ class DecodeWorker(QObject):
         result = lane.run.result
         lane.done = True
         self._finish_recorder(lane, result, result.stop_reason if result else "budget")
-        self.laneFinished.emit(i, result.stop_reason if result else "budget",
-                               result.wall_s if result else time.perf_counter() - lane.started,
-                               result if result is not None else NO_RESULT)
+        self.laneFinished.emit(
+            i,
+            result.stop_reason if result else "budget",
+            result.wall_s if result else time.perf_counter() - lane.started,
+            result if result is not None else NO_RESULT,
+        )
 
     def _finish_recorder(self, lane: _Lane, result: Any, reason: str) -> None:
         rec, lane.recorder = lane.recorder, None
@@ -282,7 +291,7 @@ class DecodeWorker(QObject):
             return
         try:
             rec.finish(result, reason)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("closing the trace failed")
             self.failed.emit(f"Closing the trace failed: {_message(exc)}", traceback.format_exc())
 
@@ -301,7 +310,7 @@ class DecodeWorker(QObject):
             lane.done = True
             try:
                 lane.run.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("closing the run failed")
             self._finish_recorder(lane, None, reason)
             self.laneFinished.emit(i, reason, time.perf_counter() - lane.started, NO_RESULT)

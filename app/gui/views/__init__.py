@@ -13,5 +13,15 @@ from .runpanel import RunPanelWidget
 from .timeline import TokenTimelineWidget
 from .tree import DraftTreeView
 
-__all__ = ["CompareWidget", "DraftTreeView", "FindingsWidget", "InspectPage", "KVCacheView", "LivePlotsWidget",
-           "RoundInspectorWidget", "RoundNavigatorWidget", "RunPanelWidget", "TokenTimelineWidget"]
+__all__ = [
+    "CompareWidget",
+    "DraftTreeView",
+    "FindingsWidget",
+    "InspectPage",
+    "KVCacheView",
+    "LivePlotsWidget",
+    "RoundInspectorWidget",
+    "RoundNavigatorWidget",
+    "RunPanelWidget",
+    "TokenTimelineWidget",
+]

@@ -29,10 +29,12 @@ HEADROOM = 1.32  # the plots' first y range: 0 .. 1 for the data, above it the l
 NARROW_PX = 760  # below this width the two plots stack
 DEPTH_COLORS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7")  # depth 1 .. 4+ (Okabe-Ito)
 TRAINED = "#d55e00"
-EMPTY_TEXT = ("<b>Calibration</b> of the run's proposer appears here once a run has drafted: its confidence "
-              "(the probability it gave each token it proposed) against how often those tokens were accepted, "
-              "and the acceptance rate by depth against the accuracy by depth a draft head's training recorded. "
-              "Run, or open a trace.")
+EMPTY_TEXT = (
+    "<b>Calibration</b> of the run's proposer appears here once a run has drafted: its confidence "
+    "(the probability it gave each token it proposed) against how often those tokens were accepted, "
+    "and the acceptance rate by depth against the accuracy by depth a draft head's training recorded. "
+    "Run, or open a trace."
+)
 
 
 def _style(plot: pg.PlotItem, title: str, left: str, bottom: str) -> None:
@@ -89,13 +91,15 @@ class CalibrationView(QWidget):
         self.reliability_legend = self.reliability.addLegend(offset=(4, 2), labelTextSize="8pt", colCount=3)
         self.diagonal = pg.PlotDataItem([0, 1], [0, 1], pen=pg.mkPen("#9a9a9a", style=Qt.PenStyle.DashLine))
         self.reliability.addItem(self.diagonal)
-        self.all_curve = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), symbol="o", symbolSize=7,
-                                         symbolBrush=theme.MEASURED)
+        self.all_curve = pg.PlotDataItem(
+            pen=pg.mkPen(theme.MEASURED, width=2), symbol="o", symbolSize=7, symbolBrush=theme.MEASURED
+        )
         self.reliability.addItem(self.all_curve)
         self.depth_curves = []
         for i, color in enumerate(DEPTH_COLORS):
-            curve = pg.PlotDataItem(pen=pg.mkPen(color + "90", width=1), symbol="o", symbolSize=5, symbolBrush=color,
-                                    symbolPen=None)
+            curve = pg.PlotDataItem(
+                pen=pg.mkPen(color + "90", width=1), symbol="o", symbolSize=5, symbolBrush=color, symbolPen=None
+            )
             self.reliability.addItem(curve)
             self.depth_curves.append(curve)
         self.count_labels: list[pg.TextItem] = []
@@ -108,8 +112,9 @@ class CalibrationView(QWidget):
             plot.vb.sigResized.connect(lambda _vb, plot=plot, legend=legend: self._fit_headroom(plot, legend))
         self.realised_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=theme.P_COLOR + "b0")
         self.depths.addItem(self.realised_bars)
-        self.trained_line = pg.PlotDataItem(pen=pg.mkPen(TRAINED, width=2), symbol="s", symbolSize=7,
-                                            symbolBrush=TRAINED, symbolPen=None)
+        self.trained_line = pg.PlotDataItem(
+            pen=pg.mkPen(TRAINED, width=2), symbol="s", symbolSize=7, symbolBrush=TRAINED, symbolPen=None
+        )
         self.depths.addItem(self.trained_line)
         self.depth_labels: list[pg.TextItem] = []
 
@@ -124,7 +129,7 @@ class CalibrationView(QWidget):
         top = 1.0 + min(1.0, max(0.08, need / (height - need))) * 1.02
         plot.setYRange(0, top, padding=0)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         stacked = event.size().width() < NARROW_PX
         if stacked != self._stacked:
@@ -170,21 +175,33 @@ class CalibrationView(QWidget):
             return EMPTY_TEXT
         cfg = self.model.config
         params = cfg.proposer_params or {}
-        what = (f"draft model {params['draft']}" if cfg.proposer == "draft" and params.get("draft") else
-                f"{cfg.proposer} head {params['head']}" if params.get("head") else cfg.proposer)
+        what = (
+            f"draft model {params['draft']}"
+            if cfg.proposer == "draft" and params.get("draft")
+            else f"{cfg.proposer} head {params['head']}"
+            if params.get("head")
+            else cfg.proposer
+        )
         sampling = "greedy" if cfg.sampling.greedy else f"T={cfg.sampling.temperature:g}"
-        known = (f"{c.with_confidence} of {c.reached} reached nodes recorded a confidence"
-                 if c.with_confidence < c.reached else f"{c.reached} reached nodes")
+        known = (
+            f"{c.with_confidence} of {c.reached} reached nodes recorded a confidence"
+            if c.with_confidence < c.reached
+            else f"{c.reached} reached nodes"
+        )
         text = f"<b>{what}</b>, {sampling}, {c.rounds} rounds: {known}."
         if not c.with_confidence:
-            text += (" <i>No confidence recorded</i> (prompt lookup and the transformers engine have none, nor do "
-                     "traces written before it was recorded): the reliability curve stays empty.")
+            text += (
+                " <i>No confidence recorded</i> (prompt lookup and the transformers engine have none, nor do "
+                "traces written before it was recorded): the reliability curve stays empty."
+            )
         else:
             ece = c.curves[0].calibration_error()
             text += f" Calibration error (count-weighted |confidence - accepted|): {ece:.3f}."
             if not cfg.sampling.greedy:  # why a sampled run's points sit above the diagonal
-                text += (" <i>Sampled: a drawn token is accepted with probability min(1, p/q), so an unlikely "
-                         "draw can still be accepted.</i>")
+                text += (
+                    " <i>Sampled: a drawn token is accepted with probability min(1, p/q), so an unlikely "
+                    "draw can still be accepted.</i>"
+                )
         return text
 
     def _draw_reliability(self, c: Calibration) -> None:
@@ -248,8 +265,12 @@ class CalibrationView(QWidget):
         overall = c.curves[0] if c.curves else None
         return {
             "empty": False,
-            "bins": [] if overall is None else [(round(float(x), 6), round(float(y), 6), int(n))
-                                                for x, y, n in zip(overall.confidence, overall.accepted, overall.counts)],
+            "bins": []
+            if overall is None
+            else [
+                (round(float(x), 6), round(float(y), 6), int(n))
+                for x, y, n in zip(overall.confidence, overall.accepted, overall.counts)
+            ],
             "acceptance_by_depth": [None if math.isnan(r) else float(r) for r in c.acceptance_by_depth],
             "reached_by_depth": [int(n) for n in c.depth_reached],
             "training": None if self.reference.accuracy is None else list(self.reference.accuracy),

@@ -31,12 +31,20 @@ from PySide6.QtWidgets import (
 )
 
 from specscope.app.gui import theme
+from specscope.app.gui.model.settings import (
+    ENGINES,
+    PATH_ARG,
+    RunSettings,
+    menu_spec,
+    proposer_choices,
+    proposer_label,
+    validate,
+)
 from specscope.app.gui.sessions.compare import LANE_NAMES, SUMMARY_ROWS, CompareSession, LaneSettings, reference_text
+
 from .inspector import RoundInspectorWidget
 from .plot_scroll import ScrollingPlots
 from .plots import LivePlotsWidget
-from specscope.app.gui.model.settings import ENGINES, PATH_ARG, RunSettings, menu_spec, proposer_choices, proposer_label, \
-    validate
 from .timeline import TokenTimelineWidget
 from .tree import DraftTreeView
 
@@ -49,8 +57,10 @@ LANE_MIN_PX = 100  # a lane's timeline never gets shorter (about four rows of ce
 SUMMARY_BLOCKS = 2  # the summary's rows in this many blocks side by side
 SUMMARY_ROW_PX = 21
 BLOCK_COLUMNS = 1 + len(LANE_NAMES)  # a summary block: the metric, then one column per lane
-IDLE_NOTE_HTML = ("<span style='color:#666666'>Prompt, sampler, seed and budget come from the run panel; the "
-                  "speedup is against plain decoding measured before the run.</span>")
+IDLE_NOTE_HTML = (
+    "<span style='color:#666666'>Prompt, sampler, seed and budget come from the run panel; the "
+    "speedup is against plain decoding measured before the run.</span>"
+)
 COUPLING_HTML = (
     "<p><b>Coupled lanes</b> (sampling only). Normally each lane draws its own random numbers, and the two "
     "proposers use them differently, so sampled lanes part at the first token. Coupled, both lanes share one "
@@ -63,20 +73,26 @@ COUPLING_HTML = (
     "wherever their prefixes agree, whatever their proposers. The cost: a draft token is accepted with "
     "probability P(both picks agree), which is below the usual sum min(p, q). A repair is the target's "
     "pick, not a draw from the residual. Off by default; ignored at temperature 0 (greedy lanes agree "
-    "anyway). <code>specscope run --coupled SEED</code> does the same for one run; docs/coupling.md.</p>")
-NOTE_HTML = ("<p>Prompt, target, sampler, seed and budget come from the run panel. The lanes run "
-             "interleaved; times are each lane's own rounds, and the speedup compares them with plain "
-             "decoding of the target measured before the run. Drawing the lanes slows their rounds "
-             "somewhat: <code>specscope bench</code> measures speedups undisturbed.</p>"
-             "<p>Plots: acceptance (dots per round, line = rolling mean), accepted-length histogram, latency "
-             "(draft below, verify on top), tokens per round (black measured, dashed predicted by the cost "
-             "model).</p><p>Timeline: " + theme.kind_legend_html() + "</p>"
-             "<p>Hover a lane cell for its whole token, p, q and the decision.</p>" + COUPLING_HTML)
+    "anyway). <code>specscope run --coupled SEED</code> does the same for one run; docs/coupling.md.</p>"
+)
+NOTE_HTML = (
+    "<p>Prompt, target, sampler, seed and budget come from the run panel. The lanes run "
+    "interleaved; times are each lane's own rounds, and the speedup compares them with plain "
+    "decoding of the target measured before the run. Drawing the lanes slows their rounds "
+    "somewhat: <code>specscope bench</code> measures speedups undisturbed.</p>"
+    "<p>Plots: acceptance (dots per round, line = rolling mean), accepted-length histogram, latency "
+    "(draft below, verify on top), tokens per round (black measured, dashed predicted by the cost "
+    "model).</p><p>Timeline: " + theme.kind_legend_html() + "</p>"
+    "<p>Hover a lane cell for its whole token, p, q and the decision.</p>" + COUPLING_HTML
+)
 
 
 # a lane's empty timeline: the run panel's Run does not start lanes (it said it did)
-LANE_EMPTY_TEXT = ("No rounds yet. The Compare button (or Space on this tab) runs the lanes with the run panel's "
-                   "prompt and sampler; File > Compare two runs shows stored ones.")
+LANE_EMPTY_TEXT = (
+    "No rounds yet. The Compare button (or Space on this tab) runs the lanes with the run panel's "
+    "prompt and sampler; File > Compare two runs shows stored ones."
+)
+
 
 class CompareWidget(QWidget):
     """Controls, summary table, divergence line and two synchronised columns."""
@@ -131,8 +147,9 @@ class CompareWidget(QWidget):
         self.ks: list[QLineEdit] = []
         self.errors: list[QLabel] = []
         self.compare_button = QPushButton("Compare")
-        self.compare_button.setToolTip("Run the prompt and sampler of the run panel with proposers A and B "
-                                       "(and C when its menu names one)")
+        self.compare_button.setToolTip(
+            "Run the prompt and sampler of the run panel with proposers A and B (and C when its menu names one)"
+        )
         self.stop_button = QPushButton("Stop")
         self.compare_button.clicked.connect(self.compareRequested.emit)
         self.stop_button.clicked.connect(self.stopRequested.emit)
@@ -165,14 +182,18 @@ class CompareWidget(QWidget):
             self.ks.append(kedit)
             self.errors.append(err)
         self.coupled = QCheckBox("coupled lanes")
-        self.coupled.setToolTip("Share the target's random draws between the lanes by output position, so that "
-                                "both emit the same tokens wherever their prefixes agree (both stay exact; sampling "
-                                "only). ? explains how.")
+        self.coupled.setToolTip(
+            "Share the target's random draws between the lanes by output position, so that "
+            "both emit the same tokens wherever their prefixes agree (both stay exact; sampling "
+            "only). ? explains how."
+        )
         self.coupled_note = QLabel("")
         self.coupled_note.setStyleSheet("color:#666666")
         controls.addWidget(self.coupled, 0, 7)
         controls.addWidget(self.coupled_note, 1, 7)
-        controls.setColumnStretch(3, 3)  # the proposer menus: room for their labels (lane C: "prompt lookup (max_ngram=3, ...)")
+        controls.setColumnStretch(
+            3, 3
+        )  # the proposer menus: room for their labels (lane C: "prompt lookup (max_ngram=3, ...)")
         controls.setColumnStretch(6, 2)  # the errors (cut short: whole in their tooltips)
         return controls
 
@@ -250,12 +271,12 @@ class CompareWidget(QWidget):
     trees = property(lambda self: self._lanes_built()._trees)
     inspectors = property(lambda self: self._lanes_built()._inspectors)
 
-    def _lanes_built(self) -> "CompareWidget":
+    def _lanes_built(self) -> CompareWidget:
         if len(self._timelines) < max(2, self.session.count):
             self._show_lanes(max(2, self.session.count))
         return self
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def showEvent(self, event) -> None:
         if not self._timelines:
             self._show_lanes(max(2, self.session.count))
             self.refresh()
@@ -279,9 +300,14 @@ class CompareWidget(QWidget):
         tl.setMinimumHeight(LANE_MIN_PX)
         bl.addWidget(tl, 1)
         col.addWidget(box)
-        plots = LivePlotsWidget(self.session.slots[side], compact=True, color=theme.SIDE_COLORS[side],
-                                shown=("acceptance", "histogram", "latency", "cost"), show_summary=False,
-                                legends=False)
+        plots = LivePlotsWidget(
+            self.session.slots[side],
+            compact=True,
+            color=theme.SIDE_COLORS[side],
+            shown=("acceptance", "histogram", "latency", "cost"),
+            show_summary=False,
+            legends=False,
+        )
         col.addWidget(self._lane_details(side, plots))
         tl.cellClicked.connect(lambda rnd, pos, side=side: self.follow(side, rnd, pos))
         col.setSizes([260, 340])
@@ -290,8 +316,11 @@ class CompareWidget(QWidget):
         self._plots.append(plots)
         self._headers.append(head)
         bar = tl.verticalScrollBar()
-        bar.valueChanged.connect(lambda v, side=side: self._sync(
-            [t.verticalScrollBar() for i, t in enumerate(self._timelines) if i != side], v))
+        bar.valueChanged.connect(
+            lambda v, side=side: self._sync(
+                [t.verticalScrollBar() for i, t in enumerate(self._timelines) if i != side], v
+            )
+        )
 
     def _show_lanes(self, count: int, build: bool = True) -> None:
         """Show the first `count` lanes' columns (and summary columns), hide the others;
@@ -463,12 +492,15 @@ class CompareWidget(QWidget):
             greedy = False
         self.coupled.setEnabled(not greedy)
         self.coupled_note.setText("(off at T=0)" if greedy else "")
-        self.coupled_note.setToolTip("Greedy decoding draws nothing: greedy lanes agree without coupling" if greedy else "")
+        self.coupled_note.setToolTip(
+            "Greedy decoding draws nothing: greedy lanes agree without coupling" if greedy else ""
+        )
 
     def refresh(self) -> None:
         self._refresh_timer.stop()
-        needed = (self._timelines or self.session.settings or self.isVisible()
-                  or any(m.rounds for m in self.session.slots))  # a stored comparison reopened
+        needed = (
+            self._timelines or self.session.settings or self.isVisible() or any(m.rounds for m in self.session.slots)
+        )  # a stored comparison reopened
         self._show_lanes(self.session.count, build=bool(needed))
         for side in range(self.session.count):
             summary = self.session.summary(side)
@@ -476,13 +508,16 @@ class CompareWidget(QWidget):
             for i, (key, _) in enumerate(SUMMARY_ROWS):
                 item = QTableWidgetItem(summary[key])
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
-                item.setToolTip(reference_text(self.session.references[side])[1] if key == "reference"
-                                else summary[key])
+                item.setToolTip(
+                    reference_text(self.session.references[side])[1] if key == "reference" else summary[key]
+                )
                 self.table.setItem(i % rows, BLOCK_COLUMNS * (i // rows) + 1 + side, item)
             s = self.session.settings[side] if self.session.settings else None
             label = summary["proposer"] if s else ""
             if side < len(self._headers):
-                self._headers[side].setText(f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b> {label}")
+                self._headers[side].setText(
+                    f"<b style='color:{theme.SIDE_COLORS[side]}'>{LANE_NAMES[side]}</b> {label}"
+                )
                 self._headers[side].setToolTip(label)
         self._show_divergence()
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from html import escape
 
-from specscope.core.records import DraftNode, Round
-
 from specscope.app.gui import theme
 from specscope.app.gui.model.runmodel import Cell, RunModel, TokenText, visible_text
+from specscope.core.records import DraftNode, Round
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
@@ -24,8 +23,9 @@ def tok(token: int, token_text: TokenText) -> str:
 def after_accepted_eos(r: Round, n: DraftNode) -> bool:
     """Whether `n` went unvisited because an earlier draft token, an EOS, was accepted."""
     last = r.emitted[-1] if r.emitted else None
-    return bool(r.eos and last is not None and last.kind == "accepted" and last.node is not None
-                and last.node < n.index)
+    return bool(
+        r.eos and last is not None and last.kind == "accepted" and last.node is not None and last.node < n.index
+    )
 
 
 def is_coupled(config) -> bool:
@@ -35,21 +35,28 @@ def is_coupled(config) -> bool:
     return config is not None and params.get("verifier") == "coupled" and not config.sampling.greedy
 
 
-COUPLED_REPAIR = ("coupled repair: the target's pick y_j = argmax log p + G_j at this output position, "
-                  "not a draw from the residual")
+COUPLED_REPAIR = (
+    "coupled repair: the target's pick y_j = argmax log p + G_j at this output position, not a draw from the residual"
+)
 
 
-def node_decision(n: DraftNode, greedy: bool, token_text: TokenText | None = None, after_eos: bool = False,
-                  coupled: bool = False) -> str:
+def node_decision(
+    n: DraftNode, greedy: bool, token_text: TokenText | None = None, after_eos: bool = False, coupled: bool = False
+) -> str:
     if n.status == "unvisited":
         # a tree's untried node may follow an accepted sibling as well as a rejection
-        return ("not visited: discarded after an accepted EOS" if after_eos
-                else "never reached: not tested (the round's walk ended before this node)")
+        return (
+            "not visited: discarded after an accepted EOS"
+            if after_eos
+            else "never reached: not tested (the round's walk ended before this node)"
+        )
     if greedy:
         verdict = "accepted" if n.status == "accepted" else "rejected"
         argmax = tok(n.target_argmax, token_text) if token_text is not None else str(n.target_argmax)
-        return (f"greedy: the draft's argmax {'=' if n.status == 'accepted' else '≠'} the target's argmax "
-                f"{argmax} → {verdict}")
+        return (
+            f"greedy: the draft's argmax {'=' if n.status == 'accepted' else '≠'} the target's argmax "
+            f"{argmax} → {verdict}"
+        )
     if coupled:
         rel = "=" if n.status == "accepted" else "≠"
         return f"coupled: the draft's token {rel} the target's pick y_j (argmax log p + G_j) → {n.status}"
@@ -87,7 +94,9 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText, coupled: bool
     elif c.kind == theme.REPAIRED and 0 <= c.pos < len(r.nodes):
         n = r.nodes[c.pos]
         lines.append(f"replaces rejected draft {tok(n.token, token_text)}")
-        lines.append(f"rejected: p(x) = {fmt(n.p_token)} · q(x) = {fmt(n.q_token)} · ratio = {fmt(n.ratio)} · u = {fmt(n.u)}")
+        lines.append(
+            f"rejected: p(x) = {fmt(n.p_token)} · q(x) = {fmt(n.q_token)} · ratio = {fmt(n.ratio)} · u = {fmt(n.u)}"
+        )
         if r.greedy:
             lines.append("greedy repair: the target argmax")
         elif coupled:
@@ -97,13 +106,17 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText, coupled: bool
             resid = r.residual
             lines.append(f"residual mass r = Σ max(p − q, 0) = {fmt(r.residual_mass)}")
             if resid is not None and c.token < len(resid):
-                lines.append(f"residual(x) = {fmt(float(resid[c.token]))} · p(x) = {fmt(float(p[c.token]) if p is not None else None)}")
+                lines.append(
+                    f"residual(x) = {fmt(float(resid[c.token]))} · p(x) = {fmt(float(p[c.token]) if p is not None else None)}"
+                )
             rep = r.repair
             if rep is not None and rep.draw is not None:
                 lines.append(f"drawn from the residual with u = {fmt(rep.draw)}")
     elif c.kind == theme.BONUS:
-        lines.append(f"all {len(r.nodes)} draft tokens accepted: bonus from the target's next p"
-                     + (" (coupled: its pick y_j)" if coupled else ""))
+        lines.append(
+            f"all {len(r.nodes)} draft tokens accepted: bonus from the target's next p"
+            + (" (coupled: its pick y_j)" if coupled else "")
+        )
         p = r.bonus_p
         if p is not None and c.token < len(p):
             lines.append(f"p(x) = {fmt(float(p[c.token]))}")
@@ -114,14 +127,20 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText, coupled: bool
         lines.append(f"<span style='color:{theme.EOS_COLOR.name()}'><b>EOS</b>: the run ends here</span>")
     if any(n.parent != n.index - 1 for n in r.nodes):
         path = tree_path(r)
-        lines.append(f"token tree: accepted path of {len(path)} of {len(r.nodes)} nodes, "
-                     f"{len(r.nodes) - len(path)} discarded")
+        lines.append(
+            f"token tree: accepted path of {len(path)} of {len(r.nodes)} nodes, {len(r.nodes) - len(path)} discarded"
+        )
     return "<br>".join(lines)
 
 
 def describe_round(r: Round) -> str:
-    parts = [f"round {r.index}", f"prefix {r.prefix_len}", f"k = {r.k}",
-             f"accepted {r.accepted}/{r.drafted}", f"accepted length {r.accepted_length}"]
+    parts = [
+        f"round {r.index}",
+        f"prefix {r.prefix_len}",
+        f"k = {r.k}",
+        f"accepted {r.accepted}/{r.drafted}",
+        f"accepted length {r.accepted_length}",
+    ]
     if r.eos:
         parts.append("EOS")
     if r.budget_stop:
@@ -159,10 +178,12 @@ def describe_tree_round(r: Round, token_text: TokenText) -> str:
     steps = " → ".join(tok(r.nodes[i].token, token_text) for i in path) or "none (no draft accepted)"
     end = r.repair or r.bonus
     tail = f", then the {end.kind} {tok(end.token, token_text)}" if end is not None else ""
-    return "<br>".join([
-        f"<b>round {r.index}</b> · token tree of {len(r.nodes)} nodes, depth {depth}",
-        f"accepted path ({len(path)} nodes): {steps}{tail}",
-        f"<b>{len(r.nodes) - len(path)} discarded</b>: {rejected} rejected, {unvisited} never tried "
-        "(pruned with a rejected sibling's subtree, or past the accepted node)",
-        "click: the first rejected node",
-    ])
+    return "<br>".join(
+        [
+            f"<b>round {r.index}</b> · token tree of {len(r.nodes)} nodes, depth {depth}",
+            f"accepted path ({len(path)} nodes): {steps}{tail}",
+            f"<b>{len(r.nodes) - len(path)} discarded</b>: {rejected} rejected, {unvisited} never tried "
+            "(pruned with a rejected sibling's subtree, or past the accepted node)",
+            "click: the first rejected node",
+        ]
+    )

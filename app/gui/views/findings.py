@@ -15,8 +15,9 @@ rules neither passed nor failed.
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
@@ -64,13 +65,17 @@ def fault_never_fired(fault: str) -> str:
 
     known = FAULTS.get(fault)
     if known is not None and known.shows_in:
-        return (f"<span style='color:#8a5a00'>This run was recorded with the fault <b>{fault}</b> injected. No checker "
-                f"rule can see it from the record (the output stays exact: wasted work, not wrong output); it shows "
-                f"in {known.shows_in}.</span>")
+        return (
+            f"<span style='color:#8a5a00'>This run was recorded with the fault <b>{fault}</b> injected. No checker "
+            f"rule can see it from the record (the output stays exact: wasted work, not wrong output); it shows "
+            f"in {known.shows_in}.</span>"
+        )
     when = f" (it fires when: {known.applies})" if known is not None else ""
-    return (f"<span style='color:#8a5a00'>This run was recorded with the fault <b>{fault}</b> injected, and no round "
-            f"shows it: it never fired in this run{when}. <code>specscope run --fault {fault}</code> names the "
-            f"setting that makes it fire.</span>")
+    return (
+        f"<span style='color:#8a5a00'>This run was recorded with the fault <b>{fault}</b> injected, and no round "
+        f"shows it: it never fired in this run{when}. <code>specscope run --fault {fault}</code> names the "
+        f"setting that makes it fire.</span>"
+    )
 
 
 class FindingsWidget(QWidget):
@@ -121,8 +126,13 @@ class FindingsWidget(QWidget):
         self.table.cellActivated.connect(self._activate)
         self.table.currentCellChanged.connect(self._current_changed)
 
-    def set_findings(self, findings: Iterable[Any] | None, checked: bool = True, fault: str | None = None,
-                     not_checked: dict[str, str] | None = None) -> None:
+    def set_findings(
+        self,
+        findings: Iterable[Any] | None,
+        checked: bool = True,
+        fault: str | None = None,
+        not_checked: dict[str, str] | None = None,
+    ) -> None:
         """Wrong output, then wasted work; within each, root causes first: each cause, then
         (indented, dimmed) the findings that follow from it in later rounds. `fault`: the bug
         the run was recorded with (a fault run). `not_checked`: rule -> why the checker could
@@ -141,8 +151,14 @@ class FindingsWidget(QWidget):
         self.table.setRowCount(len(self.findings))
         for row, f in enumerate(self.findings):
             rule = f"  ↳ {f.rule}" if f.follows else f.rule
-            values = [str(f.round), "" if f.position is None else str(f.position),
-                      "" if f.node is None else str(f.node), rule, f.severity, f.message]
+            values = [
+                str(f.round),
+                "" if f.position is None else str(f.position),
+                "" if f.node is None else str(f.node),
+                rule,
+                f.severity,
+                f.message,
+            ]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
                 item.setToolTip(f.message if not f.follows else f"follows from an earlier finding: {f.message}")
@@ -167,15 +183,20 @@ class FindingsWidget(QWidget):
         elif self.findings:
             follow = len(self.findings) - len(groups)
             tail = f", {follow} follow-on" if follow else ""
-            parts = [f"<b style='color:{_SEVERITY_COLOUR[s]}'>{len(g)} cause(s) of {s}</b>"
-                     for s, g in by_severity.items() if g]
+            parts = [
+                f"<b style='color:{_SEVERITY_COLOUR[s]}'>{len(g)} cause(s) of {s}</b>"
+                for s, g in by_severity.items()
+                if g
+            ]
             if others:
                 parts.append(f"<b>{len(others)} other cause(s)</b>")
             first = min(g.cause.round for g in groups)
             self.status.setText(f"{', '.join(parts)}: first bad round {first}{tail} — click one to jump to its round")
         elif self.not_checked:
-            self.status.setText(f"<span style='color:#007a4d'>✔ no findings in what the trace allows checking</span>; "
-                                f"{len(self.not_checked)} rule(s) not checked (below)")
+            self.status.setText(
+                f"<span style='color:#007a4d'>✔ no findings in what the trace allows checking</span>; "
+                f"{len(self.not_checked)} rule(s) not checked (below)"
+            )
         else:
             self.status.setText("<span style='color:#007a4d'>✔ no findings: every round passed the checks</span>")
         if checked and fault and not self.findings:  # (a flagged fault speaks for itself: the table keeps its room)
@@ -187,11 +208,17 @@ class FindingsWidget(QWidget):
             self.not_checked_label.clear()
             self.not_checked_label.setVisible(False)
             return
-        rows = "".join(f"<br>· <b>{html.escape(rule)}</b>: {html.escape(why)}" for rule, why in self.not_checked.items())
-        self.not_checked_label.setText(f"<span style='color:{_NOT_CHECKED_COLOUR}'><b>Not checked</b> "
-                                       f"({len(self.not_checked)}: neither passed nor failed){rows}</span>")
-        self.not_checked_label.setToolTip("Rules the checker could not run: the trace leaves out a field they need. "
-                                          "Unknown stays unknown; nothing is guessed.")
+        rows = "".join(
+            f"<br>· <b>{html.escape(rule)}</b>: {html.escape(why)}" for rule, why in self.not_checked.items()
+        )
+        self.not_checked_label.setText(
+            f"<span style='color:{_NOT_CHECKED_COLOUR}'><b>Not checked</b> "
+            f"({len(self.not_checked)}: neither passed nor failed){rows}</span>"
+        )
+        self.not_checked_label.setToolTip(
+            "Rules the checker could not run: the trace leaves out a field they need. "
+            "Unknown stays unknown; nothing is guessed."
+        )
         self.not_checked_label.setVisible(True)
 
     def set_error(self, message: str) -> None:
@@ -217,8 +244,10 @@ class FindingsWidget(QWidget):
         if f.node is not None:
             where.append(f"node {f.node}")
         lead = "follows from an earlier finding · " if f.follows else ""
-        self.detail.setText(f"{lead}<b>{html.escape(f.rule)}</b> ({html.escape(f.severity)}) · {', '.join(where)}: "
-                            f"{html.escape(f.message)}")
+        self.detail.setText(
+            f"{lead}<b>{html.escape(f.rule)}</b> ({html.escape(f.severity)}) · {', '.join(where)}: "
+            f"{html.escape(f.message)}"
+        )
         self.detail.setVisible(True)
 
     def _activate(self, row: int, col: int) -> None:

@@ -19,14 +19,14 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QBoxLayout, QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
-from specscope.core.sampling.partial import known_ids
-from specscope.core.records import Round
-
 from specscope.app.gui import theme
-from .navigator import place_words
+from specscope.app.gui.model.runmodel import RunModel, top_tokens, visible_text
+from specscope.core.records import Round
+from specscope.core.sampling.partial import known_ids
+
 from .describe import COUPLED_REPAIR, after_accepted_eos, fmt, is_coupled, node_decision, tok
 from .kvview import KVCacheView
-from specscope.app.gui.model.runmodel import RunModel, top_tokens, visible_text
+from .navigator import place_words
 from .tree_inspect import NodeResiduals, children_mode, decision_html, is_tree, node_residuals, updates_html
 
 TOP_N = 10
@@ -86,7 +86,7 @@ class RoundInspectorWidget(QWidget):
         model.selectionChanged.connect(self.show_position)
         model.reset.connect(self.clear)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def resizeEvent(self, event) -> None:
         """Wide: the KV caches beside p/q, so both show without scrolling; narrow: below it."""
         super().resizeEvent(event)
         wide = self.width() >= SIDE_BY_SIDE_PX
@@ -120,8 +120,9 @@ class RoundInspectorWidget(QWidget):
         self.q_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=theme.Q_COLOR, pen=None)
         self.min_bars = pg.BarGraphItem(x=[], height=[], width=0.86, brush=None, pen=pg.mkPen(theme.MIN_COLOR, width=2))
         self.marker = pg.ScatterPlotItem(size=12, symbol="t", brush="#333333", pen=None)
-        self.emit_marker = pg.ScatterPlotItem(size=13, symbol="star", brush=theme.KIND_EDGE[theme.REPAIRED].name(),
-                                              pen=None)
+        self.emit_marker = pg.ScatterPlotItem(
+            size=13, symbol="star", brush=theme.KIND_EDGE[theme.REPAIRED].name(), pen=None
+        )
         self.pq_note = pg.TextItem("", color="#777777", anchor=(0.5, 0.5))  # what the empty plot will show
         for item in (self.p_bars, self.q_bars, self.min_bars, self.marker, self.emit_marker, self.pq_note):
             self.pq_plot.addItem(item)
@@ -142,14 +143,20 @@ class RoundInspectorWidget(QWidget):
         top.layout.setColumnStretchFactor(1, round(10 * RIGHT_SHARE))
 
         self.ratio_plot = right.addPlot(row=1, col=0)
-        self._right_title(self.ratio_plot,
-                          f"acceptance test: u vs <span style='color:{theme.ACCEPT_RATE}'>min(1, p/q)</span>")
+        self._right_title(
+            self.ratio_plot, f"acceptance test: u vs <span style='color:{theme.ACCEPT_RATE}'>min(1, p/q)</span>"
+        )
         self.accept_bar = pg.BarGraphItem(x0=[0], x1=[0], y=[0], height=0.5, brush=theme.ACCEPT_RATE, pen=None)
         self.reject_bar = pg.BarGraphItem(x0=[0], x1=[1], y=[0], height=0.5, brush="#f3d3d3", pen=None)
         self.ratio_plot.addItem(self.reject_bar)
         self.ratio_plot.addItem(self.accept_bar)
-        self.u_line = pg.InfiniteLine(pos=0, angle=90, pen=pg.mkPen("#222222", width=2.5),
-                                      label="u", labelOpts={"position": 0.92, "color": "#222222"})
+        self.u_line = pg.InfiniteLine(
+            pos=0,
+            angle=90,
+            pen=pg.mkPen("#222222", width=2.5),
+            label="u",
+            labelOpts={"position": 0.92, "color": "#222222"},
+        )
         self.ratio_plot.addItem(self.u_line)
         self.ratio_plot.setXRange(0, 1, padding=0.02)
         self.ratio_plot.setYRange(-0.5, 0.95, padding=0)
@@ -182,14 +189,18 @@ class RoundInspectorWidget(QWidget):
             plot.getAxis("bottom").setTicks([[]])
             plot.setXRange(0, 1, padding=0)
             plot.setYRange(0, 1, padding=0)
-        self.pq_note.setHtml("<div style='text-align:center'>select a token: p (target) and q (draft)<br>"
-                             "over the likeliest tokens appear here</div>")
+        self.pq_note.setHtml(
+            "<div style='text-align:center'>select a token: p (target) and q (draft)<br>"
+            "over the likeliest tokens appear here</div>"
+        )
         self.pq_note.setPos(0.5, 0.5)
         self.pq_note.show()
         self._right_title(self.res_plot, "residual max(p − q, 0) / r")
         self._note_width()
-        self.res_text.setHtml("<div style='text-align:center; color:#777777'>a rejected draft's residual "
-                              "(what its repair is drawn from) appears here</div>")
+        self.res_text.setHtml(
+            "<div style='text-align:center; color:#777777'>a rejected draft's residual "
+            "(what its repair is drawn from) appears here</div>"
+        )
         self.res_text.setPos(0.5, 0.5)
         self._ratio_title("acceptance test: u vs min(1, p/q)")  # longer, it widened the inspector past 1024 px
         self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
@@ -224,8 +235,9 @@ class RoundInspectorWidget(QWidget):
         self.reject_bar.show()
         self._pq_title("p′" if tree is not None and tree.p_prime is not None and tree.rank != 1 else "p")
         must = [t for t in (node.token if node is not None else None, emitted_here) if t is not None]
-        ids, pv, qv, mins = self._show_pq(p, q, must, node.token if node is not None else None,
-                                          emitted_here if emitted_kind != "accepted" else None)
+        ids, pv, qv, mins = self._show_pq(
+            p, q, must, node.token if node is not None else None, emitted_here if emitted_kind != "accepted" else None
+        )
         resid, mass = (r.residual, r.residual_mass) if (node is not None and r.rejected_node == pos) else (None, None)
         update = next((u for u in tree.updates if u.child == pos), None) if tree is not None else None
         if update is not None and update.p_after is not None:
@@ -244,14 +256,23 @@ class RoundInspectorWidget(QWidget):
             "u": node.u if node is not None else None,
             "status": node.status if node is not None else "bonus",
             "residual_mass": mass if resid is not None else None,
-            "tree": None if tree is None else {
-                "parent": tree.parent, "tried": tree.tried, "rank": tree.rank, "source": tree.source,
-                "p_prime": tree.p_prime is not None, "accept_p": tree.accept_p,
-                "updates": [(u.child, u.token, u.mass) for u in tree.updates]},
-            "target_cache": (r.target_cache.before, r.target_cache.peak, r.target_cache.after,
-                             r.target_cache.pending),
-            "draft_cache": (None if r.draft_cache is None else
-                            (r.draft_cache.before, r.draft_cache.peak, r.draft_cache.after, r.draft_cache.pending)),
+            "tree": None
+            if tree is None
+            else {
+                "parent": tree.parent,
+                "tried": tree.tried,
+                "rank": tree.rank,
+                "source": tree.source,
+                "p_prime": tree.p_prime is not None,
+                "accept_p": tree.accept_p,
+                "updates": [(u.child, u.token, u.mass) for u in tree.updates],
+            },
+            "target_cache": (r.target_cache.before, r.target_cache.peak, r.target_cache.after, r.target_cache.pending),
+            "draft_cache": (
+                None
+                if r.draft_cache is None
+                else (r.draft_cache.before, r.draft_cache.peak, r.draft_cache.after, r.draft_cache.pending)
+            ),
             "header": self.header.text(),
         }
 
@@ -268,22 +289,29 @@ class RoundInspectorWidget(QWidget):
             f"<span style='color:{theme.Q_COLOR}'>{sq} q</span> &nbsp;"
             f"<span style='color:{theme.MIN_COLOR}'>&#9633; min({p_name},q)</span> &nbsp;"
             f"&#9660; proposed &nbsp;<span style='color:{theme.KIND_EDGE[theme.REPAIRED].name()}'>&#9733; emitted</span>",
-            size="9pt")
+            size="9pt",
+        )
 
     def _header_lines(self, r: Round, pos: int, node, emitted_here: int | None, emitted_kind: str | None) -> list[str]:
         tt = self.model.token_text
-        head = [f"<b>round {r.index}</b> · {place_words(r, pos)} · prefix {r.prefix_len}"
-                f" · accepted length {r.accepted_length}"]
+        head = [
+            f"<b>round {r.index}</b> · {place_words(r, pos)} · prefix {r.prefix_len}"
+            f" · accepted length {r.accepted_length}"
+        ]
         if node is not None and r.greedy:
             # a greedy draft records no q: what it believed is its own argmax, the token it proposed
             p_arg = float(node.p[node.target_argmax]) if node.p is not None else None
-            head.append(f"draft believed {tok(node.token, tt)} (its argmax; greedy drafts keep no q): "
-                        f"p = {fmt(node.p_token)}; the target's argmax {tok(node.target_argmax, tt)} has p = "
-                        f"{fmt(p_arg)} — {node_decision(node, True, tt, after_accepted_eos(r, node))}")
+            head.append(
+                f"draft believed {tok(node.token, tt)} (its argmax; greedy drafts keep no q): "
+                f"p = {fmt(node.p_token)}; the target's argmax {tok(node.target_argmax, tt)} has p = "
+                f"{fmt(p_arg)} — {node_decision(node, True, tt, after_accepted_eos(r, node))}"
+            )
         elif node is not None:
-            head.append(f"draft {tok(node.token, tt)}: p = {fmt(node.p_token)}, q = {fmt(node.q_token)}, "
-                        f"p/q = {fmt(node.ratio)} — "
-                        f"{node_decision(node, r.greedy, tt, after_accepted_eos(r, node), is_coupled(self.model.config))}")
+            head.append(
+                f"draft {tok(node.token, tt)}: p = {fmt(node.p_token)}, q = {fmt(node.q_token)}, "
+                f"p/q = {fmt(node.ratio)} — "
+                f"{node_decision(node, r.greedy, tt, after_accepted_eos(r, node), is_coupled(self.model.config))}"
+            )
             if node.overlap is not None:
                 head.append(f"Σ min(p, q) = {fmt(node.overlap)}")
         elif r.bonus is not None:
@@ -292,13 +320,19 @@ class RoundInspectorWidget(QWidget):
             head.append("all drafts accepted; the bonus was withheld (budget reached)")
         else:
             head.append("no bonus in this round (a draft was rejected)")
-        saved = _saved_without_full_vectors(node.p if node is not None else r.bonus_p, node.q if node is not None else None)
+        saved = _saved_without_full_vectors(
+            node.p if node is not None else r.bonus_p, node.q if node is not None else None
+        )
         if saved:
             head.append(saved)
         if emitted_here is not None and emitted_kind == "repaired":
-            head.append(f"repair {tok(emitted_here, tt)} = target argmax" if r.greedy
-                        else f"repair {tok(emitted_here, tt)}: {COUPLED_REPAIR}" if is_coupled(self.model.config)
-                        else f"repair {tok(emitted_here, tt)} drawn from the residual (r = {fmt(r.residual_mass)})")
+            head.append(
+                f"repair {tok(emitted_here, tt)} = target argmax"
+                if r.greedy
+                else f"repair {tok(emitted_here, tt)}: {COUPLED_REPAIR}"
+                if is_coupled(self.model.config)
+                else f"repair {tok(emitted_here, tt)} drawn from the residual (r = {fmt(r.residual_mass)})"
+            )
         return head
 
     def _bars_fitting(self, plot) -> int:
@@ -310,7 +344,11 @@ class RoundInspectorWidget(QWidget):
         """The p vs q bars over the top tokens; (token ids, p, q, min(p, q)) as shown."""
         tt = self.model.token_text
         self._fit_n = self._bars_fitting(self.pq_plot)
-        ids = _cap(top_tokens([p, q], self._fit_n, must), self._fit_n, must) if p is not None else np.zeros(0, dtype=np.int64)
+        ids = (
+            _cap(top_tokens([p, q], self._fit_n, must), self._fit_n, must)
+            if p is not None
+            else np.zeros(0, dtype=np.int64)
+        )
         xs = np.arange(len(ids), dtype=float)
         pv = p[ids] if p is not None and len(ids) else np.zeros(len(ids))
         qv = q[ids] if q is not None and len(ids) else np.zeros(len(ids))
@@ -335,10 +373,16 @@ class RoundInspectorWidget(QWidget):
     def _show_residual(self, r: Round, node, resid, emitted_here: int | None, mass=None) -> None:
         tt = self.model.token_text
         if resid is not None:
-            rids = top_tokens([resid], self._bars_fitting(self.res_plot), [emitted_here] if emitted_here is not None else [])
+            rids = top_tokens(
+                [resid], self._bars_fitting(self.res_plot), [emitted_here] if emitted_here is not None else []
+            )
             rv = resid[rids]
-            brushes = [pg.mkBrush(theme.KIND_EDGE[theme.REPAIRED]) if int(t) == emitted_here
-                       else pg.mkBrush(theme.RESIDUAL_COLOR) for t in rids]
+            brushes = [
+                pg.mkBrush(theme.KIND_EDGE[theme.REPAIRED])
+                if int(t) == emitted_here
+                else pg.mkBrush(theme.RESIDUAL_COLOR)
+                for t in rids
+            ]
             self.res_bars.setOpts(x=np.arange(len(rids), dtype=float), height=rv, brushes=brushes)
             self.res_plot.getAxis("bottom").setTicks([[(float(i), _short(tt(int(t)))) for i, t in enumerate(rids)]])
             self._right_title(self.res_plot, f"residual max(p−q,0)/r, r = {fmt(mass, 3)}")
@@ -350,9 +394,13 @@ class RoundInspectorWidget(QWidget):
         self.res_plot.getAxis("bottom").setTicks([[]])
         self._right_title(self.res_plot, "residual max(p − q, 0) / r")
         rejected = node is not None and node.status == "rejected"
-        reason = ("greedy: the repair is the target argmax" if r.greedy and rejected
-                  else "coupled: the repair is the target's pick y_j, no residual" if rejected and is_coupled(self.model.config)
-                  else "no rejection at this position: residual unused")
+        reason = (
+            "greedy: the repair is the target argmax"
+            if r.greedy and rejected
+            else "coupled: the repair is the target's pick y_j, no residual"
+            if rejected and is_coupled(self.model.config)
+            else "no rejection at this position: residual unused"
+        )
         self.res_plot.setXRange(0, 1, padding=0)
         self.res_plot.setYRange(0, 1, padding=0)
         self._note_width()
@@ -386,14 +434,20 @@ class RoundInspectorWidget(QWidget):
             self.accept_bar.setOpts(x0=[0], x1=[1.0 if ok else 0.0], y=[0])
             self.u_line.hide()
             tt = self.model.token_text
-            self._ratio_title(f"greedy: draft {_short(tt(node.token))} vs target argmax "
-                              f"{_short(tt(node.target_argmax))} → <b>{node.status}</b>")
+            self._ratio_title(
+                f"greedy: draft {_short(tt(node.token))} vs target argmax "
+                f"{_short(tt(node.target_argmax))} → <b>{node.status}</b>"
+            )
         else:
             self.accept_bar.setOpts(x0=[0], x1=[0], y=[0])
             self.u_line.hide()
-            self._ratio_title("bonus position: no acceptance test" if node is None else
-                              "not visited (after an accepted EOS): no test" if after_accepted_eos(r, node)
-                              else "never reached: no test")
+            self._ratio_title(
+                "bonus position: no acceptance test"
+                if node is None
+                else "not visited (after an accepted EOS): no test"
+                if after_accepted_eos(r, node)
+                else "never reached: no test"
+            )
 
     def _ratio_title(self, text: str) -> None:
         self._right_title(self.ratio_plot, text)
@@ -408,9 +462,18 @@ class RoundInspectorWidget(QWidget):
     def _wrap_title(self, plot) -> None:
         label = plot.titleLabel
         minimum = Qt.SizeHint.MinimumSize
-        beside = self.pq_plot.effectiveSizeHint(minimum).width() + plot.getAxis("left").effectiveSizeHint(minimum).width()
-        room = max(100, int(min(self.graphics.viewport().width() * RIGHT_SHARE,
-                                self.graphics.viewport().width() - beside - LAYOUT_SLACK_PX)))
+        beside = (
+            self.pq_plot.effectiveSizeHint(minimum).width() + plot.getAxis("left").effectiveSizeHint(minimum).width()
+        )
+        room = max(
+            100,
+            int(
+                min(
+                    self.graphics.viewport().width() * RIGHT_SHARE,
+                    self.graphics.viewport().width() - beside - LAYOUT_SLACK_PX,
+                )
+            ),
+        )
         label.item.setTextWidth(-1)
         if label.item.boundingRect().width() > room:
             label.item.setTextWidth(room)

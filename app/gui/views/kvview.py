@@ -17,10 +17,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QMessageBox, QToolButton, QVBoxLayout, QWidget
 
-from specscope.core.records import CacheState, Round
-
 from specscope.app.gui import theme
 from specscope.app.gui.model.runmodel import RunModel
+from specscope.core.records import CacheState, Round
 
 ROW_MIN_PX = 80  # a cache row's plot never gets shorter than this (its four labels need it)
 WRONG = "#b00020"
@@ -76,18 +75,24 @@ def diagnose(r: Round, previous: Round | None = None, run_over: bool = False) ->
     context = r.prefix_len + len(r.emitted)
     must_pend = 1 if r.emitted and r.emitted[-1].kind in ("repaired", "bonus") else 0
     out = []
-    for name, cache, prev in (("target", r.target_cache, previous.target_cache if previous else None),
-                              ("draft", r.draft_cache, previous.draft_cache if previous else None)):
+    for name, cache, prev in (
+        ("target", r.target_cache, previous.target_cache if previous else None),
+        ("draft", r.draft_cache, previous.draft_cache if previous else None),
+    ):
         if cache is None:
             continue
         d = CacheDiagnosis(name, cache, context, context - must_pend)
         if prev is not None and cache.before != prev.after:
-            d.problems.append(f"{name} cache starts at {cache.before} but the previous round left {prev.after}: "
-                              f"it changed between rounds")
+            d.problems.append(
+                f"{name} cache starts at {cache.before} but the previous round left {prev.after}: "
+                f"it changed between rounds"
+            )
         diff = d.difference
         if diff > 0:
-            text = (f"{name} cache holds {_entries(diff)} more than expected ({cache.after} vs {d.expected}): "
-                    f"the rejected draft suffix was not cropped away (stale keys/values are read next round)")
+            text = (
+                f"{name} cache holds {_entries(diff)} more than expected ({cache.after} vs {d.expected}): "
+                f"the rejected draft suffix was not cropped away (stale keys/values are read next round)"
+            )
             if name == "draft" and run_over:
                 d.notes.append(text + "; harmless here, the run ended and nothing reads it again")
             else:
@@ -96,9 +101,11 @@ def diagnose(r: Round, previous: Round | None = None, run_over: bool = False) ->
             if cache.after + len(cache.pending) == context:
                 d.notes.append(f"{-diff} accepted token(s) still pending in the {name} cache: fed at the next round")
             else:
-                d.problems.append(f"{name} cache holds {cache.after} + {len(cache.pending)} pending = "
-                                  f"{cache.after + len(cache.pending)}, not the committed context {context}: "
-                                  f"{_entries(context - cache.after - len(cache.pending))} missing")
+                d.problems.append(
+                    f"{name} cache holds {cache.after} + {len(cache.pending)} pending = "
+                    f"{cache.after + len(cache.pending)}, not the committed context {context}: "
+                    f"{_entries(context - cache.after - len(cache.pending))} missing"
+                )
         out.append(d)
     return out
 
@@ -166,8 +173,10 @@ class KVCacheView(QWidget):
         self._redraw()
 
     def tooltip_of(self, d: CacheDiagnosis) -> str:
-        return (f"expected {d.expected} = committed context {d.context} − {d.context - d.expected} token(s) "
-                f"that must be pending; recorded pending: {len(d.state.pending)}")
+        return (
+            f"expected {d.expected} = committed context {d.context} − {d.context - d.expected} token(s) "
+            f"that must be pending; recorded pending: {len(d.state.pending)}"
+        )
 
     def verdict_text(self) -> str:
         """Every problem and note, in words (plain text; what the label shows)."""
@@ -179,8 +188,9 @@ class KVCacheView(QWidget):
             lines += [f"<span style='color:{WRONG}'>✗ {p}</span>" for p in d.problems]
             lines += [f"<span style='color:#555555'>• {n}</span>" for n in d.notes]
         if self.diagnoses and not lines:
-            lines.append(f"<span style='color:{OK}'>✔ every cache holds the committed context minus its "
-                         f"pending token</span>")
+            lines.append(
+                f"<span style='color:{OK}'>✔ every cache holds the committed context minus its pending token</span>"
+            )
         self.verdict.setText("<br>".join(lines))
         self.graphics.setToolTip("\n".join(self.tooltip_of(d) for d in self.diagnoses))
         self.title.setText(f"<b>KV caches</b> · round {self.round_index}" if self.diagnoses else "<b>KV caches</b>")
@@ -208,19 +218,24 @@ class _CacheRow:
         self.bars = {
             "kept": pg.BarGraphItem(x0=[], x1=[], y=[], height=0.5, brush=theme.CACHE_KEPT, pen=None),
             "written": pg.BarGraphItem(x0=[], x1=[], y=[], height=0.5, brush=theme.CACHE_NEW, pen=None),
-            "cropped": pg.BarGraphItem(x0=[], x1=[], y=[], height=0.5, brush=pg.mkBrush(theme.CACHE_CROPPED),
-                                       pen=None),
-            "pending": pg.BarGraphItem(x0=[], x1=[], y=[], height=0.16, brush=theme.CACHE_PENDING,
-                                       pen=pg.mkPen("#8a7f00")),
-            "wrong": pg.BarGraphItem(x0=[], x1=[], y=[], height=0.9, brush=pg.mkBrush(176, 0, 32, 60),
-                                     pen=pg.mkPen(WRONG, width=2)),
+            "cropped": pg.BarGraphItem(x0=[], x1=[], y=[], height=0.5, brush=pg.mkBrush(theme.CACHE_CROPPED), pen=None),
+            "pending": pg.BarGraphItem(
+                x0=[], x1=[], y=[], height=0.16, brush=theme.CACHE_PENDING, pen=pg.mkPen("#8a7f00")
+            ),
+            "wrong": pg.BarGraphItem(
+                x0=[], x1=[], y=[], height=0.9, brush=pg.mkBrush(176, 0, 32, 60), pen=pg.mkPen(WRONG, width=2)
+            ),
         }
         for item in self.bars.values():
             self.plot.addItem(item)
         self.lines = {}
         self.labels = {}
-        for key, y, color, anchor in (("peak", 1.05, "#333333", (0.0, 0.5)), ("before", 0.62, "#333333", (1.0, 0.5)),
-                                      ("after", -0.62, "#333333", (0.5, 0.5)), ("expected", -1.05, OK, (0.5, 0.5))):
+        for key, y, color, anchor in (
+            ("peak", 1.05, "#333333", (0.0, 0.5)),
+            ("before", 0.62, "#333333", (1.0, 0.5)),
+            ("after", -0.62, "#333333", (0.5, 0.5)),
+            ("expected", -1.05, OK, (0.5, 0.5)),
+        ):
             style = Qt.PenStyle.DashLine if key == "expected" else Qt.PenStyle.SolidLine
             line = pg.PlotDataItem(pen=pg.mkPen(color, width=1.5, style=style))
             label = pg.TextItem("", color=color, anchor=anchor)
@@ -245,15 +260,22 @@ class _CacheRow:
         color = WRONG if d.problems else OK
         mark = "✗" if d.problems else "✔"
         diff = f" ({d.difference:+d})" if d.difference else ""
-        self.plot.setTitle(f"<span style='color:{color}'>{mark} {d.name} cache</span> · before {c.before} · "
-                           f"peak {c.peak} · after {c.after}{diff} · expected {d.expected}", size="9pt")
+        self.plot.setTitle(
+            f"<span style='color:{color}'>{mark} {d.name} cache</span> · before {c.before} · "
+            f"peak {c.peak} · after {c.after}{diff} · expected {d.expected}",
+            size="9pt",
+        )
         self.bars["kept"].setOpts(x0=[0], x1=[min(c.before, c.after)], y=[0])
         self.bars["written"].setOpts(x0=[min(c.before, c.after)], x1=[c.peak], y=[0])
-        self.bars["cropped"].setOpts(x0=[c.after] if c.peak > c.after else [], x1=[c.peak] if c.peak > c.after else [],
-                                     y=[0] if c.peak > c.after else [])
+        self.bars["cropped"].setOpts(
+            x0=[c.after] if c.peak > c.after else [],
+            x1=[c.peak] if c.peak > c.after else [],
+            y=[0] if c.peak > c.after else [],
+        )
         n_pend = len(c.pending)
-        self.bars["pending"].setOpts(x0=[c.after] if n_pend else [], x1=[c.after + n_pend] if n_pend else [],
-                                     y=[-0.36] if n_pend else [])
+        self.bars["pending"].setOpts(
+            x0=[c.after] if n_pend else [], x1=[c.after + n_pend] if n_pend else [], y=[-0.36] if n_pend else []
+        )
         bad = d.difference != 0 and d.problems
         lo_w, hi_w = sorted((c.after, d.expected))
         self.bars["wrong"].setOpts(x0=[lo_w] if bad else [], x1=[hi_w] if bad else [], y=[0] if bad else [])
@@ -265,9 +287,12 @@ class _CacheRow:
         x1 = hi + max(2.5, 0.2 * (hi - x0))
         # labels point away from each other: peak to the right of its line, before to the
         # left of its own; below the bar, the longer of after/expected to the right
-        anchors = {"peak": (0.0, 0.5), "before": (1.0, 0.5),
-                   "after": (0.0, 0.5) if c.after > d.expected else (1.0, 0.5),
-                   "expected": (1.0, 0.5) if c.after > d.expected else (0.0, 0.5)}
+        anchors = {
+            "peak": (0.0, 0.5),
+            "before": (1.0, 0.5),
+            "after": (0.0, 0.5) if c.after > d.expected else (1.0, 0.5),
+            "expected": (1.0, 0.5) if c.after > d.expected else (0.0, 0.5),
+        }
         if same:  # one label for both, right of the lines (centred, the expected line ran through it)
             anchors["after"] = (0.0, 0.5)
         for key, x in (("peak", c.peak), ("before", c.before), ("after", c.after), ("expected", d.expected)):
@@ -276,8 +301,9 @@ class _CacheRow:
             text = f"{key} {x} " if anchors[key][0] == 1.0 else f" {key} {x}"
             anchor = anchors[key]
             if key == "before" and x - x0 < 0.25 * (x1 - x0):  # no room on its left: point at it
-                text, x, anchor = (f"◀ before {c.before}", x0, (0.0, 0.5)) if x < x0 else (f" before {x}", x,
-                                                                                          (0.0, 0.5))
+                text, x, anchor = (
+                    (f"◀ before {c.before}", x0, (0.0, 0.5)) if x < x0 else (f" before {x}", x, (0.0, 0.5))
+                )
             self.labels[key].setAnchor(anchor)
             if key == "after" and same:
                 text = f"  after = expected {x}"

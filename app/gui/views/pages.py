@@ -7,9 +7,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
 from specscope.app.gui import theme
+from specscope.app.gui.model.runmodel import RunModel
+
 from .inspector import RoundInspectorWidget
 from .navigator import RoundNavigatorWidget
-from specscope.app.gui.model.runmodel import RunModel
 from .timeline import TokenTimelineWidget
 from .tree import DraftTreeView
 
@@ -35,8 +36,9 @@ class InspectPage(QWidget):
         self.timeline = TokenTimelineWidget(model)
         self.tree = DraftTreeView(model)
         self.inspector = RoundInspectorWidget(model)
-        for i, (w, low) in enumerate(((self.timeline, TIMELINE_MIN_PX), (self.tree, TREE_MIN_PX),
-                                      (self.inspector, INSPECTOR_MIN_PX))):
+        for i, (w, low) in enumerate(
+            ((self.timeline, TIMELINE_MIN_PX), (self.tree, TREE_MIN_PX), (self.inspector, INSPECTOR_MIN_PX))
+        ):
             w.setMinimumHeight(low)
             self.splitter.addWidget(w)
             self.splitter.setStretchFactor(i, (3, 1, 6)[i])
@@ -65,5 +67,6 @@ class InspectPage(QWidget):
         need = wanted - tree
         from_inspector = min(need, max(0, inspector - INSPECTOR_MIN_PX))
         from_timeline = min(need - from_inspector, max(0, timeline - TIMELINE_MIN_PX))
-        self.splitter.setSizes([timeline - from_timeline, tree + from_inspector + from_timeline,
-                                inspector - from_inspector])
+        self.splitter.setSizes(
+            [timeline - from_timeline, tree + from_inspector + from_timeline, inspector - from_inspector]
+        )

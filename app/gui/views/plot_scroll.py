@@ -28,7 +28,7 @@ class ScrollingPlots(QScrollArea):
         plots.setMinimumWidth(self.PLOT_W)  # narrower, it scrolls sideways instead of cutting the axes
         self._fit(self.viewport().width())
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def resizeEvent(self, event) -> None:
         self._fit(event.size().width())
         super().resizeEvent(event)
 
@@ -43,4 +43,6 @@ class ScrollingPlots(QScrollArea):
                 layout.addItem(item, row=j // cols, col=j % cols)
             self.cols = cols
         summary = self.plots.summary.sizeHint().height() if self.plots.summary.isVisibleTo(self.plots) else 0
-        self.plots.setMinimumHeight(-(-len(shown) // cols) * self.PLOT_H + summary)  # the summary below takes none of it
+        self.plots.setMinimumHeight(
+            -(-len(shown) // cols) * self.PLOT_H + summary
+        )  # the summary below takes none of it

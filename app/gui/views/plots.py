@@ -38,6 +38,8 @@ def round_ticks(rounds: int, most: int = 8) -> int:
             if span / step <= most:
                 break
     return step
+
+
 FRAME_COST_SHARE = 10  # frame interval >= 10 x (last refresh + the paints since the frame before)
 
 
@@ -47,7 +49,7 @@ class _TimedGraphics(pg.GraphicsLayoutWidget):
 
     paint_s = 0.0
 
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def paintEvent(self, event) -> None:
         started = time.perf_counter()
         super().paintEvent(event)
         self.paint_s += time.perf_counter() - started
@@ -66,8 +68,16 @@ class LivePlotsWidget(QWidget):
 
     PLOTS = ("acceptance", "histogram", "positions", "latency", "throughput", "cost")
 
-    def __init__(self, model: RunModel, compact: bool = False, color: str | None = None,
-                 shown: tuple[str, ...] | None = None, show_summary: bool = True, legends: bool = True, parent=None):
+    def __init__(
+        self,
+        model: RunModel,
+        compact: bool = False,
+        color: str | None = None,
+        shown: tuple[str, ...] | None = None,
+        show_summary: bool = True,
+        legends: bool = True,
+        parent=None,
+    ):
         super().__init__(parent)
         self.model = model
         self.compact = compact
@@ -119,15 +129,17 @@ class LivePlotsWidget(QWidget):
         p = self.plots["acceptance"]
         _style(p, "acceptance per round", "accepted / drafted", "round")
         self._legend(p)
-        self.acc_scatter = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(c or theme.ACCEPT_RATE), pen=None,
-                                              name="per round")
+        self.acc_scatter = pg.ScatterPlotItem(
+            size=5, brush=pg.mkBrush(c or theme.ACCEPT_RATE), pen=None, name="per round"
+        )
         self.acc_mean = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name=f"rolling mean ({ROLLING_WINDOW})")
         p.addItem(self.acc_scatter)
         p.addItem(self.acc_mean)
         # token trees: the same plot shows accepted length per round (accepted / drafted says
         # little when most of a tree's nodes are off the accepted path by design)
-        self.len_scatter = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(c or theme.KIND_EDGE[theme.ACCEPTED].name()),
-                                              pen=None, name="per round")
+        self.len_scatter = pg.ScatterPlotItem(
+            size=5, brush=pg.mkBrush(c or theme.KIND_EDGE[theme.ACCEPTED].name()), pen=None, name="per round"
+        )
         self.len_mean = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name=f"rolling mean ({ROLLING_WINDOW})")
         p.setYRange(0, 1.05, padding=0)
         self.tree_mode = False
@@ -148,18 +160,27 @@ class LivePlotsWidget(QWidget):
         p = self.plots["latency"]
         _style(p, "latency per round", "ms", "round")
         self._legend(p)
-        self.lat_total = pg.PlotDataItem(pen=pg.mkPen(theme.VERIFY_TIME, width=1), fillLevel=0,
-                                         brush=pg.mkBrush(theme.VERIFY_TIME + "90"), name="verify (on top)")
-        self.lat_draft = pg.PlotDataItem(pen=pg.mkPen(theme.DRAFT_TIME, width=1), fillLevel=0,
-                                         brush=pg.mkBrush(theme.DRAFT_TIME + "c0"), name="draft")
+        self.lat_total = pg.PlotDataItem(
+            pen=pg.mkPen(theme.VERIFY_TIME, width=1),
+            fillLevel=0,
+            brush=pg.mkBrush(theme.VERIFY_TIME + "90"),
+            name="verify (on top)",
+        )
+        self.lat_draft = pg.PlotDataItem(
+            pen=pg.mkPen(theme.DRAFT_TIME, width=1),
+            fillLevel=0,
+            brush=pg.mkBrush(theme.DRAFT_TIME + "c0"),
+            name="draft",
+        )
         p.addItem(self.lat_total)
         p.addItem(self.lat_draft)
         # throughput
         p = self.plots["throughput"]
         _style(p, "throughput", "tokens / s", "round")
         self._legend(p)
-        self.tps_round = pg.PlotDataItem(pen=None, symbol="o", symbolSize=4,
-                                         symbolBrush=pg.mkBrush(c or "#56b4e9"), symbolPen=None, name="per round")
+        self.tps_round = pg.PlotDataItem(
+            pen=None, symbol="o", symbolSize=4, symbolBrush=pg.mkBrush(c or "#56b4e9"), symbolPen=None, name="per round"
+        )
         self.tps_cum = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="cumulative")
         p.addItem(self.tps_round)
         p.addItem(self.tps_cum)
@@ -168,10 +189,10 @@ class LivePlotsWidget(QWidget):
         _style(p, "cost model vs measured", "tokens / round", "round")
         self._legend(p)
         self.cost_meas = pg.PlotDataItem(pen=pg.mkPen(theme.MEASURED, width=2), name="measured")
-        self.cost_alpha = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED, width=2, style=Qt.PenStyle.DashLine),
-                                          name="α")
-        self.cost_pos = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED_2, width=2, style=Qt.PenStyle.DotLine),
-                                        name="positions")
+        self.cost_alpha = pg.PlotDataItem(pen=pg.mkPen(theme.PREDICTED, width=2, style=Qt.PenStyle.DashLine), name="α")
+        self.cost_pos = pg.PlotDataItem(
+            pen=pg.mkPen(theme.PREDICTED_2, width=2, style=Qt.PenStyle.DotLine), name="positions"
+        )
         for item in (self.cost_meas, self.cost_alpha, self.cost_pos):
             p.addItem(item)
 
@@ -179,8 +200,14 @@ class LivePlotsWidget(QWidget):
         """A one-row legend along the top of the plot; the y range keeps that strip free of
         data (_clear_legend_strips): a legend in a corner covered points and lines."""
         if self.legends:
-            legend = plot.addLegend(offset=offset, labelTextSize="7pt", colCount=columns, brush=pg.mkBrush(255, 255, 255, 200),
-                                    pen=None, horSpacing=2)
+            legend = plot.addLegend(
+                offset=offset,
+                labelTextSize="7pt",
+                colCount=columns,
+                brush=pg.mkBrush(255, 255, 255, 200),
+                pen=None,
+                horSpacing=2,
+            )
             legend.layout.setContentsMargins(1, 0, 1, 0)  # one thin row: the strip it takes from a small plot
             legend.layout.setVerticalSpacing(0)
 
@@ -192,8 +219,11 @@ class LivePlotsWidget(QWidget):
         spike does not flatten the rest, once there are 12 points) by the legend's strip."""
         for name in LEGEND_PLOTS:
             plot = self.plots[name]
-            ys = [np.asarray(item.getData()[1], dtype=float) for item in plot.listDataItems()
-                  if item.getData()[1] is not None]
+            ys = [
+                np.asarray(item.getData()[1], dtype=float)
+                for item in plot.listDataItems()
+                if item.getData()[1] is not None
+            ]
             values = np.concatenate(ys) if ys else np.zeros(0)
             values = values[np.isfinite(values)]
             if not len(values):
@@ -347,7 +377,9 @@ class LivePlotsWidget(QWidget):
         parts = [
             f"<b>{len(m)}</b> rounds",
             f"<b>{m.emitted_total}</b> tokens",
-            f"acceptance <b>{m.acceptance_rate:.3f}</b>" if m.drafted_total else "acceptance <b>—</b> (nothing drafted yet)",
+            f"acceptance <b>{m.acceptance_rate:.3f}</b>"
+            if m.drafted_total
+            else "acceptance <b>—</b> (nothing drafted yet)",
             f"mean accepted length <b>{m.mean_accepted_length:.2f}</b>",
         ]
         if m.time_total > 0:

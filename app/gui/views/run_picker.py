@@ -20,8 +20,19 @@ from PySide6.QtWidgets import (
 from specscope.app.gui.model.runmodel import visible_text
 from specscope.app.gui.model.traces import describe_run
 
-PICKER_COLUMNS = ("run", "status", "proposer", "k", "T", "seed", "rounds", "tokens", "stop", "findings",
-                  "prompt starts")
+PICKER_COLUMNS = (
+    "run",
+    "status",
+    "proposer",
+    "k",
+    "T",
+    "seed",
+    "rounds",
+    "tokens",
+    "stop",
+    "findings",
+    "prompt starts",
+)
 PROMPT_START = 32
 
 
@@ -32,13 +43,28 @@ def run_row(info: Any, prompt: str | None, findings: str = "—") -> list[str]:
     if tokens is None:
         tokens = len(getattr(info, "new_tokens", ()))
     start = visible_text(prompt or "")[:PROMPT_START] if prompt else f"{len(cfg.prompt_ids)} token ids"
-    return [info.run_id[:8], info.status, cfg.draft_name or cfg.proposer, str(cfg.k),
-            f"{cfg.sampling.temperature:g}", str(cfg.seed), str(info.n_rounds), str(tokens),
-            info.stop_reason or "—", findings, start]
+    return [
+        info.run_id[:8],
+        info.status,
+        cfg.draft_name or cfg.proposer,
+        str(cfg.k),
+        f"{cfg.sampling.temperature:g}",
+        str(cfg.seed),
+        str(info.n_rounds),
+        str(tokens),
+        info.stop_reason or "—",
+        findings,
+        start,
+    ]
 
 
-def pick_run(parent, runs: list[Any], prompts: list[str | None], title: str = "Open trace",
-             findings: list[str] | Callable[[int], str] | None = None) -> str | None:
+def pick_run(
+    parent,
+    runs: list[Any],
+    prompts: list[str | None],
+    title: str = "Open trace",
+    findings: list[str] | Callable[[int], str] | None = None,
+) -> str | None:
     """A table of the runs; the chosen run's id (None when cancelled). `findings` is each run's
     count, or a function giving run i's count: then the table shows at once with "…" in that
     column and the counts fill in one run per event-loop pass (the checker reads every round)."""

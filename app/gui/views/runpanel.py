@@ -24,10 +24,33 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specscope.app.gui.model.settings import DEFAULT_PROPOSER, ENGINES, MAX_K, PATH_ARG, PanelSettings, Validation, \
-    checkpoint_of, menu_spec, proposer_choices, proposer_label, spec_text, validate
-from specscope.app.gui.model.tree_settings import CHILDREN_MODES, DEFAULT_CHILDREN, DRAW_MODES, TREE_EXAMPLES, fold_draw, \
-    fold_tree, grows_trees, is_chain, split_draw, split_tree, takes_draw
+from specscope.app.gui.model.settings import (
+    DEFAULT_PROPOSER,
+    ENGINES,
+    MAX_K,
+    PATH_ARG,
+    PanelSettings,
+    Validation,
+    checkpoint_of,
+    menu_spec,
+    proposer_choices,
+    proposer_label,
+    spec_text,
+    validate,
+)
+from specscope.app.gui.model.tree_settings import (
+    CHILDREN_MODES,
+    DEFAULT_CHILDREN,
+    DRAW_MODES,
+    TREE_EXAMPLES,
+    fold_draw,
+    fold_tree,
+    grows_trees,
+    is_chain,
+    split_draw,
+    split_tree,
+    takes_draw,
+)
 from specscope.app.gui.sessions.worker import IDLE, LOADING, PAUSED, RUNNING
 from specscope.app.gui.views.target_menu import TargetMenu
 
@@ -37,9 +60,9 @@ FIELD_HELP = {
     "k": f"draft tokens per round (1–{MAX_K}); a chain's length (a tree's shape sets its own)",
     "tree": "chain (k tokens) · branching per depth 3,2,1,1 · paths:0;1;0.0 · dynamic:nodes=16,depth=5,topk=4",
     "children": "how a tree's siblings are chosen: topk (most probable) · sampled (i.i.d. from q) · distinct "
-                "(without replacement)",
+    "(without replacement)",
     "draw": "a draft head's chain tokens at T > 0: sampled (from its q) · onehot (q's top token as a point mass, "
-            "as servers that dropped draft probabilities did: vLLM #40149)",
+    "as servers that dropped draft probabilities did: vLLM #40149)",
     "temperature": "0 = greedy",
     "top_k": "0 = off",
     "top_p": "1 = off",
@@ -82,8 +105,13 @@ class RunPanelWidget(QWidget):
         self._auto_proposer = self.texts()["proposer"]  # the proposer a target chose, until the person picks another
         self.set_state(IDLE)
         for key, w in self.fields.items():
-            sig = w.currentTextChanged if isinstance(w, QComboBox) else w.toggled if isinstance(w, QCheckBox) \
+            sig = (
+                w.currentTextChanged
+                if isinstance(w, QComboBox)
+                else w.toggled
+                if isinstance(w, QCheckBox)
                 else w.textChanged
+            )
             sig.connect(self._live_validate)
             sig.connect(self.edited)
         self._proposer_changed()
@@ -115,8 +143,9 @@ class RunPanelWidget(QWidget):
         box = QGroupBox("Chat and stops")
         layout = QVBoxLayout(box)
         self.chat = QCheckBox("Chat template")  # short: the run panel must fit a 1024 px window
-        self.chat.setToolTip("The prompt is the user's turn and the system text the system turn, "
-                             "through the model's chat template")
+        self.chat.setToolTip(
+            "The prompt is the user's turn and the system text the system turn, through the model's chat template"
+        )
         self.chat.toggled.connect(lambda on: self.system.setEnabled(on))
         self.fields["chat"] = self.chat
         layout.addWidget(self.chat)
@@ -129,8 +158,7 @@ class RunPanelWidget(QWidget):
         self.fields["stop_strings"] = self.stop_strings
         self.stop_ids = QLineEdit()
         self.fields["stop_ids"] = self.stop_ids
-        for key, widget in (("system", self.system), ("stop_strings", self.stop_strings),
-                            ("stop_ids", self.stop_ids)):
+        for key, widget in (("system", self.system), ("stop_strings", self.stop_strings), ("stop_ids", self.stop_ids)):
             widget.setToolTip(FIELD_HELP[key])
             widget.setPlaceholderText(FIELD_HELP[key].split(" (")[0].split(":")[0])  # the whole text is the tooltip
             layout.addWidget(widget)
@@ -158,9 +186,16 @@ class RunPanelWidget(QWidget):
         row = self._add_row(grid, first, "proposer", "Proposer", self.proposer)
         row = self._add_row(grid, row, "checkpoint", "Checkpoint", self._checkpoint_row())
         row = self._tree_rows(grid, row)
-        for key, label in (("k", "k (draft length)"), ("temperature", "Temperature"), ("top_k", "Top-k"),
-                           ("top_p", "Top-p"), ("seed", "Seed"), ("max_new_tokens", "Max new tokens"),
-                           ("eos", "EOS"), ("threads", "Threads")):
+        for key, label in (
+            ("k", "k (draft length)"),
+            ("temperature", "Temperature"),
+            ("top_k", "Top-k"),
+            ("top_p", "Top-p"),
+            ("seed", "Seed"),
+            ("max_new_tokens", "Max new tokens"),
+            ("eos", "EOS"),
+            ("threads", "Threads"),
+        ):
             edit = QLineEdit()
             edit.setPlaceholderText(FIELD_HELP.get(key, ""))
             edit.setToolTip(FIELD_HELP.get(key, ""))
@@ -244,8 +279,14 @@ class RunPanelWidget(QWidget):
         self.step_button.setToolTip("Run one round, then pause (Right)")
         self.stop_button.setToolTip("Stop the run (Ctrl+.)")
         self.run_button.setDefault(True)
-        for i, (b, sig) in enumerate(((self.run_button, self.runClicked), (self.pause_button, self.pauseClicked),
-                                      (self.step_button, self.stepClicked), (self.stop_button, self.stopClicked))):
+        for i, (b, sig) in enumerate(
+            (
+                (self.run_button, self.runClicked),
+                (self.pause_button, self.pauseClicked),
+                (self.step_button, self.stepClicked),
+                (self.stop_button, self.stopClicked),
+            )
+        ):
             b.clicked.connect(sig.emit)
             buttons.addWidget(b, i // 2, i % 2)
         return buttons
@@ -426,8 +467,13 @@ class RunPanelWidget(QWidget):
         heads = takes_draw(str(self.proposer.currentData() or ""))
         chain = is_chain(self.tree.currentText()) or not trees
         self.draw.setEnabled(heads and chain)  # onehot applies to a chain; a tree's siblings follow Children
-        self.draw.setToolTip(FIELD_HELP["draw"] if heads and chain else
-                             "a tree's siblings are chosen by Children" if heads else "a draft head's setting")
+        self.draw.setToolTip(
+            FIELD_HELP["draw"]
+            if heads and chain
+            else "a tree's siblings are chosen by Children"
+            if heads
+            else "a draft head's setting"
+        )
 
     def _offer_proposers(self) -> None:
         """The proposer menu for the chosen target: the drafts that share its tokenizer (the
@@ -474,7 +520,9 @@ class RunPanelWidget(QWidget):
             self.checkpoint.setText(path)
 
     def _browse_gguf(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a draft GGUF file", "", "GGUF files (*.gguf);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Choose a draft GGUF file", "", "GGUF files (*.gguf);;All files (*)"
+        )
         if path:
             self.checkpoint.setText(path)
 
@@ -495,6 +543,5 @@ class RunPanelWidget(QWidget):
         self.example.setEnabled(not active)
         if not active:
             self._proposer_changed()
-        labels = {IDLE: "Ready.", LOADING: "Loading models…", PAUSED: "Paused — Step or Resume.",
-                  RUNNING: "Running…"}
+        labels = {IDLE: "Ready.", LOADING: "Loading models…", PAUSED: "Paused — Step or Resume.", RUNNING: "Running…"}
         self.state_label.setText(detail or labels.get(state, state))

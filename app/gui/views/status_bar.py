@@ -28,13 +28,13 @@ class ElidingStatusBar(QStatusBar):
         self.addPermanentWidget(self.state_label)
         self.messageChanged.connect(self._on_message_changed)
 
-    def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 (Qt API)
+    def showMessage(self, text: str, timeout: int = 0) -> None:
         self.full_message = text
         self._deadline = time.monotonic() + timeout / 1000 if timeout > 0 else None
         super().showMessage(self._elided(text), timeout)
         self.setToolTip(text)
 
-    def currentMessage(self) -> str:  # noqa: N802 (Qt API)
+    def currentMessage(self) -> str:
         """The whole message shown (Qt's own holds the elided text drawn)."""
         return self.full_message if super().currentMessage() else ""
 
@@ -75,7 +75,7 @@ class ElidingStatusBar(QStatusBar):
                 return  # about to expire: Qt's own timer clears it
         QStatusBar.showMessage(self, self._elided(self.full_message), left_ms)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if self.full_state:
             self._fit_state()

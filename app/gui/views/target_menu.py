@@ -43,8 +43,11 @@ class TargetMenu(QComboBox):
         self.view().setMinimumWidth(self.view().sizeHintForColumn(0) + 24)
 
     def _add(self, choice: TargetChoice) -> int:
-        index = self.count() - 1 if self.count() and self.itemData(self.count() - 1, CHOICE_ROLE).kind == PICK \
-            else self.count()  # local entries go above "Local checkpoint or GGUF…"
+        index = (
+            self.count() - 1
+            if self.count() and self.itemData(self.count() - 1, CHOICE_ROLE).kind == PICK
+            else self.count()
+        )  # local entries go above "Local checkpoint or GGUF…"
         self.insertItem(index, choice.label)
         self.setItemData(index, choice, CHOICE_ROLE)
         self.setItemData(index, choice.tip or choice.label, Qt.ItemDataRole.ToolTipRole)
@@ -108,8 +111,11 @@ class TargetMenu(QComboBox):
 
     def _pick_local(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
-            self, "Choose a target: a .gguf file, or the config.json of a checkpoint folder", "",
-            "GGUF files or checkpoint folders (*.gguf config.json);;All files (*)")
+            self,
+            "Choose a target: a .gguf file, or the config.json of a checkpoint folder",
+            "",
+            "GGUF files or checkpoint folders (*.gguf config.json);;All files (*)",
+        )
         if not path:
             return
         if os.path.basename(path) == "config.json":

@@ -21,8 +21,9 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QMouseEvent, QPai
 from PySide6.QtWidgets import QAbstractScrollArea, QToolTip
 
 from specscope.app.gui import theme
-from .describe import badge_text, describe_cell, describe_tree_round, is_coupled, is_tree_run
 from specscope.app.gui.model.runmodel import RunModel
+
+from .describe import badge_text, describe_cell, describe_tree_round, is_coupled, is_tree_run
 
 PAD_X = 4
 PAD_Y = 2
@@ -34,8 +35,10 @@ ALIGNED_CHARS = 7
 ALIGNED_MIN_SCALE = 0.65  # an aligned cell draws a long token down to this share of the font size
 DISCARDED = (theme.REJECTED, theme.UNVISITED)
 # what an empty timeline says: which key and which button start a run
-EMPTY_TEXT = ("No rounds yet.\nPress Space, or the Run button at the top of the Run panel, to start a run;\n"
-              "Right runs one round at a time. Ctrl+O opens a stored trace.")
+EMPTY_TEXT = (
+    "No rounds yet.\nPress Space, or the Run button at the top of the Run panel, to start a run;\n"
+    "Right runs one round at a time. Ctrl+O opens a stored trace."
+)
 
 
 class TokenTimelineWidget(QAbstractScrollArea):
@@ -211,7 +214,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
         self._update_scrollbar()
         self.viewport().update()
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if self._available_width() != self._layout_width:
             self.relayout()
@@ -322,14 +325,17 @@ class TokenTimelineWidget(QAbstractScrollArea):
 
     # ------------------------------------------------------------------ painting
 
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def paintEvent(self, event) -> None:
         painter = QPainter(self.viewport())
         painter.fillRect(self.viewport().rect(), QColor("#ffffff"))
         if not self._row_start:
             painter.setPen(QColor("#888888"))
             # wrapped: a compare lane's half width cut the lines at both ends
-            painter.drawText(self.viewport().rect().adjusted(6, 4, -6, -4),
-                             Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, self.empty_text)
+            painter.drawText(
+                self.viewport().rect().adjusted(6, 4, -6, -4),
+                Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap,
+                self.empty_text,
+            )
             painter.end()
             return
         cells = self.model.cells
@@ -427,7 +433,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
 
     # ------------------------------------------------------------------ mouse
 
-    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt API)
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
         i = self.cell_at(event.position().toPoint())
         if i != self._hover:
             self._hover = i
@@ -438,7 +444,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
                 QToolTip.hideText()
         super().mouseMoveEvent(event)
 
-    def leaveEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def leaveEvent(self, event) -> None:
         self._hover = -1
         self.viewport().update()
         super().leaveEvent(event)
@@ -453,11 +459,13 @@ class TokenTimelineWidget(QAbstractScrollArea):
         if c.out_pos >= 0 and c.out_pos in stop_outs:
             words += "<br><b>stop</b>: this token completes a stop; the output ends here"
         elif end_out is not None and c.out_pos > end_out:
-            words += (f"<br><b>leaked</b>: emitted after the output ended at output token {end_out} "
-                      "(EOS or a stop): nothing should follow it")
+            words += (
+                f"<br><b>leaked</b>: emitted after the output ended at output token {end_out} "
+                "(EOS or a stop): nothing should follow it"
+            )
         return words
 
-    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt API)
+    def mousePressEvent(self, event: QMouseEvent) -> None:
         i = self.cell_at(event.position().toPoint())
         if i >= 0 and event.button() == Qt.MouseButton.LeftButton:
             self.click_cell(i)
@@ -476,7 +484,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
         self.model.select(c.round, c.pos)
         self.cellClicked.emit(c.round, c.pos)
 
-    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt API)
+    def wheelEvent(self, event) -> None:
         super().wheelEvent(event)
         bar = self.verticalScrollBar()
         self.follow = bar.value() >= bar.maximum() - 2

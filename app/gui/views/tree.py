@@ -29,11 +29,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specscope.app.gui import theme
+from specscope.app.gui.model.runmodel import RunModel, visible_text
 from specscope.core.records import Round
 
-from specscope.app.gui import theme
 from .describe import after_accepted_eos, describe_node, fmt, tok
-from specscope.app.gui.model.runmodel import RunModel, visible_text
 
 DX = 104  # room for the edges of wide trees to fan out
 DY = 58  # a node's tag below it ("rejected") and the next sibling's note above it ("#2 u=0.59") both fit between, off the borders (13 px each)
@@ -50,7 +50,6 @@ ZOOM_STEP = 1.15  # Ctrl+wheel: per notch
 ZOOM_RANGE = (0.4, 4.0)  # of the fitted size
 
 
-
 @dataclass
 class TreeNode:
     key: str  # "root", "n<i>", "repair", "bonus"
@@ -64,28 +63,53 @@ class TreeNode:
     note: str = ""  # token trees: the tried order and the draw
 
 
-EMPTY_NOTE = "select a round: its draft tree appears here (each drafted token accepted or rejected, the repair or bonus)"
+EMPTY_NOTE = (
+    "select a round: its draft tree appears here (each drafted token accepted or rejected, the repair or bonus)"
+)
 
 
 def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
     """The nodes to draw for one round, with their parents (pure, testable)."""
-    nodes = [TreeNode("root", prompt_tail, theme.PROMPT, None, 0, -1,
-                      f"committed prefix ({r.prefix_len} tokens), ends with “{prompt_tail}”")]
+    nodes = [
+        TreeNode(
+            "root",
+            prompt_tail,
+            theme.PROMPT,
+            None,
+            0,
+            -1,
+            f"committed prefix ({r.prefix_len} tokens), ends with “{prompt_tail}”",
+        )
+    ]
     notes = tree_notes(r)
     for n in r.nodes:
         parent = "root" if n.parent < 0 else f"n{n.parent}"
-        nodes.append(TreeNode(f"n{n.index}", visible_text(token_text(n.token)), theme.KIND_OF_STATUS[n.status], parent,
-                              n.depth, n.index, describe_node(r, n, token_text) + _update_tip(r, n.index),
-                              note=notes.get(n.index, "")))
+        nodes.append(
+            TreeNode(
+                f"n{n.index}",
+                visible_text(token_text(n.token)),
+                theme.KIND_OF_STATUS[n.status],
+                parent,
+                n.depth,
+                n.index,
+                describe_node(r, n, token_text) + _update_tip(r, n.index),
+                note=notes.get(n.index, ""),
+            )
+        )
     rep = r.repair
     if rep is not None and rep.node is not None and rep.node < len(r.nodes):
         rejected = r.nodes[rep.node]
         parent = "root" if rejected.parent < 0 else f"n{rejected.parent}"
-        tip = (f"<b>repair</b> {tok(rep.token, token_text)} replaces {tok(rejected.token, token_text)}<br>"
-               + ("greedy: the target argmax" if r.greedy else
-                  f"drawn from max(p − q, 0)/r, r = {fmt(r.residual_mass)}, u = {fmt(rep.draw)}"))
-        nodes.append(TreeNode("repair", visible_text(token_text(rep.token)), theme.REPAIRED, parent,
-                              rejected.depth, rep.node, tip))
+        tip = f"<b>repair</b> {tok(rep.token, token_text)} replaces {tok(rejected.token, token_text)}<br>" + (
+            "greedy: the target argmax"
+            if r.greedy
+            else f"drawn from max(p − q, 0)/r, r = {fmt(r.residual_mass)}, u = {fmt(rep.draw)}"
+        )
+        nodes.append(
+            TreeNode(
+                "repair", visible_text(token_text(rep.token)), theme.REPAIRED, parent, rejected.depth, rep.node, tip
+            )
+        )
     bonus = r.bonus
     if bonus is not None:
         accepted = [n for n in r.nodes if n.status == "accepted"]
@@ -94,10 +118,13 @@ def build_tree(r: Round, token_text, prompt_tail: str) -> list[TreeNode]:
         depth = (last.depth if last is not None else 0) + 1
         p = r.bonus_p
         p_txt = fmt(float(p[bonus.token])) if p is not None and bonus.token < len(p) else "—"
-        tip = (f"<b>bonus</b> {tok(bonus.token, token_text)}: every draft accepted, one more token from "
-               f"the target's p (p(x) = {p_txt}, u = {fmt(bonus.draw)})")
-        nodes.append(TreeNode("bonus", visible_text(token_text(bonus.token)), theme.BONUS, parent, depth,
-                              len(r.nodes), tip))
+        tip = (
+            f"<b>bonus</b> {tok(bonus.token, token_text)}: every draft accepted, one more token from "
+            f"the target's p (p(x) = {p_txt}, u = {fmt(bonus.draw)})"
+        )
+        nodes.append(
+            TreeNode("bonus", visible_text(token_text(bonus.token)), theme.BONUS, parent, depth, len(r.nodes), tip)
+        )
     _layout(nodes)
     return nodes
 
@@ -133,8 +160,7 @@ def _update_tip(r: Round, index: int) -> str:
     update = next((u for u in getattr(tree, "updates", ()) if u.child == index), None)
     if update is None:
         return ""
-    return (f"<br>rejected: p′ at its parent ← normalise(max(p′ − q, 0)), "
-            f"mass kept {fmt(float(update.mass))}")
+    return f"<br>rejected: p′ at its parent ← normalise(max(p′ − q, 0)), mass kept {fmt(float(update.mass))}"
 
 
 def _layout(nodes: list[TreeNode]) -> None:
@@ -296,12 +322,16 @@ class DraftTreeView(QWidget):
             self.scene.addItem(item)
             self.items[n.key] = item
         eos_cut = any(after_accepted_eos(r, n) for n in r.nodes)
-        legend = (f"<b>round {r.index}</b> draft tree · "
-                  f"{r.accepted}/{r.drafted} accepted · "
-                  + ("drafts after an accepted EOS discarded · " if eos_cut else "")
-                  + (f"{shape(r)} · {r.drafted - r.accepted} off the accepted path · " if is_tree(r) else "")
-                  + " ".join(f"<span style='color:{theme.KIND_EDGE[k].name()}'>■ {theme.KIND_NAMES[k]}</span>"
-                             for k in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED, theme.REPAIRED, theme.BONUS)))
+        legend = (
+            f"<b>round {r.index}</b> draft tree · "
+            f"{r.accepted}/{r.drafted} accepted · "
+            + ("drafts after an accepted EOS discarded · " if eos_cut else "")
+            + (f"{shape(r)} · {r.drafted - r.accepted} off the accepted path · " if is_tree(r) else "")
+            + " ".join(
+                f"<span style='color:{theme.KIND_EDGE[k].name()}'>■ {theme.KIND_NAMES[k]}</span>"
+                for k in (theme.ACCEPTED, theme.REJECTED, theme.UNVISITED, theme.REPAIRED, theme.BONUS)
+            )
+        )
         self.title.setText(legend)
         rect = self.scene.itemsBoundingRect().adjusted(-10, -4, 10, 4)  # the notes and tags are inside already
         self.scene.setSceneRect(rect)
@@ -334,7 +364,7 @@ class DraftTreeView(QWidget):
         notches = event.angleDelta().y() / 120
         if notches:
             low, high = ZOOM_RANGE
-            self.zoom = min(high, max(low, self.zoom * ZOOM_STEP ** notches))
+            self.zoom = min(high, max(low, self.zoom * ZOOM_STEP**notches))
             self.view.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
             self._fit(center=False)
             self.view.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
@@ -366,8 +396,14 @@ class DraftTreeView(QWidget):
         self.view.setTransform(QTransform.fromScale(scale, scale))
         if not center:
             return
-        selected = next((self.items[n.key] for n in self.nodes if n.pos == self.shown[1] and n.key != "root"
-                         and n.key in self.items), None)
+        selected = next(
+            (
+                self.items[n.key]
+                for n in self.nodes
+                if n.pos == self.shown[1] and n.key != "root" and n.key in self.items
+            ),
+            None,
+        )
         if selected is not None:
             self.view.centerOn(selected)
 

@@ -15,19 +15,19 @@ parent context's q), and every residual update at the parent, from:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
+from specscope.app.gui.model.traces import as_partial
+from specscope.core.records import Round
 from specscope.core.sampling.dists import TopDistribution
 from specscope.core.sampling.partial import entry_known, is_full
-from specscope.core.records import Round
-from specscope.core.verify.tree import CHILDREN_MODES, child_proposal
 from specscope.core.verify.chain import residual_distribution
-
-from specscope.app.gui.model.traces import as_partial
+from specscope.core.verify.tree import CHILDREN_MODES, child_proposal
 
 RECORDED = "recorded"
 # what a child's acceptance test divides by, per children mode (core.verify.tree)
@@ -97,8 +97,12 @@ def node_residuals(r: Round, index: int, mode: str | None) -> NodeResiduals:
     rank = tried.index(index) + 1 if index in tried else None
     base = dict(index=index, parent=node.parent, tried=tried, rank=rank, q=_dense(node.q))
     if r.greedy:
-        return NodeResiduals(**base, p_prime=_dense(node.p), updates=(),
-                             source="greedy: the target's argmax decides, p′ is never updated")
+        return NodeResiduals(
+            **base,
+            p_prime=_dense(node.p),
+            updates=(),
+            source="greedy: the target's argmax decides, p′ is never updated",
+        )
     mode = getattr(getattr(r, "tree", None), "children", None) or mode
     recorded = _recorded_updates(r, node.parent, tried)
     if recorded is not None and all(u.p_after is not None for u in recorded):
@@ -111,8 +115,14 @@ def node_residuals(r: Round, index: int, mode: str | None) -> NodeResiduals:
     if rank is not None:
         p_prime = _dense(node.p) if rank == 1 else (updates[rank - 2].p_after if len(updates) >= rank - 1 else None)
     earlier = [r.nodes[c] for c in tried[: (rank or 1) - 1]]
-    return NodeResiduals(**base, p_prime=p_prime, updates=updates, source=source, mode=mode,
-                         accept_p=_accept_p(p_prime, base["q"], mode, earlier, node.token))
+    return NodeResiduals(
+        **base,
+        p_prime=p_prime,
+        updates=updates,
+        source=source,
+        mode=mode,
+        accept_p=_accept_p(p_prime, base["q"], mode, earlier, node.token),
+    )
 
 
 def _accept_p(p_prime, q, mode: str | None, earlier: list, token: int) -> float | None:
@@ -146,9 +156,17 @@ def _recorded_updates(r: Round, parent: int, tried: tuple[int, ...]) -> tuple[Si
     if tree is None or getattr(tree, "updates", None) is None:
         return None
     rank_of = {child: i + 1 for i, child in enumerate(tried)}
-    return tuple(SiblingUpdate(u.child, r.nodes[u.child].token, rank_of.get(u.child, 0),
-                               None if u.mass is None else float(u.mass), _dense(u.p_after))
-                 for u in tree.updates if u.parent == parent)
+    return tuple(
+        SiblingUpdate(
+            u.child,
+            r.nodes[u.child].token,
+            rank_of.get(u.child, 0),
+            None if u.mass is None else float(u.mass),
+            _dense(u.p_after),
+        )
+        for u in tree.updates
+        if u.parent == parent
+    )
 
 
 def _replayed_updates(r: Round, parent: int, tried: tuple[int, ...], mode: str | None):
@@ -192,15 +210,19 @@ def updates_html(view: NodeResiduals, token_text) -> str:
     if view.source.startswith("greedy"):
         return f"tree node: tried #{view.rank} at {where} · {escape(view.source)}"
     order = f"tried #{view.rank} of {len(view.tried)}" if view.rank else "not tried"
-    lines = [f"tree node {order} at {where}; p′ = p′ of {where} when it was tried "
-             f"({'recorded' if view.source == RECORDED else escape(view.source)})"]
+    lines = [
+        f"tree node {order} at {where}; p′ = p′ of {where} when it was tried "
+        f"({'recorded' if view.source == RECORDED else escape(view.source)})"
+    ]
 
     lines.append(f"&nbsp;&nbsp;p′₀ = p at {where}")
     for u in view.updates:
         mark = " ← this node" if u.child == view.index else ""
-        lines.append(f"&nbsp;&nbsp;✗ #{u.rank} “{escape(str(token_text(u.token)))}” (node {u.child}) → p′{u.rank}: "
-                     f"mass kept {'—' if u.mass is None else f'{u.mass:.4g}'}; "
-                     f"top {top_entries(u.p_after, token_text)}{mark}")
+        lines.append(
+            f"&nbsp;&nbsp;✗ #{u.rank} “{escape(str(token_text(u.token)))}” (node {u.child}) → p′{u.rank}: "
+            f"mass kept {'—' if u.mass is None else f'{u.mass:.4g}'}; "
+            f"top {top_entries(u.p_after, token_text)}{mark}"
+        )
     if not view.updates:
         lines.append("&nbsp;&nbsp;no sibling rejected here: p′ stayed p")
     return "<br>".join(lines)
@@ -212,7 +234,9 @@ def decision_html(view: NodeResiduals, node: Any, token_text) -> str | None:
         return None
     rel = "&lt;" if node.status == "accepted" else "≥"
     x = int(node.token)
-    return (f"draft “{escape(str(token_text(x)))}” (id {x}): p′(x) = {float(view.p_prime[x]):.4g}, "
-            f"q(x) = {node.q_token if node.q_token is None else f'{node.q_token:.4g}'} — "
-            f"u = {node.u:.4g} {rel} min(1, p′(x)/q_c(x)) = {view.accept_p:.4g} → {node.status} "
-            f"(q_c = {Q_C.get(view.mode or '', 'q')})")
+    return (
+        f"draft “{escape(str(token_text(x)))}” (id {x}): p′(x) = {float(view.p_prime[x]):.4g}, "
+        f"q(x) = {node.q_token if node.q_token is None else f'{node.q_token:.4g}'} — "
+        f"u = {node.u:.4g} {rel} min(1, p′(x)/q_c(x)) = {view.accept_p:.4g} → {node.status} "
+        f"(q_c = {Q_C.get(view.mode or '', 'q')})"
+    )

@@ -12,4 +12,4 @@ from specscope.core.draft.heads.mtp import load_mtp
 
 LOADERS = {"eagle": load_eagle, "eagle3": load_eagle3, "medusa": load_medusa, "mtp": load_mtp}
 
-__all__ = ["HeadFormatError", "LOADERS", "load_eagle", "load_eagle3", "load_medusa", "load_mtp"]
+__all__ = ["LOADERS", "HeadFormatError", "load_eagle", "load_eagle3", "load_medusa", "load_mtp"]

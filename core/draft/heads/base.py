@@ -27,16 +27,15 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from specscope.core.decode.kv import model_vocab_size
 from specscope.core.draft.head_folders import HeadFormatError
 from specscope.core.draft.heads.trees import HeadGrowth, TreeAttention
 from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents, token_confidence
 from specscope.core.draft.tree_draft import finish, grow_dynamic, grow_static
 from specscope.core.draft.trees import tree_options
-from specscope.core.decode.kv import model_vocab_size
 from specscope.core.sampling.device import draft_distribution, sample_from_torch
 from specscope.core.sampling.reference import SamplingConfig
 from specscope.core.sampling.row_ops import row_argmax
-
 
 # ---------------------------------------------------------------------------- checkpoints
 
@@ -70,7 +69,9 @@ def _read_file(file: Path, kind: str) -> dict[str, torch.Tensor]:
             return dict(load_file(str(file)))
         loaded = torch.load(str(file), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: one line, not a traceback
-        raise HeadFormatError(f"{kind}: cannot read {file.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise HeadFormatError(
+            f"{kind}: cannot read {file.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise HeadFormatError(f"{kind}: {file.name} is not a state dict of tensors")
     return dict(loaded)
@@ -89,8 +90,9 @@ def load_exactly(module: nn.Module, weights: dict[str, torch.Tensor], kind: str,
         raise HeadFormatError(f"{kind}: the checkpoint has weights a {kind} head does not: {_some(unexpected)}")
     for name, tensor in weights.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise HeadFormatError(f"{kind}: {name} has shape {tuple(tensor.shape)}, config.json implies "
-                                  f"{tuple(expected[name].shape)}")
+            raise HeadFormatError(
+                f"{kind}: {name} has shape {tuple(tensor.shape)}, config.json implies {tuple(expected[name].shape)}"
+            )
     module.load_state_dict(weights, strict=False)
 
 
@@ -114,7 +116,9 @@ def llama_config(config: dict[str, Any], kind: str) -> LlamaConfig:
 
 def check_width(kind: str, what: str, head: int, target: int) -> None:
     if head != target:
-        raise TargetMismatch(f"{kind}: the head's {what} is {head}, the target's is {target}: it was trained for another model")
+        raise TargetMismatch(
+            f"{kind}: the head's {what} is {head}, the target's is {target}: it was trained for another model"
+        )
 
 
 def target_hidden_size(target: Any) -> int:  # a transformers model (nn.Module has no config)
@@ -161,7 +165,10 @@ class HeadAttention(nn.Module):
 
     def __init__(self, config: LlamaConfig, width: int):
         super().__init__()
-        self.heads, self.kv_heads = int(config.num_attention_heads), int(config.num_key_value_heads or config.num_attention_heads)
+        self.heads, self.kv_heads = (
+            int(config.num_attention_heads),
+            int(config.num_key_value_heads or config.num_attention_heads),
+        )
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         bias = bool(getattr(config, "attention_bias", False))
         self.q_proj = nn.Linear(width, self.heads * self.head_dim, bias=bias)
@@ -169,8 +176,9 @@ class HeadAttention(nn.Module):
         self.v_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV,
-                allowed: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV, allowed: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """x: (1, n, width), the n newest entries after what kv holds. `allowed` (n, held + n)
         bool: the cache rows, then the new entries, each attends (tree nodes); None: causal."""
         n = x.shape[1]
@@ -188,7 +196,9 @@ class HeadAttention(nn.Module):
             if self.window is not None:
                 seen = seen & (torch.arange(total, device=x.device)[None, :] > rows - self.window)
         elif tuple(allowed.shape) != (n, total):
-            raise RuntimeError(f"a head tree mask of shape {tuple(allowed.shape)} for {n} entries after {total - n} held")
+            raise RuntimeError(
+                f"a head tree mask of shape {tuple(allowed.shape)} for {n} entries after {total - n} held"
+            )
         else:
             seen = allowed
         out = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=seen)
@@ -209,13 +219,20 @@ class HeadLayer(nn.Module):
             self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, attn_in: torch.Tensor, residual: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                kv: HeadKV, at: TreeAttention | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        attn_in: torch.Tensor,
+        residual: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        kv: HeadKV,
+        at: TreeAttention | None = None,
+    ) -> torch.Tensor:
         x = residual + self.self_attn(attn_in, rope, kv, None if at is None else at.allowed)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def plain(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV,
-              at: TreeAttention | None = None) -> torch.Tensor:
+    def plain(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV, at: TreeAttention | None = None
+    ) -> torch.Tensor:
         norm = getattr(self, "input_layernorm", None)
         return self.forward(norm(x) if norm is not None else x, x, rope, kv, at)
 
@@ -248,8 +265,9 @@ class RecurrentHead(nn.Module):
     def reset(self) -> None:
         self.kvs = [HeadKV() for _ in self.kvs]
 
-    def positions(self, start: int, n: int, like: torch.Tensor,
-                  at: TreeAttention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def positions(
+        self, start: int, n: int, like: torch.Tensor, at: TreeAttention | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary tables of n new entries: at cache rows start.. (a chain), or at the
         positions a tree step names."""
         ids = torch.arange(start, start + n, device=like.device)[None] if at is None else at.positions[None]
@@ -270,8 +288,9 @@ class RecurrentHead(nn.Module):
     def attach(self, target: nn.Module) -> None:
         raise NotImplementedError
 
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
-             at: TreeAttention | None = None) -> torch.Tensor:
+    def step(
+        self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool, at: TreeAttention | None = None
+    ) -> torch.Tensor:
         """(1, n, F) features and (1, n) next tokens -> (1, n, H) outputs, appended to the
         cache; `at` places them as tree nodes (else causally after the cache)."""
         raise NotImplementedError
@@ -344,15 +363,23 @@ class HeadDrafting(ProposerBase):
         """Append the new positions' features (their layers concatenated, low to high);
         positions already known (a run without a target cache re-feeds them) are skipped."""
         if first_position > self._feature_end:
-            raise RuntimeError(f"{self.name}: features start at position {first_position} but only "
-                               f"{self._feature_end} are known: a gap the head cannot fill")
-        flat = features.reshape(features.shape[0], -1)[self._feature_end - first_position:]
+            raise RuntimeError(
+                f"{self.name}: features start at position {first_position} but only "
+                f"{self._feature_end} are known: a gap the head cannot fill"
+            )
+        flat = features.reshape(features.shape[0], -1)[self._feature_end - first_position :]
         if flat.shape[0]:
             self._features = flat if self._features is None else torch.cat([self._features, flat])
             self._feature_end = first_position + features.shape[0]
 
-    def draw(self, logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, position: int,
-             to_target: torch.Tensor | None) -> tuple[int, torch.Tensor | None, float | None]:
+    def draw(
+        self,
+        logits: torch.Tensor,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        position: int,
+        to_target: torch.Tensor | None,
+    ) -> tuple[int, torch.Tensor | None, float | None]:
         """One token from a row of head logits: (target id, q over the target vocabulary or
         None when greedy, the uniform used or None). A reduced vocabulary's q is placed at
         its target ids (zero elsewhere): the distribution the token was drawn from."""
@@ -375,13 +402,22 @@ class HeadDrafting(ProposerBase):
         return sample_from_torch(q, u), q, u
 
 
-def tree_draft(growth: Any, kept: list[int], sampling: SamplingConfig, children: str, before: int | None,
-               peak: int | None) -> Draft:
+def tree_draft(
+    growth: Any, kept: list[int], sampling: SamplingConfig, children: str, before: int | None, peak: int | None
+) -> Draft:
     """The Draft of a grown tree's kept candidates."""
     tokens, parents, qs, _ = finish(growth, kept)
-    return Draft(tokens=tokens, parents=parents, q=None if sampling.greedy or not qs else torch.stack(qs),
-                 forwards=growth.forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(growth.draws),
-                 children=children, confidence=growth.confidence(kept))
+    return Draft(
+        tokens=tokens,
+        parents=parents,
+        q=None if sampling.greedy or not qs else torch.stack(qs),
+        forwards=growth.forwards,
+        cache_before=before,
+        cache_peak=peak,
+        sample_draws=tuple(growth.draws),
+        children=children,
+        confidence=growth.confidence(kept),
+    )
 
 
 def head_confidence(logits: torch.Tensor, token: int, to_target: torch.Tensor | None) -> torch.Tensor:
@@ -392,14 +428,29 @@ def head_confidence(logits: torch.Tensor, token: int, to_target: torch.Tensor | 
     return (torch.softmax(logits.reshape(-1).double(), dim=-1) * (to_target == token)).sum()
 
 
-def make_draft(tokens: list[int], qs: list[torch.Tensor], draws: list[float], forwards: int,
-               before: int | None, peak: int | None, confidence: Sequence[torch.Tensor] = (),
-               children: str | None = None) -> Draft:
+def make_draft(
+    tokens: list[int],
+    qs: list[torch.Tensor],
+    draws: list[float],
+    forwards: int,
+    before: int | None,
+    peak: int | None,
+    confidence: Sequence[torch.Tensor] = (),
+    children: str | None = None,
+) -> Draft:
     """A chain draft; `confidence` holds one device scalar per token (head_confidence), moved
     to the host in one transfer."""
-    return Draft(tokens=tuple(tokens), parents=chain_parents(len(tokens)), q=torch.stack(qs) if qs else None,
-                 forwards=forwards, cache_before=before, cache_peak=peak, sample_draws=tuple(draws), children=children,
-                 confidence=tuple(torch.stack(list(confidence)).tolist()) if len(confidence) else ())
+    return Draft(
+        tokens=tuple(tokens),
+        parents=chain_parents(len(tokens)),
+        q=torch.stack(qs) if qs else None,
+        forwards=forwards,
+        cache_before=before,
+        cache_peak=peak,
+        sample_draws=tuple(draws),
+        children=children,
+        confidence=tuple(torch.stack(list(confidence)).tolist()) if len(confidence) else (),
+    )
 
 
 class RecurrentHeadProposer(HeadDrafting):
@@ -447,8 +498,9 @@ class RecurrentHeadProposer(HeadDrafting):
         confidence: list[torch.Tensor] = []
         for i in range(k):
             logits = self.head.logits(hidden)
-            token, q, u = self.draw(logits, sampling, rng, len(context) - self._prompt_len + i,
-                                    self.head.draft_to_target)
+            token, q, u = self.draw(
+                logits, sampling, rng, len(context) - self._prompt_len + i, self.head.draft_to_target
+            )
             confidence.append(head_confidence(logits, token, self.head.draft_to_target))
             tokens.append(token)
             if q is not None:
@@ -465,16 +517,25 @@ class RecurrentHeadProposer(HeadDrafting):
         position ahead) as real entries; the output at the last one, which predicts the
         first draft token."""
         if self._feature_end != len(context) - 1:
-            raise RuntimeError(f"{self.name}: features are known up to position {self._feature_end}, but the "
-                               f"context has {len(context)} tokens (the decoder must hand over every committed position)")
+            raise RuntimeError(
+                f"{self.name}: features are known up to position {self._feature_end}, but the "
+                f"context has {len(context)} tokens (the decoder must hand over every committed position)"
+            )
         start = self.head.length
-        nexts = torch.tensor(list(context[start + 1:]), dtype=torch.long, device=self._features.device)
+        nexts = torch.tensor(list(context[start + 1 :]), dtype=torch.long, device=self._features.device)
         hidden = self.head.step(self._features[None], nexts[None], from_target=True)[0, -1]
         self._features, self._real = None, self.head.length
         return hidden
 
-    def _propose_tree(self, hidden: torch.Tensor, context: Sequence[int], depth: int, sampling: SamplingConfig,
-                      rng: np.random.Generator, before: int) -> Draft:
+    def _propose_tree(
+        self,
+        hidden: torch.Tensor,
+        context: Sequence[int],
+        depth: int,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        before: int,
+    ) -> Draft:
         growth = HeadGrowth(self.head, hidden, self.vocab_size, len(context), sampling, rng)
         growth.forwards = 1  # the real entries' step gave the root
         if self.tree.kind == "dynamic":

@@ -59,8 +59,9 @@ class EagleHead(RecurrentHead):
         self.shared["lm_head"] = target.get_output_embeddings()
         self.place(target)
 
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
-             at: TreeAttention | None = None) -> torch.Tensor:
+    def step(
+        self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool, at: TreeAttention | None = None
+    ) -> torch.Tensor:
         x = self.fc(torch.cat([self.embed(tokens).to(features.dtype), features], dim=-1))
         rope = self.positions(self.length, x.shape[1], x, at)
         for layer, kv in zip(self.layers, self.kvs):
@@ -73,7 +74,7 @@ class EagleHead(RecurrentHead):
 
 def strip_prefix(weights: dict[str, torch.Tensor], prefix: str = "model.") -> dict[str, torch.Tensor]:
     if weights and all(name.startswith(prefix) for name in weights):
-        return {name[len(prefix):]: tensor for name, tensor in weights.items()}
+        return {name[len(prefix) :]: tensor for name, tensor in weights.items()}
     return weights
 
 
@@ -82,8 +83,9 @@ def load_eagle(path: str | Path) -> RecurrentHeadProposer:
     folder = head_folder(path, kind)
     raw = read_config(folder, kind)
     if "draft_vocab_size" in raw or any("Eagle3" in a for a in raw.get("architectures", [])):
-        raise HeadFormatError(f"{kind}: {folder} is an EAGLE-3 head (draft_vocab_size / Eagle3 architecture): "
-                              f"use eagle3:{path}")
+        raise HeadFormatError(
+            f"{kind}: {folder} is an EAGLE-3 head (draft_vocab_size / Eagle3 architecture): use eagle3:{path}"
+        )
     config = llama_config(raw, kind)
     weights = strip_prefix(read_weights(folder, kind))
     weights.pop("lm_head.weight", None)  # a copy of the target's head some exports carry: the target's is used
@@ -91,10 +93,9 @@ def load_eagle(path: str | Path) -> RecurrentHeadProposer:
         raise HeadFormatError(f"{kind}: the checkpoint has no fc.weight (is it an EAGLE head?)")
     fc_bias = "fc.bias" in weights
     if "bias" in raw and bool(raw["bias"]) != fc_bias:
-        raise HeadFormatError(f"{kind}: config.json says bias={raw['bias']} but the weights "
-                              f"{'have' if fc_bias else 'lack'} fc.bias")
+        raise HeadFormatError(
+            f"{kind}: config.json says bias={raw['bias']} but the weights {'have' if fc_bias else 'lack'} fc.bias"
+        )
     head = EagleHead(config, fc_bias=fc_bias, own_embedding="embed_tokens.weight" in weights)
     load_exactly(head, weights, kind)
     return RecurrentHeadProposer(head.eval(), str(path))
-
-

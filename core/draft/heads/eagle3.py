@@ -57,9 +57,14 @@ from specscope.core.draft.heads.eagle import strip_prefix
 from specscope.core.draft.heads.trees import TreeAttention
 from specscope.core.draft.proposers import TargetMismatch
 
-
-FLAG_KEYS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "speculators_format",
-             "draft_sliding_window")
+FLAG_KEYS = (
+    "norm_before_residual",
+    "norm_before_fc",
+    "fc_norm",
+    "norm_output",
+    "speculators_format",
+    "draft_sliding_window",
+)
 
 
 def published_layers(target_layers: int) -> tuple[int, int, int]:
@@ -75,8 +80,14 @@ class Eagle3Layer(HeadLayer):
         self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.norm_before_residual = norm_before_residual
 
-    def fused(self, embedded: torch.Tensor, feature: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-              kv: HeadKV, at: TreeAttention | None = None) -> torch.Tensor:
+    def fused(
+        self,
+        embedded: torch.Tensor,
+        feature: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        kv: HeadKV,
+        at: TreeAttention | None = None,
+    ) -> torch.Tensor:
         normed = self.hidden_norm(feature)
         attn_in = torch.cat([self.input_layernorm(embedded), normed], dim=-1)
         return self.forward(attn_in, normed if self.norm_before_residual else feature, rope, kv, at)
@@ -85,8 +96,9 @@ class Eagle3Layer(HeadLayer):
 class Eagle3Head(RecurrentHead):
     kind = "eagle3"
 
-    def __init__(self, config: LlamaConfig, own_embedding: bool, layers: tuple[int, ...] | None,
-                 flags: dict | None = None) -> None:
+    def __init__(
+        self, config: LlamaConfig, own_embedding: bool, layers: tuple[int, ...] | None, flags: dict | None = None
+    ) -> None:
         super().__init__(config, 1)
         flags = flags or {}
         self.norm_output = bool(flags.get("norm_output", False))
@@ -113,9 +125,11 @@ class Eagle3Head(RecurrentHead):
         layers = self.layer_ids if self.layer_ids is not None else published_layers(target_layers)
         bad = [i for i in layers if not 0 <= i < target_layers]
         if bad:
-            raise TargetMismatch(f"eagle3: feature layers {tuple(layers)} do not exist in a {target_layers}-layer "
-                                 f"target (each is the input of a target layer, 0..{target_layers - 1}); name them "
-                                 f"in config.json's eagle_aux_hidden_state_layer_ids")
+            raise TargetMismatch(
+                f"eagle3: feature layers {tuple(layers)} do not exist in a {target_layers}-layer "
+                f"target (each is the input of a target layer, 0..{target_layers - 1}); name them "
+                f"in config.json's eagle_aux_hidden_state_layer_ids"
+            )
         return tuple(layers)
 
     def attach(self, target: nn.Module) -> None:
@@ -123,14 +137,17 @@ class Eagle3Head(RecurrentHead):
         share_embedding(self, target)
         table = getattr(self, "embed_tokens", None) or self.shared["embed"]
         if int(table.weight.shape[-1]) != self.hidden_size:
-            raise TargetMismatch(f"eagle3: the head is {self.hidden_size} wide but carries no embedding of that width "
-                                 f"and the target's is {target_hidden_size(target)}")
+            raise TargetMismatch(
+                f"eagle3: the head is {self.hidden_size} wide but carries no embedding of that width "
+                f"and the target's is {target_hidden_size(target)}"
+            )
         self.place(target)
         ids = torch.arange(self.draft_vocab, device=self.d2t.device)
         self.draft_to_target = ids + self.d2t
 
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
-             at: TreeAttention | None = None) -> torch.Tensor:
+    def step(
+        self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool, at: TreeAttention | None = None
+    ) -> torch.Tensor:
         feature = self.fc(self.fc_input(features)) if from_target else features
         rope = self.positions(self.length, feature.shape[1], feature, at)
         out = self.midlayer.fused(self.embed(tokens).to(feature.dtype), feature, rope, self.kvs[0], at)
@@ -167,8 +184,10 @@ def layer_ids(raw: dict[str, Any]) -> tuple[int, ...] | None:
 
 def eagle3_names(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     weights = strip_prefix(weights)
-    return {("midlayer." + name[len("layers.0."):] if name.startswith("layers.0.") else name): tensor
-            for name, tensor in weights.items()}
+    return {
+        ("midlayer." + name[len("layers.0.") :] if name.startswith("layers.0.") else name): tensor
+        for name, tensor in weights.items()
+    }
 
 
 def check_vocab_map(head: Eagle3Head, vocab: int) -> None:
@@ -191,13 +210,18 @@ def load_eagle3(path: str | Path) -> RecurrentHeadProposer:
     config = llama_config({k: v for k, v in raw.items() if k not in FLAG_KEYS}, kind)
     weights = eagle3_names(read_weights(folder, kind))
     if "fc.weight" not in weights or "midlayer.hidden_norm.weight" not in weights:
-        raise HeadFormatError(f"{kind}: the checkpoint has no fc.weight / midlayer.hidden_norm.weight (an EAGLE-1 "
-                              f"head? use eagle:{path})")
+        raise HeadFormatError(
+            f"{kind}: the checkpoint has no fc.weight / midlayer.hidden_norm.weight (an EAGLE-1 head? use eagle:{path})"
+        )
     draft_vocab = int(raw.get("draft_vocab_size") or config.vocab_size)
     if draft_vocab < config.vocab_size and "d2t" not in weights:
         raise HeadFormatError(f"{kind}: a draft vocabulary of {draft_vocab} < {config.vocab_size} needs the d2t map")
-    head = Eagle3Head(config, own_embedding="embed_tokens.weight" in weights, layers=layer_ids(raw),
-                      flags=eagle3_flags(raw, weights, kind))
+    head = Eagle3Head(
+        config,
+        own_embedding="embed_tokens.weight" in weights,
+        layers=layer_ids(raw),
+        flags=eagle3_flags(raw, weights, kind),
+    )
     load_exactly(head, weights, kind, optional=("d2t", "t2d"))
     check_vocab_map(head, config.vocab_size)
     return RecurrentHeadProposer(head.eval(), str(path))

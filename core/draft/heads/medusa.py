@@ -26,20 +26,22 @@ import torch
 from torch import nn
 
 from specscope.core.decode.kv import model_vocab_size
+from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config, tree_too_deep
 from specscope.core.draft.heads.base import (
     HeadDrafting,
     check_width,
+    head_confidence,
     load_exactly,
+    make_draft,
     read_weights,
     target_hidden_size,
     target_layers,
+    tree_draft,
 )
-from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config, tree_too_deep
-from specscope.core.draft.heads.base import head_confidence, make_draft, tree_draft
 from specscope.core.draft.heads.trees import DepthRowsGrowth
+from specscope.core.draft.proposers import Draft
 from specscope.core.draft.tree_draft import grow_dynamic, grow_static
 from specscope.core.draft.trees import tree_options
-from specscope.core.draft.proposers import Draft
 from specscope.core.sampling.reference import SamplingConfig
 
 MEDUSA_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
@@ -58,8 +60,12 @@ class MedusaHeads(nn.ModuleList):
     """The K heads, a list of Sequentials: its state dict names are the format's."""
 
     def __init__(self, heads: int, blocks: int, hidden: int, vocab: int):
-        super().__init__([nn.Sequential(*[ResBlock(hidden) for _ in range(blocks)], nn.Linear(hidden, vocab, bias=False))
-                          for _ in range(heads)])
+        super().__init__(
+            [
+                nn.Sequential(*[ResBlock(hidden) for _ in range(blocks)], nn.Linear(hidden, vocab, bias=False))
+                for _ in range(heads)
+            ]
+        )
         self.hidden_size, self.vocab_size = hidden, vocab
 
 
@@ -97,13 +103,16 @@ class MedusaProposer(HeadDrafting):
         if self._feature_end == 0:  # the prefill round
             return make_draft([], [], [], 0, None, None, children=self.tree_children)
         if self._feature_end != len(context) - 1:
-            raise RuntimeError(f"medusa: the last feature is of position {self._feature_end - 1}, but the context "
-                               f"has {len(context)} tokens")
+            raise RuntimeError(
+                f"medusa: the last feature is of position {self._feature_end - 1}, but the context "
+                f"has {len(context)} tokens"
+            )
         last = self._features[0]
         if self.tree is not None:
             depth = min(self.tree.depth, k)
-            growth = DepthRowsGrowth([head(last).float() for head in list(self.heads)[:depth]], len(context),
-                                     sampling, rng)
+            growth = DepthRowsGrowth(
+                [head(last).float() for head in list(self.heads)[:depth]], len(context), sampling, rng
+            )
             if self.tree.kind == "dynamic":
                 kept = grow_dynamic(growth, self.tree, depth, growth.root_q())
             else:
@@ -139,8 +148,9 @@ def load_medusa(path: str | Path) -> MedusaProposer:
     weights = read_weights(folder, kind, MEDUSA_FILES)
     out = weights.get(f"0.{blocks}.weight")
     if out is None or out.ndim != 2:
-        raise HeadFormatError(f"{kind}: the checkpoint has no 0.{blocks}.weight (head 0's output layer with "
-                              f"medusa_num_layers={blocks})")
+        raise HeadFormatError(
+            f"{kind}: the checkpoint has no 0.{blocks}.weight (head 0's output layer with medusa_num_layers={blocks})"
+        )
     vocab, hidden = (int(n) for n in out.shape)
     heads = MedusaHeads(count, blocks, hidden, vocab)
     load_exactly(heads, weights, kind)

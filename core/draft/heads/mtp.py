@@ -73,15 +73,18 @@ class MtpHead(RecurrentHead):
     def attach(self, target: nn.Module) -> None:
         check_width(self.kind, "hidden size", self.hidden_size, target_hidden_size(target))
         if self.index != target_layers(target):
-            raise TargetMismatch(f"mtp: the module is layer {self.index} of a {self.index}-layer model, the target "
-                                 f"has {target_layers(target)} layers: it was trained for another model")
+            raise TargetMismatch(
+                f"mtp: the module is layer {self.index} of a {self.index}-layer model, the target "
+                f"has {target_layers(target)} layers: it was trained for another model"
+            )
         share_embedding(self, target)
         if getattr(self.shared_head, "head", None) is None:
             self.shared["lm_head"] = target.get_output_embeddings()
         self.place(target)
 
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool,
-             at: TreeAttention | None = None) -> torch.Tensor:
+    def step(
+        self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool, at: TreeAttention | None = None
+    ) -> torch.Tensor:
         embedded = self.enorm(self.embed(tokens).to(features.dtype))
         x = self.eh_proj(torch.cat([embedded, self.hnorm(features)], dim=-1))
         return self.layer.plain(x, self.positions(self.length, x.shape[1], x, at), self.kvs[0], at)
@@ -92,8 +95,12 @@ class MtpHead(RecurrentHead):
 
 
 # the module's names inside a layer of DeepSeek-V3's format -> this module's
-RENAMES = (("self_attn.", "layer.self_attn."), ("mlp.", "layer.mlp."), ("input_layernorm.", "layer.input_layernorm."),
-           ("post_attention_layernorm.", "layer.post_attention_layernorm."))
+RENAMES = (
+    ("self_attn.", "layer.self_attn."),
+    ("mlp.", "layer.mlp."),
+    ("input_layernorm.", "layer.input_layernorm."),
+    ("post_attention_layernorm.", "layer.post_attention_layernorm."),
+)
 
 
 def mtp_weights(weights: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:
@@ -102,10 +109,10 @@ def mtp_weights(weights: dict[str, torch.Tensor], index: int) -> dict[str, torch
     for name, tensor in weights.items():
         if not name.startswith(prefix):
             continue  # other MTP depths, or the main model's layers in a full checkpoint
-        name = name[len(prefix):]
+        name = name[len(prefix) :]
         for old, new in RENAMES:
             if name.startswith(old):
-                name = new + name[len(old):]
+                name = new + name[len(old) :]
                 break
         mine[name] = tensor
     return mine
@@ -121,9 +128,12 @@ def load_mtp(path: str | Path) -> RecurrentHeadProposer:
     index = int(config.num_hidden_layers)
     weights = mtp_weights(read_weights(folder, kind), index)
     if "eh_proj.weight" not in weights:
-        raise HeadFormatError(f"{kind}: the checkpoint has no model.layers.{index}.eh_proj.weight (the MTP module "
-                              f"is the layer after the model's {index})")
-    head = MtpHead(config, index, own_embedding="embed_tokens.weight" in weights,
-                   own_head="shared_head.head.weight" in weights)
+        raise HeadFormatError(
+            f"{kind}: the checkpoint has no model.layers.{index}.eh_proj.weight (the MTP module "
+            f"is the layer after the model's {index})"
+        )
+    head = MtpHead(
+        config, index, own_embedding="embed_tokens.weight" in weights, own_head="shared_head.head.weight" in weights
+    )
     load_exactly(head, weights, kind)
     return RecurrentHeadProposer(head.eval(), str(path))

@@ -20,8 +20,15 @@ import torch
 
 from specscope.core.draft.heads.base import HeadFormatError
 
-SPECULATOR_KEYS = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "norm_before_residual",
-                   "norm_before_fc", "fc_norm", "norm_output")
+SPECULATOR_KEYS = (
+    "draft_vocab_size",
+    "target_hidden_size",
+    "eagle_aux_hidden_state_layer_ids",
+    "norm_before_residual",
+    "norm_before_fc",
+    "fc_norm",
+    "norm_output",
+)
 
 
 def flatten_speculators(raw: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -43,8 +50,10 @@ def flatten_speculators(raw: dict[str, Any], kind: str) -> dict[str, Any]:
             flat[key] = raw[key]
     layer_types = layer.get("layer_types")
     window = layer.get("sliding_window")
-    sliding = bool(window) and (layer_types is None and bool(layer.get("use_sliding_window", False))
-                                or isinstance(layer_types, list) and layer_types[:1] == ["sliding_attention"])
+    sliding = bool(window) and (
+        (layer_types is None and bool(layer.get("use_sliding_window", False)))
+        or (isinstance(layer_types, list) and layer_types[:1] == ["sliding_attention"])
+    )
     flat.pop("sliding_window", None)
     flat.pop("layer_types", None)
     flat.pop("use_sliding_window", None)
@@ -58,17 +67,25 @@ def eagle3_flags(raw: dict[str, Any], weights: dict[str, torch.Tensor], kind: st
     """The four flags with vLLM's defaults, and the sliding window; a flag whose weights are
     missing (or weights without their flag) is refused, never silently ignored."""
     speculators = bool(raw.get("speculators_format"))
-    flags = {"norm_before_residual": bool(raw.get("norm_before_residual", speculators)),
-             "norm_before_fc": bool(raw.get("norm_before_fc", False)), "fc_norm": bool(raw.get("fc_norm", False)),
-             "norm_output": bool(raw.get("norm_output", False)), "sliding_window": raw.get("draft_sliding_window")}
+    flags = {
+        "norm_before_residual": bool(raw.get("norm_before_residual", speculators)),
+        "norm_before_fc": bool(raw.get("norm_before_fc", False)),
+        "fc_norm": bool(raw.get("fc_norm", False)),
+        "norm_output": bool(raw.get("norm_output", False)),
+        "sliding_window": raw.get("draft_sliding_window"),
+    }
     has_input_norm = "input_norm.weight" in weights
     has_fc_norm = any(name.startswith("fc_norm.") for name in weights)
     if flags["norm_before_fc"] != has_input_norm:
-        raise HeadFormatError(f"{kind}: norm_before_fc is {flags['norm_before_fc']} but the checkpoint "
-                              f"{'lacks' if flags['norm_before_fc'] else 'has'} input_norm.weight")
+        raise HeadFormatError(
+            f"{kind}: norm_before_fc is {flags['norm_before_fc']} but the checkpoint "
+            f"{'lacks' if flags['norm_before_fc'] else 'has'} input_norm.weight"
+        )
     if has_fc_norm and not flags["fc_norm"] and "fc_norm" not in raw:
         flags["fc_norm"] = True  # SpecForge's Eagle 3.1 exports carry fc_norm.{i}.weight without the flag
     if flags["fc_norm"] != has_fc_norm:
-        raise HeadFormatError(f"{kind}: fc_norm is {flags['fc_norm']} but the checkpoint "
-                              f"{'lacks' if flags['fc_norm'] else 'has'} fc_norm.{{0,1,2}}.weight")
+        raise HeadFormatError(
+            f"{kind}: fc_norm is {flags['fc_norm']} but the checkpoint "
+            f"{'lacks' if flags['fc_norm'] else 'has'} fc_norm.{{0,1,2}}.weight"
+        )
     return flags

@@ -40,8 +40,15 @@ class HeadGrowth(TreeGrowth):
     """A recurrent head's growth. `root` is the output at the last real entry; the cache then
     holds `real` entries built from the target's features."""
 
-    def __init__(self, head: Any, root: torch.Tensor, vocab_size: int, prefix_len: int, sampling: SamplingConfig,
-                 rng: np.random.Generator):
+    def __init__(
+        self,
+        head: Any,
+        root: torch.Tensor,
+        vocab_size: int,
+        prefix_len: int,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+    ):
         super().__init__(prefix_len, sampling, rng)
         self.head, self.vocab_size = head, vocab_size
         self.source = f"the {head.kind} head"
@@ -68,16 +75,21 @@ class HeadGrowth(TreeGrowth):
             return ()
         parents = sorted({self.nodes[c].parent for c in kept})
         probs = torch.softmax(self.head.logits(torch.stack([self.outputs[p] for p in parents])).double(), dim=-1)
-        return _entries(probs, self.head.draft_to_target, self.vocab_size, [parents.index(self.nodes[c].parent)
-                                                                            for c in kept],
-                        [self.nodes[c].token for c in kept])
+        return _entries(
+            probs,
+            self.head.draft_to_target,
+            self.vocab_size,
+            [parents.index(self.nodes[c].parent) for c in kept],
+            [self.nodes[c].token for c in kept],
+        )
 
     def expand(self, frontier: list[int]) -> list[torch.Tensor]:
         held = self.head.length
         device = self.outputs[-1].device
         allowed = torch.from_numpy(self.visibility(frontier, held, self.real)).to(device)
-        positions = torch.tensor([self.real + self.nodes[c].depth - 1 for c in frontier], dtype=torch.long,
-                                 device=device)
+        positions = torch.tensor(
+            [self.real + self.nodes[c].depth - 1 for c in frontier], dtype=torch.long, device=device
+        )
         features = torch.stack([self.outputs[self.nodes[c].parent] for c in frontier])[None]
         tokens = torch.tensor([[self.nodes[c].token for c in frontier]], dtype=torch.long, device=device)
         out = self.head.step(features, tokens, from_target=False, at=TreeAttention(positions, allowed))[0]
@@ -91,8 +103,9 @@ class DepthRowsGrowth(TreeGrowth):
     """Medusa's growth: q rows by depth (row d for the children of a node at depth d, row 0
     for the prefix's), computed once; expanding a depth runs nothing."""
 
-    def __init__(self, depth_logits: list[torch.Tensor], prefix_len: int, sampling: SamplingConfig,
-                 rng: np.random.Generator):
+    def __init__(
+        self, depth_logits: list[torch.Tensor], prefix_len: int, sampling: SamplingConfig, rng: np.random.Generator
+    ):
         super().__init__(prefix_len, sampling, rng)
         self.source = "a medusa head"
         self.depth_logits = depth_logits
@@ -110,17 +123,20 @@ class DepthRowsGrowth(TreeGrowth):
         if not kept:
             return ()
         probs = torch.softmax(torch.stack(self.depth_logits).double(), dim=-1)
-        return _entries(probs, None, probs.shape[-1], [self.nodes[c].depth - 1 for c in kept],
-                        [self.nodes[c].token for c in kept])
+        return _entries(
+            probs, None, probs.shape[-1], [self.nodes[c].depth - 1 for c in kept], [self.nodes[c].token for c in kept]
+        )
 
 
-def _entries(probs: torch.Tensor, to_target: torch.Tensor | None, vocab_size: int, rows: list[int],
-             tokens: list[int]) -> tuple[float, ...]:
+def _entries(
+    probs: torch.Tensor, to_target: torch.Tensor | None, vocab_size: int, rows: list[int], tokens: list[int]
+) -> tuple[float, ...]:
     """probs[row, token] for each pair, in one transfer; rows over a reduced vocabulary are
     first placed at their target ids (`to_target`)."""
     if to_target is not None:
-        probs = torch.zeros((probs.shape[0], vocab_size), dtype=torch.float64,
-                            device=probs.device).index_copy_(1, to_target, probs)
+        probs = torch.zeros((probs.shape[0], vocab_size), dtype=torch.float64, device=probs.device).index_copy_(
+            1, to_target, probs
+        )
     index = torch.tensor(rows, dtype=torch.long, device=probs.device)
     cols = torch.tensor(tokens, dtype=torch.long, device=probs.device)
     return tuple(probs[index, cols].tolist())

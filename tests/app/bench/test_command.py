@@ -3,9 +3,9 @@ identical, and a method that disagrees fails the bench."""
 
 import pytest
 import torch
+
 from specscope.app.bench import Bench, BenchError, Sample, format_table
 from specscope.core import SamplingConfig
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 
@@ -20,8 +20,17 @@ PROMPTS = [[1, 2, 3, 4, 1, 2], [7, 7, 8, 9]]
 
 def test_greedy_bench_runs_every_method_and_reports(models):
     target, drafts = models
-    bench = Bench(target, drafts, PROMPTS, ks=[2, 3], max_new=12, reps=2, sampling=SamplingConfig(temperature=0),
-                  eos=None, device=torch.device("cpu"))
+    bench = Bench(
+        target,
+        drafts,
+        PROMPTS,
+        ks=[2, 3],
+        max_new=12,
+        reps=2,
+        sampling=SamplingConfig(temperature=0),
+        eos=None,
+        device=torch.device("cpu"),
+    )
     bench.run()
     rows = bench.rows()
     names = [r["method"] for r in rows]
@@ -42,9 +51,19 @@ def test_greedy_bench_runs_every_method_and_reports(models):
 
 def test_a_greedy_mismatch_fails_the_bench(models):
     target, drafts = models
-    bench = Bench(target, {"near": drafts["near"]}, PROMPTS[:1], ks=[2], max_new=6, reps=1,
-                  sampling=SamplingConfig(temperature=0), eos=None, device=torch.device("cpu"),
-                  include_transformers=False, include_traced=False)
+    bench = Bench(
+        target,
+        {"near": drafts["near"]},
+        PROMPTS[:1],
+        ks=[2],
+        max_new=6,
+        reps=1,
+        sampling=SamplingConfig(temperature=0),
+        eos=None,
+        device=torch.device("cpu"),
+        include_transformers=False,
+        include_traced=False,
+    )
     broken = bench.methods[1]
     real = broken.run
     broken.run = lambda prompt: Sample([t + 1 for t in real(prompt).tokens], 0.01)
@@ -54,8 +73,18 @@ def test_a_greedy_mismatch_fails_the_bench(models):
 
 def test_sampled_bench_skips_identity_and_transformers_lookup(models):
     target, drafts = models
-    bench = Bench(target, {"near": drafts["near"]}, PROMPTS, ks=[2], max_new=8, reps=1,
-                  sampling=SamplingConfig(temperature=1.0), eos=None, device=torch.device("cpu"), include_traced=False)
+    bench = Bench(
+        target,
+        {"near": drafts["near"]},
+        PROMPTS,
+        ks=[2],
+        max_new=8,
+        reps=1,
+        sampling=SamplingConfig(temperature=1.0),
+        eos=None,
+        device=torch.device("cpu"),
+        include_traced=False,
+    )
     bench.run()
     names = [r["method"] for r in bench.rows()]
     assert "transformers lookup k=2" not in names and "transformers assisted draft-near k=2" in names
@@ -66,9 +95,19 @@ def test_lookup_prediction_uses_measured_drafted_count_and_search_time(models):
     rounds (in E and in n) and charge the n-gram search as the proposal cost c."""
     target, drafts = models
     prompts = [[5, 9, 13, 17, 21, 25], [1, 2, 3, 1, 2, 3, 1, 2]]  # the first has no repeat at all
-    bench = Bench(target, {"near": drafts["near"]}, prompts, ks=[3], max_new=12, reps=1,
-                  sampling=SamplingConfig(temperature=0), eos=None, device=torch.device("cpu"),
-                  include_transformers=False, include_traced=False)
+    bench = Bench(
+        target,
+        {"near": drafts["near"]},
+        prompts,
+        ks=[3],
+        max_new=12,
+        reps=1,
+        sampling=SamplingConfig(temperature=0),
+        eos=None,
+        device=torch.device("cpu"),
+        include_transformers=False,
+        include_traced=False,
+    )
     bench.run()
     rows = {r["method"]: r for r in bench.rows()}
     lookup = rows["specscope lookup k=3"]
@@ -83,12 +122,14 @@ def test_lookup_prediction_uses_measured_drafted_count_and_search_time(models):
     assert lookup["proposer_cost_per_round"] > 0  # the search costs time although no model runs
     assert lookup["cost_c"] * lookup["mean_drafted_per_round"] == pytest.approx(lookup["proposer_cost_per_round"])
     assert lookup["predicted_speedup"] == pytest.approx(
-        lookup["expected_tokens_per_round"] / (lookup["proposer_cost_per_round"] + lookup["cost_v"]))
+        lookup["expected_tokens_per_round"] / (lookup["proposer_cost_per_round"] + lookup["cost_v"])
+    )
     # A draft model drafts k per round (budget permitting) and is charged its forwards.
     draft = rows["specscope draft-near k=3"]
     assert 2.5 < draft["mean_drafted_per_round"] <= 3
     assert draft["predicted_speedup"] == pytest.approx(
-        draft["expected_tokens_per_round"] / (draft["mean_drafted_per_round"] * draft["cost_c"] + draft["cost_v"]))
+        draft["expected_tokens_per_round"] / (draft["mean_drafted_per_round"] * draft["cost_c"] + draft["cost_v"])
+    )
 
 
 def test_the_default_rows_run_the_bundled_head_only_on_a_target_it_fits(models):
@@ -106,8 +147,19 @@ def test_a_heads_propose_calls_are_its_draft_time_not_orchestration(models, tmp_
 
     target, _ = models
     write_eagle3(tmp_path / "head", target, draft_vocab=target.config.vocab_size - 3, layers=(0, 1, 1))  # 2 layers
-    bench = Bench(target, {}, PROMPTS, ks=[3], max_new=8, reps=1, sampling=SamplingConfig(temperature=0), eos=None,
-                  device=torch.device("cpu"), include_transformers=False, specs=[f"eagle3:{tmp_path / 'head'}"])
+    bench = Bench(
+        target,
+        {},
+        PROMPTS,
+        ks=[3],
+        max_new=8,
+        reps=1,
+        sampling=SamplingConfig(temperature=0),
+        eos=None,
+        device=torch.device("cpu"),
+        include_transformers=False,
+        specs=[f"eagle3:{tmp_path / 'head'}"],
+    )
     bench.run()
     head = bench.methods[1]
     sample = head.samples[0][0]

@@ -4,8 +4,17 @@ llama.cpp's definitions, and the latency split."""
 from types import SimpleNamespace
 
 import pytest
-from specscope.app.bench.metrics import (RoundCounts, alpha_of, counts_of, decode_split, llamacpp_acceptance,
-                                         specscope_acceptance, token_latencies, vllm_acceptance)
+
+from specscope.app.bench.metrics import (
+    RoundCounts,
+    alpha_of,
+    counts_of,
+    decode_split,
+    llamacpp_acceptance,
+    specscope_acceptance,
+    token_latencies,
+    vllm_acceptance,
+)
 
 # k = 3, greedy. One line per round: drafted, accepted, visited (tested positions), emitted.
 ROUNDS = [
@@ -48,8 +57,10 @@ def test_llamacpp_definition_by_hand():
 
 
 def test_an_untested_eos_tail_is_counted_up_to_the_eos_and_flagged():
-    rounds = [RoundCounts(drafted=3, accepted=1, visited=1, emitted=1, eos_accepted=True, after_eos=None),
-              RoundCounts(drafted=3, accepted=3, visited=3, emitted=4)]
+    rounds = [
+        RoundCounts(drafted=3, accepted=1, visited=1, emitted=1, eos_accepted=True, after_eos=None),
+        RoundCounts(drafted=3, accepted=3, visited=3, emitted=4),
+    ]
     v, lc = vllm_acceptance(rounds, k=3), llamacpp_acceptance(rounds)
     assert v["num_accepted_tokens"] == 4 and v["eos_rounds_unresolved"] == 1
     assert lc["n_accept"] == 4 and lc["eos_rounds_unresolved"] == 1
@@ -69,7 +80,9 @@ def _round(nodes, emitted, greedy=True):
 def test_counts_of_a_round_record():
     eos = 0
     # greedy: EOS accepted at node 1; node 2 agrees with the target's argmax, node 3 does not
-    rnd = _round([_node(5, "accepted", 5), _node(0, "accepted", 0), _node(7, "unvisited", 7), _node(8, "unvisited", 9)], 2)
+    rnd = _round(
+        [_node(5, "accepted", 5), _node(0, "accepted", 0), _node(7, "unvisited", 7), _node(8, "unvisited", 9)], 2
+    )
     c = counts_of(rnd, eos)
     assert (c.drafted, c.accepted, c.visited, c.emitted, c.eos_accepted, c.after_eos) == (4, 2, 2, 2, True, 1)
     assert c.draft_s == 0.002 and c.overlap_sum is None
@@ -78,7 +91,9 @@ def test_counts_of_a_round_record():
     c = counts_of(rnd, eos)
     assert c.after_eos is None and c.overlap_sum == pytest.approx(0.5)
     # a rejection: tested positions are the accepted ones and the rejected one
-    rnd = _round([_node(5, "accepted", 5, 0.8), _node(6, "rejected", 2, 0.3), _node(1, "unvisited", 1, 0.7)], 2, greedy=False)
+    rnd = _round(
+        [_node(5, "accepted", 5, 0.8), _node(6, "rejected", 2, 0.3), _node(1, "unvisited", 1, 0.7)], 2, greedy=False
+    )
     c = counts_of(rnd, eos)
     assert (c.accepted, c.visited, c.eos_accepted, c.after_eos) == (1, 2, False, 0)
     assert alpha_of([c]) == pytest.approx((0.8 + 0.3) / 2)  # sampled: mean sum min(p, q) over tested positions

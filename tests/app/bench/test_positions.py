@@ -9,7 +9,6 @@ import torch
 from specscope.app.bench import Bench
 from specscope.core import SamplingConfig
 from specscope.core.decode.factory import SettingsError
-
 from tests.core.decode.test_position_limits import LIMIT, PROMPT, gpt2
 
 GREEDY = SamplingConfig(temperature=0)
@@ -19,8 +18,9 @@ def test_the_bench_refuses_its_transformers_lookup_rows_past_the_limit():
     """The bench's own transformers prompt-lookup row needs the k - 2 positions too; its
     speculative rows fit at prompt + budget == limit."""
     fits = LIMIT - len(PROMPT)
-    common = dict(ks=[4], reps=1, sampling=GREEDY, eos=None, device=torch.device("cpu"), specs=["lookup"],
-                  include_traced=False)
+    common = dict(
+        ks=[4], reps=1, sampling=GREEDY, eos=None, device=torch.device("cpu"), specs=["lookup"], include_traced=False
+    )
     with pytest.raises(SettingsError, match="transformers' prompt lookup with k=4"):
         Bench(gpt2(LIMIT), {}, [PROMPT], max_new=fits, **common)
     bench = Bench(gpt2(LIMIT), {}, [PROMPT], max_new=fits - 2, **common)

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from specscope.app.bench import NOTES_MARKER, SCALE_BEGIN, SCALE_END, SCHEMA, Bench, write_markdown
 from specscope.app.bench.command import new_results, select_prompts
 from specscope.app.bench.metrics import RoundCounts, vllm_acceptance
 from specscope.core import SamplingConfig
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPTS = [[1, 2, 3, 4, 1, 2, 3, 4], [7, 7, 8, 9]]
@@ -23,11 +23,29 @@ REPS = 2
 @pytest.fixture(scope="module")
 def results():
     target = tiny_lm("llama", seed=0, init_range=0.3)
-    bench = Bench(target, {"near": noisy_copy(target, 0.05)}, PROMPTS, ks=[2], max_new=8, reps=REPS,
-                  sampling=SamplingConfig(temperature=0), eos=None, device=torch.device("cpu"), kinds=KINDS)
+    bench = Bench(
+        target,
+        {"near": noisy_copy(target, 0.05)},
+        PROMPTS,
+        ks=[2],
+        max_new=8,
+        reps=REPS,
+        sampling=SamplingConfig(temperature=0),
+        eos=None,
+        device=torch.device("cpu"),
+        kinds=KINDS,
+    )
     bench.run()
     prompts = [SimpleNamespace(name=f"p{i}", kind=k, description="") for i, k in enumerate(KINDS)]
-    machine = {"cpu": "x", "cores": 2, "torch_threads": 1, "device": "cpu", "python": "3", "torch": "2", "transformers": "5"}
+    machine = {
+        "cpu": "x",
+        "cores": 2,
+        "torch_threads": 1,
+        "device": "cpu",
+        "python": "3",
+        "torch": "2",
+        "transformers": "5",
+    }
     out = new_results(machine, {"ks": [2], "max_new": 8, "reps": REPS, "batch_size": 1}, prompts, PROMPTS)
     out["modes"]["greedy"] = bench.rows()
     return json.loads(json.dumps(out))  # what --json prints is plain JSON
@@ -77,10 +95,14 @@ def test_raw_samples_let_a_reader_redo_the_statistics(results):
             assert rounds["accepted_length"] == [a + 1 for a in rounds["accepted"]]
             assert run["prefill_target_s"] > 0 and run["prefill_draft_s"] > 0
     # vLLM's numbers again, from the raw per-round counts of every repetition
-    counts = [RoundCounts(drafted=d, accepted=a, visited=v, emitted=e, eos_accepted=x, after_eos=t)
-              for rep in spec["raw"] for run in rep
-              for d, a, v, e, x, t in zip(*(run["rounds"][key] for key in
-                                            ("drafted", "accepted", "visited", "emitted", "eos_accepted", "after_eos")))]
+    counts = [
+        RoundCounts(drafted=d, accepted=a, visited=v, emitted=e, eos_accepted=x, after_eos=t)
+        for rep in spec["raw"]
+        for run in rep
+        for d, a, v, e, x, t in zip(
+            *(run["rounds"][key] for key in ("drafted", "accepted", "visited", "emitted", "eos_accepted", "after_eos"))
+        )
+    ]
     assert vllm_acceptance(counts, k=2) == spec["vllm"]
     accepted = [a for rep in spec["raw"] for run in rep for a in run["rounds"]["accepted_length"]]
     assert spec["mean_accepted_length"] == pytest.approx(sum(accepted) / len(accepted))
@@ -93,9 +115,15 @@ def test_markdown_sections_scale_block_and_notes(results, tmp_path):
     path = tmp_path / "BENCHMARKS.md"
     write_markdown(path, results)
     text = path.read_text()
-    for heading in ("## greedy", "### greedy: per prompt kind", "### greedy: prefill and decode", "### greedy: memory",
-                    "### greedy: acceptance under vLLM's and llama.cpp's definitions", "## When speculation does not pay",
-                    "**Batch size 1.**"):
+    for heading in (
+        "## greedy",
+        "### greedy: per prompt kind",
+        "### greedy: prefill and decode",
+        "### greedy: memory",
+        "### greedy: acceptance under vLLM's and llama.cpp's definitions",
+        "## When speculation does not pay",
+        "**Batch size 1.**",
+    ):
         assert heading in text, heading
     assert text.count(SCALE_BEGIN) == 1 and text.count(SCALE_END) == 1
     # the lead's scale section and hand-written notes survive a regeneration unchanged
@@ -110,7 +138,9 @@ def test_markdown_sections_scale_block_and_notes(results, tmp_path):
 
 
 def test_prompt_selection_by_kind():
-    prompts = [SimpleNamespace(name=n, kind=k) for n, k in [("a", "copy"), ("b", "copy"), ("c", "novel"), ("d", "prose")]]
+    prompts = [
+        SimpleNamespace(name=n, kind=k) for n, k in [("a", "copy"), ("b", "copy"), ("c", "novel"), ("d", "prose")]
+    ]
     assert [p.name for p in select_prompts(prompts, 1, None)] == ["a", "c", "d"]
     assert [p.name for p in select_prompts(prompts, None, ["copy"])] == ["a", "b"]
     with pytest.raises(ValueError, match="no bundled prompt of kind poetry"):
@@ -127,9 +157,11 @@ def test_markdown_from_saved_results_and_bad_input(results, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"wrote {md}"
     other = tmp_path / "other.json"
     other.write_text('{"modes": {}}')
-    for argv, message in ([["--from-json", str(other)], "is not a `specscope bench --json` result"],
-                          [["--kinds", "poetry"], "no bundled prompt of kind poetry"],
-                          [["--k", "2,x"], "--k takes comma-separated integers"]):
+    for argv, message in (
+        [["--from-json", str(other)], "is not a `specscope bench --json` result"],
+        [["--kinds", "poetry"], "no bundled prompt of kind poetry"],
+        [["--k", "2,x"], "--k takes comma-separated integers"],
+    ):
         assert main(["bench", *argv]) == 1
         err = capsys.readouterr().err.strip()
         assert message in err and "Traceback" not in err and len(err.splitlines()) == 1, err

@@ -9,7 +9,6 @@ import torch
 from specscope.app.bench import Bench, format_table
 from specscope.app.bench.command import UsageError, tree_specs
 from specscope.core import SamplingConfig
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPTS = [[1, 2, 3, 4, 1, 2], [7, 7, 8, 9]]
@@ -26,12 +25,27 @@ def test_tree_rows(models):
     args = argparse.Namespace(tree=["3,2,1", "dynamic:nodes=8,depth=3,topk=2"], children="topk")
     specs = ["draft:near"] + tree_specs(args, drafts)
     for mode in (SamplingConfig(temperature=0), SamplingConfig(temperature=1.0)):
-        bench = Bench(target, drafts, PROMPTS, ks=[2, 4], max_new=12, reps=1, sampling=mode, eos=None,
-                      device=torch.device("cpu"), include_transformers=False, include_traced=False, specs=specs)
+        bench = Bench(
+            target,
+            drafts,
+            PROMPTS,
+            ks=[2, 4],
+            max_new=12,
+            reps=1,
+            sampling=mode,
+            eos=None,
+            device=torch.device("cpu"),
+            include_transformers=False,
+            include_traced=False,
+            specs=specs,
+        )
         bench.run()  # greedy: every method's output is checked equal to plain decoding
         rows = {r["method"]: r for r in bench.rows()}
         trees = [name for name in rows if "tree=" in name]
-        assert trees == ["specscope draft-near tree=3,2,1 topk", "specscope draft-near tree=dynamic:nodes=8,depth=3,topk=2 topk"]
+        assert trees == [
+            "specscope draft-near tree=3,2,1 topk",
+            "specscope draft-near tree=dynamic:nodes=8,depth=3,topk=2 topk",
+        ]
         chain = rows["specscope draft-near k=4"]
         for name in trees:
             row = rows[name]

@@ -5,7 +5,6 @@ import json
 import pytest
 
 from specscope.app.cli import main
-
 from tests.tiny_models import save_pair
 
 
@@ -38,8 +37,9 @@ def test_a_fault_is_a_logic_bug_with_the_checker_s_word(capsys, checkpoints):
     (d,) = report["comparisons"]
     assert d["verdict"] == "logic bug" and d["findings"][0]["rule"] == "target-cache"
     assert d["margin"] > 2 * d["logit_diff"]
-    code, out, _ = run_cli(capsys, "diverge", *models(checkpoints), "--fault", "tree-positions-by-index", "--tree", "2,1",
-                           "--max-new", "4")
+    code, out, _ = run_cli(
+        capsys, "diverge", *models(checkpoints), "--fault", "tree-positions-by-index", "--tree", "2,1", "--max-new", "4"
+    )
     assert code == 1 and "LOGIC BUG" in out and "checker:" in out and "[tree-layout]" in out
 
 
@@ -48,8 +48,25 @@ def test_stored_runs_and_their_errors(capsys, checkpoints, tmp_path):
     db = tmp_path / "t.sqlite"
     recorded = {}
     for temperature in ("0", "1"):
-        code, out, _ = run_cli(capsys, "run", "--target", target, "--draft", draft, "--prompt-ids", "1,2,3,4",
-                               "--device", "cpu", "--max-new", "10", "--temperature", temperature, "--json", "--db", db)
+        code, out, _ = run_cli(
+            capsys,
+            "run",
+            "--target",
+            target,
+            "--draft",
+            draft,
+            "--prompt-ids",
+            "1,2,3,4",
+            "--device",
+            "cpu",
+            "--max-new",
+            "10",
+            "--temperature",
+            temperature,
+            "--json",
+            "--db",
+            db,
+        )
         assert code == 0
         recorded[temperature] = json.loads(out)["run_id"]
     code, out, _ = run_cli(capsys, "diverge", "--db", db, "--run", recorded["0"][:10], "--json")
@@ -77,8 +94,23 @@ def test_a_stored_run_refuses_a_target_that_reads_fewer_positions(capsys, checkp
 
     target, draft = checkpoints
     db = tmp_path / "t.sqlite"
-    code, out, _ = run_cli(capsys, "run", "--target", target, "--draft", draft, "--prompt-ids", "1,2,3,4",
-                           "--device", "cpu", "--max-new", "10", "--json", "--db", db)
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        "--target",
+        target,
+        "--draft",
+        draft,
+        "--prompt-ids",
+        "1,2,3,4",
+        "--device",
+        "cpu",
+        "--max-new",
+        "10",
+        "--json",
+        "--db",
+        db,
+    )
     assert code == 0
     run_id = json.loads(out)["run_id"]
     short = tmp_path / "short"

@@ -17,21 +17,27 @@ def _fault_run(capsys, checkpoints, *extra, budget=24):
 @pytest.mark.parametrize("fault,flag", [("eos-leak", "--eos-id"), ("budget-overshoot", "--max-new")])
 def test_a_fault_that_never_fired_says_so_and_the_suggested_setting_fires_it(capsys, checkpoints, fault, flag):
     # a budget whose last round rejects a draft (budget-overshoot cannot fire there)
-    silent, budget = next((r, n) for n in range(24, 34)
-                          if not (r := _fault_run(capsys, checkpoints, "--fault", fault, "--eos-id", "none",
-                                                  "--temperature", "1", budget=n))["fired"])
+    silent, budget = next(
+        (r, n)
+        for n in range(24, 34)
+        if not (
+            r := _fault_run(capsys, checkpoints, "--fault", fault, "--eos-id", "none", "--temperature", "1", budget=n)
+        )["fired"]
+    )
     assert silent["fired_rounds"] == []
-    (key, value), = silent["to_fire"]["settings"].items()
+    ((key, value),) = silent["to_fire"]["settings"].items()
     # the text report: never fired, and the flag to pass
-    code, _, err = run_cli(capsys, *base_args(checkpoints), "--max-new", budget, "--fault", fault, "--eos-id", "none",
-                           "--temperature", "1")
+    code, _, err = run_cli(
+        capsys, *base_args(checkpoints), "--max-new", budget, "--fault", fault, "--eos-id", "none", "--temperature", "1"
+    )
     assert code == 0 and f"fault {fault} never fired" in err and f"run again with {flag} {value}" in err
     budget = value if flag == "--max-new" else budget
     eos = ["--eos-id", str(value)] if flag == "--eos-id" else ["--eos-id", "none"]
     fired = _fault_run(capsys, checkpoints, "--fault", fault, "--temperature", "1", *eos, budget=budget)
     assert fired["fired"] and fired["fired_rounds"] and fired["to_fire"] is None
-    code, _, err = run_cli(capsys, *base_args(checkpoints), "--max-new", budget, "--fault", fault, "--temperature", "1",
-                           *eos)
+    code, _, err = run_cli(
+        capsys, *base_args(checkpoints), "--max-new", budget, "--fault", fault, "--temperature", "1", *eos
+    )
     assert f"fault {fault} fired in" in err and f"{fired['fired_rounds'][0]}" in err
 
 
@@ -76,8 +82,19 @@ def test_a_stop_fault_without_stops_is_given_the_stop_that_fires_it(capsys, faul
 
     if not loading.bundled_available():
         pytest.skip("needs the bundled models (stop strings need a tokenizer)")
-    base = ["run", "--draft", "small", "--prompt", "def fibonacci(n):", "--device", "cpu", "--threads", "1",
-            "--fault", fault]
+    base = [
+        "run",
+        "--draft",
+        "small",
+        "--prompt",
+        "def fibonacci(n):",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--fault",
+        fault,
+    ]
 
     def report(*extra):
         assert main([*base, "--max-new", "40", "--json", *extra]) == 0

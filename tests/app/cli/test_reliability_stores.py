@@ -21,14 +21,29 @@ from specscope.app.cli import main
 from specscope.storage import TraceStore, TraceStoreError, export_run
 from specscope.storage.jsonl.trace_file import TraceFile
 
-HEADER = {"format": "specscope-trace", "version": 1, "record": "run", "run_id": "ok", "prompt_ids": [1, 2],
-          "config": {"max_new_tokens": 4, "k": 2, "vocab_size": 8}}
-ROUND = {"record": "round", "index": 0,
-         "nodes": [{"token": 1, "status": "accepted", "p": {"top_ids": [1, 0], "top_probs": [0.75, 0.25]}}],
-         "emitted": [{"token": 1, "kind": "accepted"}, {"token": 3, "kind": "bonus"}]}
-READERS = [["runs", "{db}"], ["show", "{db}", "last"], ["show", "{db}", "last", "--round", "0"],
-           ["check", "{db}"], ["diff", "{db}", "ok", "ok"], ["export", "{db}", "last", "-o", "-"],
-           ["runs", "{db}", "--json"]]
+HEADER = {
+    "format": "specscope-trace",
+    "version": 1,
+    "record": "run",
+    "run_id": "ok",
+    "prompt_ids": [1, 2],
+    "config": {"max_new_tokens": 4, "k": 2, "vocab_size": 8},
+}
+ROUND = {
+    "record": "round",
+    "index": 0,
+    "nodes": [{"token": 1, "status": "accepted", "p": {"top_ids": [1, 0], "top_probs": [0.75, 0.25]}}],
+    "emitted": [{"token": 1, "kind": "accepted"}, {"token": 3, "kind": "bonus"}],
+}
+READERS = [
+    ["runs", "{db}"],
+    ["show", "{db}", "last"],
+    ["show", "{db}", "last", "--round", "0"],
+    ["check", "{db}"],
+    ["diff", "{db}", "ok", "ok"],
+    ["export", "{db}", "last", "-o", "-"],
+    ["runs", "{db}", "--json"],
+]
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:
@@ -111,9 +126,8 @@ def test_the_storage_functions_refuse_a_store_too(tmp_path, capsys):
     store = make_store(tmp_path / "store.sqlite", capsys)
     other = make_store(tmp_path / "other.sqlite", capsys)
     before = digest(other)
-    with TraceStore(store, readonly=True) as s:
-        with pytest.raises(TraceStoreError, match="SQLite database"):
-            export_run(s, "ok", other, overwrite=True)
+    with TraceStore(store, readonly=True) as s, pytest.raises(TraceStoreError, match="SQLite database"):
+        export_run(s, "ok", other, overwrite=True)
     with pytest.raises(TraceStoreError, match="SQLite database"):
         TraceFile(other, prompt_ids=[1], vocab_size=8, k=1, max_new_tokens=1)
     assert digest(other) == before
@@ -147,8 +161,9 @@ def test_a_path_names_exactly_that_file(tmp_path, capsys, monkeypatch, name):
 
 
 @pytest.mark.parametrize("where", ["sqlite://", "sqlite:///:memory:", ""])
-@pytest.mark.parametrize("command", [["import", "{trace}", "--db", "{db}"], ["runs", "{db}"], ["check", "{db}"],
-                                     ["open", "{db}"]])
+@pytest.mark.parametrize(
+    "command", [["import", "{trace}", "--db", "{db}"], ["runs", "{db}"], ["check", "{db}"], ["open", "{db}"]]
+)
 def test_in_memory_and_empty_locations_are_refused(tmp_path, capsys, monkeypatch, where, command):
     monkeypatch.chdir(tmp_path)
     no_window(monkeypatch)
@@ -200,8 +215,10 @@ def test_a_reader_leaves_an_empty_sqlite_file_alone(tmp_path, capsys):
 def test_a_reader_sees_a_dead_writer_without_writing_it(tmp_path, capsys):
     db = make_store(tmp_path / "store.sqlite", capsys)
     con = sqlite3.connect(db)
-    con.execute("UPDATE runs SET status = 'running', ended_at = NULL, writer_host = 'elsewhere', writer_pid = 1, "
-                "heartbeat_at = 1")
+    con.execute(
+        "UPDATE runs SET status = 'running', ended_at = NULL, writer_host = 'elsewhere', writer_pid = 1, "
+        "heartbeat_at = 1"
+    )
     con.commit()
     con.close()
     before = digest(db)
@@ -287,22 +304,34 @@ def test_a_closed_pipe_ends_quietly(tmp_path, capsys):
 
     db = make_store(tmp_path / "store.sqlite", capsys)
     big = tmp_path / "big.jsonl"
-    big.write_text(json.dumps({**HEADER, "run_id": "big", "config": {**HEADER["config"], "max_new_tokens": 40000}})
-                   + "\n" + "".join(json.dumps({**ROUND, "index": i}) + "\n" for i in range(20000)))
+    big.write_text(
+        json.dumps({**HEADER, "run_id": "big", "config": {**HEADER["config"], "max_new_tokens": 40000}})
+        + "\n"
+        + "".join(json.dumps({**ROUND, "index": i}) + "\n" for i in range(20000))
+    )
     assert cli(capsys, "import", big, "--db", db)[0] == 0
     cli_cmd = f"{sys.executable} -m specscope.app.cli"
     for command in (f"show {db} big", f"export {db} big -o -", f"runs {db}", f"show {db} big --json"):
-        proc = subprocess.run(["bash", "-c", f"{cli_cmd} {command} | head -c 10 >/dev/null; "
-                                             "echo ${PIPESTATUS[0]} >&2"],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            ["bash", "-c", f"{cli_cmd} {command} | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}} >&2"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.stderr.strip() in ("0", "141"), (command, proc.stderr)
 
 
 # ---------------------------------------------------------------------------- 6. a file as a folder
 
 
-@pytest.mark.parametrize("command", [["import", "{trace}", "--db", "{db}"], ["runs", "{db}"],
-                                     ["run", "--device", "cpu", "--prompt-ids", "1,2", "--max-new", "2", "--db", "{db}"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["import", "{trace}", "--db", "{db}"],
+        ["runs", "{db}"],
+        ["run", "--device", "cpu", "--prompt-ids", "1,2", "--max-new", "2", "--db", "{db}"],
+    ],
+)
 def test_a_file_where_a_folder_should_be_is_one_line(tmp_path, capsys, command):
     (tmp_path / "file").write_text("x")
     db = tmp_path / "file" / "x.sqlite"
@@ -369,18 +398,21 @@ def test_recompute_with_a_target_of_another_vocabulary_is_refused(tmp_path, caps
 # ---------------------------------------------------------------------------- 8. numeric options
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["check", "{db}", "--tol", "nan"], "--tol must be a finite number"),
-    (["check", "{db}", "--tol", "inf"], "--tol must be a finite number"),
-    (["check", "{db}", "--tol", "-1"], "--tol must be at least 0"),
-    (["diff", "{db}", "ok", "ok", "--p-tol", "nan"], "--p-tol must be a finite number"),
-    (["diff", "{db}", "ok", "ok", "--p-tol=-0.001"], "--p-tol must be at least 0"),
-    (["show", "{db}", "last", "--top", "-1"], "--top must be at least 0"),
-    (["show", "{db}", "last", "--round", "-2"], "--round must be at least 0"),
-    (["runs", "{db}", "--limit", "-1"], "--limit must be at least 0"),
-    (["bench", "--threads", "0"], "--threads must be at least 1"),
-    (["bench", "--reps", "-3"], "--reps must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["check", "{db}", "--tol", "nan"], "--tol must be a finite number"),
+        (["check", "{db}", "--tol", "inf"], "--tol must be a finite number"),
+        (["check", "{db}", "--tol", "-1"], "--tol must be at least 0"),
+        (["diff", "{db}", "ok", "ok", "--p-tol", "nan"], "--p-tol must be a finite number"),
+        (["diff", "{db}", "ok", "ok", "--p-tol=-0.001"], "--p-tol must be at least 0"),
+        (["show", "{db}", "last", "--top", "-1"], "--top must be at least 0"),
+        (["show", "{db}", "last", "--round", "-2"], "--round must be at least 0"),
+        (["runs", "{db}", "--limit", "-1"], "--limit must be at least 0"),
+        (["bench", "--threads", "0"], "--threads must be at least 1"),
+        (["bench", "--reps", "-3"], "--reps must be at least 1"),
+    ],
+)
 def test_numeric_options_that_mean_nothing_are_refused(tmp_path, capsys, argv, flag):
     db = make_store(tmp_path / "store.sqlite", capsys)
     code, out, err = cli(capsys, *[a.format(db=db) for a in argv])
@@ -408,18 +440,24 @@ class _Terminal:
         pass
 
 
-@pytest.mark.parametrize("argv, what", [
-    (["check", "{db}", "--run", "big"], "checking run big"),
-    (["export", "{db}", "big", "-o", "{out}"], "exporting run big"),
-    (["import", "{trace}", "--db", "{other}"], "importing big.jsonl"),
-])
+@pytest.mark.parametrize(
+    "argv, what",
+    [
+        (["check", "{db}", "--run", "big"], "checking run big"),
+        (["export", "{db}", "big", "-o", "{out}"], "exporting run big"),
+        (["import", "{trace}", "--db", "{other}"], "importing big.jsonl"),
+    ],
+)
 def test_long_work_shows_progress_on_a_terminal_only(tmp_path, capsys, monkeypatch, argv, what):
     from specscope.app.cli.options import Progress
 
     db = make_store(tmp_path / "store.sqlite", capsys)
     big = tmp_path / "big.jsonl"
-    big.write_text(json.dumps({**HEADER, "run_id": "big", "config": {**HEADER["config"], "max_new_tokens": 8000}})
-                   + "\n" + "".join(json.dumps({**ROUND, "index": i}) + "\n" for i in range(3000)))
+    big.write_text(
+        json.dumps({**HEADER, "run_id": "big", "config": {**HEADER["config"], "max_new_tokens": 8000}})
+        + "\n"
+        + "".join(json.dumps({**ROUND, "index": i}) + "\n" for i in range(3000))
+    )
     assert cli(capsys, "import", big, "--db", db)[0] == 0
     monkeypatch.setattr(Progress, "DELAY_S", 0.0)
     monkeypatch.setattr(Progress, "EVERY_S", 0.0)

@@ -5,7 +5,6 @@ import json
 import pytest
 
 from specscope.app.cli import main
-
 from tests.tiny_models import save_pair
 
 
@@ -30,7 +29,16 @@ def test_run_json_summary(capsys, checkpoints):
     assert code == 0
     summary = json.loads(out)
     assert len(summary["new_tokens"]) == 20
-    for key in ("rounds", "mean_accepted_length", "acceptance_rate", "target_forward_passes", "wall_s", "draft_s", "verify_s", "run_id"):
+    for key in (
+        "rounds",
+        "mean_accepted_length",
+        "acceptance_rate",
+        "target_forward_passes",
+        "wall_s",
+        "draft_s",
+        "verify_s",
+        "run_id",
+    ):
         assert key in summary
     assert summary["target_forward_passes"] == summary["rounds"]
     assert 1.0 <= summary["mean_accepted_length"] <= 4.0
@@ -66,7 +74,9 @@ def test_record_check_and_diff(capsys, checkpoints, tmp_path):
     reference = json.loads(out)["run_id"]
     code, out, _ = run_cli(capsys, "check", db)
     assert code == 0 and out.count("no findings") == 2
-    code, out, _ = run_cli(capsys, "check", db, "--run", cached, "--recompute", "--target", checkpoints[0], "--device", "cpu")
+    code, out, _ = run_cli(
+        capsys, "check", db, "--run", cached, "--recompute", "--target", checkpoints[0], "--device", "cpu"
+    )
     assert code == 0, out
     code, out, _ = run_cli(capsys, "diff", db, cached, reference)
     assert code == 0 and "no divergence" in out
@@ -74,8 +84,19 @@ def test_record_check_and_diff(capsys, checkpoints, tmp_path):
 
 def test_fault_is_recorded_and_flagged(capsys, checkpoints, tmp_path):
     db = tmp_path / "f.sqlite"
-    code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "30", "--json", "--db", db,
-                           "--fault", "stale-draft-cache", "--temperature", "1")
+    code, out, _ = run_cli(
+        capsys,
+        *base_args(checkpoints),
+        "--max-new",
+        "30",
+        "--json",
+        "--db",
+        db,
+        "--fault",
+        "stale-draft-cache",
+        "--temperature",
+        "1",
+    )
     assert code == 0
     code, out, _ = run_cli(capsys, "check", db, "--json")
     assert code == 0  # a stale draft cache wastes work; the target still decides every token
@@ -91,8 +112,23 @@ def test_run_records_top_n_only_when_asked(capsys, checkpoints, tmp_path):
     from specscope.storage import TraceStore
 
     db = tmp_path / "v.sqlite"
-    code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "16", "--json", "--db", db, "--vectors", "top",
-                           "--top-n", "5", "--temperature", "1", "--fault", "resample-p")
+    code, out, _ = run_cli(
+        capsys,
+        *base_args(checkpoints),
+        "--max-new",
+        "16",
+        "--json",
+        "--db",
+        db,
+        "--vectors",
+        "top",
+        "--top-n",
+        "5",
+        "--temperature",
+        "1",
+        "--fault",
+        "resample-p",
+    )
     assert code == 0
     run_id = json.loads(out)["run_id"]
     with TraceStore(db) as store:
@@ -127,8 +163,21 @@ def test_faults_lists_the_zoo(capsys):
 def test_check_reports_root_causes_first(capsys, checkpoints, tmp_path):
     db = tmp_path / "g.sqlite"
     for seed in range(6):  # a run in which the crop fault fires before the last rounds
-        code, out, _ = run_cli(capsys, *base_args(checkpoints), "--max-new", "40", "--json", "--db", db,
-                               "--fault", "target-crop-off-by-one", "--temperature", "1", "--seed", seed)
+        code, out, _ = run_cli(
+            capsys,
+            *base_args(checkpoints),
+            "--max-new",
+            "40",
+            "--json",
+            "--db",
+            db,
+            "--fault",
+            "target-crop-off-by-one",
+            "--temperature",
+            "1",
+            "--seed",
+            seed,
+        )
         code, out, _ = run_cli(capsys, "check", db, "--run", json.loads(out)["run_id"], "--json")
         run = json.loads(out)["runs"][0]
         if len(run["findings"]) >= 3:

@@ -28,8 +28,20 @@ CASES = [
 
 def cli_error(capsys, *argv) -> str:
     # a target that does not exist: the settings are refused before anything loads
-    code = main(["run", "--target", "/nonexistent/model", "--proposer", "lookup", "--prompt-ids", "1,2,3",
-                 "--device", "cpu", *argv])
+    code = main(
+        [
+            "run",
+            "--target",
+            "/nonexistent/model",
+            "--proposer",
+            "lookup",
+            "--prompt-ids",
+            "1,2,3",
+            "--device",
+            "cpu",
+            *argv,
+        ]
+    )
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
@@ -52,13 +64,20 @@ def test_cli_and_run_panel_refuse_with_the_same_message(capsys, flag, value, fie
 
 def test_every_bad_value_is_named_on_the_one_line(capsys):
     line = cli_error(capsys, "--temperature", "nan", "--top-p", "2", "--k", "0")
-    assert line == ("specscope: --k (draft length) must be at least 1, got 0; --temperature must be a finite number, "
-                    "got nan; --top-p must lie in (0, 1] (1 = off), got 2")
+    assert line == (
+        "specscope: --k (draft length) must be at least 1, got 0; --temperature must be a finite number, "
+        "got nan; --top-p must lie in (0, 1] (1 = off), got 2"
+    )
 
 
-@pytest.mark.parametrize("k, max_new, message", [("2,0", None, "--k must be at least 1, got 0"),
-                                                  ("5000", 8, "--k must be at most 4096, got 5000"),
-                                                  ("4", 0, "--max-new must be at least 1, got 0")])
+@pytest.mark.parametrize(
+    "k, max_new, message",
+    [
+        ("2,0", None, "--k must be at least 1, got 0"),
+        ("5000", 8, "--k must be at most 4096, got 5000"),
+        ("4", 0, "--max-new must be at least 1, got 0"),
+    ],
+)
 def test_the_bench_checks_k_and_the_budget_with_the_same_check(k, max_new, message):
     import argparse
 

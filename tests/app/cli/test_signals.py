@@ -18,7 +18,6 @@ import time
 import pytest
 
 from specscope.storage import TraceStore
-
 from tests.tiny_models import save_pair
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
@@ -35,8 +34,25 @@ def run_args(checkpoints, db) -> list[str]:
     """A run long enough to be stopped while it decodes: k=1 and no EOS give at least 254
     rounds (the tiny target reads 512 positions)."""
     target, draft = checkpoints
-    return ["run", "--target", str(target), "--draft", str(draft), "--prompt-ids", "1,2,3", "--device", "cpu",
-            "--db", str(db), "--max-new", "509", "--k", "1", "--eos-id", "none"]
+    return [
+        "run",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--prompt-ids",
+        "1,2,3",
+        "--device",
+        "cpu",
+        "--db",
+        str(db),
+        "--max-new",
+        "509",
+        "--k",
+        "1",
+        "--eos-id",
+        "none",
+    ]
 
 
 def child_env(mode: str = "thread") -> dict[str, str]:
@@ -88,16 +104,25 @@ def specscope_lines(stderr: str) -> list[str]:
 # --------------------------------------------------------------------------- Ctrl-C, SIGTERM
 
 
-@pytest.mark.parametrize("signum, mode, whole_group", [
-    (signal.SIGINT, "thread", True),    # Ctrl-C in a terminal: the whole process group gets SIGINT
-    (signal.SIGINT, "process", True),   # ... the writer process too
-    (signal.SIGTERM, "thread", False),  # kill PID
-], ids=["sigint-thread", "sigint-process", "sigterm-thread"])
+@pytest.mark.parametrize(
+    "signum, mode, whole_group",
+    [
+        (signal.SIGINT, "thread", True),  # Ctrl-C in a terminal: the whole process group gets SIGINT
+        (signal.SIGINT, "process", True),  # ... the writer process too
+        (signal.SIGTERM, "thread", False),  # kill PID
+    ],
+    ids=["sigint-thread", "sigint-process", "sigterm-thread"],
+)
 def test_signal_cancels_the_run_keeps_its_rounds_and_exits_quietly(checkpoints, tmp_path, signum, mode, whole_group):
     db = tmp_path / "runs.sqlite"
-    proc = subprocess.Popen([sys.executable, "-m", "specscope.app.cli", *run_args(checkpoints, db)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(mode),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specscope.app.cli", *run_args(checkpoints, db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(mode),
+        start_new_session=True,
+    )
     try:
         wait_for_rounds(proc, db, 3)
         if whole_group:
@@ -114,8 +139,11 @@ def test_signal_cancels_the_run_keeps_its_rounds_and_exits_quietly(checkpoints, 
     assert "Traceback" not in err
     lines = specscope_lines(err)
     assert len(lines) == 1, err
-    m = re.fullmatch(r"specscope: cancelled after (\d+) rounds; run (\w+) kept in (.+) as interrupted \(cancelled\) "
-                     r"with (\d+) rounds", lines[0])
+    m = re.fullmatch(
+        r"specscope: cancelled after (\d+) rounds; run (\w+) kept in (.+) as interrupted \(cancelled\) "
+        r"with (\d+) rounds",
+        lines[0],
+    )
     assert m, lines[0]
     decoded, run_id, where, kept = int(m[1]), m[2], m[3], int(m[4])
     assert where == str(db)
@@ -136,11 +164,10 @@ def test_a_signal_while_a_round_is_stored_and_printed_waits_for_the_rounds_end()
 
     signals = _RunSignals()
     handled = []
-    with pytest.raises(Cancelled):
-        with signals.whole_round():
-            handled.append("counted")
-            signals.handler(signal.SIGTERM, None)  # as the OS would call it, mid-round
-            handled.append("stored and printed")
+    with pytest.raises(Cancelled), signals.whole_round():
+        handled.append("counted")
+        signals.handler(signal.SIGTERM, None)  # as the OS would call it, mid-round
+        handled.append("stored and printed")
     assert handled == ["counted", "stored and printed"]
     with pytest.raises(KeyboardInterrupt):  # between rounds: at once
         signals.handler(signal.SIGINT, None)
@@ -226,14 +253,21 @@ finally:
 sys.exit(code)
 """
 
-FAILED_LINE = (r"specscope: recording failed after (\d+) rounds, decoding stopped: (.+); run (\w+) marked failed in (.+) "
-               r"with (\d+) rounds")
+FAILED_LINE = (
+    r"specscope: recording failed after (\d+) rounds, decoding stopped: (.+); run (\w+) marked failed in (.+) "
+    r"with (\d+) rounds"
+)
 
 
 def run_script(script: str, arg: int | str, checkpoints, db, tmp_path):
     stats_path = tmp_path / "stats.json"
-    proc = subprocess.run([sys.executable, "-c", script, str(arg), str(stats_path), *run_args(checkpoints, db)],
-                          capture_output=True, text=True, env=child_env("thread"), timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(arg), str(stats_path), *run_args(checkpoints, db)],
+        capture_output=True,
+        text=True,
+        env=child_env("thread"),
+        timeout=TIMEOUT_S,
+    )
     return proc, json.loads(stats_path.read_text())
 
 
@@ -269,9 +303,12 @@ def test_failed_write_stops_decoding_at_once_with_one_line(checkpoints, tmp_path
 def test_failed_write_when_the_run_cannot_be_marked_failed_says_so(checkpoints, tmp_path):
     db = tmp_path / "runs.sqlite"
     proc, stats = run_script(FAILING_WRITES, "2", checkpoints, db, tmp_path)
-    m = one_error_line(proc, r"specscope: recording failed after (\d+) rounds, decoding stopped: database or disk is full; "
-                     r"run (\w+) could not be marked failed in (.+) \(it shows as running until the store is opened "
-                     r"with room to write, which marks it interrupted\)")
+    m = one_error_line(
+        proc,
+        r"specscope: recording failed after (\d+) rounds, decoding stopped: database or disk is full; "
+        r"run (\w+) could not be marked failed in (.+) \(it shows as running until the store is opened "
+        r"with room to write, which marks it interrupted\)",
+    )
     assert stats["started"] - stats["started_at_failure"] <= 1, stats
     info, rounds = only_run(db)
     assert (info.run_id, info.status, info.n_rounds) == (m[2], "running", rounds)
@@ -313,8 +350,13 @@ def test_really_full_disk(checkpoints, tmp_path):
         pytest.skip("cannot mount a small tmpfs here (not root, or no mount)")
     try:
         db = mnt / "runs.sqlite"
-        proc = subprocess.run([sys.executable, "-m", "specscope.app.cli", *run_args(checkpoints, db)],
-                              capture_output=True, text=True, env=child_env("thread"), timeout=TIMEOUT_S)
+        proc = subprocess.run(
+            [sys.executable, "-m", "specscope.app.cli", *run_args(checkpoints, db)],
+            capture_output=True,
+            text=True,
+            env=child_env("thread"),
+            timeout=TIMEOUT_S,
+        )
         assert proc.returncode == 1, proc.stderr
         assert "Traceback" not in proc.stderr
         lines = specscope_lines(proc.stderr)

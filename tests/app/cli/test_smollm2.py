@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("gguf")
 
-from specscope.app.cli import main  # noqa: E402
-from specscope.core.loading import CheckpointError, catalog  # noqa: E402
-from specscope.core.loading.chat import chat_prompt_ids, chat_prompts, turn_end_id  # noqa: E402
+from specscope.app.cli import main
+from specscope.core.loading import CheckpointError, catalog
+from specscope.core.loading.chat import chat_prompt_ids, chat_prompts, turn_end_id
 
 NEW_TOKENS = 32
 KINDS = ("chat", "summary", "code")
@@ -47,8 +47,15 @@ def plain_outputs(pair):
     out = []
     for prompt in (chat_prompts(kind)[0] for kind in KINDS):
         ids = chat_prompt_ids(pair.tokenizer, prompt.user, prompt.system)
-        out.append((prompt, ids, plain_generate(pair.target, ids, NEW_TOKENS, SamplingConfig(temperature=0.0),
-                                                eos_token_id=eos).new_tokens))
+        out.append(
+            (
+                prompt,
+                ids,
+                plain_generate(
+                    pair.target, ids, NEW_TOKENS, SamplingConfig(temperature=0.0), eos_token_id=eos
+                ).new_tokens,
+            )
+        )
     return out
 
 
@@ -72,8 +79,24 @@ def test_smollm2s_eagle3_head_decodes_exactly_as_a_chain_and_a_dynamic_tree(pair
 
 def test_the_named_target_drafts_with_its_own_eagle3_head_from_the_cli(pair, capsys):
     # without catalog.default_heads, `--proposer eagle3` would load the bundled target's head and be refused
-    assert main(["run", "--target", "smollm2", "--proposer", "eagle3", "--chat", "--prompt",
-                 chat_prompts("code")[0].user, "--max-new", "24", "--json"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--target",
+                "smollm2",
+                "--proposer",
+                "eagle3",
+                "--chat",
+                "--prompt",
+                chat_prompts("code")[0].user,
+                "--max-new",
+                "24",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert "def " in out["text"] and out["mean_accepted_length"] > 1.0  # the head drafted, and was accepted
 
@@ -83,9 +106,11 @@ def test_speculative_greedy_equals_plain_greedy_on_smollm2_and_checks_clean(pair
     from specscope.storage import TraceStore, record
 
     greedy = SamplingConfig(temperature=0.0)
-    proposers = {"lookup": lambda: PromptLookupProposer(),
-                 "trained draft": lambda: DraftModelProposer(pair.draft),
-                 "trained draft, tree 2,2,1": lambda: DraftModelProposer(pair.draft, tree="2,2,1")}
+    proposers = {
+        "lookup": lambda: PromptLookupProposer(),
+        "trained draft": lambda: DraftModelProposer(pair.draft),
+        "trained draft, tree 2,2,1": lambda: DraftModelProposer(pair.draft, tree="2,2,1"),
+    }
     prompts = [prompt for prompt, _, _ in plain_outputs]
     eos = turn_end_id(pair.target, pair.tokenizer)
     db = tmp_path / "runs.sqlite"
@@ -107,7 +132,23 @@ def test_speculative_greedy_equals_plain_greedy_on_smollm2_and_checks_clean(pair
 def test_the_named_target_drafts_with_its_default_draft_from_the_cli(pair, capsys):
     # without catalog.default_draft, `--proposer draft` would take the bundled draft-small,
     # whose tokenizer is not SmolLM2's: the run would be refused
-    assert main(["run", "--target", "smollm2", "--proposer", "draft", "--chat", "--prompt",
-                 "What is the capital of France?", "--max-new", "16", "--json"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--target",
+                "smollm2",
+                "--proposer",
+                "draft",
+                "--chat",
+                "--prompt",
+                "What is the capital of France?",
+                "--max-new",
+                "16",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert "Paris" in out["text"] and out["stop_reason"] == "eos" and out["draft_forward_passes"] > 0

@@ -25,21 +25,30 @@ def test_stop_ids_and_stop_text_end_the_output(capsys):
     tokens = plain["new_tokens"]
     assert plain["stop_reason"] in ("budget", "eos") and len(tokens) > 6
     seq = tokens[4:6]
-    end = next(j for j in range(1, len(tokens)) if tokens[j - 1:j + 1] == seq)
+    end = next(j for j in range(1, len(tokens)) if tokens[j - 1 : j + 1] == seq)
     cut = run_json(capsys, "--stop-ids", "4095,4095,4095", "--stop-ids", ",".join(map(str, seq)))
     assert cut["new_tokens"] == tokens[: end + 1] and cut["stop_reason"] == "stop"
     text = plain["text"]
-    stop = text[len(text) // 3: len(text) // 3 + 2]
+    stop = text[len(text) // 3 : len(text) // 3 + 2]
     if stop.strip():
         by_text = run_json(capsys, "--stop", stop)
         assert by_text["stop_reason"] == "stop" and stop in by_text["text"]
-        assert len(by_text["new_tokens"]) < len(tokens) and by_text["new_tokens"] == tokens[: len(by_text["new_tokens"])]
+        assert (
+            len(by_text["new_tokens"]) < len(tokens) and by_text["new_tokens"] == tokens[: len(by_text["new_tokens"])]
+        )
     assert main([*BASE, "--stop-ids", ",".join(map(str, seq))]) == 0
     assert "stop: stop" in capsys.readouterr().err  # the end line's finish reason
 
 
-@pytest.mark.parametrize("argv, words", [(["--stop-ids", "1,,2"], "--stop-ids"), (["--eos", "2,x"], "--eos-id"),
-                                         (["--stop", ""], "--stop"), (["--system", "hi"], "--system")])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--stop-ids", "1,,2"], "--stop-ids"),
+        (["--eos", "2,x"], "--eos-id"),
+        (["--stop", ""], "--stop"),
+        (["--system", "hi"], "--system"),
+    ],
+)
 def test_bad_stop_values_are_one_line(capsys, argv, words):
     assert main([*BASE, *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -16,7 +16,6 @@ import pytest
 
 from specscope.app.cli import main
 from specscope.storage import SCHEMA_VERSION, TraceStore
-
 from tests.app.cli.test_reliability_stores import READERS, cli, make_store, one_line, trace_file
 
 SPECSCOPE = [sys.executable, "-m", "specscope.app.cli"]
@@ -47,8 +46,10 @@ con.execute("ROLLBACK")
 def status_and_rounds(db: Path) -> list[tuple]:
     con = sqlite3.connect(db)
     try:
-        return con.execute("SELECT r.status, r.n_rounds, (SELECT count(*) FROM rounds WHERE rounds.run_id = r.run_id) "
-                           "FROM runs r ORDER BY started_at").fetchall()
+        return con.execute(
+            "SELECT r.status, r.n_rounds, (SELECT count(*) FROM rounds WHERE rounds.run_id = r.run_id) "
+            "FROM runs r ORDER BY started_at"
+        ).fetchall()
     finally:
         con.close()
 
@@ -58,8 +59,13 @@ def run_while_locked(tmp_path: Path, hold_s: float, env: dict, max_new: int = 80
     lock for hold_s seconds (taken once the run has stored rounds)."""
     db = tmp_path / "locked.sqlite"
     env = dict(os.environ, **env)
-    run = subprocess.Popen(SPECSCOPE + RUN + ["--max-new", str(max_new), "--json", "--db", str(db)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    run = subprocess.Popen(
+        SPECSCOPE + RUN + ["--max-new", str(max_new), "--json", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(hold_s)], stdout=subprocess.PIPE, text=True)
     out, err = run.communicate(timeout=300)
     holder.communicate(timeout=60)
@@ -76,7 +82,9 @@ def test_a_run_outlasts_a_lock_longer_than_the_busy_timeout(tmp_path):
 
 
 def test_past_the_writers_wait_the_rounds_go_to_a_file_import_takes(tmp_path, capsys):
-    code, out, err, db = run_while_locked(tmp_path, 8, {"SPECSCOPE_BUSY_TIMEOUT_S": "0.5", "SPECSCOPE_LOCK_WAIT_S": "1.5"})
+    code, out, err, db = run_while_locked(
+        tmp_path, 8, {"SPECSCOPE_BUSY_TIMEOUT_S": "0.5", "SPECSCOPE_LOCK_WAIT_S": "1.5"}
+    )
     assert code == 1 and "Traceback" not in err, err[-2000:]
     decoded = json.loads(out)["rounds"]
     last = err.strip().splitlines()[-1]
@@ -117,9 +125,11 @@ def test_readers_of_a_newer_store_say_so_in_one_line_and_read_it(tmp_path, capsy
     before = digest(db)
     code, out, err = cli(capsys, *[a.format(db=db) for a in argv])
     assert code == 0, err
-    assert one_line(err) == (f"specscope: note: {db} was written by a newer specscope (schema version "
-                             f"{SCHEMA_VERSION + 1}; this one knows {SCHEMA_VERSION}): reading what this version "
-                             f"understands, writing nothing")
+    assert one_line(err) == (
+        f"specscope: note: {db} was written by a newer specscope (schema version "
+        f"{SCHEMA_VERSION + 1}; this one knows {SCHEMA_VERSION}): reading what this version "
+        f"understands, writing nothing"
+    )
     assert out and digest(db) == before
 
 
@@ -165,8 +175,12 @@ def test_an_ascii_terminal_prints_escapes_and_the_run_completes(tmp_path):
     db = tmp_path / "ascii.sqlite"
     env = dict(os.environ, PYTHONIOENCODING="ascii")
     prompt = "caf\u00e9 \U0001f642 na\u00efve"
-    proc = subprocess.run(SPECSCOPE + ["run", "--prompt", prompt, "--max-new", "8", "--db", str(db)],
-                          capture_output=True, env=env, timeout=300)
+    proc = subprocess.run(
+        SPECSCOPE + ["run", "--prompt", prompt, "--max-new", "8", "--db", str(db)],
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.decode("ascii")  # nothing but ASCII reached the terminal
     assert "\\U0001f642" in out and "caf\\xe9" in out

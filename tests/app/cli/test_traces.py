@@ -49,7 +49,6 @@ def test_show_run_and_round(recorded, capsys):
 
 def test_show_prints_the_whole_vector_facts_of_a_top_n_save(tmp_path, capsys):
     from specscope.storage import TraceWriter
-
     from tests.storage.helpers import synthetic_config, synthetic_rounds
 
     config = synthetic_config()

@@ -3,7 +3,6 @@
 import json
 
 from specscope.core.draft.registry import parse_spec
-
 from tests.app.cli.test_run import base_args, checkpoints, run_cli  # noqa: F401  (the tiny checkpoints fixture)
 
 
@@ -14,10 +13,14 @@ def test_registry_keeps_a_tree_spec_as_one_value():
     assert parse_spec("draft:tree=3,2,1,nodes=4").params == {"tree": "3,2,1,nodes=4"}
 
 
-def test_run_with_a_tree(capsys, checkpoints):  # noqa: F811
+def test_run_with_a_tree(capsys, checkpoints):
     greedy = None
-    for tree, children, temperature in (("3,2,1", "topk", "0"), ("dynamic:nodes=8,depth=3,topk=2", None, "0"),
-                                        ("2,2", "sampled", "1"), ("2,2", "distinct", "1")):
+    for tree, children, temperature in (
+        ("3,2,1", "topk", "0"),
+        ("dynamic:nodes=8,depth=3,topk=2", None, "0"),
+        ("2,2", "sampled", "1"),
+        ("2,2", "distinct", "1"),
+    ):
         extra = ["--tree", tree, "--max-new", "16", "--temperature", temperature, "--json"]
         if children:
             extra += ["--children", children]
@@ -32,7 +35,7 @@ def test_run_with_a_tree(capsys, checkpoints):  # noqa: F811
     assert json.loads(out)["new_tokens"] == greedy
 
 
-def test_tree_flag_errors_are_one_line(capsys, checkpoints):  # noqa: F811
+def test_tree_flag_errors_are_one_line(capsys, checkpoints):
     cases = [
         (["--tree", "3,x"], "branching factor must be an integer"),
         (["--tree", "dynamic:nodes=8,depth=3,topk=2", "--children", "sampled"], "children='topk'"),
@@ -45,17 +48,27 @@ def test_tree_flag_errors_are_one_line(capsys, checkpoints):  # noqa: F811
         if "--proposer" in extra:
             args = [a for a in args]
             i = args.index("--draft")
-            del args[i:i + 2]
+            del args[i : i + 2]
         code, _, err = run_cli(capsys, *args, *extra)
         assert code == 2 and message in err and "Traceback" not in err, (extra, err)
 
 
-def test_faults_lists_the_tree_faults_and_run_injects_one(capsys, checkpoints, tmp_path):  # noqa: F811
+def test_faults_lists_the_tree_faults_and_run_injects_one(capsys, checkpoints, tmp_path):
     code, out, _ = run_cli(capsys, "faults")
     assert code == 0 and "tree-sibling-mask" in out and "tree-stale-residual" in out
     db = tmp_path / "t.sqlite"
-    code, _, err = run_cli(capsys, *base_args(checkpoints), "--tree", "3,2,1", "--max-new", "24",
-                           "--fault", "tree-positions-by-index", "--db", db)
+    code, _, err = run_cli(
+        capsys,
+        *base_args(checkpoints),
+        "--tree",
+        "3,2,1",
+        "--max-new",
+        "24",
+        "--fault",
+        "tree-positions-by-index",
+        "--db",
+        db,
+    )
     assert code == 0, err
     code, out, _ = run_cli(capsys, "check", db, "--recompute")
     assert code == 1 and "recompute" in out

@@ -10,20 +10,35 @@ import pytest
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from specscope.app.gui.actions import Action, install_actions
-
 from tests.app.helpers import configure, wait_idle
 
 # the actions a fresh, idle window answers with a dialog it asks through a static call
-ASKS_FOR_A_FILE = {"file.open": "Open a trace", "file.compare_runs": "Compare two runs",
-                   "file.diff_runs": "Diff two runs", "file.export_view": "Export view",
-                   "file.export_all": "Export all views to"}
+ASKS_FOR_A_FILE = {
+    "file.open": "Open a trace",
+    "file.compare_runs": "Compare two runs",
+    "file.diff_runs": "Diff two runs",
+    "file.export_view": "Export view",
+    "file.export_all": "Export all views to",
+}
 # ... with an error (status bar and a message box)
-SAYS_WHY_NOT = {"file.open_last": "No trace was opened before", "file.open_recording_store": "No run has been recorded",
-                "file.export_jsonl": "Nothing to export yet"}
+SAYS_WHY_NOT = {
+    "file.open_last": "No trace was opened before",
+    "file.open_recording_store": "No run has been recorded",
+    "file.export_jsonl": "Nothing to export yet",
+}
 HELP_TITLES = {"help.legend": "specscope", "help.kv_caches": "KV caches", "help.coupled_lanes": "Coupled lanes"}
 DOCKS = {"view.run_dock": "run_dock", "view.plots_dock": "plots_dock", "view.findings_dock": "findings_dock"}
-RUN_ACTIONS = ("run.step", "run.toggle", "run.stop", "run.first", "run.last", "run.previous", "run.play",
-               "run.recompute_check", "run.reference")
+RUN_ACTIONS = (
+    "run.step",
+    "run.toggle",
+    "run.stop",
+    "run.first",
+    "run.last",
+    "run.previous",
+    "run.play",
+    "run.recompute_check",
+    "run.reference",
+)
 
 
 @pytest.fixture
@@ -41,8 +56,14 @@ def dialogs(monkeypatch):
     return seen
 
 
-TESTED = set(ASKS_FOR_A_FILE) | set(SAYS_WHY_NOT) | set(HELP_TITLES) | set(DOCKS) | set(RUN_ACTIONS) \
+TESTED = (
+    set(ASKS_FOR_A_FILE)
+    | set(SAYS_WHY_NOT)
+    | set(HELP_TITLES)
+    | set(DOCKS)
+    | set(RUN_ACTIONS)
     | {"file.full_vectors", "file.quit"}
+)
 
 
 def menu_entries(window) -> list[tuple[str, str]]:
@@ -72,12 +93,12 @@ def test_every_menu_entry_is_tested_here(make_window):
     assert len(entries) >= len(TESTED)
     untested = [label for name, label in entries if name not in TESTED]
     assert not untested, f"menu entries without a test in test_every_action_has_a_visible_effect: {untested}"
-    assert TESTED <= {name for name, _ in entries}, "a tested action is in no menu"
+    assert {name for name, _ in entries} >= TESTED, "a tested action is in no menu"
 
 
 def test_every_action_has_a_visible_effect(qtbot, make_window, tmp_path, dialogs):
     w = make_window(store_path=str(tmp_path / "none-yet.sqlite"))
-    assert TESTED == set(w.qactions), "an action of the table has no test here"
+    assert set(w.qactions) == TESTED, "an action of the table has no test here"
 
     for action_id, title in {**ASKS_FOR_A_FILE, **HELP_TITLES}.items():
         dialogs.clear()
@@ -142,10 +163,13 @@ def test_a_callback_never_gets_qts_checked_argument(qtbot, make_window):
     one with its new state."""
     w = make_window()
     calls = []
-    made = install_actions(w, (
-        Action("test.plain", "Plain", lambda path=None: calls.append(("plain", path)), "&Test"),
-        Action("test.check", "Check", lambda on: calls.append(("check", on)), "&Test", checkable=True),
-    ))
+    made = install_actions(
+        w,
+        (
+            Action("test.plain", "Plain", lambda path=None: calls.append(("plain", path)), "&Test"),
+            Action("test.check", "Check", lambda on: calls.append(("check", on)), "&Test", checkable=True),
+        ),
+    )
     made["test.plain"].trigger()
     made["test.check"].trigger()
     made["test.check"].trigger()
@@ -172,19 +196,27 @@ def test_compare_and_diff_two_runs_from_the_menu_show_the_runs(qtbot, make_windo
         wait_idle(qtbot, w)
         ids.append(w.model.config.run_id)
     started_at, shown = [], []
-    monkeypatch.setattr(QFileDialog, "getOpenFileName",
-                        staticmethod(lambda parent, title, start, *a, **k: (started_at.append(start), (store, ""))[1]))
+    monkeypatch.setattr(
+        QFileDialog,
+        "getOpenFileName",
+        staticmethod(lambda parent, title, start, *a, **k: (started_at.append(start), (store, ""))[1]),
+    )
     picks = iter(ids)
     monkeypatch.setattr(trace_dialogs, "pick_run", lambda *a, **k: next(picks))
     w.action("file.compare_runs").trigger()
     assert started_at == [store]
     assert w.tabs.currentWidget() is w.compare and w.compare_session.count == 2
-    assert [m.config.run_id for m in w.compare_session.models] == ids and all(m.rounds for m in w.compare_session.models)
+    assert [m.config.run_id for m in w.compare_session.models] == ids and all(
+        m.rounds for m in w.compare_session.models
+    )
 
     labels = iter(range(2))
-    monkeypatch.setattr(QInputDialog, "getItem",
-                        staticmethod(lambda parent, title, label, items, *a, **k: (items[next(labels)], True)))
-    monkeypatch.setattr(QMessageBox, "information", staticmethod(lambda parent, title, text: shown.append((title, text))))
+    monkeypatch.setattr(
+        QInputDialog, "getItem", staticmethod(lambda parent, title, label, items, *a, **k: (items[next(labels)], True))
+    )
+    monkeypatch.setattr(
+        QMessageBox, "information", staticmethod(lambda parent, title, text: shown.append((title, text)))
+    )
     w.action("file.diff_runs").trigger()
     assert len(shown) == 1 and shown[0][0] == "Diff runs" and ids[0][:8] in shown[0][1]
 
@@ -206,11 +238,18 @@ def test_no_button_or_action_slot_takes_qts_checked_for_an_optional_parameter():
     offenders, connections = [], 0
     for path in root.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        methods = {node.name: node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        methods = {
+            node.name: node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "connect"
-                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in CHECKED_SIGNALS
-                    and node.args):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "connect"
+                and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr in CHECKED_SIGNALS
+                and node.args
+            ):
                 continue
             connections += 1
             slot = node.args[0]

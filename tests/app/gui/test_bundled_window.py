@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from specscope.core.decode.settings import SettingsError
 from PySide6.QtCore import Qt
 
+from specscope.core.decode.settings import SettingsError
 from tests.app.helpers import wait_idle
 
 

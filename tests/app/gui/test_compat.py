@@ -7,9 +7,8 @@ import pytest
 
 def test_void_calls_cannot_free_none():
     pytest.importorskip("PySide6")
-    from specscope.app.gui._compat import guard_none_refcount, leaks_none_refs
-
     import specscope.app.gui  # noqa: F401  (the guard runs on import)
+    from specscope.app.gui._compat import guard_none_refcount, leaks_none_refs
 
     if leaks_none_refs() and sys.version_info < (3, 12):
         assert guard_none_refcount()

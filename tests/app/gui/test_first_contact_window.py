@@ -170,8 +170,13 @@ def test_the_inspector_plots_fit_its_width_at_1024x700_for_every_position(qtbot,
             w.model.select(rnd, pos)
             QApplication.processEvents()  # the layouts settle their minimum sizes
             need = g.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
-            assert need <= g.viewport().width(), (rnd, pos, need, g.viewport().width(),
-                                                  w.inspector.ratio_plot.titleLabel.text)
+            assert need <= g.viewport().width(), (
+                rnd,
+                pos,
+                need,
+                g.viewport().width(),
+                w.inspector.ratio_plot.titleLabel.text,
+            )
             checked += 1
     assert checked > 10
 
@@ -232,14 +237,14 @@ def test_replaying_a_trace_unticks_a_chat_template_it_did_not_use(qtbot, make_wi
     assert w.replay_mismatch == []
 
 
-def test_a_run_recorded_in_the_window_replays_as_text_on_the_bundled_target(qtbot, bundled_hub, settings_file,
-                                                                            tmp_path):
+def test_a_run_recorded_in_the_window_replays_as_text_on_the_bundled_target(
+    qtbot, bundled_hub, settings_file, tmp_path
+):
     """Item 5: the window recorded no tokenizer and named the bundled target by its folder, so
     each of its runs replayed as token ids with the target menu on 'local target'."""
     from specscope.app.gui import create_app
     from specscope.app.gui.main_window import MainWindow
     from specscope.storage import TraceStore
-
     from tests.app.helpers import wait_idle
 
     create_app()
@@ -271,11 +276,15 @@ def test_tree_notes_and_tags_stay_off_the_node_borders(qtbot, window):
     from PySide6.QtWidgets import QGraphicsSimpleTextItem
 
     from specscope.app.gui.views.tree import _NodeItem
-
     from tests.app.helpers import configure, wait_idle
 
-    configure(window, proposer="draft:small,tree=dynamic:nodes=16,depth=5,topk=4", temperature="1", seed="3",
-              max_new_tokens="16")
+    configure(
+        window,
+        proposer="draft:small,tree=dynamic:nodes=16,depth=5,topk=4",
+        temperature="1",
+        seed="3",
+        max_new_tokens="16",
+    )
     assert window.start_run(), window.last_error
     wait_idle(qtbot, window)
     checked = 0
@@ -284,8 +293,9 @@ def test_tree_notes_and_tags_stay_off_the_node_borders(qtbot, window):
         for node in (i for i in window.tree.scene.items() if isinstance(i, _NodeItem)):
             box = node.mapRectToScene(node.path().boundingRect())
             for t in node.childItems():
-                if isinstance(t, QGraphicsSimpleTextItem) and t.text() and t.text() in ("rejected", "repair", "bonus") \
-                        or isinstance(t, QGraphicsSimpleTextItem) and t.text().startswith("#"):
+                if (
+                    isinstance(t, QGraphicsSimpleTextItem) and t.text() and t.text() in ("rejected", "repair", "bonus")
+                ) or (isinstance(t, QGraphicsSimpleTextItem) and t.text().startswith("#")):
                     assert not t.sceneBoundingRect().intersects(box), (r.index, t.text())
                     checked += 1
     assert checked > 5
@@ -306,8 +316,9 @@ def test_an_empty_compare_lane_says_how_lanes_start_and_fits_its_width(qtbot, ma
     for tl in lanes:
         assert "Compare button" in tl.empty_text and "Run button" not in tl.empty_text
         room = tl.viewport().rect().adjusted(6, 4, -6, -4)
-        need = QFontMetrics(tl.font()).boundingRect(room, int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap),
-                                                    tl.empty_text)
+        need = QFontMetrics(tl.font()).boundingRect(
+            room, int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), tl.empty_text
+        )
         assert need.width() <= room.width() and need.height() <= room.height(), (need, room)
 
 
@@ -317,8 +328,16 @@ def _wheel(widget, steps=-1):
     from PySide6.QtWidgets import QApplication
 
     centre = QPointF(widget.rect().center())
-    event = QWheelEvent(centre, QPointF(widget.mapToGlobal(centre.toPoint())), QPoint(0, 0), QPoint(0, 120 * steps),
-                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    event = QWheelEvent(
+        centre,
+        QPointF(widget.mapToGlobal(centre.toPoint())),
+        QPoint(0, 0),
+        QPoint(0, 120 * steps),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(widget, event)
 
 
@@ -332,8 +351,9 @@ def test_the_wheel_scrolls_the_run_panel_not_the_menu_under_the_pointer(qtbot, m
     w.resize(1024, 700)
     qtbot.wait(200)
     area = next(a for a in w.findChildren(QScrollArea) if a.widget() is w.run_panel)
-    boxes = [b for b in w.run_panel.findChildren(QComboBox) if b.isEnabled()] + \
-        [b for b in w.compare.findChildren(QComboBox)]
+    boxes = [b for b in w.run_panel.findChildren(QComboBox) if b.isEnabled()] + [
+        b for b in w.compare.findChildren(QComboBox)
+    ]
     assert len(boxes) >= 6
     for box in boxes:
         before = box.currentIndex()

@@ -48,8 +48,9 @@ def test_drop_a_trace_file_opens_it(qtbot, make_window, tmp_path):
     r = make_window(store_path=str(tmp_path / "other.sqlite"))
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(store)])
-    event = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                       Qt.KeyboardModifier.NoModifier)
+    event = QDropEvent(
+        QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     r.dropEvent(event)
     qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
     assert r.mode == "replay" and r.model.output_tokens == w.model.output_tokens
@@ -94,10 +95,15 @@ def test_launch_opens_a_trace_and_returns_the_exit_code(qtbot, make_window, tmp_
     configure(w, max_new_tokens="10")
     w.start_run()
     wait_idle(qtbot, w)
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "config"),
-               SPECSCOPE_DB=str(tmp_path / "launch-default.sqlite"))
-    proc = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT, store], env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        SPECSCOPE_DB=str(tmp_path / "launch-default.sqlite"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", LAUNCH_SCRIPT, store], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
     assert line.split()[1:] == ["replay", str(len(w.model.rounds)), "True"]

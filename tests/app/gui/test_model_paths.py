@@ -16,8 +16,8 @@ import pytest
 
 from specscope.app.cli import main
 from specscope.app.gui.model.settings import proposer_choices, spec_of_run, validate
-from specscope.core.loading import catalog, models as loading
-
+from specscope.core.loading import catalog
+from specscope.core.loading import models as loading
 from tests.app.helpers import configure, wait_idle
 
 SAMPLER = {"k": "4", "temperature": "0", "top_k": "0", "top_p": "1.0", "seed": "0", "max_new_tokens": "8"}
@@ -28,8 +28,9 @@ def smollm2_fetched() -> bool:
     return model is not None and catalog.cached_checkpoint(model) is not None
 
 
-needs_smollm2 = pytest.mark.skipif(not smollm2_fetched(), reason="SmolLM2 is not fetched here "
-                                                                 "(`specscope models fetch smollm2`)")
+needs_smollm2 = pytest.mark.skipif(
+    not smollm2_fetched(), reason="SmolLM2 is not fetched here (`specscope models fetch smollm2`)"
+)
 
 
 # ---------------------------------------------------------------------------- item 1
@@ -73,8 +74,10 @@ def test_a_shipped_head_is_reproducible_and_reruns_as_the_targets_own():
     recorded = {"spec": "eagle3:eagle3-smollm2", "head": "bundled:eagle3-smollm2", "draw": "sampled"}
     assert spec_of_run("eagle3", recorded, "bundled:eagle3-smollm2", "smollm2") == "eagle3"
     assert spec_of_run("eagle3", recorded, "bundled:eagle3-smollm2", "specscope/target") == "eagle3:eagle3-smollm2"
-    assert spec_of_run("draft", {"spec": "draft:smollm2-draft"}, "specscope/smollm2-draft", "smollm2") \
+    assert (
+        spec_of_run("draft", {"spec": "draft:smollm2-draft"}, "specscope/smollm2-draft", "smollm2")
         == "draft:smollm2-draft"
+    )
 
 
 # ---------------------------------------------------------------------------- item 2
@@ -110,8 +113,25 @@ def test_compare_with_plain_greedy_uses_the_runs_own_target(qtbot, window, gguf_
 @needs_smollm2
 def test_a_cli_chat_run_of_smollm2_replays_as_text_with_its_chat_and_head(qtbot, window, tmp_path):
     store = tmp_path / "cli.sqlite"
-    assert main(["run", "--target", "smollm2", "--proposer", "eagle3", "--chat", "--prompt",
-                 "What is the capital of France?", "--max-new", "8", "--db", str(store)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--target",
+                "smollm2",
+                "--proposer",
+                "eagle3",
+                "--chat",
+                "--prompt",
+                "What is the capital of France?",
+                "--max-new",
+                "8",
+                "--db",
+                str(store),
+            ]
+        )
+        == 0
+    )
     assert window.open_trace(str(store))
     qtbot.waitUntil(lambda: window.replay_loaded, timeout=60_000)
     # the run picker's prompt column: the user's turn, not the bundled tokenizer's garbage
@@ -132,10 +152,12 @@ def test_a_run_of_another_tokenizer_is_never_decoded_with_the_bundled_one(qtbot,
     from specscope.app.gui.controllers.replay_panel import ReplayPanel
     from specscope.storage import ModelInfo
 
-    info = SimpleNamespace(prompt_text=None, run_id="x" * 32,
-                           models=ModelInfo(target_name="smollm2-elsewhere", tokenizer_name="smollm2-elsewhere",
-                                            tokenizer_hash="ab" * 32),
-                           config=SimpleNamespace(vocab_size=49152, prompt_ids=(1, 9690, 314), unrecorded=()))
+    info = SimpleNamespace(
+        prompt_text=None,
+        run_id="x" * 32,
+        models=ModelInfo(target_name="smollm2-elsewhere", tokenizer_name="smollm2-elsewhere", tokenizer_hash="ab" * 32),
+        config=SimpleNamespace(vocab_size=49152, prompt_ids=(1, 9690, 314), unrecorded=()),
+    )
     panel = ReplayPanel(SimpleNamespace(hub=bundled_hub))
     assert panel.decode_prompt(info) is None
 
@@ -156,8 +178,14 @@ def _cli_check(store) -> dict:
 def _key(f) -> tuple:
     get = (lambda k: f[k]) if isinstance(f, dict) else (lambda k: getattr(f, k))
     orderable = lambda v: -1 if v is None else v  # noqa: E731
-    return (get("round"), orderable(get("position")), get("rule"), get("message"), orderable(get("node")),
-            get("severity"))
+    return (
+        get("round"),
+        orderable(get("position")),
+        get("rule"),
+        get("message"),
+        orderable(get("node")),
+        get("severity"),
+    )
 
 
 def shown_findings(window) -> list[tuple]:
@@ -201,8 +229,10 @@ def test_a_stored_comparisons_round_tab_shows_p_for_an_accepted_greedy_node(qtbo
     w.compare.set_side(0, "draft-small", 4)
     w.compare.set_side(1, "draft-tiny", 2)
     w.runs.start_compare()
-    qtbot.waitUntil(lambda: all(r.stop_reason for r in w.compare_session.results)
-                    and w.compare_controller.state == "idle", timeout=60_000)
+    qtbot.waitUntil(
+        lambda: all(r.stop_reason for r in w.compare_session.results) and w.compare_controller.state == "idle",
+        timeout=60_000,
+    )
     runs = [m.config.run_id for m in w.compare_session.models]
     r = make_window(store_path=str(tmp_path / "other.sqlite"))
     assert r.traces.compare_stored(str(store), *runs)

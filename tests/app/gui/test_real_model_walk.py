@@ -17,15 +17,24 @@ import json
 import pytest
 
 from specscope.app.cli import main
-
 from tests.app.conftest import dispose
-from tests.app.helpers import wait_idle
 from tests.app.gui.test_model_paths import _key, needs_smollm2, shown_findings
+from tests.app.helpers import wait_idle
 
 pytestmark = pytest.mark.real_model
 
-SAMPLER = {"k": "4", "temperature": "0", "top_k": "0", "top_p": "1.0", "seed": "0", "eos": "auto", "device": "cpu",
-           "system": "", "stop_strings": "", "stop_ids": ""}
+SAMPLER = {
+    "k": "4",
+    "temperature": "0",
+    "top_k": "0",
+    "top_p": "1.0",
+    "seed": "0",
+    "eos": "auto",
+    "device": "cpu",
+    "system": "",
+    "stop_strings": "",
+    "stop_ids": "",
+}
 
 
 def cli_check(store, run_id: str) -> dict:
@@ -73,8 +82,14 @@ def compare(qtbot, window, a: str, b: str) -> list:
     window.compare.set_side(2, None, 4)
     window.runs.start_compare()
     session = window.compare_session
-    qtbot.waitUntil(lambda: len(session.results) == 2 and all(r.stop_reason for r in session.results)
-                    and window.compare_controller.state == "idle", timeout=300_000)
+    qtbot.waitUntil(
+        lambda: (
+            len(session.results) == 2
+            and all(r.stop_reason for r in session.results)
+            and window.compare_controller.state == "idle"
+        ),
+        timeout=300_000,
+    )
     assert window.last_error is None and not any(e.text() for e in window.compare.errors), window.last_error
     qtbot.waitUntil(lambda: all(r is not None and r != "checking" for r in session.references), timeout=120_000)
     assert all(not isinstance(r, str) and r.identical for r in session.references), session.references
@@ -169,10 +184,30 @@ def test_smollm2_walk(qtbot, smollm2_window, tmp_path, monkeypatch):
     replay_window_run(qtbot, window, prompt)
     # 5. a run recorded by the CLI with a deliberate bug, replayed
     store = tmp_path / "cli.sqlite"
-    assert main(["run", "--target", "smollm2", "--proposer", "draft", "--chat", "--prompt", prompt, "--max-new", "10",
-                 "--fault", "target-crop-off-by-one", "--db", str(store)]) == 0
-    replay_cli_run(qtbot, window, store, {"prompt": prompt, "chat": "on", "target": "smollm2",
-                                          "proposer": "draft:smollm2-draft"})
+    assert (
+        main(
+            [
+                "run",
+                "--target",
+                "smollm2",
+                "--proposer",
+                "draft",
+                "--chat",
+                "--prompt",
+                prompt,
+                "--max-new",
+                "10",
+                "--fault",
+                "target-crop-off-by-one",
+                "--db",
+                str(store),
+            ]
+        )
+        == 0
+    )
+    replay_cli_run(
+        qtbot, window, store, {"prompt": prompt, "chat": "on", "target": "smollm2", "proposer": "draft:smollm2-draft"}
+    )
     assert any(f.rule == "target-cache" for f in window.findings.findings)
 
 
@@ -222,6 +257,28 @@ def test_gguf_walk(qtbot, window, gguf_pair, tmp_path, monkeypatch):
     plain_greedy(window, monkeypatch)
     compare(qtbot, window, f"draft:{draft}", "lookup")
     store = tmp_path / "cli.sqlite"
-    assert main(["run", "--target", target, "--draft", draft, "--prompt", prompt, "--max-new", "12", "--eos-id",
-                 "none", "--k", "3", "--fault", "target-crop-off-by-one", "--db", str(store)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--target",
+                target,
+                "--draft",
+                draft,
+                "--prompt",
+                prompt,
+                "--max-new",
+                "12",
+                "--eos-id",
+                "none",
+                "--k",
+                "3",
+                "--fault",
+                "target-crop-off-by-one",
+                "--db",
+                str(store),
+            ]
+        )
+        == 0
+    )
     replay_cli_run(qtbot, window, store, {"prompt": prompt, "chat": ""})

@@ -74,8 +74,8 @@ def test_threads_default_setting_and_status_bar(qtbot, window):
 
 
 def test_cli_threads_and_open_run(monkeypatch, tmp_path, hub):
-    from specscope.app.cli import entry as cli
     from specscope.app import gui
+    from specscope.app.cli import entry as cli
     from specscope.core import DraftModelProposer, SpeculativeDecoder
     from specscope.storage import TraceStore, TraceWriter
 
@@ -119,9 +119,17 @@ def test_drafts_after_an_accepted_eos_are_said_to_be(qtbot, window):
     assert window.start_run()
     wait_idle(qtbot, window)
     # an accepted draft token (not the round's last node) that the output has not emitted before
-    eos = next((n.token for r in window.model.rounds for n in r.nodes[:-1] if n.status == "accepted"
-                and r.tokens.count(n.token) == 1 and n.token not in window.model.output_tokens[:r.emitted_before]),
-               None)
+    eos = next(
+        (
+            n.token
+            for r in window.model.rounds
+            for n in r.nodes[:-1]
+            if n.status == "accepted"
+            and r.tokens.count(n.token) == 1
+            and n.token not in window.model.output_tokens[: r.emitted_before]
+        ),
+        None,
+    )
     assert eos is not None
     configure(window, temperature="0", max_new_tokens="40", eos=str(eos))
     assert window.start_run()

@@ -38,8 +38,16 @@ def _wheel(widget, steps=-1):
     from PySide6.QtWidgets import QApplication
 
     centre = QPointF(widget.rect().center())
-    event = QWheelEvent(centre, QPointF(widget.mapToGlobal(centre.toPoint())), QPoint(0, 0), QPoint(0, 120 * steps),
-                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    event = QWheelEvent(
+        centre,
+        QPointF(widget.mapToGlobal(centre.toPoint())),
+        QPoint(0, 0),
+        QPoint(0, 120 * steps),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(widget, event)
 
 
@@ -55,8 +63,12 @@ def test_scrolling_the_run_panel_turns_no_field_it_passes_over_even_one_clicked_
     w.run_panel.set_texts({"tree": "3,2,1"})  # the Children menu is enabled for a tree
     qtbot.wait(200)
     area = next(a for a in w.findChildren(QScrollArea) if a.widget() is w.run_panel)
-    boxes = w.run_panel.findChildren(QComboBox) + w.run_panel.findChildren(QAbstractSpinBox) + \
-        w.compare.findChildren(QComboBox) + w.compare.findChildren(QAbstractSpinBox)
+    boxes = (
+        w.run_panel.findChildren(QComboBox)
+        + w.run_panel.findChildren(QAbstractSpinBox)
+        + w.compare.findChildren(QComboBox)
+        + w.compare.findChildren(QAbstractSpinBox)
+    )
     assert w.run_panel.children_mode in boxes and len(boxes) >= 8
     for box in boxes:
         box.setEnabled(True)
@@ -145,7 +157,6 @@ def test_runs_without_a_path_lists_the_default_store_and_says_which(tmp_path, mo
     from specscope.app.cli.entry import main
     from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
     from specscope.storage import TraceStore, TraceWriter
-
     from tests.tiny_models import noisy_copy, tiny_lm
 
     store = tmp_path / "default.sqlite"
@@ -154,8 +165,9 @@ def test_runs_without_a_path_lists_the_default_store_and_says_which(tmp_path, mo
     out = capsys.readouterr()
     assert "does not exist yet" in out.out and str(store) in out.out
     target = tiny_lm("llama", seed=3)
-    dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.2)), k=3,
-                             sampling=SamplingConfig(temperature=0))
+    dec = SpeculativeDecoder(
+        target, DraftModelProposer(noisy_copy(target, 0.2)), k=3, sampling=SamplingConfig(temperature=0)
+    )
     config = dec.run_config([3, 9, 27], 8)
     with TraceStore(store) as s, TraceWriter(s, config) as writer:
         writer.record(dec.rounds([3, 9, 27], 8, config=config))
@@ -169,6 +181,7 @@ def test_a_first_start_fills_the_screen(qtbot, hub, settings_file, tmp_path, mon
     1024x700): it fills the screen's free area now."""
     from PySide6.QtCore import QRect
     from PySide6.QtGui import QScreen
+
     from specscope.app.gui import create_app
     from specscope.app.gui.main_window import MainWindow
 
@@ -214,8 +227,9 @@ def test_leaked_tokens_are_marked_and_a_stop_finding_selects_the_stop_token(qtbo
     clean = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=0))
     tokens = clean.generate(prompt, 24).new_tokens
     for eos in dict.fromkeys(tokens):  # an EOS inside an accepted block, tokens after it in its round
-        dec = faulty_decoder("eos-leak", target, DraftModelProposer(draft), k=4,
-                             sampling=SamplingConfig(temperature=0), eos_token_id=eos)
+        dec = faulty_decoder(
+            "eos-leak", target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=0), eos_token_id=eos
+        )
         out = dec.generate(prompt, 24)
         if dec.fault_rounds:
             break

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from tests.app.helpers import configure, wait_idle
 from tests.app.gui.sessions.test_replay import record_live
+from tests.app.helpers import configure, wait_idle
 
 
 def test_keys_go_to_the_active_session(qtbot, make_window, tmp_path):

@@ -8,7 +8,6 @@ from PySide6.QtWidgets import QMessageBox
 
 from specscope.app.gui import theme
 from specscope.app.gui.sessions.worker import IDLE, PAUSED
-
 from tests.app.helpers import configure, wait_idle
 
 
@@ -26,8 +25,9 @@ def test_run_fills_timeline_inspector_tree_and_plots(qtbot, window):
     tl.viewport().grab()
     # Click the first rejected draft token in the timeline: inspector shows that round.
     r = next(r for r in model.rounds if r.rejected_node is not None)
-    cell = next(i for i in range(len(model.cells))
-                if model.cells.round[i] == r.index and model.cells.kind[i] == theme.REJECTED)
+    cell = next(
+        i for i in range(len(model.cells)) if model.cells.round[i] == r.index and model.cells.kind[i] == theme.REJECTED
+    )
     tl.ensure_cell_visible(cell)
     rect = tl.cell_rect(cell)
     qtbot.mouseClick(tl.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
@@ -85,7 +85,7 @@ def test_bad_settings_are_explained_next_to_the_field(qtbot, window):
     qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.wait(50)
     errors = window.run_panel.errors
-    assert errors["k"].isVisible() and "k (draft length) must be at least 1, got 0" == errors["k"].text()
+    assert errors["k"].isVisible() and errors["k"].text() == "k (draft length) must be at least 1, got 0"
     assert errors["top_p"].isVisible() and "(0, 1]" in errors["top_p"].text()
     assert errors["prompt"].text()
     assert not errors["seed"].text()

@@ -17,10 +17,9 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from specscope.app.gui.controllers import trace_dialogs
 from specscope.storage import SCHEMA_VERSION
-
-from tests.app.helpers import configure, wait_idle
-from tests.app.gui.controllers.test_replay_panel import _stored_runs
 from tests.app.cli.test_reliability_stores import _as_nobody, digest, files_in
+from tests.app.gui.controllers.test_replay_panel import _stored_runs
+from tests.app.helpers import configure, wait_idle
 
 
 def _chattr(flag: str, *paths: Path) -> bool:
@@ -56,8 +55,11 @@ def pick_in_order(monkeypatch, run_ids):
     picks = iter(run_ids)
     monkeypatch.setattr(trace_dialogs, "pick_run", lambda *a, **k: next(picks))
     labels = iter([0, 1])
-    monkeypatch.setattr(QInputDialog, "getItem",
-                        staticmethod(lambda parent, title, label, items, current, editable: (items[next(labels)], True)))
+    monkeypatch.setattr(
+        QInputDialog,
+        "getItem",
+        staticmethod(lambda parent, title, label, items, current, editable: (items[next(labels)], True)),
+    )
     shown = []
     monkeypatch.setattr(QMessageBox, "information", staticmethod(lambda parent, title, text: shown.append(text)))
     return shown
@@ -71,8 +73,11 @@ def open_by_file_menu(window, path, monkeypatch):
 def open_by_drop(window, path, monkeypatch):
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(path))])
-    window.dropEvent(QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                                Qt.KeyboardModifier.NoModifier))
+    window.dropEvent(
+        QDropEvent(
+            QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+        )
+    )
 
 
 def open_by_command(window, path, monkeypatch):
@@ -235,8 +240,7 @@ def test_a_window_run_outlasts_a_locked_store_and_says_it_waits(qtbot, make_wind
 
 
 def test_past_the_wait_the_window_names_the_file_the_run_went_to(qtbot, make_window, tmp_path, monkeypatch):
-    window, db, said = _record_while_locked(qtbot, make_window, tmp_path, monkeypatch, 6,
-                                            SPECSCOPE_LOCK_WAIT_S="1")
+    window, db, said = _record_while_locked(qtbot, make_window, tmp_path, monkeypatch, 6, SPECSCOPE_LOCK_WAIT_S="1")
     qtbot.waitUntil(lambda: window.last_error is not None, timeout=30000)
     [spilled] = tmp_path.glob("locked.sqlite.*.jsonl")
     assert str(spilled) in window.last_error and "specscope import" in window.last_error

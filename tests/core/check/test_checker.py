@@ -9,7 +9,6 @@ import pytest
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import RULES, Finding, check_run, first_bad_round, recompute_findings
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 SETTINGS = [
@@ -54,13 +53,22 @@ def runs(models, decoder_factory, eos, seeds=range(6)):
 def test_clean_runs_have_no_findings(models, eos_id):
     target = models[0]
     count = 0
-    for _, out in runs(models, lambda t, d, cfg, eos: SpeculativeDecoder(t, DraftModelProposer(d), k=4, sampling=cfg, eos_token_id=eos), eos_id):
+    for _, out in runs(
+        models,
+        lambda t, d, cfg, eos: SpeculativeDecoder(t, DraftModelProposer(d), k=4, sampling=cfg, eos_token_id=eos),
+        eos_id,
+    ):
         findings = check_run(out.config, out.rounds)
         assert findings == [], [str(f) for f in findings[:3]]
         count += 1
     assert count == len(SETTINGS) * 2 * 6 * 2
     # Deep replay agrees with clean traces too (a sample: it does full forwards).
-    for _, out in runs(models, lambda t, d, cfg, eos: SpeculativeDecoder(t, DraftModelProposer(d), k=4, sampling=cfg, eos_token_id=eos), eos_id, seeds=range(1)):
+    for _, out in runs(
+        models,
+        lambda t, d, cfg, eos: SpeculativeDecoder(t, DraftModelProposer(d), k=4, sampling=cfg, eos_token_id=eos),
+        eos_id,
+        seeds=range(1),
+    ):
         assert recompute_findings(out.config, out.rounds, target) == []
 
 
@@ -77,14 +85,22 @@ def test_clean_prompt_lookup_runs_have_no_findings(models):
 @pytest.mark.parametrize("fault", [name for name, f in FAULTS.items() if not f.needs])
 def test_every_fired_fault_is_flagged_at_its_first_round(models, eos_id, fault):
     fired = flagged = 0
-    for dec, out in runs(models, lambda t, d, cfg, eos: faulty_decoder(fault, t, DraftModelProposer(d), k=4, sampling=cfg, eos_token_id=eos), eos_id):
+    for dec, out in runs(
+        models,
+        lambda t, d, cfg, eos: faulty_decoder(fault, t, DraftModelProposer(d), k=4, sampling=cfg, eos_token_id=eos),
+        eos_id,
+    ):
         findings = check_run(out.config, out.rounds)
         if not dec.fault_rounds:
             assert findings == [], f"{fault} did not fire but the checker reported {findings[0]}"
             continue
         fired += 1
         assert findings, f"{fault} fired in round {dec.fault_rounds[0]} but nothing was flagged"
-        assert first_bad_round(findings) == dec.fault_rounds[0], (fault, dec.fault_rounds, [str(f) for f in findings[:2]])
+        assert first_bad_round(findings) == dec.fault_rounds[0], (
+            fault,
+            dec.fault_rounds,
+            [str(f) for f in findings[:2]],
+        )
         flagged += 1
     assert fired >= 5, f"{fault} fired in only {fired} runs: the test does not exercise it"
     assert flagged == fired
@@ -92,7 +108,9 @@ def test_every_fired_fault_is_flagged_at_its_first_round(models, eos_id, fault):
 
 def test_recompute_catches_a_stale_target_cache(models):
     target, draft = models
-    dec = faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=0))
+    dec = faulty_decoder(
+        "target-crop-off-by-one", target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=0)
+    )
     out = dec.generate([1, 2, 3, 4], 30)
     assert dec.fault_rounds
     # Blind the ordinary cache rule: the deep replay alone still finds the damage.
@@ -103,7 +121,14 @@ def test_recompute_catches_a_stale_target_cache(models):
 
 def test_findings_name_a_known_rule_and_read_as_one_line(models, eos_id):
     target, draft = models
-    dec = faulty_decoder("eos-leak", target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=1.0), eos_token_id=eos_id)
+    dec = faulty_decoder(
+        "eos-leak",
+        target,
+        DraftModelProposer(draft),
+        k=4,
+        sampling=SamplingConfig(temperature=1.0),
+        eos_token_id=eos_id,
+    )
     for seed in range(30):
         out = dec.generate(PROMPTS[0], 40, seed=seed)
         if dec.fault_rounds:

@@ -11,12 +11,11 @@ import pytest
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report, check_run, group_findings
-from specscope.core.sampling.draws import draw_mismatch
 from specscope.core.faults.zoo import faulty_decoder
-from specscope.core.sampling.partial import VectorStats
 from specscope.core.records import EmittedToken, RunEnd
+from specscope.core.sampling.draws import draw_mismatch
+from specscope.core.sampling.partial import VectorStats
 from specscope.storage.codec import PartialDistribution
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 T1 = SamplingConfig(temperature=1.0)
@@ -47,7 +46,7 @@ def run_with(models, cfg, want, seeds=range(60), k=4, max_new=30, draft=None):
 
 
 def with_round(out, i, rnd):
-    return out.rounds[:i] + [rnd] + out.rounds[i + 1:]
+    return out.rounds[:i] + [rnd] + out.rounds[i + 1 :]
 
 
 def partial(dist, n, stats=True, extra=()):
@@ -107,8 +106,10 @@ def test_top_n_draw_replay_flags_a_repair_in_a_top_n_trace(models):
     # a token whose whole CDF interval lies far from the draw, kept in the top-N list
     far = next(int(t) for t in np.argsort(-res) if res[t] > 0 and (cdf[t] < x - 0.05 or cdf[t] - res[t] > x + 0.05))
     top_n = partial(res, 3, extra=[far])
-    nodes = tuple(dataclasses.replace(n, p=partial(n.p, 3, extra=[n.token]), q=partial(n.q, 3, extra=[n.token]))
-                  for n in rnd.nodes)
+    nodes = tuple(
+        dataclasses.replace(n, p=partial(n.p, 3, extra=[n.token]), q=partial(n.q, 3, extra=[n.token]))
+        for n in rnd.nodes
+    )
     clean = dataclasses.replace(rnd, nodes=nodes, residual=partial(res, 3, extra=[rnd.repair.token]))
     assert "draw" not in rules(check_run(out.config, with_round(out, i, clean)[: i + 1]))
     emitted = tuple(dataclasses.replace(e, token=far) if e.kind == "repaired" else e for e in rnd.emitted)
@@ -147,7 +148,9 @@ def test_greedy_argmax_is_checked_from_the_stored_top_1(models):
     p = np.asarray(node.p).copy()
     runner_up = int(np.argsort(-p)[1])
     p[[node.token, runner_up]] = p[[runner_up, node.token]]  # the accepted token is now second
-    nodes = (dataclasses.replace(node, p=partial(p, 4, extra=[node.token]), p_token=float(p[node.token])),) + rnd.nodes[1:]
+    nodes = (dataclasses.replace(node, p=partial(p, 4, extra=[node.token]), p_token=float(p[node.token])),) + rnd.nodes[
+        1:
+    ]
     findings = check_run(out.config, with_round(out, i, dataclasses.replace(rnd, nodes=nodes)))
     assert "greedy" in rules(findings)
     assert any("is not the argmax of p" in f.message for f in findings)
@@ -157,8 +160,10 @@ def test_residual_facts_are_checked_on_top_n_traces(models):
     out, i = run_with(models, T1, lambda r: r.repair is not None)
     rnd = out.rounds[i]
     res = np.asarray(rnd.residual)
-    for stats, words in ((VectorStats(int((res > 0).sum()), -0.01, 1.0), "negative entry"),
-                         (VectorStats(int((res > 0).sum()), 0.0, 0.93), "sums to 0.93")):
+    for stats, words in (
+        (VectorStats(int((res > 0).sum()), -0.01, 1.0), "negative entry"),
+        (VectorStats(int((res > 0).sum()), 0.0, 0.93), "sums to 0.93"),
+    ):
         ids = np.argsort(-res)[:3]
         values = np.zeros_like(res)
         values[ids] = res[ids]
@@ -229,12 +234,20 @@ def test_a_dropped_round_is_one_finding_that_names_both_causes(models):
 
 def test_unrecorded_fields_skip_their_rules_and_say_so(models):
     out, _ = run_with(models, T1, lambda r: r.repair is not None)
-    minimal = dataclasses.replace(out.config, unrecorded=frozenset({"u", "draw", "target_cache", "eos", "budget_stop",
-                                                                    "bonus_withheld"}))
-    stripped = [dataclasses.replace(
-        r, nodes=tuple(dataclasses.replace(n, u=None) for n in r.nodes),
-        emitted=tuple(EmittedToken(e.token, e.kind, e.node, None) for e in r.emitted),
-        budget_stop=False, bonus_withheld=False, eos=False) for r in out.rounds]
+    minimal = dataclasses.replace(
+        out.config, unrecorded=frozenset({"u", "draw", "target_cache", "eos", "budget_stop", "bonus_withheld"})
+    )
+    stripped = [
+        dataclasses.replace(
+            r,
+            nodes=tuple(dataclasses.replace(n, u=None) for n in r.nodes),
+            emitted=tuple(EmittedToken(e.token, e.kind, e.node, None) for e in r.emitted),
+            budget_stop=False,
+            bonus_withheld=False,
+            eos=False,
+        )
+        for r in out.rounds
+    ]
     report = check_report(minimal, stripped)
     assert report.findings == []
     assert {"acceptance-draw", "draw", "target-cache", "budget"} <= set(report.not_checked)

@@ -142,8 +142,9 @@ def test_transformers_engine_runs_are_compared_too(pair, plain):
     assert d.verdict == IDENTICAL and list(d.speculative) == plain
     handle = tie_within_rounding(target, plain[3], (plain[3] + 1) % 64)
     try:
-        d = diverge_run(TransformersEngine(target, kind="assisted", draft=draft, k=4, sampling=GREEDY), target, PROMPT,
-                        BUDGET)
+        d = diverge_run(
+            TransformersEngine(target, kind="assisted", draft=draft, k=4, sampling=GREEDY), target, PROMPT, BUDGET
+        )
     finally:
         handle.remove()
     assert d.verdict == NEAR_TIE and d.position == plain.index(plain[3]), d.reason
@@ -158,8 +159,8 @@ def _stops_in(plain, a: int, strings: bool):
     from specscope.core.decode.stops import Stops
 
     if strings:
-        return Stops(strings=("".join(_piece(t) for t in plain[a:a + 2])[1:],))
-    return Stops(sequences=(tuple(plain[a:a + 2]),))
+        return Stops(strings=("".join(_piece(t) for t in plain[a : a + 2])[1:],))
+    return Stops(sequences=(tuple(plain[a : a + 2]),))
 
 
 @pytest.mark.parametrize("strings", [False, True])
@@ -167,8 +168,9 @@ def test_a_correct_run_with_stops_is_identical_to_plain_decoding_with_them(pair,
     target, draft = pair
     for a in (2, 5):
         stops = _stops_in(plain, a, strings)
-        decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=stops,
-                                     token_piece=_piece)
+        decoder = SpeculativeDecoder(
+            target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=stops, token_piece=_piece
+        )
         d = diverge_run(decoder, target, PROMPT, BUDGET)
         assert d.verdict == IDENTICAL and len(d.plain) < BUDGET, d.reason  # plain decoding stopped there too
 
@@ -180,8 +182,9 @@ def test_each_stop_fault_is_a_logic_bug_at_its_round(pair, plain, name):
     for a in range(1, BUDGET - 3):
         stops = _stops_in(plain, a, strings=name == "stop-per-token")
         budget = a + 3 if name == "budget-before-stop" else BUDGET  # the stop lands in the last round
-        decoder = faulty_decoder(name, target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=stops,
-                                 token_piece=_piece)
+        decoder = faulty_decoder(
+            name, target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=stops, token_piece=_piece
+        )
         d = diverge_run(decoder, target, PROMPT, budget)
         if not decoder.fault_rounds:
             assert d.verdict == IDENTICAL, (name, a, d.reason)
@@ -193,8 +196,9 @@ def test_each_stop_fault_is_a_logic_bug_at_its_round(pair, plain, name):
 
 def test_stop_strings_without_the_tokenizer_are_refused(pair, plain):
     target, draft = pair
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY,
-                                 stops=_stops_in(plain, 2, True), token_piece=_piece)
+    decoder = SpeculativeDecoder(
+        target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=_stops_in(plain, 2, True), token_piece=_piece
+    )
     config = decoder.run_config(PROMPT, BUDGET)
     rounds = list(decoder.start(PROMPT, BUDGET, config=config))
     with pytest.raises(ValueError, match="needs the tokenizer"):

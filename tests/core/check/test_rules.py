@@ -6,8 +6,18 @@ from __future__ import annotations
 import pytest
 
 from specscope.core.check import checker
-from specscope.core.check.rules import (EVERY_CHECK, REGISTRY, ROUND_CHECKS, RULES, SEVERITY, WASTED_WORK,
-                                        WRONG_OUTPUT, Rule, _rules, family_of)
+from specscope.core.check.rules import (
+    EVERY_CHECK,
+    REGISTRY,
+    ROUND_CHECKS,
+    RULES,
+    SEVERITY,
+    WASTED_WORK,
+    WRONG_OUTPUT,
+    Rule,
+    _rules,
+    family_of,
+)
 
 
 def test_each_rule_names_its_severity_and_the_checks_that_produce_it():

@@ -30,7 +30,15 @@ def emitted_rule_names() -> set[str]:
 
 def test_every_rule_the_checker_can_emit_has_a_severity():
     emitted = emitted_rule_names()
-    assert {"budget", "draft-budget", "tree-walk", "residual", "run-end", "internal", "recompute"} <= emitted  # the scan finds them
+    assert {
+        "budget",
+        "draft-budget",
+        "tree-walk",
+        "residual",
+        "run-end",
+        "internal",
+        "recompute",
+    } <= emitted  # the scan finds them
     assert emitted <= set(SEVERITY), sorted(emitted - set(SEVERITY))
     assert set(SEVERITY) == set(RULES)
     assert set(SEVERITY.values()) == {WRONG_OUTPUT, WASTED_WORK}
@@ -41,8 +49,9 @@ def _chain_run(max_new=12, seed=0):
     from tests.tiny_models import noisy_copy, tiny_lm
 
     target = tiny_lm("llama", vocab=64, seed=0, init_range=0.3)
-    dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3)), k=4,
-                             sampling=SamplingConfig(temperature=1.0))
+    dec = SpeculativeDecoder(
+        target, DraftModelProposer(noisy_copy(target, 0.3)), k=4, sampling=SamplingConfig(temperature=1.0)
+    )
     return dec.generate([1, 2, 3, 4], max_new, seed=seed)
 
 

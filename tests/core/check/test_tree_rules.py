@@ -8,7 +8,6 @@ import pytest
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report, first_bad_round
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPTS = [[1, 2, 3, 4], [9, 8, 7], [5, 17, 5, 17, 5], [40]]
@@ -45,8 +44,12 @@ TREE_FAULTS = [name for name, f in FAULTS.items() if f.needs == "tree"]
 
 
 def test_tree_faults_are_in_the_one_list_and_need_a_tree():
-    assert set(TREE_FAULTS) == {"tree-stale-residual", "tree-sibling-mask", "tree-wrong-branch-kv",
-                                "tree-positions-by-index"}
+    assert set(TREE_FAULTS) == {
+        "tree-stale-residual",
+        "tree-sibling-mask",
+        "tree-wrong-branch-kv",
+        "tree-positions-by-index",
+    }
 
 
 @pytest.mark.parametrize("fault", TREE_FAULTS)
@@ -58,7 +61,11 @@ def test_every_fired_tree_fault_is_flagged_at_its_first_round(models, fault):
             assert findings == [], f"{fault} did not fire but the checker reported {findings[0]}"
             continue
         fired += 1
-        assert first_bad_round(findings) == dec.fault_rounds[0], (fault, dec.fault_rounds, [str(f) for f in findings[:2]])
+        assert first_bad_round(findings) == dec.fault_rounds[0], (
+            fault,
+            dec.fault_rounds,
+            [str(f) for f in findings[:2]],
+        )
     assert fired >= 5, f"{fault} fired in only {fired} runs"
 
 
@@ -75,7 +82,7 @@ def test_layout_faults_change_the_greedy_output(models):
 
 
 def _tamper(rnd, **node_changes):
-    (index, changes), = node_changes.items()
+    ((index, changes),) = node_changes.items()
     nodes = list(rnd.nodes)
     i = int(index.removeprefix("n"))
     nodes[i] = dataclasses.replace(nodes[i], **changes)
@@ -87,20 +94,23 @@ def test_tampered_tree_records_are_flagged(models):
     dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2,1", children="sampled"), sampling=SETTINGS[1])
     out = dec.generate(PROMPTS[0], 30, seed=1)
     # a round where a first child was rejected and a later sibling tried
-    at = next(i for i, r in enumerate(out.rounds) if any(u.parent == -1 for u in r.tree.updates)
-              and len(r.tree.tried[0][1]) > 1)
+    at = next(
+        i
+        for i, r in enumerate(out.rounds)
+        if any(u.parent == -1 for u in r.tree.updates) and len(r.tree.tried[0][1]) > 1
+    )
     rnd = out.rounds[at]
     first = rnd.tree.tried[0][1][0]
     # the first child's draw moved below its acceptance probability: the walk accepts it
     flipped = _tamper(rnd, **{f"n{first}": {"u": 0.0}})
-    rounds = out.rounds[:at] + [flipped] + out.rounds[at + 1:]
+    rounds = out.rounds[:at] + [flipped] + out.rounds[at + 1 :]
     findings = check_report(out.config, rounds).findings
     assert findings and findings[0].rule == "tree-walk" and findings[0].round == at
     # a recorded residual update that is not the recomputed one
     update = rnd.tree.updates[0]
     stale = dataclasses.replace(update, p_after=rnd.nodes[first].p)
     tree = dataclasses.replace(rnd.tree, updates=(stale,) + rnd.tree.updates[1:])
-    rounds = out.rounds[:at] + [dataclasses.replace(rnd, tree=tree)] + out.rounds[at + 1:]
+    rounds = out.rounds[:at] + [dataclasses.replace(rnd, tree=tree)] + out.rounds[at + 1 :]
     findings = check_report(out.config, rounds).findings
     assert findings and findings[0].rule == "residual" and findings[0].round == at
 
@@ -114,8 +124,9 @@ def test_top_n_tree_records_keep_what_the_checker_reads(models, cfg):
     for tree, children in TREES:
         runs_ = []
         for vectors in ("full", "top"):
-            dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree, children=children), sampling=cfg,
-                                     seed=2, vectors=vectors)
+            dec = SpeculativeDecoder(
+                target, DraftModelProposer(draft, tree=tree, children=children), sampling=cfg, seed=2, vectors=vectors
+            )
             runs_.append(dec.generate(PROMPTS[0], 20))
         full, top = runs_
         assert full.new_tokens == top.new_tokens

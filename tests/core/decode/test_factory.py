@@ -33,32 +33,35 @@ def test_defaults_validate():
     assert RunSettings().validate() == {}
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("k", 0, "k (draft length) must be at least 1, got 0"),
-    ("k", MAX_K + 1, f"must be at most {MAX_K}"),
-    ("k", 2.5, "must be a whole number"),
-    ("temperature", math.nan, "temperature must be a finite number, got nan"),
-    ("temperature", math.inf, "temperature must be a finite number"),
-    ("temperature", -1.0, "temperature must be at least 0 (0 = greedy), got -1"),
-    ("top_p", math.nan, "top-p must be a finite number"),
-    ("top_p", 0.0, "top-p must lie in (0, 1] (1 = off), got 0"),
-    ("top_p", 1.5, "top-p must lie in (0, 1]"),
-    ("top_p", -1.0, "top-p must lie in (0, 1] (1 = off), got -1"),
-    ("top_k", -1, "top-k must be at least 0, got -1"),
-    ("top_k", INT32_MAX + 1, f"top-k must be at most {INT32_MAX}"),
-    ("seed", -1, "seed must be at least 0"),
-    ("seed", INT64_MAX + 1, f"seed must be at most {INT64_MAX}"),
-    ("max_new_tokens", 0, "max new tokens must be at least 1, got 0"),
-    ("eos", -5, "EOS must be a token id from 0 to"),
-    ("coupling_seed", -1, "coupling seed must be at least 0"),
-    ("top_n", 0, "top-N must be at least 1"),
-    ("vectors", "some", "vectors must be one of auto, full, top"),
-    ("engine", "vllm", "engine must be one of specscope, transformers"),
-    ("fault", "no-such-bug", "unknown fault 'no-such-bug'"),
-    ("proposer", "nope", "unknown proposer 'nope'"),
-    ("proposer", "lookup:max_ngram=0", "proposer: "),
-    ("proposer", "lookup:max_ngram=x", "must be an integer"),
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("k", 0, "k (draft length) must be at least 1, got 0"),
+        ("k", MAX_K + 1, f"must be at most {MAX_K}"),
+        ("k", 2.5, "must be a whole number"),
+        ("temperature", math.nan, "temperature must be a finite number, got nan"),
+        ("temperature", math.inf, "temperature must be a finite number"),
+        ("temperature", -1.0, "temperature must be at least 0 (0 = greedy), got -1"),
+        ("top_p", math.nan, "top-p must be a finite number"),
+        ("top_p", 0.0, "top-p must lie in (0, 1] (1 = off), got 0"),
+        ("top_p", 1.5, "top-p must lie in (0, 1]"),
+        ("top_p", -1.0, "top-p must lie in (0, 1] (1 = off), got -1"),
+        ("top_k", -1, "top-k must be at least 0, got -1"),
+        ("top_k", INT32_MAX + 1, f"top-k must be at most {INT32_MAX}"),
+        ("seed", -1, "seed must be at least 0"),
+        ("seed", INT64_MAX + 1, f"seed must be at most {INT64_MAX}"),
+        ("max_new_tokens", 0, "max new tokens must be at least 1, got 0"),
+        ("eos", -5, "EOS must be a token id from 0 to"),
+        ("coupling_seed", -1, "coupling seed must be at least 0"),
+        ("top_n", 0, "top-N must be at least 1"),
+        ("vectors", "some", "vectors must be one of auto, full, top"),
+        ("engine", "vllm", "engine must be one of specscope, transformers"),
+        ("fault", "no-such-bug", "unknown fault 'no-such-bug'"),
+        ("proposer", "nope", "unknown proposer 'nope'"),
+        ("proposer", "lookup:max_ngram=0", "proposer: "),
+        ("proposer", "lookup:max_ngram=x", "must be an integer"),
+    ],
+)
 def test_each_bad_value_has_one_message_under_its_field(field, value, words):
     errors = RunSettings(**{field: value}).validate()
     assert list(errors) == [field] and words in errors[field], errors
@@ -82,7 +85,10 @@ def test_what_cannot_run_together_is_refused():
 
 def test_messages_name_the_fields_as_the_caller_does():
     errors = RunSettings(k=0, temperature=math.nan).validate(FLAGS)
-    assert errors == {"k": "--k must be at least 1, got 0", "temperature": "--temperature must be a finite number, got nan"}
+    assert errors == {
+        "k": "--k must be at least 1, got 0",
+        "temperature": "--temperature must be a finite number, got nan",
+    }
     with pytest.raises(SettingsError) as caught:
         RunSettings(k=0, temperature=math.nan).check(FLAGS)
     assert str(caught.value) == "--k must be at least 1, got 0; --temperature must be a finite number, got nan"
@@ -92,7 +98,12 @@ def test_messages_name_the_fields_as_the_caller_does():
 def test_build_decoder_makes_each_kind(models):
     chain = build_decoder(RunSettings(k=3, temperature=1.0, seed=7), models)
     assert type(chain) is SpeculativeDecoder and isinstance(chain.proposer, DraftModelProposer)
-    assert (chain.k, chain.seed, chain.sampling, chain.target_name) == (3, 7, SamplingConfig(temperature=1.0), "tiny-target")
+    assert (chain.k, chain.seed, chain.sampling, chain.target_name) == (
+        3,
+        7,
+        SamplingConfig(temperature=1.0),
+        "tiny-target",
+    )
     assert isinstance(build_decoder(RunSettings(proposer="lookup"), models).proposer, PromptLookupProposer)
     assert isinstance(build_decoder(RunSettings(fault="eos-leak"), models), FaultyDecoder)
     engine = build_decoder(RunSettings(engine="transformers", proposer="lookup"), models)
@@ -131,7 +142,7 @@ def test_position_limit_refuses_the_prompt_or_the_budget(models):
     assert run_config(decoder, fits, models, PROMPT).max_new_tokens == limit - len(PROMPT)
     with pytest.raises(SettingsError) as caught:
         run_config(decoder, replace(fits, max_new_tokens=limit), models, PROMPT, names=FLAGS)
-    (field, message), = caught.value.errors.items()
+    ((field, message),) = caught.value.errors.items()
     assert field == "max_new_tokens" and f"needs {limit + len(PROMPT)} positions" in message
     assert f"at most {limit} (max_position_embeddings)" in message
     assert message.endswith(f"--max-new must be at most {limit - len(PROMPT)}")
@@ -155,8 +166,9 @@ def test_the_factory_decodes_what_the_decoder_does(models):
     settings = RunSettings(k=3, temperature=1.0, seed=11, eos_disabled=True, max_new_tokens=20)
     decoder = build_decoder(settings, models)
     built = decoder.start(PROMPT, 20, config=run_config(decoder, settings, models, PROMPT)).drain()
-    direct = SpeculativeDecoder(models.target, DraftModelProposer(models.draft), k=3,
-                                sampling=SamplingConfig(temperature=1.0), seed=11).generate(PROMPT, 20)
+    direct = SpeculativeDecoder(
+        models.target, DraftModelProposer(models.draft), k=3, sampling=SamplingConfig(temperature=1.0), seed=11
+    ).generate(PROMPT, 20)
     assert built.new_tokens == direct.new_tokens and len(built.new_tokens) == 20
 
 

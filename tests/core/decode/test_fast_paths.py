@@ -8,10 +8,10 @@ token, a distribution or a cache length.
 import numpy as np
 import pytest
 import torch
-from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.decode.kv import CachedLM
 from transformers import DynamicCache
 
+from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core.decode.kv import CachedLM
 from tests.tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
 
@@ -33,7 +33,12 @@ class StepwiseGreedyProposer(DraftModelProposer):
 
 def _round_fields(r):
     return (
-        r.tokens, r.k, r.rejected_node, r.bonus_withheld, r.eos, r.draft_forwards,
+        r.tokens,
+        r.k,
+        r.rejected_node,
+        r.bonus_withheld,
+        r.eos,
+        r.draft_forwards,
         (r.target_cache.before, r.target_cache.peak, r.target_cache.after, r.target_cache.pending),
         (r.draft_cache.before, r.draft_cache.peak, r.draft_cache.after, r.draft_cache.pending),
         [(n.token, n.status, n.target_argmax, n.p_token, n.q, n.u) for n in r.nodes],

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-
 from tests.tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
 GREEDY = SamplingConfig(temperature=0)
@@ -25,9 +24,15 @@ def prompts(vocab: int, count: int, seed: int) -> list[list[int]]:
 
 def reference_greedy(model, prompt, max_new, eos=None):
     ids = torch.tensor([prompt])
-    gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, do_sample=False,
-                         eos_token_id=eos, pad_token_id=0)
-    return gen[0, len(prompt):].tolist()
+    gen = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new,
+        do_sample=False,
+        eos_token_id=eos,
+        pad_token_id=0,
+    )
+    return gen[0, len(prompt) :].tolist()
 
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)

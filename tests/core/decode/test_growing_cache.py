@@ -8,7 +8,6 @@ import torch
 from transformers import DynamicCache
 
 from specscope.core.decode.kv import CachedLM, GrowingLayer
-
 from tests.tiny_models import tiny_lm
 
 

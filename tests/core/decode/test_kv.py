@@ -7,7 +7,6 @@ from transformers import DynamicCache
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.decode.kv import CachePolicy
-
 from tests.tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
 
@@ -33,7 +32,7 @@ def RecordingDecoder(*args, **kwargs):
 
     def recording_feed(tokens, keep):
         logits = feed(tokens, keep)
-        draft = list(tokens)[len(tokens) - (keep - 1):] if keep > 1 else []
+        draft = list(tokens)[len(tokens) - (keep - 1) :] if keep > 1 else []
         dec.verified.append((policy.contexts[-1] + draft, logits.cpu().numpy()))
         return logits
 
@@ -59,7 +58,9 @@ def fresh_keys(model, prefix):
 def test_cached_logits_equal_full_recompute_at_every_round(arch, temperature):
     target = tiny_lm(arch, seed=3, init_range=0.3)
     draft = noisy_copy(target, 0.2 if temperature else 0.05)
-    dec = RecordingDecoder(target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=temperature), seed=5)
+    dec = RecordingDecoder(
+        target, DraftModelProposer(draft), k=4, sampling=SamplingConfig(temperature=temperature), seed=5
+    )
     prompt = [3, 9, 27, 17, 51, 25]
     context = list(prompt)
     seen = []
@@ -75,7 +76,7 @@ def test_cached_logits_equal_full_recompute_at_every_round(arch, temperature):
         assert rnd.target_cache.pending == tuple(context[committed:])
         assert rnd.target_cache.peak == len(sequence)
         assert rnd.draft_cache.after == dec.proposer.lm.processed == min(committed, rnd.draft_cache.peak)
-        assert rnd.draft_cache.pending == tuple(context[rnd.draft_cache.after:])
+        assert rnd.draft_cache.pending == tuple(context[rnd.draft_cache.after :])
         # Nothing of a rejected suffix survives: the cache equals a fresh prefix forward.
         kept = dec.target_lm.cache.layers[0].keys
         torch.testing.assert_close(kept, fresh_keys(target, context[:committed]), atol=1e-5, rtol=0)
@@ -106,7 +107,9 @@ def test_no_cache_mode_matches_cached_mode():
     draft = noisy_copy(target, 0.05)
     prompt = [7, 8, 9, 10]
     cached = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0))
-    uncached = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0), use_cache=False)
+    uncached = SpeculativeDecoder(
+        target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=0), use_cache=False
+    )
     a = cached.generate(prompt, 30)
     b = uncached.generate(prompt, 30)
     assert a.new_tokens == b.new_tokens

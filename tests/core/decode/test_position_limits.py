@@ -23,9 +23,19 @@ GREEDY = SamplingConfig(temperature=0)
 
 def gpt2(positions: int, noise: float = 0.0) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=positions,
-                                       initializer_range=0.3, bos_token_id=None, eos_token_id=None,
-                                       pad_token_id=None)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=64,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=positions,
+            initializer_range=0.3,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=None,
+        )
+    ).eval()
     if noise:
         gen = torch.Generator().manual_seed(1)
         with torch.no_grad():
@@ -41,9 +51,16 @@ def models():
     return Models(gpt2(LIMIT), target_name="target24", draft=gpt2(LIMIT, noise=0.05), draft_name="draft24")
 
 
-SHAPES = [("specscope", "draft", 4), ("specscope", "draft", 1), ("specscope", "draft:d,tree=3,2,1", 4),
-          ("specscope", "draft:d,tree=2,2,2,2,2,2", 4), ("specscope", "draft:d,tree=dynamic:nodes=12,depth=8,topk=3", 4),
-          ("specscope", "lookup", 4), ("transformers", "draft", 4), ("transformers", "draft", 1)]
+SHAPES = [
+    ("specscope", "draft", 4),
+    ("specscope", "draft", 1),
+    ("specscope", "draft:d,tree=3,2,1", 4),
+    ("specscope", "draft:d,tree=2,2,2,2,2,2", 4),
+    ("specscope", "draft:d,tree=dynamic:nodes=12,depth=8,topk=3", 4),
+    ("specscope", "lookup", 4),
+    ("transformers", "draft", 4),
+    ("transformers", "draft", 1),
+]
 
 
 @pytest.mark.parametrize("engine, spec, k", SHAPES)
@@ -72,8 +89,9 @@ def test_transformers_prompt_lookup_reads_k_minus_2_positions_past_the_budget(mo
     it would not."""
     extra = k - 2
     fits = LIMIT - len(PROMPT) - extra
-    settings = RunSettings(proposer="lookup", engine="transformers", k=k, temperature=0, max_new_tokens=fits + 1,
-                           eos_disabled=True)
+    settings = RunSettings(
+        proposer="lookup", engine="transformers", k=k, temperature=0, max_new_tokens=fits + 1, eos_disabled=True
+    )
     decoder = build_decoder(settings, models)
     with pytest.raises(SettingsError) as caught:
         run_config(decoder, settings, models, PROMPT)
@@ -89,8 +107,9 @@ def test_a_draft_with_a_smaller_limit_sets_it_in_every_front(models):
     short = Models(models.target, target_name="target24", draft=gpt2(16, noise=0.05), draft_name="draft16")
     fits = 16 - len(PROMPT)
     for engine in ("specscope", "transformers"):
-        settings = RunSettings(proposer="draft", engine=engine, k=4, temperature=0, max_new_tokens=fits + 1,
-                               eos_disabled=True)
+        settings = RunSettings(
+            proposer="draft", engine=engine, k=4, temperature=0, max_new_tokens=fits + 1, eos_disabled=True
+        )
         decoder = build_decoder(settings, short)
         with pytest.raises(SettingsError, match="draft16 reads at most 16"):
             run_config(decoder, settings, short, PROMPT)
@@ -100,9 +119,11 @@ def test_a_draft_with_a_smaller_limit_sets_it_in_every_front(models):
     direct = SpeculativeDecoder(short.target, DraftModelProposer(short.draft, label="draft16"), k=4, sampling=GREEDY)
     with pytest.raises(ValueError, match="draft16 reads at most 16"):
         direct.generate(PROMPT, fits + 1)
-    assert len(SpeculativeDecoder(short.target, PromptLookupProposer(), k=4, sampling=GREEDY).generate(
-        PROMPT, LIMIT - len(PROMPT)).new_tokens) == LIMIT - len(PROMPT)  # no draft model: the target's limit
+    assert len(
+        SpeculativeDecoder(short.target, PromptLookupProposer(), k=4, sampling=GREEDY)
+        .generate(PROMPT, LIMIT - len(PROMPT))
+        .new_tokens
+    ) == LIMIT - len(PROMPT)  # no draft model: the target's limit
     engine = TransformersEngine(short.target, draft=short.draft, k=4, sampling=GREEDY, draft_name="draft16")
     with pytest.raises(ValueError, match="draft16 reads at most 16"):
         engine.generate(PROMPT, fits + 1)
-

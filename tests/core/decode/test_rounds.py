@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from specscope.core import SamplingConfig, SpeculativeDecoder
-
 from tests.core.scripted import ScriptedProposer
 from tests.tiny_models import tiny_lm
 
@@ -23,7 +22,7 @@ def target():
 def reference(target):
     ids = torch.tensor([PROMPT])
     out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=80, do_sample=False, pad_token_id=0)
-    return out[0, len(PROMPT):].tolist()
+    return out[0, len(PROMPT) :].tolist()
 
 
 def scripted(reference, wrong_at=()):

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from specscope.core import (DraftModelProposer, PromptLookupProposer, RunHandle, SamplingConfig, SpeculativeDecoder,
-                            SpecError, build_proposer, parse_spec)
+from specscope.core import (
+    DraftModelProposer,
+    PromptLookupProposer,
+    RunHandle,
+    SamplingConfig,
+    SpecError,
+    SpeculativeDecoder,
+    build_proposer,
+    parse_spec,
+)
 from specscope.core.check.checker import check_run
-from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.core.decode.kv import CachePolicy
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.core.verify.tree import TreeVerifier
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 
@@ -20,13 +27,22 @@ def pair():
     return target, noisy_copy(target, 0.2)
 
 
-@pytest.mark.parametrize("text, kind, arg, params, canonical", [
-    ("draft", "draft", None, {}, "draft"),
-    ("draft:small", "draft", "small", {}, "draft:small"),
-    ("DRAFT:/models/my,draft", "draft", "/models/my,draft", {}, "draft:/models/my,draft"),
-    ("lookup", "lookup", None, {}, "lookup"),
-    ("lookup:max_ngram=4,min_ngram=2", "lookup", None, {"max_ngram": 4, "min_ngram": 2}, "lookup:max_ngram=4,min_ngram=2"),
-])
+@pytest.mark.parametrize(
+    "text, kind, arg, params, canonical",
+    [
+        ("draft", "draft", None, {}, "draft"),
+        ("draft:small", "draft", "small", {}, "draft:small"),
+        ("DRAFT:/models/my,draft", "draft", "/models/my,draft", {}, "draft:/models/my,draft"),
+        ("lookup", "lookup", None, {}, "lookup"),
+        (
+            "lookup:max_ngram=4,min_ngram=2",
+            "lookup",
+            None,
+            {"max_ngram": 4, "min_ngram": 2},
+            "lookup:max_ngram=4,min_ngram=2",
+        ),
+    ],
+)
 def test_specs_parse_and_print_back(text, kind, arg, params, canonical):
     spec = parse_spec(text)
     assert (spec.kind, spec.arg, dict(spec.params)) == (kind, arg, params)
@@ -34,13 +50,16 @@ def test_specs_parse_and_print_back(text, kind, arg, params, canonical):
     assert parse_spec(str(spec)) == spec
 
 
-@pytest.mark.parametrize("text, message", [
-    ("hydra", "unknown proposer 'hydra'; known: draft, lookup, eagle, eagle3, medusa, mtp"),
-    ("lookup:n=3", "has no parameter 'n'"),
-    ("lookup:max_ngram=three", "max_ngram must be an integer"),
-    ("lookup:max_ngram=0", "max_ngram must be an integer >= 1"),
-    ("lookup:small", "takes no model argument"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("hydra", "unknown proposer 'hydra'; known: draft, lookup, eagle, eagle3, medusa, mtp"),
+        ("lookup:n=3", "has no parameter 'n'"),
+        ("lookup:max_ngram=three", "max_ngram must be an integer"),
+        ("lookup:max_ngram=0", "max_ngram must be an integer >= 1"),
+        ("lookup:small", "takes no model argument"),
+    ],
+)
 def test_bad_specs_say_what_is_wrong(text, message):
     with pytest.raises(SpecError, match=message):
         build_proposer(text)
@@ -66,7 +85,11 @@ def test_draft_specs_load_their_model_through_the_given_loader(pair):
 def test_the_trace_records_the_spec(pair):
     target, _ = pair
     dec = SpeculativeDecoder(target, build_proposer("lookup:max_ngram=2"), k=3)
-    assert dec.run_config([1, 2, 3], 5).proposer_params == {"spec": "lookup:max_ngram=2", "max_ngram": 2, "min_ngram": 1}
+    assert dec.run_config([1, 2, 3], 5).proposer_params == {
+        "spec": "lookup:max_ngram=2",
+        "max_ngram": 2,
+        "min_ngram": 1,
+    }
 
 
 def test_bind_refuses_a_proposer_for_another_vocabulary(pair):
@@ -77,8 +100,12 @@ def test_bind_refuses_a_proposer_for_another_vocabulary(pair):
     with pytest.raises(ValueError, match="built for a vocabulary of 48"):
         SpeculativeDecoder(target, PromptLookupProposer(vocab_size=48))
     with pytest.raises(TypeError, match="is not a specscope Proposer: it lacks spec, bind"):
-        SpeculativeDecoder(target, object.__new__(type("Old", (), {"name": "old", "reset": None, "propose": None,
-                                                                     "observe": None, "params": None})))
+        SpeculativeDecoder(
+            target,
+            object.__new__(
+                type("Old", (), {"name": "old", "reset": None, "propose": None, "observe": None, "params": None})
+            ),
+        )
 
 
 def test_run_handle_iterates_rounds_and_keeps_the_result(pair):
@@ -116,8 +143,15 @@ def test_a_decoder_given_the_default_seams_explicitly_is_the_default_decoder(pai
     target, draft = pair
     cfg = SamplingConfig(temperature=0.9, top_k=20)
     a = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=cfg, seed=7).generate([3, 1, 4, 1, 5], 25)
-    b = SpeculativeDecoder(target, DraftModelProposer(draft, cache=CachePolicy()), k=3, sampling=cfg, seed=7,
-                           verifier=TreeVerifier(), target_cache=CachePolicy()).generate([3, 1, 4, 1, 5], 25)
+    b = SpeculativeDecoder(
+        target,
+        DraftModelProposer(draft, cache=CachePolicy()),
+        k=3,
+        sampling=cfg,
+        seed=7,
+        verifier=TreeVerifier(),
+        target_cache=CachePolicy(),
+    ).generate([3, 1, 4, 1, 5], 25)
     assert a.new_tokens == b.new_tokens
     assert [r.target_cache for r in a.rounds] == [r.target_cache for r in b.rounds]
 
@@ -136,9 +170,17 @@ def test_every_fault_is_a_wrapper_that_fires_and_leaves_the_callers_proposer_alo
         prompt = [1, 2, 3, 4, 1, 2, seed]
         if eos_run:
             cfg = SamplingConfig(temperature=0)
-            eos = SpeculativeDecoder(target, DraftModelProposer(target), k=4, sampling=cfg).generate(prompt, 2).new_tokens[1]
+            eos = (
+                SpeculativeDecoder(target, DraftModelProposer(target), k=4, sampling=cfg)
+                .generate(prompt, 2)
+                .new_tokens[1]
+            )
         else:
-            cfg = SamplingConfig(temperature=1.0, top_k=5) if fault != "budget-overshoot" else SamplingConfig(temperature=0)
+            cfg = (
+                SamplingConfig(temperature=1.0, top_k=5)
+                if fault != "budget-overshoot"
+                else SamplingConfig(temperature=0)
+            )
             eos = None
         dec = faulty_decoder(fault, target, proposer, k=4, sampling=cfg, eos_token_id=eos, seed=seed)
         out = dec.generate(prompt, 9 + seed % 5)

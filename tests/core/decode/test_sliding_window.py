@@ -24,12 +24,26 @@ GREEDY = SamplingConfig(temperature=0.0)
 
 
 def _model(kind: str, layers: int, seed: int):
-    from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig,
-                              MistralForCausalLM)
+    from transformers import (
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        MistralConfig,
+        MistralForCausalLM,
+    )
 
     torch.manual_seed(seed)
-    common = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                  num_key_value_heads=2, sliding_window=WINDOW, max_position_embeddings=512)
+    common = dict(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=WINDOW,
+        max_position_embeddings=512,
+    )
     if kind == "mistral":
         model = MistralForCausalLM(MistralConfig(**common))
     elif kind == "gemma2":
@@ -43,8 +57,9 @@ def _model(kind: str, layers: int, seed: int):
 @pytest.fixture(scope="module", params=["mistral", "gemma2", "gemma3"])
 def models(request):
     target = _model(request.param, 3, seed=0)
-    reference = target.generate(torch.tensor([PROMPT]), max_new_tokens=NEW, do_sample=False, eos_token_id=None,
-                                pad_token_id=0)[0, len(PROMPT):].tolist()
+    reference = target.generate(
+        torch.tensor([PROMPT]), max_new_tokens=NEW, do_sample=False, eos_token_id=None, pad_token_id=0
+    )[0, len(PROMPT) :].tolist()
     return request.param, target, reference
 
 
@@ -59,7 +74,9 @@ def test_plain_greedy_past_the_window_equals_transformers_generate(models):
 def test_speculative_greedy_past_the_window_equals_plain_greedy(models, draft_kind, tree, use_cache):
     kind, target, reference = models
     draft = copy.deepcopy(target) if draft_kind == "copy" else _model(kind, 2, seed=1)
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree), k=4, sampling=GREEDY, use_cache=use_cache)
+    decoder = SpeculativeDecoder(
+        target, DraftModelProposer(draft, tree=tree), k=4, sampling=GREEDY, use_cache=use_cache
+    )
     result = decoder.generate(PROMPT, NEW)
     assert result.new_tokens == reference
     if draft_kind == "copy":  # whole blocks accepted: the caches were cropped past the window many times
@@ -75,8 +92,16 @@ def test_prompt_lookup_past_the_window_equals_plain_greedy(models):
 def test_a_model_whose_cache_cannot_be_rolled_back_is_refused_before_decoding():
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model("lfm2", vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention"])
+    config = AutoConfig.for_model(
+        "lfm2",
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        layer_types=["conv", "full_attention"],
+    )
     model = AutoModelForCausalLM.from_config(config).eval()
     with pytest.raises(ValueError, match="cannot decode 'lfm2' models: their LinearAttentionLayer") as err:
         SpeculativeDecoder(model, PromptLookupProposer())

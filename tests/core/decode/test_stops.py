@@ -12,7 +12,6 @@ from specscope.core.decode.stops import StopMatch, Stops, StopTracker
 from specscope.core.engines import TransformersEngine
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.core.records import RunEnd
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 GREEDY = SamplingConfig(temperature=0)
@@ -38,9 +37,10 @@ def plain(pair):
     still exact; transformers' generate is the reference)."""
     target, _ = pair
     ids = torch.tensor([PROMPT])
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=BUDGET, do_sample=False,
-                          pad_token_id=0)
-    return out[0, len(PROMPT):].tolist()
+    out = target.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=BUDGET, do_sample=False, pad_token_id=0
+    )
+    return out[0, len(PROMPT) :].tolist()
 
 
 def text_of(tokens):
@@ -56,9 +56,12 @@ def cut_by_string(tokens, s):
 
 
 def proposers(draft):
-    return {"chain k=1": lambda: (DraftModelProposer(draft), 1), "chain k=4": lambda: (DraftModelProposer(draft), 4),
-            "tree": lambda: (DraftModelProposer(draft, tree="3,2,1"), 4),
-            "lookup": lambda: (PromptLookupProposer(), 3)}
+    return {
+        "chain k=1": lambda: (DraftModelProposer(draft), 1),
+        "chain k=4": lambda: (DraftModelProposer(draft), 4),
+        "tree": lambda: (DraftModelProposer(draft, tree="3,2,1"), 4),
+        "lookup": lambda: (PromptLookupProposer(), 3),
+    }
 
 
 def test_tracker_matches_on_the_text_and_does_not_cut_it():
@@ -81,11 +84,12 @@ def test_greedy_speculative_output_with_a_stop_is_plain_greedy_cut_the_same_way(
     cases += [Stops(strings=(text_of(plain[a:b])[1:-1] or text_of(plain[a:b]),)) for a, b in ((4, 7), (10, 12))]
     for stops in cases:
         proposer, k = proposers(draft)[name]()
-        out = SpeculativeDecoder(target, proposer, k=k, sampling=GREEDY, stops=stops,
-                                 token_piece=piece).generate(PROMPT, BUDGET)
+        out = SpeculativeDecoder(target, proposer, k=k, sampling=GREEDY, stops=stops, token_piece=piece).generate(
+            PROMPT, BUDGET
+        )
         if stops.sequences:
             seq = list(stops.sequences[0])
-            end = next(j for j in range(len(plain)) if plain[max(0, j + 1 - len(seq)):j + 1] == seq)
+            end = next(j for j in range(len(plain)) if plain[max(0, j + 1 - len(seq)) : j + 1] == seq)
             expected = plain[: end + 1]
         else:
             expected = cut_by_string(plain, stops.strings[0])
@@ -102,12 +106,22 @@ def test_greedy_speculative_output_with_a_stop_is_plain_greedy_cut_the_same_way(
 @pytest.mark.parametrize("kind", ["assisted", "lookup"])
 def test_both_engines_emit_the_same_tokens_for_the_same_stop(pair, plain, kind):
     target, draft = pair
-    for stops in [Stops(sequences=(tuple(plain[6:8]),)), Stops(strings=(text_of(plain[9:12])[1:],)),
-                  Stops(sequences=(tuple(plain[20:21]),), strings=("zzzzzzzz",))]:
-        ours = SpeculativeDecoder(target, DraftModelProposer(draft) if kind == "assisted" else PromptLookupProposer(),
-                                  k=3, sampling=GREEDY, stops=stops, token_piece=piece).generate(PROMPT, BUDGET)
-        engine = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops,
-                                    token_piece=piece)
+    for stops in [
+        Stops(sequences=(tuple(plain[6:8]),)),
+        Stops(strings=(text_of(plain[9:12])[1:],)),
+        Stops(sequences=(tuple(plain[20:21]),), strings=("zzzzzzzz",)),
+    ]:
+        ours = SpeculativeDecoder(
+            target,
+            DraftModelProposer(draft) if kind == "assisted" else PromptLookupProposer(),
+            k=3,
+            sampling=GREEDY,
+            stops=stops,
+            token_piece=piece,
+        ).generate(PROMPT, BUDGET)
+        engine = TransformersEngine(
+            target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops, token_piece=piece
+        )
         theirs = engine.generate(PROMPT, BUDGET)
         assert theirs.new_tokens == ours.new_tokens and theirs.stop_reason == ours.stop_reason == "stop"
         assert theirs.rounds[-1].stop.position == len(theirs.rounds[-1].emitted) - 1
@@ -120,7 +134,8 @@ def test_several_eos_ids_each_end_the_output_in_both_engines(pair, plain):
     first = next(t for t in plain[8:] if t not in plain[:8])
     eos = (next(t for t in range(64) if t not in plain), first)  # the first id never comes: the second ends it
     ours = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, eos_token_id=eos).generate(
-        PROMPT, BUDGET)
+        PROMPT, BUDGET
+    )
     assert ours.new_tokens == plain[: plain.index(first) + 1] and ours.stop_reason == "eos"
     assert ours.config.eos_token_ids == eos and ours.config.eos_ids == set(eos)
     theirs = TransformersEngine(target, draft=draft, k=4, sampling=GREEDY, eos_token_id=eos).generate(PROMPT, BUDGET)
@@ -138,7 +153,8 @@ def test_the_checker_flags_a_wrong_stop_record_finish_reason_and_end_count(pair,
     target, draft = pair
     stops = Stops(sequences=(tuple(plain[12:14]),))
     out = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, stops=stops).generate(
-        PROMPT, BUDGET)
+        PROMPT, BUDGET
+    )
     n = len(out.new_tokens)
     rules = lambda rounds, end=None: {f.rule for f in check_report(out.config, rounds, end=end).findings}  # noqa: E731
     assert rules(out.rounds, RunEnd("completed", "budget", n)) == {"finish-reason"}
@@ -152,8 +168,14 @@ def test_the_checker_flags_a_wrong_stop_record_finish_reason_and_end_count(pair,
 
 def test_stop_rules_never_guess_without_the_recorded_stops(pair, plain):
     target, draft = pair
-    out = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY,
-                             stops=Stops(strings=(text_of(plain[5:8])[1:],)), token_piece=piece).generate(PROMPT, BUDGET)
+    out = SpeculativeDecoder(
+        target,
+        DraftModelProposer(draft),
+        k=4,
+        sampling=GREEDY,
+        stops=Stops(strings=(text_of(plain[5:8])[1:],)),
+        token_piece=piece,
+    ).generate(PROMPT, BUDGET)
     blind = dataclasses.replace(out.config, unrecorded=frozenset({"stops"}), stop_strings=())
     report = check_report(blind, out.rounds, end=RunEnd("completed", "stop", len(out.new_tokens)))
     assert report.findings == [] and "stop-leak" in report.not_checked and "finish-reason" in report.not_checked
@@ -175,12 +197,16 @@ def test_every_stop_fault_is_flagged_at_its_first_round(pair, plain, fault):
     fired = 0
     for a in range(2, 30, 5):
         for b in (2, 3):
-            stops = Stops(strings=(text_of(plain[a:a + b])[1:],)) if fault == "stop-per-token" else \
-                Stops(sequences=(tuple(plain[a:a + b]),))
+            stops = (
+                Stops(strings=(text_of(plain[a : a + b])[1:],))
+                if fault == "stop-per-token"
+                else Stops(sequences=(tuple(plain[a : a + b]),))
+            )
             budget = a + b + 1 if fault == "budget-before-stop" else BUDGET  # the stop lands in the last round
             for k in (4,):
-                dec = faulty_decoder(fault, target, DraftModelProposer(draft), k=k, sampling=GREEDY, stops=stops,
-                                     token_piece=piece)
+                dec = faulty_decoder(
+                    fault, target, DraftModelProposer(draft), k=k, sampling=GREEDY, stops=stops, token_piece=piece
+                )
                 out = dec.generate(PROMPT, budget)
                 end = RunEnd("completed", out.stop_reason, len(out.new_tokens))
                 findings = check_report(out.config, out.rounds, end=end).findings
@@ -189,8 +215,15 @@ def test_every_stop_fault_is_flagged_at_its_first_round(pair, plain, fault):
                     continue
                 fired += 1
                 assert first_bad_round(findings) == dec.fault_rounds[0], (fault, [str(f) for f in findings])
-                assert {f.rule for f in findings} <= {"stop-leak", "stop-flag", "stop-budget", "finish-reason",
-                                                       "end-count", "budget", "round-structure"}
+                assert {f.rule for f in findings} <= {
+                    "stop-leak",
+                    "stop-flag",
+                    "stop-budget",
+                    "finish-reason",
+                    "end-count",
+                    "budget",
+                    "round-structure",
+                }
                 assert "stop-leak" in {f.rule for f in findings}
                 # otherwise plausible: every token is the target's own greedy choice
                 assert out.new_tokens == plain[: len(out.new_tokens)]
@@ -203,9 +236,18 @@ def test_sampled_runs_that_stop_check_clean(pair, tree, children):
     sampled = SamplingConfig(temperature=1.0, top_k=20)
     stopped = 0
     for seed in range(4):
-        proposer = DraftModelProposer(draft) if tree is None else DraftModelProposer(draft, tree=tree, children=children)
-        out = SpeculativeDecoder(target, proposer, k=4, sampling=sampled, seed=seed, token_piece=piece,
-                                 stops=Stops(strings=("aa", "cb"), sequences=((5,),))).generate(PROMPT[:3], BUDGET)
+        proposer = (
+            DraftModelProposer(draft) if tree is None else DraftModelProposer(draft, tree=tree, children=children)
+        )
+        out = SpeculativeDecoder(
+            target,
+            proposer,
+            k=4,
+            sampling=sampled,
+            seed=seed,
+            token_piece=piece,
+            stops=Stops(strings=("aa", "cb"), sequences=((5,),)),
+        ).generate(PROMPT[:3], BUDGET)
         stopped += out.stop_reason == "stop"
         report = check_report(out.config, out.rounds, end=RunEnd("completed", out.stop_reason, len(out.new_tokens)))
         assert report.findings == [], [str(f) for f in report.findings]
@@ -288,7 +330,7 @@ def test_a_stop_string_ending_in_a_character_split_across_byte_level_tokens_is_m
     assert expected == last + 1  # "n 😀 o": the token " ok" completes it
     pieces = StopTracker(Stops(strings=("x",)), piece).pieces(ids)
     assert "".join(pieces) == tokenizer.decode(ids) == text  # the pieces are the decoded text
-    assert pieces[ids.index(emoji[0]):last] == ("", "", "") and pieces[last] == "😀"
+    assert pieces[ids.index(emoji[0]) : last] == ("", "", "") and pieces[last] == "😀"
     # the emoji's first two bytes came in one round, the rest in the next: still matched there
     tracker = StopTracker(Stops(strings=("😀",)), piece)
     split = ids.index(emoji[1]) + 1
@@ -315,20 +357,22 @@ def test_both_engines_stop_at_the_token_that_completes_a_split_character(pair, p
     target, draft = pair
     checked = across = 0
     for a in range(2, BUDGET - 3, 3):
-        split = plain[a:a + 3]
+        split = plain[a : a + 3]
         if len(set(split)) < 3:
             continue
         table = {t: LETTERS[t % 26].encode() for t in range(64)}
         table.update({split[0]: EMOJI[:2], split[1]: EMOJI[2:3], split[2]: EMOJI[3:]})
         text = byte_level_text(table)
-        stop = text.joined(plain[a - 1:a]) + "😀"  # the character before, then the emoji
+        stop = text.joined(plain[a - 1 : a]) + "😀"  # the character before, then the emoji
         full = lambda n: b"".join(table[t] for t in plain[:n]).decode("utf-8", errors="replace")  # noqa: E731
         expected = plain[: next(n for n in range(1, len(plain) + 1) if stop in full(n))]
         stops = Stops(strings=(stop,))
-        ours = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=GREEDY, stops=stops,
-                                  token_piece=text).generate(PROMPT, BUDGET)
-        theirs = TransformersEngine(target, kind="assisted", draft=draft, k=3, sampling=GREEDY, stops=stops,
-                                    token_piece=text).generate(PROMPT, BUDGET)
+        ours = SpeculativeDecoder(
+            target, DraftModelProposer(draft), k=3, sampling=GREEDY, stops=stops, token_piece=text
+        ).generate(PROMPT, BUDGET)
+        theirs = TransformersEngine(
+            target, kind="assisted", draft=draft, k=3, sampling=GREEDY, stops=stops, token_piece=text
+        ).generate(PROMPT, BUDGET)
         assert ours.new_tokens == theirs.new_tokens == expected, a
         assert ours.stop_reason == theirs.stop_reason == "stop"
         for out in (ours, theirs):
@@ -348,21 +392,29 @@ def test_plain_decoding_ends_at_the_same_stops_in_both_engines(pair, plain):
     from specscope.core.decode.baseline import plain_generate
 
     target, draft = pair
-    cases = [Stops(sequences=(tuple(plain[6:8]),)), Stops(strings=(text_of(plain[9:12])[1:],)),
-             Stops(sequences=(tuple(plain[20:21]),), strings=("zzzzzzzz",))]
+    cases = [
+        Stops(sequences=(tuple(plain[6:8]),)),
+        Stops(strings=(text_of(plain[9:12])[1:],)),
+        Stops(sequences=(tuple(plain[20:21]),), strings=("zzzzzzzz",)),
+    ]
     for stops in cases:
         reference = plain_generate(target, PROMPT, BUDGET, GREEDY, stops=stops, token_piece=piece)
         assert reference.stop_reason == "stop" and len(reference.new_tokens) < BUDGET, stops
         assert reference.new_tokens == plain[: len(reference.new_tokens)]
         for kind in ("assisted", "lookup"):
-            engine = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops,
-                                        token_piece=piece)
-            assert engine.plain_generate(PROMPT, BUDGET) == engine.generate(PROMPT, BUDGET).new_tokens \
-                == reference.new_tokens, (kind, stops)
+            engine = TransformersEngine(
+                target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops, token_piece=piece
+            )
+            assert (
+                engine.plain_generate(PROMPT, BUDGET)
+                == engine.generate(PROMPT, BUDGET).new_tokens
+                == reference.new_tokens
+            ), (kind, stops)
     # sampled: the unrecorded generate() ends where the recorded one does, seed for seed
     sampled = SamplingConfig(temperature=1.0, top_k=20)
-    engine = TransformersEngine(target, draft=draft, k=4, sampling=sampled, stops=Stops(strings=("aa", "cb")),
-                                token_piece=piece)
+    engine = TransformersEngine(
+        target, draft=draft, k=4, sampling=sampled, stops=Stops(strings=("aa", "cb")), token_piece=piece
+    )
     ends = [engine.generate(PROMPT[:3], BUDGET, seed=seed) for seed in range(4)]
     assert [engine.plain_generate(PROMPT[:3], BUDGET, seed=seed) for seed in range(4)] == [e.new_tokens for e in ends]
     assert sum(e.stop_reason == "stop" for e in ends) >= 2
@@ -384,22 +436,32 @@ def test_a_stop_on_the_last_budget_token_finishes_as_stop_in_both_engines(pair, 
     last token is the finish reason, and that round records both the stop and budget_stop."""
     target, draft = pair
     budget = 20
-    tail = tuple(plain[budget - 3:budget])
-    assert all(tuple(plain[i:i + 3]) != tail for i in range(budget - 3))  # completes only at the last token
-    for stops, eos, reason in [(Stops(sequences=(tail,)), None, "stop"),
-                               (Stops(strings=(text_of(tail)[1:],)), None, "stop"),
-                               (Stops(sequences=(tail,)), plain[budget - 1], "eos")]:
-        if eos is not None and eos in plain[:budget - 1]:
+    tail = tuple(plain[budget - 3 : budget])
+    assert all(tuple(plain[i : i + 3]) != tail for i in range(budget - 3))  # completes only at the last token
+    for stops, eos, reason in [
+        (Stops(sequences=(tail,)), None, "stop"),
+        (Stops(strings=(text_of(tail)[1:],)), None, "stop"),
+        (Stops(sequences=(tail,)), plain[budget - 1], "eos"),
+    ]:
+        if eos is not None and eos in plain[: budget - 1]:
             continue
-        ours = SpeculativeDecoder(target, DraftModelProposer(draft) if kind == "assisted" else PromptLookupProposer(),
-                                  k=3, sampling=GREEDY, stops=stops, token_piece=piece, eos_token_id=eos).generate(
-            PROMPT, budget)
-        theirs = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops,
-                                    token_piece=piece, eos_token_id=eos).generate(PROMPT, budget)
+        ours = SpeculativeDecoder(
+            target,
+            DraftModelProposer(draft) if kind == "assisted" else PromptLookupProposer(),
+            k=3,
+            sampling=GREEDY,
+            stops=stops,
+            token_piece=piece,
+            eos_token_id=eos,
+        ).generate(PROMPT, budget)
+        theirs = TransformersEngine(
+            target, kind=kind, draft=draft, k=3, sampling=GREEDY, stops=stops, token_piece=piece, eos_token_id=eos
+        ).generate(PROMPT, budget)
         for out in (ours, theirs):
             assert out.new_tokens == plain[:budget] and out.stop_reason == reason
             last = out.rounds[-1]
             assert last.budget_stop and (last.stop is not None) == (reason == "stop")
             end = RunEnd("completed", reason, budget)
-            assert [f for f in check_report(out.config, out.rounds, end=end).findings
-                    if f.rule != "acceptance-draw"] == []
+            assert [
+                f for f in check_report(out.config, out.rounds, end=end).findings if f.rule != "acceptance-draw"
+            ] == []

@@ -8,9 +8,8 @@ from transformers import DynamicCache
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.records import TreeRound
-
-from tests.tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 from tests.core.decode.test_greedy_equality import prompts, reference_greedy
+from tests.tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
 GREEDY = SamplingConfig(temperature=0)
 TREES = ["3,2,1,1", "2,2,2,nodes=10", "paths:0;1;2;0.0;0.1;1.0;0.0.0", "dynamic:nodes=12,depth=4,topk=3"]
@@ -39,7 +38,9 @@ def test_greedy_tree_decoding_equals_transformers_generate(models, tree):
             accepted += r.accepted
             rejected += sum(n.status == "rejected" for n in r.nodes)
             # a path that took a sibling other than the first: the tree did something a chain cannot
-            deep += any(r.nodes[i].status == "accepted" and i not in [c[1][0] for c in r.tree.tried] for i in r.tree.path)
+            deep += any(
+                r.nodes[i].status == "accepted" and i not in [c[1][0] for c in r.tree.tried] for i in r.tree.path
+            )
     assert accepted > 0 and rejected > 0 and deep > 0
 
 
@@ -51,10 +52,15 @@ def fresh_keys(model, prefix):
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-@pytest.mark.parametrize("tree, children, temperature", [
-    ("3,2,1", "topk", 0.0), ("3,2,1", "sampled", 1.0), ("2,2,2", "distinct", 1.0),
-    ("dynamic:nodes=10,depth=4,topk=3", "topk", 1.0),
-])
+@pytest.mark.parametrize(
+    "tree, children, temperature",
+    [
+        ("3,2,1", "topk", 0.0),
+        ("3,2,1", "sampled", 1.0),
+        ("2,2,2", "distinct", 1.0),
+        ("dynamic:nodes=10,depth=4,topk=3", "topk", 1.0),
+    ],
+)
 def test_both_caches_equal_a_full_recompute_at_every_round(arch, tree, children, temperature):
     target = tiny_lm(arch, seed=3, init_range=0.3)
     draft = noisy_copy(target, 0.3)
@@ -69,12 +75,14 @@ def test_both_caches_equal_a_full_recompute_at_every_round(arch, tree, children,
         assert rnd.target_cache.after == dec2.target_lm.processed == committed
         assert rnd.target_cache.pending == tuple(context[committed:])
         assert rnd.target_cache.peak == rnd.prefix_len + len(rnd.nodes)
-        torch.testing.assert_close(dec2.target_lm.cache.layers[0].keys, fresh_keys(target, context[:committed]),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            dec2.target_lm.cache.layers[0].keys, fresh_keys(target, context[:committed]), atol=1e-5, rtol=0
+        )
         after = dec2.proposer.lm.processed
         assert rnd.draft_cache.after == after and rnd.prefix_len <= after <= committed
-        torch.testing.assert_close(dec2.proposer.lm.cache.layers[0].keys, fresh_keys(draft, context[:after]),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            dec2.proposer.lm.cache.layers[0].keys, fresh_keys(draft, context[:after]), atol=1e-5, rtol=0
+        )
         # the draft cache at its peak held the prefix and the expanded nodes only
         assert rnd.draft_cache.peak <= rnd.prefix_len + len(rnd.nodes)
         rounds.append(rnd)

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-
 from tests.tiny_models import tiny_lm
 
 

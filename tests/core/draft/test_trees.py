@@ -13,7 +13,6 @@ from specscope.core.draft.trees import (
     tree_mask,
     tree_positions,
 )
-
 from tests.tiny_models import ARCHITECTURES, tiny_lm
 
 
@@ -38,19 +37,22 @@ def test_dynamic():
     assert (spec.kind, spec.nodes, spec.depth, spec.topk) == ("dynamic", 16, 5, 4)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "empty"),
-    ("3,x", "integer"),
-    ("3,0", ">= 1"),
-    ("3,2,size=4", "unexpected 'size=4'"),
-    ("paths:0;0.1", "elder sibling 0.0"),
-    ("paths:1.0;0", "needs its parent 1"),
-    ("paths:0;a", "dot-separated"),
-    ("dynamic:nodes=16,depth=5", "topk=N"),
-    ("dynamic:nodes=0,depth=5,topk=2", ">= 1"),
-    ("bushy:3", "unknown kind"),
-    ("16,16,16", "at most"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty"),
+        ("3,x", "integer"),
+        ("3,0", ">= 1"),
+        ("3,2,size=4", "unexpected 'size=4'"),
+        ("paths:0;0.1", "elder sibling 0.0"),
+        ("paths:1.0;0", "needs its parent 1"),
+        ("paths:0;a", "dot-separated"),
+        ("dynamic:nodes=16,depth=5", "topk=N"),
+        ("dynamic:nodes=0,depth=5,topk=2", ">= 1"),
+        ("bushy:3", "unknown kind"),
+        ("16,16,16", "at most"),
+    ],
+)
 def test_bad_specs_say_what_is_wrong(text, message):
     with pytest.raises(TreeSpecError, match=message):
         parse_tree(text)
@@ -103,8 +105,13 @@ def test_tree_forward_equals_each_path_recomputed(arch):
         pending = prefix[cached:]
         positions = list(range(cached, len(prefix))) + tree_positions(parents, len(prefix))
         mask = tree_mask(ancestor_matrix(parents), cached, len(pending), torch.float64, "cpu")
-        out = model(torch.tensor([pending + tokens]), cache=cache, use_cache=True, attention_mask=mask,
-                    position_ids=torch.tensor([positions]))
+        out = model(
+            torch.tensor([pending + tokens]),
+            cache=cache,
+            use_cache=True,
+            attention_mask=mask,
+            position_ids=torch.tensor([positions]),
+        )
         for i in range(len(tokens)):
             path, node = [], i
             while node >= 0:
@@ -113,5 +120,6 @@ def test_tree_forward_equals_each_path_recomputed(arch):
             full = model(torch.tensor([prefix + path])).logits[0, -1]
             torch.testing.assert_close(out.logits[0, len(pending) + i], full, atol=1e-9, rtol=0)
         # The root row (last pending token) is the prefix's next-token distribution.
-        torch.testing.assert_close(out.logits[0, len(pending) - 1], model(torch.tensor([prefix])).logits[0, -1],
-                                   atol=1e-9, rtol=0)
+        torch.testing.assert_close(
+            out.logits[0, len(pending) - 1], model(torch.tensor([prefix])).logits[0, -1], atol=1e-9, rtol=0
+        )

@@ -15,14 +15,15 @@ import torch
 
 from specscope.core import SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report
-from specscope.core.engines import PrivateAPIChanged, TransformersEngine, check_private_api
-from specscope.core.engines import hf_private
 from specscope.core.draft.proposers import DraftModelProposer, PromptLookupProposer
-
+from specscope.core.engines import PrivateAPIChanged, TransformersEngine, check_private_api, hf_private
 from tests.tiny_models import ARCHITECTURES, noisy_copy, tiny_lm
 
-SAMPLERS = (SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0),
-            SamplingConfig(temperature=0.8, top_k=8, top_p=0.9))
+SAMPLERS = (
+    SamplingConfig(temperature=0.0),
+    SamplingConfig(temperature=1.0),
+    SamplingConfig(temperature=0.8, top_k=8, top_p=0.9),
+)
 
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)
@@ -72,12 +73,20 @@ def test_greedy_equals_specscope_and_plain_greedy(arch_pair, kind):
     greedy = SamplingConfig(temperature=0.0)
     engine = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=greedy)
     for prompt in _prompts(4):
-        ours = SpeculativeDecoder(target, DraftModelProposer(draft) if kind == "assisted" else PromptLookupProposer(),
-                                  k=3, sampling=greedy).generate(prompt, 16).new_tokens
+        ours = (
+            SpeculativeDecoder(
+                target,
+                DraftModelProposer(draft) if kind == "assisted" else PromptLookupProposer(),
+                k=3,
+                sampling=greedy,
+            )
+            .generate(prompt, 16)
+            .new_tokens
+        )
         with torch.inference_mode():
             ids = torch.tensor([prompt])
             plain = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
-        assert engine.generate(prompt, 16).new_tokens == ours == plain[0, len(prompt):].tolist()
+        assert engine.generate(prompt, 16).new_tokens == ours == plain[0, len(prompt) :].tolist()
 
 
 def test_round_contents(llama_pair):
@@ -162,14 +171,32 @@ def test_cli_run_engine_transformers_records_and_checks(tmp_path, capsys, propos
     import json
 
     from specscope.app.cli import main
-
     from tests.tiny_models import save_pair
 
     target_dir, draft_dir = save_pair(tmp_path)
     db = str(tmp_path / "t.sqlite")
-    args = ["run", "--engine", "transformers", "--proposer", proposer, "--target", str(target_dir),
-            "--prompt-ids", "1,2,3,1,2,3,1,2", "--max-new", "12", "--temperature", "1", "--device", "cpu",
-            "--eos-id", "none", "--json", "--db", db]
+    args = [
+        "run",
+        "--engine",
+        "transformers",
+        "--proposer",
+        proposer,
+        "--target",
+        str(target_dir),
+        "--prompt-ids",
+        "1,2,3,1,2,3,1,2",
+        "--max-new",
+        "12",
+        "--temperature",
+        "1",
+        "--device",
+        "cpu",
+        "--eos-id",
+        "none",
+        "--json",
+        "--db",
+        db,
+    ]
     if proposer == "draft":
         args += ["--draft", str(draft_dir)]
     assert main(args) == 0
@@ -183,8 +210,19 @@ def test_cli_run_engine_transformers_records_and_checks(tmp_path, capsys, propos
 def test_cli_rejects_what_the_transformers_engine_cannot_run(capsys):
     from specscope.app.cli import main
 
-    code = main(["run", "--engine", "transformers", "--proposer", "lookup:min_ngram=2", "--prompt-ids", "1,2",
-                 "--device", "cpu"])
+    code = main(
+        [
+            "run",
+            "--engine",
+            "transformers",
+            "--proposer",
+            "lookup:min_ngram=2",
+            "--prompt-ids",
+            "1,2",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code != 0
     assert "min_ngram" in capsys.readouterr().err
 
@@ -215,11 +253,20 @@ def test_bundled_pair_greedy_equals_specscope_and_plain_greedy():
     eos = pair.tokenizer.eos_token_id
     engine = TransformersEngine(pair.target, kind="assisted", draft=pair.draft, k=4, sampling=greedy, eos_token_id=eos)
     result = engine.generate(prompt, 16)
-    ours = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=4, sampling=greedy,
-                              eos_token_id=eos).generate(prompt, 16).new_tokens
+    ours = (
+        SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft), k=4, sampling=greedy, eos_token_id=eos)
+        .generate(prompt, 16)
+        .new_tokens
+    )
     with torch.inference_mode():
         ids = torch.tensor([prompt])
-        plain = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
-                                     eos_token_id=eos, pad_token_id=eos)
-    assert result.new_tokens == ours == plain[0, len(prompt):].tolist()
+        plain = pair.target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=16,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos,
+        )
+    assert result.new_tokens == ours == plain[0, len(prompt) :].tolist()
     assert [f for f in check_report(result.config, result.rounds).findings if not _expected(f)] == []

@@ -10,23 +10,34 @@ import pytest
 
 from specscope.core import SamplingConfig
 from specscope.core.check.checker import check_report
-from specscope.core.sampling.dists import TopDistribution
 from specscope.core.engines import TransformersEngine
 from specscope.core.engines.hf_handover import COMPUTE
+from specscope.core.sampling.dists import TopDistribution
 
 SAMPLERS = (SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0))
 
 
 def _facts(rnd):
     """What two recordings of one round must agree on."""
-    return (rnd.tokens, [n.status for n in rnd.nodes], [round(n.p_token, 12) for n in rnd.nodes],
-            [None if n.q_token is None else round(n.q_token, 12) for n in rnd.nodes], rnd.target_cache,
-            rnd.draft_cache, rnd.rejected_node)
+    return (
+        rnd.tokens,
+        [n.status for n in rnd.nodes],
+        [round(n.p_token, 12) for n in rnd.nodes],
+        [None if n.q_token is None else round(n.q_token, 12) for n in rnd.nodes],
+        rnd.target_cache,
+        rnd.draft_cache,
+        rnd.rejected_node,
+    )
 
 
 def _nothing_attached(target, draft) -> bool:
-    return ("_get_candidate_generator" not in target.__dict__ and not target._forward_hooks
-            and not draft._forward_hooks and not draft._forward_pre_hooks and not COMPUTE.locked())
+    return (
+        "_get_candidate_generator" not in target.__dict__
+        and not target._forward_hooks
+        and not draft._forward_hooks
+        and not draft._forward_pre_hooks
+        and not COMPUTE.locked()
+    )
 
 
 @pytest.mark.parametrize("kind", ["assisted", "lookup"])
@@ -111,8 +122,11 @@ def test_a_drained_run_whose_each_steps_another_run_draws_as_each_alone(llama_pa
 
 
 @pytest.mark.parametrize("kind", ["assisted", "lookup"])
-@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.8, top_k=8, top_p=0.9)],
-                         ids=lambda s: s.describe())
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.8, top_k=8, top_p=0.9)],
+    ids=lambda s: s.describe(),
+)
 def test_top_n_records_agree_with_full_vectors(llama_pair, kind, sampling):
     target, draft = llama_pair
     full = TransformersEngine(target, kind=kind, draft=draft, k=3, sampling=sampling, vectors="full")
@@ -123,8 +137,9 @@ def test_top_n_records_agree_with_full_vectors(llama_pair, kind, sampling):
     assert [_facts(r) for r in a.rounds] == [_facts(r) for r in b.rounds]
     nodes = [(x, y) for ra, rb in zip(a.rounds, b.rounds) for x, y in zip(ra.nodes, rb.nodes)]
     assert nodes and all(isinstance(y.p, TopDistribution) and isinstance(y.q, TopDistribution) for _, y in nodes)
-    assert all(x.overlap == pytest.approx(y.overlap, abs=1e-12) and x.target_argmax == y.target_argmax
-               for x, y in nodes)
+    assert all(
+        x.overlap == pytest.approx(y.overlap, abs=1e-12) and x.target_argmax == y.target_argmax for x, y in nodes
+    )
     for ra, rb in zip(a.rounds, b.rounds):
         assert (ra.residual is None) == (rb.residual is None)
         if rb.residual is not None:

@@ -16,7 +16,6 @@ import time
 import pytest
 
 from specscope.storage import TraceStore
-
 from tests.tiny_models import save_pair
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
@@ -41,13 +40,39 @@ def _stored_rounds(db) -> int:
 def test_signal_cancels_a_transformers_run_and_keeps_its_rounds(tmp_path, signum):
     target, draft = save_pair(tmp_path, noise=0.05)
     db = tmp_path / "runs.sqlite"
-    args = ["run", "--engine", "transformers", "--proposer", "draft", "--target", str(target), "--draft", str(draft),
-            "--prompt-ids", "1,2,3", "--device", "cpu", "--db", str(db), "--max-new", "509", "--k", "1",
-            "--eos-id", "none"]  # k=1, no EOS: hundreds of rounds, long enough to be stopped
+    args = [
+        "run",
+        "--engine",
+        "transformers",
+        "--proposer",
+        "draft",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--prompt-ids",
+        "1,2,3",
+        "--device",
+        "cpu",
+        "--db",
+        str(db),
+        "--max-new",
+        "509",
+        "--k",
+        "1",
+        "--eos-id",
+        "none",
+    ]  # k=1, no EOS: hundreds of rounds, long enough to be stopped
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.pop("PYTHONWARNINGS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "specscope.app.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specscope.app.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while _stored_rounds(db) < 3:
@@ -65,8 +90,11 @@ def test_signal_cancels_a_transformers_run_and_keeps_its_rounds(tmp_path, signum
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING ", "[transformers]"))]
     assert len(lines) == 1, err
-    m = re.fullmatch(r"specscope: cancelled after (\d+) rounds; run (\w+) kept in (.+) as interrupted \(cancelled\) "
-                     r"with (\d+) rounds", lines[0])
+    m = re.fullmatch(
+        r"specscope: cancelled after (\d+) rounds; run (\w+) kept in (.+) as interrupted \(cancelled\) "
+        r"with (\d+) rounds",
+        lines[0],
+    )
     assert m, lines[0]
     decoded, kept = int(m[1]), int(m[4])
     store = TraceStore(str(db), readonly=True)

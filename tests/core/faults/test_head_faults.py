@@ -13,7 +13,6 @@ from specscope.core.check.checker import check_report
 from specscope.core.draft.registry import build_proposer
 from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.core.loading import bundled_path, example_prompts, load_model, load_tokenizer
-
 from tests.tiny_models import tiny_lm
 
 GREEDY = SamplingConfig(temperature=0)
@@ -55,7 +54,6 @@ def test_no_checker_rule_can_see_it_from_the_record(runs):
     assert check_report(faulty.config, faulty.rounds).findings == []
 
 
-
 # --------------------------------------------------------------------------- head confidence
 
 
@@ -67,12 +65,17 @@ def test_every_head_records_its_confidence_greedy_and_sampled(kind, tmp_path):
     from tests.core.head_checkpoints import write_eagle, write_eagle3, write_medusa, write_mtp
 
     target = tiny_lm("llama", seed=0, init_range=0.3, layers=4, vocab=64)
-    write = {"eagle": write_eagle, "eagle3": lambda f, t: write_eagle3(f, t, draft_vocab=40),
-             "medusa": write_medusa, "mtp": write_mtp}[kind]
+    write = {
+        "eagle": write_eagle,
+        "eagle3": lambda f, t: write_eagle3(f, t, draft_vocab=40),
+        "medusa": write_medusa,
+        "mtp": write_mtp,
+    }[kind]
     write(tmp_path, target)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-    sampled = SpeculativeDecoder(target, build_proposer(f"{kind}:{tmp_path}"), k=3,
-                                 sampling=SamplingConfig(temperature=1.0)).generate(prompt, 16, seed=1)
+    sampled = SpeculativeDecoder(
+        target, build_proposer(f"{kind}:{tmp_path}"), k=3, sampling=SamplingConfig(temperature=1.0)
+    ).generate(prompt, 16, seed=1)
     nodes = [n for r in sampled.rounds for n in r.nodes]
     assert nodes and all(n.confidence == pytest.approx(n.q_token, rel=1e-4, abs=1e-6) for n in nodes)
     greedy = SpeculativeDecoder(target, build_proposer(f"{kind}:{tmp_path}"), k=3, sampling=GREEDY).generate(prompt, 16)
@@ -90,14 +93,14 @@ def test_a_head_tree_records_each_nodes_confidence(kind, tree, tmp_path):
     from tests.core.head_checkpoints import write_eagle3, write_medusa, write_mtp
 
     target = tiny_lm("llama", seed=0, init_range=0.3, layers=4, vocab=64)
-    write = {"eagle3": lambda f, t: write_eagle3(f, t, draft_vocab=40), "medusa": write_medusa,
-             "mtp": write_mtp}[kind]
+    write = {"eagle3": lambda f, t: write_eagle3(f, t, draft_vocab=40), "medusa": write_medusa, "mtp": write_mtp}[kind]
     write(tmp_path, target)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     spec = f"{kind}:{tmp_path},tree={tree}"
     if "sampled" in tree:
-        sampled = SpeculativeDecoder(target, build_proposer(spec), k=3,
-                                     sampling=SamplingConfig(temperature=1.0)).generate(prompt, 16, seed=1)
+        sampled = SpeculativeDecoder(
+            target, build_proposer(spec), k=3, sampling=SamplingConfig(temperature=1.0)
+        ).generate(prompt, 16, seed=1)
         nodes = [n for r in sampled.rounds for n in r.nodes]
         assert nodes and all(n.confidence == pytest.approx(n.q_token, rel=1e-4, abs=1e-6) for n in nodes)
     greedy = SpeculativeDecoder(target, build_proposer(spec), k=3, sampling=GREEDY).generate(prompt, 16)

@@ -12,16 +12,33 @@ import pytest
 from transformers import T5Config, T5ForConditionalGeneration, ViTConfig, ViTModel
 
 from specscope.core.loading.models import CheckpointError, load_model
-
 from tests.tiny_models import tiny_lm
 
 
-@pytest.mark.parametrize("make, shape", [
-    (lambda: T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1,
-                                                 num_heads=2)), "an encoder-decoder model"),
-    (lambda: ViTModel(ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                                image_size=8, patch_size=4)), "not a causal language model"),
-])
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (
+            lambda: T5ForConditionalGeneration(
+                T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)
+            ),
+            "an encoder-decoder model",
+        ),
+        (
+            lambda: ViTModel(
+                ViTConfig(
+                    hidden_size=16,
+                    num_hidden_layers=1,
+                    num_attention_heads=2,
+                    intermediate_size=32,
+                    image_size=8,
+                    patch_size=4,
+                )
+            ),
+            "not a causal language model",
+        ),
+    ],
+)
 def test_a_model_that_is_not_a_causal_lm_is_refused_in_one_line(tmp_path, make, shape):
     make().save_pretrained(tmp_path / "m")
     with pytest.raises(CheckpointError) as err:

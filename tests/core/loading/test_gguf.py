@@ -9,8 +9,7 @@ import torch
 pytest.importorskip("gguf")
 
 from specscope.core import PromptLookupProposer, SamplingConfig, SpeculativeDecoder
-from specscope.core.loading import CheckpointError, load_models, load_tokenizer
-from specscope.core.loading import gguf
+from specscope.core.loading import CheckpointError, gguf, load_models, load_tokenizer
 from tests.gguf_files import write_tiny_llama, write_unsupported
 
 
@@ -56,13 +55,16 @@ def test_greedy_decoding_of_a_gguf_equals_transformers_generate_on_the_same_file
     pair = load_models(target=str(tiny_gguf), draft=None, device="cpu")
     assert pair.tokenizer is not None and pair.target.config.vocab_size == 265
     prompt = pair.tokenizer.encode("the thin air in the thin")
-    decoder = SpeculativeDecoder(pair.target, PromptLookupProposer(max_ngram=2), k=3, sampling=SamplingConfig(temperature=0.0))
+    decoder = SpeculativeDecoder(
+        pair.target, PromptLookupProposer(max_ngram=2), k=3, sampling=SamplingConfig(temperature=0.0)
+    )
     ours = decoder.generate(prompt, 24).new_tokens
 
     reference = AutoModelForCausalLM.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name, dtype=torch.float32)
-    out = reference.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False, eos_token_id=None,
-                             pad_token_id=0)
-    assert ours == out[0, len(prompt):].tolist()
+    out = reference.generate(
+        torch.tensor([prompt]), max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    assert ours == out[0, len(prompt) :].tolist()
 
 
 def test_the_tokenizer_comes_from_the_gguf_metadata(converted, tiny_gguf):
@@ -94,13 +96,15 @@ def test_a_file_named_gguf_that_is_not_one_is_refused(tmp_path, cache):
         load_models(target=str(fake), draft=None, device="cpu")
 
 
-def test_a_draft_whose_gguf_tokenizer_differs_from_the_targets_is_refused(tiny_gguf, converted, tmp_path, cache,
-                                                                          monkeypatch):
+def test_a_draft_whose_gguf_tokenizer_differs_from_the_targets_is_refused(
+    tiny_gguf, converted, tmp_path, cache, monkeypatch
+):
     from tests import gguf_files
 
     tokens, types, merges = gguf_files.tokenizer_metadata()
-    monkeypatch.setattr(gguf_files, "tokenizer_metadata",
-                        lambda: (tokens, types, merges[::-1]))  # the same tokens, merged in another order
+    monkeypatch.setattr(
+        gguf_files, "tokenizer_metadata", lambda: (tokens, types, merges[::-1])
+    )  # the same tokens, merged in another order
     other = gguf_files.write_tiny_llama(tmp_path / "other.gguf", seed=1)
     with pytest.raises(ValueError, match="tokenizers differ"):
         load_models(target=str(tiny_gguf), draft=str(other), device="cpu")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from tokenizers import Tokenizer
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specscope.core.loading import models as loading
 from specscope.core.loading.models import (
@@ -50,7 +50,9 @@ def bundled_tokenizer():
 
 
 def _tokenizer_from_json(data: dict, **special) -> PreTrainedTokenizerFast:
-    kwargs = dict(eos_token="<|endoftext|>", bos_token="<|endoftext|>", unk_token="<|endoftext|>", pad_token="<|endoftext|>")
+    kwargs = dict(
+        eos_token="<|endoftext|>", bos_token="<|endoftext|>", unk_token="<|endoftext|>", pad_token="<|endoftext|>"
+    )
     kwargs.update(special)
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(data)), **kwargs)
 
@@ -124,7 +126,9 @@ def test_load_models_resolves_cli_flags(small_pair):
     assert pair.draft_name == "specscope/draft-tiny" and pair.target_name == "specscope/target"
     alone = load_models(target="specscope/target", draft=None, device="cpu")
     assert alone.draft is None
-    by_path = load_models(target=str(loading.bundled_path("target")), draft=str(loading.bundled_path("small")), device="cpu")
+    by_path = load_models(
+        target=str(loading.bundled_path("target")), draft=str(loading.bundled_path("small")), device="cpu"
+    )
     assert by_path.target_path == loading.bundled_path("target").resolve()
 
 
@@ -138,8 +142,13 @@ def test_bundled_pair_runs_in_the_decoder(small_pair):
 
     pair = small_pair
     prompt = pair.tokenizer("import os\n\n\ndef main():\n", add_special_tokens=False)["input_ids"]
-    dec = SpeculativeDecoder(pair.target, DraftModelProposer(pair.draft, label=pair.draft_name), k=3,
-                             eos_token_id=pair.eos_token_id, target_name=pair.target_name)
+    dec = SpeculativeDecoder(
+        pair.target,
+        DraftModelProposer(pair.draft, label=pair.draft_name),
+        k=3,
+        eos_token_id=pair.eos_token_id,
+        target_name=pair.target_name,
+    )
     result = dec.generate(prompt, max_new_tokens=12)
     assert 1 <= len(result.new_tokens) <= 12
     assert result.config.target_name == "specscope/target"
@@ -180,7 +189,9 @@ def test_swapped_token_is_named(tokenizer_json, bundled_tokenizer):
     vocab[a], vocab[b] = vocab[b], vocab[a]
     swapped = _tokenizer_from_json(data)
     assert len(swapped) == len(bundled_tokenizer)  # equal vocabulary size is not enough
-    with pytest.raises(ValueError, match=rf"token {re.escape(repr(a))} has id \d+ in the target tokenizer but id \d+ in the draft"):
+    with pytest.raises(
+        ValueError, match=rf"token {re.escape(repr(a))} has id \d+ in the target tokenizer but id \d+ in the draft"
+    ):
         check_tokenizers(bundled_tokenizer, swapped)
 
 
@@ -188,7 +199,9 @@ def test_different_special_token_is_named(tokenizer_json, bundled_tokenizer):
     (plain,) = _tokens_at(tokenizer_json["model"]["vocab"], 0.6)
     other = _tokenizer_from_json(tokenizer_json, pad_token=plain)
     assert other.get_vocab() == bundled_tokenizer.get_vocab()
-    with pytest.raises(ValueError, match=re.escape(f"special token pad_token: '<|endoftext|>' in the target tokenizer vs {plain!r}")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"special token pad_token: '<|endoftext|>' in the target tokenizer vs {plain!r}")
+    ):
         check_tokenizers(bundled_tokenizer, other)
 
 
@@ -252,8 +265,9 @@ def test_a_qwen2_target_and_a_llama_draft_sharing_a_tokenizer_pair(tmp_path, tok
     """Issue 43: the Qwen2 class adds an NFC normalizer (and its own pre-tokenizer) to a
     tokenizer.json that has none; the Llama class keeps the file as it is. With Qwen2's
     pre-tokenizer in the file, NFC is the only difference: it changes no id of text as given."""
-    qwen2_split = json.loads(loading.load_tokenizer(_shared_tokenizer_pair(tmp_path / "probe", tokenizer_json)[0])
-                             .backend_tokenizer.to_str())["pre_tokenizer"]
+    qwen2_split = json.loads(
+        loading.load_tokenizer(_shared_tokenizer_pair(tmp_path / "probe", tokenizer_json)[0]).backend_tokenizer.to_str()
+    )["pre_tokenizer"]
     data = json.loads(json.dumps(tokenizer_json))
     data["pre_tokenizer"] = qwen2_split
     target, draft = _shared_tokenizer_pair(tmp_path / "shared", data)
@@ -272,8 +286,11 @@ def test_a_model_class_that_changes_ids_is_still_refused(tmp_path, tokenizer_jso
     """The bundled tokenizer.json splits text with GPT-2's rule; the Qwen2 class replaces it with
     its own (digits one by one): the same files give different ids, so the pair is refused."""
     target, draft = _shared_tokenizer_pair(tmp_path, tokenizer_json)
-    with pytest.raises(ValueError, match=r"pre_tokenizer differs \(target vs draft\).* encodes to .* in the target "
-                                         r"tokenizer vs .* in the draft; a draft must share"):
+    with pytest.raises(
+        ValueError,
+        match=r"pre_tokenizer differs \(target vs draft\).* encodes to .* in the target "
+        r"tokenizer vs .* in the draft; a draft must share",
+    ):
         load_pair(target, draft, device="cpu")
 
 
@@ -284,9 +301,17 @@ def _save_random_pair(root: Path, tokenizer, draft_tokenizer=None) -> tuple[Path
     vocab = len(tokenizer)
     torch.manual_seed(0)
     for name, layers, hidden in (("target", 2, 32), ("draft", 1, 16)):
-        cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+        cfg = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.eos_token_id,
+        )
         LlamaForCausalLM(cfg).save_pretrained(root / name)
     tokenizer.save_pretrained(root / "target")
     (draft_tokenizer or tokenizer).save_pretrained(root / "draft")
@@ -350,7 +375,9 @@ def test_example_prompts(bundled_tokenizer):
 
 
 def test_loading_stays_pure():
-    code = ("import sys, specscope.core.loading.models as l; l.example_prompts(); "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'sqlalchemy', 'pyqtgraph', 'sqlite3')]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, specscope.core.loading.models as l; l.example_prompts(); "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'sqlalchemy', 'pyqtgraph', 'sqlite3')]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

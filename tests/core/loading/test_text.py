@@ -11,7 +11,7 @@ class ByteLevel:
     """A byte-level BPE tokenizer's two calls the function uses, over a three-token vocabulary:
     " Paris" and the two bytes of "é" (0xc3 0xa9), each a token of its own."""
 
-    pieces = {0: " Paris".encode(), 1: b"\xc3", 2: b"\xa9"}
+    pieces = {0: b" Paris", 1: b"\xc3", 2: b"\xa9"}
 
     def decode(self, ids):
         return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")

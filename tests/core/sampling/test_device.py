@@ -18,13 +18,12 @@ import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report, first_bad_round
-from specscope.core.sampling.dists import TopDistribution, compact_rows, covering_top_n, keeps_full_vectors
-from specscope.core.faults.zoo import FAULTS, faulty_decoder
-from specscope.core.sampling.partial import VectorStats
 from specscope.core.draft.proposers import PromptLookupProposer
+from specscope.core.faults.zoo import FAULTS, faulty_decoder
 from specscope.core.sampling.device import draft_distribution, process_logits_torch, sample_from_torch
+from specscope.core.sampling.dists import TopDistribution, compact_rows, covering_top_n, keeps_full_vectors
+from specscope.core.sampling.partial import VectorStats
 from specscope.core.sampling.reference import process_logits, sample_from
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 CONFIGS = [
@@ -157,11 +156,21 @@ def test_top_records_decide_exactly_as_full_records(request, models, sampling):
     assert top.new_tokens == full.new_tokens
     for a, b in zip(full.rounds, top.rounds):
         assert [e.__dict__ for e in a.emitted] == [e.__dict__ for e in b.emitted]
-        assert (a.residual_mass, a.eos, a.budget_stop, a.bonus_withheld) == (b.residual_mass, b.eos, b.budget_stop,
-                                                                              b.bonus_withheld)
+        assert (a.residual_mass, a.eos, a.budget_stop, a.bonus_withheld) == (
+            b.residual_mass,
+            b.eos,
+            b.budget_stop,
+            b.bonus_withheld,
+        )
         for x, y in zip(a.nodes, b.nodes):
-            assert (x.status, x.u, x.p_token, x.q_token, x.ratio, x.target_argmax) == \
-                   (y.status, y.u, y.p_token, y.q_token, y.ratio, y.target_argmax)
+            assert (x.status, x.u, x.p_token, x.q_token, x.ratio, x.target_argmax) == (
+                y.status,
+                y.u,
+                y.p_token,
+                y.q_token,
+                y.ratio,
+                y.target_argmax,
+            )
             assert x.overlap == pytest.approx(y.overlap, abs=1e-15) if x.overlap is not None else y.overlap is None
             assert isinstance(x.p, np.ndarray) and isinstance(y.p, TopDistribution)
             for dense, kept in ((x.p, y.p), (x.q, y.q)):
@@ -201,12 +210,23 @@ def test_faults_are_flagged_on_top_records_where_full_records_flag_them(close_pa
     target, draft, frequent_token = close_pair
     fired = 0
     for seed in range(8):
-        for sampling in (SamplingConfig(temperature=0.0), SamplingConfig(temperature=1.0),
-                         SamplingConfig(temperature=0.8, top_k=8)):
+        for sampling in (
+            SamplingConfig(temperature=0.0),
+            SamplingConfig(temperature=1.0),
+            SamplingConfig(temperature=0.8, top_k=8),
+        ):
             firsts, tokens = [], []
             for vectors in ("full", "top"):
-                dec = faulty_decoder(fault, target, DraftModelProposer(draft), k=4, sampling=sampling, seed=seed,
-                                     eos_token_id=frequent_token, vectors=vectors)
+                dec = faulty_decoder(
+                    fault,
+                    target,
+                    DraftModelProposer(draft),
+                    k=4,
+                    sampling=sampling,
+                    seed=seed,
+                    eos_token_id=frequent_token,
+                    vectors=vectors,
+                )
                 out = dec.generate([1, 2, 3, 4, 5 + seed], 9 + 2 * seed)
                 firsts.append(first_bad_round(check_report(out.config, out.rounds).findings))
                 tokens.append(out.new_tokens)
@@ -245,8 +265,12 @@ def test_generate_can_keep_only_the_tokens_and_the_summary(pair):
     kept, light = dec.generate([1, 2, 3], 30), dec.generate([1, 2, 3], 30, keep_rounds=False)
     assert light.rounds == [] and light.new_tokens == kept.new_tokens
     a, b = kept.summary, light.summary
-    assert (a.rounds, a.drafted, a.accepted, a.mean_accepted_length) == (b.rounds, b.drafted, b.accepted,
-                                                                          b.mean_accepted_length)
+    assert (a.rounds, a.drafted, a.accepted, a.mean_accepted_length) == (
+        b.rounds,
+        b.drafted,
+        b.accepted,
+        b.mean_accepted_length,
+    )
 
 
 def test_bad_vector_options_are_refused(pair):
@@ -306,8 +330,9 @@ def test_the_drafts_q_takes_the_float64_path_where_float32_overflows_or_underflo
 
 def test_keep_full_vectors_makes_a_top_record_decoder_keep_full_rows(pair):
     target, draft = pair
-    dec = SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=1.0),
-                             vectors="top")
+    dec = SpeculativeDecoder(
+        target, DraftModelProposer(draft), k=3, sampling=SamplingConfig(temperature=1.0), vectors="top"
+    )
     assert isinstance(dec.generate([1, 2, 3], 6).rounds[0].nodes[0].p, TopDistribution)
     dec.keep_full_vectors()
     rnd = dec.generate([1, 2, 3], 6).rounds[0]

@@ -14,13 +14,12 @@ import pytest
 import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
+from specscope.core.draft import proposers
+from specscope.core.draft.proposers import sample_token
 from specscope.core.sampling import device as device_sampling
 from specscope.core.sampling import kept_rows
-from specscope.core.draft import proposers
 from specscope.core.sampling.kept_rows import applies, draw_kept, kept_row
-from specscope.core.draft.proposers import sample_token
 from specscope.core.sampling.reference import process_logits, sample_from
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 VOCAB = 40_000  # above row_ops.MIN_VOCAB, not a multiple of the chunk (64)
@@ -69,8 +68,9 @@ def topk_with_ties_shuffled(seed: int):
         top = TORCH_TOPK(values, k, dim=dim)
         v, i = top.values.numpy(), top.indices.numpy()
         order = np.lexsort((rng.random(v.shape), -v), axis=-1)
-        return torch.return_types.topk((torch.from_numpy(np.take_along_axis(v, order, -1)),
-                                        torch.from_numpy(np.take_along_axis(i, order, -1))))
+        return torch.return_types.topk(
+            (torch.from_numpy(np.take_along_axis(v, order, -1)), torch.from_numpy(np.take_along_axis(i, order, -1)))
+        )
 
     return topk
 

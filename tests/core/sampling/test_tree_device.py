@@ -9,14 +9,15 @@ import torch
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report
 from specscope.core.sampling.dists import TopDistribution
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 VOCAB = 5000  # above core.sampling.dists.FULL_VECTORS_MAX_VOCAB
-CASES = [("3,2,1", "topk", SamplingConfig(temperature=1.0)),
-         ("3,2,1", "sampled", SamplingConfig(temperature=1.0)),
-         ("2,2", "distinct", SamplingConfig(temperature=0.8, top_k=30, top_p=0.9)),
-         ("3,2,1", "topk", SamplingConfig(temperature=0.0))]
+CASES = [
+    ("3,2,1", "topk", SamplingConfig(temperature=1.0)),
+    ("3,2,1", "sampled", SamplingConfig(temperature=1.0)),
+    ("2,2", "distinct", SamplingConfig(temperature=0.8, top_k=30, top_p=0.9)),
+    ("3,2,1", "topk", SamplingConfig(temperature=0.0)),
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +28,9 @@ def models():
 
 def run(models, tree, children, sampling, vectors, seed=3):
     target, draft = models
-    dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree, children=children), sampling=sampling,
-                             vectors=vectors, seed=seed)
+    dec = SpeculativeDecoder(
+        target, DraftModelProposer(draft, tree=tree, children=children), sampling=sampling, vectors=vectors, seed=seed
+    )
     return dec.generate([1, 2, 3, 4], max_new_tokens=20)
 
 

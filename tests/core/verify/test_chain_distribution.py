@@ -18,7 +18,6 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.verify.tree import TreeVerifier
-
 from tests.core.chi_square import VOCAB, count_outputs, fit_pvalue, stat_models
 
 ALPHA = 1e-3

@@ -8,10 +8,9 @@ from scipy.stats import chisquare
 
 from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report, check_run, first_bad_round
-from specscope.core.verify.coupling import Coupling, CoupledVerifier, coupling_seed_of, gumbel_vector
 from specscope.core.faults.zoo import faulty_decoder
 from specscope.core.verify.chain import VerifyTask
-
+from specscope.core.verify.coupling import CoupledVerifier, Coupling, coupling_seed_of, gumbel_vector
 from tests.core.chi_square import count_outputs, fit_pvalue, stat_models
 from tests.core.verify.test_chain_distribution import LENGTH, PROMPT, exact_distribution
 
@@ -56,9 +55,16 @@ def test_gumbel_pick_samples_p():
 
 def _task(p, q, tokens, position=0, remaining=10):
     p = torch.as_tensor(np.asarray(p, dtype=np.float64))
-    return VerifyTask(tokens=tuple(tokens), q=torch.as_tensor(np.asarray(q, dtype=np.float64)), p=p,
-                      argmax=p.argmax(dim=-1).numpy(), greedy=False, eos_token_id=None, remaining=remaining,
-                      position=position)
+    return VerifyTask(
+        tokens=tuple(tokens),
+        q=torch.as_tensor(np.asarray(q, dtype=np.float64)),
+        p=p,
+        argmax=p.argmax(dim=-1).numpy(),
+        greedy=False,
+        eos_token_id=None,
+        remaining=remaining,
+        position=position,
+    )
 
 
 def test_coupled_verifier_emits_the_targets_picks_whatever_is_proposed():
@@ -130,8 +136,11 @@ def _lane(target, proposer, cfg, k, coupling_seed, max_new=24, prompt=(1, 2, 3, 
 @pytest.mark.parametrize("cfg", [T1, T07_TOPK], ids=lambda c: c.describe())
 def test_coupled_lanes_emit_the_same_tokens_whatever_the_proposer(llama_pair, cfg):
     target, draft = llama_pair
-    lanes = [_lane(target, DraftModelProposer(draft), cfg, 4, 9), _lane(target, PromptLookupProposer(), cfg, 4, 9),
-             _lane(target, DraftModelProposer(draft), cfg, 2, 9)]
+    lanes = [
+        _lane(target, DraftModelProposer(draft), cfg, 4, 9),
+        _lane(target, PromptLookupProposer(), cfg, 4, 9),
+        _lane(target, DraftModelProposer(draft), cfg, 2, 9),
+    ]
     assert lanes[0].new_tokens == lanes[1].new_tokens == lanes[2].new_tokens
     assert lanes[0].summary.rounds != lanes[1].summary.rounds  # different proposers, different rounds
     assert coupling_seed_of(lanes[0].config) == 9 and lanes[0].config.proposer_params["verifier"] == "coupled"
@@ -183,12 +192,22 @@ def test_checker_rejects_an_accepted_token_that_is_not_the_pick(llama_pair):
 
 def test_checker_on_top_n_records_proves_what_it_can(llama_pair):
     target, draft = llama_pair
-    dec = SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=T1, coupling_seed=1, vectors="top", top_n=8)
+    dec = SpeculativeDecoder(
+        target, DraftModelProposer(draft), k=4, sampling=T1, coupling_seed=1, vectors="top", top_n=8
+    )
     out = dec.generate([1, 2, 3, 1, 2], 24, seed=0)
     report = check_report(out.config, out.rounds)
     assert report.findings == []
-    bad = faulty_decoder("coupled-draft-pick", target, DraftModelProposer(draft), k=4, sampling=T1, coupling_seed=1,
-                         vectors="top", top_n=8)
+    bad = faulty_decoder(
+        "coupled-draft-pick",
+        target,
+        DraftModelProposer(draft),
+        k=4,
+        sampling=T1,
+        coupling_seed=1,
+        vectors="top",
+        top_n=8,
+    )
     out = bad.generate([1, 2, 3, 1, 2], 24, seed=0)
     findings = check_run(out.config, out.rounds)
     assert bad.fault_rounds, "the fault never fired"

@@ -17,7 +17,6 @@ from specscope.core.verify.tree import (
     child_proposal,
     children_of,
 )
-
 from tests.core.verify.test_tree_oracle import ScriptedChooser
 
 ALPHA = 1e-3
@@ -29,8 +28,9 @@ def frac(*xs):
 
 def simple_task(**kw):
     # Three children of the prefix (tokens 0, 1, 2); node 1 has a child (token 3).
-    base = dict(tokens=(0, 1, 2, 3), parents=(-1, -1, -1, 1), greedy=False, eos_token_id=None, remaining=4,
-                children="sampled")
+    base = dict(
+        tokens=(0, 1, 2, 3), parents=(-1, -1, -1, 1), greedy=False, eos_token_id=None, remaining=4, children="sampled"
+    )
     base.update(kw)
     p = np.array([[0.1, 0.2, 0.3, 0.4], [0.25] * 4, [0.7, 0.1, 0.1, 0.1], [0.25] * 4, [0.0, 0.0, 0.5, 0.5]])
     q = np.array([[0.4, 0.3, 0.2, 0.1]] * 3 + [[0.1, 0.1, 0.1, 0.7]])
@@ -98,8 +98,17 @@ def test_proposal_per_mode():
 def test_topk_rejection_zeroes_the_child_and_renormalises():
     p = np.array([frac("1/2", "1/4", "1/4"), frac(0, 0, 1), frac(1, 0, 0)], dtype=object)
     q = np.array([frac(1, 0, 0), frac(1, 0, 0)], dtype=object)
-    task = TreeTask(tokens=(0, 1), parents=(-1, -1), q=q, p=p, argmax=np.zeros(3, dtype=int), greedy=False,
-                    eos_token_id=None, remaining=3, children="topk")
+    task = TreeTask(
+        tokens=(0, 1),
+        parents=(-1, -1),
+        q=q,
+        p=p,
+        argmax=np.zeros(3, dtype=int),
+        greedy=False,
+        eos_token_id=None,
+        remaining=3,
+        children="topk",
+    )
     chooser = ScriptedChooser([(False, Fraction(1, 2)), (False, Fraction(1, 2)), (2, Fraction(1))])
     verdict = TreeVerifier().walk(task, chooser)
     assert [list(u.p_after) for u in verdict.updates] == [[0, Fraction(1, 2), Fraction(1, 2)], [0, 0, 1]]
@@ -179,8 +188,11 @@ VOCAB = 5
 SHAPE = (2, 2)  # 2 children of the prefix, 2 under each: 6 nodes, depth 2
 LENGTH = 3
 SAMPLES = 6000
-SETTINGS = [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.8, top_k=3),
-            SamplingConfig(temperature=1.3, top_p=0.8)]
+SETTINGS = [
+    SamplingConfig(temperature=1.0),
+    SamplingConfig(temperature=0.8, top_k=3),
+    SamplingConfig(temperature=1.3, top_p=0.8),
+]
 
 
 def float_tables(cfg, seed=0):
@@ -212,11 +224,17 @@ def sampled_round(verifier, mode, p_of, q_of, rng):
     for i in range(len(nodes)):
         ctx = (nodes[i][0],)
         nodes.extend((t, i, ctx) for t in sample_children(mode, q_of[ctx], SHAPE[1], rng))
-    task = TreeTask(tokens=tuple(t for t, _, _ in nodes), parents=tuple(par for _, par, _ in nodes),
-                    q=np.array([q_of[ctx] for _, _, ctx in nodes]),
-                    p=np.array([p_of[()]] + [p_of[ctx + (t,)] for t, _, ctx in nodes]),
-                    argmax=np.zeros(len(nodes) + 1, dtype=int), greedy=False, eos_token_id=None,
-                    remaining=LENGTH, children=mode)
+    task = TreeTask(
+        tokens=tuple(t for t, _, _ in nodes),
+        parents=tuple(par for _, par, _ in nodes),
+        q=np.array([q_of[ctx] for _, _, ctx in nodes]),
+        p=np.array([p_of[()]] + [p_of[ctx + (t,)] for t, _, ctx in nodes]),
+        argmax=np.zeros(len(nodes) + 1, dtype=int),
+        greedy=False,
+        eos_token_id=None,
+        remaining=LENGTH,
+        children=mode,
+    )
     seq = tuple(e.token for e in verifier.verify(task, rng).emitted)
     while len(seq) < LENGTH:
         seq += (sample_from(p_of[seq], float(rng.random())),)
@@ -225,8 +243,10 @@ def sampled_round(verifier, mode, p_of, q_of, rng):
 
 def fit(verifier, mode, cfg):
     p_of, q_of = float_tables(cfg)
-    expected = {s: float(np.prod([p_of[s[:i]][s[i]] for i in range(LENGTH)]))
-                for s in itertools.product(range(VOCAB), repeat=LENGTH)}
+    expected = {
+        s: float(np.prod([p_of[s[:i]][s[i]] for i in range(LENGTH)]))
+        for s in itertools.product(range(VOCAB), repeat=LENGTH)
+    }
     rng = np.random.default_rng(1)
     counts: dict = {}
     for _ in range(SAMPLES):

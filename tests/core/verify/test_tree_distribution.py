@@ -8,10 +8,9 @@ import torch
 
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.verify.tree import STALE_RESIDUAL
-
-from tests.tiny_models import noisy_copy, tiny_lm
 from tests.core.chi_square import count_outputs, fit_pvalue, stat_models
 from tests.core.verify.test_chain_distribution import ALPHA, LENGTH, PROMPT, SETTINGS, exact_distribution
+from tests.tiny_models import noisy_copy, tiny_lm
 
 SAMPLES = 3000
 CONTROL_SAMPLES = 500  # the negative control's: see its docstring
@@ -22,8 +21,12 @@ def tree_draws(spec, seeds):
     """The tree decoder's continuation for each seed (run in a worker: the models are rebuilt there)."""
     cfg, children, stale = spec
     target, draft = stat_models()
-    dec = SpeculativeDecoder(target, DraftModelProposer(draft, tree="3,2", children=children), sampling=cfg,
-                             verifier=STALE_RESIDUAL if stale else None)
+    dec = SpeculativeDecoder(
+        target,
+        DraftModelProposer(draft, tree="3,2", children=children),
+        sampling=cfg,
+        verifier=STALE_RESIDUAL if stale else None,
+    )
     return [tuple(dec.generate(PROMPT, LENGTH, seed=seed).new_tokens) for seed in seeds]
 
 
@@ -52,7 +55,9 @@ def test_no_cache_tree_run_matches_the_cached_run(tree):
     for temperature in (0.0, 1.0):
         cfg = SamplingConfig(temperature=temperature)
         cached = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree), sampling=cfg, seed=3)
-        uncached = SpeculativeDecoder(target, DraftModelProposer(draft, tree=tree), sampling=cfg, seed=3, use_cache=False)
+        uncached = SpeculativeDecoder(
+            target, DraftModelProposer(draft, tree=tree), sampling=cfg, seed=3, use_cache=False
+        )
         a, b = cached.generate([7, 8, 9, 10], 24), uncached.generate([7, 8, 9, 10], 24)
         assert a.new_tokens == b.new_tokens
         assert [len(r.nodes) for r in a.rounds] == [len(r.nodes) for r in b.rounds]

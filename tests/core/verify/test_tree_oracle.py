@@ -137,9 +137,17 @@ def task_for(nodes, p_of, q_of, vocab, mode, remaining=LENGTH, eos=None):
     tokens = tuple(t for t, _, _ in nodes)
     p_rows = np.array([p_of[()]] + [p_of[ctx + (t,)] for t, _, ctx in nodes], dtype=object)
     q_rows = np.array([q_of[ctx] for _, _, ctx in nodes], dtype=object).reshape(len(nodes), vocab)
-    return TreeTask(tokens=tokens, q=q_rows, p=p_rows, argmax=np.zeros(len(nodes) + 1, dtype=int),
-                    greedy=False, eos_token_id=eos, remaining=remaining,
-                    parents=tuple(par for _, par, _ in nodes), children=mode)
+    return TreeTask(
+        tokens=tokens,
+        q=q_rows,
+        p=p_rows,
+        argmax=np.zeros(len(nodes) + 1, dtype=int),
+        greedy=False,
+        eos_token_id=eos,
+        remaining=remaining,
+        parents=tuple(par for _, par, _ in nodes),
+        children=mode,
+    )
 
 
 def round_law(verifier, shape, mode, p_of, q_of, vocab, verify_as=None):

@@ -12,7 +12,6 @@ import pytest
 from specscope.core.check.checker import check_report
 from specscope.storage import TraceStore, import_run
 from specscope.storage.errors import TraceFormatError
-
 from tests.storage.foreign_decoder import Setup, generate, jsonl, replace, strip, with_stop_from_run
 
 
@@ -48,8 +47,15 @@ def test_a_tree_rounds_k_is_no_draft_length(checker):
     assert checker.check(lines).findings == []
 
 
-@pytest.mark.parametrize("setup", [Setup("eos", eos=5, max_new=40), Setup("eos", eos=5, max_new=40, greedy=True),
-                                   Setup("eos", tree="2,1", eos=5, max_new=40)], ids=["sampled", "greedy", "tree"])
+@pytest.mark.parametrize(
+    "setup",
+    [
+        Setup("eos", eos=5, max_new=40),
+        Setup("eos", eos=5, max_new=40, greedy=True),
+        Setup("eos", tree="2,1", eos=5, max_new=40),
+    ],
+    ids=["sampled", "greedy", "tree"],
+)
 def test_a_header_without_eos_leaves_eos_unknown(checker, setup):
     """No config.eos_token_id and no stops: the EOS is unknown, not "none": the run that
     ended at EOS is not flagged (no bonus after it, flagged EOS, stop reason eos), and the
@@ -103,8 +109,9 @@ def test_null_draws_and_scalars_are_unknown(checker):
         assert "acceptance-draw" in report.not_checked
 
 
-@pytest.mark.parametrize("key, value", [("p_token", 3.0), ("p_token", -0.5), ("q_token", 1.5), ("overlap", 5.0),
-                                        ("ratio", -1.0)])
+@pytest.mark.parametrize(
+    "key, value", [("p_token", 3.0), ("p_token", -0.5), ("q_token", 1.5), ("overlap", 5.0), ("ratio", -1.0)]
+)
 def test_impossible_probabilities_are_refused_on_import(checker, key, value):
     lines = generate(Setup("bad", max_new=10))
     _rounds(lines)[0]["nodes"][0][key] = value
@@ -140,12 +147,22 @@ def test_trace_file_does_not_claim_the_budget_for_a_run_that_stopped_short(tmp_p
 
     lines = generate(Setup("short", greedy=True, max_new=60))
     path = tmp_path / "short.jsonl"
-    with TraceFile(path, prompt_ids=lines[0]["prompt_ids"], vocab_size=32, k=3, max_new_tokens=60, temperature=0.0,
-                   proposer="short") as trace:
+    with TraceFile(
+        path,
+        prompt_ids=lines[0]["prompt_ids"],
+        vocab_size=32,
+        k=3,
+        max_new_tokens=60,
+        temperature=0.0,
+        proposer="short",
+    ) as trace:
         for line in _rounds(lines)[:4]:  # the caller stops after 4 rounds
-            trace.round(draft=[n["token"] for n in line["nodes"]], statuses=[n["status"] for n in line["nodes"]],
-                        p=[np.asarray(n["p"]["full"]) for n in line["nodes"]],
-                        emitted=[(e["token"], e["kind"]) for e in line["emitted"]])
+            trace.round(
+                draft=[n["token"] for n in line["nodes"]],
+                statuses=[n["status"] for n in line["nodes"]],
+                p=[np.asarray(n["p"]["full"]) for n in line["nodes"]],
+                emitted=[(e["token"], e["kind"]) for e in line["emitted"]],
+            )
     report = checker.check([json.loads(x) for x in path.read_text().splitlines()])
     assert report.findings == [], [str(f) for f in report.findings]
     assert "run-end" in report.not_checked

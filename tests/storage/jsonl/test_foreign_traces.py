@@ -31,8 +31,17 @@ from specscope.core.check.checker import SEVERITY, WASTED_WORK, check_report
 from specscope.storage import TraceStore, import_run
 from specscope.storage.errors import TraceFormatError
 from specscope.storage.jsonl.trace_file import TraceFile
-
-from tests.storage.foreign_decoder import OPTIONAL, V, Setup, generate, jsonl, minimal, replace, strip, with_stop_from_run
+from tests.storage.foreign_decoder import (
+    OPTIONAL,
+    Setup,
+    V,
+    generate,
+    jsonl,
+    minimal,
+    replace,
+    strip,
+    with_stop_from_run,
+)
 
 # --------------------------------------------------------------------------- the clean setups
 
@@ -58,8 +67,9 @@ def _setups() -> list[Setup]:
         with_stop_from_run(replace(chain, name="chain-stop-text", max_new=40), "text", 4),
         with_stop_from_run(replace(tree, name="tree-stop-text-top", vectors="top", max_new=40), "text", 5),
         with_stop_from_run(replace(dynamic, name="dynamic-stop-ids", max_new=40), "ids", 2),
-        with_stop_from_run(replace(tree, name="tree-greedy-stop-ids", tree="3,2,1", children="topk", greedy=True,
-                                   max_new=40), "ids", 3),
+        with_stop_from_run(
+            replace(tree, name="tree-greedy-stop-ids", tree="3,2,1", children="topk", greedy=True, max_new=40), "ids", 3
+        ),
         replace(chain, name="chain-short-budget", max_new=5, k=4),
         replace(tree, name="tree-short-budget", tree="3,2,1", max_new=4),
         replace(chain, name="chain-t0.7", temperature=0.7),
@@ -154,22 +164,36 @@ def _through_trace_file(lines: list[dict], path) -> None:
     head = lines[0]
     cfg = head["config"]
     tree = cfg.get("proposer_params", {}).get("tree")
-    with TraceFile(path, prompt_ids=head["prompt_ids"], vocab_size=cfg["vocab_size"], k=cfg["k"],
-                   max_new_tokens=cfg["max_new_tokens"], temperature=cfg["sampling"]["temperature"],
-                   eos_token_id=cfg["eos_token_id"], proposer="foreign-via-tracefile", records=("u", "draw")) as trace:
+    with TraceFile(
+        path,
+        prompt_ids=head["prompt_ids"],
+        vocab_size=cfg["vocab_size"],
+        k=cfg["k"],
+        max_new_tokens=cfg["max_new_tokens"],
+        temperature=cfg["sampling"]["temperature"],
+        eos_token_id=cfg["eos_token_id"],
+        proposer="foreign-via-tracefile",
+        records=("u", "draw"),
+    ) as trace:
         for line in lines[1:-1]:
             nodes = line["nodes"]
             extra = {"tree": {k: line["tree"][k] for k in ("children", "path", "tried", "updates")}} if tree else {}
-            trace.round(draft=[n["token"] for n in nodes], statuses=[n["status"] for n in nodes],
-                        p=[_full(n["p"]) for n in nodes],
-                        q=None if cfg["sampling"]["temperature"] == 0 else [_full(n["q"]) for n in nodes],
-                        u=[n["u"] for n in nodes], parents=[n["parent"] for n in nodes] if tree else None,
-                        emitted=[(e["token"], e["kind"], e["draw"]) for e in line["emitted"]],
-                        bonus_p=_full(line["bonus_p"]), **extra)
+            trace.round(
+                draft=[n["token"] for n in nodes],
+                statuses=[n["status"] for n in nodes],
+                p=[_full(n["p"]) for n in nodes],
+                q=None if cfg["sampling"]["temperature"] == 0 else [_full(n["q"]) for n in nodes],
+                u=[n["u"] for n in nodes],
+                parents=[n["parent"] for n in nodes] if tree else None,
+                emitted=[(e["token"], e["kind"], e["draw"]) for e in line["emitted"]],
+                bonus_p=_full(line["bonus_p"]),
+                **extra,
+            )
 
 
-@pytest.mark.parametrize("setup", [s for s in SETUPS if s.vectors == "full" and not (s.stop_ids or s.stop_strings)],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "setup", [s for s in SETUPS if s.vectors == "full" and not (s.stop_ids or s.stop_strings)], ids=lambda s: s.name
+)
 def test_the_same_decoder_through_trace_file_checks_clean(checker, tmp_path, setup):
     for seed in SEEDS:
         _through_trace_file(generate(replace(setup, seed=seed)), tmp_path / "tf.jsonl")
@@ -253,12 +277,14 @@ def _wrong_reason(reason: str):
     def change(lines):
         lines[-1]["stop_reason"] = reason
         return lines, _rounds(lines)[-1]["index"]
+
     return change
 
 
 def _spec(spec: str, children: str | None = None):
     """The trace relabelled with another declared tree (header and every round); the first
     round the declared shape cannot hold."""
+
     def change(lines):
         lines[0]["config"]["proposer_params"]["tree"] = spec
         for r in _rounds(lines):
@@ -267,6 +293,7 @@ def _spec(spec: str, children: str | None = None):
                 r["tree"]["children"] = children
                 lines[0]["config"]["proposer_params"]["children"] = children
         return lines, None
+
     return change
 
 
@@ -274,8 +301,12 @@ def _accept_against_u(lines):
     """An accepted proposal whose recorded u is at or above min(1, p/q)."""
     for r in _rounds(lines):
         for n in r["nodes"]:
-            if n["status"] == "accepted" and n.get("q_token") and n["p_token"] / n["q_token"] < 0.9 \
-                    and (n["parent"] == -1 or n["parent"] == n["index"] - 1):
+            if (
+                n["status"] == "accepted"
+                and n.get("q_token")
+                and n["p_token"] / n["q_token"] < 0.9
+                and (n["parent"] == -1 or n["parent"] == n["index"] - 1)
+            ):
                 n["u"] = (1 + n["p_token"] / n["q_token"]) / 2
                 return lines, r["index"]
     raise AssertionError("no accepted proposal with p/q < 0.9")
@@ -326,42 +357,77 @@ def _stop_setup(at: int = 4) -> Setup:
 # name -> (how the buggy trace is made, the rules that may flag its first round)
 BUGS = {
     "eos inside an accepted block": (lambda: _decoder_bug(CHAIN_EOS, "eos-leak", want="accepted"), {"eos"}),
-    "eos then a bonus": (lambda: _decoder_bug(replace(CHAIN_EOS, greedy=True, eos=24), "eos-leak", want="bonus"), {"eos"}),
+    "eos then a bonus": (
+        lambda: _decoder_bug(replace(CHAIN_EOS, greedy=True, eos=24), "eos-leak", want="bonus"),
+        {"eos"},
+    ),
     "eos then a repair": (lambda: _decoder_bug(CHAIN_EOS, "eos-leak", want="repaired"), {"eos"}),
     "eos leak in a tree": (lambda: _decoder_bug(TREE_EOS, "eos-leak"), {"eos", "tree-walk"}),
     "stop then accepted tokens": (lambda: _decoder_bug(_stop_setup(1), "stop-leak", [0], "accepted"), {"stop-leak"}),
     "stop then a bonus": (lambda: _decoder_bug(_stop_setup(3), "stop-leak", [0], "bonus"), {"stop-leak"}),
     "stop then a repair": (lambda: _decoder_bug(_stop_setup(7), "stop-leak", [0], "repaired"), {"stop-leak"}),
-    "stop leak in a tree": (lambda: _decoder_bug(with_stop_from_run(Setup("ts", tree="3,2,1", children="topk", greedy=True,
-                                                                          max_new=40), "ids", 3), "stop-leak", seeds=[0]),
-                            {"stop-leak", "tree-walk"}),
+    "stop leak in a tree": (
+        lambda: _decoder_bug(
+            with_stop_from_run(Setup("ts", tree="3,2,1", children="topk", greedy=True, max_new=40), "ids", 3),
+            "stop-leak",
+            seeds=[0],
+        ),
+        {"stop-leak", "tree-walk"},
+    ),
     "eos ignored, the run goes on": (lambda: _decoder_bug(CHAIN_EOS, "end-ignored"), {"eos"}),
-    "eos ignored in a tree": (lambda: _decoder_bug(replace(TREE_EOS, vectors="top"), "end-ignored"), {"eos", "tree-walk"}),
-    "stop ignored, the run goes on": (lambda: _decoder_bug(_stop_setup(3), "end-ignored", [0]),
-                                      {"stop-flag", "stop-leak"}),
-    "stop string ignored in a tree": (lambda: _decoder_bug(with_stop_from_run(replace(TREE_EOS, eos=None), "text", 4),
-                                                           "end-ignored", [0]), {"stop-flag", "stop-leak", "tree-walk"}),
+    "eos ignored in a tree": (
+        lambda: _decoder_bug(replace(TREE_EOS, vectors="top"), "end-ignored"),
+        {"eos", "tree-walk"},
+    ),
+    "stop ignored, the run goes on": (
+        lambda: _decoder_bug(_stop_setup(3), "end-ignored", [0]),
+        {"stop-flag", "stop-leak"},
+    ),
+    "stop string ignored in a tree": (
+        lambda: _decoder_bug(with_stop_from_run(replace(TREE_EOS, eos=None), "text", 4), "end-ignored", [0]),
+        {"stop-flag", "stop-leak", "tree-walk"},
+    ),
     "eos run says budget": (lambda: _mutate(_ended(CHAIN_EOS, "eos"), _wrong_reason("budget")), {"run-end"}),
-    "stop run says eos": (lambda: _mutate(_ended(_stop_setup(), "stop"), _wrong_reason("eos")), {"finish-reason", "run-end"}),
-    "budget overshoot": (lambda: _decoder_bug(Setup("over", max_new=20), "budget-overshoot"), {"budget", "draft-budget"}),
-    "tree budget overshoot": (lambda: _decoder_bug(Setup("tover", tree="2,1", max_new=20), "budget-overshoot"),
-                              {"budget", "draft-budget", "tree-walk"}),
+    "stop run says eos": (
+        lambda: _mutate(_ended(_stop_setup(), "stop"), _wrong_reason("eos")),
+        {"finish-reason", "run-end"},
+    ),
+    "budget overshoot": (
+        lambda: _decoder_bug(Setup("over", max_new=20), "budget-overshoot"),
+        {"budget", "draft-budget"},
+    ),
+    "tree budget overshoot": (
+        lambda: _decoder_bug(Setup("tover", tree="2,1", max_new=20), "budget-overshoot"),
+        {"budget", "draft-budget", "tree-walk"},
+    ),
     "repair from p (chain)": (lambda: _decoder_bug(Setup("rp"), "repair-from-p"), {"draw", "residual"}),
-    "repair from p (tree)": (lambda: _decoder_bug(Setup("rpt", tree="2,1"), "repair-from-p"),
-                             {"draw", "residual", "tree-walk"}),
-    "siblings repeat without replacement": (lambda: _decoder_bug(Setup("wr", tree="2,2", children="distinct"),
-                                                                 "with-replacement"), {"distinct-siblings"}),
-    "siblings repeat without replacement (top-N)": (lambda: _decoder_bug(
-        Setup("wrt", tree="2,2", children="distinct", vectors="top"), "with-replacement"), {"distinct-siblings"}),
+    "repair from p (tree)": (
+        lambda: _decoder_bug(Setup("rpt", tree="2,1"), "repair-from-p"),
+        {"draw", "residual", "tree-walk"},
+    ),
+    "siblings repeat without replacement": (
+        lambda: _decoder_bug(Setup("wr", tree="2,2", children="distinct"), "with-replacement"),
+        {"distinct-siblings"},
+    ),
+    "siblings repeat without replacement (top-N)": (
+        lambda: _decoder_bug(Setup("wrt", tree="2,2", children="distinct", vectors="top"), "with-replacement"),
+        {"distinct-siblings"},
+    ),
     "accepted with u >= p/q": (lambda: _mutate(generate(Setup("u")), _accept_against_u), {"acceptance-draw"}),
-    "accepted with u >= p'/q in a tree": (lambda: _mutate(generate(Setup("ut", tree="2,1")), _accept_against_u),
-                                          {"tree-walk"}),
+    "accepted with u >= p'/q in a tree": (
+        lambda: _mutate(generate(Setup("ut", tree="2,1")), _accept_against_u),
+        {"tree-walk"},
+    ),
     "position past the limit": (lambda: _mutate(generate(Setup("pos")), _position_limit), {"position-limit"}),
     "tree over its node budget": (lambda: _mutate(generate(Setup("nb", tree="2,1")), _spec("1,1")), {"tree-shape"}),
-    "tree deeper than its depth": (lambda: _mutate(generate(DYNAMIC_TOP), _spec("dynamic:nodes=6,depth=2,topk=2")),
-                                   {"tree-shape"}),
-    "sampled children under a dynamic tree": (lambda: _mutate(generate(DYNAMIC_TOP), _spec(DYNAMIC_TOP.tree, "sampled")),
-                                              {"tree-shape"}),
+    "tree deeper than its depth": (
+        lambda: _mutate(generate(DYNAMIC_TOP), _spec("dynamic:nodes=6,depth=2,topk=2")),
+        {"tree-shape"},
+    ),
+    "sampled children under a dynamic tree": (
+        lambda: _mutate(generate(DYNAMIC_TOP), _spec(DYNAMIC_TOP.tree, "sampled")),
+        {"tree-shape"},
+    ),
     "top-N repair at p' = 0": (lambda: _mutate(generate(DYNAMIC_TOP), _repair_at_zero), {"residual", "draw"}),
 }
 
@@ -385,14 +451,24 @@ def test_each_injected_bug_is_flagged_at_its_first_round(checker, name):
     assert at_first & rules, f"{name}: round {first} flagged by {sorted(at_first)}, expected one of {sorted(rules)}"
     # with only the required fields: flagged there, or the rule that would flag it named not
     # checked (a wrong end line needs the end line, which is optional: kept for those)
-    bare = checker.check(minimal(lines) if "says" not in name else strip(lines, set(OPTIONAL) - {"end", "end.stop_reason"}))
+    bare = checker.check(
+        minimal(lines) if "says" not in name else strip(lines, set(OPTIONAL) - {"end", "end.stop_reason"})
+    )
     assert not [f for f in bare.findings if f.round < first], [str(f) for f in bare.findings[:3]]
     assert any(f.round == first for f in bare.findings) or rules & set(bare.not_checked), (name, bare.not_checked)
 
 
-@pytest.mark.parametrize("reason, setup", [("stop", CHAIN_EOS), ("eos", _stop_setup()), ("budget", _stop_setup()),
-                                           ("eos", Setup("b", max_new=20)), ("stop", Setup("b", max_new=20))],
-                         ids=["eos-says-stop", "stop-says-eos", "stop-says-budget", "budget-says-eos", "budget-says-stop"])
+@pytest.mark.parametrize(
+    "reason, setup",
+    [
+        ("stop", CHAIN_EOS),
+        ("eos", _stop_setup()),
+        ("budget", _stop_setup()),
+        ("eos", Setup("b", max_new=20)),
+        ("stop", Setup("b", max_new=20)),
+    ],
+    ids=["eos-says-stop", "stop-says-eos", "stop-says-budget", "budget-says-eos", "budget-says-stop"],
+)
 def test_a_finish_reason_the_tokens_contradict_is_flagged(checker, reason, setup):
     for seed in range(10):
         lines = generate(replace(setup, seed=seed))
@@ -464,6 +540,7 @@ def _set(get, **values):
     def change(lines):
         get(lines).update(values)
         return lines
+
     return change
 
 
@@ -472,6 +549,7 @@ def _each_round(change):
         for r in _rounds(lines):
             change(r)
         return lines
+
     return apply
 
 
@@ -494,9 +572,15 @@ MALFORMED = {
     "q_token 0": (CHAIN, _set(_node0, q_token=0.0)),
     "ratio negative": (CHAIN, _set(_node0, ratio=-1.0)),
     "overlap above 1": (CHAIN, _set(_node0, overlap=5.0)),
-    "draw above 1": (CHAIN, _each_round(lambda r: [e.update(draw=1.5) for e in r["emitted"] if e["kind"] != "accepted"])),
+    "draw above 1": (
+        CHAIN,
+        _each_round(lambda r: [e.update(draw=1.5) for e in r["emitted"] if e["kind"] != "accepted"]),
+    ),
     "draw null": (CHAIN, _each_round(lambda r: [e.update(draw=None) for e in r["emitted"]])),
-    "residual_mass negative": (CHAIN, _each_round(lambda r: r.update(residual_mass=-1.0) if r["residual_mass"] else None)),
+    "residual_mass negative": (
+        CHAIN,
+        _each_round(lambda r: r.update(residual_mass=-1.0) if r["residual_mass"] else None),
+    ),
     "k null": (CHAIN, _set(ROUND0, k=None)),
     "k a boolean": (CHAIN, _set(ROUND0, k=True)),
     "prefix_len negative": (CHAIN, _set(ROUND0, prefix_len=-5)),
@@ -510,13 +594,24 @@ MALFORMED = {
     "end status unknown": (CHAIN, _set(END, status="weird")),
     "stop_reason unknown": (CHAIN, _set(END, stop_reason="length")),
     "completed with stop_reason cancelled": (CHAIN, _set(END, stop_reason="cancelled")),
-    "p sums to 0.5": (CHAIN, lambda lines: _set(_node0, p={"full": [x / 2 for x in _node0(lines)["p"]["full"]]})(lines)),
+    "p sums to 0.5": (
+        CHAIN,
+        lambda lines: _set(_node0, p={"full": [x / 2 for x in _node0(lines)["p"]["full"]]})(lines),
+    ),
     "p all zero": (CHAIN, _set(_node0, p={"full": [0.0] * V})),
     "q all zero": (CHAIN, _set(_node0, q={"full": [0.0] * V})),
     "top-N total 0.7": (CHAIN_TOP, lambda lines: _node0(lines)["p"].update(total=0.7) or lines),
     "top-N probabilities null": (CHAIN_TOP, lambda lines: _node0(lines)["p"].update(top_probs=[None] * 4) or lines),
-    "top-N listed in ascending order": (GREEDY_TOP, _each_round(lambda r: [
-        d.update(top_ids=d["top_ids"][::-1], top_probs=d["top_probs"][::-1]) for n in r["nodes"] for d in [n["p"]]])),
+    "top-N listed in ascending order": (
+        GREEDY_TOP,
+        _each_round(
+            lambda r: [
+                d.update(top_ids=d["top_ids"][::-1], top_probs=d["top_probs"][::-1])
+                for n in r["nodes"]
+                for d in [n["p"]]
+            ]
+        ),
+    ),
     "NaN": (CHAIN, "NaN"),
     "Infinity": (CHAIN, "Infinity"),
     "emitted kind unknown": (CHAIN, lambda lines: ROUND0(lines)["emitted"][0].update(kind="magic") or lines),
@@ -529,28 +624,73 @@ MALFORMED = {
     "tree tried malformed": (TREE, _set(TREE0, tried=[[-1]])),
     "tree update's child past the nodes": (TREE, _set(TREE0, updates=[{"parent": -1, "child": 99, "mass": 0.5}])),
     "tree update's mass null": (TREE, _each_round(lambda r: [u.update(mass=None) for u in r["tree"]["updates"]])),
-    "tree update's mass 0 (top-N)": (TREE_TOP, _each_round(lambda r: [u.update(mass=0.0) for u in r["tree"]["updates"]])),
+    "tree update's mass 0 (top-N)": (
+        TREE_TOP,
+        _each_round(lambda r: [u.update(mass=0.0) for u in r["tree"]["updates"]]),
+    ),
     "tree positions negative": (TREE, lambda lines: TREE0(lines).update(positions=[-1] * 4) or lines),
     "tree kept_rows negative": (TREE, _set(TREE0, kept_rows=[-3])),
     "tree spec garbage": (TREE, _set(TREE0, spec="banana")),
     "tree spec too big": (TREE, _set(TREE0, spec="dynamic:nodes=999999999,depth=2,topk=2")),
-    "proposer_params.children unknown": (TREE, lambda lines: [CONFIG(lines)["proposer_params"].update(children="weird")]
-                                         and [r.pop("tree") for r in _rounds(lines)] and lines),
-    "proposer_params.children a number": (TREE, lambda lines: [CONFIG(lines)["proposer_params"].update(children=7)]
-                                          and [r.pop("tree") for r in _rounds(lines)] and lines),
-    "proposer_params.tree a number": (TREE, lambda lines: [CONFIG(lines)["proposer_params"].update(tree=7)]
-                                      and [r.pop("tree") for r in _rounds(lines)] and lines),
+    "proposer_params.children unknown": (
+        TREE,
+        lambda lines: (
+            [CONFIG(lines)["proposer_params"].update(children="weird")]
+            and [r.pop("tree") for r in _rounds(lines)]
+            and lines
+        ),
+    ),
+    "proposer_params.children a number": (
+        TREE,
+        lambda lines: (
+            [CONFIG(lines)["proposer_params"].update(children=7)] and [r.pop("tree") for r in _rounds(lines)] and lines
+        ),
+    ),
+    "proposer_params.tree a number": (
+        TREE,
+        lambda lines: (
+            [CONFIG(lines)["proposer_params"].update(tree=7)] and [r.pop("tree") for r in _rounds(lines)] and lines
+        ),
+    ),
     "target cache negative": (CHAIN, _set(ROUND0, target_cache={"before": -5, "peak": -5, "after": -5, "pending": []})),
-    "stop index past the stops": (CHAIN, lambda lines: [lines[0]["stops"].update(ids=[[7, 7]])] and [
-        r.update(stop=None) for r in _rounds(lines)] and ROUND0(lines).update(
-        stop={"kind": "ids", "index": 5, "position": 0}) or lines),
+    "stop index past the stops": (
+        CHAIN,
+        lambda lines: (
+            (
+                [lines[0]["stops"].update(ids=[[7, 7]])]
+                and [r.update(stop=None) for r in _rounds(lines)]
+                and ROUND0(lines).update(stop={"kind": "ids", "index": 5, "position": 0})
+            )
+            or lines
+        ),
+    ),
     "pieces of the wrong length": (CHAIN, _set(ROUND0, pieces=["a"])),
     "position_limit 0": (CHAIN, _set(CONFIG, position_limit=0)),
     "position_limit null": (CHAIN, _set(CONFIG, position_limit=None)),
     "max_new_tokens 0": (CHAIN, _set(CONFIG, max_new_tokens=0)),
-    "unrecorded names every field": (CHAIN, lambda lines: lines[0].update(unrecorded=[
-        "u", "draw", "q", "p_token", "q_token", "eos", "budget_stop", "bonus_withheld", "target_cache", "k", "updates",
-        "kept_rows", "eos_token_id"]) or lines),
+    "unrecorded names every field": (
+        CHAIN,
+        lambda lines: (
+            lines[0].update(
+                unrecorded=[
+                    "u",
+                    "draw",
+                    "q",
+                    "p_token",
+                    "q_token",
+                    "eos",
+                    "budget_stop",
+                    "bonus_withheld",
+                    "target_cache",
+                    "k",
+                    "updates",
+                    "kept_rows",
+                    "eos_token_id",
+                ]
+            )
+            or lines
+        ),
+    ),
 }
 
 
@@ -604,9 +744,11 @@ def test_a_malformed_run_does_not_stop_the_others(tmp_path, capsys):
 
 def test_cli_exit_codes(tmp_path, capsys):
     """Clean: 0. Wrong output: 1. Wasted work only: 0, and 1 with --strict."""
-    cases = {"clean": generate(Setup("c", tree="2,1")),
-             "wrong": _decoder_bug(CHAIN_EOS, "eos-leak")[0],
-             "wasted": _mutate(generate(Setup("w", max_new=20)), lambda lines: _rounds(lines)[-1].update(k=5) or lines)}
+    cases = {
+        "clean": generate(Setup("c", tree="2,1")),
+        "wrong": _decoder_bug(CHAIN_EOS, "eos-leak")[0],
+        "wasted": _mutate(generate(Setup("w", max_new=20)), lambda lines: _rounds(lines)[-1].update(k=5) or lines),
+    }
     for name, lines in cases.items():
         path = tmp_path / f"{name}.jsonl"
         path.write_text(jsonl(lines))
@@ -630,7 +772,11 @@ def test_cli_exit_codes(tmp_path, capsys):
 def test_counts(tmp_path, capsys):
     """What the fast tests generate: printed for the record (`-s -k counts`)."""
     variants = len(SETUPS) * len(SEEDS) * len(_clean_variants([], 3, 0, False))
-    slow = len(SETUPS) * (len(_clean_variants([], 4, 0, True)) + (len(SEEDS) - 1) * len(_clean_variants([], 4, 0, False)))
-    print(f"\nclean setups {len(SETUPS)}; variants checked: fast {variants}, slow {slow}; "
-          f"injected bugs {len(BUGS)}; malformed values {len(MALFORMED)}")
+    slow = len(SETUPS) * (
+        len(_clean_variants([], 4, 0, True)) + (len(SEEDS) - 1) * len(_clean_variants([], 4, 0, False))
+    )
+    print(
+        f"\nclean setups {len(SETUPS)}; variants checked: fast {variants}, slow {slow}; "
+        f"injected bugs {len(BUGS)}; malformed values {len(MALFORMED)}"
+    )
     assert variants > 100

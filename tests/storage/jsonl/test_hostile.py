@@ -21,28 +21,55 @@ from specscope.app.cli import main
 from specscope.storage import TraceFormatError, TraceStore, import_run
 
 HEADER = {
-    "format": "specscope-trace", "version": 1, "record": "run", "run_id": "hostile", "started_at": 1764400000.25,
-    "prompt_ids": [1, 2], "prompt_text": "hi",
-    "config": {"max_new_tokens": 8, "k": 2, "vocab_size": 8, "seed": 0, "proposer": "draft", "proposer_params": {"draft": "x"}},
+    "format": "specscope-trace",
+    "version": 1,
+    "record": "run",
+    "run_id": "hostile",
+    "started_at": 1764400000.25,
+    "prompt_ids": [1, 2],
+    "prompt_text": "hi",
+    "config": {
+        "max_new_tokens": 8,
+        "k": 2,
+        "vocab_size": 8,
+        "seed": 0,
+        "proposer": "draft",
+        "proposer_params": {"draft": "x"},
+    },
     "models": {"target_name": "tiny-target", "draft_name": "tiny-draft"},
     "extra": {"note": "ok"},
     "storage": {"top_n": 4},
 }
 ROUND = {
-    "record": "round", "index": 0, "prefix_len": 2, "remaining_budget": 8, "k": 2,
+    "record": "round",
+    "index": 0,
+    "prefix_len": 2,
+    "remaining_budget": 8,
+    "k": 2,
     "nodes": [{"token": 1, "status": "accepted", "depth": 1, "p": {"top_ids": [1, 0], "top_probs": [0.75, 0.25]}}],
     "emitted": [{"token": 1, "kind": "accepted", "node": 0}, {"token": 3, "kind": "bonus", "node": None}],
     "target_cache": {"before": 1, "peak": 3, "after": 3, "pending": [3]},
     "draft_cache": {"before": 1, "peak": 2, "after": 2, "pending": [3]},
-    "draft_forwards": 1, "target_forwards": 1,
+    "draft_forwards": 1,
+    "target_forwards": 1,
 }
-END = {"record": "end", "status": "completed", "stop_reason": "budget", "ended_at": 1764400001.0, "wall_s": 0.75,
-       "new_tokens": [1, 3]}
+END = {
+    "record": "end",
+    "status": "completed",
+    "stop_reason": "budget",
+    "ended_at": 1764400001.0,
+    "wall_s": 0.75,
+    "new_tokens": [1, 3],
+}
 
 
 def lines(header=None, rounds=None, end=None) -> list[dict]:
     """A small valid trace (header, one round, end), each part replaceable."""
-    return [copy.deepcopy(header or HEADER), *copy.deepcopy([ROUND] if rounds is None else rounds), copy.deepcopy(end or END)]
+    return [
+        copy.deepcopy(header or HEADER),
+        *copy.deepcopy([ROUND] if rounds is None else rounds),
+        copy.deepcopy(end or END),
+    ]
 
 
 def dump(records: list) -> str:
@@ -51,8 +78,10 @@ def dump(records: list) -> str:
 
 def table_dump(db) -> dict:
     with TraceStore(db) as store, store.engine.connect() as conn:
-        return {t: [tuple(r) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY 1, 2"))]
-                for t in ("runs", "rounds", "draft_nodes")}
+        return {
+            t: [tuple(r) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY 1, 2"))]
+            for t in ("runs", "rounds", "draft_nodes")
+        }
 
 
 @pytest.fixture()
@@ -106,7 +135,7 @@ def test_deeply_nested_objects_name_the_field(capsys, tmp_path, db):
     records[1]["timings"] = "DEEP"
     deep = '{"a\\"b": ' * 50_000 + "1" + "}" * 50_000
     err = refused(capsys, tmp_path, db, dump(records).replace('"DEEP"', deep))
-    assert "line 2, field 'timings.a\"b.a\"b.a\"b'" in err and "nested" in err, err
+    assert 'line 2, field \'timings.a"b.a"b.a"b\'' in err and "nested" in err, err
 
 
 def test_free_form_object_nested_too_deep_names_the_field(capsys, tmp_path, db):
@@ -120,9 +149,20 @@ def test_free_form_object_nested_too_deep_names_the_field(capsys, tmp_path, db):
 
 
 BIG_INT_FIELDS = [
-    (1, "config.seed"), (1, "config.k"), (1, "config.max_new_tokens"), (1, "storage.top_n"), (1, "prompt_ids[0]"),
-    (2, "prefix_len"), (2, "remaining_budget"), (2, "k"), (2, "nodes[0].depth"), (2, "target_cache.before"),
-    (2, "target_cache.peak"), (2, "draft_cache.after"), (2, "target_cache.pending[0]"), (2, "draft_forwards"),
+    (1, "config.seed"),
+    (1, "config.k"),
+    (1, "config.max_new_tokens"),
+    (1, "storage.top_n"),
+    (1, "prompt_ids[0]"),
+    (2, "prefix_len"),
+    (2, "remaining_budget"),
+    (2, "k"),
+    (2, "nodes[0].depth"),
+    (2, "target_cache.before"),
+    (2, "target_cache.peak"),
+    (2, "draft_cache.after"),
+    (2, "target_cache.pending[0]"),
+    (2, "draft_forwards"),
     (2, "target_forwards"),
 ]
 
@@ -159,8 +199,15 @@ def test_5000_digit_integer_names_line_and_field(capsys, tmp_path, db, line, fie
     assert f"line {line}, field {field!r}" in err and "5000 digits" in err, err
 
 
-@pytest.mark.parametrize("field,value", [("config.vocab_size", 10**12), ("config.vocab_size", 2**24 + 1),
-                                         ("config.k", 100_000), ("storage.top_n", 2**24 + 1)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("config.vocab_size", 10**12),
+        ("config.vocab_size", 2**24 + 1),
+        ("config.k", 100_000),
+        ("storage.top_n", 2**24 + 1),
+    ],
+)
 def test_vocabulary_and_sizes_the_checker_can_hold(capsys, tmp_path, db, field, value):
     header = copy.deepcopy(HEADER)
     set_path(header, field, value)
@@ -178,10 +225,17 @@ def test_depth_bound(capsys, tmp_path, db):
 # ---------------------------------------------------------------------------- floats and times
 
 
-@pytest.mark.parametrize("line,field,value", [
-    (1, "started_at", 1e308), (1, "started_at", -1.0), (1, "started_at", 253402300800.0),
-    (3, "ended_at", 1e308), (3, "ended_at", -5e9), (3, "wall_s", 1e308),
-])
+@pytest.mark.parametrize(
+    "line,field,value",
+    [
+        (1, "started_at", 1e308),
+        (1, "started_at", -1.0),
+        (1, "started_at", 253402300800.0),
+        (3, "ended_at", 1e308),
+        (3, "ended_at", -5e9),
+        (3, "wall_s", 1e308),
+    ],
+)
 def test_timestamps_within_what_datetime_formats(capsys, tmp_path, db, line, field, value):
     records = lines()
     records[line - 1][field] = value
@@ -189,10 +243,17 @@ def test_timestamps_within_what_datetime_formats(capsys, tmp_path, db, line, fie
     assert f"line {line}, field {field!r}" in err, err
 
 
-@pytest.mark.parametrize("field,token", [
-    ("extra.bad", "NaN"), ("extra.bad", "Infinity"), ("extra.bad", "-Infinity"), ("extra.bad", "1e999"),
-    ("config.proposer_params.bad", "NaN"), ("library_versions.bad", "Infinity"),
-])
+@pytest.mark.parametrize(
+    "field,token",
+    [
+        ("extra.bad", "NaN"),
+        ("extra.bad", "Infinity"),
+        ("extra.bad", "-Infinity"),
+        ("extra.bad", "1e999"),
+        ("config.proposer_params.bad", "NaN"),
+        ("library_versions.bad", "Infinity"),
+    ],
+)
 def test_non_finite_floats_in_free_form_objects(capsys, tmp_path, db, field, token):
     records = lines()
     records[0].setdefault("library_versions", {})
@@ -240,9 +301,11 @@ def test_base64_longer_than_any_stream_of_the_vocabulary(capsys, tmp_path, db):
 def test_short_and_broken_zlib_blobs(capsys, tmp_path, db):
     records = lines()
     good = base64.b64encode(zlib.compress(b"\0" * 32)).decode("ascii")  # 8 float32 zeros
-    for data, words in ((base64.b64encode(zlib.compress(b"\0" * 16)).decode("ascii"), "expected 8"),
-                        (base64.b64encode(zlib.compress(b"\0" * 32)[:-3]).decode("ascii"), "zlib"),
-                        (good + "A", "base64")):
+    for data, words in (
+        (base64.b64encode(zlib.compress(b"\0" * 16)).decode("ascii"), "expected 8"),
+        (base64.b64encode(zlib.compress(b"\0" * 32)[:-3]).decode("ascii"), "zlib"),
+        (good + "A", "base64"),
+    ):
         records[1]["nodes"][0]["p"] = {"full": {"dtype": "float32", "zlib_base64": data}}
         err = refused(capsys, tmp_path, db, dump(records))
         assert "line 2, field 'nodes[0].p.full" in err and words in err, err
@@ -265,8 +328,13 @@ def test_zlib_bomb_peak_memory(tmp_path):
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print(code, before, after)
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     code, before, after = map(int, out.stdout.split()[-3:])
     assert code == 1, out.stderr
     assert "inflates" in out.stderr
@@ -276,11 +344,18 @@ def test_zlib_bomb_peak_memory(tmp_path):
 # ---------------------------------------------------------------------------- strings
 
 
-@pytest.mark.parametrize("field,value", [
-    ("models.target_name", "x" * 10_000_000), ("run_id", "x" * 65), ("run_id", "evil\x1b[2J"),
-    ("config.proposer", "a\x07b"), ("models.draft_name", "line\nbreak"), ("config.device", "d" * 5000),
-    ("prompt_text", "p" * 2_000_000),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("models.target_name", "x" * 10_000_000),
+        ("run_id", "x" * 65),
+        ("run_id", "evil\x1b[2J"),
+        ("config.proposer", "a\x07b"),
+        ("models.draft_name", "line\nbreak"),
+        ("config.device", "d" * 5000),
+        ("prompt_text", "p" * 2_000_000),
+    ],
+)
 def test_strings_bounded_and_ids_without_control_characters(capsys, tmp_path, db, field, value):
     records = lines()
     set_path(records[0], field, value)
@@ -340,8 +415,15 @@ def _poison(db, **values) -> None:
 
 
 def test_runs_and_show_escape_and_cut_untrusted_strings(capsys, tmp_path, db):
-    _poison(db, target_name="\x1b[2J" + "t" * 10_000_000, draft_name="d\x07raft", proposer="p\x1b]0;x\x07",
-            error="boom\x1b[31m" + "e" * 100_000, prompt_text="\x1b[1m" + "q" * 100_000, device="cpu\r")
+    _poison(
+        db,
+        target_name="\x1b[2J" + "t" * 10_000_000,
+        draft_name="d\x07raft",
+        proposer="p\x1b]0;x\x07",
+        error="boom\x1b[31m" + "e" * 100_000,
+        prompt_text="\x1b[1m" + "q" * 100_000,
+        device="cpu\r",
+    )
     capsys.readouterr()
     assert main(["runs", str(db)]) == 0
     out = capsys.readouterr().out
@@ -368,8 +450,9 @@ def test_run_id_with_control_characters_is_displayed_escaped(capsys, tmp_path, d
     assert "\x1b" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("column,value", [("started_at", 1e308), ("started_at", -1e308), ("ended_at", 1e308),
-                                          ("ended_at", -1e308)])
+@pytest.mark.parametrize(
+    "column,value", [("started_at", 1e308), ("started_at", -1e308), ("ended_at", 1e308), ("ended_at", -1e308)]
+)
 def test_store_stays_listable_with_odd_timestamps(capsys, tmp_path, db, column, value):
     other = tmp_path / "other.jsonl"
     other.write_text(dump(lines(header={**HEADER, "run_id": "other"})), encoding="utf-8")
@@ -394,8 +477,10 @@ def test_export_of_a_stored_nan_names_the_field(capsys, tmp_path, db):
     capsys.readouterr()
     assert main(["export", str(db), "good", "-o", str(tmp_path / "out.jsonl")]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == ("specscope: error: cannot export run good: its header: field 'extra.a[1]' holds NaN or Infinity, "
-                   "which the trace format does not allow"), err
+    assert err == (
+        "specscope: error: cannot export run good: its header: field 'extra.a[1]' holds NaN or Infinity, "
+        "which the trace format does not allow"
+    ), err
     assert not (tmp_path / "out.jsonl").exists()
 
 

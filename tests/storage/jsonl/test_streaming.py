@@ -14,10 +14,9 @@ from sqlalchemy import event
 from specscope.app.cli import main
 from specscope.core.check.checker import check_report, check_run
 from specscope.storage import TraceStore, TraceWriter, export_run, import_run
-from specscope.storage.jsonl import transfer as jsonl
-from specscope.storage.jsonl import read as jsonl_read
 from specscope.storage.errors import TraceFormatError
-
+from specscope.storage.jsonl import read as jsonl_read
+from specscope.storage.jsonl import transfer as jsonl
 from tests.storage.helpers import synthetic_config, synthetic_round, synthetic_rounds
 
 
@@ -166,10 +165,14 @@ def test_rounds_without_vectors_read_no_blob(tmp_path):
         slim = store.load_rounds("long", 5, 15, vectors=False)
         whole = store.load_rounds("long", 5, 15)
     assert [r.index for r in slim] == list(range(5, 15))
-    assert all(r.bonus_p is None and r.residual is None and all(n.p is None and n.q is None for n in r.nodes) for r in slim)
+    assert all(
+        r.bonus_p is None and r.residual is None and all(n.p is None and n.q is None for n in r.nodes) for r in slim
+    )
     for a, b in zip(slim, whole):
         assert a.emitted == b.emitted and a.target_cache == b.target_cache and a.residual_mass == b.residual_mass
-        assert [(n.token, n.status, n.p_token, n.u) for n in a.nodes] == [(n.token, n.status, n.p_token, n.u) for n in b.nodes]
+        assert [(n.token, n.status, n.p_token, n.u) for n in a.nodes] == [
+            (n.token, n.status, n.p_token, n.u) for n in b.nodes
+        ]
     first_reads = " ".join(statements[:3])
     assert "_top" not in first_reads and "_full" not in first_reads
 

@@ -13,7 +13,6 @@ import pytest
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_report
 from specscope.storage import TraceStore, export_run, import_run, record
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "writing-traces.md"
@@ -61,14 +60,18 @@ def minimal(path_in: Path, path_out: Path, keep_round=(), keep_node=(), keep_emi
     lines = [json.loads(line) for line in path_in.read_text().splitlines()]
     header, rounds, end = lines[0], lines[1:-1], lines[-1]
     header = {key: header[key] for key in ("format", "version", "record", "run_id", "prompt_ids")} | {
-        "config": {key: header["config"][key] for key in ("vocab_size", "k", "max_new_tokens", "sampling",
-                                                          "eos_token_id")}}
+        "config": {
+            key: header["config"][key] for key in ("vocab_size", "k", "max_new_tokens", "sampling", "eos_token_id")
+        }
+    }
     out = []
     for r in rounds:
         slim = {key: r[key] for key in (*REQUIRED_ROUND, *keep_round) if key in r}
         slim["record"] = "round"
         slim["nodes"] = [{key: n[key] for key in (*REQUIRED_NODE, *keep_node) if key in n} for n in r["nodes"]]
-        slim["emitted"] = [{key: e[key] for key in (*REQUIRED_EMITTED, *keep_emitted) if key in e} for e in r["emitted"]]
+        slim["emitted"] = [
+            {key: e[key] for key in (*REQUIRED_EMITTED, *keep_emitted) if key in e} for e in r["emitted"]
+        ]
         out.append(slim)
     path_out.write_text("\n".join(json.dumps(x) for x in [header, *out, end]) + "\n")
     return out
@@ -80,13 +83,18 @@ def models():
     return target, noisy_copy(target, 0.3)
 
 
-@pytest.mark.parametrize("cfg", [SamplingConfig(temperature=0), SamplingConfig(temperature=1.0, top_k=10)],
-                         ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    "cfg", [SamplingConfig(temperature=0), SamplingConfig(temperature=1.0, top_k=10)], ids=["greedy", "sampled"]
+)
 def test_required_fields_only_pass_clean_and_a_broken_copy_fails(models, cfg, tmp_path):
     target, draft = models
     with TraceStore(tmp_path / "src.sqlite") as store:
-        out = record(store, SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=7),
-                     [1, 2, 3, 4], 40)
+        out = record(
+            store,
+            SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=cfg, eos_token_id=7),
+            [1, 2, 3, 4],
+            40,
+        )
         export_run(store, out.config.run_id, tmp_path / "full.jsonl")
     rounds = minimal(tmp_path / "full.jsonl", tmp_path / "min.jsonl")
     report, info = check_file(tmp_path / "min.jsonl", tmp_path)

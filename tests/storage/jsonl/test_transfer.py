@@ -20,7 +20,6 @@ from specscope.storage import (
     import_run,
     round_is_partial,
 )
-
 from tests.storage.helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
 
 
@@ -44,8 +43,13 @@ def test_export_import_reproduces_the_run_exactly(recorded, tmp_path, kind):
         original_rounds = src.load_rounds(rid, full=True)
         original_top = src.load_rounds(rid, full=False)
         with src.engine.connect() as conn:
-            original_rows = [tuple(r) for r in conn.execute(text("SELECT * FROM rounds WHERE run_id = :r ORDER BY 2"), {"r": rid})]
-            original_nodes = [tuple(r) for r in conn.execute(text("SELECT * FROM draft_nodes WHERE run_id = :r ORDER BY 2, 3"), {"r": rid})]
+            original_rows = [
+                tuple(r) for r in conn.execute(text("SELECT * FROM rounds WHERE run_id = :r ORDER BY 2"), {"r": rid})
+            ]
+            original_nodes = [
+                tuple(r)
+                for r in conn.execute(text("SELECT * FROM draft_nodes WHERE run_id = :r ORDER BY 2, 3"), {"r": rid})
+            ]
     with TraceStore(tmp_path / "b.sqlite") as dst:
         assert import_run(dst, first) == rid
         liveness = dict(heartbeat_at=None, writer_host=None, writer_pid=None)  # the writer's, not the run's
@@ -117,6 +121,7 @@ def _breakages():
             for key in path[:-1]:
                 obj = obj[key]
             obj[path[-1]] = value
+
         return apply
 
     def drop(path):
@@ -125,6 +130,7 @@ def _breakages():
             for key in path[:-1]:
                 obj = obj[key]
             del obj[path[-1]]
+
         return apply
 
     return [
@@ -188,7 +194,9 @@ def test_database_failure_mid_import_rolls_back(recorded, tmp_path):
     with TraceStore(tmp_path / "dst.sqlite") as dst:
         before = table_dump(dst)
         with dst.engine.begin() as conn:  # nodes cannot be inserted: the run and rounds must vanish too
-            conn.execute(text("CREATE TRIGGER no_nodes BEFORE INSERT ON draft_nodes BEGIN SELECT RAISE(ABORT, 'nope'); END"))
+            conn.execute(
+                text("CREATE TRIGGER no_nodes BEFORE INSERT ON draft_nodes BEGIN SELECT RAISE(ABORT, 'nope'); END")
+            )
         with pytest.raises(Exception):
             import_run(dst, f)
         with dst.engine.begin() as conn:
@@ -198,22 +206,46 @@ def test_database_failure_mid_import_rolls_back(recorded, tmp_path):
 
 def test_minimal_third_party_trace(tmp_path):
     """What someone's own decoder has to write: the rest is derived or defaulted."""
-    header = {"format": "specscope-trace", "version": 1, "record": "run", "run_id": "mine", "prompt_ids": [1, 2],
-              "config": {"vocab_size": 8, "k": 2, "max_new_tokens": 4, "sampling": {"temperature": 1.0}}}
+    header = {
+        "format": "specscope-trace",
+        "version": 1,
+        "record": "run",
+        "run_id": "mine",
+        "prompt_ids": [1, 2],
+        "config": {"vocab_size": 8, "k": 2, "max_new_tokens": 4, "sampling": {"temperature": 1.0}},
+    }
     p = [0.5, 0.2, 0.1, 0.1, 0.05, 0.05, 0.0, 0.0]
     q = [0.25] * 4 + [0.0] * 4
-    r0 = {"record": "round", "index": 0,
-          "nodes": [{"token": 0, "status": "accepted", "u": 0.1, "p": {"full": p}, "q": {"full": q}},
-                    {"token": 3, "status": "rejected", "u": 0.9, "p": {"top_ids": [0, 1], "top_probs": [0.5, 0.2]},
-                     "q": {"top_ids": [3], "top_probs": [0.25]}}],
-          "emitted": [{"token": 0, "kind": "accepted", "node": 0}, {"token": 1, "kind": "repaired", "node": 1, "draw": 0.3}]}
+    r0 = {
+        "record": "round",
+        "index": 0,
+        "nodes": [
+            {"token": 0, "status": "accepted", "u": 0.1, "p": {"full": p}, "q": {"full": q}},
+            {
+                "token": 3,
+                "status": "rejected",
+                "u": 0.9,
+                "p": {"top_ids": [0, 1], "top_probs": [0.5, 0.2]},
+                "q": {"top_ids": [3], "top_probs": [0.25]},
+            },
+        ],
+        "emitted": [
+            {"token": 0, "kind": "accepted", "node": 0},
+            {"token": 1, "kind": "repaired", "node": 1, "draw": 0.3},
+        ],
+    }
     r1 = {"record": "round", "index": 1, "nodes": [], "emitted": [{"token": 2, "kind": "bonus"}]}
     end = {"record": "end", "status": "completed", "new_tokens": [0, 1, 2]}
     f = _write(tmp_path, [header, r0, r1, end], "mine.jsonl")
     with TraceStore(tmp_path / "s.sqlite") as s:
         assert import_run(s, f) == "mine"
         info = s.get_run("mine")
-        assert info.status == "completed" and s.new_tokens("mine") == [0, 1, 2] and info.n_new_tokens == 3 and info.n_rounds == 2
+        assert (
+            info.status == "completed"
+            and s.new_tokens("mine") == [0, 1, 2]
+            and info.n_new_tokens == 3
+            and info.n_rounds == 2
+        )
         rnd = s.load_round("mine", 0)
         n0, n1 = rnd.nodes
         assert n0.p_token == 0.5 and n0.q_token == 0.25 and n0.ratio == 2.0 and n0.target_argmax == 0

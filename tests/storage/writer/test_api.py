@@ -20,9 +20,7 @@ from specscope.storage import (
     is_partial,
     round_is_partial,
 )
-
 from specscope.storage.writer.api import MODE_ENV
-
 from tests.storage.conftest import PROMPT
 from tests.storage.helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
 
@@ -135,7 +133,9 @@ def test_flushes_within_the_interval_and_reads_while_running(store, writer_mode)
             "s = TraceStore(sys.argv[1]); r = s.get_run(sys.argv[2])\n"
             "print(r.status, len(s.round_summaries(r.run_id)), len(s.load_rounds(r.run_id)))\n"
         )
-        out = subprocess.run([sys.executable, "-c", code, store.path, config.run_id], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", code, store.path, config.run_id], capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["running", "10", "10"]
         for r in rounds[10:]:
@@ -165,10 +165,9 @@ def test_writer_rejects_misuse(store, writer_mode):
 
 def test_exception_marks_failed_and_cancel_marks_interrupted(store, writer_mode, make_decoder):
     config = synthetic_config()
-    with pytest.raises(RuntimeError):
-        with TraceWriter(store, config) as writer:
-            writer.write(synthetic_rounds(config, 1)[0])
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), TraceWriter(store, config) as writer:
+        writer.write(synthetic_rounds(config, 1)[0])
+        raise RuntimeError("boom")
     info = store.get_run(config.run_id)
     assert info.status == "failed" and "boom" in info.error and info.n_rounds == 1
 
@@ -220,7 +219,10 @@ def test_commit_period_leaves_room_for_the_work_inside_the_flush_interval():
 
 
 def test_full_vector_policy(store, writer_mode):
-    with TraceWriter(store, synthetic_config(vocab=2048)) as big, TraceWriter(store, synthetic_config(vocab=1024)) as small:
+    with (
+        TraceWriter(store, synthetic_config(vocab=2048)) as big,
+        TraceWriter(store, synthetic_config(vocab=1024)) as small,
+    ):
         assert big.policy.full is False and small.policy.full is True
     assert store.get_run(big.run_id).full_vectors is False
     forced = synthetic_config(vocab=9000)

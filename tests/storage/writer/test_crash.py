@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from specscope.storage import TraceStore
-
 from tests.storage.killing import SCENARIOS, check_killed_run, kill_mid_run
 
 SLACK = 0.35  # scheduling slack on a loaded CI machine (the commit itself takes time)

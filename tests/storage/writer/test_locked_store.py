@@ -16,7 +16,6 @@ import pytest
 from specscope.storage import TraceStore, TraceWriter
 from specscope.storage.jsonl.transfer import import_run
 from specscope.storage.writer.process import close_writer_process
-
 from tests.storage.conftest import PROMPT
 from tests.storage.helpers import assert_rounds_equal
 
@@ -58,8 +57,8 @@ def raw_status(path, run_id: str) -> tuple[str, int]:
 
     con = sqlite3.connect(path)
     try:
-        status, = con.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        n, = con.execute("SELECT count(*) FROM rounds WHERE run_id = ?", (run_id,)).fetchone()
+        (status,) = con.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        (n,) = con.execute("SELECT count(*) FROM rounds WHERE run_id = ?", (run_id,)).fetchone()
     finally:
         con.close()
     return status, n
@@ -99,8 +98,9 @@ def test_a_lock_longer_than_the_busy_timeout_loses_no_round(tmp_path, make_decod
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
-def test_past_the_writers_wait_the_run_goes_whole_to_a_jsonl_file(tmp_path, make_decoder, short_waits, monkeypatch,
-                                                                  mode):
+def test_past_the_writers_wait_the_run_goes_whole_to_a_jsonl_file(
+    tmp_path, make_decoder, short_waits, monkeypatch, mode
+):
     monkeypatch.setenv("SPECSCOPE_LOCK_WAIT_S", "1")
     config, rounds, result = decoded(make_decoder)
     path = tmp_path / "locked.sqlite"

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 from specscope.storage import TraceStore, TraceWriter, WriterError
-from specscope.storage.writer.frames import read_frame, write_frame
 from specscope.storage.writer.api import MODE_ENV, choose_mode
+from specscope.storage.writer.frames import read_frame, write_frame
 from specscope.storage.writer.process import writer_process
-
 from tests.storage.helpers import assert_rounds_equal, synthetic_config, synthetic_rounds
 
 

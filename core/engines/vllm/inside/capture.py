@@ -44,8 +44,16 @@ PRIVATE = (
 # the parameters of the wrapped functions, as the capture reads them
 SIGNATURES = {
     "GPUModelRunner._sample": ("self", "logits", "spec_decode_metadata"),
-    "rejection_sample": ("draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens", "draft_probs",
-                         "target_logits", "bonus_token_ids", "sampling_metadata"),
+    "rejection_sample": (
+        "draft_token_ids",
+        "num_draft_tokens",
+        "max_spec_len",
+        "cu_num_draft_tokens",
+        "draft_probs",
+        "target_logits",
+        "bonus_token_ids",
+        "sampling_metadata",
+    ),
     "RejectionSampler.forward": ("self", "metadata", "draft_probs", "logits", "sampling_metadata"),
 }
 
@@ -75,7 +83,7 @@ def check_private() -> dict:
         want = SIGNATURES.get(path)
         if want is not None:
             have = tuple(inspect.signature(obj).parameters)
-            if have[:len(want)] != want:
+            if have[: len(want)] != want:
                 missing.append(f"{module}.{path} takes {have}, the capture reads {want}")
     return {"version": getattr(vllm, "__version__", "unknown"), "missing": missing}
 
@@ -87,8 +95,10 @@ def register() -> None:
         return
     result = check_private()
     if result["missing"]:
-        raise RuntimeError(f"specscope capture: vLLM {result['version']} lacks what the capture relies on: "
-                           f"{'; '.join(result['missing'])}")
+        raise RuntimeError(
+            f"specscope capture: vLLM {result['version']} lacks what the capture relies on: "
+            f"{'; '.join(result['missing'])}"
+        )
     _patch()
     _PATCHED = True
 
@@ -122,14 +132,23 @@ def _dist(row, top_n: int, full: bool, token: int | None = None) -> dict:
     n = min(top_n, row.numel())
     vals, ids = torch.topk(clean, n)
     keep = vals > 0
-    out = {"top_ids": ids[keep].tolist(), "top_probs": vals[keep].tolist(),
-           "support": int((clean > 0).sum()), "minimum": float(clean.min()), "total": float(clean.sum())}
+    out = {
+        "top_ids": ids[keep].tolist(),
+        "top_probs": vals[keep].tolist(),
+        "support": int((clean > 0).sum()),
+        "minimum": float(clean.min()),
+        "total": float(clean.sum()),
+    }
     if not out["top_ids"]:  # nothing finite and > 0: the most "probable" by id order, at 0
         out["top_ids"], out["top_probs"] = [int(ids[0])], [0.0]
     if n_bad:
         bad = (~finite).nonzero().flatten()
-        out["nonfinite"] = {"count": n_bad, "nan": int(torch.isnan(row).sum()),
-                            "first_ids": bad[:8].tolist(), "first_values": [float(x) for x in row[bad[:8]]]}
+        out["nonfinite"] = {
+            "count": n_bad,
+            "nan": int(torch.isnan(row).sum()),
+            "first_ids": bad[:8].tolist(),
+            "first_values": [float(x) for x in row[bad[:8]]],
+        }
     if token is not None:
         out["token_p"] = float(row[token])  # may be NaN: as vLLM had it
     if full:
@@ -158,8 +177,18 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
     def step() -> dict | None:
         return getattr(_STATE, "step", None)
 
-    def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
-                         target_logits, bonus_token_ids, sampling_metadata, *args, **kwargs):
+    def rejection_sample(
+        draft_token_ids,
+        num_draft_tokens,
+        max_spec_len,
+        cu_num_draft_tokens,
+        draft_probs,
+        target_logits,
+        bonus_token_ids,
+        sampling_metadata,
+        *args,
+        **kwargs,
+    ):
         s = step()
         if s is not None:
             # what vLLM computes its target probabilities from, and how (rejection_sample):
@@ -169,8 +198,18 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
             s["num_draft"] = list(num_draft_tokens)
             s["draft_probs"] = None if draft_probs is None else draft_probs.detach().clone()
             s["all_greedy"] = bool(sampling_metadata.all_greedy)
-        return orig_rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
-                                     target_logits, bonus_token_ids, sampling_metadata, *args, **kwargs)
+        return orig_rejection_sample(
+            draft_token_ids,
+            num_draft_tokens,
+            max_spec_len,
+            cu_num_draft_tokens,
+            draft_probs,
+            target_logits,
+            bonus_token_ids,
+            sampling_metadata,
+            *args,
+            **kwargs,
+        )
 
     def generate_uniform_probs(*args, **kwargs):
         out = orig_uniform(*args, **kwargs)
@@ -189,8 +228,9 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
     def forward(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs):
         s = step()
         if s is not None:
-            s["bonus_probs"] = _processed_probs(logits[metadata.bonus_logits_indices].to(torch.float32),
-                                                sampling_metadata)
+            s["bonus_probs"] = _processed_probs(
+                logits[metadata.bonus_logits_indices].to(torch.float32), sampling_metadata
+            )
         return orig_forward(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs)
 
     off_path = os.environ["SPECSCOPE_VLLM_CAPTURE"] + ".off"
@@ -260,7 +300,7 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
         start = 0
         for row, req in enumerate(req_ids):
             k = num_draft[row] if row < len(num_draft) else 0
-            drafts = draft_ids[start:start + k]
+            drafts = draft_ids[start : start + k]
             valid = [t for t in sampled[row] if t != placeholder and (vocab is None or t < vocab)]
             nodes = []
             for j in range(k):
@@ -274,10 +314,18 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
                 if dprobs is not None:
                     node["q"] = _dist(dprobs[pos], top_n, full, tok)
                 nodes.append(node)
-            rec = {"record": "step", "req": req, "row": row, "t": s["t0"], "sample_s": sample_s,
-                   "drafts": drafts, "nodes": nodes, "sampled": valid,
-                   "draft_probs": "one-hot" if dprobs is None else "probabilistic",
-                   "all_greedy": s.get("all_greedy")}
+            rec = {
+                "record": "step",
+                "req": req,
+                "row": row,
+                "t": s["t0"],
+                "sample_s": sample_s,
+                "drafts": drafts,
+                "nodes": nodes,
+                "sampled": valid,
+                "draft_probs": "one-hot" if dprobs is None else "probabilistic",
+                "all_greedy": s.get("all_greedy"),
+            }
             if bp is not None and row < bp.shape[0]:
                 rec["bonus_p"] = _dist(bp[row], top_n, full)
             if s.get("computed") is not None:

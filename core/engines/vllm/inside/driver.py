@@ -45,8 +45,14 @@ def main(spec_path: str) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    kwargs = dict(model=spec["model"], dtype=spec.get("dtype", "float32"), enforce_eager=spec.get("enforce_eager", True),
-                  seed=spec.get("seed", 0), max_model_len=spec["max_model_len"], tokenizer=spec.get("tokenizer"))
+    kwargs = dict(
+        model=spec["model"],
+        dtype=spec.get("dtype", "float32"),
+        enforce_eager=spec.get("enforce_eager", True),
+        seed=spec.get("seed", 0),
+        max_model_len=spec["max_model_len"],
+        tokenizer=spec.get("tokenizer"),
+    )
     if spec.get("speculative_config"):
         kwargs["speculative_config"] = spec["speculative_config"]
     kwargs.update(spec.get("llm_kwargs") or {})
@@ -54,10 +60,16 @@ def main(spec_path: str) -> int:
     llm = LLM(**{k: v for k, v in kwargs.items() if v is not None})
     loaded = time.time()
     s = spec["sampling"]
-    params = SamplingParams(temperature=s["temperature"], top_k=s.get("top_k") or -1 if s.get("top_k") else 0,
-                            top_p=s.get("top_p", 1.0), max_tokens=spec["max_new_tokens"], seed=s.get("seed"),
-                            ignore_eos=not spec.get("eos_ids"), stop_token_ids=spec.get("eos_ids") or None,
-                            detokenize=False)
+    params = SamplingParams(
+        temperature=s["temperature"],
+        top_k=s.get("top_k") or -1 if s.get("top_k") else 0,
+        top_p=s.get("top_p", 1.0),
+        max_tokens=spec["max_new_tokens"],
+        seed=s.get("seed"),
+        ignore_eos=not spec.get("eos_ids"),
+        stop_token_ids=spec.get("eos_ids") or None,
+        detokenize=False,
+    )
     prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in spec["prompts"]]
     t0 = time.time()
     outputs = llm.generate(prompts, params, use_tqdm=False)
@@ -71,20 +83,41 @@ def main(spec_path: str) -> int:
                     open(off, "w").close()
                 t = time.time()
                 outs = llm.generate(prompts, params, use_tqdm=False)
-                reps.append({"capture": mode, "s": time.time() - t,
-                             "tokens": sum(len(o.outputs[0].token_ids) for o in outs)})
+                reps.append(
+                    {"capture": mode, "s": time.time() - t, "tokens": sum(len(o.outputs[0].token_ids) for o in outs)}
+                )
                 if os.path.exists(off):
                     os.remove(off)
     with open(spec["result_path"], "w", encoding="utf-8") as fh:
         for out in outputs:
             c = out.outputs[0]
-            fh.write(json.dumps({"request_id": out.request_id, "prompt_ids": list(out.prompt_token_ids or []),
-                                 "token_ids": list(c.token_ids), "finish_reason": c.finish_reason,
-                                 "stop_reason": c.stop_reason, "spec_decode": _metrics(c)}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "request_id": out.request_id,
+                        "prompt_ids": list(out.prompt_token_ids or []),
+                        "token_ids": list(c.token_ids),
+                        "finish_reason": c.finish_reason,
+                        "stop_reason": c.stop_reason,
+                        "spec_decode": _metrics(c),
+                    }
+                )
+                + "\n"
+            )
         import vllm
 
-        fh.write(json.dumps({"record": "timing", "load_s": loaded - started, "generate_s": wall,
-                             "vllm": vllm.__version__, "overhead": reps}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "record": "timing",
+                    "load_s": loaded - started,
+                    "generate_s": wall,
+                    "vllm": vllm.__version__,
+                    "overhead": reps,
+                }
+            )
+            + "\n"
+        )
     return 0
 
 

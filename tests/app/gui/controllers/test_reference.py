@@ -13,7 +13,9 @@ def _greedy_trace(hub, path, fault=None):
     target, _ = hub.target("cpu")
     proposer = DraftModelProposer(hub.draft("draft-small", "cpu"), label="draft-small")
     options = dict(k=3, sampling=SamplingConfig(temperature=0))
-    dec = faulty_decoder(fault, target, proposer, **options) if fault else SpeculativeDecoder(target, proposer, **options)
+    dec = (
+        faulty_decoder(fault, target, proposer, **options) if fault else SpeculativeDecoder(target, proposer, **options)
+    )
     config = dec.run_config([5, 6, 7, 8], 16)
     with TraceStore(path) as store, TraceWriter(store, config) as writer:
         writer.record(dec.rounds([5, 6, 7, 8], 16, config=config))

@@ -7,7 +7,6 @@ from PySide6.QtWidgets import QMessageBox
 
 from specscope.app.gui.controllers import trace_dialogs
 from specscope.app.gui.views import run_picker
-
 from tests.app.gui.views.test_kvview import _faulty_trace
 
 
@@ -35,8 +34,13 @@ def _stored_runs(hub, path, seeds=(0, 1), prompt_text=None):
     ids = []
     with TraceStore(path) as store:
         for seed in seeds:
-            dec = SpeculativeDecoder(target, DraftModelProposer(hub.draft("draft-small", "cpu"), label="draft-small"),
-                                     k=3, sampling=SamplingConfig(temperature=0.8), seed=seed)
+            dec = SpeculativeDecoder(
+                target,
+                DraftModelProposer(hub.draft("draft-small", "cpu"), label="draft-small"),
+                k=3,
+                sampling=SamplingConfig(temperature=0.8),
+                seed=seed,
+            )
             config = dec.run_config([5, 6, 7, 8], 12)
             with TraceWriter(store, config, prompt_text=prompt_text) as writer:
                 writer.record(dec.rounds([5, 6, 7, 8], 12, config=config))
@@ -117,9 +121,16 @@ def _stored_run_with_stops(hub, path, unrecorded=frozenset()):
 
     target, _ = hub.target("cpu")
     stops = Stops(strings=("zz\nq", "a\\b"), sequences=((60, 61), (62,)))
-    dec = SpeculativeDecoder(target, DraftModelProposer(hub.draft("draft-small", "cpu"), label="draft-small"), k=3,
-                             sampling=SamplingConfig(temperature=0.8), seed=2, eos_token_id=(63, 7, 9), stops=stops,
-                             token_piece=lambda t: "abcdefgh"[t % 8])
+    dec = SpeculativeDecoder(
+        target,
+        DraftModelProposer(hub.draft("draft-small", "cpu"), label="draft-small"),
+        k=3,
+        sampling=SamplingConfig(temperature=0.8),
+        seed=2,
+        eos_token_id=(63, 7, 9),
+        stops=stops,
+        token_piece=lambda t: "abcdefgh"[t % 8],
+    )
     config = dec.run_config([5, 6, 7, 8], 12)
     config = dataclasses.replace(config, unrecorded=config.unrecorded | unrecorded)
     with TraceStore(path) as store, TraceWriter(store, config) as writer:

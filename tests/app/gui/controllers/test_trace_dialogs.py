@@ -6,7 +6,6 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.faults.zoo import faulty_decoder
 from specscope.storage import TraceStore, record
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 PROMPT = [4, 8, 15, 16, 23, 42]
@@ -27,7 +26,11 @@ def recorded_store(path, decoders):
 
 def pick_in_order(monkeypatch):
     calls = iter([0, 1])
-    monkeypatch.setattr(QInputDialog, "getItem", staticmethod(lambda parent, title, label, items, current, editable: (items[next(calls)], True)))
+    monkeypatch.setattr(
+        QInputDialog,
+        "getItem",
+        staticmethod(lambda parent, title, label, items, current, editable: (items[next(calls)], True)),
+    )
     shown = []
     monkeypatch.setattr(QMessageBox, "information", staticmethod(lambda parent, title, text: shown.append(text)))
     return shown
@@ -36,8 +39,13 @@ def pick_in_order(monkeypatch):
 def test_cached_run_and_its_no_cache_reference_do_not_diverge(window, monkeypatch, tmp_path, pair):
     target, draft = pair
     path = tmp_path / "pair.sqlite"
-    recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY),
-                          SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, use_cache=False)])
+    recorded_store(
+        path,
+        [
+            SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY),
+            SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY, use_cache=False),
+        ],
+    )
     shown = pick_in_order(monkeypatch)
     text = window.traces.diff_runs_dialog(str(path))
     assert shown == [text] and "no divergence" in text and "compared 30 tokens" in text
@@ -46,8 +54,13 @@ def test_cached_run_and_its_no_cache_reference_do_not_diverge(window, monkeypatc
 def test_a_stale_cache_run_diverges(window, monkeypatch, tmp_path, pair):
     target, draft = pair
     path = tmp_path / "bug.sqlite"
-    recorded_store(path, [SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY),
-                          faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft), k=4, sampling=GREEDY)])
+    recorded_store(
+        path,
+        [
+            SpeculativeDecoder(target, DraftModelProposer(draft), k=4, sampling=GREEDY),
+            faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft), k=4, sampling=GREEDY),
+        ],
+    )
     pick_in_order(monkeypatch)
     text = window.traces.diff_runs_dialog(str(path))
     assert "first [cache]" in text

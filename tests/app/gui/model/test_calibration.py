@@ -10,9 +10,8 @@ import pytest
 
 from specscope.app.gui.model.calibration import BINS, calibration_of, head_reference
 from specscope.core.loading.models import models_dir
-
-from tests.storage.helpers import synthetic_config, synthetic_rounds
 from tests.app.helpers import configure, wait_idle
+from tests.storage.helpers import synthetic_config, synthetic_rounds
 
 # (confidence, status) of each round's chain nodes; depth = position + 1
 KNOWN = [
@@ -42,7 +41,9 @@ def test_the_model_bins_reached_nodes_by_confidence():
     config, rounds = known_run()
     c = calibration_of(rounds, config)
     overall = c.curves[0]
-    got = [(round(float(x), 6), float(y), int(n)) for x, y, n in zip(overall.confidence, overall.accepted, overall.counts)]
+    got = [
+        (round(float(x), 6), float(y), int(n)) for x, y, n in zip(overall.confidence, overall.accepted, overall.counts)
+    ]
     assert got == KNOWN_BINS
     assert c.reached == c.with_confidence == 6 and c.rounds == 3
     assert list(c.acceptance_by_depth) == pytest.approx(KNOWN_BY_DEPTH)
@@ -69,10 +70,14 @@ def test_the_head_reference_comes_from_the_heads_config_or_says_why_not(tmp_path
     assert ref.label == "held-out greedy" and ref.source == str(models_dir() / "eagle3-target" / "config.json")
     assert ref.accuracy[0] == pytest.approx(0.6721)
     sampled, _ = known_run(bundled)
-    assert head_reference(sampled).label == "held-out, all sets" and head_reference(sampled).accuracy[0] == pytest.approx(0.5291)
+    assert head_reference(sampled).label == "held-out, all sets" and head_reference(sampled).accuracy[
+        0
+    ] == pytest.approx(0.5291)
     (tmp_path / "config.json").write_text('{"hidden_size": 8}')
     foreign, _ = known_run({"head": str(tmp_path)})
-    assert head_reference(foreign).accuracy is None and "records no accuracy_by_depth" in head_reference(foreign).why_none
+    assert (
+        head_reference(foreign).accuracy is None and "records no accuracy_by_depth" in head_reference(foreign).why_none
+    )
     missing, _ = known_run({"head": str(tmp_path / "gone")})
     assert "not on this machine" in head_reference(missing).why_none
 
@@ -157,7 +162,9 @@ def test_the_calibration_model_says_where_the_head_feature_shift_shows():
     target = load_model(bundled_path("target"), device="cpu", dtype="float32")
     prompt = load_tokenizer(bundled_path("target"))(example_prompts()[2].text, add_special_tokens=False)["input_ids"]
     clean = SpeculativeDecoder(target, build_proposer("eagle3"), k=4, sampling=greedy).generate(prompt, 48)
-    faulty = faulty_decoder("head-feature-shift", target, build_proposer("eagle3"), k=4, sampling=greedy).generate(prompt, 48)
+    faulty = faulty_decoder("head-feature-shift", target, build_proposer("eagle3"), k=4, sampling=greedy).generate(
+        prompt, 48
+    )
     bad, good = calibration_of(faulty.rounds, faulty.config), calibration_of(clean.rounds, clean.config)
     assert bad.reference.label == "held-out greedy"
     assert [s.depth for s in bad.shortfalls][:1] == [1]

@@ -7,7 +7,6 @@ from PySide6.QtCore import Qt
 
 from specscope.app.gui.model.settings import PanelSettings, validate
 from specscope.app.gui.sessions.worker import PAUSED
-
 from tests.app.helpers import configure, wait_idle
 
 
@@ -38,8 +37,9 @@ def test_compare_lanes_choose_their_engine(qtbot, window):
     window.compare.engines[0].setCurrentText("transformers")
     qtbot.mouseClick(window.compare.compare_button, Qt.MouseButton.LeftButton)
     session = window.compare_session
-    qtbot.waitUntil(lambda: all(r.stop_reason for r in session.results)
-                    and window.compare_controller.state == "idle", timeout=40000)
+    qtbot.waitUntil(
+        lambda: all(r.stop_reason for r in session.results) and window.compare_controller.state == "idle", timeout=40000
+    )
     a, b = session.models
     assert a.config.proposer == "transformers-assisted" and b.config.proposer != "transformers-assisted"
     assert a.output_tokens == b.output_tokens and len(a.output_tokens) == 24  # greedy: both equal plain greedy

@@ -4,8 +4,14 @@ settings model the panel reads)."""
 
 from __future__ import annotations
 
-from specscope.app.gui.model.settings import PATH_ARG, PanelSettings, checkpoint_of, proposer_choices, spec_of_run, validate
-
+from specscope.app.gui.model.settings import (
+    PATH_ARG,
+    PanelSettings,
+    checkpoint_of,
+    proposer_choices,
+    spec_of_run,
+    validate,
+)
 from tests.core.head_checkpoints import write_eagle3
 from tests.tiny_models import tiny_lm
 
@@ -18,8 +24,10 @@ def test_each_head_kind_is_offered_with_the_checkpoint_field():
         assert kind not in choices  # no head of these kinds ships: without a checkpoint it cannot run
     assert choices["eagle3"] == "eagle3: the target's trained head"
     # the compare lanes pick whole specs: the bundled head also drafting one-hot; the run panel has a Draws field
-    assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == \
-        ["eagle3", "eagle3:draw=onehot"]
+    assert [c.spec for c in proposer_choices(with_checkpoint=False) if c.spec.startswith("eagle")] == [
+        "eagle3",
+        "eagle3:draw=onehot",
+    ]
     assert choices["eagle3:draw=onehot"] == "eagle3: the target's trained head, one-hot drafts"
     assert "eagle3:draw=onehot" not in {c.spec for c in proposer_choices(with_trees=False)}
 
@@ -67,10 +75,15 @@ def test_a_onehot_head_validates_reruns_and_keeps_the_menu():
     texts = dict(PanelSettings(prompt="1 2 3").to_texts(), proposer="eagle3:draw=onehot")
     result = validate(texts)
     assert result.errors == {} and result.settings.proposer == "eagle3:draw=onehot"
-    assert "draw must be sampled or onehot, got 'top'" in validate(dict(texts, proposer="eagle3:draw=top")).errors["proposer"]
+    assert (
+        "draw must be sampled or onehot, got 'top'"
+        in validate(dict(texts, proposer="eagle3:draw=top")).errors["proposer"]
+    )
     recorded = {"spec": "eagle3:draw=onehot", "head": "bundled:eagle3-target", "draw": "onehot"}
     assert spec_of_run("eagle3", recorded, None) == "eagle3:draw=onehot"
-    assert spec_of_run("eagle3", {"spec": "eagle3", "head": "bundled:eagle3-target", "draw": "sampled"}, None) == "eagle3"
+    assert (
+        spec_of_run("eagle3", {"spec": "eagle3", "head": "bundled:eagle3-target", "draw": "sampled"}, None) == "eagle3"
+    )
 
 
 def test_the_draw_field_splits_out_of_a_spec_and_folds_back():

@@ -14,9 +14,8 @@ import pytest
 
 from specscope.core.draft.proposers import Draft, ProposerBase, chain_parents
 from specscope.core.draft.registry import KINDS, Param, ProposerKind, register
-
-from tests.app.helpers import configure, wait_idle
 from tests.app.cli.test_run import checkpoints, run_cli  # noqa: F401  (the tiny checkpoints fixture)
+from tests.app.helpers import configure, wait_idle
 
 PROMPT = "1 2 3 4 5 6 7 8 1 2 3 4"
 
@@ -60,21 +59,24 @@ class RepeatLastProposer(ProposerBase):
 
 @pytest.fixture
 def repeat_last():
-    kind = register(ProposerKind(
-        "repeat-last", "repeat last: propose the last context token again",
-        lambda spec, _load: RepeatLastProposer(**spec.params),
-        params=(Param("times", int, 0, "tokens per round (0 = k)"),),
-    ))
+    kind = register(
+        ProposerKind(
+            "repeat-last",
+            "repeat last: propose the last context token again",
+            lambda spec, _load: RepeatLastProposer(**spec.params),
+            params=(Param("times", int, 0, "tokens per round (0 = k)"),),
+        )
+    )
     yield kind
     KINDS.pop("repeat-last", None)
 
 
-def cli_args(checkpoints, *extra):  # noqa: F811
+def cli_args(checkpoints, *extra):
     target, _ = checkpoints
     return ["run", "--target", target, "--prompt-ids", "1,2,3,4,1,2", "--device", "cpu", "--max-new", "16", *extra]
 
 
-def test_the_cli_runs_a_newly_registered_kind(repeat_last, capsys, checkpoints, tmp_path):  # noqa: F811
+def test_the_cli_runs_a_newly_registered_kind(repeat_last, capsys, checkpoints, tmp_path):
     with pytest.raises(SystemExit):
         run_cli(capsys, "run", "--help")
     assert "repeat-last" in capsys.readouterr().out  # --help lists the registered kinds
@@ -95,15 +97,17 @@ def test_the_cli_runs_a_newly_registered_kind(repeat_last, capsys, checkpoints, 
     assert code == 0
 
 
-def test_cli_spec_errors_are_one_line(repeat_last, capsys, checkpoints):  # noqa: F811
+def test_cli_spec_errors_are_one_line(repeat_last, capsys, checkpoints):
     target, draft = checkpoints
-    for extra, words in ((("--proposer", "repeat-last:times=x"), "must be an integer"),
-                         (("--proposer", "repeat-last:size=2"), "no parameter 'size'"),
-                         (("--proposer", "repeat-last", "--draft", draft), "--draft"),
-                         (("--proposer", "repeat-last", "--lookup-max-ngram", "2"), "--lookup-max-ngram"),
-                         (("--proposer", "lookup:max_ngram=4", "--lookup-max-ngram", "2"), "max_ngram twice"),
-                         (("--proposer", "draft:tiny", "--draft", draft), "two draft models"),
-                         (("--proposer", "no-such-kind"), "unknown proposer")):
+    for extra, words in (
+        (("--proposer", "repeat-last:times=x"), "must be an integer"),
+        (("--proposer", "repeat-last:size=2"), "no parameter 'size'"),
+        (("--proposer", "repeat-last", "--draft", draft), "--draft"),
+        (("--proposer", "repeat-last", "--lookup-max-ngram", "2"), "--lookup-max-ngram"),
+        (("--proposer", "lookup:max_ngram=4", "--lookup-max-ngram", "2"), "max_ngram twice"),
+        (("--proposer", "draft:tiny", "--draft", draft), "two draft models"),
+        (("--proposer", "no-such-kind"), "unknown proposer"),
+    ):
         code, _, err = run_cli(capsys, *cli_args(checkpoints, *extra))
         assert code == 2 and words in err and "Traceback" not in err, (extra, err)
         assert len(err.strip().splitlines()) == 1, err

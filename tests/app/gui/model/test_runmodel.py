@@ -13,8 +13,11 @@ from specscope.core.records import RunSummary
 
 @pytest.fixture(scope="module")
 def sampled_run(hub):
-    prep = hub.build(PanelSettings(prompt="1 2 3 4 5 6 7 8 1 2 3 4", proposer="draft-tiny", temperature=1.0,
-                                 max_new_tokens=60, seed=3))
+    prep = hub.build(
+        PanelSettings(
+            prompt="1 2 3 4 5 6 7 8 1 2 3 4", proposer="draft-tiny", temperature=1.0, max_new_tokens=60, seed=3
+        )
+    )
     result = prep.decoder.generate(prep.prompt_ids, 60)
     assert any(r.rejected_node is not None for r in result.rounds), "the fixture needs rejections"
     assert any(r.bonus is not None for r in result.rounds), "the fixture needs bonus tokens"
@@ -39,7 +42,11 @@ def test_cells_follow_the_rounds(qapp, sampled_run):
     # Every rejected draft appears struck through in its own round.
     for r in result.rounds:
         if r.rejected_node is not None:
-            rej = [cells.cell(i) for i in range(len(cells)) if cells.round[i] == r.index and cells.kind[i] == theme.REJECTED]
+            rej = [
+                cells.cell(i)
+                for i in range(len(cells))
+                if cells.round[i] == r.index and cells.kind[i] == theme.REJECTED
+            ]
             assert [c.token for c in rej] == [r.nodes[r.rejected_node].token]
     assert len(cells.round_first) == len(result.rounds)
 

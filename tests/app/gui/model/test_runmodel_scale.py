@@ -14,7 +14,6 @@ from specscope.app.gui.model.compact import CompactRounds
 from specscope.app.gui.model.runmodel import RunModel, has_distributions, slim
 from specscope.app.gui.model.traces import TraceLibrary
 from specscope.storage import TraceStore, TraceWriter
-
 from tests.storage.helpers import synthetic_config, synthetic_rounds
 
 
@@ -52,7 +51,7 @@ def test_a_batch_extend_equals_appending_one_by_one():
     for r in rounds:
         one.append(r)
     for start in (0, 1, 120):  # a first batch of one round, then bigger ones
-        many.extend(rounds[start:{0: 1, 1: 120, 120: 300}[start]], [False] * 300)
+        many.extend(rounds[start : {0: 1, 1: 120, 120: 300}[start]], [False] * 300)
     assert len(many) == 300 and many.tokens == one.tokens and many.nbytes() == one.nbytes()
     assert all(same(many[i], one[i]) for i in range(300))
 
@@ -122,7 +121,7 @@ def test_a_100k_round_run_loads_and_scrolls(qtbot):
     timeline.resize(900, 500)
     timeline.show()
     for start in range(0, len(rounds), 1024):
-        model.extend(rounds[start:start + 1024])
+        model.extend(rounds[start : start + 1024])
     assert len(model.rounds) == 100_000 and not model.rounds.held
     assert model.rounds.nbytes() / 100_000 < 1200
     del rounds

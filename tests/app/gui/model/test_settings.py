@@ -16,8 +16,19 @@ def test_defaults_are_valid():
 
 
 def test_each_bad_field_is_explained():
-    v = validate(texts(prompt="  ", k="zero", temperature="-1", top_k="-3", top_p="1.5", seed="x",
-                       max_new_tokens="0", eos="abc", device="tpu"))
+    v = validate(
+        texts(
+            prompt="  ",
+            k="zero",
+            temperature="-1",
+            top_k="-3",
+            top_p="1.5",
+            seed="x",
+            max_new_tokens="0",
+            eos="abc",
+            device="tpu",
+        )
+    )
     assert not v.ok and v.settings is None
     assert set(v.errors) == {"prompt", "k", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "eos", "device"}
     assert "empty" in v.errors["prompt"]
@@ -54,8 +65,7 @@ def test_a_gguf_file_is_a_checkpoint_and_another_file_is_not(tmp_path):
 
 
 def test_chat_system_stops_and_several_eos_ids_round_trip():
-    v = validate(texts(chat="on", system="Be brief.", stop_strings="\\n\\nEnd\nstop", stop_ids="1,2,3; 7",
-                       eos="2,107"))
+    v = validate(texts(chat="on", system="Be brief.", stop_strings="\\n\\nEnd\nstop", stop_ids="1,2,3; 7", eos="2,107"))
     assert v.ok, v.errors
     s = v.settings
     assert s.chat and s.system == "Be brief." and s.eos == (2, 107)

@@ -10,8 +10,10 @@ from tests.app.helpers import configure
 
 def wait_compare(qtbot, window, timeout=40000):
     session = window.compare_session
-    qtbot.waitUntil(lambda: all(r.stop_reason for r in session.results)
-                    and window.compare_controller.state == "idle", timeout=timeout)
+    qtbot.waitUntil(
+        lambda: all(r.stop_reason for r in session.results) and window.compare_controller.state == "idle",
+        timeout=timeout,
+    )
 
 
 def test_greedy_compare_has_no_divergence_and_fills_the_table(qtbot, window):

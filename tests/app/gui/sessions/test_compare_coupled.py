@@ -6,9 +6,8 @@ from PySide6.QtCore import Qt
 
 from specscope.core.check.checker import check_run
 from specscope.core.verify.coupling import coupling_seed_of
-
-from tests.app.helpers import configure
 from tests.app.gui.sessions.test_compare import wait_compare
+from tests.app.helpers import configure
 
 
 def _compare(qtbot, window, coupled: bool, temperature: str = "1.0"):

@@ -15,8 +15,12 @@ def _run_compare(qtbot, window):
     window.compare.set_side(0, "draft-small", 4)
     window.compare.set_side(1, "draft-tiny", 2)
     window.runs.start_compare()
-    qtbot.waitUntil(lambda: all(r.stop_reason for r in window.compare_session.results)
-                    and window.compare_controller.state == "idle", timeout=60000)
+    qtbot.waitUntil(
+        lambda: (
+            all(r.stop_reason for r in window.compare_session.results) and window.compare_controller.state == "idle"
+        ),
+        timeout=60000,
+    )
 
 
 def _round_of(model, out):
@@ -53,9 +57,8 @@ def test_lane_cells_give_the_whole_token_and_the_tab_has_the_legend(qtbot, windo
 
 
 def test_a_comparison_is_recorded_as_two_runs_and_replays_side_by_side(qtbot, make_window, tmp_path):
-    from specscope.storage import TraceStore
-
     from specscope.app.gui.sessions.compare import comparison_of
+    from specscope.storage import TraceStore
 
     store = tmp_path / "cmp.sqlite"
     w = make_window(store_path=str(store))
@@ -101,8 +104,12 @@ def test_sampled_lanes_are_not_compared_with_plain_greedy(qtbot, window):
     window.compare.set_side(0, "draft-small", 4)
     window.compare.set_side(1, "draft-tiny", 2)
     window.runs.start_compare()
-    qtbot.waitUntil(lambda: all(r.stop_reason for r in window.compare_session.results)
-                    and window.compare_controller.state == "idle", timeout=60000)
+    qtbot.waitUntil(
+        lambda: (
+            all(r.stop_reason for r in window.compare_session.results) and window.compare_controller.state == "idle"
+        ),
+        timeout=60000,
+    )
     assert window.compare_session.references == [None, None]
     assert window.compare.summary_cell("vs plain greedy", 0).text() == "—"
 
@@ -112,9 +119,22 @@ def test_reference_cells_name_the_verdict_and_where():
     from specscope.core.check.diverge import LOGIC_BUG, NEAR_TIE, Divergence
 
     def div(verdict):
-        return Divergence(run_id="r", verdict=verdict, reason="why", speculative=(1, 2), plain=(1, 3), dtype="bfloat16",
-                          position=1, speculative_token=2, plain_token=3, round=4, margin=0.01, top2_margin=0.01,
-                          logit_diff=0.02, verify_margin=-0.01)
+        return Divergence(
+            run_id="r",
+            verdict=verdict,
+            reason="why",
+            speculative=(1, 2),
+            plain=(1, 3),
+            dtype="bfloat16",
+            position=1,
+            speculative_token=2,
+            plain_token=3,
+            round=4,
+            margin=0.01,
+            top2_margin=0.01,
+            logit_diff=0.02,
+            verify_margin=-0.01,
+        )
 
     assert reference_text(div(NEAR_TIE))[0] == "near tie at token 1 (round 4)"
     text, tip = reference_text(div(LOGIC_BUG))
@@ -146,9 +166,17 @@ def _run_three_lanes(qtbot, window, **texts):
     window.runs.start_compare()
     session = window.compare_session
     assert window.last_error is None, window.last_error
-    qtbot.waitUntil(lambda: window.last_error is not None or (
-        len(session.results) == 3 and all(r.stop_reason for r in session.results)
-        and window.compare_controller.state == "idle"), timeout=120000)
+    qtbot.waitUntil(
+        lambda: (
+            window.last_error is not None
+            or (
+                len(session.results) == 3
+                and all(r.stop_reason for r in session.results)
+                and window.compare_controller.state == "idle"
+            )
+        ),
+        timeout=120000,
+    )
     assert window.last_error is None, window.last_error
     window.compare.refresh()
     return session
@@ -199,9 +227,8 @@ def test_three_coupled_lanes_emit_the_same_tokens(qtbot, bundled_window):
 
 
 def test_a_three_lane_comparison_is_recorded_and_reopens_with_its_three_lanes(qtbot, make_window, tmp_path):
-    from specscope.storage import TraceStore
-
     from specscope.app.gui.sessions.compare import comparison_of
+    from specscope.storage import TraceStore
 
     store = tmp_path / "cmp3.sqlite"
     w = make_window(store_path=str(store))
@@ -209,8 +236,14 @@ def test_a_three_lane_comparison_is_recorded_and_reopens_with_its_three_lanes(qt
     for side, spec in enumerate(("draft-small", "draft-tiny", "lookup")):
         w.compare.set_side(side, spec, 3)
     w.runs.start_compare()
-    qtbot.waitUntil(lambda: len(w.compare_session.results) == 3 and all(r.stop_reason for r in w.compare_session.results)
-                    and w.compare_controller.state == "idle", timeout=60000)
+    qtbot.waitUntil(
+        lambda: (
+            len(w.compare_session.results) == 3
+            and all(r.stop_reason for r in w.compare_session.results)
+            and w.compare_controller.state == "idle"
+        ),
+        timeout=60000,
+    )
     live = [m.output_tokens for m in w.compare_session.models]
     w.close()
     gc.collect()

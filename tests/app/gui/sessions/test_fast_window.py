@@ -60,10 +60,19 @@ BLOCKED_WINDOW = textwrap.dedent(r"""
 
 
 def _blocked_window(tmp_path, proposer: str = "") -> dict:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "config"),
-               SPECSCOPE_DB=str(tmp_path / "default.sqlite"))
-    done = subprocess.run([sys.executable, "-c", BLOCKED_WINDOW, str(tmp_path / "specscope.ini"), proposer], env=env,
-                          capture_output=True, text=True, timeout=180)
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        SPECSCOPE_DB=str(tmp_path / "default.sqlite"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_WINDOW, str(tmp_path / "specscope.ini"), proposer],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads(line.removeprefix("RESULT "))
@@ -76,7 +85,9 @@ def test_the_main_window_shows_without_torch_or_transformers(tmp_path, proposer)
     pytest.importorskip("PySide6")
     result = _blocked_window(tmp_path, proposer)
     assert result["visible"]
-    assert result["gui_thread"] == [], "the GUI thread imported torch or transformers:\n" + "\n".join(result["gui_thread"])
+    assert result["gui_thread"] == [], "the GUI thread imported torch or transformers:\n" + "\n".join(
+        result["gui_thread"]
+    )
     assert "loading models" in result["before"]["panel"].lower()
     assert result["before"]["status"].startswith("Loading models: torch, then the")
     # the worker thread is where torch loads: here it could not, and the window says so
@@ -157,8 +168,13 @@ def test_ending_the_process_keeps_a_writers_pending_rounds(tmp_path):
     from specscope.storage import TraceStore
 
     path = tmp_path / "pending.sqlite"
-    done = subprocess.run([sys.executable, "-c", END_PROCESS_SCRIPT, str(path)], capture_output=True, text=True,
-                          timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", END_PROCESS_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
     assert done.returncode == 3, done.stderr[-2000:]
     assert "written" in done.stdout  # flushed before the exit
     with TraceStore(path) as store:
@@ -230,7 +246,8 @@ def test_a_value_that_asks_for_its_own_key_while_being_made_does_not_hang():
     hub = ModelHub(prefer_bundled=False)
     got = []
     asker = threading.Thread(
-        target=lambda: got.append(hub._cached(("k",), lambda: hub._cached(("k",), lambda: "inner"))), daemon=True)
+        target=lambda: got.append(hub._cached(("k",), lambda: hub._cached(("k",), lambda: "inner"))), daemon=True
+    )
     asker.start()
     asker.join(10)
     assert got == ["inner"]
@@ -272,7 +289,12 @@ def test_closing_while_the_worker_is_still_loading_does_not_abort_the_process(tm
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", CLOSE_DURING_LOAD], capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_DURING_LOAD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "survived the close" in done.stdout

@@ -5,7 +5,6 @@ decoder comes from core.decode.factory, as the CLI's does)."""
 from __future__ import annotations
 
 from specscope.app.gui.sessions.worker import IDLE
-
 from tests.app.helpers import configure
 
 
@@ -31,6 +30,8 @@ def test_a_nan_or_negative_value_gets_the_clis_message(qtbot, window):
     configure(window, temperature="nan", top_p="-1", seed="-1")
     assert not window.start_run()
     errors = {key: window.run_panel.errors[key].text() for key in ("temperature", "top_p", "seed")}
-    assert errors == {"temperature": "temperature must be a finite number, got nan",
-                      "top_p": "top-p must lie in (0, 1] (1 = off), got -1",
-                      "seed": "seed must be at least 0, got -1"}
+    assert errors == {
+        "temperature": "temperature must be a finite number, got nan",
+        "top_p": "top-p must lie in (0, 1] (1 = off), got -1",
+        "seed": "seed must be at least 0, got -1",
+    }

@@ -10,7 +10,6 @@ from PySide6.QtCore import Qt
 from specscope.core import DraftModelProposer, SamplingConfig
 from specscope.core.faults.zoo import faulty_decoder
 from specscope.storage import TraceStore, TraceWriter
-
 from tests.app.helpers import configure, wait_idle
 
 
@@ -74,13 +73,18 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
     assert len(lines) >= len(live_rounds)
 
 
-@pytest.mark.parametrize("fault,sampling,full_vectors", [
-    ("resample-p", SamplingConfig(temperature=1.0), None),
-    # a q that skipped top-p, in a trace without full vectors (the whole-vector facts show it)
-    ("raw-q", SamplingConfig(temperature=1.0, top_p=0.9), False),
-], ids=["resample-p", "raw-q-top-n-trace"])
-def test_faulty_trace_shows_findings_that_jump_to_their_round(qtbot, make_window, hub, tmp_path, fault, sampling,
-                                                              full_vectors):
+@pytest.mark.parametrize(
+    "fault,sampling,full_vectors",
+    [
+        ("resample-p", SamplingConfig(temperature=1.0), None),
+        # a q that skipped top-p, in a trace without full vectors (the whole-vector facts show it)
+        ("raw-q", SamplingConfig(temperature=1.0, top_p=0.9), False),
+    ],
+    ids=["resample-p", "raw-q-top-n-trace"],
+)
+def test_faulty_trace_shows_findings_that_jump_to_their_round(
+    qtbot, make_window, hub, tmp_path, fault, sampling, full_vectors
+):
     target, _ = hub.target("cpu")
     draft = hub.draft("draft-small", "cpu")
     path = tmp_path / "faulty.sqlite"
@@ -104,7 +108,9 @@ def test_faulty_trace_shows_findings_that_jump_to_their_round(qtbot, make_window
     target_round = found[0].round
     w.model.select(target_round, 0)
     if full_vectors is False:  # the inspector says what a top-N save keeps of p and q
-        assert "saved without full vectors" in w.inspector.header.text() and "tokens &gt; 0" in w.inspector.header.text()
+        assert (
+            "saved without full vectors" in w.inspector.header.text() and "tokens &gt; 0" in w.inspector.header.text()
+        )
     else:  # full vectors read back (with their exact whole-vector facts): nothing to say
         assert "saved without full vectors" not in w.inspector.header.text()
     w.model.select(0)

@@ -3,13 +3,11 @@ a run read from that URL. Needs SPECSCOPE_TEST_DATABASE_URL (tests/pg_server.py)
 
 from __future__ import annotations
 
-import pytest
 from PySide6.QtCore import Qt
 
 from specscope.storage import TraceStore
-
-from tests.pg_server import fresh_schema, requires_server
 from tests.app.helpers import configure, wait_idle
+from tests.pg_server import fresh_schema, requires_server
 
 pytestmark = requires_server
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from tests.app.helpers import configure, wait_idle
 from tests.app.gui.sessions.test_compare import wait_compare
+from tests.app.helpers import configure, wait_idle
 
 
 @pytest.mark.parametrize("size,cols", [((1024, 700), 1), ((1920, 1080), 2)])
@@ -77,8 +77,14 @@ def test_three_lanes_keep_the_window_at_1024x700(qtbot, make_window):
     for side, spec in enumerate(("draft-small", "draft-tiny", "lookup:max_ngram=4,min_ngram=2")):
         w.compare.set_side(side, spec, 3)
     qtbot.mouseClick(w.compare.compare_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(w.compare_session.results) == 3 and all(r.stop_reason for r in w.compare_session.results)
-                    and w.compare_controller.state == "idle", timeout=60000)
+    qtbot.waitUntil(
+        lambda: (
+            len(w.compare_session.results) == 3
+            and all(r.stop_reason for r in w.compare_session.results)
+            and w.compare_controller.state == "idle"
+        ),
+        timeout=60000,
+    )
     qtbot.wait(150)
     assert (w.width(), w.height()) == (1024, 700) and w.minimumSizeHint().height() <= 700
     assert w.compare_session.count == 3

@@ -11,8 +11,12 @@ def test_findings_are_one_line_each_and_the_selected_one_is_shown_whole(qtbot, g
     w.resize(320, 400)
     w.show()
     long = "target cache holds 105 positions but only 104 are accepted: " + "and more words " * 20
-    w.set_findings([{"round": 3, "position": 7, "node": 1, "rule": "target-cache", "message": long},
-                    {"round": 5, "rule": "eos", "message": "tokens after <EOS>"}])
+    w.set_findings(
+        [
+            {"round": 3, "position": 7, "node": 1, "rule": "target-cache", "message": long},
+            {"round": 5, "rule": "eos", "message": "tokens after <EOS>"},
+        ]
+    )
     assert not w.table.wordWrap()
     assert w.table.rowHeight(0) == w.table.rowHeight(1)  # a long message does not make its row taller
     assert not w.detail.isVisible()
@@ -40,7 +44,9 @@ def test_findings_are_grouped_by_root_cause(qtbot, gui_env):
     # the cause, then what follows from it; the other cause after them
     assert rows[0] == ("3", "target-cache") and rows[-1] == ("5", "eos")
     assert all(rule == "  ↳ target-cache" for _, rule in rows[1:6])
-    assert "2 cause(s)" in w.status.text() and "first bad round 3" in w.status.text() and "5 follow-on" in w.status.text()
+    assert (
+        "2 cause(s)" in w.status.text() and "first bad round 3" in w.status.text() and "5 follow-on" in w.status.text()
+    )
     w.table.setCurrentCell(2, 0)
     assert "follows from an earlier finding" in w.detail.text()
 
@@ -51,8 +57,9 @@ def test_wrong_output_is_listed_apart_from_wasted_work(qtbot, gui_env):
 
     w = FindingsWidget()
     qtbot.addWidget(w)
-    w.set_findings([Finding("r", 1, None, "draft-budget", "k=4 past the budget"),
-                    Finding("r", 4, 2, "eos", "tokens after EOS")])
+    w.set_findings(
+        [Finding("r", 1, None, "draft-budget", "k=4 past the budget"), Finding("r", 4, 2, "eos", "tokens after EOS")]
+    )
     rows = [(w.table.item(r, 3).text(), w.table.item(r, 4).text()) for r in range(w.table.rowCount())]
     assert rows == [("eos", "wrong output"), ("draft-budget", "wasted work")]  # wrong output first
     text = w.status.text()
@@ -69,10 +76,14 @@ def test_what_the_checker_could_not_check_is_listed_apart_and_greyed(qtbot, gui_
     qtbot.addWidget(w)
     w.resize(320, 400)
     w.show()
-    not_checked = {"stop-leak": "the trace does not record the text of each token (pieces): stop strings not matched",
-                   "acceptance-draw": "field 'u' not recorded"}
-    w.set_findings([Finding("r", 4, 2, "eos", "tokens after EOS"), Finding("r", 1, None, "draft-budget", "k=4 past")],
-                   not_checked=not_checked)
+    not_checked = {
+        "stop-leak": "the trace does not record the text of each token (pieces): stop strings not matched",
+        "acceptance-draw": "field 'u' not recorded",
+    }
+    w.set_findings(
+        [Finding("r", 4, 2, "eos", "tokens after EOS"), Finding("r", 1, None, "draft-budget", "k=4 past")],
+        not_checked=not_checked,
+    )
     # the findings keep their table and severities; the unchecked rules are not rows of it
     rows = [(w.table.item(r, 3).text(), w.table.item(r, 4).text()) for r in range(w.table.rowCount())]
     assert rows == [("eos", "wrong output"), ("draft-budget", "wasted work")]

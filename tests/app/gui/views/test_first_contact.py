@@ -5,9 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from specscope.app.gui.views.timeline import EMPTY_TEXT
-
-from tests.app.helpers import wait_idle
 from tests.app.gui.sessions.test_replay import record_live
+from tests.app.helpers import wait_idle
 
 
 def visible_in_window(widget) -> bool:
@@ -137,8 +136,11 @@ def test_field_errors_wrap_whole(qtbot, make_window):
     w.run_panel.show_errors({"seed": message})
     qtbot.wait(100)
     label = w.run_panel.errors["seed"]
-    needed = label.fontMetrics().boundingRect(QRect(0, 0, label.width(), 10000), int(Qt.TextFlag.TextWordWrap),
-                                              message).height()
+    needed = (
+        label.fontMetrics()
+        .boundingRect(QRect(0, 0, label.width(), 10000), int(Qt.TextFlag.TextWordWrap), message)
+        .height()
+    )
     assert label.height() >= needed > label.fontMetrics().height()  # wrapped, and every line shown
 
 
@@ -166,8 +168,9 @@ def test_the_tree_pane_grows_to_show_a_tree(qtbot, window):
     window.jump_to(0, -1)
     qtbot.wait(100)
     tree = window.tree
-    assert tree.height() >= tree.wanted_height() - 2 or \
-        window.page.splitter.sizes()[2] <= 220 + 2  # grown, or the inspector gave all it has
+    assert (
+        tree.height() >= tree.wanted_height() - 2 or window.page.splitter.sizes()[2] <= 220 + 2
+    )  # grown, or the inspector gave all it has
     assert tree.view.transform().m11() >= 1.0  # the whole tree, at 1:1 or larger (issue 42: fitted to its pane)
     shown = tree.view.mapFromScene(tree.scene.itemsBoundingRect()).boundingRect()
     assert tree.view.viewport().rect().adjusted(-1, -1, 1, 1).contains(shown), shown
@@ -247,7 +250,13 @@ def test_legends_leave_the_data_free(qtbot, window):
             for x, y in zip(xs, ys):
                 if y == y and y <= robust:  # not NaN, not a spike
                     assert not box.contains(plot.vb.mapViewToScene(QPointF(float(x), float(y)))), (
-                        name, x, y, plot.vb.height(), plot.viewRange(), plot.vb.sceneBoundingRect())
+                        name,
+                        x,
+                        y,
+                        plot.vb.height(),
+                        plot.viewRange(),
+                        plot.vb.sceneBoundingRect(),
+                    )
                     checked += 1
     assert checked
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from specscope.app.gui.model.settings import PATH_ARG
 from specscope.app.gui.views.runpanel import RunPanelWidget
-
 from tests.core.head_checkpoints import write_eagle3
 from tests.tiny_models import tiny_lm
 
@@ -52,8 +51,21 @@ def test_a_lane_asks_for_a_head_folder_and_keeps_its_choice_when_cancelled(windo
     combo.setCurrentIndex(entry)
     combo.activated.emit(entry)  # cancelled: the folder chosen before stays
     assert asked == ["eagle3", "eagle3"] and widget.side_texts(0)[0] == f"eagle3:{tmp_path / 'my-head'}"
-    base = {"prompt": "1 2 3", "target": "", "engine": "specscope", "proposer": "draft:small", "checkpoint": "",
-            "k": "4", "temperature": "0", "top_k": "0", "top_p": "1", "seed": "0", "max_new_tokens": "8",
-            "eos": "auto", "device": "cpu", "threads": "1"}
+    base = {
+        "prompt": "1 2 3",
+        "target": "",
+        "engine": "specscope",
+        "proposer": "draft:small",
+        "checkpoint": "",
+        "k": "4",
+        "temperature": "0",
+        "top_k": "0",
+        "top_p": "1",
+        "seed": "0",
+        "max_new_tokens": "8",
+        "eos": "auto",
+        "device": "cpu",
+        "threads": "1",
+    }
     lanes = widget.lane_settings(base, ("cpu",))
     assert lanes is not None and lanes[0].proposer == f"eagle3:{tmp_path / 'my-head'}"

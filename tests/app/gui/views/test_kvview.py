@@ -17,8 +17,14 @@ def _faulty_trace(hub, path):
     draft = hub.draft("draft-small", "cpu")
     ids = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4]
     with TraceStore(path) as store:
-        dec = faulty_decoder("target-crop-off-by-one", target, DraftModelProposer(draft, label="draft-small"), k=4,
-                             sampling=SamplingConfig(temperature=0.8), seed=0)
+        dec = faulty_decoder(
+            "target-crop-off-by-one",
+            target,
+            DraftModelProposer(draft, label="draft-small"),
+            k=4,
+            sampling=SamplingConfig(temperature=0.8),
+            seed=0,
+        )
         config = dec.run_config(ids, 24)
         with TraceWriter(store, config) as writer:
             writer.record(dec.rounds(ids, 24, config=config))

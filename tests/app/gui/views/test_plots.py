@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from specscope.app.gui.views.plots import FRAME_COST_SHARE, FRAME_MS, MAX_FRAME_MS, LivePlotsWidget
 from specscope.app.gui.model.runmodel import RunModel
 from specscope.app.gui.model.settings import PanelSettings
+from specscope.app.gui.views.plots import FRAME_COST_SHARE, FRAME_MS, MAX_FRAME_MS, LivePlotsWidget
 
 
 @pytest.fixture(scope="module")
 def rounds(hub):
-    prep = hub.build(PanelSettings(prompt="1 2 3 4 5 6 7 8 1 2 3 4", proposer="draft-tiny", temperature=1.0,
-                                 max_new_tokens=30, seed=3))
+    prep = hub.build(
+        PanelSettings(
+            prompt="1 2 3 4 5 6 7 8 1 2 3 4", proposer="draft-tiny", temperature=1.0, max_new_tokens=30, seed=3
+        )
+    )
     return prep, prep.decoder.generate(prep.prompt_ids, 30).rounds
 
 

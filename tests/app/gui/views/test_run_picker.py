@@ -12,10 +12,17 @@ from specscope.app.gui.views import run_picker
 
 
 def _run(run_id: str) -> SimpleNamespace:
-    config = SimpleNamespace(draft_name=None, proposer="lookup", k=4, sampling=SimpleNamespace(temperature=0.0, describe=lambda: "greedy"),
-                             seed=0, prompt_ids=[1, 2, 3])
-    return SimpleNamespace(run_id=run_id, status="completed", config=config, n_rounds=5, n_new_tokens=9,
-                           stop_reason="budget")
+    config = SimpleNamespace(
+        draft_name=None,
+        proposer="lookup",
+        k=4,
+        sampling=SimpleNamespace(temperature=0.0, describe=lambda: "greedy"),
+        seed=0,
+        prompt_ids=[1, 2, 3],
+    )
+    return SimpleNamespace(
+        run_id=run_id, status="completed", config=config, n_rounds=5, n_new_tokens=9, stop_reason="budget"
+    )
 
 
 def test_the_picker_shows_before_any_count_and_fills_them_in(qtbot):

@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtWidgets import QMainWindow  # noqa: E402
+from PySide6.QtWidgets import QMainWindow
 
-from specscope.app.gui.views.status_bar import GAP_PX, ElidingStatusBar  # noqa: E402
+from specscope.app.gui.views.status_bar import GAP_PX, ElidingStatusBar
 
 LONG = "Run finished (budget): 160 tokens in 64 rounds, mean accepted length 2.50 tokens a round"
 STATE = "idle · recording to traces.sqlite · 64 rounds · 160 tokens · acceptance 0.38 · 1 torch thread"

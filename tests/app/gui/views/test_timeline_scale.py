@@ -28,7 +28,7 @@ def test_thousands_of_tokens_paint_fast(qtbot, hub):
     tl.show()
     t0 = time.perf_counter()
     for i in range(0, len(rounds), 50):  # arrive in chunks, as in a live run
-        model.extend(rounds[i:i + 50])
+        model.extend(rounds[i : i + 50])
     append_s = time.perf_counter() - t0
     assert tl._laid == len(model.cells) > 6000
     tl.verticalScrollBar().setValue(tl.verticalScrollBar().maximum() // 2)

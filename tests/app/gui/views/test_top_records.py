@@ -7,20 +7,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specscope.app.gui.views.inspector import RoundInspectorWidget
 from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.views.inspector import RoundInspectorWidget
 from specscope.app.gui.views.tree import DraftTreeView
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.core.sampling.dists import TopDistribution
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 
 @pytest.fixture(scope="module")
 def top_run():
     target = tiny_lm("llama", vocab=6000, seed=0, init_range=0.3)
-    dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3)), k=3,
-                             sampling=SamplingConfig(temperature=1.0, top_k=40), seed=1)
+    dec = SpeculativeDecoder(
+        target,
+        DraftModelProposer(noisy_copy(target, 0.3)),
+        k=3,
+        sampling=SamplingConfig(temperature=1.0, top_k=40),
+        seed=1,
+    )
     result = dec.generate([5, 6, 7, 8], 30)
     assert isinstance(result.rounds[0].nodes[0].p, TopDistribution)
     return result

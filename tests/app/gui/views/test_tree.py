@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from specscope.app.gui.views.tree_inspect import is_tree, node_residuals
 from specscope.app.gui.sessions.worker import IDLE
-
+from specscope.app.gui.views.tree_inspect import is_tree, node_residuals
 from tests.app.helpers import configure, wait_idle
 
 
@@ -94,9 +93,13 @@ def test_prompt_lookup_cannot_grow_trees(qtbot, window):
     assert panel.texts()["proposer"] == "draft:small,tree=3,2,1"
 
 
-@pytest.mark.parametrize("side,spec,tree", [(0, "draft:small,tree=2,1,1,1", "2,1,1,1"),
-                                            (1, "draft:small,tree=dynamic:nodes=16,depth=5,topk=4",
-                                             "dynamic:nodes=16,depth=5,topk=4")])
+@pytest.mark.parametrize(
+    "side,spec,tree",
+    [
+        (0, "draft:small,tree=2,1,1,1", "2,1,1,1"),
+        (1, "draft:small,tree=dynamic:nodes=16,depth=5,topk=4", "dynamic:nodes=16,depth=5,topk=4"),
+    ],
+)
 def test_compare_lanes_offer_and_run_trees(qtbot, window, side, spec, tree):
     configure(window, max_new_tokens="12")
     combo = window.compare.proposers[side]
@@ -104,8 +107,12 @@ def test_compare_lanes_offer_and_run_trees(qtbot, window, side, spec, tree):
     assert index >= 0, "the lane's menu offers the tree"
     combo.setCurrentIndex(index)
     window.runs.start_compare()
-    qtbot.waitUntil(lambda: all(r.stop_reason for r in window.compare_session.results)
-                    and window.compare_controller.state == "idle", timeout=60000)
+    qtbot.waitUntil(
+        lambda: (
+            all(r.stop_reason for r in window.compare_session.results) and window.compare_controller.state == "idle"
+        ),
+        timeout=60000,
+    )
     model = window.compare_session.models[side]
     assert model.config.proposer_params["tree"] == tree
     assert any(is_tree(r) for r in model.rounds)

@@ -9,19 +9,22 @@ import dataclasses
 import numpy as np
 import pytest
 
-from specscope.app.gui.views.inspector import RoundInspectorWidget
 from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.views.inspector import RoundInspectorWidget
 from specscope.app.gui.views.tree_inspect import RECOMPUTED, RECORDED, node_residuals
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
 from specscope.storage.codec import PartialDistribution
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 
 def tree_run(mode: str):
     target = tiny_lm("llama", seed=3, init_range=0.3)
-    dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children=mode),
-                             sampling=SamplingConfig(temperature=1.0), seed=5)
+    dec = SpeculativeDecoder(
+        target,
+        DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children=mode),
+        sampling=SamplingConfig(temperature=1.0),
+        seed=5,
+    )
     return dec.generate([3, 9, 27, 17], 30)
 
 
@@ -36,7 +39,9 @@ def test_recorded_and_replayed_updates_agree_and_explain_each_decision(mode):
             replay = node_residuals(dataclasses.replace(r, tree=None), node.index, mode)
             assert live.source == RECORDED and replay.source == RECOMPUTED
             assert live.tried == replay.tried == dict(r.tree.tried).get(node.parent, live.tried)
-            assert {(node.parent, u.child) for u in live.updates} == {x for x in recorded_updates if x[0] == node.parent}
+            assert {(node.parent, u.child) for u in live.updates} == {
+                x for x in recorded_updates if x[0] == node.parent
+            }
             for a, b in zip(live.updates, replay.updates, strict=True):
                 np.testing.assert_allclose(a.p_after, b.p_after, atol=1e-12)
             if node.status == "unvisited":
@@ -58,9 +63,13 @@ def test_missing_fields_say_not_stored():
     child = r.tree.updates[0].child
     bare = dataclasses.replace(r, tree=None)
     assert node_residuals(bare, child, None).source.startswith("not stored")  # no children mode
-    top_n = dataclasses.replace(bare, nodes=tuple(
-        dataclasses.replace(n, p=PartialDistribution(np.where(n.p == n.p.max(), n.p, 0), [int(np.argmax(n.p))]))
-        for n in bare.nodes))
+    top_n = dataclasses.replace(
+        bare,
+        nodes=tuple(
+            dataclasses.replace(n, p=PartialDistribution(np.where(n.p == n.p.max(), n.p, 0), [int(np.argmax(n.p))]))
+            for n in bare.nodes
+        ),
+    )
     view = node_residuals(top_n, child, "sampled")
     assert view.source.startswith("not stored") and "top-N" in view.source and view.p_prime is None
 
@@ -91,7 +100,9 @@ def test_updates_recorded_without_their_vectors_are_replayed_from_p_and_q():
     out = tree_run("distinct")
     r = next(r for r in out.rounds if len(r.tree.updates) and any(len(k) > 1 for _, k in r.tree.tried))
     parent, kids = next((p, k) for p, k in r.tree.tried if len(k) > 1)
-    masses_only = dataclasses.replace(r.tree, updates=tuple(dataclasses.replace(u, p_after=None) for u in r.tree.updates))
+    masses_only = dataclasses.replace(
+        r.tree, updates=tuple(dataclasses.replace(u, p_after=None) for u in r.tree.updates)
+    )
     view = node_residuals(dataclasses.replace(r, tree=masses_only), kids[1], "distinct")
     assert view.source == RECOMPUTED
     np.testing.assert_allclose(view.p_prime, node_residuals(r, kids[1], "distinct").p_prime, atol=1e-12)
@@ -104,8 +115,14 @@ def test_top_n_records_give_the_same_acceptance_test(mode):
     target = tiny_lm("llama", seed=3, init_range=0.3)
 
     def run(vectors):
-        dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children=mode),
-                                 sampling=SamplingConfig(temperature=1.0), seed=5, vectors=vectors, top_n=4)
+        dec = SpeculativeDecoder(
+            target,
+            DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children=mode),
+            sampling=SamplingConfig(temperature=1.0),
+            seed=5,
+            vectors=vectors,
+            top_n=4,
+        )
         return dec.generate([3, 9, 27, 17], 30).rounds
 
     checked = 0

@@ -5,14 +5,17 @@ accepted path counted in the title."""
 from specscope.app.gui.model.runmodel import RunModel
 from specscope.app.gui.views.tree import DraftTreeView, build_tree, tree_notes
 from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecoder
-
 from tests.tiny_models import noisy_copy, tiny_lm
 
 
 def tree_run():
     target = tiny_lm("llama", seed=3, init_range=0.3)
-    dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children="sampled"),
-                             sampling=SamplingConfig(temperature=1.0), seed=5)
+    dec = SpeculativeDecoder(
+        target,
+        DraftModelProposer(noisy_copy(target, 0.3), tree="3,2,1", children="sampled"),
+        sampling=SamplingConfig(temperature=1.0),
+        seed=5,
+    )
     return dec.generate([3, 9, 27, 17], 30)
 
 
@@ -51,8 +54,12 @@ def test_the_view_draws_a_tree_round(qtbot):
 
 def dynamic_tree_run():
     target = tiny_lm("llama", seed=3, init_range=0.3)
-    dec = SpeculativeDecoder(target, DraftModelProposer(noisy_copy(target, 0.3), tree="dynamic:nodes=16,depth=5,topk=4"),
-                             sampling=SamplingConfig(temperature=0), seed=5)
+    dec = SpeculativeDecoder(
+        target,
+        DraftModelProposer(noisy_copy(target, 0.3), tree="dynamic:nodes=16,depth=5,topk=4"),
+        sampling=SamplingConfig(temperature=0),
+        seed=5,
+    )
     return dec.generate([3, 9, 27, 17], 24)
 
 
@@ -62,6 +69,7 @@ def test_a_16_node_dynamic_tree_fills_a_1024x700_pane_readably_and_zooms_with_ct
     from PySide6.QtCore import QPoint, QPointF, Qt
     from PySide6.QtGui import QFontMetricsF, QWheelEvent
     from PySide6.QtWidgets import QApplication
+
     from specscope.app.gui import theme
 
     out = dynamic_tree_run()
@@ -87,9 +95,19 @@ def test_a_16_node_dynamic_tree_fills_a_1024x700_pane_readably_and_zooms_with_ct
     def wheel(ctrl: bool, notches: int) -> None:
         centre = QPointF(view.view.viewport().rect().center())
         mods = Qt.KeyboardModifier.ControlModifier if ctrl else Qt.KeyboardModifier.NoModifier
-        QApplication.sendEvent(view.view.viewport(), QWheelEvent(
-            centre, QPointF(view.view.viewport().mapToGlobal(centre.toPoint())), QPoint(0, 0),
-            QPoint(0, 120 * notches), Qt.MouseButton.NoButton, mods, Qt.ScrollPhase.NoScrollPhase, False))
+        QApplication.sendEvent(
+            view.view.viewport(),
+            QWheelEvent(
+                centre,
+                QPointF(view.view.viewport().mapToGlobal(centre.toPoint())),
+                QPoint(0, 0),
+                QPoint(0, 120 * notches),
+                Qt.MouseButton.NoButton,
+                mods,
+                Qt.ScrollPhase.NoScrollPhase,
+                False,
+            ),
+        )
 
     fitted = view.scale()
     wheel(False, 1)

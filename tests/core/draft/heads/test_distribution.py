@@ -28,7 +28,6 @@ import pytest
 
 from specscope.core import SamplingConfig, SpeculativeDecoder
 from specscope.core.draft.registry import build_proposer
-
 from tests.core.chi_square import count_outputs, fit_pvalue, stat_models
 from tests.core.head_checkpoints import write_eagle3, write_medusa
 from tests.core.verify.test_chain_distribution import ALPHA, LENGTH, PROMPT, exact_distribution

@@ -20,9 +20,8 @@ from specscope.core import DraftModelProposer, SamplingConfig, SpeculativeDecode
 from specscope.core.decode.factory import Models, RunSettings, SettingsError, build_decoder
 from specscope.core.draft.proposers import TargetMismatch
 from specscope.core.draft.registry import SpecError, build_proposer, parse_spec
-
-from tests.tiny_models import noisy_copy, save_pair, tiny_lm
 from tests.core.head_checkpoints import WRITERS, write_eagle, write_eagle3, write_medusa, write_mtp
+from tests.tiny_models import noisy_copy, save_pair, tiny_lm
 
 PROMPT = [1, 2, 3, 4, 5, 6, 2, 3]
 GREEDY = SamplingConfig(temperature=0)
@@ -113,8 +112,9 @@ class FeatureRecorder(DraftModelProposer):
 def forward_flags(module):
     """Every output_hidden_states value `module`'s forwards were called with."""
     flags = []
-    module.register_forward_pre_hook(lambda _m, _a, kw: flags.append(bool(kw.get("output_hidden_states"))),
-                                     with_kwargs=True)
+    module.register_forward_pre_hook(
+        lambda _m, _a, kw: flags.append(bool(kw.get("output_hidden_states"))), with_kwargs=True
+    )
     return flags
 
 
@@ -125,8 +125,9 @@ def test_features_are_requested_only_when_a_proposer_asks(tmp_path):
     SpeculativeDecoder(target, DraftModelProposer(draft), k=3, sampling=GREEDY).generate(PROMPT, 12)
     assert target_flags and not any(target_flags) and draft_flags and not any(draft_flags)
     target_flags.clear()
-    SpeculativeDecoder(target, build_proposer(head_spec("eagle", tmp_path, target)), k=3,
-                       sampling=GREEDY).generate(PROMPT, 12)
+    SpeculativeDecoder(target, build_proposer(head_spec("eagle", tmp_path, target)), k=3, sampling=GREEDY).generate(
+        PROMPT, 12
+    )
     assert target_flags and all(target_flags)
 
 
@@ -159,16 +160,21 @@ def test_a_run_without_target_cache_gives_the_same_output(small_vocab_target, tm
     spec = head_spec("eagle3", tmp_path, target)
     for temperature in (0.0, 1.0):
         cfg = SamplingConfig(temperature=temperature)
-        runs = [SpeculativeDecoder(target, build_proposer(spec), k=3, sampling=cfg, seed=4, use_cache=cache)
-                .generate(PROMPT, 20).new_tokens for cache in (True, False)]
+        runs = [
+            SpeculativeDecoder(target, build_proposer(spec), k=3, sampling=cfg, seed=4, use_cache=cache)
+            .generate(PROMPT, 20)
+            .new_tokens
+            for cache in (True, False)
+        ]
         assert runs[0] == runs[1]
 
 
 def test_eagle3_drafts_only_its_vocabulary_and_reports_q_over_the_target_vocabulary(small_vocab_target, tmp_path):
     target = small_vocab_target
     proposer = build_proposer(head_spec("eagle3", tmp_path, target, draft_vocab=5))
-    out = SpeculativeDecoder(target, proposer, k=3, sampling=SamplingConfig(temperature=1.0),
-                             vectors="full").generate(PROMPT, 20)
+    out = SpeculativeDecoder(target, proposer, k=3, sampling=SamplingConfig(temperature=1.0), vectors="full").generate(
+        PROMPT, 20
+    )
     allowed = set(proposer.head.draft_to_target.tolist())
     for rnd in out.rounds:
         for node in rnd.nodes:
@@ -184,14 +190,21 @@ def test_eagle3_reads_its_configured_layers(small_vocab_target, tmp_path):
     assert default.target_features(small_vocab_target) == (2, 2, 1)  # (2, L//2, L-3) for L = 4
 
 
-@pytest.mark.parametrize("writer, kw", [(write_eagle, {"file": "model.safetensors", "embedding": True}),
-                                        (write_eagle, {"bias": False}),
-                                        (write_medusa, {"file": "medusa_lm_head.pt", "blocks": 2}),
-                                        (write_mtp, {"copies": True})])
+@pytest.mark.parametrize(
+    "writer, kw",
+    [
+        (write_eagle, {"file": "model.safetensors", "embedding": True}),
+        (write_eagle, {"bias": False}),
+        (write_medusa, {"file": "medusa_lm_head.pt", "blocks": 2}),
+        (write_mtp, {"copies": True}),
+    ],
+)
 def test_format_variants_load_and_decode(writer, kw, target, tmp_path):
     writer(tmp_path / "h", target, **kw)
     kind = writer.__name__.removeprefix("write_")
-    out = SpeculativeDecoder(target, build_proposer(f"{kind}:{tmp_path / 'h'}"), k=3, sampling=GREEDY).generate(PROMPT, 16)
+    out = SpeculativeDecoder(target, build_proposer(f"{kind}:{tmp_path / 'h'}"), k=3, sampling=GREEDY).generate(
+        PROMPT, 16
+    )
     assert out.new_tokens == plain_greedy(target, PROMPT, 16)
 
 
@@ -224,9 +237,14 @@ def test_wrong_formats_are_refused_in_one_line(target, tmp_path):
     write_eagle3(tmp_path / "e3", target, draft_vocab=50)
     write_eagle(tmp_path / "e1", target)
     write_medusa(tmp_path / "m", target)
-    cases = [("eagle", "e3", "is an EAGLE-3 head"), ("eagle3", "e1", "EAGLE-1 head"), ("medusa", "e1", "medusa_num_heads"),
-             ("mtp", "e1", "num_nextn_predict_layers"), ("eagle", "missing", "is not a folder"),
-             ("eagle", "m", "config.json lacks hidden_size")]
+    cases = [
+        ("eagle", "e3", "is an EAGLE-3 head"),
+        ("eagle3", "e1", "EAGLE-1 head"),
+        ("medusa", "e1", "medusa_num_heads"),
+        ("mtp", "e1", "num_nextn_predict_layers"),
+        ("eagle", "missing", "is not a folder"),
+        ("eagle", "m", "config.json lacks hidden_size"),
+    ]
     for kind, folder, said in cases:
         with pytest.raises(SpecError) as exc:
             build_proposer(f"{kind}:{tmp_path / folder}")
@@ -281,8 +299,20 @@ def test_the_cli_runs_a_head_spec(tmp_path, capsys):
 
     loaded = AutoModelForCausalLM.from_pretrained(target_dir)
     write_eagle(tmp_path / "head", loaded)
-    args = ["run", "--target", str(target_dir), "--prompt-ids", "1,2,3,4,1,2", "--device", "cpu", "--max-new", "12",
-            "--json", "--temperature", "0"]
+    args = [
+        "run",
+        "--target",
+        str(target_dir),
+        "--prompt-ids",
+        "1,2,3,4,1,2",
+        "--device",
+        "cpu",
+        "--max-new",
+        "12",
+        "--json",
+        "--temperature",
+        "0",
+    ]
     assert main(args + ["--proposer", f"eagle:{tmp_path / 'head'}"]) == 0
     head_out = capsys.readouterr().out
     assert main(args + ["--proposer", "lookup"]) == 0
@@ -310,8 +340,12 @@ def test_a_coupled_head_draws_its_drafts_by_the_coupling_keys(small_vocab_target
 
     spec = head_spec("eagle3", tmp_path, small_vocab_target)
     cfg = SamplingConfig(temperature=1.0)
-    lanes = [SpeculativeDecoder(small_vocab_target, build_proposer(s), k=3, sampling=cfg, coupling_seed=11,
-                                vectors="full").generate(PROMPT, 24) for s in (spec, "lookup")]
+    lanes = [
+        SpeculativeDecoder(
+            small_vocab_target, build_proposer(s), k=3, sampling=cfg, coupling_seed=11, vectors="full"
+        ).generate(PROMPT, 24)
+        for s in (spec, "lookup")
+    ]
     assert lanes[0].new_tokens == lanes[1].new_tokens
     keys, drafted = Coupling(11), 0
     for rnd in lanes[0].rounds:

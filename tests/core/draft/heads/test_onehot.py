@@ -20,11 +20,10 @@ import torch
 from specscope.core import SamplingConfig, SpeculativeDecoder
 from specscope.core.check.checker import check_run
 from specscope.core.draft.registry import KINDS, SpecError, build_proposer, parse_spec
-
 from tests.core.chi_square import count_outputs, fit_pvalue, stat_models
+from tests.core.draft.heads.test_formats import GREEDY, head_spec, plain_greedy
 from tests.core.head_checkpoints import WRITERS, write_eagle3
 from tests.core.verify.test_chain_distribution import ALPHA, LENGTH, PROMPT, exact_distribution
-from tests.core.draft.heads.test_formats import GREEDY, head_spec, plain_greedy
 
 SAMPLES = 600
 T1 = SamplingConfig(temperature=1.0)
@@ -88,7 +87,8 @@ def test_onehot_greedy_equals_plain_greedy(kind, target, tmp_path):
     want = plain_greedy(target, [1, 2, 3, 4, 5, 6, 2, 3], 30)
     for k in (1, 4):
         out = SpeculativeDecoder(target, build_proposer(f"{spec},draw=onehot"), k=k, sampling=GREEDY).generate(
-            [1, 2, 3, 4, 5, 6, 2, 3], 30)
+            [1, 2, 3, 4, 5, 6, 2, 3], 30
+        )
         assert out.new_tokens == want, (kind, k)
         assert out.config.proposer_params["draw"] == "onehot"
 
@@ -96,12 +96,18 @@ def test_onehot_greedy_equals_plain_greedy(kind, target, tmp_path):
 @pytest.mark.parametrize("coupling_seed", [None, 5])
 def test_onehot_drafts_are_the_top_token_as_a_point_mass(target, tmp_path, coupling_seed):
     spec = head_spec("eagle3", tmp_path, target)
-    runs = {draw: SpeculativeDecoder(target, build_proposer(f"{spec},draw={draw}"), k=3, sampling=T1, vectors="full",
-                                     coupling_seed=coupling_seed).generate([1, 2, 3, 4, 5, 6, 2, 3], 30, seed=2)
-            for draw in ("sampled", "onehot")}
+    runs = {
+        draw: SpeculativeDecoder(
+            target, build_proposer(f"{spec},draw={draw}"), k=3, sampling=T1, vectors="full", coupling_seed=coupling_seed
+        ).generate([1, 2, 3, 4, 5, 6, 2, 3], 30, seed=2)
+        for draw in ("sampled", "onehot")
+    }
     onehot = runs["onehot"]
     assert onehot.config.proposer_params["spec"] == f"{spec},draw=onehot"
-    assert onehot.config.proposer_params["draw"] == "onehot" and runs["sampled"].config.proposer_params["draw"] == "sampled"
+    assert (
+        onehot.config.proposer_params["draw"] == "onehot"
+        and runs["sampled"].config.proposer_params["draw"] == "sampled"
+    )
     nodes = [node for rnd in onehot.rounds for node in rnd.nodes]
     assert len(nodes) >= 20
     for node in nodes:

@@ -18,7 +18,6 @@ from safetensors.torch import save_file
 from specscope.core import SamplingConfig, SpeculativeDecoder
 from specscope.core.draft.heads.base import HeadFormatError
 from specscope.core.draft.registry import SpecError, build_proposer
-
 from tests.tiny_models import tiny_lm
 
 PROMPT = [1, 2, 3, 4, 5, 6, 2, 3, 9, 11, 4]
@@ -31,8 +30,18 @@ def target():
     return tiny_lm("llama", seed=0, init_range=0.3, layers=4, vocab=64)
 
 
-def write_speculators(folder: Path, target, seed=0, norm_before_residual=None, norm_before_fc=False, fc_norm=False,
-                      norm_output=False, window=None, specforge=False, d2t=False) -> Path:
+def write_speculators(
+    folder: Path,
+    target,
+    seed=0,
+    norm_before_residual=None,
+    norm_before_fc=False,
+    fc_norm=False,
+    norm_output=False,
+    window=None,
+    specforge=False,
+    d2t=False,
+) -> Path:
     """A speculators-format EAGLE-3 folder (specforge=True: a SpecForge Eagle 3.1 export: flat
     config, fc_norm.{i}.weight without the flag)."""
     cfg = target.config
@@ -46,12 +55,21 @@ def write_speculators(folder: Path, target, seed=0, norm_before_residual=None, n
     def n(k):
         return 1.0 + r(k, s=0.1)
 
-    w = {"fc.weight": r(h, 3 * h), "layers.0.self_attn.q_proj.weight": r(heads * hd, 2 * h),
-         "layers.0.self_attn.k_proj.weight": r(kv * hd, 2 * h), "layers.0.self_attn.v_proj.weight": r(kv * hd, 2 * h),
-         "layers.0.self_attn.o_proj.weight": r(h, heads * hd), "layers.0.mlp.gate_proj.weight": r(inter, h),
-         "layers.0.mlp.up_proj.weight": r(inter, h), "layers.0.mlp.down_proj.weight": r(h, inter),
-         "layers.0.input_layernorm.weight": n(h), "layers.0.post_attention_layernorm.weight": n(h),
-         "layers.0.hidden_norm.weight": n(h), "norm.weight": n(h), "lm_head.weight": r(vocab, h, s=1.0)}
+    w = {
+        "fc.weight": r(h, 3 * h),
+        "layers.0.self_attn.q_proj.weight": r(heads * hd, 2 * h),
+        "layers.0.self_attn.k_proj.weight": r(kv * hd, 2 * h),
+        "layers.0.self_attn.v_proj.weight": r(kv * hd, 2 * h),
+        "layers.0.self_attn.o_proj.weight": r(h, heads * hd),
+        "layers.0.mlp.gate_proj.weight": r(inter, h),
+        "layers.0.mlp.up_proj.weight": r(inter, h),
+        "layers.0.mlp.down_proj.weight": r(h, inter),
+        "layers.0.input_layernorm.weight": n(h),
+        "layers.0.post_attention_layernorm.weight": n(h),
+        "layers.0.hidden_norm.weight": n(h),
+        "norm.weight": n(h),
+        "lm_head.weight": r(vocab, h, s=1.0),
+    }
     if norm_before_fc:
         w["input_norm.weight"] = n(3 * h)
     if fc_norm or specforge:
@@ -60,20 +78,46 @@ def write_speculators(folder: Path, target, seed=0, norm_before_residual=None, n
     if d2t:
         w["d2t"] = torch.zeros(vocab, dtype=torch.long)
         w["t2d"] = torch.ones(vocab, dtype=torch.bool)
-    layer = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": inter,
-             "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": 1, "vocab_size": vocab,
-             "rms_norm_eps": 1e-6, "max_position_embeddings": 512, "hidden_act": "silu", "rope_theta": 10000.0}
+    layer = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "num_hidden_layers": 1,
+        "vocab_size": vocab,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 512,
+        "hidden_act": "silu",
+        "rope_theta": 10000.0,
+    }
     if window:
         layer.update(sliding_window=window, layer_types=["sliding_attention"])
     if specforge:
-        config = {**layer, "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": vocab,
-                  "eagle_config": {"eagle_aux_hidden_state_layer_ids": LAYERS}}
+        config = {
+            **layer,
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "draft_vocab_size": vocab,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": LAYERS},
+        }
     else:
-        config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-                  "transformer_layer_config": layer, "draft_vocab_size": vocab, "target_hidden_size": h,
-                  "eagle_aux_hidden_state_layer_ids": LAYERS, "norm_before_fc": norm_before_fc, "fc_norm": fc_norm,
-                  "norm_output": norm_output, "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
-                  "verifier": {"name_or_path": "tiny", "architectures": ["LlamaForCausalLM"]}}}
+        config = {
+            "architectures": ["Eagle3Speculator"],
+            "speculators_model_type": "eagle3",
+            "transformer_layer_config": layer,
+            "draft_vocab_size": vocab,
+            "target_hidden_size": h,
+            "eagle_aux_hidden_state_layer_ids": LAYERS,
+            "norm_before_fc": norm_before_fc,
+            "fc_norm": fc_norm,
+            "norm_output": norm_output,
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": "tiny", "architectures": ["LlamaForCausalLM"]},
+            },
+        }
         if norm_before_residual is not None:
             config["norm_before_residual"] = norm_before_residual
     folder.mkdir(parents=True, exist_ok=True)
@@ -124,8 +168,9 @@ def reference_first_draft(folder: Path, target, t0: int) -> int:
         v = (attn_in @ w["layers.0.self_attn.v_proj.weight"].T).view(n, kvh, hd).transpose(0, 1)[None]
         from transformers import LlamaConfig
 
-        rope = LlamaRotaryEmbedding(LlamaConfig(**{k2: v2 for k2, v2 in layer_cfg.items()
-                                                   if k2 not in ("layer_types", "sliding_window")}))
+        rope = LlamaRotaryEmbedding(
+            LlamaConfig(**{k2: v2 for k2, v2 in layer_cfg.items() if k2 not in ("layer_types", "sliding_window")})
+        )
         cos, sin = rope(v, torch.arange(n)[None])
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         k, v = k.repeat_interleave(heads // kvh, dim=1), v.repeat_interleave(heads // kvh, dim=1)
@@ -137,8 +182,10 @@ def reference_first_draft(folder: Path, target, t0: int) -> int:
         out = att[0].transpose(0, 1).reshape(n, heads * hd) @ w["layers.0.self_attn.o_proj.weight"].T
         residual = out + residual  # post_attention_layernorm(hidden, residual): fused add
         mlp_in = _rms(residual, w["layers.0.post_attention_layernorm.weight"])
-        mlp = (torch.nn.functional.silu(mlp_in @ w["layers.0.mlp.gate_proj.weight"].T)
-               * (mlp_in @ w["layers.0.mlp.up_proj.weight"].T)) @ w["layers.0.mlp.down_proj.weight"].T
+        mlp = (
+            torch.nn.functional.silu(mlp_in @ w["layers.0.mlp.gate_proj.weight"].T)
+            * (mlp_in @ w["layers.0.mlp.up_proj.weight"].T)
+        ) @ w["layers.0.mlp.down_proj.weight"].T
         final = _rms(mlp + residual, w["norm.weight"])  # LlamaModel.forward: norm(hidden, residual)
         logits = final[-1] @ w["lm_head.weight"].T
     return int(torch.argmax(logits))
@@ -171,8 +218,9 @@ def test_speculators_head_greedy_and_first_draft(case, target, tmp_path):
 
 def test_flags_without_their_weights_are_refused(target, tmp_path):
     folder = write_speculators(tmp_path / "h", target, norm_before_fc=True)
-    (folder / "config.json").write_text((folder / "config.json").read_text().replace('"norm_before_fc": true',
-                                                                                    '"norm_before_fc": false'))
+    (folder / "config.json").write_text(
+        (folder / "config.json").read_text().replace('"norm_before_fc": true', '"norm_before_fc": false')
+    )
     with pytest.raises((HeadFormatError, SpecError), match="input_norm.weight"):
         build_proposer(f"eagle3:{folder}")
 

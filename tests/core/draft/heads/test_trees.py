@@ -22,10 +22,9 @@ from specscope.core.check.checker import check_report
 from specscope.core.decode.settings import RunSettings
 from specscope.core.draft.registry import KINDS, SpecError, build_proposer, parse_spec
 from specscope.core.sampling.device import process_logits_torch
-
-from tests.tiny_models import tiny_lm
-from tests.core.head_checkpoints import WRITERS
 from tests.core.draft.heads.test_formats import PROMPT, fresh_head_keys, head_spec, one_line, plain_greedy
+from tests.core.head_checkpoints import WRITERS
+from tests.tiny_models import tiny_lm
 
 GREEDY = SamplingConfig(temperature=0)
 SAMPLED = SamplingConfig(temperature=1.0)
@@ -56,7 +55,9 @@ def test_greedy_tree_output_equals_plain_greedy(kind, tree, target, tmp_path):
     spec = tree_spec(kind, tmp_path, target, tree)
     want = plain_greedy(target, PROMPT, 30)
     for use_cache in (True, False):
-        out = SpeculativeDecoder(target, build_proposer(spec), sampling=GREEDY, use_cache=use_cache).generate(PROMPT, 30)
+        out = SpeculativeDecoder(target, build_proposer(spec), sampling=GREEDY, use_cache=use_cache).generate(
+            PROMPT, 30
+        )
         assert out.new_tokens == want, (kind, tree, use_cache)
         assert out.rounds[1].tree.spec == tree and max(len(r.nodes) for r in out.rounds) > 5
         assert all(r.target_forwards == 1 for r in out.rounds)
@@ -67,7 +68,9 @@ def test_greedy_medusa_tree_output_equals_plain_greedy(tree, target, tmp_path):
     spec = tree_spec("medusa", tmp_path, target, tree)
     want = plain_greedy(target, PROMPT, 30)
     for use_cache in (True, False):
-        out = SpeculativeDecoder(target, build_proposer(spec), sampling=GREEDY, use_cache=use_cache).generate(PROMPT, 30)
+        out = SpeculativeDecoder(target, build_proposer(spec), sampling=GREEDY, use_cache=use_cache).generate(
+            PROMPT, 30
+        )
         assert out.new_tokens == want, (tree, use_cache)
         assert all(r.draft_forwards == 1 for r in out.rounds[1:]) and max(len(r.nodes) for r in out.rounds) > 6
 
@@ -75,8 +78,13 @@ def test_greedy_medusa_tree_output_equals_plain_greedy(tree, target, tmp_path):
 def test_a_medusa_tree_at_depth_d_chooses_from_head_d(target, tmp_path):
     """Every node at one depth was chosen from the same row (Medusa head d reads only the
     last feature), and the rows of two depths differ."""
-    out = SpeculativeDecoder(target, build_proposer(tree_spec("medusa", tmp_path, target, STATIC, "sampled")),
-                             sampling=SAMPLED, vectors="full", seed=1).generate(PROMPT, 12)
+    out = SpeculativeDecoder(
+        target,
+        build_proposer(tree_spec("medusa", tmp_path, target, STATIC, "sampled")),
+        sampling=SAMPLED,
+        vectors="full",
+        seed=1,
+    ).generate(PROMPT, 12)
     rnd = out.rounds[1]
     by_depth = {}
     for node in rnd.nodes:
@@ -113,7 +121,9 @@ def test_every_node_is_drafted_from_its_own_path(kind, tmp_path):
     moves the rotary phase): checked at every node of every round, in float64."""
     target = tiny_lm("llama", seed=3, init_range=1.0, layers=4, vocab=8, dtype=torch.float64)
     spec = tree_spec(kind, tmp_path, target, "3,2,2", "sampled")
-    out = SpeculativeDecoder(target, build_proposer(spec), sampling=SAMPLED, vectors="full", seed=2).generate(PROMPT, 16)
+    out = SpeculativeDecoder(target, build_proposer(spec), sampling=SAMPLED, vectors="full", seed=2).generate(
+        PROMPT, 16
+    )
     checked, chain = 0, build_proposer(spec)
     for rnd in out.rounds:
         context = PROMPT + list(out.new_tokens[: rnd.emitted_before])
@@ -130,8 +140,9 @@ def test_every_node_is_drafted_from_its_own_path(kind, tmp_path):
 
 @pytest.mark.parametrize("kind", RECURRENT)
 @pytest.mark.parametrize("tree, children", [(STATIC, "sampled"), (DYNAMIC, "topk")])
-def test_the_head_cache_keeps_what_a_chain_keeps_and_the_trace_checks_clean(kind, tree, children, small_vocab_target,
-                                                                            tmp_path):
+def test_the_head_cache_keeps_what_a_chain_keeps_and_the_trace_checks_clean(
+    kind, tree, children, small_vocab_target, tmp_path
+):
     target = small_vocab_target
     spec = tree_spec(kind, tmp_path, target, tree, children)
     proposer = build_proposer(spec)
@@ -162,8 +173,12 @@ def test_a_tree_run_without_target_cache_gives_the_same_output(tree, children, s
     spec = tree_spec("eagle3", tmp_path, small_vocab_target, tree, children)
     for temperature in (0.0, 1.0):
         cfg = SamplingConfig(temperature=temperature)
-        runs = [SpeculativeDecoder(small_vocab_target, build_proposer(spec), sampling=cfg, seed=4, use_cache=cache)
-                .generate(PROMPT, 20) for cache in (True, False)]
+        runs = [
+            SpeculativeDecoder(
+                small_vocab_target, build_proposer(spec), sampling=cfg, seed=4, use_cache=cache
+            ).generate(PROMPT, 20)
+            for cache in (True, False)
+        ]
         assert runs[0].new_tokens == runs[1].new_tokens
         assert [len(r.nodes) for r in runs[0].rounds] == [len(r.nodes) for r in runs[1].rounds]
 
@@ -183,7 +198,12 @@ def test_tree_parameters_of_the_head_kinds():
 def test_the_bundled_head_builds_with_a_tree():
     proposer = build_proposer(f"eagle3,tree={DYNAMIC}")
     assert str(proposer.tree) == DYNAMIC and proposer.children == "topk"
-    assert proposer.params() == {"head": "bundled:eagle3-target", "draw": "sampled", "tree": DYNAMIC, "children": "topk"}
+    assert proposer.params() == {
+        "head": "bundled:eagle3-target",
+        "draw": "sampled",
+        "tree": DYNAMIC,
+        "children": "topk",
+    }
 
 
 def test_a_medusa_tree_deeper_than_its_heads_is_refused_in_one_line(target, tmp_path):

@@ -19,7 +19,6 @@ import pytest
 from specscope.core import SamplingConfig, SpeculativeDecoder
 from specscope.core.draft.registry import build_proposer
 from specscope.core.verify.tree import STALE_RESIDUAL
-
 from tests.core.chi_square import count_outputs, fit_pvalue, stat_models
 from tests.core.head_checkpoints import write_eagle3
 from tests.core.verify.test_chain_distribution import ALPHA, LENGTH, PROMPT, exact_distribution
@@ -33,8 +32,9 @@ TREE = "2,2"
 def tree_draws(spec, seeds):
     """The decoder's continuation for each seed (run in a worker: the head is loaded there)."""
     head, stale = spec
-    dec = SpeculativeDecoder(stat_models()[0], build_proposer(head), sampling=SAMPLING,
-                             verifier=STALE_RESIDUAL if stale else None)
+    dec = SpeculativeDecoder(
+        stat_models()[0], build_proposer(head), sampling=SAMPLING, verifier=STALE_RESIDUAL if stale else None
+    )
     return [tuple(dec.generate(PROMPT, LENGTH, seed=seed).new_tokens) for seed in seeds]
 
 

@@ -38,9 +38,30 @@ def tiny(tmp_path_factory):
 
 
 def _specscope_greedy(target, prompt) -> list[int]:
-    proc = subprocess.run([sys.executable, "-m", "specscope.app.cli", "run", "--target", str(target), "--proposer",
-                           "lookup", "--prompt-ids", ",".join(map(str, prompt)), "--max-new", str(NEW), "--eos-id",
-                           "none", "--json", "--threads", "1"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specscope.app.cli",
+            "run",
+            "--target",
+            str(target),
+            "--proposer",
+            "lookup",
+            "--prompt-ids",
+            ",".join(map(str, prompt)),
+            "--max-new",
+            str(NEW),
+            "--eos-id",
+            "none",
+            "--json",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["new_tokens"]
 
@@ -63,8 +84,14 @@ def _record(tmp_path, run):
 @pytest.mark.parametrize("proposer", ["lookup", "draft"])
 def test_greedy_equals_specscope_and_checks_clean(tmp_path, tiny, proposer):
     target, draft = tiny
-    run = VllmRun(target=str(target), prompts=PROMPTS, proposer_kind=proposer,
-                  proposer_path=str(draft) if proposer == "draft" else None, k=4, max_new_tokens=NEW)
+    run = VllmRun(
+        target=str(target),
+        prompts=PROMPTS,
+        proposer_kind=proposer,
+        proposer_path=str(draft) if proposer == "draft" else None,
+        k=4,
+        max_new_tokens=NEW,
+    )
     lines, reports, outputs = _record(tmp_path, run)
     for prompt, out, report in zip(PROMPTS, outputs, reports):
         assert out == _specscope_greedy(target, prompt)
@@ -81,8 +108,15 @@ def test_greedy_equals_specscope_and_checks_clean(tmp_path, tiny, proposer):
 
 def test_sampled_run_recorded_and_checked(tmp_path, tiny):
     target, _ = tiny
-    run = VllmRun(target=str(target), prompts=PROMPTS, proposer_kind="draft", proposer_path=str(target), k=4,
-                  max_new_tokens=NEW, temperature=0.8)
+    run = VllmRun(
+        target=str(target),
+        prompts=PROMPTS,
+        proposer_kind="draft",
+        proposer_path=str(target),
+        k=4,
+        max_new_tokens=NEW,
+        temperature=0.8,
+    )
     lines, reports, outputs = _record(tmp_path, run)
     assert all(len(out) == NEW for out in outputs)
     wrong = [f for r in reports for f in r.of_severity(WRONG_OUTPUT)]
@@ -96,21 +130,62 @@ def test_cli_run_engine_vllm_records_and_checks(tmp_path, tiny):
     and `specscope check` finds no wrong output (greedy)."""
     target, _ = tiny
     db = tmp_path / "runs.sqlite"
-    run = subprocess.run([sys.executable, "-m", "specscope.app.cli", "run", "--engine", "vllm", "--target", str(target),
-                          "--proposer", "lookup", "--prompt-ids", ",".join(map(str, PROMPTS[0])), "--max-new", "16",
-                          "--eos-id", "none", "--db", str(db)], capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specscope.app.cli",
+            "run",
+            "--engine",
+            "vllm",
+            "--target",
+            str(target),
+            "--proposer",
+            "lookup",
+            "--prompt-ids",
+            ",".join(map(str, PROMPTS[0])),
+            "--max-new",
+            "16",
+            "--eos-id",
+            "none",
+            "--db",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("|") >= 2 and "recorded as run" in run.stderr
-    check = subprocess.run([sys.executable, "-m", "specscope.app.cli", "check", str(db)], capture_output=True, text=True,
-                           timeout=600)
+    check = subprocess.run(
+        [sys.executable, "-m", "specscope.app.cli", "check", str(db)], capture_output=True, text=True, timeout=600
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "wrong output" not in check.stdout
 
 
 def test_cli_refuses_what_vllm_does_not_run(tmp_path, tiny):
     target, _ = tiny
-    run = subprocess.run([sys.executable, "-m", "specscope.app.cli", "run", "--engine", "vllm", "--target", str(target),
-                          "--proposer", "lookup", "--prompt-ids", "1,2", "--coupled", "3"],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specscope.app.cli",
+            "run",
+            "--engine",
+            "vllm",
+            "--target",
+            str(target),
+            "--proposer",
+            "lookup",
+            "--prompt-ids",
+            "1,2",
+            "--coupled",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode != 0 and "--coupled does not apply to --engine vllm" in run.stderr
     assert "Traceback" not in run.stderr
