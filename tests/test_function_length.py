@@ -1,5 +1,5 @@
-"""No function in core/, storage/ or app/ over 80 lines, unless its `def` line carries a
-`# long: <reason>` comment (the architecture issue's rule, kept by a test, not by memory)."""
+"""No function in core/, storage/ or app/ over 80 lines, unless its signature (the `def` line or,
+as ruff format wraps it, a line before the body) carries a `# long: <reason>` comment (the architecture issue's rule, kept by a test, not by memory)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def long_functions(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(source, filename=str(path))):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = node.end_lineno - node.lineno + 1
-            if length > LIMIT and "# long:" not in lines[node.lineno - 1]:
+            signature = lines[node.lineno - 1 : node.body[0].lineno - 1] or [lines[node.lineno - 1]]
+            if length > LIMIT and not any("# long:" in line for line in signature):
                 out.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines)")
     return out
 

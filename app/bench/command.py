@@ -18,7 +18,7 @@ from specscope.core.settings.vocab import CHILDREN_MENU, DEFAULT_CHILDREN
 SCHEMA = "specscope-bench/2"
 
 
-def add_bench_parser(subparsers: Any) -> None:
+def add_bench_parser(subparsers: Any) -> None:  # long: the option table, one add_argument per option
     p = subparsers.add_parser(
         "bench",
         help="benchmark the decoder against plain decoding and transformers' assisted generation",

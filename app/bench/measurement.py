@@ -160,7 +160,7 @@ def _spec_draft(spec: str) -> str | None:
 
 
 class Bench:
-    def __init__(
+    def __init__(  # long: every measured method set up in one place, in the table's order
         self,
         target,
         drafts: dict[str, torch.nn.Module],

@@ -23,7 +23,7 @@ from specscope.app.cli.signals import interrupt_status, run_signals
 from specscope.core.settings.vocab import CHILDREN_MENU, DEVICES, DTYPES, ENGINES, VECTOR_POLICIES
 
 
-def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:
+def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:  # long: the option table
     p = subparsers.add_parser(
         "run",
         help="decode one prompt headless and print the text with round markers",

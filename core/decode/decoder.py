@@ -333,7 +333,7 @@ class SpeculativeDecoder:
     # draft -> one target forward laid out by the layout -> p rows -> the verifier -> keep the
     # accepted path in both caches -> one Round. Every draft shape takes this path.
 
-    def _round(
+    def _round(  # long: the round's steps in order (draft, verify, decide, crop, record), one after another
         self, run_id: str, index: int, context: list[int], emitted_before: int, budget: int, rng: np.random.Generator
     ) -> Round:
         clock, lm, layout = self.stopwatch, self.target_lm, self.layout

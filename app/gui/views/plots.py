@@ -113,7 +113,7 @@ class LivePlotsWidget(QWidget):
         model.finished.connect(self._on_finished)
         model.selectionChanged.connect(self._on_selection)
 
-    def _build(self) -> None:
+    def _build(self) -> None:  # long: the plot items, created once in their layout order
         g = self.graphics
         cols = 2 if self.compact else 3
         hidden = pg.GraphicsLayout()  # plots not shown still exist, so refresh() stays uniform

@@ -325,7 +325,7 @@ class TokenTimelineWidget(QAbstractScrollArea):
 
     # ------------------------------------------------------------------ painting
 
-    def paintEvent(self, event) -> None:
+    def paintEvent(self, event) -> None:  # long: one paint pass over the visible tokens, their marks and the stop bars
         painter = QPainter(self.viewport())
         painter.fillRect(self.viewport().rect(), QColor("#ffffff"))
         if not self._row_start:

@@ -184,12 +184,12 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def request_trace(
+def request_trace(  # long: one loop over vLLM's steps
     run: VllmRun,
     prompt: list[int],
     steps: list[dict],
     result: dict,
-    vocab: int,  # long: one loop over vLLM's steps
+    vocab: int,
     vllm_version: str,
     wall_s: float | None = None,
 ) -> list[dict]:

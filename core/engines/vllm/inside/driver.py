@@ -34,7 +34,7 @@ def _metrics(completion) -> dict | None:
     return out
 
 
-def main(spec_path: str) -> int:
+def main(spec_path: str) -> int:  # long: the driver's steps in order: read the spec, start vLLM, run, write the trace
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)
     os.environ["SPECSCOPE_VLLM_CAPTURE"] = spec["capture_path"] if spec.get("capture", True) else ""
