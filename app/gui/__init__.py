@@ -163,7 +163,21 @@ def end_process(code: int) -> NoReturn:
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
-    atexit._run_exitfuncs()
+    from .sessions.worker import decoder_threads_running
+
+    if decoder_threads_running():
+        # a decoder thread left inside a model load or torch's import (quitting does not wait
+        # for it): PySide's exit handler would destroy its QThread while it runs, which aborts
+        # the process, so only the exit work that matters runs: the recordings' last rounds
+        # and ends, and logging's flush
+        import logging
+
+        from specscope.storage.writer.api import finish_forgotten_writers
+
+        finish_forgotten_writers()
+        logging.shutdown()
+    else:
+        atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

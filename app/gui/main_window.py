@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import startup
+from . import collector, startup
 from .actions import install_actions
 from .controllers.checks import CheckActions
 from .controllers.docks import RUN_DOCK_PX, DockLayout
@@ -109,6 +109,8 @@ class MainWindow(QMainWindow):
         store_path: str | None = None,
     ):
         super().__init__()
+        collector.acquire()  # Python's garbage collected on this thread only (app/gui/collector.py)
+        self.collecting = True
         self.setWindowTitle("specscope")
         self.setAcceptDrops(True)
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
@@ -467,6 +469,9 @@ class MainWindow(QMainWindow):
         if self.compare_recording is not None:
             self.compare_recording.close()
         self.closed = True
+        if self.collecting:  # the decoder threads are stopped: automatic collection may come back
+            self.collecting = False
+            collector.release()
         super().closeEvent(event)
 
     # ------------------------------------------------------------------ drag and drop

@@ -90,7 +90,9 @@ STOP_REASONS = get_args(StopReason)
 
 
 @atexit.register
-def _finish_forgotten_writers() -> None:
+def finish_forgotten_writers() -> None:
+    """Every writer still open ends its run as interrupted (at exit; also called directly by a
+    process that ends without its exit handlers)."""
     for w in live_writers():
         try:
             w.give_up_waiting()  # type: ignore[attr-defined]  # a locked store is not waited for at exit

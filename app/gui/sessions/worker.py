@@ -326,6 +326,11 @@ class DecodeWorker(QObject):
 _STILL_RUNNING: list[tuple[QThread, QObject]] = []
 
 
+def decoder_threads_running() -> bool:
+    """Whether a decoder thread left to finish (RunController.close's timeout) still runs."""
+    return any(thread.isRunning() for thread, _ in _STILL_RUNNING)
+
+
 class RunController(QObject):
     """GUI-thread handle on a DecodeWorker living in its own QThread."""
 

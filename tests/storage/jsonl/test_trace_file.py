@@ -15,7 +15,7 @@ from specscope.core.check.checker import check_report
 from specscope.storage import TraceStore, export_run, import_run, record
 from tests.tiny_models import noisy_copy, tiny_lm
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "writing-traces.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "writing-traces.md"
 
 
 def doc_example() -> str:

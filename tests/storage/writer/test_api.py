@@ -244,7 +244,7 @@ def test_storage_never_imports_qt_or_app():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
-    src = os.path.join(os.path.dirname(__file__), "..", "..", "storage")
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "storage")
     for name in os.listdir(src):
         if name.endswith(".py"):
             body = open(os.path.join(src, name), encoding="utf-8").read()

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -173,7 +174,7 @@ def test_ending_the_process_keeps_a_writers_pending_rounds(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+        cwd=str(Path(__file__).resolve().parents[4]),  # the repository
     )
     assert done.returncode == 3, done.stderr[-2000:]
     assert "written" in done.stdout  # flushed before the exit
