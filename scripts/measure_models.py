@@ -137,10 +137,9 @@ def code_shape(before: str, continuation: str, ids: list[int]) -> dict:
         for tok in tokenize.generate_tokens(io.StringIO(complete).readline):
             if tok.type == tokenize.OP and tok.string in "([{":
                 stack.append(tok.string)
-            elif tok.type == tokenize.OP and tok.string in pairs:
-                if not stack or stack.pop() != pairs[tok.string]:
-                    ok = False
-                    break
+            elif tok.type == tokenize.OP and tok.string in pairs and (not stack or stack.pop() != pairs[tok.string]):
+                ok = False
+                break
     except (tokenize.TokenError, IndentationError, SyntaxError) as exc:
         # a bracket or a string still open where the text is cut is reported as an EOF error
         ok = "EOF in multi-line" in str(exc)

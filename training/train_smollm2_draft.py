@@ -191,7 +191,7 @@ def text_corpus(tok, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray,
     docs = prompts_mod.docs_root()
     doc_files = sorted(docs.rglob("*.rst.txt")) if docs else []
     windows = []
-    for source, paths, reader in (
+    for _source, paths, reader in (
         ("stdlib", train_files, lambda f: tm.read_text(root, f)),
         ("docs", doc_files, lambda f: f.read_text(encoding="utf-8", errors="replace")),
     ):

@@ -249,7 +249,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         try:
             line = _run_line(r)
-        except Exception as exc:  # one run's odd values never hide the others
+        except Exception as exc:  # noqa: BLE001 - one run's odd values, whatever they raise, never hide the others
             line = f"{_safe(r.run_id, 12):12} (cannot show this run: {_safe(exc)})"
         print(line)
     return 0
@@ -291,7 +291,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         info = store.get_run(args.run)
         if args.round is not None:
             if args.json:
-                for i, line in enumerate(iter_export(store, info.run_id)):
+                for line in iter_export(store, info.run_id):
                     d = json.loads(line)
                     if d.get("record") == "round" and d["index"] == args.round:
                         print(json.dumps(d))
@@ -468,7 +468,7 @@ class _TickingFile:
 
     def __init__(self, path: str):
         self.name = path
-        self._fh = open(path, encoding="utf-8")
+        self._fh = open(path, encoding="utf-8")  # noqa: SIM115 - held for the object's life, closed by __exit__
         self._progress = Progress(f"importing {_safe(os.path.basename(path), 40)}", unit="lines")
 
     def __iter__(self) -> Iterator[str]:

@@ -658,15 +658,19 @@ class _RoundChecker:
 
     def _top_p(self, name: str, stats: VectorStats, vocab: int, node: int) -> None:
         cfg = self.config.sampling
-        if cfg.top_p < 1.0 and (not cfg.top_k or cfg.top_k >= vocab) and stats.support == vocab:
-            # A full support can only survive top-p if dropping the least likely token
-            # would leave less than top_p of the mass.
-            if stats.minimum <= 1.0 - cfg.top_p:
-                self.add(
-                    "sampler",
-                    f"{name} keeps all {vocab} tokens under top-p={cfg.top_p:g}, though a smaller set reaches the mass",
-                    node=node,
-                )
+        # A full support can only survive top-p if dropping the least likely token
+        # would leave less than top_p of the mass.
+        if (
+            cfg.top_p < 1.0
+            and (not cfg.top_k or cfg.top_k >= vocab)
+            and stats.support == vocab
+            and stats.minimum <= 1.0 - cfg.top_p
+        ):
+            self.add(
+                "sampler",
+                f"{name} keeps all {vocab} tokens under top-p={cfg.top_p:g}, though a smaller set reaches the mass",
+                node=node,
+            )
 
     def _top_k(self, name: str, dist: np.ndarray, node: int) -> None:
         """Under top-k, the entry ranked k + 1 must be 0 unless it ties with the one ranked k
@@ -896,12 +900,12 @@ def check_report(
         for name in ROUND_CHECKS:
             try:
                 getattr(checker, name)()
-            except Exception as exc:  # a checker bug: named, and the other rules and rounds go on
+            except Exception as exc:  # noqa: BLE001 - a checker bug of any kind: named, and the other rules and rounds go on
                 findings.append(internal_finding(config.run_id, rnd.index, f"rule group '{name}'", exc))
                 not_checked.setdefault(f"internal: {name}", f"the checker failed on round {rnd.index}")
         try:
             stops.round(rnd)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a bug in the stop rules is a finding; the other rounds go on
             findings.append(internal_finding(config.run_id, rnd.index, "the stop rules", exc))
             not_checked.setdefault("internal: stops", f"the checker failed on round {rnd.index}")
         # after a broken prefix, later rounds are checked from the recorded one (one finding, not one per round)
@@ -915,7 +919,7 @@ def check_report(
             _check_end(
                 config, end, last, emitted, i, findings, not_checked, stopped=stops.at_stop or end.stop_reason == "stop"
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a bug in the end-record rules is a finding, not a crash of the check
             findings.append(
                 internal_finding(config.run_id, last.index if last is not None else 0, "the end record", exc)
             )

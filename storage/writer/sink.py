@@ -297,7 +297,7 @@ class RunSink:
                     .where(runs_table.c.run_id == self.run_id, runs_table.c.status == "running")
                     .values(status=status, error=error, ended_at=now, heartbeat_at=now)
                 )
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort: the database itself may be what failed, in any way
             return False
         return True
 
