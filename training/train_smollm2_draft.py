@@ -377,7 +377,8 @@ def train(
         running.append(loss_chat.item())
         if (step + 1) % cfg.log_every == 0:
             log(
-                f"step {step + 1}: chat KL {np.mean(running):.4f} (last {len(running)}), lr {opt.param_groups[0]['lr']:.2e}, "
+                f"step {step + 1}: chat KL {np.mean(running):.4f} (last {len(running)}), lr "
+                f"{opt.param_groups[0]['lr']:.2e}, "
                 f"{(time.perf_counter() - t0) / (step + 1):.2f}s/step"
             )
             running = []

@@ -237,7 +237,8 @@ or round) is shown too. *Decode tokens/s* leaves out each run's first emission: 
 first emission's tokens) / (wall - time to first tokens), summed over the prompts, so no
 prompt forward is in it. Prompt lengths are in the table of prompts.
 
-**Memory.** Per method and temperature (`--quick`: the first temperature only), a child process (forked from a server that has only
+**Memory.** Per method and temperature (`--quick`: the first temperature only), a child process (forked from a \
+server that has only
 imported torch and transformers) loads just the models the method runs, the kernel's
 high-water mark is reset (`/proc/self/clear_refs`), the method decodes every prompt once,
 and VmHWM is read: *peak RSS while decoding*. *Weights* are the parameters' bytes (float32

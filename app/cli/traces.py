@@ -346,7 +346,8 @@ def _print_header(info: Any) -> None:
     params = _safe(dict(c.proposer_params), 2 * SAFE_WIDTH) if c.proposer_params else ""
     print(
         f"  proposer {_safe(c.proposer)} {params}  k={c.k}  {c.sampling.describe()}  seed={c.seed}  "
-        f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  vocab={c.vocab_size}"
+        f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  "
+        f"vocab={c.vocab_size}"
     )
     print(
         f"  prompt {len(c.prompt_ids)} tokens"
@@ -359,7 +360,8 @@ def _print_header(info: Any) -> None:
     )
     print()
     print(
-        f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! repaired, + bonus)"
+        f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! "
+        "repaired, + bonus)"
     )
 
 
@@ -404,7 +406,8 @@ def _print_round(rnd: Any, top: int, full: bool) -> None:
     print(
         "  emitted: "
         + ", ".join(
-            f"{e.token} ({e.kind}{'' if e.node is None else f' @{e.node}'}{'' if e.draw is None else f', draw {e.draw:.4f}'})"
+            f"{e.token} "
+            f"({e.kind}{'' if e.node is None else f' @{e.node}'}{'' if e.draw is None else f', draw {e.draw:.4f}'})"
             for e in rnd.emitted
         )
     )
@@ -424,7 +427,8 @@ def _print_round(rnd: Any, top: int, full: bool) -> None:
     t = rnd.timings
     print(
         f"  timings: draft {t.draft_s * 1e3:.3f} ms, verify {t.verify_s * 1e3:.3f} ms, "
-        f"bookkeeping {t.bookkeeping_s * 1e3:.3f} ms; forwards: target {rnd.target_forwards}, draft {rnd.draft_forwards}"
+        f"bookkeeping {t.bookkeeping_s * 1e3:.3f} ms; forwards: target {rnd.target_forwards}, draft "
+        f"{rnd.draft_forwards}"
     )
 
 

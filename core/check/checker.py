@@ -759,7 +759,8 @@ class _RoundChecker:
         if len(rnd.emitted) > rnd.remaining_budget:
             self.add(
                 "budget",
-                f"{len(rnd.emitted)} tokens emitted with only {rnd.remaining_budget} left of max_new_tokens={cfg.max_new_tokens}",
+                f"{len(rnd.emitted)} tokens emitted with only {rnd.remaining_budget} left of "
+                f"max_new_tokens={cfg.max_new_tokens}",
                 self.position_of(rnd.remaining_budget),
             )
         if self.recorded("budget_stop", "budget") and rnd.budget_stop != (emitted_total_after >= cfg.max_new_tokens):
@@ -816,7 +817,8 @@ class _RoundChecker:
             self.add(
                 "target-cache",
                 f"target cache holds {tc.after} positions but only {committed} are accepted: "
-                f"{tc.after - committed} entr{'y' if tc.after - committed == 1 else 'ies'} of the rejected suffix survived",
+                f"{tc.after - committed} entr{'y' if tc.after - committed == 1 else 'ies'} of the rejected suffix "
+                "survived",
             )
         elif tc.after + len(tc.pending) != final_len:
             # a cache shorter than the accepted prefix is fine while the pending tokens cover
@@ -847,7 +849,8 @@ class _RoundChecker:
         if dc.after > committed and not self._run_over():
             self.add(
                 "draft-cache",
-                f"draft cache holds {dc.after} positions but only {committed} are accepted: the rejected suffix was not cropped",
+                f"draft cache holds {dc.after} positions but only {committed} are accepted: the rejected suffix was "
+                "not cropped",
             )
 
 
@@ -959,7 +962,8 @@ def _check_end(
         add("the run is marked as stopped by the budget, but it ended at EOS")
     elif end.stop_reason not in ("eos", "budget"):
         add(
-            f"the run is marked completed with stop reason {end.stop_reason!r}: a completed run stops at EOS or the budget"
+            f"the run is marked completed with stop reason {end.stop_reason!r}: a completed run stops at EOS or the "
+            "budget"
         )
 
 
@@ -1015,7 +1019,8 @@ def recompute_findings(config: RunConfig, rounds: Iterable[Round], target, tol: 
                     rnd.index,
                     rnd.emitted_before,
                     "recompute",
-                    f"recorded p differs from a full recompute of the target by {worst:.3g} (> {tol:g}): stale cache state?",
+                    f"recorded p differs from a full recompute of the target by {worst:.3g} (> {tol:g}): stale cache "
+                    "state?",
                     where,
                 )
             )

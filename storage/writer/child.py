@@ -178,7 +178,8 @@ class _Server:
             run.final = {
                 "status": "interrupted",
                 "stop_reason": None,
-                "error": f"{who} ended without finishing the run; the writer process stored every round it had received",
+                "error": f"{who} ended without finishing the run; the writer process stored every round it "
+                "had received",
             }
         since = time.monotonic() - run.sink.last_commit
         due = (

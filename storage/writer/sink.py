@@ -3,7 +3,8 @@
 It turns batches of rounds into rows (rows.rounds_to_rows, the row builder) and commits them, together with
 the run's aggregates and heartbeat, in one transaction. Every commit only appends: the rounds,
 their nodes, one run_tokens chunk with the tokens they emitted, and an UPDATE of the run row
-that increments its counters, so a commit costs the same at round 10 and at round 10 million. The writer's thread uses it in the
+that increments its counters, so a commit costs the same at round 10 and at round 10 million. The writer's thread
+uses it in the
 recording process; the writer process (writer_child) uses the same class on its own engine.
 """
 
