@@ -4,7 +4,8 @@
     python scripts/bench_storage.py                       # tiny random Llama pair, vocab 64
     python scripts/bench_storage.py --vocab 8192          # tiny models with a bigger vocabulary
     python scripts/bench_storage.py --target PATH --draft PATH [--device cuda] [--dtype bfloat16]
-                                                          # models load as `specscope run` loads them (float32 unless asked)
+                                                          # models load as `specscope run` loads \
+them (float32 unless asked)
 
 Numbers:
   rounds/s      rounds per second through TraceWriter (write() of every round until finish()
@@ -313,20 +314,23 @@ def main(argv: list[str] | None = None) -> int:
     m = out["models"]
     print(
         f"models: {m['target']} / {m['draft']} (vocab {m['vocab']}), k={args.k}, T={args.temperature}, "
-        f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, torch threads {out['torch_threads']}, cpus {out['cpus']}"
+        f"{args.max_new_tokens} new tokens = {out['rounds_per_run']} rounds/run, torch threads "
+        f"{out['torch_threads']}, cpus {out['cpus']}"
     )
     o = out["overhead"]
     for mode, w in o["writers"].items():
         print(
-            f"overhead, writer {mode} (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, traced+stored "
+            f"overhead, writer {mode} (full vectors: {args.full}): untraced {o['untraced_s'] * 1e3:.1f} ms, "
+            "traced+stored "
             f"{w['traced_s'] * 1e3:.1f} ms (medians of {args.repeats}, rotating order) -> {w['overhead_pct']:+.1f}% "
             f"(median of the per-repetition ratios: {w['paired_overhead_pct']:+.1f}%)"
         )
     lag = out["commit_lag"]
     if lag["max_lag_s"] is not None:
         print(
-            f"commit lag while decoding ({lag['rounds']} rounds, {lag['decode_s']:.1f} s, writer {modes[0]}, flush interval "
-            f"{lag['flush_interval_s'] * 1e3:.0f} ms): max {lag['max_lag_s'] * 1e3:.0f} ms, median {lag['median_lag_s'] * 1e3:.0f} ms"
+            f"commit lag while decoding ({lag['rounds']} rounds, {lag['decode_s']:.1f} s, writer {modes[0]}, flush "
+            f"interval {lag['flush_interval_s'] * 1e3:.0f} ms): max {lag['max_lag_s'] * 1e3:.0f} ms, median "
+            f"{lag['median_lag_s'] * 1e3:.0f} ms"
         )
     for name in ("writer_top_n_only", "writer_full_vectors"):
         w = out[name]

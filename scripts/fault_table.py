@@ -159,9 +159,12 @@ def main(argv=None) -> int:
             print(f"{name}: {dict(c)}", file=sys.stderr)
     only = f" --faults {','.join(measured)}" if args.faults else ""
     print(
-        f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} --max-new {args.max_new} --k {args.k} --eos {args.eos}{only}{'' if args.vectors == 'auto' else ' --vectors ' + args.vectors}` "
+        f"\nCommand: `python scripts/fault_table.py --seeds {args.seeds} --prompts {args.prompts} "
+        f"--max-new {args.max_new} --k {args.k} --eos {args.eos}{only}"
+        f"{'' if args.vectors == 'auto' else ' --vectors ' + args.vectors}` "
         f"(EOS id {eos} = {tok.decode([eos])!r}; "
-        f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from the store; "
+        f"{len(SETTINGS)} sampler settings, target + draft-{args.draft}, every run stored to SQLite and checked from "
+        "the store; "
         f"{time.time() - started:.0f} s)\n"
     )
     print(

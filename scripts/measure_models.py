@@ -137,10 +137,9 @@ def code_shape(before: str, continuation: str, ids: list[int]) -> dict:
         for tok in tokenize.generate_tokens(io.StringIO(complete).readline):
             if tok.type == tokenize.OP and tok.string in "([{":
                 stack.append(tok.string)
-            elif tok.type == tokenize.OP and tok.string in pairs:
-                if not stack or stack.pop() != pairs[tok.string]:
-                    ok = False
-                    break
+            elif tok.type == tokenize.OP and tok.string in pairs and (not stack or stack.pop() != pairs[tok.string]):
+                ok = False
+                break
     except (tokenize.TokenError, IndentationError, SyntaxError) as exc:
         # a bracket or a string still open where the text is cut is reported as an EOF error
         ok = "EOF in multi-line" in str(exc)
@@ -453,33 +452,39 @@ def print_shape_table(code_shape: dict) -> None:
     ):
         m = code_shape[key]
         print(
-            f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | {m['python_tokenizes']:.0%} |"
+            f"| {label} | {m['distinct_4grams']:.2f} | {m['repeated_lines']:.2f} | {m['indent_by_4']:.2f} | "
+            f"{m['python_tokenizes']:.0%} |"
         )
 
 
 def print_report(r: dict, samples: list[tuple[str, str]], args) -> None:
     mb = {k: v / 1e6 for k, v in r["weights_bytes"].items()}
     print(
-        f"Held-out: {len(r['prompts'])} prompts of ~{args.prompt_tokens} tokens, {r['heldout_tokens']} held-out tokens for the loss; "
+        f"Held-out: {len(r['prompts'])} prompts of ~{args.prompt_tokens} tokens, {r['heldout_tokens']} held-out "
+        "tokens for the loss; "
         f"{args.threads} torch threads; {r['machine']}.\n"
     )
     print(
-        "| model | params | weights (bf16) | held-out loss (nats/token) | perplexity | alpha at T=1 | forward ms/token | cost vs target |"
+        "| model | params | weights (bf16) | held-out loss (nats/token) | perplexity | alpha at T=1 | forward "
+        "ms/token | cost vs target |"
     )
     print("|---|---|---|---|---|---|---|---|")
     print(
-        f"| target | {r['params']['target'] / 1e6:.2f}M | {mb['target']:.1f} MB | {r['target_loss']:.3f} | {r['target_ppl']:.2f} | - | "
+        f"| target | {r['params']['target'] / 1e6:.2f}M | {mb['target']:.1f} MB | {r['target_loss']:.3f} | "
+        f"{r['target_ppl']:.2f} | - | "
         f"{r['forward_ms']['target']:.2f} | 1 |"
     )
     for name in ("small", "tiny"):
         key = f"draft-{name}"
         print(
-            f"| {key} | {r['params'][key] / 1e6:.2f}M | {mb[key]:.1f} MB | {r['draft_loss'][name]:.3f} | {math.exp(r['draft_loss'][name]):.2f} | "
+            f"| {key} | {r['params'][key] / 1e6:.2f}M | {mb[key]:.1f} MB | {r['draft_loss'][name]:.3f} | "
+            f"{math.exp(r['draft_loss'][name]):.2f} | "
             f"{r['alpha_t1'][name]:.3f} | {r['forward_ms'][name]:.2f} | {r['cost_ratio'][name]:.3f} |"
         )
     print(f"\nTotal weights: {sum(mb.values()):.1f} MB.\n")
     print(
-        f"Greedy decoding, {args.new_tokens} new tokens per prompt, k={args.k}, median of {args.reps} interleaved repetitions "
+        f"Greedy decoding, {args.new_tokens} new tokens per prompt, k={args.k}, median of {args.reps} interleaved "
+        "repetitions "
         "(plain = the same target, greedy, KV cache):\n"
     )
     print("| proposer | speedup vs plain greedy | repetitions | mean accepted length | output equals plain greedy |")

@@ -348,10 +348,12 @@ def markdown(sizes: list[int], results: dict[int, dict[str, dict]], args: argpar
     a, b = results[small], results[big]
     real = a.get("record", {}).get("real_rounds", "about 300")
     lines = [
-        f"Storage at scale (`scripts/measure_scale_storage.py --sizes {' '.join(map(str, sizes))}`): each step in its own "
+        f"Storage at scale (`scripts/measure_scale_storage.py --sizes {' '.join(map(str, sizes))}`): each step in "
+        "its own "
         f"process, wall time and peak RSS (ru_maxrss) of that process. Rounds: {real} real "
         f"rounds of a tiny random-init Llama pair (vocabulary {VOCAB}, k=1, T=1) repeated with shifted positions (see "
-        "the script's docstring); the writer encodes and commits every round (top-8 per distribution, no full vectors).",
+        "the script's docstring); the writer encodes and commits every round (top-8 per distribution, no full "
+        "vectors).",
         "",
         f"| step | {small:,} rounds: wall s | CPU s | peak RSS MB | {big:,} rounds: wall s | CPU s | peak RSS MB "
         "| wall ratio | CPU ratio | RSS ratio |",
@@ -363,7 +365,8 @@ def markdown(sizes: list[int], results: dict[int, dict[str, dict]], args: argpar
         ratio_m = rb["peak_rss_mb"] / ra["peak_rss_mb"] if ra and rb else float("nan")
         ratio_c = rb["cpu_s"] / ra["cpu_s"] if ra and rb and ra.get("cpu_s") and rb.get("cpu_s") else float("nan")
         lines.append(
-            f"| {step} | {_cell(ra, 'wall_s', '.1f')} | {_cell(ra, 'cpu_s', '.1f')} | {_cell(ra, 'peak_rss_mb', '.0f')} | "
+            f"| {step} | {_cell(ra, 'wall_s', '.1f')} | {_cell(ra, 'cpu_s', '.1f')} | "
+            f"{_cell(ra, 'peak_rss_mb', '.0f')} | "
             f"{_cell(rb, 'wall_s', '.1f')} | {_cell(rb, 'cpu_s', '.1f')} | {_cell(rb, 'peak_rss_mb', '.0f')} | "
             f"{ratio_w:.2f} | {ratio_c:.2f} | {ratio_m:.2f} |"
         )
@@ -383,7 +386,8 @@ def markdown(sizes: list[int], results: dict[int, dict[str, dict]], args: argpar
         o = r.get("open")
         if o:
             notes.append(
-                f"open: window ready {_cell(o, 'window_ready_s', '.1f')} s ({_cell(o, 'window_ready_rss_mb', '.0f')} MB); "
+                f"open: window ready {_cell(o, 'window_ready_s', '.1f')} s ({_cell(o, 'window_ready_rss_mb', '.0f')} "
+                "MB); "
                 f"after open_trace: first paint of the timeline {_cell(o, 'first_paint_after_open_s', '.2f')} s "
                 f"(RSS {_cell(o, 'first_paint_rss_mb', '.0f')} MB), all {o.get('rounds_loaded', 0):,} rounds loaded "
                 f"{_cell(o, 'loaded_after_open_s', '.1f')} s (RSS {_cell(o, 'loaded_rss_mb', '.0f')} MB)"

@@ -522,7 +522,7 @@ def case_locked_store(tmp: Path, env: dict | None = None):
     spilled = sorted(p.name for p in tmp.glob("locked.sqlite.*.jsonl"))
     kept = f"{decoded} rounds decoded; {runs_in(db)}" + (f"; all in {spilled[0]}" if spilled else "")
     if spilled:
-        code, seen = cli(["import", tmp / spilled[0], "--db", db, "--run-id", "whole"], tmp)
+        _code, seen = cli(["import", tmp / spilled[0], "--db", db, "--run-id", "whole"], tmp)
         kept += f"; `import` of it: {seen}"
     return run.returncode, said, kept
 

@@ -9,7 +9,8 @@
 Uses the bundled models when they are installed (else tiny random models, or always with
 --tiny). Saves the window before any run (empty-window*.png: what each empty view says will
 appear) and with two bad values refused under their fields (field-errors*.png; `--only
-first-contact` renders just these two). Runs a sampled speculative decode, selects a round with a rejection, and saves the
+first-contact` renders just these two). Runs a sampled speculative decode, selects a round with a rejection, and
+saves the
 main window and each view; runs a token tree (tree-*.png); runs compare mode (draft vs lookup;
 with the bundled models also the bundled EAGLE-3 head, draft-small and prompt lookup as three
 coupled lanes, compare-heads*.png); and opens a trace recorded with a deliberate bug so the

@@ -39,7 +39,7 @@ def check_stored_run(
             tol=DEFAULT_TOL if tol is None else tol,
             end=info.end,
         )
-    except Exception as exc:  # one run the store cannot hand over must not stop the check of the others
+    except Exception as exc:  # noqa: BLE001 - one run the store cannot hand over must not stop the check of the others
         where = f"the store's round {counted[0]}"
         return CheckReport(
             [internal_finding(run_id, counted[0], where, exc)],

@@ -18,7 +18,7 @@ and docs/trace-format.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -39,7 +39,7 @@ from specscope.core.settings.vocab import RUN_STATUSES  # noqa: F401 (the words 
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
         float: Double(),
         dict[str, Any]: JSON(none_as_null=True),
         list[Any]: JSON(none_as_null=True),

@@ -1,5 +1,6 @@
 """No function in core/, storage/ or app/ over 80 lines, unless its signature (the `def` line or,
-as ruff format wraps it, a line before the body) carries a `# long: <reason>` comment (the architecture issue's rule, kept by a test, not by memory)."""
+as ruff format wraps it, a line before the body) carries a `# long: <reason>` comment (the architecture issue's rule,
+kept by a test, not by memory)."""
 
 from __future__ import annotations
 

@@ -263,7 +263,8 @@ def build_cache(target, tok, cfg: Config, layers: tuple[int, ...], log) -> tuple
         first = torch.full((n,), cfg.gen_prompt_len - 1, dtype=torch.long)
         out = cache_sequences(target, layers, tokens, valid, first, cfg.top_k, cfg.gen_batch)
         log(
-            f"cached {n} {'sampled' if sample else 'greedy'} continuations ({int(valid[:, cfg.gen_prompt_len :].sum())} "
+            f"cached {n} {'sampled' if sample else 'greedy'} continuations "
+            f"({int(valid[:, cfg.gen_prompt_len :].sum())} "
             f"generated tokens before EOS) in {time.perf_counter() - t0:.0f}s"
         )
         return out
@@ -911,7 +912,8 @@ def main(argv: list[str] | None = None) -> dict:
     log = tm.Log(out / "train_log.txt")
     t_start = time.perf_counter()
     log(
-        f"train_head ({'smoke' if args.smoke else 'full'}{', chat' if chat else ''}): target {args.target}, python {platform.python_version()}, "
+        f"train_head ({'smoke' if args.smoke else 'full'}{', chat' if chat else ''}): target {args.target}, python "
+        f"{platform.python_version()}, "
         f"torch {torch.__version__}, threads {cfg.threads}; config {json.dumps(asdict(cfg))}"
     )
 

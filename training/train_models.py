@@ -263,7 +263,8 @@ def provenance(root: Path, files: list[str], train: list[str], held: list[str]) 
         "file_list_sha256": hashlib.sha256(listing).hexdigest(),
         "content_sha256": content.hexdigest(),
         "heldout_files": held,
-        "licence": "PSF License Agreement (Python Software Foundation License Version 2); see LICENSE.txt in the stdlib folder",
+        "licence": "PSF License Agreement (Python Software Foundation License Version 2); "
+        "see LICENSE.txt in the stdlib folder",
     }
 
 
@@ -431,7 +432,8 @@ def train_stage(
             rate = (step + 1) * stage.batch * cfg.seq_len / (time.perf_counter() - started)
             kind = "kl" if teacher is not None else "loss"
             log(
-                f"{name} step {step + 1}/{stage.steps} {kind} {value:.4f} (ema {running:.4f}) lr {lr_at(step, stage):.2e} {rate:.0f} tok/s"
+                f"{name} step {step + 1}/{stage.steps} {kind} {value:.4f} (ema {running:.4f}) lr "
+                f"{lr_at(step, stage):.2e} {rate:.0f} tok/s"
             )
         if (step + 1) % stage.eval_every == 0 and step + 1 < stage.steps:
             log(f"{name} eval step {step + 1}: {json.dumps(_round(evaluate(model, held, teacher)))}")
@@ -791,7 +793,8 @@ def main(argv: list[str] | None = None) -> dict:
     log = Log(out / "train_log.txt", append=resuming)
     t_start = time.perf_counter()
     log(
-        f"specscope training ({'smoke' if args.smoke else 'full'}): python {platform.python_version()}, torch {torch.__version__}, "
+        f"specscope training ({'smoke' if args.smoke else 'full'}): python {platform.python_version()}, torch "
+        f"{torch.__version__}, "
         f"threads {args.threads}, seed {cfg.seed}"
     )
 
@@ -818,7 +821,8 @@ def main(argv: list[str] | None = None) -> dict:
         tokenizer = train_tokenizer(train_texts, cfg.vocab_size)
         tokenizer.save_pretrained(out / "tokenizer")
         log(
-            f"tokenizer: vocab {len(tokenizer)}, eos {tokenizer.eos_token!r}={tokenizer.eos_token_id}, {time.perf_counter() - t0:.1f}s"
+            f"tokenizer: vocab {len(tokenizer)}, eos {tokenizer.eos_token!r}={tokenizer.eos_token_id}, "
+            f"{time.perf_counter() - t0:.1f}s"
         )
     train_ids = encode_corpus(tokenizer, train_texts)
     held_ids = encode_corpus(tokenizer, held_texts)

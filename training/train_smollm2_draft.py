@@ -191,7 +191,7 @@ def text_corpus(tok, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray,
     docs = prompts_mod.docs_root()
     doc_files = sorted(docs.rglob("*.rst.txt")) if docs else []
     windows = []
-    for source, paths, reader in (
+    for _source, paths, reader in (
         ("stdlib", train_files, lambda f: tm.read_text(root, f)),
         ("docs", doc_files, lambda f: f.read_text(encoding="utf-8", errors="replace")),
     ):
@@ -377,7 +377,8 @@ def train(
         running.append(loss_chat.item())
         if (step + 1) % cfg.log_every == 0:
             log(
-                f"step {step + 1}: chat KL {np.mean(running):.4f} (last {len(running)}), lr {opt.param_groups[0]['lr']:.2e}, "
+                f"step {step + 1}: chat KL {np.mean(running):.4f} (last {len(running)}), lr "
+                f"{opt.param_groups[0]['lr']:.2e}, "
                 f"{(time.perf_counter() - t0) / (step + 1):.2f}s/step"
             )
             running = []

@@ -156,7 +156,7 @@ def acceptance_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         if "vllm" not in r:
             continue
-        v, l = r["vllm"], r["llamacpp"]
+        v, lc = r["vllm"], r["llamacpp"]
         unresolved = v["eos_rounds_unresolved"]
         lines.append(
             [
@@ -165,8 +165,8 @@ def acceptance_table(rows: list[dict[str, Any]]) -> str:
                 f"{v['mean_acceptance_length']:.2f}",
                 ", ".join(f"{x:.3f}" for x in v["per_position_acceptance_rate"]),
                 _f(v["draft_acceptance_rate"], ".3f"),
-                f"{l['n_accept']} / {l['n_drafted']} = "
-                + _f(l["draft_acceptance_rate"] and 100 * l["draft_acceptance_rate"], ".1f", "%"),
+                f"{lc['n_accept']} / {lc['n_drafted']} = "
+                + _f(lc["draft_acceptance_rate"] and 100 * lc["draft_acceptance_rate"], ".1f", "%"),
             ]
         )
     return _table(head, lines)
@@ -237,7 +237,8 @@ or round) is shown too. *Decode tokens/s* leaves out each run's first emission: 
 first emission's tokens) / (wall - time to first tokens), summed over the prompts, so no
 prompt forward is in it. Prompt lengths are in the table of prompts.
 
-**Memory.** Per method and temperature (`--quick`: the first temperature only), a child process (forked from a server that has only
+**Memory.** Per method and temperature (`--quick`: the first temperature only), a child process (forked from a \
+server that has only
 imported torch and transformers) loads just the models the method runs, the kernel's
 high-water mark is reset (`/proc/self/clear_refs`), the method decodes every prompt once,
 and VmHWM is read: *peak RSS while decoding*. *Weights* are the parameters' bytes (float32

@@ -197,7 +197,10 @@ def explain(row: dict[str, Any]) -> str:
         )
     cost = n * c + v
     if e < cost:
-        return f"a round yields E = {e:.2f} tokens but costs n c + v = {n:.2f} x {c:.3f} + {v:.2f} = {cost:.2f} plain steps"
+        return (
+            f"a round yields E = {e:.2f} tokens but costs n c + v = {n:.2f} x {c:.3f} + {v:.2f} = {cost:.2f} "
+            "plain steps"
+        )
     return (
         f"the model predicts {e / cost:.2f}x (E = {e:.2f} > n c + v = {cost:.2f}); the rest is orchestration "
         f"({100 * row.get('orchestration_share', 0.0):.0f}% of wall time) and per-round costs it leaves out"

@@ -249,7 +249,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         try:
             line = _run_line(r)
-        except Exception as exc:  # one run's odd values never hide the others
+        except Exception as exc:  # noqa: BLE001 - one run's odd values, whatever they raise, never hide the others
             line = f"{_safe(r.run_id, 12):12} (cannot show this run: {_safe(exc)})"
         print(line)
     return 0
@@ -291,7 +291,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         info = store.get_run(args.run)
         if args.round is not None:
             if args.json:
-                for i, line in enumerate(iter_export(store, info.run_id)):
+                for line in iter_export(store, info.run_id):
                     d = json.loads(line)
                     if d.get("record") == "round" and d["index"] == args.round:
                         print(json.dumps(d))
@@ -346,7 +346,8 @@ def _print_header(info: Any) -> None:
     params = _safe(dict(c.proposer_params), 2 * SAFE_WIDTH) if c.proposer_params else ""
     print(
         f"  proposer {_safe(c.proposer)} {params}  k={c.k}  {c.sampling.describe()}  seed={c.seed}  "
-        f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  vocab={c.vocab_size}"
+        f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  "
+        f"vocab={c.vocab_size}"
     )
     print(
         f"  prompt {len(c.prompt_ids)} tokens"
@@ -359,7 +360,8 @@ def _print_header(info: Any) -> None:
     )
     print()
     print(
-        f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! repaired, + bonus)"
+        f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! "
+        "repaired, + bonus)"
     )
 
 
@@ -404,7 +406,8 @@ def _print_round(rnd: Any, top: int, full: bool) -> None:
     print(
         "  emitted: "
         + ", ".join(
-            f"{e.token} ({e.kind}{'' if e.node is None else f' @{e.node}'}{'' if e.draw is None else f', draw {e.draw:.4f}'})"
+            f"{e.token} "
+            f"({e.kind}{'' if e.node is None else f' @{e.node}'}{'' if e.draw is None else f', draw {e.draw:.4f}'})"
             for e in rnd.emitted
         )
     )
@@ -424,7 +427,8 @@ def _print_round(rnd: Any, top: int, full: bool) -> None:
     t = rnd.timings
     print(
         f"  timings: draft {t.draft_s * 1e3:.3f} ms, verify {t.verify_s * 1e3:.3f} ms, "
-        f"bookkeeping {t.bookkeeping_s * 1e3:.3f} ms; forwards: target {rnd.target_forwards}, draft {rnd.draft_forwards}"
+        f"bookkeeping {t.bookkeeping_s * 1e3:.3f} ms; forwards: target {rnd.target_forwards}, draft "
+        f"{rnd.draft_forwards}"
     )
 
 
@@ -468,7 +472,7 @@ class _TickingFile:
 
     def __init__(self, path: str):
         self.name = path
-        self._fh = open(path, encoding="utf-8")
+        self._fh = open(path, encoding="utf-8")  # noqa: SIM115 - held for the object's life, closed by __exit__
         self._progress = Progress(f"importing {_safe(os.path.basename(path), 40)}", unit="lines")
 
     def __iter__(self) -> Iterator[str]:

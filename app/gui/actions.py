@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 
-Shortcut = Union[str, QKeySequence.StandardKey, Qt.Key]
+Shortcut = str | QKeySequence.StandardKey | Qt.Key
 
 
 @dataclass(frozen=True)

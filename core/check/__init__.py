@@ -1,1 +1,2 @@
-"""The trace checker: rules over recorded rounds, with their proofs for chains, trees and coupled runs, and run diffs."""
+"""The trace checker: rules over recorded rounds, with their proofs for chains, trees and coupled runs,
+and run diffs."""

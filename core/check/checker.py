@@ -658,15 +658,19 @@ class _RoundChecker:
 
     def _top_p(self, name: str, stats: VectorStats, vocab: int, node: int) -> None:
         cfg = self.config.sampling
-        if cfg.top_p < 1.0 and (not cfg.top_k or cfg.top_k >= vocab) and stats.support == vocab:
-            # A full support can only survive top-p if dropping the least likely token
-            # would leave less than top_p of the mass.
-            if stats.minimum <= 1.0 - cfg.top_p:
-                self.add(
-                    "sampler",
-                    f"{name} keeps all {vocab} tokens under top-p={cfg.top_p:g}, though a smaller set reaches the mass",
-                    node=node,
-                )
+        # A full support can only survive top-p if dropping the least likely token
+        # would leave less than top_p of the mass.
+        if (
+            cfg.top_p < 1.0
+            and (not cfg.top_k or cfg.top_k >= vocab)
+            and stats.support == vocab
+            and stats.minimum <= 1.0 - cfg.top_p
+        ):
+            self.add(
+                "sampler",
+                f"{name} keeps all {vocab} tokens under top-p={cfg.top_p:g}, though a smaller set reaches the mass",
+                node=node,
+            )
 
     def _top_k(self, name: str, dist: np.ndarray, node: int) -> None:
         """Under top-k, the entry ranked k + 1 must be 0 unless it ties with the one ranked k
@@ -755,7 +759,8 @@ class _RoundChecker:
         if len(rnd.emitted) > rnd.remaining_budget:
             self.add(
                 "budget",
-                f"{len(rnd.emitted)} tokens emitted with only {rnd.remaining_budget} left of max_new_tokens={cfg.max_new_tokens}",
+                f"{len(rnd.emitted)} tokens emitted with only {rnd.remaining_budget} left of "
+                f"max_new_tokens={cfg.max_new_tokens}",
                 self.position_of(rnd.remaining_budget),
             )
         if self.recorded("budget_stop", "budget") and rnd.budget_stop != (emitted_total_after >= cfg.max_new_tokens):
@@ -812,7 +817,8 @@ class _RoundChecker:
             self.add(
                 "target-cache",
                 f"target cache holds {tc.after} positions but only {committed} are accepted: "
-                f"{tc.after - committed} entr{'y' if tc.after - committed == 1 else 'ies'} of the rejected suffix survived",
+                f"{tc.after - committed} entr{'y' if tc.after - committed == 1 else 'ies'} of the rejected suffix "
+                "survived",
             )
         elif tc.after + len(tc.pending) != final_len:
             # a cache shorter than the accepted prefix is fine while the pending tokens cover
@@ -843,7 +849,8 @@ class _RoundChecker:
         if dc.after > committed and not self._run_over():
             self.add(
                 "draft-cache",
-                f"draft cache holds {dc.after} positions but only {committed} are accepted: the rejected suffix was not cropped",
+                f"draft cache holds {dc.after} positions but only {committed} are accepted: the rejected suffix was "
+                "not cropped",
             )
 
 
@@ -896,12 +903,12 @@ def check_report(
         for name in ROUND_CHECKS:
             try:
                 getattr(checker, name)()
-            except Exception as exc:  # a checker bug: named, and the other rules and rounds go on
+            except Exception as exc:  # noqa: BLE001 - a checker bug of any kind: named, and the other rules and rounds go on
                 findings.append(internal_finding(config.run_id, rnd.index, f"rule group '{name}'", exc))
                 not_checked.setdefault(f"internal: {name}", f"the checker failed on round {rnd.index}")
         try:
             stops.round(rnd)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a bug in the stop rules is a finding; the other rounds go on
             findings.append(internal_finding(config.run_id, rnd.index, "the stop rules", exc))
             not_checked.setdefault("internal: stops", f"the checker failed on round {rnd.index}")
         # after a broken prefix, later rounds are checked from the recorded one (one finding, not one per round)
@@ -915,7 +922,7 @@ def check_report(
             _check_end(
                 config, end, last, emitted, i, findings, not_checked, stopped=stops.at_stop or end.stop_reason == "stop"
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a bug in the end-record rules is a finding, not a crash of the check
             findings.append(
                 internal_finding(config.run_id, last.index if last is not None else 0, "the end record", exc)
             )
@@ -955,7 +962,8 @@ def _check_end(
         add("the run is marked as stopped by the budget, but it ended at EOS")
     elif end.stop_reason not in ("eos", "budget"):
         add(
-            f"the run is marked completed with stop reason {end.stop_reason!r}: a completed run stops at EOS or the budget"
+            f"the run is marked completed with stop reason {end.stop_reason!r}: a completed run stops at EOS or the "
+            "budget"
         )
 
 
@@ -1011,7 +1019,8 @@ def recompute_findings(config: RunConfig, rounds: Iterable[Round], target, tol: 
                     rnd.index,
                     rnd.emitted_before,
                     "recompute",
-                    f"recorded p differs from a full recompute of the target by {worst:.3g} (> {tol:g}): stale cache state?",
+                    f"recorded p differs from a full recompute of the target by {worst:.3g} (> {tol:g}): stale cache "
+                    "state?",
                     where,
                 )
             )

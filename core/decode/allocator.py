@@ -43,7 +43,7 @@ def _apply() -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        libc.gnu_get_libc_version  # glibc only: mallopt's numbers differ elsewhere
+        _ = libc.gnu_get_libc_version  # glibc only: mallopt's numbers differ elsewhere
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False

@@ -5,7 +5,8 @@ The front ends load the models their own way (the CLI from paths, the GUI throug
 hub, the bench from its dict of drafts) and hand them over as `Models` (a core.loading
 ModelPair serves as well). Here the settings are validated (core.settings.model), the EOS
 default is taken from the model (generation config and tokenizer), prompt text becomes ids
-(through the chat template for a chat run: `prompt_ids`), the stops get the token texts, the proposer is built from the spec, and a run's prompt
+(through the chat template for a chat run: `prompt_ids`), the stops get the token texts, the proposer is built from
+the spec, and a run's prompt
 plus budget is checked against the models' position limit. Every refusal is a SettingsError
 whose messages name the fields as the caller does (`names`).
 """
@@ -212,9 +213,9 @@ def check_positions(
         raise SettingsError(
             {
                 "max_new_tokens": (
-                    f"the prompt ({n} tokens) plus {budget} new tokens{why} needs {n + budget + extra} positions, but {model} "
-                    f"reads at most {limit} (max_position_embeddings): {_names(names)['max_new_tokens']} must be at most "
-                    f"{limit - n - extra}"
+                    f"the prompt ({n} tokens) plus {budget} new tokens{why} needs {n + budget + extra} positions, "
+                    f"but {model} reads at most {limit} (max_position_embeddings): "
+                    f"{_names(names)['max_new_tokens']} must be at most {limit - n - extra}"
                 )
             }
         )

@@ -69,7 +69,9 @@ class Fault:
     # False: firing in the last round of a finished run changes nothing (no round reads the
     # state it spoiled), so such a fire is not counted
     final_round_matters: bool = True
-    needs: str = ""  # "tree": a tree proposer; "coupled": a coupled run; "stops": a run with stops; "head": a draft head; "": any run
+    # "tree": a tree proposer; "coupled": a coupled run; "stops": a run with stops; "head": a draft
+    # head; "": any run
+    needs: str = ""
     # a setting that makes a run like the one scanned meet `applies` (core.faults.firing)
     to_fire: Callable[[FireScan], Suggestion | None] | None = None
     # a fault no checker rule can see from the record (its rounds are correct rounds: wasted

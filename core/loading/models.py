@@ -145,7 +145,8 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ValueError(
-                f"device {spec!r} was asked for but CUDA is not available (torch {torch.__version__}); use 'cpu' or 'auto'"
+                f"device {spec!r} was asked for but CUDA is not available (torch {torch.__version__}); use 'cpu' or "
+                "'auto'"
             )
         dev = torch.device(spec)
         if dev.index is not None and dev.index >= torch.cuda.device_count():

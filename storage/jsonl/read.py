@@ -799,7 +799,7 @@ def read_trace(
     fh: IO[str]
     close = False
     if isinstance(source, (str, os.PathLike)):
-        fh = open(source, encoding="utf-8")
+        fh = open(source, encoding="utf-8")  # noqa: SIM115 - closed in the finally below, only when opened here (a caller's file stays open)
         close = True
     else:
         fh = source

@@ -70,7 +70,7 @@ class TraceFile:
         self._own = isinstance(path, (str, os.PathLike))
         if self._own:
             check_output(path, overwrite=True)  # a trace file may replace a file, never a trace store
-        self._fh: IO[str] = open(path, "w", encoding="utf-8") if self._own else path  # type: ignore[arg-type]
+        self._fh: IO[str] = open(path, "w", encoding="utf-8") if self._own else path  # type: ignore[arg-type]  # noqa: SIM115 - held for the writer's life, closed by close() when it owns the file
         self.index = 0
         self.new_tokens: list[int] = []
         self.eos_token_id = eos_token_id

@@ -125,7 +125,7 @@ class _Server:
                 for m in messages:
                     self.inbox.put(m)
                 self.wake.set()
-        except Exception as exc:  # a torn frame: the parent died mid-write
+        except Exception as exc:  # noqa: BLE001 - a torn frame (the parent died mid-write) fails in many ways; eof follows
             print(f"specscope writer process: {type(exc).__name__}: {exc}", file=sys.stderr)
         self.inbox.put(("eof",))
         self.wake.set()
@@ -138,13 +138,13 @@ class _Server:
             _, run_id, url, (top_n, full, full_dtype), started_at, flush_interval = m
             try:
                 engine = self.engines.acquire(url)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is sent to the recording process as the run's error
                 replies.append(("error", run_id, f"{type(exc).__name__}: {exc}"))
                 return
             try:  # connect now (driver, pool, dialect): the first commit is then as quick as the rest
                 engine.connect().close()
                 sink = RunSink(engine, run_id, VectorPolicy(top_n, full, full_dtype), started_at)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is sent to the recording process as the run's error
                 self.engines.release(url)
                 replies.append(("error", run_id, f"{type(exc).__name__}: {exc}"))
                 return
@@ -161,7 +161,7 @@ class _Server:
                 if run.error is None:
                     try:  # encode on arrival: a flush or finish then only inserts
                         run.sink.add(m[2])
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - any failure fails this run only; the process serves the others
                         self._failed(m[1], run, exc, replies)
             elif kind == "flush":
                 run.tokens.append(m[2])
@@ -178,7 +178,8 @@ class _Server:
             run.final = {
                 "status": "interrupted",
                 "stop_reason": None,
-                "error": f"{who} ended without finishing the run; the writer process stored every round it had received",
+                "error": f"{who} ended without finishing the run; the writer process stored every round it "
+                "had received",
             }
         since = time.monotonic() - run.sink.last_commit
         due = (
@@ -197,7 +198,7 @@ class _Server:
                 if not stored:  # the store is locked: keep the rounds, the flushes and the finish; try again
                     return
                 replies.append(("committed", run_id, run.sink.rounds_written, run.sink.flushes))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure fails this run only; the process serves the others
                 self._failed(run_id, run, exc, replies)
         replies.extend(("flushed", run_id, token) for token in run.tokens)
         run.tokens = []

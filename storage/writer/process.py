@@ -138,7 +138,7 @@ class WriterProcess:
         try:
             self.proc.kill()
             self.proc.wait(10)
-        except Exception:  # pragma: no cover - already gone
+        except (OSError, subprocess.TimeoutExpired):  # pragma: no cover - already gone
             pass
 
 

@@ -3,7 +3,8 @@
 It turns batches of rounds into rows (rows.rounds_to_rows, the row builder) and commits them, together with
 the run's aggregates and heartbeat, in one transaction. Every commit only appends: the rounds,
 their nodes, one run_tokens chunk with the tokens they emitted, and an UPDATE of the run row
-that increments its counters, so a commit costs the same at round 10 and at round 10 million. The writer's thread uses it in the
+that increments its counters, so a commit costs the same at round 10 and at round 10 million. The writer's thread
+uses it in the
 recording process; the writer process (writer_child) uses the same class on its own engine.
 """
 
@@ -297,7 +298,7 @@ class RunSink:
                     .where(runs_table.c.run_id == self.run_id, runs_table.c.status == "running")
                     .values(status=status, error=error, ended_at=now, heartbeat_at=now)
                 )
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort: the database itself may be what failed, in any way
             return False
         return True
 

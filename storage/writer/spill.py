@@ -53,7 +53,7 @@ class Spill:
         self.rounds = 0  # rounds in the file
         self.copied = 0  # ... of which the store already held
         self.tokens: list[int] = []
-        self._fh = open(self.path, "x", encoding="utf-8")
+        self._fh = open(self.path, "x", encoding="utf-8")  # noqa: SIM115 - held for the spill's life (appended by write), closed on failure below
         try:
             with engine.connect() as conn:  # a read: the write lock does not stop it (WAL)
                 run = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).one()._mapping

@@ -435,7 +435,7 @@ def _tree_shape(setup: Setup, models: Models, rng: random.Random, out: list[int]
         o = dynamic_opts(setup.tree)
         # expand the best frontier node (by cumulative draft probability) `topk` wide, depth by depth
         frontier = [(-1, 0.0)]
-        for depth in range(1, min(o["depth"], left) + 1):
+        for _depth in range(1, min(o["depth"], left) + 1):
             best = max(frontier, key=lambda f: f[1])
             q = models.q(ctx_of[best[0]][-1])
             frontier = []

@@ -23,8 +23,9 @@ def wait_gone(pid: int, timeout: float = 30.0) -> None:
             os.kill(pid, 0)
         except ProcessLookupError:
             return
-        if open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z":
-            return
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            if fh.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} did not exit")
 

@@ -203,7 +203,7 @@ def test_two_recording_processes_and_a_reader_at_once(checkpoints):
             outputs = [p.communicate(timeout=60) for p in procs]
         finally:
             stop(procs)
-        for p, (out, err) in zip(procs, outputs):
+        for p, (_out, err) in zip(procs, outputs):
             assert p.returncode == 0, err
         summaries = {s["run_id"]: s for s in (json.loads(out) for out, _ in outputs)}
         with TraceStore(url) as store:

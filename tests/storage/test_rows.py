@@ -53,8 +53,8 @@ def test_rounds_read_back_are_stored_again_unchanged(recorded, tmp_path, kind, f
     else:  # top-N only: everything but the full-vector blobs
         blobs = {"residual_full", "bonus_full", "p_full", "q_full"}
         with TraceStore(path) as src, src.engine.connect() as conn:
-            rcols = [c for c in conn.execute(text("SELECT * FROM rounds LIMIT 0")).keys()][1:]
-            ncols = [c for c in conn.execute(text("SELECT * FROM draft_nodes LIMIT 0")).keys()][1:]
+            rcols = list(conn.execute(text("SELECT * FROM rounds LIMIT 0")).keys())[1:]
+            ncols = list(conn.execute(text("SELECT * FROM draft_nodes LIMIT 0")).keys())[1:]
         for rows_a, rows_b, cols in ((original[0], copied[0], rcols), (original[1], copied[1], ncols)):
             keep = [i for i, c in enumerate(cols) if c not in blobs]
             assert [[r[i] for i in keep] for r in rows_a] == [[r[i] for i in keep] for r in rows_b]

@@ -14,6 +14,7 @@ import time
 
 import pytest
 from sqlalchemy import text, update
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from specscope.storage import (
     SCHEMA_VERSION,
@@ -60,7 +61,7 @@ def test_foreign_keys_cascade(store):
     store.delete_run(config.run_id)
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM draft_nodes")).scalar() == 0
-        with pytest.raises(Exception):
+        with pytest.raises(IntegrityError):
             conn.execute(text("INSERT INTO rounds (run_id) VALUES ('nope')"))
 
 
@@ -266,7 +267,7 @@ def test_readonly_open_and_jsonl_in_memory(recorded, tmp_path):
     with TraceStore(path, readonly=True) as s:
         assert s.get_run(rid).n_rounds == len(results["greedy"].rounds)
         assert s.load_round(rid, 0).index == 0
-        with pytest.raises(Exception), s.transaction() as conn:
+        with pytest.raises(OperationalError), s.transaction() as conn:
             conn.exec_driver_sql("DELETE FROM runs")
     assert digest(path) == before
     with pytest.raises(TraceStoreError):

@@ -47,7 +47,7 @@ def test_the_smoke_head_records_its_accuracy_and_is_stored_small(smoke_head, tra
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 7]  # (2, L // 2, L - 1), L = 8
     assert record["target"] == "specscope/target"  # the bundled target by name, not this machine's path
     with safe_open(str(out / "model.safetensors"), "pt") as f:
-        dtypes = {name: f.get_tensor(name).dtype for name in f.keys()}
+        dtypes = {name: f.get_tensor(name).dtype for name in list(f.keys())}
     assert dtypes.pop("d2t") == torch.int64 and dtypes.pop("t2d") == torch.bool
     assert set(dtypes.values()) == {torch.bfloat16} and "embed_tokens.weight" not in dtypes  # the target's is shared
     assert "step 40: held-out" in (out / "train_log.txt").read_text()

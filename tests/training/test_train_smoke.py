@@ -44,7 +44,7 @@ def test_smoke_run_writes_loadable_models(smoke_run):
     assert len(written["data"]["file_list_sha256"]) == 64
 
     with safe_open(str(out / "target" / "model.safetensors"), "pt") as f:
-        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}  # stored at half size
+        assert {f.get_tensor(k).dtype for k in list(f.keys())} == {torch.bfloat16}  # stored at half size
     for draft in ("draft-small", "draft-tiny"):
         pair = load_pair(out / "target", out / draft, device="cpu")
         assert next(pair.target.parameters()).dtype == torch.float32  # upcast on load

@@ -1,7 +1,8 @@
 """The stepping keys. Space runs or pauses wherever the focus is in the window: a field would
 otherwise take it (it claims keys through a ShortcutOverride event), so an application event
 filter withholds Space from every field but the free-text ones (the prompt, the checkpoint
-path, the chat's system text, the stop strings and ids), where it still types. Right, Left, Home and End step only where they edit nothing: in a text field they
+path, the chat's system text, the stop strings and ids), where it still types. Right, Left, Home and End step only
+where they edit nothing: in a text field they
 move its cursor (a number field once lost End and Left to the rounds, and the next digit
 landed somewhere else). The letter shortcut P (play the rounds back) yields to a focused menu
 box or list, whose keyboard search it would otherwise steal (text fields type it already)."""

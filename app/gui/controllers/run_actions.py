@@ -28,7 +28,9 @@ class RunActions:
         self.w.statusBar().showMessage(
             "The next recorded runs keep full probability vectors"
             if checked
-            else "The next recorded runs keep the top-N of each distribution (full vectors for vocabularies up to 1024)",
+            else (
+                "The next recorded runs keep the top-N of each distribution (full vectors for vocabularies up to 1024)"
+            ),
             8000,
         )
 

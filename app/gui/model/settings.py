@@ -210,7 +210,8 @@ def spec_of_run(
 ) -> str | None:
     """The spec that reruns a recorded run (its RunConfig's proposer, proposer_params,
     draft_name and target_name), or None when it cannot be rerun from the menu (a head
-    checkpoint folder, a draft checkpoint that is not here any more). The decoder records the spec as proposer_params["spec"]; older traces have
+    checkpoint folder, a draft checkpoint that is not here any more). The decoder records the spec as
+    proposer_params["spec"]; older traces have
     the kind only. A shipped head (eagle3:eagle3-smollm2, recorded as bundled:eagle3-smollm2)
     reruns as the menu's "the target's trained head" when it is the run's target's own."""
     try:

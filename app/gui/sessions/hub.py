@@ -79,7 +79,7 @@ class CachedTokenText:
             else:
                 try:
                     text = token_text(self.tokenizer, token)
-                except Exception:  # a bad id must not break a tooltip
+                except Exception:  # noqa: BLE001 - a bad id must not break a tooltip, whatever the tokenizer raises
                     text = f"<{token}>"
             with self._lock:
                 self._cache[token] = text

@@ -239,7 +239,7 @@ class DecodeWorker(QObject):
             if self._cancelled():
                 break
             self._advance(i, lane)
-        if all(l.done for l in self.lanes):
+        if all(lane.done for lane in self.lanes):
             self._finish_all()
             return
         if self._cancelled():

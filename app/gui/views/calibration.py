@@ -96,7 +96,7 @@ class CalibrationView(QWidget):
         )
         self.reliability.addItem(self.all_curve)
         self.depth_curves = []
-        for i, color in enumerate(DEPTH_COLORS):
+        for color in DEPTH_COLORS:
             curve = pg.PlotDataItem(
                 pen=pg.mkPen(color + "90", width=1), symbol="o", symbolSize=5, symbolBrush=color, symbolPen=None
             )

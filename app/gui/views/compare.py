@@ -53,7 +53,9 @@ __all__ = ["CompareSession", "CompareWidget"]
 DEFAULT_SIDES = (("draft:small", "4"), ("lookup", "4"), (None, "4"))  # (proposer spec, k) of A, B, C (None: off)
 LANE_OFF = "(no lane C)"  # lane C's menu entry that leaves it out
 TABLE_REFRESH_MS = 250  # the summary table's refresh while the lanes run
-LANE_MIN_PX = 100  # a lane's timeline never gets shorter (about four rows of cells; 100, not 110, since lane C's controls row: 1024x700 still fits)
+# a lane's timeline never gets shorter (about four rows of cells; 100, not 110, since lane C's
+# controls row: 1024x700 still fits)
+LANE_MIN_PX = 100
 SUMMARY_BLOCKS = 2  # the summary's rows in this many blocks side by side
 SUMMARY_ROW_PX = 21
 BLOCK_COLUMNS = 1 + len(LANE_NAMES)  # a summary block: the metric, then one column per lane

@@ -107,7 +107,8 @@ def describe_cell(r: Round | None, c: Cell, token_text: TokenText, coupled: bool
             lines.append(f"residual mass r = Σ max(p − q, 0) = {fmt(r.residual_mass)}")
             if resid is not None and c.token < len(resid):
                 lines.append(
-                    f"residual(x) = {fmt(float(resid[c.token]))} · p(x) = {fmt(float(p[c.token]) if p is not None else None)}"
+                    f"residual(x) = {fmt(float(resid[c.token]))} · p(x) = "
+                    f"{fmt(float(p[c.token]) if p is not None else None)}"
                 )
             rep = r.repair
             if rep is not None and rep.draw is not None:

@@ -288,7 +288,8 @@ class RoundInspectorWidget(QWidget):
             f"<span style='color:{theme.P_COLOR}'>{sq} {p_name}</span> &nbsp;"
             f"<span style='color:{theme.Q_COLOR}'>{sq} q</span> &nbsp;"
             f"<span style='color:{theme.MIN_COLOR}'>&#9633; min({p_name},q)</span> &nbsp;"
-            f"&#9660; proposed &nbsp;<span style='color:{theme.KIND_EDGE[theme.REPAIRED].name()}'>&#9733; emitted</span>",
+            f"&#9660; proposed &nbsp;<span style='color:{theme.KIND_EDGE[theme.REPAIRED].name()}'>&#9733; "
+            "emitted</span>",
             size="9pt",
         )
 

@@ -104,7 +104,7 @@ class RunPanelWidget(QWidget):
         self.set_texts(PanelSettings().to_texts())
         self._auto_proposer = self.texts()["proposer"]  # the proposer a target chose, until the person picks another
         self.set_state(IDLE)
-        for key, w in self.fields.items():
+        for w in self.fields.values():
             sig = (
                 w.currentTextChanged
                 if isinstance(w, QComboBox)
@@ -537,7 +537,7 @@ class RunPanelWidget(QWidget):
         self.pause_button.setEnabled(running)
         self.step_button.setEnabled(not running and not loading)
         self.stop_button.setEnabled(active)
-        for key, w in self.fields.items():
+        for w in self.fields.values():
             w.setEnabled(not active)
         self.system.setEnabled(not active and self.chat.isChecked())  # the system turn belongs to a chat
         self.example.setEnabled(not active)

@@ -36,7 +36,9 @@ from specscope.core.records import Round
 from .describe import after_accepted_eos, describe_node, fmt, tok
 
 DX = 104  # room for the edges of wide trees to fan out
-DY = 58  # a node's tag below it ("rejected") and the next sibling's note above it ("#2 u=0.59") both fit between, off the borders (13 px each)
+# a node's tag below it ("rejected") and the next sibling's note above it ("#2 u=0.59") both fit
+# between, off the borders (13 px each)
+DY = 58
 NODE_W = 78
 NODE_H = 30
 # Drawn downwards (depth down the pane, siblings side by side), for a tree wider than deep in

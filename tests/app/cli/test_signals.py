@@ -188,7 +188,8 @@ def test_sigterm_handler_is_restored_after_the_run(checkpoints, tmp_path):
 # --------------------------------------------------------------------------- a full disk
 
 # Runs the CLI with the writer's commits failing as SQLite fails on a full disk, after
-# FAIL_AFTER commits (FAIL_AFTER:mark: marking the run failed still works), and writes what it saw to STATS: the rounds the decoder had started when
+# FAIL_AFTER commits (FAIL_AFTER:mark: marking the run failed still works), and writes what it saw to STATS: the
+# rounds the decoder had started when
 # the write failed, and all it started.
 FAILING_WRITES = r"""
 import json, sqlite3, sys
@@ -196,7 +197,8 @@ from specscope.app.cli import main
 from specscope.core.decode.decoder import SpeculativeDecoder
 from specscope.storage.writer.sink import RunSink
 
-fail_after, mark, stats_path, argv = int(sys.argv[1].split(":")[0]), sys.argv[1].endswith(":mark"), sys.argv[2], sys.argv[3:]
+fail_after, mark = int(sys.argv[1].split(":")[0]), sys.argv[1].endswith(":mark")
+stats_path, argv = sys.argv[2], sys.argv[3:]
 stats = {"started": 0, "commits": 0, "started_at_failure": None}
 real_round, real_commit = SpeculativeDecoder._round, RunSink.commit
 

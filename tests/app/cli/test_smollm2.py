@@ -4,7 +4,8 @@ speculative decoding equals plain greedy decoding for 32 tokens on three chat pr
 question, a summary, code: resources/prompts/chat.json), with prompt lookup, the draft and a
 token tree drafted by it, and the stored runs check clean; `--target smollm2 --proposer draft`
 drafts with that draft. SmolLM2's EAGLE-3 head (resources/models/eagle3-smollm2) decodes it
-exactly too, as a chain of k = 4 and as a dynamic tree, and `--proposer eagle3` drafts with it. The models load once for the module. Where the registry cannot be
+exactly too, as a chain of k = 4 and as a dynamic tree, and `--proposer eagle3` drafts with it. The models load once
+for the module. Where the registry cannot be
 reached the tests skip and say so."""
 
 from __future__ import annotations

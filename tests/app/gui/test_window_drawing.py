@@ -116,7 +116,10 @@ def test_a_chat_run_offers_the_chat_example_prompts(qtbot, make_window):
     from specscope.core.loading.chat import chat_prompts
 
     w = make_window(record=False)
-    names = lambda: [w.run_panel.example.itemText(i) for i in range(1, w.run_panel.example.count())]
+
+    def names():
+        return [w.run_panel.example.itemText(i) for i in range(1, w.run_panel.example.count())]
+
     code = names()
     w.run_panel.set_texts({"chat": "true"})
     chat = chat_prompts()

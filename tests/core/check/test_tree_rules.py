@@ -32,7 +32,7 @@ def runs(models, make, eos=None, max_new=24):
 
 def test_clean_tree_runs_have_no_findings(models):
     count = 0
-    for dec, out in runs(models, lambda t, p, cfg: SpeculativeDecoder(t, p, sampling=cfg, eos_token_id=11)):
+    for _dec, out in runs(models, lambda t, p, cfg: SpeculativeDecoder(t, p, sampling=cfg, eos_token_id=11)):
         report = check_report(out.config, out.rounds)
         assert report.findings == [], [str(f) for f in report.findings[:3]]
         assert not report.not_checked

@@ -364,7 +364,7 @@ def test_both_engines_stop_at_the_token_that_completes_a_split_character(pair, p
         table.update({split[0]: EMOJI[:2], split[1]: EMOJI[2:3], split[2]: EMOJI[3:]})
         text = byte_level_text(table)
         stop = text.joined(plain[a - 1 : a]) + "😀"  # the character before, then the emoji
-        full = lambda n: b"".join(table[t] for t in plain[:n]).decode("utf-8", errors="replace")  # noqa: E731
+        full = lambda n, table=table: b"".join(table[t] for t in plain[:n]).decode("utf-8", errors="replace")  # noqa: E731
         expected = plain[: next(n for n in range(1, len(plain) + 1) if stop in full(n))]
         stops = Stops(strings=(stop,))
         ours = SpeculativeDecoder(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from specscope.core.loading.text import BYTE_DECODER, byte_level_text, token_label, token_text
 
 BYTE_OF = {b: c for c, b in BYTE_DECODER.items()}  # byte -> its printable byte-level character
@@ -11,7 +13,7 @@ class ByteLevel:
     """A byte-level BPE tokenizer's two calls the function uses, over a three-token vocabulary:
     " Paris" and the two bytes of "é" (0xc3 0xa9), each a token of its own."""
 
-    pieces = {0: b" Paris", 1: b"\xc3", 2: b"\xa9"}
+    pieces: ClassVar[dict[int, bytes]] = {0: b" Paris", 1: b"\xc3", 2: b"\xa9"}
 
     def decode(self, ids):
         return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")

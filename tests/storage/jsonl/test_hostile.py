@@ -500,7 +500,7 @@ def test_a_valid_hostile_looking_trace_still_imports(tmp_path):
         from specscope.storage import export_run
 
         export_run(store, rid, out)
-    assert [json.loads(x) for x in out.read_text().splitlines()][0]["extra"] == records[0]["extra"]
+    assert json.loads(out.read_text().splitlines()[0])["extra"] == records[0]["extra"]
 
 
 def test_trace_format_error_is_raised_by_the_api(tmp_path):

@@ -15,6 +15,7 @@ from specscope.storage import (
     RunExistsError,
     TraceFormatError,
     TraceStore,
+    TraceStoreError,
     TraceWriter,
     export_run,
     import_run,
@@ -197,7 +198,7 @@ def test_database_failure_mid_import_rolls_back(recorded, tmp_path):
             conn.execute(
                 text("CREATE TRIGGER no_nodes BEFORE INSERT ON draft_nodes BEGIN SELECT RAISE(ABORT, 'nope'); END")
             )
-        with pytest.raises(Exception):
+        with pytest.raises(TraceStoreError):
             import_run(dst, f)
         with dst.engine.begin() as conn:
             conn.execute(text("DROP TRIGGER no_nodes"))

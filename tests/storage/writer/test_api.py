@@ -247,5 +247,6 @@ def test_storage_never_imports_qt_or_app():
     src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "storage")
     for name in os.listdir(src):
         if name.endswith(".py"):
-            body = open(os.path.join(src, name), encoding="utf-8").read()
+            with open(os.path.join(src, name), encoding="utf-8") as fh:
+                body = fh.read()
             assert "PySide6" not in body and "specscope.app" not in body and "pyqtgraph" not in body, name

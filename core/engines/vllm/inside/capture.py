@@ -112,7 +112,7 @@ class _Writer:
     def write(self, obj: dict) -> None:
         with self.lock:
             if self.fh is None:
-                self.fh = open(self.path, "a", encoding="utf-8")
+                self.fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - opened on the first write, kept open for the process's later writes
             self.fh.write(json.dumps(obj, allow_nan=True) + "\n")
             self.fh.flush()
 

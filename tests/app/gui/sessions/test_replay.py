@@ -151,7 +151,7 @@ def test_opening_a_trace_during_a_live_run_cancels_it(qtbot, make_window, tmp_pa
     assert w.mode == "replay" and w.model.config.run_id == first_id
     assert w.model.output_tokens == tokens
     with TraceStore(store) as s:
-        second = [r for r in s.list_runs() if r.run_id != first_id][0]
+        second = next(r for r in s.list_runs() if r.run_id != first_id)
         assert second.status == "interrupted" and second.stop_reason == "cancelled"
 
 

@@ -28,7 +28,7 @@ def test_tree_nodes_notes_and_repair():
         assert nodes[f"n{n.index}"].parent == ("root" if n.parent < 0 else f"n{n.parent}")
         assert nodes[f"n{n.index}"].depth == n.depth
     notes = tree_notes(r)
-    for parent, kids in r.tree.tried:
+    for _parent, kids in r.tree.tried:
         for rank, child in enumerate(kids, 1):
             assert notes[child] == f"#{rank} u={r.nodes[child].u:.2f}"
     assert all(i not in notes for i, n in enumerate(r.nodes) if n.status == "unvisited")

@@ -221,7 +221,7 @@ def test_flags_without_their_weights_are_refused(target, tmp_path):
     (folder / "config.json").write_text(
         (folder / "config.json").read_text().replace('"norm_before_fc": true', '"norm_before_fc": false')
     )
-    with pytest.raises((HeadFormatError, SpecError), match="input_norm.weight"):
+    with pytest.raises((HeadFormatError, SpecError), match=r"input_norm\.weight"):
         build_proposer(f"eagle3:{folder}")
 
 

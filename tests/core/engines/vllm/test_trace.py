@@ -137,7 +137,7 @@ def _sampled_steps(nan: bool, repair_is_draft: bool, bad_accept: bool):
     ]
     if nan or repair_is_draft:  # rejected, the repair is the rejected draft itself
         steps.append({"record": "step", "req": "0-x", "t": 2.0, "drafts": [3], "nodes": [node], "sampled": [3]})
-        steps[-1]["sampled"] = [3] if not repair_is_draft else [3]
+        steps[-1]["sampled"] = [3]
         # one sampled token after one draft = a rejection (vLLM: -1 after it)
         steps[-1]["nodes"][0]["u"] = 0.9
         return steps, [4, 3]
