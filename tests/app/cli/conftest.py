@@ -2,4 +2,3 @@
 its session fixtures, shared here rather than recorded twice."""
 
 from tests.storage.conftest import make_decoder, models, recorded  # noqa: F401 - fixtures, found by name
-
