@@ -392,6 +392,16 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
         prompt_ids = hub.encode(novel, tokenizer, w.model.config.vocab_size)
         faulty = tmp / "faulty.sqlite"
         run_id = None
+        from specscope.core.loading.models import bundled_path, tokenizer_sha256
+
+        bundled_info = {
+            "target_name": "specscope/target",
+            "draft_name": "specscope/draft-small",
+            "tokenizer_name": "specscope/target",
+            "tokenizer_hash": tokenizer_sha256(bundled_path("target")),
+        }
+        if args.tiny or getattr(hub, "fallback", True):  # tiny random models: no tokenizer to name
+            bundled_info = None
         with TraceStore(faulty) as fstore:
             for seed in range(8):
                 dec = faulty_decoder(
@@ -403,7 +413,8 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
                     seed=seed,
                 )
                 config = dec.run_config(prompt_ids, 64)
-                with TraceWriter(fstore, config) as writer:
+                # named as the window and the CLI name the bundled pair, so the replay decodes text
+                with TraceWriter(fstore, config, model_info=bundled_info, prompt_text=novel) as writer:
                     writer.record(dec.rounds(prompt_ids, 64, config=config))
                 if dec.fault_rounds:
                     run_id = config.run_id
