@@ -331,7 +331,11 @@ class ModelHub:
             )
         if draft_tokenizer is None:
             return
-        problem = loading.tokenizer_difference(target_tokenizer, draft_tokenizer)
+        # the comparison parses both tokenizers' JSON (0.7-0.9 s for SmolLM2's pair): once a pair
+        problem = self._cached(
+            ("tokenizer-difference", target_name, ref),
+            lambda: loading.tokenizer_difference(target_tokenizer, draft_tokenizer),
+        )
         if problem:
             raise SettingsError(
                 {
