@@ -31,7 +31,7 @@ from specscope.core.sampling.reference import SamplingConfig
 
 TokenKind = Literal["accepted", "repaired", "bonus"]
 NodeStatus = Literal["accepted", "rejected", "unvisited"]
-from specscope.core.settings.vocab import StopReason  # noqa: E402 (the words, defined once)
+from specscope.core.settings.vocab import StopReason as StopReason  # noqa: E402 (the words, defined once; re-exported)
 
 TOKEN_KINDS: tuple[str, ...] = ("accepted", "repaired", "bonus")
 NODE_STATUSES: tuple[str, ...] = ("accepted", "rejected", "unvisited")
@@ -162,7 +162,7 @@ class ResidualUpdate:
 
     parent: int
     child: int
-    p_after: np.ndarray
+    p_after: np.ndarray | None  # None: not read (a store read without its vectors)
     mass: Any
 
 

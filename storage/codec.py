@@ -43,7 +43,10 @@ from typing import Any
 import numpy as np
 
 from specscope.core.records import Round
-from specscope.core.sampling.dists import DEFAULT_TOP_N, TOP_K_COVER_MAX, TopDistribution, covering_top_n  # noqa: F401 (re-exported)
+from specscope.core.sampling.dists import DEFAULT_TOP_N as DEFAULT_TOP_N  # re-exported
+from specscope.core.sampling.dists import TOP_K_COVER_MAX as TOP_K_COVER_MAX  # re-exported
+from specscope.core.sampling.dists import TopDistribution
+from specscope.core.sampling.dists import covering_top_n as covering_top_n  # re-exported
 from specscope.core.sampling.partial import VectorStats, vector_stats
 
 # Full vectors are kept by default up to this vocabulary (byte- and character-level
@@ -117,7 +120,7 @@ class StoredFullDistribution(np.ndarray):
     full_dtype: str | None
 
     def __new__(
-        cls, values: np.ndarray, stats: VectorStats, top: Top | None = None, full_dtype: str | None = None
+        cls, values: np.ndarray, stats: VectorStats | None, top: Top | None = None, full_dtype: str | None = None
     ) -> StoredFullDistribution:
         obj = np.asarray(values, dtype=np.float64).view(cls)
         obj.stats = stats
@@ -254,12 +257,13 @@ def decode_top(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def _full_blob(values: np.ndarray, code: bytes, nonzero: np.ndarray, count: int) -> bytes:
     if 2 * count <= values.size:
+        kept: bytes = values[nonzero].tobytes()
         return (
             b"S"
             + code
             + int(values.size).to_bytes(4, "little")
             + np.packbits(nonzero, bitorder="little").tobytes()
-            + values[nonzero].tobytes()
+            + kept
         )
     return b"R" + code + values.tobytes()
 

@@ -8,7 +8,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
@@ -38,7 +38,7 @@ def is_url(location: str) -> bool:
     return bool(_URL_SCHEME.match(location))
 
 
-def to_url(location: str | os.PathLike | None) -> str:
+def to_url(location: str | os.PathLike[str] | None) -> str:
     """A path (or None for the default location) -> an SQLAlchemy URL; URLs pass through.
 
     A path names exactly that file: its characters are percent-quoted into the URL, so `?`,
@@ -65,7 +65,7 @@ def is_memory(url: str) -> bool:
     )
 
 
-def check_store_location(location: str | os.PathLike | None) -> None:
+def check_store_location(location: str | os.PathLike[str] | None) -> None:
     """Refuse a location a command cannot keep runs in or read them from: an empty one or an
     in-memory SQLite URL (TraceStoreError, one line)."""
     url = to_url(location)
@@ -263,7 +263,7 @@ def memory_copy(path: str) -> Engine:
     source = connect_readonly(path)
     try:
         with engine.connect() as conn:
-            source.backup(conn.connection.driver_connection)
+            source.backup(cast(sqlite3.Connection, conn.connection.driver_connection))  # a sqlite:// engine
     finally:
         source.close()
     return engine

@@ -22,7 +22,7 @@ class LiveWriter(Protocol):
 
 
 _live_lock = threading.Lock()
-_live: weakref.WeakSet[LiveWriter] = weakref.WeakSet()  # type: ignore[type-var]
+_live: weakref.WeakSet[LiveWriter] = weakref.WeakSet()
 
 
 def register_writer(writer: LiveWriter) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import numpy as np
+from sqlalchemy import RowMapping
 
 from specscope.core.decode.stops import StopMatch
 from specscope.core.records import (
@@ -29,6 +30,10 @@ from specscope.core.sampling.partial import entry_known
 from specscope.core.sampling.reference import SamplingConfig
 from specscope.storage.codec import VectorPolicy, pack_blobs, rebuild, unpack_blobs
 from specscope.storage.info import ModelInfo, RoundSummary, RunInfo
+
+# a stored row: a plain dict, or a result row's mapping as SQLAlchemy returns it (whose keys are
+# typed column-or-name, so it is no Mapping[str, Any] to mypy)
+StoredRow: TypeAlias = Mapping[str, Any] | RowMapping
 
 # ---------------------------------------------------------------------------- runs
 
@@ -103,7 +108,7 @@ def run_row(
     }
 
 
-def run_config(r: Mapping[str, Any]) -> RunConfig:
+def run_config(r: StoredRow) -> RunConfig:
     return RunConfig(
         run_id=r["run_id"],
         prompt_ids=tuple(r["prompt_ids"]),
@@ -163,7 +168,7 @@ def round_stop_fields(data: Mapping[str, Any] | None) -> dict[str, Any]:
     )
 
 
-def run_info(r: Mapping[str, Any]) -> RunInfo:
+def run_info(r: StoredRow) -> RunInfo:
     return RunInfo(
         run_id=r["run_id"],
         status=r["status"],
@@ -400,7 +405,7 @@ def emitted_tokens(items: Iterable[Sequence[Any]]) -> tuple[EmittedToken, ...]:
     return tuple(EmittedToken(token=int(t), kind=kind, node=node, draw=draw) for t, kind, node, draw in items)
 
 
-def _round_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+def _round_fields(row: StoredRow) -> dict[str, Any]:
     """The Round fields of a rounds row that are not distributions or nodes."""
     return dict(
         run_id=row["run_id"],
@@ -425,7 +430,7 @@ def _round_fields(row: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def round_summary(row: Mapping[str, Any]) -> Any:  # a RoundSummary: made by make_dataclass, so no static type
+def round_summary(row: StoredRow) -> Any:  # a RoundSummary: made by make_dataclass, so no static type
     return RoundSummary(
         **_round_fields(row),
         drafted=row["n_drafted"],
@@ -435,8 +440,8 @@ def round_summary(row: Mapping[str, Any]) -> Any:  # a RoundSummary: made by mak
 
 
 def rows_to_round(
-    row: Mapping[str, Any],
-    node_rows: Sequence[Mapping[str, Any]],
+    row: StoredRow,
+    node_rows: Sequence[StoredRow],
     vocab_size: int,
     full: bool = True,
     vectors: bool = True,
@@ -447,7 +452,7 @@ def rows_to_round(
     without their blobs) they are None. The stored p_token is an exact entry of p, except a
     0 in a run whose trace left p_token out (the column's placeholder: p(token) unknown)."""
 
-    def dist(r: Mapping[str, Any], name: str, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
+    def dist(r: StoredRow, name: str, exact: Mapping[int, float] | None = None) -> np.ndarray | None:
         # only the columns that were read are looked up (a missing key is slow on a Row)
         top = r[f"{name}_top"] if vectors else None
         if top is None:
@@ -464,7 +469,12 @@ def rows_to_round(
                 token=token,
                 parent=int(n["parent"]),
                 depth=int(n["depth"]),
-                p=dist(n, "p", None if p_token_unrecorded and n["p_token"] == 0 else {token: n["p_token"]}),
+                # vectors=False: no distribution is read, p is None (a timeline's round; DraftNode.p
+                # is typed for the rounds the decoder and checker use, which always hold one)
+                p=cast(
+                    np.ndarray,
+                    dist(n, "p", None if p_token_unrecorded and n["p_token"] == 0 else {token: n["p_token"]}),
+                ),
                 q=dist(n, "q", None if q_token is None else {token: q_token}),
                 status=n["status"],
                 u=n["u"],
@@ -503,7 +513,8 @@ def tree_info(
     updates = []
     for i, u in enumerate(facts["updates"]):
         exact = dict(zip(u["exact_ids"], u["exact_probs"]))
-        p_after = rebuild(top_blobs[i], full_blobs[i], vocab_size, exact) if i < len(top_blobs) else None
+        top = top_blobs[i] if i < len(top_blobs) else None
+        p_after = rebuild(top, full_blobs[i], vocab_size, exact) if top is not None else None
         updates.append(ResidualUpdate(parent=int(u["parent"]), child=int(u["child"]), p_after=p_after, mass=u["mass"]))
     return tree_record(facts, updates, emitted, bonus_p)
 

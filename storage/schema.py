@@ -18,7 +18,7 @@ and docs/trace-format.md.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -31,6 +31,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     String,
+    Table,
     Text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -227,7 +228,9 @@ class TokenChunkRow(Base):
     tokens: Mapped[bytes]  # int32 little-endian
 
 
-runs_table = RunRow.__table__
-rounds_table = RoundRow.__table__
-nodes_table = NodeRow.__table__
-tokens_table = TokenChunkRow.__table__
+# a declarative class's __table__ is typed FromClause (a mapping may target any selectable);
+# these four map plain tables, which insert/update/delete and Table.create need
+runs_table = cast(Table, RunRow.__table__)
+rounds_table = cast(Table, RoundRow.__table__)
+nodes_table = cast(Table, NodeRow.__table__)
+tokens_table = cast(Table, TokenChunkRow.__table__)

@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from specscope.storage.errors import (
     SchemaVersionError,
     TraceStoreError,
 )
-from specscope.storage.info import RoundSummary, RunInfo
+from specscope.storage.info import RunInfo
 from specscope.storage.liveness import STALE_AFTER_S, writer_is_dead
 from specscope.storage.migrations import (
     MIGRATIONS,
@@ -44,7 +44,7 @@ from specscope.storage.migrations import (
     newer_note,
     stored_version,
 )
-from specscope.storage.rows import chunk_tokens, round_summary, rows_to_round, run_info
+from specscope.storage.rows import StoredRow, chunk_tokens, round_summary, rows_to_round, run_info
 from specscope.storage.schema import nodes_table, rounds_table, runs_table, tokens_table
 from specscope.storage.transactions import transaction, translate_errors
 
@@ -86,7 +86,7 @@ class TraceStore:
 
     def __init__(
         self,
-        location: str | os.PathLike | None = None,
+        location: str | os.PathLike[str] | None = None,
         *,
         create: bool = True,
         recover: bool = True,
@@ -108,7 +108,7 @@ class TraceStore:
         if readonly and is_memory(self.url):
             raise TraceStoreError("readonly=True needs an SQLite file or a database server")
         if self.path is not None:
-            self._check_file(create and not readonly, _migrations)
+            self._check_file(self.path, create and not readonly, _migrations)
         self.engine = make_engine(self.url, echo=echo, readonly_path=self.path if readonly else None)
         try:
             with translate_errors(f"opening {where}"):
@@ -125,22 +125,22 @@ class TraceStore:
             self.engine.dispose()
             raise
 
-    def _check_file(self, writer: bool, migrations: Sequence[Migration]) -> None:
+    def _check_file(self, path: str, writer: bool, migrations: Sequence[Migration]) -> None:
         """Before the engine: only a writer creates a store, with its folder, or turns an
         empty file (or an SQLite database without tables) into one."""
-        file = Path(self.path)
+        file = Path(path)
         if not file.exists():
             if not writer:
-                raise TraceStoreError(f"no trace store at {self.path}")
+                raise TraceStoreError(f"no trace store at {path}")
             try:
                 file.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # e.g. a file where a folder should be, or a folder it may not write
                 blocker = next((p for p in file.parents if p.exists() and not p.is_dir()), None)
                 why = f"{blocker} is a file, not a folder" if blocker else (exc.strerror or str(exc))
-                raise TraceStoreError(f"cannot create the trace store {self.path}: {why}") from None
+                raise TraceStoreError(f"cannot create the trace store {path}: {why}") from None
         elif not writer and file.is_file() and file.stat().st_size == 0:
-            raise NotATraceStoreError(f"{self.path} is an empty file, not a trace store")
-        precheck_sqlite_file(self.path, migrations, reader=not writer)
+            raise NotATraceStoreError(f"{path} is an empty file, not a trace store")
+        precheck_sqlite_file(path, migrations, reader=not writer)
 
     def _schema(self, migrations: Sequence[Migration]) -> None:
         """Check the schema version; migrate an older store (a read-only one in a copy in
@@ -172,7 +172,7 @@ class TraceStore:
                 f"{self._where} has schema version {version}; open it once read-write to "
                 f"migrate it to {migrations[-1].version}"
             )
-        if self.readonly:
+        if self.readonly and self.path is not None:  # (a read-only store without a path was refused above)
             self.engine.dispose()
             self.engine = memory_copy(self.path)
         with self.transaction() as conn:
@@ -251,7 +251,7 @@ class TraceStore:
             log.warning("run %s was cut off; marked interrupted", run_id)
         return marked
 
-    def _info(self, row: Mapping[str, Any]) -> RunInfo:
+    def _info(self, row: StoredRow) -> RunInfo:
         """A stored run; on a read-only store a run whose writer is gone reads as interrupted
         (as a writer would mark it), while the store itself is left as it is."""
         info = run_info(row)
@@ -284,7 +284,7 @@ class TraceStore:
         """An exact run id, a unique prefix of one, or 'last' (the most recently started)."""
         with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
             if ref in ("last", "latest"):
-                found = conn.execute(
+                found: str | None = conn.execute(
                     select(runs_table.c.run_id).order_by(runs_table.c.started_at.desc()).limit(1)
                 ).scalar()
                 if found is None:
@@ -293,7 +293,7 @@ class TraceStore:
             if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == ref)).scalar() is not None:
                 return ref
             escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            matches = (
+            matches: Sequence[str] = (
                 conn.execute(
                     select(runs_table.c.run_id).where(runs_table.c.run_id.like(escaped + "%", escape="\\")).limit(3)
                 )
@@ -361,11 +361,12 @@ class TraceStore:
             return int(
                 conn.execute(
                     select(func.count()).select_from(rounds_table).where(rounds_table.c.run_id == run_id)
-                ).scalar()
+                ).scalar_one()
             )
 
-    def round_summaries(self, run_id: str, start: int = 0, stop: int | None = None) -> list[RoundSummary]:
-        """Rounds [start, stop) without distributions: cheap enough for a live timeline."""
+    def round_summaries(self, run_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
+        """Rounds [start, stop) without distributions (RoundSummary, made by make_dataclass, so no
+        static type): cheap enough for a live timeline."""
         q = select(*_SUMMARY_COLUMNS).where(*self._range(run_id, start, stop)).order_by(rounds_table.c.round_index)
         with translate_errors(f"reading {self._where}"), self.engine.connect() as conn:
             return [round_summary(r._mapping) for r in conn.execute(q)]
@@ -392,7 +393,7 @@ class TraceStore:
             if not rows:
                 return []
             lo, hi = rows[0]["round_index"], rows[-1]["round_index"]
-            nodes: dict[int, list[Mapping[str, Any]]] = {}
+            nodes: dict[int, list[StoredRow]] = {}
             for n in conn.execute(
                 select(*ncols)
                 .where(nodes_table.c.run_id == run_id, nodes_table.c.round_index >= lo, nodes_table.c.round_index <= hi)

@@ -73,7 +73,7 @@ def transaction(engine: Engine, wait_ms: int | None = None) -> Iterator[Any]:
     with engine.connect() as conn:
         sqlite = wait_ms is not None and engine.dialect.name == "sqlite"
         raw = conn.connection.driver_connection if sqlite else None  # no SQLAlchemy autobegin for a pragma
-        if raw is not None:
+        if raw is not None and wait_ms is not None:  # raw is set only where wait_ms is
             raw.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
         try:
             conn.execution_options(sqlite_immediate=True)

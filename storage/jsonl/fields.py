@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 from specscope.core.settings.bounds import INT64_MAX, MAX_K, MAX_TOP_N, MAX_VOCAB_SIZE, IntBound  # noqa: F401 (re-exported)
 from specscope.storage.errors import TraceFormatError
@@ -55,7 +55,7 @@ def deep_field(line: str) -> str:
     """Where a line nests too deeply for json.loads: the object keys leading to the first
     container nested deeper than MAX_FREE_JSON_DEPTH (at most 4 of them, up to the first
     array), or "" when the scan cannot tell. Runs only on that error, in one pass."""
-    stack: list[list] = []  # [is_object, key or array index]
+    stack: list[list[Any]] = []  # [is_object, key or array index]
     last = ""
     i, n = 0, len(line)
     while i < n:
@@ -131,14 +131,14 @@ class FieldReader:
     def fail(self, path: str, message: str) -> TraceFormatError:
         return TraceFormatError(self.line, path, message)
 
-    def obj(self, value: Any, path: str) -> dict:
+    def obj(self, value: Any, path: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(path, f"expected an object, got {kind_of(value)}")
         return value
 
     def get(
         self,
-        d: dict,
+        d: dict[str, Any],
         key: str,
         path: str,
         kind: str,
@@ -146,7 +146,7 @@ class FieldReader:
         required: bool = True,
         default: Any = None,
         nullable: bool = False,
-        choices: tuple | None = None,
+        choices: tuple[Any, ...] | None = None,
     ) -> Any:
         full = f"{path}.{key}" if path else key
         if key not in d:
@@ -155,7 +155,9 @@ class FieldReader:
             return default
         return self.check(d[key], full, kind, nullable=nullable, choices=choices)
 
-    def check(self, v: Any, path: str, kind: str, *, nullable: bool = False, choices: tuple | None = None) -> Any:
+    def check(
+        self, v: Any, path: str, kind: str, *, nullable: bool = False, choices: tuple[Any, ...] | None = None
+    ) -> Any:
         if v is None:
             if nullable:
                 return None
@@ -195,7 +197,7 @@ class FieldReader:
                 raise self.fail(path, f"contains the control character U+{ord(ch):04X} (not allowed in ids and names)")
         return s
 
-    def text(self, d: dict, key: str, path: str = "") -> str | None:
+    def text(self, d: dict[str, Any], key: str, path: str = "") -> str | None:
         """Optional free text (newlines allowed), bounded."""
         full = f"{path}.{key}" if path else key
         v = d.get(key)
@@ -205,25 +207,29 @@ class FieldReader:
             raise self.fail(full, f"expected a string, got {kind_of(v)}")
         return self.name(v, full, MAX_TEXT_CHARS, control=True)
 
-    def within(self, d: dict, key: str, path: str, bound: IntBound, **kw: Any) -> Any:
+    def within(self, d: dict[str, Any], key: str, path: str, bound: IntBound, **kw: Any) -> Any:
         """An integer field within a bound of the settings model (core.settings.bounds)."""
         return self.bounded(d, key, path, bound.lo, bound.hi, **kw)
 
-    def bounded(self, d: dict, key: str, path: str, lo: int, hi: int, **kw: Any) -> Any:
+    def bounded(self, d: dict[str, Any], key: str, path: str, lo: int, hi: int, **kw: Any) -> Any:
         """An integer field within [lo, hi]."""
         v = self.get(d, key, path, "int", **kw)
         if v is not None and not lo <= v <= hi:
             raise self.fail(f"{path}.{key}" if path else key, f"{v} is outside [{lo}, {hi}]")
         return v
 
-    def time(self, d: dict, key: str, *, default: Any = None, nullable: bool = False) -> float | None:
+    @overload
+    def time(self, d: dict[str, Any], key: str, *, default: float, nullable: Literal[False] = False) -> float: ...
+    @overload
+    def time(self, d: dict[str, Any], key: str, *, default: Any = None, nullable: bool = False) -> float | None: ...
+    def time(self, d: dict[str, Any], key: str, *, default: Any = None, nullable: bool = False) -> float | None:
         """A UTC unix time that datetime can format: years 1970..9999."""
-        v = self.get(d, key, "", "num", required=False, default=default, nullable=nullable)
+        v: float | None = self.get(d, key, "", "num", required=False, default=default, nullable=nullable)
         if v is not None and not MIN_TIME <= v <= MAX_TIME:
             raise self.fail(key, f"{v!r} is not a unix time between 1970 and 9999 ({MIN_TIME:.0f}..{MAX_TIME:.0f})")
         return v
 
-    def free(self, d: dict, key: str, path: str, default: Any) -> Any:
+    def free(self, d: dict[str, Any], key: str, path: str, default: Any) -> Any:
         """A free-form JSON object (extra, proposer_params, library_versions): finite numbers,
         64-bit integers, nesting and size bounded. Walked without recursion."""
         full = f"{path}.{key}" if path else key
@@ -256,7 +262,7 @@ class FieldReader:
 
     def token(
         self,
-        d: dict,
+        d: dict[str, Any],
         key: str,
         path: str,
         vocab: int,

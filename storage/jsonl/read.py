@@ -44,7 +44,7 @@ from specscope.core.records import (
 )
 from specscope.core.sampling.partial import VectorStats, entry_known
 from specscope.core.sampling.reference import SamplingConfig
-from specscope.core.settings.bounds import BOUNDS
+from specscope.core.settings.bounds import BOUNDS, MAX_K
 from specscope.core.settings.vocab import CHILDREN_MODES, RUN_STATUSES, STOP_KINDS, STOP_REASONS
 from specscope.storage.codec import (
     DEFAULT_TOP_N,
@@ -59,7 +59,6 @@ from specscope.storage.info import ModelInfo
 from specscope.storage.info import library_versions as current_versions
 from specscope.storage.jsonl.fields import (
     MAX_FREE_JSON_DEPTH,
-    MAX_K,
     MAX_RUN_ID_CHARS,
     MAX_TIME,
     FieldReader,
@@ -117,11 +116,11 @@ class ParsedTrace:
 
     config: RunConfig
     policy: VectorPolicy  # top-N as the header says; full vectors wherever the file has them
-    row: dict
-    rounds: list[dict] = field(default_factory=list)
-    nodes: list[dict] = field(default_factory=list)
+    row: dict[str, Any]
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
-    end: dict | None = None
+    end: dict[str, Any] | None = None
     unrecorded: set[str] = field(default_factory=set)  # optional fields some line left out
     n_rounds: int = 0
     n_tokens: int = 0
@@ -153,7 +152,7 @@ class ParsedTrace:
 # ============================================================================ header
 
 
-def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
+def _header(v: FieldReader, d: dict[str, Any], run_id: str | None) -> ParsedTrace:
     fmt = v.get(d, "format", "", "str")
     if fmt != FORMAT_NAME:
         raise v.fail("format", f"expected {FORMAT_NAME!r}, got {kind_of(fmt)}: not a specscope trace")
@@ -221,7 +220,7 @@ def _header(v: FieldReader, d: dict, run_id: str | None) -> ParsedTrace:
     )
 
 
-def _stops(v: FieldReader, d: dict, vocab: int) -> dict | None:
+def _stops(v: FieldReader, d: dict[str, Any], vocab: int) -> dict[str, Any] | None:
     """The header's `stops` (EOS ids, stop strings, stop token sequences) as RunConfig
     fields; None when the header has none."""
     raw = v.get(d, "stops", "", "obj", required=False, nullable=True)
@@ -247,7 +246,7 @@ def _stops(v: FieldReader, d: dict, vocab: int) -> dict | None:
     return dict(eos_token_ids=tuple(eos), stop_strings=tuple(strings), stop_ids=tuple(tuple(s) for s in seqs))
 
 
-def _round_stop(v: FieldReader, d: dict, run: ParsedTrace, n_emitted: int) -> dict:
+def _round_stop(v: FieldReader, d: dict[str, Any], run: ParsedTrace, n_emitted: int) -> dict[str, Any]:
     """A round's `stop` (the stop its last token completed) and `pieces` (each token's text)."""
     if "stop" not in d and (run.config.stop_strings or run.config.stop_ids):
         run.unrecorded.add("stop")
@@ -266,7 +265,7 @@ def _round_stop(v: FieldReader, d: dict, run: ParsedTrace, n_emitted: int) -> di
     return dict(stop=stop, pieces=None if pieces is None else tuple(pieces))
 
 
-def _sampling(v: FieldReader, sampling: dict) -> SamplingConfig:
+def _sampling(v: FieldReader, sampling: dict[str, Any]) -> SamplingConfig:
     temperature = v.get(sampling, "temperature", "config.sampling", "num", required=False, default=1.0)
     top_k = v.within(sampling, "top_k", "config.sampling", BOUNDS["top_k"], required=False, default=0)
     top_p = v.get(sampling, "top_p", "config.sampling", "num", required=False, default=1.0)
@@ -277,7 +276,7 @@ def _sampling(v: FieldReader, sampling: dict) -> SamplingConfig:
     return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
 
 
-def _policy(v: FieldReader, storage: dict) -> VectorPolicy:
+def _policy(v: FieldReader, storage: dict[str, Any]) -> VectorPolicy:
     top_n = v.within(storage, "top_n", "storage", BOUNDS["top_n"], required=False, default=DEFAULT_TOP_N)
     full_dtype = v.get(
         storage, "full_dtype", "storage", "str", required=False, default="float32", choices=tuple(FULL_DTYPES)
@@ -286,7 +285,12 @@ def _policy(v: FieldReader, storage: dict) -> VectorPolicy:
 
 
 def _config(
-    v: FieldReader, cfg: dict, models: dict, run_id: str, prompt: tuple[int, ...], sampling: SamplingConfig
+    v: FieldReader,
+    cfg: dict[str, Any],
+    models: dict[str, Any],
+    run_id: str,
+    prompt: tuple[int, ...],
+    sampling: SamplingConfig,
 ) -> RunConfig:
     vocab = cfg["vocab_size"]
     k = v.within(cfg, "k", "config", BOUNDS["k"])
@@ -335,7 +339,7 @@ def _dist(v: FieldReader, value: Any, path: str, run: ParsedTrace, *, nullable: 
     return PartialDistribution(values, np.sort(ids), stats, (ids, probs))
 
 
-def _full(v: FieldReader, d: dict, path: str, run: ParsedTrace) -> tuple[np.ndarray | None, str | None]:
+def _full(v: FieldReader, d: dict[str, Any], path: str, run: ParsedTrace) -> tuple[np.ndarray | None, str | None]:
     """The full vector of a distribution object, if it has one, and the dtype to store it in."""
     vocab = run.vocab
     full = d.get("full")
@@ -374,7 +378,7 @@ def _full(v: FieldReader, d: dict, path: str, run: ParsedTrace) -> tuple[np.ndar
     return None, None
 
 
-def _top(v: FieldReader, d: dict, path: str, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+def _top(v: FieldReader, d: dict[str, Any], path: str, vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """The top entries a distribution object lists, in its order."""
     ids = v.get(d, "top_ids", path, "ints")
     probs = v.get(d, "top_probs", path, "list")
@@ -399,7 +403,7 @@ _STATS_FIELDS = VectorStats._fields
 
 
 def _stats(
-    v: FieldReader, d: dict, path: str, vocab: int, top_probs: np.ndarray, full_vec: np.ndarray | None
+    v: FieldReader, d: dict[str, Any], path: str, vocab: int, top_probs: np.ndarray, full_vec: np.ndarray | None
 ) -> VectorStats | None:
     """The whole-vector stats of a distribution object: as given (all three fields or none),
     else computed from its full vector, else None."""
@@ -437,7 +441,7 @@ def _stats(
 # ============================================================================ rounds
 
 
-def _round(v: FieldReader, d: dict, run: ParsedTrace, expected_index: int) -> None:
+def _round(v: FieldReader, d: dict[str, Any], run: ParsedTrace, expected_index: int) -> None:
     index = v.get(d, "index", "", "int")
     if index != expected_index:
         raise v.fail("index", f"expected round {expected_index} (rounds must be consecutive from 0), got {index}")
@@ -501,12 +505,12 @@ def _round(v: FieldReader, d: dict, run: ParsedTrace, expected_index: int) -> No
     run.add(rnd)
 
 
-def _tree(v: FieldReader, d: dict, rnd: Round, run: ParsedTrace) -> Any:
+def _tree(v: FieldReader, d: dict[str, Any], rnd: Round, run: ParsedTrace) -> Any:
     """A round's "tree" object (format version 2) as a TreeInfo; node indices must refer to
     the round's nodes."""
     n = len(rnd.nodes)
 
-    def nodes_of(value: list, path: str, lo: int = 0) -> list[int]:
+    def nodes_of(value: list[Any], path: str, lo: int = 0) -> list[int]:
         for i, x in enumerate(value):
             if not lo <= x < n:
                 raise v.fail(f"{path}[{i}]", f"refers to node {x}, the round has {n} nodes")
@@ -560,7 +564,7 @@ def _tree(v: FieldReader, d: dict, rnd: Round, run: ParsedTrace) -> Any:
     return tree_record(facts, updates, rnd.emitted, bonus)
 
 
-def _tree_update(v: FieldReader, u: dict, path: str, n: int, run: ParsedTrace) -> ResidualUpdate:
+def _tree_update(v: FieldReader, u: dict[str, Any], path: str, n: int, run: ParsedTrace) -> ResidualUpdate:
     parent = v.get(u, "parent", path, "int")
     child = v.get(u, "child", path, "int")
     if not -1 <= parent < n or not 0 <= child < n:
@@ -664,7 +668,9 @@ def _node(v: FieldReader, raw: Any, i: int, run: ParsedTrace, before: tuple[Draf
     )
 
 
-def _probability(v: FieldReader, d: dict, key: str, path: str, default: Any = None, hi: float = 1 + 1e-6) -> Any:
+def _probability(
+    v: FieldReader, d: dict[str, Any], key: str, path: str, default: Any = None, hi: float = 1 + 1e-6
+) -> Any:
     """An optional probability-like number (null: unknown), within [0, hi]."""
     x = v.get(d, key, path, "num", required=False, nullable=True, default=default)
     if x is not None and not 0 <= x <= hi:
@@ -673,8 +679,8 @@ def _probability(v: FieldReader, d: dict, key: str, path: str, default: Any = No
 
 
 def _flags(
-    v: FieldReader, d: dict, run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]
-) -> dict:
+    v: FieldReader, d: dict[str, Any], run: ParsedTrace, nodes: tuple[DraftNode, ...], emitted: tuple[EmittedToken, ...]
+) -> dict[str, Any]:
     """eos, budget_stop, bonus_withheld: as the line says, or, when it leaves one out, what
     the round's tokens imply (and the field is noted unrecorded, so no rule relies on it)."""
     eos_id = run.config.eos_token_id
@@ -704,7 +710,9 @@ def _argmax(p: np.ndarray) -> int:
     return int(min(zip(ids.tolist(), probs.tolist()), key=lambda e: (-e[1], e[0]))[0])
 
 
-def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarray | None, run: ParsedTrace) -> None:
+def _note_left_out(
+    n: dict[str, Any], status: str, token: int, p: np.ndarray, q: np.ndarray | None, run: ParsedTrace
+) -> None:
     """Optional node fields this line leaves out where a rule would need them."""
     if run.config.sampling.greedy or status == "unvisited":
         return
@@ -719,7 +727,9 @@ def _note_left_out(n: dict, status: str, token: int, p: np.ndarray, q: np.ndarra
         run.unrecorded.add("q_token")
 
 
-def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedTrace) -> tuple[EmittedToken, ...]:
+def _emitted(
+    v: FieldReader, d: dict[str, Any], nodes: tuple[DraftNode, ...], run: ParsedTrace
+) -> tuple[EmittedToken, ...]:
     """The emitted tokens. A left-out `node` is what the format defines: the j-th accepted
     token is the j-th accepted node, a repair replaces the last rejected node (a chain's only
     one; a tree's walk tries nodes in index order, so the rejection it stopped at is the last),
@@ -727,7 +737,7 @@ def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedT
     accepted = [n.index for n in nodes if n.status == "accepted"]
     rejected = max((n.index for n in nodes if n.status == "rejected"), default=None)
     stochastic = not run.config.sampling.greedy
-    out = []
+    out: list[EmittedToken] = []
     for i, raw in enumerate(v.get(d, "emitted", "", "list")):
         path = f"emitted[{i}]"
         e = v.obj(raw, path)
@@ -752,7 +762,7 @@ def _emitted(v: FieldReader, d: dict, nodes: tuple[DraftNode, ...], run: ParsedT
     return tuple(out)
 
 
-def _cache_state(v: FieldReader, d: dict, key: str) -> CacheState | None:
+def _cache_state(v: FieldReader, d: dict[str, Any], key: str) -> CacheState | None:
     c = v.get(d, key, "", "obj", required=False, nullable=True)
     if c is None:
         return None
@@ -764,7 +774,7 @@ def _cache_state(v: FieldReader, d: dict, key: str) -> CacheState | None:
     )
 
 
-def _end(v: FieldReader, d: dict, run: ParsedTrace) -> None:
+def _end(v: FieldReader, d: dict[str, Any], run: ParsedTrace) -> None:
     status = v.get(d, "status", "", "str", choices=RUN_STATUSES)
     run.row["stop_reason"] = v.get(
         d, "stop_reason", "", "str", required=False, nullable=True, choices=STOP_REASONS + (None,)
@@ -791,7 +801,7 @@ def _end(v: FieldReader, d: dict, run: ParsedTrace) -> None:
 
 
 def read_trace(
-    source: str | os.PathLike | IO[str], run_id: str | None = None, sink: TraceSink | None = None
+    source: str | os.PathLike[str] | IO[str], run_id: str | None = None, sink: TraceSink | None = None
 ) -> ParsedTrace:  # long: one loop over the lines, its errors in one place
     """Parse and validate a JSONL trace (path or text file object) into table rows. Without
     a sink the result holds every row; with one, the sink takes them in batches as they are

@@ -34,7 +34,7 @@ from specscope.storage.outputs import check_output
 OPTIONAL = ("u", "draw", "target_cache", "eos", "budget_stop", "bonus_withheld")
 
 
-def _dist(values: Any) -> dict | None:
+def _dist(values: Any) -> dict[str, Any] | None:
     if values is None:
         return None
     return {"full": [float(x) for x in np.asarray(values, dtype=np.float64).ravel()]}
@@ -46,7 +46,7 @@ class TraceFile:
 
     def __init__(
         self,
-        path: str | os.PathLike | IO[str],
+        path: str | os.PathLike[str] | IO[str],
         *,
         prompt_ids: Sequence[int],
         vocab_size: int,
@@ -68,9 +68,12 @@ class TraceFile:
         if unknown:
             raise ValueError(f"unknown optional fields {sorted(unknown)}; known: {', '.join(OPTIONAL)}")
         self._own = isinstance(path, (str, os.PathLike))
-        if self._own:
+        self._fh: IO[str]
+        if isinstance(path, (str, os.PathLike)):
             check_output(path, overwrite=True)  # a trace file may replace a file, never a trace store
-        self._fh: IO[str] = open(path, "w", encoding="utf-8") if self._own else path  # type: ignore[arg-type]  # noqa: SIM115 - held for the writer's life, closed by close() when it owns the file
+            self._fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 - held for the writer's life, closed by close() when it owns the file
+        else:
+            self._fh = path
         self.index = 0
         self.new_tokens: list[int] = []
         self.eos_token_id = eos_token_id
@@ -98,7 +101,7 @@ class TraceFile:
         }
         self._write(header)
 
-    def _write(self, obj: dict) -> None:
+    def _write(self, obj: dict[str, Any]) -> None:
         self._fh.write(json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n")
 
     def round(
@@ -135,8 +138,9 @@ class TraceFile:
                 node["parent"] = int(parents[i])
             if q is not None:
                 node["q"] = _dist(q[i])
-            if u is not None and u[i] is not None:
-                node["u"] = float(u[i])
+            u_i = u[i] if u is not None else None
+            if u_i is not None:
+                node["u"] = float(u_i)
             nodes.append(node)
         out = []
         for item in emitted:

@@ -24,7 +24,7 @@ from specscope.storage.codec import ZLIB_LEVEL, decode_top_stats, full_raw, unpa
 from specscope.storage.errors import RunExistsError, TraceStoreError
 from specscope.storage.jsonl.read import FORMAT_NAME, FORMAT_VERSION, ParsedTrace, TraceSink, read_trace
 from specscope.storage.outputs import write_atomically
-from specscope.storage.rows import chunk_tokens, token_chunk
+from specscope.storage.rows import StoredRow, chunk_tokens, token_chunk
 from specscope.storage.schema import nodes_table, rounds_table, runs_table, tokens_table
 from specscope.storage.store import TraceStore
 from specscope.storage.transactions import translate_errors
@@ -47,7 +47,7 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
 
-def _line(obj: dict, what: str) -> str:
+def _line(obj: dict[str, Any], what: str) -> str:
     """One exported line; a value JSON cannot hold (NaN or Infinity, which import refuses but
     an older specscope let in) fails with the record and field instead of a bare ValueError."""
     try:
@@ -76,7 +76,7 @@ def _bad_field(obj: Any, path: str = "") -> str:
 # ============================================================================ export
 
 
-def _dist_json(top: bytes | None, full: bytes | None) -> dict | None:
+def _dist_json(top: bytes | None, full: bytes | None) -> dict[str, Any] | None:
     if top is None:
         return None
     ids, probs, stats = decode_top_stats(top)
@@ -92,13 +92,13 @@ def _dist_json(top: bytes | None, full: bytes | None) -> dict | None:
     return out
 
 
-def _cache_json(before: Any, peak: Any, after: Any, pending: Any) -> dict | None:
+def _cache_json(before: Any, peak: Any, after: Any, pending: Any) -> dict[str, Any] | None:
     if before is None:
         return None
     return {"before": before, "peak": peak, "after": after, "pending": list(pending or [])}
 
 
-def header_json(run: Mapping[str, Any]) -> dict:
+def header_json(run: StoredRow) -> dict[str, Any]:
     header = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -138,7 +138,7 @@ def header_json(run: Mapping[str, Any]) -> dict:
     return header
 
 
-def tree_json(r: Mapping[str, Any]) -> dict | None:
+def tree_json(r: Mapping[str, Any]) -> dict[str, Any] | None:
     """A tree round's "tree" object (format version 2): the rounds.tree facts, each residual
     update with its p' as a distribution object."""
     facts = r["tree"]
@@ -171,7 +171,7 @@ def tree_json(r: Mapping[str, Any]) -> dict | None:
     }
 
 
-def round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
+def round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict[str, Any]:
     out = _round_json(r, nodes)
     tree = tree_json(r)
     if tree is not None:  # chains' lines stay as version 1 wrote them
@@ -179,7 +179,7 @@ def round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
     return out
 
 
-def _round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
+def _round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "record": "round",
         "index": r["round_index"],
@@ -224,7 +224,7 @@ def _round_json(r: Mapping[str, Any], nodes: list[Mapping[str, Any]]) -> dict:
     }
 
 
-def _stop_json(stop: Mapping[str, Any] | None) -> dict:
+def _stop_json(stop: Mapping[str, Any] | None) -> dict[str, Any]:
     """A round's `stop` (null when none) and, when recorded, its `pieces`."""
     stop = stop or {}
     out: dict[str, Any] = {"stop": stop.get("match")}
@@ -233,7 +233,7 @@ def _stop_json(stop: Mapping[str, Any] | None) -> dict:
     return out
 
 
-def end_json(run: Mapping[str, Any], new_tokens: list[int] | None = None) -> dict:
+def end_json(run: StoredRow, new_tokens: list[int] | None = None) -> dict[str, Any]:
     return {
         "record": "end",
         "status": run["status"],
@@ -248,7 +248,7 @@ def end_json(run: Mapping[str, Any], new_tokens: list[int] | None = None) -> dic
 _TOKENS_PLACEHOLDER = '"new_tokens":[]'
 
 
-def _end_line(conn: Any, run: Mapping[str, Any], what: str, batch: int = 64) -> str:
+def _end_line(conn: Any, run: StoredRow, what: str, batch: int = 64) -> str:
     """The end line, its token list written from the run's token chunks as text: the one
     record that grows with the run (a few bytes per token), never a list of ints."""
     line = _line(end_json(run, []), what)
@@ -302,7 +302,7 @@ def round_lines(conn: Any, run_id: str, batch_size: int = 256) -> Iterator[str]:
         if not rows:
             return
         hi = rows[-1]["round_index"]
-        nodes: dict[int, list] = {}
+        nodes: dict[int, list[Any]] = {}
         for n in conn.execute(
             select(nodes_table)
             .where(nodes_table.c.run_id == run_id, nodes_table.c.round_index >= start, nodes_table.c.round_index <= hi)
@@ -326,7 +326,7 @@ def end_line(run: Mapping[str, Any], new_tokens: list[int]) -> str:
 def export_run(
     store: TraceStore,
     run_id: str,
-    out: str | os.PathLike | IO[str],
+    out: str | os.PathLike[str] | IO[str],
     *,
     overwrite: bool = False,
     on_round: Callable[[], None] | None = None,
@@ -395,7 +395,7 @@ class _StoreSink(TraceSink):
         self.conn.execute(update(runs_table).where(runs_table.c.run_id == rid).values(**values))
 
 
-def import_run(store: TraceStore, source: str | os.PathLike | IO[str], *, run_id: str | None = None) -> str:
+def import_run(store: TraceStore, source: str | os.PathLike[str] | IO[str], *, run_id: str | None = None) -> str:
     """Validate a JSONL trace and insert it as one run (all or nothing); return its run id.
 
     The file is read line by line and its rows inserted in batches, in one transaction
@@ -406,10 +406,11 @@ def import_run(store: TraceStore, source: str | os.PathLike | IO[str], *, run_id
         sink = _StoreSink(conn)
         run = read_trace(source, run_id, sink)
         sink.finish(run)
-    return run.row["run_id"]
+    run_id_read: str = run.row["run_id"]
+    return run_id_read
 
 
-def open_jsonl(source: str | os.PathLike | IO[str], run_id: str | None = None) -> TraceStore:
+def open_jsonl(source: str | os.PathLike[str] | IO[str], run_id: str | None = None) -> TraceStore:
     """An in-memory store holding one imported JSONL trace (e.g. a bundled sample)."""
     store = TraceStore("sqlite://")
     try:

@@ -52,7 +52,8 @@ from typing import Any, get_args
 from sqlalchemy import insert, select
 
 from specscope.core.decode.run import RunHandle, as_run
-from specscope.core.records import GenerationResult, Round, RunConfig, StopReason
+from specscope.core.records import GenerationResult, Round, RunConfig
+from specscope.core.settings.vocab import StopReason
 from specscope.storage.codec import VectorPolicy, covering_top_n
 from specscope.storage.engine import is_sqlite
 from specscope.storage.errors import RunExistsError, WriterError
@@ -174,7 +175,7 @@ class TraceWriter:
         self._backend = self._start_backend(chosen)
         register_writer(self)
 
-    def _insert_run(self, row: dict) -> None:
+    def _insert_run(self, row: dict[str, Any]) -> None:
         """Insert the run row; a store locked by another connection is waited for (up to the
         writer's wait, telling on_wait), before anything is decoded."""
         started = time.monotonic()

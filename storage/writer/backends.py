@@ -346,7 +346,7 @@ class ProcessBackend(_BackendBase):
     def lock_state(self) -> LockWait | None:
         return self._lock_state
 
-    def _on_message(self, m: tuple) -> None:
+    def _on_message(self, m: tuple[Any, ...]) -> None:
         """Called on the receiving thread with each answer of the writer process."""
         kind = m[0]
         if kind == "lock":

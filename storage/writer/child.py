@@ -54,8 +54,8 @@ class _Run:
     sink: RunSink
     url: str
     flush_interval: float
-    tokens: list = field(default_factory=list)  # flush tokens to acknowledge after the next commit
-    final: dict | None = None
+    tokens: list[Any] = field(default_factory=list)  # flush tokens to acknowledge after the next commit
+    final: dict[str, Any] | None = None
     error: str | None = None
     reports: WaitReports = field(default_factory=lambda: WaitReports(None))
 
@@ -71,7 +71,8 @@ class _Engines:
         if entry is None:
             entry = self._engines[url] = [make_engine(url), 0, 0.0]
         entry[1] += 1
-        return entry[0]
+        engine: Engine = entry[0]
+        return engine
 
     def release(self, url: str) -> None:
         entry = self._engines[url]
@@ -92,7 +93,7 @@ class _Server:
     def __init__(self, stdout: Any, parent_pid: int | None):
         self.stdout = stdout
         self.parent_pid = parent_pid
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.wake = threading.Event()
         self.engines = _Engines()
         self.runs: dict[str, _Run] = {}
@@ -104,7 +105,7 @@ class _Server:
         while not (self.eof and not self.runs):
             self.wake.wait(min([r.flush_interval for r in self.runs.values()] + [HEARTBEAT_S]))
             self.wake.clear()
-            replies: list[tuple] = []
+            replies: list[tuple[Any, ...]] = []
             while True:
                 try:
                     m = self.inbox.get_nowait()
@@ -130,7 +131,7 @@ class _Server:
         self.inbox.put(("eof",))
         self.wake.set()
 
-    def _receive(self, m: tuple, replies: list[tuple]) -> None:
+    def _receive(self, m: tuple[Any, ...], replies: list[tuple[Any, ...]]) -> None:
         kind = m[0]
         if kind == "eof":
             self.eof = True
@@ -172,7 +173,7 @@ class _Server:
         elif kind == "finish":
             replies.append(("finished", m[1], "the run was never opened by the writer process"))
 
-    def _commit_if_due(self, run_id: str, run: _Run, replies: list[tuple]) -> None:
+    def _commit_if_due(self, run_id: str, run: _Run, replies: list[tuple[Any, ...]]) -> None:
         if self.eof and run.final is None:
             who = f"the recording process (pid {self.parent_pid})" if self.parent_pid else "the recording process"
             run.final = {
@@ -208,7 +209,7 @@ class _Server:
             self.engines.release(run.url)
 
     @staticmethod
-    def _failed(run_id: str, run: _Run, exc: Exception, replies: list[tuple]) -> None:
+    def _failed(run_id: str, run: _Run, exc: Exception, replies: list[tuple[Any, ...]]) -> None:
         run.error = f"{type(exc).__name__}: {exc}"
         run.sink.mark("failed", f"trace writer failed: {run.error}")
         replies.append(("error", run_id, run.error))

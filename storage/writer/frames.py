@@ -13,10 +13,16 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-from typing import IO, Any
+from typing import IO, Any, Literal, Protocol, overload
 
 _HEAD = struct.Struct(">II")
 _IOV_MAX = 512
+
+
+class Reader(Protocol):
+    """What read_frame reads from: a buffered binary stream (a pipe, sys.stdin.buffer, BytesIO)."""
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
 
 
 def write_frame(stream: IO[bytes], messages: list[Any]) -> None:
@@ -30,7 +36,7 @@ def write_frame(stream: IO[bytes], messages: list[Any]) -> None:
             return True
 
     data = pickle.dumps(messages, protocol=5, buffer_callback=out_of_band)
-    parts = [
+    parts: list[bytes | memoryview] = [
         _HEAD.pack(len(data), len(buffers)) + struct.pack(f">{len(buffers)}Q", *(b.nbytes for b in buffers)),
         data,
         *buffers,
@@ -65,7 +71,7 @@ def _fileno(stream: IO[bytes]) -> int | None:
         return None
 
 
-def read_frame(stream: IO[bytes]) -> list[Any] | None:
+def read_frame(stream: Reader) -> list[Any] | None:
     """The next frame's messages; None at end of stream."""
     head = _read_exact(stream, _HEAD.size)
     if head is None:
@@ -74,10 +80,15 @@ def read_frame(stream: IO[bytes]) -> list[Any] | None:
     lengths = struct.unpack(f">{count}Q", _read_exact(stream, 8 * count, required=True)) if count else ()
     data = _read_exact(stream, size, required=True)
     buffers = [_read_exact(stream, n, required=True) for n in lengths]
-    return pickle.loads(data, buffers=buffers)
+    messages: list[Any] = pickle.loads(data, buffers=buffers)
+    return messages
 
 
-def _read_exact(stream: IO[bytes], n: int, required: bool = False) -> bytearray | None:
+@overload
+def _read_exact(stream: Reader, n: int, required: Literal[True]) -> bytearray: ...
+@overload
+def _read_exact(stream: Reader, n: int, required: bool = False) -> bytearray | None: ...
+def _read_exact(stream: Reader, n: int, required: bool = False) -> bytearray | None:
     out = bytearray(n)
     view = memoryview(out)
     got = 0

@@ -9,6 +9,7 @@ of band), and a receiver that dispatches the child's answers to the writers.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import queue
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any, cast
 
 from specscope.storage.errors import WriterError
 from specscope.storage.writer.frames import read_frame, write_frame
@@ -39,7 +40,7 @@ class WriterProcess:
             close_fds=True,
         )
         _widen_pipe(self.proc.stdin)
-        self._handlers: dict[str, Callable[[tuple], None]] = {}
+        self._handlers: dict[str, Callable[[tuple[Any, ...]], None]] = {}
         self._lock = threading.Lock()
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ready = threading.Event()
@@ -61,7 +62,7 @@ class WriterProcess:
     def alive(self) -> bool:
         return self.dead_reason is None and self.owner_pid == os.getpid()
 
-    def register(self, run_id: str, handler: Callable[[tuple], None]) -> None:
+    def register(self, run_id: str, handler: Callable[[tuple[Any, ...]], None]) -> None:
         with self._lock:
             self._handlers[run_id] = handler
 
@@ -69,7 +70,7 @@ class WriterProcess:
         with self._lock:
             self._handlers.pop(run_id, None)
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: tuple[Any, ...]) -> None:
         if self.dead_reason is not None:
             raise WriterError(f"the trace writer process has stopped: {self.dead_reason}")
         self._outbox.put(message)
@@ -87,7 +88,7 @@ class WriterProcess:
     # ------------------------------------------------------------------ threads
 
     def _send(self) -> None:
-        stdin = self.proc.stdin
+        stdin = cast(IO[bytes], self.proc.stdin)  # Popen(stdin=PIPE): never None
         try:
             while True:
                 item = self._outbox.get()
@@ -108,7 +109,8 @@ class WriterProcess:
 
     def _receive(self) -> None:
         try:
-            while (messages := read_frame(self.proc.stdout)) is not None:
+            stdout = cast(io.BufferedReader, self.proc.stdout)  # Popen(stdout=PIPE), buffered: never None
+            while (messages := read_frame(stdout)) is not None:
                 for m in messages:
                     if m[0] == "ready":
                         self._ready.set()

@@ -22,11 +22,10 @@ from sqlalchemy import JSON, Engine, Table, bindparam, insert, update
 
 from specscope.core.records import Round
 from specscope.storage.codec import VectorPolicy
-from specscope.storage.engine import busy_timeout_ms
 from specscope.storage.errors import TraceStoreError
 from specscope.storage.rows import rounds_to_rows, token_chunk
 from specscope.storage.schema import nodes_table, rounds_table, runs_table, tokens_table
-from specscope.storage.transactions import is_busy, transaction, translate_errors
+from specscope.storage.transactions import busy_timeout_ms, is_busy, transaction, translate_errors
 from specscope.storage.writer.spill import Spill
 
 LOCK_WAIT_ENV = "SPECSCOPE_LOCK_WAIT_S"
@@ -111,9 +110,9 @@ class _SqliteInsert:
         self.columns = [c.name for c in table.columns]
         self.json_at = [i for i, c in enumerate(table.columns) if isinstance(c.type, JSON)]
         self.sql = f"INSERT INTO {table.name} ({', '.join(self.columns)}) VALUES ({', '.join('?' * len(self.columns))})"
-        self.values: Callable[[Mapping[str, Any]], tuple] = operator.itemgetter(*self.columns)
+        self.values: Callable[[Mapping[str, Any]], tuple[Any, ...]] = operator.itemgetter(*self.columns)
 
-    def params(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple]:
+    def params(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
         out = []
         dumps = json.dumps
         for row in rows:
@@ -139,8 +138,8 @@ class RunSink:
         self.flushes = 0
         self.last_commit = time.monotonic()
         self.tokens_written = 0
-        self._round_rows: list[dict] = []  # encoded, not yet committed
-        self._node_rows: list[dict] = []
+        self._round_rows: list[dict[str, Any]] = []  # encoded, not yet committed
+        self._node_rows: list[dict[str, Any]] = []
         self._new_tokens: list[int] = []
         self._fast = (
             (_SqliteInsert(rounds_table), _SqliteInsert(nodes_table)) if engine.dialect.name == "sqlite" else None

@@ -78,7 +78,7 @@ class Spill:
         """Append rounds as the writer built their rows."""
         from specscope.storage.jsonl.transfer import round_line
 
-        nodes: dict[int, list] = {}
+        nodes: dict[int, list[Any]] = {}
         for n in node_rows:
             nodes.setdefault(n["round_index"], []).append(n)
         for r in round_rows:
