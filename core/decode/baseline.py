@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -91,4 +92,6 @@ def plain_generate(
 def _eos_set(eos: int | Sequence[int] | None) -> frozenset[int]:
     if eos is None:
         return frozenset()
-    return frozenset(int(t) for t in eos) if isinstance(eos, (list, tuple, set, frozenset)) else frozenset({int(eos)})
+    if isinstance(eos, (list, tuple, set, frozenset)):
+        return frozenset(int(t) for t in eos)
+    return frozenset({int(cast(int, eos))})  # one id (an int, or a numpy integer)

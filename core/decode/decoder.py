@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 import torch
@@ -47,13 +47,14 @@ from specscope.core.sampling.device import target_rows
 from specscope.core.sampling.dists import DEFAULT_TOP_N, covering_top_n, keeps_full_vectors
 from specscope.core.sampling.reference import SamplingConfig
 from specscope.core.settings.bounds import BOUNDS
+from specscope.core.settings.vocab import StopReason
 from specscope.core.verify.chain import Verifier
 from specscope.core.verify.coupling import Coupling, coupled_params
 
 log = logging.getLogger(__name__)
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
@@ -64,7 +65,7 @@ def _bounded(name: str, value: object, setting: str) -> int:
     problem = BOUNDS[setting].problem(number)
     if problem is not None:
         raise ValueError(f"{name} {problem}")
-    return int(number)  # type: ignore[arg-type]
+    return int(cast(int, number))  # within its bound: an int
 
 
 def target_position_limit(model: torch.nn.Module) -> int | None:
@@ -76,7 +77,7 @@ def target_position_limit(model: torch.nn.Module) -> int | None:
 
 
 def check_run_positions(
-    prompt_len: int, max_new_tokens: int, models: Sequence[tuple[str, Any]], extra: int = 0, why: str = ""
+    prompt_len: int, max_new_tokens: int, models: Sequence[tuple[str | None, Any]], extra: int = 0, why: str = ""
 ) -> None:
     """ValueError (one line) when a run of `prompt_len` + `max_new_tokens` tokens (+ `extra`
     positions its verify forwards read past the budget, `why` says whose) passes the position
@@ -275,7 +276,7 @@ class SpeculativeDecoder:
         new_tokens: list[int] = []
         rounds: list[Round] = []
         tally = SummaryTally()
-        stop_reason = "budget"
+        stop_reason: StopReason = "budget"
         started = time.perf_counter()
         self._tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
         try:
@@ -432,7 +433,7 @@ class SpeculativeDecoder:
 
 def _eos_ids(eos: int | Sequence[int] | None, vocab_size: int) -> tuple[int, ...]:
     """The run's EOS ids, in order, without repeats; ValueError for an id outside the vocabulary."""
-    ids = [] if eos is None else [eos] if not isinstance(eos, (list, tuple, set, frozenset)) else list(eos)
+    ids: list[Any] = [] if eos is None else [eos] if not isinstance(eos, (list, tuple, set, frozenset)) else list(eos)
     for t in ids:
         if not _is_int(t) or not 0 <= t < vocab_size:
             raise ValueError(f"eos_token_id must be None or token ids in [0, {vocab_size}), got {eos!r}")
@@ -443,7 +444,7 @@ def cache_state(before: int, peak: int, after: int, final_context: list[int]) ->
     return CacheState(before=before, peak=peak, after=after, pending=tuple(final_context[after:]))
 
 
-def summarize(result: GenerationResult) -> dict:
+def summarize(result: GenerationResult) -> dict[str, Any]:
     """The JSON-friendly run summary printed by `specscope run --json`."""
     s: RunSummary = result.summary
     return {

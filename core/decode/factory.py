@@ -243,7 +243,8 @@ def run_config(
     """The RunConfig of one run of `decoder` (from build_decoder) on `prompt_ids`, after the
     position-limit check."""
     check_positions(prompt_ids, settings, models, names)
-    return decoder.run_config(prompt_ids, settings.max_new_tokens, run_id)
+    config: RunConfig = decoder.run_config(prompt_ids, settings.max_new_tokens, run_id)
+    return config
 
 
 __all__ = [

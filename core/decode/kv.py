@@ -10,18 +10,21 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 def model_vocab_size(model: torch.nn.Module) -> int:
     """Width of the model's logits (may exceed the tokenizer's length when padded)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    # a transformers model's methods and config: nn.Module types attribute access Tensor | Module
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if get_head is not None else None
     if head is not None and hasattr(head, "weight"):
         return int(head.weight.shape[0])
-    return int(model.config.get_text_config().vocab_size)
+    return int(cast(PretrainedConfig, model.config).get_text_config().vocab_size)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -70,7 +73,7 @@ class CachedLM:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = growing_cache(self.model.config) if self.use_cache else None
+        self.cache = growing_cache(cast(PretrainedConfig, self.model.config)) if self.use_cache else None
         self.forwards = 0
         self.forward_s = 0.0
 
@@ -133,7 +136,7 @@ class CachedLM:
             **kwargs,
         )
         self.keep_features(out)
-        logits = out.logits[0, -keep:]
+        logits: torch.Tensor = out.logits[0, -keep:]
         if logits.dtype != torch.float32:
             logits = logits.float()
         self.forward_s += self.stopwatch.now() - started
@@ -144,7 +147,7 @@ class CachedLM:
         """What a forward passes for the features a head asked for: nothing when none did."""
         return {"output_hidden_states": True} if self.hidden_layers else {}
 
-    def keep_features(self, out) -> None:
+    def keep_features(self, out: Any) -> None:  # a transformers ModelOutput
         """Keep the asked-for layers of a forward's hidden states (the others are dropped
         with the output): (n fed, layers, H), on the model's device."""
         if self.hidden_layers:
@@ -201,36 +204,47 @@ class GrowingLayer(DynamicLayer):
     a forward copies only its new positions (the buffers are reallocated O(log n) times), and
     a crop only shortens the views; the next forward overwrites what was cropped."""
 
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # transformers' DynamicLayer.__init__(**kwargs) is unannotated
+
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         length = self.get_seq_length()
         end = length + key_states.shape[-2]
         if not self._holds(key_states, value_states, end):
             self._grow(key_states, value_states, length, end)
-        self._key_buffer[..., length:end, :].copy_(key_states)
-        self._value_buffer[..., length:end, :].copy_(value_states)
-        self.keys = self._key_buffer[..., :end, :]
-        self.values = self._value_buffer[..., :end, :]
-        return self.keys, self.values
+        key_buffer = cast(torch.Tensor, self._key_buffer)  # _holds found them, or _grow made them
+        value_buffer = cast(torch.Tensor, self._value_buffer)
+        key_buffer[..., length:end, :].copy_(key_states)
+        value_buffer[..., length:end, :].copy_(value_states)
+        keys = self.keys = key_buffer[..., :end, :]
+        values = self.values = value_buffer[..., :end, :]
+        return keys, values
 
     def _holds(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> bool:
         """Whether the buffers can take positions up to `end` and still back self.keys (a
         method of DynamicLayer that reassigns keys, e.g. a beam reorder, replaces them)."""
         k, v = self._key_buffer, self._value_buffer
+        keys, values = self.keys, self.values  # set by lazy_initialization: never None here
         return (
             k is not None
+            and v is not None
+            and keys is not None
+            and values is not None
             and end <= k.shape[-2]
             and k.shape[:2] == key_states.shape[:2]
             and k.shape[-1] == key_states.shape[-1]
             and v.shape[-1] == value_states.shape[-1]
-            and (self.keys.numel() == 0 or self.keys.data_ptr() == k.data_ptr())
-            and (self.values.numel() == 0 or self.values.data_ptr() == v.data_ptr())
+            and (keys.numel() == 0 or keys.data_ptr() == k.data_ptr())
+            and (values.numel() == 0 or values.data_ptr() == v.data_ptr())
         )
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int, end: int) -> None:
@@ -239,8 +253,8 @@ class GrowingLayer(DynamicLayer):
         keys = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
         values = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
         if length:
-            keys[..., :length, :].copy_(self.keys)
-            values[..., :length, :].copy_(self.values)
+            keys[..., :length, :].copy_(cast(torch.Tensor, self.keys))  # length > 0: they hold it
+            values[..., :length, :].copy_(cast(torch.Tensor, self.values))
         self._key_buffer, self._value_buffer = keys, values
 
     def reset(self) -> None:
@@ -252,7 +266,7 @@ class GrowingLayer(DynamicLayer):
 PLAIN_LAYERS = (DynamicLayer, GrowingLayer)
 
 
-def growing_cache(config) -> DynamicCache:
+def growing_cache(config: PretrainedConfig) -> DynamicCache:
     """A DynamicCache for `config` whose attention layers are all GrowingLayers.
 
     Sliding-window layers too: transformers' own DynamicSlidingWindowLayer keeps only the

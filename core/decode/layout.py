@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from specscope.core.decode.kv import PLAIN_LAYERS, CachedLM, CachePolicy
 from specscope.core.draft.trees import additive_mask, ancestor_matrix, context_and_tree, node_depths, tree_positions
@@ -269,15 +270,20 @@ def keep_positions(lm: CachedLM, prefix_len: int, rows: Sequence[int]) -> bool:
     index = torch.tensor(rows, dtype=torch.long, device=lm.device)
     end = prefix_len + len(rows)
     with torch.inference_mode():  # the cache's tensors are inference tensors
-        for layer in cache.layers:
-            if not (layer.is_initialized and layer.keys.numel()):
+        for any_layer in cache.layers:
+            layer = cast(DynamicLayer, any_layer)  # every layer is one of PLAIN_LAYERS (checked above)
+            if not layer.is_initialized:
+                continue
+            # an initialized plain layer holds one tensor each (typed Optional by transformers)
+            old_keys, old_values = cast(torch.Tensor, layer.keys), cast(torch.Tensor, layer.values)
+            if not old_keys.numel():
                 continue
             # only the path's rows move (O(path), not O(context)): gather them, cut the
             # cache after the prefix + path, write them in place behind the prefix
-            keys = layer.keys.index_select(-2, index.to(layer.keys.device))
-            values = layer.values.index_select(-2, index.to(layer.values.device))
-            layer.keys = layer.keys[..., :end, :]
-            layer.values = layer.values[..., :end, :]
-            layer.keys[..., prefix_len:end, :] = keys
-            layer.values[..., prefix_len:end, :] = values
+            keys = old_keys.index_select(-2, index.to(old_keys.device))
+            values = old_values.index_select(-2, index.to(old_values.device))
+            new_keys = layer.keys = old_keys[..., :end, :]
+            new_values = layer.values = old_values[..., :end, :]
+            new_keys[..., prefix_len:end, :] = keys
+            new_values[..., prefix_len:end, :] = values
     return True

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,11 @@ class StopMatch:
     index: int
     position: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "index": self.index, "position": self.position}
 
     @classmethod
-    def from_dict(cls, data: dict) -> StopMatch:
+    def from_dict(cls, data: dict[str, Any]) -> StopMatch:
         return cls(str(data["kind"]), int(data["index"]), int(data["position"]))
 
 
@@ -179,9 +180,10 @@ class StopTracker:
 
     def _advance(self, held: _Held, token: int) -> tuple[str, _Held]:
         """`token`'s piece after the held tokens, and what is held after it."""
-        joined = getattr(self.piece, "joined", None)
+        piece = cast(Callable[[int], str], self.piece)  # a run with stop strings has one (checked in __init__)
+        joined: Any = getattr(piece, "joined", None)  # TokenText.joined; None: tokens decode one by one
         if not held.tokens:
-            text = self.piece(token)
+            text = piece(token)
             if joined is None or not text.endswith(REPLACEMENT):
                 return text, held
         else:
@@ -193,7 +195,7 @@ class StopTracker:
         return text[len(held.shown) :], _Held()
 
 
-def token_piece_function(tokenizer) -> TokenText:
+def token_piece_function(tokenizer: Any) -> TokenText:  # a transformers tokenizer
     """id -> the text the token adds to a decoded output (a leading space included: "▁Paris"
     and "ĠParis" give " Paris"), and `.joined(ids)` for tokens decoded together. Found as
     transformers' StopStringCriteria does: decode a fixed prefix's tokens plus these and drop
@@ -202,7 +204,7 @@ def token_piece_function(tokenizer) -> TokenText:
     base = list(tokenizer(prefix, add_special_tokens=False)["input_ids"])
 
     def decode_after(tokens: Sequence[int]) -> str:
-        text = tokenizer.decode(base + list(tokens), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text: str = tokenizer.decode(base + list(tokens), skip_special_tokens=False, clean_up_tokenization_spaces=False)
         at = text.find(prefix)
         return text[at + len(prefix) :] if at >= 0 else text
 

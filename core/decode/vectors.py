@@ -14,12 +14,13 @@ are p[i] for node i and p[n] for the bonus.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import torch
 
 from specscope.core.draft.trees import node_depths
-from specscope.core.records import DraftNode
+from specscope.core.records import DraftNode, ResidualUpdate
 from specscope.core.sampling.dists import RowFacts, compact_rows, host_rows, sparse_entries
 from specscope.core.verify.chain import Verdict, VerifyTask
 
@@ -55,7 +56,7 @@ class RoundVectors:
         self.q_entries = sparse_entries(q, q_facts) if sparse and q is not None else None
         facts = [p_facts] + ([q_facts] if q is not None else []) + ([None] if singles else [])
         entries = [None] + ([self.q_entries] if q is not None else []) + ([None] if singles else [])
-        kept: list = []
+        kept: list[Any] = []  # host rows: numpy vectors or TopDistributions
         for block, known, found in zip(blocks, facts, entries):  # block by block: no copy of the rows into one tensor
             if full:
                 kept.extend(host_rows(block))
@@ -93,7 +94,7 @@ class RoundVectors:
             return True
         return verdict.bonus_withheld and self.leaf not in self.parents
 
-    def _extra_ids(self, updates: list, has_final: bool) -> list[list[int]]:
+    def _extra_ids(self, updates: list[ResidualUpdate], has_final: bool) -> list[list[int]]:
         """Entries each row keeps besides its top-N: the target's argmax, the tokens proposed
         from the row, the token drawn from it (repair, bonus); each p' its node's children."""
         task, verdict = self.task, self.verdict
@@ -151,7 +152,7 @@ class RoundVectors:
                     parent=self.parents[i],
                     depth=depth,
                     p=self.p_rows[row],
-                    q=self.q_rows[i] if has_q else None,
+                    q=self.q_rows[i] if self.q_rows is not None else None,
                     status=verdict.statuses[i],
                     u=verdict.draws[i],
                     p_token=p_token,
@@ -165,13 +166,13 @@ class RoundVectors:
         return tuple(out)
 
 
-def _stacked(rows: list, device: torch.device) -> torch.Tensor:
+def _stacked(rows: list[Any], device: torch.device) -> torch.Tensor:
     """One (m, V) device block of single rows (a seam, the fault zoo's, may hand back host arrays)."""
     on_device = [torch.as_tensor(r, dtype=torch.float64).to(device) for r in rows]
     return on_device[0].reshape(1, -1) if len(on_device) == 1 else torch.stack(on_device)
 
 
-def _host_floats(values: list, device: torch.device) -> list[float]:
+def _host_floats(values: list[Any], device: torch.device) -> list[float]:
     """Scalars (device tensors or host numbers) as host floats, in one transfer."""
     if not values:
         return []

@@ -210,11 +210,11 @@ def sample_from_torch(probs: torch.Tensor, u: float) -> int:
         return _sample_by_chunks(probs, u)
     cdf = torch.cumsum(probs, dim=0)
     total = cdf[-1]
-    index = torch.searchsorted(cdf, (u * total).reshape(1), right=True)
-    index, total = torch.stack([index[0].to(cdf.dtype), total]).tolist()
-    if not total > 0:
+    at = torch.searchsorted(cdf, (u * total).reshape(1), right=True)
+    at_value, total_value = torch.stack([at[0].to(cdf.dtype), total]).tolist()
+    if not total_value > 0:
         raise ValueError("cannot sample from a distribution with zero total mass")
-    index = int(index)
+    index = int(at_value)
     if index >= probs.shape[0]:  # only reachable through rounding at u -> 1
         index = int(torch.nonzero(probs).flatten()[-1])
     return index
@@ -238,7 +238,7 @@ def _sample_by_chunks(probs: torch.Tensor, u: float) -> int:
     row = probs.reshape(-1).numpy()
     inside = below + np.cumsum(row[c * CHUNK : c * CHUNK + CHUNK])
     offset = int(np.searchsorted(inside, x, side="right"))
-    index = c * CHUNK + offset
+    index: int = c * CHUNK + offset
     if offset >= inside.shape[0] or index >= row.shape[0] or not row[index] > 0:
         # x fell in the rounding gap at a chunk's end (or at u -> 1): the last token with
         # mass up to there, as the scan over the whole row would pick

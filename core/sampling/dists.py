@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -148,10 +148,12 @@ class RowFacts:
 
         if not facts or any(f is None for f in facts):
             return None
-        parts = [[getattr(f, name) for f in facts] for name in ("maxima", "minimum", "total")]
-        stacked = [None if any(t is None for t in ts) else torch.cat(ts) for ts in parts]
-        nonzero = None if any(f.nonzero is None for f in facts) else sum((f.nonzero for f in facts), ())
-        return RowFacts(*stacked, nonzero)
+        known = [f for f in facts if f is not None]  # every one (checked above)
+        parts = [[getattr(f, name) for f in known] for name in ("maxima", "minimum", "total")]
+        maxima, minimum, total = (None if any(t is None for t in ts) else torch.cat(ts) for ts in parts)
+        nonzeros = [f.nonzero for f in known]
+        nonzero = None if any(n is None for n in nonzeros) else tuple(i for n in nonzeros if n is not None for i in n)
+        return RowFacts(maxima, minimum, total, nonzero)
 
     def entries(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(row, token id) of every nonzero entry, as core.sampling.row_ops.nonzero_entries gives them
@@ -202,7 +204,7 @@ def compact_rows(
     if facts is None or facts.minimum is None:
         minimum, total = torch.amin(rows, dim=-1), rows.sum(dim=-1)
     else:
-        minimum, total = facts.minimum, facts.total
+        minimum, total = facts.minimum, cast("torch.Tensor", facts.total)  # given with the minimum
     # Support: the whole vocabulary where the minimum is positive (unfiltered rows); counted
     # only in the rows that have zeros.
     support = torch.full_like(total, vocab, dtype=torch.long)

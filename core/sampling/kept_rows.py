@@ -87,11 +87,11 @@ def kept_rows(logits: torch.Tensor, config: SamplingConfig) -> list[KeptRow] | N
     if not math.isfinite(float(rows.sum())):
         return None
     values, at, chunk_ids = top_candidates(rows, k + 1)  # descending, ties in no set order
-    values, (chunk, offset) = values.numpy(), np.divmod(at.numpy(), CHUNK)  # the token ids in numpy
+    top, (chunk, offset) = values.numpy(), np.divmod(at.numpy(), CHUNK)  # the token ids in numpy
     ids = chunk_ids.numpy()[np.arange(m)[:, None], chunk] * CHUNK + offset
-    if (values[:, k - 1] == values[:, k]).any() or ids.max() >= vocab:
+    if (top[:, k - 1] == top[:, k]).any() or ids.max() >= vocab:
         return None
-    ids, scaled = ids[:, :k], values[:, :k].astype(np.float64)
+    ids, scaled = ids[:, :k], top[:, :k].astype(np.float64)
     if config.temperature != 1:
         scaled /= config.temperature
     probs = np.exp(scaled - scaled[:, :1])  # non-increasing along each row, as the values are

@@ -9,7 +9,7 @@ duck-types them (it never imports storage). Plain arrays are full.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -45,7 +45,8 @@ def is_full(dist: np.ndarray | None) -> bool:
 
 def known_ids(dist: np.ndarray) -> np.ndarray | None:
     """Ids of the real entries of a partial distribution; None for a full one."""
-    return np.asarray(dist.known_ids) if getattr(dist, "partial", False) else None
+    # a partial one is an ndarray subclass with known_ids (TopDistribution, storage's PartialDistribution)
+    return np.asarray(cast(Any, dist).known_ids) if getattr(dist, "partial", False) else None
 
 
 def entry_known(dist: np.ndarray | None, token: int) -> bool:

@@ -61,7 +61,7 @@ def check_finite(logits: np.ndarray, who: str) -> None:
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax in float64 (logits must be finite)."""
     z = np.asarray(logits, dtype=np.float64)
-    e = z - z.max(axis=-1, keepdims=True)  # a new array: the in-place steps below are safe
+    e: np.ndarray = z - z.max(axis=-1, keepdims=True)  # a new array: the in-place steps below are safe
     np.exp(e, out=e)
     e /= e.sum(axis=-1, keepdims=True)
     return e
@@ -85,7 +85,7 @@ def _top_p_mask(probs: np.ndarray, top_p: float) -> np.ndarray:
     # Number of tokens kept = 1 + number of prefixes whose mass is still below top_p.
     keep_count = 1 + (cumulative < top_p).sum(axis=-1, keepdims=True)
     keep_sorted = np.arange(probs.shape[-1]) < keep_count
-    mask = np.zeros_like(keep_sorted)
+    mask: np.ndarray = np.zeros_like(keep_sorted)
     np.put_along_axis(mask, order, keep_sorted, axis=-1)
     return mask
 

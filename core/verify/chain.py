@@ -12,24 +12,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias, cast
 
 import numpy as np
 
-from specscope.core.records import EmittedToken
+from specscope.core.records import EmittedToken, NodeStatus, ResidualUpdate
 from specscope.core.sampling.reference import sample_from
 from specscope.core.sampling.tensors import is_tensor
 
+# A distribution row or block of rows: a numpy array (float, or the exact oracle's arrays of
+# fractions.Fraction) or a torch tensor (the decoder's rows, on the model's device). The same
+# elementwise code runs on all of them, so the static type stays open.
+Rows: TypeAlias = Any
 
-def acceptance_probability(p_x, q_x):
-    """min(1, p(x) / q(x)) for a proposed token x with q(x) > 0."""
+
+def acceptance_probability(p_x: Any, q_x: Any) -> Any:
+    """min(1, p(x) / q(x)) for a proposed token x with q(x) > 0 (floats, tensors' scalars or
+    Fractions: the result is of the ratio's type)."""
     if not q_x > 0:
         raise ValueError("a proposed token must have positive proposal probability q(x)")
     ratio = p_x / q_x
     return ratio if ratio < 1 else type(ratio)(1)
 
 
-def residual_distribution(p: np.ndarray, q: np.ndarray):
+def residual_distribution(p: Rows, q: Rows) -> tuple[Rows, Any]:
     """(normalised max(p - q, 0), its mass r). Never divides a zero residual.
 
     Works on float arrays, on object arrays of Fractions (the exact oracle) and on torch
@@ -43,7 +49,7 @@ def residual_distribution(p: np.ndarray, q: np.ndarray):
     return positive / mass, mass
 
 
-def draw_token(dist, u: float) -> int:
+def draw_token(dist: Rows, u: float) -> int:
     """The inverse-CDF draw of `u` from a row: on its device for a tensor (the decoder's
     rows), with numpy for an array."""
     if is_tensor(dist):
@@ -53,7 +59,7 @@ def draw_token(dist, u: float) -> int:
     return sample_from(dist, u)
 
 
-def emitted_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def emitted_distribution(p: Rows, q: Rows) -> Rows:
     """Exact distribution of the token one verification step emits when x ~ q is proposed.
 
     accepted mass min(p, q) plus the rejection mass spread over the residual; equals p
@@ -74,7 +80,7 @@ def emitted_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 ResidualRule = Callable[[Any, Any], "tuple[Any, Any]"]
 
 
-def residual_of(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
+def residual_of(p: Rows, q: Rows) -> tuple[Rows, float]:
     """residual_distribution with the mass as a float."""
     residual, mass = residual_distribution(p, q)
     return residual, float(mass)
@@ -93,8 +99,8 @@ class VerifyTask:
     whose node i has parent i - 1, what a task without parents is)."""
 
     tokens: tuple[int, ...]  # the draft's nodes
-    q: np.ndarray | None  # (n, V) proposal rows; None when greedy
-    p: np.ndarray  # (n + 1, V) target rows after the sampling transforms (last: the bonus row)
+    q: Rows | None  # (n, V) proposal rows; None when greedy
+    p: Rows  # (n + 1, V) target rows after the sampling transforms (last: the bonus row)
     argmax: np.ndarray  # (n + 1,) argmax of the target logits at each position
     greedy: bool
     eos_token_id: int | None
@@ -103,7 +109,7 @@ class VerifyTask:
     more_eos: frozenset[int] = frozenset()  # the run's other EOS ids (a chat model's end of turn)
     stops: Any = None  # core.decode.stops.StopTracker: stop strings and token sequences; None = none
     # each node's parent (-1: the prefix); left out, a chain: node i's parent is i - 1
-    parents: tuple[int, ...] = None  # type: ignore[assignment]  (set in __post_init__)
+    parents: tuple[int, ...] = cast("tuple[int, ...]", None)  # None: a chain (set in __post_init__)
     children: str = "sampled"  # how siblings were chosen (core.verify.tree.CHILDREN_MODES)
 
     def __post_init__(self) -> None:
@@ -120,18 +126,18 @@ class Verdict:
     accepted path (node indices from the prefix; a chain's is 0, 1, ..., accepted - 1) and,
     for the tree walk, the order siblings were tried in and every residual update."""
 
-    statuses: list[str]
+    statuses: list[NodeStatus]
     draws: list[float | None]
     emitted: list[EmittedToken]
     rejected_node: int | None = None
-    residual: np.ndarray | None = None
+    residual: Rows | None = None
     residual_mass: float | None = None
     eos: bool = False
     stop: Any = None  # core.decode.stops.StopMatch: a stop the last emitted token completed
     bonus_withheld: bool = False
     path: list[int] = field(default_factory=list)
     tried: dict[int, list[int]] = field(default_factory=dict)
-    updates: list = field(default_factory=list)  # core.records.ResidualUpdate, one per rejection in a tree
+    updates: list[ResidualUpdate] = field(default_factory=list)  # one per rejection in a tree
     final_p: Any = None  # the tree walk: the distribution the repair or bonus was drawn from
 
     @property

@@ -68,8 +68,8 @@ def gumbel_argmax(row: Any, gumbel: Any) -> int:
         return int(torch.argmax(scores))
     values = np.asarray(row, dtype=np.float64)
     with np.errstate(divide="ignore"):
-        scores = np.where(values > 0, np.log(values) + gumbel, -np.inf)
-    return int(np.argmax(scores))
+        host_scores = np.where(values > 0, np.log(values) + gumbel, -np.inf)
+    return int(np.argmax(host_scores))
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Coupling:
 
     seed: int
     keep: int = 32
-    _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _cache: OrderedDict[tuple[int, int, str | None], Any] = field(default_factory=OrderedDict, repr=False)
 
     def __post_init__(self) -> None:
         self.seed = check_coupling_seed(self.seed)
@@ -92,6 +92,7 @@ class Coupling:
             self._cache.move_to_end(key)
             return hit
         g = gumbel_vector(self.seed, position, vocab_size)
+        value: Any  # a numpy vector, or a tensor on `device`
         if device is None:
             value = g
         else:

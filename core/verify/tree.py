@@ -39,6 +39,7 @@ from specscope.core.sampling.tensors import is_tensor
 from specscope.core.settings.vocab import CHILDREN_MODES
 from specscope.core.verify.chain import (
     ResidualRule,
+    Rows,
     Verdict,
     VerifyTask,
     acceptance_probability,
@@ -66,7 +67,7 @@ def children_of(parents: tuple[int, ...]) -> dict[int, list[int]]:
     return kids
 
 
-def child_proposal(mode: str, q_row: np.ndarray, tried: list[int], token: int) -> np.ndarray:
+def child_proposal(mode: str, q_row: Rows, tried: list[int], token: int) -> Rows:
     """The distribution the child `token` was proposed from, given the siblings tried before it."""
     if mode == "sampled":
         return q_row
@@ -202,7 +203,8 @@ class TreeVerifier:
         token = task.tokens[child]
         if task.greedy:
             return token == int(task.argmax[node + 1]), None
-        q_c = child_proposal(task.children, task.q[child], tried_tokens, token)
+        q_rows: Rows = task.q  # not greedy: the task has its q rows
+        q_c = child_proposal(task.children, q_rows[child], tried_tokens, token)
         ok, verdict.draws[child] = chooser.accept(acceptance_probability(*entries(p_prime, q_c, token)), child)
         return ok, q_c
 
