@@ -153,7 +153,7 @@ class ProposerBase:
         return None
 
 
-def requested_features(proposer: object, target: torch.nn.Module) -> tuple[int, ...]:
+def requested_features(proposer: object, target: Any) -> tuple[int, ...]:  # target: a transformers model
     """The hidden-state indices a proposer reads from the target (an object without
     `target_features`, written before the seam, reads none), checked against the target's
     layer count."""
@@ -271,7 +271,7 @@ class DraftModelProposer(ProposerBase):
     def _coupled_step(self, position: int) -> SampleStep:
         def step(
             logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
-        ):
+        ) -> tuple[Any, ...]:
             q = draft_distribution(logits, sampling, out)
             return self.coupling.pick(q, position), q, None
 
@@ -311,15 +311,15 @@ class DraftModelProposer(ProposerBase):
             return self._propose_tree(context, k, sampling, rng)
         before = self.lm.processed
         if sampling.greedy and self.lm.use_cache:
-            tokens, confidence = self._propose_greedy(self.cache.pending(self.lm, context), k)
+            greedy_tokens, greedy_confidence = self._propose_greedy(self.cache.pending(self.lm, context), k)
             return Draft(
-                tokens=tuple(tokens),
-                parents=chain_parents(len(tokens)),
+                tokens=tuple(greedy_tokens),
+                parents=chain_parents(len(greedy_tokens)),
                 q=None,
                 forwards=k,
                 cache_before=before,
                 cache_peak=self.lm.processed,
-                confidence=tuple(confidence),
+                confidence=tuple(greedy_confidence),
             )
         tokens: list[int] = []
         # (k, V) float64: each step writes its q into its row (or the row takes a copy), and

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from specscope.core.settings.bounds import BOUNDS, IntBound
 from specscope.core.settings.vocab import DEFAULT_CHILDREN, HEAD_DRAWS
 
 if TYPE_CHECKING:  # the builders import the proposers (and so torch) when they build one:
+    from specscope.core.draft.heads.base import HeadDrafting
     from specscope.core.draft.proposers import Proposer  # parsing a spec stays torch-free for the window
 
 # Loads the draft model a spec names ("small", "tiny" or a path): (model, label).
@@ -282,7 +283,7 @@ def _refuse_unnamed_head(spec: ProposerSpec) -> None:
 
 
 def _head_draw(spec: ProposerSpec) -> str:
-    draw = spec.params.get("draw", HEAD_DRAWS[0])
+    draw: str = spec.params.get("draw", HEAD_DRAWS[0])
     if draw not in HEAD_DRAWS:
         raise SpecError(f"{spec.kind}: draw must be {' or '.join(HEAD_DRAWS)}, got {draw!r}")
     if draw == "onehot" and spec.params.get("tree"):
@@ -304,7 +305,10 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
         if named is not None:
             proposer = _bundled_head(spec.kind, named)
         else:
-            proposer = LOADERS[spec.kind](spec.arg) if spec.arg is not None else _bundled_head(spec.kind, bundled)
+            # (no path: the kind has a bundled head, else _refuse_unnamed_head refused the spec)
+            proposer = (
+                LOADERS[spec.kind](spec.arg) if spec.arg is not None else _bundled_head(spec.kind, cast(str, bundled))
+            )
     except ValueError as exc:  # HeadFormatError, CheckpointError: their messages name the kind
         raise SpecError(str(exc)) from None
     try:
@@ -312,7 +316,7 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     except ValueError as exc:
         raise SpecError(f"{spec.kind}: {exc}") from None
     proposer.draw_mode = draw
-    return proposer
+    return cast("Proposer", proposer)  # each loader's HeadDrafting subclass implements propose and observe
 
 
 def _check_head(spec: ProposerSpec) -> None:
@@ -358,7 +362,7 @@ def _bundled_head_name(spec: ProposerSpec) -> str | None:
     return spec.arg
 
 
-def _bundled_head(kind: str, name: str) -> Proposer:
+def _bundled_head(kind: str, name: str) -> HeadDrafting:
     """A head specscope ships (the bundled target's, or a named target's), labelled by its
     name; a target it does not fit is refused with a hint that says whose head it is."""
     from specscope.core.draft.head_folders import read_config

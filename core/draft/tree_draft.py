@@ -66,8 +66,8 @@ def _top_tokens(q: torch.Tensor, count: int) -> list[int]:
     count = min(count, vocab)
     if count <= 0:
         return []
-    values, ids = row_topk(q.reshape(1, -1), min(count + 1, vocab))
-    values, ids = values[0].tolist(), ids[0].tolist()
+    top_values, top_ids = row_topk(q.reshape(1, -1), min(count + 1, vocab))
+    values, ids = top_values[0].tolist(), top_ids[0].tolist()
     if len(values) > count and values[count] == values[count - 1] > 0:
         cut = values[count - 1]  # tied across the boundary: every entry at or above it, by id
         ids_t = torch.nonzero(q >= cut).flatten()  # ascending ids
@@ -201,7 +201,7 @@ class ModelGrowth(TreeGrowth):
         self._keep_logits(frontier, logits)
         return qs
 
-    def _uncached(self, frontier: list[int]):
+    def _uncached(self, frontier: list[int]) -> torch.Tensor:
         """Without a cache: the whole context, every expanded node so far and the frontier."""
         fed = list(self.rows) + frontier
         local = {c: j for j, c in enumerate(fed)}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -202,7 +202,8 @@ class HeadAttention(nn.Module):
         else:
             seen = allowed
         out = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=seen)
-        return self.o_proj(out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
+        projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
+        return projected
 
 
 class HeadLayer(nn.Module):
@@ -228,7 +229,8 @@ class HeadLayer(nn.Module):
         at: TreeAttention | None = None,
     ) -> torch.Tensor:
         x = residual + self.self_attn(attn_in, rope, kv, None if at is None else at.allowed)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
 
     def plain(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: HeadKV, at: TreeAttention | None = None
@@ -271,11 +273,13 @@ class RecurrentHead(nn.Module):
         """The rotary tables of n new entries: at cache rows start.. (a chain), or at the
         positions a tree step names."""
         ids = torch.arange(start, start + n, device=like.device)[None] if at is None else at.positions[None]
-        return self.rope(like, ids)
+        tables: tuple[torch.Tensor, torch.Tensor] = self.rope(like, ids)
+        return tables
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         own = getattr(self, "embed_tokens", None)
-        return (own if own is not None else self.shared["embed"])(tokens)
+        embedded: torch.Tensor = (own if own is not None else self.shared["embed"])(tokens)
+        return embedded
 
     def place(self, target: nn.Module) -> None:
         """Onto the target's device and dtype (the features come in those)."""
@@ -299,7 +303,12 @@ class RecurrentHead(nn.Module):
         raise NotImplementedError
 
 
-def share_embedding(head: RecurrentHead, target: nn.Module) -> None:
+def target_output_embeddings(target: Any) -> nn.Module:  # a transformers model: its lm_head
+    head: nn.Module = target.get_output_embeddings()
+    return head
+
+
+def share_embedding(head: RecurrentHead, target: Any) -> None:  # a transformers model
     if getattr(head, "embed_tokens", None) is None:
         head.shared["embed"] = target.get_input_embeddings()
 
@@ -522,8 +531,9 @@ class RecurrentHeadProposer(HeadDrafting):
                 f"context has {len(context)} tokens (the decoder must hand over every committed position)"
             )
         start = self.head.length
-        nexts = torch.tensor(list(context[start + 1 :]), dtype=torch.long, device=self._features.device)
-        hidden = self.head.step(self._features[None], nexts[None], from_target=True)[0, -1]
+        features = cast(torch.Tensor, self._features)  # take_features set them (checked just above)
+        nexts = torch.tensor(list(context[start + 1 :]), dtype=torch.long, device=features.device)
+        hidden = self.head.step(features[None], nexts[None], from_target=True)[0, -1]
         self._features, self._real = None, self.head.length
         return hidden
 

@@ -17,6 +17,7 @@ the target's is used). A `model.` prefix on every name is accepted.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -33,6 +34,7 @@ from specscope.core.draft.heads.base import (
     read_weights,
     share_embedding,
     target_hidden_size,
+    target_output_embeddings,
 )
 from specscope.core.draft.heads.trees import TreeAttention
 
@@ -56,20 +58,22 @@ class EagleHead(RecurrentHead):
     def attach(self, target: nn.Module) -> None:
         check_width(self.kind, "hidden size", self.hidden_size, target_hidden_size(target))
         share_embedding(self, target)
-        self.shared["lm_head"] = target.get_output_embeddings()
+        self.shared["lm_head"] = target_output_embeddings(target)
         self.place(target)
 
     def step(
         self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool, at: TreeAttention | None = None
     ) -> torch.Tensor:
-        x = self.fc(torch.cat([self.embed(tokens).to(features.dtype), features], dim=-1))
+        x: torch.Tensor = self.fc(torch.cat([self.embed(tokens).to(features.dtype), features], dim=-1))
         rope = self.positions(self.length, x.shape[1], x, at)
-        for layer, kv in zip(self.layers, self.kvs):
+        layers = cast("list[HeadLayer]", self.layers)  # an nn.ModuleList of HeadLayers
+        for layer, kv in zip(layers, self.kvs):
             x = layer.plain(x, rope, kv, at)
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.shared["lm_head"](hidden).float()
+        logits: torch.Tensor = self.shared["lm_head"](hidden).float()
+        return logits
 
 
 def strip_prefix(weights: dict[str, torch.Tensor], prefix: str = "model.") -> dict[str, torch.Tensor]:

@@ -33,7 +33,7 @@ and a sliding-window draft layer (`sliding_window`, with `layer_types` saying
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -95,9 +95,15 @@ class Eagle3Layer(HeadLayer):
 
 class Eagle3Head(RecurrentHead):
     kind = "eagle3"
+    d2t: torch.Tensor  # buffers (register_buffer in __init__): draft id -> target id offset
+    t2d: torch.Tensor  # target ids the draft vocabulary holds
 
     def __init__(
-        self, config: LlamaConfig, own_embedding: bool, layers: tuple[int, ...] | None, flags: dict | None = None
+        self,
+        config: LlamaConfig,
+        own_embedding: bool,
+        layers: tuple[int, ...] | None,
+        flags: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(config, 1)
         flags = flags or {}
@@ -136,7 +142,7 @@ class Eagle3Head(RecurrentHead):
         check_width(self.kind, "target hidden size", self.target_hidden, target_hidden_size(target))
         share_embedding(self, target)
         table = getattr(self, "embed_tokens", None) or self.shared["embed"]
-        if int(table.weight.shape[-1]) != self.hidden_size:
+        if int(cast(torch.Tensor, table.weight).shape[-1]) != self.hidden_size:
             raise TargetMismatch(
                 f"eagle3: the head is {self.hidden_size} wide but carries no embedding of that width "
                 f"and the target's is {target_hidden_size(target)}"
@@ -151,7 +157,10 @@ class Eagle3Head(RecurrentHead):
         feature = self.fc(self.fc_input(features)) if from_target else features
         rope = self.positions(self.length, feature.shape[1], feature, at)
         out = self.midlayer.fused(self.embed(tokens).to(feature.dtype), feature, rope, self.kvs[0], at)
-        return self.norm(out) if self.norm_output else out  # norm_output: the fed-back feature is post-norm
+        normed: torch.Tensor = (
+            self.norm(out) if self.norm_output else out
+        )  # norm_output: the fed-back feature is post-norm
+        return normed
 
     def fc_input(self, features: torch.Tensor) -> torch.Tensor:
         """The concatenated target features before `fc`: input_norm (norm_before_fc), then
@@ -162,12 +171,15 @@ class Eagle3Head(RecurrentHead):
         chunk_norms = getattr(self, "fc_norm", None)
         if chunk_norms is not None:
             features = torch.cat([n(c) for n, c in zip(chunk_norms, features.chunk(3, dim=-1))], dim=-1)
-        return features
+        combined: torch.Tensor = features
+        return combined
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.norm_output:  # step() already normed it
-            return self.lm_head(hidden).float()
-        return self.lm_head(self.norm(hidden)).float()  # over the draft vocabulary
+        normed: torch.Tensor = (
+            hidden if self.norm_output else self.norm(hidden)
+        )  # norm_output: step() already normed it
+        logits: torch.Tensor = self.lm_head(normed).float()  # over the draft vocabulary
+        return logits
 
 
 def layer_ids(raw: dict[str, Any]) -> tuple[int, ...] | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -96,7 +96,7 @@ class MedusaProposer(HeadDrafting):
 
     def take_features(self, first_position: int, features: torch.Tensor) -> None:
         super().take_features(first_position, features)
-        self._features = self._features[-1:]  # only the last position's feature is read
+        self._features = cast(torch.Tensor, self._features)[-1:]  # only the last position's feature is read
 
     @torch.inference_mode()
     def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, rng: np.random.Generator) -> Draft:
@@ -107,7 +107,7 @@ class MedusaProposer(HeadDrafting):
                 f"medusa: the last feature is of position {self._feature_end - 1}, but the context "
                 f"has {len(context)} tokens"
             )
-        last = self._features[0]
+        last = cast(torch.Tensor, self._features)[0]  # take_features set it (checked just above)
         if self.tree is not None:
             depth = min(self.tree.depth, k)
             growth = DepthRowsGrowth(

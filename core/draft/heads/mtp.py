@@ -39,6 +39,7 @@ from specscope.core.draft.heads.base import (
     share_embedding,
     target_hidden_size,
     target_layers,
+    target_output_embeddings,
 )
 from specscope.core.draft.heads.trees import TreeAttention
 from specscope.core.draft.proposers import TargetMismatch
@@ -79,7 +80,7 @@ class MtpHead(RecurrentHead):
             )
         share_embedding(self, target)
         if getattr(self.shared_head, "head", None) is None:
-            self.shared["lm_head"] = target.get_output_embeddings()
+            self.shared["lm_head"] = target_output_embeddings(target)
         self.place(target)
 
     def step(
@@ -91,7 +92,8 @@ class MtpHead(RecurrentHead):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = getattr(self.shared_head, "head", None) or self.shared["lm_head"]
-        return head(self.shared_head.norm(hidden)).float()
+        logits: torch.Tensor = head(self.shared_head.norm(hidden)).float()
+        return logits
 
 
 # the module's names inside a layer of DeepSeek-V3's format -> this module's

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from specscope.core.draft.heads.base import HeadFormatError
+from specscope.core.draft.head_folders import HeadFormatError
 
 SPECULATOR_KEYS = (
     "draft_vocab_size",
@@ -57,7 +57,7 @@ def flatten_speculators(raw: dict[str, Any], kind: str) -> dict[str, Any]:
     flat.pop("sliding_window", None)
     flat.pop("layer_types", None)
     flat.pop("use_sliding_window", None)
-    if sliding:
+    if sliding and window is not None:  # sliding implies a window (bool(window) above)
         flat["draft_sliding_window"] = int(window)
     flat["speculators_format"] = True
     return flat

@@ -109,7 +109,7 @@ class DepthRowsGrowth(TreeGrowth):
         super().__init__(prefix_len, sampling, rng)
         self.source = "a medusa head"
         self.depth_logits = depth_logits
-        self.by_depth = list(self._q(torch.stack(depth_logits))) if depth_logits else []
+        self.by_depth: list[torch.Tensor] = list(self._q(torch.stack(depth_logits))) if depth_logits else []
         self.forwards = 1
 
     def root_q(self) -> torch.Tensor:
