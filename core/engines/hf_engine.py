@@ -24,9 +24,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
+from transformers import GenerationConfig
 
 from specscope.core.decode.decoder import check_run_positions, normalize_prompt, target_position_limit
 from specscope.core.decode.kv import model_vocab_size
@@ -133,7 +134,10 @@ class TransformersEngine:
     def _confidence(self) -> float | None:
         if self.confidence is not None:
             return float(self.confidence)
-        return self.draft.generation_config.assistant_confidence_threshold if self.draft is not None else None
+        if self.draft is None:
+            return None
+        threshold: float | None = _generation_config(self.draft).assistant_confidence_threshold
+        return threshold
 
     # ------------------------------------------------------------------ the generate() call
 
@@ -184,9 +188,10 @@ class TransformersEngine:
         torch.manual_seed(config.seed)
         try:
             with torch.inference_mode():
-                out = self.target.generate(ids, **kwargs)
+                generate: Any = self.target.generate  # a transformers model's (GenerationMixin)
+                out = generate(ids, **kwargs)
         finally:
-            if saved is not None:
+            if saved is not None and self.draft is not None:  # (saved only with a draft)
                 _restore_assistant(self.draft, saved)
         return [int(t) for t in out[0, ids.shape[1] :].tolist()]
 
@@ -200,7 +205,7 @@ class TransformersEngine:
         config = self.run_config(prompt_ids, max_new_tokens, seed=seed)
         if config.max_new_tokens == 0:
             return []
-        stopping = ()
+        stopping: tuple[StopCriterion, ...] = ()
         if self.stops:
             tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
             stopping = (StopCriterion(tracker, len(config.prompt_ids), frozenset(config.eos_ids)),)
@@ -416,7 +421,8 @@ class TransformersRun(RunHandle):
             if each is not None:
                 each(rnd)
 
-        self.result = self._engine.record_here(self.config, counted, self._cancelled, self._keep_rounds)
+        config = cast(RunConfig, self.config)  # the engine's handle is made with its run's config
+        self.result = self._engine.record_here(config, counted, self._cancelled, self._keep_rounds)
         return self.result
 
     def close(self) -> None:
@@ -454,17 +460,22 @@ class _Collected:
 
 
 def _eos_ids(eos: int | Sequence[int] | None, vocab_size: int) -> tuple[int, ...]:
-    ids = [] if eos is None else [eos] if not isinstance(eos, (list, tuple, set, frozenset)) else list(eos)
+    ids: list[Any] = [] if eos is None else [eos] if not isinstance(eos, (list, tuple, set, frozenset)) else list(eos)
     for t in ids:
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
             raise ValueError(f"eos_token_id must be None or token ids in [0, {vocab_size}), got {eos!r}")
     return tuple(dict.fromkeys(int(t) for t in ids))
 
 
+def _generation_config(model: torch.nn.Module) -> GenerationConfig:
+    """A transformers model's generation_config (nn.Module types its attributes Tensor | Module)."""
+    return cast(GenerationConfig, model.generation_config)
+
+
 def _set_assistant(draft: torch.nn.Module, k: int, schedule: str, confidence: float | None) -> dict[str, Any]:
     """Set the assistant's draft length, schedule and confidence threshold for one call;
     return what they were (transformers reads them from the assistant's generation_config)."""
-    gc = draft.generation_config
+    gc = _generation_config(draft)
     names = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
     saved = {name: getattr(gc, name, None) for name in names}
     gc.num_assistant_tokens = k

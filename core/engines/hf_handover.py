@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import StoppingCriteria
@@ -91,7 +91,8 @@ class CancelCriterion(StoppingCriteria):
         self.cancelled = cancelled
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
+        done = torch.full((input_ids.shape[0],), self.cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
+        return cast(torch.BoolTensor, done)  # StoppingCriteria's return type: torch's legacy BoolTensor class
 
 
 class FlagCriterion(StoppingCriteria):
@@ -101,7 +102,8 @@ class FlagCriterion(StoppingCriteria):
         self.flag = flag
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), bool(self.flag()), dtype=torch.bool, device=input_ids.device)
+        done = torch.full((input_ids.shape[0],), bool(self.flag()), dtype=torch.bool, device=input_ids.device)
+        return cast(torch.BoolTensor, done)  # StoppingCriteria's return type: torch's legacy BoolTensor class
 
 
 class StopCriterion(StoppingCriteria):
@@ -125,4 +127,5 @@ class StopCriterion(StoppingCriteria):
                 self.end = self.seen
             else:
                 self.tracker.commit([token])
-        return torch.full((input_ids.shape[0],), self.end is not None, dtype=torch.bool, device=input_ids.device)
+        done = torch.full((input_ids.shape[0],), self.end is not None, dtype=torch.bool, device=input_ids.device)
+        return cast(torch.BoolTensor, done)  # StoppingCriteria's return type: torch's legacy BoolTensor class

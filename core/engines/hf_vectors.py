@@ -91,7 +91,7 @@ def _full_vectors(p: torch.Tensor, q: torch.Tensor | None, candidates: list[int]
     if q_all is not None:
         q_tok, overlap = q_all[rows, candidates], np.minimum(p_all[:n], q_all).sum(axis=1)
         if rejected is not None:
-            positive = np.maximum(p_host[rejected] - q_host[rejected], 0.0)
+            positive = np.maximum(p_host[rejected] - q_all[rejected], 0.0)
             mass = float(positive.sum())
             residual = positive / mass if mass > 0 else None  # never divide a zero residual
     return RoundVectors(
@@ -137,7 +137,7 @@ def _top_vectors(
     return RoundVectors(
         p_rows=kept[:m],
         q_rows=kept[m : m + n] if q is not None else None,
-        residual=kept[-1] if has_residual and residual_mass > 0 else None,
+        residual=kept[-1] if residual_mass is not None and residual_mass > 0 else None,
         residual_mass=residual_mass,
         argmax=[int(a) for a in small[:m]],
         scalars=small[m : m + 3 * n].reshape(3, n).T,

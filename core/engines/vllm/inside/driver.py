@@ -12,15 +12,16 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 
-def _metrics(completion) -> dict | None:
+def _metrics(completion: Any) -> dict[str, Any] | None:  # a vLLM RequestOutput (vLLM lives in its own venv)
     """vLLM's own per-request speculative-decoding counts (per_request_spec_decode_metrics),
     kept beside the capture's rounds for cross-checking; None when this vLLM has none."""
     m = getattr(completion, "spec_decode_metrics", None)
     if m is None:
         return None
-    out = {}
+    out: dict[str, Any] = {}
     for name in dir(m):
         if name.startswith("_"):
             continue
