@@ -182,18 +182,19 @@ def _top_p_of_kept(values: torch.Tensor, ids: torch.Tensor, top_p: float) -> tor
 def _top_p_keep(row: torch.Tensor, top_p: float) -> torch.Tensor:
     """The top-p mask of one row, as `_top_p_mask` defines it: the most probable tokens
     (equal probabilities by ascending id) up to and including the first whose cumulative
-    mass reaches top_p. Sorts only what the rule needs: the 256 largest entries first
-    (top-k style filters and peaked rows stop there); when their mass stays below top_p
+    mass reaches top_p. Sorts only what the rule needs: the 256 largest entries, then the
+    1,024 largest (top-k style filters and peaked rows stop there); when their mass stays below top_p
     (a flat row: a random model's keeps most of the vocabulary), one full sort of the
     values, numpy's on the CPU (about 1.7 ms at 152k tokens against 14 ms for torch's
     sort, and against the 7-14 ms of each larger topk the old growing head took). Either
     way the cumulative sums are those of the descending values in sequence, the numpy
     reference's, so the cut is the same bit for bit."""
     vocab = row.shape[0]
-    m = min(256, vocab)
-    head = row_topk(row, m)[0]  # descending
-    cumulative = torch.cumsum(head, dim=0)
-    below = int((cumulative < top_p).sum())
+    for m in (min(256, vocab), min(1024, vocab)):
+        head = row_topk(row, m)[0]  # descending
+        below = int((torch.cumsum(head, dim=0) < top_p).sum())
+        if below < m or m == vocab:
+            break
     if below >= m and m < vocab:  # the head does not reach top_p: the whole row, sorted once
         if row.device.type == "cpu":
             values = np.sort(row.numpy())[::-1]
