@@ -27,6 +27,16 @@ Reproduce the numbers of issue 7 (1 torch thread because another job shared the 
     .venv/bin/python scripts/profile_decoder.py --ab 737eac8 --hf --threads 1 --reps 7
 
 `--cprofile greedy|sampled` prints cProfile's top functions of one generation instead.
+
+At a real vocabulary (issue 41: per-round work outside the forwards <= 10% of the round with
+top-k/top-p at T=1): `--scale` replaces the bundled pair by two random-initialised 2-layer
+hidden-256 Llamas with Qwen2.5's 151,936 tokens (tied embeddings, seeds 0 and 1) and the
+prompts by random 32-token ones; `--top-k`/`--top-p` filter the sampled mode. The "orch."
+column is then the share of the round outside the two models' forwards. The lead's rerun
+(about 2 minutes on a quiet 2-core machine):
+
+    .venv/bin/python scripts/profile_decoder.py --scale --ab 7e2f642 --mode sampled \
+        --top-k 50 --top-p 0.9 --threads 2 --reps 5 --prompts 1 --max-new 64
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import os
 import statistics
 import subprocess
 import sys
@@ -61,6 +72,29 @@ def load_core_at(rev: str, into: Path) -> Any:
         path.write_text(path.read_text(encoding="utf-8").replace("specscope.core", name), encoding="utf-8")
     sys.path.insert(0, str(into / "pkg"))
     return importlib.import_module(name)
+
+
+def random_llama(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Module:
+    """A random-initialised Llama (tied embeddings, 4 heads, 2 key-value heads)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config.pad_token_id = 0
+    return model
 
 
 class Variant:
@@ -235,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cprofile", choices=("greedy", "sampled"), default=None)
+    ap.add_argument("--scale", action="store_true", help="a random 2-layer hidden-256 Llama pair at --vocab tokens")
+    ap.add_argument("--vocab", type=int, default=151_936, help="with --scale")
+    ap.add_argument("--top-k", type=int, default=0, help="the sampled mode's top-k (0: off)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="the sampled mode's top-p (1: off)")
     args = ap.parse_args(argv)
 
     if args.threads:
@@ -243,16 +281,28 @@ def main(argv: list[str] | None = None) -> int:
     from specscope.core.decode.baseline import plain_generate
     from specscope.core.loading import models as loading
 
-    if args.models:
-        root = Path(args.models)
-        pair = loading.load_pair(root / "target", root / args.draft, device="cpu")
+    if args.scale:
+        from types import SimpleNamespace
+
+        pair = SimpleNamespace(
+            target=random_llama(args.vocab, 256, 2, seed=0), draft=random_llama(args.vocab, 256, 2, seed=1)
+        )
+        gen = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(0, args.vocab, (32,), generator=gen).tolist() for _ in range(args.prompts)]
+        eos = None
     else:
-        pair = loading.load_bundled(args.draft.removeprefix("draft-"), device="cpu")
-    tok = pair.tokenizer
-    prompts = [tok(p.text, add_special_tokens=False)["input_ids"] for p in loading.example_prompts()][: args.prompts]
-    eos = tok.eos_token_id
+        if args.models:
+            root = Path(args.models)
+            pair = loading.load_pair(root / "target", root / args.draft, device="cpu")
+        else:
+            pair = loading.load_bundled(args.draft.removeprefix("draft-"), device="cpu")
+        tok = pair.tokenizer
+        texts = loading.example_prompts()
+        prompts = [tok(p.text, add_special_tokens=False)["input_ids"] for p in texts][: args.prompts]
+        eos = tok.eos_token_id
     modes = ["greedy", "sampled"] if args.mode == "both" else [args.mode]
-    sampling_of = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 1.0}}
+    sampled = {"temperature": 1.0, "top_k": args.top_k, "top_p": args.top_p}
+    sampling_of = {"greedy": {"temperature": 0.0}, "sampled": sampled}
 
     if args.cprofile:
         import cProfile
@@ -269,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = tempfile.TemporaryDirectory(prefix="specscope-ab-")
     base_core = load_core_at(args.ab, Path(tmp.name)) if args.ab else None
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, sampled mode {sampled}")
     print(
         f"torch threads {torch.get_num_threads()}, k={args.k}, {len(prompts)} prompts x {args.max_new} tokens, "
         f"{args.reps} repetitions" + (f", A = core@{args.ab}, B = working tree" if args.ab else "")
@@ -305,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
         check_tokens(mode, variants, reps, plain)
         report(mode, variants, reps)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
     return 0
 
 

@@ -36,8 +36,14 @@ def _name(r: dict[str, Any]) -> str:
     if "tracing_overhead_median" in r:
         name += (
             f" (overhead {100 * r['tracing_overhead_median']:+.1f}%, {100 * r['tracing_overhead_min']:+.1f}.."
-            f"{100 * r['tracing_overhead_max']:+.1f}%)"
+            f"{100 * r['tracing_overhead_max']:+.1f}%"
         )
+        if "tracing_overhead_rounds_median" in r:
+            name += (
+                f"; rounds alone {100 * r['tracing_overhead_rounds_median']:+.1f}%, writer start + final flush "
+                f"{r['tracing_writer_ms_median']:.1f} ms a run"
+            )
+        name += ")"
     return name
 
 

@@ -54,6 +54,9 @@ class Sample:
     emissions: list[tuple[float, int]] = field(default_factory=list)  # (s since the call began, tokens)
     prefill_target_s: float | None = None
     prefill_draft_s: float | None = None
+    # a recorded run: the writer's start (run row inserted and committed) plus its final
+    # flush and close (finish_with), inside wall_s; the rest of wall_s is the rounds
+    writer_s: float | None = None
 
 
 @dataclass
@@ -359,19 +362,29 @@ class Bench:
         def run(prompt: list[int]) -> Sample:
             tap = _Tap(self.eos)
 
+            writer_s = 0.0
+
             def record(clock: Clock):
+                nonlocal writer_s
+                begun = clock()
                 config = dec.run_config(prompt, self.max_new)
                 with TraceWriter(store, config) as writer:
+                    decoding = clock()
+                    writer_s += decoding - begun
                     try:
                         result = tap.drain(dec.start(prompt, self.max_new, config=config), clock, writer.write)
                     except BaseException as exc:
                         writer.fail(exc)
                         raise
+                    decoded = clock()
                     writer.finish_with(result)
+                    writer_s += clock() - decoded
                     return result
 
             result, wall = _clocked(self.device, record)
-            return self._sample_from(dec, result, wall, tap)
+            sample = self._sample_from(dec, result, wall, tap)
+            sample.writer_s = writer_s
+            return sample
 
         return run
 

@@ -155,6 +155,13 @@ def method_stats(m: Any, plain: Any, idx: list[int], prompt_tokens: list[int], t
         walls = _per_rep(m.samples, idx, lambda ss: sum(s.wall_s for s in ss))
         base = _per_rep(twin.samples, idx, lambda ss: sum(s.wall_s for s in ss))
         _put(row, "tracing_overhead", [w / b - 1 for w, b in zip(walls, base)])
+        # the same without the writer's start and final flush (a fixed cost per run, two
+        # commits, that a 24-token --quick run weighs as much as its rounds): what recording
+        # costs per round (issue 41)
+        fixed = _per_rep(m.samples, idx, lambda ss: sum(s.writer_s or 0.0 for s in ss))
+        if any(fixed):
+            _put(row, "tracing_overhead_rounds", [(w - f) / b - 1 for w, f, b in zip(walls, fixed, base)])
+            _put(row, "tracing_writer_ms", [1e3 * f / len(idx) for f in fixed])
     return row
 
 

@@ -28,7 +28,7 @@ from specscope.core.draft.ngram_index import NgramIndex, check_ngram_range
 from specscope.core.draft.tree_draft import ModelGrowth, finish, grow_dynamic, grow_static
 from specscope.core.draft.tree_draft import keep_path as keep_tree_path
 from specscope.core.draft.trees import tree_options
-from specscope.core.sampling.device import draft_distribution, sample_from_torch
+from specscope.core.sampling.device import draft_distribution, row_confidence, sample_from_torch
 from specscope.core.sampling.dists import RowFacts
 from specscope.core.sampling.kept_rows import applies, draw_kept, kept_row
 from specscope.core.sampling.reference import SamplingConfig
@@ -224,9 +224,9 @@ def _all_finite(rows: list[torch.Tensor]) -> bool:
 
 def token_confidence(logits: torch.Tensor, token: int | torch.Tensor) -> torch.Tensor:
     """The proposer's own probability for `token` under the untransformed softmax of its
-    logits row (temperature 1, no top-k/top-p): a device scalar, one entry of the row."""
-    row = logits.reshape(-1).double()  # float64: a confident draft's 1 - 1e-9 stays below 1
-    return (row[token].reshape(()) - torch.logsumexp(row, 0)).exp()
+    logits row (temperature 1, no top-k/top-p): a float64 device scalar
+    (core.sampling.device.row_confidence)."""
+    return row_confidence(logits, token)
 
 
 class DraftModelProposer(ProposerBase):

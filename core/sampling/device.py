@@ -182,17 +182,27 @@ def _top_p_of_kept(values: torch.Tensor, ids: torch.Tensor, top_p: float) -> tor
 def _top_p_keep(row: torch.Tensor, top_p: float) -> torch.Tensor:
     """The top-p mask of one row, as `_top_p_mask` defines it: the most probable tokens
     (equal probabilities by ascending id) up to and including the first whose cumulative
-    mass reaches top_p. Sorts only a growing head of the row (top-k style filters and
-    peaked rows need a few hundred entries, not the vocabulary)."""
+    mass reaches top_p. Sorts only what the rule needs: the 256 largest entries, then the
+    1,024 largest (top-k style filters and peaked rows stop there); when their mass stays below top_p
+    (a flat row: a random model's keeps most of the vocabulary), one full sort of the
+    values, numpy's on the CPU (about 1.7 ms at 152k tokens against 14 ms for torch's
+    sort, and against the 7-14 ms of each larger topk the old growing head took). Either
+    way the cumulative sums are those of the descending values in sequence, the numpy
+    reference's, so the cut is the same bit for bit."""
     vocab = row.shape[0]
-    m = min(256, vocab)
-    while True:
+    for m in (min(256, vocab), min(1024, vocab)):
         head = row_topk(row, m)[0]  # descending
-        cumulative = torch.cumsum(head, dim=0)
-        below = int((cumulative < top_p).sum())
+        below = int((torch.cumsum(head, dim=0) < top_p).sum())
         if below < m or m == vocab:
             break
-        m = min(4 * m, vocab)
+    if below >= m and m < vocab:  # the head does not reach top_p: the whole row, sorted once
+        if row.device.type == "cpu":
+            values = np.sort(row.numpy())[::-1]
+            below = int((np.cumsum(values) < top_p).sum())
+            head = torch.from_numpy(values[: min(below + 1, vocab)].copy())
+        else:
+            head = torch.sort(row, descending=True).values
+            below = int((torch.cumsum(head, dim=0) < top_p).sum())
     count = min(below + 1, vocab)
     cut = head[count - 1]
     keep = row > cut
@@ -201,6 +211,19 @@ def _top_p_keep(row: torch.Tensor, top_p: float) -> torch.Tensor:
         tied = torch.nonzero(row == cut).flatten()[:need]
         keep[tied] = True
     return keep
+
+
+def row_confidence(logits: torch.Tensor, token: int | torch.Tensor) -> torch.Tensor:
+    """softmax(logits)[token] of one row of logits at temperature 1, as a float64 device
+    scalar: exp(x - max) in float32 summed in float64, then exp(x[token] - max) / sum in
+    float64. One float32 pass instead of a float64 copy and a float64 logsumexp (about half
+    the time at 152k tokens); each term carries float32's 6e-8 relative rounding, so the
+    value is within about 1e-7 relative of the float64 softmax, and a confident draft's
+    1 - 1e-9 stays below 1 (the largest term is exp(0) = 1 exactly, the rest add in float64)."""
+    row = logits.reshape(-1)
+    top = torch.amax(row)
+    total = torch.exp(row - top).sum(dtype=torch.float64)
+    return (row[token].reshape(()).double() - top.double()).exp() / total
 
 
 def sample_from_torch(probs: torch.Tensor, u: float) -> int:

@@ -104,3 +104,21 @@ def test_latencies_and_the_decode_split():
     assert token_latencies(emissions) == pytest.approx([0.0025] * 4 + [0.0025] * 2 + [0.015])
     ttft, decode_tokens, decode_s = decode_split(0.032, 7, emissions)
     assert (ttft, decode_tokens) == (0.010, 3) and decode_s == pytest.approx(0.022)
+
+
+def test_tracing_overhead_is_split_into_the_rounds_and_the_writers_fixed_cost():
+    """Issue 41: a traced run's wall holds the writer's start and final flush (two commits, a
+    fixed cost per run) besides its rounds; the bench reports the overhead of the rounds alone
+    beside the total, and the fixed cost in ms a run."""
+    from specscope.app.bench.measurement import Sample
+    from specscope.app.bench.report import method_stats
+
+    def method(wall: float, writer_s: float | None) -> SimpleNamespace:
+        reps = [[Sample(tokens=[1] * 24, wall_s=wall + d, writer_s=writer_s)] for d in (0.0, 0.01, 0.02)]
+        return SimpleNamespace(samples=reps, draft=None, k=4)
+
+    untraced = method(1.0, None)
+    row = method_stats(method(1.3, 0.25), untraced, [0], [8], twin=untraced)
+    assert row["tracing_overhead_median"] == pytest.approx(0.3, abs=0.01)
+    assert row["tracing_overhead_rounds_median"] == pytest.approx(0.05, abs=0.01)
+    assert row["tracing_writer_ms_median"] == pytest.approx(250.0)

@@ -337,3 +337,32 @@ def test_keep_full_vectors_makes_a_top_record_decoder_keep_full_rows(pair):
     dec.keep_full_vectors()
     rnd = dec.generate([1, 2, 3], 6).rounds[0]
     assert isinstance(rnd.nodes[0].p, np.ndarray) and isinstance(rnd.nodes[0].q, np.ndarray)
+
+
+@pytest.mark.parametrize("top_p", [1e-9, 0.3, 0.9, 0.999999, 1 - 1e-16, 0.5, 0.75])
+@pytest.mark.parametrize("kind", ["peaked", "flat", "tied", "dyadic"])
+def test_the_top_p_mask_equals_the_full_sort_reference(top_p, kind):
+    """_top_p_keep sorts only what the rule needs (the 256 largest, then one full sort when
+    they do not reach top_p): it must keep exactly the tokens the numpy reference's full
+    stable sort keeps, on peaked rows (the head suffices), flat rows (a random model's: the
+    fallback), heavily tied rows and rows of exact dyadic probabilities whose cumulative
+    sums land on top_p itself (0.5, 0.75)."""
+    from specscope.core.sampling.device import _top_p_keep
+    from specscope.core.sampling.reference import _top_p_mask
+
+    rng = np.random.default_rng(11)
+    for vocab in (300, 40_000):
+        if kind == "peaked":
+            probs = rng.dirichlet(np.full(vocab, 0.01))
+        elif kind == "flat":
+            probs = process_logits(rng.standard_normal(vocab) * 0.02, SamplingConfig())
+        elif kind == "tied":
+            probs = process_logits(tied_logits(rng, 1, vocab)[0], SamplingConfig())
+        else:  # 1/2, 1/4, 1/8, ... on shuffled ids, the rest of the mass in equal parts
+            probs = np.zeros(vocab)
+            ids = rng.permutation(vocab)
+            probs[ids[:10]] = 0.5 ** np.arange(1, 11)
+            probs[ids[10:20]] = (1 - probs.sum()) / 10
+        expected = _top_p_mask(probs[None], top_p)[0]
+        got = _top_p_keep(torch.from_numpy(probs), top_p).numpy()
+        assert np.array_equal(got, expected), (vocab, int(got.sum()), int(expected.sum()))
