@@ -369,14 +369,15 @@ def stdlib_docstrings(limit: int) -> list[str]:
     return out[:limit]
 
 
-def seed_jobs(tok: Any, per_topic: int, seed: int) -> list[tuple[str, Job]]:
-    """(kind, job): the target asked to write prompts of each kind, per topic, sampled."""
+def seed_jobs(tok: Any, per_topic: int, seed: int, topics_cap: int | None = None) -> list[tuple[str, Job]]:
+    """(kind, job): the target asked to write prompts of each kind, per topic, sampled (the first
+    `topics_cap` topics of each kind only, when given)."""
     from specscope.core.loading.chat import chat_prompt_ids
 
     topics = TOPICS + [" ".join(s.split()) for s in ";".join(prompts_mod.SUBJECTS).split(";")]
     jobs = []
     for kind, form in SEED_FORMS.items():
-        for ti, topic in enumerate(CODE_TOPICS if kind == "code" else topics):
+        for ti, topic in enumerate((CODE_TOPICS if kind == "code" else topics)[:topics_cap]):
             for r in range(per_topic):
                 text = form.format(topic=topic, form=PROSE_FORMS[(ti + r) % len(PROSE_FORMS)])
                 key = f"seed-{kind}-{ti}-{r}"
@@ -389,7 +390,7 @@ def clean_prompt(text: str) -> str | None:
     """The target's written prompt, or None when it is not one (empty, a list, too short or long)."""
     text = text.strip().strip('"').strip()
     line = text.split("\n")[0].strip().strip('"').strip()
-    line = re.sub(r"^(question|request|task|instruction)\s*:\s*", "", line, flags=re.I)
+    line = re.sub(r"^(question|request|task|instruction)\s*:\s*", "", line, flags=re.I).strip('"').strip()
     words = line.split()
     if not 4 <= len(words) <= 60 or line[-1:] not in ".?!":
         return None
@@ -397,7 +398,16 @@ def clean_prompt(text: str) -> str | None:
 
 
 def build_prompt_set(
-    model: Any, tok: Any, out: Path, *, per_topic: int, stop: set[int], batch: int, seed: int, log: Log
+    model: Any,
+    tok: Any,
+    out: Path,
+    *,
+    per_topic: int,
+    stop: set[int],
+    batch: int,
+    seed: int,
+    log: Log,
+    topics_cap: int | None = None,
 ) -> list[dict]:
     """prompts.jsonl: every prompt with its kind, split and key (made once; read back after)."""
     path = out / "prompts.jsonl"
@@ -411,7 +421,7 @@ def build_prompt_set(
     for i, text in enumerate(stdlib_docstrings(400)):
         lead = ("Summarise in one sentence: ", "Summarise in two sentences: ", "Summarise this paragraph: ")[i % 3]
         prompts.append({"kind": "summary", "user": lead + text})
-    jobs = seed_jobs(tok, per_topic, seed)
+    jobs = seed_jobs(tok, per_topic, seed, topics_cap)
     kind_of = {j.key: k for k, j in jobs}
     progress = Progress("prompt set", len(jobs) * 48, 0, log)
     made, written = 0, 0
@@ -733,6 +743,36 @@ def head_cached(out: Path, split: str, seq_len: int, top_k: int, stop: int, kind
     return th.Cached(tokens, feats, ids, logp, valid, first)
 
 
+def stored_layers(out: Path) -> tuple[list[int], int]:
+    """The hidden-state indices and top-K the shards hold."""
+    for f in sorted(out.glob("features-*.pt")):
+        shard = torch.load(f, weights_only=False)
+        return list(shard["layers"]), int(shard["top_k"])
+    raise SystemExit(f"training.data: no feature shards in {out} (run `python -m training.data --out {out}`)")
+
+
+def head_sets(out: Path, seq_len: int, top_k: int, stop: int, seed: int = 1234) -> tuple[Any, dict[str, Any], dict]:
+    """train_head.py's data from the shards: the training sequences (answers and text, shuffled)
+    and the held-out sets by name: `text`, and `greedy-KIND` for each kind answered."""
+    import numpy as np
+
+    train = head_cached(out, "train", seq_len, top_k, stop)
+    train = train.rows(torch.from_numpy(np.random.default_rng(seed).permutation(len(train))))
+    held = {"text": head_cached(out, "held", seq_len, top_k, stop, ("text",))}
+    kinds = {r["kind"] for r in load_rows(out, "held")}
+    for kind in KINDS:
+        if kind in kinds:
+            held[f"greedy-{kind}"] = head_cached(out, "held", seq_len, top_k, stop, (kind,))
+    prov = {
+        "source": f"training/data.py's shards in {out}",
+        "recipe": json.loads((out / "recipe.json").read_text()) if (out / "recipe.json").is_file() else None,
+        "train_sequences": len(train),
+        "train_label_positions": int(train.valid.sum()),
+        "heldout_sequences": {k: len(v) for k, v in held.items()},
+    }
+    return train, held, prov
+
+
 # ---------------------------------------------------------------------------- the command
 
 
@@ -767,6 +807,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (OMP_WAIT_POLICY is PASSIVE here)")
     ap.add_argument("--max-new", type=int, default=160, help="answer tokens at most")
     ap.add_argument("--per-topic", type=int, default=4, help="prompts the target writes per topic and kind")
+    ap.add_argument("--topics", type=int, help="the first N topics of each kind only (a small run)")
     ap.add_argument("--heldout-per-kind", type=int, default=40, help="held-out prompts answered per kind")
     ap.add_argument("--layers", help="hidden-state indices to keep, e.g. 2,15,29 (default: 2, L//2, L-1)")
     ap.add_argument("--top-k", type=int, default=32, help="next-token log-probabilities kept per position")
@@ -795,7 +836,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     (args.out / "recipe.json").write_text(json.dumps({**vars(args), "out": str(args.out)}, indent=1) + "\n")
     prompts = build_prompt_set(
-        model, tok, args.out, per_topic=args.per_topic, stop=stop, batch=args.batch, seed=args.seed, log=log
+        model,
+        tok,
+        args.out,
+        per_topic=args.per_topic,
+        stop=stop,
+        batch=args.batch,
+        seed=args.seed,
+        log=log,
+        topics_cap=args.topics,
     )
     if args.stage == "prompts":
         return

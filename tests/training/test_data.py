@@ -86,3 +86,156 @@ def test_smollm2_batched_greedy_equals_unbatched():
     got = {j.key: j.answer for j in data.generate(model, jobs, max_new=24, stop=stop, batch=3)}
     for i, p in enumerate(prompts):
         assert got[str(i)] == _reference_greedy(model, p, 24, stop), users[i]
+
+
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def chat_target(tmp_path_factory):
+    """A tiny random Llama with the bundled target's tokenizer and a chat template."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specscope.core.loading import bundled_path, load_tokenizer
+
+    folder = tmp_path_factory.mktemp("chat-target")
+    tok = load_tokenizer(bundled_path("target"))
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.save_pretrained(folder)
+    return folder
+
+
+def _run(target, out, tokens: int) -> None:
+    data.main(
+        [
+            "--target",
+            str(target),
+            "--out",
+            str(out),
+            "--tokens",
+            str(tokens),
+            "--per-topic",
+            "0",
+            "--heldout-per-kind",
+            "2",
+            "--max-new",
+            "12",
+            "--batch",
+            "8",
+            "--text-windows",
+            "4",
+            "--text-len",
+            "32",
+            "--layers",
+            "0,1,2",
+            "--top-k",
+            "16",
+        ]
+    )
+
+
+def test_the_data_run_makes_every_kind_resumes_and_reads_back(chat_target, tmp_path):
+    import json
+
+    out = tmp_path / "d"
+    _run(chat_target, out, 150)
+    prompts = [json.loads(line) for line in (out / "prompts.jsonl").read_text().splitlines()]
+    for kind in data.KINDS:
+        for split in ("train", "held"):
+            assert any(p["kind"] == kind and p["split"] == split for p in prompts), (kind, split)
+    bundled = {p["user"] for p in data.prompts_mod.bundled_prompts()}
+    assert all(p["split"] == "held" for p in prompts if p["user"] in bundled)
+    first = sorted(out.glob("answers-*.pt"))
+    rows = [r for f in first for r in torch.load(f, weights_only=False)]
+    train_tokens = sum(len(r["answer"]) for r in rows if r["split"] == "train")
+    assert train_tokens >= 150
+    assert {r["kind"] for r in rows if r["split"] == "held"} == set(data.KINDS)
+    assert {r["mode"] for r in rows if r["split"] == "train"} == {"greedy", "sampled"}
+    log = (out / "data_log.txt").read_text()
+    assert "tokens/s" in log and "ETA" in log
+
+    # a second run with a larger budget keeps what is there and adds the rest (resume)
+    before = {f.name: f.read_bytes() for f in first}
+    _run(chat_target, out, 400)
+    assert all((out / name).read_bytes() == b for name, b in before.items())
+    rows = [r for f in sorted(out.glob("answers-*.pt")) for r in torch.load(f, weights_only=False)]
+    keys = [r["key"] for r in rows]
+    assert len(keys) == len(set(keys))
+    assert sum(len(r["answer"]) for r in rows if r["split"] == "train") >= 400
+    assert len(sorted(out.glob("features-0*.pt"))) == len(sorted(out.glob("answers-*.pt")))
+    assert "nothing to do" in (_run(chat_target, out, 400) or (out / "data_log.txt").read_text())
+
+
+@pytest.fixture(scope="module")
+def small_data(chat_target, tmp_path_factory):
+    out = tmp_path_factory.mktemp("data") / "d"
+    _run(chat_target, out, 60)
+    return out
+
+
+def test_features_are_the_targets_own_and_the_trainers_read_them(chat_target, small_data):
+    from specscope.core.loading import load_model
+
+    out = small_data
+    model = load_model(chat_target, device="cpu", dtype="float32", role="target")
+    rows = list(data.load_rows(out))
+    assert {r["kind"] for r in rows} >= {"text", "chat"}
+    for r in rows[:3] + [r for r in rows if r["kind"] == "text"][:1]:
+        with torch.no_grad():
+            full = model(input_ids=r["tokens"][None], output_hidden_states=True)
+        for j, layer in enumerate((0, 1, 2)):
+            torch.testing.assert_close(r["features"][:, j].float(), full.hidden_states[layer][0], atol=0.05, rtol=0.02)
+        top = torch.log_softmax(full.logits[0], -1).topk(16, -1)
+        assert (r["top_ids"][:, 0] == top.indices[:, 0]).float().mean() > 0.95
+        torch.testing.assert_close(r["top_logp"][:, 0].float(), top.values[:, 0], atol=0.02, rtol=0.01)
+
+    drafts = data.draft_rows(out, "train", top_k=16)
+    assert drafts and all(len(d["top_ids"]) == len(d["answer"]) for d in drafts)
+    d = drafts[0]
+    # the position before each answer token holds the distribution over that token
+    row = next(r for r in rows if r["split"] == "train" and r["kind"] != "text")
+    p = row["prompt_len"]
+    assert row["tokens"][p:].tolist() == next(x for x in drafts if x["prompt"] == row["tokens"][:p].tolist())["answer"]
+    assert d["top_ids"].shape[1] == 16
+
+    stop = model.generation_config.eos_token_id
+    cached = data.head_cached(out, "train", seq_len=48, top_k=16, stop=stop)
+    assert cached.tokens.shape[1] == 48 and cached.features.shape[2:] == (3, 32)
+    assert int(cached.valid.sum()) > 0 and len(cached) == sum(r["split"] == "train" for r in rows)
+
+
+def test_a_written_prompt_is_one_line_of_sensible_length():
+    assert data.clean_prompt('Question: "What makes bread rise?"\nMore text') == "What makes bread rise?"
+    assert data.clean_prompt("Sure!") is None
+    assert data.clean_prompt("1. first\n2. second") is None
+
+
+def test_train_head_trains_on_the_shards(chat_target, small_data, tmp_path):
+    th = load_script("train_head", "specscope_train_head_data")
+    args = ["--target", str(chat_target), "--data", str(small_data), "--smoke", "--out"]
+    summary = th.main([*args, str(tmp_path), "--layers", "0,1,2"])
+    assert summary["data"]["source"].startswith("training/data.py")
+    held = summary["evals"][-1]
+    assert {"text", "greedy-chat", "greedy-code"} <= set(held)
+    assert "accepted_length" in held["greedy-chat"]
+    with pytest.raises(SystemExit, match="layers"):
+        th.main([*args, str(tmp_path / "x")])
