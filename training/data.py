@@ -74,17 +74,18 @@ class Job:
     prompt: list[int]
     sample: bool = False
     seed: int = 0
+    temperature: float = 1.0  # sampled rows only
     answer: list[int] = field(default_factory=list)
     gen: torch.Generator | None = None
 
 
 def _pick(logits: torch.Tensor, rows: list[Job]) -> list[int]:
-    """Each row's next token: argmax, or a draw at T = 1 from the row's own generator
+    """Each row's next token: argmax, or a draw at the row's temperature from its own generator
     (the exponential race: argmax p / E with E ~ Exp(1), a draw from p)."""
     out = logits.argmax(-1).tolist()
     for i, job in enumerate(rows):
         if job.sample:
-            p = F.softmax(logits[i].float(), -1)
+            p = F.softmax(logits[i].float() / job.temperature, -1)
             e = torch.empty_like(p).exponential_(generator=job.gen)
             out[i] = int((p / e).argmax())
     return out
@@ -161,10 +162,12 @@ def generate(
     batch: int = 32,
     pad_id: int = 0,
     refill: bool = True,
+    more: Callable[[], bool] | None = None,
 ) -> Iterator[Job]:
     """Answer every job in batches with a KV cache; yields each job as its answer ends (its stop
     token included, as a run commits it). Rows that end leave the batch; with `refill`, new
-    prompts join the running batch once a quarter of it has left (else when it is empty)."""
+    prompts join the running batch once a quarter of it has left (else when it is empty). When
+    `more` is given and returns False, no new prompt starts (the running rows finish)."""
     for j in jobs:
         if j.sample and j.gen is None:
             j.gen = torch.Generator().manual_seed(j.seed)
@@ -175,6 +178,10 @@ def generate(
     logits = torch.zeros(0)
     while queue or rows:
         low = len(rows) <= batch - max(1, batch // 4) if refill else not rows
+        if queue and more is not None and not more():
+            queue.clear()
+            if not rows:
+                break
         if queue and low:
             new = [queue.popleft() for _ in range(min(batch - len(rows), len(queue)))]
             new_cache, new_mask, new_logits = _prefill(model, new, pad_id)
@@ -336,11 +343,19 @@ CODE_TOPICS = [
     "simple games",
 ]
 SEED_FORMS = {
-    "chat": "Write one question that a curious person might ask an assistant about {topic}. "
-    "Reply with the question only.",
-    "prose": "Write one request asking an assistant to write {form} about {topic}. Reply with the request only.",
-    "code": "Write one short Python programming task about {topic}. Reply with the task only.",
+    "chat": "Here are two questions people ask an assistant:\n1. Why do cats purr?\n2. How does a "
+    "refrigerator keep food cold?\nWrite one new question of that kind about {topic}. Reply with the "
+    "question only.",
+    "prose": "Here are two requests people send an assistant:\n1. Write a short poem about the sea.\n2. "
+    "Compose an email inviting my team to a picnic.\nWrite one new request of that kind asking for "
+    "{form} about {topic}. Reply with the request only.",
+    "code": "Here are two programming tasks:\n1. Write a Python function that counts the words in a "
+    "sentence.\n2. Write a Python class for a bank account with deposit and withdraw methods.\nWrite one "
+    "new Python task of that kind about {topic}. Reply with the task only.",
 }
+PROMPT_TEMPERATURE = 0.7  # the target writing prompts: T = 1 from a 135M model rambles
+VERBS = ("write", "compose", "draft", "create", "describe", "tell", "give", "explain", "share", "imagine", "make")
+CODE_WORDS = ("python", "function", "program", "class", "script", "code", "implement")
 
 
 def prompt_key(p: dict) -> str:
@@ -382,17 +397,26 @@ def seed_jobs(tok: Any, per_topic: int, seed: int, topics_cap: int | None = None
                 text = form.format(topic=topic, form=PROSE_FORMS[(ti + r) % len(PROSE_FORMS)])
                 key = f"seed-{kind}-{ti}-{r}"
                 s = int(hashlib.sha256(f"{seed}-{key}".encode()).hexdigest()[:8], 16)
-                jobs.append((kind, Job(key, chat_prompt_ids(tok, text), sample=True, seed=s)))
+                job = Job(key, chat_prompt_ids(tok, text), sample=True, seed=s, temperature=PROMPT_TEMPERATURE)
+                jobs.append((kind, job))
     return jobs
 
 
-def clean_prompt(text: str) -> str | None:
-    """The target's written prompt, or None when it is not one (empty, a list, too short or long)."""
-    text = text.strip().strip('"').strip()
-    line = text.split("\n")[0].strip().strip('"').strip()
-    line = re.sub(r"^(question|request|task|instruction)\s*:\s*", "", line, flags=re.I).strip('"').strip()
+def clean_prompt(text: str, kind: str | None = None) -> str | None:
+    """The target's written prompt, or None when it is not one: its first line, without a
+    number or label, 4-60 words, a question for `chat`, a request that starts with a verb for
+    `prose`, a task that names code for `code`."""
+    line = text.strip().split("\n")[0].strip()
+    line = re.sub(r"^(\d+[.)]\s*|(question|request|task|instruction)\s*:\s*)", "", line, flags=re.I)
+    line = line.strip().strip('"').strip()
     words = line.split()
     if not 4 <= len(words) <= 60 or line[-1:] not in ".?!":
+        return None
+    if kind == "chat" and not line.endswith("?"):
+        return None
+    if kind == "prose" and words[0].lower().strip(",") not in VERBS + ("please", "can", "could"):
+        return None
+    if kind == "code" and not any(w in line.lower() for w in CODE_WORDS):
         return None
     return line
 
@@ -427,7 +451,7 @@ def build_prompt_set(
     made, written = 0, 0
     for job in generate(model, [j for _, j in jobs], max_new=48, stop=stop, batch=batch, pad_id=min(stop)):
         made += len(job.answer)
-        text = clean_prompt(tok.decode(job.answer, skip_special_tokens=True))
+        text = clean_prompt(tok.decode(job.answer, skip_special_tokens=True), kind_of[job.key])
         if text:
             written += 1
             prompts.append({"kind": kind_of[job.key], "user": text, "source": "target"})
@@ -507,7 +531,7 @@ def make_answers(
         log(f"answers: resuming with {len(done)} answers, {have} training tokens on disk")
     progress = Progress("answers", tokens, have, log)
     pending: list[dict] = []
-    pending_tokens = 0
+    pending_tokens = held_tokens = 0
     shard = len(_shards(out, "answers"))
 
     def flush() -> None:
@@ -523,7 +547,8 @@ def make_answers(
     for chunk in chunks:
         if have >= tokens and chunk is not held_left:
             break
-        for job in generate(model, chunk, max_new=max_new, stop=stop, batch=batch, pad_id=min(stop)):
+        budget = None if chunk is held_left else (lambda: have < tokens)  # noqa: B023 (reads the running count)
+        for job in generate(model, chunk, max_new=max_new, stop=stop, batch=batch, pad_id=min(stop), more=budget):
             p = by_key[job.key.rsplit("-r", 1)[0]]
             pending.append(
                 {
@@ -539,6 +564,8 @@ def make_answers(
             )
             pending_tokens += len(job.answer)
             have += len(job.answer) if p["split"] == "train" else 0
+            held_tokens += len(job.answer) if p["split"] == "held" else 0
+            progress.what = f"answers (training tokens; {held_tokens} held-out tokens made)"
             progress(have)
             if pending_tokens >= shard_tokens:
                 flush()

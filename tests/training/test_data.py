@@ -227,6 +227,12 @@ def test_a_written_prompt_is_one_line_of_sensible_length():
     assert data.clean_prompt('Question: "What makes bread rise?"\nMore text') == "What makes bread rise?"
     assert data.clean_prompt("Sure!") is None
     assert data.clean_prompt("1. first\n2. second") is None
+    assert data.clean_prompt("3. Why do leaves fall in autumn?", "chat") == "Why do leaves fall in autumn?"
+    assert data.clean_prompt("Leaves fall in autumn, as everyone knows.", "chat") is None
+    assert data.clean_prompt("Write a haiku about rain in the city.", "prose") is not None
+    assert data.clean_prompt("A story about friendship and daring would be lovely.", "prose") is None
+    assert data.clean_prompt("Write a function that sorts a list of names.", "code") is not None
+    assert data.clean_prompt("Tell me about your favourite sorting idea today.", "code") is None
 
 
 def test_train_head_trains_on_the_shards(chat_target, small_data, tmp_path):
@@ -239,3 +245,12 @@ def test_train_head_trains_on_the_shards(chat_target, small_data, tmp_path):
     assert "accepted_length" in held["greedy-chat"]
     with pytest.raises(SystemExit, match="layers"):
         th.main([*args, str(tmp_path / "x")])
+
+
+def test_no_new_prompt_starts_once_the_budget_is_spent():
+    model = tiny_lm("llama", seed=0, init_range=0.3)
+    jobs = [data.Job(f"p{i}", p) for i, p in enumerate(_prompts(10, seed=3))]
+    done: list[data.Job] = []
+    for job in data.generate(model, jobs, max_new=4, stop=set(), batch=2, refill=False, more=lambda: len(done) < 3):
+        done.append(job)
+    assert len(done) == 4  # two full batches: the budget was still open when the second one started
