@@ -240,15 +240,19 @@ class Progress:
         self.t0 = self.last = time.perf_counter()
         self.done = done
 
-    def __call__(self, done: int, force: bool = False) -> None:
+    def __call__(self, done: int, force: bool = False, made: int | None = None) -> None:
+        """`done` of the total so far; `made`: every token made since the start (the rate), when
+        more is made than counts towards the total (held-out answers)."""
         self.done = done
         now = time.perf_counter()
         if not force and now - self.last < self.every:
             return
         self.last = now
-        rate = (done - self.start_done) / max(now - self.t0, 1e-9)
+        made = done - self.start_done if made is None else made
+        rate = made / max(now - self.t0, 1e-9)
         left = max(0, self.total - done)
-        eta = f"{left / rate / 60:.1f} min" if rate > 0 else "?"
+        share = (done - self.start_done) / made if made else 1.0
+        eta = f"{left / (rate * share) / 60:.1f} min" if rate * share > 0 else "?"
         self.log(f"{self.what}: {done}/{self.total} tokens, {rate:.1f} tokens/s, ETA {eta}")
 
 
@@ -481,13 +485,17 @@ def _save_text(path: Path, text: str) -> None:
 def answer_jobs(tok: Any, prompts: list[dict], tokens: int, heldout_per_kind: int, seed: int) -> list[Job]:
     """Held-out prompts first (greedy, up to heldout_per_kind a kind), then training rounds: round 0
     greedy and sampled alternately, later rounds sampled with new seeds; enough rounds for
-    `tokens` answer tokens at one token per... (the caller stops at the budget)."""
+    `tokens` answer tokens if answers average 16 tokens or more (the caller stops at the budget)."""
     from specscope.core.loading.chat import chat_prompt_ids
+
+    encoded: dict[str, list[int]] = {}
 
     def job(p: dict, r: int, sample: bool) -> Job:
         key = f"{p['key']}-r{r}"
         s = int(hashlib.sha256(f"{seed}-{key}".encode()).hexdigest()[:8], 16)
-        return Job(key, chat_prompt_ids(tok, p["user"], p.get("system")), sample=sample, seed=s)
+        if p["key"] not in encoded:  # a prompt is answered in many rounds: its template is applied once
+            encoded[p["key"]] = chat_prompt_ids(tok, p["user"], p.get("system"))
+        return Job(key, list(encoded[p["key"]]), sample=sample, seed=s)
 
     held = []
     for kind in KINDS:
@@ -566,11 +574,11 @@ def make_answers(
             have += len(job.answer) if p["split"] == "train" else 0
             held_tokens += len(job.answer) if p["split"] == "held" else 0
             progress.what = f"answers (training tokens; {held_tokens} held-out tokens made)"
-            progress(have)
+            progress(have, made=have - progress.start_done + held_tokens)
             if pending_tokens >= shard_tokens:
                 flush()
     flush()
-    progress(have, force=True)
+    progress(have, force=True, made=have - progress.start_done + held_tokens)
     return have
 
 
