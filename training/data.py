@@ -849,6 +849,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--text-windows", type=int, default=256, help="text windows (stdlib and docs) with features")
     ap.add_argument("--text-len", type=int, default=256)
     ap.add_argument("--feature-tokens", type=int, default=4096, help="tokens per feature batch (rows x width)")
+    ap.add_argument("--shard-tokens", type=int, default=20_000, help="answer tokens per shard (what a kill can lose)")
     ap.add_argument("--seed", type=int, default=1234)
     return ap.parse_args(argv)
 
@@ -856,6 +857,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import train_models as tm
+
+    for name in ("batch", "threads", "max_new", "top_k", "feature_tokens", "shard_tokens", "text_len"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"training.data: --{name.replace('_', '-')} must be at least 1")
+    for name in ("tokens", "per_topic", "heldout_per_kind", "text_windows"):
+        if getattr(args, name) < 0:
+            raise SystemExit(f"training.data: --{name.replace('_', '-')} must not be negative")
 
     args.out.mkdir(parents=True, exist_ok=True)
     log = tm.Log(args.out / "data_log.txt", append=True)
@@ -896,6 +904,7 @@ def main(argv: list[str] | None = None) -> None:
             batch=args.batch,
             seed=args.seed,
             log=log,
+            shard_tokens=args.shard_tokens,
         )
     if args.stage in ("all", "features"):
         text = text_rows(tok, args.text_windows, args.text_len, args.seed) if args.text_windows else []

@@ -254,3 +254,17 @@ def test_no_new_prompt_starts_once_the_budget_is_spent():
     for job in data.generate(model, jobs, max_new=4, stop=set(), batch=2, refill=False, more=lambda: len(done) < 3):
         done.append(job)
     assert len(done) == 4  # two full batches: the budget was still open when the second one started
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch", "0"], "--batch must be at least 1"),
+        (["--tokens", "-5"], "--tokens must not be negative"),
+        (["--target", "/nonexistent/model"], "training.data: "),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, args, message):
+    with pytest.raises(SystemExit) as exc:
+        data.main(["--out", str(tmp_path / "d"), *args])
+    assert message in str(exc.value) and "\n" not in str(exc.value)
