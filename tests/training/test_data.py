@@ -124,9 +124,10 @@ def chat_target(tmp_path_factory):
     return folder
 
 
-def _run(target, out, tokens: int) -> None:
+def _run(target, out, tokens: int, *extra: str) -> None:
     data.main(
         [
+            *extra,
             "--target",
             str(target),
             "--out",
@@ -268,3 +269,31 @@ def test_bad_input_is_one_line(tmp_path, args, message):
     with pytest.raises(SystemExit) as exc:
         data.main(["--out", str(tmp_path / "d"), *args])
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_killed_run_continues_where_it_stopped(chat_target, tmp_path, monkeypatch):
+    out = tmp_path / "d"
+    real = data.generate
+    answered = []
+
+    def killed_after_20(*args, **kwargs):
+        for job in real(*args, **kwargs):
+            if len(answered) == 20:
+                raise KeyboardInterrupt
+            answered.append(job.key)
+            yield job
+
+    monkeypatch.setattr(data, "generate", killed_after_20)
+    with pytest.raises(KeyboardInterrupt):
+        _run(chat_target, out, 300, "--shard-tokens", "40")
+    monkeypatch.setattr(data, "generate", real)
+    kept = {f.name: f.read_bytes() for f in out.glob("answers-*.pt")}
+    assert kept and not list(out.glob("*.tmp")) and not list(out.glob("features-*"))
+    saved = [r["key"] for f in sorted(out.glob("answers-*.pt")) for r in torch.load(f, weights_only=False)]
+    assert set(saved) <= set(answered[:20])
+    _run(chat_target, out, 300, "--shard-tokens", "40")
+    assert all((out / name).read_bytes() == b for name, b in kept.items())
+    rows = [r for f in sorted(out.glob("answers-*.pt")) for r in torch.load(f, weights_only=False)]
+    assert len({r["key"] for r in rows}) == len(rows)
+    assert sum(len(r["answer"]) for r in rows if r["split"] == "train") >= 300
+    assert "resuming with" in (out / "data_log.txt").read_text()
