@@ -585,10 +585,11 @@ def make_answers(
 # ---------------------------------------------------------------------------- features
 
 
-def text_rows(tok: Any, windows: int, length: int, seed: int) -> list[dict]:
+def text_rows(tok: Any, windows: int, length: int, seed: int, held_passages: list[str] = ()) -> list[dict]:
     """Windows of standard library source and of the Python documentation text, half each, as
-    feature rows of kind `text` (no chat template, no answer): held out by file, 5% (the stdlib's
-    files by train_models.py's split of the bundled target, the docs files by a hash of the name)."""
+    feature rows of kind `text` (no chat template, no answer): held out by file (the stdlib's
+    files by train_models.py's 3% split of the bundled target, the docs files 5% by a hash of the
+    name). A file holding a held-out summary prompt's passage trains no window."""
     import numpy as np
     import train_models as tm
 
@@ -611,9 +612,12 @@ def text_rows(tok: Any, windows: int, length: int, seed: int) -> list[dict]:
             while got < n and files and tries < 20 * n:
                 tries += 1
                 f = files[int(rng.integers(len(files)))]
-                ids = tok((base / f).read_text(encoding="utf-8", errors="replace"), add_special_tokens=False)[
-                    "input_ids"
-                ]
+                text = (base / f).read_text(encoding="utf-8", errors="replace")
+                if split == "train" and held_passages:
+                    plain = " ".join((prompts_mod.rst_to_text(text) if name == "docs" else text).split())
+                    if any(p in plain for p in held_passages):
+                        continue
+                ids = tok(text, add_special_tokens=False)["input_ids"]
                 if len(ids) <= length:
                     continue
                 start = int(rng.integers(0, len(ids) - length))
@@ -907,7 +911,8 @@ def main(argv: list[str] | None = None) -> None:
             shard_tokens=args.shard_tokens,
         )
     if args.stage in ("all", "features"):
-        text = text_rows(tok, args.text_windows, args.text_len, args.seed) if args.text_windows else []
+        held = [p["user"].split(": ", 1)[-1] for p in prompts if p["kind"] == "summary" and p["split"] == "held"]
+        text = text_rows(tok, args.text_windows, args.text_len, args.seed, held) if args.text_windows else []
         make_features(model, args.out, layers=layers, top_k=args.top_k, budget=args.feature_tokens, text=text, log=log)
     log.close()
 

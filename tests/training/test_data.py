@@ -297,3 +297,22 @@ def test_a_killed_run_continues_where_it_stopped(chat_target, tmp_path, monkeypa
     assert len({r["key"] for r in rows}) == len(rows)
     assert sum(len(r["answer"]) for r in rows if r["split"] == "train") >= 300
     assert "resuming with" in (out / "data_log.txt").read_text()
+
+
+def test_no_training_text_window_comes_from_a_file_with_a_held_out_summary(monkeypatch):
+    import importlib
+
+    from specscope.core.loading import bundled_path, load_tokenizer
+
+    tm = importlib.import_module("train_models")  # training/ is on sys.path (data.py puts it there)
+    monkeypatch.setattr(tm, "list_stdlib_files", lambda root: ["abc.py", "os.py", "string.py"])
+    monkeypatch.setattr(tm, "split_files", lambda files, percent: (files, ["this.py"]))
+    monkeypatch.setattr(data.prompts_mod, "docs_root", lambda: None)
+    tok = load_tokenizer(bundled_path("target"))
+    os_doc = " ".join(__import__("os").__doc__.split())
+    rows = data.text_rows(tok, 30, 32, seed=0, held_passages=[os_doc[:200]])
+    sources = {r["source"] for r in rows if r["split"] == "train"}
+    assert sources == {"stdlib:abc.py", "stdlib:string.py"}
+    assert data.text_rows(tok, 30, 32, seed=0) and any(
+        r["source"] == "stdlib:os.py" for r in data.text_rows(tok, 30, 32, seed=0)
+    )
