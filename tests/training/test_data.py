@@ -316,3 +316,19 @@ def test_no_training_text_window_comes_from_a_file_with_a_held_out_summary(monke
     assert data.text_rows(tok, 30, 32, seed=0) and any(
         r["source"] == "stdlib:os.py" for r in data.text_rows(tok, 30, 32, seed=0)
     )
+
+
+def test_train_smollm2_draft_trains_on_the_shards(chat_target, small_data, tmp_path, monkeypatch):
+    from specscope.core.loading import load_model, load_tokenizer
+
+    sd = load_script("train_smollm2_draft", "specscope_train_draft_data")
+    model = load_model(chat_target, device="cpu", dtype="float32", role="target")
+    tok = load_tokenizer(chat_target)
+    monkeypatch.setattr(sd, "load_target", lambda threads: (model, tok, tok.eos_token_id, chat_target))
+    small = ["--hidden", "16", "--intermediate", "32", "--heads", "2"]  # the tiny target is 32 wide
+    report = sd.main(
+        ["--data", str(small_data), "--smoke", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), *small]
+    )
+    answers = data.draft_rows(small_data, "train")
+    assert report["data"]["train_answer_tokens"] == sum(len(r["answer"]) for r in answers) > 0
+    assert report["heldout_alpha"]["all"]["positions"] > 0
