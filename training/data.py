@@ -453,9 +453,15 @@ def build_prompt_set(
     kind_of = {j.key: k for k, j in jobs}
     progress = Progress("prompt set", len(jobs) * 48, 0, log)
     made, written = 0, 0
+    rejected: list[str] = []
     for job in generate(model, [j for _, j in jobs], max_new=48, stop=stop, batch=batch, pad_id=min(stop)):
         made += len(job.answer)
-        text = clean_prompt(tok.decode(job.answer, skip_special_tokens=True), kind_of[job.key])
+        raw = tok.decode(job.answer, skip_special_tokens=True)
+        text = clean_prompt(raw, kind_of[job.key])
+        if text and text.lower() in SEED_FORMS[kind_of[job.key]].lower():  # the seed's own example, copied
+            text = None
+        if text is None and len(rejected) < 5:
+            rejected.append(raw.strip().split("\n")[0][:100])
         if text:
             written += 1
             prompts.append({"kind": kind_of[job.key], "user": text, "source": "target"})
@@ -470,6 +476,8 @@ def build_prompt_set(
     _save_text(path, "".join(json.dumps(p) + "\n" for p in final))
     counts = {s: {k: sum(p["split"] == s and p["kind"] == k for p in final) for k in KINDS} for s in ("train", "held")}
     log(f"prompt set: {len(final)} prompts ({written} written by the target of {len(jobs)} asked), {counts}")
+    if rejected:
+        log(f"prompt set: first rejected writings: {rejected}")
     return final
 
 

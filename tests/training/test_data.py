@@ -332,3 +332,25 @@ def test_train_smollm2_draft_trains_on_the_shards(chat_target, small_data, tmp_p
     answers = data.draft_rows(small_data, "train")
     assert report["data"]["train_answer_tokens"] == sum(len(r["answer"]) for r in answers) > 0
     assert report["heldout_alpha"]["all"]["positions"] > 0
+
+
+def test_a_written_prompt_that_copies_the_seeds_example_is_dropped(chat_target, tmp_path, monkeypatch):
+    from specscope.core.loading import load_model, load_tokenizer
+
+    model = load_model(chat_target, device="cpu", dtype="float32", role="target")
+    tok = load_tokenizer(chat_target)
+    copied = tok("Why do cats purr?", add_special_tokens=False)["input_ids"]
+    fresh = tok("Why do owls hunt at night?", add_special_tokens=False)["input_ids"]
+
+    def answers(_model, jobs, **_kw):
+        for i, job in enumerate(jobs):
+            job.answer = list(copied if i % 2 else fresh)
+            yield job
+
+    monkeypatch.setattr(data, "generate", answers)
+    monkeypatch.setattr(data, "TOPICS", ["owls"])
+    prompts = data.build_prompt_set(
+        model, tok, tmp_path, per_topic=2, stop={0}, batch=4, seed=0, log=print, topics_cap=1
+    )
+    written = {p["user"] for p in prompts if p.get("source") == "target"}
+    assert written == {"Why do owls hunt at night?"}
