@@ -35,8 +35,8 @@ def main() -> None:
     ap.add_argument("--target", default="smollm2")
     ap.add_argument("--batches", default="16,32,64")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--new", type=int, default=32, help="tokens decoded per row")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--new", type=int, default=24, help="tokens decoded per row")
+    ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--wait", choices=("passive", "active"), default="passive")
     args = ap.parse_args()
     from specscope.core.loading.chat import chat_prompt_ids
