@@ -507,6 +507,24 @@ def build_chat_cache(
     return train, held, prov
 
 
+def shard_cache(folder: Path, target, tok, cfg: Config, layers: tuple[int, ...]) -> tuple[Cached, dict, dict]:
+    """training/data.py's shards as this trainer's cache (the same features, top-K and labels)."""
+    import data as data_mod
+
+    from specscope.core.loading.chat import turn_end_id
+
+    stored, top_k = data_mod.stored_layers(folder)
+    if tuple(stored) != tuple(layers):
+        raise SystemExit(
+            f"train_head: the shards in {folder} hold layers {tuple(stored)}, this run reads {tuple(layers)} "
+            f"(pass --layers {','.join(map(str, stored))})"
+        )
+    if top_k < cfg.top_k:
+        raise SystemExit(f"train_head: the shards in {folder} hold the top-{top_k}, this run needs top-{cfg.top_k}")
+    eos = turn_end_id(target, tok) if is_chat(tok) else tok.eos_token_id
+    return data_mod.head_sets(folder, cfg.seq_len, cfg.top_k, eos, cfg.seed)
+
+
 # ---------------------------------------------------------------------------- the head
 
 
@@ -849,6 +867,12 @@ def parse_args(argv):
         ap.add_argument("--" + name.replace("_", "-"), type=int)
     ap.add_argument("--lr", type=float)
     ap.add_argument(
+        "--data",
+        type=Path,
+        help="train on training/data.py's shards in this folder (its answers, features and top-K; "
+        "held-out sets per kind) instead of generating here; --layers must match the shards'",
+    )
+    ap.add_argument(
         "--reuse-answers",
         type=Path,
         nargs="*",
@@ -917,7 +941,9 @@ def main(argv: list[str] | None = None) -> dict:
         f"torch {torch.__version__}, threads {cfg.threads}; config {json.dumps(asdict(cfg))}"
     )
 
-    if chat:
+    if args.data:
+        data, held, prov = shard_cache(args.data, target, tok, cfg, layers)
+    elif chat:
         data, held, prov = build_chat_cache(
             target, tok, cfg, layers, log, args.reuse_answers, args.reuse_heldout_answers
         )

@@ -511,6 +511,12 @@ def parse_args(argv):
         help="answers: only answer this shard's training prompts; text: only the text teacher; train: "
         "train on what the workers cached (waiting for the text teacher's file); all: the whole recipe",
     )
+    ap.add_argument(
+        "--data",
+        type=Path,
+        help="train on training/data.py's shards in this folder (the target's answers and top-K) "
+        "instead of answering prompts here",
+    )
     for field in (
         "train_prompts",
         "text_windows",
@@ -549,7 +555,11 @@ def main(argv: list[str] | None = None) -> dict:
     held_p = stratified(held_p, cfg.heldout_prompts)
     log(f"prompts: {len(train_p)} training, {len(held_p)} held-out (docs: {docs})")
     tag = f"k{cfg.top_k}-n{cfg.gen_max_new}"
-    if args.stage in ("all", "answers", "train"):
+    if args.data is not None:
+        import data as data_mod
+
+        held_rows = stratified(data_mod.draft_rows(args.data, "held", cfg.top_k), cfg.heldout_prompts)
+    elif args.stage in ("all", "answers", "train"):
         held_rows = answer_prompts(
             target,
             tok,
@@ -561,7 +571,7 @@ def main(argv: list[str] | None = None) -> dict:
             "held-out",
             args.work / f"held-{tag}-{len(held_p)}-{cfg.heldout_max_new}.pt",
         )
-    if args.stage in ("all", "answers"):
+    if args.stage in ("all", "answers") and args.data is None:
         answer_prompts(
             target,
             tok,
@@ -582,12 +592,16 @@ def main(argv: list[str] | None = None) -> dict:
     digest = hashlib.sha256(np.ascontiguousarray(windows).tobytes()).hexdigest()[:12]
     text_file = args.work / f"text-{cfg.top_k}-{len(windows)}x{cfg.text_len}-{digest}.pt"
     shard_files = f"train-{tag}-{len(train_p)}-s*of{shards}.pt"
-    while args.stage == "train" and not (text_file.is_file() and len(list(args.work.glob(shard_files))) == shards):
+    waiting = args.stage == "train" and args.data is None
+    while waiting and not (text_file.is_file() and len(list(args.work.glob(shard_files))) == shards):
         time.sleep(10)  # the text worker or an answering worker has not saved yet
     t_ids, t_logp = cached(text_file, lambda: teacher_text(target, windows, cfg, log), log)
     if args.stage == "text":
         return {}
-    train_rows = [r for f in sorted(args.work.glob(shard_files)) for r in torch.load(f, weights_only=False)]
+    if args.data is not None:
+        train_rows = data_mod.draft_rows(args.data, "train", cfg.top_k)
+    else:
+        train_rows = [r for f in sorted(args.work.glob(shard_files)) for r in torch.load(f, weights_only=False)]
     log(
         f"training answers: {len(train_rows)} prompts, {sum(len(r['answer']) for r in train_rows)} tokens "
         f"({shards} shards)"
