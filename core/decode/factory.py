@@ -224,7 +224,7 @@ def check_positions(
 def _positions_past_budget(settings: RunSettings) -> tuple[int, str]:
     """The positions a run's engine reads past prompt + budget, and why: transformers' prompt
     lookup's (core.engines.hf_engine.lookup_positions_past_budget); none otherwise."""
-    if settings.engine != "transformers":
+    if settings.engine != "transformers" or not isinstance(settings.k, int):  # k auto: refused by the settings' check
         return 0, ""
     from specscope.core.draft.registry import parse_spec
     from specscope.core.engines.hf_engine import lookup_positions_past_budget
