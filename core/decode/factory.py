@@ -164,6 +164,7 @@ def _transformers_engine(
     settings: RunSettings, models: Any, eos: tuple[int, ...], names: Mapping[str, str] | None, stops: Any, piece: Any
 ) -> Any:
     """transformers' own generate() with the spec's draft model (assisted) or prompt lookup, recorded."""
+    from specscope.core.decode.draft_length import START_K
     from specscope.core.draft.registry import parse_spec
     from specscope.core.engines import PrivateAPIChanged, TransformersEngine
 
@@ -173,7 +174,10 @@ def _transformers_engine(
             models.target,
             kind="assisted" if spec.kind == "draft" else "lookup",
             draft=models.draft,
-            k=settings.k,
+            # k auto: transformers' own adaptive length (its "heuristic" schedule, from 4), as its
+            # generate() runs it; the settings refuse auto for its prompt lookup
+            k=settings.k if isinstance(settings.k, int) else START_K,
+            **({} if isinstance(settings.k, int) else {"schedule": "heuristic"}),
             sampling=settings.sampling(),
             eos_token_id=eos,
             seed=settings.seed,

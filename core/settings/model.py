@@ -347,10 +347,8 @@ def _combination_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, 
         return
     if s.engine != "transformers":
         return
-    if s.k == AUTO_K:
-        errors["k"] = (
-            f"{name['k']} auto is chosen by the specscope engine's cost policy: give the transformers engine a number"
-        )
+    if s.k == AUTO_K and spec.kind == "lookup":  # a draft model: transformers' own heuristic schedule (factory)
+        errors["k"] = f"{name['k']} auto: transformers' prompt lookup drafts a fixed length: give it a number"
     for key, off in (
         ("coupling_seed", s.coupling_seed is not None),
         ("fault", s.fault is not None),
