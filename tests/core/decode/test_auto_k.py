@@ -85,7 +85,7 @@ def test_bad_k_words_are_refused_in_one_line(pair):
 
 @pytest.mark.slow
 def test_auto_k_sampled_output_keeps_the_target_distribution():
-    """Chi-square against exact enumeration (tests/core/verify/test_chain_distribution) with the
+    """Chi-square against exact enumeration (tests/core/verify/test_chain_distribution.py) with the
     lengths chosen by the policy from past rounds' acceptance and timings."""
     p = goodness_of_fit(SpeculativeDecoder, SamplingConfig(temperature=1.0), k="auto", samples=2000)
     assert p > ALPHA, p
