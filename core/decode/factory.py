@@ -177,7 +177,7 @@ def _transformers_engine(
             # k auto: transformers' own adaptive length (its "heuristic" schedule, from 4), as its
             # generate() runs it; the settings refuse auto for its prompt lookup
             k=settings.k if isinstance(settings.k, int) else START_K,
-            **({} if isinstance(settings.k, int) else {"schedule": "heuristic"}),
+            schedule="constant" if isinstance(settings.k, int) else "heuristic",
             sampling=settings.sampling(),
             eos_token_id=eos,
             seed=settings.seed,

@@ -329,8 +329,9 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
         proposer.draft_trees(spec.params.get("tree"), spec.params.get("children", DEFAULT_CHILDREN))
     except ValueError as exc:
         raise SpecError(f"{spec.kind}: {exc}") from None
-    proposer.draw_mode = draw
-    proposer.stop_below = stop
+    head: Any = proposer  # a HeadDrafting: its draw mode and early stop
+    head.draw_mode = draw
+    head.stop_below = stop
     return proposer
 
 

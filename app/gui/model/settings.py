@@ -28,6 +28,7 @@ from specscope.core.settings.bounds import BOUNDS, MAX_K  # noqa: F401 (MAX_K: t
 from specscope.core.settings.model import DEFAULT_PROPOSER, FIELD_NAMES, eos_vocab_problem
 from specscope.core.settings.model import RunSettings as CoreRunSettings
 from specscope.core.settings.vocab import ENGINES as ALL_ENGINES
+from specscope.core.settings.vocab import AutoK
 
 from .tree_settings import describe_tree, tree_choice_specs
 
@@ -280,7 +281,7 @@ class PanelSettings(CoreRunSettings):
     folder of a "local checkpoint…" (KIND:PATH) proposer."""
 
     prompt: str = ""
-    k: int | str = "auto"  # the window's default: each round's length chosen by cost (core.decode.draft_length)
+    k: int | AutoK = "auto"  # the window's default: each round's length chosen by cost (core.decode.draft_length)
     checkpoint: str = ""  # the folder of a KIND:PATH spec, "" otherwise
     target: str = ""  # "" = the bundled target; a fetched model's name, a checkpoint folder or a GGUF file
 

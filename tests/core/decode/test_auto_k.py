@@ -89,3 +89,14 @@ def test_auto_k_sampled_output_keeps_the_target_distribution():
     lengths chosen by the policy from past rounds' acceptance and timings."""
     p = goodness_of_fit(SpeculativeDecoder, SamplingConfig(temperature=1.0), k="auto", samples=2000)
     assert p > ALPHA, p
+
+
+def test_auto_k_with_the_transformers_engine_runs_its_own_heuristic_schedule(pair):
+    from specscope.core.decode.factory import Models, RunSettings, build_decoder
+
+    target, draft = pair
+    models = Models(target, draft=draft, draft_name="noisy")
+    engine = build_decoder(RunSettings(k="auto", engine="transformers", proposer="draft:noisy"), models)
+    assert engine.params()["num_assistant_tokens_schedule"] == "heuristic" and engine.k == 4
+    fixed = build_decoder(RunSettings(k=3, engine="transformers", proposer="draft:noisy"), models)
+    assert fixed.params()["num_assistant_tokens_schedule"] == "constant" and fixed.k == 3
