@@ -225,6 +225,16 @@ def parse_prompt_ids(text: str) -> list[int]:
     return ids
 
 
+def k_arg(text: str) -> int | str:
+    """--k: a whole number (its bound is the settings model's check) or "auto" (chosen each round by cost)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number or auto, got {text!r}") from None
+
+
 def threads_arg(text: str) -> int:
     bound = BOUNDS["threads"]
     try:

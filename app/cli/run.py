@@ -13,6 +13,7 @@ from specscope.app.cli.options import (
     PLAIN_MARKS,
     RESET,
     CliError,
+    k_arg,
     parse_eos,
     parse_prompt_ids,
     parse_stop_ids,
@@ -54,7 +55,14 @@ def add_run_parser(subparsers: Any, list_kinds: bool = True) -> None:  # long: t
         help="where draft tokens come from: KIND[:ARG][,KEY=VALUE...], e.g. draft, draft:tiny, draft:PATH, "
         "lookup, lookup:max_ngram=4 (default: draft; the kinds are listed below)",
     )
-    p.add_argument("--k", type=int, default=4, help="draft length per round (default: 4)")
+    p.add_argument(
+        "--k",
+        type=k_arg,
+        default=4,
+        metavar="K",
+        help="draft length per round, or auto: each round's length (a tree's depth) chosen from the measured "
+        "verify cost, draft cost and acceptance (default: 4)",
+    )
     p.add_argument(
         "--threads",
         type=threads_arg,

@@ -344,8 +344,10 @@ def _print_header(info: Any) -> None:
     if m.draft_name:
         print(f"  draft   {_safe(m.draft_name)}" + (f"  ({_safe(m.draft_hash)})" if m.draft_hash else ""))
     params = _safe(dict(c.proposer_params), 2 * SAFE_WIDTH) if c.proposer_params else ""
+    auto = (c.proposer_params or {}).get("k_policy") == "auto"  # each round's k chosen by cost: the k column
     print(
-        f"  proposer {_safe(c.proposer)} {params}  k={c.k}  {c.sampling.describe()}  seed={c.seed}  "
+        f"  proposer {_safe(c.proposer)} {params}  k={'auto, at most ' if auto else ''}{c.k}  "
+        f"{c.sampling.describe()}  seed={c.seed}  "
         f"eos={c.eos_token_id}  max_new_tokens={c.max_new_tokens}  {_safe(c.device)}/{_safe(c.dtype)}  "
         f"vocab={c.vocab_size}"
     )
@@ -360,8 +362,8 @@ def _print_header(info: Any) -> None:
     )
     print()
     print(
-        f"{'round':>5} {'prefix':>6} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  emitted (! "
-        "repaired, + bonus)"
+        f"{'round':>5} {'prefix':>6} {'k':>3} {'acc':>5}  {'tcache b>p>a':>14}  {'draft ms':>8} {'verify ms':>9}  "
+        "emitted (! repaired, + bonus)"
     )
 
 
@@ -374,7 +376,8 @@ def _print_summary(s: Any) -> None:
         + (" bonus-withheld" if s.bonus_withheld else "")
     )
     print(
-        f"{s.index:>5} {s.prefix_len:>6} {s.accepted:>2}/{s.drafted:<2}  {tc.before:>4}>{tc.peak:>4}>{tc.after:>4}  "
+        f"{s.index:>5} {s.prefix_len:>6} {s.k:>3} {s.accepted:>2}/{s.drafted:<2}  "
+        f"{tc.before:>4}>{tc.peak:>4}>{tc.after:>4}  "
         f"{s.timings.draft_s * 1e3:>8.2f} {s.timings.verify_s * 1e3:>9.2f}  {toks}{flags}"
     )
 

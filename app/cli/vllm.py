@@ -173,8 +173,10 @@ def cmd_run_vllm(args: argparse.Namespace, helpers: tuple) -> int:
     from specscope.core.engines.vllm.engine import VllmEngineError, run_driver, traces, write_traces
 
     run, tokenizer = vllm_run_of(args, helpers)
-    if args.k < 1:
-        raise CliError("--k (draft length) must be at least 1")
+    if not isinstance(args.k, int) or args.k < 1:  # k auto: the specscope engine's policy
+        raise CliError(
+            "--k (draft length) must be a whole number of at least 1 for the vllm engine (auto: specscope's)"
+        )
     print(
         f"-- vLLM: starting its engine in {_venv_label()} (a minute or more on a CPU) ...", file=sys.stderr, flush=True
     )

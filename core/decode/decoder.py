@@ -28,6 +28,14 @@ import numpy as np
 import torch
 
 from specscope.core.decode.allocator import tune_allocator
+from specscope.core.decode.draft_length import (
+    AUTO_K_MAX,
+    CostPolicy,
+    VerifyCost,
+    is_auto,
+    measure_verify_cost,
+    target_forward_timer,
+)
 from specscope.core.decode.kv import CachedLM, CachePolicy, Stopwatch
 from specscope.core.decode.layout import Layout, layout_for
 from specscope.core.decode.run import RunHandle
@@ -131,7 +139,7 @@ class SpeculativeDecoder:
         self,
         target: torch.nn.Module,
         proposer: Proposer,
-        k: int = 4,
+        k: int | str = 4,
         sampling: SamplingConfig | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         seed: int = 0,
@@ -146,7 +154,10 @@ class SpeculativeDecoder:
         stops: Stops | None = None,
         token_piece: Callable[[int], str] | None = None,
     ):
-        """`vectors`: what each Round record carries of its full-vocabulary rows: "full"
+        """`k`: the draft length (a chain's tokens; a tree's spec sizes it), or "auto": each round's
+        length (a tree's depth) chosen by measured cost and acceptance, up to AUTO_K_MAX
+        (core.decode.draft_length; the run's config records k = AUTO_K_MAX and the policy).
+        `vectors`: what each Round record carries of its full-vocabulary rows: "full"
         (float64 numpy vectors), "top" (a TopDistribution: the top-N entries, the drawn
         tokens' entries and the exact whole-vector facts, computed on the model's device)
         or "auto" (full up to core.sampling.dists.FULL_VECTORS_MAX_VOCAB tokens, top above).
@@ -163,7 +174,11 @@ class SpeculativeDecoder:
         `layout` (core.decode.layout: how a draft is laid out in the verify forward and kept
         in the cache; a tree for a proposer that drafts trees, else a chain)."""
         # the settings model's bounds (core.settings.bounds); `vectors` is checked by keeps_full_vectors
-        k, seed = _bounded("k (draft length)", k, "k"), _bounded("seed", seed, "seed")
+        self.auto_k = is_auto(k)  # the length chosen each round by cost (core.decode.draft_length)
+        k = AUTO_K_MAX if self.auto_k else _bounded("k (draft length)", k, "k")
+        seed = _bounded("seed", seed, "seed")
+        self._verify_table: dict[int, float] | None = None  # auto: the target's measured forward times
+        self._policy: CostPolicy | None = None  # auto: the run in progress's policy
         top_n = _bounded("top_n", top_n, "top_n")
         self.sampling = sampling if sampling is not None else SamplingConfig()
         if not isinstance(self.sampling, SamplingConfig):
@@ -237,6 +252,7 @@ class SpeculativeDecoder:
                 "spec": self.proposer.spec,
                 **self.proposer.params(),
                 **coupled_params(self.coupling, self.sampling.greedy),
+                **self._k_policy_params(ids),
             },
             target_name=self.target_name,
             draft_name=self.proposer.label,
@@ -279,6 +295,7 @@ class SpeculativeDecoder:
         stop_reason: StopReason = "budget"
         started = time.perf_counter()
         self._tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
+        self._policy = self._new_policy(context) if self.auto_k else None
         try:
             while len(new_tokens) < budget:
                 rnd = self._round(config.run_id, tally.rounds, context, len(new_tokens), budget, rng)
@@ -340,6 +357,8 @@ class SpeculativeDecoder:
         clock, lm, layout = self.stopwatch, self.target_lm, self.layout
         remaining = budget - emitted_before
         k = layout.draft_length(self.k, remaining)
+        if self._policy is not None:  # k="auto": this round's length (a tree's depth) by cost
+            k = min(k, self._policy.choose())
         prefix_len = len(context)
         target_before = lm.processed
 
@@ -391,6 +410,9 @@ class SpeculativeDecoder:
             walk_facts=layout.walk_facts,
         )
         t3 = clock.now()
+        if self._policy is not None:  # the round's costs and acceptance (a prompt-reading round: acceptance only)
+            n = len(pending) + len(draft.tokens)
+            self._policy.observe(draft.parents, len(verdict.path), t1 - t0, t2 - t1, n, costs=target_before > 0)
 
         fields = dict(
             run_id=run_id,
@@ -418,6 +440,29 @@ class SpeculativeDecoder:
             target_forwards=1,
         )
         return layout.record(fields, task, verdict, vectors, placed)
+
+    # ------------------------------------------------------------------ k = "auto"
+
+    def _verify_cost_table(self, prompt: Sequence[int]) -> dict[int, float]:
+        """The target's forward time over 1..N positions (N: the deepest chain's, or 65 for a
+        tree), measured once per decoder with a few warm forwards after the prompt."""
+        if self._verify_table is None:
+            most = self.k + 1 if self.proposer.tree is None else 65
+            timer = target_forward_timer(self.target, prompt, self.use_cache)
+            self._verify_table = measure_verify_cost(timer, most)
+        return self._verify_table
+
+    def _k_policy_params(self, prompt: Sequence[int]) -> dict[str, Any]:
+        """What a run's config records of an auto k: the policy, its cap and the measured table."""
+        if not self.auto_k:
+            return {}
+        table = self._verify_cost_table(prompt)
+        return {"k_policy": "auto", "k_max": self.k, "verify_ms": {str(n): round(s * 1e3, 4) for n, s in table.items()}}
+
+    def _new_policy(self, prompt: Sequence[int]) -> CostPolicy:
+        tree = self.proposer.tree
+        depth = self.k if tree is None else min(self.k, int(getattr(tree, "depth", self.k)))  # a tree: its own depth
+        return CostPolicy(depth, VerifyCost(self._verify_cost_table(prompt)), tree=tree is not None)
 
     def _draft(self, context: list[int], k: int, rng: np.random.Generator) -> Draft:
         draft = self.proposer.propose(context, k, self.sampling, rng)

@@ -164,6 +164,7 @@ def _transformers_engine(
     settings: RunSettings, models: Any, eos: tuple[int, ...], names: Mapping[str, str] | None, stops: Any, piece: Any
 ) -> Any:
     """transformers' own generate() with the spec's draft model (assisted) or prompt lookup, recorded."""
+    from specscope.core.decode.draft_length import START_K
     from specscope.core.draft.registry import parse_spec
     from specscope.core.engines import PrivateAPIChanged, TransformersEngine
 
@@ -173,7 +174,10 @@ def _transformers_engine(
             models.target,
             kind="assisted" if spec.kind == "draft" else "lookup",
             draft=models.draft,
-            k=settings.k,
+            # k auto: transformers' own adaptive length (its "heuristic" schedule, from 4), as its
+            # generate() runs it; the settings refuse auto for its prompt lookup
+            k=settings.k if isinstance(settings.k, int) else START_K,
+            schedule="constant" if isinstance(settings.k, int) else "heuristic",
             sampling=settings.sampling(),
             eos_token_id=eos,
             seed=settings.seed,
@@ -224,7 +228,7 @@ def check_positions(
 def _positions_past_budget(settings: RunSettings) -> tuple[int, str]:
     """The positions a run's engine reads past prompt + budget, and why: transformers' prompt
     lookup's (core.engines.hf_engine.lookup_positions_past_budget); none otherwise."""
-    if settings.engine != "transformers":
+    if settings.engine != "transformers" or not isinstance(settings.k, int):  # k auto: refused by the settings' check
         return 0, ""
     from specscope.core.draft.registry import parse_spec
     from specscope.core.engines.hf_engine import lookup_positions_past_budget

@@ -294,9 +294,27 @@ def _head_draw(spec: ProposerSpec) -> str:
     return draw
 
 
+def _head_stop(spec: ProposerSpec) -> float | None:
+    """The `stop` threshold (EAGLE-2 style early stop of a chain), checked: in [0, 1)."""
+    stop = spec.params.get("stop")
+    if stop is None:
+        return None
+    if spec.kind == "medusa" or spec.params.get("tree"):
+        raise SpecError(
+            f"{spec.kind}: stop ends a chain drafted one head step at a time (eagle, eagle3, mtp); "
+            "a tree or Medusa's heads are sized by their spec"
+        )
+    if not 0.0 <= float(stop) < 1.0:
+        raise SpecError(
+            f"{spec.kind}: stop must lie in [0, 1) (the path confidence below which drafting stops), got {stop!r}"
+        )
+    return float(stop)
+
+
 def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     _refuse_unnamed_head(spec)
     draw = _head_draw(spec)
+    stop = _head_stop(spec)
     from specscope.core.draft.heads import LOADERS
 
     bundled = KINDS[spec.kind].bundled_head
@@ -316,6 +334,7 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     except ValueError as exc:
         raise SpecError(f"{spec.kind}: {exc}") from None
     proposer.draw_mode = draw
+    proposer.stop_below = stop
     return cast("Proposer", proposer)  # each loader's HeadDrafting subclass implements propose and observe
 
 
@@ -327,6 +346,7 @@ def _check_head(spec: ProposerSpec) -> None:
 
     _refuse_unnamed_head(spec)
     _head_draw(spec)
+    _head_stop(spec)
     if spec.arg is None or _bundled_head_name(spec) is not None:
         return
     try:
@@ -402,6 +422,13 @@ HEAD_DRAW_PARAM = Param(
     "how a draft token is drawn at T > 0: sampled (from the head's q) | "
     "onehot (q's top token, verified as a point mass: vLLM #40149)",
 )
+HEAD_STOP_PARAM = Param(
+    "stop",
+    float,
+    None,
+    "EAGLE-2 style early stop of a chain: stop drafting once the product of the head's own "
+    "probabilities of its tokens falls below this (e.g. 0.3; default: draft all k)",
+)
 HEAD_FORMATS = {
     "eagle": "EAGLE repository's",
     "eagle3": "EAGLE-3 (EAGLE repository, SpecForge)",
@@ -429,6 +456,6 @@ for _kind, _summary in (
             takes_path=True,
             bundled_head=bundled,
             check=_check_head,
-            params=(*TREE_PARAMS, HEAD_DRAW_PARAM),
+            params=(*TREE_PARAMS, HEAD_DRAW_PARAM, HEAD_STOP_PARAM),
         )
     )

@@ -34,7 +34,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specscope.core.settings.bounds import BOUNDS, INT32_MAX, INT64_MAX, MAX_K, IntBound
-from specscope.core.settings.vocab import DEFAULT_CHILDREN, ENGINES, VECTOR_POLICIES, Engine, VectorPolicy, one_of
+from specscope.core.settings.vocab import (
+    AUTO_K,
+    DEFAULT_CHILDREN,
+    ENGINES,
+    VECTOR_POLICIES,
+    AutoK,
+    Engine,
+    VectorPolicy,
+    one_of,
+)
 
 if TYPE_CHECKING:
     from specscope.core.draft.registry import ProposerSpec
@@ -102,7 +111,7 @@ class SettingsError(ValueError):
 class RunSettings:
     proposer: str = DEFAULT_PROPOSER  # a core.draft.registry spec, tree included
     engine: Engine = "specscope"
-    k: int = 4
+    k: int | AutoK = 4  # or "auto": each round's length by measured cost (core.decode.draft_length)
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -164,6 +173,10 @@ class RunSettings:
         errors: dict[str, str] = {}
         for key in INT_FIELDS:
             value = getattr(self, key)
+            if key == "k" and isinstance(value, str):  # "auto": the draft length chosen by cost each round
+                if value != AUTO_K:
+                    errors["k"] = f"{name['k']} must be a whole number or {AUTO_K!r}, got {value!r}"
+                continue
             if value is not None or key not in OPTIONAL_INTS:
                 _put(errors, key, name, BOUNDS[key].problem(value))
         _put(errors, "temperature", name, _temperature_problem(self.temperature))
@@ -334,6 +347,8 @@ def _combination_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, 
         return
     if s.engine != "transformers":
         return
+    if s.k == AUTO_K and spec.kind == "lookup":  # a draft model: transformers' own heuristic schedule (factory)
+        errors["k"] = f"{name['k']} auto: transformers' prompt lookup drafts a fixed length: give it a number"
     for key, off in (
         ("coupling_seed", s.coupling_seed is not None),
         ("fault", s.fault is not None),

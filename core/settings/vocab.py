@@ -31,6 +31,9 @@ StopKind = Literal["text", "ids"]
 # Where the CLI runs the models ("auto": CUDA when available) and the dtypes it loads them in.
 Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["float32", "float16", "bfloat16", "float64"]
+# k's one word: the draft length (a tree's depth) chosen each round by cost (core.decode.draft_length).
+AutoK = Literal["auto"]
+AUTO_K: AutoK = "auto"
 
 ENGINES: tuple[Engine, ...] = get_args(Engine)
 CHILDREN_MODES: tuple[ChildrenMode, ...] = get_args(ChildrenMode)

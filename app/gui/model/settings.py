@@ -28,6 +28,7 @@ from specscope.core.settings.bounds import BOUNDS, MAX_K  # noqa: F401 (MAX_K: t
 from specscope.core.settings.model import DEFAULT_PROPOSER, FIELD_NAMES, eos_vocab_problem
 from specscope.core.settings.model import RunSettings as CoreRunSettings
 from specscope.core.settings.vocab import ENGINES as ALL_ENGINES
+from specscope.core.settings.vocab import AutoK
 
 from .tree_settings import describe_tree, tree_choice_specs
 
@@ -280,6 +281,7 @@ class PanelSettings(CoreRunSettings):
     folder of a "local checkpoint…" (KIND:PATH) proposer."""
 
     prompt: str = ""
+    k: int | AutoK = "auto"  # the window's default: each round's length chosen by cost (core.decode.draft_length)
     checkpoint: str = ""  # the folder of a KIND:PATH spec, "" otherwise
     target: str = ""  # "" = the bundled target; a fetched model's name, a checkpoint folder or a GGUF file
 
@@ -422,7 +424,7 @@ def _numbers(get, errors: dict[str, str]) -> dict[str, Any]:
     """The numeric fields that parse, as numbers (the others' errors say why)."""
     whole = lambda s: int(s)  # noqa: E731
     fields = {
-        "k": (whole, "a whole number"),
+        "k": (lambda s: "auto" if s.lower() == "auto" else int(s), "a whole number or “auto”"),
         "temperature": (float, "a number"),
         "top_k": (whole, "a whole number"),
         "top_p": (float, "a number"),

@@ -332,6 +332,9 @@ class HeadDrafting(ProposerBase):
         # reported as a point mass, as servers did that treated T > 0 drafts as one-hot (vLLM
         # #40149): still exact (accepted with p(x), the residual is p without x), accepted less.
         self.draw_mode = "sampled"
+        # EAGLE-2 style early stop (the registry's `stop`): a chain ends once the product of the
+        # head's own probabilities of its tokens falls below this; None drafts all k
+        self.stop_below: float | None = None
         self.spec = f"{self.name}:{label}"
         self.tree: Any = None  # a core.draft.trees.TreeSpec when the head drafts trees
         self.children = "topk"
@@ -363,7 +366,8 @@ class HeadDrafting(ProposerBase):
 
     def params(self) -> dict[str, Any]:
         trees = {"tree": str(self.tree), "children": self.children} if self.tree is not None else {}
-        return {"head": self.label, "draw": self.draw_mode, **trees}
+        stop = {} if self.stop_below is None else {"stop": self.stop_below}
+        return {"head": self.label, "draw": self.draw_mode, **trees, **stop}
 
     def reset(self) -> None:
         self._features, self._feature_end = None, 0
@@ -505,6 +509,7 @@ class RecurrentHeadProposer(HeadDrafting):
         qs: list[torch.Tensor] = []
         draws: list[float] = []
         confidence: list[torch.Tensor] = []
+        path = 1.0  # the head's probability of the path so far (with stop_below)
         for i in range(k):
             logits = self.head.logits(hidden)
             token, q, u = self.draw(
@@ -516,10 +521,16 @@ class RecurrentHeadProposer(HeadDrafting):
                 qs.append(q)
             if u is not None:
                 draws.append(u)
+            if self.stop_below is not None and i + 1 < k:
+                # decided after the token is kept, from the drafted path alone: the verify rules
+                # stay exact (a token is never dropped for what it is, which would bias q)
+                path *= float(confidence[-1])
+                if path < self.stop_below:
+                    break
             if i + 1 < k:  # the head's own output is the next step's feature
                 fed = torch.tensor([[token]], dtype=torch.long, device=device)
                 hidden = self.head.step(hidden[None, None], fed, from_target=False)[0, -1]
-        return make_draft(tokens, qs, draws, k, before, self.head.length, confidence)
+        return make_draft(tokens, qs, draws, len(tokens), before, self.head.length, confidence)
 
     def _feed_real(self, context: Sequence[int]) -> torch.Tensor:
         """Feed the features handed over since the last round (paired with the tokens one

@@ -12,7 +12,7 @@ def texts(**over):
 def test_defaults_are_valid():
     v = validate(texts())
     assert v.ok, v.errors
-    assert v.settings.k == 4 and v.settings.greedy
+    assert v.settings.k == "auto" and v.settings.greedy  # the window's default: k chosen by cost
 
 
 def test_each_bad_field_is_explained():

@@ -1,0 +1,175 @@
+"""The `k = "auto"` policy (core.decode.draft_length) on synthetic costs: deterministic, no model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specscope.core.cost import expected_tokens
+from specscope.core.decode.draft_length import (
+    Acceptance,
+    CostPolicy,
+    VerifyCost,
+    is_auto,
+    measure_verify_cost,
+)
+
+FLAT = {n: 0.010 for n in (1, 2, 3, 5, 9)}  # a forward over 9 positions costs what one does
+STEEP = {n: 0.010 * n for n in (1, 2, 3, 5, 9)}  # every position costs a full step
+
+
+def chain(k: int) -> tuple[int, ...]:
+    return tuple(range(-1, k - 1))
+
+
+def run(policy: CostPolicy, alpha: float, rounds: int = 200, draft_s: float = 0.0005, seed: int = 0) -> list[int]:
+    """`rounds` rounds where each drafted position is accepted with probability alpha (given
+    the previous was); the draft costs `draft_s` a token and the verify what the table says.
+    Returns the lengths the policy chose."""
+    rng = np.random.default_rng(seed)
+    table = dict(policy.verify.points)
+    truth = VerifyCost(table)
+    for _ in range(rounds):
+        k = policy.choose()
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        policy.observe(chain(k), accepted, draft_s * k, truth(k + 1), k + 1)
+    return policy.chosen
+
+
+def settled(chosen: list[int]) -> float:
+    return float(np.median(chosen[-50:]))
+
+
+def test_high_acceptance_and_flat_verify_cost_draft_long():
+    chosen = run(CostPolicy(8, VerifyCost(FLAT)), alpha=0.9)
+    assert settled(chosen) >= 7
+
+
+def test_low_acceptance_drafts_short():
+    chosen = run(CostPolicy(8, VerifyCost(FLAT)), alpha=0.1)
+    assert settled(chosen) <= 2
+
+
+def test_steep_verify_cost_drafts_shorter_than_flat():
+    flat = settled(run(CostPolicy(8, VerifyCost(FLAT)), alpha=0.7))
+    steep = settled(run(CostPolicy(8, VerifyCost(STEEP)), alpha=0.7))
+    assert steep <= 2 < 5 <= flat
+
+
+def test_expensive_drafts_draft_shorter():
+    cheap = settled(run(CostPolicy(8, VerifyCost(FLAT)), alpha=0.8, draft_s=0.0002))
+    dear = settled(run(CostPolicy(8, VerifyCost(FLAT)), alpha=0.8, draft_s=0.006))
+    assert dear < cheap
+
+
+def test_the_choice_maximises_the_expected_rate():
+    """With the estimates fixed, the choice is the argmax of E(d) / (d c + v(d + 1))."""
+    policy = CostPolicy(8, VerifyCost(STEEP))
+    run(policy, alpha=0.6, rounds=100)
+    rates = {d: policy.rate(d) for d in range(1, 9)}
+    assert policy.choose() == max(rates, key=rates.__getitem__)
+    alpha = policy.acceptance.pooled()
+    c, v = policy.draft_s, policy.verify
+    assert c is not None
+    expected = {d: expected_tokens(alpha, d) / (d * c + v(d + 1)) for d in range(1, 9)}
+    # per-depth rates near the pooled one: the same argmax as the constant-alpha model
+    assert max(expected, key=expected.__getitem__) == policy.chosen[-1]
+
+
+def test_policy_moves_up_when_acceptance_rises_and_down_when_it_falls():
+    policy = CostPolicy(8, VerifyCost(FLAT))
+    low = settled(run(policy, alpha=0.1, rounds=150))
+    high = settled(run(policy, alpha=0.95, rounds=150, seed=1))
+    again = settled(run(policy, alpha=0.1, rounds=150, seed=2))
+    assert low <= 2 and high >= 6 and again <= 2
+
+
+def test_first_round_drafts_the_start_length_before_anything_is_measured():
+    assert CostPolicy(8, VerifyCost(FLAT)).choose() == 4
+    assert CostPolicy(2, VerifyCost(FLAT)).choose() == 2
+    assert CostPolicy(5, VerifyCost(FLAT), tree=True).choose() == 5  # a tree: its full depth, to count its nodes
+
+
+def test_a_prompt_reading_round_updates_acceptance_only():
+    policy = CostPolicy(8, VerifyCost(FLAT))
+    policy.observe(chain(4), 4, 10.0, 10.0, 50, costs=False)
+    assert policy.draft_s is None and policy.verify.scale == 1.0
+    assert policy.acceptance.tried[:5] == [1.0, 1.0, 1.0, 1.0, 0.0]
+
+
+def test_nothing_drafted_changes_nothing():
+    policy = CostPolicy(8, VerifyCost(FLAT))
+    policy.observe((), 0, 0.001, 0.01, 1)
+    assert policy.draft_s is None and sum(policy.acceptance.tried) == 0
+
+
+def test_verify_cost_interpolates_extrapolates_and_rescales():
+    cost = VerifyCost({1: 1.0, 3: 2.0, 5: 4.0})
+    assert cost(1) == 1.0 and cost(2) == 1.5 and cost(4) == 3.0 and cost(7) == 6.0 and cost(0) == 1.0
+    for _ in range(100):
+        cost.observe(3, 4.0)  # rounds twice as slow as the warm forwards
+    assert cost.scale == pytest.approx(2.0, rel=1e-6)
+    assert cost(5) == pytest.approx(8.0, rel=1e-6)
+    cost.observe(3, 4000.0)  # one stall: the scale moves by at most 4 ** weight
+    assert cost.scale <= 2.0 * 4**cost.weight + 1e-9
+    with pytest.raises(ValueError):
+        VerifyCost({})
+    with pytest.raises(ValueError):
+        VerifyCost({1: 0.0})
+
+
+def test_acceptance_counts_the_tried_depths_only():
+    acc = Acceptance(4, prior_mean=0.5, prior_strength=2.0, decay=1.0)
+    acc.observe(4, 1)  # depth 1 accepted, depth 2 rejected, depths 3-4 never tried
+    assert acc.tried == [1.0, 1.0, 0.0, 0.0] and acc.accepted == [1.0, 0.0, 0.0, 0.0]
+    pooled = (1 + 1.0) / (2 + 2.0)
+    assert acc.pooled() == pytest.approx(pooled)
+    assert acc.rates()[2] == pytest.approx(pooled)  # an untried depth takes the pooled rate
+
+
+def test_tree_positions_come_from_the_measured_node_counts():
+    policy = CostPolicy(3, VerifyCost(STEEP), tree=True)
+    parents = (-1, -1, -1, 0, 0, 1, 3)  # depths 1,1,1,2,2,2,3: 3, 6 and 7 nodes within depth 1, 2, 3
+    policy.observe(parents, 1, 0.003, 0.08, 8)
+    assert [policy.positions(d) for d in (1, 2, 3)] == [4.0, 7.0, 8.0]
+
+
+def test_a_wide_tree_with_steep_cost_is_cut_shallow():
+    policy = CostPolicy(3, VerifyCost(STEEP), tree=True)
+    wide = (-1, -1, -1, -1, 0, 0, 0, 0, 1, 1, 4, 4)  # 4, 10 and 12 nodes within depth 1, 2, 3
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        d = policy.choose()
+        kept = tuple(p for p in wide[: (4, 10, 12)[d - 1]])
+        accepted = int(rng.random() < 0.5)
+        policy.observe(kept, accepted, 0.0005 * d, STEEP[5] * len(kept), len(kept) + 1)
+    assert settled(policy.chosen) == 1
+
+
+def test_a_timing_spike_does_not_shape_the_table():
+    """A forward over more positions never costs less: a spike at one n is pooled with its
+    neighbours (the least-squares non-decreasing fit)."""
+    cost = VerifyCost({1: 1.0, 2: 9.0, 3: 1.0, 4: 2.0})
+    values = [s for _, s in cost.points]
+    assert values == sorted(values) and values[0] == 1.0 and values[-1] == pytest.approx(4.0)
+    assert sum(values) == pytest.approx(13.0)  # the fit keeps the total (least squares under order)
+
+
+def test_measure_verify_cost_takes_the_least_after_a_warm_call():
+    calls: list[int] = []
+    times = iter([9.0, 3.0, 1.0, 2.0] * 20)
+
+    def forward(n: int) -> float:
+        calls.append(n)
+        return next(times)
+
+    table = measure_verify_cost(forward, 3, reps=3, positions=(1, 2, 3, 5))
+    assert sorted(table) == [1, 2, 3]
+    assert table[1] == 1.0  # the warm 9.0 dropped; the least of 3, 1, 2
+    assert calls[:4] == [1, 1, 1, 1]
+
+
+def test_is_auto():
+    assert is_auto("auto") and is_auto(" AUTO ") and not is_auto(4) and not is_auto("4")
