@@ -57,6 +57,28 @@ class VllmRun:
     target_name: str | None = None
     proposer_text: str = ""
     overhead_reps: int = 0  # the driver's capture-overhead measurement (docs/vllm.md): off/on pairs after the run
+    bench_reps: int = 0  # `specscope bench --engine vllm`: timed one-prompt generate() calls instead of the run
+    bench_warm: int | None = None  # the bench's warm-up prompts (None: all)
+    threads: int | None = None  # OMP_NUM_THREADS of vLLM's processes (None: vLLM's choice)
+
+
+def checkpoint_folder(ref: str | None, role: str) -> Path:
+    """A checkpoint folder vLLM can load: a bundled model's folder, a fetched model's converted
+    checkpoint (`smollm2`), a GGUF file's conversion, or a folder; VllmEngineError otherwise."""
+    from specscope.core.loading import models as loading
+
+    if ref is None or ref.strip().lower() in ("target", "specscope/target"):
+        return Path(loading.bundled_path("target"))
+    key = loading._bundled_key(ref)
+    if key is not None:
+        try:
+            return Path(loading.bundled_path(key))
+        except Exception:  # noqa: BLE001 - not bundled after all: a path
+            pass
+    try:
+        return Path(loading._checkpoint_dir(ref, role))
+    except Exception as exc:  # noqa: BLE001 - CheckpointError and friends: their message is the line
+        raise VllmEngineError(str(exc)) from None
 
 
 def speculative_config(run: VllmRun) -> dict:
@@ -96,6 +118,12 @@ def driver_spec(run: VllmRun, work: Path) -> dict:
         "eos_ids": list(run.eos_ids),
         "prompts": run.prompts,
         "overhead_reps": run.overhead_reps,
+        "threads": run.threads,
+        **(
+            {"bench": {"reps": run.bench_reps, "warm": len(run.prompts) if run.bench_warm is None else run.bench_warm}}
+            if run.bench_reps
+            else {}
+        ),
         "llm_kwargs": {
             "skip_tokenizer_init": True,
             "per_request_spec_decode_metrics": "detailed",
@@ -142,6 +170,26 @@ def run_driver(
     results = _read_jsonl(work / "result.jsonl")
     timing = next((r for r in results if r.get("record") == "timing"), {})
     return captured, [r for r in results if "request_id" in r], timing
+
+
+def run_bench_driver(
+    run: VllmRun, venv: str | os.PathLike | None = None, work: Path | None = None
+) -> tuple[list[dict], dict]:
+    """`specscope bench --engine vllm`: vLLM without the capture, each prompt alone in its own
+    generate() call, `run.bench_reps` times after a warm-up (driver.py's _bench); (one record
+    per timed call: rep, prompt, s, token_ids, spec_decode; the timing record)."""
+    if run.bench_reps < 1:
+        raise VllmEngineError("a vLLM bench needs at least one repetition")
+    run.capture = False
+    work = Path(work or tempfile.mkdtemp(prefix="specscope-vllm-bench-"))
+    _, _, timing = run_driver(run, venv=venv, work=work)
+    records = [r for r in _read_jsonl(work / "result.jsonl") if r.get("record") == "bench"]
+    if len(records) != run.bench_reps * len(run.prompts):
+        raise VllmEngineError(
+            f"vLLM's bench wrote {len(records)} of {run.bench_reps * len(run.prompts)} timed runs "
+            f"(log: {work / 'vllm.log'})"
+        )
+    return records, timing
 
 
 def _root_cause(log: Path) -> str:
