@@ -28,6 +28,7 @@ from specscope.core import RunHandle, parse_spec
 from specscope.core.decode.settings import SettingsError
 
 from .hub import ModelHub, Prepared
+from .vllm import build_vllm  # the vllm engine's lanes (vLLM's own process)
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class DecodeWorker(QObject):
             lanes = []
             for i, settings in enumerate(settings_list):
                 building = i
-                prep = self.hub.build(settings)
+                prep = build_vllm(self.hub, settings) if settings.engine == "vllm" else self.hub.build(settings)
                 recorder = None
                 if self.recorder_factory is not None:
                     try:
