@@ -10,7 +10,8 @@ format the CLI imports) and handed to the worker one round at a time, as a decod
 rounds: Run, Step and Pause step through them, the views fill round by round, and the
 worker's recorder writes them to the window's store (the run's config carries vLLM's own
 per-request counts, the NaN list the `nonfinite` rule reads, and vLLM's version). Stop
-cancels between rounds; it cannot cut vLLM's generate() short.
+cancels between rounds, and while vLLM runs it ends vLLM's processes (the run is then
+cancelled with no rounds).
 
 Where vLLM is not set up, Run refuses under the engine field in one line (`specscope vllm
 setup`), and the engine menus say so on the vllm entry (model/settings.py: engine_note).
@@ -22,7 +23,7 @@ import dataclasses
 import shutil
 import tempfile
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,9 @@ def vllm_run_of(settings: RunSettings, prompt: list[int], eos: tuple[int, ...], 
     )
 
 
-def recorded_rounds(run: Any, work: Path) -> tuple[RunConfig, list[Round], list[int], Any, float]:
+def recorded_rounds(
+    run: Any, work: Path, cancelled: Callable[[], bool] | None = None
+) -> tuple[RunConfig, list[Round], list[int], Any, float]:
     """Run vLLM (the engine's driver) and read its one request back as core records: through
     the trace format and a scratch store, exactly as `specscope run --engine vllm --db`
     imports it. (config, rounds, new tokens, stop reason, generate() seconds)."""
@@ -109,7 +112,7 @@ def recorded_rounds(run: Any, work: Path) -> tuple[RunConfig, list[Round], list[
     from specscope.storage.jsonl.transfer import import_run
 
     try:
-        captured, results, timing = run_driver(run, work=work)
+        captured, results, timing = run_driver(run, work=work, cancelled=cancelled)
         lines = traces(run, captured, results, timing.get("vllm", "unknown"), timing.get("generate_s"))
     except VllmEngineError as exc:
         raise RuntimeError(str(exc)) from None
@@ -125,9 +128,12 @@ def recorded_rounds(run: Any, work: Path) -> tuple[RunConfig, list[Round], list[
     return info.config, rounds, tokens, info.stop_reason or "budget", float(timing.get("generate_s") or 0.0)
 
 
-def build_vllm(hub: ModelHub, settings: RunSettings, run_id: str | None = None) -> Prepared:
+def build_vllm(
+    hub: ModelHub, settings: RunSettings, run_id: str | None = None, cancelled: Callable[[], bool] | None = None
+) -> Prepared:
     """A vLLM lane, prepared: settings checked (vLLM's own refusals, `specscope vllm setup`),
-    the prompt encoded with the target's tokenizer, vLLM run to the end (module docstring)."""
+    the prompt encoded with the target's tokenizer, vLLM run to the end (module docstring).
+    `cancelled()` (the worker's Stop, the window closing) ends vLLM's processes."""
     from specscope.core.engines.vllm.setup import not_set_up
 
     settings.check()
@@ -149,7 +155,7 @@ def build_vllm(hub: ModelHub, settings: RunSettings, run_id: str | None = None) 
     work = Path(tempfile.mkdtemp(prefix="specscope-vllm-window-"))
     started = time.perf_counter()
     try:
-        config, rounds, tokens, stop, wall = recorded_rounds(run, work)
+        config, rounds, tokens, stop, wall = recorded_rounds(run, work, cancelled)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if run_id is not None:

@@ -137,8 +137,10 @@ def run_driver(
     venv: str | os.PathLike | None = None,
     work: Path | None = None,
     say: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> tuple[list[dict], list[dict], dict]:
-    """Run vLLM in its venv: (capture records, per-request results, timing)."""
+    """Run vLLM in its venv: (capture records, per-request results, timing). `cancelled()`
+    is polled twice a second: True (or an exception here) ends vLLM's processes."""
     venv = Path(venv) if venv else default_venv()
     python = venv_python(venv)
     if not python.is_file():
@@ -154,13 +156,25 @@ def run_driver(
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     log = work / "vllm.log"
     with open(log, "w") as fh:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [str(python), str(INSIDE / "driver.py"), str(spec_path)],
             stdout=fh,
             stderr=subprocess.STDOUT,
             env=env,
             cwd=str(work),
+            start_new_session=True,  # vLLM's engine core and workers share its group: one kill ends them all
         )
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if cancelled is not None and cancelled():
+                        raise VllmEngineError("cancelled while vLLM ran") from None
+        except BaseException:
+            _kill_group(proc)
+            raise
     if proc.returncode != 0 or not (work / "result.jsonl").is_file():
         raise VllmEngineError(f"vLLM failed (status {proc.returncode}): {_root_cause(log)} (log: {log})")
     captured = _read_jsonl(work / "capture.jsonl") if run.capture else []
@@ -190,6 +204,23 @@ def run_bench_driver(
             f"(log: {work / 'vllm.log'})"
         )
     return records, timing
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End the driver and every process vLLM started (its session's group)."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _root_cause(log: Path) -> str:
