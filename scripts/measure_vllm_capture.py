@@ -9,8 +9,8 @@ of its wrappers returns to vLLM's own function after one file-existence check
 (`capture.jsonl.off`), so the difference is what recording costs. It prints the load average
 before and after each proposer: a number taken under load is not a result.
 
-    .venv/bin/python scripts/measure_vllm_capture.py              # 5 repetitions, about 3 minutes
-    .venv/bin/python scripts/measure_vllm_capture.py --reps 1 --max-new 16   # a quick check
+    .venv/bin/python scripts/measure_vllm_capture.py          # 5 repetitions, 32 tokens: about 3 min (estimated)
+    .venv/bin/python scripts/measure_vllm_capture.py --reps 1 --max-new 8   # a quick check
 
 Needs `specscope vllm setup` and SmolLM2 (`specscope models fetch smollm2`).
 """
@@ -76,7 +76,7 @@ def main() -> int:
     ap.add_argument("--target", default="smollm2")
     ap.add_argument("--proposer", action="append", default=None, help="default: lookup and draft:smollm2-draft")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of vLLM's processes")
     ap.add_argument("--json", action="store_true")
