@@ -67,13 +67,14 @@ def test_vllm_session_runs_smollm2_in_the_window_and_compares(qtbot, smollm2_win
     panel.target.choose("smollm2")
     panel.set_texts({"prompt": PROMPT, "engine": "vllm", "proposer": "lookup", "max_new_tokens": "16", **SAMPLER})
     assert window.start_run(), window.last_error
-    wait_idle(qtbot, window, timeout=420_000)
+    wait_idle(qtbot, window, timeout=900_000)
     assert window.last_error is None, window.last_error
     model = window.model
     assert model.config.proposer == "vllm-ngram"
     assert model.config.proposer_params["vllm"]
     assert len(model.output_tokens) == 16 and len(model.rounds) >= 2
-    assert [r.index for r in model.rounds] == list(range(len(model.rounds)))  # the timeline's rounds
+    assert window.timeline.model is model  # the timeline draws these rounds
+    assert [r.index for r in model.rounds] == list(range(len(model.rounds)))
     assert any(r.nodes for r in model.rounds)  # vLLM's drafts
     with TraceStore(str(tmp_path / "window.sqlite")) as store:
         (info,) = [i for i in store.list_runs() if i.run_id == model.config.run_id]
@@ -93,7 +94,7 @@ def test_vllm_session_runs_smollm2_in_the_window_and_compares(qtbot, smollm2_win
             and all(r.stop_reason for r in session.results)
             and window.compare_controller.state == "idle"
         ),
-        timeout=420_000,
+        timeout=900_000,
     )
     assert window.last_error is None and not any(e.text() for e in window.compare.errors), window.last_error
     ours, theirs = session.models
