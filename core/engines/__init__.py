@@ -6,7 +6,11 @@ whether vLLM is set up, to label its engine menus) must not import torch."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names, for type checkers and readers; loaded by __getattr__ at run time
+    from specscope.core.engines.hf_engine import KINDS, TransformersEngine
+    from specscope.core.engines.hf_private import PrivateAPIChanged, check_private_api
 
 __all__ = ["KINDS", "PrivateAPIChanged", "TransformersEngine", "check_private_api"]
 
