@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 
 def _metrics(completion) -> dict | None:
@@ -128,7 +129,7 @@ def main(spec_path: str) -> int:  # long: the driver's steps in order: read the 
     return 0
 
 
-def _bench(llm, prompts, params, spec: dict, load_s: float) -> int:
+def _bench(llm: Any, prompts: list[Any], params: Any, spec: dict[str, Any], load_s: float) -> int:
     """`specscope bench --engine vllm`: batch size 1 as the bench's other rows, one prompt per
     generate() call; a warm-up pass (SPEC["bench"]["warm"] prompts), then `reps` repetitions
     over every prompt, each call timed. One JSON line per timed call (tokens and vLLM's own
