@@ -108,6 +108,16 @@ def add_bench_parser(subparsers: Any) -> None:  # long: the option table, one ad
     p.add_argument("--mode", choices=("greedy", "sampled", "both"), default="both", help="default: both")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--no-transformers", action="store_true", help="skip transformers' generate()")
+    p.add_argument(
+        "--engine",
+        action="append",
+        default=None,
+        choices=("specscope", "transformers", "vllm"),
+        help="vllm adds vLLM's rows: the same prompts, lookup (ngram) and draft proposers and k, run by vLLM in "
+        "its venv (`specscope vllm setup`) after the other rows, with tokens/s, mean accepted length and "
+        "whether greedy output equals specscope's decoder; specscope's and transformers' rows always run "
+        "(--no-transformers drops the latter)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the per-method memory measurement (child processes)")
     p.set_defaults(func=cmd_bench)
 
@@ -337,13 +347,19 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
             warm_every_prompt=not args.quick,
         )
         bench.run()
+        if "vllm" in (args.engine or ()):  # after the in-process rows: vLLM's own process, its own timing
+            _add_vllm_rows(bench, args, draft_refs, prompt_ids, settings, sampling, eos, results)
         results["modes"][mode] = bench.rows()
+        if "vllm" in (args.engine or ()):
+            from .vllm import annotate
+
+            annotate(results["modes"][mode], bench.methods, sampling.greedy)
         if not (args.quick and mode != modes[0]):  # --quick: one mode's memory (the modes differ by a few MB)
             # --quick also leaves out the traced rows' memory (the same models plus the writer)
             specs_of_memory += [
                 memory_spec(m, mode, args, draft_refs, prompt_ids, settings["max_new"], eos, device)
                 for m in bench.methods
-                if not (args.quick and "traced" in m.name)
+                if not (args.quick and "traced" in m.name) and m.family != "vllm"  # vLLM's own process
             ]
         if not args.json:
             print(f"\n### {mode}\n")
@@ -353,6 +369,43 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
             rows = results["modes"][measured["spec"]["mode"]]
             next(r for r in rows if r["method"] == measured["spec"]["method"])["memory"] = measured
     return results
+
+
+def _add_vllm_rows(
+    bench: Any,
+    args: argparse.Namespace,
+    draft_refs: dict[str, str],
+    prompt_ids: list[list[int]],
+    settings: dict[str, Any],
+    sampling: Any,
+    eos: int | None,
+    results: dict[str, Any],
+) -> None:
+    """vLLM's rows (app/bench/vllm.py) appended to the bench's methods; a row vLLM cannot run
+    is a line in results["vllm_not_run"]."""
+    from .vllm import vllm_methods
+
+    methods, skipped = vllm_methods(
+        target_ref=args.target,
+        draft_refs=draft_refs,
+        specs=bench.specs,
+        ks=settings["ks"],
+        prompts=prompt_ids,
+        max_new=settings["max_new"],
+        reps=settings["reps"],
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        eos=eos,
+        threads=args.threads,
+        warm_every_prompt=not args.quick,
+        progress=_say,
+    )
+    bench.methods.extend(methods)
+    for line in skipped:
+        _say(f"vLLM row not run: {line}")
+    results.setdefault("vllm_not_run", [])
+    results["vllm_not_run"] += [line for line in skipped if line not in results["vllm_not_run"]]
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -33,6 +33,14 @@ def _interval(r: dict[str, Any], key: str, fmt: str = ".1f", suffix: str = "") -
 
 def _name(r: dict[str, Any]) -> str:
     name = r["method"]
+    same = r.get("greedy_identical_to_specscope")
+    if same is not None:  # a vLLM row (app/bench/vllm.py), greedy
+        diff = r.get("first_difference") or {}
+        name += (
+            " (greedy = specscope)"
+            if same
+            else f" (greedy differs from specscope: prompt {diff.get('prompt')}, token {diff.get('token')})"
+        )
     if "tracing_overhead_median" in r:
         name += (
             f" (overhead {100 * r['tracing_overhead_median']:+.1f}%, {100 * r['tracing_overhead_min']:+.1f}.."

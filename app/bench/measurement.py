@@ -69,6 +69,7 @@ class Method:
     spec: str | None = None  # the proposer spec of a specscope method
     untraced: str | None = None  # for a traced method: the name of the same method untraced
     samples: list[list[Sample]] = field(default_factory=list)  # [rep][prompt]
+    engine_version: str | None = None  # a vLLM row: vLLM's version (app/bench/vllm.py)
 
 
 def _sync(device: torch.device) -> None:

@@ -77,21 +77,12 @@ REFUSED = (
 
 
 def _model_dir(ref: str | None, role: str) -> Any:
-    """A checkpoint folder for vLLM: a bundled model's folder, a fetched model's converted
-    checkpoint (`smollm2`), a GGUF file's conversion, or a folder."""
-    from specscope.core.loading import models as loading
+    """A checkpoint folder for vLLM (core/engines/vllm/engine.py's checkpoint_folder)."""
+    from specscope.core.engines.vllm.engine import VllmEngineError, checkpoint_folder
 
-    if ref is None or ref.strip().lower() in ("target", "specscope/target"):
-        return loading.bundled_path("target")
-    key = loading._bundled_key(ref)
-    if key is not None:
-        try:
-            return loading.bundled_path(key)
-        except Exception:  # noqa: BLE001 - not bundled after all: a path
-            pass
     try:
-        return loading._checkpoint_dir(ref, role)
-    except Exception as exc:  # noqa: BLE001 - CheckpointError and friends: their message is the line
+        return checkpoint_folder(ref, role)
+    except VllmEngineError as exc:
         raise CliError(str(exc)) from None
 
 

@@ -336,14 +336,37 @@ def _tree_problems(params: Mapping[str, Any], errors: dict[str, str], name: Mapp
         errors["children"] = f"{name['children']}: {exc}"
 
 
+VLLM_PROPOSERS = ("lookup", "draft", "eagle3", "eagle", "medusa", "mtp")  # core/engines/vllm/engine.py's METHODS
+
+
+def _vllm_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, str], name: Mapping[str, str]) -> None:
+    """What vLLM's engine cannot run, as `specscope run --engine vllm` refuses it (app/cli/vllm.py)."""
+    if spec.kind not in VLLM_PROPOSERS:
+        errors["proposer"] = (
+            f"{name['proposer']} {spec.kind}: the vllm engine runs vLLM's proposers: lookup (ngram), draft, eagle3, "
+            "eagle, medusa, mtp"
+        )
+    elif spec.params.get("tree"):
+        errors["tree"] = f"{name['tree']}: vLLM drafts chains here"
+    for key, off, why in (
+        ("coupling_seed", s.coupling_seed is not None, "vLLM has no coupled verifier"),
+        ("fault", s.fault is not None, "faults are specscope's own"),
+        ("use_cache", not s.use_cache, "vLLM always decodes with its KV cache"),
+        ("stop_strings", bool(s.stop_strings), "the vllm engine runs without a detokenizer"),
+        ("stop_ids", bool(s.stop_ids), "the vllm engine stops at EOS and the budget only"),
+    ):
+        if off:
+            errors[key] = f"{name[key]} does not apply to the vllm engine ({why})"
+
+
 def _combination_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, str], name: Mapping[str, str]) -> None:
     """Settings valid alone that cannot run together: what the transformers engine cannot
     run, and coupling a tree."""
     tree = bool(spec.params.get("tree"))
     if s.coupling_seed is not None and tree:
         errors["coupling_seed"] = f"{name['coupling_seed']} verifies chain drafts: it cannot be combined with a tree"
-    if s.engine == "vllm":  # vLLM runs in its own venv, driven by app/cli/vllm.py (docs/vllm.md)
-        errors["engine"] = "the vllm engine runs from the command line for now: `specscope run --engine vllm`"
+    if s.engine == "vllm":  # vLLM runs in its own venv (core/engines/vllm, docs/vllm.md)
+        _vllm_problems(s, spec, errors, name)
         return
     if s.engine != "transformers":
         return

@@ -32,9 +32,29 @@ from specscope.core.settings.vocab import AutoK
 
 from .tree_settings import describe_tree, tree_choice_specs
 
-# The engines the window runs: vLLM runs from the command line only for now (`specscope run
-# --engine vllm`, docs/vllm.md), so its menus do not offer an engine that Run would refuse.
-ENGINES = tuple(e for e in ALL_ENGINES if e != "vllm")
+# The engines the window runs (vllm: app/gui/sessions/vllm.py, in vLLM's own venv).
+ENGINES = tuple(ALL_ENGINES)
+
+
+def engine_note(engine: str) -> str | None:
+    """One line saying why an engine cannot run here (vllm without `specscope vllm setup`),
+    None when it can: the engine menus show it on the entry, Run shows it under the field."""
+    if engine != "vllm":
+        return None
+    from specscope.core.engines.vllm.setup import not_set_up
+
+    return not_set_up()
+
+
+def note_engines(combo: Any) -> None:
+    """An engine menu (a QComboBox of ENGINES): an engine that cannot run here says why in one
+    line on its entry (its tooltip: how to run `specscope vllm setup`)."""
+    from PySide6.QtCore import Qt
+
+    for i in range(combo.count()):
+        if note := engine_note(combo.itemText(i)):
+            combo.setItemData(i, note, Qt.ItemDataRole.ToolTipRole)
+
 
 # Drafts and heads the package ships, named (not paths): the bundled target's and a fetchable
 # target's own (catalog default_draft / default_heads: smollm2-draft, eagle3-smollm2).
@@ -524,6 +544,8 @@ def validate(texts: dict[str, str], devices: tuple[str, ...] = ("cpu",), vocab_s
     )
     for key, message in settings.validate().items():
         errors.setdefault(key, message)  # a field whose text did not parse keeps that message
+    if "engine" not in errors and (note := engine_note(settings.engine)):
+        errors["engine"] = note
     if vocab_size and "eos" not in errors and (problem := eos_vocab_problem(eos, vocab_size)):
         errors["eos"] = problem
     return Validation(None, errors) if errors else Validation(settings)

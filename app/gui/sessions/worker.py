@@ -28,6 +28,7 @@ from specscope.core import RunHandle, parse_spec
 from specscope.core.decode.settings import SettingsError
 
 from .hub import ModelHub, Prepared
+from .vllm import build_vllm  # the vllm engine's lanes (vLLM's own process)
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,10 @@ class DecodeWorker(QObject):
             lanes = []
             for i, settings in enumerate(settings_list):
                 building = i
-                prep = self.hub.build(settings)
+                if settings.engine == "vllm":  # vLLM's own process (sessions/vllm.py)
+                    prep = build_vllm(self.hub, settings, cancelled=self._cancelled)
+                else:
+                    prep = self.hub.build(settings)
                 recorder = None
                 if self.recorder_factory is not None:
                     try:
@@ -191,6 +195,9 @@ class DecodeWorker(QObject):
         except Exception as exc:
             self.lanes = []
             self._set_state(IDLE)
+            if self._cancelled():  # stopped while a lane was being prepared (vLLM's run): nothing failed
+                self.finished.emit()
+                return
             if isinstance(exc, SettingsError):  # shown under the run panel's fields, as the CLI refuses them
                 self.refused.emit(dict(exc.errors), building)
             else:

@@ -36,6 +36,7 @@ from specscope.app.gui.model.settings import (
     PATH_ARG,
     RunSettings,
     menu_spec,
+    note_engines,
     proposer_choices,
     proposer_label,
     validate,
@@ -176,7 +177,10 @@ class CompareWidget(QWidget):
             err.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             engine = QComboBox()
             engine.addItems(ENGINES)
-            engine.setToolTip(f"who decodes side {LANE_NAMES[side]}: specscope, or transformers' own generate()")
+            note_engines(engine)
+            engine.setToolTip(
+                f"who decodes side {LANE_NAMES[side]}: specscope, transformers' own generate() or vLLM (docs/vllm.md)"
+            )
             self.engines.append(engine)
             for col, widget in enumerate((name, engine, combo, QLabel("k"), kedit, err)):
                 controls.addWidget(widget, side, 1 + col)

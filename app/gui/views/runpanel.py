@@ -33,6 +33,7 @@ from specscope.app.gui.model.settings import (
     Validation,
     checkpoint_of,
     menu_spec,
+    note_engines,
     proposer_choices,
     proposer_label,
     spec_text,
@@ -175,7 +176,11 @@ class RunPanelWidget(QWidget):
         first = self._add_row(grid, 0, "target", "Target", self.target)
         self.engine = QComboBox()
         self.engine.addItems(ENGINES)
-        self.engine.setToolTip("specscope's decoder, or transformers' own generate() recorded round by round")
+        note_engines(self.engine)
+        self.engine.setToolTip(
+            "specscope's decoder, transformers' own generate() or vLLM's own speculative decoding, "
+            "recorded round by round"
+        )
         self.fields["engine"] = self.engine
         first = self._add_row(grid, first, "engine", "Engine", self.engine)
         self.proposer = QComboBox()

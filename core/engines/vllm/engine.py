@@ -57,6 +57,28 @@ class VllmRun:
     target_name: str | None = None
     proposer_text: str = ""
     overhead_reps: int = 0  # the driver's capture-overhead measurement (docs/vllm.md): off/on pairs after the run
+    bench_reps: int = 0  # `specscope bench --engine vllm`: timed one-prompt generate() calls instead of the run
+    bench_warm: int | None = None  # the bench's warm-up prompts (None: all)
+    threads: int | None = None  # OMP_NUM_THREADS of vLLM's processes (None: vLLM's choice)
+
+
+def checkpoint_folder(ref: str | None, role: str) -> Path:
+    """A checkpoint folder vLLM can load: a bundled model's folder, a fetched model's converted
+    checkpoint (`smollm2`), a GGUF file's conversion, or a folder; VllmEngineError otherwise."""
+    from specscope.core.loading import models as loading
+
+    if ref is None or ref.strip().lower() in ("target", "specscope/target"):
+        return Path(loading.bundled_path("target"))
+    key = loading._bundled_key(ref)
+    if key is not None:
+        try:
+            return Path(loading.bundled_path(key))
+        except Exception:  # noqa: BLE001 - not bundled after all: a path
+            pass
+    try:
+        return Path(loading._checkpoint_dir(ref, role))
+    except Exception as exc:  # noqa: BLE001 - CheckpointError and friends: their message is the line
+        raise VllmEngineError(str(exc)) from None
 
 
 def speculative_config(run: VllmRun) -> dict[str, Any]:
@@ -96,6 +118,12 @@ def driver_spec(run: VllmRun, work: Path) -> dict[str, Any]:
         "eos_ids": list(run.eos_ids),
         "prompts": run.prompts,
         "overhead_reps": run.overhead_reps,
+        "threads": run.threads,
+        **(
+            {"bench": {"reps": run.bench_reps, "warm": len(run.prompts) if run.bench_warm is None else run.bench_warm}}
+            if run.bench_reps
+            else {}
+        ),
         "llm_kwargs": {
             "skip_tokenizer_init": True,
             "per_request_spec_decode_metrics": "detailed",
@@ -109,8 +137,10 @@ def run_driver(
     venv: str | os.PathLike[str] | None = None,
     work: Path | None = None,
     say: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Run vLLM in its venv: (capture records, per-request results, timing)."""
+    """Run vLLM in its venv: (capture records, per-request results, timing). `cancelled()`
+    is polled twice a second: True (or an exception here) ends vLLM's processes."""
     venv = Path(venv) if venv else default_venv()
     python = venv_python(venv)
     if not python.is_file():
@@ -126,13 +156,25 @@ def run_driver(
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     log = work / "vllm.log"
     with open(log, "w") as fh:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [str(python), str(INSIDE / "driver.py"), str(spec_path)],
             stdout=fh,
             stderr=subprocess.STDOUT,
             env=env,
             cwd=str(work),
+            start_new_session=True,  # vLLM's engine core and workers share its group: one kill ends them all
         )
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if cancelled is not None and cancelled():
+                        raise VllmEngineError("cancelled while vLLM ran") from None
+        except BaseException:
+            _kill_group(proc)
+            raise
     if proc.returncode != 0 or not (work / "result.jsonl").is_file():
         raise VllmEngineError(f"vLLM failed (status {proc.returncode}): {_root_cause(log)} (log: {log})")
     captured = _read_jsonl(work / "capture.jsonl") if run.capture else []
@@ -142,6 +184,43 @@ def run_driver(
     results = _read_jsonl(work / "result.jsonl")
     timing = next((r for r in results if r.get("record") == "timing"), {})
     return captured, [r for r in results if "request_id" in r], timing
+
+
+def run_bench_driver(
+    run: VllmRun, venv: str | os.PathLike | None = None, work: Path | None = None
+) -> tuple[list[dict], dict]:
+    """`specscope bench --engine vllm`: vLLM without the capture, each prompt alone in its own
+    generate() call, `run.bench_reps` times after a warm-up (driver.py's _bench); (one record
+    per timed call: rep, prompt, s, token_ids, spec_decode; the timing record)."""
+    if run.bench_reps < 1:
+        raise VllmEngineError("a vLLM bench needs at least one repetition")
+    run.capture = False
+    work = Path(work or tempfile.mkdtemp(prefix="specscope-vllm-bench-"))
+    _, _, timing = run_driver(run, venv=venv, work=work)
+    records = [r for r in _read_jsonl(work / "result.jsonl") if r.get("record") == "bench"]
+    if len(records) != run.bench_reps * len(run.prompts):
+        raise VllmEngineError(
+            f"vLLM's bench wrote {len(records)} of {run.bench_reps * len(run.prompts)} timed runs "
+            f"(log: {work / 'vllm.log'})"
+        )
+    return records, timing
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End the driver and every process vLLM started (its session's group)."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _root_cause(log: Path) -> str:

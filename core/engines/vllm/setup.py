@@ -52,6 +52,24 @@ def venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
+SETUP_LINE = "vLLM is not set up here: run `specscope vllm setup` (docs/vllm.md)"
+
+
+def not_set_up(venv: Path | None = None) -> str | None:
+    """One line saying why `--engine vllm` cannot run here (no venv, no vLLM or no capture
+    plugin in it), None when it can. Files only: nothing is started (the window asks this
+    to label its engine menus)."""
+    venv = Path(venv) if venv else default_venv()
+    if not venv_python(venv).is_file():
+        return f"{SETUP_LINE}; no vLLM venv at {venv}"
+    libs = list(venv.glob("lib/python*/site-packages")) + list(venv.glob("Lib/site-packages"))
+    if not any((site / "vllm").is_dir() for site in libs):
+        return f"{SETUP_LINE}; {venv} holds no vllm"
+    if not any((site / f"{PLUGIN_MODULE}.py").is_file() for site in libs):
+        return f"{SETUP_LINE}; {venv} lacks specscope's capture plugin"
+    return None
+
+
 def cuda_present() -> bool:
     """Whether this machine has a CUDA GPU (then the CUDA build `vllm` is installed)."""
     try:

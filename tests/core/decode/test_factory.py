@@ -56,7 +56,6 @@ def test_defaults_validate():
         ("top_n", 0, "top-N must be at least 1"),
         ("vectors", "some", "vectors must be one of auto, full, top"),
         ("engine", "gpt", "engine must be one of specscope, transformers, vllm"),
-        ("engine", "vllm", "the vllm engine runs from the command line for now"),
         ("fault", "no-such-bug", "unknown fault 'no-such-bug'"),
         ("proposer", "nope", "unknown proposer 'nope'"),
         ("proposer", "lookup:max_ngram=0", "proposer: "),
@@ -72,6 +71,17 @@ def test_tree_problems_go_under_tree_and_children():
     assert "branching factor" in RunSettings(proposer="draft:small,tree=3,x").validate()["tree"]
     assert "children" in RunSettings(proposer="draft:small,tree=2,1,children=some").validate()
     assert "choose a tree" in RunSettings(proposer="draft:small,children=sampled").validate()["children"]
+
+
+def test_what_the_vllm_engine_cannot_run_is_refused_under_its_field():
+    assert RunSettings(engine="vllm", proposer="lookup").validate() == {}
+    assert RunSettings(engine="vllm", proposer="draft:small").validate() == {}
+    errors = RunSettings(
+        engine="vllm", proposer="lookup", coupling_seed=1, fault="eos-leak", use_cache=False, stop_strings=("x",)
+    ).validate()
+    assert sorted(errors) == ["coupling_seed", "fault", "stop_strings", "use_cache"]
+    assert all("vllm engine" in msg for msg in errors.values()), errors
+    assert "chains" in RunSettings(engine="vllm", proposer="draft:small,tree=2,1").validate()["tree"]
 
 
 def test_what_cannot_run_together_is_refused():

@@ -72,20 +72,27 @@ def main(spec_path: str) -> int:  # long: the driver's steps in order: read the 
         detokenize=False,
     )
     prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in spec["prompts"]]
+    if spec.get("bench"):
+        return _bench(llm, prompts, params, spec, loaded - started)
     t0 = time.time()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.time() - t0
     reps = []
     if spec.get("overhead_reps"):  # capture off / on, interleaved, the same prompts (the first run warmed up)
         off = spec["capture_path"] + ".off"
-        for _ in range(int(spec["overhead_reps"])):
-            for mode in ("off", "on"):
+        for rep in range(int(spec["overhead_reps"])):
+            for mode in ("off", "on") if rep % 2 == 0 else ("on", "off"):  # the order alternates: drift hits both
                 if mode == "off":
                     open(off, "w").close()
                 t = time.time()
                 outs = llm.generate(prompts, params, use_tqdm=False)
                 reps.append(
-                    {"capture": mode, "s": time.time() - t, "tokens": sum(len(o.outputs[0].token_ids) for o in outs)}
+                    {
+                        "rep": rep,
+                        "capture": mode,
+                        "s": time.time() - t,
+                        "tokens": sum(len(o.outputs[0].token_ids) for o in outs),
+                    }
                 )
                 if os.path.exists(off):
                     os.remove(off)
@@ -119,6 +126,41 @@ def main(spec_path: str) -> int:  # long: the driver's steps in order: read the 
             )
             + "\n"
         )
+    return 0
+
+
+def _bench(llm: Any, prompts: list[Any], params: Any, spec: dict[str, Any], load_s: float) -> int:
+    """`specscope bench --engine vllm`: batch size 1 as the bench's other rows, one prompt per
+    generate() call; a warm-up pass (SPEC["bench"]["warm"] prompts), then `reps` repetitions
+    over every prompt, each call timed. One JSON line per timed call (tokens and vLLM's own
+    per-request spec-decode counts), then the timing record."""
+    import vllm
+
+    bench = spec["bench"]
+    for prompt in prompts[: int(bench.get("warm", len(prompts)))]:
+        llm.generate([prompt], params, use_tqdm=False)
+    with open(spec["result_path"], "w", encoding="utf-8") as fh:
+        for rep in range(int(bench["reps"])):
+            for i, prompt in enumerate(prompts):
+                t = time.perf_counter()
+                out = llm.generate([prompt], params, use_tqdm=False)[0]
+                s = time.perf_counter() - t
+                c = out.outputs[0]
+                fh.write(
+                    json.dumps(
+                        {
+                            "record": "bench",
+                            "rep": rep,
+                            "prompt": i,
+                            "s": s,
+                            "token_ids": list(c.token_ids),
+                            "finish_reason": c.finish_reason,
+                            "spec_decode": _metrics(c),
+                        }
+                    )
+                    + "\n"
+                )
+        fh.write(json.dumps({"record": "timing", "load_s": load_s, "vllm": vllm.__version__}) + "\n")
     return 0
 
 

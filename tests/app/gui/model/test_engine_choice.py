@@ -13,7 +13,9 @@ from tests.app.helpers import configure, wait_idle
 def test_settings_validate_the_engine():
     texts = PanelSettings(prompt="1 2").to_texts()
     assert validate(dict(texts, engine="transformers")).settings.engine == "transformers"
-    assert "engine" in validate(dict(texts, engine="vllm")).errors
+    assert validate(dict(texts, engine="vllm")).settings is not None or "specscope vllm setup" in validate(
+        dict(texts, engine="vllm")
+    ).errors.get("engine", "")  # the window runs vLLM where it is set up (sessions/vllm.py)
     assert "proposer" in validate(dict(texts, engine="transformers", proposer="lookup:min_ngram=2")).errors
 
 

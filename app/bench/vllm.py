@@ -1,0 +1,168 @@
+"""`specscope bench --engine vllm`: vLLM rows beside specscope's and transformers'.
+
+Each row is one of the bench's proposers that vLLM has (`lookup` -> vLLM's `ngram` with the
+same n-gram range, `draft:NAME` -> `draft_model` with the same checkpoint) at each k, run by
+vLLM in its own venv (core/engines/vllm/engine.py's run_bench_driver): the same prompts, the
+same budget, EOS and sampler, batch size 1 (one prompt per generate() call), without the
+capture. vLLM runs in its own process, so its rows cannot be interleaved with the in-process
+methods: each vLLM method is timed after them, its warm-up pass first, then `reps`
+repetitions over the prompts.
+
+The rounds of a vLLM row are vLLM's own per-request counts (`per_request_spec_decode_metrics`:
+accepted and drafted per drafting step), plus the steps that drafted nothing (ngram without a
+match), inferred from the token count and counted as rounds of one token as specscope counts
+them; vLLM's prefill step (one token, no draft) is not a round (specscope's first round
+drafts). vLLM returns a request's tokens at its end: its rows have no per-token times (no
+time to first tokens, no decode split: their decode rate is the whole run's), and no forward
+timings (no cost-model columns).
+
+In greedy mode each vLLM row says whether its output equals specscope's decoder with the same
+proposer and k, token for token, on every prompt and repetition, and where it first differs;
+a difference is reported, not fatal (vLLM's kernels are not torch's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from specscope.core.draft.registry import parse_spec
+
+from .measurement import Method, Sample, is_tree_spec, method_name
+from .metrics import RoundCounts
+
+FAMILY = "vllm"
+KINDS = ("lookup", "draft")  # the bench's proposers vLLM has
+
+
+def vllm_rounds(spec_decode: dict[str, Any] | None, tokens: int) -> list[RoundCounts]:
+    """A vLLM request's rounds from its own per-step counts (module docstring)."""
+    sd = spec_decode or {}
+    drafted = [int(x) for x in sd.get("per_step_drafted") or []]
+    accepted = [int(x) for x in sd.get("per_step_accepted") or []]
+    rounds = [
+        RoundCounts(drafted=d, accepted=a, visited=a + (1 if a < d else 0), emitted=a + 1)
+        for d, a in zip(drafted, accepted)
+    ]
+    undrafted = tokens - 1 - sum(r.emitted for r in rounds)  # the prefill step's token is not a round
+    rounds += [RoundCounts(drafted=0, accepted=0, visited=0, emitted=1)] * max(0, undrafted)
+    return rounds
+
+
+def _not_run(*_: Any) -> Sample:
+    raise RuntimeError("a vLLM row is run by vLLM's own process (app/bench/vllm.py)")
+
+
+def vllm_specs(specs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the specs vLLM runs, a line for each it does not)."""
+    ours, skipped = [], []
+    for spec in specs:
+        parsed = parse_spec(spec)
+        if is_tree_spec(spec):
+            skipped.append(f"{method_name(spec)}: vLLM drafts chains, not trees")
+        elif parsed.kind not in KINDS:
+            skipped.append(f"{method_name(spec)}: the vLLM bench runs lookup and draft:NAME")
+        else:
+            ours.append(spec)
+    return ours, skipped
+
+
+def vllm_methods(  # long: one driver process per proposer and k, its records turned into samples
+    *,
+    target_ref: str | None,
+    draft_refs: dict[str, str],
+    specs: Sequence[str],
+    ks: Sequence[int],
+    prompts: Sequence[list[int]],
+    max_new: int,
+    reps: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    eos: int | None,
+    threads: int | None,
+    warm_every_prompt: bool,
+    progress: Callable[[str], None],
+    venv: str | None = None,
+) -> tuple[list[Method], list[str]]:
+    """The vLLM rows' methods, their samples filled in ([rep][prompt]), and a line for each
+    row not run (a proposer vLLM lacks, a model vLLM refuses, no vLLM venv)."""
+    from specscope.core.engines.vllm.engine import VllmEngineError, VllmRun, checkpoint_folder, run_bench_driver
+
+    chosen, skipped = vllm_specs(specs)
+    methods: list[Method] = []
+    try:
+        target = str(checkpoint_folder(target_ref, "target"))
+    except VllmEngineError as exc:
+        return [], [*skipped, f"vLLM: {exc}"]
+    for k in ks:
+        for spec in chosen:
+            parsed = parse_spec(spec)
+            label = parsed.model_ref if parsed.kind == "draft" else None
+            name = f"vllm {method_name(spec)} k={k}"
+            try:
+                path = str(checkpoint_folder(draft_refs.get(label, label), "draft")) if label else None
+                run = VllmRun(
+                    target=target,
+                    prompts=[list(p) for p in prompts],
+                    proposer_kind=parsed.kind,
+                    proposer_path=path,
+                    proposer_params=dict(parsed.params),
+                    k=k,
+                    temperature=temperature,
+                    top_k=top_k,
+                    top_p=top_p,
+                    max_new_tokens=max_new,
+                    eos_ids=(eos,) if eos is not None else (),
+                    bench_reps=reps,
+                    bench_warm=None if warm_every_prompt else 1,
+                    threads=threads,
+                    proposer_text=spec,
+                )
+                progress(f"{name}: starting vLLM (a minute or more on a CPU) ...")
+                records, timing = run_bench_driver(run, venv=venv)
+            except VllmEngineError as exc:
+                skipped.append(f"{name}: {exc}")
+                progress(f"{name}: not run: {exc}")
+                continue
+            method = Method(name, FAMILY, k, _not_run, draft=label, spec=spec)
+            method.samples = [[Sample([], 0.0) for _ in prompts] for _ in range(reps)]
+            for r in records:
+                tokens = list(r["token_ids"])
+                method.samples[r["rep"]][r["prompt"]] = Sample(
+                    tokens, float(r["s"]), rounds=vllm_rounds(r.get("spec_decode"), len(tokens))
+                )
+            method.engine_version = timing.get("vllm")
+            load_s = timing.get("load_s", 0)
+            progress(f"{name}: {reps} repetitions done (vLLM {method.engine_version}, {load_s:.0f} s to load)")
+            methods.append(method)
+    return methods, skipped
+
+
+def first_difference(ref: Sequence[Sequence[int]], got: Sequence[Sequence[int]]) -> tuple[int, int] | None:
+    """(prompt, token) where `got` first differs from `ref`, None when every output is equal."""
+    for i, (a, b) in enumerate(zip(ref, got)):
+        if list(a) != list(b):
+            at = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            return i, at
+    return None
+
+
+def annotate(rows: list[dict[str, Any]], methods: Sequence[Method], greedy: bool) -> None:
+    """Each vLLM row: vLLM's version and, greedy, whether its output equals specscope's decoder
+    with the same proposer and k (every repetition; the first difference)."""
+    by_name = {m.name: m for m in methods}
+    for row in rows:
+        m = by_name.get(row["method"])
+        if m is None or m.family != FAMILY:
+            continue
+        row["vllm_version"] = m.engine_version
+        twin = by_name.get(f"specscope {method_name(m.spec or '')} k={m.k}")
+        row["specscope_twin"] = twin.name if twin else None
+        if not greedy or twin is None or not twin.samples:
+            row["greedy_identical_to_specscope"] = None
+            continue
+        ref = [s.tokens for s in twin.samples[0]]
+        diff = next((d for rep in m.samples if (d := first_difference(ref, [s.tokens for s in rep]))), None)
+        row["greedy_identical_to_specscope"] = diff is None
+        row["first_difference"] = None if diff is None else {"prompt": diff[0], "token": diff[1]}
