@@ -31,7 +31,7 @@ Three stages, each resumable (a killed run continues where it stopped), each wit
 training/train_smollm2_draft.py and training/train_head.py train on. Threads: torch's OpenMP
 pool spins while it waits; on a shared machine that costs more than the second thread gains,
 so this entry point sets OMP_WAIT_POLICY=PASSIVE before torch loads and defaults to one thread
-(scripts/measure_data_speed.py measures batch sizes and thread counts).
+(training/measure_speed.py measures batch sizes and thread counts).
 """
 
 from __future__ import annotations

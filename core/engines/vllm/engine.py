@@ -187,8 +187,8 @@ def run_driver(
 
 
 def run_bench_driver(
-    run: VllmRun, venv: str | os.PathLike | None = None, work: Path | None = None
-) -> tuple[list[dict], dict]:
+    run: VllmRun, venv: str | os.PathLike[str] | None = None, work: Path | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`specscope bench --engine vllm`: vLLM without the capture, each prompt alone in its own
     generate() call, `run.bench_reps` times after a warm-up (driver.py's _bench); (one record
     per timed call: rep, prompt, s, token_ids, spec_decode; the timing record)."""
@@ -206,7 +206,7 @@ def run_bench_driver(
     return records, timing
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """End the driver and every process vLLM started (its session's group)."""
     import signal
 
