@@ -42,7 +42,6 @@ from .controllers.run_actions import RunActions
 from .controllers.table import window_actions
 from .controllers.trace_dialogs import TraceDialogs
 from .model.runmodel import RunModel
-from .model.settings import RunSettings
 from .model.traces import looks_like_trace
 from .sessions.compare import CompareRecorderFactory, CompareSession
 from .sessions.hub import ModelHub
@@ -585,7 +584,6 @@ __all__ = [
     "PAUSED",
     "RUNNING",
     "MainWindow",
-    "RunSettings",
     "app_settings",
     "default_checker",
     "flush_events",

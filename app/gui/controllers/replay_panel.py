@@ -23,14 +23,14 @@ def engine_of_run(config: Any) -> str:
 
 def stop_texts(config: Any) -> dict[str, str]:
     """The run panel's EOS and stop fields for a run: every EOS id (not only the first), its
-    stop strings and token sequences, written as the panel reads them (RunSettings.to_texts).
+    stop strings and token sequences, written as the panel reads them (PanelSettings.to_texts).
     A trace that does not record its stops leaves the stop fields as they are."""
-    from specscope.app.gui.model.settings import RunSettings
+    from specscope.app.gui.model.settings import PanelSettings
 
     ids = tuple(config.eos_token_ids) or (() if config.eos_token_id is None else (config.eos_token_id,))
     texts = {"eos": ",".join(str(t) for t in ids) if ids else "none"}
     if "stops" not in config.unrecorded:
-        written = RunSettings(
+        written = PanelSettings(
             stop_strings=tuple(config.stop_strings), stop_ids=tuple(tuple(s) for s in config.stop_ids)
         ).to_texts()
         texts.update(stop_strings=written["stop_strings"], stop_ids=written["stop_ids"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.settings import PanelSettings
 from specscope.app.gui.sessions.worker import LOADING, RUNNING
 
 FULL_VECTORS_KEY = "recording/full_vectors"
@@ -34,7 +34,7 @@ class RunActions:
             8000,
         )
 
-    def validated_settings(self) -> RunSettings | None:
+    def validated_settings(self) -> PanelSettings | None:
         v = self.w.run_panel.validate()
         if not v.ok:
             self._cannot_run(v.errors)

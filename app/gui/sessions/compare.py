@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal
 
 from specscope.app.gui import theme
 from specscope.app.gui.model.runmodel import RunModel, first_divergence
-from specscope.app.gui.model.settings import RunSettings, proposer_label
+from specscope.app.gui.model.settings import PanelSettings, proposer_label
 from specscope.app.gui.model.traces import Recorder, RecorderFactory
 
 from .hub import PlainCost
@@ -56,9 +56,9 @@ def reference_text(result: Any) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class LaneSettings(RunSettings):
+class LaneSettings(PanelSettings):
     """A compare lane's settings: the run panel's, the side's proposer and k, and the coupling
-    seed of coupled lanes (RunSettings.coupling_seed, core.verify.coupling; None = uncoupled)."""
+    seed of coupled lanes (PanelSettings.coupling_seed, core.verify.coupling; None = uncoupled)."""
 
     def describe(self) -> str:
         return super().describe() + ("" if self.coupling_seed is None else f", coupled (seed {self.coupling_seed})")
@@ -141,7 +141,7 @@ class CompareSession(QObject):
         self.source = "live"  # or the trace store the lanes were read from
         self.slots = tuple(RunModel(self) for _ in LANE_NAMES)
         self.count = 2  # lanes in the comparison shown
-        self.settings: tuple[RunSettings, ...] | None = None
+        self.settings: tuple[PanelSettings, ...] | None = None
         self.results = [SideResult() for _ in range(self.count)]
         self.plain: PlainCost | None = None  # plain decoding of the target, measured before the run
         self.references: list[Any] = [None] * self.count  # per lane: reference_text's input
@@ -167,7 +167,7 @@ class CompareSession(QObject):
         """The models of the comparison's lanes (the other slots are empty)."""
         return self.slots[: self.count]
 
-    def start(self, *lanes: RunSettings) -> None:
+    def start(self, *lanes: PanelSettings) -> None:
         """Run two or three lanes (A, B and maybe C) side by side."""
         if not 2 <= len(lanes) <= len(LANE_NAMES):
             raise ValueError(f"a comparison has 2 to {len(LANE_NAMES)} lanes, got {len(lanes)}")

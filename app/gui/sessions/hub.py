@@ -1,4 +1,4 @@
-"""Where models come from and how a RunSettings becomes a running decoder (torch lives here,
+"""Where models come from and how a PanelSettings becomes a running decoder (torch lives here,
 never in a widget). Runs in the worker thread.
 
 `ModelHub` loads the bundled target, drafts and tokenizer through
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.settings import PanelSettings
 from specscope.core.decode.factory import Models, build_decoder, prompt_ids, run_config
 from specscope.core.decode.settings import SettingsError
 from specscope.core.loading import catalog, gguf
@@ -379,7 +379,7 @@ class ModelHub:
 
     # ------------------------------------------------------------------ build
 
-    def models(self, settings: RunSettings) -> Models:
+    def models(self, settings: PanelSettings) -> Models:
         """The target, tokenizer and the draft the settings' spec names, through the hub's caches."""
         name = getattr(settings, "target", "")  # the run panel's target menu ("" = bundled)
         target, tokenizer = self.target(settings.device, name)
@@ -397,7 +397,7 @@ class ModelHub:
         )
         return Models(target, tokenizer, target_name, draft, draft_name)
 
-    def model_info(self, settings: RunSettings, models: Models) -> dict[str, str | None]:
+    def model_info(self, settings: PanelSettings, models: Models) -> dict[str, str | None]:
         """What a recording names of its models, as the CLI's does: the target and draft, and
         the tokenizer with its sha256, so that a replay decodes the tokens with it (the window
         recorded no tokenizer, and its runs replayed as token ids)."""
@@ -416,7 +416,7 @@ class ModelHub:
             "tokenizer_hash": digest,
         }
 
-    def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
+    def build(self, settings: PanelSettings, run_id: str | None = None) -> Prepared:
         """The decoder of `settings` (core.decode.factory: the CLI's checks, EOS default and
         position limit); a core SettingsError names the fields that cannot run."""
         settings.check()  # before any model loads
@@ -436,7 +436,7 @@ class ModelHub:
             self.model_info(settings, models),
         )
 
-    def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
+    def measure_plain(self, settings: PanelSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
         """What plain cached decoding of the target costs on this prompt with the run's sampler
         (core.decode.baseline.plain_generate): the first token apart, because its
         forward processes the whole prompt, which a per-token average over a few tokens would

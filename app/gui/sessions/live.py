@@ -15,7 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from specscope.app.gui.model.runmodel import RunModel, has_distributions
-from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.settings import PanelSettings
 from specscope.app.gui.model.traces import RecorderFactory, warm_up_trace_writer
 
 from .hub import ModelHub
@@ -71,7 +71,7 @@ class LiveSession(QObject):
         self.active = True  # False while replay or another session owns the model
         self.follow_latest = True
         self._last_followed = -1
-        self.settings: RunSettings | None = None
+        self.settings: PanelSettings | None = None
         self.activity_text = ""
         self.preloading_text = PRELOADING
         w = self.controller.worker
@@ -111,7 +111,7 @@ class LiveSession(QObject):
 
     # ------------------------------------------------------------------ control
 
-    def start(self, settings: RunSettings, run: bool = True) -> None:
+    def start(self, settings: PanelSettings, run: bool = True) -> None:
         self.active = True
         self.settings = settings
         self.recording.prompt_text = settings.prompt

@@ -23,7 +23,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
-from specscope.app.gui.model.settings import DEFAULT_PROPOSER, RunSettings
+from specscope.app.gui.model.settings import DEFAULT_PROPOSER, PanelSettings
 from specscope.core import RunHandle, parse_spec
 from specscope.core.decode.settings import SettingsError
 
@@ -148,7 +148,7 @@ class DecodeWorker(QObject):
             self.referenced.emit(lane, result)
 
     @Slot(object, bool, int)
-    def prepare(self, settings_list: list[RunSettings], measure_baseline: bool = False, session: int = 0) -> None:
+    def prepare(self, settings_list: list[PanelSettings], measure_baseline: bool = False, session: int = 0) -> None:
         self._close_all("cancelled")
         self.session = session
         self._want_running = False
@@ -369,7 +369,7 @@ class RunController(QObject):
     def busy(self) -> bool:
         return self.state in (LOADING, RUNNING, PAUSED, STOPPING)
 
-    def start(self, settings_list: list[RunSettings], run: bool = True, measure_baseline: bool = False) -> None:
+    def start(self, settings_list: list[PanelSettings], run: bool = True, measure_baseline: bool = False) -> None:
         self.worker.request_stop(self._session)  # cancel whatever runs now
         self._session += 1
         self.state = LOADING
