@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -74,3 +76,32 @@ def save_pair(root, noise: float = 0.05):
     target.save_pretrained(root / "target")
     noisy_copy(target, noise).save_pretrained(root / "draft")
     return root / "target", root / "draft"
+
+
+def nfc_only_tokenizer_pair(root: Path) -> tuple[Path, Path]:
+    """A tiny Qwen2 target and a tiny Llama draft (checkpoint folders) sharing the bundled
+    tokenizer.json with Qwen2's pre-tokenizer, so that the Qwen2 class's added NFC normalizer is
+    their only difference: it changes no id of text as given (issue 43 item 5, a warning)."""
+    import json
+
+    from specscope.core.loading import models as loading
+
+    folder = loading.bundled_path("tokenizer")
+    data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config.pop("tokenizer_class")  # each model class picks its own tokenizer class
+    config.pop("backend", None)
+
+    def save(place: Path, tokenizer: dict) -> tuple[Path, Path]:
+        made = []
+        for arch in ("qwen2", "llama"):
+            out = place / arch
+            tiny_lm(arch, vocab=len(tokenizer["model"]["vocab"])).save_pretrained(out)
+            (out / "tokenizer.json").write_text(json.dumps(tokenizer))
+            (out / "tokenizer_config.json").write_text(json.dumps(config))
+            made.append(out)
+        return made[0], made[1]
+
+    probe = loading.load_tokenizer(save(root / "probe", data)[0])
+    data["pre_tokenizer"] = json.loads(probe.backend_tokenizer.to_str())["pre_tokenizer"]
+    return save(root / "shared", data)

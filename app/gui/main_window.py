@@ -43,7 +43,7 @@ from .controllers.table import window_actions
 from .controllers.trace_dialogs import TraceDialogs
 from .model.runmodel import RunModel
 from .model.traces import looks_like_trace
-from .sessions.compare import CompareRecorderFactory, CompareSession
+from .sessions.compare import LANE_NAMES, CompareRecorderFactory, CompareSession
 from .sessions.hub import ModelHub
 from .sessions.live import LiveSession
 from .sessions.replay import ReplaySession, run_token_text
@@ -269,6 +269,10 @@ class MainWindow(QMainWindow):
         self.live.activity.connect(self.on_activity)
         self.live.finished.connect(runs.on_live_finished)
         self.live.begun.connect(self._on_live_begun)
+        self.live.noted.connect(self.say_note)
+        self.compare_controller.worker.noted.connect(
+            lambda lane, text: self.say_note(f"Lane {LANE_NAMES[lane]}: {text}")
+        )
         self.controller.worker.preloaded.connect(self._on_preloaded)  # a slot: queued to the GUI thread
         self.controller.worker.devicesFound.connect(self._on_devices)
         self.replay.loaded.connect(traces.replay_done)
@@ -491,6 +495,12 @@ class MainWindow(QMainWindow):
 
     def say_long(self, message: str) -> None:
         self.statusBar().showMessage(message, 15000)
+
+    def say_note(self, message: str) -> None:
+        """A warning about the run's models (tokenizers that differ but give the same ids): the
+        status bar for 30 s, and the log."""
+        log.warning("%s", message)
+        self.statusBar().showMessage(message, 30000)
 
     def show_error(self, message: str, details: str = "", title: str = "specscope") -> None:
         self.last_error = message

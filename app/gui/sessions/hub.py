@@ -47,6 +47,7 @@ class Prepared:
     token_text: TokenText
     label: str
     model_info: dict[str, str | None] | None = None  # what the recording names (storage ModelInfo keys)
+    notes: tuple[str, ...] = ()  # warnings the window shows (tokenizers that differ in a way that changes no id)
 
 
 @dataclass(frozen=True)
@@ -305,12 +306,14 @@ class ModelHub:
     def checkpoint(self, path: str, device: str):
         return self._cached(("checkpoint", path, device), lambda: self._load(path, device, "draft"))
 
-    def check_draft_tokenizer(self, ref: str, target_tokenizer: Any | None, target_name: str = "") -> None:
+    def check_draft_tokenizer(self, ref: str, target_tokenizer: Any | None, target_name: str = "") -> list[str]:
         """Refuse (a SettingsError on the proposer field, before any draft weights load) a
-        draft whose tokenizer differs from the target's: the bundled drafts share the bundled
-        target's; a checkpoint folder or GGUF file carries its own (none: nothing to compare)."""
+        draft whose tokenizer differs from the target's in a way that can change ids: the
+        bundled drafts share the bundled target's; a checkpoint folder or GGUF file carries its
+        own (none: nothing to compare). The differences that change no id (an NFC normalizer
+        one model class adds to the same tokenizer.json) come back as warnings, in words."""
         if target_tokenizer is None or (not target_name and ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS):
-            return
+            return []
         if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
             if self.fallback:  # tiny random stand-ins: token ids of a 64-token vocabulary
                 raise SettingsError(
@@ -330,11 +333,11 @@ class ModelHub:
                 self._cached(("tokenizer", ref), lambda: self.load_tokenizer(folder)) if has_tokenizer else None
             )
         if draft_tokenizer is None:
-            return
+            return []
         # the comparison parses both tokenizers' JSON (0.7-0.9 s for SmolLM2's pair): once a pair
-        problem = self._cached(
+        problem, harmless = self._cached(
             ("tokenizer-difference", target_name, ref),
-            lambda: loading.tokenizer_difference(target_tokenizer, draft_tokenizer),
+            lambda: loading.compare_tokenizers(target_tokenizer, draft_tokenizer),
         )
         if problem:
             raise SettingsError(
@@ -344,6 +347,9 @@ class ModelHub:
                     f"tokenizer"
                 }
             )
+        for warning in harmless:
+            log.warning("the target and draft tokenizers differ harmlessly: %s", warning)
+        return [f"The target's and the draft's tokenizers differ, but give the same ids: {w}" for w in harmless]
 
     def draft_loader(self, device: str) -> Callable[[str], tuple[Any, str]]:
         """core.draft.registry's load_draft for this hub: a bundled draft by name ("small", "tiny"; a
@@ -381,11 +387,14 @@ class ModelHub:
 
     def models(self, settings: PanelSettings) -> Models:
         """The target, tokenizer and the draft the settings' spec names, through the hub's caches."""
-        name = getattr(settings, "target", "")  # the run panel's target menu ("" = bundled)
+        return self.models_and_notes(settings)[0]
+
+    def models_and_notes(self, settings: PanelSettings) -> tuple[Models, list[str]]:
+        """`models(settings)` and the warnings to show about them (check_draft_tokenizer)."""
+        name = settings.target  # the run panel's target menu ("" = bundled)
         target, tokenizer = self.target(settings.device, name)
         ref = settings.model_ref
-        if ref is not None:
-            self.check_draft_tokenizer(ref, tokenizer, name)
+        notes = self.check_draft_tokenizer(ref, tokenizer, name) if ref is not None else []
         draft, draft_name = self.draft_loader(settings.device)(ref) if ref is not None else (None, None)
         folder = self._cached(("folder", name), lambda: _target_folder(name)) if name else None
         # the bundled target is recorded as the CLI records it (it was its folder's path, which
@@ -395,13 +404,13 @@ class ModelHub:
             if folder
             else ("tiny-target" if self.fallback else loading.BUNDLED_PREFIX + "target")
         )
-        return Models(target, tokenizer, target_name, draft, draft_name)
+        return Models(target, tokenizer, target_name, draft, draft_name), notes
 
     def model_info(self, settings: PanelSettings, models: Models) -> dict[str, str | None]:
         """What a recording names of its models, as the CLI's does: the target and draft, and
         the tokenizer with its sha256, so that a replay decodes the tokens with it (the window
         recorded no tokenizer, and its runs replayed as token ids)."""
-        name = getattr(settings, "target", "")
+        name = settings.target
         if name:
             folder = self._cached(("folder", name), lambda: _target_folder(name))
         else:
@@ -420,7 +429,7 @@ class ModelHub:
         """The decoder of `settings` (core.decode.factory: the CLI's checks, EOS default and
         position limit); a core SettingsError names the fields that cannot run."""
         settings.check()  # before any model loads
-        models = self.models(settings)
+        models, notes = self.models_and_notes(settings)
         decoder = build_decoder(settings, models)
         if settings.chat:  # the prompt is the user's turn: the tokenizer's chat template (core.decode.factory)
             ids = prompt_ids(settings, models, settings.prompt)
@@ -434,6 +443,7 @@ class ModelHub:
             self.token_text(models.tokenizer),
             settings.describe(),
             self.model_info(settings, models),
+            tuple(notes),
         )
 
     def measure_plain(self, settings: PanelSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
@@ -443,7 +453,7 @@ class ModelHub:
         spread over every token of a longer run."""
         from specscope.core.decode.baseline import plain_generate
 
-        target, _ = self.target(settings.device, getattr(settings, "target", ""))
+        target, _ = self.target(settings.device, settings.target)
         n = max(2, min(steps, settings.max_new_tokens))
         sampling = settings.sampling()
 

@@ -56,6 +56,7 @@ def _message(exc: BaseException) -> str:
 
 class DecodeWorker(QObject):
     prepared = Signal(int, object, object, str)  # lane, RunConfig, token_text, label
+    noted = Signal(int, str)  # lane, a warning about its models in words (Prepared.notes), after `prepared`
     baseline = Signal(object)  # session.PlainCost of plain decoding (compare mode)
     roundReady = Signal(int, object)  # lane, Round
     laneFinished = Signal(int, str, float, object)  # lane, stop reason, wall seconds, GenerationResult | None
@@ -183,6 +184,8 @@ class DecodeWorker(QObject):
                 run = prep.decoder.start(prep.prompt_ids, config=prep.config)
                 lanes.append(_Lane(prep, run, recorder))
                 self.prepared.emit(i, prep.config, prep.token_text, prep.label)
+                for note in prep.notes:
+                    self.noted.emit(i, note)
                 if recorder is not None:
                     self.recorded.emit(i, str(getattr(recorder, "path", "")))
             self.lanes = lanes
