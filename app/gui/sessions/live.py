@@ -33,14 +33,14 @@ FOLLOW_MS = 250
 PRELOADING = "loading models: torch, then the run panel's target…"
 
 
-def preloading_words(target: str, fallback: bool = False) -> str:
+def preloading_words(target: str, tiny: bool = False) -> str:
     """What the preload loads, in words: the run panel's target ("" = the bundled one, with
     its default draft); it said "the bundled pair" with Target smollm2."""
     if target:
         return f"loading models: torch, then target {target}…"
     return (
         "loading models: torch, then the tiny random models…"
-        if fallback
+        if tiny
         else "loading models: torch, then the bundled target and draft-small…"
     )
 
@@ -105,7 +105,7 @@ class LiveSession(QObject):
     def preloading(self, target: str = "") -> None:
         """The worker is importing torch and loading the run panel's target (no run yet)."""
         if (not self.activity_text or self.activity_text == self.preloading_text) and self.state == IDLE:
-            self.preloading_text = preloading_words(target, self.hub.fallback)
+            self.preloading_text = preloading_words(target, self.hub.tiny)
             self._say(self.preloading_text)
 
     def preloaded(self) -> None:

@@ -28,3 +28,26 @@ def test_a_harmless_tokenizer_difference_is_shown_in_the_window(qtbot, window, n
     assert window.model.rounds, window.last_error
     # the message gives way to the run's end; the state text keeps saying it while the run shows
     assert "tokenizers differ (same ids)" in window.status_bar.full_state
+
+
+def test_missing_bundled_models_are_said_in_one_line(qtbot, gui_env, settings_file, tmp_path, monkeypatch):
+    """Issue 39: production code builds no tiny random models; without the bundled models (a
+    broken install) the hub refuses the bundled target in one line and the window says it."""
+    from specscope.app.gui import create_app
+    from specscope.app.gui.main_window import MainWindow
+    from specscope.app.gui.sessions import hub as hub_module
+    from specscope.core.loading.errors import CheckpointError
+    from tests.app.conftest import dispose
+
+    monkeypatch.setattr(hub_module.loading, "bundled_available", lambda: False)
+    hub = hub_module.ModelHub()
+    assert hub.missing == hub_module.MISSING and "\n" not in hub.missing
+    with pytest.raises(CheckpointError, match="bundled models are not installed"):
+        hub.target("cpu")
+    assert hub.tokenizer() is None
+    create_app()
+    w = MainWindow(hub=hub, settings=settings_file, store_path=str(tmp_path / "traces.sqlite"))
+    try:
+        assert w.statusBar().currentMessage() == hub_module.MISSING
+    finally:
+        dispose(w)
