@@ -85,6 +85,7 @@ class CompareRecorderFactory(RecorderFactory):
     def __init__(self, store_path: str | None):
         super().__init__(store_path)
         self.comparison: str | None = None
+        self.coupling_seed: int | None = None
         self.next_lane = 0
 
     def begin(self, prompt: str, coupling_seed: int | None = None) -> str:
@@ -97,7 +98,7 @@ class CompareRecorderFactory(RecorderFactory):
     def __call__(self, config, model_info: dict | None = None) -> Recorder:
         lane, self.next_lane = self.next_lane, self.next_lane + 1
         extra = {"comparison": self.comparison, "lane": LANE_NAMES[min(lane, len(LANE_NAMES) - 1)]}
-        if getattr(self, "coupling_seed", None) is not None:
+        if self.coupling_seed is not None:
             extra["coupled"] = self.coupling_seed  # the comparison was run with coupled lanes
         return Recorder(
             self.open_store(),
@@ -176,7 +177,7 @@ class CompareSession(QObject):
         self.source = "live"
         self._close_reader()
         if self.recording is not None:
-            self.recording.begin(lanes[0].prompt, getattr(lanes[0], "coupling_seed", None))
+            self.recording.begin(lanes[0].prompt, lanes[0].coupling_seed)
         self.results = [SideResult() for _ in lanes]
         self.plain = None
         self.references = [None] * self.count
@@ -236,7 +237,7 @@ class CompareSession(QObject):
     def coupled(self) -> bool:
         """Whether the lanes shown were coupled (core.verify.coupling), live or loaded from a store."""
         if self.settings:
-            return getattr(self.settings[0], "coupling_seed", None) is not None
+            return self.settings[0].coupling_seed is not None
         return lanes_coupled([m.config for m in self.models])
 
     @property

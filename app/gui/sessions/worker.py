@@ -118,9 +118,7 @@ class DecodeWorker(QObject):
             if device not in devices:
                 device = "cpu"
             self.hub.target(device, target)
-            loaded = [
-                f"target {target}" if target else ("tiny random target" if self.hub.fallback else "bundled target")
-            ]
+            loaded = [f"target {target}" if target else self.hub.bundled_words]
             model_ref = parse_spec(DEFAULT_PROPOSER).model_ref
             if model_ref is not None and not target:  # the bundled drafts draft for the bundled target only
                 self.hub.draft_loader(device)(model_ref)
@@ -165,7 +163,7 @@ class DecodeWorker(QObject):
             from specscope.app.threads import apply_threads
 
             # torch's thread count is process-wide: the first lane's setting rules
-            self.threads = apply_threads(getattr(settings_list[0], "threads", None) if settings_list else None)
+            self.threads = apply_threads(settings_list[0].threads if settings_list else None)
             lanes = []
             for i, settings in enumerate(settings_list):
                 building = i
