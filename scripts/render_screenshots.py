@@ -243,7 +243,9 @@ def first_contact_shots(w, save) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
-    parser.add_argument("--tiny", action="store_true", help="use tiny random models even if the bundled ones exist")
+    parser.add_argument(
+        "--tiny", action="store_true", help="the tests' tiny random models (tests/tiny_hub.py), not the bundled ones"
+    )
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
     parser.add_argument("--tokens", type=int, default=160, help="max new tokens of the main run")
     parser.add_argument(
