@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp))
     hub = ModelHub()
-    if hub.fallback:
+    if hub.missing:
         print("the bundled models are not installed", file=sys.stderr)
         return 1
     w = MainWindow(
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         started = time.perf_counter()
         wait(
-            lambda: w.model.stop_reason is not None and w.state == "idle"
+            lambda: w.model.stop_reason is not None and w.live.state == "idle"
         )  # the last run stays on screen until this one starts
         window_s.append(time.perf_counter() - started)
         rounds_s.append(sum(r.timings.draft_s + r.timings.verify_s + r.timings.bookkeeping_s for r in w.model.rounds))

@@ -255,11 +255,7 @@ def step_open(args: argparse.Namespace) -> dict:  # long: one event loop with it
             marks["loaded_s"] = time.perf_counter() - t0
             marks["loaded_rss_mb"] = rss_mb()
             marks["loaded_peak_rss_mb"] = peak_rss_mb()
-        if (
-            "loaded_s" in marks
-            and bool(getattr(window, "replay_loaded", True))
-            and window.model.stop_reason is not None
-        ):
+        if "loaded_s" in marks and window.replay.loaded_all and window.model.stop_reason is not None:
             marks["done_s"] = time.perf_counter() - t0
             app.quit()
         elif time.perf_counter() - t0 > args.open_timeout:

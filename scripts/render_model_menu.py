@@ -37,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     from specscope.app.gui import create_app
     from specscope.app.gui.controllers.model_fetch import FetchDialog, FetchJob, fetch_question
     from specscope.app.gui.main_window import MainWindow, flush_events
-    from specscope.app.gui.sessions.hub import TinyModelHub
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' tiny models (tests/tiny_hub.py)
     from specscope.core.loading import catalog
+    from tests.tiny_hub import TinyModelHub
 
     app = create_app(["render_model_menu"])  # noqa: F841 - keeps the QApplication alive
     tmp = Path(tempfile.mkdtemp(prefix="specscope-shots-"))

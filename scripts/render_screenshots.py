@@ -64,7 +64,7 @@ def render_tree(w, prompt: str, save) -> None:
     )
     assert w.start_run(), w.last_error
     wait(
-        lambda: w.model.stop_reason is not None and w.state == "idle"
+        lambda: w.model.stop_reason is not None and w.live.state == "idle"
     )  # the last run stays on screen until this one starts
     settle()
     model = w.model
@@ -164,7 +164,7 @@ def render_head_calibration(w, hub, prompt: str, tmp: Path, save, tokens: int = 
             runs[name] = config.run_id
     for name, run_id in runs.items():
         assert w.open_trace(str(path), run_id=run_id), w.last_error
-        wait(lambda: w.replay_loaded)
+        wait(lambda: w.replay.loaded_all)
         w.tabs.setCurrentWidget(w.calibration)
         settle(0.6)
         save(w, name)
@@ -210,7 +210,7 @@ def render_smollm2(w, save, tokens: int = 48) -> None:
     for name, proposer in (("smollm2", "eagle3"), ("smollm2-tree", "eagle3,tree=dynamic:nodes=16,depth=5,topk=4")):
         w.run_panel.set_texts({"proposer": proposer})
         assert w.start_run(), w.last_error
-        wait(lambda: w.model.stop_reason is not None and w.state == "idle", timeout=900)
+        wait(lambda: w.model.stop_reason is not None and w.live.state == "idle", timeout=900)
         settle(0.6)
         rounds = w.model.rounds
         pick = max(rounds, key=lambda r: (r.rejected_node is not None, len(r.emitted)), default=None)
@@ -243,7 +243,9 @@ def first_contact_shots(w, save) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
-    parser.add_argument("--tiny", action="store_true", help="use tiny random models even if the bundled ones exist")
+    parser.add_argument(
+        "--tiny", action="store_true", help="the tests' tiny random models (tests/tiny_hub.py), not the bundled ones"
+    )
     parser.add_argument("--size", default="1600x1000", help="window size WxH")
     parser.add_argument("--tokens", type=int, default=160, help="max new tokens of the main run")
     parser.add_argument(
@@ -266,7 +268,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from specscope.app.gui import create_app
     from specscope.app.gui.main_window import MainWindow
-    from specscope.app.gui.sessions.hub import ModelHub, TinyModelHub
+    from specscope.app.gui.sessions.hub import ModelHub
+
+    if args.tiny:  # the tests' tiny random models (tests/tiny_hub.py): production code has none
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.tiny_hub import TinyModelHub
 
     app = create_app(["render_screenshots"])  # noqa: F841 - keeps the QApplication alive
     tmp = Path(tempfile.mkdtemp(prefix="specscope-shots-"))
@@ -330,7 +336,7 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
     )
     assert w.start_run(), w.last_error
     wait(
-        lambda: w.model.stop_reason is not None and w.state == "idle"
+        lambda: w.model.stop_reason is not None and w.live.state == "idle"
     )  # the last run stays on screen until this one starts
     settle()
     rounds = w.model.rounds
@@ -374,7 +380,7 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
     wait(lambda: all(ref is not None and ref != CHECKING for ref in w.compare_session.references[:2]))
     settle(0.6)
     save(w, "compare")
-    if not args.tiny and not getattr(hub, "fallback", True):  # the bundled head is the bundled target's
+    if not args.tiny and not hub.missing:  # the bundled head is the bundled target's
         render_compare_heads(w, copy, save)
 
     # ---- a token tree (issue 18): a static tree of sampled children (after compare: a tree
@@ -400,7 +406,7 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
             "tokenizer_name": "specscope/target",
             "tokenizer_hash": tokenizer_sha256(bundled_path("target")),
         }
-        if args.tiny or getattr(hub, "fallback", True):  # tiny random models: no tokenizer to name
+        if args.tiny or hub.missing:  # tiny random models: no tokenizer to name
             bundled_info = None
         with TraceStore(faulty) as fstore:
             for seed in range(8):
@@ -420,7 +426,7 @@ def render(w, hub, args, out: Path, suffix: str, tmp: Path) -> int:
                     run_id = config.run_id
                     break
         if run_id is not None and w.open_trace(str(faulty), run_id=run_id):
-            wait(lambda: w.replay_loaded)
+            wait(lambda: w.replay.loaded_all)
             settle(0.3)
             if w.findings.findings:
                 w.findings.table.selectRow(0)

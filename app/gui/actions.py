@@ -2,6 +2,11 @@
 menu or a key, and `install_actions`, the one place that turns a table of them into QActions,
 menus and window-wide shortcuts.
 
+Enablement rules, as napari's app-model has them: an action may carry `enabled`, a predicate
+over a small `WindowContext` ("a run is active", "rounds exist", ...); `update_enablement`
+sets every QAction's enabled state from the context the window computes (on each state
+change). A disabled entry is greyed in its menu and its key does nothing.
+
 A callback takes no argument. Qt's `triggered(bool checked)` never reaches it: a handler with
 an optional first parameter (`def compare_stored_dialog(self, path=None)`) once took
 `checked=False` for its path and returned without a dialog. A checkable action's callback
@@ -21,6 +26,37 @@ Shortcut = str | QKeySequence.StandardKey | Qt.Key
 
 
 @dataclass(frozen=True)
+class WindowContext:
+    """What the enablement rules may ask of the window."""
+
+    run_active: bool = False  # a live run is loading, running, paused or stopping
+    run_loaded: bool = False  # a run (live or stored) is on the Inspect tab
+    rounds_exist: bool = False  # that run has rounds to browse, check or export
+    replaying: bool = False  # the Inspect tab shows a stored run
+    records: bool = True  # live runs are recorded (to a store this window may write)
+
+
+Enablement = Callable[[WindowContext], bool]
+
+
+def run_active(c: WindowContext) -> bool:
+    return c.run_active
+
+
+def rounds_exist(c: WindowContext) -> bool:
+    return c.rounds_exist
+
+
+def rounds_at_rest(c: WindowContext) -> bool:
+    """Rounds to check or play back, and no live run holding the decoder."""
+    return c.rounds_exist and not c.run_active
+
+
+def records(c: WindowContext) -> bool:
+    return c.records
+
+
+@dataclass(frozen=True)
 class Action:
     id: str  # "file.compare_runs": code and tests find the QAction by it
     title: str  # the menu text, & marks the mnemonic
@@ -32,6 +68,14 @@ class Action:
     checkable: bool = False
     checked: Callable[[], bool] | None = None  # a checkable action's state when installed
     qaction: Callable[[], QAction] | None = None  # an action Qt makes itself (a dock's show/hide): placed as is
+    enabled: Enablement | None = None  # when the action can be used (None: always)
+
+
+def update_enablement(actions: Iterable[Action], qactions: dict[str, QAction], context: WindowContext) -> None:
+    """Every action with a rule enabled or greyed by it in `context`."""
+    for action in actions:
+        if action.enabled is not None:
+            qactions[action.id].setEnabled(action.enabled(context))
 
 
 def install_actions(window, actions: Iterable[Action]) -> dict[str, QAction]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any
 
 from PySide6.QtCore import QByteArray, QEvent, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction
@@ -31,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import collector, startup
-from .actions import install_actions
+from .actions import WindowContext, install_actions, update_enablement
 from .controllers.checks import CheckActions
 from .controllers.docks import RUN_DOCK_PX, DockLayout
 from .controllers.exports import Exports
@@ -42,11 +41,11 @@ from .controllers.run_actions import RunActions
 from .controllers.table import window_actions
 from .controllers.trace_dialogs import TraceDialogs
 from .model.runmodel import RunModel
-from .model.settings import RunSettings
 from .model.traces import looks_like_trace
-from .sessions.compare import CompareRecorderFactory, CompareSession
+from .sessions.compare import LANE_NAMES, CompareRecorderFactory, CompareSession
 from .sessions.hub import ModelHub
 from .sessions.live import LiveSession
+from .sessions.protocol import InspectSession
 from .sessions.replay import ReplaySession, run_token_text
 from .sessions.worker import IDLE, LOADING, PAUSED, RUNNING, RunController
 from .views.calibration import CalibrationView
@@ -130,7 +129,7 @@ class MainWindow(QMainWindow):
         self.model = RunModel(self)
         self.live = LiveSession(self.model, self.hub, self.store_path, record, self)
         self.replay = ReplaySession(self.model, functools.partial(run_token_text, self.hub, say=self.say_long), self)
-        self.session: Any = self.live  # the active one of live and replay
+        self.session: InspectSession = self.live  # the active one of live and replay
         self.compare_recording = CompareRecorderFactory(self.store_path) if record else None
         self.compare_controller = RunController(self.hub, self.compare_recording, self)
         self.compare_session = CompareSession(self.compare_controller, self, self.compare_recording)
@@ -139,12 +138,30 @@ class MainWindow(QMainWindow):
         # the controllers the window owns; the table of actions routes menus and keys to them
         self.runs = RunActions(self)
         self.traces = TraceDialogs(self)
-        self.replay_panel = ReplayPanel(self)
+        self.replay_panel = ReplayPanel(self.hub, self.run_panel, self.replay)
         self.checks = CheckActions(self)
-        self.exports = Exports(self)
-        self.docks = DockLayout(self)
+        self.exports = Exports(
+            self,
+            self.export_views,
+            self.tabs.currentWidget,
+            self.model,
+            lambda: self.session,
+            self.status_bar,
+            self.show_error,
+        )
+        self.docks = DockLayout(
+            self,
+            self.run_dock,
+            self.plots_dock,
+            self.findings_dock,
+            self.page,
+            self.tabs,
+            self.compare,
+            self.update_status,
+        )
         self._wire()
-        self.qactions = install_actions(self, window_actions(self))
+        self.action_table = window_actions(self)
+        self.qactions = install_actions(self, self.action_table)
         self.step_keys = StepKeys(self, self.run_panel.free_text_fields(), self)
         QApplication.instance().installEventFilter(self.step_keys)
         self.wheel_guard = WheelGuard(self, self)
@@ -163,7 +180,7 @@ class MainWindow(QMainWindow):
         target = self.run_panel.texts().get("target", "")
         self.live.preloading(target)
         self.loading_message = self.live.preloading_text[0].upper() + self.live.preloading_text[1:]
-        self.statusBar().showMessage(self.loading_message)
+        self.statusBar().showMessage(self.hub.missing or self.loading_message)  # missing: one line, kept
 
     # ------------------------------------------------------------------ what scripts call
 
@@ -181,55 +198,41 @@ class MainWindow(QMainWindow):
 
     def jump_to(self, rnd: int, pos: int) -> None:
         """Show round `rnd` (node or position `pos`, -1 for none) on the Inspect tab."""
-        self.follow_latest = False
+        self.live.follow_latest = False
         self.tabs.setCurrentWidget(self.page)
         self.model.select(rnd, pos)
 
     @property
-    def replay_mismatch(self) -> list[str]:
-        return self.replay_panel.mismatch
-
-    # ------------------------------------------------------------------ the sessions' state
-
-    @property
-    def controller(self) -> RunController:
-        return self.live.controller
-
-    @property
-    def recording(self):
-        return self.live.recording
-
-    @property
-    def recorded_path(self) -> str | None:
-        return self.live.recorded_path
-
-    @property
     def mode(self) -> str:
+        """ "replay" while a stored run is the active session, else "live"."""
         return "replay" if self.session is self.replay else "live"
 
-    @property
-    def state(self) -> str:
-        return self.live.state
+    def context(self) -> WindowContext:
+        """What the actions' enablement rules ask of the window now."""
+        return WindowContext(
+            run_active=self.live.busy,
+            run_loaded=self.model.config is not None,
+            rounds_exist=bool(self.model.rounds),
+            replaying=self.session is self.replay,
+            records=self.record,
+        )
 
-    @property
-    def library(self):
-        return self.replay.library
+    def update_actions(self) -> None:
+        """Every action enabled or greyed by its rule in the window's context."""
+        update_enablement(self.action_table, self.qactions, self.context())
 
-    @property
-    def replay_loaded(self) -> bool:
-        return self.replay.loaded_all
-
-    @property
-    def trace_path(self) -> str | None:
-        return self.session.trace_path
-
-    @property
-    def follow_latest(self) -> bool:
-        return self.live.follow_latest
-
-    @follow_latest.setter
-    def follow_latest(self, value: bool) -> None:
-        self.live.follow_latest = value
+    def export_views(self) -> dict[str, QWidget]:
+        """Every view by name, as File > Export all views writes them."""
+        return {
+            "window": self,
+            "timeline": self.timeline,
+            "inspector": self.inspector,
+            "tree": self.tree,
+            "plots": self.plots,
+            "findings": self.findings,
+            "compare": self.compare,
+            "calibration": self.calibration,
+        }
 
     # ------------------------------------------------------------------ building
 
@@ -258,8 +261,6 @@ class MainWindow(QMainWindow):
         # never narrower than the panel's own minimum (a sideways scrollbar otherwise)
         self.run_dock.setMinimumWidth(max(RUN_DOCK_PX - 40, self.run_panel.minimumSizeHint().width() + 24))
         self.status_label = self.status_bar.state_label
-        if self.hub.fallback:
-            self.statusBar().showMessage("Bundled models not found: using tiny random models.", 8000)
 
     def _wire(self) -> None:
         """Connect the sessions, the panels and the timers to the window."""
@@ -270,8 +271,12 @@ class MainWindow(QMainWindow):
         self.live.activity.connect(self.on_activity)
         self.live.finished.connect(runs.on_live_finished)
         self.live.begun.connect(self._on_live_begun)
-        self.controller.worker.preloaded.connect(self._on_preloaded)  # a slot: queued to the GUI thread
-        self.controller.worker.devicesFound.connect(self._on_devices)
+        self.live.noted.connect(self.say_note)
+        self.compare_controller.worker.noted.connect(
+            lambda lane, text: self.say_note(f"Lane {LANE_NAMES[lane]}: {text}")
+        )
+        self.live.controller.worker.preloaded.connect(self._on_preloaded)  # a slot: queued to the GUI thread
+        self.live.controller.worker.devicesFound.connect(self._on_devices)
         self.replay.loaded.connect(traces.replay_done)
         self.replay.progress.connect(lambda n: self.statusBar().showMessage(f"Loading… {n} rounds", 2000))
         self.replay.failed.connect(lambda message: self.show_error(message, title="Open trace"))
@@ -300,6 +305,9 @@ class MainWindow(QMainWindow):
         self.timeline.cellClicked.connect(self.live.user_selected)
         self.tree.nodeClicked.connect(self.live.user_selected)
         self.tabs.currentChanged.connect(self.docks.tab_changed)
+        self.model.reset.connect(self.update_actions)
+        self.model.appended.connect(lambda _first, _n: self.update_actions())
+        self.model.finished.connect(lambda _reason: self.update_actions())
         self.navigator.can_play = lambda: self.session.can_play()
 
     def chat_examples(self) -> list[tuple[str, str]]:
@@ -337,7 +345,7 @@ class MainWindow(QMainWindow):
         if not self._preload_started and not self.defer_preload:
             self._preload_started = True
             texts = self.run_panel.texts()
-            self.controller.preload(texts.get("device") or "cpu", texts.get("target", ""))
+            self.live.controller.preload(texts.get("device") or "cpu", texts.get("target", ""))
 
     def paintEvent(self, event) -> None:
         super().paintEvent(event)
@@ -443,8 +451,8 @@ class MainWindow(QMainWindow):
             prop, k = self.compare.side_texts(side)
             s.setValue(f"compare/{side}/proposer", prop)
             s.setValue(f"compare/{side}/k", k)
-        if self.trace_path:
-            s.setValue("trace/last", self.trace_path)
+        if self.session.trace_path:
+            s.setValue("trace/last", self.session.trace_path)
         s.sync()
 
     def closeEvent(self, event) -> None:
@@ -456,7 +464,7 @@ class MainWindow(QMainWindow):
         QApplication.instance().removeEventFilter(self.step_keys)
         QApplication.instance().removeEventFilter(self.wheel_guard)
         self.replay.close()
-        if self.quick_quit and self.controller.worker.preloading and not self.live.busy:
+        if self.quick_quit and self.live.controller.worker.preloading and not self.live.busy:
             # only a preload to stop (importing torch, loading the models: nothing to save, and
             # nothing can interrupt it): the process ends without waiting for it (end_process);
             # quitting during start-up lingered 2-10 s
@@ -492,6 +500,12 @@ class MainWindow(QMainWindow):
 
     def say_long(self, message: str) -> None:
         self.statusBar().showMessage(message, 15000)
+
+    def say_note(self, message: str) -> None:
+        """A warning about the run's models (tokenizers that differ but give the same ids): the
+        status bar for 30 s, and the log."""
+        log.warning("%s", message)
+        self.statusBar().showMessage(message, 30000)
 
     def show_error(self, message: str, details: str = "", title: str = "specscope") -> None:
         self.last_error = message
@@ -542,10 +556,12 @@ class MainWindow(QMainWindow):
             if text:
                 self.run_panel.state_label.setText(text[0].upper() + text[1:])
             else:  # done: the panel's own words for the state again
-                self.run_panel.set_state(self.state)
+                self.run_panel.set_state(self.live.state)
         self.update_status()
 
     def update_status(self) -> None:
+        """The status bar's state text, and the actions' enablement (both follow every state change)."""
+        self.update_actions()
         m = self.model.metrics
         parts = [self.session.status_words()]
         if self.tabs.currentWidget() is self.compare or self.compare_session.running:
@@ -563,8 +579,9 @@ class MainWindow(QMainWindow):
         """The torch threads the next (or current) run decodes with."""
         from specscope.app.threads import default_threads
 
-        if self.controller.worker.threads is not None and self.live.busy:
-            return self.controller.worker.threads
+        worker = self.live.controller.worker
+        if worker.threads is not None and self.live.busy:
+            return worker.threads
         v = self.run_panel.validate_quietly()
         return v.threads if v is not None and v.threads is not None else default_threads()
 
@@ -585,7 +602,6 @@ __all__ = [
     "PAUSED",
     "RUNNING",
     "MainWindow",
-    "RunSettings",
     "app_settings",
     "default_checker",
     "flush_events",

@@ -23,7 +23,7 @@ def gui_env(tmp_path, monkeypatch):
 def hub():
     """Tiny random Llama target + two perturbed drafts, built once for the session."""
     pytest.importorskip("PySide6")
-    from specscope.app.gui.sessions.hub import TinyModelHub
+    from tests.tiny_hub import TinyModelHub
 
     return TinyModelHub()
 
@@ -35,7 +35,7 @@ def bundled_hub():
     from specscope.app.gui.sessions.hub import ModelHub
 
     hub = ModelHub()
-    if hub.fallback:
+    if hub.missing:
         pytest.skip("the bundled models are not installed")
     return hub
 

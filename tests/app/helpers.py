@@ -24,4 +24,4 @@ def configure(window, **texts):
 
 
 def wait_idle(qtbot, window, timeout=30000):
-    qtbot.waitUntil(lambda: window.state == IDLE and window.model.stop_reason is not None, timeout=timeout)
+    qtbot.waitUntil(lambda: window.live.state == IDLE and window.model.stop_reason is not None, timeout=timeout)

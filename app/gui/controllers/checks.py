@@ -7,18 +7,47 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QDockWidget, QMessageBox, QStatusBar, QWidget
 
+from specscope.app.gui.model.runmodel import RunModel
 from specscope.app.gui.model.targets import target_of_run
+from specscope.app.gui.sessions.hub import ModelHub
+from specscope.app.gui.sessions.live import LiveSession
+from specscope.app.gui.sessions.protocol import InspectSession
+from specscope.app.gui.views.findings import FindingsWidget
+from specscope.app.gui.views.runpanel import RunPanelWidget
 
 log = logging.getLogger(__name__)
 
 
+class CheckWindow(Protocol):
+    """What CheckActions uses of the window (a QWidget: the parent of its message boxes)."""
+
+    hub: ModelHub
+    live: LiveSession
+    session: InspectSession
+    model: RunModel
+    run_panel: RunPanelWidget
+    findings: FindingsWidget
+    findings_dock: QDockWidget
+    checker: Any  # callable(config, rounds, end=None) -> CheckReport or a list of findings
+
+    def statusBar(self) -> QStatusBar: ...
+
+    def show_error(self, message: str, details: str = "", title: str = "specscope") -> None: ...
+
+    def jump_to(self, rnd: int, pos: int) -> None: ...
+
+
 class CheckActions:
-    def __init__(self, window: Any):
+    def __init__(self, window: CheckWindow):
         self.w = window
+
+    def parent(self) -> QWidget | None:
+        """The message boxes' parent: the window."""
+        return self.w if isinstance(self.w, QWidget) else None
 
     def recompute_check(self) -> list | None:
         """Recompute every round's p with the target from the full prefix (no cache) and
@@ -52,7 +81,7 @@ class CheckActions:
             else "every round's recorded p matches a full recompute of the target"
         )
         w.statusBar().showMessage(f"Recompute check: {text}", 15000)
-        QMessageBox.information(w, "Recompute check", text[0].upper() + text[1:] + ".")
+        QMessageBox.information(self.parent(), "Recompute check", text[0].upper() + text[1:] + ".")
         return list(found)
 
     def reference_check(self) -> Any | None:
@@ -91,7 +120,7 @@ class CheckActions:
         w.statusBar().showMessage(f"{title}: {lines[0]}", 15000)
         if found.round is not None:
             self.jump_to_finding(SimpleNamespace(round=found.round, position=found.position, node=None))
-        QMessageBox.information(w, title, "\n".join(lines))
+        QMessageBox.information(self.parent(), title, "\n".join(lines))
         return found
 
     def _target_at(self, config: Any) -> tuple[Any, Any]:
@@ -118,7 +147,7 @@ class CheckActions:
         self.w.model.set_findings(findings, not_checked)
         self.w.findings.set_not_checked(self.w.model.not_checked)
 
-    def rounds_for_checking(self) -> list:
+    def rounds_for_checking(self) -> Iterable[Any]:
         return self.w.session.rounds_for_checking()
 
     def report(self) -> Any:
@@ -188,6 +217,6 @@ class CheckActions:
         r = rounds[rnd]
         if not r.emitted:
             return None
-        stop = getattr(r, "stop", None)
+        stop = r.stop
         at = stop.position if stop is not None and 0 <= stop.position < len(r.emitted) else len(r.emitted) - 1
         return r.emitted_before + at

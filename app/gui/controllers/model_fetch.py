@@ -11,8 +11,18 @@ import logging
 import threading
 
 from PySide6.QtCore import QEvent, QObject, Qt, QThread, Signal
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QMessageBox, QProgressBar, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QVBoxLayout,
+    QWidget,
+)
 
+from specscope.app.gui.views.runpanel import RunPanelWidget
 from specscope.core.loading import catalog, gguf
 from specscope.core.loading.errors import CheckpointError
 
@@ -109,7 +119,7 @@ def fetch_question(model: catalog.FetchableModel) -> str:
 class ModelFetchController(QObject):
     """Connects a run panel's target menu to fetches; one fetch at a time."""
 
-    def __init__(self, panel, parent: QWidget):
+    def __init__(self, panel: RunPanelWidget, parent: QMainWindow):
         super().__init__(parent)
         self.panel = panel
         self.window = parent
@@ -170,6 +180,4 @@ class ModelFetchController(QObject):
         self._say(" ".join(message.split()))
 
     def _say(self, message: str) -> None:
-        status = getattr(self.window, "statusBar", None)
-        if callable(status):
-            status().showMessage(message, 10000)
+        self.window.statusBar().showMessage(message, 10000)

@@ -10,8 +10,10 @@ from typing import Any
 from specscope.app.gui.model.settings import spec_of_run
 from specscope.app.gui.model.targets import target_of_run
 from specscope.app.gui.model.traces import legacy_prompt_tokenizer
-from specscope.app.gui.sessions.replay import run_tokenizer
+from specscope.app.gui.sessions.hub import ModelHub
+from specscope.app.gui.sessions.replay import ReplaySession, run_tokenizer
 from specscope.app.gui.sessions.worker import IDLE
+from specscope.app.gui.views.runpanel import RunPanelWidget
 
 log = logging.getLogger(__name__)
 
@@ -23,14 +25,14 @@ def engine_of_run(config: Any) -> str:
 
 def stop_texts(config: Any) -> dict[str, str]:
     """The run panel's EOS and stop fields for a run: every EOS id (not only the first), its
-    stop strings and token sequences, written as the panel reads them (RunSettings.to_texts).
+    stop strings and token sequences, written as the panel reads them (PanelSettings.to_texts).
     A trace that does not record its stops leaves the stop fields as they are."""
-    from specscope.app.gui.model.settings import RunSettings
+    from specscope.app.gui.model.settings import PanelSettings
 
     ids = tuple(config.eos_token_ids) or (() if config.eos_token_id is None else (config.eos_token_id,))
     texts = {"eos": ",".join(str(t) for t in ids) if ids else "none"}
     if "stops" not in config.unrecorded:
-        written = RunSettings(
+        written = PanelSettings(
             stop_strings=tuple(config.stop_strings), stop_ids=tuple(tuple(s) for s in config.stop_ids)
         ).to_texts()
         texts.update(stop_strings=written["stop_strings"], stop_ids=written["stop_ids"])
@@ -38,8 +40,10 @@ def stop_texts(config: Any) -> dict[str, str]:
 
 
 class ReplayPanel:
-    def __init__(self, window: Any):
-        self.w = window
+    def __init__(self, hub: ModelHub, run_panel: RunPanelWidget, replay: ReplaySession):
+        self.hub = hub
+        self.run_panel = run_panel
+        self.replay = replay
         self.trace_texts: dict[str, str] | None = None  # the panel's texts as the trace set them
         self.trace_label = ""
         self.mismatch: list[str] = []  # what the panel cannot reproduce of the replayed run
@@ -49,8 +53,8 @@ class ReplayPanel:
         bundled one or a fetched model's), or for a run that recorded none the bundled one
         when it fits exactly; None when it is not here (never another model's: its text
         would be garbage)."""
-        tok, _why = run_tokenizer(self.w.hub, info)
-        return tok if tok is not None else legacy_prompt_tokenizer(info, self.w.hub.tokenizer)
+        tok, _why = run_tokenizer(self.hub, info)
+        return tok if tok is not None else legacy_prompt_tokenizer(info, self.hub.tokenizer)
 
     def decode_prompt(self, info: Any) -> str | None:
         """The run's prompt text: stored, or decoded from its prompt ids with the run's own
@@ -72,7 +76,7 @@ class ReplayPanel:
         """Put the replayed run's settings in the run panel, so Run reproduces it; say what
         differs when the panel cannot hold the trace's exact settings."""
         cfg = info.config
-        panel = self.w.run_panel
+        panel = self.run_panel
         proposer = spec_of_run(cfg.proposer, cfg.proposer_params, cfg.draft_name, cfg.target_name)
         texts = {
             "engine": engine_of_run(cfg),
@@ -142,18 +146,18 @@ class ReplayPanel:
 
     def panel_edited(self) -> None:
         """While replaying: say when the run panel no longer holds the trace's settings."""
-        texts, info = self.trace_texts, self.w.replay.info
-        if self.w.mode != "replay" or not texts or info is None:
+        texts, info = self.trace_texts, self.replay.info
+        if not self.replay.active or not texts or info is None:
             return
-        now = self.w.run_panel.texts()
+        now = self.run_panel.texts()
         changed = [k for k, v in texts.items() if now.get(k) != v]
         if changed:
-            self.w.run_panel.state_label.setText(
+            self.run_panel.state_label.setText(
                 f"Replaying run {info.run_id[:8]}; the panel no longer matches the trace ({', '.join(changed)} "
                 f"changed): Run starts the panel's settings."
             )
         else:
-            self.w.run_panel.state_label.setText(self.trace_label)
+            self.run_panel.state_label.setText(self.trace_label)
 
     def panel_mismatch(self, info: Any) -> list[str]:
         """What in the run panel does not reproduce the trace (empty when Run would)."""
@@ -164,7 +168,7 @@ class ReplayPanel:
             out.append("the prompt (no text stored and the run's tokenizer is not here)")
         else:
             try:
-                hub = self.w.hub
+                hub = self.hub
                 ids = hub.encode(prompt, self.tokenizer(info), cfg.vocab_size or 1)
                 if tuple(ids) != tuple(cfg.prompt_ids) and not self.was_chat(info, prompt):
                     out.append("the prompt (its text re-encodes to other token ids)")

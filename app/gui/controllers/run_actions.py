@@ -4,17 +4,59 @@ Owned by the window (`window.runs`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-from specscope.app.gui.model.settings import RunSettings
-from specscope.app.gui.sessions.worker import LOADING, RUNNING
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QStatusBar, QTabWidget
+
+from specscope.app.gui.model.runmodel import RunModel
+from specscope.app.gui.model.settings import PanelSettings
+from specscope.app.gui.sessions.compare import CompareSession
+from specscope.app.gui.sessions.hub import ModelHub
+from specscope.app.gui.sessions.live import LiveSession
+from specscope.app.gui.sessions.protocol import InspectSession
+from specscope.app.gui.sessions.worker import LOADING, RUNNING, RunController
+from specscope.app.gui.views.compare import CompareWidget
+from specscope.app.gui.views.navigator import RoundNavigatorWidget
+from specscope.app.gui.views.runpanel import RunPanelWidget
+
+if TYPE_CHECKING:
+    from .checks import CheckActions
+    from .trace_dialogs import TraceDialogs
 
 FULL_VECTORS_KEY = "recording/full_vectors"
 LANE_FIELDS = ("proposer", "k", "engine", "checkpoint", "draw", "tree", "children")  # a compare lane's own
 
 
+class RunActionsWindow(Protocol):
+    """What RunActions uses of the window."""
+
+    qsettings: QSettings
+    hub: ModelHub
+    live: LiveSession
+    session: InspectSession
+    model: RunModel
+    run_panel: RunPanelWidget
+    navigator: RoundNavigatorWidget
+    tabs: QTabWidget
+    compare: CompareWidget
+    compare_controller: RunController
+    compare_session: CompareSession
+    checks: CheckActions
+    traces: TraceDialogs
+    last_error: str | None
+
+    def statusBar(self) -> QStatusBar: ...
+
+    def start_preload(self) -> None: ...
+
+    def on_activity(self, text: str) -> None: ...
+
+    def update_status(self) -> None: ...
+
+
 class RunActions:
-    def __init__(self, window: Any):
+    def __init__(self, window: RunActionsWindow):
         self.w = window
         self.full_vectors = str(window.qsettings.value(FULL_VECTORS_KEY, "false")) == "true"
         window.live.recording.full_vectors = self.full_vectors
@@ -34,7 +76,7 @@ class RunActions:
             8000,
         )
 
-    def validated_settings(self) -> RunSettings | None:
+    def validated_settings(self) -> PanelSettings | None:
         v = self.w.run_panel.validate()
         if not v.ok:
             self._cannot_run(v.errors)
@@ -118,7 +160,7 @@ class RunActions:
 
     def step_or_next(self) -> None:
         if self.w.session.browses():
-            self.w.follow_latest = False
+            self.w.live.follow_latest = False
             self.w.navigator.next()
         else:
             self.step()

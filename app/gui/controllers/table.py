@@ -1,17 +1,27 @@
 """The main window's actions, as data: every menu entry and key of the window in one table,
-routed to the controller that does it. `install_actions` (app/gui/actions.py) builds the
-menus and shortcuts from it; tests trigger each entry by its id."""
+routed to the controller that does it, with the rule of when it can be used.
+`install_actions` (app/gui/actions.py) builds the menus and shortcuts from it and
+`update_enablement` greys what the window's context rules out; tests trigger each entry by
+its id."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QDockWidget
 
-from specscope.app.gui.actions import Action
+from specscope.app.gui.actions import Action, records, rounds_at_rest, rounds_exist, run_active
+from specscope.app.gui.views.navigator import RoundNavigatorWidget
 
 from . import help_pages
+
+if TYPE_CHECKING:
+    from .checks import CheckActions
+    from .exports import Exports
+    from .run_actions import RunActions
+    from .trace_dialogs import TraceDialogs
 
 FULL_VECTORS_TIP = (
     "Recordings keep every p, q and residual in full (about 40x the bytes of the top-N at a vocabulary "
@@ -20,12 +30,27 @@ FULL_VECTORS_TIP = (
 Key = Qt.Key
 
 
-def window_actions(w: Any) -> tuple[Action, ...]:
+class ActionsWindow(Protocol):
+    """What the table routes to: the window's controllers, its navigator and docks."""
+
+    runs: RunActions
+    traces: TraceDialogs
+    exports: Exports
+    checks: CheckActions
+    navigator: RoundNavigatorWidget
+    run_dock: QDockWidget
+    plots_dock: QDockWidget
+    findings_dock: QDockWidget
+
+    def close(self) -> bool: ...
+
+
+def window_actions(w: ActionsWindow) -> tuple[Action, ...]:
     """The table for window `w` (its controllers: runs, traces, exports, checks; its docks)."""
     return (*file_actions(w), *run_actions(w), *view_actions(w), *help_actions(w))
 
 
-def file_actions(w: Any) -> tuple[Action, ...]:
+def file_actions(w: ActionsWindow) -> tuple[Action, ...]:
     traces, exports = w.traces, w.exports
     return (
         Action("file.open", "&Open trace…", traces.open_trace_dialog, "&File", QKeySequence.StandardKey.Open),
@@ -39,6 +64,7 @@ def file_actions(w: Any) -> tuple[Action, ...]:
             tip=FULL_VECTORS_TIP,
             checkable=True,
             checked=lambda: w.runs.full_vectors,
+            enabled=records,
         ),
         Action(
             "file.compare_runs",
@@ -70,13 +96,19 @@ def file_actions(w: Any) -> tuple[Action, ...]:
             group="export",
         ),
         Action(
-            "file.export_jsonl", "Export run as &JSONL…", exports.export_jsonl_dialog, "&File", "Ctrl+J", group="export"
+            "file.export_jsonl",
+            "Export run as &JSONL…",
+            exports.export_jsonl_dialog,
+            "&File",
+            "Ctrl+J",
+            group="export",
+            enabled=rounds_exist,
         ),
         Action("file.quit", "&Quit", w.close, "&File", QKeySequence.StandardKey.Quit, group="quit"),
     )
 
 
-def run_actions(w: Any) -> tuple[Action, ...]:
+def run_actions(w: ActionsWindow) -> tuple[Action, ...]:
     runs, nav = w.runs, w.navigator
     return (
         Action(
@@ -94,12 +126,13 @@ def run_actions(w: Any) -> tuple[Action, ...]:
             "&Run",
             Key.Key_P,
             tip="Play the rounds shown back one by one (a replay, or a finished run)",
+            enabled=rounds_at_rest,
         ),
         Action("run.step", "Step one round / next round", runs.step_or_next, "&Run", Key.Key_Right),
-        Action("run.previous", "Previous round", nav.prev, "&Run", Key.Key_Left),
-        Action("run.first", "First round", nav.first, "&Run", Key.Key_Home),
-        Action("run.last", "Last round", nav.last, "&Run", Key.Key_End),
-        Action("run.stop", "Stop", runs.stop, "&Run", "Ctrl+."),
+        Action("run.previous", "Previous round", nav.prev, "&Run", Key.Key_Left, enabled=rounds_exist),
+        Action("run.first", "First round", nav.first, "&Run", Key.Key_Home, enabled=rounds_exist),
+        Action("run.last", "Last round", nav.last, "&Run", Key.Key_End, enabled=rounds_exist),
+        Action("run.stop", "Stop", runs.stop, "&Run", "Ctrl+.", enabled=run_active),
         Action(
             "run.recompute_check",
             "Re&compute check (replay the target)",
@@ -107,6 +140,7 @@ def run_actions(w: Any) -> tuple[Action, ...]:
             "&Run",
             tip="Recompute every round's p with the target from the full prefix and compare with the recorded p",
             group="check",
+            enabled=rounds_at_rest,
         ),
         Action(
             "run.reference",
@@ -116,17 +150,18 @@ def run_actions(w: Any) -> tuple[Action, ...]:
             tip="Decode the prompt plainly with the target and say whether the first difference from this greedy "
             "run is a near tie (numerics) or a logic bug",
             group="check",
+            enabled=rounds_at_rest,
         ),
     )
 
 
-def view_actions(w: Any) -> tuple[Action, ...]:
+def view_actions(w: ActionsWindow) -> tuple[Action, ...]:
     """Show or hide each dock: Qt's own toggle, which also follows a dock closed by its button."""
     docks = (("view.run_dock", w.run_dock), ("view.plots_dock", w.plots_dock), ("view.findings_dock", w.findings_dock))
     return tuple(Action(name, dock.windowTitle(), None, "&View", qaction=dock.toggleViewAction) for name, dock in docks)
 
 
-def help_actions(w: Any) -> tuple[Action, ...]:
+def help_actions(w: ActionsWindow) -> tuple[Action, ...]:
     return (
         Action("help.legend", "Legend and keys", lambda: help_pages.show_legend(w), "&Help"),
         Action("help.kv_caches", "KV caches", lambda: help_pages.show_kv_help(w), "&Help"),

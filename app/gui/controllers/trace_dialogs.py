@@ -7,13 +7,27 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QStatusBar, QTabWidget, QWidget
 
+from specscope.app.gui.model.runmodel import RunModel
 from specscope.app.gui.model.traces import TraceLibrary, describe_run
-from specscope.app.gui.sessions.replay import run_token_text
+from specscope.app.gui.sessions.compare import CompareSession
+from specscope.app.gui.sessions.hub import ModelHub
+from specscope.app.gui.sessions.live import LiveSession
+from specscope.app.gui.sessions.protocol import InspectSession
+from specscope.app.gui.sessions.replay import ReplaySession, run_token_text
+from specscope.app.gui.views.compare import CompareWidget
+from specscope.app.gui.views.findings import FindingsWidget
+from specscope.app.gui.views.navigator import RoundNavigatorWidget
+from specscope.app.gui.views.pages import InspectPage
 from specscope.app.gui.views.run_picker import pick_run
+
+if TYPE_CHECKING:
+    from .checks import CheckActions
+    from .replay_panel import ReplayPanel
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +63,49 @@ def finding_counts(library: TraceLibrary, runs: list[Any]) -> list[str]:
     return [count(i) for i in range(len(runs))]
 
 
+class TraceWindow(Protocol):
+    """What TraceDialogs uses of the window (a QWidget: the parent of its dialogs)."""
+
+    qsettings: QSettings
+    store_path: str | None
+    hub: ModelHub
+    live: LiveSession
+    replay: ReplaySession
+    session: InspectSession
+    model: RunModel
+    compare_session: CompareSession
+    tabs: QTabWidget
+    page: InspectPage
+    compare: CompareWidget
+    navigator: RoundNavigatorWidget
+    findings: FindingsWidget
+    checks: CheckActions
+    replay_panel: ReplayPanel
+
+    def statusBar(self) -> QStatusBar: ...
+
+    def setWindowTitle(self, title: str) -> None: ...
+
+    def show_error(self, message: str, details: str = "", title: str = "specscope") -> None: ...
+
+    def say_long(self, message: str) -> None: ...
+
+    def update_status(self) -> None: ...
+
+
 class TraceDialogs:
-    def __init__(self, window: Any):
+    def __init__(self, window: TraceWindow):
         self.w = window
         self.last_trace = window.qsettings.value("trace/last") or None
         self.newer_note: str | None = None  # the last store of a newer schema opened: what the status bar said
 
+    def parent(self) -> QWidget | None:
+        """The dialogs' parent: the window."""
+        return self.w if isinstance(self.w, QWidget) else None
+
     def ask(self, title: str, question: str) -> bool:
         """A yes/no question (tests replace it)."""
-        answer = QMessageBox.question(self.w, title, question)
+        answer = QMessageBox.question(self.parent(), title, question)
         return answer == QMessageBox.StandardButton.Yes
 
     def choose_file(self, title: str) -> str:
@@ -65,7 +113,7 @@ class TraceDialogs:
         opened, else at the recording store (the runs just made: it lies in a hidden folder,
         ~/.local/share/specscope, that a new user could not find from the working directory)."""
         path, _ = QFileDialog.getOpenFileName(
-            self.w, title, str(self.last_trace or self.recording_store() or ""), TRACE_FILTER
+            self.parent(), title, str(self.last_trace or self.recording_store() or ""), TRACE_FILTER
         )
         return path
 
@@ -112,7 +160,7 @@ class TraceDialogs:
         if len(runs) == 1:
             return runs[0].run_id
         prompts = [r.prompt_text or self.w.replay_panel.decode_prompt(r) for r in runs]
-        return pick_run(self.w, runs, prompts, findings=finding_counter(library, runs))
+        return pick_run(self.parent(), runs, prompts, findings=finding_counter(library, runs))
 
     def open_trace(self, path: str, run_id: str | None = None) -> bool:
         """Open a trace store (a file, or a database URL) and replay one of its runs (asks
@@ -141,7 +189,7 @@ class TraceDialogs:
     def say_newer(self, library: TraceLibrary) -> None:
         """A store of a newer schema is read as far as this version understands it: the
         status bar says so (and keeps saying it while the replay shows)."""
-        note = getattr(library.store, "newer_schema", None)
+        note = library.store.newer_schema
         if note:
             self.newer_note = note
             self.w.statusBar().showMessage(note)
@@ -194,7 +242,7 @@ class TraceDialogs:
                 )
                 return False
             prompts = [r.prompt_text or self.w.replay_panel.decode_prompt(r) for r in runs]
-            picked = [pick_run(self.w, runs, prompts, f"Compare two runs: run {which}") for which in "AB"]
+            picked = [pick_run(self.parent(), runs, prompts, f"Compare two runs: run {which}") for which in "AB"]
         finally:
             library.close()
         if None in picked:
@@ -263,7 +311,7 @@ class TraceDialogs:
         finally:
             library.close()
         if text is not None:
-            QMessageBox.information(self.w, "Diff runs", text)
+            QMessageBox.information(self.parent(), "Diff runs", text)
         return text
 
     def _diff_two(self, library: TraceLibrary, path: str) -> str | None:
@@ -277,7 +325,7 @@ class TraceDialogs:
         labels = [describe_run(r) for r in runs]
         picked = []
         for which in ("A", "B"):
-            choice, ok = QInputDialog.getItem(self.w, "Diff runs", f"Run {which}:", labels, len(picked), False)
+            choice, ok = QInputDialog.getItem(self.parent(), "Diff runs", f"Run {which}:", labels, len(picked), False)
             if not ok:
                 return None
             picked.append(runs[labels.index(choice)].run_id)
@@ -318,5 +366,5 @@ class TraceDialogs:
 
     def toggle_replay_play(self) -> None:
         if self.w.session.can_play():
-            self.w.follow_latest = False
+            self.w.live.follow_latest = False
             self.w.replay.toggle_play()

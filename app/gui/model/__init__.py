@@ -7,7 +7,7 @@ that talks to storage (open, record, read back)."""
 
 from .metrics import RunMetrics
 from .runmodel import RunModel
-from .settings import PanelSettings, RunSettings, Validation, validate  # RunSettings: PanelSettings' old name
+from .settings import PanelSettings, Validation, validate
 from .traces import TraceLibrary
 
-__all__ = ["PanelSettings", "RunMetrics", "RunModel", "RunSettings", "TraceLibrary", "Validation", "validate"]
+__all__ = ["PanelSettings", "RunMetrics", "RunModel", "TraceLibrary", "Validation", "validate"]

@@ -564,8 +564,3 @@ def _threads(text: str, errors: dict[str, str]) -> int | None:
         errors["threads"] += " (or “auto”)"
         return None
     return value
-
-
-# The old name of PanelSettings (the same as the core's class it extends), kept while modules
-# being changed elsewhere still import it; new code names PanelSettings.
-RunSettings = PanelSettings

@@ -6,7 +6,7 @@ a run in a QThread; `LiveSession` (live.py) fills the Inspect tab's RunModel fro
 two lanes."""
 
 from .compare import CompareSession
-from .hub import ModelHub, TinyModelHub
+from .hub import ModelHub
 from .live import LiveSession
 from .replay import ReplaySession
 from .worker import IDLE, LOADING, PAUSED, RUNNING, RunController
@@ -21,5 +21,4 @@ __all__ = [
     "ModelHub",
     "ReplaySession",
     "RunController",
-    "TinyModelHub",
 ]

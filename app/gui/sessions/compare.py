@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal
 
 from specscope.app.gui import theme
 from specscope.app.gui.model.runmodel import RunModel, first_divergence
-from specscope.app.gui.model.settings import RunSettings, proposer_label
+from specscope.app.gui.model.settings import PanelSettings, proposer_label
 from specscope.app.gui.model.traces import Recorder, RecorderFactory
 
 from .hub import PlainCost
@@ -56,9 +56,9 @@ def reference_text(result: Any) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class LaneSettings(RunSettings):
+class LaneSettings(PanelSettings):
     """A compare lane's settings: the run panel's, the side's proposer and k, and the coupling
-    seed of coupled lanes (RunSettings.coupling_seed, core.verify.coupling; None = uncoupled)."""
+    seed of coupled lanes (PanelSettings.coupling_seed, core.verify.coupling; None = uncoupled)."""
 
     def describe(self) -> str:
         return super().describe() + ("" if self.coupling_seed is None else f", coupled (seed {self.coupling_seed})")
@@ -85,6 +85,7 @@ class CompareRecorderFactory(RecorderFactory):
     def __init__(self, store_path: str | None):
         super().__init__(store_path)
         self.comparison: str | None = None
+        self.coupling_seed: int | None = None
         self.next_lane = 0
 
     def begin(self, prompt: str, coupling_seed: int | None = None) -> str:
@@ -97,7 +98,7 @@ class CompareRecorderFactory(RecorderFactory):
     def __call__(self, config, model_info: dict | None = None) -> Recorder:
         lane, self.next_lane = self.next_lane, self.next_lane + 1
         extra = {"comparison": self.comparison, "lane": LANE_NAMES[min(lane, len(LANE_NAMES) - 1)]}
-        if getattr(self, "coupling_seed", None) is not None:
+        if self.coupling_seed is not None:
             extra["coupled"] = self.coupling_seed  # the comparison was run with coupled lanes
         return Recorder(
             self.open_store(),
@@ -141,7 +142,7 @@ class CompareSession(QObject):
         self.source = "live"  # or the trace store the lanes were read from
         self.slots = tuple(RunModel(self) for _ in LANE_NAMES)
         self.count = 2  # lanes in the comparison shown
-        self.settings: tuple[RunSettings, ...] | None = None
+        self.settings: tuple[PanelSettings, ...] | None = None
         self.results = [SideResult() for _ in range(self.count)]
         self.plain: PlainCost | None = None  # plain decoding of the target, measured before the run
         self.references: list[Any] = [None] * self.count  # per lane: reference_text's input
@@ -167,7 +168,7 @@ class CompareSession(QObject):
         """The models of the comparison's lanes (the other slots are empty)."""
         return self.slots[: self.count]
 
-    def start(self, *lanes: RunSettings) -> None:
+    def start(self, *lanes: PanelSettings) -> None:
         """Run two or three lanes (A, B and maybe C) side by side."""
         if not 2 <= len(lanes) <= len(LANE_NAMES):
             raise ValueError(f"a comparison has 2 to {len(LANE_NAMES)} lanes, got {len(lanes)}")
@@ -176,7 +177,7 @@ class CompareSession(QObject):
         self.source = "live"
         self._close_reader()
         if self.recording is not None:
-            self.recording.begin(lanes[0].prompt, getattr(lanes[0], "coupling_seed", None))
+            self.recording.begin(lanes[0].prompt, lanes[0].coupling_seed)
         self.results = [SideResult() for _ in lanes]
         self.plain = None
         self.references = [None] * self.count
@@ -236,7 +237,7 @@ class CompareSession(QObject):
     def coupled(self) -> bool:
         """Whether the lanes shown were coupled (core.verify.coupling), live or loaded from a store."""
         if self.settings:
-            return getattr(self.settings[0], "coupling_seed", None) is not None
+            return self.settings[0].coupling_seed is not None
         return lanes_coupled([m.config for m in self.models])
 
     @property

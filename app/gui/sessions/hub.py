@@ -1,11 +1,12 @@
-"""Where models come from and how a RunSettings becomes a running decoder (torch lives here,
+"""Where models come from and how a PanelSettings becomes a running decoder (torch lives here,
 never in a widget). Runs in the worker thread.
 
-`ModelHub` loads the bundled target, drafts and tokenizer through
-`specscope.core.loading.models` when the bundled models are installed, and otherwise (or when
-asked) uses tiny random-initialised Llama models so the app always starts. The decoder is
-built from the settings by core.decode.factory, as the CLI's and the bench's are.
-`TinyModelHub` is the small, deterministic hub the tests use.
+`ModelHub` loads the bundled target, drafts and tokenizer (they ship in resources/models)
+through `specscope.core.loading.models`, and named targets (a fetched model, a checkpoint folder,
+a GGUF file). Where the bundled models are missing (a broken install) the window says so in
+one line (`MISSING`) and named targets still run. The decoder is built from the settings by
+core.decode.factory, as the CLI's and the bench's are. The tests' tiny random models come in
+through a subclass that overrides `bundled_target` and `bundled_draft` (tests/tiny_hub.py).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.settings import PanelSettings
 from specscope.core.decode.factory import Models, build_decoder, prompt_ids, run_config
 from specscope.core.decode.settings import SettingsError
 from specscope.core.loading import catalog, gguf
 from specscope.core.loading import models as loading
+from specscope.core.loading.errors import CheckpointError
 from specscope.core.loading.text import token_text
 from specscope.core.records import RunConfig
 
@@ -30,10 +32,9 @@ log = logging.getLogger(__name__)
 
 TokenText = Callable[[int], str]
 
-FALLBACK_PROMPTS = (
-    ("counting", "1 2 3 4 5 6 7 8 1 2 3 4 5"),
-    ("repetition", "7 7 9 7 7 9 7 7 9 7"),
-    ("short", "3 14 15 9 26"),
+MISSING = (
+    "The bundled models are not installed (resources/models is missing or incomplete): choose a fetched "
+    "target (specscope models fetch smollm2) or reinstall specscope."
 )
 
 
@@ -47,6 +48,7 @@ class Prepared:
     token_text: TokenText
     label: str
     model_info: dict[str, str | None] | None = None  # what the recording names (storage ModelInfo keys)
+    notes: tuple[str, ...] = ()  # warnings the window shows (tokenizers that differ in a way that changes no id)
 
 
 @dataclass(frozen=True)
@@ -98,42 +100,6 @@ def available_devices() -> tuple[str, ...]:
     return tuple(devices)
 
 
-def tiny_llama(vocab_size: int = 64, hidden: int = 32, layers: int = 2, seed: int = 0, sharpen: float = 6.0):
-    """A small random Llama whose output head is scaled so the distributions are peaked."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(sharpen)
-    return model
-
-
-def perturbed_copy(model, noise: float, seed: int):
-    """A draft that agrees with the target most of the time: the target plus noise."""
-    import copy
-
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    draft = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * noise * (p.std() if p.numel() > 1 else 1.0))
-    return draft
-
-
 def _target_folder(name: str) -> Path:
     """The checkpoint folder a target name means: a fetched model's (by catalog name), a GGUF
     file's cached conversion (converted first), or the folder itself."""
@@ -158,7 +124,7 @@ _imported = False
 
 def import_transformers() -> None:
     """Import the transformers names the hub uses, once, under a lock: transformers' lazy
-    module is not safe to import from two threads at once (the preload's tiny Llama and the
+    module is not safe to import from two threads at once (the preload's model and the
     GUI thread's tokenizer for a replay failed with "cannot import name 'LlamaConfig'")."""
     global _imported
     if _imported:
@@ -173,13 +139,15 @@ def import_transformers() -> None:
 class ModelHub:
     """Loads and caches models; `build(settings)` returns a Prepared decoder.
 
-    With the bundled models installed (specscope.core.loading.models.bundled_available()) the target,
-    drafts and tokenizer come from resources/models; otherwise tiny random Llamas stand in
-    (token text = the id) so the app still starts and shows speculative decoding.
+    The bundled target, drafts and tokenizer come from resources/models; `missing` is the one
+    line the window shows when they are not there (None when they are).
     """
 
-    def __init__(self, prefer_bundled: bool = True):
-        self.prefer_bundled = prefer_bundled
+    tiny = False  # the bundled models are tiny random stand-ins without a tokenizer (the tests' hub)
+    bundled_target_name = loading.BUNDLED_PREFIX + "target"  # how a run records the bundled target
+    bundled_words = "bundled target"  # the preload's status line
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()  # guards the dicts only, never held while a value is made
         self._key_locks: dict[tuple, threading.RLock] = {}
         # one model load at a time: transformers' from_pretrained builds a model on the meta
@@ -191,18 +159,16 @@ class ModelHub:
         self._tokenizer: Any | None = None
         self._token_text: CachedTokenText | None = None
         self._devices: tuple[str, ...] | None = None
-        bundled = False
-        if prefer_bundled:
-            try:
-                bundled = bool(loading.bundled_available())
-            except Exception:  # noqa: BLE001
-                bundled = False
-        self.fallback = not bundled
+        try:
+            bundled = bool(loading.bundled_available())
+        except Exception:  # noqa: BLE001 - an unreadable resources folder is a missing one
+            bundled = False
+        self.missing: str | None = None if bundled else MISSING
 
     # ------------------------------------------------------------------ discovery
 
     def description(self) -> str:
-        return "tiny random models (bundled models not installed)" if self.fallback else "bundled models"
+        return self.missing or "bundled models"
 
     @property
     def devices_known(self) -> bool:
@@ -223,19 +189,16 @@ class ModelHub:
         return self._devices
 
     def example_prompts(self) -> list[tuple[str, str]]:
-        """(name, text) pairs: the bundled examples, or the fallback ones."""
-        if not self.fallback:
-            try:
-                items = [(f"{p.name} ({p.kind})", p.text) for p in loading.example_prompts()]
-                if items:
-                    return items
-            except Exception as exc:  # noqa: BLE001 - a missing prompt file must not stop the app
-                log.warning("could not read the example prompts: %s", exc)
-        return list(FALLBACK_PROMPTS)
+        """(name, text) pairs: the bundled examples (none when they cannot be read)."""
+        try:
+            return [(f"{p.name} ({p.kind})", p.text) for p in loading.example_prompts()]
+        except Exception as exc:  # noqa: BLE001 - a missing prompt file must not stop the app
+            log.warning("could not read the example prompts: %s", exc)
+            return []
 
     # ------------------------------------------------------------------ models
 
-    def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
+    def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         """One value per key, made once. Each key has its own lock: the GUI thread asking for
         the tokenizer (opening a trace) must not wait while the worker loads a model under
         another key (one lock for all froze the window for the whole load)."""
@@ -263,63 +226,51 @@ class ModelHub:
         with self._load_lock:
             return loading.load_model(folder, device, role=role)
 
-    def _tiny(self, role: str, device: str):
-        """role: "target", "draft-small" or "draft-tiny"."""
+    def bundled_target(self, device: str) -> Any:
+        """The bundled target on `device` (a CheckpointError saying MISSING where it is not installed)."""
+        if self.missing:
+            raise CheckpointError(self.missing)
+        return self.cached(
+            ("bundled", "target", device), lambda: self._load(loading.bundled_path("target"), device, "target")
+        )
 
-        # The drafts are made from the target, so the target is cached first under its own
-        # key; making a value never asks for the key it is being made under.
-        import_transformers()
-        target = self._cached(("tiny", "target", device), lambda: tiny_llama(seed=0).to(device))
-        if role == "target":
-            return target
-        noise = {"draft-small": 0.25, "draft-tiny": 0.9}[role]
-        seed = 1 if role == "draft-small" else 2
-        return self._cached(("tiny", role, device), lambda: perturbed_copy(target, noise, seed=seed).to(device))
+    def bundled_draft(self, role: str, device: str) -> Any:
+        """A bundled draft, role "draft-small" or "draft-tiny"."""
+        if self.missing:
+            raise CheckpointError(self.missing)
+        return self.cached(("bundled", role, device), lambda: self._load(loading.bundled_path(role), device, "draft"))
 
     def tokenizer(self) -> Any | None:
-        if self.fallback:
+        """The bundled tokenizer (None where the bundled models are missing)."""
+        if self.missing:
             return None
-        return self._cached(("tokenizer",), lambda: self.load_tokenizer(loading.bundled_path("target")))
+        return self.cached(("tokenizer",), lambda: self.load_tokenizer(loading.bundled_path("target")))
 
     def target(self, device: str, name: str = ""):
         """(target model, tokenizer or None): the bundled target, or (`name`) a fetched model by
         its catalog name, a checkpoint folder or a GGUF file, with the tokenizer it carries."""
         if name:
-            folder = self._cached(("folder", name), lambda: _target_folder(name))
-            model = self._cached(("target", name, device), lambda: self._load(folder, device, "target"))
-            return model, self._cached(("tokenizer", name), lambda: self.load_tokenizer(folder))
-        if self.fallback:
-            return self._tiny("target", device), None
-        model = self._cached(
-            ("bundled", "target", device), lambda: self._load(loading.bundled_path("target"), device, "target")
-        )
-        return model, self.tokenizer()
+            folder = self.cached(("folder", name), lambda: _target_folder(name))
+            model = self.cached(("target", name, device), lambda: self._load(folder, device, "target"))
+            return model, self.cached(("tokenizer", name), lambda: self.load_tokenizer(folder))
+        return self.bundled_target(device), self.tokenizer()
 
     def draft(self, name: str, device: str):
         """A bundled draft: "small"/"tiny" (or "draft-small"/"draft-tiny")."""
-        name = "draft-" + name.removeprefix("draft-")
-        if self.fallback:
-            return self._tiny(name, device)
-        return self._cached(("bundled", name, device), lambda: self._load(loading.bundled_path(name), device, "draft"))
+        return self.bundled_draft("draft-" + name.removeprefix("draft-"), device)
 
     def checkpoint(self, path: str, device: str):
-        return self._cached(("checkpoint", path, device), lambda: self._load(path, device, "draft"))
+        return self.cached(("checkpoint", path, device), lambda: self._load(path, device, "draft"))
 
-    def check_draft_tokenizer(self, ref: str, target_tokenizer: Any | None, target_name: str = "") -> None:
+    def check_draft_tokenizer(self, ref: str, target_tokenizer: Any | None, target_name: str = "") -> list[str]:
         """Refuse (a SettingsError on the proposer field, before any draft weights load) a
-        draft whose tokenizer differs from the target's: the bundled drafts share the bundled
-        target's; a checkpoint folder or GGUF file carries its own (none: nothing to compare)."""
+        draft whose tokenizer differs from the target's in a way that can change ids: the
+        bundled drafts share the bundled target's; a checkpoint folder or GGUF file carries its
+        own (none: nothing to compare). The differences that change no id (an NFC normalizer
+        one model class adds to the same tokenizer.json) come back as warnings, in words."""
         if target_tokenizer is None or (not target_name and ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS):
-            return
+            return []
         if ref.removeprefix("draft-") in loading.BUNDLED_DRAFTS:
-            if self.fallback:  # tiny random stand-ins: token ids of a 64-token vocabulary
-                raise SettingsError(
-                    {
-                        "proposer": f"the bundled drafts are not installed here (tiny random stand-ins "
-                        f"without a tokenizer): choose a draft that shares {target_name}'s "
-                        f"tokenizer, or prompt lookup"
-                    }
-                )
             draft_tokenizer = self.tokenizer()
         else:
             folder = loading.bundled_path(ref) if ref in loading.BUNDLED_REAL_DRAFTS else Path(ref)
@@ -327,14 +278,14 @@ class ModelHub:
                 (folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")
             )
             draft_tokenizer = (
-                self._cached(("tokenizer", ref), lambda: self.load_tokenizer(folder)) if has_tokenizer else None
+                self.cached(("tokenizer", ref), lambda: self.load_tokenizer(folder)) if has_tokenizer else None
             )
         if draft_tokenizer is None:
-            return
+            return []
         # the comparison parses both tokenizers' JSON (0.7-0.9 s for SmolLM2's pair): once a pair
-        problem = self._cached(
+        problem, harmless = self.cached(
             ("tokenizer-difference", target_name, ref),
-            lambda: loading.tokenizer_difference(target_tokenizer, draft_tokenizer),
+            lambda: loading.compare_tokenizers(target_tokenizer, draft_tokenizer),
         )
         if problem:
             raise SettingsError(
@@ -344,6 +295,9 @@ class ModelHub:
                     f"tokenizer"
                 }
             )
+        for warning in harmless:
+            log.warning("the target and draft tokenizers differ harmlessly: %s", warning)
+        return [f"The target's and the draft's tokenizers differ, but give the same ids: {w}" for w in harmless]
 
     def draft_loader(self, device: str) -> Callable[[str], tuple[Any, str]]:
         """core.draft.registry's load_draft for this hub: a bundled draft by name ("small", "tiny"; a
@@ -379,36 +333,35 @@ class ModelHub:
 
     # ------------------------------------------------------------------ build
 
-    def models(self, settings: RunSettings) -> Models:
+    def models(self, settings: PanelSettings) -> Models:
         """The target, tokenizer and the draft the settings' spec names, through the hub's caches."""
-        name = getattr(settings, "target", "")  # the run panel's target menu ("" = bundled)
+        return self.models_and_notes(settings)[0]
+
+    def models_and_notes(self, settings: PanelSettings) -> tuple[Models, list[str]]:
+        """`models(settings)` and the warnings to show about them (check_draft_tokenizer)."""
+        name = settings.target  # the run panel's target menu ("" = bundled)
         target, tokenizer = self.target(settings.device, name)
         ref = settings.model_ref
-        if ref is not None:
-            self.check_draft_tokenizer(ref, tokenizer, name)
+        notes = self.check_draft_tokenizer(ref, tokenizer, name) if ref is not None else []
         draft, draft_name = self.draft_loader(settings.device)(ref) if ref is not None else (None, None)
-        folder = self._cached(("folder", name), lambda: _target_folder(name)) if name else None
+        folder = self.cached(("folder", name), lambda: _target_folder(name)) if name else None
         # the bundled target is recorded as the CLI records it (it was its folder's path, which
         # replay took for a local checkpoint)
-        target_name = (
-            _target_label(name, folder)
-            if folder
-            else ("tiny-target" if self.fallback else loading.BUNDLED_PREFIX + "target")
-        )
-        return Models(target, tokenizer, target_name, draft, draft_name)
+        target_name = _target_label(name, folder) if folder else self.bundled_target_name
+        return Models(target, tokenizer, target_name, draft, draft_name), notes
 
-    def model_info(self, settings: RunSettings, models: Models) -> dict[str, str | None]:
+    def model_info(self, settings: PanelSettings, models: Models) -> dict[str, str | None]:
         """What a recording names of its models, as the CLI's does: the target and draft, and
         the tokenizer with its sha256, so that a replay decodes the tokens with it (the window
         recorded no tokenizer, and its runs replayed as token ids)."""
-        name = getattr(settings, "target", "")
+        name = settings.target
         if name:
-            folder = self._cached(("folder", name), lambda: _target_folder(name))
+            folder = self.cached(("folder", name), lambda: _target_folder(name))
         else:
-            folder = None if self.fallback else loading.bundled_path("target")
+            folder = None if self.tokenizer() is None else loading.bundled_path("target")
         digest = None
         if folder is not None and models.tokenizer is not None:
-            digest = self._cached(("tokenizer_sha256", str(folder)), lambda: loading.tokenizer_sha256(folder))
+            digest = self.cached(("tokenizer_sha256", str(folder)), lambda: loading.tokenizer_sha256(folder))
         return {
             "target_name": models.target_name,
             "draft_name": models.draft_name,
@@ -416,11 +369,11 @@ class ModelHub:
             "tokenizer_hash": digest,
         }
 
-    def build(self, settings: RunSettings, run_id: str | None = None) -> Prepared:
+    def build(self, settings: PanelSettings, run_id: str | None = None) -> Prepared:
         """The decoder of `settings` (core.decode.factory: the CLI's checks, EOS default and
         position limit); a core SettingsError names the fields that cannot run."""
         settings.check()  # before any model loads
-        models = self.models(settings)
+        models, notes = self.models_and_notes(settings)
         decoder = build_decoder(settings, models)
         if settings.chat:  # the prompt is the user's turn: the tokenizer's chat template (core.decode.factory)
             ids = prompt_ids(settings, models, settings.prompt)
@@ -434,16 +387,17 @@ class ModelHub:
             self.token_text(models.tokenizer),
             settings.describe(),
             self.model_info(settings, models),
+            tuple(notes),
         )
 
-    def measure_plain(self, settings: RunSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
+    def measure_plain(self, settings: PanelSettings, prompt_ids: list[int], steps: int = 16) -> PlainCost:
         """What plain cached decoding of the target costs on this prompt with the run's sampler
         (core.decode.baseline.plain_generate): the first token apart, because its
         forward processes the whole prompt, which a per-token average over a few tokens would
         spread over every token of a longer run."""
         from specscope.core.decode.baseline import plain_generate
 
-        target, _ = self.target(settings.device, getattr(settings, "target", ""))
+        target, _ = self.target(settings.device, settings.target)
         n = max(2, min(steps, settings.max_new_tokens))
         sampling = settings.sampling()
 
@@ -453,10 +407,3 @@ class ModelHub:
         wall(2)  # warm-up
         first = min(wall(1), wall(1))
         return PlainCost(first, max(wall(1 + n) - first, 0.0) / n)
-
-
-class TinyModelHub(ModelHub):
-    """Always the tiny random models: fast and deterministic (tests, screenshots fallback)."""
-
-    def __init__(self):
-        super().__init__(prefer_bundled=False)

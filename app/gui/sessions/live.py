@@ -15,7 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from specscope.app.gui.model.runmodel import RunModel, has_distributions
-from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.settings import PanelSettings
 from specscope.app.gui.model.traces import RecorderFactory, warm_up_trace_writer
 
 from .hub import ModelHub
@@ -33,14 +33,14 @@ FOLLOW_MS = 250
 PRELOADING = "loading models: torch, then the run panel's target…"
 
 
-def preloading_words(target: str, fallback: bool = False) -> str:
+def preloading_words(target: str, tiny: bool = False) -> str:
     """What the preload loads, in words: the run panel's target ("" = the bundled one, with
     its default draft); it said "the bundled pair" with Target smollm2."""
     if target:
         return f"loading models: torch, then target {target}…"
     return (
         "loading models: torch, then the tiny random models…"
-        if fallback
+        if tiny
         else "loading models: torch, then the bundled target and draft-small…"
     )
 
@@ -55,6 +55,7 @@ class LiveSession(QObject):
     refused = Signal(object)  # {field: message}: the settings cannot run (the worker started nothing)
     _storeWaits = Signal(str)  # the writer's thread: a locked store keeps the run's rounds waiting
     begun = Signal(str)  # the run's description, once the worker has prepared it (its first round is on its way)
+    noted = Signal(str)  # a warning about the run's models in words (tokenizers that differ but give the same ids)
 
     def __init__(self, model: RunModel, hub: ModelHub, store_path: str | None, record: bool = True, parent=None):
         super().__init__(parent)
@@ -71,11 +72,13 @@ class LiveSession(QObject):
         self.active = True  # False while replay or another session owns the model
         self.follow_latest = True
         self._last_followed = -1
-        self.settings: RunSettings | None = None
+        self.settings: PanelSettings | None = None
+        self.notes: list[str] = []  # the warnings about this run's models (noted), shown while it is
         self.activity_text = ""
         self.preloading_text = PRELOADING
         w = self.controller.worker
         w.prepared.connect(self._on_prepared)
+        w.noted.connect(self._on_noted)
         w.roundReady.connect(self._on_round)
         w.laneFinished.connect(self._on_lane_finished)
         w.failed.connect(self.failed)
@@ -102,7 +105,7 @@ class LiveSession(QObject):
     def preloading(self, target: str = "") -> None:
         """The worker is importing torch and loading the run panel's target (no run yet)."""
         if (not self.activity_text or self.activity_text == self.preloading_text) and self.state == IDLE:
-            self.preloading_text = preloading_words(target, self.hub.fallback)
+            self.preloading_text = preloading_words(target, self.hub.tiny)
             self._say(self.preloading_text)
 
     def preloaded(self) -> None:
@@ -111,10 +114,11 @@ class LiveSession(QObject):
 
     # ------------------------------------------------------------------ control
 
-    def start(self, settings: RunSettings, run: bool = True) -> None:
+    def start(self, settings: PanelSettings, run: bool = True) -> None:
         self.active = True
         self.settings = settings
         self.recording.prompt_text = settings.prompt
+        self.notes = []
         self.follow_latest = True
         self._last_followed = -1
         # the previous run stays on screen until this one is prepared (_on_prepared): a start
@@ -202,6 +206,11 @@ class LiveSession(QObject):
             self.model.loader = lambda i: lib_store.load_round(run_id, i, full=True)
         self.begun.emit(self.settings.describe() if self.settings is not None else label)
 
+    def _on_noted(self, lane: int, text: str) -> None:
+        if self.active:
+            self.notes.append(text)
+            self.noted.emit(text)
+
     def _on_round(self, lane: int, rnd) -> None:
         if not self.active or self.model.config is None or rnd.run_id != self.model.config.run_id:
             return  # a round of a run that was cancelled after it left the worker
@@ -259,4 +268,6 @@ class LiveSession(QObject):
             words = self.activity_text.rstrip("…")
         if self.recorded_path:
             words += f" · recording to {os.path.basename(self.recorded_path)}"
+        if self.notes:  # the whole text was in the message bar and the log
+            words += " · tokenizers differ (same ids)"
         return words

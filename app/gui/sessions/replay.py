@@ -14,21 +14,22 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from specscope.app.gui.model.runmodel import RunModel
 from specscope.app.gui.model.traces import TraceLibrary, describe_run, replay_tokenizer
 
+from .hub import ModelHub
+
 log = logging.getLogger(__name__)
 
 REPLAY_MS = 180
 REPLAY_BATCH = 256
 
 
-def run_tokenizer(hub: Any, info: Any) -> tuple[Any | None, str | None]:
+def run_tokenizer(hub: ModelHub, info: Any) -> tuple[Any | None, str | None]:
     """(the tokenizer a stored run recorded, or None; why not) through the hub's caches
     (traces.replay_tokenizer): the window's views, the run picker and the run panel decode a
     run's ids with it, never with another model's."""
-    from specscope.core.loading.models import bundled_path, load_tokenizer
+    from specscope.core.loading.models import bundled_path
 
     def load(folder: str) -> Any:
-        cached, loader = getattr(hub, "_cached", None), getattr(hub, "load_tokenizer", load_tokenizer)
-        return cached(("tokenizer", str(folder)), lambda: loader(folder)) if cached else loader(folder)
+        return hub.cached(("tokenizer", str(folder)), lambda: hub.load_tokenizer(folder))
 
     try:
         return replay_tokenizer(info, hub.tokenizer, bundled_path("target"), load)
@@ -36,7 +37,7 @@ def run_tokenizer(hub: Any, info: Any) -> tuple[Any | None, str | None]:
         return None, f"cannot load this run's tokenizer ({exc}): showing token ids"
 
 
-def run_token_text(hub: Any, info: Any, say: Callable[[str], None] | None = None) -> Any:
+def run_token_text(hub: ModelHub, info: Any, say: Callable[[str], None] | None = None) -> Any:
     """Token text for a stored run, decoded with the tokenizer the run recorded
     (traces.replay_tokenizer); where it is not here, the ids, and `say` is told why."""
     tok, why = run_tokenizer(hub, info)

@@ -23,7 +23,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
-from specscope.app.gui.model.settings import DEFAULT_PROPOSER, RunSettings
+from specscope.app.gui.model.settings import DEFAULT_PROPOSER, PanelSettings
 from specscope.core import RunHandle, parse_spec
 from specscope.core.decode.settings import SettingsError
 
@@ -57,6 +57,7 @@ def _message(exc: BaseException) -> str:
 
 class DecodeWorker(QObject):
     prepared = Signal(int, object, object, str)  # lane, RunConfig, token_text, label
+    noted = Signal(int, str)  # lane, a warning about its models in words (Prepared.notes), after `prepared`
     baseline = Signal(object)  # session.PlainCost of plain decoding (compare mode)
     roundReady = Signal(int, object)  # lane, Round
     laneFinished = Signal(int, str, float, object)  # lane, stop reason, wall seconds, GenerationResult | None
@@ -118,9 +119,7 @@ class DecodeWorker(QObject):
             if device not in devices:
                 device = "cpu"
             self.hub.target(device, target)
-            loaded = [
-                f"target {target}" if target else ("tiny random target" if self.hub.fallback else "bundled target")
-            ]
+            loaded = [f"target {target}" if target else self.hub.bundled_words]
             model_ref = parse_spec(DEFAULT_PROPOSER).model_ref
             if model_ref is not None and not target:  # the bundled drafts draft for the bundled target only
                 self.hub.draft_loader(device)(model_ref)
@@ -149,7 +148,7 @@ class DecodeWorker(QObject):
             self.referenced.emit(lane, result)
 
     @Slot(object, bool, int)
-    def prepare(self, settings_list: list[RunSettings], measure_baseline: bool = False, session: int = 0) -> None:
+    def prepare(self, settings_list: list[PanelSettings], measure_baseline: bool = False, session: int = 0) -> None:
         self._close_all("cancelled")
         self.session = session
         self._want_running = False
@@ -165,7 +164,7 @@ class DecodeWorker(QObject):
             from specscope.app.threads import apply_threads
 
             # torch's thread count is process-wide: the first lane's setting rules
-            self.threads = apply_threads(getattr(settings_list[0], "threads", None) if settings_list else None)
+            self.threads = apply_threads(settings_list[0].threads if settings_list else None)
             lanes = []
             for i, settings in enumerate(settings_list):
                 building = i
@@ -187,6 +186,8 @@ class DecodeWorker(QObject):
                 run = prep.decoder.start(prep.prompt_ids, config=prep.config)
                 lanes.append(_Lane(prep, run, recorder))
                 self.prepared.emit(i, prep.config, prep.token_text, prep.label)
+                for note in prep.notes:
+                    self.noted.emit(i, note)
                 if recorder is not None:
                     self.recorded.emit(i, str(getattr(recorder, "path", "")))
             self.lanes = lanes
@@ -376,7 +377,7 @@ class RunController(QObject):
     def busy(self) -> bool:
         return self.state in (LOADING, RUNNING, PAUSED, STOPPING)
 
-    def start(self, settings_list: list[RunSettings], run: bool = True, measure_baseline: bool = False) -> None:
+    def start(self, settings_list: list[PanelSettings], run: bool = True, measure_baseline: bool = False) -> None:
         self.worker.request_stop(self._session)  # cancel whatever runs now
         self._session += 1
         self.state = LOADING

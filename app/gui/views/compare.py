@@ -34,7 +34,7 @@ from specscope.app.gui import theme
 from specscope.app.gui.model.settings import (
     ENGINES,
     PATH_ARG,
-    RunSettings,
+    PanelSettings,
     menu_spec,
     note_engines,
     proposer_choices,
@@ -475,7 +475,7 @@ class CompareWidget(QWidget):
             return None
         return self._lanes([v.settings for v in out])
 
-    def _lanes(self, settings: list[RunSettings]) -> tuple[LaneSettings, ...] | None:
+    def _lanes(self, settings: list[PanelSettings]) -> tuple[LaneSettings, ...] | None:
         """The lanes' settings, coupled (seed = the run panel's seed) when the box is ticked
         and the lanes sample; a ticked box at temperature 0 is ignored, with a note."""
         a = settings[0]

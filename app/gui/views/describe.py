@@ -31,8 +31,10 @@ def after_accepted_eos(r: Round, n: DraftNode) -> bool:
 def is_coupled(config) -> bool:
     """Whether a run was coupled (core.verify.coupling; read from its proposer_params without importing
     it, a view needs no torch): its decisions are Gumbel picks, not draws."""
-    params = getattr(config, "proposer_params", None) or {}
-    return config is not None and params.get("verifier") == "coupled" and not config.sampling.greedy
+    if config is None:
+        return False
+    params = config.proposer_params or {}
+    return params.get("verifier") == "coupled" and not config.sampling.greedy
 
 
 COUPLED_REPAIR = (

@@ -64,7 +64,7 @@ def test_the_window_says_a_replayed_fault_never_fired(qtbot, make_window, hub, t
     assert decoder.fault_rounds == []  # no EOS id: eos-leak cannot fire
     w = make_window(store_path=str(tmp_path / "other.sqlite"))
     assert w.open_trace(str(path), run_id=config.run_id)
-    qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: w.replay.loaded_all, timeout=20000)
     qtbot.waitUntil(lambda: "eos-leak" in w.findings.status.text(), timeout=20000)
     text = w.findings.status.text()
     assert "no findings" in text and "never fired" in text and "specscope run --fault eos-leak" in text

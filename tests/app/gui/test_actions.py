@@ -24,8 +24,17 @@ ASKS_FOR_A_FILE = {
 SAYS_WHY_NOT = {
     "file.open_last": "No trace was opened before",
     "file.open_recording_store": "No run has been recorded",
-    "file.export_jsonl": "Nothing to export yet",
 }
+# greyed by their enablement rule on a fresh window (no run, no rounds), usable once a run has rounds
+NEED_ROUNDS = (
+    "file.export_jsonl",
+    "run.first",
+    "run.last",
+    "run.previous",
+    "run.play",
+    "run.recompute_check",
+    "run.reference",
+)
 HELP_TITLES = {"help.legend": "specscope", "help.kv_caches": "KV caches", "help.coupled_lanes": "Coupled lanes"}
 DOCKS = {"view.run_dock": "run_dock", "view.plots_dock": "plots_dock", "view.findings_dock": "findings_dock"}
 RUN_ACTIONS = (
@@ -62,6 +71,7 @@ TESTED = (
     | set(HELP_TITLES)
     | set(DOCKS)
     | set(RUN_ACTIONS)
+    | set(NEED_ROUNDS)
     | {"file.full_vectors", "file.quit"}
 )
 
@@ -99,6 +109,11 @@ def test_every_menu_entry_is_tested_here(make_window):
 def test_every_action_has_a_visible_effect(qtbot, make_window, tmp_path, dialogs):
     w = make_window(store_path=str(tmp_path / "none-yet.sqlite"))
     assert set(w.qactions) == TESTED, "an action of the table has no test here"
+    greyed = [a for a in NEED_ROUNDS + ("run.stop",) if not w.action(a).isEnabled()]
+    assert greyed == [*NEED_ROUNDS, "run.stop"], "a fresh window has no run to browse, check, export or stop"
+    w.last_error = None
+    w.action("file.export_jsonl").trigger()  # greyed: nothing happens, as from its key
+    assert w.last_error is None and w.error_box is None
 
     for action_id, title in {**ASKS_FOR_A_FILE, **HELP_TITLES}.items():
         dialogs.clear()
@@ -135,10 +150,11 @@ def _run_actions(qtbot, w, dialogs) -> None:
     one; the round keys move the selection; the recompute check reports."""
     configure(w, max_new_tokens="40")
     w.action("run.step").trigger()
-    qtbot.waitUntil(lambda: w.state == "paused" and len(w.model.rounds) == 1, timeout=20000)
+    qtbot.waitUntil(lambda: w.live.state == "paused" and len(w.model.rounds) == 1, timeout=20000)
+    assert w.action("run.stop").isEnabled() and not w.action("run.recompute_check").isEnabled()  # a run holds it
     first_run = w.model.config.run_id
     w.action("run.stop").trigger()
-    qtbot.waitUntil(lambda: w.state == "idle", timeout=20000)
+    qtbot.waitUntil(lambda: w.live.state == "idle", timeout=20000)
     w.action("run.toggle").trigger()
     qtbot.waitUntil(lambda: getattr(w.model.config, "run_id", first_run) != first_run, timeout=20000)
     wait_idle(qtbot, w)
@@ -153,6 +169,7 @@ def _run_actions(qtbot, w, dialogs) -> None:
     w.action("run.play").trigger()  # a finished run plays back from where it is
     qtbot.waitUntil(lambda: w.model.selected[0] == n - 1, timeout=5000)
     dialogs.clear()
+    assert all(w.action(a).isEnabled() for a in NEED_ROUNDS) and not w.action("run.stop").isEnabled()
     w.action("run.recompute_check").trigger()
     w.action("run.reference").trigger()
     assert dialogs == ["Recompute check", "Compare with plain greedy"]

@@ -143,7 +143,7 @@ def test_the_empty_draft_tree_pane_says_what_will_appear(qtbot, window):
     window.model.select(0, 0)
     assert not note() and window.tree.nodes
     window.runs.stop()
-    qtbot.waitUntil(lambda: window.state == "idle", timeout=20000)
+    qtbot.waitUntil(lambda: window.live.state == "idle", timeout=20000)
     window.model.clear()
     assert note()
 
@@ -200,7 +200,7 @@ def test_space_types_in_every_free_text_field(qtbot, window, key):
     qtbot.wait(100)
     text = field.toPlainText() if isinstance(field, QPlainTextEdit) else field.text()
     assert text == "1 2"
-    assert window.state == "idle" and not window.model.rounds  # nothing ran
+    assert window.live.state == "idle" and not window.model.rounds  # nothing ran
 
 
 def test_space_still_runs_from_a_number_field(qtbot, window):
@@ -231,10 +231,10 @@ def test_replaying_a_trace_unticks_a_chat_template_it_did_not_use(qtbot, make_wi
     run_id = w.model.config.run_id
     w.run_panel.set_texts({"chat": "on", "system": "be brief"})
     assert w.open_trace(store, run_id=run_id)
-    qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: w.replay.loaded_all, timeout=20000)
     texts = w.run_panel.texts()
     assert texts["chat"] == "" and texts["system"] == ""
-    assert w.replay_mismatch == []
+    assert w.replay_panel.mismatch == []
 
 
 def test_a_run_recorded_in_the_window_replays_as_text_on_the_bundled_target(
@@ -263,10 +263,10 @@ def test_a_run_recorded_in_the_window_replays_as_text_on_the_bundled_target(
     w.say_long = said.append
     w.run_panel.set_texts({"target": "", "proposer": "lookup"})
     assert w.open_trace(store, run_id=run_id)
-    qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: w.replay.loaded_all, timeout=20000)
     assert w.model.token_text(w.model.output_tokens[0]) == live_text
     assert not any("token ids" in s for s in said), said
-    assert w.run_panel.target.spec() == "" and w.replay_mismatch == []
+    assert w.run_panel.target.spec() == "" and w.replay_panel.mismatch == []
     w.close()
 
 

@@ -52,7 +52,7 @@ def test_drop_a_trace_file_opens_it(qtbot, make_window, tmp_path):
         QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
     )
     r.dropEvent(event)
-    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: r.replay.loaded_all, timeout=20000)
     assert r.mode == "replay" and r.model.output_tokens == w.model.output_tokens
 
 
@@ -62,7 +62,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 import specscope.app.gui as gui
 from specscope.app.gui import main_window as mw
-from specscope.app.gui.sessions.hub import TinyModelHub
+from tests.tiny_hub import TinyModelHub
 
 mw.ModelHub = TinyModelHub  # the tiny models, not the bundled ones
 store = sys.argv[1]
@@ -70,9 +70,9 @@ gui.create_app()  # timers need the application; launch() reuses it
 
 def check():
     wins = [w for w in QApplication.topLevelWidgets() if isinstance(w, mw.MainWindow) and w.isVisible()]
-    if wins and wins[0].replay_loaded:
+    if wins and wins[0].replay.loaded_all:
         w = wins[0]
-        print("RESULT", w.mode, len(w.model.rounds), w.trace_path == store, flush=True)
+        print("RESULT", w.mode, len(w.model.rounds), w.session.trace_path == store, flush=True)
         w.close()  # the last window: the application quits
     else:
         QTimer.singleShot(50, check)
@@ -102,8 +102,13 @@ def test_launch_opens_a_trace_and_returns_the_exit_code(qtbot, make_window, tmp_
         SPECSCOPE_DB=str(tmp_path / "launch-default.sqlite"),
     )
     proc = subprocess.run(
-        [sys.executable, "-c", LAUNCH_SCRIPT, store], env=env, capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-c", LAUNCH_SCRIPT, store],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+    )  # in the checkout: the script imports the tests' tiny hub
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
     assert line.split()[1:] == ["replay", str(len(w.model.rounds)), "True"]

@@ -133,13 +133,13 @@ def test_a_cli_chat_run_of_smollm2_replays_as_text_with_its_chat_and_head(qtbot,
         == 0
     )
     assert window.open_trace(str(store))
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=60_000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=60_000)
     # the run picker's prompt column: the user's turn, not the bundled tokenizer's garbage
     assert window.replay_panel.decode_prompt(window.replay.info) == "What is the capital of France?"
     texts = window.run_panel.texts()
     assert texts["prompt"] == "What is the capital of France?" and texts["chat"] == "on"
     assert texts["target"] == "smollm2" and texts["proposer"] == "eagle3"
-    assert window.replay_mismatch == []
+    assert window.replay_panel.mismatch == []
     out = "".join(window.model.token_text(t) for t in window.model.output_tokens)
     assert "Paris" in out, out
 
@@ -158,7 +158,7 @@ def test_a_run_of_another_tokenizer_is_never_decoded_with_the_bundled_one(qtbot,
         models=ModelInfo(target_name="smollm2-elsewhere", tokenizer_name="smollm2-elsewhere", tokenizer_hash="ab" * 32),
         config=SimpleNamespace(vocab_size=49152, prompt_ids=(1, 9690, 314), unrecorded=()),
     )
-    panel = ReplayPanel(SimpleNamespace(hub=bundled_hub))
+    panel = ReplayPanel(bundled_hub, run_panel=None, replay=None)  # only its decoding is used
     assert panel.decode_prompt(info) is None
 
 
@@ -211,7 +211,7 @@ def test_the_findings_panel_and_the_picker_show_what_specscope_check_prints(qtbo
     for run_id, report in cli.items():
         pick.run_id = run_id
         assert window.open_trace(str(store))
-        qtbot.waitUntil(lambda: window.replay_loaded and bool(window.findings.findings), timeout=60_000)
+        qtbot.waitUntil(lambda: window.replay.loaded_all and bool(window.findings.findings), timeout=60_000)
         assert shown_findings(window) == sorted(_key(f) for f in report["findings"])
         causes = [f for f in window.findings.findings if not f.follows]
         assert len(causes) == len(report["groups"])  # eos-leak: [eos] and [end-count]; stop-last-token: 4
@@ -256,7 +256,7 @@ def test_the_hub_loads_one_model_at_a_time(monkeypatch, tmp_path):
 
     from specscope.app.gui.sessions import hub as hub_module
 
-    hub = hub_module.ModelHub(prefer_bundled=False)
+    hub = hub_module.ModelHub()
     busy, most = [0], [0]
     lock = threading.Lock()
 

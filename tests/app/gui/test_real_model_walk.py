@@ -65,7 +65,7 @@ def inspect_a_round(window) -> str:
 def run_live(qtbot, window, step_first: bool = False) -> None:
     if step_first:
         window.runs.step()
-        qtbot.waitUntil(lambda: len(window.model.rounds) >= 1 and window.state != "loading", timeout=240_000)
+        qtbot.waitUntil(lambda: len(window.model.rounds) >= 1 and window.live.state != "loading", timeout=240_000)
         assert window.last_error is None, window.last_error
         assert len(window.model.rounds) == 1
         shows_text(window)
@@ -120,14 +120,14 @@ def replay_cli_run(qtbot, window, store, expect_texts: dict[str, str]) -> None:
     with TraceStore(str(store)) as st:
         run_id = st.list_runs()[0].run_id
     assert window.open_trace(str(store), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=120_000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=120_000)
     qtbot.waitUntil(lambda: bool(window.findings.findings), timeout=60_000)
     shows_text(window)
     inspect_a_round(window)
     texts = window.run_panel.texts()
     for key, value in expect_texts.items():
         assert texts[key] == value, (key, texts[key])
-    assert window.replay_mismatch == [], window.replay_mismatch
+    assert window.replay_panel.mismatch == [], window.replay_panel.mismatch
     report = cli_check(store, run_id)
     assert shown_findings(window) == sorted(_key(f) for f in report["findings"])
     assert len([f for f in window.findings.findings if not f.follows]) == len(report["groups"])
@@ -214,15 +214,15 @@ def test_smollm2_walk(qtbot, smollm2_window, tmp_path, monkeypatch):
 def replay_window_run(qtbot, window, prompt: str) -> None:
     from specscope.storage import TraceStore
 
-    path = window.trace_path
+    path = window.session.trace_path
     with TraceStore(path) as st:
         run = next(r for r in st.list_runs() if r.config.proposer == "eagle3" and "comparison" not in (r.extra or {}))
     window.run_panel.set_texts({"chat": "", "proposer": "draft:smollm2-draft"})
     assert window.open_trace(path, run_id=run.run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=120_000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=120_000)
     texts = window.run_panel.texts()
     assert (texts["prompt"], texts["chat"], texts["proposer"], texts["target"]) == (prompt, "on", "eagle3", "smollm2")
-    assert window.replay_mismatch == []
+    assert window.replay_panel.mismatch == []
     shows_text(window)
 
 

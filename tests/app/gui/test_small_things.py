@@ -30,11 +30,11 @@ def test_opening_a_trace_during_a_run_asks_first(qtbot, make_window, tmp_path):
     w = make_window(store_path=str(tmp_path / "other.sqlite"))
     configure(w, max_new_tokens="400")
     assert w.start_run(run=False)
-    qtbot.waitUntil(lambda: w.state == "paused", timeout=30000)
+    qtbot.waitUntil(lambda: w.live.state == "paused", timeout=30000)
     questions: list[str] = []
     w.traces.ask = lambda title, q: questions.append(q) or False
     assert not w.open_trace(str(tmp_path / "rec.sqlite"))
-    assert questions and w.mode == "live" and w.state == "paused"
+    assert questions and w.mode == "live" and w.live.state == "paused"
     w.traces.ask = lambda title, q: questions.append(q) or True
     assert w.open_trace(str(tmp_path / "rec.sqlite"))
     assert len(questions) == 2 and w.mode == "replay"
@@ -70,7 +70,7 @@ def test_threads_default_setting_and_status_bar(qtbot, window):
     wait_idle(qtbot, window)
     import torch
 
-    assert torch.get_num_threads() == 1 and window.controller.worker.threads == 1
+    assert torch.get_num_threads() == 1 and window.live.controller.worker.threads == 1
 
 
 def test_cli_threads_and_open_run(monkeypatch, tmp_path, hub):

@@ -139,7 +139,7 @@ def test_a_round_that_drafted_nothing_reads_no_acceptance_and_the_plots_show_who
     w = make_window(record=False)
     configure(w, proposer="lookup", prompt="1 2 3 4 5 6 7 8 9 10", max_new_tokens="12")
     assert w.start_run(run=False)
-    qtbot.waitUntil(lambda: len(w.model.rounds) == 1 and w.state == PAUSED, timeout=30000)
+    qtbot.waitUntil(lambda: len(w.model.rounds) == 1 and w.live.state == PAUSED, timeout=30000)
     assert w.model.rounds[0].drafted == 0
     w.update_status()
     state = w.status_bar.full_state
@@ -152,7 +152,7 @@ def test_a_round_that_drafted_nothing_reads_no_acceptance_and_the_plots_show_who
         assert (round(low, 3), round(high, 3)) == (-0.5, 4.5), (name, low, high)
         levels = plot.getAxis("bottom").tickSpacing(low, high, 400)
         assert all(spacing == 1 for spacing, _offset in levels), (name, levels)
-    w.controller.stop()
+    w.live.controller.stop()
 
 
 def test_runs_without_a_path_lists_the_default_store_and_says_which(tmp_path, monkeypatch, capsys):
@@ -294,10 +294,10 @@ def test_quitting_during_the_preload_does_not_wait_for_it(qtbot, make_window, hu
     w = make_window(record=False)
     w.quick_quit = True
     w.start_preload()
-    qtbot.waitUntil(lambda: w.controller.worker.preloading, timeout=10000)
+    qtbot.waitUntil(lambda: w.live.controller.worker.preloading, timeout=10000)
     started = time.perf_counter()
     w.close()
     took = time.perf_counter() - started
     release.set()
     assert took < 2.0, took
-    qtbot.waitUntil(lambda: not w.controller.thread.isRunning(), timeout=20000)
+    qtbot.waitUntil(lambda: not w.live.controller.thread.isRunning(), timeout=20000)

@@ -14,18 +14,18 @@ def test_keys_go_to_the_active_session(qtbot, make_window, tmp_path):
     w = make_window(store_path=store_path)
     configure(w, max_new_tokens="12")
     w.runs.step()  # live, idle: Step starts a run paused after round 0
-    qtbot.waitUntil(lambda: w.state == "paused" and len(w.model.rounds) == 1, timeout=20000)
-    assert w.session is w.live and w.session.shows_run_state and w.trace_path == w.live.recorded_path
+    qtbot.waitUntil(lambda: w.live.state == "paused" and len(w.model.rounds) == 1, timeout=20000)
+    assert w.session is w.live and w.session.shows_run_state and w.session.trace_path == w.live.recorded_path
     w.runs.step_or_next()  # paused live run: Right steps one round
     qtbot.waitUntil(lambda: len(w.model.rounds) == 2, timeout=20000)
     w.runs.stop()
-    qtbot.waitUntil(lambda: w.state == "idle", timeout=20000)
+    qtbot.waitUntil(lambda: w.live.state == "idle", timeout=20000)
     run_id, rounds = record_live(qtbot, w, max_new_tokens="24")
 
     r = make_window(store_path=str(tmp_path / "other.sqlite"))
     assert r.open_trace(store_path, run_id=run_id)
-    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
-    assert r.session is r.replay and not r.session.shows_run_state and r.trace_path == store_path
+    qtbot.waitUntil(lambda: r.replay.loaded_all, timeout=20000)
+    assert r.session is r.replay and not r.session.shows_run_state and r.session.trace_path == store_path
     r.model.select(0)
     r.runs.step_or_next()  # replay: Right browses, it starts nothing
     assert r.model.selected[0] == 1 and r.live.state == "idle"

@@ -64,9 +64,9 @@ def test_run_fills_timeline_inspector_tree_and_plots(qtbot, window):
 def test_step_pause_resume_and_stop(qtbot, window):
     configure(window, max_new_tokens="400")
     qtbot.mouseClick(window.run_panel.step_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(window.model.rounds) == 1 and window.state == PAUSED, timeout=20000)
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 1 and window.live.state == PAUSED, timeout=20000)
     qtbot.mouseClick(window.run_panel.step_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(window.model.rounds) == 2 and window.state == PAUSED, timeout=20000)
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 2 and window.live.state == PAUSED, timeout=20000)
     qtbot.wait(100)
     assert len(window.model.rounds) == 2  # a step is exactly one round
     assert window.run_panel.run_button.text() == "Resume"
@@ -89,7 +89,7 @@ def test_bad_settings_are_explained_next_to_the_field(qtbot, window):
     assert errors["top_p"].isVisible() and "(0, 1]" in errors["top_p"].text()
     assert errors["prompt"].text()
     assert not errors["seed"].text()
-    assert window.state == IDLE and not window.model.rounds
+    assert window.live.state == IDLE and not window.model.rounds
     # Fixing the field clears its message as you type.
     window.run_panel.set_field("k", "3")
     assert not errors["k"].text()
@@ -107,7 +107,7 @@ def test_worker_exceptions_become_a_dialog(qtbot, make_window, hub, monkeypatch)
     qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible(), timeout=10000)
     assert "corrupt" in window.error_box.text()
     assert "Traceback" in window.error_box.detailedText()  # details are there, not in the face
-    assert window.state == IDLE
+    assert window.live.state == IDLE
     window.error_box.button(QMessageBox.StandardButton.Ok).click()
 
 
@@ -116,7 +116,7 @@ def test_keyboard_space_runs_and_right_steps(qtbot, window):
     window.activateWindow()
     window.tabs.setFocus()
     qtbot.keyClick(window.tabs, Qt.Key.Key_Right)
-    qtbot.waitUntil(lambda: len(window.model.rounds) == 1 and window.state == PAUSED, timeout=20000)
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 1 and window.live.state == PAUSED, timeout=20000)
     qtbot.keyClick(window.tabs, Qt.Key.Key_Space)
     wait_idle(qtbot, window)
     assert window.model.stop_reason == "budget"
@@ -133,7 +133,7 @@ def test_space_in_the_prompt_types_a_space(qtbot, window):
     window.run_panel.prompt.setFocus()
     qtbot.keyClick(window.run_panel.prompt, Qt.Key.Key_Space)
     qtbot.wait(50)
-    assert window.state == IDLE
+    assert window.live.state == IDLE
     assert " " in window.run_panel.prompt.toPlainText()
 
 
@@ -156,7 +156,7 @@ def test_stepping_keys_step_from_a_field_but_type_in_the_prompt(qtbot, window):
     qtbot.keyClick(prompt, Qt.Key.Key_Space)
     qtbot.keyClick(prompt, Qt.Key.Key_Right)
     qtbot.wait(50)
-    assert window.state == IDLE and not window.model.rounds
+    assert window.live.state == IDLE and not window.model.rounds
     assert prompt.toPlainText().endswith("4 ")
     field = window.run_panel.fields["k"]
     field.setFocus()
@@ -180,7 +180,7 @@ def test_worker_thread_messages_reach_the_status_bar_through_the_gui_thread(qtbo
     warnings: list[str] = []
     previous = qInstallMessageHandler(lambda mode, ctx, msg: warnings.append(msg))
     try:
-        t = threading.Thread(target=window.controller.worker.preloaded.emit, args=("Models ready (test).",))
+        t = threading.Thread(target=window.live.controller.worker.preloaded.emit, args=("Models ready (test).",))
         t.start()
         t.join()
         qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "Models ready (test).", timeout=5000)
@@ -197,7 +197,7 @@ def test_the_decoding_thread_holds_no_widget(window):
 
     from PySide6.QtWidgets import QWidget
 
-    held = [window.controller.worker, window.compare_controller.worker]
+    held = [window.live.controller.worker, window.compare_controller.worker]
     seen: set[int] = set()
     for _ in range(5):  # a few references deep: instances and containers, not modules or classes
         nxt = []

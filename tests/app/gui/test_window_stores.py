@@ -99,7 +99,7 @@ def test_every_way_of_opening_a_run_reads_a_read_only_store(qtbot, make_window, 
     window = make_window(record=False)
     pick_in_order(monkeypatch, run_ids)
     way(window, db, monkeypatch)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     assert window.last_error is None
     assert window.mode == "replay" and window.model.config.run_id == run_ids[0] and window.model.rounds
 
@@ -180,7 +180,7 @@ def test_the_window_replays_a_newer_store_and_says_so(qtbot, make_window, hub, t
     window = make_window(record=False)
     shown = pick_in_order(monkeypatch, run_ids + run_ids)
     assert window.open_trace(str(db))
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     note = window.traces.newer_note
     assert note and f"schema version {SCHEMA_VERSION + 1}; this one knows {SCHEMA_VERSION}" in note
     assert "newer specscope" in window.statusBar().currentMessage() or window.last_error is None

@@ -305,10 +305,10 @@ def test_a_run_of_a_fetched_target_is_recorded_under_its_name_and_replays_with_i
     assert window.start_run(), window.last_error
     wait_idle(qtbot, window, timeout=120_000)
     assert window.model.config.target_name == index.name and window.model.config.vocab_size == 265
-    path = window.trace_path
+    path = window.session.trace_path
     window.run_panel.target.choose("")
     assert window.open_trace(path)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=60_000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=60_000)
     assert window.run_panel.texts()["target"] == index.name
     assert "target" not in " ".join(window.replay_panel.mismatch)
     shown = []

@@ -28,14 +28,14 @@ def test_reference_of_replayed_greedy_runs(qtbot, window, hub, tmp_path, monkeyp
     path = tmp_path / "clean.sqlite"
     run_id, _ = _greedy_trace(hub, path)
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     found = window.checks.reference_check()
     assert found is not None and found.verdict == "identical" and "identical" in shown[-1]
 
     path = tmp_path / "faulty.sqlite"
     run_id, fired = _greedy_trace(hub, path, fault="budget-overshoot")
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     found = window.checks.reference_check()
     assert found.verdict == "logic bug" and found.blame_round == fired[0]
     assert "LOGIC BUG" in shown[-1] and "[budget]" in shown[-1]
@@ -48,7 +48,7 @@ def test_a_sampled_run_is_refused_in_words(qtbot, window, hub, tmp_path):
     path = tmp_path / "sampled.sqlite"
     run_id = _stored_runs(hub, path, seeds=(0,))[0]
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     window.last_error = None
     assert window.checks.reference_check() is None
     assert "only defined at temperature 0" in (window.last_error or "")

@@ -54,10 +54,10 @@ def test_a_run_without_prompt_text_replays_its_decoded_prompt(qtbot, window, hub
     window.run_panel.set_field("prompt", "the previous prompt")
     monkeypatch.setattr(window.hub, "tokenizer", lambda: WordTokenizer())
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     assert window.run_panel.texts()["prompt"] == "5 6 7 8"
     assert window.run_panel.texts()["seed"] == "3"
-    assert window.replay_mismatch == []
+    assert window.replay_panel.mismatch == []
     assert "Not reproducible" not in window.run_panel.state_label.text()
     window.run_panel.set_field("seed", "4")
     assert "no longer matches the trace (seed changed)" in window.run_panel.state_label.text()
@@ -99,14 +99,14 @@ def test_recompute_check_finds_the_stale_cache_from_the_gui(qtbot, window, hub, 
     path = tmp_path / "faulty.sqlite"
     run_id, _ = _faulty_trace(hub, path)
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     found = window.checks.recompute_check()
     assert found and all(f.rule == "recompute" for f in found)
     assert any(f.rule == "recompute" for f in window.findings.findings)
     clean = tmp_path / "clean.sqlite"
     clean_id = _stored_runs(hub, clean, seeds=(0,))[0]
     assert window.open_trace(str(clean), run_id=clean_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     assert window.checks.recompute_check() == []
     assert "matches a full recompute" in shown[-1]
 
@@ -143,18 +143,18 @@ def test_the_replayed_panel_shows_every_eos_id_and_the_stops(qtbot, window, hub,
     run_id = _stored_run_with_stops(hub, path)
     monkeypatch.setattr(window.hub, "tokenizer", lambda: WordTokenizer())
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     texts = window.run_panel.texts()
     assert texts["eos"] == "63,7,9"
     assert texts["stop_strings"] == "zz\\nq\na\\\\b" and texts["stop_ids"] == "60,61; 62"
     settings = window.run_panel.validate_quietly()  # Run would start the trace's EOS ids and stops
     assert settings.eos == (63, 7, 9)
     assert settings.stop_strings == ("zz\nq", "a\\b") and settings.stop_ids == ((60, 61), (62,))
-    assert window.replay_mismatch == []
+    assert window.replay_panel.mismatch == []
     # a run without stops empties the stop fields (Run must not add the previous run's)
     other = _stored_runs(hub, tmp_path / "plain.sqlite", seeds=(0,))[0]
     assert window.open_trace(str(tmp_path / "plain.sqlite"), run_id=other)
-    qtbot.waitUntil(lambda: window.replay_loaded and window.model.config.run_id == other, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all and window.model.config.run_id == other, timeout=30000)
     texts = window.run_panel.texts()
     assert texts["stop_strings"] == "" and texts["stop_ids"] == "" and texts["eos"] == "none"
 
@@ -164,8 +164,8 @@ def test_a_trace_without_its_stops_says_the_panel_cannot_reproduce_them(qtbot, w
     run_id = _stored_run_with_stops(hub, path, unrecorded=frozenset({"stops"}))
     monkeypatch.setattr(window.hub, "tokenizer", lambda: WordTokenizer())
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
-    assert any("stops" in m for m in window.replay_mismatch), window.replay_mismatch
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
+    assert any("stops" in m for m in window.replay_panel.mismatch), window.replay_panel.mismatch
     assert "the stops" in window.run_panel.state_label.text()
 
 
@@ -173,7 +173,7 @@ def test_the_findings_panel_lists_the_rules_a_replayed_trace_does_not_allow(qtbo
     path = tmp_path / "blind.sqlite"
     run_id = _stored_run_with_stops(hub, path, unrecorded=frozenset({"stops"}))
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded and window.findings.not_checked != {}, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all and window.findings.not_checked != {}, timeout=30000)
     assert {"stop-leak", "stop-flag", "stop-budget"} <= set(window.findings.not_checked)
     assert "does not record the run's stops" in window.findings.not_checked["stop-leak"]
     assert window.findings.not_checked_label.isVisible() and window.findings.findings == []

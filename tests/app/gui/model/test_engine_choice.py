@@ -22,7 +22,7 @@ def test_settings_validate_the_engine():
 def test_run_panel_runs_transformers_steps_and_stops(qtbot, window):
     configure(window, engine="transformers", max_new_tokens="400")
     qtbot.mouseClick(window.run_panel.step_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(window.model.rounds) == 1 and window.state == PAUSED, timeout=20000)
+    qtbot.waitUntil(lambda: len(window.model.rounds) == 1 and window.live.state == PAUSED, timeout=20000)
     assert window.model.config.proposer == "transformers-assisted"
     qtbot.mouseClick(window.run_panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(window.model.rounds) >= 3, timeout=20000)

@@ -73,7 +73,7 @@ def test_a_comparison_is_recorded_as_two_runs_and_replays_side_by_side(qtbot, ma
     assert lanes["A"].prompt_text == "1 2 3 4 5 6 7 8 1 2 3 4"
     r = make_window(store_path=str(tmp_path / "other.sqlite"))
     assert r.open_trace(str(store), run_id=lanes["B"].run_id)
-    qtbot.waitUntil(lambda: r.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: r.replay.loaded_all, timeout=30000)
     a, b = r.compare_session.models
     assert a.config.run_id == lanes["A"].run_id and b.config.run_id == lanes["B"].run_id
     assert a.output_tokens == live_a and b.output_tokens == live_b
@@ -252,7 +252,7 @@ def test_a_three_lane_comparison_is_recorded_and_reopens_with_its_three_lanes(qt
     assert set(lanes) == {"A", "B", "C"} and len({comparison_of(r)[0] for r in lanes.values()}) == 1
     r = make_window(store_path=str(tmp_path / "other.sqlite"))
     assert r.open_trace(str(store), run_id=lanes["B"].run_id)  # any lane opens the whole comparison, in order
-    qtbot.waitUntil(lambda: r.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: r.replay.loaded_all, timeout=30000)
     session = r.compare_session
     assert session.count == 3
     assert [m.config.run_id for m in session.models] == [lanes[n].run_id for n in "ABC"]

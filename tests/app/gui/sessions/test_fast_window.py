@@ -191,7 +191,7 @@ def test_the_tokenizer_is_not_held_up_by_a_model_load_under_another_key():
 
     from specscope.app.gui.sessions.hub import ModelHub
 
-    hub = ModelHub(prefer_bundled=False)
+    hub = ModelHub()
     loading_started, release = threading.Event(), threading.Event()
 
     def slow_model():
@@ -199,11 +199,11 @@ def test_the_tokenizer_is_not_held_up_by_a_model_load_under_another_key():
         release.wait(10)
         return "model"
 
-    worker = threading.Thread(target=lambda: hub._cached(("target", "slow"), slow_model))
+    worker = threading.Thread(target=lambda: hub.cached(("target", "slow"), slow_model))
     worker.start()
     assert loading_started.wait(10)
     got = []
-    asker = threading.Thread(target=lambda: got.append(hub._cached(("tokenizer", "fast"), lambda: "tokenizer")))
+    asker = threading.Thread(target=lambda: got.append(hub.cached(("tokenizer", "fast"), lambda: "tokenizer")))
     try:
         asker.start()
         asker.join(3)
@@ -212,7 +212,7 @@ def test_the_tokenizer_is_not_held_up_by_a_model_load_under_another_key():
         release.set()
         worker.join(10)
     made = []
-    assert hub._cached(("target", "slow"), lambda: made.append(1)) == "model" and not made  # made once
+    assert hub.cached(("target", "slow"), lambda: made.append(1)) == "model" and not made  # made once
 
 
 def test_a_fresh_tiny_hub_makes_its_target_and_drafts_without_hanging():
@@ -221,7 +221,7 @@ def test_a_fresh_tiny_hub_makes_its_target_and_drafts_without_hanging():
     timed out, and a window closed over the hung thread aborted the interpreter)."""
     import threading
 
-    from specscope.app.gui.sessions.hub import TinyModelHub
+    from tests.tiny_hub import TinyModelHub
 
     hub = TinyModelHub()
     got = {}
@@ -244,10 +244,10 @@ def test_a_value_that_asks_for_its_own_key_while_being_made_does_not_hang():
 
     from specscope.app.gui.sessions.hub import ModelHub
 
-    hub = ModelHub(prefer_bundled=False)
+    hub = ModelHub()
     got = []
     asker = threading.Thread(
-        target=lambda: got.append(hub._cached(("k",), lambda: hub._cached(("k",), lambda: "inner"))), daemon=True
+        target=lambda: got.append(hub.cached(("k",), lambda: hub.cached(("k",), lambda: "inner"))), daemon=True
     )
     asker.start()
     asker.join(10)
@@ -271,7 +271,7 @@ class SlowHub(ModelHub):
         release.wait(20)  # a model load nothing can interrupt
         raise RuntimeError("load abandoned")
 
-controller = RunController(SlowHub(prefer_bundled=False))
+controller = RunController(SlowHub())
 controller.preload("cpu")
 assert started.wait(20)
 controller.close(timeout_ms=200)

@@ -14,7 +14,7 @@ def test_a_budget_past_the_position_limit_is_refused_under_the_field(qtbot, wind
     assert window.start_run()  # the fields alone are fine: the limit is the models'
     label = window.run_panel.errors["max_new_tokens"]
     qtbot.waitUntil(lambda: label.text() != "", timeout=30000)
-    qtbot.waitUntil(lambda: window.state == IDLE, timeout=30000)
+    qtbot.waitUntil(lambda: window.live.state == IDLE, timeout=30000)
     text = label.text()
     assert "needs 100012 positions" in text and f"at most {limit} (max_position_embeddings)" in text
     assert text.endswith(f"max new tokens must be at most {limit - 12}")

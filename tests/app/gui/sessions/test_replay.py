@@ -24,7 +24,7 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
     store_path = str(tmp_path / "live.sqlite")
     w = make_window(store_path=store_path)
     run_id, live_rounds = record_live(qtbot, w, temperature="1.0", proposer="draft-tiny", max_new_tokens="30")
-    assert w.recorded_path == store_path
+    assert w.live.recorded_path == store_path
     assert w.findings.findings == [] and "no findings" in w.findings.status.text()
     with TraceStore(store_path) as store:
         info = store.get_run(run_id)
@@ -32,7 +32,7 @@ def test_live_run_is_recorded_and_replays_identically(qtbot, make_window, tmp_pa
 
     r = make_window(store_path=str(tmp_path / "other.sqlite"))
     assert r.open_trace(store_path)
-    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: r.replay.loaded_all, timeout=20000)
     assert r.mode == "replay" and r.last_error is None
     replayed = r.model.rounds
     assert [x.tokens for x in replayed] == [x.tokens for x in live_rounds]
@@ -101,7 +101,7 @@ def test_faulty_trace_shows_findings_that_jump_to_their_round(
             pytest.skip("the fault never fired")
     w = make_window()
     assert w.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: w.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: w.replay.loaded_all, timeout=20000)
     found = w.findings.findings
     assert found, f"the checker should flag {fault}"
     assert all(f.rule for f in found) and found[0].round == dec.fault_rounds[0]
@@ -146,7 +146,7 @@ def test_opening_a_trace_during_a_live_run_cancels_it(qtbot, make_window, tmp_pa
     w.traces.ask = lambda title, question: asked.append(question) or True  # issue 20: it asks first
     assert w.open_trace(store, run_id=first_id)
     assert asked
-    qtbot.waitUntil(lambda: w.replay_loaded and w.controller.state == "idle", timeout=20000)
+    qtbot.waitUntil(lambda: w.replay.loaded_all and w.live.controller.state == "idle", timeout=20000)
     qtbot.wait(200)  # late signals of the cancelled run must not leak into the replay
     assert w.mode == "replay" and w.model.config.run_id == first_id
     assert w.model.output_tokens == tokens

@@ -29,7 +29,7 @@ def test_replay_reads_a_run_from_a_postgresql_url(qtbot, make_window, tmp_path):
         r = make_window(store_path=str(tmp_path / "other.sqlite"))
         opened = r.open_trace(url)
         assert opened, r.last_error
-        qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+        qtbot.waitUntil(lambda: r.replay.loaded_all, timeout=20000)
         assert r.mode == "replay" and r.last_error is None
         assert r.model.config.run_id == run_id
         assert [x.tokens for x in r.model.rounds] == [x.tokens for x in live_rounds]

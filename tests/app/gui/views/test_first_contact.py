@@ -30,10 +30,10 @@ def test_empty_window_says_how_to_start_and_the_transport_waits_for_rounds(qtbot
     assert "Space" in EMPTY_TEXT and "Run button" in EMPTY_TEXT
     assert not window.navigator.play_button.isEnabled()
     window.runs.step()
-    qtbot.waitUntil(lambda: window.state == "paused" and len(window.model.rounds) == 1, timeout=20000)
+    qtbot.waitUntil(lambda: window.live.state == "paused" and len(window.model.rounds) == 1, timeout=20000)
     assert not window.navigator.play_button.isEnabled()  # the worker owns the rounds
     window.runs.stop()
-    qtbot.waitUntil(lambda: window.state == "idle", timeout=20000)
+    qtbot.waitUntil(lambda: window.live.state == "idle", timeout=20000)
     assert window.navigator.play_button.isEnabled()
 
 
@@ -44,7 +44,7 @@ def test_space_runs_from_a_replay_and_p_plays_it(qtbot, make_window, tmp_path):
     run_id, _ = record_live(qtbot, w, max_new_tokens="16")
     r = make_window(store_path=str(tmp_path / "other.sqlite"))
     assert r.open_trace(store_path, run_id=run_id)
-    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: r.replay.loaded_all, timeout=20000)
     assert r.navigator.play_button.isEnabled()
     r.activateWindow()
     r.model.select(0)
@@ -75,7 +75,7 @@ def test_cursor_keys_edit_the_number_field_that_has_focus(qtbot, window):
     qtbot.keyClicks(field, "0")
     qtbot.wait(100)
     assert field.text() == "12049"
-    assert window.state == "idle" and not window.model.rounds  # nothing stepped
+    assert window.live.state == "idle" and not window.model.rounds  # nothing stepped
 
 
 def test_a_typed_tree_shape_is_that_shape(qtbot, window):
@@ -103,7 +103,7 @@ def test_state_follows_the_mode(qtbot, make_window, tmp_path):
     r = make_window(store_path=str(tmp_path / "other.sqlite"))
     r.run_panel.set_field("engine", "transformers")
     assert r.open_trace(store_path, run_id=run_id)
-    qtbot.waitUntil(lambda: r.replay_loaded, timeout=20000)
+    qtbot.waitUntil(lambda: r.replay.loaded_all, timeout=20000)
     assert r.run_panel.texts()["engine"] == "specscope"
     assert r.findings_dock.isVisible() and "replay" in r.status_label.text()
     r.tabs.setCurrentWidget(r.compare)
@@ -305,7 +305,7 @@ def test_findings_table_gets_room_for_several_rows_at_1024x700(qtbot, make_windo
     path = tmp_path / "faulty.sqlite"
     run_id, _ = _faulty_trace(hub, path)
     assert w.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: w.replay_loaded and bool(w.findings.findings), timeout=30000)
+    qtbot.waitUntil(lambda: w.replay.loaded_all and bool(w.findings.findings), timeout=30000)
     w.findings.table.selectRow(0)  # its whole message shows below the table, taking room too
     w.checks.jump_to_finding(w.findings.findings[0])
     qtbot.wait(200)

@@ -37,7 +37,7 @@ def test_the_off_by_one_crop_is_named_by_the_kv_view(qtbot, window, hub, tmp_pat
     run_id, fired = _faulty_trace(hub, path)
     window.checker = None  # the view alone: no findings panel
     assert window.open_trace(str(path), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     window.model.select(fired, 0)
     kv = window.inspector.kv
     target = next(d for d in kv.diagnoses if d.name == "target")

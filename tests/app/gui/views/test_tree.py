@@ -71,7 +71,7 @@ def test_a_bad_tree_spec_is_explained_and_starts_nothing(qtbot, window):
     qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.wait(200)
     assert "branching factor" in panel.errors["tree"].text()
-    assert window.state == IDLE and len(window.model.rounds) == 0
+    assert window.live.state == IDLE and len(window.model.rounds) == 0
     # issue 32: the message wraps and shows whole (a one-line label had cut it)
     assert panel.errors["tree"].height() >= panel.errors["tree"].heightForWidth(panel.errors["tree"].width())
     # a dynamic tree with sampled children: the proposer's own rule, next to the children field
@@ -135,7 +135,7 @@ def test_a_replayed_tree_run_inspects_and_plots_as_it_ran(qtbot, make_window, tm
     live_p = node_residuals(r, child, "distinct").p_prime
     live_depths = live.metrics.per_position().copy()
     assert window.open_trace(str(store), run_id=run_id)
-    qtbot.waitUntil(lambda: window.replay_loaded, timeout=30000)
+    qtbot.waitUntil(lambda: window.replay.loaded_all, timeout=30000)
     replay = window.model
     panel = window.run_panel  # Run reproduces the replayed tree
     assert (panel.tree.currentText(), panel.children_mode.currentText()) == ("3,2,1", "distinct")
