@@ -27,7 +27,7 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-from specscope.app.gui.model.settings import RunSettings
+from specscope.app.gui.model.settings import PanelSettings
 from specscope.core.decode.factory import Models, prompt_ids, resolve_eos
 from specscope.core.decode.run import RunHandle
 from specscope.core.decode.settings import SettingsError
@@ -71,7 +71,7 @@ def _folder(ref: str | None, role: str) -> Path:
         raise SettingsError({"target" if role == "target" else "proposer": str(exc)}) from None
 
 
-def vllm_run_of(settings: RunSettings, prompt: list[int], eos: tuple[int, ...], target: Path) -> Any:
+def vllm_run_of(settings: PanelSettings, prompt: list[int], eos: tuple[int, ...], target: Path) -> Any:
     """The engine's VllmRun of the window's settings (as `specscope run --engine vllm` makes it)."""
     from specscope.core.draft.registry import parse_spec
     from specscope.core.engines.vllm.engine import VllmRun
@@ -129,7 +129,7 @@ def recorded_rounds(
 
 
 def build_vllm(
-    hub: ModelHub, settings: RunSettings, run_id: str | None = None, cancelled: Callable[[], bool] | None = None
+    hub: ModelHub, settings: PanelSettings, run_id: str | None = None, cancelled: Callable[[], bool] | None = None
 ) -> Prepared:
     """A vLLM lane, prepared: settings checked (vLLM's own refusals, `specscope vllm setup`),
     the prompt encoded with the target's tokenizer, vLLM run to the end (module docstring).
