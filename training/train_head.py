@@ -952,6 +952,9 @@ def main(argv: list[str] | None = None) -> dict:
         "target": target_name(args.target),
         "unroll_depth": cfg.depth,
         "accuracy_by_depth": final["all"],
+        # what the labels (and so the measures) count: a chat sequence's answer positions only,
+        # what serving drafts (the app's calibration view flags a chat record without this)
+        "labels": "answers" if chat else "all positions",
         "heldout": {k: v for k, v in final.items() if k not in ("step", "all")},
         "draft_vocab_coverage": cover,
         "steps": final["step"],
