@@ -13,8 +13,12 @@ Two questions about a run's proposer:
   depth in its config.json (`specscope.accuracy_by_depth`: head argmax = target argmax at
   depth d, the tokens before it correct, which is what reaching depth d means in serving).
   A greedy run is compared with the record of the target's own greedy continuations
-  (`specscope.heldout.greedy`, the contexts a greedy run drafts on) when the config has it,
-  any other run with the headline record (all held-out sets). A depth whose realised rate
+  (`specscope.heldout.greedy`, the contexts a greedy run drafts on) when the config has it, or
+  a chat head's greedy answers per prompt kind pooled (`greedy-chat`, `greedy-summary`,
+  `greedy-code`), any other run with the headline record (all held-out sets). A chat head's
+  record written before train_head.py labelled the answer's positions only (no
+  `specscope.labels` = "answers") also counted the prompt's, which the head memorises and
+  serving never drafts: the verdict says it overstates (issue 41). A depth whose realised rate
   lies far below it is a train/serve mismatch (the head is not served what it was trained
   on: fault `head-feature-shift` shows what that looks like) or a prompt unlike its data.
 
@@ -69,6 +73,7 @@ class HeadReference:
     source: str  # the config.json it came from ("" when none)
     why_none: str  # when accuracy is None: one sentence for the view
     label: str = ""  # which record: "held-out greedy" (the target's greedy continuations) or "held-out, all sets"
+    caveat: str = ""  # a record that is known to overstate what serving can accept: one sentence why
 
 
 @dataclass(frozen=True)
@@ -114,20 +119,21 @@ class Calibration:
             return ""
         if self.reference.accuracy is None:
             return self.reference.why_none
+        caveat = f" {self.reference.caveat}" if self.reference.caveat else ""
         if self.shortfalls:
             where = "; ".join(s.sentence() for s in self.shortfalls)
             return (
                 f"Far below the head's training accuracy ({self.reference.label}) at {where}. The output "
                 f"stays exact (the verifier sees to that): this is wasted drafting, a train/serve mismatch "
                 f"(the head is not served the features, target or tokenizer it was trained with) or a "
-                f"prompt unlike its training data."
+                f"prompt unlike its training data.{caveat}"
             )
         judged = int((self.depth_reached[: len(self.reference.accuracy)] >= MIN_REACHED).sum())
         if not judged:
             return f"Too few nodes reached yet (fewer than {MIN_REACHED} at every depth) to compare with training."
         return (
             f"Acceptance by depth is not far below the head's training accuracy ({self.reference.label}, "
-            f"{Path(self.reference.source).parent.name})."
+            f"{Path(self.reference.source).parent.name}).{caveat}"
         )
 
 
@@ -271,9 +277,14 @@ def head_reference(config: RunConfig | None) -> HeadReference:
         return HeadReference(None, "", f"Only the realised acceptance is shown: the head's config {file} {why}.")
     record = raw.get("specscope") if isinstance(raw, dict) else None
     record = record if isinstance(record, dict) else raw if isinstance(raw, dict) else {}
-    greedy = (record.get("heldout") or {}).get("greedy") if isinstance(record.get("heldout"), dict) else None
+    heldout = record.get("heldout") if isinstance(record.get("heldout"), dict) else {}
+    caveat = _prompt_positions_caveat(record, heldout)
+    greedy = heldout.get("greedy")
     if config.sampling.greedy and isinstance(greedy, dict) and _accuracies(greedy.get("accuracy_by_depth")):
-        return HeadReference(_accuracies(greedy["accuracy_by_depth"]), str(file), "", "held-out greedy")
+        return HeadReference(_accuracies(greedy["accuracy_by_depth"]), str(file), "", "held-out greedy", caveat)
+    answers = _pooled_greedy_answers(heldout)
+    if config.sampling.greedy and answers is not None:
+        return HeadReference(answers, str(file), "", "held-out greedy answers", caveat)
     accuracy = _accuracies(record.get("accuracy_by_depth"))
     if accuracy is None:
         return HeadReference(
@@ -283,7 +294,36 @@ def head_reference(config: RunConfig | None) -> HeadReference:
             f"({folder.name}) records no accuracy_by_depth (training/train_head.py "
             f"writes one).",
         )
-    return HeadReference(accuracy, str(file), "", "held-out, all sets")
+    return HeadReference(accuracy, str(file), "", "held-out, all sets", caveat)
+
+
+def _pooled_greedy_answers(heldout: dict) -> tuple[float, ...] | None:
+    """A chat head's greedy answers per prompt kind (greedy-chat, greedy-summary, greedy-code),
+    pooled by their label positions: the contexts a greedy run drafts on."""
+    sets = [
+        (acc, v.get("positions"))
+        for name, v in heldout.items()
+        if name.startswith("greedy-") and isinstance(v, dict)
+        for acc in [_accuracies(v.get("accuracy_by_depth"))]
+        if acc is not None and isinstance(v.get("positions"), int) and v["positions"] > 0
+    ]
+    if not sets or len({len(a) for a, _ in sets}) != 1:
+        return None
+    total = sum(n for _, n in sets)
+    return tuple(sum(a[d] * n for a, n in sets) / total for d in range(len(sets[0][0])))
+
+
+def _prompt_positions_caveat(record: dict, heldout: dict) -> str:
+    """A chat head's record written before training/train_head.py counted the answer's positions
+    only (issue 41) also counted the prompt's: say so, it overstates what serving accepts."""
+    chat = any(isinstance(name, str) and name.startswith("greedy-") for name in heldout)
+    if not chat or record.get("labels") == "answers":
+        return ""
+    return (
+        "This head's record also counted the prompt's positions (the chat template and system turn, "
+        "which the head memorises and serving never drafts), so it overstates what serving can accept; "
+        "training/train_head.py now counts the answer's positions only."
+    )
 
 
 def _accuracies(value: Any) -> tuple[float, ...] | None:

@@ -5,6 +5,7 @@ follows the window's run (a new run, another opened trace), and the pure model b
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -89,6 +90,31 @@ def test_a_depth_far_below_training_is_named():
     c = calibration_of(rounds, config)
     assert [(s.depth, round(s.realised, 2)) for s in c.shortfalls] == [(1, 0.1)]
     assert "depth 1: accepted 0.10 of the time, trained to 0.53" in c.verdict()
+
+
+def test_a_chat_heads_greedy_answers_are_its_greedy_reference_and_an_old_record_is_flagged():
+    # the shipped SmolLM2 head: greedy answers per kind, recorded over prompt and answer positions (issue 41)
+    greedy, _ = known_run({"head": "bundled:eagle3-smollm2"}, greedy=True)
+    ref = head_reference(greedy)
+    by_kind = {"chat": (0.324, 429), "summary": (0.3992, 521), "code": (0.5584, 514)}
+    pooled = sum(a * n for a, n in by_kind.values()) / sum(n for _, n in by_kind.values())
+    assert ref.label == "held-out greedy answers" and ref.accuracy[0] == pytest.approx(pooled, abs=1e-4)
+    assert "counted the prompt's positions" in ref.caveat
+    chains = [[(0.3, "accepted"), (0.2, "rejected")]] + [[(0.3, "rejected")]] * 19
+    config, rounds = known_run({"head": "bundled:eagle3-smollm2"}, greedy=True, chains=chains)
+    assert "overstates what serving can accept" in calibration_of(rounds, config).verdict()
+
+
+def test_a_chat_record_of_answer_positions_carries_no_caveat(tmp_path):
+    record = {
+        "labels": "answers",
+        "accuracy_by_depth": [0.2, 0.1],
+        "heldout": {"greedy-chat": {"accuracy_by_depth": [0.15, 0.05], "positions": 10}},
+    }
+    (tmp_path / "config.json").write_text(json.dumps({"specscope": record}))
+    greedy, _ = known_run({"head": str(tmp_path)}, greedy=True)
+    ref = head_reference(greedy)
+    assert ref.accuracy == pytest.approx((0.15, 0.05)) and ref.caveat == ""
 
 
 # --------------------------------------------------------------------------- the view in the window
