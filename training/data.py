@@ -763,7 +763,7 @@ def draft_rows(out: Path, split: str, top_k: int = 32) -> list[dict]:
 def head_cached(out: Path, split: str, seq_len: int, top_k: int, stop: int, kinds: tuple[str, ...] | None = None):
     """What train_head.py trains on (its Cached): each sequence's last seq_len positions (a long
     prompt loses its start, never the answer); an answer's closing stop token and the padding
-    are no labels; `first` is the prompt's last position (0 for text)."""
+    and the prompt's positions are no labels; `first` is the prompt's last position (0 for text)."""
     import train_head as th
 
     rows = list(load_rows(out, split, kinds))
@@ -785,8 +785,12 @@ def head_cached(out: Path, split: str, seq_len: int, top_k: int, stop: int, kind
         ids[i, :n] = r["top_ids"][start:, :top_k].to(ids.dtype)
         logp[i, :n] = r["top_logp"][start:, :top_k]
         ends = r["length"] > r["prompt_len"] and int(r["tokens"][-1]) == stop
-        valid[i, : n - (1 if ends else 0)] = True
         first[i] = 0 if r["kind"] == "text" else max(0, r["prompt_len"] - 1 - start)
+        # an answer's labels start after the prompt's last position, as train_head.cache_answers
+        # has them (the head never drafts the template or the prompt: counting them overstated
+        # its chat accuracy); a text window is all labels
+        label_from = 0 if r["kind"] == "text" else int(first[i]) + 1
+        valid[i, label_from : n - (1 if ends else 0)] = True
     return th.Cached(tokens, feats, ids, logp, valid, first)
 
 

@@ -222,6 +222,13 @@ def test_features_are_the_targets_own_and_the_trainers_read_them(chat_target, sm
     cached = data.head_cached(out, "train", seq_len=48, top_k=16, stop=stop)
     assert cached.tokens.shape[1] == 48 and cached.features.shape[2:] == (3, 32)
     assert int(cached.valid.sum()) > 0 and len(cached) == sum(r["split"] == "train" for r in rows)
+    # a chat answer's labels start after its prompt, as train_head.cache_answers has them (the
+    # prompt's positions counted as labels overstated the SmolLM2 head's chat accuracy: issue 41)
+    answers = [i for i, r in enumerate(data.load_rows(out, "train")) if r["kind"] != "text"]
+    assert answers
+    for i in answers:
+        assert not cached.valid[i, : int(cached.first[i]) + 1].any()
+        assert cached.valid[i, int(cached.first[i]) + 1 :].any()
 
 
 def test_a_written_prompt_is_one_line_of_sensible_length():
