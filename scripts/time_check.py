@@ -4,7 +4,7 @@ core/check against another revision's, interleaved.
     .venv/bin/python scripts/time_check.py [--ref REV] [--reps 5] [--tokens 2000]
 
 Once, it records four long runs (greedy and sampled, chain k=4 and tree 3,2,1, tiny models,
-seeded) into a store under build/time_check/ (kept: later calls reuse it). Each repetition
+seeded) into a store under build/time_check/ (one per --tokens, kept: later calls reuse it). Each repetition
 then checks every run in a fresh process per side, A (REV's core/check, extracted with git
 archive and put in place of the package's folder) and B (this checkout), alternating A/B and
 B/A, and prints each side's median and min-max seconds per run, the findings count (both
@@ -26,8 +26,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STORE = ROOT / "build" / "time_check" / "runs.sqlite"
+FOLDER = ROOT / "build" / "time_check"
 RUNS = [("chain", 0.0), ("chain", 1.0), ("tree", 0.0), ("tree", 1.0)]
+
+
+def store_path(tokens: int) -> Path:
+    return FOLDER / f"runs-{tokens}.sqlite"
 
 
 def record(tokens: int) -> None:
@@ -36,10 +40,10 @@ def record(tokens: int) -> None:
     from specscope.storage import TraceStore, TraceWriter
     from tests.tiny_models import noisy_copy, tiny_lm
 
-    STORE.parent.mkdir(parents=True, exist_ok=True)
+    FOLDER.mkdir(parents=True, exist_ok=True)
     target = tiny_lm("llama", vocab=64, seed=0, init_range=0.3)
     draft = noisy_copy(target, 0.3)
-    with TraceStore(STORE) as store:
+    with TraceStore(store_path(tokens)) as store:
         for shape, temperature in RUNS:
             proposer = DraftModelProposer(draft, tree="3,2,1", children="sampled") if shape == "tree" else None
             dec = SpeculativeDecoder(
@@ -51,7 +55,7 @@ def record(tokens: int) -> None:
             print(f"recorded {config.run_id}", flush=True)
 
 
-def once(check_dir: str | None) -> None:
+def once(check_dir: str | None, tokens: int) -> None:
     """In a fresh process: check every stored run; print {run_id: [seconds, findings]} as JSON."""
     if check_dir:
         import specscope.core.check as package
@@ -61,7 +65,7 @@ def once(check_dir: str | None) -> None:
     from specscope.storage import TraceStore
 
     out = {}
-    with TraceStore(STORE) as store:
+    with TraceStore(store_path(tokens)) as store:
         for shape, temperature in RUNS:
             run_id = f"{shape}-t{temperature:g}"
             config = store.run_config(run_id)
@@ -80,9 +84,9 @@ def main() -> int:
     ap.add_argument("--once", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.once is not None:
-        once(args.once or None)
+        once(args.once or None, args.tokens)
         return 0
-    if not STORE.exists():
+    if not store_path(args.tokens).exists():
         record(args.tokens)
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
@@ -99,7 +103,7 @@ def main() -> int:
         for rep in range(args.reps):
             for side in "AB" if rep % 2 == 0 else "BA":
                 res = subprocess.run(
-                    [sys.executable, __file__, "--once", sides[side]],
+                    [sys.executable, __file__, "--once", sides[side], "--tokens", str(args.tokens)],
                     cwd=ROOT,
                     check=True,
                     capture_output=True,
