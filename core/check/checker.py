@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from specscope.core.check.engine_values import nonfinite_findings
 from specscope.core.check.rules import REGISTRY, ROUND_CHECKS, RULES, SEVERITY, WASTED_WORK, WRONG_OUTPUT, family_of  # noqa: F401 (RULES, SEVERITY, WASTED_WORK re-exported)
 from specscope.core.check.stop_rules import StopRules
 from specscope.core.check.tree_rules import check_tree_round, is_tree_round, recompute_tree_rows
-from specscope.core.records import Round, RunConfig, RunEnd
+from specscope.core.records import DraftNode, EmittedToken, Round, RunConfig, RunEnd
 from specscope.core.sampling.draws import draw_mismatch
 from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
 from specscope.core.sampling.reference import process_logits
@@ -45,7 +46,7 @@ class Finding:
         """WRONG_OUTPUT or WASTED_WORK (core.check.rules: every rule declares one)."""
         return REGISTRY[self.rule].severity
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "severity": self.severity}
 
     def __str__(self) -> str:
@@ -75,7 +76,7 @@ class FindingGroup:
         first, last = self.rounds
         return f"{self.cause}  (+{len(self.follow_on)} follow-on finding(s) in rounds {first}-{last})"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"cause": self.cause.to_dict(), "follow_on": [f.to_dict() for f in self.follow_on]}
 
 
@@ -367,7 +368,7 @@ class _RoundChecker:
             if q_x <= 0:
                 self.add("sampler", f"proposal {n.token} has q(x)=0: it cannot have been drawn from q", node=n.index)
                 continue
-            if entry_known(n.q, n.token) and abs(float(n.q[n.token]) - q_x) > self.tol:
+            if n.q is not None and entry_known(n.q, n.token) and abs(float(n.q[n.token]) - q_x) > self.tol:
                 self.add(
                     "acceptance-draw",
                     f"recorded q(x)={q_x:.6g} differs from the q vector ({float(n.q[n.token]):.6g})",
@@ -397,7 +398,7 @@ class _RoundChecker:
         self.recorded(field, rule)
         return None
 
-    def _greedy_decision(self, n, p_x: float | None) -> None:
+    def _greedy_decision(self, n: DraftNode, p_x: float | None) -> None:
         accepted = n.token == n.target_argmax
         if accepted != (n.status == "accepted"):
             verb = "accepted" if n.status == "accepted" else "rejected"
@@ -480,7 +481,7 @@ class _RoundChecker:
                 elif not greedy:
                     self._replay(e, rnd.bonus_p, "the target's last row", pos, None)
 
-    def _repair_distribution(self, node) -> np.ndarray | None:
+    def _repair_distribution(self, node: DraftNode) -> np.ndarray | None:
         """The distribution a repair was drawn from: the recorded residual, else
         normalise(max(p - q, 0)) from full p and q."""
         if self.rnd.residual is not None:
@@ -492,7 +493,7 @@ class _RoundChecker:
                 return None
         return None
 
-    def _replay(self, e, dist: np.ndarray | None, name: str, pos: int, node: int | None) -> None:
+    def _replay(self, e: EmittedToken, dist: np.ndarray | None, name: str, pos: int, node: int | None) -> None:
         if e.draw is None:
             self.not_checked.setdefault("draw", "a sampled repair or bonus has no recorded draw")
             return
@@ -503,7 +504,7 @@ class _RoundChecker:
         if problem:
             self.add("draw", f"{e.kind} {e.token} from {name}: {problem}", pos, node)
 
-    def _residual(self, node, token: int, pos: int) -> None:
+    def _residual(self, node: DraftNode, token: int, pos: int) -> None:
         rnd = self.rnd
         p, q = node.p, node.q
         if entry_known(p, token) and float(p[token]) <= 0:
@@ -569,7 +570,7 @@ class _RoundChecker:
                 node,
             )
 
-    def _residual_from_known_entries(self, node, pos: int) -> None:
+    def _residual_from_known_entries(self, node: DraftNode, pos: int) -> None:
         """A top-N trace: the residual checks that its exact scalars and known entries allow.
 
         sum max(p-q, 0) = 1 - sum min(p, q), and the node's overlap is sum min(p, q) computed
@@ -605,7 +606,7 @@ class _RoundChecker:
         if ids is None:
             ids = np.arange(np.asarray(residual).shape[-1])
         for dist in (node.p, node.q):
-            known = known_ids(dist)
+            known = known_ids(dist) if dist is not None else None
             if known is not None:
                 ids = np.intersect1d(ids, known)
         if ids.size:
@@ -854,7 +855,7 @@ class _RoundChecker:
             )
 
 
-def _deepest(nodes: Sequence) -> int:
+def _deepest(nodes: Sequence[DraftNode]) -> int:
     """The depth of the deepest node, from the parents (a chain: its length); a parent that
     does not precede its child (round-structure's finding) counts as the prefix."""
     depth: list[int] = []
@@ -983,7 +984,7 @@ def first_bad_round(findings: Sequence[Finding]) -> int | None:
     return min((f.round for f in findings), default=None)
 
 
-def recompute_findings(config: RunConfig, rounds: Iterable[Round], target, tol: float = 1e-4) -> list[Finding]:
+def recompute_findings(config: RunConfig, rounds: Iterable[Round], target: Any, tol: float = 1e-4) -> list[Finding]:
     """Deep replay: recompute p for every node with a full target forward over the recorded
     prefix (no cache) and report the rounds whose recorded p differs beyond `tol`. `rounds`
     is read once, in order, one round held at a time."""

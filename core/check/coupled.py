@@ -65,7 +65,10 @@ def check_coupled_round(chk: Any) -> None:
     """The decisions, the repair and the bonus of a coupled round (chk: core.check.checker's
     _RoundChecker, whose add/tol/not_checked it uses)."""
     rnd = chk.rnd
-    coupling = _coupling(coupling_seed_of(chk.config))
+    seed = coupling_seed_of(chk.config)
+    if seed is None:  # not a coupled run (is_coupled_round decides)
+        return
+    coupling = _coupling(seed)
     start = rnd.emitted_before  # the output position the decoder keyed node 0 by
     for n in rnd.nodes:
         if n.status == "unvisited":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specscope.core.records import Round, RunConfig
+from specscope.core.records import CacheState, Round, RunConfig
 from specscope.core.sampling.partial import max_abs_diff
 
 
@@ -61,7 +61,7 @@ def token_distributions(rounds: Sequence[Round]) -> list[tuple[int, int, np.ndar
     return out
 
 
-def _cache_mismatch(which: str, a, b) -> str | None:
+def _cache_mismatch(which: str, a: CacheState | None, b: CacheState | None) -> str | None:
     if a is None or b is None or (a.before, a.after) == (b.before, b.after):
         return None
     return f"{which} cache {a.before}->{a.after} in A, {b.before}->{b.after} in B"

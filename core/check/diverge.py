@@ -35,10 +35,11 @@ torch is imported inside the functions: `specscope check` imports this package w
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from specscope.core.check.checker import WASTED_WORK, WRONG_OUTPUT, Finding, check_report, recompute_findings
+from specscope.core.check.checker import Finding, check_report, recompute_findings
+from specscope.core.check.rules import WASTED_WORK, WRONG_OUTPUT
 from specscope.core.records import Round, RunConfig, RunEnd
 
 NEAR_TIE = "near tie"
@@ -96,7 +97,7 @@ class Divergence:
                 f"  one-token forward: plain minus speculative token {self.margin:.4g} "
                 f"(top-2 margin {self.top2_margin:.4g})",
                 f"  verify forward vs one-token forward: logits differ by up to {self.logit_diff:.4g} "
-                f"(can flip a margin up to {2 * self.logit_diff:.4g}); verify margin {self.verify_margin:.4g}",
+                f"(can flip a margin up to {2 * (self.logit_diff or 0.0):.4g}); verify margin {self.verify_margin:.4g}",
             ]
         out.append(f"  {self.reason}")
         if self.findings:
@@ -110,7 +111,7 @@ class Divergence:
         out += [f"  not checked: {rule} ({why})" for rule, why in self.not_checked.items()]
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["speculative"], out["plain"] = list(self.speculative), list(self.plain)
         out["findings"] = [f.to_dict() for f in self.findings]
@@ -259,22 +260,31 @@ def diverge_report(
     rounds = list(rounds)
     speculative = [t.token for rnd in rounds for t in rnd.emitted]
     plain, one_token = plain_reference(target, config, speculative, token_piece)
-    common = dict(run_id=config.run_id, speculative=tuple(speculative), plain=tuple(plain), dtype=config.dtype)
+    common = Divergence(
+        run_id=config.run_id,
+        verdict=IDENTICAL,
+        reason="",
+        speculative=tuple(speculative),
+        plain=tuple(plain),
+        dtype=config.dtype,
+    )
     at = first_difference(speculative, plain)
     if at is None:
-        return Divergence(verdict=IDENTICAL, reason=f"the outputs are identical ({len(plain)} tokens)", **common)
+        return replace(common, reason=f"the outputs are identical ({len(plain)} tokens)")
     if not rounds:
-        return Divergence(
+        return replace(
+            common,
             verdict=LOGIC_BUG,
             position=at,
             plain_token=plain[at],
             reason="the run has no rounds, but plain decoding emits tokens",
-            **common,
         )
     rnd = emitting_round(rounds, at)
     findings, not_checked = checker_findings(config, rounds, target, rnd.index, end)
     blame = findings[0].round if findings else rnd.index
-    where = dict(
+    where = replace(
+        common,
+        verdict=LOGIC_BUG,
         position=at,
         round=rnd.index,
         findings=tuple(findings),
@@ -283,20 +293,27 @@ def diverge_report(
         speculative_token=speculative[at] if at < len(speculative) else None,
         plain_token=plain[at] if at < len(plain) else None,
     )
-    if where["speculative_token"] is None or where["plain_token"] is None:
-        return Divergence(verdict=LOGIC_BUG, reason=_length_reason(config, where, plain), **common, **where)
+    if where.speculative_token is None or where.plain_token is None:
+        return replace(where, reason=_length_reason(config, where.plain_token, plain))
     context = list(config.prompt_ids) + speculative
     node = predicting_node(rnd, at - rnd.emitted_before)
-    numbers = numbers_at(
-        verify_row(target, rnd, context, node), one_token, where["plain_token"], where["speculative_token"]
-    )
+    numbers = numbers_at(verify_row(target, rnd, context, node), one_token, where.plain_token, where.speculative_token)
     near = numbers["margin"] <= 2 * numbers["logit_diff"] and not findings
     reason = _tie_reason(numbers, findings, near)
-    return Divergence(verdict=NEAR_TIE if near else LOGIC_BUG, reason=reason, node=node, **numbers, **common, **where)
+    return replace(
+        where,
+        verdict=NEAR_TIE if near else LOGIC_BUG,
+        reason=reason,
+        node=node,
+        margin=numbers["margin"],
+        top2_margin=numbers["top2_margin"],
+        logit_diff=numbers["logit_diff"],
+        verify_margin=numbers["verify_margin"],
+    )
 
 
-def _length_reason(config: RunConfig, where: dict, plain: Sequence[int]) -> str:
-    if where["plain_token"] is None:
+def _length_reason(config: RunConfig, plain_token: int | None, plain: Sequence[int]) -> str:
+    if plain_token is None:
         why = (
             f"reached the budget of {config.max_new_tokens} tokens"
             if len(plain) >= config.max_new_tokens

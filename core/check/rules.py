@@ -192,7 +192,7 @@ class _Column(Mapping[str, str]):
         self._attribute = attribute
 
     def __getitem__(self, name: str) -> str:
-        return getattr(REGISTRY[name], self._attribute)
+        return str(getattr(REGISTRY[name], self._attribute))
 
     def __iter__(self) -> Iterator[str]:
         return iter(REGISTRY)

@@ -23,7 +23,7 @@ from specscope.core.records import Round, RunConfig, RunEnd
 class StopRules:
     """One run's stop rules, fed round by round (`round`) and then its end record (`end`)."""
 
-    def __init__(self, config: RunConfig, findings: list, not_checked: dict[str, str], finding_type: Any):
+    def __init__(self, config: RunConfig, findings: list[Any], not_checked: dict[str, str], finding_type: Any):
         self.config, self.findings, self.not_checked, self.Finding = config, findings, not_checked, finding_type
         self.stops = Stops(tuple(config.stop_strings), tuple(tuple(s) for s in config.stop_ids))
         self.known = "stops" not in config.unrecorded  # the trace says which stops the run had
@@ -86,13 +86,14 @@ class StopRules:
     def _replay(self, rnd: Round) -> StopMatch | None:
         """The first stop (EOS first) the round's tokens complete, replayed from the trace."""
         strings = bool(self.stops.strings)
-        pieces = getattr(rnd, "pieces", None)
-        if strings and (pieces is None or len(pieces) != len(rnd.emitted)):
+        recorded_pieces: list[str] | None = getattr(rnd, "pieces", None)
+        if strings and (recorded_pieces is None or len(recorded_pieces) != len(rnd.emitted)):
             self.text_known = False
             self.not_checked.setdefault(
                 "stop-leak", "the trace does not record the text of each token (pieces): stop strings not matched"
             )
         use_text = strings and self.text_known
+        pieces: list[str] = list(recorded_pieces) if use_text and recorded_pieces is not None else []
         matcher = Stops(self.stops.strings if use_text else (), self.stops.sequences)
         found = None
         for j, e in enumerate(rnd.emitted):
@@ -150,7 +151,7 @@ class StopRules:
                 f"the stop {self._name(match)} completes at token {match.position} of the "
                 "round, but the round records no stop",
             )
-        elif match is not None:
+        elif match is not None and recorded is not None:
             self._add(
                 rnd,
                 "stop-flag",

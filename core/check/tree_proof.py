@@ -183,7 +183,7 @@ class _Walk:
         """Whether the walk accepts child c: greedy, the target argmax; else u < min(1, p'(c)/q_c(c))."""
         if self.greedy:
             self._why = f" (target argmax {c.target_argmax})"
-            return c.token == c.target_argmax
+            return bool(c.token == c.target_argmax)
         if c.u is None:
             if self.chk.recorded("u", "tree-walk"):
                 self.fail("tree-walk", f"node {c.index} was tried but has no recorded draw u", node=c.index)
@@ -193,8 +193,8 @@ class _Walk:
         threshold = min(1.0, p_c / q_c) if q_c > 0 else 0.0
         self._why = f" with u={c.u:.6g} against min(1, p'(x)/q_c(x)) = {p_c:.6g}/{q_c:.6g}"
         if abs(c.u - threshold) <= self.tol:  # too close to call in float: either decision is consistent
-            return c.status == "accepted"
-        return c.u < threshold
+            return bool(c.status == "accepted")
+        return bool(c.u < threshold)
 
     def _entry(self, dist: Any, token: int, node: int) -> float:
         if dist is None:
@@ -438,7 +438,7 @@ class _Walk:
             source = f"the final p' at node {node}" if kids else "the leaf's p"
             self.fail("draw", f"{kind} {e.token} from {source}: {problem}", node=owner, position=pos)
 
-    def _leftovers(self, path: list[int], out: int, visited: list[int], tried: dict) -> None:
+    def _leftovers(self, path: list[int], out: int, visited: list[int], tried: dict[int, Any]) -> None:
         rnd = self.rnd
         if out < len(rnd.emitted):
             self.fail(

@@ -15,7 +15,7 @@ mask rows and kept cache rows are proved wherever they were recorded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -23,8 +23,9 @@ from specscope.core.check.tree_proof import prove_tree_round
 from specscope.core.draft.trees import ancestor_matrix, node_depths
 from specscope.core.sampling.partial import is_full
 from specscope.core.sampling.reference import sample_from
+from specscope.core.settings.vocab import CHILDREN_MODES
 from specscope.core.verify.chain import VerifyTask
-from specscope.core.verify.tree import CHILDREN_MODES, TreeVerifier, check_children_mode
+from specscope.core.verify.tree import TreeVerifier, check_children_mode
 
 
 class _Unreplayable(Exception):
@@ -80,8 +81,8 @@ def _task(chk: Any, mode: str) -> VerifyTask:
     q = None if greedy else [x.q for x in nodes]
     return VerifyTask(
         tokens=tuple(int(x.token) for x in nodes),
-        q=q,
-        p=rows,
+        q=cast("np.ndarray | None", q),  # the walk only indexes the rows: the recorded ones, None where absent
+        p=cast("np.ndarray", rows),
         argmax=argmax,
         greedy=greedy,
         eos_token_id=chk.config.eos_token_id,
@@ -127,9 +128,12 @@ def children_mode(config: Any, rnd: Any) -> str | None:
     proposer_params; None when neither records it (a sampled walk then cannot be replayed)."""
     tree = getattr(rnd, "tree", None)
     if tree is not None:
-        return tree.children
+        recorded: str | None = tree.children
+        return recorded
     mode = config.proposer_params.get("children")  # free-form: a mode specscope does not know is no mode
-    return mode if isinstance(mode, str) and mode in CHILDREN_MODES else None
+    if isinstance(mode, str) and mode in CHILDREN_MODES:
+        return mode
+    return None
 
 
 def tree_spec_of(config: Any, rnd: Any) -> str | None:
