@@ -488,7 +488,8 @@ class _RoundChecker:
             return self.rnd.residual
         if is_full(node.p) and is_full(node.q):
             try:
-                return residual_of(np.asarray(node.p), np.asarray(node.q))[0]
+                residual: np.ndarray = residual_of(np.asarray(node.p), np.asarray(node.q))[0]
+                return residual
             except ArithmeticError:
                 return None
         return None

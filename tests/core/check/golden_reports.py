@@ -10,8 +10,8 @@ node, message) and the not-checked list.
     python -m tests.core.check.golden_reports OUT.json     write the reports
     python -m tests.core.check.golden_reports --diff A.json B.json
 
-tests/core/check/test_golden_reports.py compares a fresh report with the stored one
-(tests/core/check/golden/reports.json): the checker's refactors must not change what it says.
+Record the reports of the code before a refactor of the checker, then diff them with the
+reports after it: the refactor must not change what the checker says (issue 39's one proof).
 """
 
 from __future__ import annotations
