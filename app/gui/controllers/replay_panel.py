@@ -19,8 +19,14 @@ log = logging.getLogger(__name__)
 
 
 def engine_of_run(config: Any) -> str:
-    """The engine that recorded a run (transformers' runs say so in their proposer params)."""
-    return "transformers" if (config.proposer_params or {}).get("engine") == "transformers" else "specscope"
+    """The engine that recorded a run: transformers' runs say so in their proposer params,
+    vLLM's carry its version there and name vLLM's method (`vllm-ngram`, ...) as the proposer."""
+    params = config.proposer_params or {}
+    if params.get("engine") == "transformers":
+        return "transformers"
+    if "vllm" in params or str(config.proposer).startswith("vllm-"):
+        return "vllm"
+    return "specscope"
 
 
 def stop_texts(config: Any) -> dict[str, str]:

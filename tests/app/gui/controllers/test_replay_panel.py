@@ -178,3 +178,19 @@ def test_the_findings_panel_lists_the_rules_a_replayed_trace_does_not_allow(qtbo
     assert "does not record the run's stops" in window.findings.not_checked["stop-leak"]
     assert window.findings.not_checked_label.isVisible() and window.findings.findings == []
     assert window.model.not_checked == window.findings.not_checked
+
+
+def test_the_engine_a_run_was_recorded_with_is_the_engine_replay_puts_in_the_panel():
+    """A vLLM run replayed refilled the panel with engine "specscope" (only two engines were known)."""
+    from types import SimpleNamespace
+
+    from specscope.app.gui.controllers.replay_panel import engine_of_run
+
+    def run(proposer, **params):
+        return SimpleNamespace(proposer=proposer, proposer_params=params)
+
+    assert engine_of_run(run("vllm-ngram", vllm="0.32.0", spec="lookup")) == "vllm"
+    assert engine_of_run(run("vllm-draft_model", spec="draft:smollm2-draft")) == "vllm"
+    assert engine_of_run(run("draft", engine="transformers")) == "transformers"
+    assert engine_of_run(run("draft", spec="draft:small")) == "specscope"
+    assert engine_of_run(SimpleNamespace(proposer="lookup", proposer_params=None)) == "specscope"
