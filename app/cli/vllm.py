@@ -125,8 +125,13 @@ def vllm_run_of(args: argparse.Namespace, helpers: tuple) -> tuple[Any, Any]:
         )
     target = _model_dir(args.target, "target")
     path = None
-    if spec.kind != "lookup" and (spec.model_ref or spec.arg):
-        path = str(_model_dir(spec.model_ref or spec.arg, "draft"))
+    ref = spec.model_ref or spec.arg
+    if ref is None and args.target in (None, "target", "specscope/target"):
+        from specscope.core.draft.registry import BUNDLED_HEADS
+
+        ref = BUNDLED_HEADS.get(spec.kind)  # `--proposer eagle3` alone: the bundled target's own head
+    if spec.kind != "lookup" and ref:
+        path = str(_model_dir(ref, "draft"))
     tokenizer = None
     from specscope.core.loading.models import _has_tokenizer, load_tokenizer
 

@@ -75,6 +75,15 @@ def checkpoint_folder(ref: str | None, role: str) -> Path:
             return Path(loading.bundled_path(key))
         except Exception:  # noqa: BLE001 - not bundled after all: a path
             pass
+    head = ref.strip().removeprefix("bundled:")
+    if head in loading.BUNDLED_HEADS + loading.BUNDLED_REAL_HEADS and not Path(ref).exists():
+        # a head specscope ships, by its name (`--proposer eagle3` with `--target smollm2` names
+        # eagle3-smollm2): its folder, as the specscope engine loads it (a folder of that name
+        # in the working directory stays a path)
+        try:
+            return Path(loading.bundled_head_path(head))
+        except Exception as exc:  # noqa: BLE001 - CheckpointError: the package lacks its resources
+            raise VllmEngineError(str(exc)) from None
     try:
         return Path(loading._checkpoint_dir(ref, role))
     except Exception as exc:  # noqa: BLE001 - CheckpointError and friends: their message is the line
