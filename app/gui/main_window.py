@@ -135,30 +135,7 @@ class MainWindow(QMainWindow):
         self.compare_session = CompareSession(self.compare_controller, self, self.compare_recording)
 
         self._build_widgets()
-        # the controllers the window owns; the table of actions routes menus and keys to them
-        self.runs = RunActions(self)
-        self.traces = TraceDialogs(self)
-        self.replay_panel = ReplayPanel(self.hub, self.run_panel, self.replay)
-        self.checks = CheckActions(self)
-        self.exports = Exports(
-            self,
-            self.export_views,
-            self.tabs.currentWidget,
-            self.model,
-            lambda: self.session,
-            self.status_bar,
-            self.show_error,
-        )
-        self.docks = DockLayout(
-            self,
-            self.run_dock,
-            self.plots_dock,
-            self.findings_dock,
-            self.page,
-            self.tabs,
-            self.compare,
-            self.update_status,
-        )
+        self._build_controllers()
         self._wire()
         self.action_table = window_actions(self)
         self.qactions = install_actions(self, self.action_table)
@@ -235,6 +212,33 @@ class MainWindow(QMainWindow):
         }
 
     # ------------------------------------------------------------------ building
+
+    def _build_controllers(self) -> None:
+        """The controllers the window owns (the table of actions routes menus and keys to them),
+        each given the views and sessions it works with."""
+        self.runs = RunActions(self)
+        self.traces = TraceDialogs(self)
+        self.replay_panel = ReplayPanel(self.hub, self.run_panel, self.replay)
+        self.checks = CheckActions(self)
+        self.exports = Exports(
+            self,
+            self.export_views,
+            self.tabs.currentWidget,
+            self.model,
+            lambda: self.session,
+            self.status_bar,
+            self.show_error,
+        )
+        self.docks = DockLayout(
+            self,
+            self.run_dock,
+            self.plots_dock,
+            self.findings_dock,
+            self.page,
+            self.tabs,
+            self.compare,
+            self.update_status,
+        )
 
     def _build_widgets(self) -> None:
         """The run panel, the Inspect and Compare tabs and the docks."""
