@@ -82,9 +82,9 @@ def noisy_copy(model: torch.nn.Module, noise: float, seed: int = 1, floor: float
     return draft
 
 
-def save_pair(root, noise: float = 0.05, positions: int = 512):
+def save_pair(root, noise: float = 0.05):
     """A tiny llama target and its noisy copy saved as checkpoint folders: (target dir, draft dir)."""
-    target = tiny_lm("llama", seed=0, init_range=0.3, positions=positions)
+    target = tiny_lm("llama", seed=0, init_range=0.3)
     target.save_pretrained(root / "target")
     noisy_copy(target, noise).save_pretrained(root / "draft")
     return root / "target", root / "draft"

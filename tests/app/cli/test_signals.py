@@ -30,17 +30,9 @@ def checkpoints(tmp_path_factory):
     return save_pair(tmp_path_factory.mktemp("ckpt"), noise=0.05)
 
 
-@pytest.fixture(scope="module")
-def long_checkpoints(tmp_path_factory):
-    """A pair that reads 4,096 positions: a run of 4,000 tokens lasts seconds, so a signal sent
-    after its first rounds are stored lands while it decodes (509 tokens took 1.2 s, and under
-    CI's load the signal came after the run had ended)."""
-    return save_pair(tmp_path_factory.mktemp("long"), noise=0.05, positions=4096)
-
-
-def run_args(checkpoints, db, max_new: int = 509) -> list[str]:
-    """A run long enough to be stopped while it decodes: k=1 and no EOS give at least
-    max_new / 2 rounds (the tiny target reads 512 positions; long_checkpoints' 4,096)."""
+def run_args(checkpoints, db) -> list[str]:
+    """A run long enough to be stopped while it decodes: k=1 and no EOS give at least 254
+    rounds (the tiny target reads 512 positions)."""
     target, draft = checkpoints
     return [
         "run",
@@ -55,7 +47,7 @@ def run_args(checkpoints, db, max_new: int = 509) -> list[str]:
         "--db",
         str(db),
         "--max-new",
-        str(max_new),
+        "509",
         "--k",
         "1",
         "--eos-id",
@@ -121,12 +113,10 @@ def specscope_lines(stderr: str) -> list[str]:
     ],
     ids=["sigint-thread", "sigint-process", "sigterm-thread"],
 )
-def test_signal_cancels_the_run_keeps_its_rounds_and_exits_quietly(
-    long_checkpoints, tmp_path, signum, mode, whole_group
-):
+def test_signal_cancels_the_run_keeps_its_rounds_and_exits_quietly(checkpoints, tmp_path, signum, mode, whole_group):
     db = tmp_path / "runs.sqlite"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specscope.app.cli", *run_args(long_checkpoints, db, max_new=4000)],
+        [sys.executable, "-m", "specscope.app.cli", *run_args(checkpoints, db)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
