@@ -55,6 +55,13 @@ def run_args(checkpoints, db) -> list[str]:
     ]
 
 
+def as_in_a_terminal() -> None:
+    """The child's SIGINT at its default, as a command started from a terminal has it: a job
+    started with `&` from a script (CI run as `nohup bash .ci/run &`) inherits SIGINT ignored,
+    and Python then installs no KeyboardInterrupt handler, so Ctrl-C could not be tested."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def child_env(mode: str = "thread") -> dict[str, str]:
     env = dict(os.environ, SPECSCOPE_TRACE_WRITER=mode, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     env.pop("PYTHONWARNINGS", None)
@@ -122,6 +129,7 @@ def test_signal_cancels_the_run_keeps_its_rounds_and_exits_quietly(checkpoints, 
         text=True,
         env=child_env(mode),
         start_new_session=True,
+        preexec_fn=as_in_a_terminal,
     )
     try:
         wait_for_rounds(proc, db, 3)

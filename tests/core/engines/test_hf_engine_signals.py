@@ -16,6 +16,7 @@ import time
 import pytest
 
 from specscope.storage import TraceStore
+from tests.app.cli.test_signals import as_in_a_terminal
 from tests.tiny_models import save_pair
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
@@ -72,6 +73,7 @@ def test_signal_cancels_a_transformers_run_and_keeps_its_rounds(tmp_path, signum
         text=True,
         env=env,
         start_new_session=True,
+        preexec_fn=as_in_a_terminal,  # SIGINT at its default even where this runs as a background job
     )
     try:
         deadline = time.monotonic() + TIMEOUT_S
