@@ -100,6 +100,8 @@ def scrolled(widget: QWidget) -> QScrollArea:
 
 
 class MainWindow(QMainWindow):
+    runs: RunActions  # built in _build_controllers
+
     def __init__(
         self,
         hub: ModelHub | None = None,
