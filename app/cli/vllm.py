@@ -124,14 +124,10 @@ def vllm_run_of(args: argparse.Namespace, helpers: tuple) -> tuple[Any, Any]:
             f"medusa:PATH, mtp; not --proposer {spec}"
         )
     target = _model_dir(args.target, "target")
-    path = None
-    ref = spec.model_ref or spec.arg
-    if ref is None and args.target in (None, "target", "specscope/target"):
-        from specscope.core.draft.registry import BUNDLED_HEADS
+    from specscope.core.draft.registry import checkpoint_ref
 
-        ref = BUNDLED_HEADS.get(spec.kind)  # `--proposer eagle3` alone: the bundled target's own head
-    if spec.kind != "lookup" and ref:
-        path = str(_model_dir(ref, "draft"))
+    ref = checkpoint_ref(spec, args.target)
+    path = str(_model_dir(ref, "draft")) if ref else None
     tokenizer = None
     from specscope.core.loading.models import _has_tokenizer, load_tokenizer
 

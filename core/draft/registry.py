@@ -415,6 +415,19 @@ def for_target(spec: str | ProposerSpec, target: str | None) -> ProposerSpec:
 
 # The heads trained for the bundled target (training/train_head.py), by kind: resources/models/NAME.
 BUNDLED_HEADS = {"eagle3": "eagle3-target"}
+
+
+def checkpoint_ref(spec: ProposerSpec, target: str | None) -> str | None:
+    """What an engine that loads checkpoints by folder (vLLM) loads for a spec: its model or ARG,
+    else the head a named target ships (for_target: `eagle3` with smollm2), else the bundled
+    target's head of that kind (`eagle3` alone); None for a proposer with no checkpoint."""
+    spec = for_target(spec, target)
+    ref = spec.model_ref if KINDS[spec.kind].needs_model else spec.arg
+    if ref is None and (target or "").strip().lower() in ("", "target", "specscope/target"):
+        ref = BUNDLED_HEADS.get(spec.kind)
+    return ref
+
+
 HEAD_DRAW_PARAM = Param(
     "draw",
     str,

@@ -73,11 +73,11 @@ def _folder(ref: str | None, role: str) -> Path:
 
 def vllm_run_of(settings: PanelSettings, prompt: list[int], eos: tuple[int, ...], target: Path) -> Any:
     """The engine's VllmRun of the window's settings (as `specscope run --engine vllm` makes it)."""
-    from specscope.core.draft.registry import parse_spec
+    from specscope.core.draft.registry import checkpoint_ref, parse_spec
     from specscope.core.engines.vllm.engine import VllmRun
 
     spec = parse_spec(settings.proposer)
-    ref = spec.model_ref or (spec.arg if spec.kind != "lookup" else None)
+    ref = checkpoint_ref(spec, settings.target)  # as the CLI: `eagle3` alone names the target's own head
     path = str(_folder(ref, "draft")) if ref else None
     return VllmRun(
         target=str(target),
