@@ -74,29 +74,6 @@ def load_core_at(rev: str, into: Path) -> Any:
     return importlib.import_module(name)
 
 
-def random_llama(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Module:
-    """A random-initialised Llama (tied embeddings, 4 heads, 2 key-value heads)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    model = LlamaForCausalLM(cfg).eval()
-    model.generation_config.pad_token_id = 0
-    return model
-
-
 class Variant:
     """One implementation of the decoder (a core package) plus how to run it on a prompt."""
 
@@ -283,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.scale:
         from types import SimpleNamespace
+
+        from measure_scale import llama as random_llama  # the scale runs' random pair (scripts/ is on sys.path)
 
         pair = SimpleNamespace(
             target=random_llama(args.vocab, 256, 2, seed=0), draft=random_llama(args.vocab, 256, 2, seed=1)
