@@ -111,6 +111,22 @@ def _append(buf: torch.Tensor | None, used: int, new: torch.Tensor) -> tuple[tor
     return buf, used + n
 
 
+class _Used:
+    """A cache tensor attribute that reads as the used part of its buffer (B, H, T, D); assigning
+    a tensor replaces the buffer, all of it used."""
+
+    def __init__(self, buffer: str, used: str):
+        self.buffer, self.used = buffer, used
+
+    def __get__(self, layer: Any, owner: Any = None) -> torch.Tensor | None:
+        buf = getattr(layer, self.buffer)
+        return buf if buf is None or buf.dim() != 4 else buf[..., : getattr(layer, self.used), :]
+
+    def __set__(self, layer: Any, value: torch.Tensor | None) -> None:
+        setattr(layer, self.buffer, value)
+        setattr(layer, self.used, value.shape[-2] if value is not None and value.dim() == 4 else 0)
+
+
 def _roomy_layer() -> type:
     """transformers' DynamicLayer appends a decoded position with torch.cat, copying the whole
     cache every step: 42% of a SmolLM2 decode step at batch 128 and 250 positions (profiled with
@@ -123,21 +139,8 @@ def _roomy_layer() -> type:
         _v: torch.Tensor | None = None
         _nk = _nv = 0
 
-        @property  # type: ignore[override]
-        def keys(self) -> torch.Tensor | None:
-            return self._k if self._k is None or self._k.dim() != 4 else self._k[..., : self._nk, :]
-
-        @keys.setter
-        def keys(self, value: torch.Tensor | None) -> None:
-            self._k, self._nk = value, (value.shape[-2] if value is not None and value.dim() == 4 else 0)
-
-        @property  # type: ignore[override]
-        def values(self) -> torch.Tensor | None:
-            return self._v if self._v is None or self._v.dim() != 4 else self._v[..., : self._nv, :]
-
-        @values.setter
-        def values(self, value: torch.Tensor | None) -> None:
-            self._v, self._nv = value, (value.shape[-2] if value is not None and value.dim() == 4 else 0)
+        keys = _Used("_k", "_nk")
+        values = _Used("_v", "_nv")
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if not self.is_initialized:
