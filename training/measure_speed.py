@@ -2,6 +2,8 @@
 
     python training/measure_speed.py                   # SmolLM2, batches 16/32/64, 1 and 2 threads
     python training/measure_speed.py --wait active     # torch's default spinning OpenMP barrier
+    python training/measure_speed.py --batches 64 --threads 2 --new 160 --cache transformers,roomy
+                                                       # the KV cache: transformers' DynamicCache vs data.py's
 
 Each measurement decodes `batch` chat prompts for --new tokens each (no early stop: every row
 runs the full length, so the count is exact), configurations interleaved, --reps rounds; it prints
@@ -38,7 +40,15 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=24, help="tokens decoded per row")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--wait", choices=("passive", "active"), default="passive")
+    ap.add_argument(
+        "--cache",
+        default="roomy",
+        help="KV caches to compare: roomy (data.py's, appends into spare room), transformers (DynamicCache)",
+    )
     args = ap.parse_args()
+    caches = args.cache.split(",")
+    if set(caches) - {"roomy", "transformers"}:
+        raise SystemExit("measure_speed: --cache takes roomy and/or transformers")
     from specscope.core.loading.chat import chat_prompt_ids
 
     model, tok, _ = data.load_target(args.target, 1)
@@ -47,26 +57,37 @@ def main() -> None:
     threads = [int(t) for t in args.threads.split(",")]
     prompts = [chat_prompt_ids(tok, p["user"], p.get("system")) for p in users[: max(batches)]]
     print(f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, torch {torch.__version__}, {os.cpu_count()} cpus")
-    results: dict[tuple[int, int], list[float]] = {}
+    results: dict[tuple[str, int, int], list[float]] = {}
+    roomy = data._new_cache
     for rep in range(args.reps + 1):  # round 0 warms up and is not counted
-        for t in threads:
-            torch.set_num_threads(t)
-            for b in batches:
-                jobs = [data.Job(str(i), p) for i, p in enumerate(prompts[:b])]
-                t0 = time.perf_counter()
-                made = sum(len(j.answer) for j in data.generate(model, jobs, max_new=args.new, stop={-1}, batch=b))
-                rate = made / (time.perf_counter() - t0)
-                load = os.getloadavg()[0]
-                if rep:
-                    results.setdefault((t, b), []).append(rate)
-                print(
-                    f"{'warm-up' if not rep else f'rep {rep}'}: threads {t} batch {b}: {rate:7.1f} answer tokens/s "
-                    f"(load average {load:.2f})",
-                    flush=True,
-                )
+        for cache in caches:
+            data._new_cache = roomy if cache == "roomy" else _transformers_cache
+            for t in threads:
+                torch.set_num_threads(t)
+                for b in batches:
+                    jobs = [data.Job(str(i), p) for i, p in enumerate(prompts[:b])]
+                    t0 = time.perf_counter()
+                    made = sum(len(j.answer) for j in data.generate(model, jobs, max_new=args.new, stop={-1}, batch=b))
+                    rate = made / (time.perf_counter() - t0)
+                    load = os.getloadavg()[0]
+                    if rep:
+                        results.setdefault((cache, t, b), []).append(rate)
+                    print(
+                        f"{'warm-up' if not rep else f'rep {rep}'}: cache {cache} threads {t} batch {b}: "
+                        f"{rate:7.1f} answer tokens/s (load average {load:.2f})",
+                        flush=True,
+                    )
     print("median answer tokens/s:")
-    for (t, b), v in sorted(results.items()):
-        print(f"  threads {t} batch {b:3d}: {statistics.median(v):7.1f}  (min {min(v):.1f}, max {max(v):.1f})")
+    for (c, t, b), v in sorted(results.items()):
+        print(
+            f"  cache {c} threads {t} batch {b:3d}: {statistics.median(v):7.1f}  (min {min(v):.1f}, max {max(v):.1f})"
+        )
+
+
+def _transformers_cache() -> object:
+    from transformers import DynamicCache
+
+    return DynamicCache()
 
 
 if __name__ == "__main__":

@@ -18,16 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from specscope.core.check.coupled import check_coupled_round, is_coupled_round
+from specscope.core.check.coupled import coupling_of
 from specscope.core.check.engine_values import nonfinite_findings
 from specscope.core.check.rules import REGISTRY, ROUND_CHECKS, RULES, SEVERITY, WASTED_WORK, WRONG_OUTPUT, family_of  # noqa: F401 (RULES, SEVERITY, WASTED_WORK re-exported)
 from specscope.core.check.stop_rules import StopRules
-from specscope.core.check.tree_rules import check_tree_round, is_tree_round, recompute_tree_rows
-from specscope.core.records import DraftNode, EmittedToken, Round, RunConfig, RunEnd
-from specscope.core.sampling.draws import draw_mismatch
-from specscope.core.sampling.partial import VectorStats, entry_known, is_full, known_ids, max_abs_diff, vector_stats
-from specscope.core.sampling.reference import process_logits
-from specscope.core.verify.chain import residual_of
+from specscope.core.check.tree_rules import check_tree_round, children_mode, is_tree_round, recompute_rows
+from specscope.core.check.walk import prove_walk
+from specscope.core.records import DraftNode, Round, RunConfig, RunEnd
+from specscope.core.sampling.partial import VectorStats, entry_known, known_ids, max_abs_diff, vector_stats
 
 DEFAULT_TOL = 1e-6
 
@@ -240,172 +238,65 @@ class _RoundChecker:
                 self.position_of(n_acc + 1),
             )
 
-    # ---------------------------------------------------------------- the shape's rules
+    # ---------------------------------------------------------------- the walk (every shape)
 
     def shape(self) -> None:
-        """The rules of the round's draft shape, chosen once: a tree is proved by its walk
-        (core.check.tree_rules), a chain by the chain rule or the coupled rule."""
+        """The round's walk, proved by one proof for every shape (core.check.walk): a tree adds
+        its shape, layout and recorded facts (core.check.tree_rules); a chain is the width-1 tree
+        its record describes, decided by draws against p/q or, coupled, by the target's coupled
+        pick (its Gumbel keys regenerated from the run's coupling seed: core.check.coupled)."""
         if is_tree_round(self.config, self.rnd):
             check_tree_round(self)
-        elif is_coupled_round(self.config):  # decided by the shared Gumbel keys (core.check.coupled)
-            self._chain_structure()
-            check_coupled_round(self)
         else:
-            self._chain_structure()
-            self.decisions()
-            self.repair_and_bonus()
+            prove_walk(self, coupling=coupling_of(self.config))
 
-    def _chain_structure(self) -> None:
-        """A chain's order: accepted* then (rejected and its repair) or the bonus, which is owed
-        when every draft was accepted with budget left and no EOS."""
-        rnd = self.rnd
-        rejected = [n.index for n in rnd.nodes if n.status == "rejected"]
-        kinds = [e.kind for e in rnd.emitted]
-        repairs = [e for e in rnd.emitted if e.kind == "repaired"]
-        bonuses = [e for e in rnd.emitted if e.kind == "bonus"]
-        if rejected and not repairs and not self._eos_before_rejection():
-            self.add(
-                "round-structure", f"node {rejected[0]} was rejected but no repair token was emitted", node=rejected[0]
-            )
-        if repairs and rejected and repairs[0].node != rejected[0]:
-            self.add(
-                "round-structure",
-                f"the repair names node {repairs[0].node}, but the first rejection is node {rejected[0]}",
-            )
-        if bonuses:
-            pos = self.position_of(kinds.index("bonus"))
-            if rejected:
-                self.add("round-structure", "a bonus token was emitted after a rejection", pos)
-            elif any(n.status == "unvisited" for n in rnd.nodes):
-                self.add("round-structure", "a bonus token was emitted although some drafts were never verified", pos)
-        self._bonus_owed(bool(rejected), bool(bonuses), bool(repairs))
+    # ---------------------------------------------------------------- recorded values (every shape)
 
-    def _bonus_owed(self, rejected: bool, has_bonus: bool, has_repair: bool) -> None:
-        """All drafts accepted, no EOS and budget left: the target's last row owes a bonus.
-        All accepted, no EOS and the budget spent: the bonus is withheld, and only then."""
-        rnd = self.rnd
-        all_accepted = not (rejected or has_repair or self._eos_before_rejection()) and all(
-            n.status == "accepted" for n in rnd.nodes
-        )
-        budget_left = len(rnd.emitted) < rnd.remaining_budget
-        if all_accepted and not has_bonus and self._ended_unrecorded():
-            return  # the run's last round may have ended at an EOS or stop the trace does not name
-        if all_accepted and not has_bonus and budget_left:
-            self.add(
-                "round-structure",
-                f"all {len(rnd.nodes)} drafts were accepted with budget left and no EOS, "
-                "but no bonus token was emitted",
-                self.position_of(len(rnd.emitted)),
-            )
-        withheld = all_accepted and not has_bonus and not budget_left
-        if self.recorded("bonus_withheld", "round-structure") and rnd.bonus_withheld != withheld:
-            self.add(
-                "round-structure",
-                f"bonus_withheld is {rnd.bonus_withheld}, but the round "
-                f"{'withheld' if withheld else 'did not withhold'} a bonus ({len(rnd.emitted)} emitted of "
-                f"{rnd.remaining_budget} left{', a bonus among them' if has_bonus else ''})",
-            )
-
-    def _run_over(self) -> bool:
-        """The last round of a run that ended at EOS or the budget: no round reads the caches
-        again (a decoder that trims its draft cache lazily, at the next round's start, as
-        transformers does, leaves it untrimmed here)."""
-        rnd = self.rnd
-        ended = (
-            self._eos_before_rejection()
-            or len(rnd.emitted) >= rnd.remaining_budget
-            or self.config.end_unknown is not None
-        )
-        return self.is_last and ended
-
-    def _ended_unrecorded(self) -> bool:
-        """The run's last round, in a trace that does not say how its run could end (an EOS id
-        or its stops unrecorded): its tokens may end at such an end, so what the round owes
-        after them (a bonus, bonus_withheld) is not checked, and the report says so."""
-        why = self.config.end_unknown
-        if not self.is_last or why is None or getattr(self.rnd, "stop", None) is not None:
-            return False
-        self.not_checked.setdefault(
-            "round-structure", f"{why}: whether the run's last round owed a bonus after its tokens is not checked"
-        )
-        return True
-
-    def _eos_before_rejection(self) -> bool:
-        """The round ended at an EOS (any of the run's) or a recorded stop (stop_rules checks it)."""
-        eos = self.config.eos_ids
-        return getattr(self.rnd, "stop", None) is not None or any(e.token in eos for e in self.rnd.emitted)
-
-    # ---------------------------------------------------------------- decisions
-
-    def decisions(self) -> None:
-        """A chain's decisions: accept iff u < min(1, p(x)/q(x)); greedy: iff x is the argmax."""
-        rnd = self.rnd
+    def values(self) -> None:
+        """What each tried node's record must agree with, whatever the shape: its p(x) and q(x)
+        scalars with its vectors, a q(x) > 0 for a token drawn from q, and (greedy) a target
+        argmax that is the argmax of p, and an accepted proposal that is it."""
         greedy = self.config.sampling.greedy
-        for n in rnd.nodes:
+        drawn = self._children_mode() in ("sampled", "distinct")  # a point mass (topk) may have q(x) = 0
+        for n in self.rnd.nodes:
             if n.status == "unvisited":
                 continue
-            p_x = self._scalar(n.p, n.token, n.p_token, "p_token", "acceptance-draw")
-            if p_x is not None and entry_known(n.p, n.token) and abs(float(n.p[n.token]) - p_x) > self.tol:
-                self.add(
-                    "acceptance-draw",
-                    f"recorded p(x)={p_x:.6g} differs from the p vector ({float(n.p[n.token]):.6g})",
-                    node=n.index,
-                )
+            p_x = self._entry_or_scalar(n.p, n.token, n.p_token, "p_token")
+            self._agrees(n, "p", n.p, p_x)
             if greedy:
-                self._greedy_decision(n, p_x)
+                self._greedy_argmax(n, p_x)
                 continue
-            if n.u is None and not self.recorded("u", "acceptance-draw"):
+            q_x = self._entry_or_scalar(n.q, n.token, n.q_token, "q_token")
+            if q_x is None:
                 continue
-            q_x = self._scalar(n.q, n.token, n.q_token, "q_token", "acceptance-draw")
-            if n.q is None and n.q_token is None and not self.recorded("q", "acceptance-draw"):
-                continue
-            if n.u is None or q_x is None:
-                if n.u is None or self.recorded("q_token", "acceptance-draw"):
-                    self.add(
-                        "acceptance-draw", "a visited stochastic decision has no recorded draw u or q(x)", node=n.index
-                    )
-                continue
-            if q_x <= 0:
+            if drawn and q_x <= 0:
                 self.add("sampler", f"proposal {n.token} has q(x)=0: it cannot have been drawn from q", node=n.index)
-                continue
-            if n.q is not None and entry_known(n.q, n.token) and abs(float(n.q[n.token]) - q_x) > self.tol:
-                self.add(
-                    "acceptance-draw",
-                    f"recorded q(x)={q_x:.6g} differs from the q vector ({float(n.q[n.token]):.6g})",
-                    node=n.index,
-                )
-            if p_x is None:
-                continue
-            threshold = min(1.0, p_x / q_x)
-            accepted = n.u < threshold
-            if accepted != (n.status == "accepted"):
-                verb = "accepted" if n.status == "accepted" else "rejected"
-                self.add(
-                    "acceptance-draw",
-                    f"proposal {n.token} was {verb} with u={n.u:.6g} against min(1, p/q)={threshold:.6g}",
-                    node=n.index,
-                )
+            self._agrees(n, "q", n.q, q_x)
 
-    def _scalar(
-        self, dist: np.ndarray | None, token: int, recorded: float | None, field: str, rule: str
-    ) -> float | None:
-        """p(x) or q(x): the recorded scalar, unless the trace did not record it; then the
-        vector's entry when it is known, else None (and the rule notes what it skipped)."""
+    def _children_mode(self) -> str | None:
+        if not is_tree_round(self.config, self.rnd):
+            return "sampled"
+        return children_mode(self.config, self.rnd)
+
+    def _entry_or_scalar(self, dist: np.ndarray | None, token: int, recorded: float | None, field: str) -> float | None:
+        """p(x) or q(x): the recorded scalar, or the vector's entry when the trace left the scalar out."""
         if field not in self.config.unrecorded:
             return recorded
-        if dist is not None and entry_known(dist, token):
-            return float(dist[token])
-        self.recorded(field, rule)
-        return None
+        return float(dist[token]) if dist is not None and entry_known(dist, token) else None
 
-    def _greedy_decision(self, n: DraftNode, p_x: float | None) -> None:
-        accepted = n.token == n.target_argmax
-        if accepted != (n.status == "accepted"):
-            verb = "accepted" if n.status == "accepted" else "rejected"
+    def _agrees(self, n: DraftNode, name: str, dist: np.ndarray | None, scalar: float | None) -> None:
+        if scalar is None or dist is None or not entry_known(dist, n.token):
+            return
+        entry = float(dist[n.token])
+        if abs(entry - scalar) > self.tol:
             self.add(
-                "greedy", f"proposal {n.token} was {verb} but the target argmax is {n.target_argmax}", node=n.index
+                "acceptance-draw",
+                f"recorded {name}(x)={scalar:.6g} differs from the {name} vector ({entry:.6g})",
+                node=n.index,
             )
-        best = self._largest(n.p)
+
+    def _greedy_argmax(self, n: DraftNode, p_x: float | None) -> None:
+        best = _largest(n.p)
         if best is None:
             return
         best_id, best_p = best
@@ -425,202 +316,6 @@ class _RoundChecker:
                 "it was not the argmax",
                 node=n.index,
             )
-
-    @staticmethod
-    def _largest(dist: np.ndarray | None) -> tuple[int, float] | None:
-        """(id, value) of the largest entry: exact for full vectors and top-N saves alike."""
-        if dist is None:
-            return None
-        ids = known_ids(dist)
-        values = np.asarray(dist)
-        if ids is not None:
-            if not ids.size:
-                return None
-            at = int(ids[int(np.argmax(values[ids]))])
-        else:
-            at = int(np.argmax(values))
-        return at, float(values[at])
-
-    def repair_and_bonus(self) -> None:
-        """A chain's repair (from the residual) and bonus (from the last row), replayed by their draws."""
-        rnd = self.rnd
-        greedy = self.config.sampling.greedy
-        for j, e in enumerate(rnd.emitted):
-            pos = self.position_of(j)
-            if e.kind == "repaired" and e.node is not None and 0 <= e.node < len(rnd.nodes):
-                node = rnd.nodes[e.node]
-                if greedy:
-                    if e.token != node.target_argmax:
-                        self.add(
-                            "greedy", f"repair {e.token} is not the target argmax {node.target_argmax}", pos, node.index
-                        )
-                    continue
-                self._residual(node, e.token, pos)
-                self._replay(e, self._repair_distribution(node), "the residual", pos, node.index)
-            elif e.kind == "bonus":
-                if greedy and rnd.bonus_p is not None:
-                    best = self._largest(rnd.bonus_p)
-                    if (
-                        best is not None
-                        and e.token != best[0]
-                        and entry_known(rnd.bonus_p, e.token)
-                        and best[1] > rnd.bonus_p[e.token] + self.tol
-                    ):
-                        self.add(
-                            "greedy",
-                            f"bonus {e.token} is not the argmax {best[0]} of the target's last conditional",
-                            pos,
-                        )
-                elif (
-                    not greedy
-                    and rnd.bonus_p is not None
-                    and entry_known(rnd.bonus_p, e.token)
-                    and rnd.bonus_p[e.token] <= 0
-                ):
-                    self.add("sampler", f"bonus {e.token} has probability 0 under the target", pos)
-                elif not greedy:
-                    self._replay(e, rnd.bonus_p, "the target's last row", pos, None)
-
-    def _repair_distribution(self, node: DraftNode) -> np.ndarray | None:
-        """The distribution a repair was drawn from: the recorded residual, else
-        normalise(max(p - q, 0)) from full p and q."""
-        if self.rnd.residual is not None:
-            return self.rnd.residual
-        if is_full(node.p) and is_full(node.q):
-            try:
-                residual: np.ndarray = residual_of(np.asarray(node.p), np.asarray(node.q))[0]
-                return residual
-            except ArithmeticError:
-                return None
-        return None
-
-    def _replay(self, e: EmittedToken, dist: np.ndarray | None, name: str, pos: int, node: int | None) -> None:
-        if e.draw is None:
-            self.not_checked.setdefault("draw", "a sampled repair or bonus has no recorded draw")
-            return
-        if dist is None:
-            self.not_checked.setdefault("draw", f"{name} was not recorded for a sampled token")
-            return
-        problem = draw_mismatch(dist, e.token, e.draw, self.tol)
-        if problem:
-            self.add("draw", f"{e.kind} {e.token} from {name}: {problem}", pos, node)
-
-    def _residual(self, node: DraftNode, token: int, pos: int) -> None:
-        rnd = self.rnd
-        p, q = node.p, node.q
-        if entry_known(p, token) and float(p[token]) <= 0:
-            self.add("residual", f"repair {token} has p=0: no residual max(p-q, 0) holds it", pos, node.index)
-            return
-        if q is None:
-            if self.recorded("q", "residual"):
-                self.add("residual", "a stochastic rejection has no recorded q", pos, node.index)
-            return
-        self._residual_facts(pos, node.index)
-        if entry_known(p, token) and entry_known(q, token):
-            gap = float(p[token]) - float(q[token])
-            if gap <= 0:
-                self.add(
-                    "residual",
-                    f"repair {token} has p-q={gap:.3g} <= 0: it cannot come from the residual max(p-q, 0)",
-                    pos,
-                    node.index,
-                )
-                return
-        if rnd.residual is not None and entry_known(rnd.residual, token) and rnd.residual[token] <= 0:
-            self.add("residual", f"repair {token} has zero mass in the recorded residual", pos, node.index)
-        if is_full(p) and is_full(q):
-            positive = np.maximum(p - q, 0.0)
-            mass = float(positive.sum())
-            if rnd.residual_mass is not None and abs(rnd.residual_mass - mass) > self.tol:
-                self.add(
-                    "residual",
-                    f"recorded residual mass {rnd.residual_mass:.6g} differs from sum max(p-q, 0) = {mass:.6g}",
-                    pos,
-                    node.index,
-                )
-            if is_full(rnd.residual) and mass > 0:
-                diff = float(np.abs(rnd.residual - positive / mass).max())
-                if diff > self.tol:
-                    self.add(
-                        "residual",
-                        f"the recorded repair distribution is not normalise(max(p-q, 0)) (max diff {diff:.3g})",
-                        pos,
-                        node.index,
-                    )
-        else:
-            self._residual_from_known_entries(node, pos)
-
-    def _residual_facts(self, pos: int, node: int) -> None:
-        """A residual saved top-N only still carries its whole-vector facts: a distribution
-        (sum 1, no negative entry)."""
-        stats = vector_stats(self.rnd.residual)
-        if stats is None:
-            return
-        if stats.minimum < 0:
-            self.add(
-                "residual",
-                f"the recorded residual has a negative entry ({stats.minimum:.3g}): max(p-q, 0) has none",
-                pos,
-                node,
-            )
-        elif abs(stats.total - 1.0) > 1e-6:
-            self.add(
-                "residual",
-                f"the recorded residual sums to {stats.total:.6g}, not 1: it was not normalised by its mass",
-                pos,
-                node,
-            )
-
-    def _residual_from_known_entries(self, node: DraftNode, pos: int) -> None:
-        """A top-N trace: the residual checks that its exact scalars and known entries allow.
-
-        sum max(p-q, 0) = 1 - sum min(p, q), and the node's overlap is sum min(p, q) computed
-        on the full vectors; where the residual, p and q are all known, the residual must
-        be max(p-q, 0) / mass exactly."""
-        rnd = self.rnd
-        mass = rnd.residual_mass
-        if mass is None:
-            self.not_checked.setdefault(
-                "residual",
-                "a top-N repair without its recorded residual_mass: the residual is "
-                "checked only where p and q hold the repair token",
-            )
-            return
-        # without full p and q the residual is never proved whole: say so even when nothing below fails
-        self.not_checked.setdefault(
-            "residual",
-            "a top-N repair: the residual is checked by its mass and where its "
-            "recorded entries, p and q are known, not over the whole vocabulary",
-        )
-        if node.overlap is not None and abs(mass - (1.0 - node.overlap)) > self.tol:
-            self.add(
-                "residual",
-                f"recorded residual mass {mass:.6g} differs from 1 - sum min(p, q) = {1.0 - node.overlap:.6g}",
-                pos,
-                node.index,
-            )
-            return
-        residual = rnd.residual
-        if residual is None or mass <= 0:
-            return
-        ids = known_ids(residual)
-        if ids is None:
-            ids = np.arange(np.asarray(residual).shape[-1])
-        for dist in (node.p, node.q):
-            known = known_ids(dist) if dist is not None else None
-            if known is not None:
-                ids = np.intersect1d(ids, known)
-        if ids.size:
-            expected = np.maximum(np.asarray(node.p)[ids] - np.asarray(node.q)[ids], 0.0) / mass
-            diff = float(np.abs(np.asarray(residual)[ids] - expected).max())
-            if diff > self.tol:
-                self.add(
-                    "residual",
-                    f"the recorded repair distribution is not normalise(max(p-q, 0)) where p, q and it are "
-                    f"known (max diff {diff:.3g} over {ids.size} tokens)",
-                    pos,
-                    node.index,
-                )
 
     # ---------------------------------------------------------------- sampler
 
@@ -831,6 +526,23 @@ class _RoundChecker:
                 f"cache length {tc.after} + pending {len(tc.pending)} != committed length {final_len}{below}",
             )
 
+    def _run_over(self) -> bool:
+        """The last round of a run that ended at EOS or the budget: no round reads the caches
+        again (a decoder that trims its draft cache lazily, at the next round's start, as
+        transformers does, leaves it untrimmed here)."""
+        rnd = self.rnd
+        ended = (
+            self._eos_before_rejection()
+            or len(rnd.emitted) >= rnd.remaining_budget
+            or self.config.end_unknown is not None
+        )
+        return self.is_last and ended
+
+    def _eos_before_rejection(self) -> bool:
+        """The round ended at an EOS (any of the run's) or a recorded stop (stop_rules checks it)."""
+        eos = self.config.eos_ids
+        return getattr(self.rnd, "stop", None) is not None or any(e.token in eos for e in self.rnd.emitted)
+
     def _draft_cache(self) -> None:
         rnd, previous = self.rnd, self.previous
         either = "; or a round is missing from the trace before this one" if self.prefix_broken else ""
@@ -854,6 +566,21 @@ class _RoundChecker:
                 f"draft cache holds {dc.after} positions but only {committed} are accepted: the rejected suffix was "
                 "not cropped",
             )
+
+
+def _largest(dist: np.ndarray | None) -> tuple[int, float] | None:
+    """(id, value) of the largest entry: exact for full vectors and top-N saves alike."""
+    if dist is None:
+        return None
+    ids = known_ids(dist)
+    values = np.asarray(dist)
+    if ids is not None:
+        if not ids.size:
+            return None
+        at = int(ids[int(np.argmax(values[ids]))])
+    else:
+        at = int(np.argmax(values))
+    return at, float(values[at])
 
 
 def _deepest(nodes: Sequence[DraftNode]) -> int:
@@ -989,21 +716,10 @@ def recompute_findings(config: RunConfig, rounds: Iterable[Round], target: Any, 
     """Deep replay: recompute p for every node with a full target forward over the recorded
     prefix (no cache) and report the rounds whose recorded p differs beyond `tol`. `rounds`
     is read once, in order, one round held at a time."""
-    import torch
-
     findings: list[Finding] = []
     context = list(config.prompt_ids)
-    device = next(target.parameters()).device
     for rnd in rounds:
-        if is_tree_round(config, rnd):  # one plain forward per visited parent (core.check.tree_rules)
-            rows, bonus = recompute_tree_rows(config, rnd, context, target)
-        else:
-            sequence = context + [n.token for n in rnd.nodes if n.parent == n.index - 1]
-            keep = len(sequence) - len(context) + 1
-            with torch.inference_mode():
-                logits = target(torch.tensor([sequence], device=device)).logits[0, -keep:].float().cpu().numpy()
-            fresh = process_logits(logits, config.sampling)
-            rows, bonus = dict(enumerate(fresh[:-1])), fresh[-1]
+        rows, bonus = recompute_rows(config, rnd, context, target)  # one plain forward per deepest path
         worst, where = 0.0, None
         for n in rnd.nodes:
             if n.status != "unvisited":

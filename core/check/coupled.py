@@ -1,5 +1,5 @@
-"""The checker's rule for coupled rounds (core.verify.coupling), called by core.check.checker for a
-sampled run whose proposer_params say it was coupled.
+"""The checker's rule for coupled rounds (core.verify.coupling): the decisions of core.check.walk for
+a sampled run whose proposer_params say it was coupled.
 
 The Gumbel keys G_j are regenerated from the recorded coupling seed and each token's output
 position, so the round is replayed from the trace alone: node i (output position j =
@@ -32,10 +32,6 @@ def _coupling(seed: int) -> Coupling:
     return coupling
 
 
-def is_coupled_round(config: Any) -> bool:
-    return coupling_seed_of(config) is not None and not config.sampling.greedy
-
-
 def coupled_candidates(dist: Any, gumbel: np.ndarray, tol: float) -> tuple[set[int], bool]:
     """(tokens whose score log p + G is within `tol` of the best known score, whether that
     set is proved to hold the argmax). A full vector always decides; a top-N record decides
@@ -61,51 +57,13 @@ def coupled_candidates(dist: Any, gumbel: np.ndarray, tol: float) -> tuple[set[i
     return candidates, bool(unknown_bound < best - tol)
 
 
-def check_coupled_round(chk: Any) -> None:
-    """The decisions, the repair and the bonus of a coupled round (chk: core.check.checker's
-    _RoundChecker, whose add/tol/not_checked it uses)."""
-    rnd = chk.rnd
-    seed = coupling_seed_of(chk.config)
-    if seed is None:  # not a coupled run (is_coupled_round decides)
-        return
-    coupling = _coupling(seed)
-    start = rnd.emitted_before  # the output position the decoder keyed node 0 by
-    for n in rnd.nodes:
-        if n.status == "unvisited":
-            continue
-        verdict = _judge(chk, coupling, n.p, n.token, start + n.index)
-        if verdict is False and n.status == "accepted":
-            chk.add(
-                "coupled",
-                f"proposal {n.token} was accepted, but the target's coupled pick at output position "
-                f"{start + n.index} (argmax log p + G) is {_pick_text(chk, coupling, n.p, start + n.index)}",
-                node=n.index,
-            )
-        elif verdict is True and n.status == "rejected":
-            chk.add(
-                "coupled",
-                f"proposal {n.token} was rejected, but it is the target's coupled pick at output "
-                f"position {start + n.index}",
-                node=n.index,
-            )
-    for j, e in enumerate(rnd.emitted):
-        if e.kind == "repaired" and e.node is not None and 0 <= e.node < len(rnd.nodes):
-            dist, position = rnd.nodes[e.node].p, start + e.node
-        elif e.kind == "bonus" and rnd.bonus_p is not None:
-            dist, position = rnd.bonus_p, start + len(rnd.nodes)
-        else:
-            continue
-        if _judge(chk, coupling, dist, e.token, position) is False:
-            chk.add(
-                "coupled",
-                f"{e.kind} {e.token} is not the target's coupled pick y_j at output position {position} "
-                f"({_pick_text(chk, coupling, dist, position)}): a coupled round emits y_j",
-                chk.position_of(j),
-                e.node,
-            )
+def coupling_of(config: Any) -> Coupling | None:
+    """The coupling (its Gumbel keys) of a coupled run, for core.check.walk; None for another run."""
+    seed = coupling_seed_of(config)
+    return None if seed is None or config.sampling.greedy else _coupling(seed)
 
 
-def _judge(chk: Any, coupling: Coupling, dist: Any, token: int, position: int) -> bool | None:
+def coupled_verdict(chk: Any, coupling: Coupling, dist: Any, token: int, position: int) -> bool | None:
     """True: `token` is proved to be the coupled pick; False: proved not to be; None: the
     record cannot tell (noted once in not_checked)."""
     if dist is None:
@@ -127,7 +85,7 @@ def _judge(chk: Any, coupling: Coupling, dist: Any, token: int, position: int) -
     return None
 
 
-def _pick_text(chk: Any, coupling: Coupling, dist: Any, position: int) -> str:
+def coupled_pick_text(chk: Any, coupling: Coupling, dist: Any, position: int) -> str:
     gumbel = coupling.gumbel(position, len(dist))
     candidates, proved = coupled_candidates(dist, gumbel, chk.tol)
     picks = ", ".join(str(t) for t in sorted(candidates)) or "none"

@@ -10,11 +10,12 @@ that went wrong once stays wrong; a missing round shifts every later prefix), so
 core.check.checker.group_findings groups them under it; a rule without one is its own.
 
 Checks: where a finding of the rule comes from. The round checks are the methods of
-core.check.checker._RoundChecker that ROUND_CHECKS runs, in its order ("shape" runs the
-rules of the round's draft shape: the tree walk's, core.check.tree_rules, or the coupled
-rule's); "stops" and "end" are core.check.stop_rules and the end record's check, "recompute"
-the deep replay (checker.recompute_findings), "engine-values" the non-finite probabilities an
-engine's capture lists (core.check.engine_values).
+core.check.checker._RoundChecker that ROUND_CHECKS runs, in its order ("values": each tried
+node's recorded scalars against its vectors; "shape": the round's walk, core.check.walk, one
+proof for chains and trees, plus a tree's shape and layout, core.check.tree_rules); "stops"
+and "end" are core.check.stop_rules and the end record's check, "recompute" the deep replay
+(checker.recompute_findings), "engine-values" the non-finite probabilities an engine's capture
+lists (core.check.engine_values).
 
 Adding a rule: one Rule below, and the method that emits it (named in ROUND_CHECKS when it
 is a new round check).
@@ -33,7 +34,17 @@ WASTED_WORK = "wasted work"
 
 # The round checks, in the order they run on each round (a finding's order within a round
 # follows it): the shape-free rules apply to every round; `shape` runs those of its draft shape.
-ROUND_CHECKS: tuple[str, ...] = ("continuity", "positions", "structure", "shape", "sampler", "budget", "eos", "caches")
+ROUND_CHECKS: tuple[str, ...] = (
+    "continuity",
+    "positions",
+    "structure",
+    "values",
+    "shape",
+    "sampler",
+    "budget",
+    "eos",
+    "caches",
+)
 EVERY_CHECK: tuple[str, ...] = ROUND_CHECKS + ("stops", "end", "engine-values")
 
 
@@ -82,7 +93,12 @@ REGISTRY: dict[str, Rule] = _rules(
         W,
         ("structure", "shape"),
     ),
-    Rule("acceptance-draw", "a stochastic decision is accepted iff u < min(1, p(x)/q(x))", W, ("shape",)),
+    Rule(
+        "acceptance-draw",
+        "a stochastic decision is accepted iff u < min(1, p'(x)/q(x)), and the recorded p(x), q(x) are their vectors'",
+        W,
+        ("values", "shape"),
+    ),
     Rule("residual", "the repair is drawn from normalise(max(p - q, 0))", W, ("shape",)),
     Rule(
         "draw",
@@ -90,8 +106,15 @@ REGISTRY: dict[str, Rule] = _rules(
         W,
         ("shape",),
     ),
-    Rule("greedy", "greedy: accept iff the proposal is argmax p; repair and bonus are argmax p", W, ("shape",)),
-    Rule("sampler", "recorded p and q are distributions consistent with the run's sampler", W, ("shape", "sampler")),
+    Rule(
+        "greedy", "greedy: accept iff the proposal is argmax p; repair and bonus are argmax p", W, ("values", "shape")
+    ),
+    Rule(
+        "sampler",
+        "recorded p and q are distributions consistent with the run's sampler",
+        W,
+        ("values", "shape", "sampler"),
+    ),
     Rule(
         "target-cache",
         "the target cache holds exactly the accepted prefix (plus the recorded pending tokens)",
@@ -118,7 +141,8 @@ REGISTRY: dict[str, Rule] = _rules(
     ),
     Rule(
         "tree-walk",
-        "a tree round replays: each tried child against the running p', the path, the repair or bonus",
+        "a tree round's recorded facts are its walk's: the tried order at each node, the accepted path, "
+        "where each residual update was made",
         W,
         ("shape",),
     ),

@@ -2,7 +2,7 @@
 not a chain).
 
 A round that carries its tree facts (TreeInfo: recorded by the decoder, kept by the store
-and by JSONL version 2) is proved step by step from them by core.check.tree_proof, with full
+and by JSONL version 2) is proved step by step from them by core.check.walk, with full
 vectors or top-N records. A round without them (a JSONL version-1 trace) is replayed as
 follows. The walk is replayed from the trace alone: the p row each node was judged against, the q
 row it was chosen from, the children mode (the run's proposer_params), each tried child's
@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from specscope.core.check.tree_proof import prove_tree_round
+from specscope.core.check.walk import prove_walk
 from specscope.core.draft.trees import ancestor_matrix, node_depths
 from specscope.core.sampling.partial import is_full
 from specscope.core.sampling.reference import sample_from
@@ -241,8 +241,8 @@ def check_tree_round(chk: Any) -> None:
     if not _distinct_siblings(chk):
         _layout(chk)
         return
-    if getattr(rnd, "tree", None) is not None:  # the tried order and every p' were recorded (core.check.tree_proof)
-        prove_tree_round(chk)
+    if getattr(rnd, "tree", None) is not None:  # the tried order and every p' were recorded (core.check.walk)
+        prove_walk(chk, chk.rnd.tree)
         _layout(chk)
         return
     greedy = chk.config.sampling.greedy
@@ -402,31 +402,40 @@ def is_tree_round(config: Any, rnd: Any) -> bool:
     )
 
 
-def recompute_tree_rows(config: Any, rnd: Any, context: list[int], target: Any) -> tuple[dict[int, np.ndarray], Any]:
-    """Deep replay of a tree round, independent of tree attention: for each visited node, p
-    from a plain forward over the context and its parent's path; the bonus row likewise
-    after the accepted path. Returns (node -> fresh p, fresh bonus p or None)."""
+def recompute_rows(config: Any, rnd: Any, context: list[int], target: Any) -> tuple[dict[int, np.ndarray], Any]:
+    """Deep replay of a round of any shape, independent of tree attention and of the caches:
+    for each visited node, p from a plain forward over the context and its parent's path; the
+    bonus row likewise after the accepted path. One forward per deepest path needed (a chain:
+    one), whose rows serve every node on it. Returns (node -> fresh p, fresh bonus p or None)."""
     import torch
 
     from specscope.core.sampling.reference import process_logits
 
     parents = [n.parent for n in rnd.nodes]
-    device = next(target.parameters()).device
-    cache: dict[int, np.ndarray] = {}
-
-    def row_after(node: int) -> np.ndarray:  # p after `node` (-1: after the context)
-        if node not in cache:
-            path: list[int] = []
-            at = node
-            while at >= 0:
-                path.insert(0, rnd.nodes[at].token)
-                at = parents[at]
-            with torch.inference_mode():
-                logits = target(torch.tensor([context + path], device=device)).logits[0, -1].float().cpu().numpy()
-            cache[node] = process_logits(logits, config.sampling)
-        return cache[node]
-
-    rows = {n.index: row_after(n.parent) for n in rnd.nodes if n.status != "unvisited"}
     accepted = [n.index for n in rnd.nodes if n.status == "accepted"]
-    bonus = row_after(accepted[-1] if accepted else -1) if rnd.bonus_p is not None else None
+    wanted = {n.parent for n in rnd.nodes if n.status != "unvisited"}
+    if rnd.bonus_p is not None:
+        wanted.add(accepted[-1] if accepted else -1)
+    device = next(target.parameters()).device
+    after: dict[int, np.ndarray] = {}  # node -> p after it (-1: after the context)
+
+    def path_to(node: int) -> list[int]:
+        path: list[int] = []
+        while node >= 0:
+            path.insert(0, node)
+            node = parents[node]
+        return path
+
+    for node in sorted(wanted, key=lambda n: -len(path_to(n))):  # deepest first: its rows serve its ancestors
+        if node in after:
+            continue
+        path = path_to(node)
+        tokens = context + [rnd.nodes[i].token for i in path]
+        with torch.inference_mode():
+            logits = target(torch.tensor([tokens], device=device)).logits[0, -(len(path) + 1) :]
+        fresh = process_logits(logits.float().cpu().numpy(), config.sampling)
+        for row, at in zip(fresh, [-1, *path]):
+            after.setdefault(at, row)
+    rows = {n.index: after[n.parent] for n in rnd.nodes if n.status != "unvisited"}
+    bonus = after[accepted[-1] if accepted else -1] if rnd.bonus_p is not None else None
     return rows, bonus

@@ -451,7 +451,7 @@ def test_tampered_top_n_tree_traces_are_flagged(tmp_path, models):
     def draw(t, nodes):
         nodes[t["tried"][0][1][0]]["u"] = 0.0  # the rejected first child now passes its test
 
-    for change, rule in ((mass, "residual"), (entry, "residual"), (order, "tree-walk"), (draw, "tree-walk")):
+    for change, rule in ((mass, "residual"), (entry, "residual"), (order, "tree-walk"), (draw, "acceptance-draw")):
         line = json.loads(lines[1 + at])
         change(line["tree"], line["nodes"])
         bad = tmp_path / f"{change.__name__}.jsonl"

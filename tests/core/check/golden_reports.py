@@ -9,9 +9,15 @@ node, message) and the not-checked list.
 
     python -m tests.core.check.golden_reports OUT.json     write the reports
     python -m tests.core.check.golden_reports --diff A.json B.json
+    python -m tests.core.check.golden_reports --save-cases CASES.pkl
+    python -m tests.core.check.golden_reports --cases CASES.pkl [--check-dir DIR] OUT.json
 
 Record the reports of the code before a refactor of the checker, then diff them with the
 reports after it: the refactor must not change what the checker says (issue 39's one proof).
+The runs take most of the time and do not depend on the checker: save them once
+(--save-cases) and check the same cases with each side; --check-dir puts another revision's
+core/check in place of this checkout's (`git archive REV core/check | tar -x -C DIR`, then
+DIR/core/check), as scripts/time_check.py does.
 """
 
 from __future__ import annotations
@@ -39,11 +45,23 @@ TREES = [("3,2,1", "topk"), ("3,2,1", "sampled"), ("2,2,2", "distinct"), ("dynam
 EOS = 11
 
 
-def _report(config: Any, rounds: Any, end: Any = None) -> dict[str, Any]:
+def _report(config: Any, rounds: Any, end: Any = None) -> tuple[Any, list[Any], Any]:
+    """One case: what the checker is given (the report is taken later, by `check`)."""
+    return config, list(rounds), end
+
+
+def check(cases: dict[str, tuple[Any, list[Any], Any]]) -> dict[str, Any]:
+    """Every case's report: every finding and the not-checked list."""
     from specscope.core.check.checker import check_report
 
-    report = check_report(config, rounds, end=end)
-    return {"findings": [f.to_dict() for f in report.findings], "not_checked": dict(sorted(report.not_checked.items()))}
+    out = {}
+    for key, (config, rounds, end) in cases.items():
+        report = check_report(config, rounds, end=end)
+        out[key] = {
+            "findings": [f.to_dict() for f in report.findings],
+            "not_checked": dict(sorted(report.not_checked.items())),
+        }
+    return out
 
 
 def _tampered(rounds: list[Any], greedy: bool) -> Iterator[tuple[str, list[Any]]]:
@@ -125,7 +143,7 @@ def _store_roundtrip(store: Any, decoder: Any, prompt: list[int], max_new: int, 
     return store.run_config(config.run_id), store.load_rounds(config.run_id, full=True)
 
 
-def reports() -> dict[str, Any]:
+def cases() -> dict[str, tuple[Any, list[Any], Any]]:
     import torch
 
     from specscope.core import DraftModelProposer, PromptLookupProposer, SamplingConfig, SpeculativeDecoder
@@ -268,7 +286,26 @@ def main(argv: list[str]) -> int:
         lines = diff(a, b)
         print("\n".join(lines) if lines else "identical")
         return 1 if lines else 0
-    data = reports()
+    if argv[:1] == ["--save-cases"]:
+        import pickle
+
+        made = cases()
+        Path(argv[1]).write_bytes(pickle.dumps(made))
+        print(f"{len(made)} cases")
+        return 0
+    if argv[:1] == ["--cases"]:
+        import pickle
+
+        made = pickle.loads(Path(argv[1]).read_bytes())
+        argv = argv[2:]
+        if argv[:1] == ["--check-dir"]:
+            import specscope.core.check as package
+
+            package.__path__[:] = [argv[1]]  # the other revision's modules under the same names
+            argv = argv[2:]
+    else:
+        made = cases()
+    data = check(made)
     Path(argv[0] if argv else GOLDEN).write_text(json.dumps(data, indent=0, sort_keys=True) + "\n")
     n = sum(len(r["findings"]) for r in data.values())
     print(f"{len(data)} cases, {n} findings")

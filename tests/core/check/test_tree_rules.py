@@ -105,7 +105,7 @@ def test_tampered_tree_records_are_flagged(models):
     flipped = _tamper(rnd, **{f"n{first}": {"u": 0.0}})
     rounds = out.rounds[:at] + [flipped] + out.rounds[at + 1 :]
     findings = check_report(out.config, rounds).findings
-    assert findings and findings[0].rule == "tree-walk" and findings[0].round == at
+    assert findings and findings[0].rule == "acceptance-draw" and findings[0].round == at
     # a recorded residual update that is not the recomputed one
     update = rnd.tree.updates[0]
     stale = dataclasses.replace(update, p_after=rnd.nodes[first].p)
@@ -118,7 +118,7 @@ def test_tampered_tree_records_are_flagged(models):
 @pytest.mark.parametrize("cfg", SETTINGS, ids=lambda c: c.describe())
 def test_top_n_tree_records_keep_what_the_checker_reads(models, cfg):
     """vectors="top": tree rounds keep TopDistributions (the same tokens as with full
-    vectors); the checker proves the walk from them (core.check.tree_proof), finds nothing, and says
+    vectors); the checker proves the walk from them (core.check.walk), finds nothing, and says
     which parts of the residual updates only full vectors would prove."""
     target, draft = models
     for tree, children in TREES:

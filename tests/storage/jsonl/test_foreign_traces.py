@@ -362,7 +362,7 @@ BUGS = {
         {"eos"},
     ),
     "eos then a repair": (lambda: _decoder_bug(CHAIN_EOS, "eos-leak", want="repaired"), {"eos"}),
-    "eos leak in a tree": (lambda: _decoder_bug(TREE_EOS, "eos-leak"), {"eos", "tree-walk"}),
+    "eos leak in a tree": (lambda: _decoder_bug(TREE_EOS, "eos-leak"), {"eos", "round-structure", "tree-walk"}),
     "stop then accepted tokens": (lambda: _decoder_bug(_stop_setup(1), "stop-leak", [0], "accepted"), {"stop-leak"}),
     "stop then a bonus": (lambda: _decoder_bug(_stop_setup(3), "stop-leak", [0], "bonus"), {"stop-leak"}),
     "stop then a repair": (lambda: _decoder_bug(_stop_setup(7), "stop-leak", [0], "repaired"), {"stop-leak"}),
@@ -372,12 +372,12 @@ BUGS = {
             "stop-leak",
             seeds=[0],
         ),
-        {"stop-leak", "tree-walk"},
+        {"stop-leak", "round-structure", "tree-walk"},
     ),
     "eos ignored, the run goes on": (lambda: _decoder_bug(CHAIN_EOS, "end-ignored"), {"eos"}),
     "eos ignored in a tree": (
         lambda: _decoder_bug(replace(TREE_EOS, vectors="top"), "end-ignored"),
-        {"eos", "tree-walk"},
+        {"eos", "round-structure", "tree-walk"},
     ),
     "stop ignored, the run goes on": (
         lambda: _decoder_bug(_stop_setup(3), "end-ignored", [0]),
@@ -385,7 +385,7 @@ BUGS = {
     ),
     "stop string ignored in a tree": (
         lambda: _decoder_bug(with_stop_from_run(replace(TREE_EOS, eos=None), "text", 4), "end-ignored", [0]),
-        {"stop-flag", "stop-leak", "tree-walk"},
+        {"stop-flag", "stop-leak", "round-structure", "tree-walk"},
     ),
     "eos run says budget": (lambda: _mutate(_ended(CHAIN_EOS, "eos"), _wrong_reason("budget")), {"run-end"}),
     "stop run says eos": (
@@ -398,12 +398,12 @@ BUGS = {
     ),
     "tree budget overshoot": (
         lambda: _decoder_bug(Setup("tover", tree="2,1", max_new=20), "budget-overshoot"),
-        {"budget", "draft-budget", "tree-walk"},
+        {"budget", "draft-budget", "round-structure", "tree-walk"},
     ),
     "repair from p (chain)": (lambda: _decoder_bug(Setup("rp"), "repair-from-p"), {"draw", "residual"}),
     "repair from p (tree)": (
         lambda: _decoder_bug(Setup("rpt", tree="2,1"), "repair-from-p"),
-        {"draw", "residual", "tree-walk"},
+        {"draw", "residual", "round-structure", "tree-walk"},
     ),
     "siblings repeat without replacement": (
         lambda: _decoder_bug(Setup("wr", tree="2,2", children="distinct"), "with-replacement"),
@@ -416,7 +416,7 @@ BUGS = {
     "accepted with u >= p/q": (lambda: _mutate(generate(Setup("u")), _accept_against_u), {"acceptance-draw"}),
     "accepted with u >= p'/q in a tree": (
         lambda: _mutate(generate(Setup("ut", tree="2,1")), _accept_against_u),
-        {"tree-walk"},
+        {"acceptance-draw", "tree-walk"},
     ),
     "position past the limit": (lambda: _mutate(generate(Setup("pos")), _position_limit), {"position-limit"}),
     "tree over its node budget": (lambda: _mutate(generate(Setup("nb", tree="2,1")), _spec("1,1")), {"tree-shape"}),
