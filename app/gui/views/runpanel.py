@@ -425,7 +425,7 @@ class RunPanelWidget(QWidget):
         if first is not None:  # once the label has its wrapped height (two layout passes: width, then height)
             QTimer.singleShot(BRING_INTO_VIEW_MS, self, lambda: self.bring_into_view(first))
 
-    def bring_into_view(self, key: str) -> None:
+    def bring_into_view(self, key: str, tries: int = 10) -> None:
         """Scroll the panel so that field `key` and the message under it show: a refusal of max
         new tokens, far down the panel, was seen only in the status bar's cut-short line."""
         area = self.parentWidget()
@@ -434,6 +434,11 @@ class RunPanelWidget(QWidget):
         if area is None:
             return
         label = self.errors[key]
+        if tries > 0 and label.hasHeightForWidth() and label.heightForWidth(label.width()) > label.height():
+            # the wrapped text is taller than the label yet (a busy machine has not run the second
+            # layout pass): scrolled now, the message's last lines stayed below the fold
+            QTimer.singleShot(BRING_INTO_VIEW_MS, self, lambda: self.bring_into_view(key, tries - 1))
+            return
         area.ensureWidgetVisible(label, 0, 8)
         field = self.fields.get(key)
         if field is not None and field.isVisible():

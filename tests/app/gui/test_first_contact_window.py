@@ -53,9 +53,14 @@ def test_a_refusal_scrolls_its_field_into_view_at_1024x700(qtbot, make_window, h
     assert w.start_run()
     qtbot.waitUntil(lambda: label.text() != "", timeout=30000)
     qtbot.waitUntil(lambda: _shows(label) and _shows(w.run_panel.fields["max_new_tokens"]), timeout=3000)
-    qtbot.wait(200)
-    seen = label.visibleRegion().boundingRect()
-    assert seen.height() >= label.height() - 1, (seen, label.size())  # the whole message, not its first lines
+
+    def whole_message() -> bool:  # not its first lines (the label grows as its text wraps: wait for layout)
+        return label.visibleRegion().boundingRect().height() >= label.height() - 1
+
+    try:
+        qtbot.waitUntil(whole_message, timeout=5000)
+    except AssertionError:
+        raise AssertionError((label.visibleRegion().boundingRect(), label.size())) from None
 
 
 def test_a_compare_past_the_position_limit_is_refused_under_the_field(qtbot, make_window, hub, monkeypatch):
