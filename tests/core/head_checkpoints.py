@@ -147,6 +147,53 @@ def write_medusa(
     return _save(folder, config, weights, file)
 
 
+def write_vllm_eagle(folder: Path, target, seed: int = 0, scale: float = 0.3) -> Path:
+    """EAGLE as vLLM 0.32's llama_eagle.py loads it: model.safetensors, fc without a bias,
+    layers.N without a `model.` prefix, config.json naming LlamaForCausalLM."""
+    gen, s = torch.Generator().manual_seed(seed), _shapes(target)
+    h = s["hidden"]
+    weights = {"fc.weight": _rand(gen, h, 2 * h, scale=scale), **_layer(gen, "layers.0.", s, h, input_norm=False)}
+    return _save(folder, _config(target, head_dim=s["head_dim"]), weights, "model.safetensors")
+
+
+def write_vllm_medusa(
+    folder: Path,
+    target,
+    seed: int = 0,
+    heads: int = 3,
+    blocks: int = 1,
+    bias: bool = False,
+    prefix: str = "",
+    head_scale: float = 1.0,
+    shared_head: bool = False,
+) -> Path:
+    """Medusa as vLLM 0.32's medusa.py loads it (and MedusaConfig reads its config):
+    blocks.{i}.layers.{j}.weight (with `bias`, .bias and medusa_fc_bias: true), lm_heads.{i}.weight,
+    config.json with num_heads, num_hidden_layers, hidden_size, vocab_size; `shared_head`:
+    original_lm_head, one lm_heads.0.weight for every head."""
+    gen, s = torch.Generator().manual_seed(seed), _shapes(target)
+    h = s["hidden"]
+    weights = {}
+    for i in range(heads):
+        for j in range(blocks):
+            weights[f"{prefix}blocks.{i}.layers.{j}.weight"] = _rand(gen, h, h)
+            if bias:
+                weights[f"{prefix}blocks.{i}.layers.{j}.bias"] = _rand(gen, h)
+        if i == 0 or not shared_head:
+            weights[f"{prefix}lm_heads.{i}.weight"] = _rand(gen, s["vocab"], h, scale=head_scale)
+    config = {
+        "architectures": ["MedusaModel"],
+        "model_type": "medusa",
+        "num_heads": heads,
+        "num_hidden_layers": blocks,
+        "hidden_size": h,
+        "vocab_size": s["vocab"],
+        **({"medusa_fc_bias": True} if bias else {}),
+        **({"original_lm_head": True} if shared_head else {}),
+    }
+    return _save(folder, config, weights, "model.safetensors")
+
+
 def write_mtp(folder: Path, target, seed: int = 0, copies: bool = False, file: str = "model.safetensors") -> Path:
     """DeepSeek-V3's MTP layer as model.layers.{L}.*: enorm, hnorm, eh_proj, one layer,
     shared_head.norm (and, with `copies`, embed_tokens and shared_head.head as DeepSeek-V3 ships)."""

