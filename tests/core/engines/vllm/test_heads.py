@@ -1,8 +1,9 @@
 """A head folder checked against what vLLM 0.32 does with it, before vLLM starts
 (core/engines/vllm/heads.py): vLLM's own format passes without a note; fc.bias (EAGLE) and
 block biases without medusa_fc_bias (Medusa), which vLLM drops, are noted; a prefixed EAGLE
-checkpoint, a Medusa config without the heads' hidden size and k above the Medusa heads are
-refused in one line, by the CLI too, without starting vLLM. No vLLM needed."""
+checkpoint, an EAGLE config saying bias: true (vLLM then adds attention biases), a Medusa
+config without the heads' hidden size and k above the Medusa heads are refused in one line,
+by the CLI too, without starting vLLM. No vLLM needed."""
 
 from __future__ import annotations
 
@@ -33,7 +34,12 @@ def test_vllm_format_heads_pass_without_a_note(target, tmp_path):
 
 
 def test_what_vllm_drops_is_noted(target, tmp_path):
-    (note,) = head_notes("eagle", write_eagle(tmp_path / "e", target, bias=True), 4)
+    folder = write_eagle(tmp_path / "e", target, bias=True)  # the EAGLE repository's fc.bias, and "bias": true
+    with pytest.raises(HeadRefused, match=r"says bias: true, which vLLM 0\.32's Llama layer reads as attention biases"):
+        head_notes("eagle", folder, 4)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "bias"}))
+    (note,) = head_notes("eagle", folder, 4)
     assert "drops this checkpoint's fc.bias" in note
     folder = write_medusa(tmp_path / "m", target, heads=3)  # the Medusa repository's format: biased blocks
     config = json.loads((folder / "config.json").read_text())
