@@ -216,3 +216,54 @@ def write_mtp(folder: Path, target, seed: int = 0, copies: bool = False, file: s
 
 
 WRITERS = {"eagle": write_eagle, "eagle3": write_eagle3, "medusa": write_medusa, "mtp": write_mtp}
+
+
+def write_ernie_mtp_target(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 256, vocab: int = 4096) -> Path:
+    """A tiny dense ERNIE-4.5 target (Ernie4_5_MoeForCausalLM without experts: moe_layer_start_index past
+    its layers; head_dim 64, vLLM's CPU attention has no smaller kernel) whose checkpoint carries its MTP
+    module under ERNIE-4.5's names, as vLLM 0.32's ernie_mtp.py reads them: model.mtp_emb_norm.0,
+    model.mtp_hidden_norm.0, model.mtp_linear_proj.0 (2H -> H, no bias), model.mtp_block.0.* (a Llama
+    layer); config.json's num_nextn_predict_layers = 1. Random, written tensor by tensor."""
+    from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
+
+    torch.manual_seed(seed)
+    inter, heads = 2 * hidden, hidden // 64
+    config = Ernie4_5_MoeConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=64,
+        max_position_embeddings=1024,
+        moe_num_experts=0,
+        moe_layer_start_index=layers,
+        moe_layer_end_index=layers - 1,
+        use_bias=False,
+        tie_word_embeddings=True,
+        initializer_range=0.3,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    Ernie4_5_MoeForCausalLM(config).save_pretrained(folder)
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    gen = torch.Generator().manual_seed(seed + 1)
+    s = dict(hidden=hidden, heads=heads, kv_heads=heads, head_dim=64, inter=inter)
+    weights.update(
+        {
+            "model.mtp_emb_norm.0.weight": _norm(gen, hidden),
+            "model.mtp_hidden_norm.0.weight": _norm(gen, hidden),
+            "model.mtp_linear_proj.0.weight": _rand(gen, hidden, 2 * hidden),
+            **_layer(gen, "model.mtp_block.0.", s, hidden),
+        }
+    )
+    save_file(
+        {k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"), metadata={"format": "pt"}
+    )
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, "num_nextn_predict_layers": 1}, indent=1))
+    return folder

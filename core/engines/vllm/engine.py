@@ -101,6 +101,8 @@ def speculative_config(run: VllmRun) -> dict[str, Any]:
     if method == "ngram":
         cfg["prompt_lookup_max"] = int(run.proposer_params.get("max_ngram", 3))
         cfg["prompt_lookup_min"] = int(run.proposer_params.get("min_ngram", 1))
+    elif method == "mtp" and run.proposer_path is None:
+        pass  # vLLM reads the MTP layers from the target's own checkpoint (config/speculative.py)
     else:
         if run.proposer_path is None:
             raise VllmEngineError(

@@ -116,3 +116,29 @@ def test_medusa_flags_that_disagree_with_the_weights_are_refused(target, tmp_pat
     with pytest.raises(SpecError) as exc:
         build_proposer(f"medusa:{folder}")
     assert "medusa_num_heads (the Medusa repository's) or num_heads (vLLM's)" in one_line(exc)
+
+
+def test_an_ernie_target_carries_its_mtp_module(tmp_path):
+    """ERNIE-4.5's MTP names in the target's own checkpoint (vLLM's `mtp` reads the same folder):
+    specscope's mtp:TARGET loads it (no norm before the output head), greedy output equals
+    plain greedy, and the head's first cache entry reads no token embedding (vLLM zeroes it)."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.core.head_checkpoints import write_ernie_mtp_target
+
+    folder = write_ernie_mtp_target(tmp_path / "ernie", layers=2, hidden=64, vocab=64)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    proposer = build_proposer(f"mtp:{folder}")
+    assert getattr(proposer.head.shared_head, "norm", None) is None
+    want = SpeculativeDecoder(model, build_proposer("lookup"), k=1, sampling=GREEDY).generate(PROMPT, 16).new_tokens
+    for k in (1, 3):
+        out = SpeculativeDecoder(model, build_proposer(f"mtp:{folder}"), k=k, sampling=GREEDY).generate(PROMPT, 16)
+        assert out.new_tokens == want and max(len(r.nodes) for r in out.rounds) == k
+    head = build_proposer(f"mtp:{folder}").head
+    head.attach(model)
+    with torch.inference_mode():
+        feature = torch.randn(1, 1, 64)
+        a = head.step(feature, torch.tensor([[5]]), from_target=True)
+        head.reset()
+        b = head.step(feature, torch.tensor([[9]]), from_target=True)
+    assert torch.equal(a, b)  # position 0: the token is not read
