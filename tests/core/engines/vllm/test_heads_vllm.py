@@ -1,10 +1,11 @@
-"""EAGLE and Medusa heads run through vLLM's own `eagle` and `medusa` methods (`--engine
-vllm`) and through specscope's engine from one folder in vLLM's format (random heads for the
-bundled target, written tensor by tensor under vLLM's names: tests/core/head_checkpoints.py):
-greedy float32 output equal, the drafts of every round that starts at the same context equal
-(vLLM's head is specscope's), every round stored, no wrong-output finding. Skipped, with the
-reason, where vLLM's venv is absent (`specscope vllm setup`). One vLLM start per test (about
-40 s of it on this project's machine is vLLM loading)."""
+"""EAGLE, Medusa and MTP heads run through vLLM's own `eagle`, `medusa` and `mtp` methods
+(`--engine vllm`) and through specscope's engine from one folder in vLLM's format (random heads
+for the bundled target, written tensor by tensor under vLLM's names; for MTP a tiny dense
+ERNIE-4.5 target carrying its MTP module: tests/core/head_checkpoints.py): greedy float32
+output equal, the drafts of every round that starts at the same context equal (vLLM's head is
+specscope's), every round stored, no wrong-output finding. Skipped, with the reason, where
+vLLM's venv is absent (`specscope vllm setup`). One vLLM start per test (about 40 s of it on
+this project's machine is vLLM loading)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from specscope.core.engines.vllm.setup import default_venv, installed_vllm, venv
 from specscope.core.loading.models import bundled_path
 from specscope.storage import TraceStore
 from specscope.storage.jsonl.transfer import import_run
-from tests.core.head_checkpoints import write_vllm_eagle, write_vllm_medusa
+from tests.core.head_checkpoints import write_ernie_mtp_target, write_vllm_eagle, write_vllm_medusa
 
 PYTHON = venv_python(default_venv())
 VLLM = installed_vllm(PYTHON) if PYTHON.is_file() else None
@@ -51,12 +52,30 @@ def _specscope(model, spec, prompt):
     return out.new_tokens, {r.prefix_len: tuple(n.token for n in r.nodes) for r in out.rounds if r.nodes}
 
 
-@pytest.mark.parametrize("kind", sorted(WRITERS))
+def _ernie(tmp_path):
+    """A dense ERNIE-4.5 target whose checkpoint holds its MTP module: vLLM's `mtp` reads it there."""
+    from transformers import AutoModelForCausalLM
+
+    folder = write_ernie_mtp_target(tmp_path / "ernie")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    return folder, model, [[5, 6, 7, 8, 5, 6, 7], [100, 200, 300, 400]]
+
+
+@pytest.mark.parametrize("kind", [*sorted(WRITERS), "mtp"])
 def test_head_greedy_equals_specscope_and_checks_clean(tmp_path, target, kind):
-    folder, model, prompts = target
-    head = WRITERS[kind](tmp_path / kind, model)
+    if kind == "mtp":
+        folder, model, prompts = _ernie(tmp_path)
+        head, path = folder, None  # vLLM: the target's own MTP layers; specscope: mtp:TARGET
+    else:
+        folder, model, prompts = target
+        head = path = WRITERS[kind](tmp_path / kind, model)
     run = VllmRun(
-        target=str(folder), prompts=prompts, proposer_kind=kind, proposer_path=str(head), k=K, max_new_tokens=NEW
+        target=str(folder),
+        prompts=prompts,
+        proposer_kind=kind,
+        proposer_path=None if path is None else str(path),
+        k=K,
+        max_new_tokens=NEW,
     )
     run.threads = 1
     captured, results, timing = run_driver(run, work=tmp_path)
