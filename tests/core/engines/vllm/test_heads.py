@@ -102,3 +102,19 @@ def test_the_cli_refuses_before_vllm_starts(target, tmp_path):
     )
     assert proc.returncode != 0 and "--k 3 but the checkpoint has 2 heads" in proc.stderr
     assert "Traceback" not in proc.stderr and "starting its engine" not in proc.stderr
+
+
+def test_mtp_needs_a_target_whose_checkpoint_holds_mtp_layers(target, tmp_path):
+    """vLLM 0.32 reads MTP layers from the target's own checkpoint, for the architectures it maps
+    to an MTP model: a Llama target is refused before vLLM starts (vLLM itself would fail after
+    its start with "Unsupported speculative method: 'mtp'"); a dense ERNIE-4.5 one passes."""
+    from tests.core.head_checkpoints import write_ernie_mtp_target
+
+    target.save_pretrained(tmp_path / "llama")
+    run = VllmRun(target=str(tmp_path / "llama"), prompts=[[1]], proposer_kind="mtp", k=1)
+    with pytest.raises(VllmEngineError, match=r"no Llama.*is a llama naming no MTP layers"):
+        check_head(run)
+    ernie = write_ernie_mtp_target(tmp_path / "ernie", hidden=64, vocab=64)
+    run = VllmRun(target=str(ernie), prompts=[[1]], proposer_kind="mtp", k=3)
+    check_head(run)
+    assert run.notes == []
