@@ -147,7 +147,8 @@ def _medusa(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], k: int) 
 
 
 def _mtp(config: dict[str, Any], folder: str | Path) -> list[str]:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else {}
     model_type = str(config.get("model_type", ""))
     named = any(key in config or key in text for key in MTP_KEYS) or model_type.endswith("_mtp")
     if model_type == "llama" or not named:
