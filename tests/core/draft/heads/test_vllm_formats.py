@@ -142,3 +142,12 @@ def test_an_ernie_target_carries_its_mtp_module(tmp_path):
         head.reset()
         b = head.step(feature, torch.tensor([[9]]), from_target=True)
     assert torch.equal(a, b)  # position 0: the token is not read
+
+
+def test_the_settings_check_reads_vllms_head_count(target, tmp_path):
+    from specscope.core.draft.registry import KINDS, parse_spec
+
+    write_vllm_medusa(tmp_path / "m", target, heads=2)
+    with pytest.raises(SpecError) as exc:
+        KINDS["medusa"].check(parse_spec(f"medusa:{tmp_path / 'm'},tree=3,2,1"))
+    assert "this checkpoint has 2" in one_line(exc)
