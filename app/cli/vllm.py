@@ -162,13 +162,19 @@ def cmd_run_vllm(args: argparse.Namespace, helpers: tuple) -> int:
     import tempfile
     from pathlib import Path
 
-    from specscope.core.engines.vllm.engine import VllmEngineError, run_driver, traces, write_traces
+    from specscope.core.engines.vllm.engine import VllmEngineError, check_head, run_driver, traces, write_traces
 
     run, tokenizer = vllm_run_of(args, helpers)
     if not isinstance(args.k, int) or args.k < 1:  # k auto: the specscope engine's policy
         raise CliError(
             "--k (draft length) must be a whole number of at least 1 for the vllm engine (auto: specscope's)"
         )
+    try:
+        check_head(run)
+    except VllmEngineError as exc:
+        raise CliError(str(exc)) from None
+    for note in run.notes:  # what vLLM does differently with this head than specscope
+        print(f"-- note: {note}", file=sys.stderr, flush=True)
     print(
         f"-- vLLM: starting its engine in {_venv_label()} (a minute or more on a CPU) ...", file=sys.stderr, flush=True
     )

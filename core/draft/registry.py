@@ -354,7 +354,7 @@ def _check_head(spec: ProposerSpec) -> None:
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     if spec.kind == "medusa" and spec.params.get("tree"):
-        _check_medusa_depth(str(spec.params["tree"]), config.get("medusa_num_heads"))
+        _check_medusa_depth(str(spec.params["tree"]), config.get("medusa_num_heads", config.get("num_heads")))
 
 
 def _check_medusa_depth(tree: str, heads: Any) -> None:

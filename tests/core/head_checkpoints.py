@@ -147,6 +147,53 @@ def write_medusa(
     return _save(folder, config, weights, file)
 
 
+def write_vllm_eagle(folder: Path, target, seed: int = 0, scale: float = 0.3) -> Path:
+    """EAGLE as vLLM 0.32's llama_eagle.py loads it: model.safetensors, fc without a bias,
+    layers.N without a `model.` prefix, config.json naming LlamaForCausalLM."""
+    gen, s = torch.Generator().manual_seed(seed), _shapes(target)
+    h = s["hidden"]
+    weights = {"fc.weight": _rand(gen, h, 2 * h, scale=scale), **_layer(gen, "layers.0.", s, h, input_norm=False)}
+    return _save(folder, _config(target, head_dim=s["head_dim"]), weights, "model.safetensors")
+
+
+def write_vllm_medusa(
+    folder: Path,
+    target,
+    seed: int = 0,
+    heads: int = 3,
+    blocks: int = 1,
+    bias: bool = False,
+    prefix: str = "",
+    head_scale: float = 1.0,
+    shared_head: bool = False,
+) -> Path:
+    """Medusa as vLLM 0.32's medusa.py loads it (and MedusaConfig reads its config):
+    blocks.{i}.layers.{j}.weight (with `bias`, .bias and medusa_fc_bias: true), lm_heads.{i}.weight,
+    config.json with num_heads, num_hidden_layers, hidden_size, vocab_size; `shared_head`:
+    original_lm_head, one lm_heads.0.weight for every head."""
+    gen, s = torch.Generator().manual_seed(seed), _shapes(target)
+    h = s["hidden"]
+    weights = {}
+    for i in range(heads):
+        for j in range(blocks):
+            weights[f"{prefix}blocks.{i}.layers.{j}.weight"] = _rand(gen, h, h)
+            if bias:
+                weights[f"{prefix}blocks.{i}.layers.{j}.bias"] = _rand(gen, h)
+        if i == 0 or not shared_head:
+            weights[f"{prefix}lm_heads.{i}.weight"] = _rand(gen, s["vocab"], h, scale=head_scale)
+    config = {
+        "architectures": ["MedusaModel"],
+        "model_type": "medusa",
+        "num_heads": heads,
+        "num_hidden_layers": blocks,
+        "hidden_size": h,
+        "vocab_size": s["vocab"],
+        **({"medusa_fc_bias": True} if bias else {}),
+        **({"original_lm_head": True} if shared_head else {}),
+    }
+    return _save(folder, config, weights, "model.safetensors")
+
+
 def write_mtp(folder: Path, target, seed: int = 0, copies: bool = False, file: str = "model.safetensors") -> Path:
     """DeepSeek-V3's MTP layer as model.layers.{L}.*: enorm, hnorm, eh_proj, one layer,
     shared_head.norm (and, with `copies`, embed_tokens and shared_head.head as DeepSeek-V3 ships)."""
@@ -169,3 +216,54 @@ def write_mtp(folder: Path, target, seed: int = 0, copies: bool = False, file: s
 
 
 WRITERS = {"eagle": write_eagle, "eagle3": write_eagle3, "medusa": write_medusa, "mtp": write_mtp}
+
+
+def write_ernie_mtp_target(folder: Path, seed: int = 0, layers: int = 2, hidden: int = 256, vocab: int = 4096) -> Path:
+    """A tiny dense ERNIE-4.5 target (Ernie4_5_MoeForCausalLM without experts: moe_layer_start_index past
+    its layers; head_dim 64, vLLM's CPU attention has no smaller kernel) whose checkpoint carries its MTP
+    module under ERNIE-4.5's names, as vLLM 0.32's ernie_mtp.py reads them: model.mtp_emb_norm.0,
+    model.mtp_hidden_norm.0, model.mtp_linear_proj.0 (2H -> H, no bias), model.mtp_block.0.* (a Llama
+    layer); config.json's num_nextn_predict_layers = 1. Random, written tensor by tensor."""
+    from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
+
+    torch.manual_seed(seed)
+    inter, heads = 2 * hidden, hidden // 64
+    config = Ernie4_5_MoeConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=64,
+        max_position_embeddings=1024,
+        moe_num_experts=0,
+        moe_layer_start_index=layers,
+        moe_layer_end_index=layers - 1,
+        use_bias=False,
+        tie_word_embeddings=True,
+        initializer_range=0.3,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    Ernie4_5_MoeForCausalLM(config).save_pretrained(folder)
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    gen = torch.Generator().manual_seed(seed + 1)
+    s = dict(hidden=hidden, heads=heads, kv_heads=heads, head_dim=64, inter=inter)
+    weights.update(
+        {
+            "model.mtp_emb_norm.0.weight": _norm(gen, hidden),
+            "model.mtp_hidden_norm.0.weight": _norm(gen, hidden),
+            "model.mtp_linear_proj.0.weight": _rand(gen, hidden, 2 * hidden),
+            **_layer(gen, "model.mtp_block.0.", s, hidden),
+        }
+    )
+    save_file(
+        {k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"), metadata={"format": "pt"}
+    )
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, "num_nextn_predict_layers": 1}, indent=1))
+    return folder

@@ -12,6 +12,11 @@ folder with a Llama config.json (num_hidden_layers = the head's layers, usually 
 layer but the first (EAGLE's first layer reads the projection without a norm); an
 `embed_tokens.weight` when the head carries its own copy of the target's embedding (else
 the target's is used). A `model.` prefix on every name is accepted.
+
+vLLM 0.32's `eagle` method (model_executor/models/llama_eagle.py) loads such a folder when
+its config.json names `architectures` (["LlamaForCausalLM"]) and its names carry no `model.`
+prefix, but builds `fc` without a bias and drops a checkpoint's `fc.bias`: a folder without
+fc.bias is the same head in both (the vLLM engine notes a bias: core/engines/vllm/heads.py).
 """
 
 from __future__ import annotations

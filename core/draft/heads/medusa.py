@@ -8,11 +8,23 @@ was drawn from whatever was drawn before it, so the chain's verification is exac
 (`medusa,tree=3,2,1` or Medusa's own `paths:...` choices) is at most K deep; the children of
 every node at depth d come from head d's one distribution (core.draft.heads.trees).
 
-The format read is the Medusa repository's: a folder with config.json (`medusa_num_heads`,
-`medusa_num_layers`, `base_model_name_or_path`) and `medusa_lm_head.safetensors` or
-`medusa_lm_head.pt`, a state dict with `{i}.{j}.linear.weight` / `.bias` for block j of
-head i and `{i}.{medusa_num_layers}.weight` for its output layer. Hidden size and
-vocabulary are read from the weights and checked against the target.
+Two formats are read, as saved:
+- the Medusa repository's: config.json (`medusa_num_heads`, `medusa_num_layers`,
+  `base_model_name_or_path`) and `medusa_lm_head.safetensors` or `medusa_lm_head.pt`, a
+  state dict with `{i}.{j}.linear.weight` / `.bias` for block j of head i and
+  `{i}.{medusa_num_layers}.weight` for its output layer;
+- vLLM's (model_executor/models/medusa.py, transformers_utils/configs/medusa.py):
+  config.json with `num_heads`, `num_hidden_layers` (the blocks per head), `hidden_size`,
+  `vocab_size` (model_type "medusa"), optionally `medusa_fc_bias`, and `model.safetensors`
+  (or pytorch_model.bin) holding `blocks.{i}.layers.{j}.weight` (and `.bias` when
+  medusa_fc_bias is true) and `lm_heads.{i}.weight`, with or without a `medusa_heads.` prefix;
+  `original_lm_head: true` shares one output layer, `lm_heads.0.weight`, among the heads.
+A block without a bias is x + SiLU(W x). vLLM builds its blocks with a bias only when
+config.json says `medusa_fc_bias: true` and drops a checkpoint's biases otherwise (the
+vLLM engine says so before it runs such a head: core/engines/vllm/heads.py); a flag that
+disagrees with the weights is refused here. A reduced vocabulary (`truncated_vocab_size`,
+`token_map`) is refused. Hidden size and vocabulary are read from the weights and checked
+against the target.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from torch import nn
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config, tree_too_deep
 from specscope.core.draft.heads.base import (
+    WEIGHT_FILES,
     HeadDrafting,
     check_width,
     head_confidence,
@@ -48,9 +61,9 @@ MEDUSA_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 
 
 class ResBlock(nn.Module):
-    def __init__(self, hidden: int):
+    def __init__(self, hidden: int, bias: bool = True):
         super().__init__()
-        self.linear = nn.Linear(hidden, hidden)
+        self.linear = nn.Linear(hidden, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + nn.functional.silu(self.linear(x))
@@ -59,10 +72,10 @@ class ResBlock(nn.Module):
 class MedusaHeads(nn.ModuleList):
     """The K heads, a list of Sequentials: its state dict names are the format's."""
 
-    def __init__(self, heads: int, blocks: int, hidden: int, vocab: int):
+    def __init__(self, heads: int, blocks: int, hidden: int, vocab: int, bias: bool = True):
         super().__init__(
             [
-                nn.Sequential(*[ResBlock(hidden) for _ in range(blocks)], nn.Linear(hidden, vocab, bias=False))
+                nn.Sequential(*[ResBlock(hidden, bias) for _ in range(blocks)], nn.Linear(hidden, vocab, bias=False))
                 for _ in range(heads)
             ]
         )
@@ -135,23 +148,64 @@ class MedusaProposer(HeadDrafting):
         return None
 
 
+def medusa_counts(raw: dict[str, Any], kind: str = "medusa") -> tuple[int, int]:
+    """(heads, blocks per head) from the Medusa repository's keys or vLLM's."""
+    try:
+        count = int(raw["medusa_num_heads"] if "medusa_num_heads" in raw else raw["num_heads"])
+        blocks = int(raw.get("medusa_num_layers", raw.get("num_hidden_layers", 1)))
+    except (KeyError, TypeError, ValueError):
+        raise HeadFormatError(
+            f"{kind}: config.json needs medusa_num_heads (the Medusa repository's) or num_heads (vLLM's), an integer"
+        ) from None
+    if count < 1 or blocks < 0:
+        raise HeadFormatError(f"{kind}: medusa_num_heads must be >= 1 and medusa_num_layers >= 0")
+    return count, blocks
+
+
+def medusa_names(weights: dict[str, torch.Tensor], blocks: int, shared_head: bool) -> dict[str, torch.Tensor]:
+    """vLLM's names as the Medusa repository's (`blocks.{i}.layers.{j}.X` -> `{i}.{j}.linear.X`,
+    `lm_heads.{i}.weight` -> `{i}.{blocks}.weight`, a `medusa_heads.` prefix dropped); the
+    repository's names are kept. `shared_head` (original_lm_head): `lm_heads.0.weight` or
+    `lm_head.weight` is every head's output layer, as vLLM loads it."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in weights.items():
+        parts = name.removeprefix("medusa_heads.").split(".")
+        if len(parts) == 5 and parts[0] == "blocks" and parts[2] == "layers":
+            out[f"{parts[1]}.{parts[3]}.linear.{parts[4]}"] = tensor
+        elif len(parts) == 3 and parts[0] == "lm_heads" and parts[2] == "weight":
+            if not shared_head or parts[1] == "0":
+                out[f"{parts[1]}.{blocks}.weight"] = tensor
+        elif parts == ["lm_head", "weight"] and shared_head:
+            out[f"0.{blocks}.weight"] = tensor
+        else:
+            out[".".join(parts)] = tensor
+    return out
+
+
 def load_medusa(path: str | Path) -> MedusaProposer:
     kind = "medusa"
     folder = head_folder(path, kind)
     raw = read_config(folder, kind)
-    try:
-        count, blocks = int(raw["medusa_num_heads"]), int(raw.get("medusa_num_layers", 1))
-    except (KeyError, TypeError, ValueError):
-        raise HeadFormatError(f"{kind}: config.json needs medusa_num_heads (an integer)") from None
-    if count < 1 or blocks < 0:
-        raise HeadFormatError(f"{kind}: medusa_num_heads must be >= 1 and medusa_num_layers >= 0")
-    weights = read_weights(folder, kind, MEDUSA_FILES)
+    count, blocks = medusa_counts(raw, kind)
+    shared_head = bool(raw.get("original_lm_head", False))
+    weights = medusa_names(read_weights(folder, kind, MEDUSA_FILES + WEIGHT_FILES), blocks, shared_head)
+    if "token_map" in weights or (raw.get("truncated_vocab_size") or 0) not in (0, raw.get("vocab_size")):
+        raise HeadFormatError(f"{kind}: a reduced draft vocabulary (truncated_vocab_size, token_map) is not read")
     out = weights.get(f"0.{blocks}.weight")
     if out is None or out.ndim != 2:
         raise HeadFormatError(
-            f"{kind}: the checkpoint has no 0.{blocks}.weight (head 0's output layer with medusa_num_layers={blocks})"
+            f"{kind}: the checkpoint has no 0.{blocks}.weight or lm_heads.0.weight (head 0's output layer "
+            f"with medusa_num_layers={blocks})"
         )
+    if shared_head:
+        weights.update({f"{i}.{blocks}.weight": out for i in range(1, count)})
     vocab, hidden = (int(n) for n in out.shape)
-    heads = MedusaHeads(count, blocks, hidden, vocab)
+    bias = any(name.endswith(".linear.bias") for name in weights)
+    if "medusa_fc_bias" in raw and bool(raw["medusa_fc_bias"]) != bias and blocks > 0:
+        raise HeadFormatError(
+            f"{kind}: config.json says medusa_fc_bias={raw['medusa_fc_bias']} but the blocks "
+            f"{'have' if bias else 'lack'} biases"
+        )
+    heads = MedusaHeads(count, blocks, hidden, vocab, bias)
     load_exactly(heads, weights, kind)
     return MedusaProposer(heads.eval(), str(path))

@@ -16,6 +16,16 @@ count; `num_nextn_predict_layers` >= 1), for a Llama-style layer: `enorm.weight`
 `post_attention_layernorm.weight`, `shared_head.norm.weight`, optionally
 `embed_tokens.weight` and `shared_head.head.weight`; in model.safetensors (or its index) or
 pytorch_model.bin. Only the first MTP module (layer L) is read.
+
+ERNIE-4.5's layout is read too, as vLLM 0.32 reads it (model_executor/models/ernie_mtp.py):
+`model.mtp_emb_norm.0.weight` (enorm), `model.mtp_hidden_norm.0.weight` (hnorm),
+`model.mtp_linear_proj.0.weight` (eh_proj) and `model.mtp_block.0.*` (the Llama layer), with
+no norm before the output head (the logits read the layer's output as it is). The folder is
+the target's own checkpoint (`mtp:TARGET_FOLDER`), as with vLLM's `mtp` method.
+
+The embedding paired with position 0 is zeroed, as every vLLM MTP model does ("masking inputs
+at position 0, as not needed by MTP": deepseek_mtp.py, ernie_mtp.py, glm4_moe_mtp.py, ...): the
+head's first cache entry reads the target's feature alone, so its drafts are vLLM's.
 """
 
 from __future__ import annotations
@@ -46,9 +56,10 @@ from specscope.core.draft.proposers import TargetMismatch
 
 
 class SharedHead(nn.Module):
-    def __init__(self, config: LlamaConfig, own_head: bool) -> None:
+    def __init__(self, config: LlamaConfig, own_head: bool, norm: bool = True) -> None:
         super().__init__()
-        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        if norm:  # ERNIE-4.5's module has none
+            self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         if own_head:
             self.head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
@@ -56,7 +67,9 @@ class SharedHead(nn.Module):
 class MtpHead(RecurrentHead):
     kind = "mtp"
 
-    def __init__(self, config: LlamaConfig, index: int, own_embedding: bool, own_head: bool) -> None:
+    def __init__(
+        self, config: LlamaConfig, index: int, own_embedding: bool, own_head: bool, final_norm: bool = True
+    ) -> None:
         super().__init__(config, 1)
         hidden = config.hidden_size
         self.hidden_size, self.index = hidden, index
@@ -66,7 +79,7 @@ class MtpHead(RecurrentHead):
         self.hnorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.eh_proj = nn.Linear(2 * hidden, hidden, bias=False)
         self.layer = HeadLayer(config)
-        self.shared_head = SharedHead(config, own_head)
+        self.shared_head = SharedHead(config, own_head, final_norm)
 
     def feature_layers(self, target_layers: int) -> tuple[int, ...]:
         return (target_layers,)
@@ -86,13 +99,20 @@ class MtpHead(RecurrentHead):
     def step(
         self, features: torch.Tensor, tokens: torch.Tensor, from_target: bool, at: TreeAttention | None = None
     ) -> torch.Tensor:
-        embedded = self.enorm(self.embed(tokens).to(features.dtype))
+        embedded = self.embed(tokens).to(features.dtype)
+        where = (
+            torch.arange(self.length, self.length + tokens.shape[1], device=tokens.device)
+            if at is None
+            else at.positions
+        )
+        embedded = self.enorm(embedded.masked_fill((where == 0)[None, :, None], 0.0))  # position 0: no token (vLLM)
         x = self.eh_proj(torch.cat([embedded, self.hnorm(features)], dim=-1))
         return self.layer.plain(x, self.positions(self.length, x.shape[1], x, at), self.kvs[0], at)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = getattr(self.shared_head, "head", None) or self.shared["lm_head"]
-        logits: torch.Tensor = head(self.shared_head.norm(hidden)).float()
+        norm = getattr(self.shared_head, "norm", None)
+        logits: torch.Tensor = head(norm(hidden) if norm is not None else hidden).float()
         return logits
 
 
@@ -103,6 +123,25 @@ RENAMES = (
     ("input_layernorm.", "layer.input_layernorm."),
     ("post_attention_layernorm.", "layer.post_attention_layernorm."),
 )
+
+
+# ERNIE-4.5's flat MTP names (its first module) -> this module's (vLLM's ernie_mtp.py maps them alike)
+ERNIE_NAMES = (
+    ("model.mtp_emb_norm.0.", "enorm."),
+    ("model.mtp_hidden_norm.0.", "hnorm."),
+    ("model.mtp_linear_proj.0.", "eh_proj."),
+    ("model.mtp_block.0.", "layer."),
+)
+
+
+def ernie_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """ERNIE-4.5's MTP module (empty when the checkpoint has none)."""
+    mine = {}
+    for name, tensor in weights.items():
+        for old, new in ERNIE_NAMES:
+            if name.startswith(old):
+                mine[new + name[len(old) :]] = tensor
+    return mine
 
 
 def mtp_weights(weights: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:
@@ -128,14 +167,20 @@ def load_mtp(path: str | Path) -> RecurrentHeadProposer:
     if int(raw.get("num_nextn_predict_layers", 0) or 0) < 1:
         raise HeadFormatError(f"{kind}: config.json has no num_nextn_predict_layers >= 1 (not an MTP checkpoint)")
     index = int(config.num_hidden_layers)
-    weights = mtp_weights(read_weights(folder, kind), index)
+    every = read_weights(folder, kind)
+    ernie = ernie_weights(every)
+    weights = ernie or mtp_weights(every, index)
     if "eh_proj.weight" not in weights:
         raise HeadFormatError(
             f"{kind}: the checkpoint has no model.layers.{index}.eh_proj.weight (the MTP module "
-            f"is the layer after the model's {index})"
+            f"is the layer after the model's {index}) nor ERNIE-4.5's model.mtp_linear_proj.0.weight"
         )
     head = MtpHead(
-        config, index, own_embedding="embed_tokens.weight" in weights, own_head="shared_head.head.weight" in weights
+        config,
+        index,
+        own_embedding="embed_tokens.weight" in weights,
+        own_head="shared_head.head.weight" in weights,
+        final_norm=not ernie,
     )
     load_exactly(head, weights, kind)
     return RecurrentHeadProposer(head.eval(), str(path))

@@ -60,6 +60,9 @@ class VllmRun:
     bench_reps: int = 0  # `specscope bench --engine vllm`: timed one-prompt generate() calls instead of the run
     bench_warm: int | None = None  # the bench's warm-up prompts (None: all)
     threads: int | None = None  # OMP_NUM_THREADS of vLLM's processes (None: vLLM's choice)
+    # what vLLM does differently with the head than specscope (heads.py: head_notes), set by
+    # run_driver before vLLM starts; recorded as proposer_params.vllm_notes
+    notes: list[str] = field(default_factory=list)
 
 
 def checkpoint_folder(ref: str | None, role: str) -> Path:
@@ -98,6 +101,8 @@ def speculative_config(run: VllmRun) -> dict[str, Any]:
     if method == "ngram":
         cfg["prompt_lookup_max"] = int(run.proposer_params.get("max_ngram", 3))
         cfg["prompt_lookup_min"] = int(run.proposer_params.get("min_ngram", 1))
+    elif method == "mtp" and run.proposer_path is None:
+        pass  # vLLM reads the MTP layers from the target's own checkpoint (config/speculative.py)
     else:
         if run.proposer_path is None:
             raise VllmEngineError(
@@ -154,6 +159,7 @@ def run_driver(
     python = venv_python(venv)
     if not python.is_file():
         raise VllmEngineError(f"no vLLM venv at {venv}: run `specscope vllm setup` first")
+    check_head(run)
     work = Path(work or tempfile.mkdtemp(prefix="specscope-vllm-"))
     spec = driver_spec(run, work)
     spec_path = work / "spec.json"
@@ -193,6 +199,20 @@ def run_driver(
     results = _read_jsonl(work / "result.jsonl")
     timing = next((r for r in results if r.get("record") == "timing"), {})
     return captured, [r for r in results if "request_id" in r], timing
+
+
+def check_head(run: VllmRun) -> None:
+    """Refuse, in one line, a head folder vLLM cannot run as specscope reads it, and keep in
+    `run.notes` what vLLM does differently with it (core/engines/vllm/heads.py)."""
+    from specscope.core.engines.vllm.heads import head_notes
+
+    folder = run.proposer_path or (run.target if run.proposer_kind == "mtp" else None)
+    if folder is None:
+        return
+    try:
+        run.notes = head_notes(run.proposer_kind, folder, run.k)
+    except ValueError as exc:  # HeadRefused, HeadFormatError: one line naming the kind
+        raise VllmEngineError(str(exc)) from None
 
 
 def run_bench_driver(
@@ -390,6 +410,7 @@ def request_trace(  # long: one loop over vLLM's steps
         "vllm_stop_reason": result.get("stop_reason"),
         "vllm_spec_decode": result.get("spec_decode") or {},
         "nonfinite": nonfinite,
+        "vllm_notes": list(run.notes),
         "capture_counts": {
             "per_step_drafted": [len(r["nodes"]) for r in rounds if r["nodes"]],
             "per_step_accepted": [
