@@ -1,7 +1,7 @@
 """Time the checker (core.check.checker.check_report) on long stored runs, this checkout's
 core/check against another revision's, interleaved.
 
-    .venv/bin/python scripts/time_check.py [--ref REV] [--reps 5] [--tokens 2000]
+    .venv/bin/python scripts/time_check.py [--ref REV] [--reps 5] [--tokens 500]
 
 Once, it records four long runs (greedy and sampled, chain k=4 and tree 3,2,1, tiny models,
 seeded) into a store under build/time_check/ (one per --tokens, kept: later calls reuse it). Each repetition
@@ -80,7 +80,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ref", default="HEAD", help="revision A (default HEAD: the last commit)")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--tokens", type=int, default=500)  # the tiny models read 512 positions
     ap.add_argument("--once", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.once is not None:
