@@ -346,9 +346,14 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
             kinds=kinds,
             warm_every_prompt=not args.quick,
         )
-        bench.run()
-        if "vllm" in (args.engine or ()):  # after the in-process rows: vLLM's own process, its own timing
-            _add_vllm_rows(bench, args, draft_refs, prompt_ids, settings, sampling, eos, results)
+        servers = []
+        try:
+            if "vllm" in (args.engine or ()):  # started now, timed interleaved with the in-process rows
+                servers = _add_vllm_rows(bench, args, draft_refs, prompt_ids, settings, sampling, eos, results)
+            bench.run()
+        finally:
+            for server in servers:
+                server.close()
         results["modes"][mode] = bench.rows()
         if "vllm" in (args.engine or ()):
             from .vllm import annotate
@@ -380,25 +385,24 @@ def _add_vllm_rows(
     sampling: Any,
     eos: int | None,
     results: dict[str, Any],
-) -> None:
-    """vLLM's rows (app/bench/vllm.py) appended to the bench's methods; a row vLLM cannot run
-    is a line in results["vllm_not_run"]."""
+) -> list[Any]:
+    """vLLM's rows (app/bench/vllm.py) appended to the bench's methods, their vLLMs started
+    (returned: the caller closes them); a row vLLM cannot run is a line in
+    results["vllm_not_run"]."""
     from .vllm import vllm_methods
 
-    methods, skipped = vllm_methods(
+    methods, skipped, servers = vllm_methods(
         target_ref=args.target,
         draft_refs=draft_refs,
         specs=bench.specs,
         ks=settings["ks"],
         prompts=prompt_ids,
         max_new=settings["max_new"],
-        reps=settings["reps"],
         temperature=sampling.temperature,
         top_k=sampling.top_k,
         top_p=sampling.top_p,
         eos=eos,
         threads=args.threads,
-        warm_every_prompt=not args.quick,
         progress=_say,
     )
     bench.methods.extend(methods)
@@ -406,6 +410,7 @@ def _add_vllm_rows(
         _say(f"vLLM row not run: {line}")
     results.setdefault("vllm_not_run", [])
     results["vllm_not_run"] += [line for line in skipped if line not in results["vllm_not_run"]]
+    return servers
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -2,11 +2,12 @@
 
 Each row is one of the bench's proposers that vLLM has (`lookup` -> vLLM's `ngram` with the
 same n-gram range, `draft:NAME` -> `draft_model` with the same checkpoint) at each k, run by
-vLLM in its own venv (core/engines/vllm/engine.py's run_bench_driver): the same prompts, the
-same budget, EOS and sampler, batch size 1 (one prompt per generate() call), without the
-capture. vLLM runs in its own process, so its rows cannot be interleaved with the in-process
-methods: each vLLM method is timed after them, its warm-up pass first, then `reps`
-repetitions over the prompts.
+vLLM in its own venv: the same prompts, the same budget, EOS and sampler, batch size 1 (one
+prompt per generate() call), without the capture. Each row's vLLM is started before the
+bench runs and held ready (core/engines/vllm/engine.py's VllmBenchServer: idle between
+calls), so its rows are warmed up and timed with the in-process methods, interleaved in the
+same rotating order; each call is timed inside vLLM's driver. Every row's vLLM stays loaded
+for the whole bench (about 1 GiB of KV cache each on a CPU: VLLM_CPU_KVCACHE_SPACE).
 
 The rounds of a vLLM row are vLLM's own per-request counts (`per_request_spec_decode_metrics`:
 accepted and drafted per drafting step), plus the steps that drafted nothing (ngram without a
@@ -28,7 +29,7 @@ from typing import Any
 
 from specscope.core.draft.registry import parse_spec
 
-from .measurement import Method, Sample, is_tree_spec, method_name
+from .measurement import BenchError, Method, Sample, is_tree_spec, method_name
 from .metrics import RoundCounts
 
 FAMILY = "vllm"
@@ -49,10 +50,6 @@ def vllm_rounds(spec_decode: dict[str, Any] | None, tokens: int) -> list[RoundCo
     return rounds
 
 
-def _not_run(*_: Any) -> Sample:
-    raise RuntimeError("a vLLM row is run by vLLM's own process (app/bench/vllm.py)")
-
-
 def vllm_specs(specs: Sequence[str]) -> tuple[list[str], list[str]]:
     """(the specs vLLM runs, a line for each it does not)."""
     ours, skipped = [], []
@@ -67,7 +64,7 @@ def vllm_specs(specs: Sequence[str]) -> tuple[list[str], list[str]]:
     return ours, skipped
 
 
-def vllm_methods(  # long: one driver process per proposer and k, its records turned into samples
+def vllm_methods(  # long: one vLLM per proposer and k, started and held ready
     *,
     target_ref: str | None,
     draft_refs: dict[str, str],
@@ -75,26 +72,26 @@ def vllm_methods(  # long: one driver process per proposer and k, its records tu
     ks: Sequence[int],
     prompts: Sequence[list[int]],
     max_new: int,
-    reps: int,
     temperature: float,
     top_k: int,
     top_p: float,
     eos: int | None,
     threads: int | None,
-    warm_every_prompt: bool,
     progress: Callable[[str], None],
     venv: str | None = None,
-) -> tuple[list[Method], list[str]]:
-    """The vLLM rows' methods, their samples filled in ([rep][prompt]), and a line for each
-    row not run (a proposer vLLM lacks, a model vLLM refuses, no vLLM venv)."""
-    from specscope.core.engines.vllm.engine import VllmEngineError, VllmRun, checkpoint_folder, run_bench_driver
+) -> tuple[list[Method], list[str], list[Any]]:
+    """The vLLM rows' methods, each a vLLM started and ready (its `run(prompt)` one timed call),
+    a line for each row not run (a proposer vLLM lacks, a model vLLM refuses, no vLLM venv),
+    and the servers, which the caller closes when the bench is done."""
+    from specscope.core.engines.vllm.engine import VllmBenchServer, VllmEngineError, VllmRun, checkpoint_folder
 
     chosen, skipped = vllm_specs(specs)
     methods: list[Method] = []
+    servers: list[Any] = []
     try:
         target = str(checkpoint_folder(target_ref, "target"))
     except VllmEngineError as exc:
-        return [], [*skipped, f"vLLM: {exc}"]
+        return [], [*skipped, f"vLLM: {exc}"], []
     for k in ks:
         for spec in chosen:
             parsed = parse_spec(spec)
@@ -114,29 +111,36 @@ def vllm_methods(  # long: one driver process per proposer and k, its records tu
                     top_p=top_p,
                     max_new_tokens=max_new,
                     eos_ids=(eos,) if eos is not None else (),
-                    bench_reps=reps,
-                    bench_warm=None if warm_every_prompt else 1,
                     threads=threads,
                     proposer_text=spec,
                 )
                 progress(f"{name}: starting vLLM (a minute or more on a CPU) ...")
-                records, timing = run_bench_driver(run, venv=venv)
+                server = VllmBenchServer(run, venv=venv)
             except VllmEngineError as exc:
                 skipped.append(f"{name}: {exc}")
                 progress(f"{name}: not run: {exc}")
                 continue
-            method = Method(name, FAMILY, k, _not_run, draft=label, spec=spec)
-            method.samples = [[Sample([], 0.0) for _ in prompts] for _ in range(reps)]
-            for r in records:
-                tokens = list(r["token_ids"])
-                method.samples[r["rep"]][r["prompt"]] = Sample(
-                    tokens, float(r["s"]), rounds=vllm_rounds(r.get("spec_decode"), len(tokens))
-                )
-            method.engine_version = timing.get("vllm")
-            load_s = timing.get("load_s", 0)
-            progress(f"{name}: {reps} repetitions done (vLLM {method.engine_version}, {load_s:.0f} s to load)")
+            servers.append(server)
+            method = Method(name, FAMILY, k, _caller(server, name), draft=label, spec=spec)
+            method.engine_version = server.version
+            progress(f"{name}: ready (vLLM {server.version}, {server.load_s:.0f} s to load)")
             methods.append(method)
-    return methods, skipped
+    return methods, skipped, servers
+
+
+def _caller(server: Any, name: str) -> Callable[[list[int]], Sample]:
+    """A vLLM row's run(prompt): one timed call of its vLLM; a failure ends the bench in one line."""
+    from specscope.core.engines.vllm.engine import VllmEngineError
+
+    def run(prompt: list[int]) -> Sample:
+        try:
+            r = server.generate(prompt)
+        except VllmEngineError as exc:
+            raise BenchError(f"{name}: {exc}") from None
+        tokens = [int(t) for t in r["token_ids"]]
+        return Sample(tokens, float(r["s"]), rounds=vllm_rounds(r.get("spec_decode"), len(tokens)))
+
+    return run
 
 
 def first_difference(ref: Sequence[Sequence[int]], got: Sequence[Sequence[int]]) -> tuple[int, int] | None:

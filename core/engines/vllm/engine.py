@@ -57,8 +57,7 @@ class VllmRun:
     target_name: str | None = None
     proposer_text: str = ""
     overhead_reps: int = 0  # the driver's capture-overhead measurement (docs/vllm.md): off/on pairs after the run
-    bench_reps: int = 0  # `specscope bench --engine vllm`: timed one-prompt generate() calls instead of the run
-    bench_warm: int | None = None  # the bench's warm-up prompts (None: all)
+    bench_serve: bool = False  # `specscope bench --engine vllm`: held ready for timed calls (VllmBenchServer)
     threads: int | None = None  # OMP_NUM_THREADS of vLLM's processes (None: vLLM's choice)
     # what vLLM does differently with the head than specscope (heads.py: head_notes), set by
     # run_driver before vLLM starts; recorded as proposer_params.vllm_notes
@@ -133,11 +132,7 @@ def driver_spec(run: VllmRun, work: Path) -> dict[str, Any]:
         "prompts": run.prompts,
         "overhead_reps": run.overhead_reps,
         "threads": run.threads,
-        **(
-            {"bench": {"reps": run.bench_reps, "warm": len(run.prompts) if run.bench_warm is None else run.bench_warm}}
-            if run.bench_reps
-            else {}
-        ),
+        **({"bench": {"serve": True}} if run.bench_serve else {}),
         "llm_kwargs": {
             "skip_tokenizer_init": True,
             "per_request_spec_decode_metrics": "detailed",
@@ -146,21 +141,16 @@ def driver_spec(run: VllmRun, work: Path) -> dict[str, Any]:
     }
 
 
-def run_driver(
-    run: VllmRun,
-    venv: str | os.PathLike[str] | None = None,
-    work: Path | None = None,
-    say: Callable[[str], None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Run vLLM in its venv: (capture records, per-request results, timing). `cancelled()`
-    is polled twice a second: True (or an exception here) ends vLLM's processes."""
+def _start_driver(
+    run: VllmRun, venv: str | os.PathLike[str] | None, work: Path, stdin: int | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """inside/driver.py started in vLLM's venv on `run`'s spec, in its own process group;
+    (the process, its log)."""
     venv = Path(venv) if venv else default_venv()
     python = venv_python(venv)
     if not python.is_file():
         raise VllmEngineError(f"no vLLM venv at {venv}: run `specscope vllm setup` first")
     check_head(run)
-    work = Path(work or tempfile.mkdtemp(prefix="specscope-vllm-"))
     spec = driver_spec(run, work)
     spec_path = work / "spec.json"
     spec_path.write_text(json.dumps(spec))
@@ -173,23 +163,38 @@ def run_driver(
     with open(log, "w") as fh:
         proc = subprocess.Popen(
             [str(python), str(INSIDE / "driver.py"), str(spec_path)],
+            stdin=stdin,
             stdout=fh,
             stderr=subprocess.STDOUT,
             env=env,
             cwd=str(work),
             start_new_session=True,  # vLLM's engine core and workers share its group: one kill ends them all
         )
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=0.5)
-                    break
-                except subprocess.TimeoutExpired:
-                    if cancelled is not None and cancelled():
-                        raise VllmEngineError("cancelled while vLLM ran") from None
-        except BaseException:
-            _kill_group(proc)
-            raise
+    return proc, log
+
+
+def run_driver(
+    run: VllmRun,
+    venv: str | os.PathLike[str] | None = None,
+    work: Path | None = None,
+    say: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Run vLLM in its venv: (capture records, per-request results, timing). `cancelled()`
+    is polled twice a second: True (or an exception here) ends vLLM's processes."""
+    work = Path(work or tempfile.mkdtemp(prefix="specscope-vllm-"))
+    proc, log = _start_driver(run, venv, work)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if cancelled is not None and cancelled():
+                    raise VllmEngineError("cancelled while vLLM ran") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
     if proc.returncode != 0 or not (work / "result.jsonl").is_file():
         raise VllmEngineError(f"vLLM failed (status {proc.returncode}): {_root_cause(log)} (log: {log})")
     captured = _read_jsonl(work / "capture.jsonl") if run.capture else []
@@ -215,24 +220,88 @@ def check_head(run: VllmRun) -> None:
         raise VllmEngineError(str(exc)) from None
 
 
-def run_bench_driver(
-    run: VllmRun, venv: str | os.PathLike[str] | None = None, work: Path | None = None
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """`specscope bench --engine vllm`: vLLM without the capture, each prompt alone in its own
-    generate() call, `run.bench_reps` times after a warm-up (driver.py's _bench); (one record
-    per timed call: rep, prompt, s, token_ids, spec_decode; the timing record)."""
-    if run.bench_reps < 1:
-        raise VllmEngineError("a vLLM bench needs at least one repetition")
-    run.capture = False
-    work = Path(work or tempfile.mkdtemp(prefix="specscope-vllm-bench-"))
-    _, _, timing = run_driver(run, venv=venv, work=work)
-    records = [r for r in _read_jsonl(work / "result.jsonl") if r.get("record") == "bench"]
-    if len(records) != run.bench_reps * len(run.prompts):
-        raise VllmEngineError(
-            f"vLLM's bench wrote {len(records)} of {run.bench_reps * len(run.prompts)} timed runs "
-            f"(log: {work / 'vllm.log'})"
-        )
-    return records, timing
+class VllmBenchServer:
+    """`specscope bench --engine vllm`: one vLLM (the target with one proposer and k) held ready
+    in its venv, without the capture, so that the bench times its calls interleaved with the
+    in-process rows, in the same rotating order. Each call is one prompt alone in one
+    generate() (batch size 1, as the bench's other rows), timed inside the driver, which
+    answers once vLLM's workers have stopped spinning (about a second after the call); between
+    calls vLLM waits on its input, idle (measured: 0.08 CPU-s in 10 s). `close()` ends its
+    processes; so does leaving a `with`."""
+
+    def __init__(
+        self,
+        run: VllmRun,
+        venv: str | os.PathLike[str] | None = None,
+        work: Path | None = None,
+        load_timeout_s: float = 1800.0,
+    ) -> None:
+        run.capture, run.bench_serve = False, True
+        self.work = Path(work or tempfile.mkdtemp(prefix="specscope-vllm-bench-"))
+        self.proc, self.log = _start_driver(run, venv, self.work, stdin=subprocess.PIPE)
+        self._seen = 0  # bytes of result.jsonl read so far
+        try:
+            ready = self._next("ready", load_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        self.version: str | None = ready.get("vllm")
+        self.load_s = float(ready.get("load_s", 0.0))
+
+    def generate(self, prompt: list[int], timeout_s: float = 1800.0) -> dict[str, Any]:
+        """One timed generate() of `prompt`: {s, token_ids, finish_reason, spec_decode}."""
+        stdin = self.proc.stdin
+        if stdin is None or self.proc.poll() is not None:
+            raise VllmEngineError(f"vLLM is not running (log: {self.log})")
+        try:
+            stdin.write((json.dumps([int(t) for t in prompt]) + "\n").encode())
+            stdin.flush()
+        except OSError as exc:
+            raise VllmEngineError(f"vLLM stopped taking prompts ({exc}; log: {self.log})") from None
+        return self._next("bench", timeout_s)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                if self.proc.stdin is not None:
+                    self.proc.stdin.write(b"quit\n")
+                    self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        _kill_group(self.proc)
+
+    def __enter__(self) -> VllmBenchServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _next(self, record: str, timeout_s: float) -> dict[str, Any]:
+        """The driver's next answer line (result.jsonl, appended and flushed line by line)."""
+        deadline = time.monotonic() + timeout_s
+        path = self.work / "result.jsonl"
+        while True:
+            data = b""
+            if path.is_file():
+                with open(path, "rb") as fh:
+                    fh.seek(self._seen)
+                    data = fh.read()
+            if b"\n" in data:
+                line = data[: data.index(b"\n") + 1]
+                self._seen += len(line)
+                got: dict[str, Any] = json.loads(line)
+                if got.get("record") != record:
+                    raise VllmEngineError(f"vLLM's driver answered {got.get('record')!r}, not {record!r}")
+                return got
+            if self.proc.poll() is not None:
+                raise VllmEngineError(
+                    f"vLLM failed (status {self.proc.returncode}): {_root_cause(self.log)} (log: {self.log})"
+                )
+            if time.monotonic() > deadline:
+                self.close()
+                raise VllmEngineError(f"vLLM gave no {record} answer in {timeout_s:.0f} s (log: {self.log})")
+            time.sleep(0.005)  # the call is timed inside the driver: this wait adds nothing to it
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -73,7 +73,7 @@ def main(spec_path: str) -> int:  # long: the driver's steps in order: read the 
     )
     prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in spec["prompts"]]
     if spec.get("bench"):
-        return _bench(llm, prompts, params, spec, loaded - started)
+        return _serve(llm, params, spec, loaded - started)
     t0 = time.time()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.time() - t0
@@ -129,38 +129,47 @@ def main(spec_path: str) -> int:  # long: the driver's steps in order: read the 
     return 0
 
 
-def _bench(llm: Any, prompts: list[Any], params: Any, spec: dict[str, Any], load_s: float) -> int:
-    """`specscope bench --engine vllm`: batch size 1 as the bench's other rows, one prompt per
-    generate() call; a warm-up pass (SPEC["bench"]["warm"] prompts), then `reps` repetitions
-    over every prompt, each call timed. One JSON line per timed call (tokens and vLLM's own
-    per-request spec-decode counts), then the timing record."""
+def _serve(llm: Any, params: Any, spec: dict[str, Any], load_s: float) -> int:
+    """`specscope bench --engine vllm`: vLLM held ready while the bench's other rows run, so
+    that its calls are timed interleaved with theirs (engine.py's VllmBenchServer). The host
+    writes one line per call on stdin: the prompt's token ids as a JSON list (one generate()
+    call of that prompt alone, timed here) or `quit`. Each answer is one JSON line appended to
+    SPEC["result_path"] and flushed: first `ready`, then one `bench` record per call (tokens,
+    finish reason, vLLM's own per-request spec-decode counts), written once vLLM is idle again."""
     import vllm
+    from vllm.inputs import TokensPrompt
 
-    bench = spec["bench"]
-    for prompt in prompts[: int(bench.get("warm", len(prompts)))]:
-        llm.generate([prompt], params, use_tqdm=False)
-    with open(spec["result_path"], "w", encoding="utf-8") as fh:
-        for rep in range(int(bench["reps"])):
-            for i, prompt in enumerate(prompts):
-                t = time.perf_counter()
-                out = llm.generate([prompt], params, use_tqdm=False)[0]
-                s = time.perf_counter() - t
-                c = out.outputs[0]
-                fh.write(
-                    json.dumps(
-                        {
-                            "record": "bench",
-                            "rep": rep,
-                            "prompt": i,
-                            "s": s,
-                            "token_ids": list(c.token_ids),
-                            "finish_reason": c.finish_reason,
-                            "spec_decode": _metrics(c),
-                        }
-                    )
-                    + "\n"
-                )
-        fh.write(json.dumps({"record": "timing", "load_s": load_s, "vllm": vllm.__version__}) + "\n")
+    with open(spec["result_path"], "a", encoding="utf-8") as fh:
+
+        def answer(record: dict[str, Any]) -> None:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+
+        answer({"record": "ready", "load_s": load_s, "vllm": vllm.__version__})
+        for line in sys.stdin:
+            line = line.strip()
+            if line == "quit":
+                break
+            if not line:
+                continue
+            prompt = TokensPrompt(prompt_token_ids=[int(t) for t in json.loads(line)])
+            t = time.perf_counter()
+            out = llm.generate([prompt], params, use_tqdm=False)[0]
+            s = time.perf_counter() - t
+            # vLLM's worker spins on its shared-memory queue for a second after its last message
+            # (distributed/device_communicators/shm_broadcast.py, SpinCondition busy_loop_s = 1):
+            # answered at once, the next row would be timed beside that spin (75% of a core)
+            time.sleep(float(spec["bench"].get("settle_s", 1.2)))
+            c = out.outputs[0]
+            answer(
+                {
+                    "record": "bench",
+                    "s": s,
+                    "token_ids": list(c.token_ids),
+                    "finish_reason": c.finish_reason,
+                    "spec_decode": _metrics(c),
+                }
+            )
     return 0
 
 
