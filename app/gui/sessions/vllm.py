@@ -165,4 +165,6 @@ def build_vllm(
     decoder = VllmRecorded(config, rounds, tokens, stop, wall)
     info = hub.model_info(settings, models)
     info["draft_name"] = run.proposer_path
-    return Prepared(decoder, ids, config, hub.token_text(tokenizer), f"{settings.describe()} · vLLM", info)
+    # what vLLM does differently with the head than specscope (a dropped bias, ...: engine.check_head)
+    notes = tuple(f"vLLM: {note}" for note in run.notes)
+    return Prepared(decoder, ids, config, hub.token_text(tokenizer), f"{settings.describe()} · vLLM", info, notes)

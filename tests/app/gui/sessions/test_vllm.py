@@ -101,3 +101,42 @@ def test_vllm_session_runs_smollm2_in_the_window_and_compares(qtbot, smollm2_win
     assert ours.config.proposer == "lookup" and theirs.config.proposer == "vllm-ngram"
     assert theirs.output_tokens == vllm_tokens
     assert ours.output_tokens == theirs.output_tokens  # greedy float32: vLLM equals specscope's decoder
+
+
+def test_what_vllm_does_differently_with_a_head_is_a_note_of_the_lane(tmp_path, monkeypatch):
+    """A Medusa folder with biases but no medusa_fc_bias (vLLM drops them): the lane's Prepared
+    carries the note the window shows (Prepared.notes), not only the run's parameters."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specscope.app.gui.sessions import vllm as session
+    from specscope.app.gui.sessions.hub import ModelHub
+    from specscope.core.engines.vllm.engine import check_head
+    from specscope.core.loading.models import bundled_path
+    from tests.core.head_checkpoints import write_vllm_medusa
+
+    target = AutoModelForCausalLM.from_pretrained(bundled_path("target"), dtype=torch.float32)
+    folder = write_vllm_medusa(tmp_path / "medusa", target, bias=True)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("medusa_fc_bias")  # the Medusa repository's biased blocks, without vLLM's flag
+    (folder / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr("specscope.core.engines.vllm.setup.not_set_up", lambda: None)
+
+    def fake_rounds(run, work, cancelled=None):  # vLLM itself is not needed: its head check is
+        check_head(run)
+        from specscope.core import SamplingConfig, SpeculativeDecoder
+        from specscope.core.draft.registry import build_proposer
+
+        dec = SpeculativeDecoder(target, build_proposer("lookup"), k=2, sampling=SamplingConfig(temperature=0))
+        out = dec.generate(run.prompts[0], 4)
+        return out.config, list(out.rounds), list(out.new_tokens), "budget", 0.1
+
+    monkeypatch.setattr(session, "recorded_rounds", fake_rounds)
+    texts = dict(PanelSettings(prompt="def f(x):").to_texts(), **SAMPLER)
+    texts.update(engine="vllm", proposer=f"medusa:{folder}", k="2", max_new_tokens="4")
+    settings = validate(texts).settings
+    assert settings is not None, validate(texts).errors
+    prepared = session.build_vllm(ModelHub(), settings)
+    assert len(prepared.notes) == 1 and prepared.notes[0].startswith("vLLM: medusa:") and "biases" in prepared.notes[0]
