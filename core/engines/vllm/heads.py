@@ -34,13 +34,6 @@ from typing import Any
 
 from specscope.core.draft.head_folders import read_config
 
-# specscope reads these (core/draft/heads/base.py WEIGHT_FILES, medusa.py MEDUSA_FILES)
-FILES = {
-    "eagle": ("model.safetensors", "pytorch_model.bin"),
-    "medusa": ("medusa_lm_head.safetensors", "medusa_lm_head.pt", "model.safetensors", "pytorch_model.bin"),
-}
-
-
 MEDUSA_DEFAULT_HIDDEN = 4096  # vLLM's MedusaConfig hidden_size when config.json names none
 
 
@@ -88,11 +81,16 @@ def head_notes(kind: str, folder: str | Path, k: int) -> list[str]:
     mtp, `folder` is the checkpoint vLLM reads the MTP layers from (the target's)."""
     if kind == "mtp":
         return _mtp(read_config(Path(folder), kind), folder)
-    if kind not in FILES:
+    if kind not in ("eagle", "medusa"):
         return []
+    from specscope.core.draft.heads.base import WEIGHT_FILES
+    from specscope.core.draft.heads.medusa import MEDUSA_FILES
+
     folder = Path(folder)
     config = read_config(folder, kind)
-    shapes = tensor_shapes(folder, FILES[kind])
+    shapes = tensor_shapes(
+        folder, WEIGHT_FILES if kind == "eagle" else MEDUSA_FILES + WEIGHT_FILES
+    )  # as specscope reads them
     return _eagle(config, shapes) if kind == "eagle" else _medusa(config, shapes, k)
 
 
