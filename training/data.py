@@ -826,23 +826,27 @@ def draft_rows(out: Path, split: str, top_k: int = 32) -> list[dict]:
             {
                 "prompt": r["tokens"][:p].tolist(),
                 "answer": r["tokens"][p:].tolist(),
-                "top_ids": r["top_ids"][p - 1 : p - 1 + n, :top_k].numpy(),
-                "top_logp": r["top_logp"][p - 1 : p - 1 + n, :top_k].numpy(),
+                # copies: a view would keep its whole shard (features included) in memory
+                "top_ids": r["top_ids"][p - 1 : p - 1 + n, :top_k].numpy().copy(),
+                "top_logp": r["top_logp"][p - 1 : p - 1 + n, :top_k].numpy().copy(),
                 "kind": r["kind"],
             }
         )
     return rows
 
 
-def head_cached(out: Path, split: str, seq_len: int, top_k: int, stop: int, kinds: tuple[str, ...] | None = None):
-    """What train_head.py trains on (its Cached): each sequence's last seq_len positions (a long
-    prompt loses its start, never the answer); an answer's closing stop token and the padding
-    and the prompt's positions are no labels; `first` is the prompt's last position (0 for text)."""
+def _own(r: dict) -> dict:
+    """A row that no longer keeps its whole shard in memory (load_rows yields views)."""
+    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in r.items()}
+
+
+def _cached_from_rows(rows: list[dict], seq_len: int, top_k: int, stop: int):
+    """train_head.py's Cached from rows (emptied as they are copied, so the rows and the cache
+    are never both whole in memory): each sequence's last seq_len positions (a long prompt loses
+    its start, never the answer); an answer's closing stop token and the padding and the
+    prompt's positions are no labels; `first` is the prompt's last position (0 for text)."""
     import train_head as th
 
-    rows = list(load_rows(out, split, kinds))
-    if not rows:
-        raise SystemExit(f"training.data: no {split} rows in {out}")
     n_l, hidden = rows[0]["features"].shape[1:]
     tokens = torch.full((len(rows), seq_len), stop, dtype=torch.long)
     valid = torch.zeros((len(rows), seq_len), dtype=torch.bool)
@@ -851,7 +855,8 @@ def head_cached(out: Path, split: str, seq_len: int, top_k: int, stop: int, kind
     vocab_big = any(int(r["top_ids"].max()) > torch.iinfo(torch.int16).max for r in rows)
     ids = torch.zeros((len(rows), seq_len, top_k), dtype=torch.int32 if vocab_big else torch.int16)
     logp = torch.zeros((len(rows), seq_len, top_k), dtype=torch.float16)
-    for i, r in enumerate(rows):
+    for i in range(len(rows)):
+        r, rows[i] = rows[i], {}
         start = max(0, r["length"] - seq_len)
         n = r["length"] - start
         tokens[i, :n] = r["tokens"][start:]
@@ -868,6 +873,14 @@ def head_cached(out: Path, split: str, seq_len: int, top_k: int, stop: int, kind
     return th.Cached(tokens, feats, ids, logp, valid, first)
 
 
+def head_cached(out: Path, split: str, seq_len: int, top_k: int, stop: int, kinds: tuple[str, ...] | None = None):
+    """What train_head.py trains on (its Cached) from one split (optionally some kinds) of the shards."""
+    rows = [_own(r) for r in load_rows(out, split, kinds)]
+    if not rows:
+        raise SystemExit(f"training.data: no {split} rows in {out}")
+    return _cached_from_rows(rows, seq_len, top_k, stop)
+
+
 def stored_layers(out: Path) -> tuple[list[int], int]:
     """The hidden-state indices and top-K the shards hold."""
     for f in sorted(out.glob("features-*.pt")):
@@ -877,17 +890,27 @@ def stored_layers(out: Path) -> tuple[list[int], int]:
 
 
 def head_sets(out: Path, seq_len: int, top_k: int, stop: int, seed: int = 1234) -> tuple[Any, dict[str, Any], dict]:
-    """train_head.py's data from the shards: the training sequences (answers and text, shuffled)
-    and the held-out sets by name: `text`, and `greedy-KIND` for each kind answered."""
+    """train_head.py's data from the shards, read once: the training sequences (answers and
+    text, in a seeded shuffled order) and the held-out sets by name: `text`, and `greedy-KIND`
+    for each kind answered."""
     import numpy as np
 
-    train = head_cached(out, "train", seq_len, top_k, stop)
-    train = train.rows(torch.from_numpy(np.random.default_rng(seed).permutation(len(train))))
-    held = {"text": head_cached(out, "held", seq_len, top_k, stop, ("text",))}
-    kinds = {r["kind"] for r in load_rows(out, "held")}
+    groups: dict[str, list[dict]] = {}
+    for r in load_rows(out):
+        name = "train" if r["split"] == "train" else ("text" if r["kind"] == "text" else f"greedy-{r['kind']}")
+        groups.setdefault(name, []).append(_own(r))
+    if not groups.get("train"):
+        raise SystemExit(f"training.data: no train rows in {out}")
+    if not groups.get("text"):
+        raise SystemExit(f"training.data: no held-out text rows in {out}")
+    train_rows = groups.pop("train")
+    order = np.random.default_rng(seed).permutation(len(train_rows))
+    train_rows = [train_rows[i] for i in order]
+    train = _cached_from_rows(train_rows, seq_len, top_k, stop)
+    held = {"text": _cached_from_rows(groups.pop("text"), seq_len, top_k, stop)}
     for kind in KINDS:
-        if kind in kinds:
-            held[f"greedy-{kind}"] = head_cached(out, "held", seq_len, top_k, stop, (kind,))
+        if f"greedy-{kind}" in groups:
+            held[f"greedy-{kind}"] = _cached_from_rows(groups.pop(f"greedy-{kind}"), seq_len, top_k, stop)
     prov = {
         "source": f"training/data.py's shards in {out}",
         "recipe": json.loads((out / "recipe.json").read_text()) if (out / "recipe.json").is_file() else None,

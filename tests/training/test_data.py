@@ -231,6 +231,29 @@ def test_features_are_the_targets_own_and_the_trainers_read_them(chat_target, sm
         assert cached.valid[i, int(cached.first[i]) + 1 :].any()
 
 
+def test_head_sets_read_once_equal_each_split_read_alone(chat_target, small_data):
+    # head_sets reads every shard once and copies each row out of it (a 1M-token run's shards
+    # would otherwise all stay in memory beside the cache); what it gives is what reading each
+    # split alone gives, the training rows in the seeded order
+    import numpy as np
+
+    stop = 0
+    train, held, prov = data.head_sets(small_data, seq_len=40, top_k=8, stop=stop, seed=7)
+    alone = data.head_cached(small_data, "train", seq_len=40, top_k=8, stop=stop)
+    order = torch.from_numpy(np.random.default_rng(7).permutation(len(alone)))
+    alone = alone.rows(order)
+    kinds = {r["kind"] for r in data.load_rows(small_data, "held")} - {"text"}
+    assert set(held) == {"text"} | {f"greedy-{k}" for k in kinds}
+    pairs = [(train, alone)] + [
+        (held[name], data.head_cached(small_data, "held", 40, 8, stop, (name.removeprefix("greedy-"),)))
+        for name in held
+    ]
+    for got, want in pairs:
+        for field in ("tokens", "features", "top_ids", "top_logp", "valid", "first"):
+            assert torch.equal(getattr(got, field), getattr(want, field)), field
+    assert prov["train_sequences"] == len(alone)
+
+
 def test_a_written_prompt_is_one_line_of_sensible_length():
     assert data.clean_prompt('Question: "What makes bread rise?"\nMore text') == "What makes bread rise?"
     assert data.clean_prompt("Sure!") is None
