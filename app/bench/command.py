@@ -13,7 +13,7 @@ from typing import Any
 
 from specscope.core.settings.bounds import BOUNDS  # torch-free: the parser is built at every start
 from specscope.core.settings.model import RunSettings
-from specscope.core.settings.vocab import CHILDREN_MENU, DEFAULT_CHILDREN
+from specscope.core.settings.vocab import AUTO_K, CHILDREN_MENU, DEFAULT_CHILDREN, AutoK
 
 SCHEMA = "specscope-bench/2"
 
@@ -95,7 +95,12 @@ def add_bench_parser(subparsers: Any) -> None:  # long: the option table, one ad
     )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
-    p.add_argument("--k", default=None, help="comma-separated draft lengths (default: 2,4,6; quick: 4)")
+    p.add_argument(
+        "--k",
+        default=None,
+        help="comma-separated draft lengths (default: 2,4,6; quick: 4); auto: each round's length (a tree's "
+        "depth) chosen by measured cost, specscope's rows only",
+    )
     p.add_argument("--max-new", type=int, default=None, help="tokens per prompt (default: 128; quick: 24)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (default: 5; quick: 3)")
     p.add_argument(
@@ -129,9 +134,13 @@ class UsageError(ValueError):
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     quick = args.quick
     try:
-        ks = [int(k) for k in args.k.split(",")] if args.k else ([4] if quick else [2, 4, 6])
+        ks: list[int | AutoK] = (
+            [AUTO_K if k.strip().lower() == AUTO_K else int(k) for k in args.k.split(",")]
+            if args.k
+            else ([4] if quick else [2, 4, 6])
+        )
     except ValueError:
-        raise UsageError(f"--k takes comma-separated integers, got {args.k!r}") from None
+        raise UsageError(f"--k takes comma-separated integers or auto, got {args.k!r}") from None
     for name, value in (("--reps", args.reps), ("--prompts", args.prompts)):  # the settings model's bounds
         if value is not None and (problem := BOUNDS[name[2:]].problem(value)) is not None:
             raise UsageError(f"{name} {problem}")

@@ -30,6 +30,7 @@ from specscope.core.decode.factory import Models, RunSettings, build_decoder, ch
 from specscope.core.decode.kv import CachedLM
 from specscope.core.draft.proposers import TargetMismatch
 from specscope.core.draft.registry import KINDS, SpecError, build_proposer, for_target, parse_spec
+from specscope.core.settings.vocab import AUTO_K, AutoK
 
 from .metrics import RoundCounts, counts_of
 
@@ -63,7 +64,7 @@ class Sample:
 class Method:
     name: str
     family: str  # plain | specscope | transformers | traced | vllm
-    k: int | None
+    k: int | AutoK | None
     run: Callable[[list[int]], Sample]
     draft: str | None = None  # the draft model it runs, by the bench's name for it
     spec: str | None = None  # the proposer spec of a specscope method
@@ -170,7 +171,7 @@ class Bench:
         drafts: dict[str, torch.nn.Module],
         prompts: Sequence[list[int]],
         *,
-        ks: Sequence[int],
+        ks: Sequence[int | AutoK],
         max_new: int,
         reps: int,
         sampling: SamplingConfig,
@@ -224,7 +225,7 @@ class Bench:
                         spec=spec,
                     )
                 )
-            if include_transformers:
+            if include_transformers and k != AUTO_K:  # transformers' rows take a fixed k
                 first = next(iter(drafts.items()), None)
                 if first is not None:
                     self.methods.append(
@@ -242,6 +243,7 @@ class Bench:
             label = next(iter(drafts))
             k = self.ks[len(self.ks) // 2]
             twin = f"specscope draft-{label} k={k}"
+            include_transformers = include_transformers and k != AUTO_K
             self.methods.append(
                 Method(
                     f"{twin} traced+stored",
@@ -283,7 +285,7 @@ class Bench:
         res, wall = _clocked(self.device, go)
         return Sample(res.new_tokens, wall, res.forward_s, res.forwards, emissions=stamps[: len(res.new_tokens)])
 
-    def _settings(self, spec: str, k: int, engine: str = "specscope") -> RunSettings:
+    def _settings(self, spec: str, k: int | AutoK, engine: str = "specscope") -> RunSettings:
         """A method's settings: the bench's sampler, EOS and seed with its proposer and k."""
         return RunSettings(
             proposer=spec,
@@ -305,7 +307,7 @@ class Bench:
             raise SpecError(f"the bench has no draft named {name!r} (drafts: {', '.join(self.drafts)})")
         return Models(self.target, draft=self.drafts.get(name) if name else None, draft_name=name)
 
-    def _decoder(self, spec: str, k: int, engine: str = "specscope") -> Any:
+    def _decoder(self, spec: str, k: int | AutoK, engine: str = "specscope") -> Any:
         """A method's decoder (or transformers engine), made as the CLI and the window make theirs
         (core.decode.factory)."""
         settings, models = self._settings(spec, k, engine), self._models(spec)
@@ -332,7 +334,7 @@ class Bench:
             tap.stamps,
         )
 
-    def _spec(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
+    def _spec(self, spec: str, k: int | AutoK) -> Callable[[list[int]], Sample]:
         dec = self._decoder(spec, k)
 
         def run(prompt: list[int]) -> Sample:
@@ -342,7 +344,7 @@ class Bench:
 
         return run
 
-    def _traced(self, spec: str, k: int) -> Callable[[list[int]], Sample]:
+    def _traced(self, spec: str, k: int | AutoK) -> Callable[[list[int]], Sample]:
         return self._recorded(self._decoder(spec, k))
 
     def _hf_traced(self, label: str, k: int) -> Callable[[list[int]], Sample]:

@@ -144,7 +144,8 @@ def method_stats(m: Any, plain: Any, idx: list[int], prompt_tokens: list[int], t
         row.update(shares(samples))
     rounds = [r for s in samples for r in s.rounds]
     if rounds:
-        row.update(acceptance(rounds, m.k or 1))
+        # k auto: as long as the longest round drafted (each round's own length is in its counts)
+        row.update(acceptance(rounds, m.k if isinstance(m.k, int) else max(1, max(r.drafted for r in rounds))))
         plain_samples = [rep[i] for rep in plain.samples for i in idx]
         plain_tok = sum(s.target_forward_s for s in plain_samples) / max(
             1, sum(s.target_forwards for s in plain_samples)

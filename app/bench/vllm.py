@@ -69,7 +69,7 @@ def vllm_methods(  # long: one vLLM per proposer and k, started and held ready
     target_ref: str | None,
     draft_refs: dict[str, str],
     specs: Sequence[str],
-    ks: Sequence[int],
+    ks: Sequence[int | str],
     prompts: Sequence[list[int]],
     max_new: int,
     temperature: float,
@@ -93,6 +93,8 @@ def vllm_methods(  # long: one vLLM per proposer and k, started and held ready
     except VllmEngineError as exc:
         return [], [*skipped, f"vLLM: {exc}"], []
     for k in ks:
+        if not isinstance(k, int):  # k auto is specscope's policy; vLLM's rows take a fixed k
+            continue
         for spec in chosen:
             parsed = parse_spec(spec)
             label = parsed.model_ref if parsed.kind == "draft" else None

@@ -167,3 +167,35 @@ def test_a_heads_propose_calls_are_its_draft_time_not_orchestration(models, tmp_
     assert sample.draft_forward_s == pytest.approx(sum(r.draft_s for r in sample.rounds)) and sample.draft_forward_s > 0
     row = next(r for r in bench.rows() if r["method"] == head.name)
     assert row["draft_forward_share"] > 0 and row["cost_c"] > 0
+
+
+def test_k_auto_rows_choose_each_rounds_length_and_equal_plain_decoding(models):
+    import argparse
+
+    from specscope.app.bench.command import UsageError, settings_of
+
+    target, drafts = models
+    args = argparse.Namespace(quick=False, k="2,Auto", max_new=8, reps=None, prompts=None, kinds=None)
+    assert settings_of(args)["ks"] == [2, "auto"]
+    with pytest.raises(UsageError, match="integers or auto"):
+        settings_of(argparse.Namespace(**{**vars(args), "k": "2,often"}))
+    bench = Bench(
+        target,
+        {"near": drafts["near"]},
+        PROMPTS,
+        ks=[2, "auto"],
+        max_new=12,
+        reps=1,
+        sampling=SamplingConfig(temperature=0),
+        eos=None,
+        device=torch.device("cpu"),
+        include_traced=False,
+    )
+    names = [m.name for m in bench.methods]
+    # transformers' rows take a fixed k: none for auto
+    assert "specscope draft-near k=auto" in names and "transformers assisted draft-near k=2" in names
+    assert not any(n.startswith("transformers") and n.endswith("k=auto") for n in names)
+    bench.run()  # greedy: a row whose output differs from plain decoding fails the bench
+    auto = next(r for r in bench.rows() if r["method"] == "specscope draft-near k=auto")
+    drafted = {c.drafted for m in bench.methods if m.k == "auto" for rep in m.samples for s in rep for c in s.rounds}
+    assert auto["tokens"] == 24 and len(auto["acceptance_by_position"]) == max(drafted)
