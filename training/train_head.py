@@ -673,8 +673,8 @@ def coarse_kl(
 
 def losses(head, embed, batch: Cached, cfg: Config, to_draft: torch.Tensor):
     """Per depth: (mean coarse KL, correct argmax count, label count); the weighted loss."""
-    features = batch.features.flatten(2)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    features = batch.features.flatten(2).float()
+    with tm.autocast():
         outs = unroll(head, embed, features, batch.tokens, cfg.depth)
     n = batch.tokens.shape[1] - 1
     total, stats = 0.0, []
@@ -705,8 +705,8 @@ def evaluate(head, embed, held: dict[str, Cached], cfg: Config, to_draft: torch.
         runs, anchors = 0.0, 0
         for b in range(0, len(data), cfg.batch):
             batch = data.rows(slice(b, b + cfg.batch))
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                outs = unroll(head, embed, batch.features.flatten(2), batch.tokens, cfg.depth)
+            with tm.autocast():
+                outs = unroll(head, embed, batch.features.flatten(2).float(), batch.tokens, cfg.depth)
             n = batch.tokens.shape[1] - 1
             hits = []
             for s, hidden in enumerate(outs):

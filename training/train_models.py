@@ -29,6 +29,7 @@ Weights are stored as bfloat16 safetensors; specscope.core.loading.models upcast
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -349,7 +350,14 @@ def lr_at(step: int, stage: StageConfig) -> float:
 
 
 def autocast():
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+    """bfloat16 autocast where the CPU computes in bfloat16 (AVX-512 BF16, AMX); float32
+    elsewhere: without them a bfloat16 matmul is emulated, and on this AVX2 machine a 1536 x 1728
+    by 1728 x 576 linear took 321 ms in bfloat16 against 39 ms in float32 (1 thread)."""
+    try:
+        native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        native = False
+    return torch.autocast("cpu", dtype=torch.bfloat16) if native else contextlib.nullcontext()
 
 
 def logits_of(model, x: torch.Tensor) -> torch.Tensor:
