@@ -680,9 +680,11 @@ def losses(head, embed, batch: Cached, cfg: Config, to_draft: torch.Tensor):
     total, stats = 0.0, []
     for s, hidden in enumerate(outs):
         ids, logp, mask = depth_labels(batch, s, n)
-        logits = head.lm_head(head.norm(hidden.float()))
-        kl = coarse_kl(logits[mask], ids[mask], logp[mask], to_draft)
-        correct = (head.draft_to_target[logits[mask].argmax(-1)] == ids[mask][:, 0]).sum()
+        # the lm_head (most of a step's work) on the labelled positions only: a chat sequence's
+        # prompt and padding are no labels
+        logits = head.lm_head(head.norm(hidden[mask].float()))
+        kl = coarse_kl(logits, ids[mask], logp[mask], to_draft)
+        correct = (head.draft_to_target[logits.argmax(-1)] == ids[mask][:, 0]).sum()
         total = total + cfg.decay**s * kl.mean()
         stats.append((kl.mean().detach(), int(correct), int(mask.sum())))
     return total, stats
