@@ -100,16 +100,34 @@ def test_a_depth_far_below_training_is_named():
     assert f"depth 1: accepted 0.10 of the time, trained to {trained:.2f}" in c.verdict()
 
 
-def test_a_chat_heads_greedy_answers_are_its_greedy_reference_and_an_old_record_is_flagged():
-    # the shipped SmolLM2 head: greedy answers per kind, recorded over prompt and answer positions (issue 41)
+def test_a_chat_heads_greedy_answers_are_its_greedy_reference():
+    # the shipped SmolLM2 head: its greedy answers per kind pooled by positions, answer positions only
     greedy, _ = known_run({"head": "bundled:eagle3-smollm2"}, greedy=True)
     ref = head_reference(greedy)
+    record = json.loads((models_dir() / "eagle3-smollm2" / "config.json").read_text())["specscope"]
+    sets = [v for k, v in record["heldout"].items() if k.startswith("greedy-")]
+    assert len(sets) >= 3 and record["labels"] == "answers"
+    pooled = sum(v["accuracy_by_depth"][0] * v["positions"] for v in sets) / sum(v["positions"] for v in sets)
+    assert ref.label == "held-out greedy answers" and ref.accuracy[0] == pytest.approx(pooled, abs=1e-4)
+    assert ref.caveat == ""
+
+
+def test_a_chat_record_that_counted_the_prompts_positions_is_flagged(tmp_path):
+    # the SmolLM2 head shipped before issue 41's retrain recorded its accuracy over prompt and
+    # answer positions (no `labels`): the view says it overstates what serving accepts
     by_kind = {"chat": (0.324, 429), "summary": (0.3992, 521), "code": (0.5584, 514)}
+    record = {
+        "accuracy_by_depth": [0.309, 0.251],
+        "heldout": {f"greedy-{k}": {"accuracy_by_depth": [a, a - 0.05], "positions": n} for k, (a, n) in by_kind.items()},
+    }
+    (tmp_path / "config.json").write_text(json.dumps({"specscope": record}))
+    greedy, _ = known_run({"head": str(tmp_path)}, greedy=True)
+    ref = head_reference(greedy)
     pooled = sum(a * n for a, n in by_kind.values()) / sum(n for _, n in by_kind.values())
     assert ref.label == "held-out greedy answers" and ref.accuracy[0] == pytest.approx(pooled, abs=1e-4)
     assert "counted the prompt's positions" in ref.caveat
     chains = [[(0.3, "accepted"), (0.2, "rejected")]] + [[(0.3, "rejected")]] * 19
-    config, rounds = known_run({"head": "bundled:eagle3-smollm2"}, greedy=True, chains=chains)
+    config, rounds = known_run({"head": str(tmp_path)}, greedy=True, chains=chains)
     assert "overstates what serving can accept" in calibration_of(rounds, config).verdict()
 
 
