@@ -780,7 +780,8 @@ def make_features(
     todo = [(f, g) for f, g in todo if not g.is_file()]
     text_file = out / "features-text-00000.pt"
     loads = [(torch.load(f, weights_only=False), g) for f, g in todo]
-    if text and not text_file.is_file():  # first: with the first shard's held-out answers, a run stopped early can train
+    # the text first: with the first shard's held-out answers, a run stopped early can train
+    if text and not text_file.is_file():
         loads.insert(0, (text, text_file))
     total = sum(len(r["prompt"]) + len(r["answer"]) for rows, _ in loads for r in rows)
     progress = Progress("features", total, 0, log, every=0.0)

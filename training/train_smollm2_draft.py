@@ -488,6 +488,8 @@ def save_draft(draft, tok, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     m.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+    for f in out.glob("*.safetensors"):  # safetensors leaves them readable by their owner only
+        f.chmod(0o644)
     draft.float()
 
 
@@ -602,10 +604,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_rows = data_mod.draft_rows(args.data, "train", cfg.top_k)
     else:
         train_rows = [r for f in sorted(args.work.glob(shard_files)) for r in torch.load(f, weights_only=False)]
-    log(
-        f"training answers: {len(train_rows)} prompts, {sum(len(r['answer']) for r in train_rows)} tokens "
-        f"({shards} shards)"
-    )
+    source = f"training/data.py's shards in {args.data}" if args.data is not None else f"{shards} shards"
+    log(f"training answers: {len(train_rows)} answers, {sum(len(r['answer']) for r in train_rows)} tokens ({source})")
     draft = make_draft(target, cfg)
     log(f"draft: {sum(p.numel() for p in draft.parameters()) / 1e6:.2f}M parameters")
     t0 = time.perf_counter()
@@ -621,8 +621,10 @@ def main(argv: list[str] | None = None) -> dict:
         "config": asdict(cfg),
         "target": {"checkpoint": str(folder), "model": "SmolLM2-135M-Instruct Q4_1"},
         "data": {
-            "train_prompts": len(train_p),
-            "heldout_prompts": len(held_p),
+            # with --data the answers are the shards' (their own prompt set and split)
+            "source": f"training/data.py's shards in {args.data}" if args.data is not None else "smollm2_prompts.py",
+            "train_prompts": len({tuple(r["prompt"]) for r in train_rows}) if args.data is not None else len(train_p),
+            "heldout_prompts": len(held_rows) if args.data is not None else len(held_p),
             "train_answer_tokens": sum(len(r["answer"]) for r in train_rows),
             "heldout_answer_tokens": sum(len(r["answer"]) for r in held_rows),
             "text_windows": len(windows),

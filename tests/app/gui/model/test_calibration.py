@@ -118,7 +118,9 @@ def test_a_chat_record_that_counted_the_prompts_positions_is_flagged(tmp_path):
     by_kind = {"chat": (0.324, 429), "summary": (0.3992, 521), "code": (0.5584, 514)}
     record = {
         "accuracy_by_depth": [0.309, 0.251],
-        "heldout": {f"greedy-{k}": {"accuracy_by_depth": [a, a - 0.05], "positions": n} for k, (a, n) in by_kind.items()},
+        "heldout": {
+            f"greedy-{k}": {"accuracy_by_depth": [a, a - 0.05], "positions": n} for k, (a, n) in by_kind.items()
+        },
     }
     (tmp_path / "config.json").write_text(json.dumps({"specscope": record}))
     greedy, _ = known_run({"head": str(tmp_path)}, greedy=True)
