@@ -20,6 +20,7 @@ average before and after: timings on a busy machine are not results (`--clock cp
 
     .venv/bin/python scripts/measure_verify_forward.py --threads 2 --reps 31        # bundled target
     .venv/bin/python scripts/measure_verify_forward.py --scale --threads 2 --reps 21  # random 2-layer, 151,936 tokens
+    .venv/bin/python scripts/measure_verify_forward.py --target smollm2 --context 100 --n 1 2 3 5 --reps 9
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def load_target(args: argparse.Namespace) -> torch.nn.Module:
         return random_llama(args.vocab, 256, 2, seed=0)
     from specscope.core.loading import models as loading
 
+    if args.target:  # a fetched model's name (smollm2) or a checkpoint folder, float32 as specscope runs it
+        from specscope.core.loading import catalog, load_model
+
+        folder = catalog.resolve(args.target) if catalog.lookup(args.target) else Path(args.target)
+        return load_model(folder, device="cpu", dtype="float32", role="target").eval()
     return loading.load_bundled("small", device="cpu").target
 
 
@@ -51,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", action="store_true", help="a random 2-layer hidden-256 Llama with --vocab tokens")
     ap.add_argument("--vocab", type=int, default=151_936)
+    ap.add_argument("--target", help="a fetched model's name (smollm2) or a checkpoint folder (default: bundled)")
     ap.add_argument("--context", type=int, default=64, help="tokens in the cache before each verify forward")
     ap.add_argument("--reps", type=int, default=31)
     ap.add_argument("--threads", type=int, default=2)
