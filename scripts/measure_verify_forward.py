@@ -46,10 +46,9 @@ def load_target(args: argparse.Namespace) -> torch.nn.Module:
     from specscope.core.loading import models as loading
 
     if args.target:  # a fetched model's name (smollm2) or a checkpoint folder, float32 as specscope runs it
-        from specscope.core.loading import catalog, load_model
+        from specscope.core.loading import load_model
 
-        folder = catalog.resolve(args.target) if catalog.lookup(args.target) else Path(args.target)
-        return load_model(folder, device="cpu", dtype="float32", role="target").eval()
+        return load_model(args.target, device="cpu", dtype="float32", role="target")
     return loading.load_bundled("small", device="cpu").target
 
 

@@ -30,7 +30,7 @@ from specscope.core.decode.factory import Models, RunSettings, build_decoder, ch
 from specscope.core.decode.kv import CachedLM
 from specscope.core.draft.proposers import TargetMismatch
 from specscope.core.draft.registry import KINDS, SpecError, build_proposer, for_target, parse_spec
-from specscope.core.settings.vocab import AUTO_K, AutoK
+from specscope.core.settings.vocab import AutoK
 
 from .metrics import RoundCounts, counts_of
 
@@ -225,7 +225,7 @@ class Bench:
                         spec=spec,
                     )
                 )
-            if include_transformers and k != AUTO_K:  # transformers' rows take a fixed k
+            if include_transformers and isinstance(k, int):  # transformers' rows take a fixed k
                 first = next(iter(drafts.items()), None)
                 if first is not None:
                     self.methods.append(
@@ -243,7 +243,7 @@ class Bench:
             label = next(iter(drafts))
             # a fixed k where there is one: auto's lengths follow the measured timings, so a traced
             # auto run and its untraced twin would not decode alike (measured: +35% "overhead")
-            fixed: list[int | AutoK] = [k for k in self.ks if k != AUTO_K] or list(self.ks)
+            fixed: list[int | AutoK] = [k for k in self.ks if isinstance(k, int)] or list(self.ks)
             k = fixed[len(fixed) // 2]
             twin = f"specscope draft-{label} k={k}"
             self.methods.append(

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specscope.core.draft.registry import parse_spec
+from specscope.core.settings.vocab import AutoK
 
 from .measurement import BenchError, Method, Sample, is_tree_spec, method_name
 from .metrics import RoundCounts
@@ -69,7 +70,7 @@ def vllm_methods(  # long: one vLLM per proposer and k, started and held ready
     target_ref: str | None,
     draft_refs: dict[str, str],
     specs: Sequence[str],
-    ks: Sequence[int | str],
+    ks: Sequence[int | AutoK],
     prompts: Sequence[list[int]],
     max_new: int,
     temperature: float,
