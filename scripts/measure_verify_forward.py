@@ -47,8 +47,12 @@ def load_target(args: argparse.Namespace) -> torch.nn.Module:
 
     if args.target:  # a fetched model's name (smollm2) or a checkpoint folder, float32 as specscope runs it
         from specscope.core.loading import load_model
+        from specscope.core.loading.errors import CheckpointError
 
-        return load_model(args.target, device="cpu", dtype="float32", role="target")
+        try:
+            return load_model(args.target, device="cpu", dtype="float32", role="target")
+        except CheckpointError as exc:
+            raise SystemExit(f"measure_verify_forward: {exc}") from None
     return loading.load_bundled("small", device="cpu").target
 
 
