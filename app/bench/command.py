@@ -199,6 +199,10 @@ def machine_info(device: Any) -> dict[str, Any]:
         "platform": platform.platform(),
         "device": str(device),
     }
+    if device.type == "cpu":
+        from specscope.core import kernels
+
+        info["few_rows_kernel"] = kernels.kernel_status()  # what a CPU float32 model's linears run on
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
@@ -332,6 +336,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:  # long: loads, runs 
     kinds = [p.kind for p in chosen]
     modes = ["greedy", "sampled"] if args.mode == "both" else [args.mode]
     results = new_results(machine_info(device), settings, chosen, prompt_ids)
+    if "few_rows_kernel" in results["machine"]:
+        _say(f"few-row linear kernel: {results['machine']['few_rows_kernel']} (SPECSCOPE_ROW_KERNEL=0: off)")
     specs_of_memory = []
     for mode in modes:
         sampling = SamplingConfig(temperature=0.0) if mode == "greedy" else SamplingConfig(temperature=1.0)

@@ -318,6 +318,7 @@ def generated_text(results: dict[str, Any]) -> list[str]:  # long: the file's fi
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, torch threads {m['torch_threads']}, device {m['device']}"
         + (f" ({m['gpu']})" if "gpu" in m else "")
+        + (f", few-row linear kernel {m['few_rows_kernel']}" if "few_rows_kernel" in m else "")
         + f"; Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}.",
         "",
         f"Settings: k in {s['ks']}, {s['max_new']} new tokens per prompt, {s['reps']} interleaved repetitions after a "

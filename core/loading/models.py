@@ -617,6 +617,7 @@ def load_model(
     devices instead ("auto", "balanced", or a {module name: device} dict; "disk" offloads to
     `offload_folder`); `device` is then ignored. docs/scale.md says what the decoder does
     with such a model."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     folder = _checkpoint_dir(path, role, progress)
@@ -637,6 +638,10 @@ def load_model(
     model = model.eval() if device_map is not None else model.to(device=resolve_device(device), dtype=dt).eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    if device_map is None and resolve_device(device).type == "cpu" and dt == torch.float32:
+        from specscope.core import kernels
+
+        kernels.install(model)  # 1-16 positions per forward: each weight read once (core.kernels.few_rows)
     return model
 
 

@@ -27,6 +27,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from specscope.core import kernels
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.draft.head_folders import HeadFormatError
 from specscope.core.draft.heads.trees import HeadGrowth, TreeAttention
@@ -282,9 +283,12 @@ class RecurrentHead(nn.Module):
         return embedded
 
     def place(self, target: nn.Module) -> None:
-        """Onto the target's device and dtype (the features come in those)."""
+        """Onto the target's device and dtype (the features come in those), and onto the
+        few-row linear kernel where the target is on it (core.kernels)."""
         param = next(target.parameters())
         self.to(device=param.device, dtype=param.dtype)
+        if kernels.installed(target):
+            kernels.install(self)
 
     def feature_layers(self, target_layers: int) -> tuple[int, ...]:
         raise NotImplementedError

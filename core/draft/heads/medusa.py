@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from specscope.core import kernels
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config, tree_too_deep
 from specscope.core.draft.heads.base import (
@@ -95,6 +96,8 @@ class MedusaProposer(HeadDrafting):
         check_width(self.name, "vocabulary", self.heads.vocab_size, self.vocab_size)
         param = next(target.parameters())
         self.heads.to(device=param.device, dtype=param.dtype)
+        if kernels.installed(target):  # as the target runs its linears (core.kernels)
+            kernels.install(self.heads)
         return (target_layers(target),)
 
     def params(self) -> dict[str, Any]:
