@@ -84,7 +84,7 @@ def test_what_the_kernel_does_not_take_goes_to_f_linear(case):
 
 
 def _tiny_llama() -> torch.nn.Module:
-    return tiny_lm(vocab=300, hidden=64, init_range=0.2).eval()
+    return tiny_lm(vocab=300, hidden=256, init_range=0.2).eval()  # k_proj, v_proj: 128 x 256, below MIN_WEIGHT
 
 
 @needs_kernel
@@ -96,7 +96,9 @@ def test_install_keeps_the_weights_and_the_greedy_output_and_remove_undoes_it():
         before_logits = model(ids[:, :4]).logits
         before = model.generate(ids, max_new_tokens=12, do_sample=False)
     switched = kernels.install(model)
-    assert switched == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the lm_head
+    assert switched == 2 * 5 + 1  # q, o, gate, up, down per layer, and the lm_head
+    small = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert len(small) == 2 * 2 and all(m.weight.numel() < few_rows.MIN_WEIGHT for m in small)
     assert kernels.installed(model) and all(torch.equal(state[k], v) for k, v in model.state_dict().items())
     with torch.inference_mode():
         torch.testing.assert_close(model(ids[:, :4]).logits, before_logits, rtol=1e-5, atol=1e-5)
@@ -129,6 +131,7 @@ def test_a_failed_build_is_a_reason_not_an_error(monkeypatch, tmp_path):
 def test_off_means_install_switches_nothing(monkeypatch):
     monkeypatch.setitem(few_rows._state, "lib", None)
     monkeypatch.setitem(few_rows._state, "status", "off (test)")
+    monkeypatch.setitem(few_rows._state, "call", None)
     model = _tiny_llama()
     assert kernels.install(model) == 0 and not kernels.installed(model)
     assert kernels.kernel_status() == "off (test)"
