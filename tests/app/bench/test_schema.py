@@ -137,6 +137,17 @@ def test_markdown_sections_scale_block_and_notes(results, tmp_path):
     assert text.count(NOTES_MARKER) == 1 and text.endswith("## Analysis\nhand-written\n")
 
 
+def test_the_machine_line_says_what_the_linear_layers_ran_on(results, tmp_path):
+    """On a CPU the results name the few-row kernel's state (core.kernels), and the file says it."""
+    from specscope.app.bench.command import machine_info
+    from specscope.core import kernels
+
+    assert machine_info(torch.device("cpu"))["few_rows_kernel"] == kernels.kernel_status()
+    path = tmp_path / "BENCHMARKS.md"
+    write_markdown(path, dict(results, machine=dict(results["machine"], few_rows_kernel="off (no C compiler)")))
+    assert ", few-row linear kernel off (no C compiler);" in path.read_text()
+
+
 def test_prompt_selection_by_kind():
     prompts = [
         SimpleNamespace(name=n, kind=k) for n, k in [("a", "copy"), ("b", "copy"), ("c", "novel"), ("d", "prose")]
