@@ -635,10 +635,11 @@ def load_model(
     except Exception as exc:  # report which folder failed and why
         raise CheckpointError(f"cannot load the {role} checkpoint {folder}: {exc}") from exc
     _warn_remote_code(folder, config, model, role)
-    model = model.eval() if device_map is not None else model.to(device=resolve_device(device), dtype=dt).eval()
+    on = None if device_map is not None else resolve_device(device)  # None: accelerate placed the layers
+    model = model.eval() if on is None else model.to(device=on, dtype=dt).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    if device_map is None and resolve_device(device).type == "cpu" and dt == torch.float32:
+    if on is not None and on.type == "cpu" and dt == torch.float32:
         from specscope.core import kernels
 
         kernels.install(model)  # 1-16 positions per forward: each weight read once (core.kernels.few_rows)
