@@ -875,6 +875,12 @@ def parse_args(argv):
         ap.add_argument("--" + name.replace("_", "-"), type=int)
     ap.add_argument("--lr", type=float)
     ap.add_argument(
+        "--init",
+        type=Path,
+        help="continue from this head (a folder this script wrote, for the same target and layers): its "
+        "weights, shape and draft vocabulary; the schedule starts afresh",
+    )
+    ap.add_argument(
         "--data",
         type=Path,
         help="train on training/data.py's shards in this folder (its answers, features and top-K; "
@@ -896,6 +902,25 @@ def parse_args(argv):
         help="a chat target: its cached held-out answers (--work/held-*.pt) as the held-out sampled set",
     )
     return ap.parse_args(argv)
+
+
+def read_init(folder: Path, layers: tuple[int, ...], vocab: int) -> tuple[dict, torch.Tensor]:
+    """The config and draft vocabulary (ascending target ids) of the head --init names; refuses
+    one whose layers or vocabulary differ from this run's."""
+    from safetensors import safe_open
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            d2t = f.get_tensor("d2t").long()
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"train_head: --init {folder}: not a head this script wrote ({exc})") from None
+    theirs = tuple(config.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids", ()))
+    if theirs != tuple(layers):
+        raise SystemExit(f"train_head: --init {folder} reads layers {theirs}, this run {tuple(layers)}")
+    if int(config.get("vocab_size", -1)) != vocab:
+        raise SystemExit(f"train_head: --init {folder} has {config.get('vocab_size')} ids, the target {vocab}")
+    return config, d2t + torch.arange(len(d2t))
 
 
 def target_folder(target: str) -> Path:
@@ -948,6 +973,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"{platform.python_version()}, "
         f"torch {torch.__version__}, threads {cfg.threads}; config {json.dumps(asdict(cfg))}"
     )
+    vocab = int(target.get_output_embeddings().weight.shape[0])
+    init = read_init(args.init, layers, vocab) if args.init else None  # refused before the cache is built
 
     if args.data:
         data, held, prov = shard_cache(args.data, target, tok, cfg, layers)
@@ -958,7 +985,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         data, held, prov = build_cache(target, tok, cfg, layers, log)
     vocab = int(target.get_output_embeddings().weight.shape[0])
-    vocab_ids = choose_draft_vocab(data, vocab, cfg.draft_vocab)
+    vocab_ids = init[1] if init else choose_draft_vocab(data, vocab, cfg.draft_vocab)
     to_draft = torch.full((vocab,), -1, dtype=torch.long).index_copy_(0, vocab_ids, torch.arange(len(vocab_ids)))
     cover = coverage(held, vocab_ids, vocab)
     log(
@@ -966,8 +993,17 @@ def main(argv: list[str] | None = None) -> dict:
         f"features; draft vocabulary {len(vocab_ids)} of {vocab} ids holds {cover:.1%} of the held-out target argmaxes"
     )
     config = head_config(target, cfg, layers, len(vocab_ids))
+    if init:
+        config = {k: v for k, v in init[0].items() if k != "specscope"}
     torch.manual_seed(cfg.seed + 1)
     head = new_head(target, config, vocab_ids).train()
+    if init:
+        from specscope.core.draft.heads.base import load_exactly, read_weights
+        from specscope.core.draft.heads.eagle3 import eagle3_names
+
+        weights = eagle3_names(read_weights(args.init, "eagle3"))
+        load_exactly(head, {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}, "eagle3")
+        log(f"continuing from {args.init} (steps before: {init[0].get('specscope', {}).get('steps', '?')})")
     embed = target.get_input_embeddings()
     n_params = sum(p.numel() for p in head.parameters())
     log(f"head: {n_params / 1e6:.2f}M parameters, layers {layers}, depth {cfg.depth}")

@@ -354,6 +354,7 @@ def train(
     evals = [{"step": 0, **heldout_alpha(draft, held_rows)}]
     log(f"step 0: held-out {evals[-1]['all']}")
     t0, running, start = time.perf_counter(), [], time.time()
+    done = 0  # steps taken (the budget may end the loop before its first step)
     for step in range(cfg.steps):
         progress = step / cfg.steps
         if until is not None:
@@ -374,6 +375,7 @@ def train(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
         opt.step()
+        done = step + 1
         running.append(loss_chat.item())
         if (step + 1) % cfg.log_every == 0:
             log(
@@ -385,9 +387,9 @@ def train(
         if (step + 1) % cfg.eval_every == 0:
             evals.append({"step": step + 1, **heldout_alpha(draft, held_rows)})
             log(f"step {step + 1}: held-out {evals[-1]}")
-    if evals[-1]["step"] != step + 1:
-        evals.append({"step": step + 1, **heldout_alpha(draft, held_rows)})
-        log(f"step {step + 1}: held-out {evals[-1]}")
+    if evals[-1]["step"] != done:
+        evals.append({"step": done, **heldout_alpha(draft, held_rows)})
+        log(f"step {done}: held-out {evals[-1]}")
     return evals
 
 
@@ -514,6 +516,11 @@ def parse_args(argv):
         "train on what the workers cached (waiting for the text teacher's file); all: the whole recipe",
     )
     ap.add_argument(
+        "--init",
+        type=Path,
+        help="continue from this draft (a folder this script wrote): its weights and shape; the schedule starts afresh",
+    )
+    ap.add_argument(
         "--data",
         type=Path,
         help="train on training/data.py's shards in this folder (the target's answers and top-K) "
@@ -536,6 +543,23 @@ def parse_args(argv):
     ):
         ap.add_argument("--" + field.replace("_", "-"), type=int)
     return ap.parse_args(argv)
+
+
+def init_draft(folder: Path, target, log):
+    """The draft --init names, refused in one line unless it is a causal LM over the target's vocabulary."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        draft = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"train_smollm2_draft: --init {folder}: {exc}") from None
+    if draft.config.vocab_size != target.config.vocab_size:
+        raise SystemExit(
+            f"train_smollm2_draft: --init {folder} has {draft.config.vocab_size} ids, the target "
+            f"{target.config.vocab_size}"
+        )
+    log(f"continuing from {folder}")
+    return draft.train()
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -606,7 +630,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_rows = [r for f in sorted(args.work.glob(shard_files)) for r in torch.load(f, weights_only=False)]
     source = f"training/data.py's shards in {args.data}" if args.data is not None else f"{shards} shards"
     log(f"training answers: {len(train_rows)} answers, {sum(len(r['answer']) for r in train_rows)} tokens ({source})")
-    draft = make_draft(target, cfg)
+    draft = init_draft(args.init, target, log) if args.init else make_draft(target, cfg)
     log(f"draft: {sum(p.numel() for p in draft.parameters()) / 1e6:.2f}M parameters")
     t0 = time.perf_counter()
     evals = train(draft, train_rows, held_rows, (windows, t_ids, t_logp), cfg, log, until=clock(args.train_until))

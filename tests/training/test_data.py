@@ -362,6 +362,27 @@ def test_train_smollm2_draft_trains_on_the_shards(chat_target, small_data, tmp_p
     answers = data.draft_rows(small_data, "train")
     assert report["data"]["train_answer_tokens"] == sum(len(r["answer"]) for r in answers) > 0
     assert report["heldout_alpha"]["all"]["positions"] > 0
+    # --init continues from the written draft: with no step taken it writes the same weights back
+    sd.main(
+        [
+            "--data",
+            str(small_data),
+            "--smoke",
+            "--work",
+            str(tmp_path / "w"),
+            "--out",
+            str(tmp_path / "again"),
+            "--init",
+            str(tmp_path / "o"),
+            "--steps",
+            "0",
+        ]
+    )
+    from safetensors.torch import load_file
+
+    before, after = load_file(tmp_path / "o" / "model.safetensors"), load_file(tmp_path / "again" / "model.safetensors")
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert "continuing from" in (tmp_path / "again" / "train_log.txt").read_text()
 
 
 def test_a_written_prompt_that_copies_the_seeds_example_is_dropped(chat_target, tmp_path, monkeypatch):

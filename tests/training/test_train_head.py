@@ -71,6 +71,23 @@ def test_the_smoke_head_decodes_exactly_through_the_registry(smoke_head, target)
     assert any(len(r.nodes) == 4 for r in result.rounds)  # it drafted (the prefill round drafts nothing)
 
 
+def test_init_continues_from_a_head_with_its_weights_and_vocabulary(smoke_head, train_head, tmp_path):
+    """--init starts from the saved head: with no step taken the written head is the same head,
+    and a head for other layers is refused in one line."""
+    out, _ = smoke_head
+    again = tmp_path / "again"
+    summary = train_head.main(["--smoke", "--out", str(again), "--threads", "1", "--init", str(out), "--steps", "0"])
+    with safe_open(str(out / "model.safetensors"), "pt") as a, safe_open(str(again / "model.safetensors"), "pt") as b:
+        names = set(a.keys())
+        assert names == set(b.keys())
+        for name in names:
+            assert torch.equal(a.get_tensor(name), b.get_tensor(name)), name
+    assert summary["evals"][-1]["step"] == 0
+    assert "continuing from" in (again / "train_log.txt").read_text()
+    with pytest.raises(SystemExit, match="reads layers"):
+        train_head.main(["--smoke", "--out", str(tmp_path / "other"), "--init", str(out), "--layers", "1,4,7"])
+
+
 def test_the_training_unroll_is_the_serving_computation(train_head, target):
     """Depth s of the unroll for anchor j equals the serving head after j + 1 real entries and
     s draft steps fed the true tokens: the train/serve mismatch of EAGLE #264 cannot hide here."""
