@@ -311,10 +311,26 @@ def _head_stop(spec: ProposerSpec) -> float | None:
     return float(stop)
 
 
+def _head_lookup(spec: ProposerSpec) -> int | None:
+    """The `lookup` n-gram length (prompt lookup first, the head otherwise), checked."""
+    n = spec.params.get("lookup")
+    if n is None:
+        return None
+    if spec.kind == "medusa" or spec.params.get("tree"):
+        raise SpecError(
+            f"{spec.kind}: lookup takes a chain's round from prompt lookup (eagle, eagle3, mtp chains); "
+            "a tree or Medusa's heads draft every round"
+        )
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_HEAD_LOOKUP:
+        raise SpecError(f"{spec.kind}: lookup must be an n-gram length in 1..{MAX_HEAD_LOOKUP}, got {n!r}")
+    return n
+
+
 def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
     _refuse_unnamed_head(spec)
     draw = _head_draw(spec)
     stop = _head_stop(spec)
+    lookup = _head_lookup(spec)
     from specscope.core.draft.heads import LOADERS
 
     bundled = KINDS[spec.kind].bundled_head
@@ -335,6 +351,7 @@ def _build_head(spec: ProposerSpec, _load: DraftLoader | None) -> Proposer:
         raise SpecError(f"{spec.kind}: {exc}") from None
     proposer.draw_mode = draw
     proposer.stop_below = stop
+    proposer.use_lookup(lookup)
     return cast("Proposer", proposer)  # each loader's HeadDrafting subclass implements propose and observe
 
 
@@ -347,6 +364,7 @@ def _check_head(spec: ProposerSpec) -> None:
     _refuse_unnamed_head(spec)
     _head_draw(spec)
     _head_stop(spec)
+    _head_lookup(spec)
     if spec.arg is None or _bundled_head_name(spec) is not None:
         return
     try:
@@ -442,6 +460,15 @@ HEAD_STOP_PARAM = Param(
     "EAGLE-2 style early stop of a chain: stop drafting once the product of the head's own "
     "probabilities of its tokens falls below this (e.g. 0.3; default: draft all k)",
 )
+MAX_HEAD_LOOKUP = 16
+HEAD_LOOKUP_PARAM = Param(
+    "lookup",
+    int,
+    None,
+    "prompt lookup first: a round copies what followed an earlier occurrence of the context's last "
+    "N tokens (or more, up to N + 2) and the head drafts only where there is none (e.g. 3; default: "
+    "the head every round)",
+)
 HEAD_FORMATS = {
     "eagle": "EAGLE repository's",
     "eagle3": "EAGLE-3 (EAGLE repository, SpecForge)",
@@ -469,6 +496,6 @@ for _kind, _summary in (
             takes_path=True,
             bundled_head=bundled,
             check=_check_head,
-            params=(*TREE_PARAMS, HEAD_DRAW_PARAM, HEAD_STOP_PARAM),
+            params=(*TREE_PARAMS, HEAD_DRAW_PARAM, HEAD_STOP_PARAM, HEAD_LOOKUP_PARAM),
         )
     )

@@ -31,6 +31,7 @@ from specscope.core import kernels
 from specscope.core.decode.kv import model_vocab_size
 from specscope.core.draft.head_folders import HeadFormatError
 from specscope.core.draft.heads.trees import HeadGrowth, TreeAttention
+from specscope.core.draft.ngram_index import NgramIndex
 from specscope.core.draft.proposers import Draft, ProposerBase, TargetMismatch, chain_parents, token_confidence
 from specscope.core.draft.tree_draft import finish, grow_dynamic, grow_static
 from specscope.core.draft.trees import tree_options
@@ -339,6 +340,11 @@ class HeadDrafting(ProposerBase):
         # EAGLE-2 style early stop (the registry's `stop`): a chain ends once the product of the
         # head's own probabilities of its tokens falls below this; None drafts all k
         self.stop_below: float | None = None
+        # Prompt lookup first (the registry's `lookup`): a chain round copies what followed an
+        # earlier occurrence of the context's last n tokens, and the head drafts only where there
+        # is none. The choice reads the context alone, so each round's q is still the law its
+        # tokens were drawn from (a point mass for copied tokens): exact as any proposer.
+        self.lookup: NgramIndex | None = None
         self.spec = f"{self.name}:{label}"
         self.tree: Any = None  # a core.draft.trees.TreeSpec when the head drafts trees
         self.children = "topk"
@@ -368,13 +374,36 @@ class HeadDrafting(ProposerBase):
         """A tree draft's children mode (None for a chain): what the verifier and the checker read."""
         return None if self.tree is None else self.children
 
+    def use_lookup(self, ngram: int | None) -> None:
+        """Prompt lookup first for n-grams of `ngram` to `ngram` + 2 tokens (longest first); None: the head always."""
+        self.lookup = None if ngram is None else NgramIndex(ngram, ngram + 2)
+
     def params(self) -> dict[str, Any]:
         trees = {"tree": str(self.tree), "children": self.children} if self.tree is not None else {}
         stop = {} if self.stop_below is None else {"stop": self.stop_below}
-        return {"head": self.label, "draw": self.draw_mode, **trees, **stop}
+        lookup = {} if self.lookup is None else {"lookup": self.lookup.min_ngram}
+        return {"head": self.label, "draw": self.draw_mode, **trees, **stop, **lookup}
 
     def reset(self) -> None:
         self._features, self._feature_end = None, 0
+        if self.lookup is not None:
+            self.lookup.reset()
+
+    def copied(
+        self, context: Sequence[int], k: int, sampling: SamplingConfig, device: Any, cache: int | None
+    ) -> Draft | None:
+        """Prompt lookup's chain for this round (tokens and, at T > 0, their point masses), or
+        None when lookup is off or finds no earlier occurrence."""
+        if self.lookup is None:
+            return None
+        tokens = self.lookup.lookup(context, k)
+        if not tokens:
+            return None
+        q = None
+        if not sampling.greedy:
+            q = torch.zeros((len(tokens), self.vocab_size), dtype=torch.float64, device=device)
+            q[torch.arange(len(tokens)), torch.as_tensor(tokens)] = 1.0
+        return Draft(tuple(tokens), chain_parents(len(tokens)), q, cache_before=cache, cache_peak=cache)
 
     def take_features(self, first_position: int, features: torch.Tensor) -> None:
         """Append the new positions' features (their layers concatenated, low to high);
@@ -505,6 +534,10 @@ class RecurrentHeadProposer(HeadDrafting):
         before = self.head.length
         if self._feature_end == 0:  # the prefill round: the target has read nothing yet
             return make_draft([], [], [], 0, before, before, children=self.tree_children)
+        if self.tree is None:
+            copied = self.copied(context, k, sampling, next(self.head.parameters()).device, before)
+            if copied is not None:  # the head is not run: its pending features are fed next round
+                return copied
         hidden = self._feed_real(context)
         if self.tree is not None:
             return self._propose_tree(hidden, context, k, sampling, rng, before)
