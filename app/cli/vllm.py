@@ -123,6 +123,10 @@ def vllm_run_of(args: argparse.Namespace, helpers: tuple) -> tuple[Any, Any]:
             f"--engine vllm runs vLLM's proposers: lookup (ngram), draft:PATH, eagle3:PATH, eagle:PATH, "
             f"medusa:PATH, mtp; not --proposer {spec}"
         )
+    from specscope.core.settings.model import vllm_lacks
+
+    if vllm_lacks(spec):
+        raise CliError(f"--proposer {spec}: {vllm_lacks(spec)}")
     target = _model_dir(args.target, "target")
     from specscope.core.draft.registry import checkpoint_ref
 

@@ -339,6 +339,19 @@ def _tree_problems(params: Mapping[str, Any], errors: dict[str, str], name: Mapp
 VLLM_PROPOSERS = ("lookup", "draft", "eagle3", "eagle", "medusa", "mtp")  # core/engines/vllm/engine.py's METHODS
 
 
+def vllm_lacks(spec: ProposerSpec) -> str | None:
+    """Why vLLM cannot run a spec's specscope-only head options (stop, lookup), or None."""
+    own = [key for key in ("stop", "lookup") if spec.params.get(key) is not None]
+    if not own:
+        return None
+    options = (
+        f"{own[0]} is specscope's own head option"
+        if len(own) == 1
+        else "stop and lookup are specscope's own head options"
+    )
+    return f"{options}; vLLM's proposer drafts k tokens every round"
+
+
 def _vllm_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, str], name: Mapping[str, str]) -> None:
     """What vLLM's engine cannot run, as `specscope run --engine vllm` refuses it (app/cli/vllm.py)."""
     if spec.kind not in VLLM_PROPOSERS:
@@ -348,6 +361,8 @@ def _vllm_problems(s: RunSettings, spec: ProposerSpec, errors: dict[str, str], n
         )
     elif spec.params.get("tree"):
         errors["tree"] = f"{name['tree']}: vLLM drafts chains here"
+    elif vllm_lacks(spec):
+        errors["proposer"] = f"{name['proposer']} {spec.kind}: {vllm_lacks(spec)}"
     for key, off, why in (
         ("coupling_seed", s.coupling_seed is not None, "vLLM has no coupled verifier"),
         ("fault", s.fault is not None, "faults are specscope's own"),

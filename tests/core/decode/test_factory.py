@@ -82,6 +82,8 @@ def test_what_the_vllm_engine_cannot_run_is_refused_under_its_field():
     assert sorted(errors) == ["coupling_seed", "fault", "stop_strings", "use_cache"]
     assert all("vllm engine" in msg for msg in errors.values()), errors
     assert "chains" in RunSettings(engine="vllm", proposer="draft:small,tree=2,1").validate()["tree"]
+    for spec in ("eagle3,lookup=3", "eagle3,stop=0.3"):  # specscope's own head options
+        assert "specscope's own head option" in RunSettings(engine="vllm", proposer=spec).validate()["proposer"]
 
 
 def test_what_cannot_run_together_is_refused():

@@ -189,3 +189,12 @@ def test_cli_refuses_what_vllm_does_not_run(tmp_path, tiny):
     )
     assert run.returncode != 0 and "--coupled does not apply to --engine vllm" in run.stderr
     assert "Traceback" not in run.stderr
+    head = subprocess.run(
+        [sys.executable, "-m", "specscope.app.cli", "run", "--engine", "vllm", "--target", str(target)]
+        + ["--proposer", "eagle3,lookup=3", "--prompt-ids", "1,2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert head.returncode != 0 and "lookup is specscope's own head option" in head.stderr
+    assert "Traceback" not in head.stderr
