@@ -542,6 +542,8 @@ def parse_args(argv):
         "text_batch",
     ):
         ap.add_argument("--" + field.replace("_", "-"), type=int)
+    for field in ("lr", "embed_lr"):  # a continued draft (--init) starts lower than a fresh one
+        ap.add_argument("--" + field.replace("_", "-"), type=float)
     return ap.parse_args(argv)
 
 
