@@ -534,7 +534,7 @@ class RecurrentHeadProposer(HeadDrafting):
         before = self.head.length
         if self._feature_end == 0:  # the prefill round: the target has read nothing yet
             return make_draft([], [], [], 0, before, before, children=self.tree_children)
-        if self.tree is None:
+        if self.tree is None and self.lookup is not None:  # the device is read only when lookup is on
             copied = self.copied(context, k, sampling, next(self.head.parameters()).device, before)
             if copied is not None:  # the head is not run: its pending features are fed next round
                 return copied
