@@ -82,14 +82,22 @@ class Job:
 
 def _pick(logits: torch.Tensor, rows: list[Job | None]) -> list[int]:
     """Each row's next token: argmax, or a draw at the row's temperature from its own generator
-    (the exponential race: argmax p / E with E ~ Exp(1), a draw from p). A finished row (None)
-    gets the argmax, which nothing reads."""
+    by inverting the row's CDF at one uniform (float64, so no mass is lost over a 49k-id
+    vocabulary). All sampled rows are drawn together: an exponential race (49k draws a row)
+    spent 10% of a batch-128 SmolLM2 step in `exponential_`. A finished row (None) gets the
+    argmax, which nothing reads."""
     out = logits.argmax(-1).tolist()
-    for i, job in enumerate(rows):
-        if job is not None and job.sample:
-            p = F.softmax(logits[i].float() / job.temperature, -1)
-            e = torch.empty_like(p).exponential_(generator=job.gen)
-            out[i] = int((p / e).argmax())
+    sampled = [i for i, job in enumerate(rows) if job is not None and job.sample]
+    if not sampled:
+        return out
+    jobs = [rows[i] for i in sampled]
+    temps = torch.tensor([j.temperature for j in jobs], dtype=torch.float64).unsqueeze(1)  # type: ignore[union-attr]
+    cdf = F.softmax(logits[sampled].double() / temps, -1).cumsum_(-1)
+    u = torch.cat([torch.rand(1, generator=j.gen, dtype=torch.float64) for j in jobs])  # type: ignore[union-attr]
+    # u * total, not u: the float64 cumsum's last entry may fall short of 1 by rounding
+    picks = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)
+    for i, token in zip(sampled, picks.clamp_max(logits.shape[-1] - 1).tolist()):
+        out[i] = token
     return out
 
 

@@ -862,6 +862,9 @@ def parse_args(argv):
         "batch",
         "text_windows",
         "gen_prompts",
+        "gen_prompt_len",
+        "heldout_text_windows",
+        "heldout_gen_prompts",
         "threads",
         "seq_len",
         "eval_every",
@@ -954,6 +957,11 @@ def main(argv: list[str] | None = None) -> dict:
         cfg,
         **{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__ and v is not None and k != "layers"},
     )
+    if not chat and not 0 < cfg.gen_prompt_len < cfg.seq_len:
+        raise SystemExit(
+            f"train_head: --gen-prompt-len {cfg.gen_prompt_len} must be between 1 and --seq-len {cfg.seq_len} "
+            "(a continuation fills the rest of the sequence)"
+        )
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     target_layers = int(target.config.get_text_config().num_hidden_layers)

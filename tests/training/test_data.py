@@ -71,6 +71,26 @@ def test_a_sampled_row_does_not_depend_on_its_batch():
     assert len({tuple(v) for v in one.values()}) > 1
 
 
+def test_a_sampled_row_draws_from_the_softmax_at_its_temperature():
+    """_pick's inverse-CDF draw, per row with its own generator, has the row's distribution:
+    a chi-square test over 20,000 draws of two rows at different temperatures (and a greedy
+    row between them, which stays the argmax)."""
+    from scipy.stats import chisquare
+
+    logits = torch.tensor([[2.0, 0.5, -1.0, 1.0, 0.0, -3.0]]).repeat(3, 1)
+    for temperature in (1.0, 0.6):
+        job = data.Job("s", [1], sample=True, seed=7, temperature=temperature)
+        job.gen = torch.Generator().manual_seed(7)
+        greedy = data.Job("g", [1])
+        counts = torch.zeros(6)
+        for _ in range(20_000):
+            picks = data._pick(logits, [job, greedy, None])
+            counts[picks[0]] += 1
+            assert picks[1] == 0
+        want = torch.softmax(logits[0].double() / temperature, -1) * counts.sum()
+        assert chisquare(counts.numpy(), want.numpy()).pvalue > 1e-3
+
+
 @pytest.mark.real_model
 def test_smollm2_batched_greedy_equals_unbatched():
     from specscope.core.loading import catalog

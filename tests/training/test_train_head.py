@@ -120,3 +120,9 @@ def test_coarse_kl_is_zero_for_the_target_itself_and_positive_otherwise(train_he
     assert float(same) == pytest.approx(0.0, abs=1e-6) and float(other) > 0.1
     outside = train_head.coarse_kl(log_q, torch.tensor([[0, 4]]), torch.log(torch.tensor([[0.5, 0.4]])), to_draft)
     assert torch.isfinite(outside).all()  # a top token the head cannot draft goes to the rest bucket
+
+
+def test_a_prompt_as_long_as_the_sequence_is_refused_before_the_target_runs(train_head, tmp_path):
+    with pytest.raises(SystemExit, match="--gen-prompt-len 64 must be between 1 and --seq-len 64"):
+        train_head.main(["--smoke", "--out", str(tmp_path / "h"), "--seq-len", "64", "--gen-prompt-len", "64"])
+    assert not (tmp_path / "h" / "train_log.txt").exists()
