@@ -2,13 +2,15 @@
 
     python training/measure_speed.py                   # SmolLM2, batches 16/32/64, 1 and 2 threads
     python training/measure_speed.py --wait active     # torch's default spinning OpenMP barrier
+    python training/measure_speed.py --batches 128 --threads 2 --new 160     # the data run's shape
     python training/measure_speed.py --batches 64 --threads 2 --new 160 --cache transformers,roomy
                                                        # the KV cache: transformers' DynamicCache vs data.py's
 
 Each measurement decodes `batch` chat prompts for --new tokens each (no early stop: every row
-runs the full length, so the count is exact), configurations interleaved, --reps rounds; it prints
-the load average beside every number and the median per configuration. About 2-3 minutes on a
-quiet 2-core machine. Timings taken while others use the cores are not results.
+runs the full length, so the count is exact), --sampled of the rows sampled at T = 1 as the data
+run samples them; configurations interleaved, --reps rounds; it prints the load average beside
+every number and the median per configuration. About 2-3 minutes on a quiet 2-core machine.
+Timings taken while others use the cores are not results.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--new", type=int, default=24, help="tokens decoded per row")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument(
+        "--sampled",
+        type=float,
+        default=0.95,
+        help="the fraction of rows sampled at T = 1, each with its own seed (the rest greedy); the data run samples "
+        "about 95%%",
+    )
     ap.add_argument("--wait", choices=("passive", "active"), default="passive")
     ap.add_argument(
         "--cache",
@@ -65,7 +74,10 @@ def main() -> None:
             for t in threads:
                 torch.set_num_threads(t)
                 for b in batches:
-                    jobs = [data.Job(str(i), p) for i, p in enumerate(prompts[:b])]
+                    jobs = [
+                        data.Job(str(i), p, sample=i < round(args.sampled * b), seed=i)
+                        for i, p in enumerate(prompts[:b])
+                    ]
                     t0 = time.perf_counter()
                     made = sum(len(j.answer) for j in data.generate(model, jobs, max_new=args.new, stop={-1}, batch=b))
                     rate = made / (time.perf_counter() - t0)
