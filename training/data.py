@@ -87,13 +87,13 @@ def _pick(logits: torch.Tensor, rows: list[Job | None]) -> list[int]:
     spent 10% of a batch-128 SmolLM2 step in `exponential_`. A finished row (None) gets the
     argmax, which nothing reads."""
     out = logits.argmax(-1).tolist()
-    sampled = [i for i, job in enumerate(rows) if job is not None and job.sample]
-    if not sampled:
+    jobs = [job for job in rows if job is not None and job.sample]
+    if not jobs:
         return out
-    jobs = [rows[i] for i in sampled]
-    temps = torch.tensor([j.temperature for j in jobs], dtype=torch.float64).unsqueeze(1)  # type: ignore[union-attr]
+    sampled = [i for i, job in enumerate(rows) if job is not None and job.sample]
+    temps = torch.tensor([j.temperature for j in jobs], dtype=torch.float64).unsqueeze(1)
     cdf = F.softmax(logits[sampled].double() / temps, -1).cumsum_(-1)
-    u = torch.cat([torch.rand(1, generator=j.gen, dtype=torch.float64) for j in jobs])  # type: ignore[union-attr]
+    u = torch.cat([torch.rand(1, generator=j.gen, dtype=torch.float64) for j in jobs])
     # u * total, not u: the float64 cumsum's last entry may fall short of 1 by rounding
     picks = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)
     for i, token in zip(sampled, picks.clamp_max(logits.shape[-1] - 1).tolist()):
