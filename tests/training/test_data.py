@@ -425,3 +425,40 @@ def test_a_written_prompt_that_copies_the_seeds_example_is_dropped(chat_target, 
     )
     written = {p["user"] for p in prompts if p.get("source") == "target"}
     assert written == {"Why do owls hunt at night?"}
+
+
+def test_bfloat16_is_refused_where_the_cpu_would_emulate_it(tmp_path, monkeypatch):
+    import train_models as tm
+
+    monkeypatch.setattr(tm, "native_bfloat16", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        data.main(["--out", str(tmp_path / "d"), "--bfloat16", "answers"])
+    assert "natively" in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "d").exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize(("mode", "answers_bf16", "features_bf16"), [("answers", True, False), ("all", True, True)])
+def test_bfloat16_autocast_covers_the_stages_it_names(
+    chat_target, tmp_path, monkeypatch, mode, answers_bf16, features_bf16
+):
+    import train_models as tm
+
+    monkeypatch.setattr(tm, "native_bfloat16", lambda: True)  # autocast runs (slowly) on any CPU
+    seen: dict[str, bool] = {}
+    real_answers, real_features = data.make_answers, data.make_features
+
+    def answers(*args, **kwargs):
+        seen["answers"] = torch.is_autocast_enabled("cpu")
+        return real_answers(*args, **kwargs)
+
+    def features(*args, **kwargs):
+        seen["features"] = torch.is_autocast_enabled("cpu")
+        return real_features(*args, **kwargs)
+
+    monkeypatch.setattr(data, "make_answers", answers)
+    monkeypatch.setattr(data, "make_features", features)
+    _run(chat_target, tmp_path / "d", 20, "--bfloat16", mode)
+    assert seen == {"answers": answers_bf16, "features": features_bf16}
+    assert "bfloat16 autocast " + mode in (tmp_path / "d" / "data_log.txt").read_text()
+    rows = list(data.load_rows(tmp_path / "d"))
+    assert rows and all(r["features"].dtype == torch.bfloat16 for r in rows)
