@@ -974,6 +974,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--shard-tokens", type=int, default=20_000, help="answer tokens per shard (what a kill can lose)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="build without the Python documentation (Debian python3-doc) when it is not installed: "
+        "about 30 summary prompts instead of several hundred, and text windows of the stdlib only",
+    )
+    ap.add_argument(
         "--bfloat16",
         choices=("off", "answers", "all"),
         default="off",
@@ -1008,6 +1014,11 @@ def main(argv: list[str] | None = None) -> None:
             "training.data: --bfloat16 needs a CPU that computes bfloat16 natively (AVX-512 BF16 or AMX); "
             "emulated, it is several times slower than float32: leave it off"
         )
+    if prompts_mod.docs_root() is None and not args.no_docs:
+        raise SystemExit(
+            "training.data: the Python documentation is not installed (apt-get install python3-doc): it "
+            "gives most summary prompts and half the text windows; install it, or pass --no-docs"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     log = tm.Log(args.out / "data_log.txt", append=True)
     model, tok, stop = load_target(args.target, args.threads)
@@ -1018,7 +1029,7 @@ def main(argv: list[str] | None = None) -> None:
     log(
         f"training.data: target {args.target}, threads {torch.get_num_threads()}, OMP_WAIT_POLICY "
         f"{os.environ.get('OMP_WAIT_POLICY')}, batch {args.batch}, {args.tokens} tokens, layers {layers}, "
-        f"stop ids {sorted(stop)}, bfloat16 autocast {args.bfloat16}"
+        f"stop ids {sorted(stop)}, bfloat16 autocast {args.bfloat16}, documentation {prompts_mod.docs_root()}"
     )
     (args.out / "recipe.json").write_text(json.dumps({**vars(args), "out": str(args.out)}, indent=1) + "\n")
     with compute_context(args, "answers"):

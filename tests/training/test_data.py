@@ -170,6 +170,7 @@ def _run(target, out, tokens: int, *extra: str) -> None:
             "0,1,2",
             "--top-k",
             "16",
+            "--no-docs",  # where python3-doc is installed it is used all the same
         ]
     )
 
@@ -317,7 +318,7 @@ def test_no_new_prompt_starts_once_the_budget_is_spent():
 )
 def test_bad_input_is_one_line(tmp_path, args, message):
     with pytest.raises(SystemExit) as exc:
-        data.main(["--out", str(tmp_path / "d"), *args])
+        data.main(["--out", str(tmp_path / "d"), "--no-docs", *args])
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
@@ -462,3 +463,11 @@ def test_bfloat16_autocast_covers_the_stages_it_names(
     assert "bfloat16 autocast " + mode in (tmp_path / "d" / "data_log.txt").read_text()
     rows = list(data.load_rows(tmp_path / "d"))
     assert rows and all(r["features"].dtype == torch.bfloat16 for r in rows)
+
+
+def test_a_machine_without_the_python_docs_is_told_before_anything_is_made(tmp_path, monkeypatch):
+    monkeypatch.setattr(data.prompts_mod, "docs_root", lambda: None)
+    with pytest.raises(SystemExit) as exc:
+        data.main(["--out", str(tmp_path / "d")])
+    assert "python3-doc" in str(exc.value) and "--no-docs" in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "d").exists()
