@@ -87,10 +87,10 @@ def _pick(logits: torch.Tensor, rows: list[Job | None]) -> list[int]:
     spent 10% of a batch-128 SmolLM2 step in `exponential_`. A finished row (None) gets the
     argmax, which nothing reads."""
     out = logits.argmax(-1).tolist()
-    jobs = [job for job in rows if job is not None and job.sample]
-    if not jobs:
+    pairs = [(i, job) for i, job in enumerate(rows) if job is not None and job.sample]
+    if not pairs:
         return out
-    sampled = [i for i, job in enumerate(rows) if job is not None and job.sample]
+    sampled, jobs = [i for i, _ in pairs], [job for _, job in pairs]
     temps = torch.tensor([j.temperature for j in jobs], dtype=torch.float64).unsqueeze(1)
     cdf = F.softmax(logits[sampled].double() / temps, -1).cumsum_(-1)
     u = torch.cat([torch.rand(1, generator=j.gen, dtype=torch.float64) for j in jobs])
@@ -1032,7 +1032,7 @@ def main(argv: list[str] | None = None) -> None:
         f"stop ids {sorted(stop)}, bfloat16 autocast {args.bfloat16}, documentation {prompts_mod.docs_root()}"
     )
     (args.out / "recipe.json").write_text(json.dumps({**vars(args), "out": str(args.out)}, indent=1) + "\n")
-    with compute_context(args, "answers"):
+    with compute_context(args, "answers"):  # the prompts the target writes and its answers
         prompts = build_prompt_set(
             model,
             tok,
@@ -1044,10 +1044,9 @@ def main(argv: list[str] | None = None) -> None:
             log=log,
             topics_cap=args.topics,
         )
-    if args.stage == "prompts":
-        return
-    if args.stage in ("all", "answers"):
-        with compute_context(args, "answers"):
+        if args.stage == "prompts":
+            return
+        if args.stage in ("all", "answers"):
             make_answers(
                 model,
                 tok,
