@@ -48,7 +48,7 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -805,10 +805,18 @@ def make_features(
 # ---------------------------------------------------------------------------- reading back
 
 
-def load_rows(out: Path, split: str | None = None, kinds: tuple[str, ...] | None = None) -> Iterator[dict]:
+def folders(out: Path | Sequence[Path]) -> list[Path]:
+    """One data folder or several (runs with other seeds, read as one set)."""
+    return [Path(out)] if isinstance(out, (str, Path)) else [Path(o) for o in out]
+
+
+def load_rows(
+    out: Path | Sequence[Path], split: str | None = None, kinds: tuple[str, ...] | None = None
+) -> Iterator[dict]:
     """Every feature row (its meta, `tokens`, `features` (T, layers, H), `top_ids`, `top_logp`
-    (T, K): position t's distribution is over the token at t + 1), optionally one split or kinds."""
-    for f in sorted(out.glob("features-*.pt")):
+    (T, K): position t's distribution is over the token at t + 1), optionally one split or kinds;
+    several folders are read in the order given."""
+    for f in (f for o in folders(out) for f in sorted(o.glob("features-*.pt"))):
         shard = torch.load(f, weights_only=False)
         for r in shard["rows"]:
             if (split and r["split"] != split) or (kinds and r["kind"] not in kinds):
@@ -823,7 +831,7 @@ def load_rows(out: Path, split: str | None = None, kinds: tuple[str, ...] | None
             }
 
 
-def draft_rows(out: Path, split: str, top_k: int = 32) -> list[dict]:
+def draft_rows(out: Path | Sequence[Path], split: str, top_k: int = 32) -> list[dict]:
     """What train_smollm2_draft.py trains on: per answer, the prompt ids, the answer ids and the
     target's top-K at each position that predicts an answer token (numpy, like its cache)."""
     rows = []
@@ -898,15 +906,22 @@ def stored_layers(out: Path) -> tuple[list[int], int]:
     raise SystemExit(f"training.data: no feature shards in {out} (run `python -m training.data --out {out}`)")
 
 
-def head_sets(out: Path, seq_len: int, top_k: int, stop: int, seed: int = 1234) -> tuple[Any, dict[str, Any], dict]:
-    """train_head.py's data from the shards, read once: the training sequences (answers and
-    text, in a seeded shuffled order) and the held-out sets by name: `text`, and `greedy-KIND`
-    for each kind answered."""
+def head_sets(
+    out: Path | Sequence[Path], seq_len: int, top_k: int, stop: int, seed: int = 1234
+) -> tuple[Any, dict[str, Any], dict]:
+    """train_head.py's data from the shards of one folder or several, read once: the training
+    sequences (answers and text, in a seeded shuffled order) and the held-out sets by name:
+    `text`, and `greedy-KIND` for each kind answered (each the union over the folders)."""
     import numpy as np
 
     groups: dict[str, list[dict]] = {}
+    held_answers: set[str] = set()  # the split is a hash of the prompt: folders agree on it
     for r in load_rows(out):
         name = "train" if r["split"] == "train" else ("text" if r["kind"] == "text" else f"greedy-{r['kind']}")
+        if name.startswith("greedy-"):
+            if r["key"] in held_answers:
+                continue  # a prompt held out in two folders: one greedy answer, counted once
+            held_answers.add(r["key"])
         groups.setdefault(name, []).append(_own(r))
     if not groups.get("train"):
         raise SystemExit(f"training.data: no train rows in {out}")
@@ -920,9 +935,11 @@ def head_sets(out: Path, seq_len: int, top_k: int, stop: int, seed: int = 1234) 
     for kind in KINDS:
         if f"greedy-{kind}" in groups:
             held[f"greedy-{kind}"] = _cached_from_rows(groups.pop(f"greedy-{kind}"), seq_len, top_k, stop)
+    outs = folders(out)
+    recipes = [json.loads((o / "recipe.json").read_text()) if (o / "recipe.json").is_file() else None for o in outs]
     prov = {
-        "source": f"training/data.py's shards in {out}",
-        "recipe": json.loads((out / "recipe.json").read_text()) if (out / "recipe.json").is_file() else None,
+        "source": f"training/data.py's shards in {', '.join(map(str, outs))}",
+        "recipe": recipes[0] if len(recipes) == 1 else recipes,
         "train_sequences": len(train),
         "train_label_positions": int(train.valid.sum()),
         "heldout_sequences": {k: len(v) for k, v in held.items()},

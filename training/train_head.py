@@ -513,22 +513,24 @@ def build_chat_cache(
     return train, held, prov
 
 
-def shard_cache(folder: Path, target, tok, cfg: Config, layers: tuple[int, ...]) -> tuple[Cached, dict, dict]:
-    """training/data.py's shards as this trainer's cache (the same features, top-K and labels)."""
+def shard_cache(folders: list[Path], target, tok, cfg: Config, layers: tuple[int, ...]) -> tuple[Cached, dict, dict]:
+    """training/data.py's shards (one folder or several) as this trainer's cache (the same
+    features, top-K and labels)."""
     import data as data_mod
 
     from specscope.core.loading.chat import turn_end_id
 
-    stored, top_k = data_mod.stored_layers(folder)
-    if tuple(stored) != tuple(layers):
-        raise SystemExit(
-            f"train_head: the shards in {folder} hold layers {tuple(stored)}, this run reads {tuple(layers)} "
-            f"(pass --layers {','.join(map(str, stored))})"
-        )
-    if top_k < cfg.top_k:
-        raise SystemExit(f"train_head: the shards in {folder} hold the top-{top_k}, this run needs top-{cfg.top_k}")
+    for folder in folders:
+        stored, top_k = data_mod.stored_layers(folder)
+        if tuple(stored) != tuple(layers):
+            raise SystemExit(
+                f"train_head: the shards in {folder} hold layers {tuple(stored)}, this run reads {tuple(layers)} "
+                f"(pass --layers {','.join(map(str, stored))})"
+            )
+        if top_k < cfg.top_k:
+            raise SystemExit(f"train_head: the shards in {folder} hold the top-{top_k}, this run needs top-{cfg.top_k}")
     eos = turn_end_id(target, tok) if is_chat(tok) else tok.eos_token_id
-    return data_mod.head_sets(folder, cfg.seq_len, cfg.top_k, eos, cfg.seed)
+    return data_mod.head_sets(folders, cfg.seq_len, cfg.top_k, eos, cfg.seed)
 
 
 # ---------------------------------------------------------------------------- the head
@@ -886,8 +888,10 @@ def parse_args(argv):
     ap.add_argument(
         "--data",
         type=Path,
-        help="train on training/data.py's shards in this folder (its answers, features and top-K; "
-        "held-out sets per kind) instead of generating here; --layers must match the shards'",
+        nargs="+",
+        help="train on training/data.py's shards in this folder, or several (runs with other seeds, read as "
+        "one set): their answers, features and top-K, held-out sets per kind; instead of generating here; "
+        "--layers must match the shards'",
     )
     ap.add_argument(
         "--reuse-answers",

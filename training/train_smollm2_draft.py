@@ -523,8 +523,9 @@ def parse_args(argv):
     ap.add_argument(
         "--data",
         type=Path,
-        help="train on training/data.py's shards in this folder (the target's answers and top-K) "
-        "instead of answering prompts here",
+        nargs="+",
+        help="train on training/data.py's shards in this folder, or several (runs with other seeds): the "
+        "target's answers and top-K, instead of answering prompts here",
     )
     for field in (
         "train_prompts",
@@ -630,7 +631,11 @@ def main(argv: list[str] | None = None) -> dict:
         train_rows = data_mod.draft_rows(args.data, "train", cfg.top_k)
     else:
         train_rows = [r for f in sorted(args.work.glob(shard_files)) for r in torch.load(f, weights_only=False)]
-    source = f"training/data.py's shards in {args.data}" if args.data is not None else f"{shards} shards"
+    source = (
+        f"training/data.py's shards in {', '.join(map(str, args.data))}"
+        if args.data is not None
+        else f"{shards} shards"
+    )
     log(f"training answers: {len(train_rows)} answers, {sum(len(r['answer']) for r in train_rows)} tokens ({source})")
     draft = init_draft(args.init, target, log) if args.init else make_draft(target, cfg)
     log(f"draft: {sum(p.numel() for p in draft.parameters()) / 1e6:.2f}M parameters")
@@ -648,7 +653,7 @@ def main(argv: list[str] | None = None) -> dict:
         "target": {"checkpoint": str(folder), "model": "SmolLM2-135M-Instruct Q4_1"},
         "data": {
             # with --data the answers are the shards' (their own prompt set and split)
-            "source": f"training/data.py's shards in {args.data}" if args.data is not None else "smollm2_prompts.py",
+            "source": source if args.data is not None else "smollm2_prompts.py",
             "train_prompts": len({tuple(r["prompt"]) for r in train_rows}) if args.data is not None else len(train_p),
             "heldout_prompts": len(held_rows) if args.data is not None else len(held_p),
             "train_answer_tokens": sum(len(r["answer"]) for r in train_rows),

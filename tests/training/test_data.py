@@ -275,6 +275,22 @@ def test_head_sets_read_once_equal_each_split_read_alone(chat_target, small_data
     assert prov["train_sequences"] == len(alone)
 
 
+def test_head_sets_read_several_folders_as_one_set(chat_target, small_data):
+    # a second data run (another seed) adds to the first: its training rows join the training
+    # set; a prompt held out in both (the split is a hash of the prompt) keeps one greedy answer
+    train, held, prov = data.head_sets(small_data, seq_len=40, top_k=8, stop=0, seed=7)
+    both, held_both, prov_both = data.head_sets([small_data, small_data], seq_len=40, top_k=8, stop=0, seed=7)
+    assert len(both) == 2 * len(train) and prov_both["train_sequences"] == 2 * len(train)
+    assert int(both.valid.sum()) == 2 * int(train.valid.sum())
+    assert set(held_both) == set(held)
+    for name in held:
+        if name.startswith("greedy-"):
+            assert torch.equal(held_both[name].tokens, held[name].tokens), name
+    assert len(held_both["text"]) == 2 * len(held["text"])  # text windows differ by seed: all kept
+    assert isinstance(prov_both["recipe"], list) and len(prov_both["recipe"]) == 2
+    assert str(small_data) in prov_both["source"]
+
+
 def test_a_written_prompt_is_one_line_of_sensible_length():
     assert data.clean_prompt('Question: "What makes bread rise?"\nMore text') == "What makes bread rise?"
     assert data.clean_prompt("Sure!") is None
