@@ -815,12 +815,18 @@ def load_rows(
 ) -> Iterator[dict]:
     """Every feature row (its meta, `tokens`, `features` (T, layers, H), `top_ids`, `top_logp`
     (T, K): position t's distribution is over the token at t + 1), optionally one split or kinds;
-    several folders are read in the order given."""
+    several folders are read in the order given, and a prompt held out in two of them keeps one
+    greedy answer (the split is a hash of the prompt, so the folders agree on it)."""
+    held_answers: set[str] = set()
     for f in (f for o in folders(out) for f in sorted(o.glob("features-*.pt"))):
         shard = torch.load(f, weights_only=False)
         for r in shard["rows"]:
             if (split and r["split"] != split) or (kinds and r["kind"] not in kinds):
                 continue
+            if r["split"] == "held" and r["kind"] != "text":  # text windows differ by seed under one key
+                if r["key"] in held_answers:
+                    continue
+                held_answers.add(r["key"])
             o, n = r["offset"], r["length"]
             yield {
                 **r,
@@ -914,19 +920,16 @@ def head_sets(
     `text`, and `greedy-KIND` for each kind answered (each the union over the folders)."""
     import numpy as np
 
+    outs = folders(out)
+    where = ", ".join(map(str, outs))
     groups: dict[str, list[dict]] = {}
-    held_answers: set[str] = set()  # the split is a hash of the prompt: folders agree on it
-    for r in load_rows(out):
+    for r in load_rows(outs):
         name = "train" if r["split"] == "train" else ("text" if r["kind"] == "text" else f"greedy-{r['kind']}")
-        if name.startswith("greedy-"):
-            if r["key"] in held_answers:
-                continue  # a prompt held out in two folders: one greedy answer, counted once
-            held_answers.add(r["key"])
         groups.setdefault(name, []).append(_own(r))
     if not groups.get("train"):
-        raise SystemExit(f"training.data: no train rows in {out}")
+        raise SystemExit(f"training.data: no train rows in {where}")
     if not groups.get("text"):
-        raise SystemExit(f"training.data: no held-out text rows in {out}")
+        raise SystemExit(f"training.data: no held-out text rows in {where}")
     train_rows = groups.pop("train")
     order = np.random.default_rng(seed).permutation(len(train_rows))
     train_rows = [train_rows[i] for i in order]
@@ -935,10 +938,9 @@ def head_sets(
     for kind in KINDS:
         if f"greedy-{kind}" in groups:
             held[f"greedy-{kind}"] = _cached_from_rows(groups.pop(f"greedy-{kind}"), seq_len, top_k, stop)
-    outs = folders(out)
     recipes = [json.loads((o / "recipe.json").read_text()) if (o / "recipe.json").is_file() else None for o in outs]
     prov = {
-        "source": f"training/data.py's shards in {', '.join(map(str, outs))}",
+        "source": f"training/data.py's shards in {where}",
         "recipe": recipes[0] if len(recipes) == 1 else recipes,
         "train_sequences": len(train),
         "train_label_positions": int(train.valid.sum()),

@@ -289,6 +289,8 @@ def test_head_sets_read_several_folders_as_one_set(chat_target, small_data):
     assert len(held_both["text"]) == 2 * len(held["text"])  # text windows differ by seed: all kept
     assert isinstance(prov_both["recipe"], list) and len(prov_both["recipe"]) == 2
     assert str(small_data) in prov_both["source"]
+    # the draft's trainer reads the same rows: its held-out answers are counted once too
+    assert len(data.draft_rows([small_data, small_data], "held")) == len(data.draft_rows(small_data, "held"))
 
 
 def test_a_written_prompt_is_one_line_of_sensible_length():
