@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from specscope.app.gui.controllers import trace_dialogs
+from specscope.app.gui.sessions.worker import PAUSED
 from specscope.storage import SCHEMA_VERSION
 from tests.app.cli.test_reliability_stores import _as_nobody, digest, files_in
 from tests.app.gui.controllers.test_replay_panel import _stored_runs
@@ -221,9 +223,17 @@ def _record_while_locked(qtbot, make_window, tmp_path, monkeypatch, hold_s: floa
     said = []
     window.live.activity.connect(said.append)
     configure(window, max_new_tokens="40")
+    # Paused after one round until the holder has the lock: a holder that raced a running run
+    # could miss it on a loaded machine (every round stored before the holder's first look).
+    assert window.start_run(run=False)
+    qtbot.waitUntil(lambda: window.live.state == PAUSED, timeout=60000)
+    window.live.step()
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(hold_s)], stdout=subprocess.PIPE, text=True)
+    locked = []
+    threading.Thread(target=lambda: locked.append(holder.stdout.readline()), daemon=True).start()
     try:
-        assert window.start_run()
+        qtbot.waitUntil(lambda: bool(locked), timeout=60000)
+        window.live.resume()
         wait_idle(qtbot, window, timeout=60000)
         qtbot.waitUntil(lambda: window.live.recording.store is not None, timeout=5000)
     finally:
