@@ -23,9 +23,10 @@ from typing import Any, cast
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from specscope.core import kernels
 from specscope.core.decode.kv import model_vocab_size
@@ -134,27 +135,70 @@ def target_layers(target: Any) -> int:  # a transformers model
 # ---------------------------------------------------------------------------- the head's layer
 
 
+class HeadNorm(nn.Module):
+    """Llama's RMSNorm (LlamaRMSNorm's weight, epsilon and formula) as torch's one fused op: a
+    draft step runs four of them, and the op-by-op form costs half as much again."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.dtype != self.weight.dtype:  # autocast: LlamaRMSNorm's mixed-dtype rule
+            normed = hidden_states.float() * torch.rsqrt(
+                hidden_states.float().pow(2).mean(-1, keepdim=True) + self.variance_epsilon
+            )
+            return self.weight * normed.to(hidden_states.dtype)
+        return F.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, self.variance_epsilon)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
 class HeadKV:
-    """One layer's keys and values, (1, kv heads, T, d): appended by a forward, cut by crop."""
+    """One layer's keys and values, (1, kv heads, T, d): appended by a forward, cut by crop.
+
+    They live in buffers that grow by doubling, so an append writes the new entries in place
+    instead of copying the whole cache (a draft step appends one entry to hundreds)."""
 
     def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
+        self._keys: torch.Tensor | None = None  # the buffers: rows 0..length-1 are held
+        self._values: torch.Tensor | None = None
+        self.length = 0
 
     @property
-    def length(self) -> int:
-        return 0 if self.keys is None else int(self.keys.shape[2])
+    def keys(self) -> torch.Tensor | None:
+        return None if self._keys is None else self._keys[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._values is None else self._values[:, :, : self.length]
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys is None or self.values is None:
-            self.keys, self.values = keys, values
-        else:
-            self.keys, self.values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
-        return self.keys, self.values
+        end = self.length + keys.shape[2]
+        old_k, old_v = self._keys, self._values
+        if (
+            old_k is None
+            or old_v is None
+            or end > old_k.shape[2]
+            or old_k.dtype != keys.dtype
+            or old_k.device != keys.device
+        ):
+            rows = max(64, 2 * end)
+            self._keys = keys.new_empty((*keys.shape[:2], rows, keys.shape[3]))
+            self._values = values.new_empty((*values.shape[:2], rows, values.shape[3]))
+            if old_k is not None and old_v is not None and self.length:
+                self._keys[:, :, : self.length].copy_(old_k[:, :, : self.length])
+                self._values[:, :, : self.length].copy_(old_v[:, :, : self.length])
+        assert self._keys is not None and self._values is not None
+        self._keys[:, :, self.length : end].copy_(keys)
+        self._values[:, :, self.length : end].copy_(values)
+        self.length = end
+        return self._keys[:, :, :end], self._values[:, :, :end]
 
     def crop(self, length: int) -> None:
-        if self.keys is not None and self.values is not None and self.length > length:
-            self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
+        self.length = min(self.length, max(0, length))
 
 
 class HeadAttention(nn.Module):
@@ -191,8 +235,12 @@ class HeadAttention(nn.Module):
         keys, values = kv.append(k, v)
         total = keys.shape[2]
         groups = self.heads // self.kv_heads
-        keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
-        if allowed is None:  # causal: query i (at cache row total - n + i) sees rows 0 .. total - n + i
+        if groups > 1:
+            keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
+        seen: torch.Tensor | None
+        if allowed is None and n == 1 and (self.window is None or total <= self.window):
+            seen = None  # the newest entry sees every row: no mask to build
+        elif allowed is None:  # causal: query i (at cache row total - n + i) sees rows 0 .. total - n + i
             rows = (total - n + torch.arange(n, device=x.device))[:, None]
             seen = torch.arange(total, device=x.device)[None, :] <= rows
             if self.window is not None:
@@ -219,8 +267,8 @@ class HeadLayer(nn.Module):
         self.self_attn = HeadAttention(config, width or config.hidden_size)
         self.mlp = LlamaMLP(config)
         if input_norm:
-            self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.input_layernorm = HeadNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = HeadNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(
         self,
@@ -241,6 +289,9 @@ class HeadLayer(nn.Module):
         return self.forward(norm(x) if norm is not None else x, x, rope, kv, at)
 
 
+STATIC_ROPE = ("default", "linear", "llama3")  # rotary types whose table at a position does not depend on the length
+
+
 class RecurrentHead(nn.Module):
     """A head that drafts by feeding its own output back (EAGLE, EAGLE-3, MTP). A kind
     gives `feature_layers`, `attach` (check the target, share its embedding / output head),
@@ -253,14 +304,25 @@ class RecurrentHead(nn.Module):
     def __init__(self, config: LlamaConfig, layers: int = 1):
         super().__init__()
         self.rope = LlamaRotaryEmbedding(config)
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # _rope_table's cache
         self.kvs = [HeadKV() for _ in range(layers)]
         self.shared: dict[str, nn.Module] = {}  # the target's modules the head uses (not its own weights)
         self.vocab_size = int(config.vocab_size)  # the target vocabulary the head was trained with
         self.draft_to_target: torch.Tensor | None = None  # a reduced vocabulary's ids in the target's
+        self._draft_ids: tuple[torch.Tensor, dict[int, int]] | None = None  # draft_ids()'s cache
 
     @property
     def length(self) -> int:
         return self.kvs[0].length
+
+    def draft_ids(self) -> dict[int, int] | None:
+        """target id -> draft id for a reduced vocabulary (None without one), built once."""
+        to_target = self.draft_to_target
+        if to_target is None:
+            return None
+        if self._draft_ids is None or self._draft_ids[0] is not to_target:
+            self._draft_ids = (to_target, {int(t): i for i, t in enumerate(to_target.tolist())})
+        return self._draft_ids[1]
 
     def crop(self, length: int) -> None:
         for kv in self.kvs:
@@ -274,9 +336,27 @@ class RecurrentHead(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary tables of n new entries: at cache rows start.. (a chain), or at the
         positions a tree step names."""
-        ids = torch.arange(start, start + n, device=like.device)[None] if at is None else at.positions[None]
-        tables: tuple[torch.Tensor, torch.Tensor] = self.rope(like, ids)
-        return tables
+        if (
+            torch.is_grad_enabled() or self.rope.rope_type not in STATIC_ROPE
+        ):  # training, or tables that depend on the length
+            ids = torch.arange(start, start + n, device=like.device)[None] if at is None else at.positions[None]
+            tables: tuple[torch.Tensor, torch.Tensor] = self.rope(like, ids)
+            return tables
+        end = start + n if at is None else int(at.positions.max()) + 1
+        cos, sin = self._rope_table(end, like)
+        if at is None:
+            return cos[:, start : start + n], sin[:, start : start + n]
+        return cos[:, at.positions], sin[:, at.positions]
+
+    def _rope_table(self, end: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables of positions 0..end-1 at least, computed once and grown by doubling:
+        each position's row is what `self.rope` gives it alone (elementwise in the position),
+        looked up instead of recomputed at every draft step."""
+        table = self._rope
+        if table is None or table[0].shape[1] < end or table[0].dtype != like.dtype or table[0].device != like.device:
+            ids = torch.arange(max(256, 2 * end), device=like.device)[None]
+            table = self._rope = self.rope(like, ids)
+        return table
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         own = getattr(self, "embed_tokens", None)
@@ -466,12 +546,19 @@ def tree_draft(
     )
 
 
-def head_confidence(logits: torch.Tensor, token: int, to_target: torch.Tensor | None) -> torch.Tensor:
+def head_confidence(
+    logits: torch.Tensor, token: int, to_target: torch.Tensor | None, draft_ids: dict[int, int] | None = None
+) -> torch.Tensor:
     """The head's own probability for the target token it proposed, from the untransformed
-    softmax of its logits (over its own vocabulary when it has a reduced one): a device scalar."""
+    softmax of its logits (over its own vocabulary when it has a reduced one): a device scalar.
+    `draft_ids` (target id -> draft id, RecurrentHead.draft_ids) spares the search of to_target."""
     if to_target is None:
         return token_confidence(logits, token)
-    return (torch.softmax(logits.reshape(-1).double(), dim=-1) * (to_target == token)).sum()
+    probs = torch.softmax(logits.reshape(-1).double(), dim=-1)
+    if draft_ids is not None:
+        at = draft_ids.get(token)
+        return probs[at] if at is not None else probs.new_zeros(())
+    return (probs * (to_target == token)).sum()
 
 
 def make_draft(
@@ -552,7 +639,7 @@ class RecurrentHeadProposer(HeadDrafting):
             token, q, u = self.draw(
                 logits, sampling, rng, len(context) - self._prompt_len + i, self.head.draft_to_target
             )
-            confidence.append(head_confidence(logits, token, self.head.draft_to_target))
+            confidence.append(head_confidence(logits, token, self.head.draft_to_target, self.head.draft_ids()))
             tokens.append(token)
             if q is not None:
                 qs.append(q)

@@ -38,12 +38,12 @@ from typing import Any, cast
 import torch
 from torch import nn
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.heads.base import (
     HeadKV,
     HeadLayer,
+    HeadNorm,
     RecurrentHead,
     RecurrentHeadProposer,
     check_width,
@@ -77,7 +77,7 @@ class Eagle3Layer(HeadLayer):
 
     def __init__(self, config: LlamaConfig, norm_before_residual: bool = False) -> None:
         super().__init__(config, width=2 * config.hidden_size)
-        self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.hidden_norm = HeadNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.norm_before_residual = norm_before_residual
 
     def fused(
@@ -116,13 +116,13 @@ class Eagle3Head(RecurrentHead):
         if own_embedding:
             self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
         if flags.get("norm_before_fc"):
-            self.input_norm = LlamaRMSNorm(3 * self.target_hidden, eps=config.rms_norm_eps)
+            self.input_norm = HeadNorm(3 * self.target_hidden, eps=config.rms_norm_eps)
         if flags.get("fc_norm"):
-            self.fc_norm = nn.ModuleList(LlamaRMSNorm(self.target_hidden, eps=config.rms_norm_eps) for _ in range(3))
+            self.fc_norm = nn.ModuleList(HeadNorm(self.target_hidden, eps=config.rms_norm_eps) for _ in range(3))
         self.fc = nn.Linear(3 * self.target_hidden, hidden, bias=False)
         self.midlayer = Eagle3Layer(config, bool(flags.get("norm_before_residual", False)))
         self.midlayer.self_attn.window = flags.get("sliding_window")
-        self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.norm = HeadNorm(hidden, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(hidden, self.draft_vocab, bias=False)
         self.register_buffer("d2t", torch.zeros(self.draft_vocab, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))

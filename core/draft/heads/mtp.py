@@ -35,11 +35,11 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from specscope.core.draft.head_folders import HeadFormatError, head_folder, read_config
 from specscope.core.draft.heads.base import (
     HeadLayer,
+    HeadNorm,
     RecurrentHead,
     RecurrentHeadProposer,
     check_width,
@@ -59,7 +59,7 @@ class SharedHead(nn.Module):
     def __init__(self, config: LlamaConfig, own_head: bool, norm: bool = True) -> None:
         super().__init__()
         if norm:  # ERNIE-4.5's module has none
-            self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.norm = HeadNorm(config.hidden_size, eps=config.rms_norm_eps)
         if own_head:
             self.head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
@@ -75,8 +75,8 @@ class MtpHead(RecurrentHead):
         self.hidden_size, self.index = hidden, index
         if own_embedding:
             self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
-        self.enorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
-        self.hnorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.enorm = HeadNorm(hidden, eps=config.rms_norm_eps)
+        self.hnorm = HeadNorm(hidden, eps=config.rms_norm_eps)
         self.eh_proj = nn.Linear(2 * hidden, hidden, bias=False)
         self.layer = HeadLayer(config)
         self.shared_head = SharedHead(config, own_head, final_norm)
