@@ -689,8 +689,9 @@ def _round(d: dict) -> dict:
 
 def init_draft_from_target(draft, target, layer_map: list[int]) -> None:
     """Copy embeddings, final norm and chosen layers (same width) from the target."""
-    draft.model.embed_tokens.weight.data.copy_(target.model.embed_tokens.weight.data)
-    draft.model.norm.weight.data.copy_(target.model.norm.weight.data)
+    with torch.no_grad():  # tracked copies (a kernel layer's bfloat16 halves follow the version)
+        draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        draft.model.norm.weight.copy_(target.model.norm.weight)
     for i, j in enumerate(layer_map):
         draft.model.layers[i].load_state_dict(target.model.layers[j].state_dict())
 

@@ -160,3 +160,58 @@ def test_a_head_runs_its_linears_as_its_target_does():
         proposer = load_eagle3(bundled_head_path("eagle3-target"))
         proposer.target_features(target)
         assert kernels.installed(proposer.head) is expected
+
+
+@needs_kernel
+@pytest.mark.parametrize(("n_out", "n_in"), [(1000, 576), (17, 13), (300, 7), (40, 256)])
+def test_bfloat16_halves_give_the_float32_weights_bits(n_out, n_in, threads):
+    """Weights that are exact bfloat16 values, read as their upper halves: the same bits as the
+    float32 weights for every row count and thread count (the tail past a multiple of 8 too)."""
+    gen = torch.Generator().manual_seed(n_out + n_in)
+    w = torch.randn(n_out, n_in, generator=gen).bfloat16().float()
+    b = torch.randn(n_out, generator=gen)
+    halves = few_rows.bfloat16_halves(w)
+    assert halves is not None and halves.dtype == torch.int16 and halves.shape == w.shape
+    for n_threads in (1, 2):
+        threads(n_threads)
+        for rows in range(1, kernels.MAX_ROWS + 1):
+            x = torch.randn(rows, n_in, generator=gen)
+            assert torch.equal(few_rows.few_rows_linear(x, w, b, halves), few_rows.few_rows_linear(x, w, b))
+
+
+def test_weights_that_are_not_bfloat16_values_have_no_halves():
+    w = torch.randn(64, 64).bfloat16().float()
+    assert few_rows.bfloat16_halves(w) is not None
+    w[3, 5] += 1e-4  # one weight off the bfloat16 grid
+    assert few_rows.bfloat16_halves(w) is None
+    assert few_rows.bfloat16_halves(w.bfloat16()) is None  # only float32 weights are read as halves
+    assert few_rows.bfloat16_halves(torch.randn(64, 64).bfloat16().float().t()) is None  # nor strided ones
+
+
+@needs_kernel
+def test_a_layer_makes_its_halves_again_when_its_weights_change():
+    model = _tiny_llama()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.bfloat16().float())  # a checkpoint stored in bfloat16, upcast on load
+    kernels.install(model)
+    head = model.lm_head
+    assert head._halves is not None
+    x = torch.randn(1, 3, 256)
+    with torch.inference_mode():
+        assert torch.equal(head(x), few_rows.few_rows_linear(x, head.weight, None))
+    with torch.no_grad():  # an in-place update the version counter sees (an optimizer step alike)
+        head.weight.mul_(2)
+    with torch.inference_mode():
+        torch.testing.assert_close(head(x), F.linear(x, head.weight), rtol=1e-5, atol=1e-4)
+    with torch.no_grad():
+        head.weight.add_(1e-3)  # off the bfloat16 grid: the float32 weights are read
+    with torch.inference_mode():
+        torch.testing.assert_close(head(x), F.linear(x, head.weight), rtol=1e-5, atol=1e-4)
+    assert head._halves is None
+    head.weight = torch.nn.Parameter(torch.randn(300, 256).bfloat16().float())  # a new tensor
+    with torch.inference_mode():
+        assert torch.equal(head(x), few_rows.few_rows_linear(x, head.weight, None))
+    assert head._halves is not None
+    kernels.remove(model)
+    assert "_halves" not in head.__dict__
