@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRotaryEmbedding, apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from specscope.core import kernels
 from specscope.core.decode.kv import model_vocab_size
@@ -135,25 +135,16 @@ def target_layers(target: Any) -> int:  # a transformers model
 # ---------------------------------------------------------------------------- the head's layer
 
 
-class HeadNorm(nn.Module):
-    """Llama's RMSNorm (LlamaRMSNorm's weight, epsilon and formula) as torch's one fused op: a
-    draft step runs four of them, and the op-by-op form costs half as much again."""
-
-    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
+class HeadNorm(LlamaRMSNorm):
+    """LlamaRMSNorm as torch's one `rms_norm` op where input and weight share a dtype (the same
+    formula; a draft step runs four of them, and the op-by-op form costs half as much again);
+    a mixed-dtype input (autocast) keeps LlamaRMSNorm's own rule."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if hidden_states.dtype != self.weight.dtype:  # autocast: LlamaRMSNorm's mixed-dtype rule
-            normed = hidden_states.float() * torch.rsqrt(
-                hidden_states.float().pow(2).mean(-1, keepdim=True) + self.variance_epsilon
-            )
-            return self.weight * normed.to(hidden_states.dtype)
+        if hidden_states.dtype != self.weight.dtype:
+            normed: torch.Tensor = super().forward(hidden_states)
+            return normed
         return F.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, self.variance_epsilon)
-
-    def extra_repr(self) -> str:
-        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
 
 
 class HeadKV:
@@ -336,9 +327,8 @@ class RecurrentHead(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary tables of n new entries: at cache rows start.. (a chain), or at the
         positions a tree step names."""
-        if (
-            torch.is_grad_enabled() or self.rope.rope_type not in STATIC_ROPE
-        ):  # training, or tables that depend on the length
+        tabled = not torch.is_grad_enabled() and self.rope.rope_type in STATIC_ROPE  # not training
+        if not tabled:
             ids = torch.arange(start, start + n, device=like.device)[None] if at is None else at.positions[None]
             tables: tuple[torch.Tensor, torch.Tensor] = self.rope(like, ids)
             return tables
@@ -546,19 +536,15 @@ def tree_draft(
     )
 
 
-def head_confidence(
-    logits: torch.Tensor, token: int, to_target: torch.Tensor | None, draft_ids: dict[int, int] | None = None
-) -> torch.Tensor:
+def head_confidence(logits: torch.Tensor, token: int, draft_ids: dict[int, int] | None) -> torch.Tensor:
     """The head's own probability for the target token it proposed, from the untransformed
-    softmax of its logits (over its own vocabulary when it has a reduced one): a device scalar.
-    `draft_ids` (target id -> draft id, RecurrentHead.draft_ids) spares the search of to_target."""
-    if to_target is None:
+    softmax of its logits (over its own vocabulary when it has a reduced one, whose ids
+    `draft_ids` maps: RecurrentHead.draft_ids): a device scalar."""
+    if draft_ids is None:
         return token_confidence(logits, token)
     probs = torch.softmax(logits.reshape(-1).double(), dim=-1)
-    if draft_ids is not None:
-        at = draft_ids.get(token)
-        return probs[at] if at is not None else probs.new_zeros(())
-    return (probs * (to_target == token)).sum()
+    at = draft_ids.get(token)
+    return probs[at] if at is not None else probs.new_zeros(())
 
 
 def make_draft(
@@ -639,7 +625,7 @@ class RecurrentHeadProposer(HeadDrafting):
             token, q, u = self.draw(
                 logits, sampling, rng, len(context) - self._prompt_len + i, self.head.draft_to_target
             )
-            confidence.append(head_confidence(logits, token, self.head.draft_to_target, self.head.draft_ids()))
+            confidence.append(head_confidence(logits, token, self.head.draft_ids()))
             tokens.append(token)
             if q is not None:
                 qs.append(q)
