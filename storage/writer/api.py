@@ -31,7 +31,10 @@ backend keeps the rounds in memory and tries again (decoding goes on), telling `
 how long it has waited and how many rounds wait; when the lock clears, every kept round is
 stored. Past the writer's wait ($SPECSCOPE_LOCK_WAIT_S, default 300 s), or when the recording
 is interrupted while it waits, the whole run goes to a JSONL trace next to the store
-(storage.writer.spill; `spilled_to` names it) that `specscope import` takes.
+(storage.writer.spill; `spilled_to` names it) that `specscope import` takes. A store locked
+when the run starts is waited for in the constructor, before anything is decoded; past the
+writer's wait the run row goes to that file instead of the store, and so does every round
+(from a thread, whatever the mode), told to `on_wait` as a lock met later is.
 
 A kill -9 of the recording process loses at most the rounds of the last flush interval;
 the next TraceStore opened on the file marks the run interrupted (liveness.writer_is_dead),
@@ -156,28 +159,29 @@ class TraceWriter:
         self._finished = False
         self._lock = threading.Lock()
         self.started_at = time.time()
-        self._insert_run(
-            run_row(
-                config,
-                status="running",
-                started_at=self.started_at,
-                models=ModelInfo.coerce(model_info),
-                library_versions=library_versions if library_versions is not None else collect_versions(),
-                top_n=self.policy.top_n,
-                full_vectors=self.policy.full,
-                full_dtype=self.policy.full_dtype,
-                prompt_text=prompt_text,
-                extra=extra,
-                writer_host=socket.gethostname(),
-                writer_pid=os.getpid(),
-            )
+        row = run_row(
+            config,
+            status="running",
+            started_at=self.started_at,
+            models=ModelInfo.coerce(model_info),
+            library_versions=library_versions if library_versions is not None else collect_versions(),
+            top_n=self.policy.top_n,
+            full_vectors=self.policy.full,
+            full_dtype=self.policy.full_dtype,
+            prompt_text=prompt_text,
+            extra=extra,
+            writer_host=socket.gethostname(),
+            writer_pid=os.getpid(),
         )
-        self._backend = self._start_backend(chosen)
+        refused = self._insert_run(row)
+        self.run_stored = refused is None  # False: the store never got the run, its file has it all
+        self._backend = self._start_backend(chosen) if refused is None else self._spill_backend(row, *refused)
         register_writer(self)
 
-    def _insert_run(self, row: dict[str, Any]) -> None:
+    def _insert_run(self, row: dict[str, Any]) -> tuple[float, str] | None:
         """Insert the run row; a store locked by another connection is waited for (up to the
-        writer's wait, telling on_wait), before anything is decoded."""
+        writer's wait, telling on_wait), before anything is decoded. None once inserted; past
+        the wait, how long it waited and the lock's error (the run then goes to a file)."""
         started = time.monotonic()
         while True:
             try:
@@ -190,21 +194,28 @@ class TraceWriter:
                 raise
             except Exception as exc:
                 waited = time.monotonic() - started
-                if not is_busy(exc) or waited >= self.lock_wait:
+                if not is_busy(exc):
                     raise
+                reason = str(getattr(exc.__cause__, "orig", None) or exc)
+                if waited >= self.lock_wait:
+                    return waited, reason
                 if self.on_wait is not None:
-                    self.on_wait(
-                        LockWait(
-                            self.run_id,
-                            "waiting",
-                            waited,
-                            self.lock_wait,
-                            0,
-                            0,
-                            reason=str(getattr(exc.__cause__, "orig", None) or exc),
-                        )
-                    )
+                    self.on_wait(LockWait(self.run_id, "waiting", waited, self.lock_wait, 0, 0, reason=reason))
                 time.sleep(0.2)
+
+    def _spill_backend(self, row: dict[str, Any], waited_s: float, reason: str) -> Backend:
+        """A thread that writes the whole run to its JSONL file, the store having stayed locked
+        past the writer's wait when the run started (a lock met later ends the same way); the
+        writer process would only pass the rounds on to the same file."""
+        sink = RunSink(self.store.engine, self.run_id, self.policy, self.started_at, self.lock_wait)
+        try:
+            sink.spill_from_start(row, waited_s, reason)
+        except OSError as exc:  # no folder to write to: the run cannot be recorded anywhere
+            raise WriterError(
+                f"starting run {self.run_id}: the store stayed locked ({reason}) and the run cannot go to a "
+                f"file either: {exc}"
+            ) from exc
+        return ThreadBackend(sink, self.flush_interval, self.on_wait)
 
     def _start_backend(self, mode: str) -> Backend:
         if mode == "process":
@@ -341,6 +352,11 @@ class TraceWriter:
         if not path:
             return ""
         where = where or self.store.location
+        if not self.run_stored:  # locked when the run started: the run can go in under its own id
+            return (
+                f"{where} was locked when run {self.run_id} started, so the whole run went to {path} (the store "
+                f"holds none of it); add it with: specscope import {path} --db {where}"
+            )
         n = self.rounds_written
         return (
             f"{where} stayed locked, so run {self.run_id} went whole to {path} (the store keeps its first "

@@ -124,6 +124,8 @@ class ThreadBackend(_BackendBase):
         super().__init__(sink.run_id)
         self._sink = sink
         self._reports = WaitReports(on_wait)
+        if sink.spill is not None:  # the store was locked past the wait when the run started: said at once
+            self._reports.after(sink, True)
         self._flush_interval = flush_interval
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._wake = threading.Event()

@@ -151,6 +151,7 @@ class RunSink:
         self.spill: Spill | None = None
         self.busy_error = ""
         self.last_wait_s = 0.0  # how long the last wait for the lock lasted
+        self.run_stored = True  # False: the store never got the run row (spill_from_start)
 
     def add(self, rounds: Sequence[Round]) -> None:
         """Encode rounds now; they are inserted by the next commit()."""
@@ -201,6 +202,15 @@ class RunSink:
         self.waiting_since, self.waiting_bytes = None, 0
         return True
 
+    def spill_from_start(self, row: Mapping[str, Any], waited_s: float, reason: str) -> None:
+        """The store stayed locked past the writer's wait when the run started, so it never got
+        the run row (`row`): the whole run goes to a Spill from that row, as a run whose store
+        stays locked later does, instead of being lost."""
+        self.run_stored = False
+        self.busy_error = reason
+        self.last_wait_s = waited_s
+        self.spill = Spill(self.engine, self.run_id, _store_file(self.engine), run=row)
+
     def lock_state(self, state: str) -> LockWait:
         """What an on_wait callback is told (see LockWait)."""
         spill = self.spill
@@ -235,6 +245,8 @@ class RunSink:
         error naming the file that holds the whole run (else the next writer to open the
         store marks it interrupted once this process has gone)."""
         assert self.spill is not None
+        if not self.run_stored:  # nothing of the run to mark
+            return
         why = (
             f"the store was locked ({self.busy_error}) for longer than the writer waits: all "
             f"{self.spill.rounds} rounds of the run are in {self.spill.path} (specscope import)"
@@ -289,6 +301,8 @@ class RunSink:
         """Close the run with `status` and `error` without writing rounds (best effort):
         False when that could not be stored (the database itself may be what failed, a full
         disk for one)."""
+        if not self.run_stored:  # the store never got the run (its file has what there is)
+            return False
         now = time.time()
         try:
             with transaction(self.engine) as conn:

@@ -6,9 +6,11 @@ A RunSink whose store is locked by another process keeps its rounds in memory an
 the recording is interrupted while it waits, it gives up on the store and writes the whole
 run to a Spill instead: the header and the rounds the store already holds (read from the
 store: SQLite's write-ahead log lets a reader in while another connection holds the write
-lock), then the waiting rounds, then every later round and the end record. The file is the
+lock), then the waiting rounds, then every later round and the end record. A store locked
+past the wait when the run starts never gets the run row: the file then starts from the row
+the writer built (nothing is read from the store) and holds every round. The file is the
 JSONL trace format (docs/trace-format.md): `specscope import FILE --db STORE --run-id NEW`
-takes it.
+takes it (without --run-id when the store holds none of the run).
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ def spill_path(store_path: str | None, run_id: str) -> Path:
 
 
 class Spill:
-    """A run written as a JSONL trace, its first rounds copied from the store."""
+    """A run written as a JSONL trace, its first rounds copied from the store; or, given the
+    `run` row that the store never got (it was locked when the run started), from that row
+    with no rounds yet."""
 
-    def __init__(self, engine: Engine, run_id: str, store_path: str | None):
-        from specscope.storage.jsonl.transfer import header_json, round_lines
+    def __init__(self, engine: Engine, run_id: str, store_path: str | None, run: Mapping[str, Any] | None = None):
+        from specscope.storage.jsonl.transfer import header_json
 
         self.run_id = run_id
         self.path = spill_path(store_path, run_id)
@@ -55,22 +59,32 @@ class Spill:
         self.tokens: list[int] = []
         self._fh = open(self.path, "x", encoding="utf-8")  # noqa: SIM115 - held for the spill's life (appended by write), closed on failure below
         try:
-            with engine.connect() as conn:  # a read: the write lock does not stop it (WAL)
-                run = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).one()._mapping
+            if run is None:
+                self._copy(engine)
+            else:  # the store holds nothing of the run: nothing to read (which its lock might refuse as well)
                 self._run = dict(run)
-                self._fh.write(_dumps(header_json(run)) + "\n")
-                for line in round_lines(conn, run_id):
-                    self._fh.write(line + "\n")
-                    self.copied += 1
-                for row in conn.execute(
-                    select(tokens_table.c.tokens).where(tokens_table.c.run_id == run_id).order_by(tokens_table.c.start)
-                ):
-                    self.tokens.extend(int(t) for t in chunk_tokens(row.tokens))
-            self.rounds = self.copied
+                self._fh.write(_dumps(header_json(self._run)) + "\n")
             self._fh.flush()
         except BaseException:
             self._fh.close()
             raise
+
+    def _copy(self, engine: Engine) -> None:
+        """The header and the rounds that the store holds."""
+        from specscope.storage.jsonl.transfer import header_json, round_lines
+
+        with engine.connect() as conn:  # a read: the write lock does not stop it (WAL)
+            run = conn.execute(select(runs_table).where(runs_table.c.run_id == self.run_id)).one()._mapping
+            self._run = dict(run)
+            self._fh.write(_dumps(header_json(run)) + "\n")
+            for line in round_lines(conn, self.run_id):
+                self._fh.write(line + "\n")
+                self.copied += 1
+            for row in conn.execute(
+                select(tokens_table.c.tokens).where(tokens_table.c.run_id == self.run_id).order_by(tokens_table.c.start)
+            ):
+                self.tokens.extend(int(t) for t in chunk_tokens(row.tokens))
+        self.rounds = self.copied
 
     def write(
         self, round_rows: Sequence[Mapping[str, Any]], node_rows: Sequence[Mapping[str, Any]], tokens: Sequence[int]

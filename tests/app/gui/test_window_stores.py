@@ -260,3 +260,35 @@ def test_past_the_wait_the_window_names_the_file_the_run_went_to(qtbot, make_win
     with TraceStore(tmp_path / "other.sqlite") as other:
         run_id = import_run(other, spilled)
         assert other.count_rounds(run_id) == len(window.model.rounds)
+
+
+def test_a_store_locked_when_the_run_starts_sends_the_window_run_to_a_file(qtbot, make_window, tmp_path, monkeypatch):
+    """A lock met as the run starts ends as one met later: the run is recorded to the file the
+    window names, not lost ("not being recorded"), and import puts it in the store."""
+    from specscope.storage import TraceStore, import_run
+    from tests.storage.writer.test_locked_store import hold_lock
+
+    monkeypatch.setenv("SPECSCOPE_BUSY_TIMEOUT_S", "0.3")
+    monkeypatch.setenv("SPECSCOPE_LOCK_WAIT_S", "1")
+    db = tmp_path / "locked.sqlite"
+    TraceStore(db).close()
+    window = make_window(store_path=str(db))
+    said = []
+    window.live.activity.connect(said.append)
+    configure(window, max_new_tokens="20")
+    holder = hold_lock(db, 120)
+    try:
+        assert window.start_run()
+        wait_idle(qtbot, window, timeout=60000)
+        qtbot.waitUntil(lambda: window.last_error is not None, timeout=30000)
+    finally:
+        holder.kill()
+        holder.wait(10)
+    [spilled] = tmp_path.glob("locked.sqlite.*.jsonl")
+    assert "not being recorded" not in window.last_error
+    assert str(spilled) in window.last_error and "specscope import" in window.last_error, window.last_error
+    assert any(f"goes to {spilled}" in text for text in said), said
+    with TraceStore(db) as store:
+        run_id = import_run(store, spilled)
+        assert run_id == window.model.config.run_id
+        assert store.count_rounds(run_id) == len(window.model.rounds) > 0
