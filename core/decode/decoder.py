@@ -295,7 +295,10 @@ class SpeculativeDecoder:
         stop_reason: StopReason = "budget"
         started = time.perf_counter()
         self._tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
-        self._policy = self._new_policy(context) if self.auto_k else None
+        self._policy = self._new_policy(context) if self.auto_k or self.nodes_by_cost else None
+        if self.nodes_by_cost:  # the tree's width by cost, from this run's policy (ProposerBase.tree_budget)
+            proposer: Any = self.proposer
+            proposer.tree_budget = cast(CostPolicy, self._policy).tree_budget
         try:
             while len(new_tokens) < budget:
                 rnd = self._round(config.run_id, tally.rounds, context, len(new_tokens), budget, rng)
@@ -357,7 +360,9 @@ class SpeculativeDecoder:
         clock, lm, layout = self.stopwatch, self.target_lm, self.layout
         remaining = budget - emitted_before
         k = layout.draft_length(self.k, remaining)
-        if self._policy is not None:  # k="auto": this round's length (a tree's depth) by cost
+        if self._policy is not None and self.nodes_by_cost:  # the depth a nodes=auto tree grows, by cost
+            k = min(k, self._policy.tree_depth())
+        elif self._policy is not None:  # k="auto": this round's length (a tree's depth) by cost
             k = min(k, self._policy.choose())
         prefix_len = len(context)
         target_before = lm.processed
@@ -412,7 +417,9 @@ class SpeculativeDecoder:
         t3 = clock.now()
         if self._policy is not None:  # the round's costs and acceptance (a prompt-reading round: acceptance only)
             n = len(pending) + len(draft.tokens)
-            self._policy.observe(draft.parents, len(verdict.path), t1 - t0, t2 - t1, n, costs=target_before > 0)
+            self._policy.observe(
+                draft.parents, len(verdict.path), t1 - t0, t2 - t1, n, costs=target_before > 0, path=verdict.path
+            )
 
         fields = dict(
             run_id=run_id,
@@ -444,20 +451,30 @@ class SpeculativeDecoder:
     # ------------------------------------------------------------------ k = "auto"
 
     def _verify_cost_table(self, prompt: Sequence[int]) -> dict[int, float]:
-        """The target's forward time over 1..N positions (N: the deepest chain's, or 65 for a
-        tree), measured once per decoder with a few warm forwards after the prompt."""
+        """The target's forward time over 1..N positions (N: the deepest chain's, or a tree's
+        node cap + 1, at most 65), measured once per decoder with a few warm forwards after the prompt."""
         if self._verify_table is None:
-            most = self.k + 1 if self.proposer.tree is None else 65
+            tree = self.proposer.tree
+            most = self.k + 1 if tree is None else min(65, int(getattr(tree, "nodes", 64)) + 1)  # its node cap
             timer = target_forward_timer(self.target, prompt, self.use_cache)
             self._verify_table = measure_verify_cost(timer, most)
         return self._verify_table
 
+    @property
+    def nodes_by_cost(self) -> bool:
+        """A dynamic tree with nodes=auto: each round's kept node count chosen by cost."""
+        return bool(getattr(self.proposer.tree, "nodes_by_cost", False))
+
     def _k_policy_params(self, prompt: Sequence[int]) -> dict[str, Any]:
-        """What a run's config records of an auto k: the policy, its cap and the measured table."""
-        if not self.auto_k:
+        """What a run's config records of an auto k (the policy, its cap) or an auto tree width,
+        and the measured table both read."""
+        if not (self.auto_k or self.nodes_by_cost):
             return {}
         table = self._verify_cost_table(prompt)
-        return {"k_policy": "auto", "k_max": self.k, "verify_ms": {str(n): round(s * 1e3, 4) for n, s in table.items()}}
+        policy = {"k_policy": "auto", "k_max": self.k} if self.auto_k else {}
+        if self.nodes_by_cost:
+            policy["tree_nodes"] = "auto"
+        return {**policy, "verify_ms": {str(n): round(s * 1e3, 4) for n, s in table.items()}}
 
     def _new_policy(self, prompt: Sequence[int]) -> CostPolicy:
         tree = self.proposer.tree

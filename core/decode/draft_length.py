@@ -22,6 +22,18 @@ second of the round,
 positions(d) is d + 1 for a chain; for a tree it is the measured mean node count within depth d
 plus one (the tree's drafts at full depth tell it; capped drafts refresh the shallower counts).
 
+A dynamic tree with `nodes=auto` also has its width chosen by cost, after it is grown
+(`CostPolicy.tree_budget`): the candidates ranked by cumulative draft probability v (EAGLE-2's
+order, which keeps every parent before its children), it keeps the first N, N maximising
+
+    rate(N) = (1 + sum of a(v) over the first N) / (draft_cost + verify_cost(N + 1))
+
+where a(v) is the probability that a kept node with value v ends on the accepted path
+(`NodeCalibration`: learned from the run's own rounds, starting from EAGLE-2's premise a(v) = v,
+which a head's confidence need not meet). The sum is the expected accepted length of the kept
+tree, so a sure draft keeps a chain and an unsure one adds the siblings that pay for their
+positions.
+
 The length a round drafts is the policy's choice: whatever it is, the round is verified by the
 same exact rules, so the output keeps the target's distribution (greedy: equals plain greedy)
 for any sequence of lengths chosen from past rounds (tests/core/decode/test_auto_k.py).
@@ -31,11 +43,12 @@ Pure apart from `measure_verify_cost` (which runs the target); no Qt, no SQL.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from specscope.core.cost import expected_tokens_from_survival
 
@@ -93,15 +106,15 @@ class VerifyCost:
 CLIP = math.log(4.0)  # the most one round moves the verify scale's log, before weighting
 
 
-def _non_decreasing(values: Sequence[float]) -> list[float]:
-    """The least-squares non-decreasing fit (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in values:
-        blocks.append([v, 1.0])
+def _non_decreasing(values: Sequence[float], weights: Sequence[float] | None = None) -> list[float]:
+    """The (weighted) least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight, entries]
+    for v, w in zip(values, weights if weights is not None else [1.0] * len(values), strict=True):
+        blocks.append([v, w, 1])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m1, c1), (m2, c2) = blocks[-2], blocks[-1]
-            blocks[-2:] = [[(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]]
-    return [m for m, c in blocks for _ in range(int(c))]
+            (m1, w1, n1), (m2, w2, n2) = blocks[-2], blocks[-1]
+            blocks[-2:] = [[(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2]]
+    return [m for m, _, n in blocks for _ in range(int(n))]
 
 
 class Acceptance:
@@ -135,6 +148,52 @@ class Acceptance:
                 self.accepted[i] += 1.0
 
 
+# the bins of a node's cumulative draft probability v that NodeCalibration counts in
+CALIBRATION_EDGES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+
+
+STALE_HOPE = 0.05  # nodes=auto: how fast a depth not grown lately drifts back up to be tried again
+
+
+class NodeCalibration:
+    """a(v): the probability that a kept tree node whose cumulative draft probability is v ends
+    on the accepted path. Decayed counts per bin of v (CALIBRATION_EDGES) under a prior at the
+    bin's middle, made non-decreasing in v (weighted pool-adjacent-violators), so that ranking
+    by v and by a(v) agree."""
+
+    def __init__(self, prior_strength: float = 3.0, decay: float = 0.98):
+        self.prior_strength, self.decay = prior_strength, decay
+        bins = len(CALIBRATION_EDGES) - 1
+        self.prior = [(lo + hi) / 2 for lo, hi in itertools.pairwise(CALIBRATION_EDGES)]
+        self.tried = [0.0] * bins
+        self.hits = [0.0] * bins
+        self._rates: list[float] | None = None
+
+    @staticmethod
+    def bin(v: float) -> int:
+        return min(max(bisect.bisect_right(CALIBRATION_EDGES, v) - 1, 0), len(CALIBRATION_EDGES) - 2)
+
+    def rates(self) -> list[float]:
+        if self._rates is None:
+            weights = [t + self.prior_strength for t in self.tried]
+            raw = [(h + m * self.prior_strength) / w for h, m, w in zip(self.hits, self.prior, weights, strict=True)]
+            self._rates = _non_decreasing(raw, weights)
+        return self._rates
+
+    def value(self, v: float) -> float:
+        return self.rates()[self.bin(v)] if v > 0 else 0.0
+
+    def observe(self, values: Sequence[float], on_path: Sequence[bool]) -> None:
+        """One round's kept nodes: their v and whether each ended on the accepted path."""
+        self.tried = [t * self.decay for t in self.tried]
+        self.hits = [h * self.decay for h in self.hits]
+        for v, hit in zip(values, on_path, strict=True):
+            b = self.bin(v)
+            self.tried[b] += 1.0
+            self.hits[b] += float(hit)
+        self._rates = None
+
+
 @dataclass
 class CostPolicy:
     """The `auto` length policy of one run (module docstring)."""
@@ -152,6 +211,11 @@ class CostPolicy:
         self.draft_s: float | None = None  # seconds per drafted depth
         self.nodes: list[float | None] = [None] * self.k_max  # a tree's mean node count within depth d + 1
         self.chosen: list[int] = []
+        self.calibration = NodeCalibration()  # nodes=auto: a(v) of a kept node
+        self.budgets: list[int] = []  # nodes=auto: each round's kept node count
+        self._kept_values: list[float] | None = None  # the last tree_budget's kept nodes' v, in node order
+        self._grown: int | None = None  # the last tree_budget's grown depth (its draft steps)
+        self.depth_rates: list[float | None] = [None] * self.k_max  # nodes=auto: best rate by grown depth
 
     def positions(self, d: int) -> float:
         """Target positions a round of length d verifies: its nodes plus the pending token."""
@@ -177,6 +241,65 @@ class CostPolicy:
         self.chosen.append(k)
         return k
 
+    def tree_budget(self, scores: Sequence[float], parents: Sequence[int]) -> int:
+        """nodes=auto: how many of a grown dynamic tree's candidates to keep (module docstring).
+        `scores`: each candidate's cumulative draft log-probability; `parents`: its parent's
+        candidate index (-1: the prefix). core.draft.trees.select_dynamic keeps that many.
+        The same candidates cut at each shallower depth d tell what a tree grown d deep would
+        have given (its draft cost d steps): the rates `tree_depth` chooses the next depth by."""
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))  # select_dynamic's ranking
+        if not order:
+            return 0
+        depths = _depths(parents)
+        grown = max(depths)
+        step = 0.0 if self.draft_s is None else self.draft_s
+        values = [math.exp(scores[i]) if scores[i] > -math.inf else 0.0 for i in order]
+        gains = [self.calibration.value(v) for v in values]
+        verify = [self.verify(n + 1) for n in range(len(order) + 1)]
+        budget = 1
+        for d in range(1, grown + 1):
+            best, best_rate, expected, n = 0, 0.0, 1.0, 0
+            for i, gain in zip(order, gains, strict=True):
+                if depths[i] > d:
+                    continue
+                n += 1
+                expected += gain
+                rate = expected / (step * d + verify[n])
+                if rate > best_rate:
+                    best, best_rate = n, rate
+            if d <= len(self.depth_rates):
+                old = self.depth_rates[d - 1]
+                self.depth_rates[d - 1] = best_rate if old is None else old + 0.3 * (best_rate - old)
+            budget = max(best, 1)  # at the depth grown: this round's
+        # a depth deeper than this round's keeps an old rate: nudge it a little above the best,
+        # so that a depth measured badly once (cold timings, an early calibration) is tried again
+        known = [r for r in self.depth_rates[:grown] if r is not None]
+        if known:
+            hope = max(known) * (1 + STALE_HOPE)
+            for d in range(grown + 1, len(self.depth_rates) + 1):
+                old = self.depth_rates[d - 1]
+                if old is not None and old < hope:
+                    self.depth_rates[d - 1] = old + STALE_HOPE * (hope - old)
+        value_of = dict(zip(order[:budget], values, strict=False))
+        self._kept_values = [value_of[i] for i in sorted(order[:budget])]  # in node order, as kept
+        self._grown = grown
+        self.budgets.append(budget)
+        return budget
+
+    def tree_depth(self) -> int:
+        """nodes=auto: the depth to grow this round: the best of the depths the past rounds'
+        trees measured (an EMA of each depth's best rate), one deeper when the deepest measured
+        is the best (so a tree that pays grows until it stops paying); k_max before any."""
+        known = [d for d in range(1, self.k_max + 1) if self.depth_rates[d - 1] is not None]
+        if not known:
+            depth = self.k_max
+        else:
+            depth = max(known, key=lambda d: (cast(float, self.depth_rates[d - 1]), -d))
+            if depth == known[-1] and depth < self.k_max:
+                depth += 1
+        self.chosen.append(depth)
+        return depth
+
     def observe(
         self,
         parents: Sequence[int],
@@ -185,14 +308,21 @@ class CostPolicy:
         verify_s: float,
         positions: int,
         costs: bool = True,
+        path: Sequence[int] = (),
     ) -> None:
         """One finished round: the draft's parents (its shape), the accepted node count, the
-        draft and verify times and the verify forward's positions. `costs=False` (a round whose
-        forwards also read the prompt) updates the acceptance only."""
+        draft and verify times and the verify forward's positions, and the accepted nodes
+        (`path`: what calibrates a nodes=auto tree). `costs=False` (a round whose forwards also
+        read the prompt) updates the acceptance only."""
         depths = _depths(parents)
         drafted = max(depths, default=0)
+        kept_values, self._kept_values = self._kept_values, None
+        grown, self._grown = self._grown, None
         if drafted == 0:
             return  # nothing drafted (a head's prefill round, prompt lookup without a match)
+        if kept_values is not None and len(kept_values) == len(parents):
+            on_path = set(path)
+            self.calibration.observe(kept_values, [i in on_path for i in range(len(parents))])
         self.acceptance.observe(drafted, accepted)
         if self.tree:
             for d in range(1, min(drafted, self.k_max) + 1):
@@ -201,7 +331,7 @@ class CostPolicy:
                 self.nodes[d - 1] = count if old is None else old + 0.3 * (count - old)
         if not costs:
             return
-        per_depth = max(draft_s, 0.0) / drafted
+        per_depth = max(draft_s, 0.0) / max(drafted, grown or 0)  # a tree's steps: the depth it grew
         self.draft_s = (
             per_depth if self.draft_s is None else self.draft_s + self.draft_weight * (per_depth - self.draft_s)
         )
@@ -215,6 +345,8 @@ class CostPolicy:
             "verify_scale": round(self.verify.scale, 4),
             "verify_s": {n: self.verify(n) for n in range(1, int(self.positions(self.k_max)) + 1)},
             "chosen": self.chosen[-1] if self.chosen else None,
+            "tree_nodes": self.budgets[-1] if self.budgets else None,
+            "node_calibration": [round(r, 4) for r in self.calibration.rates()],
         }
 
 
@@ -236,8 +368,12 @@ def measure_verify_cost(
     table: dict[int, float] = {}
     for n in ns:
         forward(n)  # warm
-        table[n] = max(min(forward(n) for _ in range(reps)), 1e-9)
+        # past LONG_FORWARD positions a forward is long against the timer's noise: one timed call
+        table[n] = max(min(forward(n) for _ in range(reps if n <= LONG_FORWARD else 1)), 1e-9)
     return table
+
+
+LONG_FORWARD = 17  # measure_verify_cost: positions past which one timed call suffices
 
 
 def target_forward_timer(model: Any, prompt: Sequence[int], use_cache: bool = True) -> Callable[[int], float]:

@@ -21,7 +21,7 @@ keeps the accepted path's rows (gathered by index) and drops every other node.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -239,10 +239,18 @@ def grow_static(g: TreeGrowth, spec: TreeSpec, mode: str, max_depth: int, root: 
     return list(range(len(g.nodes)))
 
 
-def grow_dynamic(g: TreeGrowth, spec: TreeSpec, max_depth: int, root: torch.Tensor) -> list[int]:
+# nodes=auto: (candidates' cumulative log q, their parents) -> how many of the best to keep
+# (core.decode.draft_length.CostPolicy.tree_budget; the decoder hands it to the proposer)
+NodeBudget = Callable[[Sequence[float], Sequence[int]], int]
+
+
+def grow_dynamic(
+    g: TreeGrowth, spec: TreeSpec, max_depth: int, root: torch.Tensor, budget: NodeBudget | None = None
+) -> list[int]:
     """EAGLE-2: from the prefix's q row `root`, expand the `topk` best frontier candidates by
     cumulative log q at each depth (`topk` children each, the top-k of q); keep the `nodes`
-    best candidates overall."""
+    best candidates overall (nodes=auto: as many as `budget` says, at most the cap; without
+    a budget, the cap)."""
     g.add_children(-1, root, spec.topk, "topk")
     level = list(range(len(g.nodes)))
     for _ in range(2, min(spec.depth, max_depth) + 1):
@@ -256,7 +264,11 @@ def grow_dynamic(g: TreeGrowth, spec: TreeSpec, max_depth: int, root: torch.Tens
         for c, q in zip(frontier, g.expand(frontier)):
             g.add_children(c, q, spec.topk, "topk")
         level = list(range(start, len(g.nodes)))
-    return select_dynamic([n.score for n in g.nodes], [n.parent for n in g.nodes], spec.nodes)
+    scores, parents = [n.score for n in g.nodes], [n.parent for n in g.nodes]
+    keep = spec.nodes
+    if spec.nodes_by_cost and budget is not None:
+        keep = max(1, min(int(budget(scores, parents)), spec.nodes))
+    return select_dynamic(scores, parents, keep)
 
 
 def finish(

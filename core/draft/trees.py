@@ -10,6 +10,11 @@ A tree spec is a short string:
                                    EAGLE-2: at each depth expand the `topk` best frontier nodes
                                    by cumulative draft log-probability, `topk` children each;
                                    keep the `nodes` best of all candidates
+    dynamic:nodes=auto,depth=5,topk=4
+                                   the same, the number kept chosen each round by cost: as many
+                                   of the best candidates as maximise the expected tokens per
+                                   second (core.decode.draft_length.CostPolicy.tree_budget): a chain when
+                                   the draft is sure, wider where it is not
 
 A static shape is a list of slots (parent slot, rank) in breadth-first order; rank r is the
 r-th child drawn (or the r-th most probable for top-k children). A rank r > 0 needs its
@@ -49,6 +54,7 @@ class TreeSpec:
     nodes: int = 0  # node budget
     depth: int = 0  # maximum depth
     topk: int = 0  # dynamic: frontier width and children per expanded node
+    nodes_by_cost: bool = False  # dynamic nodes=auto: each round keeps what pays (`nodes` is then the cap)
 
     def __str__(self) -> str:
         return self.text
@@ -96,28 +102,49 @@ def parse_tree(text: str | TreeSpec) -> TreeSpec:
         raise TreeSpecError("an empty tree spec: write e.g. 3,2,1 or dynamic:nodes=16,depth=5,topk=4")
     head, colon, rest = text.partition(":")
     if colon and head.strip() == "dynamic":
-        opts = _options([i for i in rest.split(",") if i.strip()], ("nodes", "depth", "topk"), text)
-        missing = [k for k in ("nodes", "depth", "topk") if k not in opts]
+        items = [i for i in rest.split(",") if i.strip()]
+        by_cost = [i for i in items if i.replace(" ", "") == "nodes=auto"]
+        opts = _options([i for i in items if i not in by_cost], ("nodes", "depth", "topk"), text)
+        missing = [k for k in ("nodes", "depth", "topk") if k not in opts and not (k == "nodes" and by_cost)]
         if missing:
-            raise TreeSpecError(f"tree {text!r}: dynamic trees need {', '.join(m + '=N' for m in missing)}")
-        _check_size(opts["nodes"], text)
-        return TreeSpec("dynamic", text, nodes=opts["nodes"], depth=opts["depth"], topk=opts["topk"])
+            needs = ", ".join(m + ("=N|auto" if m == "nodes" else "=N") for m in missing)
+            raise TreeSpecError(f"tree {text!r}: dynamic trees need {needs}")
+        if (by_cost and "nodes" in opts) or len(by_cost) > 1:
+            raise TreeSpecError(f"tree {text!r}: give nodes once (a number, or auto)")
+        depth, topk = opts["depth"], opts["topk"]
+        nodes = min(candidate_count(depth, topk), MAX_NODES) if by_cost else opts["nodes"]
+        _check_size(nodes, text)
+        return TreeSpec("dynamic", text, nodes=nodes, depth=depth, topk=topk, nodes_by_cost=bool(by_cost))
     if colon and head.strip() == "paths":
         items = rest.split(",")
-        opts = _options(items[1:], ("nodes",), text)
+        opts = _options(_static_nodes(items[1:], text), ("nodes",), text)
         slots = _slots_from_paths(items[0], text)
     elif colon:
         raise TreeSpecError(f"tree {text!r}: unknown kind {head.strip()!r} (use B1,B2,..., paths:... or dynamic:...)")
     else:
         items = text.split(",")
         branching = [i for i in items if "=" not in i]
-        opts = _options([i for i in items if "=" in i], ("nodes",), text)
+        opts = _options(_static_nodes([i for i in items if "=" in i], text), ("nodes",), text)
         slots = _slots_from_branching([_positive_int(b.strip(), "a branching factor", text) for b in branching], text)
     if "nodes" in opts:
         slots = slots[: opts["nodes"]]  # breadth first: parents stay before their children
     _check_size(len(slots), text)
     depth = max(_depths_of_slots(slots))
     return TreeSpec("static", text, slots=tuple(slots), nodes=len(slots), depth=depth)
+
+
+def candidate_count(depth: int, topk: int) -> int:
+    """How many candidates a dynamic tree grows at most: topk at depth 1, topk x topk below."""
+    return topk + (depth - 1) * topk * topk
+
+
+def _static_nodes(items: list[str], text: str) -> list[str]:
+    if any(i.replace(" ", "") == "nodes=auto" for i in items):
+        raise TreeSpecError(
+            f"tree {text!r}: nodes=auto applies to dynamic trees (a static tree keeps every slot): "
+            "write e.g. dynamic:nodes=auto,depth=5,topk=4"
+        )
+    return items
 
 
 def tree_options(tree: Any, children: str) -> tuple[Any, str]:

@@ -189,7 +189,7 @@ class TraceWriter:
                     if conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == self.run_id)).first():
                         raise RunExistsError(f"a run with id {self.run_id} is already stored")
                     conn.execute(insert(runs_table), row)  # parameters, not .values(): compiled once, cached
-                return
+                return None
             except WriterError:
                 raise
             except Exception as exc:

@@ -27,11 +27,13 @@ TREE_EXAMPLES = (
     "3,2,1,1,nodes=12",
     "paths:0;1;0.0;0.1;0.0.0",
     "dynamic:nodes=16,depth=5,topk=4",
+    "dynamic:nodes=auto,depth=6,topk=3",
 )
 # Compare-lane menu entries (the bench's tree rows): (tree, children, label suffix).
 TREE_CHOICES = (
     ("2,1,1,1", DEFAULT_CHILDREN, "static tree 2,1,1,1 (8 nodes)"),
     ("dynamic:nodes=16,depth=5,topk=4", DEFAULT_CHILDREN, "dynamic tree (16 nodes)"),
+    ("dynamic:nodes=auto,depth=6,topk=3", DEFAULT_CHILDREN, "dynamic tree (width and depth by cost)"),
 )
 
 

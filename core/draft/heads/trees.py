@@ -54,14 +54,18 @@ class HeadGrowth(TreeGrowth):
         self.source = f"the {head.kind} head"
         self.real = head.length
         self.outputs: dict[int, torch.Tensor] = {-1: root}  # candidate (-1: the prefix) -> the head's output there
+        self.logits: dict[int, torch.Tensor] = {}  # expanded candidate (-1: the prefix) -> its logits row
 
     def root_q(self) -> torch.Tensor:
-        return self.head_q(self.outputs[-1][None])[0]
+        return self.head_q(self.outputs[-1][None], [-1])[0]
 
-    def head_q(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(n, H) outputs -> (n, V) float64 q over the target's vocabulary (a reduced draft
-        vocabulary's rows placed at its target ids, zero elsewhere)."""
-        q = self._q(self.head.logits(hidden))
+    def head_q(self, hidden: torch.Tensor, candidates: list[int]) -> torch.Tensor:
+        """(n, H) outputs of `candidates` -> (n, V) float64 q over the target's vocabulary (a
+        reduced draft vocabulary's rows placed at its target ids, zero elsewhere). The logits
+        rows are kept: the kept nodes' confidences are read from them."""
+        logits = self.head.logits(hidden)
+        self.logits.update(zip(candidates, logits, strict=True))
+        q = self._q(logits)
         to_target = self.head.draft_to_target
         if to_target is None:
             return q
@@ -74,14 +78,15 @@ class HeadGrowth(TreeGrowth):
         if not kept:
             return ()
         parents = sorted({self.nodes[c].parent for c in kept})
-        probs = torch.softmax(self.head.logits(torch.stack([self.outputs[p] for p in parents])).double(), dim=-1)
-        return _entries(
-            probs,
-            self.head.draft_to_target,
-            self.vocab_size,
-            [parents.index(self.nodes[c].parent) for c in kept],
-            [self.nodes[c].token for c in kept],
-        )
+        probs = torch.softmax(torch.stack([self.logits[p] for p in parents]).double(), dim=-1)
+        draft_ids = self.head.draft_ids()
+        tokens = [self.nodes[c].token for c in kept]
+        # a reduced vocabulary: each token's column in the head's rows (a token outside it: q = 0)
+        cols = tokens if draft_ids is None else [draft_ids.get(t, -1) for t in tokens]
+        rows = [parents.index(self.nodes[c].parent) for c in kept]
+        padded = torch.cat([probs, probs.new_zeros((probs.shape[0], 1))], dim=1)  # column -1: zero
+        index = torch.tensor(rows, dtype=torch.long, device=probs.device)
+        return tuple(padded[index, torch.tensor(cols, dtype=torch.long, device=probs.device)].tolist())
 
     def expand(self, frontier: list[int]) -> list[torch.Tensor]:
         held = self.head.length
@@ -96,7 +101,7 @@ class HeadGrowth(TreeGrowth):
         for j, c in enumerate(frontier):
             self.outputs[c], self.rows[c] = out[j], held + j
         self.forwards += 1
-        return list(self.head_q(out))
+        return list(self.head_q(out, frontier))
 
 
 class DepthRowsGrowth(TreeGrowth):

@@ -100,3 +100,36 @@ def test_auto_k_with_the_transformers_engine_runs_its_own_heuristic_schedule(pai
     assert engine.params()["num_assistant_tokens_schedule"] == "heuristic" and engine.k == 4
     fixed = build_decoder(RunSettings(k=3, engine="transformers", proposer="draft:noisy"), models)
     assert fixed.params()["num_assistant_tokens_schedule"] == "constant" and fixed.k == 3
+
+
+@pytest.mark.parametrize("k", ["auto", 3])
+def test_a_tree_chosen_by_cost_stays_greedy_exact_and_keeps_what_the_policy_chose(pair, k):
+    """dynamic:nodes=auto: each round grows the depth the policy chose (k caps it) and keeps the
+    node count it chose from the candidates' values and the measured verify cost."""
+    target, draft = pair
+    proposer = DraftModelProposer(draft, tree="dynamic:nodes=auto,depth=4,topk=2")
+    dec = SpeculativeDecoder(target, proposer, k=k, sampling=GREEDY)
+    for prompt in prompts(64, 3, seed=7):
+        out = dec.generate(prompt, max_new_tokens=24)
+        assert out.new_tokens == reference_greedy(target, prompt, 24)
+        policy = dec._policy
+        drafted = [r for r in out.rounds if r.nodes]
+        assert [len(r.nodes) for r in drafted] == policy.budgets
+        cap = 4 if k == "auto" else 3
+        assert all(max(n.depth for n in r.nodes) <= min(d, cap) for r, d in zip(drafted, policy.chosen, strict=True))
+    params = out.config.proposer_params
+    assert params["tree_nodes"] == "auto" and params["verify_ms"]
+    assert ("k_policy" in params) == (k == "auto")
+
+
+def test_a_head_tree_chosen_by_cost_is_greedy_exact():
+    from specscope.core.loading import bundled_path, load_model
+
+    target = load_model(bundled_path("target"), device="cpu", dtype="float32")
+    dec = SpeculativeDecoder(
+        target, build_proposer("eagle3,tree=dynamic:nodes=auto,depth=5,topk=3"), k="auto", sampling=GREEDY
+    )
+    prompt = [1, 2, 3, 4, 5, 6]
+    out = dec.generate(prompt, max_new_tokens=32)
+    assert out.new_tokens == reference_greedy(target, prompt, 32)
+    assert [len(r.nodes) for r in out.rounds if r.nodes] == dec._policy.budgets

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -9,10 +11,12 @@ from specscope.core.cost import expected_tokens
 from specscope.core.decode.draft_length import (
     Acceptance,
     CostPolicy,
+    NodeCalibration,
     VerifyCost,
     is_auto,
     measure_verify_cost,
 )
+from specscope.core.draft.trees import select_dynamic
 
 FLAT = {n: 0.010 for n in (1, 2, 3, 5, 9)}  # a forward over 9 positions costs what one does
 STEEP = {n: 0.010 * n for n in (1, 2, 3, 5, 9)}  # every position costs a full step
@@ -169,7 +173,100 @@ def test_measure_verify_cost_takes_the_least_after_a_warm_call():
     assert sorted(table) == [1, 2, 3]
     assert table[1] == 1.0  # the warm 9.0 dropped; the least of 3, 1, 2
     assert calls[:4] == [1, 1, 1, 1]
+    calls.clear()
+    measure_verify_cost(forward, 33, reps=3, positions=(1, 33))
+    assert calls == [1, 1, 1, 1, 33, 33]  # a long forward: one warm call, one timed
 
 
 def test_is_auto():
     assert is_auto("auto") and is_auto(" AUTO ") and not is_auto(4) and not is_auto("4")
+
+
+# ---------------------------------------------------------------------- nodes=auto: a tree's width by cost
+
+MILD = {n: 0.010 * (1 + 0.1 * (n - 1)) for n in (1, 2, 3, 5, 9, 17, 33)}  # each position 10% of a step
+
+
+def sure_and_unsure_tree(depth: int, top: float, sibling: float) -> tuple[list[float], list[int]]:
+    """Candidates of a dynamic tree grown `depth` deep: a main path whose every step has draft
+    probability `top`, and under each main node (and the prefix) one sibling at `sibling`.
+    Returns cumulative log-probabilities and parents, in growth order."""
+    scores: list[float] = []
+    parents: list[int] = []
+    main = -1
+    for _ in range(depth):
+        base = scores[main] if main >= 0 else 0.0
+        scores += [base + math.log(top), base + math.log(sibling)]
+        parents += [main, main]
+        main = len(scores) - 2
+    return scores, parents
+
+
+def test_node_calibration_starts_at_the_draft_probability_and_learns_the_served_rate():
+    cal = NodeCalibration()
+    assert cal.value(0.55) == pytest.approx(0.55) and cal.value(0.0) == 0.0
+    for _ in range(200):  # confident nodes that the target accepts only 30% of the time
+        cal.observe([0.85] * 10, [True] * 3 + [False] * 7)
+    assert cal.value(0.85) == pytest.approx(0.3, abs=0.03)
+    rates = cal.rates()
+    assert rates == sorted(rates)  # ranking by v and by a(v) agree
+
+
+def test_a_sure_draft_keeps_a_chain_and_an_unsure_one_adds_siblings():
+    policy = CostPolicy(4, VerifyCost(MILD), tree=True)
+    scores, parents = sure_and_unsure_tree(4, top=0.97, sibling=0.02)
+    kept = select_dynamic(scores, parents, policy.tree_budget(scores, parents))
+    assert kept == [0, 2, 4, 6]  # the main path, every depth: a chain
+    scores, parents = sure_and_unsure_tree(2, top=0.5, sibling=0.45)
+    kept = select_dynamic(scores, parents, policy.tree_budget(scores, parents))
+    assert {0, 1} <= set(kept)  # both children of the prefix
+
+
+def test_the_kept_count_maximises_the_expected_rate_and_flat_cost_keeps_everything():
+    scores, parents = sure_and_unsure_tree(5, top=0.8, sibling=0.15)
+    for table, draft_s in ((MILD, 0.001), (STEEP, 0.001), (FLAT, 0.0)):
+        policy = CostPolicy(5, VerifyCost(table), tree=True)
+        policy.draft_s = draft_s
+        n = policy.tree_budget(scores, parents)
+        order = sorted(range(len(scores)), key=lambda i: -scores[i])
+        cal = policy.calibration
+
+        def rate(m: int, order=order, cal=cal, policy=policy, draft_s=draft_s) -> float:
+            expected = 1 + sum(cal.value(math.exp(scores[i])) for i in order[:m])
+            return expected / (draft_s * 5 + policy.verify(m + 1))
+
+        assert rate(n) == pytest.approx(max(rate(m) for m in range(1, len(scores) + 1)))
+        if table is FLAT:
+            assert n == len(scores)
+        if table is STEEP:
+            assert n < len(scores) // 2
+
+
+def simulate_tree_rounds(policy: CostPolicy, draft_s: float, rounds: int = 150, seed: int = 0) -> list[int]:
+    """Rounds of nodes=auto on sure_and_unsure_tree(top=0.9) trees whose main path the target
+    accepts step by step with probability 0.9: the depths tree_depth chose."""
+    rng = np.random.default_rng(seed)
+    truth = VerifyCost(dict(policy.verify.points))
+    for _ in range(rounds):
+        depth = policy.tree_depth()
+        scores, parents = sure_and_unsure_tree(depth, top=0.9, sibling=0.05)
+        kept = select_dynamic(scores, parents, policy.tree_budget(scores, parents))
+        index = {c: i for i, c in enumerate(kept)}
+        kept_parents = tuple(index[parents[c]] if parents[c] >= 0 else -1 for c in kept)
+        path = []
+        for c in kept:  # the main path's nodes, while the target keeps accepting
+            if c % 2 == 0 and (not path or parents[c] == kept[path[-1]]) and rng.random() < 0.9:
+                path.append(index[c])
+            elif c % 2 == 0:
+                break
+        n = len(kept) + 1
+        policy.observe(kept_parents, len(path), draft_s * depth, truth(n), n, path=path)
+    return policy.chosen
+
+
+def test_a_tree_grows_deep_while_depth_pays_and_stays_shallow_when_drafting_is_dear():
+    cheap = simulate_tree_rounds(CostPolicy(8, VerifyCost(MILD), tree=True), draft_s=0.0005)
+    assert settled(cheap) >= 6
+    dear = simulate_tree_rounds(CostPolicy(8, VerifyCost(MILD), tree=True), draft_s=0.02)
+    assert settled(dear) <= 2
+    assert cheap[0] == dear[0] == 8  # nothing measured yet: the whole depth

@@ -1,12 +1,16 @@
 """Tree specs, the tree attention mask and positions (checked on three architectures)."""
 
+import re
+
 import pytest
 import torch
 from transformers import DynamicCache
 
 from specscope.core.draft.trees import (
+    MAX_NODES,
     TreeSpecError,
     ancestor_matrix,
+    candidate_count,
     node_depths,
     parse_tree,
     select_dynamic,
@@ -35,6 +39,29 @@ def test_explicit_paths():
 def test_dynamic():
     spec = parse_tree("dynamic:nodes=16,depth=5,topk=4")
     assert (spec.kind, spec.nodes, spec.depth, spec.topk) == ("dynamic", 16, 5, 4)
+    assert not spec.nodes_by_cost
+
+
+def test_dynamic_nodes_by_cost_caps_at_every_candidate():
+    spec = parse_tree("dynamic:depth=4,nodes=auto,topk=3")
+    assert spec.nodes_by_cost and (spec.depth, spec.topk) == (4, 3)
+    assert spec.nodes == candidate_count(4, 3) == 3 + 3 * 9
+    assert parse_tree("dynamic:nodes=auto,depth=8,topk=8").nodes == MAX_NODES  # the cap of any tree
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("3,2,1,nodes=auto", "dynamic trees"),
+        ("paths:0;1,nodes=auto", "dynamic trees"),
+        ("dynamic:nodes=auto,nodes=4,depth=3,topk=2", "nodes once"),
+        ("dynamic:nodes=auto,depth=3", "topk=N"),
+        ("dynamic:depth=3,topk=2", "nodes=N|auto"),
+    ],
+)
+def test_nodes_auto_errors_say_what_to_write(text, says):
+    with pytest.raises(TreeSpecError, match=re.escape(says)):
+        parse_tree(text)
 
 
 @pytest.mark.parametrize(

@@ -19,26 +19,33 @@ CASES = [(SETTINGS[0], "sampled"), (SETTINGS[1], "distinct"), (SETTINGS[2], "top
 
 def tree_draws(spec, seeds):
     """The tree decoder's continuation for each seed (run in a worker: the models are rebuilt there)."""
-    cfg, children, stale = spec
+    cfg, children, stale, tree = spec
     target, draft = stat_models()
     dec = SpeculativeDecoder(
         target,
-        DraftModelProposer(draft, tree="3,2", children=children),
+        DraftModelProposer(draft, tree=tree, children=children),
         sampling=cfg,
         verifier=STALE_RESIDUAL if stale else None,
     )
     return [tuple(dec.generate(PROMPT, LENGTH, seed=seed).new_tokens) for seed in seeds]
 
 
-def tree_fit(cfg, children, stale=False, samples=SAMPLES):
+def tree_fit(cfg, children, stale=False, samples=SAMPLES, tree="3,2"):
     expected = exact_distribution(stat_models()[0], cfg)
-    return fit_pvalue(count_outputs(tree_draws, (cfg, children, stale), samples), expected)
+    return fit_pvalue(count_outputs(tree_draws, (cfg, children, stale, tree), samples), expected)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg, children", CASES, ids=lambda c: c if isinstance(c, str) else c.describe())
 def test_sampled_tree_output_is_the_target_distribution(cfg, children):
     assert tree_fit(cfg, children) > ALPHA
+
+
+@pytest.mark.slow
+def test_a_tree_whose_width_and_depth_are_chosen_by_cost_keeps_the_target_distribution():
+    """nodes=auto: each round's depth and kept node count come from the run's past rounds
+    (their timings and which nodes were accepted); the verify rules are the same, so exact."""
+    assert tree_fit(SETTINGS[0], "topk", tree="dynamic:nodes=auto,depth=3,topk=2") > ALPHA
 
 
 @pytest.mark.slow

@@ -116,9 +116,9 @@ def chain_q(proposer, target, context, path, sampling):
 
 @pytest.mark.parametrize("kind", RECURRENT)
 def test_every_node_is_drafted_from_its_own_path(kind, tmp_path):
-    """The tree mask and positions: node i's q equals the head's q after its ancestors fed as
-    a chain (a wrong mask lets siblings or cousins in; a position by index, not by depth,
-    moves the rotary phase): checked at every node of every round, in float64."""
+    """The tree mask and positions: node i's q (and its recorded confidence) equals the head's q
+    after its ancestors fed as a chain (a wrong mask lets siblings or cousins in; a position by
+    index, not by depth, moves the rotary phase): checked at every node of every round, in float64."""
     target = tiny_lm("llama", seed=3, init_range=1.0, layers=4, vocab=8, dtype=torch.float64)
     spec = tree_spec(kind, tmp_path, target, "3,2,2", "sampled")
     out = SpeculativeDecoder(target, build_proposer(spec), sampling=SAMPLED, vectors="full", seed=2).generate(
@@ -134,6 +134,9 @@ def test_every_node_is_drafted_from_its_own_path(kind, tmp_path):
                 parent = rnd.nodes[parent].parent
             want = chain_q(chain, target, context, path, SAMPLED)
             torch.testing.assert_close(torch.as_tensor(node.q), want, rtol=1e-9, atol=1e-9)
+            # at T = 1 q is the head's own softmax: the confidence the node records (eagle3: read
+            # through its reduced vocabulary)
+            assert node.confidence == pytest.approx(float(want[node.token]), rel=1e-9, abs=1e-12)
             checked += 1
     assert checked >= 3 * 15
 
