@@ -220,6 +220,8 @@ class RunPanelWidget(QWidget):
         self.tree = QComboBox()
         self.tree.setEditable(True)
         self.tree.addItems(TREE_EXAMPLES)
+        # the menu as wide as its specs: elided, nodes=16 and nodes=auto looked alike ("dynamic:no…")
+        self.tree.view().setMinimumWidth(self.tree.view().sizeHintForColumn(0) + 24)
         # a typed shape is that shape: no inline completion ("3,2,1" became "3,2,1,1" on Tab),
         # and what is typed is not added to the menu
         self.tree.setCompleter(None)
