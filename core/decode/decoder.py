@@ -296,9 +296,9 @@ class SpeculativeDecoder:
         started = time.perf_counter()
         self._tracker = StopTracker(Stops(config.stop_strings, config.stop_ids), self.token_piece)
         self._policy = self._new_policy(context) if self.auto_k or self.nodes_by_cost else None
-        if self.nodes_by_cost:  # the tree's width by cost, from this run's policy (ProposerBase.tree_budget)
+        if self.nodes_by_cost:  # the tree's shape by cost, from this run's policy (ProposerBase.tree_policy)
             proposer: Any = self.proposer
-            proposer.tree_budget = cast(CostPolicy, self._policy).tree_budget
+            proposer.tree_policy = self._policy
         try:
             while len(new_tokens) < budget:
                 rnd = self._round(config.run_id, tally.rounds, context, len(new_tokens), budget, rng)
@@ -360,8 +360,8 @@ class SpeculativeDecoder:
         clock, lm, layout = self.stopwatch, self.target_lm, self.layout
         remaining = budget - emitted_before
         k = layout.draft_length(self.k, remaining)
-        if self._policy is not None and self.nodes_by_cost:  # the depth a nodes=auto tree grows, by cost
-            k = min(k, self._policy.tree_depth())
+        if self._policy is not None and self.nodes_by_cost:  # the depth (and width) a nodes=auto tree grows
+            k = min(k, self._policy.tree_shape()[0])
         elif self._policy is not None:  # k="auto": this round's length (a tree's depth) by cost
             k = min(k, self._policy.choose())
         prefix_len = len(context)
@@ -479,7 +479,8 @@ class SpeculativeDecoder:
     def _new_policy(self, prompt: Sequence[int]) -> CostPolicy:
         tree = self.proposer.tree
         depth = self.k if tree is None else min(self.k, int(getattr(tree, "depth", self.k)))  # a tree: its own depth
-        return CostPolicy(depth, VerifyCost(self._verify_cost_table(prompt)), tree=tree is not None)
+        width = int(getattr(tree, "topk", 1)) if self.nodes_by_cost else 1  # nodes=auto: its width too
+        return CostPolicy(depth, VerifyCost(self._verify_cost_table(prompt)), tree=tree is not None, max_width=width)
 
     def _draft(self, context: list[int], k: int, rng: np.random.Generator) -> Draft:
         draft = self.proposer.propose(context, k, self.sampling, rng)

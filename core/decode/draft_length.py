@@ -34,6 +34,15 @@ which a head's confidence need not meet). The sum is the expected accepted lengt
 tree, so a sure draft keeps a chain and an unsure one adds the siblings that pay for their
 positions.
 
+Such a tree's growth is chosen too (`CostPolicy.tree_shape`): its width w (the frontier nodes
+expanded per depth and the children each gets, 1..topk; width 1 grows a chain) and its depth.
+The best rate above, with the candidates cut at each depth d, is what a tree of width w grown d
+deep gives; the policy keeps an EMA of it per (w, d), with a draft cost per width (a wider
+step expands more rows), and grows the best, one deeper when the deepest it measured is the
+best. Every width is grown once at the start; an entry not measured lately drifts up towards the
+best (STALE_HOPE), so a shape measured badly once is tried again. Where trees do not pay their
+growth and verify costs, the run settles on width 1: a chain, chosen by the same measure.
+
 The length a round drafts is the policy's choice: whatever it is, the round is verified by the
 same exact rules, so the output keeps the target's distribution (greedy: equals plain greedy)
 for any sequence of lengths chosen from past rounds (tests/core/decode/test_auto_k.py).
@@ -48,7 +57,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from specscope.core.cost import expected_tokens_from_survival
 
@@ -153,6 +162,10 @@ CALIBRATION_EDGES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0
 
 
 STALE_HOPE = 0.05  # nodes=auto: how fast a depth not grown lately drifts back up to be tried again
+# ... and another width: ten times slower, since a round at the wrong width costs more than one a
+# depth too deep, and the width grown re-measures its shallower depths every round (simulated in
+# tests/core/decode/test_draft_length.py: faster drifts lost 4-13% against the best fixed width)
+STALE_WIDTH = STALE_HOPE / 10
 
 
 class NodeCalibration:
@@ -203,10 +216,13 @@ class CostPolicy:
     tree: bool = False
     draft_weight: float = 0.2
     start: int = START_K
+    max_width: int = 1  # nodes=auto: the widest growth (the spec's topk)
 
     def __post_init__(self) -> None:
         if self.k_max < 1:
             raise ValueError(f"k_max must be >= 1, got {self.k_max}")
+        if self.max_width < 1:
+            raise ValueError(f"max_width must be >= 1, got {self.max_width}")
         self.acceptance = Acceptance(self.k_max)
         self.draft_s: float | None = None  # seconds per drafted depth
         self.nodes: list[float | None] = [None] * self.k_max  # a tree's mean node count within depth d + 1
@@ -214,8 +230,13 @@ class CostPolicy:
         self.calibration = NodeCalibration()  # nodes=auto: a(v) of a kept node
         self.budgets: list[int] = []  # nodes=auto: each round's kept node count
         self._kept_values: list[float] | None = None  # the last tree_budget's kept nodes' v, in node order
-        self._grown: int | None = None  # the last tree_budget's grown depth (its draft steps)
-        self.depth_rates: list[float | None] = [None] * self.k_max  # nodes=auto: best rate by grown depth
+        # the last tree_budget's (width, grown depth, candidates' depths and a(v) by rank), for observe
+        self._shape_round: tuple[int, int, list[int], list[float]] | None = None
+        # nodes=auto: width -> the best rate of a tree of that width grown d deep (index d - 1), an EMA
+        self.depth_rates: dict[int, list[float | None]] = {w: [None] * self.k_max for w in range(1, self.max_width + 1)}
+        self.width = self.max_width  # nodes=auto: the width this round grows at (tree_shape)
+        self.widths: list[int] = []  # nodes=auto: each round's width
+        self.step_s: dict[int, float] = {}  # nodes=auto: seconds per drafted depth, by width
 
     def positions(self, d: int) -> float:
         """Target positions a round of length d verifies: its nodes plus the pending token."""
@@ -245,60 +266,99 @@ class CostPolicy:
         """nodes=auto: how many of a grown dynamic tree's candidates to keep (module docstring).
         `scores`: each candidate's cumulative draft log-probability; `parents`: its parent's
         candidate index (-1: the prefix). core.draft.trees.select_dynamic keeps that many.
-        The same candidates cut at each shallower depth d tell what a tree grown d deep would
-        have given (its draft cost d steps): the rates `tree_depth` chooses the next depth by."""
+        The same candidates cut at each shallower depth d tell what a tree of this round's width
+        grown d deep would have given (its draft cost d steps at this width): the rates
+        `tree_shape` chooses the next round's width and depth by."""
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))  # select_dynamic's ranking
         if not order:
             return 0
         depths = _depths(parents)
-        grown = max(depths)
-        step = 0.0 if self.draft_s is None else self.draft_s
+        ranked_depths = [depths[i] for i in order]
+        grown, width = max(depths), self.width
+        step = self.step_s.get(width, 0.0 if self.draft_s is None else self.draft_s)
         values = [math.exp(scores[i]) if scores[i] > -math.inf else 0.0 for i in order]
         gains = [self.calibration.value(v) for v in values]
-        verify = [self.verify(n + 1) for n in range(len(order) + 1)]
-        budget = 1
+        budget = max(self._best_counts(ranked_depths, gains, step, grown)[-1][0], 1)  # at the depth grown
+        value_of = dict(zip(order[:budget], values, strict=False))
+        self._kept_values = [value_of[i] for i in sorted(order[:budget])]  # in node order, as kept
+        self._shape_round = (width, grown, ranked_depths, gains)  # rated in observe, once its cost is known
+        self.budgets.append(budget)
+        return budget
+
+    def _best_counts(
+        self, ranked_depths: Sequence[int], gains: Sequence[float], step: float, grown: int
+    ) -> list[tuple[int, float]]:
+        """For each depth d in 1..grown: (N, rate), the count of the best-ranked candidates
+        within depth d that maximises the expected tokens per second, and that rate (a draft
+        step costing `step` seconds, d of them)."""
+        verify = [self.verify(n + 1) for n in range(len(gains) + 1)]
+        out = []
         for d in range(1, grown + 1):
             best, best_rate, expected, n = 0, 0.0, 1.0, 0
-            for i, gain in zip(order, gains, strict=True):
-                if depths[i] > d:
+            for depth, gain in zip(ranked_depths, gains, strict=True):
+                if depth > d:
                     continue
                 n += 1
                 expected += gain
                 rate = expected / (step * d + verify[n])
                 if rate > best_rate:
                     best, best_rate = n, rate
-            if d <= len(self.depth_rates):
-                old = self.depth_rates[d - 1]
-                self.depth_rates[d - 1] = best_rate if old is None else old + 0.3 * (best_rate - old)
-            budget = max(best, 1)  # at the depth grown: this round's
-        # a depth deeper than this round's keeps an old rate: nudge it a little above the best,
-        # so that a depth measured badly once (cold timings, an early calibration) is tried again
-        known = [r for r in self.depth_rates[:grown] if r is not None]
-        if known:
-            hope = max(known) * (1 + STALE_HOPE)
-            for d in range(grown + 1, len(self.depth_rates) + 1):
-                old = self.depth_rates[d - 1]
-                if old is not None and old < hope:
-                    self.depth_rates[d - 1] = old + STALE_HOPE * (hope - old)
-        value_of = dict(zip(order[:budget], values, strict=False))
-        self._kept_values = [value_of[i] for i in sorted(order[:budget])]  # in node order, as kept
-        self._grown = grown
-        self.budgets.append(budget)
-        return budget
+            out.append((best, best_rate))
+        return out
 
-    def tree_depth(self) -> int:
-        """nodes=auto: the depth to grow this round: the best of the depths the past rounds'
-        trees measured (an EMA of each depth's best rate), one deeper when the deepest measured
-        is the best (so a tree that pays grows until it stops paying); k_max before any."""
-        known = [d for d in range(1, self.k_max + 1) if self.depth_rates[d - 1] is not None]
+    def _rate_shape(self, width: int, grown: int, ranked_depths: Sequence[int], gains: Sequence[float]) -> None:
+        """A nodes=auto round's tree, cut at each depth, rated at its width's measured step cost."""
+        row = self.depth_rates[width]
+        for d, (_, rate) in enumerate(self._best_counts(ranked_depths, gains, self.step_s[width], grown), start=1):
+            if d <= len(row):
+                old = row[d - 1]
+                row[d - 1] = rate if old is None else old + 0.3 * (rate - old)
+        self._nudge_unmeasured(width, grown)
+
+    def _nudge_unmeasured(self, width: int, grown: int) -> None:
+        """A shape this round did not measure (a deeper depth, another width) keeps an old rate:
+        nudge it a little towards just above this round's best, so that a shape measured badly
+        once (cold timings, an early calibration, a hard stretch of text) is tried again."""
+        known = [r for r in self.depth_rates[width][:grown] if r is not None]
         if not known:
-            depth = self.k_max
+            return
+        hope = max(known) * (1 + STALE_HOPE)
+        for w, rates in self.depth_rates.items():
+            for d in range(1 if w != width else grown + 1, len(rates) + 1):
+                old = rates[d - 1]
+                if old is not None and old < hope:
+                    rates[d - 1] = old + (STALE_HOPE if w == width else STALE_WIDTH) * (hope - old)
+
+    def tree_shape(self) -> tuple[int, int]:
+        """nodes=auto: (depth, width) to grow this round. The first round grows the widest tree
+        k_max deep, then each narrower width once (width 1 first: a chain), k_max deep; from then
+        on the best (width, depth) the past rounds measured (an EMA of each one's best rate; ties
+        to the narrower, then the shallower), one deeper when the deepest measured at that width
+        is the best (so a tree that pays grows until it stops paying)."""
+        untried = [w for w, rates in self.depth_rates.items() if all(r is None for r in rates)]
+        if len(untried) == len(self.depth_rates):
+            width, depth = self.max_width, self.k_max
+        elif untried:
+            width, depth = min(untried), self.k_max
         else:
-            depth = max(known, key=lambda d: (cast(float, self.depth_rates[d - 1]), -d))
-            if depth == known[-1] and depth < self.k_max:
+            measured = [
+                (rate, -w, -d, w, d)
+                for w, rates in self.depth_rates.items()
+                for d, rate in enumerate(rates, start=1)
+                if rate is not None
+            ]
+            *_, width, depth = max(measured)
+            deepest = max(d for d, rate in enumerate(self.depth_rates[width], start=1) if rate is not None)
+            if depth == deepest and depth < self.k_max:
                 depth += 1
+        self.width = width
         self.chosen.append(depth)
-        return depth
+        self.widths.append(width)
+        return depth, width
+
+    def tree_width(self) -> int:
+        """nodes=auto: the width this round grows at (core.draft.tree_draft.grow_dynamic asks)."""
+        return self.width
 
     def observe(
         self,
@@ -317,7 +377,8 @@ class CostPolicy:
         depths = _depths(parents)
         drafted = max(depths, default=0)
         kept_values, self._kept_values = self._kept_values, None
-        grown, self._grown = self._grown, None
+        shape_round, self._shape_round = self._shape_round, None
+        grown = shape_round[1] if shape_round is not None else None
         if drafted == 0:
             return  # nothing drafted (a head's prefill round, prompt lookup without a match)
         if kept_values is not None and len(kept_values) == len(parents):
@@ -335,6 +396,11 @@ class CostPolicy:
         self.draft_s = (
             per_depth if self.draft_s is None else self.draft_s + self.draft_weight * (per_depth - self.draft_s)
         )
+        if shape_round is not None:  # nodes=auto: a wider step costs more, so each width has its own
+            width = shape_round[0]
+            old = self.step_s.get(width)
+            self.step_s[width] = per_depth if old is None else old + self.draft_weight * (per_depth - old)
+            self._rate_shape(*shape_round)
         self.verify.observe(positions, verify_s)
 
     def estimates(self) -> dict[str, Any]:
@@ -346,6 +412,7 @@ class CostPolicy:
             "verify_s": {n: self.verify(n) for n in range(1, int(self.positions(self.k_max)) + 1)},
             "chosen": self.chosen[-1] if self.chosen else None,
             "tree_nodes": self.budgets[-1] if self.budgets else None,
+            "tree_width": self.widths[-1] if self.widths else None,
             "node_calibration": [round(r, 4) for r in self.calibration.rates()],
         }
 

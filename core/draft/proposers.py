@@ -25,7 +25,7 @@ import torch
 
 from specscope.core.decode.kv import CachedLM, CachePolicy
 from specscope.core.draft.ngram_index import NgramIndex, check_ngram_range
-from specscope.core.draft.tree_draft import ModelGrowth, NodeBudget, finish, grow_dynamic, grow_static
+from specscope.core.draft.tree_draft import ModelGrowth, TreePolicy, finish, grow_dynamic, grow_static
 from specscope.core.draft.tree_draft import keep_path as keep_tree_path
 from specscope.core.draft.trees import tree_options
 from specscope.core.sampling.device import draft_distribution, row_confidence, sample_from_torch
@@ -135,8 +135,8 @@ class ProposerBase:
 
     label: str | None = None
     tree: Any = None
-    # a dynamic tree with nodes=auto: how many candidates to keep (set by the decoder for each run)
-    tree_budget: NodeBudget | None = None
+    # a dynamic tree with nodes=auto: its width and kept count each round (the decoder sets it per run)
+    tree_policy: TreePolicy | None = None
 
     def keep_path(self, path: Sequence[int]) -> None:
         return None
@@ -411,7 +411,7 @@ class DraftModelProposer(ProposerBase):
         growth = ModelGrowth(self.lm, len(context), sampling, rng)
         root = growth.root_q(self.cache.pending(self.lm, context))
         if self.tree.kind == "dynamic":
-            kept = grow_dynamic(growth, self.tree, depth, root, self.tree_budget)
+            kept = grow_dynamic(growth, self.tree, depth, root, self.tree_policy)
         else:
             kept = grow_static(growth, self.tree, self.children, depth, root)
         tokens, parents, qs, self._tree_rows = finish(growth, kept)

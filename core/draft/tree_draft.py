@@ -21,8 +21,9 @@ keeps the accepted path's rows (gathered by index) and drops every other node.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -239,35 +240,46 @@ def grow_static(g: TreeGrowth, spec: TreeSpec, mode: str, max_depth: int, root: 
     return list(range(len(g.nodes)))
 
 
-# nodes=auto: (candidates' cumulative log q, their parents) -> how many of the best to keep
-# (core.decode.draft_length.CostPolicy.tree_budget; the decoder hands it to the proposer)
-NodeBudget = Callable[[Sequence[float], Sequence[int]], int]
+class TreePolicy(Protocol):
+    """nodes=auto: what shapes a dynamic tree each round (core.decode.draft_length.CostPolicy;
+    the decoder hands the run's policy to the proposer)."""
+
+    def tree_width(self) -> int:
+        """This round's width: frontier nodes expanded per depth, children each (<= topk)."""
+        ...
+
+    def tree_budget(self, scores: Sequence[float], parents: Sequence[int]) -> int:
+        """How many of the grown candidates (cumulative log q, parent index) to keep."""
+        ...
 
 
 def grow_dynamic(
-    g: TreeGrowth, spec: TreeSpec, max_depth: int, root: torch.Tensor, budget: NodeBudget | None = None
+    g: TreeGrowth, spec: TreeSpec, max_depth: int, root: torch.Tensor, policy: TreePolicy | None = None
 ) -> list[int]:
     """EAGLE-2: from the prefix's q row `root`, expand the `topk` best frontier candidates by
     cumulative log q at each depth (`topk` children each, the top-k of q); keep the `nodes`
-    best candidates overall (nodes=auto: as many as `budget` says, at most the cap; without
-    a budget, the cap)."""
-    g.add_children(-1, root, spec.topk, "topk")
+    best candidates overall. nodes=auto: the width (topk at most) and the count kept (the
+    `nodes` cap at most) are the `policy`'s; without one, the spec's."""
+    width, keep = spec.topk, spec.nodes
+    by_cost = spec.nodes_by_cost and policy is not None
+    if by_cost:
+        width = max(1, min(int(cast(TreePolicy, policy).tree_width()), spec.topk))
+    g.add_children(-1, root, width, "topk")
     level = list(range(len(g.nodes)))
     for _ in range(2, min(spec.depth, max_depth) + 1):
         frontier = sorted((c for c in level if g.nodes[c].score > -math.inf), key=lambda c: (-g.nodes[c].score, c))[
-            : spec.topk
+            :width
         ]
         if not frontier:
             break
         frontier.sort()  # candidate order: siblings stay together
         start = len(g.nodes)
         for c, q in zip(frontier, g.expand(frontier)):
-            g.add_children(c, q, spec.topk, "topk")
+            g.add_children(c, q, width, "topk")
         level = list(range(start, len(g.nodes)))
     scores, parents = [n.score for n in g.nodes], [n.parent for n in g.nodes]
-    keep = spec.nodes
-    if spec.nodes_by_cost and budget is not None:
-        keep = max(1, min(int(budget(scores, parents)), spec.nodes))
+    if by_cost:
+        keep = max(1, min(int(cast(TreePolicy, policy).tree_budget(scores, parents)), spec.nodes))
     return select_dynamic(scores, parents, keep)
 
 

@@ -33,7 +33,7 @@ TREE_EXAMPLES = (
 TREE_CHOICES = (
     ("2,1,1,1", DEFAULT_CHILDREN, "static tree 2,1,1,1 (8 nodes)"),
     ("dynamic:nodes=16,depth=5,topk=4", DEFAULT_CHILDREN, "dynamic tree (16 nodes)"),
-    ("dynamic:nodes=auto,depth=6,topk=3", DEFAULT_CHILDREN, "dynamic tree (width and depth by cost)"),
+    ("dynamic:nodes=auto,depth=6,topk=3", DEFAULT_CHILDREN, "dynamic tree (shape by cost; a chain if no tree pays)"),
 )
 
 

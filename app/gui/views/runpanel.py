@@ -60,7 +60,7 @@ ERROR_PX = 13  # an error line's height when empty; a message wraps onto as many
 FIELD_HELP = {
     "k": f"draft tokens per round (1–{MAX_K}), or auto (chosen each round by cost); a tree's shape sets its own",
     "tree": "chain (k tokens) · branching per depth 3,2,1,1 · paths:0;1;0.0 · dynamic:nodes=16,depth=5,topk=4 "
-    "(nodes=auto: by cost)",
+    "(nodes=auto: width, depth and size by cost; width 1 is a chain)",
     "children": "how a tree's siblings are chosen: topk (most probable) · sampled (i.i.d. from q) · distinct "
     "(without replacement)",
     "draw": "a draft head's chain tokens at T > 0: sampled (from its q) · onehot (q's top token as a point mass, "

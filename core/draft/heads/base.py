@@ -670,7 +670,7 @@ class RecurrentHeadProposer(HeadDrafting):
         growth = HeadGrowth(self.head, hidden, self.vocab_size, len(context), sampling, rng)
         growth.forwards = 1  # the real entries' step gave the root
         if self.tree.kind == "dynamic":
-            kept = grow_dynamic(growth, self.tree, depth, growth.root_q(), self.tree_budget)
+            kept = grow_dynamic(growth, self.tree, depth, growth.root_q(), self.tree_policy)
         else:
             kept = grow_static(growth, self.tree, self.children, depth, growth.root_q())
         return tree_draft(growth, kept, sampling, self.children, before, self.head.length)

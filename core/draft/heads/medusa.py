@@ -130,7 +130,7 @@ class MedusaProposer(HeadDrafting):
                 [head(last).float() for head in list(self.heads)[:depth]], len(context), sampling, rng
             )
             if self.tree.kind == "dynamic":
-                kept = grow_dynamic(growth, self.tree, depth, growth.root_q(), self.tree_budget)
+                kept = grow_dynamic(growth, self.tree, depth, growth.root_q(), self.tree_policy)
             else:
                 kept = grow_static(growth, self.tree, self.children, depth, growth.root_q())
             return tree_draft(growth, kept, sampling, self.children, None, None)

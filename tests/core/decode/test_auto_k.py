@@ -4,6 +4,8 @@ config records the policy and the measured verify cost."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -104,8 +106,9 @@ def test_auto_k_with_the_transformers_engine_runs_its_own_heuristic_schedule(pai
 
 @pytest.mark.parametrize("k", ["auto", 3])
 def test_a_tree_chosen_by_cost_stays_greedy_exact_and_keeps_what_the_policy_chose(pair, k):
-    """dynamic:nodes=auto: each round grows the depth the policy chose (k caps it) and keeps the
-    node count it chose from the candidates' values and the measured verify cost."""
+    """dynamic:nodes=auto: each round grows the depth and width the policy chose (k caps the
+    depth; the widest first, then the chain) and keeps the node count it chose from the
+    candidates' values and the measured verify cost."""
     target, draft = pair
     proposer = DraftModelProposer(draft, tree="dynamic:nodes=auto,depth=4,topk=2")
     dec = SpeculativeDecoder(target, proposer, k=k, sampling=GREEDY)
@@ -117,6 +120,9 @@ def test_a_tree_chosen_by_cost_stays_greedy_exact_and_keeps_what_the_policy_chos
         assert [len(r.nodes) for r in drafted] == policy.budgets
         cap = 4 if k == "auto" else 3
         assert all(max(n.depth for n in r.nodes) <= min(d, cap) for r, d in zip(drafted, policy.chosen, strict=True))
+        for r, width in zip(drafted, policy.widths, strict=True):
+            assert max(Counter(n.parent for n in r.nodes).values()) <= width
+        assert policy.widths[:3] == [2, 2, 1]  # the prompt-reading round measures no cost: the widest again
     params = out.config.proposer_params
     assert params["tree_nodes"] == "auto" and params["verify_ms"]
     assert ("k_policy" in params) == (k == "auto")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 
 from specscope.core.cost import expected_tokens
 from specscope.core.decode.draft_length import (
@@ -16,7 +18,9 @@ from specscope.core.decode.draft_length import (
     is_auto,
     measure_verify_cost,
 )
-from specscope.core.draft.trees import select_dynamic
+from specscope.core.draft.tree_draft import TreeGrowth, grow_dynamic
+from specscope.core.draft.trees import parse_tree, select_dynamic
+from specscope.core.sampling.reference import SamplingConfig
 
 FLAT = {n: 0.010 for n in (1, 2, 3, 5, 9)}  # a forward over 9 positions costs what one does
 STEEP = {n: 0.010 * n for n in (1, 2, 3, 5, 9)}  # every position costs a full step
@@ -244,11 +248,11 @@ def test_the_kept_count_maximises_the_expected_rate_and_flat_cost_keeps_everythi
 
 def simulate_tree_rounds(policy: CostPolicy, draft_s: float, rounds: int = 150, seed: int = 0) -> list[int]:
     """Rounds of nodes=auto on sure_and_unsure_tree(top=0.9) trees whose main path the target
-    accepts step by step with probability 0.9: the depths tree_depth chose."""
+    accepts step by step with probability 0.9: the depths tree_shape chose."""
     rng = np.random.default_rng(seed)
     truth = VerifyCost(dict(policy.verify.points))
     for _ in range(rounds):
-        depth = policy.tree_depth()
+        depth, _ = policy.tree_shape()
         scores, parents = sure_and_unsure_tree(depth, top=0.9, sibling=0.05)
         kept = select_dynamic(scores, parents, policy.tree_budget(scores, parents))
         index = {c: i for i, c in enumerate(kept)}
@@ -270,3 +274,110 @@ def test_a_tree_grows_deep_while_depth_pays_and_stays_shallow_when_drafting_is_d
     dear = simulate_tree_rounds(CostPolicy(8, VerifyCost(MILD), tree=True), draft_s=0.02)
     assert settled(dear) <= 2
     assert cheap[0] == dear[0] == 8  # nothing measured yet: the whole depth
+
+
+# ---------------------------------------------------------------------- nodes=auto: the tree's width by cost
+
+
+class FixedRows(TreeGrowth):
+    """A growth whose every expanded node has the same q row: tokens 0, 1, 2, ... with the
+    given probabilities (grow_dynamic and the policy do the rest, as in a run)."""
+
+    def __init__(self, row: torch.Tensor, rng: np.random.Generator):
+        super().__init__(0, SamplingConfig(temperature=0.0), rng)
+        self.row = row
+
+    def expand(self, frontier: list[int]) -> list[torch.Tensor]:
+        self.forwards += 1
+        return [self.row] * len(frontier)
+
+
+def simulate_widths(
+    policy: CostPolicy, ranks: list[float], step_s: float, row_s: float, rounds: int = 200, seed: int = 0
+) -> tuple[list[int], float]:
+    """Rounds of nodes=auto grown by grow_dynamic from FixedRows(ranks) at the width and depth
+    tree_shape chose; at each accepted node the target's token is rank r with probability
+    ranks[r] (a calibrated draft), a round accepts the path of its picks the tree holds. A draft
+    step costs step_s + row_s per expanded row; the verify, the policy's table. Returns the
+    widths chosen and the tokens per second the rounds made."""
+    rng = np.random.default_rng(seed)
+    truth = VerifyCost(dict(policy.verify.points))
+    row = torch.zeros(8, dtype=torch.float64)
+    row[: len(ranks)] = torch.tensor(ranks, dtype=torch.float64)
+    spec = parse_tree(f"dynamic:nodes=auto,depth={policy.k_max},topk={policy.max_width}")
+    tokens, seconds = 0, 0.0
+    for _ in range(rounds):
+        depth, width = policy.tree_shape()
+        growth = FixedRows(row, rng)
+        kept = grow_dynamic(growth, spec, depth, row, policy)
+        nodes = [growth.nodes[c] for c in kept]
+        index = {c: i for i, c in enumerate(kept)}
+        parents = tuple(index[n.parent] if n.parent >= 0 else -1 for n in nodes)
+        assert max(Counter(parents).values()) <= width  # no node has more children than the width
+        path: list[int] = []
+        while True:
+            pick = int(rng.choice(len(ranks), p=ranks))
+            at = path[-1] if path else -1
+            child = next((i for i, n in enumerate(nodes) if parents[i] == at and n.token == pick), None)
+            if child is None:
+                break
+            path.append(child)
+        n = len(kept) + 1
+        draft_s = (step_s + row_s * width) * max(n.depth for n in growth.nodes)
+        tokens, seconds = tokens + len(path) + 1, seconds + draft_s + truth(n)
+        policy.observe(parents, len(path), draft_s, truth(n), n, path=path)
+    return policy.widths, tokens / seconds
+
+
+def test_every_width_is_grown_once_first_the_widest_then_the_chain():
+    widths, _ = simulate_widths(CostPolicy(6, VerifyCost(MILD), tree=True, max_width=3), [0.5, 0.3, 0.2], 1e-3, 0, 5)
+    assert widths[:3] == [3, 1, 2]
+
+
+def test_a_sure_draft_with_dear_rows_settles_on_a_chain():
+    """Width costs (each expanded row adds to a step, each position to the verify) and the
+    siblings of a 0.9-sure draft are rarely the target's: the run settles on width 1."""
+    policy = CostPolicy(6, VerifyCost(MILD), tree=True, max_width=3)
+    widths, _ = simulate_widths(policy, [0.9, 0.06, 0.04], step_s=0.001, row_s=0.002, rounds=400)
+    assert settled(widths) == 1
+    assert widths.count(1) > 0.9 * len(widths)
+    assert 2 in widths[3:] or 3 in widths[3:]  # the other widths are still tried now and then
+
+
+def test_an_unsure_draft_with_cheap_rows_settles_on_a_tree():
+    """The target's token is any of the draft's top three, verify positions are free and a
+    wider step costs nothing more: wider trees accept more, so the run keeps growing them."""
+    policy = CostPolicy(6, VerifyCost(FLAT), tree=True, max_width=3)
+    widths, _ = simulate_widths(policy, [0.4, 0.35, 0.25], step_s=0.0005, row_s=0.0)
+    assert settled(widths) == 3
+    rates = policy.depth_rates
+    assert max(r for r in rates[3] if r) > max(r for r in rates[1] if r)
+
+
+def test_a_width_policy_refuses_a_width_below_one():
+    with pytest.raises(ValueError, match="max_width"):
+        CostPolicy(4, VerifyCost(MILD), tree=True, max_width=0)
+
+
+@pytest.mark.parametrize(
+    ("table", "ranks", "step_s", "row_s"),
+    [
+        (MILD, [0.9, 0.06, 0.04], 0.001, 0.002),  # the chain is best
+        (FLAT, [0.4, 0.35, 0.25], 0.0005, 0.0),  # the widest tree is best
+        (MILD, [0.6, 0.25, 0.15], 0.0007, 0.0005),  # all within a few percent
+    ],
+)
+def test_the_chosen_width_makes_nearly_what_the_best_fixed_width_makes(table, ranks, step_s, row_s):
+    """Tokens per second over 100 rounds with the width chosen by cost (its first rounds
+    exploring included), against each width fixed (depth and kept count still by cost)."""
+
+    def fixed(width: int) -> float:
+        policy = CostPolicy(6, VerifyCost(table), tree=True, max_width=width)
+        policy.depth_rates = {width: [None] * 6}  # this width only
+        return simulate_widths(policy, ranks, step_s, row_s, 100)[1]
+
+    chosen = simulate_widths(CostPolicy(6, VerifyCost(table), tree=True, max_width=3), ranks, step_s, row_s, 100)[1]
+    rates = [fixed(1), fixed(2), fixed(3)]
+    assert chosen >= 0.94 * max(rates)
+    if max(rates) > 1.2 * min(rates):
+        assert chosen > 1.1 * min(rates)

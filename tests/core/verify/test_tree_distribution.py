@@ -43,7 +43,7 @@ def test_sampled_tree_output_is_the_target_distribution(cfg, children):
 
 @pytest.mark.slow
 def test_a_tree_whose_width_and_depth_are_chosen_by_cost_keeps_the_target_distribution():
-    """nodes=auto: each round's depth and kept node count come from the run's past rounds
+    """nodes=auto: each round's width, depth and kept node count come from the run's past rounds
     (their timings and which nodes were accepted); the verify rules are the same, so exact."""
     assert tree_fit(SETTINGS[0], "topk", tree="dynamic:nodes=auto,depth=3,topk=2") > ALPHA
 
