@@ -36,12 +36,14 @@ positions.
 
 Such a tree's growth is chosen too (`CostPolicy.tree_shape`): its width w (the frontier nodes
 expanded per depth and the children each gets, 1..topk; width 1 grows a chain) and its depth.
-The best rate above, with the candidates cut at each depth d, is what a tree of width w grown d
-deep gives; the policy keeps an EMA of it per (w, d), with a draft cost per width (a wider
-step expands more rows), and grows the best, one deeper when the deepest it measured is the
-best. Every width is grown once at the start; an entry not measured lately drifts up towards the
-best (STALE_HOPE), so a shape measured badly once is tried again. Where trees do not pay their
-growth and verify costs, the run settles on width 1: a chain, chosen by the same measure.
+The candidates cut at each depth d tell what a tree of width w grown d deep keeps (its count and
+its 1 + sum of a(v)); the policy keeps EMAs of both per (w, d) (`ShapeEstimate`) and prices them
+at choice time with the current verify cost and the width's draft step cost (measured per width:
+a wider step expands more rows; never above a wider width's, so one cold round does not condemn
+a narrow width). It grows the best, one deeper when the deepest it measured is the best. Every
+width is grown once at the start; a shape not measured for n rounds is rated (1 + STALE * n)
+times its estimate, so one measured badly is tried again. Where trees do not pay their growth
+and verify costs, the run settles on width 1: a chain, chosen by the same measure.
 
 The length a round drafts is the policy's choice: whatever it is, the round is verified by the
 same exact rules, so the output keeps the target's distribution (greedy: equals plain greedy)
@@ -57,7 +59,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from specscope.core.cost import expected_tokens_from_survival
 
@@ -161,11 +163,24 @@ class Acceptance:
 CALIBRATION_EDGES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 
-STALE_HOPE = 0.05  # nodes=auto: how fast a depth not grown lately drifts back up to be tried again
-# ... and another width: ten times slower, since a round at the wrong width costs more than one a
-# depth too deep, and the width grown re-measures its shallower depths every round (simulated in
-# tests/core/decode/test_draft_length.py: faster drifts lost 4-13% against the best fixed width)
-STALE_WIDTH = STALE_HOPE / 10
+# nodes=auto: a shape not measured for n rounds is rated (1 + STALE * n) times its estimate, so that
+# one measured badly (cold timings, an early calibration, a hard stretch of text) is tried again:
+# another depth of the width grown soon, another width five times more slowly (a round at the wrong
+# width costs more, and the width grown re-measures its shallower depths every round; simulated in
+# tests/core/decode/test_draft_length.py)
+STALE_DEPTH = 0.005
+STALE_WIDTH = 0.001
+
+
+@dataclass
+class ShapeEstimate:
+    """nodes=auto: what trees of one (width, depth) kept, as EMAs over the rounds that grew them
+    (a deeper tree cut at this depth counts): the expected accepted length 1 + sum a(v) and the
+    node count kept. Its rate is priced at choice time with the current step and verify costs."""
+
+    expected: float
+    kept: float
+    age: int = 0  # rounds with costs since it was last measured
 
 
 class NodeCalibration:
@@ -232,8 +247,10 @@ class CostPolicy:
         self._kept_values: list[float] | None = None  # the last tree_budget's kept nodes' v, in node order
         # the last tree_budget's (width, grown depth, candidates' depths and a(v) by rank), for observe
         self._shape_round: tuple[int, int, list[int], list[float]] | None = None
-        # nodes=auto: width -> the best rate of a tree of that width grown d deep (index d - 1), an EMA
-        self.depth_rates: dict[int, list[float | None]] = {w: [None] * self.k_max for w in range(1, self.max_width + 1)}
+        # nodes=auto: width -> what a tree of that width grown d deep keeps (index d - 1)
+        self.shapes: dict[int, list[ShapeEstimate | None]] = {
+            w: [None] * self.k_max for w in range(1, self.max_width + 1)
+        }
         self.width = self.max_width  # nodes=auto: the width this round grows at (tree_shape)
         self.widths: list[int] = []  # nodes=auto: each round's width
         self.step_s: dict[int, float] = {}  # nodes=auto: seconds per drafted depth, by width
@@ -275,7 +292,7 @@ class CostPolicy:
         depths = _depths(parents)
         ranked_depths = [depths[i] for i in order]
         grown, width = max(depths), self.width
-        step = self.step_s.get(width, 0.0 if self.draft_s is None else self.draft_s)
+        step = self.step(width)
         values = [math.exp(scores[i]) if scores[i] > -math.inf else 0.0 for i in order]
         gains = [self.calibration.value(v) for v in values]
         budget = max(self._best_counts(ranked_depths, gains, step, grown)[-1][0], 1)  # at the depth grown
@@ -288,13 +305,13 @@ class CostPolicy:
     def _best_counts(
         self, ranked_depths: Sequence[int], gains: Sequence[float], step: float, grown: int
     ) -> list[tuple[int, float]]:
-        """For each depth d in 1..grown: (N, rate), the count of the best-ranked candidates
-        within depth d that maximises the expected tokens per second, and that rate (a draft
-        step costing `step` seconds, d of them)."""
+        """For each depth d in 1..grown: (N, expected), the count of the best-ranked candidates
+        within depth d that maximises the expected tokens per second (a draft step costing
+        `step` seconds, d of them), and their expected accepted length 1 + sum a(v)."""
         verify = [self.verify(n + 1) for n in range(len(gains) + 1)]
         out = []
         for d in range(1, grown + 1):
-            best, best_rate, expected, n = 0, 0.0, 1.0, 0
+            best, best_rate, best_expected, expected, n = 0, 0.0, 1.0, 1.0, 0
             for depth, gain in zip(ranked_depths, gains, strict=True):
                 if depth > d:
                     continue
@@ -302,32 +319,43 @@ class CostPolicy:
                 expected += gain
                 rate = expected / (step * d + verify[n])
                 if rate > best_rate:
-                    best, best_rate = n, rate
-            out.append((best, best_rate))
+                    best, best_rate, best_expected = n, rate, expected
+            out.append((best, best_expected))
         return out
 
-    def _rate_shape(self, width: int, grown: int, ranked_depths: Sequence[int], gains: Sequence[float]) -> None:
-        """A nodes=auto round's tree, cut at each depth, rated at its width's measured step cost."""
-        row = self.depth_rates[width]
-        for d, (_, rate) in enumerate(self._best_counts(ranked_depths, gains, self.step_s[width], grown), start=1):
+    def _measure_shape(self, width: int, grown: int, ranked_depths: Sequence[int], gains: Sequence[float]) -> None:
+        """A nodes=auto round's tree, cut at each depth: what each (width, depth <= grown) keeps."""
+        row = self.shapes[width]
+        for shapes in self.shapes.values():
+            for estimate in shapes:
+                if estimate is not None:
+                    estimate.age += 1
+        for d, (kept, expected) in enumerate(self._best_counts(ranked_depths, gains, self.step(width), grown), start=1):
             if d <= len(row):
                 old = row[d - 1]
-                row[d - 1] = rate if old is None else old + 0.3 * (rate - old)
-        self._nudge_unmeasured(width, grown)
+                if old is None:
+                    row[d - 1] = ShapeEstimate(expected, float(kept))
+                else:
+                    old.expected += 0.3 * (expected - old.expected)
+                    old.kept += 0.3 * (kept - old.kept)
+                    old.age = 0
 
-    def _nudge_unmeasured(self, width: int, grown: int) -> None:
-        """A shape this round did not measure (a deeper depth, another width) keeps an old rate:
-        nudge it a little towards just above this round's best, so that a shape measured badly
-        once (cold timings, an early calibration, a hard stretch of text) is tried again."""
-        known = [r for r in self.depth_rates[width][:grown] if r is not None]
-        if not known:
-            return
-        hope = max(known) * (1 + STALE_HOPE)
-        for w, rates in self.depth_rates.items():
-            for d in range(1 if w != width else grown + 1, len(rates) + 1):
-                old = rates[d - 1]
-                if old is not None and old < hope:
-                    rates[d - 1] = old + (STALE_HOPE if w == width else STALE_WIDTH) * (hope - old)
+    def step(self, width: int) -> float:
+        """Seconds of one draft step at `width`: its measured EMA, at most a wider width's (a
+        wider step never costs less: a narrower one measured on a cold or busy round is not
+        kept dearer than a wider one); before any, the pooled per-depth draft cost."""
+        known = [s for w, s in self.step_s.items() if w >= width]
+        if known:
+            return min(known)
+        return 0.0 if self.draft_s is None else self.draft_s
+
+    def shape_rate(self, width: int, depth: int) -> float | None:
+        """Expected tokens per second of a tree of `width` grown `depth` deep (None: never
+        measured), at the current step and verify costs."""
+        estimate = self.shapes[width][depth - 1]
+        if estimate is None:
+            return None
+        return estimate.expected / (self.step(width) * depth + self.verify(estimate.kept + 1))
 
     def tree_shape(self) -> tuple[int, int]:
         """nodes=auto: (depth, width) to grow this round. The first round grows the widest tree
@@ -335,20 +363,21 @@ class CostPolicy:
         on the best (width, depth) the past rounds measured (an EMA of each one's best rate; ties
         to the narrower, then the shallower), one deeper when the deepest measured at that width
         is the best (so a tree that pays grows until it stops paying)."""
-        untried = [w for w, rates in self.depth_rates.items() if all(r is None for r in rates)]
-        if len(untried) == len(self.depth_rates):
+        untried = [w for w, shapes in self.shapes.items() if all(e is None for e in shapes)]
+        if len(untried) == len(self.shapes):
             width, depth = self.max_width, self.k_max
         elif untried:
             width, depth = min(untried), self.k_max
         else:
-            measured = [
-                (rate, -w, -d, w, d)
-                for w, rates in self.depth_rates.items()
-                for d, rate in enumerate(rates, start=1)
-                if rate is not None
-            ]
-            *_, width, depth = max(measured)
-            deepest = max(d for d, rate in enumerate(self.depth_rates[width], start=1) if rate is not None)
+            scored = []
+            for w, shapes in self.shapes.items():
+                stale = STALE_DEPTH if w == self.width else STALE_WIDTH
+                for d, estimate in enumerate(shapes, start=1):
+                    if estimate is not None:
+                        rate = cast(float, self.shape_rate(w, d)) * (1 + stale * estimate.age)
+                        scored.append((rate, -w, -d, w, d))
+            *_, width, depth = max(scored)
+            deepest = max(d for d, estimate in enumerate(self.shapes[width], start=1) if estimate is not None)
             if depth == deepest and depth < self.k_max:
                 depth += 1
         self.width = width
@@ -400,7 +429,7 @@ class CostPolicy:
             width = shape_round[0]
             old = self.step_s.get(width)
             self.step_s[width] = per_depth if old is None else old + self.draft_weight * (per_depth - old)
-            self._rate_shape(*shape_round)
+            self._measure_shape(*shape_round)
         self.verify.observe(positions, verify_s)
 
     def estimates(self) -> dict[str, Any]:

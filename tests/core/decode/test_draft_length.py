@@ -293,13 +293,20 @@ class FixedRows(TreeGrowth):
 
 
 def simulate_widths(
-    policy: CostPolicy, ranks: list[float], step_s: float, row_s: float, rounds: int = 200, seed: int = 0
+    policy: CostPolicy,
+    ranks: list[float],
+    step_s: float,
+    row_s: float,
+    rounds: int = 200,
+    seed: int = 0,
+    cold: float = 1.0,
 ) -> tuple[list[int], float]:
     """Rounds of nodes=auto grown by grow_dynamic from FixedRows(ranks) at the width and depth
     tree_shape chose; at each accepted node the target's token is rank r with probability
     ranks[r] (a calibrated draft), a round accepts the path of its picks the tree holds. A draft
-    step costs step_s + row_s per expanded row; the verify, the policy's table. Returns the
-    widths chosen and the tokens per second the rounds made."""
+    step costs step_s + row_s per expanded row (`cold` times that in the first round at each
+    width); the verify, the policy's table. Returns the widths chosen and the tokens per second
+    the rounds made."""
     rng = np.random.default_rng(seed)
     truth = VerifyCost(dict(policy.verify.points))
     row = torch.zeros(8, dtype=torch.float64)
@@ -324,6 +331,7 @@ def simulate_widths(
             path.append(child)
         n = len(kept) + 1
         draft_s = (step_s + row_s * width) * max(n.depth for n in growth.nodes)
+        draft_s *= cold if policy.widths.count(width) == 1 else 1.0
         tokens, seconds = tokens + len(path) + 1, seconds + draft_s + truth(n)
         policy.observe(parents, len(path), draft_s, truth(n), n, path=path)
     return policy.widths, tokens / seconds
@@ -344,14 +352,26 @@ def test_a_sure_draft_with_dear_rows_settles_on_a_chain():
     assert 2 in widths[3:] or 3 in widths[3:]  # the other widths are still tried now and then
 
 
+def test_a_width_measured_on_a_cold_round_is_tried_again():
+    """The first round at each width drafts ten times slower (first calls, a busy machine): the
+    chain, measured dear once, is still what the run settles on, since a narrower step is
+    never priced above a wider one's measured cost."""
+    policy = CostPolicy(6, VerifyCost(MILD), tree=True, max_width=3)
+    widths, _ = simulate_widths(policy, [0.9, 0.06, 0.04], step_s=0.001, row_s=0.002, cold=10.0)
+    assert settled(widths) == 1
+    policy = CostPolicy(4, VerifyCost(MILD), tree=True, max_width=3)
+    policy.step_s = {1: 0.07, 2: 0.008, 3: 0.011}
+    assert policy.step(1) == policy.step(2) == 0.008 and policy.step(3) == 0.011
+
+
 def test_an_unsure_draft_with_cheap_rows_settles_on_a_tree():
     """The target's token is any of the draft's top three, verify positions are free and a
     wider step costs nothing more: wider trees accept more, so the run keeps growing them."""
     policy = CostPolicy(6, VerifyCost(FLAT), tree=True, max_width=3)
     widths, _ = simulate_widths(policy, [0.4, 0.35, 0.25], step_s=0.0005, row_s=0.0)
     assert settled(widths) == 3
-    rates = policy.depth_rates
-    assert max(r for r in rates[3] if r) > max(r for r in rates[1] if r)
+    best = {w: max(policy.shape_rate(w, d) or 0.0 for d in range(1, 7)) for w in (1, 3)}
+    assert best[3] > 1.5 * best[1]
 
 
 def test_a_width_policy_refuses_a_width_below_one():
@@ -369,15 +389,22 @@ def test_a_width_policy_refuses_a_width_below_one():
 )
 def test_the_chosen_width_makes_nearly_what_the_best_fixed_width_makes(table, ranks, step_s, row_s):
     """Tokens per second over 100 rounds with the width chosen by cost (its first rounds
-    exploring included), against each width fixed (depth and kept count still by cost)."""
+    exploring included), against each width fixed (depth and kept count still by cost), as
+    the mean ratio over four seeds."""
 
-    def fixed(width: int) -> float:
+    def fixed(width: int, seed: int) -> float:
         policy = CostPolicy(6, VerifyCost(table), tree=True, max_width=width)
-        policy.depth_rates = {width: [None] * 6}  # this width only
-        return simulate_widths(policy, ranks, step_s, row_s, 100)[1]
+        policy.shapes = {width: [None] * 6}  # this width only
+        return simulate_widths(policy, ranks, step_s, row_s, 100, seed)[1]
 
-    chosen = simulate_widths(CostPolicy(6, VerifyCost(table), tree=True, max_width=3), ranks, step_s, row_s, 100)[1]
-    rates = [fixed(1), fixed(2), fixed(3)]
-    assert chosen >= 0.94 * max(rates)
-    if max(rates) > 1.2 * min(rates):
-        assert chosen > 1.1 * min(rates)
+    ratios, worst = [], []
+    for seed in range(4):
+        chosen = simulate_widths(
+            CostPolicy(6, VerifyCost(table), tree=True, max_width=3), ranks, step_s, row_s, 100, seed
+        )
+        rates = [fixed(width, seed) for width in (1, 2, 3)]
+        ratios.append(chosen[1] / max(rates))
+        worst.append(chosen[1] / min(rates))
+    assert np.mean(ratios) >= 0.93
+    if np.mean(worst) > 1.2:  # where the widths differ, far better than the worst
+        assert np.mean(worst) > 1.15
