@@ -767,16 +767,29 @@ def lr_factor(step: int, progress: float, warmup: int) -> float:
 
 
 def train(
-    head, embed, data: Cached, held: dict[str, Cached], cfg: Config, to_draft: torch.Tensor, log, minutes: float | None
+    head,
+    embed,
+    data: Cached,
+    held: dict[str, Cached],
+    cfg: Config,
+    to_draft: torch.Tensor,
+    log,
+    minutes: float | None,
+    measure_start: bool = False,
 ) -> list[dict]:
     """AdamW on the depth-weighted coarse KL until cfg.steps or the wall-clock budget, whichever
-    ends first (the cosine schedule follows whichever is further used)."""
+    ends first (the cosine schedule follows whichever is further used). `measure_start`: the
+    held-out sets measured before the first step too (step 0: a continued head's starting
+    point on this run's held-out answers)."""
+    evals = []
+    if measure_start:
+        evals.append({"step": 0, **evaluate(head, embed, held, cfg, to_draft)})
+        log(f"step 0: held-out {json.dumps(evals[-1])}")
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = np.random.default_rng([cfg.seed, 7])
     start = time.perf_counter()
     budget = minutes * 60 if minutes else None
-    evals = []
     running = np.zeros((cfg.depth, 3))
     done = 0
     for step in range(cfg.steps):
@@ -1020,7 +1033,7 @@ def main(argv: list[str] | None = None) -> dict:
     n_params = sum(p.numel() for p in head.parameters())
     log(f"head: {n_params / 1e6:.2f}M parameters, layers {layers}, depth {cfg.depth}")
     t_train = time.perf_counter()
-    evals = train(head, embed, data, held, cfg, to_draft, log, args.minutes)
+    evals = train(head, embed, data, held, cfg, to_draft, log, args.minutes, measure_start=init is not None)
     train_s = time.perf_counter() - t_train
     final = evals[-1]
     config["specscope"] = {

@@ -84,6 +84,12 @@ def test_init_continues_from_a_head_with_its_weights_and_vocabulary(smoke_head, 
             assert torch.equal(a.get_tensor(name), b.get_tensor(name)), name
     assert summary["evals"][-1]["step"] == 0
     assert "continuing from" in (again / "train_log.txt").read_text()
+    # a continued run measures its starting point first: step 0, the loaded head on the held-out sets
+    stepped = train_head.main(
+        ["--smoke", "--out", str(tmp_path / "one"), "--threads", "1", "--init", str(out), "--steps", "1"]
+    )
+    assert [e["step"] for e in stepped["evals"]] == [0, 1]
+    assert stepped["evals"][0]["all"] == summary["evals"][-1]["all"]
     with pytest.raises(SystemExit, match="reads layers"):
         train_head.main(["--smoke", "--out", str(tmp_path / "other"), "--init", str(out), "--layers", "1,4,7"])
 
