@@ -66,6 +66,8 @@ from specscope.core.cost import expected_tokens_from_survival
 AUTO = "auto"
 AUTO_K_MAX = 8  # the longest chain (deepest tree) `auto` drafts
 START_K = 4  # the first rounds' length, before any cost is measured (capped by k_max)
+FIT_DECAY = 0.95  # the draft cost fit's weight decay a round (about the last 20 rounds)
+FIT_SPREAD = 0.2  # the least variance of the fitted rounds' depths that separates fixed from per-depth cost
 # positions at which the warm forwards time the target (interpolated between, extrapolated past)
 MEASURE_POSITIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17, 25, 33, 49, 65)
 
@@ -240,6 +242,9 @@ class CostPolicy:
             raise ValueError(f"max_width must be >= 1, got {self.max_width}")
         self.acceptance = Acceptance(self.k_max)
         self.draft_s: float | None = None  # seconds per drafted depth
+        # decayed sums (weight, d, d^2, seconds, d x seconds) of the rounds' draft times by
+        # drafted depth d: the fit seconds = fixed + per_depth x d (`draft_cost`)
+        self._draft_fit = [0.0] * 5
         self.nodes: list[float | None] = [None] * self.k_max  # a tree's mean node count within depth d + 1
         self.chosen: list[int] = []
         self.calibration = NodeCalibration()  # nodes=auto: a(v) of a kept node
@@ -265,9 +270,28 @@ class CostPolicy:
     def expected(self, d: int) -> float:
         return expected_tokens_from_survival(self.acceptance.rates()[:d])
 
+    def draft_cost(self, d: int) -> float:
+        """Seconds of a round that drafts d deep: a fixed part (a head first reads the accepted
+        tokens' features, whatever d is) plus a part per depth, fitted by decayed least squares
+        over the rounds once their depths differ enough to tell the two apart; before that, d
+        times the per-depth cost. Charging the fixed part per depth made short rounds look
+        cheap per token and long ones dear, so `auto` drafted short (BENCHMARKS.md, session 29)."""
+        if self.draft_s is None:
+            return 0.0
+        w, sd, sdd, st, sdt = self._draft_fit
+        if w > 0:
+            mean_d, mean_t = sd / w, st / w
+            spread = sdd / w - mean_d * mean_d
+            if spread > FIT_SPREAD:
+                per_depth = (sdt / w - mean_d * mean_t) / spread
+                fixed = mean_t - per_depth * mean_d
+                if per_depth >= 0 and fixed >= 0:
+                    return fixed + per_depth * d
+        return self.draft_s * d
+
     def rate(self, d: int) -> float:
         """Expected tokens per second of a round of length d."""
-        draft = 0.0 if self.draft_s is None else self.draft_s * d
+        draft = self.draft_cost(d)
         return self.expected(d) / (draft + self.verify(self.positions(d)))
 
     def choose(self) -> int:
@@ -421,7 +445,11 @@ class CostPolicy:
                 self.nodes[d - 1] = count if old is None else old + 0.3 * (count - old)
         if not costs:
             return
-        per_depth = max(draft_s, 0.0) / max(drafted, grown or 0)  # a tree's steps: the depth it grew
+        depth = max(drafted, grown or 0)  # a tree's steps: the depth it grew
+        per_depth = max(draft_s, 0.0) / depth
+        self._draft_fit = [x * FIT_DECAY for x in self._draft_fit]
+        for i, x in enumerate((1.0, depth, depth * depth, max(draft_s, 0.0), depth * max(draft_s, 0.0))):
+            self._draft_fit[i] += x
         self.draft_s = (
             per_depth if self.draft_s is None else self.draft_s + self.draft_weight * (per_depth - self.draft_s)
         )

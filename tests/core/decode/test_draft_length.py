@@ -408,3 +408,27 @@ def test_the_chosen_width_makes_nearly_what_the_best_fixed_width_makes(table, ra
     assert np.mean(ratios) >= 0.93
     if np.mean(worst) > 1.2:  # where the widths differ, far better than the worst
         assert np.mean(worst) > 1.15
+
+
+def test_a_fixed_draft_cost_a_round_does_not_shorten_the_drafts():
+    """A round's draft costs 4 ms whatever its length plus 0.5 ms a token (a head first reads
+    the accepted tokens' features): the policy fits fixed + per-token and settles where the
+    true rate is best, not shorter (charging the fixed part per token made long drafts look
+    dear)."""
+    rng = np.random.default_rng(0)
+    table = {n: 0.010 * (1 + 0.05 * (n - 1)) for n in (1, 2, 3, 5, 9)}
+    truth = VerifyCost(table)
+    policy = CostPolicy(8, VerifyCost(table))
+    for _ in range(300):
+        k = policy.choose()
+        accepted = 0
+        while accepted < k and rng.random() < 0.8:
+            accepted += 1
+        policy.observe(chain(k), accepted, 0.004 + 0.0005 * k, truth(k + 1), k + 1)
+
+    def true_rate(d: int) -> float:
+        return expected_tokens(0.8, d) / (0.004 + 0.0005 * d + truth(d + 1))
+
+    best = max(range(1, 9), key=true_rate)
+    assert abs(settled(policy.chosen) - best) <= 1
+    assert policy.draft_cost(6) == pytest.approx(0.004 + 0.0005 * 6, rel=0.1)
