@@ -274,8 +274,9 @@ class CostPolicy:
         """Seconds of a round that drafts d deep: a fixed part (a head first reads the accepted
         tokens' features, whatever d is) plus a part per depth, fitted by decayed least squares
         over the rounds once their depths differ enough to tell the two apart; before that, d
-        times the per-depth cost. Charging the fixed part per depth made short rounds look
-        cheap per token and long ones dear, so `auto` drafted short (BENCHMARKS.md, session 29)."""
+        times the per-depth cost. Charging the fixed part per depth made short rounds measure a
+        dear per-depth cost and so every longer draft look dearer than it is (BENCHMARKS.md,
+        session 29)."""
         if self.draft_s is None:
             return 0.0
         w, sd, sdd, st, sdt = self._draft_fit
@@ -384,9 +385,10 @@ class CostPolicy:
     def tree_shape(self) -> tuple[int, int]:
         """nodes=auto: (depth, width) to grow this round. The first round grows the widest tree
         k_max deep, then each narrower width once (width 1 first: a chain), k_max deep; from then
-        on the best (width, depth) the past rounds measured (an EMA of each one's best rate; ties
-        to the narrower, then the shallower), one deeper when the deepest measured at that width
-        is the best (so a tree that pays grows until it stops paying)."""
+        on the best (width, depth) the past rounds measured (`shape_rate` at the current costs,
+        times the staleness factor; ties to the narrower, then the shallower), one deeper when
+        the deepest measured at that width is the best (so a tree that pays grows until it stops
+        paying)."""
         untried = [w for w, shapes in self.shapes.items() if all(e is None for e in shapes)]
         if len(untried) == len(self.shapes):
             width, depth = self.max_width, self.k_max
